@@ -1,0 +1,45 @@
+//! Store throughput: ingest (pcap parse + block build + zstd + write) and export (read +
+//! decompress + merge + pcap encode) of 64 MB of synthetic traffic, in bytes per second.
+//! The end-to-end comparison against `zstd -1 -T2` on a 1 GB file is scripts/bench_ingest.py.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+
+fn synth_pcap() -> Vec<u8> {
+    let cfg = capsule_synth::SynthConfig {
+        duration_ns: 512_000_000,
+        rate_bps: 1_000_000_000,
+        ..capsule_synth::SynthConfig::default()
+    };
+    let mut out = Vec::new();
+    capsule_synth::generate(&cfg, &mut out).expect("synth writes to memory");
+    out
+}
+
+fn ingest(c: &mut Criterion) {
+    let pcap = synth_pcap();
+    let mut g = c.benchmark_group("store");
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes(pcap.len() as u64));
+    g.bench_function("ingest", |b| {
+        b.iter(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let (mut w, _) =
+                capsule_index::StoreWriter::open(dir.path(), Default::default()).unwrap();
+            let rep = capsule_capture::import_reader(&mut w, "bench", &pcap[..]).unwrap();
+            assert!(rep.error.is_none());
+            w.finish().unwrap()
+        })
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, _) = capsule_index::StoreWriter::open(dir.path(), Default::default()).unwrap();
+    capsule_capture::import_reader(&mut w, "bench", &pcap[..]).unwrap();
+    w.finish().unwrap();
+    let store = capsule_index::Store::open(dir.path()).unwrap();
+    g.bench_function("export", |b| {
+        b.iter(|| capsule_replay::export(&store, &Default::default(), std::io::sink()).unwrap())
+    });
+    g.finish();
+}
+
+criterion_group!(benches, ingest);
+criterion_main!(benches);

@@ -1,0 +1,735 @@
+//! Byte layout of segment files, format version 1 (specified in docs/format.md).
+//!
+//! A segment is a run of regular zstd frames whose decompressed content is one pcapng
+//! section. capsule's own metadata (segment header, block headers, footer) are pcapng blocks
+//! of a local-use block type ([`CAPSULE_BLOCK_TYPE`]), which pcapng readers skip, each in a
+//! *raw* (stored, uncompressed) zstd frame so its bytes can be read straight off the disk.
+//! Wireshark opens a segment as is, and `zstd -dc SEGMENT` prints a valid pcapng.
+//!
+//! Why not zstd skippable frames: Wireshark re-detects the compression after every zstd
+//! frame and reads anything that does not start with the zstd magic as uncompressed bytes,
+//! so a skippable frame in the middle of a file breaks it (seen with tshark 4.0).
+//!
+//! This module encodes and decodes the metadata records as checked views: decoding never
+//! panics, and every failure says what was expected and what was found.
+
+use capsule_pcap::Interface;
+
+/// Format version written by this build, and the only one it reads.
+pub const FORMAT_VERSION: u16 = 1;
+/// pcapng block type of capsule's metadata blocks (local use: most significant bit set).
+pub const CAPSULE_BLOCK_TYPE: u32 = 0x8000_0CA5;
+/// Magic of a zstd frame.
+pub const ZSTD_MAGIC: u32 = 0xFD2F_B528;
+/// Frame header descriptor of a metadata frame: 4-byte content size, single segment, no
+/// checksum, no dictionary.
+pub const META_FHD: u8 = 0xA0;
+/// Bytes before the first raw block of a metadata frame: magic, descriptor, content size.
+pub const META_PREFIX_LEN: usize = 9;
+/// The largest raw block zstd allows.
+const RAW_BLOCK_MAX: usize = 128 * 1024;
+
+pub const SEGMENT_HEADER_MAGIC: [u8; 8] = *b"CPSLSEG\0";
+pub const BLOCK_HEADER_MAGIC: [u8; 8] = *b"CPSLBLK\0";
+pub const FOOTER_MAGIC: [u8; 8] = *b"CPSLFTR\0";
+pub const TRAILER_MAGIC: [u8; 8] = *b"CPSLEND\0";
+
+/// Length of the segment header payload.
+pub const SEGMENT_HEADER_LEN: usize = 40;
+/// Length of the fixed part of a block header payload (before interface records and CRC).
+pub const BLOCK_HEADER_FIXED_LEN: usize = 60;
+/// Length of the fixed part of the footer payload.
+pub const FOOTER_FIXED_LEN: usize = 56;
+/// Length of one block entry in the footer.
+pub const FOOTER_ENTRY_LEN: usize = 48;
+/// Length of the trailer at the very end of a sealed segment: footer frame length, magic,
+/// and the pcapng block's closing length.
+pub const TRAILER_LEN: usize = 16;
+/// The longest interface name a segment records.
+pub const MAX_IFACE_NAME: usize = 256;
+
+/// Why a metadata record could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("{what}: expected at least {expected} bytes, found {found}")]
+    Short {
+        what: &'static str,
+        expected: usize,
+        found: usize,
+    },
+    #[error("{what}: expected magic {expected:?}, found {found:?}")]
+    Magic {
+        what: &'static str,
+        expected: String,
+        found: String,
+    },
+    #[error(
+        "{what}: format version {found} is not supported (this build reads version {expected}); \
+         upgrade capsule to read this store"
+    )]
+    Version {
+        what: &'static str,
+        expected: u16,
+        found: u16,
+    },
+    #[error("{what}: checksum mismatch: stored crc32c {stored:#010x}, computed {computed:#010x}")]
+    Checksum {
+        what: &'static str,
+        stored: u32,
+        computed: u32,
+    },
+    #[error("{what}: {detail}")]
+    Invalid { what: &'static str, detail: String },
+}
+
+/// The segment header, in a metadata frame right after the head frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentHeader {
+    pub seq: u64,
+    pub created_ns: u64,
+}
+
+/// Metadata of one block, as written in its header and repeated in the footer.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BlockMeta {
+    /// Index of the block within its segment.
+    pub index: u32,
+    /// Smallest and largest packet timestamp in the block (ns).
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub packets: u32,
+    /// Sum of the packets' original (wire) lengths.
+    pub wire_bytes: u64,
+    pub compressed_len: u32,
+    pub uncompressed_len: u32,
+    /// crc32c of the compressed zstd frame.
+    pub frame_crc: u32,
+    /// File offset of the zstd frame (filled in by the writer or reader; not in the header).
+    pub frame_offset: u64,
+    /// Interfaces this block adds to the segment's list, in order.
+    pub new_interfaces: Vec<Interface>,
+}
+
+/// The footer of a sealed segment.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Footer {
+    pub packets: u64,
+    pub wire_bytes: u64,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub blocks: Vec<BlockMeta>,
+    pub interfaces: Vec<Interface>,
+}
+
+// ---- little-endian helpers over checked slices -------------------------------------------
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    // Callers check lengths first; a short slice yields 0 rather than a panic.
+    b.get(at..at + 2)
+        .map_or(0, |s| u16::from_le_bytes([s[0], s[1]]))
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8).map_or(0, |s| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        u64::from_le_bytes(a)
+    })
+}
+
+fn check_len(what: &'static str, b: &[u8], expected: usize) -> Result<(), DecodeError> {
+    if b.len() < expected {
+        return Err(DecodeError::Short {
+            what,
+            expected,
+            found: b.len(),
+        });
+    }
+    Ok(())
+}
+
+fn check_magic(what: &'static str, b: &[u8], magic: &[u8; 8]) -> Result<(), DecodeError> {
+    let found = b.get(..8).unwrap_or(b);
+    if found != magic {
+        return Err(DecodeError::Magic {
+            what,
+            expected: String::from_utf8_lossy(magic)
+                .trim_end_matches('\0')
+                .to_string(),
+            found: format!("{found:02x?}"),
+        });
+    }
+    Ok(())
+}
+
+fn check_version(what: &'static str, b: &[u8]) -> Result<(), DecodeError> {
+    let found = u16_at(b, 8);
+    if found != FORMAT_VERSION {
+        return Err(DecodeError::Version {
+            what,
+            expected: FORMAT_VERSION,
+            found,
+        });
+    }
+    Ok(())
+}
+
+fn check_crc(what: &'static str, covered: &[u8], stored: u32) -> Result<(), DecodeError> {
+    let computed = crc32c::crc32c(covered);
+    if computed != stored {
+        return Err(DecodeError::Checksum {
+            what,
+            stored,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+/// Total length of a metadata frame whose pcapng block carries `payload_len` bytes.
+pub fn meta_frame_len(payload_len: usize) -> usize {
+    let content = payload_len + 12;
+    META_PREFIX_LEN + content + 3 * content.div_ceil(RAW_BLOCK_MAX)
+}
+
+/// Appends a metadata frame: a raw zstd frame whose content is a pcapng block of type
+/// [`CAPSULE_BLOCK_TYPE`] with `payload` as its body. `payload.len()` must be a multiple of 4.
+pub fn put_meta_frame(out: &mut Vec<u8>, payload: &[u8]) {
+    debug_assert_eq!(payload.len() % 4, 0);
+    let block_len = (payload.len() + 12) as u32;
+    let mut content = Vec::with_capacity(payload.len() + 12);
+    content.extend_from_slice(&CAPSULE_BLOCK_TYPE.to_le_bytes());
+    content.extend_from_slice(&block_len.to_le_bytes());
+    content.extend_from_slice(payload);
+    content.extend_from_slice(&block_len.to_le_bytes());
+    out.reserve(meta_frame_len(payload.len()));
+    out.extend_from_slice(&ZSTD_MAGIC.to_le_bytes());
+    out.push(META_FHD);
+    out.extend_from_slice(&block_len.to_le_bytes());
+    let n = content.len().div_ceil(RAW_BLOCK_MAX);
+    for (i, chunk) in content.chunks(RAW_BLOCK_MAX).enumerate() {
+        let last = u32::from(i + 1 == n);
+        let bh = ((chunk.len() as u32) << 3) | last; // block type 0 = raw
+        out.extend_from_slice(&bh.to_le_bytes()[..3]);
+        out.extend_from_slice(chunk);
+    }
+}
+
+/// Reads the prefix of a metadata frame and returns the frame's total length.
+pub fn meta_frame_len_from_prefix(what: &'static str, b: &[u8]) -> Result<usize, DecodeError> {
+    check_len(what, b, META_PREFIX_LEN)?;
+    let magic = u32_at(b, 0);
+    if magic != ZSTD_MAGIC || b[4] != META_FHD {
+        return Err(DecodeError::Magic {
+            what,
+            expected: format!("raw zstd frame {ZSTD_MAGIC:#010x} with descriptor {META_FHD:#04x}"),
+            found: format!("{magic:#010x} with descriptor {:#04x}", b[4]),
+        });
+    }
+    let content = u32_at(b, 5) as usize;
+    if content < 12 || !content.is_multiple_of(4) {
+        return Err(DecodeError::Invalid {
+            what,
+            detail: format!(
+                "metadata block length {content} is not a multiple of 4 of at least 12"
+            ),
+        });
+    }
+    Ok(META_PREFIX_LEN + content + 3 * content.div_ceil(RAW_BLOCK_MAX))
+}
+
+/// Decodes a whole metadata frame and returns the payload of its pcapng block.
+pub fn decode_meta_frame(what: &'static str, frame: &[u8]) -> Result<Vec<u8>, DecodeError> {
+    let total = meta_frame_len_from_prefix(what, frame)?;
+    check_len(what, frame, total)?;
+    let content_len = u32_at(frame, 5) as usize;
+    let mut content = Vec::with_capacity(content_len);
+    let mut at = META_PREFIX_LEN;
+    loop {
+        check_len(what, frame, at + 3)?;
+        let bh = u32::from_le_bytes([frame[at], frame[at + 1], frame[at + 2], 0]);
+        let (last, kind, size) = (bh & 1, (bh >> 1) & 3, (bh >> 3) as usize);
+        if kind != 0 || size > RAW_BLOCK_MAX || content.len() + size > content_len {
+            return Err(DecodeError::Invalid {
+                what,
+                detail: format!(
+                    "expected raw zstd blocks, found block type {kind} of {size} bytes"
+                ),
+            });
+        }
+        check_len(what, frame, at + 3 + size)?;
+        content.extend_from_slice(&frame[at + 3..at + 3 + size]);
+        at += 3 + size;
+        if last == 1 {
+            break;
+        }
+    }
+    if content.len() != content_len || u32_at(&content, 0) != CAPSULE_BLOCK_TYPE {
+        return Err(DecodeError::Invalid {
+            what,
+            detail: format!(
+                "expected a pcapng block of type {CAPSULE_BLOCK_TYPE:#010x} of {content_len} bytes, \
+                 found type {:#010x} of {} bytes",
+                u32_at(&content, 0),
+                content.len()
+            ),
+        });
+    }
+    let len = u32_at(&content, 4) as usize;
+    if len != content_len || u32_at(&content, content_len - 4) as usize != len {
+        return Err(DecodeError::Invalid {
+            what,
+            detail: format!("pcapng block lengths disagree with the frame's {content_len} bytes"),
+        });
+    }
+    Ok(content[8..content_len - 4].to_vec())
+}
+
+// ---- interfaces ------------------------------------------------------------------------
+
+fn iface_record_len(iface: &Interface) -> usize {
+    let name = iface
+        .name
+        .as_deref()
+        .map_or(0, |n| n.len().min(MAX_IFACE_NAME));
+    8 + name.div_ceil(4) * 4
+}
+
+fn put_iface(out: &mut Vec<u8>, iface: &Interface) {
+    let name = iface.name.as_deref().unwrap_or("").as_bytes();
+    let name = &name[..name.len().min(MAX_IFACE_NAME)];
+    out.extend_from_slice(&iface.linktype.to_le_bytes());
+    out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    out.extend_from_slice(&iface.snaplen.to_le_bytes());
+    out.extend_from_slice(name);
+    out.resize(out.len() + (name.len().div_ceil(4) * 4 - name.len()), 0);
+}
+
+fn get_ifaces(
+    what: &'static str,
+    b: &[u8],
+    mut at: usize,
+    count: usize,
+) -> Result<(Vec<Interface>, usize), DecodeError> {
+    let mut v = Vec::with_capacity(count.min(1024));
+    for i in 0..count {
+        check_len(what, b, at + 8)?;
+        let linktype = u16_at(b, at);
+        let name_len = u16_at(b, at + 2) as usize;
+        let snaplen = u32_at(b, at + 4);
+        if name_len > MAX_IFACE_NAME {
+            return Err(DecodeError::Invalid {
+                what,
+                detail: format!("interface {i}: name length {name_len} exceeds {MAX_IFACE_NAME}"),
+            });
+        }
+        let padded = name_len.div_ceil(4) * 4;
+        check_len(what, b, at + 8 + padded)?;
+        let name = if name_len == 0 {
+            None
+        } else {
+            Some(String::from_utf8_lossy(&b[at + 8..at + 8 + name_len]).into_owned())
+        };
+        v.push(Interface {
+            linktype,
+            snaplen,
+            name,
+        });
+        at += 8 + padded;
+    }
+    Ok((v, at))
+}
+
+// ---- segment header --------------------------------------------------------------------
+
+impl SegmentHeader {
+    /// Appends the header as a metadata frame.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut p = Vec::with_capacity(SEGMENT_HEADER_LEN);
+        p.extend_from_slice(&SEGMENT_HEADER_MAGIC);
+        p.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        p.extend_from_slice(&(SEGMENT_HEADER_LEN as u16).to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        p.extend_from_slice(&self.seq.to_le_bytes());
+        p.extend_from_slice(&self.created_ns.to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        let crc = crc32c::crc32c(&p);
+        p.extend_from_slice(&crc.to_le_bytes());
+        put_meta_frame(out, &p);
+    }
+
+    /// Decodes a segment header payload.
+    pub fn decode(p: &[u8]) -> Result<Self, DecodeError> {
+        const W: &str = "segment header";
+        check_len(W, p, SEGMENT_HEADER_LEN)?;
+        check_magic(W, p, &SEGMENT_HEADER_MAGIC)?;
+        check_version(W, p)?;
+        check_crc(W, &p[..36], u32_at(p, 36))?;
+        Ok(SegmentHeader {
+            seq: u64_at(p, 16),
+            created_ns: u64_at(p, 24),
+        })
+    }
+}
+
+// ---- block header ----------------------------------------------------------------------
+
+impl BlockMeta {
+    /// Length of the encoded header payload.
+    pub fn header_payload_len(&self) -> usize {
+        BLOCK_HEADER_FIXED_LEN
+            + self
+                .new_interfaces
+                .iter()
+                .map(iface_record_len)
+                .sum::<usize>()
+            + 4
+    }
+
+    /// Length of the metadata frame holding the header.
+    pub fn header_frame_len(&self) -> usize {
+        meta_frame_len(self.header_payload_len())
+    }
+
+    /// Appends the block header as a metadata frame.
+    pub fn encode_header(&self, out: &mut Vec<u8>) {
+        let len = self.header_payload_len();
+        let mut p = Vec::with_capacity(len);
+        p.extend_from_slice(&BLOCK_HEADER_MAGIC);
+        p.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        p.extend_from_slice(&(len as u16).to_le_bytes());
+        p.extend_from_slice(&self.index.to_le_bytes());
+        p.extend_from_slice(&self.first_ns.to_le_bytes());
+        p.extend_from_slice(&self.last_ns.to_le_bytes());
+        p.extend_from_slice(&self.packets.to_le_bytes());
+        p.extend_from_slice(&self.compressed_len.to_le_bytes());
+        p.extend_from_slice(&self.uncompressed_len.to_le_bytes());
+        p.extend_from_slice(&self.frame_crc.to_le_bytes());
+        p.extend_from_slice(&self.wire_bytes.to_le_bytes());
+        p.extend_from_slice(&(self.new_interfaces.len() as u16).to_le_bytes());
+        p.extend_from_slice(&0u16.to_le_bytes());
+        for iface in &self.new_interfaces {
+            put_iface(&mut p, iface);
+        }
+        let crc = crc32c::crc32c(&p);
+        p.extend_from_slice(&crc.to_le_bytes());
+        put_meta_frame(out, &p);
+    }
+
+    /// Decodes a block header payload.
+    /// `frame_offset` is left at 0 for the caller to fill in.
+    pub fn decode_header(p: &[u8]) -> Result<Self, DecodeError> {
+        const W: &str = "block header";
+        check_len(W, p, BLOCK_HEADER_FIXED_LEN + 4)?;
+        check_magic(W, p, &BLOCK_HEADER_MAGIC)?;
+        check_version(W, p)?;
+        let len = u16_at(p, 10) as usize;
+        if len != p.len() {
+            return Err(DecodeError::Invalid {
+                what: W,
+                detail: format!("header says {len} bytes, its block holds {}", p.len()),
+            });
+        }
+        check_crc(W, &p[..len - 4], u32_at(p, len - 4))?;
+        let n_ifaces = u16_at(p, 56) as usize;
+        let (new_interfaces, end) = get_ifaces(W, &p[..len - 4], BLOCK_HEADER_FIXED_LEN, n_ifaces)?;
+        if end != len - 4 {
+            return Err(DecodeError::Invalid {
+                what: W,
+                detail: format!(
+                    "{} bytes left over after the interface records",
+                    len - 4 - end
+                ),
+            });
+        }
+        let meta = BlockMeta {
+            index: u32_at(p, 12),
+            first_ns: u64_at(p, 16),
+            last_ns: u64_at(p, 24),
+            packets: u32_at(p, 32),
+            compressed_len: u32_at(p, 36),
+            uncompressed_len: u32_at(p, 40),
+            frame_crc: u32_at(p, 44),
+            wire_bytes: u64_at(p, 48),
+            frame_offset: 0,
+            new_interfaces,
+        };
+        meta.validate(W)?;
+        Ok(meta)
+    }
+
+    fn validate(&self, what: &'static str) -> Result<(), DecodeError> {
+        if self.first_ns > self.last_ns {
+            return Err(DecodeError::Invalid {
+                what,
+                detail: format!(
+                    "block {}: first timestamp {} is after last {}",
+                    self.index, self.first_ns, self.last_ns
+                ),
+            });
+        }
+        if self.packets == 0 {
+            return Err(DecodeError::Invalid {
+                what,
+                detail: format!("block {} holds no packets", self.index),
+            });
+        }
+        Ok(())
+    }
+}
+
+// ---- footer ----------------------------------------------------------------------------
+
+impl Footer {
+    /// Appends the footer (a metadata frame ending in the trailer) to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut p = Vec::with_capacity(
+            FOOTER_FIXED_LEN + self.blocks.len() * FOOTER_ENTRY_LEN + 64 * self.interfaces.len(),
+        );
+        p.extend_from_slice(&FOOTER_MAGIC);
+        p.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        p.extend_from_slice(&0u16.to_le_bytes());
+        p.extend_from_slice(&(self.blocks.len() as u32).to_le_bytes());
+        p.extend_from_slice(&(self.interfaces.len() as u32).to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        p.extend_from_slice(&self.packets.to_le_bytes());
+        p.extend_from_slice(&self.wire_bytes.to_le_bytes());
+        p.extend_from_slice(&self.first_ns.to_le_bytes());
+        p.extend_from_slice(&self.last_ns.to_le_bytes());
+        for b in &self.blocks {
+            p.extend_from_slice(&b.frame_offset.to_le_bytes());
+            p.extend_from_slice(&b.first_ns.to_le_bytes());
+            p.extend_from_slice(&b.last_ns.to_le_bytes());
+            p.extend_from_slice(&b.packets.to_le_bytes());
+            p.extend_from_slice(&b.compressed_len.to_le_bytes());
+            p.extend_from_slice(&b.uncompressed_len.to_le_bytes());
+            p.extend_from_slice(&b.frame_crc.to_le_bytes());
+            p.extend_from_slice(&b.wire_bytes.to_le_bytes());
+        }
+        for i in &self.interfaces {
+            put_iface(&mut p, i);
+        }
+        let crc = crc32c::crc32c(&p);
+        p.extend_from_slice(&crc.to_le_bytes());
+        // The payload ends with: crc (above), frame length, magic; the pcapng block's closing
+        // length follows, so the file's last 16 bytes are frame length, magic, block length.
+        let frame_len = meta_frame_len(p.len() + 12);
+        p.extend_from_slice(&(frame_len as u32).to_le_bytes());
+        p.extend_from_slice(&TRAILER_MAGIC);
+        put_meta_frame(out, &p);
+    }
+
+    /// Reads the trailer (the last [`TRAILER_LEN`] bytes of a file): returns the length of the
+    /// footer frame that ends with it.
+    pub fn frame_len_from_trailer(t: &[u8]) -> Result<usize, DecodeError> {
+        const W: &str = "segment trailer";
+        check_len(W, t, TRAILER_LEN)?;
+        check_magic(W, &t[4..12], &TRAILER_MAGIC)?;
+        let len = u32_at(t, 0) as usize;
+        if len < meta_frame_len(FOOTER_FIXED_LEN + 16) {
+            return Err(DecodeError::Invalid {
+                what: W,
+                detail: format!("footer frame length {len} is shorter than the fixed part"),
+            });
+        }
+        Ok(len)
+    }
+
+    /// Decodes a footer payload (from its magic to the trailer magic).
+    pub fn decode(p: &[u8]) -> Result<Self, DecodeError> {
+        const W: &str = "segment footer";
+        check_len(W, p, FOOTER_FIXED_LEN + 16)?;
+        check_magic(W, p, &FOOTER_MAGIC)?;
+        check_version(W, p)?;
+        let body = &p[..p.len() - 16];
+        check_crc(W, body, u32_at(p, p.len() - 16))?;
+        let n_blocks = u32_at(p, 12) as usize;
+        let n_ifaces = u32_at(p, 16) as usize;
+        let entries_end = n_blocks
+            .checked_mul(FOOTER_ENTRY_LEN)
+            .and_then(|n| n.checked_add(FOOTER_FIXED_LEN))
+            .ok_or(DecodeError::Invalid {
+                what: W,
+                detail: "block count overflows".into(),
+            })?;
+        check_len(W, body, entries_end)?;
+        let mut blocks = Vec::with_capacity(n_blocks);
+        for i in 0..n_blocks {
+            let e = FOOTER_FIXED_LEN + i * FOOTER_ENTRY_LEN;
+            let meta = BlockMeta {
+                index: i as u32,
+                frame_offset: u64_at(body, e),
+                first_ns: u64_at(body, e + 8),
+                last_ns: u64_at(body, e + 16),
+                packets: u32_at(body, e + 24),
+                compressed_len: u32_at(body, e + 28),
+                uncompressed_len: u32_at(body, e + 32),
+                frame_crc: u32_at(body, e + 36),
+                wire_bytes: u64_at(body, e + 40),
+                new_interfaces: Vec::new(),
+            };
+            meta.validate(W)?;
+            blocks.push(meta);
+        }
+        let (interfaces, end) = get_ifaces(W, body, entries_end, n_ifaces)?;
+        if end != body.len() {
+            return Err(DecodeError::Invalid {
+                what: W,
+                detail: format!(
+                    "{} bytes left over after the interface records",
+                    body.len() - end
+                ),
+            });
+        }
+        Ok(Footer {
+            packets: u64_at(body, 24),
+            wire_bytes: u64_at(body, 32),
+            first_ns: u64_at(body, 40),
+            last_ns: u64_at(body, 48),
+            blocks,
+            interfaces,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> BlockMeta {
+        BlockMeta {
+            index: 3,
+            first_ns: 10,
+            last_ns: 20,
+            packets: 2,
+            wire_bytes: 3000,
+            compressed_len: 100,
+            uncompressed_len: 400,
+            frame_crc: 0xdead_beef,
+            frame_offset: 0,
+            new_interfaces: vec![Interface {
+                linktype: 1,
+                snaplen: 65535,
+                name: Some("eth0".into()),
+            }],
+        }
+    }
+
+    #[test]
+    fn block_header_round_trip_and_layout() {
+        let m = meta();
+        let mut out = Vec::new();
+        m.encode_header(&mut out);
+        assert_eq!(&out[..5], &[0x28, 0xb5, 0x2f, 0xfd, 0xa0]);
+        assert_eq!(meta_frame_len_from_prefix("t", &out).unwrap(), out.len());
+        assert_eq!(out.len(), m.header_frame_len());
+        // raw block header, then the pcapng block: type, length, payload
+        assert_eq!(&out[12..16], &CAPSULE_BLOCK_TYPE.to_le_bytes());
+        assert_eq!(&out[20..28], b"CPSLBLK\0");
+        // zstd itself decodes the frame to the pcapng block
+        let plain = zstd::stream::decode_all(&out[..]).unwrap();
+        assert_eq!(plain.len(), m.header_payload_len() + 12);
+        let p = decode_meta_frame("t", &out).unwrap();
+        assert_eq!(BlockMeta::decode_header(&p).unwrap(), m);
+    }
+
+    #[test]
+    fn block_header_detects_corruption_and_versions() {
+        let mut out = Vec::new();
+        meta().encode_header(&mut out);
+        let p = decode_meta_frame("t", &out).unwrap();
+        let mut bad = p.clone();
+        bad[20] ^= 1;
+        assert!(matches!(
+            BlockMeta::decode_header(&bad),
+            Err(DecodeError::Checksum { .. })
+        ));
+        let mut v2 = p.clone();
+        v2[8] = 2;
+        let err = BlockMeta::decode_header(&v2).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("format version 2 is not supported"),
+            "{err}"
+        );
+        for cut in 0..p.len() {
+            assert!(BlockMeta::decode_header(&p[..cut]).is_err());
+        }
+        for cut in 0..out.len() {
+            assert!(decode_meta_frame("t", &out[..cut]).is_err());
+        }
+    }
+
+    #[test]
+    fn footer_round_trip() {
+        let mut a = meta();
+        a.new_interfaces.clear();
+        a.frame_offset = 77;
+        a.index = 0; // footer entries are indexed by their position
+        let f = Footer {
+            packets: 2,
+            wire_bytes: 3000,
+            first_ns: 10,
+            last_ns: 20,
+            blocks: vec![a],
+            interfaces: vec![
+                Interface {
+                    linktype: 1,
+                    snaplen: 0,
+                    name: None,
+                },
+                Interface {
+                    linktype: 101,
+                    snaplen: 9000,
+                    name: Some("vlan.100".into()),
+                },
+            ],
+        };
+        let mut out = vec![1, 2, 3];
+        f.encode(&mut out);
+        let n = Footer::frame_len_from_trailer(&out[out.len() - TRAILER_LEN..]).unwrap();
+        assert_eq!(n, out.len() - 3);
+        let p = decode_meta_frame("t", &out[out.len() - n..]).unwrap();
+        assert_eq!(Footer::decode(&p).unwrap(), f);
+    }
+
+    #[test]
+    fn segment_header_round_trip() {
+        let h = SegmentHeader {
+            seq: 42,
+            created_ns: 1_700_000_000_000_000_000,
+        };
+        let mut out = Vec::new();
+        h.encode(&mut out);
+        assert_eq!(out.len(), meta_frame_len(SEGMENT_HEADER_LEN));
+        assert_eq!(
+            SegmentHeader::decode(&decode_meta_frame("t", &out).unwrap()).unwrap(),
+            h
+        );
+    }
+
+    #[test]
+    fn big_metadata_spans_several_raw_blocks() {
+        let payload: Vec<u8> = (0..300_000u32).map(|i| i as u8).collect();
+        let mut out = Vec::new();
+        put_meta_frame(&mut out, &payload);
+        assert_eq!(out.len(), meta_frame_len(payload.len()));
+        assert_eq!(decode_meta_frame("t", &out).unwrap(), payload);
+        let plain = zstd::stream::decode_all(&out[..]).unwrap();
+        assert_eq!(&plain[8..plain.len() - 4], &payload[..]);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = BlockMeta::decode_header(&bytes);
+            let _ = Footer::decode(&bytes);
+            let _ = SegmentHeader::decode(&bytes);
+            let _ = Footer::frame_len_from_trailer(&bytes);
+            let _ = decode_meta_frame("t", &bytes);
+        }
+    }
+}

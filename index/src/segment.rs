@@ -1,0 +1,668 @@
+//! One segment file: writing it block by block, sealing it, scanning it after a crash, and
+//! reading its blocks back.
+//!
+//! A segment is written under a hidden name (`.seg-N.pcapng.zst.open`). Each block is
+//! appended as a header frame plus its zstd frame; the open file is synced at a bounded
+//! interval so a power loss costs at most that interval. [`SegmentFile::seal`] appends the
+//! footer, fsyncs, renames the file to `seg-N.pcapng.zst` and fsyncs the directory: a sealed
+//! name only ever points at a complete file. After a crash, [`scan`] walks an open file's
+//! frames, and the store cuts it back to its last whole block before sealing it.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use capsule_pcap::Interface;
+
+use crate::error::{Result, StoreError};
+use crate::format::{
+    self, BlockMeta, DecodeError, Footer, SegmentHeader, FOOTER_MAGIC, META_PREFIX_LEN, TRAILER_LEN,
+};
+
+/// File name ending of a sealed segment.
+pub const SEALED_SUFFIX: &str = ".pcapng.zst";
+const OPEN_SUFFIX: &str = ".pcapng.zst.open";
+
+/// Name of sealed segment `seq`.
+pub fn sealed_name(seq: u64) -> String {
+    format!("seg-{seq:012}{SEALED_SUFFIX}")
+}
+
+/// Name of segment `seq` while it is being written.
+pub fn open_name(seq: u64) -> String {
+    format!(".seg-{seq:012}{OPEN_SUFFIX}")
+}
+
+/// Whether a segment file is complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SegmentState {
+    /// Complete, with footer, under its final name.
+    Sealed,
+    /// Being written, or left torn by a crash.
+    Open,
+}
+
+/// Parses a segment file name into its sequence number and state.
+pub fn parse_name(name: &str) -> Option<(u64, SegmentState)> {
+    let (digits, state) = if let Some(rest) = name.strip_prefix(".seg-") {
+        (rest.strip_suffix(OPEN_SUFFIX)?, SegmentState::Open)
+    } else {
+        (
+            name.strip_prefix("seg-")?.strip_suffix(SEALED_SUFFIX)?,
+            SegmentState::Sealed,
+        )
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((digits.parse().ok()?, state))
+}
+
+/// fsyncs a directory so that renames and unlinks in it are durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StoreError::io("fsync directory", dir, e))
+}
+
+/// The pcapng section header every segment starts with, as a zstd frame.
+pub fn head_frame() -> Vec<u8> {
+    let mut shb = Vec::new();
+    capsule_pcap::write::pcapng_shb(
+        &mut shb,
+        Some(concat!("capsule ", env!("CARGO_PKG_VERSION"))),
+    );
+    let mut c = zstd::bulk::Compressor::new(1).expect("zstd level 1 is valid");
+    // The checksum makes the head frame verifiable like every block frame.
+    c.include_checksum(true).expect("checksum flag is valid");
+    c.compress(&shb)
+        .expect("compressing a few bytes into a Vec cannot fail")
+}
+
+/// A segment being written. Consumed by [`SegmentFile::seal`].
+#[derive(Debug)]
+pub struct SegmentFile {
+    dir: PathBuf,
+    path: PathBuf,
+    file: File,
+    seq: u64,
+    len: u64,
+    footer: Footer,
+    scratch: Vec<u8>,
+}
+
+/// What sealing a segment produced.
+#[derive(Debug, Clone)]
+pub struct SealedSegment {
+    pub seq: u64,
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub packets: u64,
+    pub blocks: usize,
+    pub first_ns: u64,
+    pub last_ns: u64,
+}
+
+impl SegmentFile {
+    /// Creates hidden segment `seq` in `dir` and writes its head frame and header.
+    pub fn create(dir: &Path, seq: u64, created_ns: u64) -> Result<Self> {
+        let path = dir.join(open_name(seq));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| StoreError::io("create segment", &path, e))?;
+        let mut head = head_frame();
+        SegmentHeader { seq, created_ns }.encode(&mut head);
+        let mut seg = SegmentFile {
+            dir: dir.to_path_buf(),
+            path,
+            file,
+            seq,
+            len: 0,
+            footer: Footer::default(),
+            scratch: Vec::with_capacity(4096),
+        };
+        seg.write(&head)?;
+        Ok(seg)
+    }
+
+    /// Reopens a torn segment for sealing, after [`scan`] found its whole blocks; the file is
+    /// cut back to `scan.good_len` first.
+    fn reopen(dir: &Path, path: PathBuf, s: &Scan) -> Result<Self> {
+        // Append mode: after the cut, the footer goes at the (new) end of the file.
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| StoreError::io("reopen segment", &path, e))?;
+        file.set_len(s.good_len)
+            .map_err(|e| StoreError::io("truncate segment", &path, e))?;
+        let mut footer = Footer {
+            interfaces: s.interfaces.clone(),
+            ..Footer::default()
+        };
+        for b in &s.blocks {
+            add_to_footer(&mut footer, b);
+        }
+        Ok(SegmentFile {
+            dir: dir.to_path_buf(),
+            path,
+            file,
+            seq: s.header.seq,
+            len: s.good_len,
+            footer,
+            scratch: Vec::new(),
+        })
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.file
+            .write_all(bytes)
+            .map_err(|e| StoreError::io("write segment", &self.path, e))?;
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Appends one block: `meta` must carry the frame's lengths and checksum; its index and
+    /// offset are set here.
+    pub fn append(&mut self, mut meta: BlockMeta, frame: &[u8]) -> Result<()> {
+        meta.index = self.footer.blocks.len() as u32;
+        let mut header = std::mem::take(&mut self.scratch);
+        header.clear();
+        meta.encode_header(&mut header);
+        meta.frame_offset = self.len + header.len() as u64;
+        // One write for header and frame keeps a torn write to the tail of one block.
+        header.extend_from_slice(frame);
+        let r = self.write(&header);
+        self.scratch = header;
+        r?;
+        self.footer
+            .interfaces
+            .extend(meta.new_interfaces.iter().cloned());
+        add_to_footer(&mut self.footer, &meta);
+        Ok(())
+    }
+
+    /// Current length of the file in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether no block has been appended yet.
+    pub fn is_empty(&self) -> bool {
+        self.footer.blocks.is_empty()
+    }
+
+    /// The segment's sequence number.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Flushes written blocks to the medium (bounds what a power loss can take).
+    pub fn sync_data(&self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| StoreError::io("fsync segment", &self.path, e))
+    }
+
+    /// Appends the footer, syncs, renames the file to its sealed name and syncs the
+    /// directory. An empty segment is removed instead, and `None` returned.
+    pub fn seal(mut self) -> Result<Option<SealedSegment>> {
+        if self.footer.blocks.is_empty() {
+            std::fs::remove_file(&self.path)
+                .map_err(|e| StoreError::io("remove empty segment", &self.path, e))?;
+            sync_dir(&self.dir)?;
+            return Ok(None);
+        }
+        let mut tail = Vec::new();
+        self.footer.encode(&mut tail);
+        self.write(&tail)?;
+        self.file
+            .sync_all()
+            .map_err(|e| StoreError::io("fsync segment", &self.path, e))?;
+        let sealed = self.dir.join(sealed_name(self.seq));
+        std::fs::rename(&self.path, &sealed)
+            .map_err(|e| StoreError::io("rename segment into place", &self.path, e))?;
+        sync_dir(&self.dir)?;
+        Ok(Some(SealedSegment {
+            seq: self.seq,
+            path: sealed,
+            bytes: self.len,
+            packets: self.footer.packets,
+            blocks: self.footer.blocks.len(),
+            first_ns: self.footer.first_ns,
+            last_ns: self.footer.last_ns,
+        }))
+    }
+}
+
+fn add_to_footer(footer: &mut Footer, meta: &BlockMeta) {
+    if footer.blocks.is_empty() {
+        footer.first_ns = meta.first_ns;
+        footer.last_ns = meta.last_ns;
+    } else {
+        footer.first_ns = footer.first_ns.min(meta.first_ns);
+        footer.last_ns = footer.last_ns.max(meta.last_ns);
+    }
+    footer.packets += u64::from(meta.packets);
+    footer.wire_bytes += meta.wire_bytes;
+    let mut entry = meta.clone();
+    entry.new_interfaces = Vec::new();
+    footer.blocks.push(entry);
+}
+
+/// What a walk over an open (or torn) segment found.
+#[derive(Debug, Clone)]
+pub struct Scan {
+    pub header: SegmentHeader,
+    /// Whole blocks, in file order, with frame offsets.
+    pub blocks: Vec<BlockMeta>,
+    /// The segment's interfaces, gathered from the block headers.
+    pub interfaces: Vec<Interface>,
+    /// Offset just past the last whole block.
+    pub good_len: u64,
+    /// Length of the file when it was scanned.
+    pub file_len: u64,
+    /// Why the walk stopped before the end of the file, if it did.
+    pub problem: Option<String>,
+}
+
+fn read_at(file: &File, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, offset)
+        .map_err(|e| StoreError::io("read segment", path, e))?;
+    Ok(buf)
+}
+
+fn corrupt(path: &Path, offset: u64, source: DecodeError) -> StoreError {
+    StoreError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        source,
+    }
+}
+
+/// Walks the frames of a segment without a usable footer. With `verify`, each block's
+/// frame is read and its crc32c checked (recovery); without, only headers are read (a live
+/// reader of the segment being written). The walk stops at the first incomplete or damaged
+/// block and reports why in [`Scan::problem`]. A damaged head or segment header is an error.
+pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
+    let file_len = file
+        .metadata()
+        .map_err(|e| StoreError::io("stat segment", path, e))?
+        .len();
+    let head = read_at(file, path, 0, file_len.min(4096) as usize)?;
+    let head_len = zstd::zstd_safe::find_frame_compressed_size(&head).map_err(|code| {
+        corrupt(
+            path,
+            0,
+            DecodeError::Invalid {
+                what: "head frame",
+                detail: format!(
+                    "expected a zstd frame holding the pcapng section header: {}",
+                    zstd::zstd_safe::get_error_name(code)
+                ),
+            },
+        )
+    })? as u64;
+    let mut pos = head_len;
+    let header = match read_meta(path, file, pos, file_len, "segment header")? {
+        Ok(p) => SegmentHeader::decode(&p.payload).map_err(|e| corrupt(path, pos, e))?,
+        Err(e) => return Err(corrupt(path, pos, e)),
+    };
+    pos += header_frame_len();
+
+    let mut blocks = Vec::new();
+    let mut interfaces = Vec::new();
+    let mut problem = None;
+    while pos < file_len {
+        match next_block(path, file, pos, file_len, verify, blocks.len() as u32)? {
+            Step::Block(meta, next) => {
+                interfaces.extend(meta.new_interfaces.iter().cloned());
+                blocks.push(meta);
+                pos = next;
+            }
+            Step::Footer => break,
+            Step::Stop(why) => {
+                problem = Some(why);
+                break;
+            }
+        }
+    }
+    Ok(Scan {
+        header,
+        blocks,
+        interfaces,
+        good_len: pos,
+        file_len,
+        problem,
+    })
+}
+
+fn header_frame_len() -> u64 {
+    format::meta_frame_len(format::SEGMENT_HEADER_LEN) as u64
+}
+
+/// A metadata frame read from a file.
+struct Meta {
+    payload: Vec<u8>,
+    frame_len: u64,
+}
+
+/// Reads the metadata frame at `pos`. The outer error is an I/O failure; the inner one says
+/// the bytes there are not a whole metadata frame.
+fn read_meta(
+    path: &Path,
+    file: &File,
+    pos: u64,
+    file_len: u64,
+    what: &'static str,
+) -> Result<Result<Meta, DecodeError>> {
+    let left = file_len.saturating_sub(pos);
+    let prefix = read_at(file, path, pos, (META_PREFIX_LEN as u64).min(left) as usize)?;
+    let frame_len = match format::meta_frame_len_from_prefix(what, &prefix) {
+        Ok(n) => n as u64,
+        Err(e) => return Ok(Err(e)),
+    };
+    if frame_len > left {
+        return Ok(Err(DecodeError::Short {
+            what,
+            expected: frame_len as usize,
+            found: left as usize,
+        }));
+    }
+    let frame = read_at(file, path, pos, frame_len as usize)?;
+    Ok(format::decode_meta_frame(what, &frame).map(|payload| Meta { payload, frame_len }))
+}
+
+enum Step {
+    Block(BlockMeta, u64),
+    Footer,
+    Stop(String),
+}
+
+fn next_block(
+    path: &Path,
+    file: &File,
+    pos: u64,
+    file_len: u64,
+    verify: bool,
+    index: u32,
+) -> Result<Step> {
+    let meta = match read_meta(path, file, pos, file_len, "block header")? {
+        Ok(m) => m,
+        Err(e) => return Ok(Step::Stop(format!("at offset {pos}: {e}"))),
+    };
+    if meta.payload.starts_with(&FOOTER_MAGIC) {
+        return Ok(Step::Footer);
+    }
+    let mut block = match BlockMeta::decode_header(&meta.payload) {
+        Ok(m) => m,
+        Err(e) => return Ok(Step::Stop(format!("block header at offset {pos}: {e}"))),
+    };
+    if block.index != index {
+        return Ok(Step::Stop(format!(
+            "block header at offset {pos}: expected block {index}, found block {}",
+            block.index
+        )));
+    }
+    let frame_at = pos + meta.frame_len;
+    let end = frame_at + u64::from(block.compressed_len);
+    if end > file_len {
+        return Ok(Step::Stop(format!(
+            "block {index} at offset {pos} is cut short: its frame needs {} bytes, the file has {}",
+            block.compressed_len,
+            file_len - frame_at
+        )));
+    }
+    if verify {
+        let frame = read_at(file, path, frame_at, block.compressed_len as usize)?;
+        let crc = crc32c::crc32c(&frame);
+        if crc != block.frame_crc {
+            return Ok(Step::Stop(format!(
+                "block {index} at offset {pos}: frame crc32c {crc:#010x} does not match the \
+                 header's {:#010x}",
+                block.frame_crc
+            )));
+        }
+    }
+    block.frame_offset = frame_at;
+    Ok(Step::Block(block, end))
+}
+
+/// What recovering a torn segment did.
+#[derive(Debug, Clone)]
+pub struct Recovery {
+    pub seq: u64,
+    pub kept_blocks: usize,
+    pub kept_packets: u64,
+    /// Bytes cut from the tail of the file.
+    pub cut_bytes: u64,
+    /// Where the cut was made.
+    pub cut_at: u64,
+    pub problem: Option<String>,
+    /// The sealed segment, or `None` if no whole block survived and the file was removed.
+    pub sealed: Option<SealedSegment>,
+}
+
+/// Cuts a torn open segment back to its last whole block and seals it.
+pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
+    let file = File::open(path).map_err(|e| StoreError::io("open segment", path, e))?;
+    let s = match scan(path, &file, true) {
+        Ok(s) => s,
+        Err(StoreError::Corrupt { source, offset, .. }) => {
+            // The head or segment header is damaged: the file cannot be trusted as a segment.
+            // Keep it aside for forensics rather than delete it, and go on without it.
+            let aside = path.with_extension("open.damaged");
+            std::fs::rename(path, &aside)
+                .map_err(|e| StoreError::io("move damaged segment aside", path, e))?;
+            sync_dir(dir)?;
+            let seq = path
+                .file_name()
+                .and_then(|n| parse_name(&n.to_string_lossy()))
+                .map_or(0, |(s, _)| s);
+            return Ok(Recovery {
+                seq,
+                kept_blocks: 0,
+                kept_packets: 0,
+                cut_bytes: file.metadata().map(|m| m.len()).unwrap_or(0),
+                cut_at: 0,
+                problem: Some(format!(
+                    "at byte {offset}: {source}; moved aside as {}",
+                    aside.display()
+                )),
+                sealed: None,
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    drop(file);
+    let kept_packets = s.blocks.iter().map(|b| u64::from(b.packets)).sum();
+    let seg = SegmentFile::reopen(dir, path.to_path_buf(), &s)?;
+    let sealed = seg.seal()?;
+    Ok(Recovery {
+        seq: s.header.seq,
+        kept_blocks: s.blocks.len(),
+        kept_packets,
+        cut_bytes: s.file_len - s.good_len,
+        cut_at: s.good_len,
+        problem: s.problem,
+        sealed,
+    })
+}
+
+/// Read access to one segment, sealed or open.
+#[derive(Debug)]
+pub struct SegmentReader {
+    path: PathBuf,
+    file: File,
+    seq: u64,
+    state: SegmentState,
+    blocks: Vec<BlockMeta>,
+    interfaces: Vec<Interface>,
+    bytes: u64,
+}
+
+impl SegmentReader {
+    /// Opens a segment. A sealed one is read through its footer; an open one (being written,
+    /// or torn) by a walk over its block headers that stops at the last whole block.
+    pub fn open(path: &Path) -> Result<Self> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (seq, state) = parse_name(&name).ok_or_else(|| StoreError::NotAStore {
+            path: path.to_path_buf(),
+            detail: "expected a segment file name like seg-000000000001.pcapng.zst".into(),
+        })?;
+        let file = File::open(path).map_err(|e| StoreError::io("open segment", path, e))?;
+        let bytes = file
+            .metadata()
+            .map_err(|e| StoreError::io("stat segment", path, e))?
+            .len();
+        let (blocks, interfaces) = match state {
+            SegmentState::Sealed => {
+                let footer = read_footer(path, &file, bytes)?;
+                (footer.blocks, footer.interfaces)
+            }
+            SegmentState::Open => {
+                let s = scan(path, &file, false)?;
+                (s.blocks, s.interfaces)
+            }
+        };
+        Ok(SegmentReader {
+            path: path.to_path_buf(),
+            file,
+            seq,
+            state,
+            blocks,
+            interfaces,
+            bytes,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+    pub fn state(&self) -> SegmentState {
+        self.state
+    }
+    /// Size of the file when it was opened.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    /// Whole blocks, in file order.
+    pub fn blocks(&self) -> &[BlockMeta] {
+        &self.blocks
+    }
+    /// The segment's interfaces; a packet's `iface` indexes this list.
+    pub fn interfaces(&self) -> &[Interface] {
+        &self.interfaces
+    }
+
+    /// Reads block `i`'s compressed frame and checks its crc32c.
+    pub fn read_frame(&self, i: usize) -> Result<Vec<u8>> {
+        let meta = &self.blocks[i];
+        let frame = read_at(
+            &self.file,
+            &self.path,
+            meta.frame_offset,
+            meta.compressed_len as usize,
+        )?;
+        let crc = crc32c::crc32c(&frame);
+        if crc != meta.frame_crc {
+            return Err(StoreError::BadBlock {
+                path: self.path.clone(),
+                block: meta.index,
+                offset: meta.frame_offset,
+                detail: format!(
+                    "frame crc32c {crc:#010x} does not match the recorded {:#010x}",
+                    meta.frame_crc
+                ),
+            });
+        }
+        Ok(frame)
+    }
+
+    /// Reads and decompresses block `i` into `out` (cleared first): a run of pcapng blocks.
+    pub fn read_block(
+        &self,
+        i: usize,
+        dctx: &mut zstd::bulk::Decompressor<'static>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let frame = self.read_frame(i)?;
+        let meta = &self.blocks[i];
+        out.clear();
+        out.reserve(meta.uncompressed_len as usize);
+        let n = dctx
+            .decompress_to_buffer(&frame, out)
+            .map_err(|e| StoreError::BadBlock {
+                path: self.path.clone(),
+                block: meta.index,
+                offset: meta.frame_offset,
+                detail: format!("zstd frame does not decompress: {e}"),
+            })?;
+        if n != meta.uncompressed_len as usize {
+            return Err(StoreError::BadBlock {
+                path: self.path.clone(),
+                block: meta.index,
+                offset: meta.frame_offset,
+                detail: format!(
+                    "expected {} decompressed bytes, found {n}",
+                    meta.uncompressed_len
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn read_footer(path: &Path, file: &File, len: u64) -> Result<Footer> {
+    if len < TRAILER_LEN as u64 {
+        return Err(corrupt(
+            path,
+            0,
+            DecodeError::Short {
+                what: "sealed segment",
+                expected: TRAILER_LEN,
+                found: len as usize,
+            },
+        ));
+    }
+    let t_at = len - TRAILER_LEN as u64;
+    let t = read_at(file, path, t_at, TRAILER_LEN)?;
+    let n = Footer::frame_len_from_trailer(&t).map_err(|e| corrupt(path, t_at, e))? as u64;
+    if n > len {
+        return Err(corrupt(
+            path,
+            t_at,
+            DecodeError::Invalid {
+                what: "segment trailer",
+                detail: format!("footer frame length {n} exceeds the file length {len}"),
+            },
+        ));
+    }
+    let frame = read_at(file, path, len - n, n as usize)?;
+    let payload = format::decode_meta_frame("segment footer", &frame)
+        .map_err(|e| corrupt(path, len - n, e))?;
+    Footer::decode(&payload).map_err(|e| corrupt(path, len - n, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        assert_eq!(parse_name(&sealed_name(7)), Some((7, SegmentState::Sealed)));
+        assert_eq!(parse_name(&open_name(12)), Some((12, SegmentState::Open)));
+        assert_eq!(parse_name("seg-.pcapng.zst"), None);
+        assert_eq!(parse_name("seg-12x.pcapng.zst"), None);
+        assert_eq!(parse_name("capsule-store.json"), None);
+    }
+}

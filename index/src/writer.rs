@@ -1,0 +1,1070 @@
+//! The store writer: packets in, sealed segments out.
+//!
+//! ```text
+//! producer (caller's thread)         compressor threads (N)        writer thread
+//! append(packet) -> open block --->  zstd frame + crc32c  ------>  reorder by block number
+//!   pcapng EPB bytes, sorted          (independent frames)          retention: delete oldest
+//!   by time at block end                                            append to segment file
+//!   segment cut at block edges                                      sync every interval
+//!                                                                   seal: footer, fsync, rename
+//! ```
+//!
+//! The producer never touches the disk. Blocks are cut at a size (`block_bytes`) or an age
+//! (`block_age`, checked by [`StoreWriter::tick`]), segments at an estimated on-disk size or
+//! an age. Channels between the stages are bounded, so memory is bounded: when the disk is
+//! slower than the input, [`StoreWriter::append`] waits (import), or the caller can use
+//! [`StoreWriter::try_append`]... (capture counts what it could not hand over).
+//!
+//! Retention makes the store a ring: before a block is written, the oldest sealed segments
+//! are deleted until the block fits under `max_bytes`. Segments are capped at a quarter of
+//! the budget so there is always an older segment to delete.
+
+use std::collections::BTreeMap;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use capsule_pcap::{write as pw, Interface};
+use crossbeam_channel::{bounded, Receiver, Sender};
+
+use crate::error::{Result, StoreError};
+use crate::format::BlockMeta;
+use crate::segment::{self, Recovery, SealedSegment, SegmentFile, SegmentState};
+use crate::store::{now_ns, Store};
+
+/// The largest packet the store accepts (captured bytes).
+pub const MAX_PACKET: usize = 256 * 1024;
+/// Interfaces one block may add to its segment.
+const MAX_NEW_IFACES: usize = 200;
+
+/// How the writer cuts blocks and segments and how much disk it may use.
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// Uncompressed bytes after which a block is cut.
+    pub block_bytes: usize,
+    /// Wall-clock age after which [`StoreWriter::tick`] cuts a block.
+    pub block_age: Duration,
+    /// Estimated on-disk bytes after which a segment is sealed.
+    pub segment_bytes: u64,
+    /// Age (wall clock, or packet time spanned) after which a segment is sealed.
+    pub segment_age: Duration,
+    /// Store-wide byte budget; the oldest segments are deleted to stay under it.
+    pub max_bytes: Option<u64>,
+    /// zstd compression level.
+    pub level: i32,
+    /// Compression threads.
+    pub threads: usize,
+    /// How often the open segment is flushed to the medium.
+    pub sync_interval: Duration,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            block_bytes: 1 << 20,
+            block_age: Duration::from_millis(100),
+            segment_bytes: 1 << 30,
+            segment_age: Duration::from_secs(600),
+            max_bytes: None,
+            level: 1,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            sync_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What opening the writer found and did.
+#[derive(Debug, Default)]
+pub struct OpenReport {
+    /// Torn segments that were cut back and sealed.
+    pub recovered: Vec<Recovery>,
+    /// Segments deleted at open to honour the budget.
+    pub deleted: Vec<DeletedSegment>,
+    /// Sealed segments already in the store.
+    pub existing_segments: usize,
+}
+
+/// A segment removed by retention.
+#[derive(Debug, Clone)]
+pub struct DeletedSegment {
+    pub seq: u64,
+    pub bytes: u64,
+}
+
+/// Totals of one writer's life.
+#[derive(Debug, Default, Clone)]
+pub struct WriteReport {
+    pub packets: u64,
+    pub wire_bytes: u64,
+    pub blocks: u64,
+    pub uncompressed_bytes: u64,
+    pub compressed_bytes: u64,
+    pub sealed: Vec<SealedSegment>,
+    pub deleted: Vec<DeletedSegment>,
+    /// Bytes on disk at the end.
+    pub store_bytes: u64,
+}
+
+struct RawBlock {
+    order: u64,
+    segment: u64,
+    meta: BlockMeta,
+    data: Vec<u8>,
+}
+
+struct Compressed {
+    order: u64,
+    segment: u64,
+    meta: BlockMeta,
+    frame: Vec<u8>,
+}
+
+/// The block being filled by the producer.
+#[derive(Debug, Default)]
+struct OpenBlock {
+    buf: Vec<u8>,
+    new_ifaces: Vec<Interface>,
+    packets: u32,
+    wire_bytes: u64,
+    first_ns: u64,
+    last_ns: u64,
+    prev_ns: u64,
+    sorted: bool,
+    opened: Option<Instant>,
+}
+
+impl OpenBlock {
+    fn reset(&mut self, buf: Vec<u8>) {
+        *self = OpenBlock {
+            buf,
+            sorted: true,
+            ..OpenBlock::default()
+        };
+    }
+
+    /// Rewrites the buffer with interface blocks first and packets in time order (stable).
+    fn sort(&mut self) {
+        let mut pkts: Vec<_> = capsule_pcap::read::fragment_packets(&self.buf)
+            .filter_map(|r| r.ok())
+            .collect();
+        pkts.sort_by_key(|p| p.ts_ns);
+        let mut out = Vec::with_capacity(self.buf.len());
+        for i in &self.new_ifaces {
+            pw::pcapng_idb(&mut out, i);
+        }
+        for p in &pkts {
+            pw::pcapng_epb(&mut out, p.iface, p.ts_ns, p.orig_len, p.data);
+        }
+        drop(pkts);
+        self.buf = out;
+        self.sorted = true;
+    }
+}
+
+/// Writes packets into a store. See the module docs for the pipeline.
+#[derive(Debug)]
+pub struct StoreWriter {
+    cfg: WriterConfig,
+    ifaces: Vec<Interface>,
+    /// For each store interface, its id in the current segment.
+    local: Vec<Option<u32>>,
+    local_count: u32,
+    block: OpenBlock,
+    order: u64,
+    segment: u64,
+    seg_uncompressed: u64,
+    seg_opened: Instant,
+    seg_first_ns: Option<u64>,
+    tx: Option<Sender<RawBlock>>,
+    pool: Receiver<Vec<u8>>,
+    ratio: Arc<Ratio>,
+    threads: Vec<JoinHandle<()>>,
+    writer: Option<JoinHandle<Result<WriteReport>>>,
+    packets: u64,
+    wire_bytes: u64,
+    blocks: u64,
+    _lock: std::fs::File,
+}
+
+#[derive(Debug, Default)]
+struct Ratio {
+    compressed: AtomicU64,
+    uncompressed: AtomicU64,
+}
+
+impl Ratio {
+    /// Estimated on-disk bytes for `uncompressed` bytes of blocks.
+    fn estimate(&self, uncompressed: u64) -> u64 {
+        let c = self.compressed.load(Ordering::Relaxed);
+        let u = self.uncompressed.load(Ordering::Relaxed);
+        if u == 0 {
+            uncompressed
+        } else {
+            (uncompressed as u128 * c as u128 / u as u128) as u64
+        }
+    }
+}
+
+impl StoreWriter {
+    /// Opens (creating if needed) the store at `root` for writing: takes the writer lock,
+    /// recovers torn segments, applies the byte budget, and starts the pipeline threads.
+    pub fn open(root: &std::path::Path, mut cfg: WriterConfig) -> Result<(Self, OpenReport)> {
+        if cfg.block_bytes < 4096 || cfg.block_bytes > 64 << 20 {
+            return Err(StoreError::Config(format!(
+                "block size {} bytes is outside 4 KiB..64 MiB",
+                cfg.block_bytes
+            )));
+        }
+        if let Some(max) = cfg.max_bytes {
+            let min = 16 * cfg.block_bytes as u64;
+            if max < min {
+                return Err(StoreError::Config(format!(
+                    "byte budget {max} is too small: it must hold at least 16 blocks \
+                     ({min} bytes at the block size of {})",
+                    cfg.block_bytes
+                )));
+            }
+            cfg.segment_bytes = cfg.segment_bytes.min(max / 4);
+        }
+        cfg.segment_bytes = cfg.segment_bytes.max(cfg.block_bytes as u64);
+        cfg.threads = cfg.threads.clamp(1, 64);
+        if !(-7..=22).contains(&cfg.level) {
+            return Err(StoreError::Config(format!(
+                "zstd level {} is outside -7..=22",
+                cfg.level
+            )));
+        }
+
+        let store = Store::create_or_open(root)?;
+        let lock = store.lock_writer()?;
+        let dir = store.segments_dir();
+        let mut report = OpenReport::default();
+        for e in store.list()? {
+            if e.state == SegmentState::Open {
+                report.recovered.push(segment::recover(&dir, &e.path)?);
+            }
+        }
+        let entries = store.list()?;
+        report.existing_segments = entries.len();
+        let next_seq = entries.last().map_or(1, |e| e.seq + 1);
+        let mut sealed: VecDeque<(u64, PathBuf, u64)> = entries
+            .into_iter()
+            .map(|e| (e.seq, e.path, e.bytes))
+            .collect();
+        let mut total: u64 = sealed.iter().map(|s| s.2).sum();
+        if let Some(max) = cfg.max_bytes {
+            report.deleted = enforce_budget(&dir, &mut sealed, &mut total, max, 0)?;
+        }
+
+        let depth = cfg.threads * 2;
+        let (tx, raw_rx) = bounded::<RawBlock>(depth);
+        let (done_tx, done_rx) = bounded::<Compressed>(depth);
+        let (pool_tx, pool) = bounded::<Vec<u8>>(depth + 2);
+        let ratio = Arc::new(Ratio::default());
+        let mut threads = Vec::new();
+        for i in 0..cfg.threads {
+            let rx = raw_rx.clone();
+            let out = done_tx.clone();
+            let pool_tx = pool_tx.clone();
+            let level = cfg.level;
+            let h = std::thread::Builder::new()
+                .name(format!("capsule-zstd-{i}"))
+                .spawn(move || compress_loop(level, rx, out, pool_tx))
+                .map_err(|e| StoreError::io("start compressor thread", &dir, e))?;
+            threads.push(h);
+        }
+        drop(done_tx);
+        let w = WriterThread {
+            dir: dir.clone(),
+            sealed,
+            total,
+            cfg: cfg.clone(),
+            ratio: ratio.clone(),
+            report: WriteReport::default(),
+        };
+        let writer = std::thread::Builder::new()
+            .name("capsule-writer".into())
+            .spawn(move || w.run(done_rx))
+            .map_err(|e| StoreError::io("start writer thread", &dir, e))?;
+
+        let mut block = OpenBlock::default();
+        block.reset(Vec::with_capacity(cfg.block_bytes + 64 * 1024));
+        Ok((
+            StoreWriter {
+                cfg,
+                ifaces: Vec::new(),
+                local: Vec::new(),
+                local_count: 0,
+                block,
+                order: 0,
+                segment: next_seq,
+                seg_uncompressed: 0,
+                seg_opened: Instant::now(),
+                seg_first_ns: None,
+                tx: Some(tx),
+                pool,
+                ratio,
+                threads,
+                writer: Some(writer),
+                packets: 0,
+                wire_bytes: 0,
+                blocks: 0,
+                _lock: lock,
+            },
+            report,
+        ))
+    }
+
+    /// Registers an interface and returns its store id. An interface equal to one already
+    /// registered gets the same id.
+    pub fn add_interface(&mut self, iface: Interface) -> u32 {
+        if let Some(i) = self.ifaces.iter().position(|x| *x == iface) {
+            return i as u32;
+        }
+        self.ifaces.push(iface);
+        self.local.push(None);
+        (self.ifaces.len() - 1) as u32
+    }
+
+    /// The configuration in force (after the budget capped the segment size).
+    pub fn config(&self) -> &WriterConfig {
+        &self.cfg
+    }
+
+    /// Appends one packet. Waits when the pipeline is full (back-pressure from the disk).
+    pub fn append(&mut self, iface: u32, ts_ns: u64, orig_len: u32, data: &[u8]) -> Result<()> {
+        if data.len() > MAX_PACKET {
+            return Err(StoreError::Packet(format!(
+                "{} captured bytes exceed the {MAX_PACKET}-byte limit",
+                data.len()
+            )));
+        }
+        if iface as usize >= self.ifaces.len() {
+            return Err(StoreError::Packet(format!("unknown interface id {iface}")));
+        }
+        let epb_len = pw::pcapng_epb_len(data.len());
+        // A block header records at most MAX_NEW_IFACES new interfaces (it must fit 64 KiB).
+        let new_iface = self.local[iface as usize].is_none();
+        if self.block.packets > 0
+            && (self.block.buf.len() + epb_len > self.cfg.block_bytes
+                || (new_iface && self.block.new_ifaces.len() >= MAX_NEW_IFACES))
+        {
+            self.cut_block()?;
+        }
+        if self.block.packets == 0 {
+            self.maybe_rotate_segment(ts_ns);
+            self.block.opened = Some(Instant::now());
+        }
+        let local = match self.local[iface as usize] {
+            Some(l) => l,
+            None => {
+                let l = self.local_count;
+                self.local_count += 1;
+                self.local[iface as usize] = Some(l);
+                let def = &self.ifaces[iface as usize];
+                pw::pcapng_idb(&mut self.block.buf, def);
+                self.block.new_ifaces.push(def.clone());
+                l
+            }
+        };
+        pw::pcapng_epb(&mut self.block.buf, local, ts_ns, orig_len, data);
+        let b = &mut self.block;
+        if b.packets == 0 {
+            b.first_ns = ts_ns;
+            b.last_ns = ts_ns;
+        } else {
+            if ts_ns < b.prev_ns {
+                b.sorted = false;
+            }
+            b.first_ns = b.first_ns.min(ts_ns);
+            b.last_ns = b.last_ns.max(ts_ns);
+        }
+        b.prev_ns = ts_ns;
+        b.packets += 1;
+        b.wire_bytes += u64::from(orig_len.max(data.len() as u32));
+        self.packets += 1;
+        self.wire_bytes += u64::from(orig_len.max(data.len() as u32));
+        if self.seg_first_ns.is_none() {
+            self.seg_first_ns = Some(ts_ns);
+        }
+        Ok(())
+    }
+
+    /// Cuts the open block if it is older than the block age. Capture calls this often.
+    pub fn tick(&mut self) -> Result<()> {
+        if let Some(t) = self.block.opened {
+            if self.block.packets > 0 && t.elapsed() >= self.cfg.block_age {
+                self.cut_block()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Cuts the open block now, so its packets reach the disk.
+    pub fn flush(&mut self) -> Result<()> {
+        if self.block.packets > 0 {
+            self.cut_block()?;
+        }
+        Ok(())
+    }
+
+    /// Packets appended so far.
+    pub fn packets(&self) -> u64 {
+        self.packets
+    }
+
+    fn maybe_rotate_segment(&mut self, ts_ns: u64) {
+        if self.seg_uncompressed == 0 {
+            return;
+        }
+        let age = self.cfg.segment_age;
+        let span = self.seg_first_ns.map_or(0, |f| ts_ns.saturating_sub(f));
+        if self.ratio.estimate(self.seg_uncompressed) >= self.cfg.segment_bytes
+            || self.seg_opened.elapsed() >= age
+            || span >= age.as_nanos() as u64
+        {
+            self.segment += 1;
+            self.seg_uncompressed = 0;
+            self.seg_opened = Instant::now();
+            self.seg_first_ns = None;
+            self.local.iter_mut().for_each(|l| *l = None);
+            self.local_count = 0;
+        }
+    }
+
+    fn cut_block(&mut self) -> Result<()> {
+        if !self.block.sorted {
+            self.block.sort();
+        }
+        let fresh = self
+            .pool
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(self.cfg.block_bytes + 64 * 1024));
+        let mut b = std::mem::take(&mut self.block);
+        self.block.reset(fresh);
+        let data = std::mem::take(&mut b.buf);
+        let meta = BlockMeta {
+            first_ns: b.first_ns,
+            last_ns: b.last_ns,
+            packets: b.packets,
+            wire_bytes: b.wire_bytes,
+            uncompressed_len: data.len() as u32,
+            new_interfaces: b.new_ifaces,
+            ..BlockMeta::default()
+        };
+        self.seg_uncompressed += data.len() as u64;
+        let raw = RawBlock {
+            order: self.order,
+            segment: self.segment,
+            meta,
+            data,
+        };
+        self.order += 1;
+        self.blocks += 1;
+        let sent = self
+            .tx
+            .as_ref()
+            .map(|tx| tx.send(raw).is_ok())
+            .unwrap_or(false);
+        if !sent {
+            return Err(self.stopped());
+        }
+        Ok(())
+    }
+
+    /// Joins the pipeline after it broke and returns the error that broke it.
+    fn stopped(&mut self) -> StoreError {
+        self.tx = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        match self.writer.take().map(|w| w.join()) {
+            Some(Ok(Err(e))) => StoreError::WriterStopped(e.to_string()),
+            Some(Err(_)) => StoreError::WriterStopped("the writer thread panicked".into()),
+            _ => StoreError::WriterStopped("the pipeline closed".into()),
+        }
+    }
+
+    /// Cuts the last block, seals the open segment, stops the threads and reports totals.
+    pub fn finish(mut self) -> Result<WriteReport> {
+        self.flush()?;
+        self.tx = None;
+        for t in self.threads.drain(..) {
+            t.join()
+                .map_err(|_| StoreError::WriterStopped("a compressor thread panicked".into()))?;
+        }
+        let mut report = match self.writer.take().map(|w| w.join()) {
+            Some(Ok(r)) => r?,
+            _ => {
+                return Err(StoreError::WriterStopped(
+                    "the writer thread panicked".into(),
+                ))
+            }
+        };
+        report.packets = self.packets;
+        report.wire_bytes = self.wire_bytes;
+        report.blocks = self.blocks;
+        Ok(report)
+    }
+}
+
+impl Drop for StoreWriter {
+    fn drop(&mut self) {
+        // Without finish(): stop the threads; the open segment stays as a torn segment that
+        // the next writer recovers, exactly as after a crash.
+        self.tx = None;
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+fn compress_loop(
+    level: i32,
+    rx: Receiver<RawBlock>,
+    out: Sender<Compressed>,
+    pool: Sender<Vec<u8>>,
+) {
+    let Ok(mut c) = zstd::bulk::Compressor::new(level) else {
+        return;
+    };
+    if c.include_checksum(true).is_err() {
+        return;
+    }
+    for mut raw in rx {
+        let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(raw.data.len()));
+        if c.compress_to_buffer(&raw.data, &mut frame).is_err() {
+            return; // drops `out`: the writer sees the pipeline end early
+        }
+        raw.meta.compressed_len = frame.len() as u32;
+        raw.meta.frame_crc = crc32c::crc32c(&frame);
+        raw.data.clear();
+        let _ = pool.try_send(raw.data);
+        let done = Compressed {
+            order: raw.order,
+            segment: raw.segment,
+            meta: raw.meta,
+            frame,
+        };
+        if out.send(done).is_err() {
+            return;
+        }
+    }
+}
+
+struct WriterThread {
+    dir: PathBuf,
+    sealed: VecDeque<(u64, PathBuf, u64)>,
+    total: u64,
+    cfg: WriterConfig,
+    ratio: Arc<Ratio>,
+    report: WriteReport,
+}
+
+impl WriterThread {
+    fn run(mut self, rx: Receiver<Compressed>) -> Result<WriteReport> {
+        let mut pending: BTreeMap<u64, Compressed> = BTreeMap::new();
+        let mut next = 0u64;
+        let mut current: Option<SegmentFile> = None;
+        let mut last_sync = Instant::now();
+        let result = (|| -> Result<()> {
+            for c in rx.iter() {
+                pending.insert(c.order, c);
+                while let Some(c) = pending.remove(&next) {
+                    next += 1;
+                    self.write_block(&mut current, c, &mut last_sync)?;
+                }
+            }
+            if !pending.is_empty() {
+                return Err(StoreError::WriterStopped(format!(
+                    "a compressor stopped: {} blocks could not be written",
+                    pending.len()
+                )));
+            }
+            Ok(())
+        })();
+        let sealed = match current.take() {
+            Some(seg) if result.is_ok() => self.seal(seg),
+            // On error the open segment is left for recovery at the next open.
+            _ => Ok(()),
+        };
+        result?;
+        sealed?;
+        self.report.store_bytes = self.total;
+        Ok(self.report)
+    }
+
+    fn seal(&mut self, seg: SegmentFile) -> Result<()> {
+        let before = seg.len();
+        if let Some(s) = seg.seal()? {
+            self.total += s.bytes - before;
+            self.sealed.push_back((s.seq, s.path.clone(), s.bytes));
+            self.report.sealed.push(s);
+        }
+        Ok(())
+    }
+
+    fn write_block(
+        &mut self,
+        current: &mut Option<SegmentFile>,
+        c: Compressed,
+        last_sync: &mut Instant,
+    ) -> Result<()> {
+        if current.as_ref().is_some_and(|s| s.seq() != c.segment) {
+            let seg = current.take().expect("checked above");
+            self.seal(seg)?;
+        }
+        let need = c.frame.len() as u64 + c.meta.header_frame_len() as u64;
+        if let Some(max) = self.cfg.max_bytes {
+            // Footers and the new segment's head are small; keep a margin for them.
+            let margin = if current.is_none() { 4096 } else { 0 } + 64 * 1024;
+            let deleted = enforce_budget(
+                &self.dir,
+                &mut self.sealed,
+                &mut self.total,
+                max,
+                need + margin,
+            )?;
+            self.report.deleted.extend(deleted);
+        }
+        if current.is_none() {
+            let seg = SegmentFile::create(&self.dir, c.segment, now_ns())?;
+            self.total += seg.len();
+            *current = Some(seg);
+        }
+        let seg = current.as_mut().expect("created above");
+        let before = seg.len();
+        self.ratio
+            .compressed
+            .fetch_add(c.frame.len() as u64, Ordering::Relaxed);
+        self.ratio
+            .uncompressed
+            .fetch_add(u64::from(c.meta.uncompressed_len), Ordering::Relaxed);
+        self.report.uncompressed_bytes += u64::from(c.meta.uncompressed_len);
+        self.report.compressed_bytes += c.frame.len() as u64;
+        seg.append(c.meta, &c.frame)?;
+        self.total += seg.len() - before;
+        if last_sync.elapsed() >= self.cfg.sync_interval {
+            seg.sync_data()?;
+            *last_sync = Instant::now();
+        }
+        Ok(())
+    }
+}
+
+/// Deletes the oldest sealed segments until `total + need <= max`.
+fn enforce_budget(
+    dir: &std::path::Path,
+    sealed: &mut VecDeque<(u64, PathBuf, u64)>,
+    total: &mut u64,
+    max: u64,
+    need: u64,
+) -> Result<Vec<DeletedSegment>> {
+    let mut deleted = Vec::new();
+    while *total + need > max {
+        let Some((seq, path, bytes)) = sealed.pop_front() else {
+            break;
+        };
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StoreError::io("delete old segment", path, e)),
+        }
+        *total = total.saturating_sub(bytes);
+        tracing::info!(
+            seq,
+            bytes,
+            "retention: deleted the oldest segment to stay under the byte budget"
+        );
+        deleted.push(DeletedSegment { seq, bytes });
+    }
+    if !deleted.is_empty() {
+        segment::sync_dir(dir)?;
+    }
+    Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::SegmentReader;
+    use crate::store::Store;
+    use capsule_pcap::read::fragment_packets;
+
+    fn eth(n: usize, seed: u64) -> Vec<u8> {
+        (0..n)
+            .map(|i| (seed as usize).wrapping_mul(31).wrapping_add(i * 7) as u8)
+            .collect()
+    }
+
+    fn small() -> WriterConfig {
+        WriterConfig {
+            block_bytes: 16 * 1024,
+            segment_bytes: 64 * 1024,
+            threads: 2,
+            ..WriterConfig::default()
+        }
+    }
+
+    /// Every packet of the store, in file order: (segment interface, ts, orig_len, data).
+    fn read_all(root: &std::path::Path) -> Vec<(Interface, u64, u32, Vec<u8>)> {
+        let store = Store::open(root).unwrap();
+        let mut dctx = zstd::bulk::Decompressor::new().unwrap();
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        for seg in store.open_segments().unwrap() {
+            for i in 0..seg.blocks().len() {
+                seg.read_block(i, &mut dctx, &mut buf).unwrap();
+                let mut n = 0;
+                for p in fragment_packets(&buf) {
+                    let p = p.unwrap();
+                    let iface = seg.interfaces()[p.iface as usize].clone();
+                    out.push((iface, p.ts_ns, p.orig_len, p.data.to_vec()));
+                    n += 1;
+                }
+                assert_eq!(n, seg.blocks()[i].packets as usize);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn packets_come_back_whole_across_blocks_and_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
+        assert_eq!(rep.existing_segments, 0);
+        let a = w.add_interface(Interface {
+            linktype: 1,
+            snaplen: 65535,
+            name: Some("eth0".into()),
+        });
+        let b = w.add_interface(Interface {
+            linktype: 101,
+            snaplen: 9000,
+            name: None,
+        });
+        assert_eq!(
+            w.add_interface(Interface {
+                linktype: 1,
+                snaplen: 65535,
+                name: Some("eth0".into())
+            }),
+            a
+        );
+        let mut want = Vec::new();
+        for i in 0..3000u64 {
+            let iface = if i % 3 == 0 { b } else { a };
+            let data = eth(60 + (i as usize * 13) % 1400, i);
+            let orig = data.len() as u32 + (i % 5) as u32;
+            w.append(iface, 1_000_000_000 + i * 1000, orig, &data)
+                .unwrap();
+            want.push((
+                w.ifaces[iface as usize].clone(),
+                1_000_000_000 + i * 1000,
+                orig,
+                data,
+            ));
+        }
+        let report = w.finish().unwrap();
+        assert_eq!(report.packets, 3000);
+        assert!(
+            report.sealed.len() >= 2,
+            "expected several segments, got {}",
+            report.sealed.len()
+        );
+        assert_eq!(read_all(dir.path()), want);
+        // Each segment is self-contained: its own interface list, starting at 0.
+        for seg in Store::open(dir.path()).unwrap().open_segments().unwrap() {
+            assert!(seg.interfaces().len() <= 2);
+            assert_eq!(seg.state(), SegmentState::Sealed);
+        }
+    }
+
+    #[test]
+    fn unsorted_input_is_sorted_within_each_block_stably() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, _) = StoreWriter::open(dir.path(), small()).unwrap();
+        let i = w.add_interface(Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+        });
+        let ts = [50u64, 10, 30, 10, 20];
+        for (k, t) in ts.iter().enumerate() {
+            w.append(i, *t, 64, &eth(64, k as u64)).unwrap();
+        }
+        w.finish().unwrap();
+        let got: Vec<(u64, Vec<u8>)> = read_all(dir.path())
+            .into_iter()
+            .map(|(_, t, _, d)| (t, d))
+            .collect();
+        let mut want: Vec<(u64, Vec<u8>)> = ts
+            .iter()
+            .enumerate()
+            .map(|(k, t)| (*t, eth(64, k as u64)))
+            .collect();
+        want.sort_by_key(|x| x.0);
+        assert_eq!(got, want);
+        let seg = &Store::open(dir.path()).unwrap().open_segments().unwrap()[0];
+        assert_eq!(
+            (seg.blocks()[0].first_ns, seg.blocks()[0].last_ns),
+            (10, 50)
+        );
+    }
+
+    #[test]
+    fn the_open_segment_is_readable_while_being_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = WriterConfig {
+            segment_bytes: 1 << 30,
+            ..small()
+        };
+        let (mut w, _) = StoreWriter::open(dir.path(), cfg).unwrap();
+        let i = w.add_interface(Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+        });
+        for k in 0..500u64 {
+            w.append(i, k, 1000, &eth(1000, k)).unwrap();
+        }
+        w.flush().unwrap();
+        // The writer thread writes asynchronously; wait until every block is visible.
+        let store = Store::open(dir.path()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let segs = store.open_segments().unwrap();
+            let n: u64 = segs
+                .iter()
+                .flat_map(|s| s.blocks())
+                .map(|b| u64::from(b.packets))
+                .sum();
+            if n == 500 {
+                assert_eq!(segs[0].state(), SegmentState::Open);
+                break;
+            }
+            assert!(Instant::now() < deadline, "only {n} packets visible");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(matches!(
+            StoreWriter::open(dir.path(), small()),
+            Err(StoreError::Locked { .. })
+        ));
+        w.finish().unwrap();
+        assert_eq!(read_all(dir.path()).len(), 500);
+    }
+
+    /// Writes a segment of `blocks` blocks through SegmentFile and leaves it unsealed, as a
+    /// crash would. Returns the path and the frame offsets.
+    fn torn_segment(dir: &std::path::Path, blocks: u32) -> (PathBuf, Vec<u64>) {
+        let segdir = Store::create_or_open(dir).unwrap().segments_dir();
+        let mut seg = SegmentFile::create(&segdir, 1, 0).unwrap();
+        let mut c = zstd::bulk::Compressor::new(1).unwrap();
+        c.include_checksum(true).unwrap();
+        let mut offsets = Vec::new();
+        for b in 0..blocks {
+            let mut data = Vec::new();
+            let mut new_interfaces = Vec::new();
+            if b == 0 {
+                let iface = Interface {
+                    linktype: 1,
+                    snaplen: 0,
+                    name: None,
+                };
+                pw::pcapng_idb(&mut data, &iface);
+                new_interfaces.push(iface);
+            }
+            for k in 0..10u64 {
+                pw::pcapng_epb(&mut data, 0, u64::from(b) * 100 + k, 500, &eth(500, k));
+            }
+            let frame = c.compress(&data).unwrap();
+            let meta = BlockMeta {
+                first_ns: u64::from(b) * 100,
+                last_ns: u64::from(b) * 100 + 9,
+                packets: 10,
+                wire_bytes: 5000,
+                compressed_len: frame.len() as u32,
+                uncompressed_len: data.len() as u32,
+                frame_crc: crc32c::crc32c(&frame),
+                new_interfaces,
+                ..BlockMeta::default()
+            };
+            offsets.push(seg.len());
+            seg.append(meta, &frame).unwrap();
+        }
+        let path = segdir.join(segment::open_name(1));
+        drop(seg);
+        (path, offsets)
+    }
+
+    #[test]
+    fn recovery_cuts_a_torn_tail_back_to_the_last_whole_block() {
+        for cut_into_block in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let (path, offsets) = torn_segment(dir.path(), 5);
+            let full = std::fs::metadata(&path).unwrap().len();
+            if cut_into_block {
+                // Tear the last block in the middle of its frame.
+                let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+                f.set_len(full - 40).unwrap();
+            } else {
+                // Garbage after the last block, as a torn write of the next one leaves.
+                let mut f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&path)
+                    .unwrap();
+                std::io::Write::write_all(&mut f, &[0xAB; 300]).unwrap();
+            }
+            let (w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
+            assert_eq!(rep.recovered.len(), 1);
+            let r = &rep.recovered[0];
+            let kept = if cut_into_block { 4 } else { 5 };
+            assert_eq!(r.kept_blocks, kept);
+            assert_eq!(r.kept_packets, kept as u64 * 10);
+            let good = if cut_into_block { offsets[4] } else { full };
+            assert_eq!(r.cut_at, good);
+            assert!(r.problem.is_some());
+            assert!(r.sealed.is_some());
+            w.finish().unwrap();
+            let got = read_all(dir.path());
+            assert_eq!(got.len(), kept * 10);
+            assert!(got.windows(2).all(|p| p[0].1 <= p[1].1));
+            assert!(
+                !path.exists(),
+                "the torn file was sealed under its final name"
+            );
+        }
+    }
+
+    #[test]
+    fn recovery_rejects_a_block_whose_frame_checksum_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, offsets) = torn_segment(dir.path(), 3);
+        // Flip a byte inside block 1's frame (after its header frame).
+        let bytes = std::fs::read(&path).unwrap();
+        let mut bad = bytes.clone();
+        let at = offsets[2] as usize - 5;
+        bad[at] ^= 0xFF;
+        std::fs::write(&path, &bad).unwrap();
+        let (w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
+        let r = &rep.recovered[0];
+        assert_eq!(r.kept_blocks, 1, "{:?}", r.problem);
+        assert!(
+            r.problem.as_deref().unwrap().contains("crc32c"),
+            "{:?}",
+            r.problem
+        );
+        w.finish().unwrap();
+        assert_eq!(read_all(dir.path()).len(), 10);
+    }
+
+    #[test]
+    fn a_segment_with_a_damaged_head_is_moved_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = torn_segment(dir.path(), 2);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[0] = 0; // not a zstd frame any more
+        std::fs::write(&path, &bytes).unwrap();
+        let (w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
+        assert!(rep.recovered[0].sealed.is_none());
+        assert!(rep.recovered[0]
+            .problem
+            .as_deref()
+            .unwrap()
+            .contains("moved aside"));
+        w.finish().unwrap();
+        assert!(path.with_extension("open.damaged").exists());
+        assert!(read_all(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn retention_keeps_the_store_under_its_budget_and_deletes_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let max = 400 * 1024;
+        let cfg = WriterConfig {
+            max_bytes: Some(max),
+            ..small()
+        };
+        let (mut w, _) = StoreWriter::open(dir.path(), cfg).unwrap();
+        assert_eq!(w.config().segment_bytes, 64 * 1024);
+        let i = w.add_interface(Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+        });
+        // Incompressible payloads so the disk really fills.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for k in 0..3000u64 {
+            let data: Vec<u8> = (0..1000)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            w.append(i, k, 1000, &data).unwrap();
+        }
+        let report = w.finish().unwrap();
+        assert!(!report.deleted.is_empty());
+        assert!(report.store_bytes <= max, "{} > {max}", report.store_bytes);
+        let store = Store::open(dir.path()).unwrap();
+        let on_disk: u64 = store.list().unwrap().iter().map(|e| e.bytes).sum();
+        assert!(on_disk <= max, "{on_disk} > {max}");
+        assert_eq!(on_disk, report.store_bytes);
+        let first = store.list().unwrap()[0].seq;
+        assert_eq!(
+            first,
+            report.deleted.len() as u64 + 1,
+            "oldest deleted first"
+        );
+        // What remains is the newest packets, whole and in order, ending with the last.
+        let got = read_all(dir.path());
+        assert_eq!(got.last().unwrap().1, 2999);
+        assert!(got.windows(2).all(|p| p[1].1 == p[0].1 + 1));
+
+        // A smaller budget at the next open deletes old segments before anything is written.
+        let smaller = 260 * 1024;
+        assert!(
+            on_disk > smaller,
+            "the test needs a store larger than the new budget"
+        );
+        let cfg = WriterConfig {
+            max_bytes: Some(smaller),
+            ..small()
+        };
+        let (w, rep) = StoreWriter::open(dir.path(), cfg).unwrap();
+        assert!(!rep.deleted.is_empty());
+        w.finish().unwrap();
+        let on_disk: u64 = store.list().unwrap().iter().map(|e| e.bytes).sum();
+        assert!(on_disk <= smaller, "{on_disk} > {smaller}");
+    }
+
+    #[test]
+    fn bad_configurations_and_packets_are_refused_with_reasons() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = WriterConfig {
+            max_bytes: Some(1000),
+            ..small()
+        };
+        let err = StoreWriter::open(dir.path(), cfg).unwrap_err();
+        assert!(err.to_string().contains("too small"), "{err}");
+        let (mut w, _) = StoreWriter::open(dir.path(), small()).unwrap();
+        let err = w.append(0, 0, 10, &[0; 10]).unwrap_err();
+        assert!(err.to_string().contains("unknown interface"), "{err}");
+        let i = w.add_interface(Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+        });
+        let err = w.append(i, 0, 10, &vec![0; MAX_PACKET + 1]).unwrap_err();
+        assert!(err.to_string().contains("exceed"), "{err}");
+        w.finish().unwrap();
+    }
+}

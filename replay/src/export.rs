@@ -1,0 +1,600 @@
+//! Export of a window of the store as pcap or pcapng. See the crate docs for the data path.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::io::Write;
+use std::sync::Arc;
+
+use capsule_index::{SegmentReader, Store, StoreError};
+use capsule_pcap::{read::fragment_packets, write as pw, Interface, PacketRef};
+use crossbeam_channel::{bounded, Receiver};
+
+/// Output file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Classic pcap with nanosecond timestamps (one link type per file).
+    Pcap,
+    /// pcapng, one interface block per capture interface, `if_tsresol` = 9.
+    PcapNg,
+}
+
+/// What to export.
+#[derive(Debug, Clone)]
+pub struct ExportOptions {
+    pub format: Format,
+    /// Inclusive start of the window (ns since the epoch).
+    pub from_ns: Option<u64>,
+    /// Exclusive end of the window (ns since the epoch).
+    pub to_ns: Option<u64>,
+    /// Decompression threads.
+    pub threads: usize,
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        ExportOptions {
+            format: Format::Pcap,
+            from_ns: None,
+            to_ns: None,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        }
+    }
+}
+
+/// What an export did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ExportReport {
+    pub packets: u64,
+    /// Captured bytes of the exported packets.
+    pub captured_bytes: u64,
+    pub segments_total: usize,
+    pub segments_touched: usize,
+    pub blocks_total: usize,
+    pub blocks_read: usize,
+}
+
+/// Why an export failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot write the export: {0}")]
+    Write(#[source] std::io::Error),
+    #[error(
+        "the export holds packets of link types {0}, but a pcap file holds one link type; \
+         use --format pcapng"
+    )]
+    MixedLinkTypes(String),
+    #[error(
+        "{path}: block {block}: packet data at byte {offset} of the block is damaged: {detail}"
+    )]
+    BadPacket {
+        path: String,
+        block: u32,
+        offset: usize,
+        detail: String,
+    },
+}
+
+impl ExportError {
+    /// Whether the reader of the output went away (`| head`): a normal end for a CLI.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, ExportError::Write(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}
+
+/// A block chosen by the plan.
+#[derive(Debug, Clone, Copy)]
+struct Planned {
+    seg: usize,
+    block: usize,
+    first_ns: u64,
+}
+
+/// Where one packet lies in a decompressed block.
+#[derive(Debug, Clone, Copy)]
+struct PacketLoc {
+    ts_ns: u64,
+    iface: u32,
+    orig_len: u32,
+    start: u32,
+    end: u32,
+}
+
+/// A decompressed block with its packets located.
+struct Loaded {
+    seg: usize,
+    block: usize,
+    data: Vec<u8>,
+    packets: Vec<PacketLoc>,
+}
+
+/// The next packet of an open block, ordered for the merge: by timestamp, then segment,
+/// block and packet position, so equal timestamps keep the order they were written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Cursor {
+    ts_ns: u64,
+    seq: u64,
+    block: usize,
+    packet: usize,
+    /// Key of the block in the map of open blocks.
+    slot: usize,
+}
+
+type Reply = crossbeam_channel::Sender<Result<Loaded, ExportError>>;
+
+/// Exports the packets of `opts`' window from `store` to `out`, in timestamp order.
+pub fn export<W: Write>(
+    store: &Store,
+    opts: &ExportOptions,
+    out: W,
+) -> Result<ExportReport, ExportError> {
+    let segments = Arc::new(store.open_segments()?);
+    let from = opts.from_ns.unwrap_or(0);
+    let to = opts.to_ns.unwrap_or(u64::MAX);
+    let mut report = ExportReport {
+        segments_total: segments.len(),
+        ..Default::default()
+    };
+
+    // Plan: blocks whose time range overlaps [from, to), ordered by first timestamp.
+    let mut plan = Vec::new();
+    for (si, seg) in segments.iter().enumerate() {
+        report.blocks_total += seg.blocks().len();
+        let mut touched = false;
+        for (bi, b) in seg.blocks().iter().enumerate() {
+            if b.last_ns >= from && b.first_ns < to {
+                plan.push(Planned {
+                    seg: si,
+                    block: bi,
+                    first_ns: b.first_ns,
+                });
+                touched = true;
+            }
+        }
+        report.segments_touched += usize::from(touched);
+    }
+    plan.sort_by_key(|p| (p.first_ns, segments[p.seg].seq(), p.block));
+    report.blocks_read = plan.len();
+
+    // Output interfaces: equal interfaces of different segments become one.
+    let mut out_ifaces: Vec<Interface> = Vec::new();
+    let mut iface_map: HashMap<(usize, u32), u32> = HashMap::new();
+    let touched: Vec<bool> = {
+        let mut t = vec![false; segments.len()];
+        plan.iter().for_each(|p| t[p.seg] = true);
+        t
+    };
+    for (si, seg) in segments.iter().enumerate().filter(|(i, _)| touched[*i]) {
+        for (li, iface) in seg.interfaces().iter().enumerate() {
+            let id = match out_ifaces.iter().position(|x| x == iface) {
+                Some(i) => i,
+                None => {
+                    out_ifaces.push(iface.clone());
+                    out_ifaces.len() - 1
+                }
+            };
+            iface_map.insert((si, li as u32), id as u32);
+        }
+    }
+
+    let mut enc = Encoder::new(out, opts.format, &out_ifaces)?;
+    let loaded = prefetch(segments.clone(), plan.clone(), opts.threads);
+
+    // k-way merge. Invariant: every block not yet opened starts at or after the heap's top.
+    let mut heap: BinaryHeap<Reverse<Cursor>> = BinaryHeap::new();
+    let mut open: HashMap<usize, Loaded> = HashMap::new();
+    let mut next_plan = 0usize;
+    loop {
+        while next_plan < plan.len()
+            && heap
+                .peek()
+                .is_none_or(|Reverse(top)| plan[next_plan].first_ns <= top.ts_ns)
+        {
+            let block = loaded.recv().map_err(|_| {
+                ExportError::Store(StoreError::WriterStopped("block reader stopped".into()))
+            })??;
+            let slot = next_plan;
+            next_plan += 1;
+            if let Some(first) = block.packets.first() {
+                heap.push(Reverse(Cursor {
+                    ts_ns: first.ts_ns,
+                    seq: segments[block.seg].seq(),
+                    block: block.block,
+                    packet: 0,
+                    slot,
+                }));
+                open.insert(slot, block);
+            }
+        }
+        let Some(Reverse(cur)) = heap.pop() else {
+            break;
+        };
+        if cur.ts_ns >= to {
+            // Everything left is at or after `to`.
+            break;
+        }
+        let block = &open[&cur.slot];
+        let p = block.packets[cur.packet];
+        if p.ts_ns >= from {
+            let out_iface = iface_map.get(&(block.seg, p.iface)).copied().unwrap_or(0);
+            let data = &block.data[p.start as usize..p.end as usize];
+            enc.packet(out_iface, p.ts_ns, p.orig_len, data)?;
+            report.packets += 1;
+            report.captured_bytes += data.len() as u64;
+        }
+        if let Some(next) = block.packets.get(cur.packet + 1) {
+            heap.push(Reverse(Cursor {
+                ts_ns: next.ts_ns,
+                packet: cur.packet + 1,
+                ..cur
+            }));
+        } else {
+            open.remove(&cur.slot);
+        }
+    }
+    enc.finish()?;
+    Ok(report)
+}
+
+/// Reads and decompresses the planned blocks on `threads` threads, delivering them in plan
+/// order. At most a few blocks per thread are held ahead of the consumer.
+fn prefetch(
+    segments: Arc<Vec<SegmentReader>>,
+    plan: Vec<Planned>,
+    threads: usize,
+) -> Receiver<Result<Loaded, ExportError>> {
+    let threads = threads.clamp(1, 16);
+    let (out_tx, out_rx) = bounded(2);
+    // Each job carries its own one-shot reply channel; the orderer waits on them in order.
+    let (job_tx, job_rx) = bounded::<(Planned, Reply)>(threads * 2);
+    let (order_tx, order_rx) = bounded::<Receiver<Result<Loaded, ExportError>>>(threads * 2);
+    for _ in 0..threads {
+        let job_rx = job_rx.clone();
+        let segments = segments.clone();
+        std::thread::spawn(move || {
+            let Ok(mut dctx) = zstd::bulk::Decompressor::new() else {
+                return;
+            };
+            for (p, reply) in job_rx {
+                let _ = reply.send(load(&segments[p.seg], p, &mut dctx));
+            }
+        });
+    }
+    std::thread::spawn(move || {
+        for p in plan {
+            let (tx, rx) = bounded(1);
+            if job_tx.send((p, tx)).is_err() || order_tx.send(rx).is_err() {
+                return;
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        for rx in order_rx {
+            let Ok(r) = rx.recv() else { return };
+            let stop = r.is_err();
+            if out_tx.send(r).is_err() || stop {
+                return;
+            }
+        }
+    });
+    out_rx
+}
+
+fn load(
+    seg: &SegmentReader,
+    p: Planned,
+    dctx: &mut zstd::bulk::Decompressor<'static>,
+) -> Result<Loaded, ExportError> {
+    let mut data = Vec::new();
+    seg.read_block(p.block, dctx, &mut data)?;
+    let mut packets = Vec::with_capacity(seg.blocks()[p.block].packets as usize);
+    let base = data.as_ptr() as usize;
+    for r in fragment_packets(&data) {
+        let pkt: PacketRef<'_> = r.map_err(|e| ExportError::BadPacket {
+            path: seg.path().display().to_string(),
+            block: p.block as u32,
+            offset: e.offset,
+            detail: e.to_string(),
+        })?;
+        let start = pkt.data.as_ptr() as usize - base;
+        packets.push(PacketLoc {
+            ts_ns: pkt.ts_ns,
+            iface: pkt.iface,
+            orig_len: pkt.orig_len,
+            start: start as u32,
+            end: (start + pkt.data.len()) as u32,
+        });
+    }
+    Ok(Loaded {
+        seg: p.seg,
+        block: p.block,
+        data,
+        packets,
+    })
+}
+
+/// Streams records in the chosen format through a 1 MiB buffer.
+struct Encoder<W: Write> {
+    out: W,
+    buf: Vec<u8>,
+    format: Format,
+}
+
+const FLUSH_AT: usize = 1 << 20;
+
+impl<W: Write> Encoder<W> {
+    fn new(out: W, format: Format, ifaces: &[Interface]) -> Result<Self, ExportError> {
+        let mut buf = Vec::with_capacity(FLUSH_AT + 70_000);
+        match format {
+            Format::Pcap => {
+                let mut types: Vec<u16> = ifaces.iter().map(|i| i.linktype).collect();
+                types.sort_unstable();
+                types.dedup();
+                if types.len() > 1 {
+                    let list: Vec<String> = types.iter().map(|t| t.to_string()).collect();
+                    return Err(ExportError::MixedLinkTypes(list.join(", ")));
+                }
+                let linktype = types
+                    .first()
+                    .copied()
+                    .unwrap_or(capsule_pcap::LINKTYPE_ETHERNET);
+                let snaplen = ifaces
+                    .iter()
+                    .map(|i| if i.snaplen == 0 { 262_144 } else { i.snaplen })
+                    .max()
+                    .unwrap_or(262_144);
+                pw::pcap_header(&mut buf, linktype, snaplen);
+            }
+            Format::PcapNg => {
+                pw::pcapng_shb(
+                    &mut buf,
+                    Some(concat!("capsule ", env!("CARGO_PKG_VERSION"))),
+                );
+                for i in ifaces {
+                    pw::pcapng_idb(&mut buf, i);
+                }
+            }
+        }
+        Ok(Encoder { out, buf, format })
+    }
+
+    fn packet(
+        &mut self,
+        iface: u32,
+        ts: u64,
+        orig_len: u32,
+        data: &[u8],
+    ) -> Result<(), ExportError> {
+        match self.format {
+            Format::Pcap => pw::pcap_record(&mut self.buf, ts, orig_len, data),
+            Format::PcapNg => pw::pcapng_epb(&mut self.buf, iface, ts, orig_len, data),
+        }
+        if self.buf.len() >= FLUSH_AT {
+            self.out.write_all(&self.buf).map_err(ExportError::Write)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<(), ExportError> {
+        self.out.write_all(&self.buf).map_err(ExportError::Write)?;
+        self.out.flush().map_err(ExportError::Write)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capsule_index::{StoreWriter, WriterConfig};
+    use capsule_pcap::{CaptureReader, Record};
+    use proptest::prelude::*;
+
+    type Pkt = (u64, u32, Vec<u8>);
+
+    fn cfg() -> WriterConfig {
+        WriterConfig {
+            block_bytes: 4096,
+            segment_bytes: 16 * 1024,
+            threads: 2,
+            ..WriterConfig::default()
+        }
+    }
+
+    /// Writes each batch with its own writer (so batches land in different segments and may
+    /// overlap in time).
+    fn store_with(batches: &[Vec<Pkt>], ifaces: &[Interface]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for batch in batches {
+            let (mut w, _) = StoreWriter::open(dir.path(), cfg()).unwrap();
+            let ids: Vec<u32> = ifaces.iter().map(|i| w.add_interface(i.clone())).collect();
+            for (ts, iface, data) in batch {
+                w.append(ids[*iface as usize], *ts, data.len() as u32 + 4, data)
+                    .unwrap();
+            }
+            w.finish().unwrap();
+        }
+        dir
+    }
+
+    /// Decodes an export: (ts, interface, orig_len, data).
+    fn decode(bytes: &[u8]) -> (Vec<Interface>, Vec<(u64, Interface, u32, Vec<u8>)>) {
+        let mut r = CaptureReader::new("export", bytes).unwrap();
+        let mut out = Vec::new();
+        while let Some(rec) = r.next_record().unwrap() {
+            if let Record::Packet(p) = rec {
+                out.push((p.ts_ns, p.iface, p.orig_len, p.data.to_vec()));
+            }
+        }
+        let ifaces = r.interfaces().to_vec();
+        let out = out
+            .into_iter()
+            .map(|(t, i, o, d)| (t, ifaces[i as usize].clone(), o, d))
+            .collect();
+        (ifaces, out)
+    }
+
+    fn run(dir: &std::path::Path, opts: &ExportOptions) -> Vec<u8> {
+        let store = Store::open(dir).unwrap();
+        let mut out = Vec::new();
+        export(&store, opts, &mut out).unwrap();
+        out
+    }
+
+    fn eth() -> Interface {
+        Interface {
+            linktype: 1,
+            snaplen: 65535,
+            name: Some("eth0".into()),
+        }
+    }
+
+    /// The oracle: every packet of every batch, stable-sorted by time (batch order breaks
+    /// ties, as segments are numbered in write order), cut to [from, to).
+    fn oracle(batches: &[Vec<Pkt>], from: u64, to: u64) -> Vec<Pkt> {
+        let mut all: Vec<Pkt> = batches.iter().flatten().cloned().collect();
+        all.sort_by_key(|p| p.0);
+        all.retain(|p| p.0 >= from && p.0 < to);
+        all
+    }
+
+    fn packet(ts: u64, n: usize) -> Pkt {
+        (ts, 0, (0..n).map(|i| (ts as usize + i) as u8).collect())
+    }
+
+    #[test]
+    fn overlapping_imports_merge_in_time_order_and_windows_cut_exactly() {
+        let a: Vec<Pkt> = (0..400).map(|i| packet(1000 + i * 10, 300)).collect();
+        let b: Vec<Pkt> = (0..400).map(|i| packet(1005 + i * 10, 200)).collect();
+        let c: Vec<Pkt> = (0..50).map(|i| packet(2000 + i, 100)).collect(); // ties with a
+        let batches = vec![a, b, c];
+        let dir = store_with(&batches, &[eth()]);
+        for (from, to) in [
+            (0, u64::MAX),
+            (1000, 1001),
+            (1005, 1006),
+            (2000, 2010),
+            (2500, 2500),
+            (9000, 9999),
+        ] {
+            let opts = ExportOptions {
+                from_ns: Some(from),
+                to_ns: Some(to),
+                ..Default::default()
+            };
+            let (_, got) = decode(&run(dir.path(), &opts));
+            let want = oracle(&batches, from, to);
+            assert_eq!(got.len(), want.len(), "window [{from}, {to})");
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!((g.0, &g.3), (w.0, &w.2));
+                assert_eq!(g.2, w.2.len() as u32 + 4);
+            }
+        }
+    }
+
+    #[test]
+    fn a_narrow_window_reads_only_the_blocks_it_needs() {
+        let a: Vec<Pkt> = (0..2000).map(|i| packet(i * 1000, 500)).collect();
+        let dir = store_with(&[a], &[eth()]);
+        let store = Store::open(dir.path()).unwrap();
+        let opts = ExportOptions {
+            from_ns: Some(1_000_000),
+            to_ns: Some(1_000_001),
+            ..Default::default()
+        };
+        let rep = export(&store, &opts, std::io::sink()).unwrap();
+        assert_eq!(rep.packets, 1);
+        assert!(rep.blocks_total > 100);
+        assert!(rep.blocks_read <= 2, "read {} blocks", rep.blocks_read);
+    }
+
+    #[test]
+    fn pcapng_keeps_interfaces_and_pcap_refuses_mixed_link_types() {
+        let ifaces = [
+            eth(),
+            Interface {
+                linktype: 101,
+                snaplen: 9000,
+                name: None,
+            },
+        ];
+        let batch: Vec<Pkt> = (0..100)
+            .map(|i| (i * 7, (i % 2) as u32, vec![i as u8; 60]))
+            .collect();
+        let dir = store_with(&[batch.clone()], &ifaces);
+        let out = run(
+            dir.path(),
+            &ExportOptions {
+                format: Format::PcapNg,
+                ..Default::default()
+            },
+        );
+        let (got_ifaces, got) = decode(&out);
+        assert_eq!(got_ifaces, ifaces.to_vec());
+        for (g, w) in got.iter().zip(&batch) {
+            assert_eq!(g.1, ifaces[w.1 as usize]);
+        }
+        let store = Store::open(dir.path()).unwrap();
+        let err = export(&store, &ExportOptions::default(), std::io::sink()).unwrap_err();
+        assert!(err.to_string().contains("link types 1, 101"), "{err}");
+        assert!(err.to_string().contains("--format pcapng"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_store_exports_a_valid_empty_file() {
+        let dir = tempfile::tempdir().unwrap();
+        capsule_index::Store::create_or_open(dir.path()).unwrap();
+        for format in [Format::Pcap, Format::PcapNg] {
+            let out = run(
+                dir.path(),
+                &ExportOptions {
+                    format,
+                    ..Default::default()
+                },
+            );
+            assert!(decode(&out).1.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_closed_output_is_reported_as_a_broken_pipe() {
+        struct Closed;
+        impl Write for Closed {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let dir = store_with(&[vec![packet(1, 100)]], &[eth()]);
+        let store = Store::open(dir.path()).unwrap();
+        let err = export(&store, &ExportOptions::default(), Closed).unwrap_err();
+        assert!(err.is_broken_pipe());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        #[test]
+        fn export_equals_a_brute_force_sort(
+            batches in proptest::collection::vec(
+                proptest::collection::vec((0u64..5000, 40usize..900), 1..300), 1..4),
+            from in 0u64..5000,
+            len in 0u64..3000,
+        ) {
+            let batches: Vec<Vec<Pkt>> = batches
+                .into_iter()
+                .map(|b| b.into_iter().map(|(t, n)| packet(t, n)).collect())
+                .collect();
+            let dir = store_with(&batches, &[eth()]);
+            let opts = ExportOptions { from_ns: Some(from), to_ns: Some(from + len), ..Default::default() };
+            let (_, got) = decode(&run(dir.path(), &opts));
+            let want = oracle(&batches, from, from + len);
+            prop_assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                prop_assert_eq!(g.0, w.0);
+                prop_assert_eq!(&g.3, &w.2);
+            }
+        }
+    }
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the system packages capsule's demo, tests and benches need, when missing.
+# Debian/Ubuntu, run as root (or with sudo available). Safe to run repeatedly.
+set -euo pipefail
+
+# command -> Debian package that provides it
+declare -A need=(
+  [tshark]=tshark
+  [capinfos]=wireshark-common
+  [editcap]=wireshark-common
+  [tcpdump]=tcpdump
+  [tcpreplay]=tcpreplay
+  [zstd]=zstd
+  [clang]=clang
+  [pkg-config]=pkg-config
+  [python3]=python3
+)
+missing=()
+for cmd in "${!need[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
+done
+for lib in libbpf-dev libelf-dev libpcap-dev; do
+  dpkg -s "$lib" >/dev/null 2>&1 || missing+=("$lib")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  echo "installing: ${missing[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,415 @@
+//! `capsule`: the capture daemon, query tool and engineers' CLI.
+//!
+//! Errors become exit codes here and only here: 0 success (a closed output pipe counts as
+//! success, so `capsule query ... | head` behaves), 1 failure, 2 bad usage.
+
+mod units;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use capsule_index::{Store, StoreWriter, WriterConfig};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "capsule",
+    version,
+    about = "Full-packet capture and retention: keeps every packet, answers for any past window."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Import pcap or pcapng files (or `-` for stdin) into a store.
+    Import {
+        #[arg(long)]
+        store: PathBuf,
+        #[command(flatten)]
+        writer: WriterArgs,
+        /// Input files; `-` reads standard input.
+        #[arg(required = true)]
+        files: Vec<String>,
+    },
+    /// Export packets from a store, in timestamp order.
+    Query {
+        #[arg(long)]
+        store: PathBuf,
+        /// Output file; `-` writes to standard output.
+        #[arg(short = 'w', long = "write")]
+        write: String,
+        #[arg(long, value_enum, default_value_t = OutFormat::Pcap)]
+        format: OutFormat,
+        /// Start of the window (inclusive): RFC 3339, Unix seconds, or @NANOS.
+        #[arg(long)]
+        from: Option<String>,
+        /// End of the window (exclusive): RFC 3339, Unix seconds, or @NANOS.
+        #[arg(long)]
+        to: Option<String>,
+    },
+    /// List the segments of a store.
+    Segments {
+        #[arg(long)]
+        store: PathBuf,
+        /// Print JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write deterministic synthetic traffic (AI cluster beside an enterprise network).
+    Synth {
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Traffic time covered, e.g. 10s, 1m.
+        #[arg(long, default_value = "10s")]
+        duration: String,
+        /// Average wire rate, e.g. 1G, 500M (bits per second).
+        #[arg(long, default_value = "1G")]
+        rate: String,
+        /// Time of the first packet: RFC 3339, Unix seconds, or @NANOS.
+        #[arg(long, default_value = "2026-11-30T02:00:00Z")]
+        start: String,
+        /// Output pcap; `-` writes to standard output.
+        #[arg(short = 'w', long = "write")]
+        write: String,
+        /// Where to write the truth file (every flow and the planted facts) as JSON.
+        #[arg(long)]
+        truth: Option<PathBuf>,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum OutFormat {
+    Pcap,
+    Pcapng,
+}
+
+/// How the store writer cuts blocks and segments, and the disk budget.
+#[derive(Args, Debug)]
+struct WriterArgs {
+    /// Uncompressed size of a block (e.g. 1M).
+    #[arg(long, default_value = "1M")]
+    block_size: String,
+    /// A block older than this is cut even if not full (live capture).
+    #[arg(long, default_value = "100ms")]
+    block_age: String,
+    /// On-disk size after which a segment is sealed (e.g. 1G).
+    #[arg(long, default_value = "1G")]
+    segment_size: String,
+    /// Age (wall clock or packet time spanned) after which a segment is sealed.
+    #[arg(long, default_value = "10m")]
+    segment_age: String,
+    /// Store-wide byte budget: the oldest segments are deleted to stay under it (e.g. 500G).
+    #[arg(long)]
+    max_bytes: Option<String>,
+    /// zstd compression level.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    level: i32,
+    /// Compression threads (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+impl WriterArgs {
+    fn config(&self) -> Result<WriterConfig> {
+        let mut c = WriterConfig {
+            block_bytes: usize::try_from(
+                units::parse_size(&self.block_size).context("--block-size")?,
+            )?,
+            block_age: units::parse_duration(&self.block_age).context("--block-age")?,
+            segment_bytes: units::parse_size(&self.segment_size).context("--segment-size")?,
+            segment_age: units::parse_duration(&self.segment_age).context("--segment-age")?,
+            max_bytes: self
+                .max_bytes
+                .as_deref()
+                .map(units::parse_size)
+                .transpose()
+                .context("--max-bytes")?,
+            level: self.level,
+            ..WriterConfig::default()
+        };
+        if let Some(t) = self.threads {
+            c.threads = t;
+        }
+        Ok(c)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CAPSULE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("capsule: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || c.downcast_ref::<capsule_replay::ExportError>()
+                .is_some_and(|x| x.is_broken_pipe())
+    })
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.cmd {
+        Cmd::Import {
+            store,
+            writer,
+            files,
+        } => import(&store, &writer, &files),
+        Cmd::Query {
+            store,
+            write,
+            format,
+            from,
+            to,
+        } => query(&store, &write, format, from.as_deref(), to.as_deref()),
+        Cmd::Segments { store, json } => segments(&store, json),
+        Cmd::Synth {
+            seed,
+            duration,
+            rate,
+            start,
+            write,
+            truth,
+        } => synth(seed, &duration, &rate, &start, &write, truth.as_deref()),
+    }
+}
+
+fn mb_per_s(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 / 1e6 / secs.max(1e-9)
+}
+
+fn import(store: &Path, args: &WriterArgs, files: &[String]) -> Result<ExitCode> {
+    let cfg = args.config()?;
+    let t0 = Instant::now();
+    let (mut writer, opened) = StoreWriter::open(store, cfg)?;
+    for r in &opened.recovered {
+        let why = r
+            .problem
+            .as_deref()
+            .map(|p| format!(" ({p})"))
+            .unwrap_or_default();
+        match &r.sealed {
+            Some(s) => println!(
+                "recovered segment {}: kept {} blocks ({} packets), cut {} bytes at offset {}{why}; \
+                 sealed as {}",
+                r.seq,
+                r.kept_blocks,
+                r.kept_packets,
+                r.cut_bytes,
+                r.cut_at,
+                s.path.display()
+            ),
+            None => println!(
+                "recovered segment {}: nothing whole to keep, {} bytes removed{why}",
+                r.seq, r.cut_bytes
+            ),
+        }
+    }
+    for d in &opened.deleted {
+        println!(
+            "retention: deleted segment {} ({} bytes) to fit the byte budget",
+            d.seq, d.bytes
+        );
+    }
+    let mut damaged = Vec::new();
+    for f in files {
+        let rep = if f == "-" {
+            capsule_capture::import_reader(&mut writer, "<stdin>", std::io::stdin().lock())?
+        } else {
+            let file = std::fs::File::open(f).with_context(|| format!("cannot open {f}"))?;
+            capsule_capture::import_reader(&mut writer, f, file)?
+        };
+        println!(
+            "{}: {} packets, {} bytes, {} interface(s){}",
+            rep.source,
+            rep.packets,
+            rep.wire_bytes,
+            rep.interfaces,
+            if rep.out_of_order > 0 {
+                format!(
+                    ", {} out of timestamp order (sorted within blocks)",
+                    rep.out_of_order
+                )
+            } else {
+                String::new()
+            }
+        );
+        if let Some(e) = rep.error {
+            eprintln!(
+                "capsule: error: {e}; the {} packets before it were kept",
+                rep.packets
+            );
+            damaged.push(f.clone());
+        }
+    }
+    let report = writer.finish()?;
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "stored {} packets ({} bytes) in {:.2} s, {:.0} MB/s; {} blocks, compression {:.2}x; \
+         {} segment(s) sealed, {} deleted by retention; store now {} bytes",
+        report.packets,
+        report.wire_bytes,
+        secs,
+        mb_per_s(report.uncompressed_bytes, secs),
+        report.blocks,
+        report.uncompressed_bytes as f64 / report.compressed_bytes.max(1) as f64,
+        report.sealed.len(),
+        report.deleted.len(),
+        report.store_bytes
+    );
+    if damaged.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        bail!(
+            "{} input(s) were damaged: {}",
+            damaged.len(),
+            damaged.join(", ")
+        )
+    }
+}
+
+fn query(
+    store: &Path,
+    write: &str,
+    format: OutFormat,
+    from: Option<&str>,
+    to: Option<&str>,
+) -> Result<ExitCode> {
+    let store = Store::open(store)?;
+    let opts = capsule_replay::ExportOptions {
+        format: match format {
+            OutFormat::Pcap => capsule_replay::Format::Pcap,
+            OutFormat::Pcapng => capsule_replay::Format::PcapNg,
+        },
+        from_ns: from
+            .map(units::parse_instant)
+            .transpose()
+            .context("--from")?,
+        to_ns: to.map(units::parse_instant).transpose().context("--to")?,
+        ..Default::default()
+    };
+    let t0 = Instant::now();
+    let report = if write == "-" {
+        let stdout = std::io::stdout();
+        capsule_replay::export(&store, &opts, stdout.lock())?
+    } else {
+        let f = std::fs::File::create(write).with_context(|| format!("cannot create {write}"))?;
+        capsule_replay::export(&store, &opts, f)?
+    };
+    eprintln!(
+        "exported {} packets ({} bytes) in {:.3} s; read {} of {} blocks in {} of {} segments",
+        report.packets,
+        report.captured_bytes,
+        t0.elapsed().as_secs_f64(),
+        report.blocks_read,
+        report.blocks_total,
+        report.segments_touched,
+        report.segments_total
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn segments(store: &Path, json: bool) -> Result<ExitCode> {
+    let store = Store::open(store)?;
+    let segs = store.open_segments()?;
+    let mut out = std::io::stdout().lock();
+    if !json {
+        writeln!(
+            out,
+            "{:>6}  {:<6}  {:>6}  {:>10}  {:>12}  {:<30}  {:<30}",
+            "seq", "state", "blocks", "packets", "bytes", "first", "last"
+        )?;
+    }
+    for s in &segs {
+        let packets: u64 = s.blocks().iter().map(|b| u64::from(b.packets)).sum();
+        let first = s.blocks().iter().map(|b| b.first_ns).min();
+        let last = s.blocks().iter().map(|b| b.last_ns).max();
+        let state = match s.state() {
+            capsule_index::SegmentState::Sealed => "sealed",
+            capsule_index::SegmentState::Open => "open",
+        };
+        if json {
+            let v = serde_json::json!({
+                "seq": s.seq(), "state": state, "path": s.path(), "blocks": s.blocks().len(),
+                "packets": packets, "bytes": s.bytes(), "first_ns": first, "last_ns": last,
+                "interfaces": s.interfaces().iter().map(|i| serde_json::json!({
+                    "linktype": i.linktype, "snaplen": i.snaplen, "name": i.name })).collect::<Vec<_>>(),
+            });
+            writeln!(out, "{v}")?;
+        } else {
+            writeln!(
+                out,
+                "{:>6}  {:<6}  {:>6}  {:>10}  {:>12}  {:<30}  {:<30}",
+                s.seq(),
+                state,
+                s.blocks().len(),
+                packets,
+                s.bytes(),
+                first.map(units::format_instant).unwrap_or_default(),
+                last.map(units::format_instant).unwrap_or_default()
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn synth(
+    seed: u64,
+    duration: &str,
+    rate: &str,
+    start: &str,
+    write: &str,
+    truth_path: Option<&Path>,
+) -> Result<ExitCode> {
+    let cfg = capsule_synth::SynthConfig {
+        seed,
+        duration_ns: units::parse_duration(duration)
+            .context("--duration")?
+            .as_nanos() as u64,
+        rate_bps: units::parse_rate(rate).context("--rate")?,
+        start_ns: units::parse_instant(start).context("--start")?,
+    };
+    let t0 = Instant::now();
+    let truth = if write == "-" {
+        capsule_synth::generate(&cfg, std::io::stdout().lock())?
+    } else {
+        let f = std::fs::File::create(write).with_context(|| format!("cannot create {write}"))?;
+        capsule_synth::generate(&cfg, f)?
+    };
+    let secs = t0.elapsed().as_secs_f64();
+    if let Some(p) = truth_path {
+        let body = serde_json::to_string_pretty(&truth)?;
+        std::fs::write(p, body + "\n").with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    eprintln!(
+        "synth: {} packets, {} bytes, {} flows in {:.2} s ({:.2} Gbit/s of traffic per second)",
+        truth.packets,
+        truth.bytes,
+        truth.flows.len(),
+        secs,
+        truth.bytes as f64 * 8.0 / 1e9 / secs.max(1e-9)
+    );
+    Ok(ExitCode::SUCCESS)
+}
