@@ -204,57 +204,41 @@ fn import(store: &Path, args: &WriterArgs, files: &[String]) -> Result<ExitCode>
     let cfg = args.config()?;
     let t0 = Instant::now();
     let (mut writer, opened) = StoreWriter::open(store, cfg)?;
-    for r in &opened.recovered {
-        let why = r
-            .problem
-            .as_deref()
-            .map(|p| format!(" ({p})"))
-            .unwrap_or_default();
-        match &r.sealed {
-            Some(s) => println!(
-                "recovered segment {}: kept {} blocks ({} packets), cut {} bytes at offset {}{why}; \
-                 sealed as {}",
-                r.seq,
-                r.kept_blocks,
-                r.kept_packets,
-                r.cut_bytes,
-                r.cut_at,
-                s.path.display()
-            ),
-            None => println!(
-                "recovered segment {}: nothing whole to keep, {} bytes removed{why}",
-                r.seq, r.cut_bytes
-            ),
-        }
-    }
-    for d in &opened.deleted {
-        println!(
-            "retention: deleted segment {} ({} bytes) to fit the byte budget",
-            d.seq, d.bytes
-        );
-    }
+    print_open_report(&opened);
     let mut damaged = Vec::new();
+    // A store failure stops the import, but what was written is still sealed below.
+    let mut failed = None;
     for f in files {
         let rep = if f == "-" {
-            capsule_capture::import_reader(&mut writer, "<stdin>", std::io::stdin().lock())?
+            capsule_capture::import_reader(&mut writer, "<stdin>", std::io::stdin().lock())
         } else {
-            let file = std::fs::File::open(f).with_context(|| format!("cannot open {f}"))?;
-            capsule_capture::import_reader(&mut writer, f, file)?
+            match std::fs::File::open(f) {
+                Ok(file) => capsule_capture::import_reader(&mut writer, f, file),
+                Err(e) => {
+                    eprintln!("capsule: error: cannot open {f}: {e}");
+                    damaged.push(f.clone());
+                    continue;
+                }
+            }
+        };
+        let rep = match rep {
+            Ok(r) => r,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
+        let disorder = if rep.out_of_order > 0 {
+            format!(
+                ", {} out of timestamp order (sorted within blocks)",
+                rep.out_of_order
+            )
+        } else {
+            String::new()
         };
         println!(
-            "{}: {} packets, {} bytes, {} interface(s){}",
-            rep.source,
-            rep.packets,
-            rep.wire_bytes,
-            rep.interfaces,
-            if rep.out_of_order > 0 {
-                format!(
-                    ", {} out of timestamp order (sorted within blocks)",
-                    rep.out_of_order
-                )
-            } else {
-                String::new()
-            }
+            "{}: {} packets, {} bytes, {} interface(s){disorder}",
+            rep.source, rep.packets, rep.wire_bytes, rep.interfaces
         );
         if let Some(e) = rep.error {
             eprintln!(
@@ -264,7 +248,14 @@ fn import(store: &Path, args: &WriterArgs, files: &[String]) -> Result<ExitCode>
             damaged.push(f.clone());
         }
     }
-    let report = writer.finish()?;
+    let finished = writer.finish();
+    if let Some(e) = failed {
+        if let Err(f) = finished {
+            eprintln!("capsule: error: sealing the store after the failure: {f}");
+        }
+        return Err(e.into());
+    }
+    let report = finished?;
     let secs = t0.elapsed().as_secs_f64();
     println!(
         "stored {} packets ({} bytes) in {:.2} s, {:.0} MB/s; {} blocks, compression {:.2}x; \
@@ -287,6 +278,44 @@ fn import(store: &Path, args: &WriterArgs, files: &[String]) -> Result<ExitCode>
             damaged.len(),
             damaged.join(", ")
         )
+    }
+}
+
+/// Says what opening the store for writing found: recovered torn segments and retention.
+fn print_open_report(opened: &capsule_index::OpenReport) {
+    for r in &opened.recovered {
+        let why = r
+            .problem
+            .as_deref()
+            .map(|p| format!(" ({p})"))
+            .unwrap_or_default();
+        match (&r.sealed, &r.moved_aside) {
+            (Some(s), _) => println!(
+                "recovered segment {}: kept {} blocks ({} packets), cut {} bytes at offset {}{why}; \
+                 sealed as {}",
+                r.seq,
+                r.kept_blocks,
+                r.kept_packets,
+                r.cut_bytes,
+                r.cut_at,
+                s.path.display()
+            ),
+            (None, Some(aside)) => println!(
+                "recovered segment {}: its head is unreadable; kept for inspection as {}{why}",
+                r.seq,
+                aside.display()
+            ),
+            (None, None) => println!(
+                "recovered segment {}: no whole block in it; its {} bytes were removed{why}",
+                r.seq, r.cut_bytes
+            ),
+        }
+    }
+    for d in &opened.deleted {
+        println!(
+            "retention: deleted segment {} ({} bytes) to fit the byte budget",
+            d.seq, d.bytes
+        );
     }
 }
 

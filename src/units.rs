@@ -94,12 +94,122 @@ pub fn parse_instant(s: &str) -> Result<u64> {
             .and_then(|n| n.checked_add(frac_ns))
             .ok_or_else(|| anyhow!("{s:?}: too far in the future"));
     }
-    let st = humantime::parse_rfc3339_weak(t)
-        .map_err(|e| anyhow!("{s:?}: not RFC 3339, Unix seconds or @NANOS ({e})"))?;
-    let d = st
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|_| anyhow!("{s:?}: before 1970"))?;
-    Ok(d.as_nanos() as u64)
+    parse_rfc3339(t).map_err(|e| anyhow!("{s:?}: not RFC 3339, Unix seconds or @NANOS ({e})"))
+}
+
+/// Parses an RFC 3339 timestamp (`2026-11-30T02:00:00.123456789+01:00`, `Z` for UTC, `T`
+/// or a space between date and time, up to 9 fractional digits) into ns since the epoch.
+fn parse_rfc3339(s: &str) -> std::result::Result<u64, String> {
+    fn num(s: &str, at: usize, len: usize, what: &str) -> std::result::Result<i64, String> {
+        let part = s
+            .get(at..at + len)
+            .ok_or_else(|| format!("{what} missing at position {at}"))?;
+        if !part.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!(
+                "expected {len} digits of {what} at position {at}, found {part:?}"
+            ));
+        }
+        part.parse().map_err(|_| format!("bad {what}"))
+    }
+    fn expect(s: &str, at: usize, chars: &[u8]) -> std::result::Result<(), String> {
+        match s.as_bytes().get(at) {
+            Some(c) if chars.contains(c) => Ok(()),
+            other => Err(format!(
+                "expected {:?} at position {at}, found {:?}",
+                chars.iter().map(|&c| c as char).collect::<String>(),
+                other.map(|&c| c as char)
+            )),
+        }
+    }
+    let (year, month, day) = (
+        num(s, 0, 4, "year")?,
+        num(s, 5, 2, "month")?,
+        num(s, 8, 2, "day")?,
+    );
+    expect(s, 4, b"-")?;
+    expect(s, 7, b"-")?;
+    expect(s, 10, b"Tt ")?;
+    let (hour, min, sec) = (
+        num(s, 11, 2, "hour")?,
+        num(s, 14, 2, "minute")?,
+        num(s, 17, 2, "second")?,
+    );
+    expect(s, 13, b":")?;
+    expect(s, 16, b":")?;
+    let mut at = 19;
+    let mut frac_ns = 0i64;
+    if s.as_bytes().get(at) == Some(&b'.') {
+        let digits = s[at + 1..].bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 || digits > 9 {
+            return Err(format!(
+                "expected 1 to 9 fractional digits at position {}",
+                at + 1
+            ));
+        }
+        frac_ns = num(s, at + 1, digits, "fraction")? * 10i64.pow(9 - digits as u32);
+        at += 1 + digits;
+    }
+    let offset_s = match s.as_bytes().get(at) {
+        Some(b'Z' | b'z') if at + 1 == s.len() => 0,
+        Some(&sign @ (b'+' | b'-')) if at + 6 == s.len() => {
+            expect(s, at + 3, b":")?;
+            let (oh, om) = (
+                num(s, at + 1, 2, "offset hours")?,
+                num(s, at + 4, 2, "offset minutes")?,
+            );
+            if oh > 23 || om > 59 {
+                return Err(format!("offset {} is out of range", &s[at..]));
+            }
+            let o = oh * 3600 + om * 60;
+            if sign == b'+' {
+                o
+            } else {
+                -o
+            }
+        }
+        _ => {
+            return Err(format!(
+                "expected Z or an offset like +01:00 at position {at}"
+            ))
+        }
+    };
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days_in_month = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&month) || day < 1 || day > days_in_month[(month - 1) as usize] {
+        return Err(format!("{year:04}-{month:02}-{day:02} is not a date"));
+    }
+    if hour > 23 || min > 59 || sec > 60 {
+        return Err(format!("{hour:02}:{min:02}:{sec:02} is not a time of day"));
+    }
+    // Days from 1970-01-01 to the date (proleptic Gregorian; H. Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hour * 3600 + min * 60 + sec - offset_s;
+    if secs < 0 {
+        return Err("before 1970".into());
+    }
+    (secs as u64)
+        .checked_mul(1_000_000_000)
+        .and_then(|n| n.checked_add(frac_ns as u64))
+        .ok_or_else(|| "too far in the future".into())
 }
 
 /// Formats ns since the epoch as RFC 3339 with nanoseconds.
@@ -140,6 +250,27 @@ mod tests {
             1_796_004_000_123_456_789
         );
         assert!(parse_instant("yesterday").is_err());
+        let utc = parse_instant("2026-11-30T02:00:00.5Z").unwrap();
+        assert_eq!(parse_instant("2026-11-30T03:00:00.5+01:00").unwrap(), utc);
+        assert_eq!(parse_instant("2026-11-29T21:30:00.5-04:30").unwrap(), utc);
+        assert_eq!(parse_instant("2026-11-30 02:00:00.500Z").unwrap(), utc);
+        assert_eq!(parse_instant("1970-01-01T00:00:00Z").unwrap(), 0);
+        assert_eq!(
+            parse_instant("2000-02-29T00:00:00Z").unwrap(),
+            951_782_400_000_000_000
+        );
+        for bad in [
+            "2026-11-30T02:00:00",
+            "2026-02-30T00:00:00Z",
+            "2026-11-30T24:00:00Z",
+            "2026-11-30T02:00:00.Z",
+            "2026-11-30T02:00:00+1:00",
+            "1969-12-31T23:59:59Z",
+            "2026-11-30T02:00:00Zjunk",
+            "２026-11-30T02:00:00Z",
+        ] {
+            assert!(parse_instant(bad).is_err(), "{bad} was accepted");
+        }
         assert!(parse_instant("1.0000000001").is_err());
         assert_eq!(
             format_instant(1_796_004_000_123_456_789),

@@ -1,9 +1,11 @@
 //! Offline import of pcap and pcapng files into the store.
 //!
-//! A damaged input stops the import of that file at the damage: the packets before it stay
-//! in the store, and the [`FileReport`] carries the reader's error (file, byte offset, what
-//! was expected and found). A store error (disk full, I/O) is an [`ImportError`]: nothing
-//! already sealed is touched, and the open segment is recovered by the next writer.
+//! A damaged input, or a packet the store cannot hold (larger than
+//! [`capsule_index::writer::MAX_PACKET`]), stops the import of that file there: the packets
+//! before it stay in the store, and the [`FileReport`] carries a [`FileProblem`] naming the
+//! file, the byte offset, and what was wrong. A store error (disk full, I/O) is an
+//! [`ImportError`]: nothing already sealed is touched, and the caller should still
+//! [`finish`](capsule_index::StoreWriter::finish) the writer to seal what was written.
 
 use std::io::Read;
 
@@ -27,17 +29,32 @@ pub struct FileReport {
     /// Packets that arrived earlier than a packet before them.
     pub out_of_order: u64,
     /// Where and why reading stopped early; the packets counted above were kept.
-    pub error: Option<ReadError>,
+    pub error: Option<FileProblem>,
+}
+
+/// Why the import of one input stopped before its end.
+#[derive(Debug, thiserror::Error)]
+pub enum FileProblem {
+    /// The input is damaged or not a capture file.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// A record the store refuses (for example, too large).
+    #[error("{source_name}: at byte {offset}: {reason}")]
+    Rejected {
+        source_name: String,
+        offset: u64,
+        reason: String,
+    },
 }
 
 /// A failure that stops the whole import.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
+    /// The store failed while packet number `packet` (from 1) was being written.
     #[error("{source_name}: packet {packet}: {error}")]
     Store {
         source_name: String,
         packet: u64,
-        #[source]
         error: Box<StoreError>,
     },
     #[error("{source_name}: at byte {offset}: packet names interface {iface}, which the file has not defined")]
@@ -68,7 +85,7 @@ pub fn import_reader<R: Read>(
     let mut reader = match CaptureReader::new(source, input) {
         Ok(r) => r,
         Err(e) => {
-            rep.error = Some(e);
+            rep.error = Some(e.into());
             return Ok(rep);
         }
     };
@@ -87,7 +104,7 @@ pub fn import_reader<R: Read>(
             Ok(Some(r)) => r,
             Ok(None) => break,
             Err(e) => {
-                rep.error = Some(e);
+                rep.error = Some(e.into());
                 break;
             }
         };

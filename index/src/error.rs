@@ -1,5 +1,8 @@
 //! Typed errors of the segment store. Every message names the file and, where it applies,
 //! the byte offset, what was expected and what was found.
+//!
+//! A message includes its cause's text, and the cause is not also returned from
+//! `Error::source()`, so a printer of error chains (`anyhow`'s `{:#}`) says it once.
 
 use std::path::PathBuf;
 
@@ -9,20 +12,18 @@ use crate::format::DecodeError;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// An I/O call failed.
-    #[error("cannot {op} {}: {source}", path.display())]
+    #[error("cannot {op} {}: {error}", path.display())]
     Io {
         op: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A metadata record in a segment is damaged or of an unknown version.
-    #[error("{}: at byte {offset}: {source}", path.display())]
+    #[error("{}: at byte {offset}: {problem}", path.display())]
     Corrupt {
         path: PathBuf,
         offset: u64,
-        #[source]
-        source: DecodeError,
+        problem: DecodeError,
     },
     /// A block's compressed frame is damaged.
     #[error("{}: block {block} at byte {offset}: {detail}", path.display())]
@@ -46,7 +47,7 @@ pub enum StoreError {
     #[error("invalid store configuration: {0}")]
     Config(String),
     /// A packet that the store cannot hold.
-    #[error("packet rejected: {0}")]
+    #[error("{0}")]
     Packet(String),
     /// A pipeline thread of the writer stopped; the error it stopped with follows.
     #[error("the store writer stopped: {0}")]
@@ -54,12 +55,17 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         StoreError::Io {
             op,
             path: path.into(),
-            source,
+            error,
         }
+    }
+
+    /// Whether this is an I/O error of kind NotFound (a file deleted under a reader).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StoreError::Io { error, .. } if error.kind() == std::io::ErrorKind::NotFound)
     }
 }
 

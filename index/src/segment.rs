@@ -43,6 +43,13 @@ pub enum SegmentState {
     Open,
 }
 
+/// The sequence number in any segment file name, including a damaged one moved aside.
+/// Sequence numbers are never reused, so the next segment is numbered above all of these.
+pub fn any_seq(name: &str) -> Option<u64> {
+    let name = name.split(".damaged").next()?;
+    parse_name(name).map(|(seq, _)| seq)
+}
+
 /// Parses a segment file name into its sequence number and state.
 pub fn parse_name(name: &str) -> Option<(u64, SegmentState)> {
     let (digits, state) = if let Some(rest) = name.strip_prefix(".seg-") {
@@ -189,6 +196,21 @@ impl SegmentFile {
         self.len
     }
 
+    /// Bytes the footer will add when the segment is sealed with one more block.
+    pub fn footer_reserve(&self) -> u64 {
+        let ifaces: usize = self
+            .footer
+            .interfaces
+            .iter()
+            .map(|i| 8 + i.name.as_ref().map_or(0, |n| n.len().div_ceil(4) * 4))
+            .sum();
+        let payload = format::FOOTER_FIXED_LEN
+            + (self.footer.blocks.len() + 1) * format::FOOTER_ENTRY_LEN
+            + ifaces
+            + 16;
+        format::meta_frame_len(payload) as u64
+    }
+
     /// Whether no block has been appended yet.
     pub fn is_empty(&self) -> bool {
         self.footer.blocks.is_empty()
@@ -275,11 +297,11 @@ fn read_at(file: &File, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>>
     Ok(buf)
 }
 
-fn corrupt(path: &Path, offset: u64, source: DecodeError) -> StoreError {
+fn corrupt(path: &Path, offset: u64, problem: DecodeError) -> StoreError {
     StoreError::Corrupt {
         path: path.to_path_buf(),
         offset,
-        source,
+        problem,
     }
 }
 
@@ -442,8 +464,11 @@ pub struct Recovery {
     /// Where the cut was made.
     pub cut_at: u64,
     pub problem: Option<String>,
-    /// The sealed segment, or `None` if no whole block survived and the file was removed.
+    /// The sealed segment, or `None` if no whole block survived and the file was removed
+    /// or moved aside.
     pub sealed: Option<SealedSegment>,
+    /// Where a segment whose head was unreadable was moved (kept for inspection).
+    pub moved_aside: Option<PathBuf>,
 }
 
 /// Cuts a torn open segment back to its last whole block and seals it.
@@ -451,10 +476,18 @@ pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
     let file = File::open(path).map_err(|e| StoreError::io("open segment", path, e))?;
     let s = match scan(path, &file, true) {
         Ok(s) => s,
-        Err(StoreError::Corrupt { source, offset, .. }) => {
+        Err(StoreError::Corrupt {
+            problem, offset, ..
+        }) => {
             // The head or segment header is damaged: the file cannot be trusted as a segment.
             // Keep it aside for forensics rather than delete it, and go on without it.
-            let aside = path.with_extension("open.damaged");
+            // Never overwrite an earlier damaged file: add a counter if the name is taken.
+            let mut aside = path.with_extension("open.damaged");
+            let mut n = 1;
+            while aside.exists() {
+                aside = path.with_extension(format!("open.damaged.{n}"));
+                n += 1;
+            }
             std::fs::rename(path, &aside)
                 .map_err(|e| StoreError::io("move damaged segment aside", path, e))?;
             sync_dir(dir)?;
@@ -468,11 +501,9 @@ pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
                 kept_packets: 0,
                 cut_bytes: file.metadata().map(|m| m.len()).unwrap_or(0),
                 cut_at: 0,
-                problem: Some(format!(
-                    "at byte {offset}: {source}; moved aside as {}",
-                    aside.display()
-                )),
+                problem: Some(format!("at byte {offset}: {problem}")),
                 sealed: None,
+                moved_aside: Some(aside),
             });
         }
         Err(e) => return Err(e),
@@ -489,6 +520,7 @@ pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
         cut_at: s.good_len,
         problem: s.problem,
         sealed,
+        moved_aside: None,
     })
 }
 

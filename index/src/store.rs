@@ -179,6 +179,21 @@ impl Store {
         Ok(out)
     }
 
+    /// The highest segment number ever used in this store, counting damaged segments moved
+    /// aside (0 for a new store).
+    pub fn highest_seq(&self) -> Result<u64> {
+        let dir = self.segments_dir();
+        let rd = std::fs::read_dir(&dir).map_err(|e| StoreError::io("list", &dir, e))?;
+        let mut max = 0;
+        for entry in rd {
+            let entry = entry.map_err(|e| StoreError::io("list", &dir, e))?;
+            if let Some(seq) = segment::any_seq(&entry.file_name().to_string_lossy()) {
+                max = max.max(seq);
+            }
+        }
+        Ok(max)
+    }
+
     /// Opens every segment for reading. Segments that vanish while being opened (retention)
     /// are skipped; an open segment sealed meanwhile is opened under its sealed name.
     pub fn open_segments(&self) -> Result<Vec<SegmentReader>> {
@@ -186,15 +201,12 @@ impl Store {
         for e in self.list()? {
             match SegmentReader::open(&e.path) {
                 Ok(r) => out.push(r),
-                Err(StoreError::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
+                Err(err) if err.is_not_found() => {
                     if e.state == SegmentState::Open {
                         let sealed = self.segments_dir().join(segment::sealed_name(e.seq));
                         match SegmentReader::open(&sealed) {
                             Ok(r) => out.push(r),
-                            Err(StoreError::Io { source, .. })
-                                if source.kind() == std::io::ErrorKind::NotFound => {}
+                            Err(e) if e.is_not_found() => {}
                             Err(err) => return Err(err),
                         }
                     }

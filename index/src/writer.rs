@@ -31,7 +31,7 @@ use capsule_pcap::{write as pw, Interface};
 use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::error::{Result, StoreError};
-use crate::format::BlockMeta;
+use crate::format::{self, BlockMeta};
 use crate::segment::{self, Recovery, SealedSegment, SegmentFile, SegmentState};
 use crate::store::{now_ns, Store};
 
@@ -249,7 +249,7 @@ impl StoreWriter {
         }
         let entries = store.list()?;
         report.existing_segments = entries.len();
-        let next_seq = entries.last().map_or(1, |e| e.seq + 1);
+        let next_seq = store.highest_seq()? + 1;
         let mut sealed: VecDeque<(u64, PathBuf, u64)> = entries
             .into_iter()
             .map(|e| (e.seq, e.path, e.bytes))
@@ -622,14 +622,18 @@ impl WriterThread {
         }
         let need = c.frame.len() as u64 + c.meta.header_frame_len() as u64;
         if let Some(max) = self.cfg.max_bytes {
-            // Footers and the new segment's head are small; keep a margin for them.
-            let margin = if current.is_none() { 4096 } else { 0 } + 64 * 1024;
+            // Room for the block, the footer that sealing will add, and for a new segment its
+            // head and header (a few hundred bytes; 4 KiB covers interface records too).
+            let reserve = match current.as_ref() {
+                Some(seg) => seg.footer_reserve(),
+                None => 4096 + format::meta_frame_len(format::FOOTER_FIXED_LEN + 64 + 16) as u64,
+            };
             let deleted = enforce_budget(
                 &self.dir,
                 &mut self.sealed,
                 &mut self.total,
                 max,
-                need + margin,
+                need + reserve,
             )?;
             self.report.deleted.extend(deleted);
         }
@@ -693,7 +697,6 @@ fn enforce_budget(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::segment::SegmentReader;
     use crate::store::Store;
     use capsule_pcap::read::fragment_packets;
 
@@ -973,14 +976,26 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         let (w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
         assert!(rep.recovered[0].sealed.is_none());
-        assert!(rep.recovered[0]
-            .problem
-            .as_deref()
-            .unwrap()
-            .contains("moved aside"));
+        let aside = rep.recovered[0].moved_aside.clone().unwrap();
+        assert_eq!(aside, path.with_extension("open.damaged"));
         w.finish().unwrap();
-        assert!(path.with_extension("open.damaged").exists());
+        assert!(aside.exists());
         assert!(read_all(dir.path()).is_empty());
+        // Segment numbers are never reused, and a second damaged file does not replace it.
+        torn_segment(dir.path(), 1);
+        std::fs::write(&path, b"not zstd at all").unwrap();
+        let (mut w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
+        let aside2 = rep.recovered[0].moved_aside.clone().unwrap();
+        assert_ne!(aside2, aside);
+        assert!(aside.exists() && aside2.exists());
+        let i = w.add_interface(Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+        });
+        w.append(i, 1, 60, &[0; 60]).unwrap();
+        let rep = w.finish().unwrap();
+        assert_eq!(rep.sealed[0].seq, 2, "seq 1 was used by the damaged files");
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub enum ExportError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("cannot write the export: {0}")]
-    Write(#[source] std::io::Error),
+    Write(std::io::Error),
     #[error(
         "the export holds packets of link types {0}, but a pcap file holds one link type; \
          use --format pcapng"
