@@ -60,7 +60,7 @@ print(f"{total} EF packets ({total_bytes} bytes) from rogue hosts in {sys.argv[2
 for h in sorted(per_host):
     print(f"  {h}: {per_host[h]} bytes marked EF (allow-list for EF: {', '.join(allow)})")
 print(f"truth file: {expected} packets in EF-only flows of those hosts")
-if total == 0 or total < expected:
-    sys.exit("demo FAILED: the export misses planted packets")
+if total == 0 or total != expected:
+    sys.exit(f"demo FAILED: found {total} packets, the truth file says {expected}")
 print("demo OK: open the evidence with `wireshark " + sys.argv[2] + "`")
 PY

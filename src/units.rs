@@ -53,7 +53,7 @@ pub fn parse_rate(s: &str) -> Result<u64> {
         other => bail!("{s:?}: unknown rate unit {other:?} (expected k, M, G, T bits per second)"),
     };
     let v = n * mult;
-    if v < 1.0 || v > 1e15 {
+    if !(1.0..=1e15).contains(&v) {
         bail!("{s:?}: rate must be between 1 bit/s and 1 Pbit/s");
     }
     Ok(v as u64)

@@ -703,7 +703,9 @@ fn t04c_pcapng_with_corrupted_block_length() {
         "editcap wrote a big-endian section?"
     );
     let n = cap.packets.len();
-    let cases: [(&str, usize, fn(u32) -> u32); 3] = [
+    // (name, index of the damaged block, how its length field is changed)
+    type Case = (&'static str, usize, fn(u32) -> u32);
+    let cases: [Case; 3] = [
         ("len-plus-4", n / 2, |l| l + 4), // leading/trailing lengths disagree
         ("not-multiple-of-4", n / 3, |l| l + 2), // not a multiple of 4
         ("huge", 2 * n / 3, |_| 0x7fff_fff0), // over any limit, past the end of the file

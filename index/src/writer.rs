@@ -715,6 +715,17 @@ mod tests {
         }
     }
 
+    /// Opens a writer and registers one Ethernet interface.
+    fn open_eth(root: &std::path::Path, cfg: WriterConfig) -> (StoreWriter, u32) {
+        let (mut w, _) = StoreWriter::open(root, cfg).unwrap();
+        let i = w.add_interface(Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+        });
+        (w, i)
+    }
+
     /// Every packet of the store, in file order: (segment interface, ts, orig_len, data).
     fn read_all(root: &std::path::Path) -> Vec<(Interface, u64, u32, Vec<u8>)> {
         let store = Store::open(root).unwrap();
@@ -792,12 +803,7 @@ mod tests {
     #[test]
     fn unsorted_input_is_sorted_within_each_block_stably() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut w, _) = StoreWriter::open(dir.path(), small()).unwrap();
-        let i = w.add_interface(Interface {
-            linktype: 1,
-            snaplen: 0,
-            name: None,
-        });
+        let (mut w, i) = open_eth(dir.path(), small());
         let ts = [50u64, 10, 30, 10, 20];
         for (k, t) in ts.iter().enumerate() {
             w.append(i, *t, 64, &eth(64, k as u64)).unwrap();
@@ -828,12 +834,7 @@ mod tests {
             segment_bytes: 1 << 30,
             ..small()
         };
-        let (mut w, _) = StoreWriter::open(dir.path(), cfg).unwrap();
-        let i = w.add_interface(Interface {
-            linktype: 1,
-            snaplen: 0,
-            name: None,
-        });
+        let (mut w, i) = open_eth(dir.path(), cfg);
         for k in 0..500u64 {
             w.append(i, k, 1000, &eth(1000, k)).unwrap();
         }
@@ -1059,6 +1060,49 @@ mod tests {
         w.finish().unwrap();
         let on_disk: u64 = store.list().unwrap().iter().map(|e| e.bytes).sum();
         assert!(on_disk <= smaller, "{on_disk} > {smaller}");
+    }
+
+    #[test]
+    fn segments_rotate_by_the_packet_time_they_span() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = WriterConfig {
+            segment_age: Duration::from_secs(1),
+            block_bytes: 4096,
+            ..small()
+        };
+        let (mut w, i) = open_eth(dir.path(), cfg);
+        // 5 s of packet time, 10 ms apart, small enough that size never cuts a segment.
+        for k in 0..500u64 {
+            w.append(i, k * 10_000_000, 100, &eth(100, k)).unwrap();
+        }
+        let rep = w.finish().unwrap();
+        assert!(
+            (5..=6).contains(&rep.sealed.len()),
+            "{} segments",
+            rep.sealed.len()
+        );
+        for s in &rep.sealed {
+            assert!(s.last_ns - s.first_ns < 1_000_000_000 + 4096 * 10_000_000 / 100);
+        }
+    }
+
+    #[test]
+    fn tick_cuts_a_block_once_it_is_old_enough() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = WriterConfig {
+            block_age: Duration::from_millis(20),
+            ..small()
+        };
+        let (mut w, i) = open_eth(dir.path(), cfg);
+        w.append(i, 1, 100, &eth(100, 1)).unwrap();
+        w.tick().unwrap();
+        assert_eq!(w.blocks, 0, "a fresh block is not cut");
+        std::thread::sleep(Duration::from_millis(30));
+        w.tick().unwrap();
+        assert_eq!(w.blocks, 1, "an old block is cut");
+        w.tick().unwrap();
+        assert_eq!(w.blocks, 1, "an empty block is never cut");
+        w.finish().unwrap();
     }
 
     #[test]

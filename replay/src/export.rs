@@ -418,7 +418,10 @@ mod tests {
     }
 
     /// Decodes an export: (ts, interface, orig_len, data).
-    fn decode(bytes: &[u8]) -> (Vec<Interface>, Vec<(u64, Interface, u32, Vec<u8>)>) {
+    /// An exported packet: (ts, interface, orig_len, data).
+    type Exported = (u64, Interface, u32, Vec<u8>);
+
+    fn decode(bytes: &[u8]) -> (Vec<Interface>, Vec<Exported>) {
         let mut r = CaptureReader::new("export", bytes).unwrap();
         let mut out = Vec::new();
         while let Some(rec) = r.next_record().unwrap() {
@@ -521,7 +524,7 @@ mod tests {
         let batch: Vec<Pkt> = (0..100)
             .map(|i| (i * 7, (i % 2) as u32, vec![i as u8; 60]))
             .collect();
-        let dir = store_with(&[batch.clone()], &ifaces);
+        let dir = store_with(std::slice::from_ref(&batch), &ifaces);
         let out = run(
             dir.path(),
             &ExportOptions {

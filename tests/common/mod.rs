@@ -477,7 +477,7 @@ fn decode_pcapng(b: &[u8]) -> Capture {
             return cap;
         };
         let len = len as usize;
-        if len < 12 || len % 4 != 0 {
+        if len < 12 || !len.is_multiple_of(4) {
             cap.error = Some((at, format!("bad block length {len}")));
             return cap;
         }
