@@ -39,19 +39,40 @@ enum Cmd {
     },
     /// Export packets from a store, in timestamp order.
     Query {
-        #[arg(long)]
-        store: PathBuf,
+        #[command(flatten)]
+        q: QueryArgs,
         /// Output file; `-` writes to standard output.
-        #[arg(short = 'w', long = "write")]
-        write: String,
+        #[arg(short = 'w', long = "write", required_unless_present_any = ["explain", "count"])]
+        write: Option<String>,
         #[arg(long, value_enum, default_value_t = OutFormat::Pcap)]
         format: OutFormat,
-        /// Start of the window (inclusive): RFC 3339, Unix seconds, or @NANOS.
+        /// A tcpdump filter, applied (by libpcap) after the index and FILTER narrowed the search.
         #[arg(long)]
-        from: Option<String>,
-        /// End of the window (exclusive): RFC 3339, Unix seconds, or @NANOS.
+        bpf: Option<String>,
+        /// Print the plan (segments and blocks to read) without reading packets.
         #[arg(long)]
-        to: Option<String>,
+        explain: bool,
+        /// Print how many packets and bytes the query would export, and write nothing.
+        #[arg(long, conflicts_with = "explain")]
+        count: bool,
+    },
+    /// List flows from the side index alone.
+    Flows {
+        #[command(flatten)]
+        q: QueryArgs,
+        #[arg(long, value_enum, default_value_t = FlowSort::Bytes)]
+        sort: FlowSort,
+        /// Show at most this many flows.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Print JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rebuild the side index of every sealed segment from the segments alone.
+    Reindex {
+        #[arg(long)]
+        store: PathBuf,
     },
     /// List the segments of a store.
     Segments {
@@ -81,6 +102,63 @@ enum Cmd {
         #[arg(long)]
         truth: Option<PathBuf>,
     },
+}
+
+/// The store, filter and window shared by `query` and `flows`.
+#[derive(Args, Debug)]
+struct QueryArgs {
+    #[arg(long)]
+    store: PathBuf,
+    /// Start of the window (inclusive): RFC 3339, Unix seconds, @NANOS, or relative (-10m, now).
+    #[arg(long, allow_hyphen_values = true)]
+    from: Option<String>,
+    /// End of the window (exclusive): RFC 3339, Unix seconds, @NANOS, or relative (-10m, now).
+    #[arg(long, allow_hyphen_values = true)]
+    to: Option<String>,
+    /// Filter, e.g. `host 10.1.2.3 and tcp port 443`, `dscp ef and not net 10.40.0.0/24`.
+    filter: Vec<String>,
+}
+
+impl QueryArgs {
+    fn query(&self) -> Result<capsule_index::plan::Query> {
+        let text = self.filter.join(" ");
+        let filter = capsule_index::filter::Filter::parse(&text)
+            .map_err(|e| anyhow::anyhow!("bad filter:\n{e}"))?;
+        let now = capsule_index::store::now_ns();
+        let from_ns = self
+            .from
+            .as_deref()
+            .map(|t| units::parse_time(t, now))
+            .transpose()
+            .context("--from")?;
+        let to_ns = self
+            .to
+            .as_deref()
+            .map(|t| units::parse_time(t, now))
+            .transpose()
+            .context("--to")?;
+        if let (Some(f), Some(t)) = (from_ns, to_ns) {
+            if f > t {
+                bail!(
+                    "--from {} is after --to {}",
+                    units::format_instant(f),
+                    units::format_instant(t)
+                );
+            }
+        }
+        Ok(capsule_index::plan::Query {
+            filter,
+            from_ns,
+            to_ns,
+        })
+    }
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum FlowSort {
+    Bytes,
+    Packets,
+    First,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -178,12 +256,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             files,
         } => import(&store, &writer, &files),
         Cmd::Query {
-            store,
+            q,
             write,
             format,
-            from,
-            to,
-        } => query(&store, &write, format, from.as_deref(), to.as_deref()),
+            bpf,
+            explain,
+            count,
+        } => query(&q, write.as_deref(), format, bpf, explain, count),
+        Cmd::Flows {
+            q,
+            sort,
+            limit,
+            json,
+        } => flows(&q, sort, limit, json),
+        Cmd::Reindex { store } => reindex(&store),
         Cmd::Segments { store, json } => segments(&store, json),
         Cmd::Synth {
             seed,
@@ -311,6 +397,12 @@ fn print_open_report(opened: &capsule_index::OpenReport) {
             ),
         }
     }
+    if !opened.reindexed.is_empty() {
+        println!(
+            "rebuilt the side index of segment(s) {:?}",
+            opened.reindexed
+        );
+    }
     for d in &opened.deleted {
         println!(
             "retention: deleted segment {} ({} bytes) to fit the byte budget",
@@ -320,42 +412,224 @@ fn print_open_report(opened: &capsule_index::OpenReport) {
 }
 
 fn query(
-    store: &Path,
-    write: &str,
+    args: &QueryArgs,
+    write: Option<&str>,
     format: OutFormat,
-    from: Option<&str>,
-    to: Option<&str>,
+    bpf: Option<String>,
+    explain: bool,
+    count: bool,
 ) -> Result<ExitCode> {
-    let store = Store::open(store)?;
+    let store = Store::open(&args.store)?;
     let opts = capsule_replay::ExportOptions {
         format: match format {
             OutFormat::Pcap => capsule_replay::Format::Pcap,
             OutFormat::Pcapng => capsule_replay::Format::PcapNg,
         },
-        from_ns: from
-            .map(units::parse_instant)
-            .transpose()
-            .context("--from")?,
-        to_ns: to.map(units::parse_instant).transpose().context("--to")?,
+        query: args.query()?,
+        bpf,
         ..Default::default()
     };
+    if explain {
+        let plan = capsule_replay::export::explain(&store, &opts)?;
+        print_plan(&plan);
+        return Ok(ExitCode::SUCCESS);
+    }
     let t0 = Instant::now();
-    let report = if write == "-" {
-        let stdout = std::io::stdout();
-        capsule_replay::export(&store, &opts, stdout.lock())?
-    } else {
-        let f = std::fs::File::create(write).with_context(|| format!("cannot create {write}"))?;
-        capsule_replay::export(&store, &opts, f)?
+    let report = match write {
+        _ if count => capsule_replay::export(&store, &opts, std::io::sink())?,
+        Some("-") => capsule_replay::export(&store, &opts, std::io::stdout().lock())?,
+        Some(path) => {
+            let f = std::fs::File::create(path).with_context(|| format!("cannot create {path}"))?;
+            capsule_replay::export(&store, &opts, f)?
+        }
+        None => unreachable!("clap requires -w unless --explain or --count"),
     };
-    eprintln!(
-        "exported {} packets ({} bytes) in {:.3} s; read {} of {} blocks in {} of {} segments",
+    if !report.unindexed.is_empty() {
+        eprintln!(
+            "capsule: note: segment(s) {:?} have no side index, so all their blocks in the window \
+             were read; `capsule reindex` builds it",
+            report.unindexed
+        );
+    }
+    let summary = format!(
+        "{} packets ({} bytes); read {} of {} blocks in {} of {} segments in {:.3} s",
         report.packets,
         report.captured_bytes,
-        t0.elapsed().as_secs_f64(),
         report.blocks_read,
         report.blocks_total,
         report.segments_touched,
-        report.segments_total
+        report.segments_total,
+        t0.elapsed().as_secs_f64(),
+    );
+    if count {
+        println!("{summary}");
+    } else {
+        eprintln!("exported {summary}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_plan(plan: &capsule_index::plan::Plan) {
+    println!(
+        "{:>6}  {:>8}  {:>10}  {:>8}  {:<7}",
+        "seq", "blocks", "in window", "to read", "index"
+    );
+    for s in &plan.segments {
+        println!(
+            "{:>6}  {:>8}  {:>10}  {:>8}  {:<7}",
+            s.seq,
+            s.blocks_total,
+            s.blocks_in_window,
+            s.blocks.len(),
+            if s.indexed { "used" } else { "-" }
+        );
+    }
+    let total = plan.blocks_total().max(1);
+    println!(
+        "plan: read {} of {} blocks ({:.2}%) in {} of {} segments",
+        plan.blocks_read(),
+        plan.blocks_total(),
+        100.0 * plan.blocks_read() as f64 / total as f64,
+        plan.segments_touched(),
+        plan.segments.len()
+    );
+    if !plan.unindexed.is_empty() {
+        println!(
+            "segments without an index (run `capsule reindex`): {:?}",
+            plan.unindexed
+        );
+    }
+}
+
+fn flows(args: &QueryArgs, sort: FlowSort, limit: usize, json: bool) -> Result<ExitCode> {
+    let store = Store::open(&args.store)?;
+    let q = args.query()?;
+    let segments = store.open_segments()?;
+    let mut listing = capsule_index::flows::list(&store, &segments, &q)?;
+    match sort {
+        FlowSort::Bytes => {}
+        FlowSort::Packets => listing
+            .flows
+            .sort_by_key(|f| std::cmp::Reverse(f.total_packets())),
+        FlowSort::First => listing.flows.sort_by_key(|f| f.first_ns),
+    }
+    let mut out = std::io::stdout().lock();
+    let dscps = |mask: u64| -> String {
+        (0..64u8)
+            .filter(|d| mask & (1 << d) != 0)
+            .map(|d| capsule_index::filter::dscp_name(d).map_or(d.to_string(), str::to_string))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    if !json {
+        writeln!(
+            out,
+            "{:<5} {:<5} {:<46} {:<46} {:>10} {:>14} {:<30} {:>9} {:<12} {:>7} {:>6} {:>5}",
+            "proto",
+            "vlan",
+            "a",
+            "b",
+            "packets",
+            "bytes",
+            "first",
+            "duration",
+            "dscp",
+            "retrans",
+            "zwin",
+            "rst"
+        )?;
+    }
+    for f in listing.flows.iter().take(limit) {
+        let k = &f.key;
+        let ep = |addr: std::net::IpAddr, port: Option<u16>| match (addr, port) {
+            (std::net::IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
+            (a, Some(p)) => format!("{a}:{p}"),
+            (a, None) => a.to_string(),
+        };
+        let a = ep(k.a, k.ports.map(|p| p.0));
+        let b = ep(k.b, k.ports.map(|p| p.1));
+        let vlan = k
+            .vlans
+            .iter()
+            .flatten()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join(".");
+        if json {
+            let v = serde_json::json!({
+                "vlans": k.vlans.iter().flatten().collect::<Vec<_>>(),
+                "ip_version": k.ip_version, "proto": k.proto,
+                "a": k.a.to_string(), "a_port": k.ports.map(|p| p.0),
+                "b": k.b.to_string(), "b_port": k.ports.map(|p| p.1),
+                "first_ns": f.first_ns, "last_ns": f.last_ns,
+                "packets": f.packets, "bytes": f.bytes,
+                "dscp": [(0..64).filter(|d| f.dscp[0] & (1u64 << d) != 0).collect::<Vec<u8>>(),
+                         (0..64).filter(|d| f.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
+                "tcp_flags": f.tcp_flags, "retransmissions": f.retransmissions,
+                "zero_windows": f.zero_windows, "resets": f.resets, "approximate": f.approximate,
+            });
+            writeln!(out, "{v}")?;
+        } else {
+            writeln!(
+                out,
+                "{:<5} {:<5} {:<46} {:<46} {:>10} {:>14} {:<30} {:>8.3}s {:<12} {:>7} {:>6} {:>5}{}",
+                k.proto,
+                vlan,
+                a,
+                b,
+                f.total_packets(),
+                f.total_bytes(),
+                units::format_instant(f.first_ns),
+                (f.last_ns - f.first_ns) as f64 / 1e9,
+                dscps(f.dscp[0] | f.dscp[1]),
+                f.retransmissions[0] + f.retransmissions[1],
+                f.zero_windows[0] + f.zero_windows[1],
+                f.resets[0] + f.resets[1],
+                if f.approximate { " ~" } else { "" }
+            )?;
+        }
+    }
+    if !listing.unindexed.is_empty() {
+        eprintln!(
+            "capsule: note: segment(s) {:?} have no side index and are not listed; \
+             `capsule reindex` builds it",
+            listing.unindexed
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn reindex(store: &Path) -> Result<ExitCode> {
+    let store = Store::open(store)?;
+    // Writers rebuild missing indexes themselves; take the lock so two never race.
+    let _lock = store.lock_writer()?;
+    let t0 = Instant::now();
+    let mut bytes = 0u64;
+    let mut idx_bytes = 0u64;
+    let segs = store.open_segments()?;
+    for seg in &segs {
+        if seg.state() != capsule_index::SegmentState::Sealed {
+            continue;
+        }
+        let idx = capsule_index::sideindex::rebuild(seg)?;
+        let path = idx.write(&store.index_dir())?;
+        bytes += seg.bytes();
+        idx_bytes += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        println!(
+            "segment {}: {} blocks, {} flows -> {}",
+            seg.seq(),
+            idx.blocks.len(),
+            idx.flows.len(),
+            path.display()
+        );
+    }
+    println!(
+        "reindexed {} segment(s) in {:.2} s; index is {} bytes, {:.3}% of {} stored bytes",
+        segs.len(),
+        t0.elapsed().as_secs_f64(),
+        idx_bytes,
+        100.0 * idx_bytes as f64 / bytes.max(1) as f64,
+        bytes
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -212,6 +212,21 @@ fn parse_rfc3339(s: &str) -> std::result::Result<u64, String> {
         .ok_or_else(|| "too far in the future".into())
 }
 
+/// Parses a time given on the command line: an instant ([`parse_instant`]), `now`, or a
+/// duration before now (`-10m`, `-2h30m`, `-1.5s`). `now_ns` is the wall clock.
+pub fn parse_time(s: &str, now_ns: u64) -> Result<u64> {
+    let t = s.trim();
+    if t == "now" {
+        return Ok(now_ns);
+    }
+    if let Some(ago) = t.strip_prefix('-') {
+        let d = parse_duration(ago)
+            .map_err(|_| anyhow!("{s:?}: expected a duration before now, like -10m or -2h"))?;
+        return Ok(now_ns.saturating_sub(d.as_nanos().min(u128::from(u64::MAX)) as u64));
+    }
+    parse_instant(t)
+}
+
 /// Formats ns since the epoch as RFC 3339 with nanoseconds.
 pub fn format_instant(ns: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns);
@@ -238,6 +253,17 @@ mod tests {
         assert_eq!(parse_rate("500Mbit").unwrap(), 500_000_000);
         assert_eq!(parse_rate("2.5gbps").unwrap(), 2_500_000_000);
         assert!(parse_rate("0").is_err());
+    }
+
+    #[test]
+    fn relative_times() {
+        let now = 1_796_004_000_000_000_000;
+        assert_eq!(parse_time("now", now).unwrap(), now);
+        assert_eq!(parse_time("-10m", now).unwrap(), now - 600_000_000_000);
+        assert_eq!(parse_time("-2h", now).unwrap(), now - 7_200_000_000_000);
+        assert_eq!(parse_time("-100ms", now).unwrap(), now - 100_000_000);
+        assert_eq!(parse_time("@5", now).unwrap(), 5);
+        assert!(parse_time("-ten minutes", now).is_err());
     }
 
     #[test]

@@ -20,9 +20,14 @@
 //! `tshark -r` opens it, `zstd -dc` prints it.
 #![forbid(unsafe_code)]
 
+pub mod dissect;
 pub mod error;
+pub mod filter;
+pub mod flows;
 pub mod format;
+pub mod plan;
 pub mod segment;
+pub mod sideindex;
 pub mod store;
 pub mod writer;
 

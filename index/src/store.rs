@@ -128,6 +128,11 @@ impl Store {
         &self.root
     }
 
+    /// The directory holding the side index (one file per sealed segment).
+    pub fn index_dir(&self) -> PathBuf {
+        self.root.join(crate::sideindex::INDEX_DIR)
+    }
+
     /// The directory holding segment files.
     pub fn segments_dir(&self) -> PathBuf {
         self.root.join(SEGMENTS_DIR)

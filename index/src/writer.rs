@@ -32,7 +32,8 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::error::{Result, StoreError};
 use crate::format::{self, BlockMeta};
-use crate::segment::{self, Recovery, SealedSegment, SegmentFile, SegmentState};
+use crate::segment::{self, Recovery, SealedSegment, SegmentFile, SegmentReader, SegmentState};
+use crate::sideindex::{self, rebuild, IndexBuilder, SegmentIndex};
 use crate::store::{now_ns, Store};
 
 /// The largest packet the store accepts (captured bytes).
@@ -85,6 +86,8 @@ pub struct OpenReport {
     pub deleted: Vec<DeletedSegment>,
     /// Sealed segments already in the store.
     pub existing_segments: usize,
+    /// Segments whose missing or stale index was rebuilt.
+    pub reindexed: Vec<u64>,
 }
 
 /// A segment removed by retention.
@@ -120,6 +123,8 @@ struct Compressed {
     segment: u64,
     meta: BlockMeta,
     frame: Vec<u8>,
+    /// The uncompressed block, for the side index; then back to the producer's pool.
+    data: Vec<u8>,
 }
 
 /// The block being filled by the producer.
@@ -255,8 +260,17 @@ impl StoreWriter {
             .map(|e| (e.seq, e.path, e.bytes))
             .collect();
         let mut total: u64 = sealed.iter().map(|s| s.2).sum();
+        let index_dir = store.index_dir();
         if let Some(max) = cfg.max_bytes {
-            report.deleted = enforce_budget(&dir, &mut sealed, &mut total, max, 0)?;
+            report.deleted = enforce_budget(&dir, &index_dir, &mut sealed, &mut total, max, 0)?;
+        }
+        // The index is derived data: rebuild what a crash (or an older build) left without one.
+        for (_, path, _) in &sealed {
+            let seg = SegmentReader::open(path)?;
+            if !SegmentIndex::is_current(&index_dir, &seg) {
+                rebuild(&seg)?.write(&index_dir)?;
+                report.reindexed.push(seg.seq());
+            }
         }
 
         let depth = cfg.threads * 2;
@@ -268,17 +282,19 @@ impl StoreWriter {
         for i in 0..cfg.threads {
             let rx = raw_rx.clone();
             let out = done_tx.clone();
-            let pool_tx = pool_tx.clone();
             let level = cfg.level;
             let h = std::thread::Builder::new()
                 .name(format!("capsule-zstd-{i}"))
-                .spawn(move || compress_loop(level, rx, out, pool_tx))
+                .spawn(move || compress_loop(level, rx, out))
                 .map_err(|e| StoreError::io("start compressor thread", &dir, e))?;
             threads.push(h);
         }
         drop(done_tx);
         let w = WriterThread {
             dir: dir.clone(),
+            index_dir,
+            index: None,
+            pool: pool_tx,
             sealed,
             total,
             cfg: cfg.clone(),
@@ -525,12 +541,7 @@ impl Drop for StoreWriter {
     }
 }
 
-fn compress_loop(
-    level: i32,
-    rx: Receiver<RawBlock>,
-    out: Sender<Compressed>,
-    pool: Sender<Vec<u8>>,
-) {
+fn compress_loop(level: i32, rx: Receiver<RawBlock>, out: Sender<Compressed>) {
     let Ok(mut c) = zstd::bulk::Compressor::new(level) else {
         return;
     };
@@ -544,13 +555,12 @@ fn compress_loop(
         }
         raw.meta.compressed_len = frame.len() as u32;
         raw.meta.frame_crc = crc32c::crc32c(&frame);
-        raw.data.clear();
-        let _ = pool.try_send(raw.data);
         let done = Compressed {
             order: raw.order,
             segment: raw.segment,
             meta: raw.meta,
             frame,
+            data: raw.data,
         };
         if out.send(done).is_err() {
             return;
@@ -560,11 +570,16 @@ fn compress_loop(
 
 struct WriterThread {
     dir: PathBuf,
+    index_dir: PathBuf,
     sealed: VecDeque<(u64, PathBuf, u64)>,
     total: u64,
     cfg: WriterConfig,
     ratio: Arc<Ratio>,
     report: WriteReport,
+    /// The index of the open segment, built block by block.
+    index: Option<IndexBuilder>,
+    /// Where block buffers go back to the producer.
+    pool: Sender<Vec<u8>>,
 }
 
 impl WriterThread {
@@ -602,7 +617,11 @@ impl WriterThread {
 
     fn seal(&mut self, seg: SegmentFile) -> Result<()> {
         let before = seg.len();
+        let index = self.index.take();
         if let Some(s) = seg.seal()? {
+            if let Some(index) = index {
+                index.finish(s.bytes).write(&self.index_dir)?;
+            }
             self.total += s.bytes - before;
             self.sealed.push_back((s.seq, s.path.clone(), s.bytes));
             self.report.sealed.push(s);
@@ -630,6 +649,7 @@ impl WriterThread {
             };
             let deleted = enforce_budget(
                 &self.dir,
+                &self.index_dir,
                 &mut self.sealed,
                 &mut self.total,
                 max,
@@ -639,6 +659,7 @@ impl WriterThread {
         }
         if current.is_none() {
             let seg = SegmentFile::create(&self.dir, c.segment, now_ns())?;
+            self.index = Some(IndexBuilder::new(c.segment));
             self.total += seg.len();
             *current = Some(seg);
         }
@@ -652,6 +673,12 @@ impl WriterThread {
             .fetch_add(u64::from(c.meta.uncompressed_len), Ordering::Relaxed);
         self.report.uncompressed_bytes += u64::from(c.meta.uncompressed_len);
         self.report.compressed_bytes += c.frame.len() as u64;
+        if let Some(index) = self.index.as_mut() {
+            index.add_block(&c.meta, &c.data);
+        }
+        let mut data = c.data;
+        data.clear();
+        let _ = self.pool.try_send(data);
         seg.append(c.meta, &c.frame)?;
         self.total += seg.len() - before;
         if last_sync.elapsed() >= self.cfg.sync_interval {
@@ -665,6 +692,7 @@ impl WriterThread {
 /// Deletes the oldest sealed segments until `total + need <= max`.
 fn enforce_budget(
     dir: &std::path::Path,
+    index_dir: &std::path::Path,
     sealed: &mut VecDeque<(u64, PathBuf, u64)>,
     total: &mut u64,
     max: u64,
@@ -679,6 +707,12 @@ fn enforce_budget(
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(StoreError::io("delete old segment", path, e)),
+        }
+        let idx = index_dir.join(sideindex::index_name(seq));
+        match std::fs::remove_file(&idx) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StoreError::io("delete old index", idx, e)),
         }
         *total = total.saturating_sub(bytes);
         tracing::info!(

@@ -1,10 +1,12 @@
-//! Export of a window of the store as pcap or pcapng. See the crate docs for the data path.
+//! Export of a query's packets as pcap or pcapng. See the crate docs for the data path.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::io::Write;
 use std::sync::Arc;
 
+use capsule_index::dissect::dissect;
+use capsule_index::plan::{plan, Plan, Query};
 use capsule_index::{SegmentReader, Store, StoreError};
 use capsule_pcap::{read::fragment_packets, write as pw, Interface, PacketRef};
 use crossbeam_channel::{bounded, Receiver};
@@ -22,10 +24,10 @@ pub enum Format {
 #[derive(Debug, Clone)]
 pub struct ExportOptions {
     pub format: Format,
-    /// Inclusive start of the window (ns since the epoch).
-    pub from_ns: Option<u64>,
-    /// Exclusive end of the window (ns since the epoch).
-    pub to_ns: Option<u64>,
+    /// Filter and time window.
+    pub query: Query,
+    /// A tcpdump filter expression applied after capsule's own filter (libpcap's compiler).
+    pub bpf: Option<String>,
     /// Decompression threads.
     pub threads: usize,
 }
@@ -34,9 +36,23 @@ impl Default for ExportOptions {
     fn default() -> Self {
         ExportOptions {
             format: Format::Pcap,
-            from_ns: None,
-            to_ns: None,
+            query: Query::all(),
+            bpf: None,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        }
+    }
+}
+
+impl ExportOptions {
+    /// Export of the window [from, to) with no filter.
+    pub fn window(from_ns: Option<u64>, to_ns: Option<u64>) -> Self {
+        ExportOptions {
+            query: Query {
+                from_ns,
+                to_ns,
+                ..Query::all()
+            },
+            ..Default::default()
         }
     }
 }
@@ -51,6 +67,8 @@ pub struct ExportReport {
     pub segments_touched: usize,
     pub blocks_total: usize,
     pub blocks_read: usize,
+    /// Segments planned without a side index (every block in the window was read).
+    pub unindexed: Vec<u64>,
 }
 
 /// Why an export failed.
@@ -65,6 +83,12 @@ pub enum ExportError {
          use --format pcapng"
     )]
     MixedLinkTypes(String),
+    #[error("--bpf {expr:?} does not compile for link type {linktype}: {detail}")]
+    Bpf {
+        expr: String,
+        linktype: u16,
+        detail: String,
+    },
     #[error(
         "{path}: block {block}: packet data at byte {offset} of the block is damaged: {detail}"
     )]
@@ -101,7 +125,7 @@ struct PacketLoc {
     end: u32,
 }
 
-/// A decompressed block with its packets located.
+/// A decompressed block with its selected packets located.
 struct Loaded {
     seg: usize,
     block: usize,
@@ -123,48 +147,47 @@ struct Cursor {
 
 type Reply = crossbeam_channel::Sender<Result<Loaded, ExportError>>;
 
-/// Exports the packets of `opts`' window from `store` to `out`, in timestamp order.
+/// Plans an export without reading any packet (`--explain`).
+pub fn explain(store: &Store, opts: &ExportOptions) -> Result<Plan, ExportError> {
+    let segments = store.open_segments()?;
+    Ok(plan(store, &segments, &opts.query)?)
+}
+
+/// Exports the packets of `opts`' query from `store` to `out`, in timestamp order.
 pub fn export<W: Write>(
     store: &Store,
     opts: &ExportOptions,
     out: W,
 ) -> Result<ExportReport, ExportError> {
     let segments = Arc::new(store.open_segments()?);
-    let from = opts.from_ns.unwrap_or(0);
-    let to = opts.to_ns.unwrap_or(u64::MAX);
+    let the_plan = plan(store, &segments, &opts.query)?;
     let mut report = ExportReport {
         segments_total: segments.len(),
+        segments_touched: the_plan.segments_touched(),
+        blocks_total: the_plan.blocks_total(),
+        blocks_read: the_plan.blocks_read(),
+        unindexed: the_plan.unindexed.clone(),
         ..Default::default()
     };
-
-    // Plan: blocks whose time range overlaps [from, to), ordered by first timestamp.
-    let mut plan = Vec::new();
-    for (si, seg) in segments.iter().enumerate() {
-        report.blocks_total += seg.blocks().len();
-        let mut touched = false;
-        for (bi, b) in seg.blocks().iter().enumerate() {
-            if b.last_ns >= from && b.first_ns < to {
-                plan.push(Planned {
-                    seg: si,
-                    block: bi,
-                    first_ns: b.first_ns,
-                });
-                touched = true;
-            }
-        }
-        report.segments_touched += usize::from(touched);
-    }
+    let mut plan: Vec<Planned> = the_plan
+        .segments
+        .iter()
+        .flat_map(|sp| {
+            let seg = &segments[sp.segment];
+            sp.blocks.iter().map(move |&b| Planned {
+                seg: sp.segment,
+                block: b,
+                first_ns: seg.blocks()[b].first_ns,
+            })
+        })
+        .collect();
     plan.sort_by_key(|p| (p.first_ns, segments[p.seg].seq(), p.block));
-    report.blocks_read = plan.len();
 
     // Output interfaces: equal interfaces of different segments become one.
     let mut out_ifaces: Vec<Interface> = Vec::new();
     let mut iface_map: HashMap<(usize, u32), u32> = HashMap::new();
-    let touched: Vec<bool> = {
-        let mut t = vec![false; segments.len()];
-        plan.iter().for_each(|p| t[p.seg] = true);
-        t
-    };
+    let mut touched = vec![false; segments.len()];
+    plan.iter().for_each(|p| touched[p.seg] = true);
     for (si, seg) in segments.iter().enumerate().filter(|(i, _)| touched[*i]) {
         for (li, iface) in seg.interfaces().iter().enumerate() {
             let id = match out_ifaces.iter().position(|x| x == iface) {
@@ -177,11 +200,23 @@ pub fn export<W: Write>(
             iface_map.insert((si, li as u32), id as u32);
         }
     }
+    if let Some(expr) = &opts.bpf {
+        // Fail before any output if the expression does not compile for a link type.
+        let mut check = Bpf::new(expr.clone());
+        for i in &out_ifaces {
+            check.program(i.linktype)?;
+        }
+    }
 
     let mut enc = Encoder::new(out, opts.format, &out_ifaces)?;
-    let loaded = prefetch(segments.clone(), plan.clone(), opts.threads);
+    let filter = PacketFilter {
+        query: opts.query.clone(),
+        bpf: opts.bpf.clone(),
+    };
+    let loaded = prefetch(segments.clone(), plan.clone(), opts.threads, filter);
 
     // k-way merge. Invariant: every block not yet opened starts at or after the heap's top.
+    // Blocks arrive with only their selected packets (window, filter and --bpf applied).
     let mut heap: BinaryHeap<Reverse<Cursor>> = BinaryHeap::new();
     let mut open: HashMap<usize, Loaded> = HashMap::new();
     let mut next_plan = 0usize;
@@ -210,19 +245,13 @@ pub fn export<W: Write>(
         let Some(Reverse(cur)) = heap.pop() else {
             break;
         };
-        if cur.ts_ns >= to {
-            // Everything left is at or after `to`.
-            break;
-        }
         let block = &open[&cur.slot];
         let p = block.packets[cur.packet];
-        if p.ts_ns >= from {
-            let out_iface = iface_map.get(&(block.seg, p.iface)).copied().unwrap_or(0);
-            let data = &block.data[p.start as usize..p.end as usize];
-            enc.packet(out_iface, p.ts_ns, p.orig_len, data)?;
-            report.packets += 1;
-            report.captured_bytes += data.len() as u64;
-        }
+        let out_iface = iface_map.get(&(block.seg, p.iface)).copied().unwrap_or(0);
+        let data = &block.data[p.start as usize..p.end as usize];
+        enc.packet(out_iface, p.ts_ns, p.orig_len, data)?;
+        report.packets += 1;
+        report.captured_bytes += data.len() as u64;
         if let Some(next) = block.packets.get(cur.packet + 1) {
             heap.push(Reverse(Cursor {
                 ts_ns: next.ts_ns,
@@ -237,12 +266,53 @@ pub fn export<W: Write>(
     Ok(report)
 }
 
-/// Reads and decompresses the planned blocks on `threads` threads, delivering them in plan
-/// order. At most a few blocks per thread are held ahead of the consumer.
+/// What every packet read must pass: the window, capsule's filter, and `--bpf`.
+#[derive(Debug, Clone)]
+struct PacketFilter {
+    query: Query,
+    bpf: Option<String>,
+}
+
+/// A `--bpf` expression compiled by libpcap, once per link type. Each thread keeps its own:
+/// a compiled program may be sent to another thread but not shared.
+struct Bpf {
+    expr: String,
+    programs: HashMap<u16, pcap::BpfProgram>,
+}
+
+impl Bpf {
+    fn new(expr: String) -> Self {
+        Bpf {
+            expr,
+            programs: HashMap::new(),
+        }
+    }
+
+    fn program(&mut self, linktype: u16) -> Result<&pcap::BpfProgram, ExportError> {
+        if !self.programs.contains_key(&linktype) {
+            let err = |detail: String| ExportError::Bpf {
+                expr: self.expr.clone(),
+                linktype,
+                detail,
+            };
+            let dead = pcap::Capture::dead(pcap::Linktype(i32::from(linktype)))
+                .map_err(|e| err(e.to_string()))?;
+            let prog = dead
+                .compile(&self.expr, true)
+                .map_err(|e| err(e.to_string()))?;
+            self.programs.insert(linktype, prog);
+        }
+        Ok(&self.programs[&linktype])
+    }
+}
+
+/// Reads, decompresses and filters the planned blocks on `threads` threads, delivering them
+/// in plan order. At most a few blocks per thread are held ahead of the consumer.
 fn prefetch(
     segments: Arc<Vec<SegmentReader>>,
     plan: Vec<Planned>,
     threads: usize,
+    filter: PacketFilter,
 ) -> Receiver<Result<Loaded, ExportError>> {
     let threads = threads.clamp(1, 16);
     let (out_tx, out_rx) = bounded(2);
@@ -252,12 +322,15 @@ fn prefetch(
     for _ in 0..threads {
         let job_rx = job_rx.clone();
         let segments = segments.clone();
+        let filter = filter.clone();
         std::thread::spawn(move || {
             let Ok(mut dctx) = zstd::bulk::Decompressor::new() else {
                 return;
             };
+            let mut bpf = filter.bpf.clone().map(Bpf::new);
             for (p, reply) in job_rx {
-                let _ = reply.send(load(&segments[p.seg], p, &mut dctx));
+                let r = load(&segments[p.seg], p, &mut dctx, &filter.query, bpf.as_mut());
+                let _ = reply.send(r);
             }
         });
     }
@@ -271,7 +344,9 @@ fn prefetch(
     });
     std::thread::spawn(move || {
         for rx in order_rx {
-            let Ok(r) = rx.recv() else { return };
+            let Ok(r) = rx.recv() else {
+                return;
+            };
             let stop = r.is_err();
             if out_tx.send(r).is_err() || stop {
                 return;
@@ -281,14 +356,17 @@ fn prefetch(
     out_rx
 }
 
+/// Reads block `p`, and keeps the packets in the window that pass the filter and `--bpf`.
 fn load(
     seg: &SegmentReader,
     p: Planned,
     dctx: &mut zstd::bulk::Decompressor<'static>,
+    query: &Query,
+    mut bpf: Option<&mut Bpf>,
 ) -> Result<Loaded, ExportError> {
     let mut data = Vec::new();
     seg.read_block(p.block, dctx, &mut data)?;
-    let mut packets = Vec::with_capacity(seg.blocks()[p.block].packets as usize);
+    let mut packets = Vec::new();
     let base = data.as_ptr() as usize;
     for r in fragment_packets(&data) {
         let pkt: PacketRef<'_> = r.map_err(|e| ExportError::BadPacket {
@@ -297,6 +375,21 @@ fn load(
             offset: e.offset,
             detail: e.to_string(),
         })?;
+        if !query.in_window(pkt.ts_ns) {
+            continue;
+        }
+        let linktype = seg
+            .interfaces()
+            .get(pkt.iface as usize)
+            .map_or(0, |i| i.linktype);
+        if !query.filter.is_all() && !query.filter.matches(&dissect(linktype, pkt.data)) {
+            continue;
+        }
+        if let Some(bpf) = bpf.as_deref_mut() {
+            if !bpf.program(linktype)?.filter(pkt.data) {
+                continue;
+            }
+        }
         let start = pkt.data.as_ptr() as usize - base;
         packets.push(PacketLoc {
             ts_ns: pkt.ts_ns,
@@ -480,11 +573,7 @@ mod tests {
             (2500, 2500),
             (9000, 9999),
         ] {
-            let opts = ExportOptions {
-                from_ns: Some(from),
-                to_ns: Some(to),
-                ..Default::default()
-            };
+            let opts = ExportOptions::window(Some(from), Some(to));
             let (_, got) = decode(&run(dir.path(), &opts));
             let want = oracle(&batches, from, to);
             assert_eq!(got.len(), want.len(), "window [{from}, {to})");
@@ -500,11 +589,7 @@ mod tests {
         let a: Vec<Pkt> = (0..2000).map(|i| packet(i * 1000, 500)).collect();
         let dir = store_with(&[a], &[eth()]);
         let store = Store::open(dir.path()).unwrap();
-        let opts = ExportOptions {
-            from_ns: Some(1_000_000),
-            to_ns: Some(1_000_001),
-            ..Default::default()
-        };
+        let opts = ExportOptions::window(Some(1_000_000), Some(1_000_001));
         let rep = export(&store, &opts, std::io::sink()).unwrap();
         assert_eq!(rep.packets, 1);
         assert!(rep.blocks_total > 100);
@@ -590,7 +675,7 @@ mod tests {
                 .map(|b| b.into_iter().map(|(t, n)| packet(t, n)).collect())
                 .collect();
             let dir = store_with(&batches, &[eth()]);
-            let opts = ExportOptions { from_ns: Some(from), to_ns: Some(from + len), ..Default::default() };
+            let opts = ExportOptions::window(Some(from), Some(from + len));
             let (_, got) = decode(&run(dir.path(), &opts));
             let want = oracle(&batches, from, from + len);
             prop_assert_eq!(got.len(), want.len());

@@ -1,0 +1,1130 @@
+//! The query filter language: a small tcpdump / stenoread-like expression language over the
+//! fields of [`Dissected`], with an exact per-packet evaluator ([`Filter::matches`]) and a
+//! three-valued evaluator for query planning over the side index ([`Filter::matches_side`],
+//! [`Filter::matches_non_ip`]).
+//!
+//! # Examples
+//!
+//! ```text
+//! tcp port 443
+//! host 10.0.0.1 and not port 22
+//! src net 10.1.0.0/16 and (udp dst port 53 or tcp dst port 53)
+//! ip6 and dscp ef
+//! vlan 100 && !icmp
+//! proto gre or proto 50
+//! udp portrange 16384-32767 and dscp af41
+//! ```
+//!
+//! ```
+//! use capsule_index::filter::Filter;
+//!
+//! let f = Filter::parse("tcp port 443 or dscp EF").unwrap();
+//! assert_eq!(f.to_string(), "tcp and port 443 or dscp ef"); // canonical, re-parsable
+//! assert!(Filter::parse("").unwrap().is_all());
+//!
+//! let err = Filter::parse("host 10.0.0.300 and tcp").unwrap_err();
+//! assert_eq!(
+//!     err.to_string(),
+//!     "host 10.0.0.300 and tcp\n     ^^^^^^^^^^ expected an IPv4 or IPv6 address, found \"10.0.0.300\""
+//! );
+//! ```
+//!
+//! # Grammar
+//!
+//! ```text
+//! filter     = [ or_expr ] ;                       (* empty: matches everything *)
+//! or_expr    = and_expr { ( "or" | "||" ) and_expr } ;
+//! and_expr   = unary { ( "and" | "&&" ) unary } ;
+//! unary      = ( "not" | "!" ) unary | "(" or_expr ")" | primitive ;
+//! primitive  = [ "src" | "dst" ] addressed
+//!            | proto_word [ follower ]             (* "tcp port 80" = "tcp and port 80" *)
+//!            | "proto" protocol
+//!            | "vlan" [ VLAN_ID ]
+//!            | "dscp" dscp ;
+//! addressed  = "host" ADDRESS | "net" CIDR | "port" PORT | "portrange" PORT "-" PORT ;
+//! follower   = [ "src" | "dst" ] addressed | "proto" protocol ;
+//! proto_word = "tcp" | "udp" | "sctp" | "icmp" | "icmp6" | "ip" | "ip6" ;
+//! protocol   = NUMBER (* 0-255 *) | "tcp" | "udp" | "sctp" | "icmp" | "icmp6" | "ipv6-icmp"
+//!            | "gre" | "esp" | "ah" ;
+//! dscp       = NUMBER (* 0-63 *) | "ef" | "va" | "le" | "default" | "be" | "cs0" .. "cs7"
+//!            | "af11" .. "af13" | "af21" .. "af23" | "af31" .. "af33" | "af41" .. "af43" ;
+//! ADDRESS    = an IPv4 or IPv6 literal (10.0.0.1, fd00::1) ;
+//! CIDR       = ADDRESS "/" NUMBER ;                (* prefix 0-32 or 0-128; host bits are masked *)
+//! PORT       = NUMBER (* 0-65535 *) ;   VLAN_ID = NUMBER (* 0-4095 *) ;
+//! ```
+//!
+//! Tokens are separated by white space; `(`, `)`, `!`, `&&` and `||` also end a word. Keywords
+//! and names are case-insensitive (`DSCP EF` works); numbers are plain decimal. Precedence is
+//! `not` > `and` > `or`; `and` and `or` are associative. Two primitives side by side without an
+//! operator are an error ("expected 'and' or 'or'"), except the shorthand of a protocol word
+//! directly followed by a `host` / `net` / `port` / `portrange` / `src` / `dst` / `proto`
+//! primitive, which means `and` and binds like a single primitive: `not tcp port 80` is
+//! `not (tcp and port 80)`.
+//!
+//! The empty filter (or only white space) matches everything ([`Filter::all`]). `Display`
+//! prints a canonical form: lowercase keywords, explicit `and`, the fewest parentheses, `and`
+//! / `or` chains flattened, networks with their host bits cleared, protocol and DSCP numbers
+//! by name where one exists (`tcp`, `proto gre`, `dscp ef`); it parses back to an equal
+//! `Filter`. Parentheses and `not` nest at most 200 deep (an error beyond, not a stack
+//! overflow).
+//!
+//! # Semantics
+//!
+//! * `host A`: the IP source or destination is `A`; `src host` / `dst host` one side only.
+//!   An IPv4 literal never matches an IPv6 packet and the reverse (no v4-mapped magic).
+//! * `net P/L`: the address is inside the prefix (same family only).
+//! * `port N`, `portrange A-B`: the TCP, UDP or SCTP source or destination port. Packets
+//!   without a transport header (non-first fragments, truncated headers, other protocols)
+//!   never match a port primitive, not even `portrange 0-65535` (like tcpdump).
+//! * `tcp`, `udp`, `sctp`, `icmp`, `icmp6`, `proto N`: the IP protocol (IPv4 protocol field,
+//!   or the IPv6 next header after the extension headers). Fragments of a protocol match it,
+//!   including non-first fragments.
+//! * `ip`, `ip6`: IPv4, IPv6 (a header that could not be dissected is not IP).
+//! * `vlan`: the frame carries at least one 802.1Q / 802.1ad tag; `vlan N`: one of its (up to
+//!   two) tags is `N`.
+//! * `dscp N`: the IPv4 DS field / IPv6 traffic class carries code point `N`.
+//! * Every primitive about IP is false for a packet that is not IP (ARP, LLDP, ...).
+//!
+//! # Differences from tcpdump (pcap-filter)
+//!
+//! * `vlan N` is true if *any* of the packet's tags is `N`, and every other primitive looks
+//!   through the tags. In tcpdump each `vlan` keyword shifts the offsets of the primitives that
+//!   follow it, so `vlan 100 and vlan 200` means "outer 100, inner 200" there, and `ip` without
+//!   a `vlan` does not match tagged frames; here `vlan 100 and vlan 200` means "tags 100 and
+//!   200 in either order" and `ip` matches tagged frames.
+//! * No qualifier omission: tcpdump reads `port 80 or 443` as `port 80 or port 443`; here it is
+//!   an error. No `src or dst` / `src and dst` qualifiers.
+//! * No names: host names, service names (`port http`) and protocol names other than those
+//!   listed above are errors.
+//! * No `ether`, `arp`, `less`/`greater`, byte-offset expressions (`tcp[13] & 2 != 0`),
+//!   `tcpflags`, `icmptype`, `broadcast`, `gateway`.
+//! * `host` and `net` do not match ARP / RARP payloads.
+//! * `proto N` on IPv6 looks at the next header after the extension headers (tcpdump's
+//!   `ip6 proto` only looks at the fixed header's next header).
+//! * `dscp` is new (tcpdump needs `ip[1] & 0xfc == 184`), and it covers IPv6 as well.
+//! * `tcp`, `udp`, ... match both IPv4 and IPv6, like tcpdump; `icmp` is protocol 1 and `icmp6`
+//!   is 58 whichever the IP version.
+//! * Keywords are case-insensitive.
+//!
+//! # Planning
+//!
+//! [`Filter::matches_side`] evaluates a filter against one direction of one flow, as the side
+//! index records it ([`FlowSide`]): every field is exact for all packets of that direction
+//! except the DSCP, which is the set of code points seen. The answer is a [`Tri`]: `Yes`
+//! (every packet of the side matches), `No` (none does) or `Maybe` (some may: read them).
+//! The answer is exact: it is `Yes` if the filter is true for every DSCP of the set, `No` if
+//! it is false for every one, `Maybe` otherwise — stronger than plain Kleene logic, which would
+//! answer `Maybe` for `dscp ef or not dscp ef`. An empty DSCP set means "no DSCP information":
+//! `dscp N` is false there. Because ports are taken as exact, the side index must keep
+//! packets without ports (non-first fragments) apart from the side of their flow that has
+//! ports, or give up exactness for them.
+//!
+//! [`Filter::matches_non_ip`] evaluates a filter for non-IP packets, whose VLAN tags the
+//! planner does not know: IP primitives (including `dscp`) are `No`, VLAN primitives `Maybe`,
+//! combined with Kleene logic.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use crate::dissect::Dissected;
+
+mod parse;
+#[cfg(test)]
+mod proptests;
+
+pub use parse::FilterError;
+
+/// A parsed filter expression. `Display` prints a canonical form that parses back to an equal
+/// `Filter`; the empty filter prints as the empty string.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Filter {
+    /// `None` is the empty filter, which matches everything.
+    expr: Option<Expr>,
+}
+
+/// One direction of one flow, as the side index records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowSide {
+    /// 802.1Q / 802.1ad tags, outermost first.
+    pub vlans: [Option<u16>; 2],
+    /// 4 or 6.
+    pub ip_version: u8,
+    /// IP protocol (IPv6: next header after the extension headers).
+    pub proto: u8,
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    /// Source and destination ports (TCP, UDP, SCTP), `None` for other protocols and for
+    /// packets without a transport header (non-first fragments).
+    pub ports: Option<(u16, u16)>,
+    /// Bit `n` set: DSCP `n` was seen on at least one packet of this side.
+    pub dscp_mask: u64,
+}
+
+impl FlowSide {
+    /// The side a single IP packet belongs to, with its DSCP as the only one seen; `None` for
+    /// packets that are not IP.
+    pub fn from_dissected(d: &Dissected) -> Option<FlowSide> {
+        let ip = d.ip.as_ref()?;
+        Some(FlowSide {
+            vlans: d.vlans,
+            ip_version: ip.version,
+            proto: ip.proto,
+            src: ip.src,
+            dst: ip.dst,
+            ports: d.l4.ports(),
+            dscp_mask: 1u64.checked_shl(u32::from(ip.dscp)).unwrap_or(0),
+        })
+    }
+}
+
+/// A three-valued truth value (Kleene logic) for planning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tri {
+    No,
+    Maybe,
+    Yes,
+}
+
+impl Tri {
+    /// Kleene conjunction: `No` if either is `No`, `Yes` if both are `Yes`, else `Maybe`.
+    pub fn and(self, other: Tri) -> Tri {
+        match (self, other) {
+            (Tri::No, _) | (_, Tri::No) => Tri::No,
+            (Tri::Yes, Tri::Yes) => Tri::Yes,
+            _ => Tri::Maybe,
+        }
+    }
+
+    /// Kleene disjunction: `Yes` if either is `Yes`, `No` if both are `No`, else `Maybe`.
+    pub fn or(self, other: Tri) -> Tri {
+        match (self, other) {
+            (Tri::Yes, _) | (_, Tri::Yes) => Tri::Yes,
+            (Tri::No, Tri::No) => Tri::No,
+            _ => Tri::Maybe,
+        }
+    }
+
+    /// True unless `No`: some packet may match.
+    pub fn possible(self) -> bool {
+        self != Tri::No
+    }
+}
+
+impl From<bool> for Tri {
+    fn from(b: bool) -> Tri {
+        if b {
+            Tri::Yes
+        } else {
+            Tri::No
+        }
+    }
+}
+
+impl std::ops::Not for Tri {
+    type Output = Tri;
+    fn not(self) -> Tri {
+        match self {
+            Tri::No => Tri::Yes,
+            Tri::Maybe => Tri::Maybe,
+            Tri::Yes => Tri::No,
+        }
+    }
+}
+
+impl std::ops::BitAnd for Tri {
+    type Output = Tri;
+    fn bitand(self, rhs: Tri) -> Tri {
+        self.and(rhs)
+    }
+}
+
+impl std::ops::BitOr for Tri {
+    type Output = Tri;
+    fn bitor(self, rhs: Tri) -> Tri {
+        self.or(rhs)
+    }
+}
+
+/// The conventional name of a DSCP code point (`ef`, `af41`, `cs1`, ...), lowercase, as the
+/// filter language accepts it; `None` for unnamed code points.
+pub fn dscp_name(n: u8) -> Option<&'static str> {
+    const AF: [&str; 12] = [
+        "af11", "af12", "af13", "af21", "af22", "af23", "af31", "af32", "af33", "af41", "af42",
+        "af43",
+    ];
+    const CS: [&str; 8] = ["default", "cs1", "cs2", "cs3", "cs4", "cs5", "cs6", "cs7"];
+    match n {
+        46 => Some("ef"),
+        44 => Some("va"),
+        1 => Some("le"),
+        n if n < 64 && n % 8 == 0 => Some(CS[usize::from(n / 8)]),
+        // AFxy = 8x + 2y, x in 1..=4, y in 1..=3.
+        n if (10..=38).contains(&n) && n % 2 == 0 && (1..=3).contains(&(n % 8 / 2)) => {
+            let x = usize::from(n / 8);
+            let y = usize::from(n % 8 / 2);
+            Some(AF[(x - 1) * 3 + (y - 1)])
+        }
+        _ => None,
+    }
+}
+
+/// The code point of a DSCP name (case-insensitive), the inverse of [`dscp_name`] plus the
+/// aliases `be` and `cs0`.
+pub(crate) fn dscp_by_name(name: &str) -> Option<u8> {
+    let name = name.to_ascii_lowercase();
+    match name.as_str() {
+        "be" | "cs0" => return Some(0),
+        _ => {}
+    }
+    (0..64u8).find(|&n| dscp_name(n) == Some(name.as_str()))
+}
+
+/// The name the filter language prints for an IP protocol number, if it has one.
+fn proto_name(n: u8) -> Option<&'static str> {
+    Some(match n {
+        1 => "icmp",
+        6 => "tcp",
+        17 => "udp",
+        47 => "gre",
+        50 => "esp",
+        51 => "ah",
+        58 => "icmp6",
+        132 => "sctp",
+        _ => return None,
+    })
+}
+
+/// The protocol number of a name (case-insensitive) accepted after `proto`.
+fn proto_by_name(name: &str) -> Option<u8> {
+    let name = name.to_ascii_lowercase();
+    if name == "ipv6-icmp" {
+        return Some(58);
+    }
+    (0..=255u8).find(|&n| proto_name(n) == Some(name.as_str()))
+}
+
+/// Which address or port of the packet a primitive looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Any,
+    Src,
+    Dst,
+}
+
+impl Dir {
+    fn pick(self, src: bool, dst: bool) -> bool {
+        match self {
+            Dir::Any => src || dst,
+            Dir::Src => src,
+            Dir::Dst => dst,
+        }
+    }
+}
+
+/// An IP prefix with its host bits cleared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Net {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Net {
+    /// `None` if the prefix is longer than the address.
+    fn new(addr: IpAddr, prefix: u8) -> Option<Net> {
+        let addr = match addr {
+            IpAddr::V4(a) => {
+                if prefix > 32 {
+                    return None;
+                }
+                let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+                IpAddr::V4((u32::from(a) & mask).into())
+            }
+            IpAddr::V6(a) => {
+                if prefix > 128 {
+                    return None;
+                }
+                let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+                IpAddr::V6((u128::from(a) & mask).into())
+            }
+        };
+        Some(Net { addr, prefix })
+    }
+
+    fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(a) & mask == u32::from(n)
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(a) & mask == u128::from(n)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A primitive test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Prim {
+    Host(Dir, IpAddr),
+    Net(Dir, Net),
+    Port(Dir, u16),
+    /// Inclusive, low <= high.
+    PortRange(Dir, u16, u16),
+    Proto(u8),
+    Ip4,
+    Ip6,
+    Vlan(Option<u16>),
+    Dscp(u8),
+}
+
+/// The expression tree. `And` and `Or` hold at least two items, none of them of the same
+/// kind (the constructors flatten), so that the canonical text form parses back to an equal
+/// tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expr {
+    Prim(Prim),
+    Not(Box<Expr>),
+    And(Vec<Expr>),
+    Or(Vec<Expr>),
+}
+
+impl Expr {
+    fn not(e: Expr) -> Expr {
+        Expr::Not(Box::new(e))
+    }
+
+    fn and(items: Vec<Expr>) -> Expr {
+        Expr::join(items, true)
+    }
+
+    fn or(items: Vec<Expr>) -> Expr {
+        Expr::join(items, false)
+    }
+
+    fn join(items: Vec<Expr>, and: bool) -> Expr {
+        let mut flat = Vec::with_capacity(items.len());
+        for e in items {
+            match e {
+                Expr::And(v) if and => flat.extend(v),
+                Expr::Or(v) if !and => flat.extend(v),
+                e => flat.push(e),
+            }
+        }
+        if flat.len() == 1 {
+            return flat.pop().expect("one item");
+        }
+        if and {
+            Expr::And(flat)
+        } else {
+            Expr::Or(flat)
+        }
+    }
+
+    /// Exact evaluation, short-circuit.
+    fn eval(&self, prim: &impl Fn(&Prim) -> bool) -> bool {
+        match self {
+            Expr::Prim(p) => prim(p),
+            Expr::Not(e) => !e.eval(prim),
+            Expr::And(v) => v.iter().all(|e| e.eval(prim)),
+            Expr::Or(v) => v.iter().any(|e| e.eval(prim)),
+        }
+    }
+
+    /// Kleene evaluation, short-circuit on `No` / `Yes`.
+    fn eval_tri(&self, prim: &impl Fn(&Prim) -> Tri) -> Tri {
+        match self {
+            Expr::Prim(p) => prim(p),
+            Expr::Not(e) => !e.eval_tri(prim),
+            Expr::And(v) => {
+                let mut acc = Tri::Yes;
+                for e in v {
+                    acc = acc & e.eval_tri(prim);
+                    if acc == Tri::No {
+                        break;
+                    }
+                }
+                acc
+            }
+            Expr::Or(v) => {
+                let mut acc = Tri::No;
+                for e in v {
+                    acc = acc | e.eval_tri(prim);
+                    if acc == Tri::Yes {
+                        break;
+                    }
+                }
+                acc
+            }
+        }
+    }
+
+    /// The set of DSCP code points the expression names, as a mask.
+    fn dscp_mask(&self) -> u64 {
+        match self {
+            Expr::Prim(Prim::Dscp(n)) => 1u64.checked_shl(u32::from(*n)).unwrap_or(0),
+            Expr::Prim(_) => 0,
+            Expr::Not(e) => e.dscp_mask(),
+            Expr::And(v) | Expr::Or(v) => v.iter().fold(0, |m, e| m | e.dscp_mask()),
+        }
+    }
+
+    /// Binding strength, for printing with the fewest parentheses.
+    fn level(&self) -> u8 {
+        match self {
+            Expr::Or(_) => 1,
+            Expr::And(_) => 2,
+            Expr::Not(_) => 3,
+            Expr::Prim(_) => 4,
+        }
+    }
+
+    /// Prints `self`, in parentheses if it binds less tightly than `min` (or, defensively,
+    /// as tightly for `and` / `or`, which never nest in a well-formed tree).
+    fn fmt_at(&self, f: &mut fmt::Formatter<'_>, min: u8) -> fmt::Result {
+        if self.level() < min {
+            write!(f, "({self})")
+        } else {
+            write!(f, "{self}")
+        }
+    }
+}
+
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expr::Prim(p) => write!(f, "{p}"),
+            Expr::Not(e) => {
+                f.write_str("not ")?;
+                e.fmt_at(f, 3)
+            }
+            Expr::And(v) | Expr::Or(v) => {
+                let (op, min) = if matches!(self, Expr::And(_)) {
+                    (" and ", 3)
+                } else {
+                    (" or ", 2)
+                };
+                for (i, e) in v.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(op)?;
+                    }
+                    e.fmt_at(f, min)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl fmt::Display for Dir {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Dir::Any => "",
+            Dir::Src => "src ",
+            Dir::Dst => "dst ",
+        })
+    }
+}
+
+impl fmt::Display for Prim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Prim::Host(d, a) => write!(f, "{d}host {a}"),
+            Prim::Net(d, n) => write!(f, "{d}net {}/{}", n.addr, n.prefix),
+            Prim::Port(d, p) => write!(f, "{d}port {p}"),
+            Prim::PortRange(d, lo, hi) => write!(f, "{d}portrange {lo}-{hi}"),
+            Prim::Proto(n) => match (n, proto_name(n)) {
+                (1 | 6 | 17 | 58 | 132, Some(name)) => f.write_str(name),
+                (_, Some(name)) => write!(f, "proto {name}"),
+                (_, None) => write!(f, "proto {n}"),
+            },
+            Prim::Ip4 => f.write_str("ip"),
+            Prim::Ip6 => f.write_str("ip6"),
+            Prim::Vlan(None) => f.write_str("vlan"),
+            Prim::Vlan(Some(n)) => write!(f, "vlan {n}"),
+            Prim::Dscp(n) => match dscp_name(n) {
+                Some(name) => write!(f, "dscp {name}"),
+                None => write!(f, "dscp {n}"),
+            },
+        }
+    }
+}
+
+/// The fields the primitives look at, from a packet or a flow side.
+struct View {
+    vlans: [Option<u16>; 2],
+    ip: Option<IpView>,
+}
+
+struct IpView {
+    version: u8,
+    proto: u8,
+    src: IpAddr,
+    dst: IpAddr,
+    ports: Option<(u16, u16)>,
+    /// `None`: unknown (a flow side with an empty DSCP set); `dscp N` is false.
+    dscp: Option<u8>,
+}
+
+impl View {
+    fn prim(&self, p: &Prim) -> bool {
+        match (*p, &self.ip) {
+            (Prim::Vlan(None), _) => self.vlans.iter().any(Option::is_some),
+            (Prim::Vlan(Some(n)), _) => self.vlans.contains(&Some(n)),
+            (_, None) => false,
+            (Prim::Host(d, a), Some(ip)) => d.pick(ip.src == a, ip.dst == a),
+            (Prim::Net(d, n), Some(ip)) => d.pick(n.contains(ip.src), n.contains(ip.dst)),
+            (Prim::Port(d, port), Some(ip)) => {
+                ip.ports.is_some_and(|(s, t)| d.pick(s == port, t == port))
+            }
+            (Prim::PortRange(d, lo, hi), Some(ip)) => ip
+                .ports
+                .is_some_and(|(s, t)| d.pick((lo..=hi).contains(&s), (lo..=hi).contains(&t))),
+            (Prim::Proto(n), Some(ip)) => ip.proto == n,
+            (Prim::Ip4, Some(ip)) => ip.version == 4,
+            (Prim::Ip6, Some(ip)) => ip.version == 6,
+            (Prim::Dscp(n), Some(ip)) => ip.dscp == Some(n),
+        }
+    }
+}
+
+impl Filter {
+    /// Parses a filter expression; the empty (or all-blank) string is [`Filter::all`].
+    pub fn parse(src: &str) -> Result<Filter, FilterError> {
+        Ok(Filter {
+            expr: parse::parse(src)?,
+        })
+    }
+
+    /// The filter that matches every packet.
+    pub fn all() -> Filter {
+        Filter { expr: None }
+    }
+
+    /// True for the empty filter (not for filters that happen to match everything, such as
+    /// `vlan or not vlan`).
+    pub fn is_all(&self) -> bool {
+        self.expr.is_none()
+    }
+
+    /// Exact evaluation for one packet.
+    pub fn matches(&self, d: &Dissected) -> bool {
+        let Some(expr) = &self.expr else {
+            return true;
+        };
+        let view = View {
+            vlans: d.vlans,
+            ip: d.ip.as_ref().map(|ip| IpView {
+                version: ip.version,
+                proto: ip.proto,
+                src: ip.src,
+                dst: ip.dst,
+                ports: d.l4.ports(),
+                dscp: Some(ip.dscp),
+            }),
+        };
+        expr.eval(&|p| view.prim(p))
+    }
+
+    /// Planning for one direction of one flow: `Yes` if every packet of the side matches, `No`
+    /// if none does, `Maybe` if that depends on the DSCP of each packet (see the module docs).
+    pub fn matches_side(&self, s: &FlowSide) -> Tri {
+        let Some(expr) = &self.expr else {
+            return Tri::Yes;
+        };
+        let mut view = View {
+            vlans: s.vlans,
+            ip: Some(IpView {
+                version: s.ip_version,
+                proto: s.proto,
+                src: s.src,
+                dst: s.dst,
+                ports: s.ports,
+                dscp: None,
+            }),
+        };
+        let set_dscp = |view: &mut View, dscp: Option<u8>| {
+            if let Some(ip) = &mut view.ip {
+                ip.dscp = dscp;
+            }
+        };
+        if s.dscp_mask == 0 {
+            return Tri::from(expr.eval(&|p| view.prim(p)));
+        }
+        // Code points the filter does not name all give the same answer: try each named one
+        // in the set, and one unnamed one if the set has any.
+        let named = expr.dscp_mask();
+        let mut tries = s.dscp_mask & named;
+        let unnamed = s.dscp_mask & !named;
+        if unnamed != 0 {
+            tries |= 1 << unnamed.trailing_zeros();
+        }
+        let (mut seen_yes, mut seen_no) = (false, false);
+        while tries != 0 {
+            let bit = tries.trailing_zeros();
+            tries &= tries - 1;
+            set_dscp(&mut view, Some(bit as u8));
+            if expr.eval(&|p| view.prim(p)) {
+                seen_yes = true;
+            } else {
+                seen_no = true;
+            }
+            if seen_yes && seen_no {
+                return Tri::Maybe;
+            }
+        }
+        Tri::from(seen_yes)
+    }
+
+    /// Planning for packets that are not IP (ARP, LLDP, ...), whose VLAN tags are unknown:
+    /// IP primitives are `No`, VLAN primitives `Maybe`, in Kleene logic.
+    pub fn matches_non_ip(&self) -> Tri {
+        let Some(expr) = &self.expr else {
+            return Tri::Yes;
+        };
+        expr.eval_tri(&|p| match p {
+            Prim::Vlan(_) => Tri::Maybe,
+            _ => Tri::No,
+        })
+    }
+}
+
+impl fmt::Display for Filter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.expr {
+            Some(e) => write!(f, "{e}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl FromStr for Filter {
+    type Err = FilterError;
+    fn from_str(s: &str) -> Result<Filter, FilterError> {
+        Filter::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dissect::{Fragment, IpInfo, TcpInfo, L4};
+
+    fn ip4(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn pkt(src: &str, dst: &str, proto: u8, l4: L4) -> Dissected {
+        let (src, dst) = (ip4(src), ip4(dst));
+        Dissected {
+            vlans: [None, None],
+            ethertype: if src.is_ipv4() { 0x0800 } else { 0x86dd },
+            ip: Some(IpInfo {
+                version: if src.is_ipv4() { 4 } else { 6 },
+                src,
+                dst,
+                proto,
+                dscp: 0,
+                ecn: 0,
+                ttl: 64,
+                fragment: None,
+                payload_len: 100,
+            }),
+            l4,
+            malformed: None,
+        }
+    }
+
+    fn tcp(src: &str, sport: u16, dst: &str, dport: u16) -> Dissected {
+        pkt(
+            src,
+            dst,
+            6,
+            L4::Tcp(TcpInfo {
+                src_port: sport,
+                dst_port: dport,
+                seq: 1,
+                ack: 0,
+                flags: 0x02,
+                window: 1000,
+                payload_len: 0,
+            }),
+        )
+    }
+
+    fn udp(src: &str, sport: u16, dst: &str, dport: u16) -> Dissected {
+        pkt(
+            src,
+            dst,
+            17,
+            L4::Udp {
+                src_port: sport,
+                dst_port: dport,
+            },
+        )
+    }
+
+    fn with_dscp(mut d: Dissected, dscp: u8) -> Dissected {
+        d.ip.as_mut().unwrap().dscp = dscp;
+        d
+    }
+
+    fn with_vlans(mut d: Dissected, vlans: [Option<u16>; 2]) -> Dissected {
+        d.vlans = vlans;
+        d
+    }
+
+    fn arp(vlans: [Option<u16>; 2]) -> Dissected {
+        Dissected {
+            vlans,
+            ethertype: 0x0806,
+            ..Dissected::default()
+        }
+    }
+
+    #[track_caller]
+    fn m(f: &str, d: &Dissected) -> bool {
+        let filter = Filter::parse(f).unwrap_or_else(|e| panic!("{e}"));
+        let r = filter.matches(d);
+        // Every IP packet's own side agrees exactly.
+        if let Some(side) = FlowSide::from_dissected(d) {
+            assert_eq!(filter.matches_side(&side), Tri::from(r), "side of {f:?}");
+        } else if r {
+            assert_ne!(filter.matches_non_ip(), Tri::No, "non-ip {f:?}");
+        } else {
+            assert_ne!(filter.matches_non_ip(), Tri::Yes, "non-ip {f:?}");
+        }
+        r
+    }
+
+    #[test]
+    fn filter_empty_matches_everything() {
+        let f = Filter::parse("").unwrap();
+        assert!(f.is_all());
+        assert_eq!(f, Filter::all());
+        assert_eq!(f, Filter::default());
+        assert_eq!(Filter::parse(" \t\n ").unwrap(), Filter::all());
+        assert_eq!(f.to_string(), "");
+        assert!(f.matches(&arp([None, None])));
+        assert!(f.matches(&tcp("10.0.0.1", 1, "10.0.0.2", 2)));
+        assert_eq!(f.matches_non_ip(), Tri::Yes);
+        let side = FlowSide::from_dissected(&tcp("10.0.0.1", 1, "10.0.0.2", 2)).unwrap();
+        assert_eq!(f.matches_side(&side), Tri::Yes);
+        assert!(!Filter::parse("tcp").unwrap().is_all());
+        assert!(!Filter::parse("vlan or not vlan").unwrap().is_all());
+    }
+
+    #[test]
+    fn filter_match_hosts_and_nets() {
+        let d = tcp("10.0.0.1", 40000, "192.168.1.20", 443);
+        assert!(m("host 10.0.0.1", &d));
+        assert!(m("host 192.168.1.20", &d));
+        assert!(!m("host 10.0.0.2", &d));
+        assert!(m("src host 10.0.0.1", &d));
+        assert!(!m("dst host 10.0.0.1", &d));
+        assert!(m("dst host 192.168.1.20", &d));
+        assert!(m("net 10.0.0.0/8", &d));
+        assert!(m("net 10.0.0.0/32 or net 192.168.0.0/16", &d));
+        assert!(m("src net 10.0.0.0/24", &d));
+        assert!(!m("dst net 10.0.0.0/24", &d));
+        assert!(m("net 0.0.0.0/0", &d));
+        assert!(m("net 10.9.9.9/8", &d)); // host bits masked
+        assert!(!m("net 10.0.0.0/32", &tcp("10.0.0.2", 1, "10.0.0.3", 2)));
+        assert!(m("net 10.0.0.1/32", &d));
+        // Families never cross.
+        assert!(!m("net ::/0", &d));
+        assert!(!m("host ::ffff:10.0.0.1", &d));
+    }
+
+    #[test]
+    fn filter_match_ipv6() {
+        let d = udp("fd00::1", 5353, "2001:db8::53", 53);
+        assert!(m("ip6", &d));
+        assert!(!m("ip", &d));
+        assert!(m("host fd00::1", &d));
+        assert!(m("host FD00:0:0::1", &d));
+        assert!(m("src net fd00::/8", &d));
+        assert!(!m("dst net fd00::/8", &d));
+        assert!(m("dst net 2001:db8::/32", &d));
+        assert!(m("net ::/0", &d));
+        assert!(!m("net 0.0.0.0/0", &d));
+        assert!(m("udp dst port 53", &d));
+        assert!(m("ip6 src host fd00::1 and udp", &d));
+        assert!(!m("tcp", &d));
+        let icmp6 = pkt("fe80::1", "ff02::1", 58, L4::Icmp6 { kind: 135, code: 0 });
+        assert!(m("icmp6", &icmp6));
+        assert!(m("proto ipv6-icmp", &icmp6));
+        assert!(m("proto 58", &icmp6));
+        assert!(!m("icmp", &icmp6));
+        assert!(!m("port 0", &icmp6));
+    }
+
+    #[test]
+    fn filter_match_ports_and_protocols() {
+        let t = tcp("10.0.0.1", 40000, "10.0.0.2", 443);
+        let u = udp("10.0.0.1", 53, "10.0.0.2", 33000);
+        let s = pkt(
+            "10.0.0.1",
+            "10.0.0.2",
+            132,
+            L4::Sctp {
+                src_port: 2905,
+                dst_port: 2905,
+            },
+        );
+        let gre = pkt("10.0.0.1", "10.0.0.2", 47, L4::Other);
+        let icmp = pkt("10.0.0.1", "10.0.0.2", 1, L4::Icmp { kind: 8, code: 0 });
+        assert!(m("port 443", &t));
+        assert!(m("port 40000", &t));
+        assert!(m("dst port 443", &t));
+        assert!(!m("src port 443", &t));
+        assert!(m("tcp port 443", &t));
+        assert!(!m("udp port 443", &t));
+        assert!(m("portrange 400-500", &t));
+        assert!(m("dst portrange 443-443", &t));
+        assert!(!m("src portrange 400-500", &t));
+        assert!(m("src portrange 30000-65535", &t));
+        assert!(m("udp src port 53", &u));
+        assert!(!m("udp dst port 53", &u));
+        assert!(m("port 2905 and sctp", &s));
+        assert!(m("sctp src portrange 2900-2910", &s));
+        assert!(m("proto gre", &gre));
+        assert!(m("proto 47", &gre));
+        assert!(!m("portrange 0-65535", &gre));
+        assert!(m("icmp and not port 0", &icmp));
+        assert!(m("proto icmp", &icmp));
+        assert!(m("ip", &icmp));
+        assert!(m("proto TCP", &t));
+        assert!(m("proto esp", &pkt("10.0.0.1", "10.0.0.2", 50, L4::Other)));
+        assert!(m("proto ah", &pkt("10.0.0.1", "10.0.0.2", 51, L4::Other)));
+        assert!(m("proto 255", &pkt("10.0.0.1", "10.0.0.2", 255, L4::Other)));
+        assert!(m("proto 0", &pkt("10.0.0.1", "10.0.0.2", 0, L4::Other)));
+    }
+
+    #[test]
+    fn filter_match_fragments() {
+        // The first fragment carries the transport header; later ones do not.
+        let mut first = udp("10.0.0.1", 5000, "10.0.0.2", 6000);
+        first.ip.as_mut().unwrap().fragment = Some(Fragment {
+            offset: 0,
+            more: true,
+            id: 7,
+        });
+        let mut later = pkt("10.0.0.1", "10.0.0.2", 17, L4::None);
+        later.ip.as_mut().unwrap().fragment = Some(Fragment {
+            offset: 185,
+            more: false,
+            id: 7,
+        });
+        assert!(m("udp port 6000", &first));
+        assert!(!m("udp port 6000", &later));
+        assert!(!m("portrange 0-65535", &later));
+        assert!(m("not port 6000", &later));
+        assert!(m("udp", &later));
+        assert!(m("host 10.0.0.2", &later));
+    }
+
+    #[test]
+    fn filter_match_vlans() {
+        let d = tcp("10.0.0.1", 1, "10.0.0.2", 2);
+        let untagged = d.clone();
+        let one = with_vlans(d.clone(), [Some(100), None]);
+        let qinq = with_vlans(d, [Some(200), Some(100)]);
+        assert!(!m("vlan", &untagged));
+        assert!(m("not vlan", &untagged));
+        assert!(m("vlan", &one));
+        assert!(m("vlan 100", &one));
+        assert!(!m("vlan 200", &one));
+        assert!(m("vlan 100", &qinq));
+        assert!(m("vlan 200", &qinq));
+        assert!(m("vlan 100 and vlan 200", &qinq)); // any order, unlike tcpdump
+        assert!(!m("vlan 0", &qinq));
+        assert!(m("vlan and tcp port 2", &qinq));
+        assert!(m("vlan 0", &with_vlans(untagged.clone(), [Some(0), None])));
+        assert!(m("vlan 4095", &with_vlans(untagged, [None, Some(4095)])));
+    }
+
+    #[test]
+    fn filter_match_dscp() {
+        let d = udp("10.0.0.1", 1, "10.0.0.2", 2);
+        assert!(m("dscp 0", &d));
+        assert!(m("dscp default", &d));
+        assert!(m("dscp be", &d));
+        assert!(m("dscp cs0", &d));
+        let ef = with_dscp(d.clone(), 46);
+        assert!(m("dscp ef", &ef));
+        assert!(m("dscp EF", &ef));
+        assert!(m("dscp 46", &ef));
+        assert!(!m("dscp af41", &ef));
+        assert!(m("dscp af41", &with_dscp(d.clone(), 34)));
+        assert!(m("dscp af11", &with_dscp(d.clone(), 10)));
+        assert!(m("dscp af43", &with_dscp(d.clone(), 38)));
+        assert!(m("dscp cs7", &with_dscp(d.clone(), 56)));
+        assert!(m("dscp va", &with_dscp(d.clone(), 44)));
+        assert!(m("dscp le", &with_dscp(d.clone(), 1)));
+        assert!(m("dscp 63", &with_dscp(d.clone(), 63)));
+        assert!(m("ip6 or dscp ef", &ef));
+        let v6 = with_dscp(udp("fd00::1", 1, "fd00::2", 2), 46);
+        assert!(m("ip6 and dscp ef", &v6));
+    }
+
+    #[test]
+    fn filter_match_non_ip() {
+        let plain = arp([None, None]);
+        let tagged = arp([Some(7), None]);
+        assert!(!m("host 10.0.0.1", &plain));
+        assert!(!m("ip or ip6", &plain));
+        assert!(!m("dscp 0", &plain));
+        assert!(!m("port 80", &plain));
+        assert!(m("not ip", &plain));
+        assert!(m("vlan 7", &tagged));
+        assert!(!m("vlan 7", &plain));
+        let f = |s: &str| Filter::parse(s).unwrap().matches_non_ip();
+        assert_eq!(f("tcp"), Tri::No);
+        assert_eq!(f("not tcp"), Tri::Yes);
+        assert_eq!(f("dscp 0"), Tri::No);
+        assert_eq!(f("vlan"), Tri::Maybe);
+        assert_eq!(f("not vlan 3"), Tri::Maybe);
+        assert_eq!(f("vlan 3 and host 10.0.0.1"), Tri::No);
+        assert_eq!(f("vlan 3 or not ip"), Tri::Yes);
+        assert_eq!(f("vlan 3 or ip"), Tri::Maybe);
+    }
+
+    #[test]
+    fn filter_side_dscp_sets() {
+        let d = udp("10.0.0.1", 1, "10.0.0.2", 2);
+        let mut side = FlowSide::from_dissected(&d).unwrap();
+        assert_eq!(side.dscp_mask, 1);
+        let f = |s: &str, side: &FlowSide| Filter::parse(s).unwrap().matches_side(side);
+        side.dscp_mask = (1 << 46) | 1;
+        assert_eq!(f("dscp ef", &side), Tri::Maybe);
+        assert_eq!(f("dscp af41", &side), Tri::No);
+        assert_eq!(f("not dscp af41", &side), Tri::Yes);
+        assert_eq!(f("dscp ef or dscp 0", &side), Tri::Yes);
+        assert_eq!(f("dscp ef or not dscp ef", &side), Tri::Yes);
+        assert_eq!(f("dscp ef and dscp 0", &side), Tri::No);
+        assert_eq!(f("udp and dscp ef", &side), Tri::Maybe);
+        assert_eq!(f("tcp and dscp ef", &side), Tri::No);
+        assert_eq!(f("udp or dscp ef", &side), Tri::Yes);
+        assert_eq!(f("not dscp ef", &side), Tri::Maybe);
+        side.dscp_mask = 1 << 46;
+        assert_eq!(f("dscp ef", &side), Tri::Yes);
+        // Several code points the filter does not name.
+        side.dscp_mask = (1 << 10) | (1 << 12) | (1 << 14);
+        assert_eq!(f("dscp ef", &side), Tri::No);
+        assert_eq!(f("not dscp ef", &side), Tri::Yes);
+        assert_eq!(f("dscp af12", &side), Tri::Maybe);
+        // An empty set: no DSCP information; dscp N is false.
+        side.dscp_mask = 0;
+        assert_eq!(f("dscp 0", &side), Tri::No);
+        assert_eq!(f("not dscp 0", &side), Tri::Yes);
+        assert_eq!(f("udp", &side), Tri::Yes);
+        // Other fields are exact.
+        side.vlans = [Some(5), None];
+        side.dscp_mask = 1 << 46;
+        assert_eq!(f("vlan 5 and host 10.0.0.2 and port 2", &side), Tri::Yes);
+        assert_eq!(f("vlan 6", &side), Tri::No);
+        side.ports = None;
+        assert_eq!(f("port 2", &side), Tri::No);
+    }
+
+    #[test]
+    fn filter_from_dissected_side() {
+        assert_eq!(FlowSide::from_dissected(&arp([Some(1), None])), None);
+        let d = with_vlans(
+            with_dscp(tcp("fd00::1", 1000, "fd00::2", 22), 63),
+            [Some(3), Some(4)],
+        );
+        let s = FlowSide::from_dissected(&d).unwrap();
+        assert_eq!(
+            s,
+            FlowSide {
+                vlans: [Some(3), Some(4)],
+                ip_version: 6,
+                proto: 6,
+                src: ip4("fd00::1"),
+                dst: ip4("fd00::2"),
+                ports: Some((1000, 22)),
+                dscp_mask: 1 << 63,
+            }
+        );
+        // An impossible DSCP (dissect never produces one) gives an empty set, not a panic.
+        assert_eq!(
+            FlowSide::from_dissected(&with_dscp(d, 200))
+                .unwrap()
+                .dscp_mask,
+            0
+        );
+    }
+
+    #[test]
+    fn filter_tri_kleene() {
+        use Tri::*;
+        let all = [No, Maybe, Yes];
+        for a in all {
+            assert_eq!(!!a, a);
+            for b in all {
+                assert_eq!(a & b, b & a);
+                assert_eq!(a | b, b | a);
+                assert_eq!(!(a & b), !a | !b);
+            }
+        }
+        assert_eq!(Yes & Maybe, Maybe);
+        assert_eq!(No & Maybe, No);
+        assert_eq!(Yes | Maybe, Yes);
+        assert_eq!(No | Maybe, Maybe);
+        assert_eq!(!Maybe, Maybe);
+        assert!(Maybe.possible() && Yes.possible() && !No.possible());
+        assert_eq!(Tri::from(true), Yes);
+    }
+
+    #[test]
+    fn filter_dscp_names() {
+        let named: Vec<(u8, &str)> = (0..=255u8)
+            .filter_map(|n| dscp_name(n).map(|s| (n, s)))
+            .collect();
+        let expect = [
+            (0, "default"),
+            (1, "le"),
+            (8, "cs1"),
+            (10, "af11"),
+            (12, "af12"),
+            (14, "af13"),
+            (16, "cs2"),
+            (18, "af21"),
+            (20, "af22"),
+            (22, "af23"),
+            (24, "cs3"),
+            (26, "af31"),
+            (28, "af32"),
+            (30, "af33"),
+            (32, "cs4"),
+            (34, "af41"),
+            (36, "af42"),
+            (38, "af43"),
+            (40, "cs5"),
+            (44, "va"),
+            (46, "ef"),
+            (48, "cs6"),
+            (56, "cs7"),
+        ];
+        assert_eq!(named, expect);
+        for (n, name) in expect {
+            assert_eq!(dscp_by_name(name), Some(n));
+            assert_eq!(dscp_by_name(&name.to_uppercase()), Some(n));
+        }
+        assert_eq!(dscp_by_name("be"), Some(0));
+        assert_eq!(dscp_by_name("cs0"), Some(0));
+        assert_eq!(dscp_by_name("af44"), None);
+        assert_eq!(dscp_by_name("af14"), None);
+        assert_eq!(dscp_by_name("cs8"), None);
+        assert_eq!(dscp_by_name(""), None);
+    }
+}

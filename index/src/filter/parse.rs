@@ -1,0 +1,863 @@
+//! Lexer and recursive-descent parser for the filter language (grammar in the module docs).
+
+use std::net::IpAddr;
+
+use super::{dscp_by_name, proto_by_name, Dir, Expr, Net, Prim};
+
+/// Nesting limit for parentheses and `not`, so that hostile input cannot overflow the stack.
+const MAX_DEPTH: usize = 200;
+
+/// A filter that does not parse: where, what was expected, what was found.
+///
+/// `Display` prints the expression, a caret line under the offending token and the message:
+///
+/// ```text
+/// host 10.0.0.300 and tcp
+///      ^^^^^^^^^^ expected an IPv4 or IPv6 address, found "10.0.0.300"
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.render())]
+pub struct FilterError {
+    /// The whole filter expression.
+    pub input: String,
+    /// Byte offset of the offending token in `input` (`input.len()` at the end of input).
+    pub pos: usize,
+    /// Byte length of the offending token (0 at the end of input).
+    pub len: usize,
+    /// What the parser expected there, e.g. `an IPv4 or IPv6 address`.
+    pub expected: String,
+    /// What it found: a quoted token, or `end of input`.
+    pub found: String,
+}
+
+impl FilterError {
+    /// The one-line message without the expression and caret line.
+    pub fn message(&self) -> String {
+        format!("expected {}, found {}", self.expected, self.found)
+    }
+
+    fn render(&self) -> String {
+        // One column per char; control characters (tabs, newlines) become spaces so that the
+        // caret line stays under the expression.
+        let line: String = self
+            .input
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let pos = floor_char_boundary(&self.input, self.pos);
+        let end = floor_char_boundary(&self.input, self.pos.saturating_add(self.len)).max(pos);
+        let col = self.input[..pos].chars().count();
+        let width = self.input[pos..end].chars().count().max(1);
+        format!(
+            "{line}\n{}{} {}",
+            " ".repeat(col),
+            "^".repeat(width),
+            self.message()
+        )
+    }
+}
+
+/// The largest char boundary of `s` at or below `i` (clamped to `s.len()`).
+fn floor_char_boundary(s: &str, i: usize) -> usize {
+    let mut i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Word,
+    LParen,
+    RParen,
+    Not,
+    And,
+    Or,
+    /// A lone `&` or `|`.
+    Bad,
+    End,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Token<'a> {
+    kind: Kind,
+    text: &'a str,
+    start: usize,
+}
+
+impl Token<'_> {
+    fn describe(&self) -> String {
+        match self.kind {
+            Kind::End => "end of input".to_string(),
+            _ => format!("{:?}", self.text),
+        }
+    }
+
+    /// The word, lowercased, if this is a word.
+    fn word(&self) -> Option<String> {
+        (self.kind == Kind::Word).then(|| self.text.to_ascii_lowercase())
+    }
+}
+
+fn is_delim(c: char) -> bool {
+    c.is_whitespace() || matches!(c, '(' | ')' | '!' | '&' | '|')
+}
+
+fn lex(src: &str) -> Vec<Token<'_>> {
+    let mut toks = Vec::new();
+    let mut it = src.char_indices().peekable();
+    while let Some(&(start, c)) = it.peek() {
+        if c.is_whitespace() {
+            it.next();
+            continue;
+        }
+        let (kind, end) = match c {
+            '(' => (Kind::LParen, start + 1),
+            ')' => (Kind::RParen, start + 1),
+            '!' => (Kind::Not, start + 1),
+            '&' | '|' => {
+                if src[start + 1..].starts_with(c) {
+                    (if c == '&' { Kind::And } else { Kind::Or }, start + 2)
+                } else {
+                    (Kind::Bad, start + 1)
+                }
+            }
+            _ => {
+                let end = src[start..].find(is_delim).map_or(src.len(), |i| start + i);
+                let word = &src[start..end];
+                let kind = if word.eq_ignore_ascii_case("and") {
+                    Kind::And
+                } else if word.eq_ignore_ascii_case("or") {
+                    Kind::Or
+                } else if word.eq_ignore_ascii_case("not") {
+                    Kind::Not
+                } else {
+                    Kind::Word
+                };
+                (kind, end)
+            }
+        };
+        toks.push(Token {
+            kind,
+            text: &src[start..end],
+            start,
+        });
+        while it.peek().is_some_and(|&(i, _)| i < end) {
+            it.next();
+        }
+    }
+    toks.push(Token {
+        kind: Kind::End,
+        text: "",
+        start: src.len(),
+    });
+    toks
+}
+
+const EXPECTED_PRIMITIVE: &str = "a primitive (host, net, port, portrange, src, dst, tcp, \
+     udp, sctp, icmp, icmp6, ip, ip6, proto, vlan, dscp), \"not\" or \"(\"";
+const EXPECTED_ADDRESS: &str = "an IPv4 or IPv6 address";
+const EXPECTED_NET: &str = "a network ADDRESS/PREFIX such as 10.1.0.0/16 or fd00::/8";
+const EXPECTED_PORT: &str = "a port number 0-65535";
+const EXPECTED_RANGE: &str = "a port range LOW-HIGH with 0 <= LOW <= HIGH <= 65535";
+const EXPECTED_PROTO: &str =
+    "an IP protocol number 0-255 or name (tcp, udp, sctp, icmp, icmp6, gre, esp, ah)";
+const EXPECTED_VLAN: &str = "a VLAN id 0-4095";
+const EXPECTED_DSCP: &str = "a DSCP 0-63 or name (ef, va, le, default, be, cs0-cs7, af11-af43)";
+const EXPECTED_OP: &str = "'and' or 'or'";
+
+/// Parses a filter; `None` for the empty filter.
+pub(super) fn parse(src: &str) -> Result<Option<Expr>, FilterError> {
+    let mut p = Parser {
+        src,
+        toks: lex(src),
+        i: 0,
+    };
+    if p.peek().kind == Kind::End {
+        return Ok(None);
+    }
+    let e = p.or_expr(0)?;
+    let t = p.peek();
+    if t.kind != Kind::End {
+        let expected = if t.kind == Kind::RParen {
+            "'and' or 'or' (this \")\" closes nothing)"
+        } else {
+            EXPECTED_OP
+        };
+        return Err(p.error(t, expected));
+    }
+    Ok(Some(e))
+}
+
+struct Parser<'a> {
+    src: &'a str,
+    toks: Vec<Token<'a>>,
+    i: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn peek(&self) -> Token<'a> {
+        self.toks[self.i.min(self.toks.len() - 1)]
+    }
+
+    fn next(&mut self) -> Token<'a> {
+        let t = self.peek();
+        if t.kind != Kind::End {
+            self.i += 1;
+        }
+        t
+    }
+
+    fn error(&self, t: Token<'_>, expected: &str) -> FilterError {
+        FilterError {
+            input: self.src.to_string(),
+            pos: t.start,
+            len: t.text.len(),
+            expected: expected.to_string(),
+            found: t.describe(),
+        }
+    }
+
+    fn or_expr(&mut self, depth: usize) -> Result<Expr, FilterError> {
+        let mut items = vec![self.and_expr(depth)?];
+        while self.peek().kind == Kind::Or {
+            self.next();
+            items.push(self.and_expr(depth)?);
+        }
+        Ok(Expr::or(items))
+    }
+
+    fn and_expr(&mut self, depth: usize) -> Result<Expr, FilterError> {
+        let mut items = vec![self.unary(depth)?];
+        while self.peek().kind == Kind::And {
+            self.next();
+            items.push(self.unary(depth)?);
+        }
+        Ok(Expr::and(items))
+    }
+
+    fn unary(&mut self, depth: usize) -> Result<Expr, FilterError> {
+        let t = self.next();
+        match t.kind {
+            Kind::Not | Kind::LParen if depth >= MAX_DEPTH => Err(self.error(
+                t,
+                &format!("at most {MAX_DEPTH} nested parentheses and negations"),
+            )),
+            Kind::Not => Ok(Expr::not(self.unary(depth + 1)?)),
+            Kind::LParen => {
+                let e = self.or_expr(depth + 1)?;
+                let close = self.next();
+                if close.kind != Kind::RParen {
+                    let col = self.src[..t.start].chars().count() + 1;
+                    return Err(self.error(
+                        close,
+                        &format!("'and' or 'or', or \")\" to close the \"(\" at column {col}"),
+                    ));
+                }
+                Ok(e)
+            }
+            Kind::Word => self.primitive(t),
+            _ => Err(self.error(t, EXPECTED_PRIMITIVE)),
+        }
+    }
+
+    /// A primitive starting with the word `t` (already consumed).
+    fn primitive(&mut self, t: Token<'a>) -> Result<Expr, FilterError> {
+        let w = t.text.to_ascii_lowercase();
+        let prim = match w.as_str() {
+            "host" | "net" | "port" | "portrange" => self.addressed(Dir::Any, &w)?,
+            "src" | "dst" => {
+                let dir = if w == "src" { Dir::Src } else { Dir::Dst };
+                let k = self.next();
+                match k.word().as_deref() {
+                    Some(kw @ ("host" | "net" | "port" | "portrange")) => {
+                        self.addressed(dir, kw)?
+                    }
+                    _ => {
+                        return Err(self.error(
+                            k,
+                            &format!("\"host\", \"net\", \"port\" or \"portrange\" after {w:?}"),
+                        ))
+                    }
+                }
+            }
+            "tcp" => return self.shorthand(Prim::Proto(6)),
+            "udp" => return self.shorthand(Prim::Proto(17)),
+            "sctp" => return self.shorthand(Prim::Proto(132)),
+            "icmp" => return self.shorthand(Prim::Proto(1)),
+            "icmp6" => return self.shorthand(Prim::Proto(58)),
+            "ip" => return self.shorthand(Prim::Ip4),
+            "ip6" => return self.shorthand(Prim::Ip6),
+            "proto" => self.proto()?,
+            "vlan" => {
+                let n = self.peek();
+                if n.kind == Kind::Word && n.text.starts_with(|c: char| c.is_ascii_digit()) {
+                    self.next();
+                    let id = number(n.text, 4095).ok_or_else(|| self.error(n, EXPECTED_VLAN))?;
+                    Prim::Vlan(Some(id as u16))
+                } else {
+                    Prim::Vlan(None)
+                }
+            }
+            "dscp" => {
+                let n = self.next();
+                let v = if n.kind != Kind::Word {
+                    None
+                } else if n.text.starts_with(|c: char| c.is_ascii_digit()) {
+                    number(n.text, 63).map(|v| v as u8)
+                } else {
+                    dscp_by_name(n.text)
+                };
+                Prim::Dscp(v.ok_or_else(|| self.error(n, EXPECTED_DSCP))?)
+            }
+            _ => return Err(self.error(t, EXPECTED_PRIMITIVE)),
+        };
+        Ok(Expr::Prim(prim))
+    }
+
+    /// `proto_word [follower]`: a protocol word directly followed by an address, port or
+    /// protocol primitive means both.
+    fn shorthand(&mut self, first: Prim) -> Result<Expr, FilterError> {
+        let n = self.peek();
+        match n.word().as_deref() {
+            Some("host" | "net" | "port" | "portrange" | "src" | "dst" | "proto") => {
+                self.next();
+                let second = self.primitive(n)?;
+                Ok(Expr::and(vec![Expr::Prim(first), second]))
+            }
+            _ => Ok(Expr::Prim(first)),
+        }
+    }
+
+    /// The operand of `host`, `net`, `port` or `portrange` (`kw`, lowercase, consumed).
+    fn addressed(&mut self, dir: Dir, kw: &str) -> Result<Prim, FilterError> {
+        let t = self.next();
+        let text = if t.kind == Kind::Word { t.text } else { "" };
+        match kw {
+            "host" => text
+                .parse::<IpAddr>()
+                .map(|a| Prim::Host(dir, a))
+                .map_err(|_| self.error(t, EXPECTED_ADDRESS)),
+            "net" => {
+                let net = text.split_once('/').and_then(|(a, p)| {
+                    let addr = a.parse::<IpAddr>().ok()?;
+                    let prefix = number(p, 255)? as u8;
+                    Some(Net::new(addr, prefix).ok_or(addr))
+                });
+                match net {
+                    Some(Ok(n)) => Ok(Prim::Net(dir, n)),
+                    Some(Err(IpAddr::V4(_))) => {
+                        Err(self.error(t, "a prefix length 0-32 for an IPv4 network"))
+                    }
+                    Some(Err(IpAddr::V6(_))) => {
+                        Err(self.error(t, "a prefix length 0-128 for an IPv6 network"))
+                    }
+                    None => Err(self.error(t, EXPECTED_NET)),
+                }
+            }
+            "port" => number(text, 65535)
+                .map(|p| Prim::Port(dir, p as u16))
+                .ok_or_else(|| self.error(t, EXPECTED_PORT)),
+            _ => text
+                .split_once('-')
+                .and_then(|(a, b)| Some((number(a, 65535)?, number(b, 65535)?)))
+                .filter(|(a, b)| a <= b)
+                .map(|(a, b)| Prim::PortRange(dir, a as u16, b as u16))
+                .ok_or_else(|| self.error(t, EXPECTED_RANGE)),
+        }
+    }
+
+    /// The operand of `proto` (consumed).
+    fn proto(&mut self) -> Result<Prim, FilterError> {
+        let t = self.next();
+        let n = if t.kind != Kind::Word {
+            None
+        } else if t.text.starts_with(|c: char| c.is_ascii_digit()) {
+            number(t.text, 255).map(|n| n as u8)
+        } else {
+            proto_by_name(t.text)
+        };
+        n.map(Prim::Proto)
+            .ok_or_else(|| self.error(t, EXPECTED_PROTO))
+    }
+}
+
+/// A plain decimal number (ASCII digits only, no sign) no greater than `max`.
+fn number(s: &str, max: u32) -> Option<u32> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let digits = s.trim_start_matches('0');
+    if digits.len() > 10 {
+        return None;
+    }
+    let n: u64 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().ok()?
+    };
+    u32::try_from(n).ok().filter(|&n| n <= max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Filter;
+    use super::*;
+
+    #[track_caller]
+    fn canon(src: &str) -> String {
+        let f = Filter::parse(src).unwrap_or_else(|e| panic!("{e}"));
+        let s = f.to_string();
+        assert_eq!(
+            Filter::parse(&s).unwrap(),
+            f,
+            "round trip of {src:?} via {s:?}"
+        );
+        s
+    }
+
+    #[track_caller]
+    fn expr(src: &str) -> Expr {
+        parse(src).unwrap().unwrap()
+    }
+
+    #[track_caller]
+    fn err(src: &str) -> FilterError {
+        match Filter::parse(src) {
+            Ok(f) => panic!("{src:?} parsed as {f:?}"),
+            Err(e) => e,
+        }
+    }
+
+    /// Asserts position, length, expected (substring) and found.
+    #[track_caller]
+    fn err_at(src: &str, pos: usize, len: usize, expected: &str, found: &str) {
+        let e = err(src);
+        assert_eq!((e.pos, e.len), (pos, len), "{e}");
+        assert!(e.expected.contains(expected), "{e}");
+        assert_eq!(e.found, found, "{e}");
+        assert_eq!(e.input, src);
+    }
+
+    fn p(prim: Prim) -> Expr {
+        Expr::Prim(prim)
+    }
+
+    fn a(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn filter_lex() {
+        fn kinds(s: &str) -> Vec<(Kind, &str)> {
+            lex(s).iter().map(|t| (t.kind, t.text)).collect()
+        }
+        assert_eq!(
+            kinds("!(tcp)&&x||y & | AND Or nOt"),
+            vec![
+                (Kind::Not, "!"),
+                (Kind::LParen, "("),
+                (Kind::Word, "tcp"),
+                (Kind::RParen, ")"),
+                (Kind::And, "&&"),
+                (Kind::Word, "x"),
+                (Kind::Or, "||"),
+                (Kind::Word, "y"),
+                (Kind::Bad, "&"),
+                (Kind::Bad, "|"),
+                (Kind::And, "AND"),
+                (Kind::Or, "Or"),
+                (Kind::Not, "nOt"),
+                (Kind::End, ""),
+            ]
+        );
+        assert_eq!(
+            kinds("net fd00::/8\tportrange 1-2\u{3000}é"),
+            vec![
+                (Kind::Word, "net"),
+                (Kind::Word, "fd00::/8"),
+                (Kind::Word, "portrange"),
+                (Kind::Word, "1-2"),
+                (Kind::Word, "é"),
+                (Kind::End, ""),
+            ]
+        );
+        assert_eq!(lex("&&&")[1].kind, Kind::Bad);
+    }
+
+    #[test]
+    fn filter_parse_primitives() {
+        assert_eq!(
+            expr("host 10.0.0.1"),
+            p(Prim::Host(Dir::Any, a("10.0.0.1")))
+        );
+        assert_eq!(
+            expr("src host fd00::1"),
+            p(Prim::Host(Dir::Src, a("fd00::1")))
+        );
+        assert_eq!(expr("dst host ::"), p(Prim::Host(Dir::Dst, a("::"))));
+        assert_eq!(
+            expr("net 10.1.2.3/16"),
+            p(Prim::Net(
+                Dir::Any,
+                Net {
+                    addr: a("10.1.0.0"),
+                    prefix: 16
+                }
+            ))
+        );
+        assert_eq!(
+            expr("dst net fd00::ff/8"),
+            p(Prim::Net(
+                Dir::Dst,
+                Net {
+                    addr: a("fd00::"),
+                    prefix: 8
+                }
+            ))
+        );
+        assert_eq!(expr("port 0"), p(Prim::Port(Dir::Any, 0)));
+        assert_eq!(expr("src port 65535"), p(Prim::Port(Dir::Src, 65535)));
+        assert_eq!(expr("dst port 0080"), p(Prim::Port(Dir::Dst, 80)));
+        assert_eq!(
+            expr("portrange 1-1024"),
+            p(Prim::PortRange(Dir::Any, 1, 1024))
+        );
+        assert_eq!(
+            expr("src portrange 7-7"),
+            p(Prim::PortRange(Dir::Src, 7, 7))
+        );
+        assert_eq!(expr("tcp"), p(Prim::Proto(6)));
+        assert_eq!(expr("udp"), p(Prim::Proto(17)));
+        assert_eq!(expr("sctp"), p(Prim::Proto(132)));
+        assert_eq!(expr("icmp"), p(Prim::Proto(1)));
+        assert_eq!(expr("icmp6"), p(Prim::Proto(58)));
+        assert_eq!(expr("ip"), p(Prim::Ip4));
+        assert_eq!(expr("ip6"), p(Prim::Ip6));
+        assert_eq!(expr("proto 47"), p(Prim::Proto(47)));
+        assert_eq!(expr("proto gre"), p(Prim::Proto(47)));
+        assert_eq!(expr("proto esp"), p(Prim::Proto(50)));
+        assert_eq!(expr("proto ah"), p(Prim::Proto(51)));
+        assert_eq!(expr("proto ipv6-icmp"), p(Prim::Proto(58)));
+        assert_eq!(expr("proto icmp6"), p(Prim::Proto(58)));
+        assert_eq!(expr("proto udp"), p(Prim::Proto(17)));
+        assert_eq!(expr("proto 0"), p(Prim::Proto(0)));
+        assert_eq!(expr("proto 255"), p(Prim::Proto(255)));
+        assert_eq!(expr("vlan"), p(Prim::Vlan(None)));
+        assert_eq!(expr("vlan 0"), p(Prim::Vlan(Some(0))));
+        assert_eq!(expr("vlan 4095"), p(Prim::Vlan(Some(4095))));
+        assert_eq!(expr("dscp 0"), p(Prim::Dscp(0)));
+        assert_eq!(expr("dscp 63"), p(Prim::Dscp(63)));
+        assert_eq!(expr("dscp ef"), p(Prim::Dscp(46)));
+        assert_eq!(expr("dscp AF41"), p(Prim::Dscp(34)));
+        assert_eq!(expr("dscp be"), p(Prim::Dscp(0)));
+        assert_eq!(expr("dscp cs0"), p(Prim::Dscp(0)));
+        assert_eq!(expr("dscp default"), p(Prim::Dscp(0)));
+        assert_eq!(expr("dscp cs5"), p(Prim::Dscp(40)));
+        assert_eq!(expr("dscp va"), p(Prim::Dscp(44)));
+        assert_eq!(expr("dscp le"), p(Prim::Dscp(1)));
+        assert_eq!(expr("HOST 10.0.0.1"), expr("host 10.0.0.1"));
+        assert_eq!(expr("Tcp Port 80"), expr("tcp port 80"));
+    }
+
+    #[test]
+    fn filter_parse_shorthand() {
+        let tcp443 = Expr::And(vec![p(Prim::Proto(6)), p(Prim::Port(Dir::Any, 443))]);
+        assert_eq!(expr("tcp port 443"), tcp443);
+        assert_eq!(expr("tcp and port 443"), tcp443);
+        assert_eq!(
+            expr("udp src port 53"),
+            Expr::And(vec![p(Prim::Proto(17)), p(Prim::Port(Dir::Src, 53))])
+        );
+        assert_eq!(
+            expr("ip host 10.0.0.1"),
+            Expr::And(vec![p(Prim::Ip4), p(Prim::Host(Dir::Any, a("10.0.0.1")))])
+        );
+        assert_eq!(
+            expr("ip6 proto 47"),
+            Expr::And(vec![p(Prim::Ip6), p(Prim::Proto(47))])
+        );
+        assert_eq!(canon("ip6 dst net fd00::/8"), "ip6 and dst net fd00::/8");
+        assert_eq!(canon("sctp portrange 1-2"), "sctp and portrange 1-2");
+        // Binds like one primitive.
+        assert_eq!(canon("not tcp port 80"), "not (tcp and port 80)");
+        assert_eq!(
+            canon("tcp port 80 or udp port 53"),
+            "tcp and port 80 or udp and port 53"
+        );
+        // Only address, port and proto primitives follow a protocol word.
+        err_at("tcp udp", 4, 3, EXPECTED_OP, "\"udp\"");
+        err_at("tcp vlan", 4, 4, EXPECTED_OP, "\"vlan\"");
+        err_at("tcp port", 8, 0, EXPECTED_PORT, "end of input");
+    }
+
+    #[test]
+    fn filter_parse_precedence() {
+        let (t, u, s) = (p(Prim::Proto(6)), p(Prim::Proto(17)), p(Prim::Proto(132)));
+        // not > and > or
+        assert_eq!(
+            expr("tcp or udp and sctp"),
+            Expr::Or(vec![t.clone(), Expr::And(vec![u.clone(), s.clone()])])
+        );
+        assert_eq!(
+            expr("tcp and udp or sctp"),
+            Expr::Or(vec![Expr::And(vec![t.clone(), u.clone()]), s.clone()])
+        );
+        assert_eq!(
+            expr("not tcp and udp"),
+            Expr::And(vec![Expr::not(t.clone()), u.clone()])
+        );
+        assert_eq!(
+            expr("! tcp || udp"),
+            Expr::Or(vec![Expr::not(t.clone()), u.clone()])
+        );
+        assert_eq!(
+            expr("not (tcp or udp)"),
+            Expr::not(Expr::Or(vec![t.clone(), u.clone()]))
+        );
+        assert_eq!(
+            expr("(tcp or udp) and sctp"),
+            Expr::And(vec![Expr::Or(vec![t.clone(), u.clone()]), s.clone()])
+        );
+        assert_eq!(expr("not not tcp"), Expr::not(Expr::not(t.clone())));
+        assert_eq!(expr("((tcp))"), t.clone());
+        // and / or flatten, with or without parentheses.
+        assert_eq!(
+            expr("tcp and (udp and sctp)"),
+            Expr::And(vec![t.clone(), u.clone(), s.clone()])
+        );
+        assert_eq!(expr("(tcp || udp) || sctp"), Expr::Or(vec![t, u, s]));
+        // Canonical forms.
+        assert_eq!(canon("tcp&&udp||!sctp"), "tcp and udp or not sctp");
+        assert_eq!(
+            canon("(tcp or udp) and not (sctp or icmp)"),
+            "(tcp or udp) and not (sctp or icmp)"
+        );
+        assert_eq!(canon("not (tcp and udp)"), "not (tcp and udp)");
+        assert_eq!(canon("((tcp) and ((udp)))"), "tcp and udp");
+        assert_eq!(canon("!!tcp"), "not not tcp");
+        assert_eq!(
+            canon("proto 6 or proto 47 or proto 99"),
+            "tcp or proto gre or proto 99"
+        );
+        assert_eq!(canon("proto ipv6-icmp"), "icmp6");
+        assert_eq!(
+            canon("dscp 46 and dscp 45 and dscp be"),
+            "dscp ef and dscp 45 and dscp default"
+        );
+        assert_eq!(canon("src net 10.1.2.3/16"), "src net 10.1.0.0/16");
+        assert_eq!(canon("host FD00:0::1"), "host fd00::1");
+        assert_eq!(canon("dst portrange 010-20"), "dst portrange 10-20");
+        assert_eq!(canon("vlan and vlan 7"), "vlan and vlan 7");
+    }
+
+    #[test]
+    fn filter_error_display() {
+        let e = err("host 10.0.0.300 and tcp");
+        assert_eq!(
+            e.to_string(),
+            "host 10.0.0.300 and tcp\n     ^^^^^^^^^^ expected an IPv4 or IPv6 address, found \"10.0.0.300\""
+        );
+        assert_eq!(
+            e.message(),
+            "expected an IPv4 or IPv6 address, found \"10.0.0.300\""
+        );
+        let e = err("host");
+        assert_eq!(
+            e.to_string(),
+            "host\n    ^ expected an IPv4 or IPv6 address, found end of input"
+        );
+        let e = err("hots 10.0.0.1");
+        assert!(e
+            .to_string()
+            .starts_with("hots 10.0.0.1\n^^^^ expected a primitive"));
+        // Columns count chars, and tabs and newlines become spaces.
+        let e = err("vlan\t\u{e9}t\u{e9}");
+        assert_eq!(
+            e.to_string(),
+            format!("vlan \u{e9}t\u{e9}\n     ^^^ expected {EXPECTED_OP}, found \"\u{e9}t\u{e9}\"")
+        );
+        let e = err("(tcp udp)");
+        assert_eq!(
+            e.to_string(),
+            "(tcp udp)\n     ^^^ expected 'and' or 'or', or \")\" to close the \"(\" at column 1, found \"udp\""
+        );
+        let e = err("ip and (tcp");
+        assert_eq!(
+            e.to_string(),
+            "ip and (tcp\n           ^ expected 'and' or 'or', or \")\" to close the \"(\" at column 8, found end of input"
+        );
+        let e = err("tcp) or udp");
+        assert_eq!(
+            e.to_string(),
+            "tcp) or udp\n   ^ expected 'and' or 'or' (this \")\" closes nothing), found \")\""
+        );
+        let e = err("tcp and\nudp xx");
+        assert_eq!(
+            e.to_string(),
+            format!("tcp and udp xx\n            ^^ expected {EXPECTED_OP}, found \"xx\"")
+        );
+    }
+
+    #[test]
+    fn filter_errors() {
+        // Unknown words.
+        err_at("hots 10.0.0.1", 0, 4, "a primitive", "\"hots\"");
+        err_at("tcp and hots", 8, 4, "a primitive", "\"hots\"");
+        err_at("443", 0, 3, "a primitive", "\"443\"");
+        err_at("port 80 or 443", 11, 3, "a primitive", "\"443\"");
+        err_at("ether host 1", 0, 5, "a primitive", "\"ether\"");
+        // Missing operands.
+        err_at("host", 4, 0, EXPECTED_ADDRESS, "end of input");
+        err_at("host and tcp", 5, 3, EXPECTED_ADDRESS, "\"and\"");
+        err_at(
+            "src",
+            3,
+            0,
+            "\"host\", \"net\", \"port\" or \"portrange\" after \"src\"",
+            "end of input",
+        );
+        err_at("dst tcp", 4, 3, "after \"dst\"", "\"tcp\"");
+        err_at("net", 3, 0, EXPECTED_NET, "end of input");
+        err_at("port", 4, 0, EXPECTED_PORT, "end of input");
+        err_at("port (80)", 5, 1, EXPECTED_PORT, "\"(\"");
+        err_at("portrange", 9, 0, EXPECTED_RANGE, "end of input");
+        err_at("proto", 5, 0, EXPECTED_PROTO, "end of input");
+        err_at("dscp", 4, 0, EXPECTED_DSCP, "end of input");
+        err_at("tcp and", 7, 0, "a primitive", "end of input");
+        err_at("tcp or", 6, 0, "a primitive", "end of input");
+        err_at("not", 3, 0, "a primitive", "end of input");
+        err_at("and tcp", 0, 3, "a primitive", "\"and\"");
+        err_at("tcp and or udp", 8, 2, "a primitive", "\"or\"");
+        // Juxtaposition.
+        err_at("tcp udp", 4, 3, EXPECTED_OP, "\"udp\"");
+        err_at("host 10.0.0.1 port 80", 14, 4, EXPECTED_OP, "\"port\"");
+        err_at("vlan abc", 5, 3, EXPECTED_OP, "\"abc\"");
+        err_at("tcp & udp", 4, 1, EXPECTED_OP, "\"&\"");
+        err_at("tcp | udp", 4, 1, EXPECTED_OP, "\"|\"");
+        err_at("tcp &&& udp", 6, 1, "a primitive", "\"&\"");
+        // Parentheses.
+        err_at(
+            "(tcp",
+            4,
+            0,
+            "\")\" to close the \"(\" at column 1",
+            "end of input",
+        );
+        err_at(
+            "ip and (tcp udp)",
+            12,
+            3,
+            "\")\" to close the \"(\" at column 8",
+            "\"udp\"",
+        );
+        err_at("tcp)", 3, 1, "closes nothing", "\")\"");
+        err_at("(tcp))", 5, 1, "closes nothing", "\")\"");
+        err_at("()", 1, 1, "a primitive", "\")\"");
+        err_at(")", 0, 1, "a primitive", "\")\"");
+        // Numbers out of range.
+        err_at("port 65536", 5, 5, EXPECTED_PORT, "\"65536\"");
+        err_at("port -1", 5, 2, EXPECTED_PORT, "\"-1\"");
+        err_at("port +80", 5, 3, EXPECTED_PORT, "\"+80\"");
+        err_at(
+            "port 99999999999999999999999",
+            5,
+            23,
+            EXPECTED_PORT,
+            "\"99999999999999999999999\"",
+        );
+        err_at("port http", 5, 4, EXPECTED_PORT, "\"http\"");
+        err_at("portrange 10-5", 10, 4, EXPECTED_RANGE, "\"10-5\"");
+        err_at("portrange 10", 10, 2, EXPECTED_RANGE, "\"10\"");
+        err_at("portrange 1-70000", 10, 7, EXPECTED_RANGE, "\"1-70000\"");
+        err_at("portrange 1-2-3", 10, 5, EXPECTED_RANGE, "\"1-2-3\"");
+        err_at("proto 256", 6, 3, EXPECTED_PROTO, "\"256\"");
+        err_at("proto foo", 6, 3, EXPECTED_PROTO, "\"foo\"");
+        err_at("vlan 4096", 5, 4, EXPECTED_VLAN, "\"4096\"");
+        err_at("vlan 1x", 5, 2, EXPECTED_VLAN, "\"1x\"");
+        err_at("dscp 64", 5, 2, EXPECTED_DSCP, "\"64\"");
+        err_at("dscp af44", 5, 4, EXPECTED_DSCP, "\"af44\"");
+        err_at("dscp (", 5, 1, EXPECTED_DSCP, "\"(\"");
+        // Addresses and networks.
+        err_at("host 10.0.0", 5, 6, EXPECTED_ADDRESS, "\"10.0.0\"");
+        err_at(
+            "host example.com",
+            5,
+            11,
+            EXPECTED_ADDRESS,
+            "\"example.com\"",
+        );
+        err_at(
+            "host fe80::1%eth0",
+            5,
+            12,
+            EXPECTED_ADDRESS,
+            "\"fe80::1%eth0\"",
+        );
+        err_at("host 10.0.0.0/8", 5, 10, EXPECTED_ADDRESS, "\"10.0.0.0/8\"");
+        err_at("net 10.0.0.0", 4, 8, EXPECTED_NET, "\"10.0.0.0\"");
+        err_at("net 10.0.0.0/", 4, 9, EXPECTED_NET, "\"10.0.0.0/\"");
+        err_at("net 10.0.0/8", 4, 8, EXPECTED_NET, "\"10.0.0/8\"");
+        err_at("net 10.0.0.0/x", 4, 10, EXPECTED_NET, "\"10.0.0.0/x\"");
+        err_at(
+            "net 10.0.0.0/33",
+            4,
+            11,
+            "0-32 for an IPv4",
+            "\"10.0.0.0/33\"",
+        );
+        err_at(
+            "net fd00::/129",
+            4,
+            10,
+            "0-128 for an IPv6",
+            "\"fd00::/129\"",
+        );
+        err_at(
+            "net fd00::/999999",
+            4,
+            13,
+            EXPECTED_NET,
+            "\"fd00::/999999\"",
+        );
+        // Errors point into the middle of longer expressions.
+        err_at(
+            "tcp and (udp or dst net 10.0.0.0/40)",
+            24,
+            11,
+            "0-32",
+            "\"10.0.0.0/40\"",
+        );
+    }
+
+    #[test]
+    fn filter_nesting_limit() {
+        let deep_ok = format!("{}tcp{}", "(".repeat(MAX_DEPTH), ")".repeat(MAX_DEPTH));
+        assert_eq!(canon(&deep_ok), "tcp");
+        let nots = format!("{}tcp", "! ".repeat(MAX_DEPTH));
+        Filter::parse(&nots).unwrap();
+        let too_deep = format!("{}tcp", "(".repeat(MAX_DEPTH + 1));
+        err_at(&too_deep, MAX_DEPTH, 1, "nested", "\"(\"");
+        let huge = "(".repeat(1_000_000);
+        assert!(Filter::parse(&huge).is_err());
+        let long = vec!["tcp"; 100_000].join(" or ");
+        assert!(Filter::parse(&long).is_ok());
+    }
+
+    #[test]
+    fn filter_number() {
+        assert_eq!(number("0", 5), Some(0));
+        assert_eq!(number("000", 5), Some(0));
+        assert_eq!(number("0005", 5), Some(5));
+        assert_eq!(number("6", 5), None);
+        assert_eq!(number("", 5), None);
+        assert_eq!(number("+1", 5), None);
+        assert_eq!(number("1 ", 5), None);
+        assert_eq!(number("٣", 5), None);
+        assert_eq!(number("4294967296", u32::MAX), None);
+        assert_eq!(number("4294967295", u32::MAX), Some(u32::MAX));
+        assert_eq!(number("00000000000004294967295", u32::MAX), Some(u32::MAX));
+        assert_eq!(number("99999999999", u32::MAX), None);
+    }
+}

@@ -1,0 +1,182 @@
+//! Query planning: which blocks of which segments can hold packets of a query, decided from
+//! block time ranges and the side index alone, without reading packets.
+//!
+//! ```text
+//! segments -> blocks overlapping [from, to)                       (footer / block headers)
+//!   filter is `all`           -> those blocks
+//!   segment has no index      -> those blocks (reported; `capsule reindex` builds it)
+//!   otherwise, from the index:
+//!     every flow direction the filter may match (Yes or Maybe)  -> the flow's blocks
+//!       (a Maybe that only DSCP decides is re-checked against each block's DSCP mask)
+//!     non-IP packets, if the filter may match them             -> blocks holding some
+//! ```
+//! The plan over-approximates: export still applies the filter and the window to every
+//! packet it reads, so a plan can make a query slower, never wrong.
+
+use crate::error::Result;
+use crate::filter::{Filter, FlowSide, Tri};
+use crate::segment::SegmentReader;
+use crate::sideindex::{FlowRecord, SegmentIndex};
+use crate::store::Store;
+
+/// What a query asks for.
+#[derive(Debug, Clone)]
+pub struct Query {
+    pub filter: Filter,
+    /// Inclusive start of the window, ns since the epoch.
+    pub from_ns: Option<u64>,
+    /// Exclusive end of the window, ns since the epoch.
+    pub to_ns: Option<u64>,
+}
+
+impl Query {
+    /// Everything in the store.
+    pub fn all() -> Self {
+        Query {
+            filter: Filter::all(),
+            from_ns: None,
+            to_ns: None,
+        }
+    }
+
+    fn window(&self) -> (u64, u64) {
+        (self.from_ns.unwrap_or(0), self.to_ns.unwrap_or(u64::MAX))
+    }
+
+    /// Whether a packet's timestamp is inside the window.
+    pub fn in_window(&self, ts_ns: u64) -> bool {
+        let (from, to) = self.window();
+        ts_ns >= from && ts_ns < to
+    }
+}
+
+/// The blocks to read from one segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentPlan {
+    /// Position of the segment in the list given to [`plan`].
+    pub segment: usize,
+    pub seq: u64,
+    pub blocks_total: usize,
+    /// Blocks that overlap the window in time.
+    pub blocks_in_window: usize,
+    /// Blocks to read, ascending.
+    pub blocks: Vec<usize>,
+    /// Whether the side index was used (false: no index, or not needed).
+    pub indexed: bool,
+}
+
+/// A whole query's plan.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub segments: Vec<SegmentPlan>,
+    /// Segments that had to be planned without an index although the filter needed one.
+    pub unindexed: Vec<u64>,
+}
+
+impl Plan {
+    pub fn blocks_read(&self) -> usize {
+        self.segments.iter().map(|s| s.blocks.len()).sum()
+    }
+    pub fn blocks_total(&self) -> usize {
+        self.segments.iter().map(|s| s.blocks_total).sum()
+    }
+    pub fn segments_touched(&self) -> usize {
+        self.segments
+            .iter()
+            .filter(|s| !s.blocks.is_empty())
+            .count()
+    }
+}
+
+/// The side of a flow record as the filter sees it.
+pub fn flow_side(f: &FlowRecord, dir: usize, dscp_mask: u64) -> FlowSide {
+    let (src, dst, ports) = f.key.side(dir);
+    FlowSide {
+        vlans: f.key.vlans,
+        ip_version: f.key.ip_version,
+        proto: f.key.proto,
+        src,
+        dst,
+        ports,
+        dscp_mask,
+    }
+}
+
+/// Plans `q` over `segments` (as opened from `store`).
+pub fn plan(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Plan> {
+    let (from, to) = q.window();
+    let mut out = Plan::default();
+    for (si, seg) in segments.iter().enumerate() {
+        let in_window: Vec<bool> = seg
+            .blocks()
+            .iter()
+            .map(|b| b.last_ns >= from && b.first_ns < to)
+            .collect();
+        let n_in = in_window.iter().filter(|&&w| w).count();
+        let mut sp = SegmentPlan {
+            segment: si,
+            seq: seg.seq(),
+            blocks_total: seg.blocks().len(),
+            blocks_in_window: n_in,
+            blocks: Vec::new(),
+            indexed: false,
+        };
+        let wanted: Vec<bool> = if n_in == 0 || q.filter.is_all() {
+            in_window.clone()
+        } else {
+            match SegmentIndex::load(&store.index_dir(), seg)? {
+                Some(idx) => {
+                    sp.indexed = true;
+                    index_candidates(&idx, &q.filter, from, to)
+                }
+                None => {
+                    out.unindexed.push(seg.seq());
+                    in_window.clone()
+                }
+            }
+        };
+        sp.blocks = (0..seg.blocks().len())
+            .filter(|&i| in_window[i] && wanted[i])
+            .collect();
+        out.segments.push(sp);
+    }
+    Ok(out)
+}
+
+/// Blocks of an indexed segment that may hold packets matching `filter` in [from, to).
+pub fn index_candidates(idx: &SegmentIndex, filter: &Filter, from: u64, to: u64) -> Vec<bool> {
+    let mut wanted = vec![false; idx.blocks.len()];
+    if filter.matches_non_ip() != Tri::No {
+        for (i, b) in idx.blocks.iter().enumerate() {
+            wanted[i] |= b.non_ip_packets > 0;
+        }
+    }
+    for f in &idx.flows {
+        if f.last_ns < from || f.first_ns >= to {
+            continue;
+        }
+        for dir in 0..2 {
+            if f.packets[dir] == 0 {
+                continue;
+            }
+            match filter.matches_side(&flow_side(f, dir, f.dscp[dir])) {
+                Tri::No => {}
+                Tri::Yes => f.blocks.iter().for_each(|&b| wanted[b as usize] = true),
+                Tri::Maybe => {
+                    for &b in &f.blocks {
+                        let b = b as usize;
+                        if wanted[b] {
+                            continue;
+                        }
+                        // Only DSCP can make a side Maybe: narrow the mask to the block's.
+                        let mask = f.dscp[dir] & idx.blocks[b].dscp;
+                        if mask != 0 && filter.matches_side(&flow_side(f, dir, mask)) != Tri::No {
+                            wanted[b] = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    wanted
+}
