@@ -4,8 +4,9 @@
 #   1. `capsule synth` writes 10 s of an AI cluster beside an enterprise network (1 Gbit/s),
 #      with three rogue hosts marking bulk TCP as DSCP 46 (EF), and a truth file.
 #   2. `capsule import` stores it: zstd-compressed pcapng segments with a block table.
-#   3. `capsule query` exports the window, and the rogue hosts' EF packets are cut out into
-#      rogue-ef.pcap (until the [query] filter language lands, tcpdump applies the filter).
+#   3. `capsule flows` answers "which sessions marked EF, from which hosts, how many bytes, and
+#      which are not on the EF allow-list?" from the side index alone, and `capsule query`
+#      cuts exactly those packets into rogue-ef.pcap.
 #   4. The result is checked against the truth file and summarised.
 #
 # Output goes to ./demo-out (or $1). Installs missing system packages first.
@@ -24,13 +25,13 @@ echo "== 2. import into the store at $out/store"
 $capsule import --store "$out/store" --segment-size 256M "$out/traffic.pcap"
 $capsule segments --store "$out/store"
 
-echo "== 3. query: the rogue hosts' EF (DSCP 46) packets"
+allow=$(python3 -c 'import json,sys; print(" or ".join("net "+n for n in json.load(open(sys.argv[1]))["facts"]["ef_allow_list"]))' "$out/truth.json")
+filter="dscp ef and not ($allow)"
+echo "== 3. EF sessions outside the allow-list: capsule flows $filter"
+$capsule flows --store "$out/store" --limit 10 "$filter"
+echo "== query: their packets into $out/rogue-ef.pcap"
+$capsule query --store "$out/store" -w "$out/rogue-ef.pcap" "$filter"
 rogues=$(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["facts"]["rogue_ef_hosts"]))' "$out/truth.json")
-hosts=$(printf 'host %s or ' $rogues); hosts="${hosts% or }"
-filter="(ip[1] & 0xfc) = 0xb8 and ($hosts)"
-$capsule query --store "$out/store" -w - \
-  | tcpdump -r - -w "$out/rogue-ef.pcap" "($filter) or (vlan and $filter)" 2>/dev/null
-echo "filter: $filter"
 
 echo "== 4. what was found"
 python3 - "$out/truth.json" "$out/rogue-ef.pcap" <<'PY'
@@ -59,7 +60,9 @@ expected = sum(f["packets"] for f in truth["flows"]
 print(f"{total} EF packets ({total_bytes} bytes) from rogue hosts in {sys.argv[2]}")
 for h in sorted(per_host):
     print(f"  {h}: {per_host[h]} bytes marked EF (allow-list for EF: {', '.join(allow)})")
-print(f"truth file: {expected} packets in EF-only flows of those hosts")
+print(f"truth file: {expected} packets in EF-only flows of the planted rogue hosts {sorted(rogues)}")
+if set(per_host) != rogues:
+    sys.exit(f"demo FAILED: found hosts {sorted(per_host)}, planted {sorted(rogues)}")
 if total == 0 or total != expected:
     sys.exit(f"demo FAILED: found {total} packets, the truth file says {expected}")
 print("demo OK: open the evidence with `wireshark " + sys.argv[2] + "`")
