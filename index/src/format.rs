@@ -471,12 +471,6 @@ impl BlockMeta {
                 ),
             });
         }
-        if self.packets == 0 {
-            return Err(DecodeError::Invalid {
-                what,
-                detail: format!("block {} holds no packets", self.index),
-            });
-        }
         Ok(())
     }
 }

@@ -107,10 +107,11 @@ pub fn plan(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Plan
     let (from, to) = q.window();
     let mut out = Plan::default();
     for (si, seg) in segments.iter().enumerate() {
+        // Blocks that only declare interfaces (no packets) are never read.
         let in_window: Vec<bool> = seg
             .blocks()
             .iter()
-            .map(|b| b.last_ns >= from && b.first_ns < to)
+            .map(|b| b.packets > 0 && b.last_ns >= from && b.first_ns < to)
             .collect();
         let n_in = in_window.iter().filter(|&&w| w).count();
         let mut sp = SegmentPlan {
@@ -159,22 +160,24 @@ pub fn index_candidates(idx: &SegmentIndex, filter: &Filter, from: u64, to: u64)
             if f.packets[dir] == 0 {
                 continue;
             }
-            match filter.matches_side(&flow_side(f, dir, f.dscp[dir])) {
-                Tri::No => {}
-                Tri::Yes => f.blocks.iter().for_each(|&b| wanted[b as usize] = true),
-                Tri::Maybe => {
-                    for &b in &f.blocks {
-                        let b = b as usize;
-                        if wanted[b] {
-                            continue;
-                        }
-                        // Only DSCP can make a side Maybe: narrow the mask to the block's.
-                        let mask = f.dscp[dir] & idx.blocks[b].dscp;
-                        if mask != 0 && filter.matches_side(&flow_side(f, dir, mask)) != Tri::No {
-                            wanted[b] = true;
-                        }
-                    }
+            // A packet of this side in block b adds its DSCP to b's mask, so a block whose
+            // mask shares no bit with the side's holds none of the side's packets. With
+            // blocks filled per DSCP class, this is what keeps a DSCP query to its class.
+            let side = filter.matches_side(&flow_side(f, dir, f.dscp[dir]));
+            if side == Tri::No {
+                continue;
+            }
+            for &b in &f.blocks {
+                let b = b as usize;
+                if wanted[b] {
+                    continue;
                 }
+                let mask = f.dscp[dir] & idx.blocks[b].dscp;
+                wanted[b] = match side {
+                    Tri::Yes => mask != 0,
+                    // Only DSCP can make a side Maybe: decide again on the narrowed mask.
+                    _ => mask != 0 && filter.matches_side(&flow_side(f, dir, mask)) != Tri::No,
+                };
             }
         }
     }

@@ -38,8 +38,16 @@ use crate::store::{now_ns, Store};
 
 /// The largest packet the store accepts (captured bytes).
 pub const MAX_PACKET: usize = 256 * 1024;
-/// Interfaces one block may add to its segment.
-const MAX_NEW_IFACES: usize = 200;
+/// Blocks are filled per lane: one lane per DSCP class (the DSCP's top three bits), so that
+/// packets of a class share blocks and a query for one class reads only its blocks.
+const LANES: usize = 8;
+
+/// The lane of a packet: its DSCP class; non-IP packets go to lane 0 with best effort.
+fn lane_of(linktype: u16, data: &[u8]) -> usize {
+    crate::dissect::dissect(linktype, data)
+        .ip
+        .map_or(0, |ip| usize::from(ip.dscp >> 3) & (LANES - 1))
+}
 
 /// How the writer cuts blocks and segments and how much disk it may use.
 #[derive(Debug, Clone)]
@@ -131,7 +139,6 @@ struct Compressed {
 #[derive(Debug, Default)]
 struct OpenBlock {
     buf: Vec<u8>,
-    new_ifaces: Vec<Interface>,
     packets: u32,
     wire_bytes: u64,
     first_ns: u64,
@@ -150,16 +157,13 @@ impl OpenBlock {
         };
     }
 
-    /// Rewrites the buffer with interface blocks first and packets in time order (stable).
+    /// Rewrites the buffer with its packets in time order (a stable sort).
     fn sort(&mut self) {
         let mut pkts: Vec<_> = capsule_pcap::read::fragment_packets(&self.buf)
             .filter_map(|r| r.ok())
             .collect();
         pkts.sort_by_key(|p| p.ts_ns);
         let mut out = Vec::with_capacity(self.buf.len());
-        for i in &self.new_ifaces {
-            pw::pcapng_idb(&mut out, i);
-        }
         for p in &pkts {
             pw::pcapng_epb(&mut out, p.iface, p.ts_ns, p.orig_len, p.data);
         }
@@ -177,7 +181,10 @@ pub struct StoreWriter {
     /// For each store interface, its id in the current segment.
     local: Vec<Option<u32>>,
     local_count: u32,
-    block: OpenBlock,
+    /// One open block per lane (DSCP class), see [`lane_of`].
+    lanes: Vec<OpenBlock>,
+    /// Timestamp and lane of the last packet appended.
+    last: Option<(u64, usize)>,
     order: u64,
     segment: u64,
     seg_uncompressed: u64,
@@ -306,15 +313,21 @@ impl StoreWriter {
             .spawn(move || w.run(done_rx))
             .map_err(|e| StoreError::io("start writer thread", &dir, e))?;
 
-        let mut block = OpenBlock::default();
-        block.reset(Vec::with_capacity(cfg.block_bytes + 64 * 1024));
+        let lanes = (0..LANES)
+            .map(|_| {
+                let mut b = OpenBlock::default();
+                b.reset(Vec::with_capacity(cfg.block_bytes + 64 * 1024));
+                b
+            })
+            .collect();
         Ok((
             StoreWriter {
                 cfg,
                 ifaces: Vec::new(),
                 local: Vec::new(),
                 local_count: 0,
-                block,
+                lanes,
+                last: None,
                 order: 0,
                 segment: next_seq,
                 seg_uncompressed: 0,
@@ -358,36 +371,32 @@ impl StoreWriter {
                 data.len()
             )));
         }
-        if iface as usize >= self.ifaces.len() {
+        let Some(def) = self.ifaces.get(iface as usize) else {
             return Err(StoreError::Packet(format!("unknown interface id {iface}")));
-        }
+        };
+        // Packets with equal timestamps stay in one lane, in arrival order: export orders
+        // ties by block, so splitting a run of ties across lanes would reorder them (µs
+        // captures have many). The block's DSCP mask stays exact, so planning stays right.
+        let lane = match self.last {
+            Some((ts, lane)) if ts == ts_ns => lane,
+            _ => lane_of(def.linktype, data),
+        };
+        self.last = Some((ts_ns, lane));
         let epb_len = pw::pcapng_epb_len(data.len());
-        // A block header records at most MAX_NEW_IFACES new interfaces (it must fit 64 KiB).
-        let new_iface = self.local[iface as usize].is_none();
-        if self.block.packets > 0
-            && (self.block.buf.len() + epb_len > self.cfg.block_bytes
-                || (new_iface && self.block.new_ifaces.len() >= MAX_NEW_IFACES))
-        {
-            self.cut_block()?;
+        let open = &self.lanes[lane];
+        if open.packets > 0 && open.buf.len() + epb_len > self.cfg.block_bytes {
+            self.cut_block(lane)?;
         }
-        if self.block.packets == 0 {
-            self.maybe_rotate_segment(ts_ns);
-            self.block.opened = Some(Instant::now());
+        if self.lanes[lane].packets == 0 {
+            self.maybe_rotate_segment(ts_ns)?;
+            self.lanes[lane].opened = Some(Instant::now());
         }
         let local = match self.local[iface as usize] {
             Some(l) => l,
-            None => {
-                let l = self.local_count;
-                self.local_count += 1;
-                self.local[iface as usize] = Some(l);
-                let def = &self.ifaces[iface as usize];
-                pw::pcapng_idb(&mut self.block.buf, def);
-                self.block.new_ifaces.push(def.clone());
-                l
-            }
+            None => self.declare_interface(iface, ts_ns)?,
         };
-        pw::pcapng_epb(&mut self.block.buf, local, ts_ns, orig_len, data);
-        let b = &mut self.block;
+        let b = &mut self.lanes[lane];
+        pw::pcapng_epb(&mut b.buf, local, ts_ns, orig_len, data);
         if b.packets == 0 {
             b.first_ns = ts_ns;
             b.last_ns = ts_ns;
@@ -400,29 +409,54 @@ impl StoreWriter {
         }
         b.prev_ns = ts_ns;
         b.packets += 1;
-        b.wire_bytes += u64::from(orig_len.max(data.len() as u32));
+        let wire = u64::from(orig_len.max(data.len() as u32));
+        b.wire_bytes += wire;
         self.packets += 1;
-        self.wire_bytes += u64::from(orig_len.max(data.len() as u32));
+        self.wire_bytes += wire;
         if self.seg_first_ns.is_none() {
             self.seg_first_ns = Some(ts_ns);
         }
         Ok(())
     }
 
-    /// Cuts the open block if it is older than the block age. Capture calls this often.
+    /// Gives store interface `iface` an id in the current segment, and sends its interface
+    /// block at once, in a block of its own: every block cut later, in any lane, follows it
+    /// in the file, so no packet block can precede the interface it names.
+    fn declare_interface(&mut self, iface: u32, ts_ns: u64) -> Result<u32> {
+        let l = self.local_count;
+        self.local_count += 1;
+        self.local[iface as usize] = Some(l);
+        let def = self.ifaces[iface as usize].clone();
+        let mut data = Vec::with_capacity(64 + def.name.as_ref().map_or(0, |n| n.len()));
+        pw::pcapng_idb(&mut data, &def);
+        let meta = BlockMeta {
+            first_ns: ts_ns,
+            last_ns: ts_ns,
+            uncompressed_len: data.len() as u32,
+            new_interfaces: vec![def],
+            ..BlockMeta::default()
+        };
+        self.send(meta, data)?;
+        Ok(l)
+    }
+
+    /// Cuts every lane's block that is older than the block age. Capture calls this often.
     pub fn tick(&mut self) -> Result<()> {
-        if let Some(t) = self.block.opened {
-            if self.block.packets > 0 && t.elapsed() >= self.cfg.block_age {
-                self.cut_block()?;
+        for lane in 0..LANES {
+            let b = &self.lanes[lane];
+            if b.packets > 0 && b.opened.is_some_and(|t| t.elapsed() >= self.cfg.block_age) {
+                self.cut_block(lane)?;
             }
         }
         Ok(())
     }
 
-    /// Cuts the open block now, so its packets reach the disk.
+    /// Cuts every open block now, so its packets reach the disk.
     pub fn flush(&mut self) -> Result<()> {
-        if self.block.packets > 0 {
-            self.cut_block()?;
+        for lane in 0..LANES {
+            if self.lanes[lane].packets > 0 {
+                self.cut_block(lane)?;
+            }
         }
         Ok(())
     }
@@ -432,9 +466,11 @@ impl StoreWriter {
         self.packets
     }
 
-    fn maybe_rotate_segment(&mut self, ts_ns: u64) {
+    /// Starts a new segment when the current one is big or old enough. All lanes' open
+    /// blocks are cut first, so they land in the segment their packets belong to.
+    fn maybe_rotate_segment(&mut self, ts_ns: u64) -> Result<()> {
         if self.seg_uncompressed == 0 {
-            return;
+            return Ok(());
         }
         let age = self.cfg.segment_age;
         let span = self.seg_first_ns.map_or(0, |f| ts_ns.saturating_sub(f));
@@ -442,6 +478,7 @@ impl StoreWriter {
             || self.seg_opened.elapsed() >= age
             || span >= age.as_nanos() as u64
         {
+            self.flush()?;
             self.segment += 1;
             self.seg_uncompressed = 0;
             self.seg_opened = Instant::now();
@@ -449,18 +486,19 @@ impl StoreWriter {
             self.local.iter_mut().for_each(|l| *l = None);
             self.local_count = 0;
         }
+        Ok(())
     }
 
-    fn cut_block(&mut self) -> Result<()> {
-        if !self.block.sorted {
-            self.block.sort();
+    fn cut_block(&mut self, lane: usize) -> Result<()> {
+        if !self.lanes[lane].sorted {
+            self.lanes[lane].sort();
         }
         let fresh = self
             .pool
             .try_recv()
             .unwrap_or_else(|_| Vec::with_capacity(self.cfg.block_bytes + 64 * 1024));
-        let mut b = std::mem::take(&mut self.block);
-        self.block.reset(fresh);
+        let mut b = std::mem::take(&mut self.lanes[lane]);
+        self.lanes[lane].reset(fresh);
         let data = std::mem::take(&mut b.buf);
         let meta = BlockMeta {
             first_ns: b.first_ns,
@@ -468,10 +506,14 @@ impl StoreWriter {
             packets: b.packets,
             wire_bytes: b.wire_bytes,
             uncompressed_len: data.len() as u32,
-            new_interfaces: b.new_ifaces,
             ..BlockMeta::default()
         };
         self.seg_uncompressed += data.len() as u64;
+        self.send(meta, data)
+    }
+
+    /// Hands a finished block to the compressors.
+    fn send(&mut self, meta: BlockMeta, data: Vec<u8>) -> Result<()> {
         let raw = RawBlock {
             order: self.order,
             segment: self.segment,
@@ -740,6 +782,13 @@ mod tests {
             .collect()
     }
 
+    /// A frame with the ARP EtherType: non-IP, so it always goes to lane 0.
+    fn arp(seed: u64) -> Vec<u8> {
+        let mut f = eth(64, seed);
+        f[12..14].copy_from_slice(&[0x08, 0x06]);
+        f
+    }
+
     fn small() -> WriterConfig {
         WriterConfig {
             block_bytes: 16 * 1024,
@@ -779,6 +828,9 @@ mod tests {
                 assert_eq!(n, seg.blocks()[i].packets as usize);
             }
         }
+        // Lanes (DSCP classes) fill blocks side by side, so file order is not arrival order;
+        // time order (stable) is what export gives back.
+        out.sort_by_key(|p| p.1);
         out
     }
 
@@ -840,7 +892,7 @@ mod tests {
         let (mut w, i) = open_eth(dir.path(), small());
         let ts = [50u64, 10, 30, 10, 20];
         for (k, t) in ts.iter().enumerate() {
-            w.append(i, *t, 64, &eth(64, k as u64)).unwrap();
+            w.append(i, *t, 64, &arp(k as u64)).unwrap();
         }
         w.finish().unwrap();
         let got: Vec<(u64, Vec<u8>)> = read_all(dir.path())
@@ -850,15 +902,13 @@ mod tests {
         let mut want: Vec<(u64, Vec<u8>)> = ts
             .iter()
             .enumerate()
-            .map(|(k, t)| (*t, eth(64, k as u64)))
+            .map(|(k, t)| (*t, arp(k as u64)))
             .collect();
         want.sort_by_key(|x| x.0);
         assert_eq!(got, want);
         let seg = &Store::open(dir.path()).unwrap().open_segments().unwrap()[0];
-        assert_eq!(
-            (seg.blocks()[0].first_ns, seg.blocks()[0].last_ns),
-            (10, 50)
-        );
+        let b = seg.blocks().iter().find(|b| b.packets > 0).unwrap();
+        assert_eq!((b.first_ns, b.last_ns), (10, 50));
     }
 
     #[test]
@@ -1129,13 +1179,15 @@ mod tests {
         };
         let (mut w, i) = open_eth(dir.path(), cfg);
         w.append(i, 1, 100, &eth(100, 1)).unwrap();
+        // The interface's own block was sent at once.
+        assert_eq!(w.blocks, 1);
         w.tick().unwrap();
-        assert_eq!(w.blocks, 0, "a fresh block is not cut");
+        assert_eq!(w.blocks, 1, "a fresh block is not cut");
         std::thread::sleep(Duration::from_millis(30));
         w.tick().unwrap();
-        assert_eq!(w.blocks, 1, "an old block is cut");
+        assert_eq!(w.blocks, 2, "an old block is cut");
         w.tick().unwrap();
-        assert_eq!(w.blocks, 1, "an empty block is never cut");
+        assert_eq!(w.blocks, 2, "an empty block is never cut");
         w.finish().unwrap();
     }
 

@@ -761,3 +761,101 @@ pub fn sorted_by_time(packets: &[Pkt]) -> Vec<Pkt> {
     v.sort_by_key(|k| k.ts_ns);
     v
 }
+
+// ------------------------------------------------------------------------------------------
+// Oracles: what the stock tools select from a capture file.
+// ------------------------------------------------------------------------------------------
+
+/// The packets `tshark -Y DISPLAY_FILTER` selects from `file`, as 0-based positions in the
+/// file (tshark's `frame.number` minus one), in file order.
+pub fn tshark_select(file: &Path, display_filter: &str) -> Vec<usize> {
+    need_tool("tshark");
+    let out = run_ok(Command::new("tshark").args([
+        "-n",
+        "-r",
+        p(file),
+        "-Y",
+        display_filter,
+        "-T",
+        "fields",
+        "-e",
+        "frame.number",
+    ]));
+    stdout_str(&out)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let n: usize = l
+                .trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("tshark frame.number {l:?}"));
+            n - 1
+        })
+        .collect()
+}
+
+/// `tcpdump -r INPUT -w OUT EXPR` with nanosecond timestamps kept; returns OUT decoded.
+pub fn tcpdump_filter(input: &Path, expr: &str, out: &Path) -> Capture {
+    need_tool("tcpdump");
+    run_ok(Command::new("tcpdump").args([
+        "--time-stamp-precision=nano",
+        "-r",
+        p(input),
+        "-w",
+        p(out),
+        expr,
+    ]));
+    decode_file(out).whole(&format!("tcpdump output for {expr:?}"))
+}
+
+/// Positions in `all` of the packets of `picked`, a subsequence of `all` (same timestamps
+/// and bytes, same order); fails if `picked` is not one.
+pub fn positions_in(all: &[Pkt], picked: &[Pkt]) -> Vec<usize> {
+    let mut out = Vec::with_capacity(picked.len());
+    let mut at = 0usize;
+    for (n, k) in picked.iter().enumerate() {
+        let i = all[at..]
+            .iter()
+            .position(|x| x.ts_ns == k.ts_ns && x.orig_len == k.orig_len && x.data == k.data)
+            .unwrap_or_else(|| {
+                panic!(
+                    "packet {n} (ts {}) of the selection is not in the original after position {at}",
+                    k.ts_ns
+                )
+            });
+        out.push(at + i);
+        at += i + 1;
+    }
+    out
+}
+
+/// Parses the "N packets (B bytes)" that starts `capsule query --count`'s output (and the
+/// "exported N packets (B bytes); read R of T blocks ..." summary on stderr).
+pub fn parse_packets_bytes(text: &str) -> (u64, u64) {
+    let s = text.trim_start().trim_start_matches("exported ");
+    let mut words = s.split_whitespace();
+    let n = words.next().and_then(|w| w.parse().ok());
+    let _ = words.next(); // "packets"
+    let b = words
+        .next()
+        .and_then(|w| w.trim_start_matches('(').parse().ok());
+    match (n, b) {
+        (Some(n), Some(b)) => (n, b),
+        _ => panic!("expected \"N packets (B bytes)\", found {text:?}"),
+    }
+}
+
+/// Parses "read R of T blocks" out of a query summary or an `--explain` plan line.
+pub fn parse_read_of(text: &str) -> (u64, u64) {
+    let at = text
+        .find("read ")
+        .unwrap_or_else(|| panic!("no \"read R of T blocks\" in {text:?}"));
+    let mut w = text[at + 5..].split_whitespace();
+    let r = w.next().and_then(|x| x.parse().ok());
+    let of = w.next();
+    let t = w.next().and_then(|x| x.parse().ok());
+    match (r, of, t) {
+        (Some(r), Some("of"), Some(t)) => (r, t),
+        _ => panic!("expected \"read R of T blocks\" in {text:?}"),
+    }
+}

@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""Query benchmark: capsule's indexed store against plain-file tools on the same packets.
+
+What it measures, in one run:
+
+* four queries, each answered by `capsule query` from a store and by the usual tool from the
+  original pcap: a 1 ms window and a 1 s window in the middle of the capture (editcap -A/-B),
+  one TCP 5-tuple over the whole capture, and every DSCP 46 (EF) packet (tcpdump -r with a
+  BPF filter); optionally tshark -Y for reference (--tshark, minutes per query on 2 GB);
+* for each: best-of-N wall time of both sides (whole process, start to exit; the machine is
+  shared and noisy, the best run is the least disturbed), the speed-up, the fraction of
+  blocks capsule's plan reads (`capsule query ... --explain`), and the packet count of both
+  outputs, counted here by walking the pcap records; a count mismatch is printed loudly and
+  makes the exit status 1;
+* the store's size against the pcap's, and the side index as a fraction of the segments;
+* the targets of the query issue next to the measured values, each marked met or MISSED.
+
+How: `capsule synth --seed 5` writes a ~2.2 GB pcap and its truth file (the 5-tuple is an
+office TCP flow picked from the truth, whose packet counts are shown too), `capsule import`
+stores it; both are reused when already in --dir (the store only if it is newer than the
+capsule binary). Every input file is read once before timing, so all tools run from the page
+cache. Outputs go to a temporary directory on tmpfs (/dev/shm) and are deleted at the end.
+
+    python3 scripts/bench_query.py [--dir /tmp/capsule-bench-query] [--runs 3]
+                                   [--size-gb 2.2] [--capsule PATH] [--tshark]
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+# `capsule synth --rate 1G` writes about 127.2 MB of pcap per second of traffic (the wire
+# rate plus 16 bytes of record header a packet): 17 s make 2.16 GB.
+PCAP_BYTES_PER_SECOND = 127.2e6
+SEED = 5
+DEFAULT_CAPSULE = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                "..", "target", "release", "capsule"))
+UTC_ENV = dict(os.environ, TZ="UTC")  # editcap and tshark read times in local time
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", default="/tmp/capsule-bench-query")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs per command; the best counts")
+    ap.add_argument("--size-gb", type=float, default=2.2, help="size of the synthetic pcap")
+    ap.add_argument("--capsule", default=DEFAULT_CAPSULE, help="default: %(default)s")
+    ap.add_argument("--tshark", action="store_true",
+                    help="also time tshark -Y (one run per query: minutes each on 2 GB)")
+    return ap.parse_args()
+
+
+# ---------------------------------------------------------------- data set
+
+
+def prepare_pcap(args, pcap, truth_path):
+    """Writes the synthetic pcap and truth file unless a pcap of about the right size is there."""
+    want = args.size_gb * 1e9
+    if (os.path.exists(pcap) and os.path.exists(truth_path)
+            and abs(os.path.getsize(pcap) - want) <= 0.1 * want):
+        return False
+    seconds = max(1, round(want / PCAP_BYTES_PER_SECOND))
+    print(f"writing {pcap}: capsule synth --seed {SEED} --duration {seconds}s --rate 1G",
+          flush=True)
+    subprocess.run([args.capsule, "synth", "--seed", str(SEED), "--duration", f"{seconds}s",
+                    "--rate", "1G", "-w", pcap, "--truth", truth_path],
+                   check=True, stdout=subprocess.DEVNULL)
+    return True
+
+
+def store_packets(capsule, store):
+    """Packets in the store's sealed segments, or None when it has none or an open segment."""
+    if not os.path.isdir(os.path.join(store, "segments")):
+        return None
+    out = subprocess.run([capsule, "segments", "--store", store, "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    segs = [json.loads(line) for line in out.splitlines() if line.strip()]
+    if not segs or any(s["state"] != "sealed" for s in segs):
+        return None
+    return sum(s["packets"] for s in segs)
+
+
+def prepare_store(args, store, pcap, truth, pcap_is_new):
+    """Imports the pcap unless the store already holds exactly its packets and was written
+    by this capsule binary or a later one (a rebuilt writer may lay blocks out differently)."""
+    stamp = os.path.join(store, "capsule-store.json")
+    if pcap_is_new:
+        why = "new pcap"
+    elif store_packets(args.capsule, store) != truth["packets"]:
+        why = "no store of this pcap"
+    elif os.path.getmtime(stamp) < os.path.getmtime(args.capsule):
+        why = "capsule binary is newer than the store"
+    else:
+        return
+    shutil.rmtree(store, ignore_errors=True)
+    print(f"importing into {store} ({why})", flush=True)
+    subprocess.run([args.capsule, "import", "--store", store, pcap],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+def files_under(path):
+    return [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
+
+
+def warm(paths):
+    """Reads every file once so that the timed runs find it in the page cache."""
+    for p in paths:
+        with open(p, "rb") as f:
+            while f.read(1 << 24):
+                pass
+
+
+def dir_bytes(path):
+    return sum(os.path.getsize(p) for p in files_under(path))
+
+
+# ---------------------------------------------------------------- queries
+
+
+def ns_iso(ns, sep="T"):
+    """ns since the epoch as 'YYYY-MM-DD<sep>hh:mm:ss.nnnnnnnnn' (UTC)."""
+    t = datetime.datetime.fromtimestamp(ns // 10**9, datetime.timezone.utc)
+    return t.strftime(f"%Y-%m-%d{sep}%H:%M:%S") + f".{ns % 10**9:09d}"
+
+
+def window_query(name, pcap, from_ns, to_ns, out):
+    """A time window: capsule --from/--to against editcap -A/-B (both [from, to), UTC)."""
+    return {
+        "name": name,
+        "capsule": ["--from", f"@{from_ns}", "--to", f"@{to_ns}"],
+        "tool": "editcap",
+        "tool_cmd": ["editcap", "-F", "nsecpcap", "-A", ns_iso(from_ns) + "Z",
+                     "-B", ns_iso(to_ns) + "Z", pcap, out],
+        "tshark": f'frame.time >= "{ns_iso(from_ns, " ")}" and frame.time < "{ns_iso(to_ns, " ")}"',
+        "truth": None,
+    }
+
+
+def bpf_either_tag(expr):
+    """tcpdump needs `vlan and` before the fields of a VLAN-tagged packet: match both kinds."""
+    return f"({expr}) or (vlan and {expr})"
+
+
+def pick_flow(truth):
+    """An office TCP flow to port 443 or 80 of a few dozen packets, nearest the middle.
+
+    Returns (a, b, port_a, port_b, packets in both directions). Skips the persistent
+    GPU, storage, rogue-EF and exfil flows (none is on the office VLAN 200 with those ports)
+    and any 5-tuple that occurs more than once in each direction."""
+    facts = truth["facts"]
+    special = set(facts["gpu_nodes"]) | set(facts["rogue_ef_hosts"]) | {facts["exfil"]["src"]}
+    by_tuple = {}
+    for f in truth["flows"]:
+        if f["protocol"] == 6:
+            key = frozenset([(f["src"], f["src_port"]), (f["dst"], f["dst_port"])])
+            by_tuple.setdefault(key, []).append(f)
+    mid = truth["config"]["start_ns"] + truth["config"]["duration_ns"] // 2
+    candidates = []
+    for key, flows in by_tuple.items():
+        fwd = [f for f in flows if f["dst_port"] in (443, 80)]
+        if len(flows) != 2 or len(fwd) != 1 or len(key) != 2:
+            continue
+        f = fwd[0]
+        packets = sum(x["packets"] for x in flows)
+        if (f["vlan"] == 200 and f["ip_version"] == 4 and 24 <= packets <= 96
+                and f["src"] not in special and f["dst"] not in special):
+            candidates.append((abs(f["first_ns"] - mid), f["src"], f["dst"],
+                               f["src_port"], f["dst_port"], packets))
+    if not candidates:
+        sys.exit("no suitable office TCP flow in the truth file")
+    return min(candidates)[1:]
+
+
+def five_tuple_query(pcap, truth, out):
+    a, b, pa, pb, packets = pick_flow(truth)
+    bpf = f"host {a} and host {b} and tcp port {pa} and tcp port {pb}"
+    return {
+        "name": "5-tuple",
+        "detail": f"{a}:{pa} <-> {b}:{pb} tcp",
+        "capsule": [f"host {a} and host {b} and tcp and port {pa} and port {pb}"],
+        "tool": "tcpdump -r",
+        "tool_cmd": ["tcpdump", "-r", pcap, "-w", out, bpf_either_tag(bpf)],
+        "tshark": f"ip.addr == {a} and ip.addr == {b} and tcp.port == {pa} and tcp.port == {pb}",
+        "truth": packets,
+    }
+
+
+def dscp_query(pcap, truth, out):
+    dscp46 = "((ip and (ip[1] & 0xfc) = 0xb8) or (ip6 and (ip6[0:2] & 0x0fc0) = 0x0b80))"
+    flows = [f for f in truth["flows"] if 46 in f["dscp"]]
+    known = all(f["dscp"] == [46] for f in flows)  # a mixed flow: truth cannot count its EF
+    return {
+        "name": "DSCP 46",
+        "capsule": ["dscp 46"],
+        "tool": "tcpdump -r",
+        "tool_cmd": ["tcpdump", "-r", pcap, "-w", out, bpf_either_tag(dscp46)],
+        "tshark": "ip.dsfield.dscp == 46 or ipv6.tclass.dscp == 46",
+        "truth": sum(f["packets"] for f in flows) if known else None,
+    }
+
+
+def queries(pcap, truth, out):
+    start, duration = truth["config"]["start_ns"], truth["config"]["duration_ns"]
+    mid = start + duration // 2
+    ms, s = 10**6, 10**9
+    return [
+        window_query("1 ms window", pcap, mid, mid + ms, out),
+        window_query("1 s window", pcap, mid - s // 2, mid + s // 2, out),
+        five_tuple_query(pcap, truth, out),
+        dscp_query(pcap, truth, out),
+    ]
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def run(cmd, env=None):
+    """Runs cmd to completion, returns its wall time in seconds; exits if it fails."""
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr.decode(errors='replace')}")
+    return wall
+
+
+def best_of(runs, cmd, out, env=None):
+    """Best wall time of `runs` runs; the output file is removed before each."""
+    walls = []
+    for _ in range(runs):
+        if os.path.exists(out):
+            os.remove(out)
+        walls.append(run(cmd, env))
+    return min(walls)
+
+
+def count_pcap(path):
+    """Packets in a pcap file (any byte order, µs or ns), by walking the record headers."""
+    with open(path, "rb") as f:
+        magic = f.read(24)[:4]
+        order = {b"\xd4\xc3\xb2\xa1": "<", b"\x4d\x3c\xb2\xa1": "<",
+                 b"\xa1\xb2\xc3\xd4": ">", b"\xa1\xb2\x3c\x4d": ">"}.get(magic)
+        if order is None:
+            sys.exit(f"{path}: not a pcap file (magic {magic.hex()})")
+        n = 0
+        while len(rec := f.read(16)) == 16:
+            f.seek(struct.unpack(order + "I", rec[8:12])[0], os.SEEK_CUR)
+            n += 1
+        return n
+
+
+PLAN = re.compile(r"plan: read (\d+) of (\d+) blocks \(([\d.]+)%\) in (\d+) of (\d+) segments")
+
+
+def explain(capsule, store, q):
+    """(blocks read, blocks total) from capsule's plan for the query."""
+    out = subprocess.run([capsule, "query", "--store", store, *q["capsule"], "--explain"],
+                         check=True, capture_output=True, text=True).stdout
+    m = PLAN.search(out)
+    if not m:
+        sys.exit(f"no plan line in `capsule query --explain` output:\n{out}")
+    if "without an index" in out:
+        print(f"warning: {q['name']}: some segments have no side index", file=sys.stderr)
+    return int(m.group(1)), int(m.group(2))
+
+
+def measure(args, store, pcap, q, out):
+    """Times capsule and the tool (and tshark) on one query and counts what each selected."""
+    r = {"q": q}
+    r["blocks"], r["blocks_total"] = explain(args.capsule, store, q)
+    r["capsule_s"] = best_of(args.runs, [args.capsule, "query", "--store", store,
+                                         *q["capsule"], "-w", out], out)
+    r["capsule_n"] = count_pcap(out)
+    r["tool_s"] = best_of(args.runs, q["tool_cmd"], out, UTC_ENV)
+    r["tool_n"] = count_pcap(out)
+    if args.tshark:
+        r["tshark_s"] = best_of(1, ["tshark", "-r", pcap, "-Y", q["tshark"], "-F", "nsecpcap",
+                                    "-w", out], out, UTC_ENV)
+        r["tshark_n"] = count_pcap(out)
+    os.remove(out)
+    return r
+
+
+# ---------------------------------------------------------------- report
+
+
+def mark(ok):
+    return "met" if ok else "MISSED"
+
+
+def print_results(args, results):
+    tshark = f" {'tshark s':>9} {'tshark pkts':>11}" if args.tshark else ""
+    print(f"{'query':<12} {'capsule ms':>10} {'tool':<11} {'tool ms':>8} {'speed-up':>8} "
+          f"{'blocks read':>16} {'capsule pkts':>12} {'tool pkts':>10} {'truth':>8} "
+          f"{'counts':<8}{tshark}")
+    for r in results:
+        q = r["q"]
+        same = r["capsule_n"] == r["tool_n"] and r.get("tshark_n", r["tool_n"]) == r["tool_n"]
+        blocks = f"{r['blocks']}/{r['blocks_total']} {100 * r['blocks'] / r['blocks_total']:5.2f}%"
+        line = (f"{q['name']:<12} {1e3 * r['capsule_s']:10.1f} {q['tool']:<11} "
+                f"{1e3 * r['tool_s']:8.1f} {r['tool_s'] / r['capsule_s']:7.1f}x {blocks:>16} "
+                f"{r['capsule_n']:12d} {r['tool_n']:10d} "
+                f"{'-' if q['truth'] is None else q['truth']:>8} "
+                f"{'same' if same else '*MISMATCH*':<8}")
+        if args.tshark:
+            line += f" {r['tshark_s']:9.1f} {r['tshark_n']:11d}"
+        print(line)
+    for r in results:
+        if "detail" in r["q"]:
+            print(f"{r['q']['name']}: {r['q']['detail']}")
+    for r in results:
+        if r["capsule_n"] != r["tool_n"] or r.get("tshark_n", r["tool_n"]) != r["tool_n"]:
+            print(f"!!! MISMATCH in {r['q']['name']}: capsule selected {r['capsule_n']} packets, "
+                  f"{r['q']['tool']} {r['tool_n']}"
+                  + (f", tshark {r['tshark_n']}" if args.tshark else ""))
+        if r["q"]["truth"] is not None and r["capsule_n"] != r["q"]["truth"]:
+            print(f"!!! {r['q']['name']}: the truth file says {r['q']['truth']} packets, "
+                  f"capsule selected {r['capsule_n']}")
+
+
+def print_sizes(pcap, store):
+    pcap_b, seg_b, idx_b = os.path.getsize(pcap), dir_bytes(os.path.join(store, "segments")), \
+        dir_bytes(os.path.join(store, "index"))
+    print(f"pcap {pcap_b / 1e6:.0f} MB; store {(seg_b + idx_b) / 1e6:.0f} MB "
+          f"({(seg_b + idx_b) / pcap_b:.2f}x the pcap): segments {seg_b / 1e6:.0f} MB, "
+          f"index {idx_b / 1e3:.0f} kB = {100 * idx_b / seg_b:.3f}% of stored bytes")
+    return idx_b / seg_b
+
+
+def print_targets(results, index_fraction):
+    by = {r["q"]["name"]: r for r in results}
+    w, t, d = by["1 ms window"], by["5-tuple"], by["DSCP 46"]
+    rows = [
+        ("1 ms window wall", "< 50 ms", f"{1e3 * w['capsule_s']:.1f} ms", w["capsule_s"] < 0.05),
+        ("1 ms window vs editcap", ">= 20x", f"{w['tool_s'] / w['capsule_s']:.1f}x",
+         w["tool_s"] / w["capsule_s"] >= 20),
+        ("5-tuple vs tcpdump -r", ">= 10x", f"{t['tool_s'] / t['capsule_s']:.1f}x",
+         t["tool_s"] / t["capsule_s"] >= 10),
+        ("DSCP 46 vs tcpdump -r", ">= 2x", f"{d['tool_s'] / d['capsule_s']:.2f}x",
+         d["tool_s"] / d["capsule_s"] >= 2),
+        ("index size", "<= 3% stored", f"{100 * index_fraction:.3f}%", index_fraction <= 0.03),
+    ]
+    print(f"{'target':<24} {'goal':<13} {'measured':>10}  result")
+    for name, goal, measured, ok in rows:
+        print(f"{name:<24} {goal:<13} {measured:>10}  {mark(ok)}")
+
+
+def main():
+    args = parse_args()
+    if not os.access(args.capsule, os.X_OK):
+        sys.exit(f"{args.capsule} not found: build it with `cargo build --release`")
+    os.makedirs(args.dir, exist_ok=True)
+    pcap, truth_path = os.path.join(args.dir, "synth.pcap"), os.path.join(args.dir, "truth.json")
+    store = os.path.join(args.dir, "store")
+    new = prepare_pcap(args, pcap, truth_path)
+    with open(truth_path) as f:
+        truth = json.load(f)
+    prepare_store(args, store, pcap, truth, new)
+    warm([pcap, *files_under(store)])
+
+    tmp = tempfile.mkdtemp(prefix="capsule-bench-query-",
+                           dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    try:
+        out = os.path.join(tmp, "out.pcap")
+        results = []
+        for q in queries(pcap, truth, out):
+            print(f"timing {q['name']} ...", file=sys.stderr, flush=True)
+            results.append(measure(args, store, pcap, q, out))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"capsule query vs plain-file tools on {pcap} ({truth['packets']} packets, "
+          f"{truth['config']['duration_ns'] / 1e9:g} s of traffic); best of {args.runs} runs"
+          + (", tshark one run" if args.tshark else "") + "; speed-up = tool / capsule")
+    print_results(args, results)
+    print()
+    index_fraction = print_sizes(pcap, store)
+    print()
+    print_targets(results, index_fraction)
+    mismatch = any(r["capsule_n"] != r["tool_n"] or r.get("tshark_n", r["tool_n"]) != r["tool_n"]
+                   for r in results)
+    return 1 if mismatch else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
