@@ -296,7 +296,8 @@ fn import(store: &Path, args: &WriterArgs, files: &[String]) -> Result<ExitCode>
     let mut failed = None;
     for f in files {
         let rep = if f == "-" {
-            capsule_capture::import_reader(&mut writer, "<stdin>", std::io::stdin().lock())
+            // A pipe may stay open and idle: read it on a thread and cut blocks by age.
+            capsule_capture::import_live(&mut writer, "<stdin>", std::io::stdin())
         } else {
             match std::fs::File::open(f) {
                 Ok(file) => capsule_capture::import_reader(&mut writer, f, file),

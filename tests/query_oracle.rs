@@ -156,6 +156,7 @@ fn select(fx: &Fx, oracle: &Oracle) -> Vec<usize> {
         Oracle::Tcpdump(expr) => {
             let out = fx.out("tcpdump.pcap");
             let cap = tcpdump_filter(&fx.orig, expr, &out);
+            let _ = std::fs::remove_file(&out);
             positions_in(&fx.packets, &cap.packets)
         }
     }
@@ -205,7 +206,8 @@ fn query_args(filter: &str, win: Option<&Win>) -> Vec<String> {
 /// Fails with the first difference, and how many packets are missing or extra.
 #[track_caller]
 fn assert_packets(found: &[Pkt], want: &[&Pkt], what: &str) {
-    let same = |f: &Pkt, w: &Pkt| f.ts_ns == w.ts_ns && f.orig_len == w.orig_len && f.data == w.data;
+    let same =
+        |f: &Pkt, w: &Pkt| f.ts_ns == w.ts_ns && f.orig_len == w.orig_len && f.data == w.data;
     if found.len() == want.len() && found.iter().zip(want).all(|(f, w)| same(f, w)) {
         return;
     }
@@ -328,6 +330,8 @@ fn check(
                 "{what}: what tshark reads in the export"
             );
         }
+        // Kept when a check fails, for a look; removed once it passed.
+        let _ = std::fs::remove_file(&out);
     }
     let o = run_ok(
         capsule()
@@ -490,7 +494,14 @@ struct Listed {
 fn flows_json(fx: &Fx, filter: &str, win: Option<&Win>) -> Vec<Listed> {
     let o = run_ok(
         capsule()
-            .args(["flows", "--store", p(&fx.store), "--json", "--limit", "1000000"])
+            .args([
+                "flows",
+                "--store",
+                p(&fx.store),
+                "--json",
+                "--limit",
+                "1000000",
+            ])
             .args(query_args(filter, win)),
     );
     stdout_str(&o)
@@ -789,10 +800,21 @@ fn five_tuples_of_truth_flows_select_both_directions_and_read_few_blocks() {
         );
         let sel = select(fx, &Oracle::Tshark(df));
         let (tp, tb) = truth_conv(&flows, &f.key);
-        assert_eq!(sel.len() as u64, tp, "tshark and the truth agree on {filter:?}");
+        assert_eq!(
+            sel.len() as u64,
+            tp,
+            "tshark and the truth agree on {filter:?}"
+        );
         let sel_bytes: u64 = sel.iter().map(|&i| fx.packets[i].data.len() as u64).sum();
         assert_eq!(sel_bytes, tb);
-        check(fx, &format!("5-tuple {filter:?}"), &filter, &sel, None, true);
+        check(
+            fx,
+            &format!("5-tuple {filter:?}"),
+            &filter,
+            &sel,
+            None,
+            true,
+        );
         // The plan reads only the blocks that hold the conversation.
         let o = run_ok(capsule().args(["query", "--store", p(&fx.store), &filter, "--explain"]));
         let out = stdout_str(&o);
@@ -817,7 +839,10 @@ fn windows_cut_exactly_at_packet_timestamps() {
     let s = &fx.segs;
     let (first, last) = (s[2].first_ns.unwrap(), s[2].last_ns.unwrap());
     let next_first = s[3].first_ns.unwrap();
-    assert!(last < next_first, "segments of an ordered import do not overlap");
+    assert!(
+        last < next_first,
+        "segments of an ordered import do not overlap"
+    );
     let mid = fx.packets[fx.packets.len() / 2].ts_ns;
     let mid_end = fx
         .packets
@@ -958,9 +983,15 @@ fn count_and_explain_agree_with_the_export() {
         for row in &rows {
             let (total, in_win, read) = (row[1], row[2], row[3]);
             let n = |s: &str| s.parse::<u64>().unwrap();
-            assert!(n(read) <= n(in_win) && n(in_win) <= n(total), "{what}\n{plan}");
+            assert!(
+                n(read) <= n(in_win) && n(in_win) <= n(total),
+                "{what}\n{plan}"
+            );
             if !filter.is_empty() && n(in_win) > 0 {
-                assert_eq!(row[4], "used", "{what}: sealed segments have an index\n{plan}");
+                assert_eq!(
+                    row[4], "used",
+                    "{what}: sealed segments have an index\n{plan}"
+                );
             }
         }
         if filter.is_empty() {
@@ -1005,6 +1036,7 @@ fn count_and_explain_agree_with_the_export() {
             "{what}"
         );
         assert_eq!(capinfos_packets(&out), n, "{what}: capinfos");
+        let _ = std::fs::remove_file(&out);
     }
 }
 
@@ -1039,7 +1071,9 @@ fn bpf_refines_the_filter_as_tcpdump_does() {
     ];
     for (filter, bpf, tcpdump_expr, nonempty) in cases {
         let what = format!("{filter:?} --bpf {bpf:?}");
-        let want = tcpdump_filter(&fx.orig, tcpdump_expr, &fx.out("tcpdump.pcap"));
+        let oracle = fx.out("tcpdump.pcap");
+        let want = tcpdump_filter(&fx.orig, tcpdump_expr, &oracle);
+        let _ = std::fs::remove_file(&oracle);
         if nonempty {
             assert!(!want.packets.is_empty(), "{what}: tcpdump selects nothing");
         }
@@ -1065,6 +1099,7 @@ fn bpf_refines_the_filter_as_tcpdump_does() {
                 want.packets.len() as u64,
                 "{what}: capinfos"
             );
+            let _ = std::fs::remove_file(&out);
         }
         let c = run_ok(capsule().args([
             "query",
@@ -1106,7 +1141,8 @@ fn a_bad_bpf_expression_fails_naming_it() {
 }
 
 /// The expression is checked against the link types of the segments the plan touches: when
-/// nothing matches, it is never compiled and the query succeeds (see the report).
+/// nothing matches it is never compiled, and the query succeeds (a product bug: an invalid
+/// expression must fail whatever the store holds).
 #[test]
 fn a_bad_bpf_expression_fails_even_when_no_packet_matches() {
     let fx = fx();
@@ -1182,7 +1218,10 @@ fn a_bad_filter_fails_with_a_caret_under_the_culprit() {
             assert!(err.contains('^'), "{cmd} {words:?}: a caret: {err:?}");
             assert!(stdout_str(&o).is_empty());
         }
-        assert!(!out.exists(), "{words:?}: a bad filter creates no output file");
+        assert!(
+            !out.exists(),
+            "{words:?}: a bad filter creates no output file"
+        );
     }
 }
 
@@ -1203,7 +1242,8 @@ fn flows_for_a_filter_sum_to_the_truth() {
         (
             format!("dscp ef and not net {voice}"),
             Box::new(|f| {
-                let voice = |a: IpAddr| matches!(a, IpAddr::V4(v) if v.octets()[..3] == [10, 40, 0]);
+                let voice =
+                    |a: IpAddr| matches!(a, IpAddr::V4(v) if v.octets()[..3] == [10, 40, 0]);
                 f.dscp.contains(&46) && !voice(f.src) && !voice(f.dst)
             }),
         ),
@@ -1229,7 +1269,10 @@ fn flows_for_a_filter_sum_to_the_truth() {
             assert_eq!(*e, (0, 0), "{filter:?}: {:?} listed twice", l.key);
             *e = (l.packets, l.bytes);
         }
-        assert_eq!(got, want, "{filter:?}: flows (both directions) vs the truth");
+        assert_eq!(
+            got, want,
+            "{filter:?}: flows (both directions) vs the truth"
+        );
     }
 }
 
@@ -1341,7 +1384,11 @@ fn the_open_segment_is_queried_while_an_import_runs() {
     let store = fx.dir.join("open-store");
     let bytes = std::fs::read(&fx.orig).unwrap();
     // The pcap header and the whole records that end within 2.5 MB.
-    let k = fx.record_end.iter().take_while(|&&e| e <= 2_500_000).count();
+    let k = fx
+        .record_end
+        .iter()
+        .take_while(|&&e| e <= 2_500_000)
+        .count();
     let cut = fx.record_end[k - 1];
     let written = &fx.packets[..k];
 
@@ -1358,13 +1405,13 @@ fn the_open_segment_is_queried_while_an_import_runs() {
     let mut stdin = child.0.as_mut().unwrap().stdin.take().unwrap();
     stdin.write_all(&bytes[..cut]).unwrap();
     stdin.flush().unwrap();
-    // Give the writer time (ten block ages) to cut and write what it has.
+    // Give the writer time (up to 15 block ages of 100 ms) to cut and write what it has.
     let t0 = Instant::now();
-    let on_disk = loop {
+    let (on_disk, waited) = loop {
         std::thread::sleep(Duration::from_millis(100));
         let n: u64 = segments(&store).iter().map(|s| s.packets).sum();
         if n == k as u64 || t0.elapsed() > Duration::from_millis(1500) {
-            break n;
+            break (n, t0.elapsed());
         }
     };
     let segs = segments(&store);
@@ -1396,7 +1443,11 @@ fn the_open_segment_is_queried_while_an_import_runs() {
         .filter(|i| stored_at.contains(i))
         .map(|&i| &fx.packets[i])
         .collect();
-    assert_packets(&got.packets, &on_disk_sel, "filtered query of the stored part");
+    assert_packets(
+        &got.packets,
+        &on_disk_sel,
+        "filtered query of the stored part",
+    );
     let open_first = open.first_ns.unwrap();
     assert!(
         got.packets.iter().any(|k| k.ts_ns >= open_first),
@@ -1422,16 +1473,21 @@ fn the_open_segment_is_queried_while_an_import_runs() {
     let c = child.0.take().unwrap();
     let done = c.wait_with_output().unwrap();
     assert!(done.status.success(), "{done:?}");
+    for f in [&all, &out] {
+        let _ = std::fs::remove_file(f);
+    }
+    let _ = std::fs::remove_dir_all(&store);
 
-    // Everything written was visible while the pipe stayed open (block age 100 ms).
+    // Everything written was visible while the pipe stayed open (block age 100 ms). Fails
+    // today: import never cuts a block by age (it waits in the read), so each lane's open
+    // block stays in memory until more input or the end of input arrives.
     let want: Vec<&Pkt> = sel.iter().map(|&i| &fx.packets[i]).collect();
     assert_eq!(
-        on_disk,
-        k as u64,
+        on_disk, k as u64,
         "`capsule import --store D --block-size 64K --segment-size 1M -` fed {k} whole \
          packets through a pipe that stays open: after {:?} only {on_disk} of them are on \
          disk; the rest wait in the writer's open block(s) although --block-age is 100ms",
-        t0.elapsed()
+        waited
     );
     assert_packets(&got.packets, &want, "filtered query of the part written");
 }

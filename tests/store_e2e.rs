@@ -910,7 +910,11 @@ fn t06_segments_readable_by_zstd_tshark_capinfos() {
     // another, so its packets are in time order within each block, not across the file; in
     // time order (stable) they are the input.
     all.sort_by_key(|k| k.ts_ns);
-    assert_same_packets(&all, &input.packets, "segments' packets in time order vs the input");
+    assert_same_packets(
+        &all,
+        &input.packets,
+        "segments' packets in time order vs the input",
+    );
 }
 
 // ------------------------------------------------------------------------------------------

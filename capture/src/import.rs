@@ -139,3 +139,167 @@ pub fn import_reader<R: Read>(
     rep.interfaces = ids.len();
     Ok(rep)
 }
+
+/// A record read by the thread of [`import_live`].
+enum Live {
+    Format(FileFormat),
+    Interface(capsule_pcap::Interface),
+    Packet {
+        ts_ns: u64,
+        iface: u32,
+        orig_len: u32,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    /// The end of the input: clean (`None`) or at damage.
+    End(Option<ReadError>),
+}
+
+/// Imports a stream that may stay open and idle, such as `tcpdump -w - | capsule import -`:
+/// the input is read and parsed on a thread of its own, and while no packet arrives the
+/// writer's open blocks are cut by age ([`StoreWriter::tick`]), so what was received is
+/// queryable within the block age. Errors are handled as in [`import_reader`].
+pub fn import_live<R: Read + Send + 'static>(
+    writer: &mut StoreWriter,
+    source: &str,
+    input: R,
+) -> Result<FileReport, ImportError> {
+    let (tx, rx) = crossbeam_channel::bounded::<Live>(4096);
+    let name = source.to_string();
+    let reader = std::thread::Builder::new()
+        .name("capsule-import-read".into())
+        .spawn(move || {
+            let mut r = match CaptureReader::new(name, input) {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = tx.send(Live::End(Some(e)));
+                    return;
+                }
+            };
+            if tx.send(Live::Format(r.format())).is_err() {
+                return;
+            }
+            let mut sent = 0;
+            loop {
+                while sent < r.interfaces().len() {
+                    if tx
+                        .send(Live::Interface(r.interfaces()[sent].clone()))
+                        .is_err()
+                    {
+                        return;
+                    }
+                    sent += 1;
+                }
+                let offset = r.offset();
+                let msg = match r.next_record() {
+                    Ok(Some(Record::Packet(p))) => Live::Packet {
+                        ts_ns: p.ts_ns,
+                        iface: p.iface,
+                        orig_len: p.orig_len,
+                        offset,
+                        data: p.data.to_vec(),
+                    },
+                    Ok(Some(_)) => continue,
+                    Ok(None) => Live::End(None),
+                    Err(e) => Live::End(Some(e)),
+                };
+                let end = matches!(msg, Live::End(_));
+                if tx.send(msg).is_err() || end {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| ImportError::Store {
+            source_name: source.to_string(),
+            packet: 0,
+            error: Box::new(StoreError::WriterStopped(format!(
+                "cannot start the input thread: {e}"
+            ))),
+        })?;
+    let mut rep = FileReport {
+        source: source.to_string(),
+        format: None,
+        packets: 0,
+        wire_bytes: 0,
+        interfaces: 0,
+        first_ns: None,
+        last_ns: None,
+        out_of_order: 0,
+        error: None,
+    };
+    let store_err = |rep: &FileReport, error: StoreError| ImportError::Store {
+        source_name: source.to_string(),
+        packet: rep.packets + 1,
+        error: Box::new(error),
+    };
+    let wait = (writer.config().block_age / 2).max(std::time::Duration::from_millis(1));
+    let mut ids: Vec<u32> = Vec::new();
+    let mut prev_ns = 0u64;
+    let mut ended = false;
+    loop {
+        let msg = match rx.recv_timeout(wait) {
+            Ok(m) => m,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                writer.tick().map_err(|e| store_err(&rep, e))?;
+                continue;
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        };
+        match msg {
+            Live::Format(f) => rep.format = Some(f),
+            Live::Interface(i) => ids.push(writer.add_interface(i)),
+            Live::End(e) => {
+                rep.error = e.map(FileProblem::Read);
+                ended = true;
+                break;
+            }
+            Live::Packet {
+                ts_ns,
+                iface,
+                orig_len,
+                offset,
+                data,
+            } => {
+                let Some(&id) = ids.get(iface as usize) else {
+                    return Err(ImportError::UndefinedInterface {
+                        source_name: source.to_string(),
+                        offset,
+                        iface,
+                    });
+                };
+                match writer.append(id, ts_ns, orig_len, &data) {
+                    Ok(()) => {}
+                    Err(StoreError::Packet(reason)) => {
+                        rep.error = Some(FileProblem::Rejected {
+                            source_name: source.to_string(),
+                            offset,
+                            reason: format!("packet {} rejected: {reason}", rep.packets + 1),
+                        });
+                        break;
+                    }
+                    Err(e) => return Err(store_err(&rep, e)),
+                }
+                rep.packets += 1;
+                rep.wire_bytes += u64::from(orig_len.max(data.len() as u32));
+                if ts_ns < prev_ns {
+                    rep.out_of_order += 1;
+                }
+                prev_ns = ts_ns;
+                rep.first_ns = Some(rep.first_ns.map_or(ts_ns, |f| f.min(ts_ns)));
+                rep.last_ns = Some(rep.last_ns.map_or(ts_ns, |l| l.max(ts_ns)));
+                // Cut aged blocks while busy too (cheap: a clock read per lane).
+                if rep.packets.is_multiple_of(1024) {
+                    writer.tick().map_err(|e| store_err(&rep, e))?;
+                }
+            }
+        }
+    }
+    drop(rx);
+    if ended {
+        let _ = reader.join();
+    }
+    // Otherwise the thread may be blocked reading an open pipe: it ends by itself when its
+    // next send finds the channel closed, or with the process.
+    rep.interfaces = ids.len();
+    Ok(rep)
+}

@@ -16,4 +16,4 @@
 
 pub mod import;
 
-pub use import::{import_reader, FileProblem, FileReport, ImportError};
+pub use import::{import_live, import_reader, FileProblem, FileReport, ImportError};

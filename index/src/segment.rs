@@ -596,16 +596,16 @@ impl SegmentReader {
         &self.interfaces
     }
 
-    /// Reads block `i`'s compressed frame and checks its crc32c.
-    pub fn read_frame(&self, i: usize) -> Result<Vec<u8>> {
+    /// Reads block `i`'s compressed frame into `frame` (reusing its allocation) and checks
+    /// its crc32c.
+    pub fn read_frame(&self, i: usize, frame: &mut Vec<u8>) -> Result<()> {
         let meta = &self.blocks[i];
-        let frame = read_at(
-            &self.file,
-            &self.path,
-            meta.frame_offset,
-            meta.compressed_len as usize,
-        )?;
-        let crc = crc32c::crc32c(&frame);
+        // `resize` zero-fills only growth, so a reused buffer costs no page faults.
+        frame.resize(meta.compressed_len as usize, 0);
+        self.file
+            .read_exact_at(frame, meta.frame_offset)
+            .map_err(|e| StoreError::io("read segment", &self.path, e))?;
+        let crc = crc32c::crc32c(frame);
         if crc != meta.frame_crc {
             return Err(StoreError::BadBlock {
                 path: self.path.clone(),
@@ -617,22 +617,25 @@ impl SegmentReader {
                 ),
             });
         }
-        Ok(frame)
+        Ok(())
     }
 
     /// Reads and decompresses block `i` into `out` (cleared first): a run of pcapng blocks.
+    /// `frame` is scratch space for the compressed bytes; pass the same buffers again to
+    /// avoid allocating per block.
     pub fn read_block(
         &self,
         i: usize,
         dctx: &mut zstd::bulk::Decompressor<'static>,
+        frame: &mut Vec<u8>,
         out: &mut Vec<u8>,
     ) -> Result<()> {
-        let frame = self.read_frame(i)?;
+        self.read_frame(i, frame)?;
         let meta = &self.blocks[i];
         out.clear();
         out.reserve(meta.uncompressed_len as usize);
         let n = dctx
-            .decompress_to_buffer(&frame, out)
+            .decompress_to_buffer(&frame[..], out)
             .map_err(|e| StoreError::BadBlock {
                 path: self.path.clone(),
                 block: meta.index,

@@ -304,10 +304,11 @@ pub fn rebuild(seg: &SegmentReader) -> Result<SegmentIndex> {
     let mut dctx = zstd::bulk::Decompressor::new()
         .map_err(|e| StoreError::io("create a zstd decompressor", seg.path(), e))?;
     let mut data = Vec::new();
+    let mut frame = Vec::new();
     // Footer block entries carry no interface list; the segment's whole list applies.
     let all = seg.interfaces().to_vec();
     for i in 0..seg.blocks().len() {
-        seg.read_block(i, &mut dctx, &mut data)?;
+        seg.read_block(i, &mut dctx, &mut frame, &mut data)?;
         let mut meta = seg.blocks()[i].clone();
         meta.new_interfaces = if i == 0 { all.clone() } else { Vec::new() };
         b.add_block(&meta, &data);

@@ -185,6 +185,8 @@ pub struct StoreWriter {
     lanes: Vec<OpenBlock>,
     /// Timestamp and lane of the last packet appended.
     last: Option<(u64, usize)>,
+    /// This segment's input went back in time: it is written as a single stream.
+    disordered: bool,
     order: u64,
     segment: u64,
     seg_uncompressed: u64,
@@ -328,6 +330,7 @@ impl StoreWriter {
                 local_count: 0,
                 lanes,
                 last: None,
+                disordered: false,
                 order: 0,
                 segment: next_seq,
                 seg_uncompressed: 0,
@@ -371,15 +374,22 @@ impl StoreWriter {
                 data.len()
             )));
         }
-        let Some(def) = self.ifaces.get(iface as usize) else {
+        let Some(linktype) = self.ifaces.get(iface as usize).map(|d| d.linktype) else {
             return Err(StoreError::Packet(format!("unknown interface id {iface}")));
         };
-        // Packets with equal timestamps stay in one lane, in arrival order: export orders
-        // ties by block, so splitting a run of ties across lanes would reorder them (µs
-        // captures have many). The block's DSCP mask stays exact, so planning stays right.
+        // Export orders equal timestamps by block, so ties must not be split across lanes:
+        // a run of equal timestamps stays in one lane (µs captures have many), and once a
+        // packet arrives out of time order the segment continues as a single stream (all
+        // lanes cut first), so ties an unsorted input scatters still keep arrival order.
+        // A block's DSCP mask stays exact either way, so planning stays right.
+        if !self.disordered && self.last.is_some_and(|(ts, _)| ts_ns < ts) {
+            self.flush()?;
+            self.disordered = true;
+        }
         let lane = match self.last {
+            _ if self.disordered => 0,
             Some((ts, lane)) if ts == ts_ns => lane,
-            _ => lane_of(def.linktype, data),
+            _ => lane_of(linktype, data),
         };
         self.last = Some((ts_ns, lane));
         let epb_len = pw::pcapng_epb_len(data.len());
@@ -479,6 +489,7 @@ impl StoreWriter {
             || span >= age.as_nanos() as u64
         {
             self.flush()?;
+            self.disordered = false;
             self.segment += 1;
             self.seg_uncompressed = 0;
             self.seg_opened = Instant::now();
@@ -817,7 +828,8 @@ mod tests {
         let mut buf = Vec::new();
         for seg in store.open_segments().unwrap() {
             for i in 0..seg.blocks().len() {
-                seg.read_block(i, &mut dctx, &mut buf).unwrap();
+                seg.read_block(i, &mut dctx, &mut Vec::new(), &mut buf)
+                    .unwrap();
                 let mut n = 0;
                 for p in fragment_packets(&buf) {
                     let p = p.unwrap();
@@ -906,9 +918,16 @@ mod tests {
             .collect();
         want.sort_by_key(|x| x.0);
         assert_eq!(got, want);
+        // The first packet back in time cut the open blocks; the rest of the segment is one
+        // stream, sorted (stably) within its block.
         let seg = &Store::open(dir.path()).unwrap().open_segments().unwrap()[0];
-        let b = seg.blocks().iter().find(|b| b.packets > 0).unwrap();
-        assert_eq!((b.first_ns, b.last_ns), (10, 50));
+        let spans: Vec<(u64, u64, u32)> = seg
+            .blocks()
+            .iter()
+            .filter(|b| b.packets > 0)
+            .map(|b| (b.first_ns, b.last_ns, b.packets))
+            .collect();
+        assert_eq!(spans, vec![(50, 50, 1), (10, 30, 4)]);
     }
 
     #[test]

@@ -201,10 +201,20 @@ pub fn export<W: Write>(
         }
     }
     if let Some(expr) = &opts.bpf {
-        // Fail before any output if the expression does not compile for a link type.
+        // Fail before any output if the expression does not compile for a link type of the
+        // store, whether or not the plan reads a packet (Ethernet for an empty store).
         let mut check = Bpf::new(expr.clone());
-        for i in &out_ifaces {
-            check.program(i.linktype)?;
+        let mut types: Vec<u16> = segments
+            .iter()
+            .flat_map(|s| s.interfaces().iter().map(|i| i.linktype))
+            .collect();
+        types.sort_unstable();
+        types.dedup();
+        if types.is_empty() {
+            types.push(capsule_pcap::LINKTYPE_ETHERNET);
+        }
+        for t in types {
+            check.program(t)?;
         }
     }
 
@@ -213,7 +223,10 @@ pub fn export<W: Write>(
         query: opts.query.clone(),
         bpf: opts.bpf.clone(),
     };
-    let loaded = prefetch(segments.clone(), plan.clone(), opts.threads, filter);
+    // Decompressed blocks go back to the readers once merged: reusing them saves the page
+    // faults of a fresh megabyte per block (a fifth of a DSCP query's time, measured).
+    let (recycle, reuse) = bounded::<Vec<u8>>(opts.threads.clamp(1, 16) * 4 + 4);
+    let loaded = prefetch(segments.clone(), plan.clone(), opts.threads, filter, reuse);
 
     // k-way merge. Invariant: every block not yet opened starts at or after the heap's top.
     // Blocks arrive with only their selected packets (window, filter and --bpf applied).
@@ -240,6 +253,8 @@ pub fn export<W: Write>(
                     slot,
                 }));
                 open.insert(slot, block);
+            } else {
+                let _ = recycle.try_send(block.data);
             }
         }
         let Some(Reverse(cur)) = heap.pop() else {
@@ -258,8 +273,8 @@ pub fn export<W: Write>(
                 packet: cur.packet + 1,
                 ..cur
             }));
-        } else {
-            open.remove(&cur.slot);
+        } else if let Some(done) = open.remove(&cur.slot) {
+            let _ = recycle.try_send(done.data);
         }
     }
     enc.finish()?;
@@ -313,6 +328,7 @@ fn prefetch(
     plan: Vec<Planned>,
     threads: usize,
     filter: PacketFilter,
+    reuse: Receiver<Vec<u8>>,
 ) -> Receiver<Result<Loaded, ExportError>> {
     let threads = threads.clamp(1, 16);
     let (out_tx, out_rx) = bounded(2);
@@ -323,13 +339,25 @@ fn prefetch(
         let job_rx = job_rx.clone();
         let segments = segments.clone();
         let filter = filter.clone();
+        let reuse = reuse.clone();
         std::thread::spawn(move || {
             let Ok(mut dctx) = zstd::bulk::Decompressor::new() else {
                 return;
             };
             let mut bpf = filter.bpf.clone().map(Bpf::new);
+            let mut frame = Vec::new();
             for (p, reply) in job_rx {
-                let r = load(&segments[p.seg], p, &mut dctx, &filter.query, bpf.as_mut());
+                let data = reuse.try_recv().unwrap_or_default();
+                let seg = &segments[p.seg];
+                let r = load(
+                    seg,
+                    p,
+                    &mut dctx,
+                    &mut frame,
+                    data,
+                    &filter.query,
+                    bpf.as_mut(),
+                );
                 let _ = reply.send(r);
             }
         });
@@ -361,11 +389,12 @@ fn load(
     seg: &SegmentReader,
     p: Planned,
     dctx: &mut zstd::bulk::Decompressor<'static>,
+    frame: &mut Vec<u8>,
+    mut data: Vec<u8>,
     query: &Query,
     mut bpf: Option<&mut Bpf>,
 ) -> Result<Loaded, ExportError> {
-    let mut data = Vec::new();
-    seg.read_block(p.block, dctx, &mut data)?;
+    seg.read_block(p.block, dctx, frame, &mut data)?;
     let mut packets = Vec::new();
     let base = data.as_ptr() as usize;
     for r in fragment_packets(&data) {

@@ -14,5 +14,7 @@
 #![forbid(unsafe_code)]
 
 pub mod export;
+#[cfg(test)]
+mod proptest_query;
 
 pub use export::{export, ExportError, ExportOptions, ExportReport, Format};
