@@ -10,8 +10,10 @@
 //!                                                   -> Record::Packet    -> StoreWriter::append
 //! ```
 //!
-//! Live capture (AF_XDP per RX queue, AF_PACKET fallback) feeds the same writer and arrives
-//! with the [capture] issue.
+//! A stream that may stay open and idle (`tcpdump -w - | capsule import -`) goes through
+//! [`import_live`], which reads on a thread of its own so that the writer can cut blocks by
+//! age while no packet arrives. Live capture (AF_XDP per RX queue, AF_PACKET fallback) will
+//! feed the same writer.
 #![forbid(unsafe_code)]
 
 pub mod import;

@@ -1,23 +1,26 @@
-//! The segment store and (later) its side index.
+//! The segment store and its side index.
 //!
-//! This crate owns everything capsule keeps on disk. Packets flow through it like this:
+//! This crate owns everything capsule keeps on disk, and how it is searched. Packets flow
+//! through it like this:
 //!
 //! ```text
-//! StoreWriter::append(packet)                               (writer.rs)
-//!   -> pcapng Enhanced Packet Block appended to the open block (~1 MiB)
+//! StoreWriter::append(packet)                                      (writer.rs)
+//!   -> pcapng Enhanced Packet Block into its lane's open block (one lane per DSCP class)
 //!   -> block cut by size or age, sorted by time, sent to a compressor thread
 //!   -> independent zstd frame with checksum, crc32c over the frame
 //!   -> writer thread: retention (delete oldest segments under the byte budget),
-//!      block header frame + zstd frame appended to the open segment   (segment.rs)
-//!   -> segment sealed by size or age: footer, fsync, rename, fsync directory
-//! Store::open_segments() -> SegmentReader per file           (store.rs, segment.rs)
-//!   -> block list from the footer (sealed) or a header walk (open)
-//!   -> read_block(i): crc32c check, zstd decompress -> pcapng blocks
+//!      block header frame + zstd frame appended to the open segment      (segment.rs)
+//!      the block's packets dissected into flow records                   (dissect.rs,
+//!   -> segment sealed by size or age: footer, fsync, rename, fsync dir    sideindex.rs)
+//!      and its side index written to index/seg-N.idx
+//! query: Filter::parse (filter/) -> plan (plan.rs): blocks in the window whose flows or
+//!   DSCP set may match -> SegmentReader::read_block: crc32c check, zstd decompress
+//! flows (flows.rs): flow records merged across segments, from the index alone
 //! ```
 //!
-//! Every byte of a segment is specified in docs/format.md; `format.rs` encodes and decodes
-//! the metadata records. A sealed segment is an ordinary zstd-compressed pcapng file:
-//! `tshark -r` opens it, `zstd -dc` prints it.
+//! Every byte of a segment and of an index file is specified in docs/format.md. A sealed
+//! segment is an ordinary zstd-compressed pcapng: `zstd -dc` prints it, and a Wireshark that
+//! reads multi-frame zstd files opens it directly.
 #![forbid(unsafe_code)]
 
 pub mod dissect;

@@ -1,23 +1,27 @@
-//! The store writer: packets in, sealed segments out.
+//! The store writer: packets in, sealed segments and their side index out.
 //!
 //! ```text
-//! producer (caller's thread)         compressor threads (N)        writer thread
-//! append(packet) -> open block --->  zstd frame + crc32c  ------>  reorder by block number
-//!   pcapng EPB bytes, sorted          (independent frames)          retention: delete oldest
-//!   by time at block end                                            append to segment file
-//!   segment cut at block edges                                      sync every interval
-//!                                                                   seal: footer, fsync, rename
+//! producer (caller's thread)        compressor threads (N)      writer thread
+//! append(packet)                    zstd frame + crc32c  ---->  reorder by block number
+//!   -> lane = DSCP class              (independent frames)       retention: delete oldest
+//!   -> EPB into that lane's block                                 append to segment file
+//!   new interface -> its own block                                side index: dissect the
+//!   block cut by size or age  ----->                                block, update flows
+//!   (sorted by time if needed)                                    sync every interval
+//!   segment cut at block edges                                    seal: footer, fsync,
+//!                                                                   rename; write the index
 //! ```
 //!
-//! The producer never touches the disk. Blocks are cut at a size (`block_bytes`) or an age
-//! (`block_age`, checked by [`StoreWriter::tick`]), segments at an estimated on-disk size or
-//! an age. Channels between the stages are bounded, so memory is bounded: when the disk is
-//! slower than the input, [`StoreWriter::append`] waits (import), or the caller can use
-//! [`StoreWriter::try_append`]... (capture counts what it could not hand over).
+//! The producer never touches the disk. Each lane (DSCP class, see [`LANES`]) fills its own
+//! block, so a query for one class reads only that class's blocks. Blocks are cut at a size
+//! (`block_bytes`) or an age (`block_age`, checked by [`StoreWriter::tick`]); segments at an
+//! estimated on-disk size or an age, with every lane cut first. Channels between the stages
+//! are bounded, so memory is bounded: when the disk is slower than the input,
+//! [`StoreWriter::append`] waits.
 //!
 //! Retention makes the store a ring: before a block is written, the oldest sealed segments
-//! are deleted until the block fits under `max_bytes`. Segments are capped at a quarter of
-//! the budget so there is always an older segment to delete.
+//! (and their index files) are deleted until the block fits under `max_bytes`. Segments are
+//! capped at a quarter of the budget so there is always an older segment to delete.
 
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
@@ -40,7 +44,7 @@ use crate::store::{now_ns, Store};
 pub const MAX_PACKET: usize = 256 * 1024;
 /// Blocks are filled per lane: one lane per DSCP class (the DSCP's top three bits), so that
 /// packets of a class share blocks and a query for one class reads only its blocks.
-const LANES: usize = 8;
+pub const LANES: usize = 8;
 
 /// The lane of a packet: its DSCP class; non-IP packets go to lane 0 with best effort.
 fn lane_of(linktype: u16, data: &[u8]) -> usize {

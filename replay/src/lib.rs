@@ -1,15 +1,16 @@
 //! Rebuilding past windows as capture files.
 //!
-//! This crate owns the way out of the store. [`export::export`] plans which blocks can hold
-//! packets of the requested window, decompresses them ahead of need on worker threads, merges
-//! their packets by timestamp across segments and interfaces, cuts the window exactly at the
-//! nanosecond, and streams nanosecond pcap or pcapng (`if_tsresol` = 9) to any writer:
+//! This crate owns the way out of the store. [`export::export`] asks the index's planner
+//! which blocks can hold packets of the query (filter and window), decompresses them ahead of
+//! need on worker threads, which also keep only the packets in [from, to) that pass the filter
+//! and `--bpf`; merges them by timestamp across segments, lanes and interfaces; and streams
+//! nanosecond pcap or pcapng (`if_tsresol` = 9) to any writer:
 //!
 //! ```text
-//! Store -> segments -> blocks overlapping [from, to)       (plan)
-//!   -> prefetch: read + crc32c + zstd decompress, in order, N threads
-//!   -> k-way merge on (timestamp, segment, block, packet)   (stable: ties keep write order)
-//!   -> window cut + packet filter -> pcap / pcapng encoder -> io::Write
+//! Store -> plan (capsule_index::plan): blocks that may hold matches
+//!   -> prefetch: read + crc32c + zstd decompress + window/filter/--bpf, in order, N threads
+//!   -> k-way merge on (timestamp, segment, block, packet)   (ties keep write order)
+//!   -> pcap / pcapng encoder -> io::Write (a closed pipe is reported as such)
 //! ```
 #![forbid(unsafe_code)]
 
