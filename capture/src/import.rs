@@ -32,6 +32,33 @@ pub struct FileReport {
     pub error: Option<FileProblem>,
 }
 
+impl FileReport {
+    fn new(source: &str) -> Self {
+        FileReport {
+            source: source.to_string(),
+            format: None,
+            packets: 0,
+            wire_bytes: 0,
+            interfaces: 0,
+            first_ns: None,
+            last_ns: None,
+            out_of_order: 0,
+            error: None,
+        }
+    }
+
+    /// Counts one stored packet.
+    fn count(&mut self, ts_ns: u64, orig_len: u32, caplen: usize) {
+        if self.last_ns.is_some_and(|l| ts_ns < l) {
+            self.out_of_order += 1;
+        }
+        self.packets += 1;
+        self.wire_bytes += u64::from(orig_len.max(caplen as u32));
+        self.first_ns = Some(self.first_ns.map_or(ts_ns, |f| f.min(ts_ns)));
+        self.last_ns = Some(self.last_ns.map_or(ts_ns, |l| l.max(ts_ns)));
+    }
+}
+
 /// Why the import of one input stopped before its end.
 #[derive(Debug, thiserror::Error)]
 pub enum FileProblem {
@@ -71,17 +98,7 @@ pub fn import_reader<R: Read>(
     source: &str,
     input: R,
 ) -> Result<FileReport, ImportError> {
-    let mut rep = FileReport {
-        source: source.to_string(),
-        format: None,
-        packets: 0,
-        wire_bytes: 0,
-        interfaces: 0,
-        first_ns: None,
-        last_ns: None,
-        out_of_order: 0,
-        error: None,
-    };
+    let mut rep = FileReport::new(source);
     let mut reader = match CaptureReader::new(source, input) {
         Ok(r) => r,
         Err(e) => {
@@ -92,7 +109,6 @@ pub fn import_reader<R: Read>(
     rep.format = Some(reader.format());
     // File interface id -> store interface id.
     let mut ids: Vec<u32> = Vec::new();
-    let mut prev_ns = 0u64;
     loop {
         // Map the interfaces declared so far before the record that may use them.
         while ids.len() < reader.interfaces().len() {
@@ -127,14 +143,7 @@ pub fn import_reader<R: Read>(
                 packet: rep.packets,
                 error: Box::new(error),
             })?;
-        rep.packets += 1;
-        rep.wire_bytes += u64::from(p.orig_len.max(p.data.len() as u32));
-        if p.ts_ns < prev_ns {
-            rep.out_of_order += 1;
-        }
-        prev_ns = p.ts_ns;
-        rep.first_ns = Some(rep.first_ns.map_or(p.ts_ns, |f| f.min(p.ts_ns)));
-        rep.last_ns = Some(rep.last_ns.map_or(p.ts_ns, |l| l.max(p.ts_ns)));
+        rep.count(p.ts_ns, p.orig_len, p.data.len());
     }
     rep.interfaces = ids.len();
     Ok(rep)
@@ -216,17 +225,7 @@ pub fn import_live<R: Read + Send + 'static>(
                 "cannot start the input thread: {e}"
             ))),
         })?;
-    let mut rep = FileReport {
-        source: source.to_string(),
-        format: None,
-        packets: 0,
-        wire_bytes: 0,
-        interfaces: 0,
-        first_ns: None,
-        last_ns: None,
-        out_of_order: 0,
-        error: None,
-    };
+    let mut rep = FileReport::new(source);
     let store_err = |rep: &FileReport, error: StoreError| ImportError::Store {
         source_name: source.to_string(),
         packet: rep.packets + 1,
@@ -234,7 +233,6 @@ pub fn import_live<R: Read + Send + 'static>(
     };
     let wait = (writer.config().block_age / 2).max(std::time::Duration::from_millis(1));
     let mut ids: Vec<u32> = Vec::new();
-    let mut prev_ns = 0u64;
     let mut ended = false;
     loop {
         let msg = match rx.recv_timeout(wait) {
@@ -279,14 +277,7 @@ pub fn import_live<R: Read + Send + 'static>(
                     }
                     Err(e) => return Err(store_err(&rep, e)),
                 }
-                rep.packets += 1;
-                rep.wire_bytes += u64::from(orig_len.max(data.len() as u32));
-                if ts_ns < prev_ns {
-                    rep.out_of_order += 1;
-                }
-                prev_ns = ts_ns;
-                rep.first_ns = Some(rep.first_ns.map_or(ts_ns, |f| f.min(ts_ns)));
-                rep.last_ns = Some(rep.last_ns.map_or(ts_ns, |l| l.max(ts_ns)));
+                rep.count(ts_ns, orig_len, data.len());
                 // Cut aged blocks while busy too (cheap: a clock read per lane).
                 if rep.packets.is_multiple_of(1024) {
                     writer.tick().map_err(|e| store_err(&rep, e))?;

@@ -129,6 +129,26 @@ pub struct FlowRecord {
     pub buckets: Vec<Bucket>,
 }
 
+impl FlowRecord {
+    /// A flow with no packets counted yet.
+    pub fn new(key: FlowKey, first_ns: u64, last_ns: u64) -> Self {
+        FlowRecord {
+            key,
+            first_ns,
+            last_ns,
+            packets: [0; 2],
+            bytes: [0; 2],
+            dscp: [0; 2],
+            tcp_flags: [0; 2],
+            retransmissions: [0; 2],
+            zero_windows: [0; 2],
+            resets: [0; 2],
+            blocks: Vec::new(),
+            buckets: Vec::new(),
+        }
+    }
+}
+
 /// What one block holds, beyond its time range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BlockSummary {
@@ -204,20 +224,7 @@ impl IndexBuilder {
             let i = match self.by_key.get(&key) {
                 Some(&i) => i,
                 None => {
-                    self.flows.push(FlowRecord {
-                        key,
-                        first_ns: p.ts_ns,
-                        last_ns: p.ts_ns,
-                        packets: [0; 2],
-                        bytes: [0; 2],
-                        dscp: [0; 2],
-                        tcp_flags: [0; 2],
-                        retransmissions: [0; 2],
-                        zero_windows: [0; 2],
-                        resets: [0; 2],
-                        blocks: Vec::new(),
-                        buckets: Vec::new(),
-                    });
+                    self.flows.push(FlowRecord::new(key, p.ts_ns, p.ts_ns));
                     self.tcp.push(TcpTrack::default());
                     self.by_key.insert(key, self.flows.len() - 1);
                     self.flows.len() - 1
@@ -573,8 +580,8 @@ impl SegmentIndex {
             let (pa, pb) = (c.u16()?, c.u16()?);
             let first_ns = c.u64()?;
             let last_ns = c.u64()?;
-            let mut f = FlowRecord {
-                key: FlowKey {
+            let mut f = FlowRecord::new(
+                FlowKey {
                     vlans,
                     ip_version,
                     proto,
@@ -584,16 +591,7 @@ impl SegmentIndex {
                 },
                 first_ns,
                 last_ns,
-                packets: [0; 2],
-                bytes: [0; 2],
-                dscp: [0; 2],
-                tcp_flags: [0; 2],
-                retransmissions: [0; 2],
-                zero_windows: [0; 2],
-                resets: [0; 2],
-                blocks: Vec::new(),
-                buckets: Vec::new(),
-            };
+            );
             for d in 0..2 {
                 f.packets[d] = c.u64()?;
                 f.bytes[d] = c.u64()?;
