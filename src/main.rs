@@ -337,7 +337,9 @@ fn import(store: &Path, args: &WriterArgs, files: &[String]) -> Result<ExitCode>
     }
     let finished = writer.finish();
     if let Some(e) = failed {
-        if let Err(f) = finished {
+        // After a store failure the writer has already stopped for the same reason; say
+        // more only if sealing failed for another one.
+        if let (Err(f), capsule_capture::ImportError::UndefinedInterface { .. }) = (&finished, &e) {
             eprintln!("capsule: error: sealing the store after the failure: {f}");
         }
         return Err(e.into());

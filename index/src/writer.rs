@@ -191,6 +191,8 @@ pub struct StoreWriter {
     last: Option<(u64, usize)>,
     /// This segment's input went back in time: it is written as a single stream.
     disordered: bool,
+    /// Why the pipeline stopped, once it has.
+    failed: Option<String>,
     order: u64,
     segment: u64,
     seg_uncompressed: u64,
@@ -335,6 +337,7 @@ impl StoreWriter {
                 lanes,
                 last: None,
                 disordered: false,
+                failed: None,
                 order: 0,
                 segment: next_seq,
                 seg_uncompressed: 0,
@@ -554,15 +557,26 @@ impl StoreWriter {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-        match self.writer.take().map(|w| w.join()) {
-            Some(Ok(Err(e))) => StoreError::WriterStopped(e.to_string()),
-            Some(Err(_)) => StoreError::WriterStopped("the writer thread panicked".into()),
-            _ => StoreError::WriterStopped("the pipeline closed".into()),
-        }
+        let why = match self.writer.take().map(|w| w.join()) {
+            Some(Ok(Err(e))) => e.to_string(),
+            Some(Err(_)) => "the writer thread panicked".into(),
+            Some(Ok(Ok(_))) => "the pipeline closed".into(),
+            // Already joined: say again why it stopped.
+            None => self
+                .failed
+                .clone()
+                .unwrap_or_else(|| "the pipeline closed".into()),
+        };
+        self.failed = Some(why.clone());
+        StoreError::WriterStopped(why)
     }
 
     /// Cuts the last block, seals the open segment, stops the threads and reports totals.
     pub fn finish(mut self) -> Result<WriteReport> {
+        if let Some(why) = &self.failed {
+            // The pipeline already stopped; what it wrote is recovered by the next writer.
+            return Err(StoreError::WriterStopped(why.clone()));
+        }
         self.flush()?;
         self.tx = None;
         for t in self.threads.drain(..) {
