@@ -14,6 +14,8 @@ declare -A need=(
   [clang]=clang
   [pkg-config]=pkg-config
   [python3]=python3
+  [ip]=iproute2
+  [sysctl]=procps
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -12,10 +12,17 @@
 //!
 //! A stream that may stay open and idle (`tcpdump -w - | capsule import -`) goes through
 //! [`import_live`], which reads on a thread of its own so that the writer can cut blocks by
-//! age while no packet arrives. Live capture (AF_XDP per RX queue, AF_PACKET fallback) will
-//! feed the same writer.
-#![forbid(unsafe_code)]
+//! age while no packet arrives.
+//!
+//! Live capture ([`live`]) reads an interface through an AF_PACKET TPACKET_V3 ring
+//! ([`ring`], the one module with `unsafe` code), puts back VLAN tags the kernel stripped,
+//! and feeds the same writer, ticking it so blocks are cut by age and packets are queryable
+//! within about a second. AF_XDP sockets per RX queue will join [`ring`].
 
 pub mod import;
+pub mod live;
+// The one place with `unsafe` code: the ring shared with the kernel (see its docs).
+#[allow(unsafe_code)]
+pub mod ring;
 
 pub use import::{import_live, import_reader, FileProblem, FileReport, ImportError};

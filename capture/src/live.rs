@@ -1,0 +1,192 @@
+//! Live capture from a network interface into the store.
+//!
+//! ```text
+//! NIC -> kernel -> TPACKET_V3 ring (ring.rs) -> block of packets
+//!   -> VLAN tag put back where the kernel stripped it into metadata
+//!   -> snap length applied -> StoreWriter::append (lane, block, compression, disk)
+//!   every turn: StoreWriter::tick (blocks cut by age: queryable within ~100 ms)
+//!   every second: kernel counters (packets, drops) read and summed
+//! ```
+//!
+//! The loop never waits on the disk for long: the writer's channels are bounded, and when
+//! they are full `append` waits while the kernel keeps filling the ring; what the ring cannot
+//! hold, the kernel drops and counts, and capture reports it. The loop stops when `stop` is
+//! set (SIGINT/SIGTERM in the CLI), then the caller finishes the writer.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use capsule_index::{StoreError, StoreWriter};
+use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
+
+use crate::ring::{PacketRing, RingConfig, RingStats};
+
+/// How to capture.
+#[derive(Debug, Clone)]
+pub struct LiveConfig {
+    pub iface: String,
+    /// Bytes kept of each packet (0: all).
+    pub snaplen: u32,
+    pub ring: RingConfig,
+}
+
+/// What a capture did.
+#[derive(Debug, Clone, Default)]
+pub struct LiveReport {
+    pub packets: u64,
+    /// Sum of the packets' lengths on the wire.
+    pub wire_bytes: u64,
+    /// Packets whose VLAN tag was put back from the kernel's metadata.
+    pub vlan_restored: u64,
+    /// Kernel counters summed over the capture.
+    pub kernel: RingStats,
+}
+
+/// Why a capture stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("cannot capture on {iface}: {error}")]
+    Open {
+        iface: String,
+        error: std::io::Error,
+    },
+    #[error("reading the packet ring of {iface}: {error}")]
+    Ring {
+        iface: String,
+        error: std::io::Error,
+    },
+    #[error("storing packets from {iface}: {error}")]
+    Store {
+        iface: String,
+        error: Box<StoreError>,
+    },
+}
+
+/// An open capture on one interface.
+#[derive(Debug)]
+pub struct Live {
+    cfg: LiveConfig,
+    ring: PacketRing,
+}
+
+impl Live {
+    /// Opens the interface (needs root or CAP_NET_RAW).
+    pub fn open(cfg: LiveConfig) -> Result<Self, LiveError> {
+        let ring = PacketRing::open(&cfg.iface, &cfg.ring).map_err(|error| LiveError::Open {
+            iface: cfg.iface.clone(),
+            error,
+        })?;
+        Ok(Live { cfg, ring })
+    }
+
+    /// Captures into `writer` until `stop` is set. `on_stats` sees the running totals about
+    /// once a second (for live status and logs).
+    pub fn run(
+        &mut self,
+        writer: &mut StoreWriter,
+        stop: &AtomicBool,
+        mut on_stats: impl FnMut(&LiveReport),
+    ) -> Result<LiveReport, LiveError> {
+        let iface = writer.add_interface(Interface {
+            linktype: LINKTYPE_ETHERNET,
+            snaplen: self.cfg.snaplen,
+            name: Some(self.cfg.iface.clone()),
+        });
+        let mut rep = LiveReport::default();
+        let mut scratch: Vec<u8> = Vec::with_capacity(65_536);
+        let mut last_stats = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            self.take_block(
+                writer,
+                iface,
+                Duration::from_millis(20),
+                &mut scratch,
+                &mut rep,
+            )?;
+            writer.tick().map_err(|e| self.store_error(e))?;
+            if last_stats.elapsed() >= Duration::from_secs(1) {
+                self.add_stats(&mut rep)?;
+                on_stats(&rep);
+                last_stats = Instant::now();
+            }
+        }
+        // Stopping: the kernel hands over the block it is filling within the retire timeout;
+        // store it and every block already handed over, then the final counters.
+        let retire = Duration::from_millis(u64::from(self.cfg.ring.retire_ms) + 20);
+        self.take_block(writer, iface, retire, &mut scratch, &mut rep)?;
+        while self.take_block(writer, iface, Duration::ZERO, &mut scratch, &mut rep)? > 0 {}
+        self.add_stats(&mut rep)?;
+        on_stats(&rep);
+        Ok(rep)
+    }
+
+    /// Stores the packets of the next block the kernel hands over (waiting up to `timeout`).
+    fn take_block(
+        &mut self,
+        writer: &mut StoreWriter,
+        iface: u32,
+        timeout: Duration,
+        scratch: &mut Vec<u8>,
+        rep: &mut LiveReport,
+    ) -> Result<usize, LiveError> {
+        let snap = if self.cfg.snaplen == 0 {
+            usize::MAX
+        } else {
+            self.cfg.snaplen as usize
+        };
+        let mut failed = None;
+        let n = self
+            .ring
+            .next_block(timeout, |p| {
+                if failed.is_some() {
+                    return;
+                }
+                let (data, len): (&[u8], u32) = match p.vlan {
+                    // The kernel took the 802.1Q tag off; put it back after the MACs.
+                    Some((tpid, tci)) if p.data.len() >= 12 => {
+                        scratch.clear();
+                        scratch.extend_from_slice(&p.data[..12]);
+                        scratch.extend_from_slice(&tpid.to_be_bytes());
+                        scratch.extend_from_slice(&tci.to_be_bytes());
+                        scratch.extend_from_slice(&p.data[12..]);
+                        rep.vlan_restored += 1;
+                        (&scratch[..], p.len + 4)
+                    }
+                    _ => (p.data, p.len),
+                };
+                let data = &data[..data.len().min(snap)];
+                if let Err(e) = writer.append(iface, p.ts_ns, len, data) {
+                    failed = Some(e);
+                    return;
+                }
+                rep.packets += 1;
+                rep.wire_bytes += u64::from(len.max(data.len() as u32));
+            })
+            .map_err(|error| LiveError::Ring {
+                iface: self.cfg.iface.clone(),
+                error,
+            })?;
+        match failed {
+            Some(e) => Err(self.store_error(e)),
+            None => Ok(n),
+        }
+    }
+
+    fn store_error(&self, error: StoreError) -> LiveError {
+        LiveError::Store {
+            iface: self.cfg.iface.clone(),
+            error: Box::new(error),
+        }
+    }
+
+    fn add_stats(&self, rep: &mut LiveReport) -> Result<(), LiveError> {
+        let s = self.ring.stats().map_err(|error| LiveError::Ring {
+            iface: self.cfg.iface.clone(),
+            error,
+        })?;
+        rep.kernel.packets += s.packets;
+        rep.kernel.drops += s.drops;
+        rep.kernel.freezes += s.freezes;
+        Ok(())
+    }
+}
