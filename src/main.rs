@@ -582,13 +582,15 @@ fn capture(
     let written = finished?;
     println!(
         "captured {} packets ({} bytes) on {iface} in {:.1} s; kernel drops {}, ring freezes {}; \
-         {} VLAN tags restored; {} segment(s) sealed, store now {} bytes",
+         {} VLAN tags restored, {} packets over 256 KiB cut; {} segment(s) sealed, \
+         store now {} bytes",
         rep.packets,
         rep.wire_bytes,
         t0.elapsed().as_secs_f64(),
         rep.kernel.drops,
         rep.kernel.freezes,
         rep.vlan_restored,
+        rep.truncated,
         written.sealed.len(),
         written.store_bytes
     );

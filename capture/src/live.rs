@@ -16,6 +16,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use capsule_index::writer::MAX_PACKET;
 use capsule_index::{StoreError, StoreWriter};
 use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
 
@@ -38,6 +39,9 @@ pub struct LiveReport {
     pub wire_bytes: u64,
     /// Packets whose VLAN tag was put back from the kernel's metadata.
     pub vlan_restored: u64,
+    /// Packets longer than the store keeps (256 KiB, e.g. from GRO or a TSO loopback),
+    /// stored cut to that length with their original length kept.
+    pub truncated: u64,
     /// Kernel counters summed over the capture.
     pub kernel: RingStats,
 }
@@ -154,7 +158,11 @@ impl Live {
                     }
                     _ => (p.data, p.len),
                 };
-                let data = &data[..data.len().min(snap)];
+                // Capture never stops for one packet: keep what the store can hold.
+                if data.len() > MAX_PACKET && snap > MAX_PACKET {
+                    rep.truncated += 1;
+                }
+                let data = &data[..data.len().min(snap).min(MAX_PACKET)];
                 if let Err(e) = writer.append(iface, p.ts_ns, len, data) {
                     failed = Some(e);
                     return;

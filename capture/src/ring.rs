@@ -138,14 +138,11 @@ impl PacketRing {
             ));
         }
         let proto = (libc::ETH_P_ALL as u16).to_be();
+        // Protocol 0: the socket receives nothing until `bind` names the interface and the
+        // protocol, after the ring is ready; with ETH_P_ALL here it would take every
+        // interface's packets (the management port's too) until then.
         // SAFETY: plain system call with constant arguments; the result is checked.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                i32::from(proto),
-            )
-        };
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         check(raw, "socket(AF_PACKET) (needs root or CAP_NET_RAW)")?;
         // SAFETY: `raw` is a new, valid descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
@@ -159,7 +156,8 @@ impl PacketRing {
             "PACKET_VERSION TPACKET_V3",
         )?;
         let frame_size = 2048u32;
-        if !cfg.block_size.is_multiple_of(4096) || cfg.block_size < frame_size || cfg.block_nr == 0 {
+        if !cfg.block_size.is_multiple_of(4096) || cfg.block_size < frame_size || cfg.block_nr == 0
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
@@ -298,6 +296,16 @@ impl PacketRing {
                 return Err(e);
             }
             if self.status(i).load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+                if pfd.revents & libc::POLLERR != 0 {
+                    // The link went down (ENETDOWN) or away (ENODEV): poll would return at
+                    // once forever. Take the error, fail if the interface is gone, otherwise
+                    // wait out the timeout so a down link costs no CPU.
+                    let err = self.take_socket_error()?;
+                    if err == libc::ENODEV || err == libc::ENXIO {
+                        return Err(io::Error::from_raw_os_error(err));
+                    }
+                    std::thread::sleep(timeout);
+                }
                 return Ok(0);
             }
         }
@@ -312,6 +320,24 @@ impl PacketRing {
             .store(libc::TP_STATUS_KERNEL, Ordering::Release);
         self.next = (i + 1) % self.block_nr;
         Ok(n)
+    }
+
+    /// Reads and clears the socket's pending error (SO_ERROR).
+    fn take_socket_error(&self) -> io::Result<libc::c_int> {
+        let mut err: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `err` and `len` are valid for writes of the sizes given.
+        let ret = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        check(ret, "SO_ERROR")?;
+        Ok(err)
     }
 
     /// Reads (and so resets) the socket's kernel counters.
