@@ -502,8 +502,12 @@ fn query(
             report.unindexed
         );
     }
+    let drops = match report.drops_in_window {
+        Some(d) => format!("; the capture reported {d} packets dropped in this window"),
+        None => String::new(),
+    };
     let summary = format!(
-        "{} packets ({} bytes); read {} of {} blocks in {} of {} segments in {:.3} s",
+        "{} packets ({} bytes); read {} of {} blocks in {} of {} segments in {:.3} s{drops}",
         report.packets,
         report.captured_bytes,
         report.blocks_read,

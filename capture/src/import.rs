@@ -124,10 +124,28 @@ pub fn import_reader<R: Read>(
                 break;
             }
         };
-        let Record::Packet(p) = rec else {
-            // Interface records are mapped at the top of the loop; statistics blocks of
-            // imported files are not kept (live capture stores its own drop counts).
-            continue;
+        let p = match rec {
+            Record::Packet(p) => p,
+            Record::Stats {
+                iface,
+                ts_ns,
+                received,
+                dropped,
+            } => {
+                // Kept, so that exports of the window carry the file's drop counts.
+                if let Some(&id) = ids.get(iface as usize) {
+                    writer
+                        .record_stats(id, ts_ns, received, dropped)
+                        .map_err(|error| ImportError::Store {
+                            source_name: source.to_string(),
+                            packet: rep.packets,
+                            error: Box::new(error),
+                        })?;
+                }
+                continue;
+            }
+            // Interface records are mapped at the top of the loop.
+            Record::Interface { .. } => continue,
         };
         let Some(&store_id) = ids.get(p.iface as usize) else {
             return Err(ImportError::UndefinedInterface {
@@ -159,6 +177,12 @@ enum Live {
         orig_len: u32,
         offset: u64,
         data: Vec<u8>,
+    },
+    Stats {
+        iface: u32,
+        ts_ns: u64,
+        received: Option<u64>,
+        dropped: Option<u64>,
     },
     /// The end of the input: clean (`None`) or at damage.
     End(Option<ReadError>),
@@ -208,7 +232,18 @@ pub fn import_live<R: Read + Send + 'static>(
                         offset,
                         data: p.data.to_vec(),
                     },
-                    Ok(Some(_)) => continue,
+                    Ok(Some(Record::Stats {
+                        iface,
+                        ts_ns,
+                        received,
+                        dropped,
+                    })) => Live::Stats {
+                        iface,
+                        ts_ns,
+                        received,
+                        dropped,
+                    },
+                    Ok(Some(Record::Interface { .. })) => continue,
                     Ok(None) => Live::End(None),
                     Err(e) => Live::End(Some(e)),
                 };
@@ -246,6 +281,18 @@ pub fn import_live<R: Read + Send + 'static>(
         match msg {
             Live::Format(f) => rep.format = Some(f),
             Live::Interface(i) => ids.push(writer.add_interface(i)),
+            Live::Stats {
+                iface,
+                ts_ns,
+                received,
+                dropped,
+            } => {
+                if let Some(&id) = ids.get(iface as usize) {
+                    writer
+                        .record_stats(id, ts_ns, received, dropped)
+                        .map_err(|e| store_err(&rep, e))?;
+                }
+            }
             Live::End(e) => {
                 rep.error = e.map(FileProblem::Read);
                 ended = true;

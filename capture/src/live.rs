@@ -99,6 +99,9 @@ impl Live {
         let mut rep = LiveReport::default();
         let mut scratch: Vec<u8> = Vec::with_capacity(65_536);
         let mut last_stats = Instant::now();
+        // Kernel counters are stored with the data (as pcapng ISBs) when drops change, and
+        // at least once a minute, so an export can say what was lost in its window.
+        let mut recorded: Option<(Instant, u64)> = None;
         while !stop.load(Ordering::Relaxed) {
             self.take_block(
                 writer,
@@ -110,6 +113,13 @@ impl Live {
             writer.tick().map_err(|e| self.store_error(e))?;
             if last_stats.elapsed() >= Duration::from_secs(1) {
                 self.add_stats(&mut rep)?;
+                let due = recorded.is_none_or(|(at, drops)| {
+                    drops != rep.kernel.drops || at.elapsed() >= Duration::from_secs(60)
+                });
+                if due {
+                    self.record_stats(writer, iface, &rep)?;
+                    recorded = Some((Instant::now(), rep.kernel.drops));
+                }
                 on_stats(&rep);
                 last_stats = Instant::now();
             }
@@ -120,8 +130,26 @@ impl Live {
         self.take_block(writer, iface, retire, &mut scratch, &mut rep)?;
         while self.take_block(writer, iface, Duration::ZERO, &mut scratch, &mut rep)? > 0 {}
         self.add_stats(&mut rep)?;
+        self.record_stats(writer, iface, &rep)?;
         on_stats(&rep);
         Ok(rep)
+    }
+
+    /// Stores the kernel counters so far as an interface statistics record.
+    fn record_stats(
+        &self,
+        writer: &mut StoreWriter,
+        iface: u32,
+        rep: &LiveReport,
+    ) -> Result<(), LiveError> {
+        writer
+            .record_stats(
+                iface,
+                capsule_index::store::now_ns(),
+                Some(rep.kernel.packets),
+                Some(rep.kernel.drops),
+            )
+            .map_err(|e| self.store_error(e))
     }
 
     /// Stores the packets of the next block the kernel hands over (waiting up to `timeout`).

@@ -457,6 +457,35 @@ impl StoreWriter {
         Ok(l)
     }
 
+    /// Records interface counters as a pcapng Interface Statistics Block at `ts_ns`: what
+    /// store interface `iface` received and dropped so far (cumulative, as ISBs count). It
+    /// goes in a block of its own (no packets), so that the export of a window holding it
+    /// carries it and can say how many packets were lost in that window.
+    pub fn record_stats(
+        &mut self,
+        iface: u32,
+        ts_ns: u64,
+        received: Option<u64>,
+        dropped: Option<u64>,
+    ) -> Result<()> {
+        if iface as usize >= self.ifaces.len() {
+            return Err(StoreError::Packet(format!("unknown interface id {iface}")));
+        }
+        let local = match self.local[iface as usize] {
+            Some(l) => l,
+            None => self.declare_interface(iface, ts_ns)?,
+        };
+        let mut data = Vec::with_capacity(64);
+        pw::pcapng_isb(&mut data, local, ts_ns, received, dropped);
+        let meta = BlockMeta {
+            first_ns: ts_ns,
+            last_ns: ts_ns,
+            uncompressed_len: data.len() as u32,
+            ..BlockMeta::default()
+        };
+        self.send(meta, data)
+    }
+
     /// Cuts every lane's block that is older than the block age. Capture calls this often.
     pub fn tick(&mut self) -> Result<()> {
         for lane in 0..LANES {

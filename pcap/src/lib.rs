@@ -22,8 +22,8 @@ pub mod read;
 pub mod write;
 
 pub use read::{
-    fragment_packets, CaptureReader, FileFormat, FragmentError, FragmentErrorKind, FragmentPackets,
-    ReadError, ReadErrorKind, Record,
+    fragment_packets, fragment_stats, CaptureReader, FileFormat, FragmentError, FragmentErrorKind,
+    FragmentPackets, FragmentStat, ReadError, ReadErrorKind, Record,
 };
 
 /// A link-layer header type, as registered at tcpdump.org (`LINKTYPE_*`).

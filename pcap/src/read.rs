@@ -1119,6 +1119,59 @@ fn parse_isb_options(
     Ok((received, dropped))
 }
 
+/// Interface statistics found in a fragment by [`fragment_stats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragmentStat {
+    /// Interface id as written in the ISB.
+    pub iface: u32,
+    /// Time of the counters, ns (the store writes `if_tsresol = 9`).
+    pub ts_ns: u64,
+    /// `isb_ifrecv`, when given.
+    pub received: Option<u64>,
+    /// `isb_ifdrop`, when given.
+    pub dropped: Option<u64>,
+}
+
+/// The Interface Statistics Blocks of a fragment of the segment store (little-endian pcapng
+/// blocks without a section header), in order. Other blocks are skipped; a damaged block or
+/// option ends the walk (what came before it is returned). Never panics.
+pub fn fragment_stats(buf: &[u8]) -> Vec<FragmentStat> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    let u32_at = |at: usize| -> Option<u32> {
+        buf.get(at..at.checked_add(4)?)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    while let (Some(kind), Some(len)) = (u32_at(pos), u32_at(pos + 4)) {
+        let len = len as usize;
+        let Some(end) = pos
+            .checked_add(len)
+            .filter(|&e| len >= 12 && len.is_multiple_of(4) && e <= buf.len())
+        else {
+            break;
+        };
+        if kind == BLOCK_ISB && len >= 24 {
+            let (Some(iface), Some(hi), Some(lo)) =
+                (u32_at(pos + 8), u32_at(pos + 12), u32_at(pos + 16))
+            else {
+                break;
+            };
+            let Ok((received, dropped)) = parse_isb_options(buf.get(pos + 20..end - 4), false)
+            else {
+                break;
+            };
+            out.push(FragmentStat {
+                iface,
+                ts_ns: (u64::from(hi) << 32) | u64::from(lo),
+                received,
+                dropped,
+            });
+        }
+        pos = end;
+    }
+    out
+}
+
 /// Iterates over the packets of a fragment of the segment store: a run of little-endian
 /// pcapng blocks with no Section Header Block, as written by [`crate::write::pcapng_epb`],
 /// [`crate::write::pcapng_idb`] and [`crate::write::pcapng_isb`].
@@ -1286,6 +1339,36 @@ impl FusedIterator for FragmentPackets<'_> {}
 mod tests {
     use super::*;
     use crate::write::{pcap_header, pcap_record, pcapng_epb, pcapng_idb, pcapng_isb, pcapng_shb};
+
+    #[test]
+    fn fragment_stats_finds_isbs_and_survives_garbage() {
+        let mut f = Vec::new();
+        pcapng_epb(&mut f, 0, 5, 60, &[0; 60]);
+        pcapng_isb(&mut f, 1, 1_000_000_007, Some(10), Some(2));
+        pcapng_isb(&mut f, 0, 2_000_000_000, None, Some(0));
+        let got = fragment_stats(&f);
+        assert_eq!(
+            got,
+            vec![
+                FragmentStat {
+                    iface: 1,
+                    ts_ns: 1_000_000_007,
+                    received: Some(10),
+                    dropped: Some(2)
+                },
+                FragmentStat {
+                    iface: 0,
+                    ts_ns: 2_000_000_000,
+                    received: None,
+                    dropped: Some(0)
+                },
+            ]
+        );
+        for cut in 0..f.len() {
+            assert!(fragment_stats(&f[..cut]).len() <= 2);
+        }
+        assert!(fragment_stats(&[0xff; 64]).is_empty());
+    }
 
     /// An owned copy of a record, to compare whole files.
     #[derive(Debug, Clone, PartialEq, Eq)]

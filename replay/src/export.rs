@@ -8,7 +8,9 @@ use std::sync::Arc;
 use capsule_index::dissect::dissect;
 use capsule_index::plan::{plan, Plan, Query};
 use capsule_index::{SegmentReader, Store, StoreError};
-use capsule_pcap::{read::fragment_packets, write as pw, Interface, PacketRef};
+use capsule_pcap::{
+    read::fragment_packets, read::fragment_stats, write as pw, FragmentStat, Interface, PacketRef,
+};
 use crossbeam_channel::{bounded, Receiver};
 
 /// Output file format.
@@ -69,6 +71,9 @@ pub struct ExportReport {
     pub blocks_read: usize,
     /// Segments planned without a side index (every block in the window was read).
     pub unindexed: Vec<u64>,
+    /// Packets the capture interfaces reported dropped inside the window, from the interface
+    /// statistics stored with the data; `None` when the store has none for the window.
+    pub drops_in_window: Option<u64>,
 }
 
 /// Why an export failed.
@@ -183,11 +188,20 @@ pub fn export<W: Write>(
         .collect();
     plan.sort_by_key(|p| (p.first_ns, segments[p.seg].seq(), p.block));
 
+    let (window_stats, baselines) = interface_stats(&segments, &opts.query)?;
+    report.drops_in_window = drops_in_window(&window_stats, &baselines);
+
     // Output interfaces: equal interfaces of different segments become one.
     let mut out_ifaces: Vec<Interface> = Vec::new();
     let mut iface_map: HashMap<(usize, u32), u32> = HashMap::new();
     let mut touched = vec![false; segments.len()];
     plan.iter().for_each(|p| touched[p.seg] = true);
+    if opts.format == Format::PcapNg {
+        // Their interfaces must be declared for the ISBs (pcap carries no statistics).
+        window_stats
+            .iter()
+            .for_each(|(si, _, _)| touched[*si] = true);
+    }
     for (si, seg) in segments.iter().enumerate().filter(|(i, _)| touched[*i]) {
         for (li, iface) in seg.interfaces().iter().enumerate() {
             let id = match out_ifaces.iter().position(|x| x == iface) {
@@ -277,8 +291,76 @@ pub fn export<W: Write>(
             let _ = recycle.try_send(done.data);
         }
     }
+    for (si, _, st) in &window_stats {
+        if let Some(&out_iface) = iface_map.get(&(*si, st.iface)) {
+            enc.stats(out_iface, st);
+        }
+    }
     enc.finish()?;
     Ok(report)
+}
+
+/// A segment, its interface as stored, and one statistics record.
+type Stat = (usize, Interface, FragmentStat);
+
+/// The interface statistics recorded in the query's window, in time order, and for each
+/// interface the last record before the window (the baseline of its counters). They are
+/// read from the blocks that hold no packets (a few bytes each), whatever the filter.
+fn interface_stats(
+    segments: &[SegmentReader],
+    query: &Query,
+) -> Result<(Vec<Stat>, HashMap<Interface, FragmentStat>), ExportError> {
+    let from = query.from_ns.unwrap_or(0);
+    let to = query.to_ns.unwrap_or(u64::MAX);
+    let mut in_window = Vec::new();
+    let mut before: HashMap<Interface, FragmentStat> = HashMap::new();
+    let mut dctx = zstd::bulk::Decompressor::new()
+        .map_err(|e| ExportError::Store(StoreError::WriterStopped(e.to_string())))?;
+    let (mut frame, mut data) = (Vec::new(), Vec::new());
+    for (si, seg) in segments.iter().enumerate() {
+        for (bi, b) in seg.blocks().iter().enumerate() {
+            if b.packets > 0 || b.first_ns >= to {
+                continue;
+            }
+            seg.read_block(bi, &mut dctx, &mut frame, &mut data)?;
+            for st in fragment_stats(&data) {
+                let Some(iface) = seg.interfaces().get(st.iface as usize) else {
+                    continue;
+                };
+                if st.ts_ns < from {
+                    let newer = before.get(iface).is_none_or(|b| b.ts_ns <= st.ts_ns);
+                    if newer {
+                        before.insert(iface.clone(), st);
+                    }
+                } else if st.ts_ns < to {
+                    in_window.push((si, iface.clone(), st));
+                }
+            }
+        }
+    }
+    in_window.sort_by_key(|(_, _, st)| st.ts_ns);
+    Ok((in_window, before))
+}
+
+/// Drops counted inside the window: per interface, the increases of the cumulative drop
+/// counter from its baseline (0 without one) through the records in the window; a counter
+/// that goes down started again (a new capture), so its new value counts whole.
+fn drops_in_window(stats: &[Stat], baselines: &HashMap<Interface, FragmentStat>) -> Option<u64> {
+    if stats.is_empty() {
+        return None;
+    }
+    let mut last: HashMap<&Interface, u64> = baselines
+        .iter()
+        .filter_map(|(i, st)| Some((i, st.dropped?)))
+        .collect();
+    let mut total = 0u64;
+    for (_, iface, st) in stats {
+        let Some(d) = st.dropped else { continue };
+        let prev = last.get(iface).copied().unwrap_or(0);
+        total += if d >= prev { d - prev } else { d };
+        last.insert(iface, d);
+    }
+    Some(total)
 }
 
 /// What every packet read must pass: the window, capsule's filter, and `--bpf`.
@@ -499,6 +581,13 @@ impl<W: Write> Encoder<W> {
         Ok(())
     }
 
+    /// Interface statistics go into pcapng only (classic pcap has no place for them).
+    fn stats(&mut self, iface: u32, st: &FragmentStat) {
+        if self.format == Format::PcapNg {
+            pw::pcapng_isb(&mut self.buf, iface, st.ts_ns, st.received, st.dropped);
+        }
+    }
+
     fn finish(mut self) -> Result<(), ExportError> {
         self.out.write_all(&self.buf).map_err(ExportError::Write)?;
         self.out.flush().map_err(ExportError::Write)
@@ -688,6 +777,47 @@ mod tests {
         let store = Store::open(dir.path()).unwrap();
         let err = export(&store, &ExportOptions::default(), Closed).unwrap_err();
         assert!(err.is_broken_pipe());
+    }
+
+    #[test]
+    fn interface_statistics_of_the_window_are_exported_and_drops_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, _) = StoreWriter::open(dir.path(), cfg()).unwrap();
+        let i = w.add_interface(eth());
+        w.record_stats(i, 100, Some(0), Some(0)).unwrap();
+        for t in 0..50u64 {
+            w.append(i, 1000 + t, 64, &[t as u8; 60]).unwrap();
+        }
+        w.record_stats(i, 2000, Some(900), Some(7)).unwrap(); // before the window
+        w.record_stats(i, 3000, Some(950), Some(10)).unwrap(); // in it: 3 more
+        w.record_stats(i, 4000, Some(20), Some(2)).unwrap(); // a new capture: 2 more
+        w.append(i, 3500, 64, &[9; 60]).unwrap();
+        w.finish().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let opts = ExportOptions {
+            format: Format::PcapNg,
+            ..ExportOptions::window(Some(2500), Some(5000))
+        };
+        let mut out = Vec::new();
+        let rep = export(&store, &opts, &mut out).unwrap();
+        assert_eq!(rep.packets, 1);
+        assert_eq!(rep.drops_in_window, Some(5));
+        let mut r = CaptureReader::new("export", &out[..]).unwrap();
+        let mut stats = Vec::new();
+        while let Some(rec) = r.next_record().unwrap() {
+            if let Record::Stats { ts_ns, dropped, .. } = rec {
+                stats.push((ts_ns, dropped));
+            }
+        }
+        assert_eq!(stats, vec![(3000, Some(10)), (4000, Some(2))]);
+        // No statistics in a window without any: nothing is known.
+        let rep = export(
+            &store,
+            &ExportOptions::window(Some(1000), Some(1010)),
+            std::io::sink(),
+        )
+        .unwrap();
+        assert_eq!(rep.drops_in_window, None);
     }
 
     proptest! {
