@@ -148,6 +148,7 @@ class Proc:
 
 RUNNING = {}        # pid -> Proc, every process started here and not yet reaped
 NAMESPACES = []     # every namespace created here, deleted at exit
+WORKDIRS = []       # the run directory in use (a store or pcap of up to a few GB)
 
 
 def cleanup():
@@ -159,6 +160,8 @@ def cleanup():
         subprocess.run(["ip", "netns", "del", ns], stdin=subprocess.DEVNULL,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     NAMESPACES.clear()
+    for d in WORKDIRS:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _on_term(signum, _frame):
@@ -350,6 +353,7 @@ def run_one(args, link, pcap, loops, capturer, senders, rep):
     workdir = os.path.join(args.dir, f"run-{capturer}-{senders}-{rep}")
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
+    WORKDIRS.append(workdir)
     start = start_capsule if capturer == "capsule" else start_tcpdump
     proc, output = start(args, ns_b, if_b, workdir)
     time.sleep(0.5)  # the same settling time for both, after each said it is ready
@@ -387,6 +391,7 @@ def run_one(args, link, pcap, loops, capturer, senders, rep):
         "out_bytes": out_bytes,
     }
     shutil.rmtree(workdir, ignore_errors=True)  # up to a few GB a run
+    WORKDIRS.remove(workdir)
     return row
 
 

@@ -92,79 +92,139 @@ pub enum ImportError {
     },
 }
 
+/// What both import paths do with each record: map the file's interfaces to the store's,
+/// keep interface statistics, store packets, and count.
+struct Importer<'w> {
+    writer: &'w mut StoreWriter,
+    source: &'w str,
+    /// File interface id -> store interface id.
+    ids: Vec<u32>,
+    rep: FileReport,
+}
+
+impl<'w> Importer<'w> {
+    fn new(writer: &'w mut StoreWriter, source: &'w str) -> Self {
+        Importer {
+            writer,
+            source,
+            ids: Vec::new(),
+            rep: FileReport::new(source),
+        }
+    }
+
+    fn interface(&mut self, iface: capsule_pcap::Interface) {
+        self.ids.push(self.writer.add_interface(iface));
+    }
+
+    fn store_error(&self, error: StoreError) -> ImportError {
+        ImportError::Store {
+            source_name: self.source.to_string(),
+            packet: self.rep.packets + 1,
+            error: Box::new(error),
+        }
+    }
+
+    /// Keeps interface counters, so that exports of the window carry the file's drop counts.
+    fn stats(
+        &mut self,
+        iface: u32,
+        ts_ns: u64,
+        received: Option<u64>,
+        dropped: Option<u64>,
+    ) -> Result<(), ImportError> {
+        if let Some(&id) = self.ids.get(iface as usize) {
+            self.writer
+                .record_stats(id, ts_ns, received, dropped)
+                .map_err(|e| self.store_error(e))?;
+        }
+        Ok(())
+    }
+
+    /// Stores one packet. `Ok(false)`: the store refused it (too large), the file's import
+    /// stops there and the report says why; earlier packets stay.
+    fn packet(
+        &mut self,
+        offset: u64,
+        iface: u32,
+        ts_ns: u64,
+        orig_len: u32,
+        data: &[u8],
+    ) -> Result<bool, ImportError> {
+        let Some(&id) = self.ids.get(iface as usize) else {
+            return Err(ImportError::UndefinedInterface {
+                source_name: self.source.to_string(),
+                offset,
+                iface,
+            });
+        };
+        match self.writer.append(id, ts_ns, orig_len, data) {
+            Ok(()) => {
+                self.rep.count(ts_ns, orig_len, data.len());
+                Ok(true)
+            }
+            Err(StoreError::Packet(reason)) => {
+                self.rep.error = Some(FileProblem::Rejected {
+                    source_name: self.source.to_string(),
+                    offset,
+                    reason: format!("packet {} rejected: {reason}", self.rep.packets + 1),
+                });
+                Ok(false)
+            }
+            Err(e) => Err(self.store_error(e)),
+        }
+    }
+
+    fn finish(mut self) -> FileReport {
+        self.rep.interfaces = self.ids.len();
+        self.rep
+    }
+}
+
 /// Reads every record of `input` into `writer`. See the module docs for error handling.
 pub fn import_reader<R: Read>(
     writer: &mut StoreWriter,
     source: &str,
     input: R,
 ) -> Result<FileReport, ImportError> {
-    let mut rep = FileReport::new(source);
+    let mut imp = Importer::new(writer, source);
     let mut reader = match CaptureReader::new(source, input) {
         Ok(r) => r,
         Err(e) => {
-            rep.error = Some(e.into());
-            return Ok(rep);
+            imp.rep.error = Some(e.into());
+            return Ok(imp.finish());
         }
     };
-    rep.format = Some(reader.format());
-    // File interface id -> store interface id.
-    let mut ids: Vec<u32> = Vec::new();
+    imp.rep.format = Some(reader.format());
     loop {
         // Map the interfaces declared so far before the record that may use them.
-        while ids.len() < reader.interfaces().len() {
-            let iface = reader.interfaces()[ids.len()].clone();
-            ids.push(writer.add_interface(iface));
+        while imp.ids.len() < reader.interfaces().len() {
+            imp.interface(reader.interfaces()[imp.ids.len()].clone());
         }
         let offset = reader.offset();
-        let rec = match reader.next_record() {
-            Ok(Some(r)) => r,
-            Ok(None) => break,
-            Err(e) => {
-                rep.error = Some(e.into());
-                break;
+        match reader.next_record() {
+            Ok(Some(Record::Packet(p))) => {
+                if !imp.packet(offset, p.iface, p.ts_ns, p.orig_len, p.data)? {
+                    break;
+                }
             }
-        };
-        let p = match rec {
-            Record::Packet(p) => p,
-            Record::Stats {
+            Ok(Some(Record::Stats {
                 iface,
                 ts_ns,
                 received,
                 dropped,
-            } => {
-                // Kept, so that exports of the window carry the file's drop counts.
-                if let Some(&id) = ids.get(iface as usize) {
-                    writer
-                        .record_stats(id, ts_ns, received, dropped)
-                        .map_err(|error| ImportError::Store {
-                            source_name: source.to_string(),
-                            packet: rep.packets,
-                            error: Box::new(error),
-                        })?;
-                }
-                continue;
+            })) => {
+                imp.stats(iface, ts_ns, received, dropped)?;
             }
-            // Interface records are mapped at the top of the loop.
-            Record::Interface { .. } => continue,
-        };
-        let Some(&store_id) = ids.get(p.iface as usize) else {
-            return Err(ImportError::UndefinedInterface {
-                source_name: source.to_string(),
-                offset,
-                iface: p.iface,
-            });
-        };
-        writer
-            .append(store_id, p.ts_ns, p.orig_len, p.data)
-            .map_err(|error| ImportError::Store {
-                source_name: source.to_string(),
-                packet: rep.packets,
-                error: Box::new(error),
-            })?;
-        rep.count(p.ts_ns, p.orig_len, p.data.len());
+            // Interfaces are mapped at the top of the loop.
+            Ok(Some(Record::Interface { .. })) => {}
+            Ok(None) => break,
+            Err(e) => {
+                imp.rep.error = Some(e.into());
+                break;
+            }
+        }
     }
-    rep.interfaces = ids.len();
-    Ok(rep)
+    Ok(imp.finish())
 }
 
 /// A record read by the thread of [`import_live`].
@@ -260,41 +320,31 @@ pub fn import_live<R: Read + Send + 'static>(
                 "cannot start the input thread: {e}"
             ))),
         })?;
-    let mut rep = FileReport::new(source);
-    let store_err = |rep: &FileReport, error: StoreError| ImportError::Store {
-        source_name: source.to_string(),
-        packet: rep.packets + 1,
-        error: Box::new(error),
-    };
-    let wait = (writer.config().block_age / 2).max(std::time::Duration::from_millis(1));
-    let mut ids: Vec<u32> = Vec::new();
+    let mut imp = Importer::new(writer, source);
+    let wait = (imp.writer.config().block_age / 2).max(std::time::Duration::from_millis(1));
     let mut ended = false;
     loop {
         let msg = match rx.recv_timeout(wait) {
             Ok(m) => m,
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                writer.tick().map_err(|e| store_err(&rep, e))?;
+                imp.writer.tick().map_err(|e| imp.store_error(e))?;
                 continue;
             }
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
         };
         match msg {
-            Live::Format(f) => rep.format = Some(f),
-            Live::Interface(i) => ids.push(writer.add_interface(i)),
+            Live::Format(f) => imp.rep.format = Some(f),
+            Live::Interface(i) => imp.interface(i),
             Live::Stats {
                 iface,
                 ts_ns,
                 received,
                 dropped,
             } => {
-                if let Some(&id) = ids.get(iface as usize) {
-                    writer
-                        .record_stats(id, ts_ns, received, dropped)
-                        .map_err(|e| store_err(&rep, e))?;
-                }
+                imp.stats(iface, ts_ns, received, dropped)?;
             }
             Live::End(e) => {
-                rep.error = e.map(FileProblem::Read);
+                imp.rep.error = e.map(FileProblem::Read);
                 ended = true;
                 break;
             }
@@ -305,29 +355,12 @@ pub fn import_live<R: Read + Send + 'static>(
                 offset,
                 data,
             } => {
-                let Some(&id) = ids.get(iface as usize) else {
-                    return Err(ImportError::UndefinedInterface {
-                        source_name: source.to_string(),
-                        offset,
-                        iface,
-                    });
-                };
-                match writer.append(id, ts_ns, orig_len, &data) {
-                    Ok(()) => {}
-                    Err(StoreError::Packet(reason)) => {
-                        rep.error = Some(FileProblem::Rejected {
-                            source_name: source.to_string(),
-                            offset,
-                            reason: format!("packet {} rejected: {reason}", rep.packets + 1),
-                        });
-                        break;
-                    }
-                    Err(e) => return Err(store_err(&rep, e)),
+                if !imp.packet(offset, iface, ts_ns, orig_len, &data)? {
+                    break;
                 }
-                rep.count(ts_ns, orig_len, data.len());
                 // Cut aged blocks while busy too (cheap: a clock read per lane).
-                if rep.packets.is_multiple_of(1024) {
-                    writer.tick().map_err(|e| store_err(&rep, e))?;
+                if imp.rep.packets.is_multiple_of(1024) {
+                    imp.writer.tick().map_err(|e| imp.store_error(e))?;
                 }
             }
         }
@@ -338,6 +371,5 @@ pub fn import_live<R: Read + Send + 'static>(
     }
     // Otherwise the thread may be blocked reading an open pipe: it ends by itself when its
     // next send finds the channel closed, or with the process.
-    rep.interfaces = ids.len();
-    Ok(rep)
+    Ok(imp.finish())
 }
