@@ -7,11 +7,14 @@ on the other end one capturer at a time records it, either capsule (into a store
 (into a pcap, with the same 256 MiB kernel buffer as capsule's default ring). For each
 (capturer, senders) configuration it prints packets sent (tcpreplay's "Successful packets"),
 captured, dropped by the kernel (the socket's ring was full), missing (sent - captured: kernel
-drops plus whatever was lost before the socket), the capturer's CPU time (user + system, from
-wait4's rusage of the capturer itself) and that time per captured packet, and the size of what
-it wrote. Each configuration runs --runs times (interleaved, so machine noise hits both tools
-alike); the table shows the better run (fewer kernel drops, then fewer missing, then less CPU
-per packet), and every run is listed below it.
+drops plus whatever was lost before the socket), the capturer's CPU time and that time per
+captured packet, and the size of what it wrote. CPU is user + system time of the capturer
+process itself (`ip netns exec` execs it): wait4's rusage at its exit minus /proc/PID/stat at
+the start of the traffic, so the setup before it (mostly the kernel allocating the 256 MiB
+ring, 0.01 to 0.6 s, varying with free-memory fragmentation) is shown apart and not counted.
+Each configuration runs --runs times (interleaved, so machine noise hits both tools alike);
+every run is printed as it ends, and the table shows the better run of each configuration
+(fewer kernel drops, then fewer missing, then less CPU per packet).
 
 Target (the capture issue): capsule 0 drops where tcpdump drops, at lower CPU per packet.
 
@@ -25,10 +28,12 @@ deleted on exit, also on an error, Ctrl-C or SIGTERM; children also get SIGTERM 
 itself is killed (PR_SET_PDEATHSIG). Namespaces of earlier runs whose script is gone and that
 hold no process are deleted at start.
 
-Needs root, iproute2, tcpreplay, tcpdump and a release build (`cargo build --release`).
+Needs root, iproute2, tcpreplay, tcpdump and a release build (`cargo build --release`; the
+binary is copied into --dir first, so a rebuild during the run does not change what runs).
 
     python3 scripts/bench_capture.py [--dir /tmp/capsule-bench-capture] [--runs 2]
                                      [--seconds 4] [--loop N] [--capsule PATH]
+                                     [--capsule-opt=--ring-size=1G ...]
 """
 import argparse
 import ctypes
@@ -413,9 +418,12 @@ def main():
             sys.exit(f"{tool} not found")
     if not os.access(args.capsule, os.X_OK):
         sys.exit(f"{args.capsule} missing: cargo build --release")
-    args.capsule = os.path.abspath(args.capsule)
     os.makedirs(args.dir, exist_ok=True)
     args.dir = os.path.abspath(args.dir)
+    # A private copy: a `cargo build` during the run must not change what is measured.
+    binary = os.path.join(args.dir, "capsule")
+    shutil.copy2(args.capsule, binary)
+    args.capsule = binary
 
     pcap = os.path.join(args.dir, "f.pcap")
     subprocess.run([args.capsule, "synth", "--seed", "5", "--duration", "2s", "--rate", "400M",
@@ -428,7 +436,8 @@ def main():
     link = make_link()
     ns_a, if_a, ns_b, if_b = link
     print(f"link: {ns_a}/{if_a} -> {ns_b}/{if_b} (veth, MTU 1600, IPv6 off); "
-          f"pcap {pcap}, {os.path.getsize(pcap) / 1e6:.0f} MB", flush=True)
+          f"pcap {pcap}, {os.path.getsize(pcap) / 1e6:.0f} MB; {os.cpu_count()} CPUs, "
+          f"load average {loadavg()} before the benchmark", flush=True)
 
     cal = os.path.join(args.dir, "calibrate")
     os.makedirs(cal, exist_ok=True)
@@ -449,6 +458,8 @@ def main():
             r = run_one(args, link, pcap, loops, capturer, senders, rep)
             runs[(capturer, senders)].append(r)
             freezes = "" if r["freezes"] is None else f"; ring freezes {r['freezes']}"
+            if r["retries"]:
+                freezes += f"; send retries (ENOBUFS, EAGAIN) {r['retries']}"
             print(f"  run {rep} {capturer:<7} {senders} sender(s): {r['sent']} / "
                   f"{r['captured']} / {r['dropped']} / {r['missing']}; CPU {r['setup']:.2f}, "
                   f"{r['cpu']:.2f}; {r['us_per_pkt']:.2f} us/pkt; senders {r['sender_cpu']:.2f}"
@@ -463,6 +474,8 @@ def main():
     print(f"each sender: tcpreplay --topspeed --loop {loops}, {per_file} packets a loop "
           f"(capsule synth --seed 5 --duration 2s --rate 400M); best of {args.runs} runs per "
           f"row (fewest kernel drops, then fewest missing, then least CPU per packet)")
+    if args.capsule_opt:
+        print("capsule capture options: " + " ".join(args.capsule_opt))
     print(f"{'capturer':<8} {'snd':>3} {'sent':>9} {'send s':>6} {'kpps':>5} {'captured':>9} "
           f"{'dropped':>8} {'missing':>8} {'backlog':>7} {'setup s':>7} {'CPU s':>6} "
           f"{'us/pkt':>6} {'out MB':>7} {'run':>3}")
@@ -474,11 +487,13 @@ def main():
               f"{r['us_per_pkt']:>6.2f} {r['out_bytes'] / 1e6:>7.0f} {r['rep']:>3}")
     for senders in (1, 2):
         c, t = best[("capsule", senders)], best[("tcpdump", senders)]
+        c_bpp = c["out_bytes"] / max(c["captured"], 1)
+        t_bpp = t["out_bytes"] / max(t["captured"], 1)
         print(f"capsule / tcpdump, {senders} sender(s): CPU per packet "
               f"{ratio(c['us_per_pkt'], t['us_per_pkt'])}, capture CPU {ratio(c['cpu'], t['cpu'])}"
-              f", whole-process CPU {ratio(c['total'], t['total'])}, output "
-              f"{ratio(c['out_bytes'], t['out_bytes'])}; kernel drops {c['dropped']} vs "
-              f"{t['dropped']}")
+              f", whole-process CPU {ratio(c['total'], t['total'])}, output bytes per packet "
+              f"{ratio(c_bpp, t_bpp)}; "
+              f"kernel drops {c['dropped']} vs {t['dropped']}")
     verdicts = []
     for senders in (1, 2):
         c, t = best[("capsule", senders)], best[("tcpdump", senders)]
@@ -506,6 +521,11 @@ frames to a pcap. The kernel's copy into either ring mostly runs in the senders'
 context and is charged to them. veth on a shared 2-core VM is limited by the senders, which
 take the same cores the capturer needs: the figures compare the two tools in one run; they
 are not what either does on a capture server.""")
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def ratio(a, b):

@@ -556,7 +556,12 @@ fn capture(
         snaplen,
         ring,
     })?;
-    let (mut writer, opened) = StoreWriter::open(store, args.config()?)?;
+    let cfg = WriterConfig {
+        // Live packets cannot wait: compress faster rather than let the ring overflow.
+        adaptive: true,
+        ..args.config()?
+    };
+    let (mut writer, opened) = StoreWriter::open(store, cfg)?;
     print_open_report(&opened);
     eprintln!(
         "capsule: capturing on {iface} in {mode_name} mode (TPACKET_V3 ring of {} MiB){}",

@@ -72,6 +72,10 @@ pub struct WriterConfig {
     pub threads: usize,
     /// How often the open segment is flushed to the medium.
     pub sync_interval: Duration,
+    /// Compress at [`FAST_LEVEL`] while blocks queue up, rather than make the producer wait.
+    /// For live capture, where waiting means the kernel drops packets; an import is better
+    /// off waiting (nothing is lost) and keeping the ratio.
+    pub adaptive: bool,
 }
 
 impl Default for WriterConfig {
@@ -85,6 +89,7 @@ impl Default for WriterConfig {
             level: 1,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             sync_interval: Duration::from_secs(1),
+            adaptive: false,
         }
     }
 }
@@ -297,10 +302,10 @@ impl StoreWriter {
         for i in 0..cfg.threads {
             let rx = raw_rx.clone();
             let out = done_tx.clone();
-            let level = cfg.level;
+            let (level, adaptive) = (cfg.level, cfg.adaptive);
             let h = std::thread::Builder::new()
                 .name(format!("capsule-zstd-{i}"))
-                .spawn(move || compress_loop(level, rx, out))
+                .spawn(move || compress_loop(level, adaptive, rx, out))
                 .map_err(|e| StoreError::io("start compressor thread", &dir, e))?;
             threads.push(h);
         }
@@ -641,16 +646,37 @@ impl Drop for StoreWriter {
     }
 }
 
-fn compress_loop(level: i32, rx: Receiver<RawBlock>, out: Sender<Compressed>) {
-    let Ok(mut c) = zstd::bulk::Compressor::new(level) else {
+/// zstd level used for a block while the compressors are behind (see [`compress_loop`]).
+pub const FAST_LEVEL: i32 = -10;
+
+/// Compresses blocks until the producer hangs up. With `adaptive`, when blocks queue up (the
+/// channel is at least half full: the CPU is short, e.g. during a traffic burst on a busy
+/// server), a block is compressed at [`FAST_LEVEL`] instead: a weaker ratio costs some disk, while falling
+/// behind would cost packets (capture's ring fills and the kernel drops). Both are ordinary
+/// zstd frames.
+fn compress_loop(level: i32, adaptive: bool, rx: Receiver<RawBlock>, out: Sender<Compressed>) {
+    let fast_level = FAST_LEVEL.min(level);
+    let (Ok(mut c), Ok(mut fast)) = (
+        zstd::bulk::Compressor::new(level),
+        zstd::bulk::Compressor::new(fast_level),
+    ) else {
         return;
     };
-    if c.include_checksum(true).is_err() {
+    if c.include_checksum(true).is_err() || fast.include_checksum(true).is_err() {
         return;
     }
-    for mut raw in rx {
+    let behind = match rx.capacity() {
+        Some(cap) if adaptive => cap.div_ceil(2).max(1),
+        _ => usize::MAX,
+    };
+    for mut raw in rx.iter() {
         let mut frame = Vec::with_capacity(zstd::zstd_safe::compress_bound(raw.data.len()));
-        if c.compress_to_buffer(&raw.data, &mut frame).is_err() {
+        let cx = if rx.len() >= behind {
+            &mut fast
+        } else {
+            &mut c
+        };
+        if cx.compress_to_buffer(&raw.data, &mut frame).is_err() {
             return; // drops `out`: the writer sees the pipeline end early
         }
         raw.meta.compressed_len = frame.len() as u32;
