@@ -647,8 +647,8 @@ fn flows(args: &QueryArgs, sort: FlowSort, limit: usize, json: bool) -> Result<E
         FlowSort::Bytes => {}
         FlowSort::Packets => listing
             .flows
-            .sort_by_key(|f| std::cmp::Reverse(f.total_packets())),
-        FlowSort::First => listing.flows.sort_by_key(|f| f.first_ns),
+            .sort_by_key(|f| std::cmp::Reverse(f.flow.total_packets())),
+        FlowSort::First => listing.flows.sort_by_key(|f| f.flow.first_ns),
     }
     let mut out = std::io::stdout().lock();
     let dscps = |mask: u64| -> String {
@@ -676,7 +676,8 @@ fn flows(args: &QueryArgs, sort: FlowSort, limit: usize, json: bool) -> Result<E
             "rst"
         )?;
     }
-    for f in listing.flows.iter().take(limit) {
+    for s in listing.flows.iter().take(limit) {
+        let f = &s.flow;
         let k = &f.key;
         let ep = |addr: std::net::IpAddr, port: Option<u16>| match (addr, port) {
             (std::net::IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
@@ -703,7 +704,7 @@ fn flows(args: &QueryArgs, sort: FlowSort, limit: usize, json: bool) -> Result<E
                 "dscp": [(0..64).filter(|d| f.dscp[0] & (1u64 << d) != 0).collect::<Vec<u8>>(),
                          (0..64).filter(|d| f.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
                 "tcp_flags": f.tcp_flags, "retransmissions": f.retransmissions,
-                "zero_windows": f.zero_windows, "resets": f.resets, "approximate": f.approximate,
+                "zero_windows": f.zero_windows, "resets": f.resets, "approximate": s.approximate,
             });
             writeln!(out, "{v}")?;
         } else {
@@ -722,7 +723,7 @@ fn flows(args: &QueryArgs, sort: FlowSort, limit: usize, json: bool) -> Result<E
                 f.retransmissions[0] + f.retransmissions[1],
                 f.zero_windows[0] + f.zero_windows[1],
                 f.resets[0] + f.resets[1],
-                if f.approximate { " ~" } else { "" }
+                if s.approximate { " ~" } else { "" }
             )?;
         }
     }

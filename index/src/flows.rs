@@ -14,30 +14,13 @@ use crate::segment::SegmentReader;
 use crate::sideindex::{FlowKey, FlowRecord, SegmentIndex};
 use crate::store::Store;
 
-/// One flow over the queried window, both directions (0: a -> b, 1: b -> a).
+/// One flow over the queried window, both directions (0: a -> b, 1: b -> a): its record,
+/// merged across segments, with no block list or buckets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlowSummary {
-    pub key: FlowKey,
-    pub first_ns: u64,
-    pub last_ns: u64,
-    pub packets: [u64; 2],
-    pub bytes: [u64; 2],
-    pub dscp: [u64; 2],
-    pub tcp_flags: [u8; 2],
-    pub retransmissions: [u64; 2],
-    pub zero_windows: [u64; 2],
-    pub resets: [u64; 2],
-    /// Counters come from 1-second buckets cut by the window.
+    pub flow: FlowRecord,
+    /// Packets and bytes come from 1-second buckets cut by the window.
     pub approximate: bool,
-}
-
-impl FlowSummary {
-    pub fn total_packets(&self) -> u64 {
-        self.packets[0] + self.packets[1]
-    }
-    pub fn total_bytes(&self) -> u64 {
-        self.bytes[0] + self.bytes[1]
-    }
 }
 
 /// What `flows` could and could not use.
@@ -81,7 +64,10 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
             }
             let part = windowed(f, from, to);
             match out.get_mut(&f.key) {
-                Some(s) => merge(s, &part),
+                Some(s) => {
+                    s.flow.absorb(&part.flow);
+                    s.approximate |= part.approximate;
+                }
                 None => {
                     out.insert(f.key, part);
                 }
@@ -90,61 +76,46 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
     }
     let mut flows: Vec<FlowSummary> = out
         .into_values()
-        .filter(|f| f.total_packets() > 0)
+        .filter(|f| f.flow.total_packets() > 0)
         .collect();
     flows.sort_by(|a, b| {
-        b.total_bytes()
-            .cmp(&a.total_bytes())
-            .then(a.key.cmp(&b.key))
+        b.flow
+            .total_bytes()
+            .cmp(&a.flow.total_bytes())
+            .then(a.flow.key.cmp(&b.flow.key))
     });
     Ok(FlowListing { flows, unindexed })
 }
 
 /// A flow record's counters over [from, to).
 fn windowed(f: &FlowRecord, from: u64, to: u64) -> FlowSummary {
-    let mut s = FlowSummary {
-        key: f.key,
+    let mut flow = FlowRecord {
         first_ns: f.first_ns.max(from),
         last_ns: f.last_ns.min(to.saturating_sub(1)),
-        packets: f.packets,
-        bytes: f.bytes,
-        dscp: f.dscp,
-        tcp_flags: f.tcp_flags,
-        retransmissions: f.retransmissions,
-        zero_windows: f.zero_windows,
-        resets: f.resets,
-        approximate: false,
+        blocks: Vec::new(),
+        buckets: Vec::new(),
+        ..f.clone()
     };
     if f.first_ns >= from && f.last_ns < to {
-        return s;
+        return FlowSummary {
+            flow,
+            approximate: false,
+        };
     }
-    s.approximate = true;
-    s.packets = [0; 2];
-    s.bytes = [0; 2];
+    flow.packets = [0; 2];
+    flow.bytes = [0; 2];
     for b in &f.buckets {
         let start = b.second.saturating_mul(1_000_000_000);
         let end = start.saturating_add(1_000_000_000);
         if end > from && start < to {
             for d in 0..2 {
-                s.packets[d] += b.packets[d];
-                s.bytes[d] += b.bytes[d];
+                flow.packets[d] += b.packets[d];
+                flow.bytes[d] += b.bytes[d];
             }
         }
     }
-    s
-}
-
-fn merge(into: &mut FlowSummary, part: &FlowSummary) {
-    into.first_ns = into.first_ns.min(part.first_ns);
-    into.last_ns = into.last_ns.max(part.last_ns);
-    for d in 0..2 {
-        into.packets[d] += part.packets[d];
-        into.bytes[d] += part.bytes[d];
-        into.dscp[d] |= part.dscp[d];
-        into.tcp_flags[d] |= part.tcp_flags[d];
-        into.retransmissions[d] += part.retransmissions[d];
-        into.zero_windows[d] += part.zero_windows[d];
-        into.resets[d] += part.resets[d];
+    FlowSummary {
+        flow,
+        approximate: true,
     }
-    into.approximate |= part.approximate;
 }

@@ -149,6 +149,32 @@ impl FlowRecord {
     }
 }
 
+impl FlowRecord {
+    pub fn total_packets(&self) -> u64 {
+        self.packets[0] + self.packets[1]
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.bytes[0] + self.bytes[1]
+    }
+
+    /// Adds another record of the same flow (another segment's) to this one. Block lists and
+    /// buckets are not merged: their indexes belong to their own segments.
+    pub fn absorb(&mut self, o: &FlowRecord) {
+        self.first_ns = self.first_ns.min(o.first_ns);
+        self.last_ns = self.last_ns.max(o.last_ns);
+        for d in 0..2 {
+            self.packets[d] += o.packets[d];
+            self.bytes[d] += o.bytes[d];
+            self.dscp[d] |= o.dscp[d];
+            self.tcp_flags[d] |= o.tcp_flags[d];
+            self.retransmissions[d] += o.retransmissions[d];
+            self.zero_windows[d] += o.zero_windows[d];
+            self.resets[d] += o.resets[d];
+        }
+    }
+}
+
 /// What one block holds, beyond its time range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BlockSummary {
