@@ -45,10 +45,18 @@ enum Cmd {
         iface: String,
         #[arg(long)]
         store: PathBuf,
-        /// How to capture. `auto` picks the best mode built in: today AF_PACKET (AF_XDP comes
-        /// with the capture issue's next part).
+        /// How to capture. `auto` tries AF_XDP with native XDP, then generic XDP, then
+        /// AF_PACKET, and logs which it took and why.
         #[arg(long, value_enum, default_value_t = CaptureMode::Auto)]
         mode: CaptureMode,
+        /// RX queues to capture with AF_XDP: `all` or a list such as `0,1` (one socket and
+        /// worker thread each).
+        #[arg(long, default_value = "all")]
+        queues: String,
+        /// AF_XDP UMEM frame size: 2048 or 4096 (frames larger than a frame arrive in several
+        /// buffers and are joined).
+        #[arg(long, default_value_t = 2048)]
+        frame_size: u32,
         /// Bytes kept of each packet (0: whole packets).
         #[arg(long, default_value_t = 0)]
         snaplen: u32,
@@ -56,7 +64,8 @@ enum Cmd {
         /// (0: none).
         #[arg(long, default_value_t = 0)]
         fanout_group: u16,
-        /// Size of the kernel ring (e.g. 256M): what absorbs bursts while the disk catches up.
+        /// AF_PACKET: size of the kernel ring (e.g. 256M), what absorbs bursts while the disk
+        /// catches up. AF_XDP: the UMEM per queue is 32768 frames.
         #[arg(long, default_value = "256M")]
         ring_size: String,
         #[command(flatten)]
@@ -100,6 +109,18 @@ enum Cmd {
         store: PathBuf,
     },
     /// List the segments of a store.
+    /// Show a store's capture: how it captures, packets, drops by cause and rates (live while
+    /// `capsule capture` runs), and what the store holds.
+    Status {
+        #[arg(long)]
+        store: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Print again every second until interrupted.
+        #[arg(long)]
+        watch: bool,
+    },
     Segments {
         #[arg(long)]
         store: PathBuf,
@@ -181,7 +202,15 @@ impl QueryArgs {
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
 enum CaptureMode {
+    /// XDP native, then XDP generic, then AF_PACKET: the first that works.
     Auto,
+    /// AF_XDP with the XDP program in the driver, else in generic mode.
+    Xdp,
+    /// AF_XDP with the XDP program in the driver only.
+    XdpNative,
+    /// AF_XDP with the XDP program in the kernel's generic path (any driver).
+    XdpGeneric,
+    /// AF_PACKET TPACKET_V3 ring (no XDP).
     Afpacket,
 }
 
@@ -304,21 +333,26 @@ fn run(cli: Cli) -> Result<ExitCode> {
             iface,
             store,
             mode,
+            queues,
+            frame_size,
             snaplen,
             fanout_group,
             ring_size,
             writer,
-        } => capture(
-            &iface,
-            &store,
+        } => capture(&CaptureArgs {
+            iface,
+            store,
             mode,
+            queues,
+            frame_size,
             snaplen,
             fanout_group,
-            &ring_size,
-            &writer,
-        ),
+            ring_size,
+            writer,
+        }),
         Cmd::Reindex { store } => reindex(&store),
         Cmd::Segments { store, json } => segments(&store, json),
+        Cmd::Status { store, json, watch } => status(&store, json, watch),
         Cmd::Synth {
             seed,
             duration,
@@ -524,80 +558,144 @@ fn query(
     Ok(ExitCode::SUCCESS)
 }
 
-fn capture(
-    iface: &str,
-    store: &Path,
+struct CaptureArgs {
+    iface: String,
+    store: PathBuf,
     mode: CaptureMode,
+    queues: String,
+    frame_size: u32,
     snaplen: u32,
     fanout_group: u16,
-    ring_size: &str,
-    args: &WriterArgs,
-) -> Result<ExitCode> {
+    ring_size: String,
+    writer: WriterArgs,
+}
+
+/// The capture chosen by `--mode`.
+enum Capturer {
+    Xdp(capsule_capture::xdp::XdpCapture),
+    Packet(capsule_capture::live::Live),
+}
+
+fn parse_queues(s: &str) -> Result<capsule_capture::xdp::Queues> {
+    if s == "all" {
+        return Ok(capsule_capture::xdp::Queues::All);
+    }
+    let list = s
+        .split(',')
+        .map(|q| {
+            q.trim()
+                .parse::<u32>()
+                .with_context(|| format!("--queues: {q:?} is not a queue number (or use `all`)"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(capsule_capture::xdp::Queues::List(list))
+}
+
+fn open_capturer(a: &CaptureArgs) -> Result<(Capturer, String)> {
+    use capsule_capture::ring::xsk::{XdpAttach, XskConfig};
+    use capsule_capture::xdp::{XdpCapture, XdpConfig};
+    let attach = match a.mode {
+        CaptureMode::Auto | CaptureMode::Xdp => vec![XdpAttach::Native, XdpAttach::Generic],
+        CaptureMode::XdpNative => vec![XdpAttach::Native],
+        CaptureMode::XdpGeneric => vec![XdpAttach::Generic],
+        CaptureMode::Afpacket => vec![],
+    };
+    let mut why_not_xdp = None;
+    if !attach.is_empty() {
+        let cfg = XdpConfig {
+            iface: a.iface.clone(),
+            queues: parse_queues(&a.queues)?,
+            attach,
+            socket: XskConfig {
+                frame_size: a.frame_size,
+                ..XskConfig::default()
+            },
+            snaplen: a.snaplen,
+        };
+        match XdpCapture::open(cfg) {
+            Ok(x) => {
+                let desc = x.setup().to_string();
+                return Ok((Capturer::Xdp(x), desc));
+            }
+            Err(e) if matches!(a.mode, CaptureMode::Auto) => why_not_xdp = Some(e.to_string()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let ring_bytes = units::parse_size(&a.ring_size).context("--ring-size")?;
+    let block_size: u32 = 1 << 22;
+    let ring = capsule_capture::ring::RingConfig {
+        block_size,
+        block_nr: (ring_bytes / u64::from(block_size)).clamp(2, 4096) as u32,
+        fanout_group: a.fanout_group,
+        ..Default::default()
+    };
+    let live = capsule_capture::live::Live::open(capsule_capture::live::LiveConfig {
+        iface: a.iface.clone(),
+        snaplen: a.snaplen,
+        ring,
+    })?;
+    let mut desc = format!(
+        "AF_PACKET (TPACKET_V3 ring of {} MiB)",
+        (u64::from(ring.block_nr) * u64::from(block_size)) >> 20
+    );
+    if let Some(why) = why_not_xdp {
+        desc.push_str(&format!("; AF_XDP was not possible: {why}"));
+    }
+    Ok((Capturer::Packet(live), desc))
+}
+
+fn capture(a: &CaptureArgs) -> Result<ExitCode> {
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
+    let iface = &a.iface;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())
             .context("cannot install a signal handler")?;
     }
-    let ring_bytes = units::parse_size(ring_size).context("--ring-size")?;
-    let block_size: u32 = 1 << 22;
-    let ring = capsule_capture::ring::RingConfig {
-        block_size,
-        block_nr: (ring_bytes / u64::from(block_size)).clamp(2, 4096) as u32,
-        fanout_group,
-        ..Default::default()
-    };
-    let mode_name = match mode {
-        CaptureMode::Auto | CaptureMode::Afpacket => "afpacket",
-    };
-    let mut live = capsule_capture::live::Live::open(capsule_capture::live::LiveConfig {
-        iface: iface.to_string(),
-        snaplen,
-        ring,
-    })?;
+    let (capturer, desc) = open_capturer(a)?;
     let cfg = WriterConfig {
         // Live packets cannot wait: compress faster rather than let the ring overflow.
         adaptive: true,
-        ..args.config()?
+        ..a.writer.config()?
     };
-    let (mut writer, opened) = StoreWriter::open(store, cfg)?;
+    let (mut writer, opened) = StoreWriter::open(&a.store, cfg)?;
     print_open_report(&opened);
-    eprintln!(
-        "capsule: capturing on {iface} in {mode_name} mode (TPACKET_V3 ring of {} MiB){}",
-        (u64::from(ring.block_nr) * u64::from(block_size)) >> 20,
-        if matches!(mode, CaptureMode::Auto) {
-            "; AF_XDP is not built yet, so auto uses AF_PACKET"
-        } else {
-            ""
-        }
-    );
+    eprintln!("capsule: capturing on {iface} with {desc}");
+    let mut status = capsule_capture::status::StatusFile::new(&a.store, iface, &desc);
     let t0 = Instant::now();
     let mut last_log = Instant::now();
-    let result = live.run(&mut writer, &stop, |r| {
+    let on_stats = |r: &capsule_capture::live::LiveReport| {
+        status.update(r);
         if last_log.elapsed() >= std::time::Duration::from_secs(10) {
             tracing::info!(
                 packets = r.packets,
                 bytes = r.wire_bytes,
-                kernel_drops = r.kernel.drops,
+                drops = r.drops(),
                 "capturing"
             );
             last_log = Instant::now();
         }
-    });
+    };
+    let result = match capturer {
+        Capturer::Xdp(x) => x.run(&mut writer, &stop, on_stats),
+        Capturer::Packet(mut live) => live.run(&mut writer, &stop, on_stats),
+    };
     // Seal what was captured whether the capture ended well or not.
     let finished = writer.finish();
+    status.finish();
     let rep = result?;
     let written = finished?;
     println!(
-        "captured {} packets ({} bytes) on {iface} in {:.1} s; kernel drops {}, ring freezes {}; \
+        "captured {} packets ({} bytes) on {iface} in {:.1} s; seen {}, dropped {}{}; \
          {} VLAN tags restored, {} packets over 256 KiB cut; {} segment(s) sealed, \
          store now {} bytes",
         rep.packets,
         rep.wire_bytes,
         t0.elapsed().as_secs_f64(),
-        rep.kernel.drops,
-        rep.kernel.freezes,
+        rep.seen(),
+        rep.drops(),
+        capsule_capture::status::drop_causes(&rep),
         rep.vlan_restored,
         rep.truncated,
         written.sealed.len(),
@@ -770,6 +868,108 @@ fn reindex(store: &Path) -> Result<ExitCode> {
         bytes
     );
     Ok(ExitCode::SUCCESS)
+}
+
+fn status(store_dir: &Path, json: bool, watch: bool) -> Result<ExitCode> {
+    loop {
+        let st = capsule_capture::status::read_status(store_dir)?;
+        let store = Store::open(store_dir)?;
+        let segs = store.open_segments()?;
+        let packets: u64 = segs
+            .iter()
+            .flat_map(|s| s.blocks())
+            .map(|b| u64::from(b.packets))
+            .sum();
+        let bytes: u64 = segs.iter().map(|s| s.bytes()).sum();
+        let first = segs
+            .iter()
+            .flat_map(|s| s.blocks())
+            .map(|b| b.first_ns)
+            .min();
+        let last = segs
+            .iter()
+            .flat_map(|s| s.blocks())
+            .map(|b| b.last_ns)
+            .max();
+        let now = capsule_index::store::now_ns();
+        // Live: the capture says it runs, its process exists, and it wrote within 5 s.
+        let live = st.as_ref().is_some_and(|s| {
+            s.running
+                && Path::new(&format!("/proc/{}", s.pid)).exists()
+                && now.saturating_sub(s.updated_ns) < 5_000_000_000
+        });
+        if json {
+            let v = serde_json::json!({
+                "capture": st, "live": live,
+                "store": {"segments": segs.len(), "packets": packets, "bytes": bytes,
+                          "first_ns": first, "last_ns": last},
+            });
+            println!("{v}");
+        } else {
+            match &st {
+                None => println!("capture: none has run on this store"),
+                Some(s) => {
+                    let state = if live {
+                        "running"
+                    } else if s.running {
+                        "not running (stopped without a clean exit)"
+                    } else {
+                        "stopped"
+                    };
+                    println!(
+                        "capture: {state}, pid {}, on {} since {}",
+                        s.pid,
+                        s.iface,
+                        units::format_instant(s.started_ns)
+                    );
+                    println!("  mode: {}", s.mode);
+                    println!(
+                        "  stored {} packets ({} bytes) of {} seen; dropped {}",
+                        s.packets, s.wire_bytes, s.seen, s.drops
+                    );
+                    let c = &s.drop_causes;
+                    println!(
+                        "  drops by cause: packet ring full {}, AF_XDP RX ring full {}, AF_XDP \
+                         dropped {}, queue without socket {}, store behind {}, invalid {}",
+                        c.packet_ring_full,
+                        c.xsk_ring_full,
+                        c.xsk_dropped,
+                        c.no_socket,
+                        c.pipeline,
+                        c.invalid
+                    );
+                    if live {
+                        println!(
+                            "  rate: {:.0} packets/s, {:.1} Mbit/s, {:.0} drops/s",
+                            s.packets_per_s,
+                            s.bits_per_s / 1e6,
+                            s.drops_per_s
+                        );
+                    }
+                    println!(
+                        "  VLAN tags restored {}, packets cut at 256 KiB {}, NIC timestamps {}; \
+                         updated {}",
+                        s.vlan_restored,
+                        s.truncated,
+                        s.hw_timestamps,
+                        units::format_instant(s.updated_ns)
+                    );
+                }
+            }
+            println!(
+                "store: {} segment(s), {} packets, {} bytes, {} .. {}",
+                segs.len(),
+                packets,
+                bytes,
+                first.map(units::format_instant).unwrap_or_default(),
+                last.map(units::format_instant).unwrap_or_default()
+            );
+        }
+        if !watch {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
 }
 
 fn segments(store: &Path, json: bool) -> Result<ExitCode> {

@@ -1,1 +1,311 @@
+//! capsule's XDP program and its loader.
+//!
+//! This crate owns the kernel half of AF_XDP capture: `src/capsule.bpf.c`, compiled by clang
+//! at build time (`build.rs`) and embedded here, and the code that loads it with libbpf-rs.
+//!
+//! ```text
+//! NIC RX queue q -> capsule_xdp*: count SEEN
+//!                -> 16-byte metadata record before the packet (Meta: arrival time, flags,
+//!                   the VLAN tag the NIC stripped, a magic)
+//!                -> bpf_redirect_map(xsks, q) -> AF_XDP socket of queue q (capsule-capture)
+//!                                                 or XDP_PASS when none is bound
+//! ```
+//!
+//! What this crate does not do: attach the program to the interface (a `bpf_link`, made in
+//! `capsule_capture::ring` because it is a raw `bpf(2)` call, and `unsafe` lives there only)
+//! or touch the sockets' rings.
+//!
+//! The program comes in four variants ([`Variant`]): kernel time or the driver's metadata
+//! kfuncs (hardware receive timestamp, stripped VLAN tag; these need a program bound to the
+//! device), each single-buffer or multi-buffer (`xdp.frags`, for frames above one page such
+//! as MTU 9000). [`XdpProgram::load`] loads the one asked for; the caller walks down from
+//! the richest variant until one loads.
+
 #![forbid(unsafe_code)]
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+
+use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder};
+
+/// The compiled BPF object (ELF), built from `src/capsule.bpf.c`.
+pub const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/capsule.bpf.o"));
+
+/// Size of the metadata record the program puts in front of each packet.
+pub const META_LEN: usize = 16;
+/// The record's last two bytes (native order), right before the packet.
+pub const META_MAGIC: u16 = 0xCA75;
+const META_HW_TS: u16 = 0x1;
+const META_VLAN: u16 = 0x2;
+
+/// The per-packet record the XDP program writes in the metadata area (`struct capsule_meta`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// Arrival time: the NIC's receive timestamp when `hw_ts`, else the kernel's
+    /// `CLOCK_MONOTONIC` at XDP entry (the caller adds its realtime offset).
+    pub ts_ns: u64,
+    pub hw_ts: bool,
+    /// The 802.1Q/802.1ad tag (TPID, TCI) the NIC stripped, when the driver reported one.
+    pub vlan: Option<(u16, u16)>,
+}
+
+impl Meta {
+    /// Reads the record from the `META_LEN` bytes just before a packet; `None` when they do
+    /// not carry the program's magic (the driver gave no metadata room).
+    pub fn parse(b: &[u8; META_LEN]) -> Option<Meta> {
+        let u16_at = |o: usize| u16::from_ne_bytes([b[o], b[o + 1]]);
+        if u16_at(14) != META_MAGIC {
+            return None;
+        }
+        let flags = u16_at(12);
+        let ts_ns = u64::from_ne_bytes(b[0..8].try_into().expect("8 bytes"));
+        // vlan_proto is stored as on the wire (big-endian), vlan_tci in host order.
+        let proto = u16::from_be_bytes([b[10], b[11]]);
+        let vlan = (flags & META_VLAN != 0).then_some((proto, u16_at(8)));
+        Some(Meta {
+            ts_ns,
+            hw_ts: flags & META_HW_TS != 0,
+            vlan,
+        })
+    }
+}
+
+/// Which of the four programs to load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variant {
+    /// Bound to the device, calling the receive-metadata kfuncs (hardware timestamp, VLAN).
+    pub device_bound: bool,
+    /// `xdp.frags`: accepts multi-buffer frames (jumbo MTUs); the sockets must bind with
+    /// `XDP_USE_SG`.
+    pub frags: bool,
+}
+
+impl Variant {
+    fn program_name(self) -> &'static str {
+        match (self.device_bound, self.frags) {
+            (false, false) => "capsule_xdp",
+            (false, true) => "capsule_xdp_frags",
+            (true, false) => "capsule_xdp_dev",
+            (true, true) => "capsule_xdp_dev_frags",
+        }
+    }
+
+    /// The variants in the order worth trying: richest first.
+    pub fn preference() -> [Variant; 4] {
+        [
+            Variant {
+                device_bound: true,
+                frags: true,
+            },
+            Variant {
+                device_bound: false,
+                frags: true,
+            },
+            Variant {
+                device_bound: true,
+                frags: false,
+            },
+            Variant {
+                device_bound: false,
+                frags: false,
+            },
+        ]
+    }
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.program_name())
+    }
+}
+
+/// The program's per-CPU counters, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Packets the program ran on.
+    pub seen: u64,
+    /// Packets handed to a socket's RX ring (the kernel may still drop them when that ring
+    /// or the fill ring is empty; the socket's XDP_STATISTICS count those).
+    pub redirected: u64,
+    /// Packets on a queue without a capsule socket, passed to the kernel stack.
+    pub no_socket: u64,
+    /// Packets without room for the metadata record (stored with userspace time).
+    pub meta_failed: u64,
+    /// Packets carrying the NIC's receive timestamp.
+    pub hw_ts: u64,
+    /// Packets whose stripped VLAN tag the driver reported.
+    pub vlan_meta: u64,
+}
+
+const COUNTERS: u32 = 8;
+
+/// Why the program could not be loaded or used.
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    #[error("loading XDP program {program}: {detail}")]
+    Load { program: String, detail: String },
+    #[error("XDP map {map}: {detail}")]
+    Map { map: &'static str, detail: String },
+}
+
+/// A loaded (not yet attached) XDP program with its maps.
+#[derive(Debug)]
+pub struct XdpProgram {
+    obj: Object,
+    variant: Variant,
+}
+
+impl XdpProgram {
+    /// Loads `variant` for the interface `ifindex` (the index matters for device-bound
+    /// variants only). Needs CAP_BPF/CAP_SYS_ADMIN.
+    pub fn load(ifindex: u32, variant: Variant) -> Result<XdpProgram, BpfError> {
+        route_libbpf_logs();
+        let name = variant.program_name();
+        let err = |detail: String| BpfError::Load {
+            program: name.to_string(),
+            detail,
+        };
+        let mut open = ObjectBuilder::default()
+            .name("capsule")
+            .map_err(|e| err(e.to_string()))?
+            .open_memory(OBJECT)
+            .map_err(|e| err(e.to_string()))?;
+        let mut found = false;
+        for mut p in open.progs_mut() {
+            if p.name() == name {
+                found = true;
+                if variant.device_bound {
+                    p.set_ifindex(ifindex);
+                    p.set_flags(BPF_F_XDP_DEV_BOUND_ONLY);
+                }
+            } else {
+                p.set_autoload(false);
+            }
+        }
+        if !found {
+            return Err(err("not in the compiled object".into()));
+        }
+        let obj = open.load().map_err(|e| err(format!("{e:#}")))?;
+        Ok(XdpProgram { obj, variant })
+    }
+
+    pub fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    /// The program's file descriptor, for attaching it.
+    pub fn prog_fd(&self) -> RawFd {
+        let name = self.variant.program_name();
+        self.obj
+            .progs()
+            .find(|p| p.name() == name)
+            .map(|p| p.as_fd().as_raw_fd())
+            .expect("the loaded program is in its object")
+    }
+
+    /// Sends queue `queue`'s packets to the AF_XDP socket `fd`.
+    pub fn bind_socket(&self, queue: u32, fd: BorrowedFd<'_>) -> Result<(), BpfError> {
+        let map = self.map("xsks")?;
+        let value = (fd.as_raw_fd() as u32).to_ne_bytes();
+        map.update(&queue.to_ne_bytes(), &value, MapFlags::ANY)
+            .map_err(|e| BpfError::Map {
+                map: "xsks",
+                detail: format!("binding queue {queue}: {e}"),
+            })
+    }
+
+    /// Reads the per-CPU counters, summed.
+    pub fn counters(&self) -> Result<Counters, BpfError> {
+        let map = self.map("counters")?;
+        let mut sums = [0u64; COUNTERS as usize];
+        for (i, sum) in sums.iter_mut().enumerate() {
+            let per_cpu = map
+                .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
+                .map_err(|e| BpfError::Map {
+                    map: "counters",
+                    detail: e.to_string(),
+                })?
+                .unwrap_or_default();
+            *sum = per_cpu
+                .iter()
+                .filter_map(|v| v.get(..8))
+                .map(|v| u64::from_ne_bytes(v.try_into().expect("8 bytes")))
+                .sum();
+        }
+        Ok(Counters {
+            seen: sums[0],
+            redirected: sums[1],
+            no_socket: sums[2],
+            meta_failed: sums[3],
+            hw_ts: sums[4],
+            vlan_meta: sums[5],
+        })
+    }
+
+    fn map(&self, name: &'static str) -> Result<libbpf_rs::Map<'_>, BpfError> {
+        self.obj
+            .maps()
+            .find(|m| m.name() == name)
+            .ok_or(BpfError::Map {
+                map: name,
+                detail: "not in the loaded object".into(),
+            })
+    }
+}
+
+/// `BPF_F_XDP_DEV_BOUND_ONLY` (Linux 6.3; Debian 12's headers predate it).
+const BPF_F_XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
+
+/// Sends libbpf's messages to `tracing` instead of stderr: warnings stay visible in the
+/// daemon's log, the verifier's chatter goes to debug.
+fn route_libbpf_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        fn log(level: libbpf_rs::PrintLevel, msg: String) {
+            let msg = msg.trim_end();
+            match level {
+                libbpf_rs::PrintLevel::Warn => tracing::warn!(target: "libbpf", "{msg}"),
+                libbpf_rs::PrintLevel::Info => tracing::debug!(target: "libbpf", "{msg}"),
+                libbpf_rs::PrintLevel::Debug => tracing::trace!(target: "libbpf", "{msg}"),
+            }
+        }
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, log)));
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_holds_all_four_programs() {
+        let open = ObjectBuilder::default().open_memory(OBJECT).unwrap();
+        let names: Vec<String> = open
+            .progs()
+            .map(|p| p.name().to_string_lossy().into_owned())
+            .collect();
+        for v in Variant::preference() {
+            assert!(names.contains(&v.program_name().to_string()), "{names:?}");
+        }
+    }
+
+    #[test]
+    fn meta_round_trip_and_magic() {
+        let mut b = [0u8; META_LEN];
+        b[0..8].copy_from_slice(&123_456_789u64.to_ne_bytes());
+        b[8..10].copy_from_slice(&0x2064u16.to_ne_bytes());
+        b[10..12].copy_from_slice(&0x8100u16.to_be_bytes());
+        b[12..14].copy_from_slice(&(META_HW_TS | META_VLAN).to_ne_bytes());
+        assert_eq!(Meta::parse(&b), None, "no magic, no record");
+        b[14..16].copy_from_slice(&META_MAGIC.to_ne_bytes());
+        assert_eq!(
+            Meta::parse(&b),
+            Some(Meta {
+                ts_ns: 123_456_789,
+                hw_ts: true,
+                vlan: Some((0x8100, 0x2064)),
+            })
+        );
+        b[12..14].copy_from_slice(&0u16.to_ne_bytes());
+        assert_eq!(Meta::parse(&b).unwrap().vlan, None);
+    }
+}

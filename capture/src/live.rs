@@ -42,8 +42,28 @@ pub struct LiveReport {
     /// Packets longer than the store keeps (256 KiB, e.g. from GRO or a TSO loopback),
     /// stored cut to that length with their original length kept.
     pub truncated: u64,
-    /// Kernel counters summed over the capture.
+    /// Kernel counters summed over the capture (AF_PACKET).
     pub kernel: RingStats,
+    /// XDP program, socket and pipeline counters (AF_XDP).
+    pub xdp: Option<crate::xdp::XdpCounters>,
+}
+
+impl LiveReport {
+    /// Packets the interface delivered to capture (stored or dropped).
+    pub fn seen(&self) -> u64 {
+        match &self.xdp {
+            Some(x) => x.program.seen,
+            None => self.kernel.packets,
+        }
+    }
+
+    /// Packets lost, whatever the cause.
+    pub fn drops(&self) -> u64 {
+        match &self.xdp {
+            Some(x) => x.drops(),
+            None => self.kernel.drops,
+        }
+    }
 }
 
 /// Why a capture stopped with an error.

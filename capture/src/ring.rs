@@ -1,5 +1,5 @@
-//! The AF_PACKET TPACKET_V3 receive ring: the only module of capsule with `unsafe` code
-//! (the AF_XDP rings will join it).
+//! The rings capsule shares with the kernel: the only module of capsule with `unsafe` code.
+//! This file is the AF_PACKET TPACKET_V3 receive ring; [`xsk`] holds the AF_XDP sockets.
 //!
 //! The kernel and capsule share a memory-mapped ring of `block_nr` blocks of `block_size`
 //! bytes. The kernel fills a block with packets, then hands it over by setting
@@ -20,6 +20,8 @@
 //! Every value read from the ring (offsets, lengths, counts) is checked against the block's
 //! bounds before use, so even a ring in an unexpected state cannot make capsule read outside
 //! the mapping.
+
+pub mod xsk;
 
 use std::ffi::CString;
 use std::io;
@@ -122,21 +124,72 @@ fn setsockopt<T>(
     check(ret, what)
 }
 
+/// The index of the interface named `iface`.
+pub fn if_index(iface: &str) -> io::Result<u32> {
+    let name = CString::new(iface).map_err(|_| {
+        io::Error::new(io::ErrorKind::InvalidInput, "interface name has a NUL byte")
+    })?;
+    // SAFETY: `name` is a valid NUL-terminated string for the duration of the call.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if ifindex == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no network interface named {iface:?}"),
+        ));
+    }
+    Ok(ifindex)
+}
+
+/// Puts `ifindex` in promiscuous mode for as long as the returned socket is open (the kernel
+/// counts such requests and undoes them when the socket closes, even on kill -9). The socket
+/// has protocol 0 and is never bound, so it receives nothing. AF_XDP capture needs it: an
+/// AF_XDP socket alone does not make the NIC accept frames for other MAC addresses.
+pub fn promiscuous(ifindex: u32) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call with constant arguments; the result is checked.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    check(raw, "socket(AF_PACKET) for promiscuous mode")?;
+    // SAFETY: `raw` is a new, valid descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mreq = libc::packet_mreq {
+        mr_ifindex: ifindex as libc::c_int,
+        mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    setsockopt(
+        &fd,
+        libc::SOL_PACKET,
+        libc::PACKET_ADD_MEMBERSHIP,
+        &mreq,
+        "PACKET_ADD_MEMBERSHIP promiscuous",
+    )?;
+    Ok(fd)
+}
+
+/// The time of `CLOCK_REALTIME` (`realtime`) or `CLOCK_MONOTONIC` in ns. The XDP program
+/// stamps packets with the monotonic clock (`bpf_ktime_get_ns`); capture adds the difference.
+pub fn clock_ns(realtime: bool) -> u64 {
+    let clock = if realtime {
+        libc::CLOCK_REALTIME
+    } else {
+        libc::CLOCK_MONOTONIC
+    };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a writable timespec; both clocks always exist on Linux.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
 impl PacketRing {
     /// Opens a packet socket on `iface`, maps its ring, puts the interface in promiscuous
     /// mode (for this socket's lifetime) and binds the socket to it.
     pub fn open(iface: &str, cfg: &RingConfig) -> io::Result<PacketRing> {
-        let name = CString::new(iface).map_err(|_| {
-            io::Error::new(io::ErrorKind::InvalidInput, "interface name has a NUL byte")
-        })?;
-        // SAFETY: `name` is a valid NUL-terminated string for the duration of the call.
-        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-        if ifindex == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("no network interface named {iface:?}"),
-            ));
-        }
+        let ifindex = if_index(iface)?;
         let proto = (libc::ETH_P_ALL as u16).to_be();
         // Protocol 0: the socket receives nothing until `bind` names the interface and the
         // protocol, after the ring is ready; with ETH_P_ALL here it would take every

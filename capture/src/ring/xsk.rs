@@ -1,0 +1,716 @@
+//! AF_XDP sockets: UMEM, fill and RX rings, and the `bpf_link` that attaches the XDP program.
+//!
+//! One socket serves one RX queue. Its UMEM is one anonymous mapping cut into `frames`
+//! frames of `frame_size` bytes (2048 or 4096). Four single-producer single-consumer rings
+//! are shared with the kernel through `mmap` of the socket:
+//!
+//! ```text
+//!   fill ring (capsule produces free frame addresses, kernel consumes)
+//!     -> kernel writes a packet into the frame (its metadata record just before it)
+//!   RX ring  (kernel produces {addr, len, options}, capsule consumes)
+//!     -> capsule reads the packet (joining multi-buffer fragments), then gives the frame
+//!        straight back through the fill ring
+//!   completion ring: required by bind, unused (capsule never transmits)
+//! ```
+//!
+//! There are exactly as many frames as fill-ring slots and every frame is put back on the fill
+//! ring as soon as it has been read, so the fill ring always has room for what capsule
+//! returns, and the kernel always has every frame capsule is not reading at that moment.
+//!
+//! Memory ordering (kernel: net/xdp/xsk_queue.h, whose comments give the same pairing):
+//! * RX ring: the kernel writes descriptors, then `smp_store_release(producer)`. capsule loads
+//!   the producer with `Acquire`, so the descriptors and the packet bytes they point at are
+//!   visible. capsule stores the consumer with `Release` after its last read of those
+//!   descriptors; the kernel loads it with `smp_load_acquire` before reusing the slots.
+//! * Fill ring: capsule writes frame addresses, then stores the producer with `Release`; the
+//!   kernel's `smp_load_acquire(producer)` sees the addresses. capsule loads the consumer with
+//!   `Acquire` to learn which slots the kernel has finished reading.
+//! * A frame is owned by the kernel from the moment its address is published on the fill
+//!   ring until its descriptor is consumed from the RX ring; capsule only reads frames in
+//!   between, so no byte of the UMEM is read and written concurrently.
+//! * The need-wakeup flag word is read `Relaxed`, as libxdp does (`READ_ONCE`): a stale value
+//!   costs one needless or one late `recvfrom`, never a lost packet.
+//!
+//! Every descriptor is checked against the UMEM before its bytes are touched, so even a ring
+//! in an unexpected state cannot make capsule read outside the mapping.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::{check, setsockopt};
+
+/// Bytes of per-packet metadata the XDP program puts before a packet (capsule_bpf::META_LEN).
+pub const META_LEN: usize = 16;
+/// Largest packet the joiner builds from fragments; the store keeps at most 256 KiB anyway.
+const MAX_JOINED: usize = 256 * 1024;
+
+/// Shape of one socket.
+#[derive(Debug, Clone, Copy)]
+pub struct XskConfig {
+    /// UMEM frame size: 2048 or 4096.
+    pub frame_size: u32,
+    /// Frames in the UMEM, which is also the fill ring's size (a power of two, >= 16384).
+    pub frames: u32,
+    /// RX ring entries (a power of two, >= 16384).
+    pub rx_size: u32,
+    /// Try zero-copy first (falls back to copy mode when the driver refuses).
+    pub zero_copy: bool,
+    /// Bind with `XDP_USE_SG`: frames larger than one UMEM frame arrive as fragments, which
+    /// capsule joins. Needs the `xdp.frags` program and Linux 6.6.
+    pub multi_buffer: bool,
+}
+
+impl Default for XskConfig {
+    fn default() -> Self {
+        XskConfig {
+            frame_size: 2048,
+            frames: 32768,
+            rx_size: 32768,
+            zero_copy: true,
+            multi_buffer: true,
+        }
+    }
+}
+
+/// How the kernel moves packets into the UMEM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XskMode {
+    /// The NIC DMAs straight into the UMEM.
+    ZeroCopy,
+    /// The kernel copies each packet into the UMEM (any driver, generic XDP included).
+    Copy,
+}
+
+impl std::fmt::Display for XskMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            XskMode::ZeroCopy => "zero-copy",
+            XskMode::Copy => "copy",
+        })
+    }
+}
+
+/// One received packet, borrowed from the UMEM (or from the fragment joiner).
+#[derive(Debug, Clone, Copy)]
+pub struct XskPacket<'a> {
+    pub data: &'a [u8],
+    /// The bytes just before the packet, where the XDP program writes its record; `None` when
+    /// the frame has no room for them.
+    pub meta: Option<[u8; META_LEN]>,
+    /// Number of buffers the packet arrived in (1 unless multi-buffer).
+    pub buffers: u32,
+    /// The packet was longer than capsule joins (256 KiB); `data` is its head.
+    pub cut: bool,
+}
+
+/// The socket's kernel counters (`XDP_STATISTICS`), cumulative since the socket opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct XskStats {
+    /// Dropped for reasons other than the two below (e.g. a frame too small in copy mode).
+    pub rx_dropped: u64,
+    /// Descriptors the kernel found invalid.
+    pub rx_invalid_descs: u64,
+    /// Dropped because the RX ring was full (capsule fell behind).
+    pub rx_ring_full: u64,
+    /// Times the kernel found the fill ring empty (no frame to receive into).
+    pub rx_fill_ring_empty_descs: u64,
+}
+
+/// A mapped ring: producer and consumer indexes, flags, and `size` entries of `T`.
+#[derive(Debug)]
+struct Ring {
+    map: *mut u8,
+    map_len: usize,
+    producer: usize,
+    consumer: usize,
+    flags: usize,
+    desc: usize,
+    size: u32,
+}
+
+impl Ring {
+    fn map(
+        fd: &OwnedFd,
+        off: &libc::xdp_ring_offset,
+        size: u32,
+        entry: usize,
+        pgoff: libc::off_t,
+        what: &str,
+    ) -> io::Result<Ring> {
+        let map_len = off.desc as usize + size as usize * entry;
+        // SAFETY: maps the ring the kernel allocated for this socket at `pgoff`, with the length
+        // the kernel's offsets imply; the result is checked against MAP_FAILED.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                pgoff,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("mmap of the {what}: {e}")));
+        }
+        let ring = Ring {
+            map: map.cast(),
+            map_len,
+            producer: off.producer as usize,
+            consumer: off.consumer as usize,
+            flags: off.flags as usize,
+            desc: off.desc as usize,
+            size,
+        };
+        for (o, name) in [
+            (ring.producer, "producer"),
+            (ring.consumer, "consumer"),
+            (ring.flags, "flags"),
+        ] {
+            if o + 4 > map_len || !o.is_multiple_of(4) {
+                return Err(io::Error::other(format!(
+                    "{what}: kernel gave {name} offset {o} outside its {map_len}-byte map"
+                )));
+            }
+        }
+        Ok(ring)
+    }
+
+    /// The ring's index word at byte offset `off` of the mapping.
+    fn word(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: `off` was checked in `map` to be 4-aligned and inside the mapping, which lives
+        // as long as `self`. The kernel accesses the word only atomically (READ_ONCE,
+        // smp_load_acquire/smp_store_release), so viewing it as an AtomicU32 is sound.
+        unsafe { &*self.map.add(off).cast::<AtomicU32>() }
+    }
+
+    fn producer(&self) -> &AtomicU32 {
+        self.word(self.producer)
+    }
+
+    fn consumer(&self) -> &AtomicU32 {
+        self.word(self.consumer)
+    }
+
+    fn needs_wakeup(&self) -> bool {
+        self.word(self.flags).load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
+    }
+
+    /// Reads RX descriptor `idx` (any index; wrapped by the ring's mask).
+    fn rx_desc(&self, idx: u32) -> libc::xdp_desc {
+        let slot = (idx & (self.size - 1)) as usize;
+        debug_assert!(self.desc + (slot + 1) * 16 <= self.map_len);
+        // SAFETY: `slot < size`, and the mapping holds `size` 16-byte descriptors from `desc`
+        // (its length was computed from exactly that). The slot lies between the consumer and
+        // the producer (Acquire-loaded), so the kernel has finished writing it and will not
+        // write it again before capsule's Release store of the consumer.
+        unsafe {
+            self.map
+                .add(self.desc + slot * 16)
+                .cast::<libc::xdp_desc>()
+                .read_unaligned()
+        }
+    }
+
+    /// Writes fill-ring slot `idx` (wrapped by the ring's mask).
+    fn set_fill(&self, idx: u32, addr: u64) {
+        let slot = (idx & (self.size - 1)) as usize;
+        debug_assert!(self.desc + (slot + 1) * 8 <= self.map_len);
+        // SAFETY: `slot < size` and the mapping holds `size` 8-byte entries from `desc`. The
+        // caller checked the slot is free (between the Acquire-loaded consumer and capsule's
+        // producer), so the kernel is not reading it; it reads it only after the Release store
+        // of the producer that publishes it.
+        unsafe {
+            self.map
+                .add(self.desc + slot * 8)
+                .cast::<u64>()
+                .write_unaligned(addr)
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `map`; nothing refers to it any more (the
+        // `&AtomicU32` views borrow `self`).
+        unsafe { libc::munmap(self.map.cast(), self.map_len) };
+    }
+}
+
+/// An AF_XDP socket bound to one RX queue, receiving only.
+#[derive(Debug)]
+pub struct XskSocket {
+    // Field order is drop order: the rings and the socket go before the UMEM they point into.
+    rx: Ring,
+    fill: Ring,
+    _comp: Ring,
+    fd: OwnedFd,
+    /// Last field: unmapped after the socket that registered it is closed.
+    _umem_map: UmemGuard,
+    umem: *mut u8,
+    umem_len: usize,
+    frame_size: u32,
+    mode: XskMode,
+    multi_buffer: bool,
+    need_wakeup: bool,
+    /// Our copies of the ring indexes we own (the kernel never writes them).
+    rx_consumer: u32,
+    fill_producer: u32,
+    /// The packet being joined from fragments, with its metadata and buffer count.
+    joined: Vec<u8>,
+    joined_meta: Option<[u8; META_LEN]>,
+    joined_bufs: u32,
+    joining: bool,
+    /// Descriptors that pointed outside the UMEM (never expected; counted, not trusted).
+    pub bad_descs: u64,
+}
+
+// SAFETY: the UMEM and ring mappings are owned by this value alone, and the sharing with the
+// kernel is synchronized as the module docs describe; moving the owner to another thread
+// (one worker per queue) changes nothing about that.
+unsafe impl Send for XskSocket {}
+
+impl XskSocket {
+    /// Opens a socket on queue `queue` of interface `ifindex`: zero-copy when asked and the
+    /// driver allows it, else copy mode.
+    pub fn open(ifindex: u32, queue: u32, cfg: &XskConfig) -> io::Result<XskSocket> {
+        if cfg.frame_size != 2048 && cfg.frame_size != 4096 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("UMEM frame size {} must be 2048 or 4096", cfg.frame_size),
+            ));
+        }
+        for (n, what) in [(cfg.frames, "UMEM frames"), (cfg.rx_size, "RX ring size")] {
+            if !n.is_power_of_two() || n < 16384 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{what} {n} must be a power of two of at least 16384"),
+                ));
+            }
+        }
+        if cfg.zero_copy {
+            match XskSocket::open_mode(ifindex, queue, cfg, XskMode::ZeroCopy) {
+                Ok(s) => return Ok(s),
+                Err(e) => tracing::debug!("queue {queue}: zero-copy refused ({e}); copy mode"),
+            }
+        }
+        XskSocket::open_mode(ifindex, queue, cfg, XskMode::Copy)
+    }
+
+    fn open_mode(ifindex: u32, queue: u32, cfg: &XskConfig, mode: XskMode) -> io::Result<Self> {
+        // SAFETY: plain system call with constant arguments; the result is checked.
+        let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        check(
+            raw,
+            "socket(AF_XDP) (needs root, CAP_NET_RAW and Linux 4.18+)",
+        )?;
+        // SAFETY: `raw` is a new, valid descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+
+        let umem_len = cfg.frames as usize * cfg.frame_size as usize;
+        // SAFETY: a fresh private anonymous mapping; the result is checked. It is registered
+        // with the kernel below and unmapped in Drop after the socket is closed.
+        let umem = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                umem_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if umem == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!("mmap of a {umem_len}-byte UMEM: {e}"),
+            ));
+        }
+        let umem: *mut u8 = umem.cast();
+        // From here on the UMEM is unmapped on every error path.
+        let umem_map = UmemGuard(umem, umem_len);
+
+        let reg = libc::xdp_umem_reg {
+            addr: umem as u64,
+            len: umem_len as u64,
+            chunk_size: cfg.frame_size,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        setsockopt(&fd, libc::SOL_XDP, libc::XDP_UMEM_REG, &reg, "XDP_UMEM_REG")?;
+        let fill_size = cfg.frames;
+        // Completion ring: never used (no transmit), but bind requires one; the smallest the
+        // brief allows.
+        let comp_size = 16384u32;
+        for (opt, n, what) in [
+            (libc::XDP_UMEM_FILL_RING, fill_size, "XDP_UMEM_FILL_RING"),
+            (
+                libc::XDP_UMEM_COMPLETION_RING,
+                comp_size,
+                "XDP_UMEM_COMPLETION_RING",
+            ),
+            (libc::XDP_RX_RING, cfg.rx_size, "XDP_RX_RING"),
+        ] {
+            setsockopt(&fd, libc::SOL_XDP, opt, &n, what)?;
+        }
+        // SAFETY: xdp_mmap_offsets is plain data; all-zero is valid and the kernel fills it.
+        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+        // SAFETY: `off` is a writable xdp_mmap_offsets and `len` its size; checked below.
+        let ret = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_XDP,
+                libc::XDP_MMAP_OFFSETS,
+                (&mut off as *mut libc::xdp_mmap_offsets).cast(),
+                &mut len,
+            )
+        };
+        check(ret, "XDP_MMAP_OFFSETS")?;
+        if len as usize != std::mem::size_of::<libc::xdp_mmap_offsets>() {
+            return Err(io::Error::other(format!(
+                "XDP_MMAP_OFFSETS: kernel answered {len} bytes, expected {} (Linux 5.4+ needed)",
+                std::mem::size_of::<libc::xdp_mmap_offsets>()
+            )));
+        }
+        let rx = Ring::map(&fd, &off.rx, cfg.rx_size, 16, 0, "RX ring")?;
+        let fill = Ring::map(
+            &fd,
+            &off.fr,
+            fill_size,
+            8,
+            libc::XDP_UMEM_PGOFF_FILL_RING as libc::off_t,
+            "fill ring",
+        )?;
+        let comp = Ring::map(
+            &fd,
+            &off.cr,
+            comp_size,
+            8,
+            libc::XDP_UMEM_PGOFF_COMPLETION_RING as libc::off_t,
+            "completion ring",
+        )?;
+
+        let mut flags = libc::XDP_USE_NEED_WAKEUP;
+        flags |= match mode {
+            XskMode::ZeroCopy => libc::XDP_ZEROCOPY,
+            XskMode::Copy => libc::XDP_COPY,
+        };
+        if cfg.multi_buffer {
+            flags |= libc::XDP_USE_SG;
+        }
+        let sxdp = libc::sockaddr_xdp {
+            sxdp_family: libc::AF_XDP as u16,
+            sxdp_flags: flags,
+            sxdp_ifindex: ifindex,
+            sxdp_queue_id: queue,
+            sxdp_shared_umem_fd: 0,
+        };
+        // SAFETY: `sxdp` is a valid sockaddr_xdp and the length passed is its size.
+        let ret = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sxdp as *const libc::sockaddr_xdp).cast(),
+                std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            )
+        };
+        check(
+            ret,
+            &format!("bind AF_XDP socket to queue {queue} ({mode} mode)"),
+        )?;
+
+        let mut sock = XskSocket {
+            rx,
+            fill,
+            _comp: comp,
+            fd,
+            _umem_map: umem_map,
+            umem,
+            umem_len,
+            frame_size: cfg.frame_size,
+            mode,
+            multi_buffer: cfg.multi_buffer,
+            need_wakeup: true,
+            rx_consumer: 0,
+            fill_producer: 0,
+            joined: Vec::new(),
+            joined_meta: None,
+            joined_bufs: 0,
+            joining: false,
+            bad_descs: 0,
+        };
+        sock.rx_consumer = sock.rx.consumer().load(Ordering::Relaxed);
+        sock.fill_producer = sock.fill.producer().load(Ordering::Relaxed);
+        // Every frame goes on the fill ring: the kernel may receive into any of them.
+        for i in 0..fill_size {
+            sock.fill.set_fill(
+                sock.fill_producer.wrapping_add(i),
+                u64::from(i) * u64::from(cfg.frame_size),
+            );
+        }
+        sock.fill_producer = sock.fill_producer.wrapping_add(fill_size);
+        sock.fill
+            .producer()
+            .store(sock.fill_producer, Ordering::Release);
+        sock.wake()?;
+        Ok(sock)
+    }
+
+    pub fn mode(&self) -> XskMode {
+        self.mode
+    }
+
+    pub fn multi_buffer(&self) -> bool {
+        self.multi_buffer
+    }
+
+    /// Reads up to `max` descriptors, hands each complete packet to `f`, and gives the frames
+    /// back to the kernel. Returns the number of descriptors read (0: the ring was empty).
+    pub fn recv(&mut self, max: u32, mut f: impl FnMut(XskPacket<'_>)) -> io::Result<u32> {
+        let produced = self.rx.producer().load(Ordering::Acquire);
+        let ready = produced.wrapping_sub(self.rx_consumer);
+        // Frames can go back only where the fill ring has room; by construction it always
+        // has room for every frame capsule holds, but never trust that over the indexes.
+        let fill_free = self.fill.size
+            - self
+                .fill_producer
+                .wrapping_sub(self.fill.consumer().load(Ordering::Acquire));
+        let n = ready.min(max).min(fill_free);
+        if n == 0 {
+            if self.need_wakeup && self.fill.needs_wakeup() {
+                self.wake()?;
+            }
+            return Ok(0);
+        }
+        let frame_mask = !(u64::from(self.frame_size) - 1);
+        let mut returned = 0u32;
+        for i in 0..n {
+            let d = self.rx.rx_desc(self.rx_consumer.wrapping_add(i));
+            let (addr, len) = (d.addr, d.len as usize);
+            let end = addr.checked_add(len as u64);
+            if end.is_none_or(|e| e > self.umem_len as u64) {
+                self.bad_descs += 1;
+                self.joining = false;
+                continue;
+            }
+            let more = self.multi_buffer && d.options & libc::XDP_PKT_CONTD != 0;
+            // SAFETY: `addr..addr+len` was just checked to lie inside the UMEM mapping, which
+            // lives as long as `self`. The frame belongs to capsule from the consumption of its
+            // RX descriptor until it is published on the fill ring below, after this slice's
+            // last use, so the kernel does not write it meanwhile.
+            let data = unsafe { std::slice::from_raw_parts(self.umem.add(addr as usize), len) };
+            let in_frame = (addr & !frame_mask) as usize;
+            let meta = if in_frame >= META_LEN && !self.joining {
+                // SAFETY: the META_LEN bytes before `addr` are in the same frame (its offset in
+                // the frame is at least META_LEN), hence inside the mapping and owned by capsule
+                // as above. The kernel copied the XDP metadata area there with the packet.
+                let m = unsafe { self.umem.add(addr as usize - META_LEN) };
+                // SAFETY: as above; reads the record, then clears its last byte so that a later
+                // packet in this frame that gets no record of its own is not taken to carry this
+                // one's (the XDP program writes the magic last, right before the packet).
+                let bytes = unsafe {
+                    let b = m.cast::<[u8; META_LEN]>().read_unaligned();
+                    m.add(META_LEN - 1).write(0);
+                    b
+                };
+                Some(bytes)
+            } else {
+                None
+            };
+            if !self.joining && !more {
+                f(XskPacket {
+                    data,
+                    meta,
+                    buffers: 1,
+                    cut: false,
+                });
+            } else {
+                if !self.joining {
+                    self.joining = true;
+                    self.joined.clear();
+                    self.joined_meta = meta;
+                    self.joined_bufs = 0;
+                }
+                let room = MAX_JOINED.saturating_sub(self.joined.len());
+                self.joined.extend_from_slice(&data[..len.min(room)]);
+                self.joined_bufs += 1;
+                if !more {
+                    self.joining = false;
+                    f(XskPacket {
+                        data: &self.joined,
+                        meta: self.joined_meta,
+                        buffers: self.joined_bufs,
+                        cut: self.joined.len() >= MAX_JOINED && room < len,
+                    });
+                }
+            }
+            self.fill
+                .set_fill(self.fill_producer.wrapping_add(returned), addr & frame_mask);
+            returned += 1;
+        }
+        self.rx_consumer = self.rx_consumer.wrapping_add(n);
+        self.rx
+            .consumer()
+            .store(self.rx_consumer, Ordering::Release);
+        self.fill_producer = self.fill_producer.wrapping_add(returned);
+        self.fill
+            .producer()
+            .store(self.fill_producer, Ordering::Release);
+        if self.need_wakeup && self.fill.needs_wakeup() {
+            self.wake()?;
+        }
+        Ok(n)
+    }
+
+    /// Tells the kernel the fill ring has frames (needed when it set the need-wakeup flag).
+    fn wake(&self) -> io::Result<()> {
+        // SAFETY: a zero-length, non-blocking receive with null buffers is the documented way to
+        // kick an AF_XDP socket's receive path; no memory is passed.
+        let ret = unsafe {
+            libc::recvfrom(
+                self.fd.as_raw_fd(),
+                std::ptr::null_mut(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        if ret < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => {}
+                _ => return Err(io::Error::new(e.kind(), format!("waking the socket: {e}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// The socket's kernel counters; an error when the socket has failed (e.g. the interface
+    /// went away).
+    pub fn stats(&self) -> io::Result<XskStats> {
+        let mut err: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `err` is a writable c_int and `len` its size.
+        let ret = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                (&mut err as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        check(ret, "SO_ERROR")?;
+        if err != 0 {
+            return Err(io::Error::from_raw_os_error(err));
+        }
+        // SAFETY: xdp_statistics is plain data; all-zero is valid and the kernel fills it.
+        let mut s: libc::xdp_statistics = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
+        // SAFETY: `s` is a writable xdp_statistics and `len` its size; the kernel writes at most
+        // that many bytes.
+        let ret = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_XDP,
+                libc::XDP_STATISTICS,
+                (&mut s as *mut libc::xdp_statistics).cast(),
+                &mut len,
+            )
+        };
+        check(ret, "XDP_STATISTICS")?;
+        Ok(XskStats {
+            rx_dropped: s.rx_dropped,
+            rx_invalid_descs: s.rx_invalid_descs,
+            rx_ring_full: s.rx_ring_full,
+            rx_fill_ring_empty_descs: s.rx_fill_ring_empty_descs,
+        })
+    }
+}
+
+impl AsFd for XskSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Unmaps a UMEM when dropped.
+#[derive(Debug)]
+struct UmemGuard(*mut u8, usize);
+
+impl Drop for UmemGuard {
+    fn drop(&mut self) {
+        // SAFETY: the guard owns the mapping (made by `open_mode`), and nothing refers to it
+        // any more when the guard drops.
+        unsafe { libc::munmap(self.0.cast(), self.1) };
+    }
+}
+
+/// How to attach the XDP program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpAttach {
+    /// In the driver (`XDP_FLAGS_DRV_MODE`).
+    Native,
+    /// In the kernel's generic path after the skb is built (`XDP_FLAGS_SKB_MODE`).
+    Generic,
+}
+
+impl std::fmt::Display for XdpAttach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            XdpAttach::Native => "native",
+            XdpAttach::Generic => "generic",
+        })
+    }
+}
+
+/// Attaches the program `prog_fd` to `ifindex` through a `bpf_link` (`BPF_LINK_CREATE`).
+/// The program stays attached as long as the returned descriptor is open, so it detaches when
+/// capsule exits, however it exits.
+pub fn xdp_link(prog_fd: RawFd, ifindex: u32, mode: XdpAttach) -> io::Result<OwnedFd> {
+    const BPF_LINK_CREATE: libc::c_long = 28;
+    const BPF_XDP: u32 = 37;
+    const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+    const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+    // union bpf_attr, link_create member: prog_fd, target_ifindex, attach_type, flags; the
+    // rest of the (zeroed) union is unused for XDP.
+    let mut attr = [0u32; 16];
+    attr[0] = prog_fd as u32;
+    attr[1] = ifindex;
+    attr[2] = BPF_XDP;
+    attr[3] = match mode {
+        XdpAttach::Native => XDP_FLAGS_DRV_MODE,
+        XdpAttach::Generic => XDP_FLAGS_SKB_MODE,
+    };
+    // SAFETY: bpf(2) reads `size_of_val(&attr)` bytes from a live, initialized buffer laid out
+    // as the link_create member of union bpf_attr; the result is checked.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_CREATE,
+            attr.as_mut_ptr(),
+            std::mem::size_of_val(&attr) as libc::c_uint,
+        )
+    };
+    if ret < 0 {
+        let e = io::Error::last_os_error();
+        let hint = match e.raw_os_error() {
+            Some(libc::EBUSY | libc::EEXIST) => {
+                " (another XDP program is attached; `ip link show` names it)"
+            }
+            Some(libc::EOPNOTSUPP) => " (the driver has no native XDP)",
+            _ => "",
+        };
+        return Err(io::Error::new(
+            e.kind(),
+            format!("attaching XDP ({mode}) with a bpf_link: {e}{hint}"),
+        ));
+    }
+    // SAFETY: a non-negative return of BPF_LINK_CREATE is a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
+}

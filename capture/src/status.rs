@@ -1,0 +1,237 @@
+//! The live status of a running capture, for `capsule status --store DIR`.
+//!
+//! The capture writes `STORE/capture-status.json` about once a second (write to a hidden
+//! name, then rename, so a reader never sees half a file): what it captures with, its
+//! counters, drops by cause, and rates over the last interval. `capsule status` reads it and
+//! tells a live capture from a stale file by the process id and the update time.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::live::LiveReport;
+
+/// File name of the status, in the store's directory.
+pub const STATUS_FILE: &str = "capture-status.json";
+
+/// Drops of a capture by cause. Zero where the mode has no such cause.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DropCauses {
+    /// AF_PACKET: the ring was full.
+    pub packet_ring_full: u64,
+    /// AF_XDP: the socket's RX ring was full (`rx_ring_full`).
+    pub xsk_ring_full: u64,
+    /// AF_XDP: other socket drops, e.g. no free frame on the fill ring (`rx_dropped`).
+    pub xsk_dropped: u64,
+    /// XDP: packets on RX queues capsule does not read (passed to the kernel stack).
+    pub no_socket: u64,
+    /// The store fell behind and a worker dropped a batch.
+    pub pipeline: u64,
+    /// Invalid descriptors (kernel's count plus capsule's).
+    pub invalid: u64,
+}
+
+impl DropCauses {
+    pub fn of(rep: &LiveReport) -> DropCauses {
+        match &rep.xdp {
+            Some(x) => DropCauses {
+                packet_ring_full: 0,
+                xsk_ring_full: x.sockets.rx_ring_full,
+                xsk_dropped: x.sockets.rx_dropped,
+                no_socket: x.program.no_socket,
+                pipeline: x.pipeline_drops,
+                invalid: x.sockets.rx_invalid_descs + x.bad_descs,
+            },
+            None => DropCauses {
+                packet_ring_full: rep.kernel.drops,
+                ..DropCauses::default()
+            },
+        }
+    }
+}
+
+/// What `capture-status.json` holds.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CaptureStatus {
+    pub pid: u32,
+    pub iface: String,
+    /// How it captures, as logged at start (mode, program variant, queues).
+    pub mode: String,
+    pub started_ns: u64,
+    pub updated_ns: u64,
+    /// False once the capture has stopped.
+    pub running: bool,
+    /// Packets stored.
+    pub packets: u64,
+    pub wire_bytes: u64,
+    /// Packets the interface delivered (stored or dropped).
+    pub seen: u64,
+    pub drops: u64,
+    pub drop_causes: DropCauses,
+    pub vlan_restored: u64,
+    pub truncated: u64,
+    /// XDP: packets stamped with the NIC's clock.
+    pub hw_timestamps: u64,
+    /// Rates over the last interval.
+    pub packets_per_s: f64,
+    pub bits_per_s: f64,
+    pub drops_per_s: f64,
+}
+
+/// Writes the status file of a running capture.
+#[derive(Debug)]
+pub struct StatusFile {
+    path: PathBuf,
+    status: CaptureStatus,
+    last: Option<(Instant, u64, u64, u64)>,
+    warned: bool,
+}
+
+impl StatusFile {
+    pub fn new(store: &Path, iface: &str, mode: &str) -> StatusFile {
+        let now = capsule_index::store::now_ns();
+        let mut f = StatusFile {
+            path: store.join(STATUS_FILE),
+            status: CaptureStatus {
+                pid: std::process::id(),
+                iface: iface.to_string(),
+                mode: mode.to_string(),
+                started_ns: now,
+                updated_ns: now,
+                running: true,
+                ..CaptureStatus::default()
+            },
+            last: None,
+            warned: false,
+        };
+        f.write();
+        f
+    }
+
+    /// Records the running totals (call about once a second).
+    pub fn update(&mut self, rep: &LiveReport) {
+        let s = &mut self.status;
+        let now = Instant::now();
+        if let Some((at, packets, bytes, drops)) = self.last {
+            let dt = now.duration_since(at).as_secs_f64();
+            if dt > 0.0 {
+                s.packets_per_s = rep.packets.saturating_sub(packets) as f64 / dt;
+                s.bits_per_s = rep.wire_bytes.saturating_sub(bytes) as f64 * 8.0 / dt;
+                s.drops_per_s = rep.drops().saturating_sub(drops) as f64 / dt;
+            }
+        }
+        self.last = Some((now, rep.packets, rep.wire_bytes, rep.drops()));
+        s.updated_ns = capsule_index::store::now_ns();
+        s.packets = rep.packets;
+        s.wire_bytes = rep.wire_bytes;
+        s.seen = rep.seen();
+        s.drops = rep.drops();
+        s.drop_causes = DropCauses::of(rep);
+        s.vlan_restored = rep.vlan_restored;
+        s.truncated = rep.truncated;
+        s.hw_timestamps = rep.xdp.map_or(0, |x| x.program.hw_ts);
+        self.write();
+    }
+
+    /// Marks the capture stopped.
+    pub fn finish(&mut self) {
+        self.status.running = false;
+        self.status.updated_ns = capsule_index::store::now_ns();
+        self.status.packets_per_s = 0.0;
+        self.status.bits_per_s = 0.0;
+        self.status.drops_per_s = 0.0;
+        self.write();
+    }
+
+    fn write(&mut self) {
+        let tmp = self.path.with_file_name(format!(".{STATUS_FILE}.tmp"));
+        let body = serde_json::to_vec_pretty(&self.status).expect("status serializes");
+        let r = std::fs::write(&tmp, body).and_then(|()| std::fs::rename(&tmp, &self.path));
+        // The status is a convenience: a full disk must not stop capture over it.
+        if let Err(e) = r {
+            if !self.warned {
+                tracing::warn!("cannot write {}: {e}", self.path.display());
+                self.warned = true;
+            }
+        }
+    }
+}
+
+/// Reads a store's capture status, if a capture ever ran there.
+pub fn read_status(store: &Path) -> std::io::Result<Option<CaptureStatus>> {
+    let path = store.join(STATUS_FILE);
+    match std::fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("{}: {e}", path.display()),
+        )),
+    }
+}
+
+/// A one-line account of the drops by cause, e.g. " (XDP socket ring full 12, pipeline 3)".
+pub fn drop_causes(rep: &LiveReport) -> String {
+    let c = DropCauses::of(rep);
+    let parts: Vec<String> = [
+        ("packet ring full", c.packet_ring_full),
+        ("AF_XDP RX ring full", c.xsk_ring_full),
+        ("AF_XDP dropped", c.xsk_dropped),
+        ("queue without socket", c.no_socket),
+        ("store behind", c.pipeline),
+        ("invalid descriptors", c.invalid),
+    ]
+    .into_iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(what, n)| format!("{what} {n}"))
+    .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_file_round_trips_with_rates() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = StatusFile::new(dir.path(), "eth9", "test mode");
+        let mut rep = LiveReport {
+            packets: 10,
+            wire_bytes: 1000,
+            ..LiveReport::default()
+        };
+        f.update(&rep);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        rep.packets = 110;
+        rep.wire_bytes = 101_000;
+        rep.kernel.drops = 5;
+        f.update(&rep);
+        let s = read_status(dir.path()).unwrap().unwrap();
+        assert_eq!((s.packets, s.drops, s.running), (110, 5, true));
+        assert_eq!(s.drop_causes.packet_ring_full, 5);
+        assert!(s.packets_per_s > 100.0 && s.packets_per_s < 2100.0, "{s:?}");
+        f.finish();
+        assert!(!read_status(dir.path()).unwrap().unwrap().running);
+        assert_eq!(drop_causes(&rep), " (packet ring full 5)");
+    }
+
+    #[test]
+    fn a_missing_status_is_none_and_a_bad_one_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read_status(dir.path()).unwrap().is_none());
+        std::fs::write(dir.path().join(STATUS_FILE), b"{not json").unwrap();
+        let e = read_status(dir.path()).unwrap_err().to_string();
+        assert!(e.contains(STATUS_FILE), "{e}");
+    }
+}
