@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Capture benchmark: `capsule capture --mode afpacket` against `tcpdump -w` on the same veth.
+"""Capture benchmark: `capsule capture` (AF_XDP and AF_PACKET) against `tcpdump -w` on one veth.
 
 What it measures, in one run: the same synthetic traffic is sent as fast as the machine can
 (tcpreplay --topspeed), by one sender and by two senders at once, into one end of a veth pair;
-on the other end one capturer at a time records it, either capsule (into a store) or tcpdump
-(into a pcap, with the same 256 MiB kernel buffer as capsule's default ring). For each
+on the other end one capturer at a time records it: capsule with AF_XDP (`--mode xdp-native`,
+"capsule-xdp"), capsule with AF_PACKET (`--mode afpacket`, "capsule-afp"), both into a store,
+or tcpdump (into a pcap, with the same 256 MiB kernel buffer as capsule's default ring). For each
 (capturer, senders) configuration it prints packets sent (tcpreplay's "Successful packets"),
 captured, dropped by the kernel (the socket's ring was full), missing (sent - captured: kernel
 drops plus whatever was lost before the socket), the capturer's CPU time and that time per
@@ -46,6 +47,7 @@ import subprocess
 import sys
 import time
 
+CAPTURERS = ("capsule-xdp", "capsule-afp", "tcpdump")
 DEFAULT_CAPSULE = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                 "..", "target", "release", "capsule"))
 NS_PREFIX = "capbench-"
@@ -264,11 +266,11 @@ def softnet_drops():
 # ---------------------------------------------------------------- capturers
 
 
-def start_capsule(args, ns, iface, workdir):
+def start_capsule(args, ns, iface, workdir, mode):
     store = os.path.join(workdir, "store")
     env = {k: v for k, v in os.environ.items() if k != "CAPSULE_LOG"}
     proc = Proc(["ip", "netns", "exec", ns, args.capsule, "capture", "--iface", iface,
-                 "--store", store, "--mode", "afpacket"] + args.capsule_opt,
+                 "--store", store, "--mode", mode] + args.capsule_opt,
                 os.path.join(workdir, "capsule.txt"), signal.SIGTERM, env=env)
     wait_for_line(proc, f"capturing on {iface}", "capsule")
     return proc, store
@@ -331,11 +333,10 @@ def tree_bytes(path):
 
 def parse_capsule(text):
     m = re.search(r"captured (\d+) packets \((\d+) bytes\) on \S+ in [\d.]+ s; "
-                  r"kernel drops (\d+), ring freezes (\d+)", text)
+                  r"seen (\d+), dropped (\d+)", text)
     if not m:
         raise RuntimeError(f"no capsule summary line in:\n{text}")
-    return {"captured": int(m.group(1)), "dropped": int(m.group(3)),
-            "freezes": int(m.group(4))}
+    return {"captured": int(m.group(1)), "dropped": int(m.group(4)), "freezes": None}
 
 
 def parse_tcpdump(text):
@@ -359,8 +360,11 @@ def run_one(args, link, pcap, loops, capturer, senders, rep):
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
     WORKDIRS.append(workdir)
-    start = start_capsule if capturer == "capsule" else start_tcpdump
-    proc, output = start(args, ns_b, if_b, workdir)
+    if capturer == "tcpdump":
+        proc, output = start_tcpdump(args, ns_b, if_b, workdir)
+    else:
+        mode = {"capsule-xdp": "xdp-native", "capsule-afp": "afpacket"}[capturer]
+        proc, output = start_capsule(args, ns_b, if_b, workdir, mode)
     time.sleep(0.5)  # the same settling time for both, after each said it is ready
     # CPU spent so far is setup, mostly the kernel allocating (and, for capsule, touching)
     # the 256 MiB ring: 0.1 to 0.8 s here, varying with how fragmented free memory is, and
@@ -380,7 +384,7 @@ def run_one(args, link, pcap, loops, capturer, senders, rep):
     text = proc.log()
     if proc.status != 0:
         raise RuntimeError(f"{capturer} exited {proc.status}:\n{text}")
-    stats = parse_capsule(text) if capturer == "capsule" else parse_tcpdump(text)
+    stats = parse_tcpdump(text) if capturer == "tcpdump" else parse_capsule(text)
     out_bytes = tree_bytes(output) if os.path.isdir(output) else os.path.getsize(output)
     total = proc.rusage.ru_utime + proc.rusage.ru_stime
     setup = setup_ticks / CLK_TCK
@@ -449,7 +453,7 @@ def main():
     print(f"calibration (no capturer): {rate / 1e3:.0f} kpps from one sender; "
           f"{per_file} packets a loop, --loop {loops}", flush=True)
 
-    configs = [(c, s) for s in (1, 2) for c in ("capsule", "tcpdump")]
+    configs = [(c, s) for s in (1, 2) for c in CAPTURERS]
     runs = {cfg: [] for cfg in configs}
     print("runs (interleaved; sent / captured / kernel drops / missing; capturer CPU s: setup, "
           "capture; us per captured packet; senders' CPU s):", flush=True)
@@ -460,7 +464,7 @@ def main():
             freezes = "" if r["freezes"] is None else f"; ring freezes {r['freezes']}"
             if r["retries"]:
                 freezes += f"; send retries (ENOBUFS, EAGAIN) {r['retries']}"
-            print(f"  run {rep} {capturer:<7} {senders} sender(s): {r['sent']} / "
+            print(f"  run {rep} {capturer:<11} {senders} sender(s): {r['sent']} / "
                   f"{r['captured']} / {r['dropped']} / {r['missing']}; CPU {r['setup']:.2f}, "
                   f"{r['cpu']:.2f}; {r['us_per_pkt']:.2f} us/pkt; senders {r['sender_cpu']:.2f}"
                   f"{freezes}", flush=True)
@@ -476,39 +480,39 @@ def main():
           f"row (fewest kernel drops, then fewest missing, then least CPU per packet)")
     if args.capsule_opt:
         print("capsule capture options: " + " ".join(args.capsule_opt))
-    print(f"{'capturer':<8} {'snd':>3} {'sent':>9} {'send s':>6} {'kpps':>5} {'captured':>9} "
+    print(f"{'capturer':<11} {'snd':>3} {'sent':>9} {'send s':>6} {'kpps':>5} {'captured':>9} "
           f"{'dropped':>8} {'missing':>8} {'backlog':>7} {'setup s':>7} {'CPU s':>6} "
           f"{'us/pkt':>6} {'out MB':>7} {'run':>3}")
     for capturer, senders in configs:
         r = best[(capturer, senders)]
-        print(f"{capturer:<8} {senders:>3} {r['sent']:>9} {r['send_s']:>6.2f} "
+        print(f"{capturer:<11} {senders:>3} {r['sent']:>9} {r['send_s']:>6.2f} "
               f"{r['sent'] / r['send_s'] / 1e3:>5.0f} {r['captured']:>9} {r['dropped']:>8} "
               f"{r['missing']:>8} {r['backlog']:>7} {r['setup']:>7.2f} {r['cpu']:>6.2f} "
               f"{r['us_per_pkt']:>6.2f} {r['out_bytes'] / 1e6:>7.0f} {r['rep']:>3}")
-    for senders in (1, 2):
-        c, t = best[("capsule", senders)], best[("tcpdump", senders)]
+    for senders, capsule in ((s, c) for s in (1, 2) for c in CAPTURERS[:2]):
+        c, t = best[(capsule, senders)], best[("tcpdump", senders)]
         c_bpp = c["out_bytes"] / max(c["captured"], 1)
         t_bpp = t["out_bytes"] / max(t["captured"], 1)
-        print(f"capsule / tcpdump, {senders} sender(s): CPU per packet "
+        print(f"{capsule} / tcpdump, {senders} sender(s): CPU per packet "
               f"{ratio(c['us_per_pkt'], t['us_per_pkt'])}, capture CPU {ratio(c['cpu'], t['cpu'])}"
               f", whole-process CPU {ratio(c['total'], t['total'])}, output bytes per packet "
               f"{ratio(c_bpp, t_bpp)}; "
-              f"kernel drops {c['dropped']} vs {t['dropped']}")
+              f"drops {c['dropped']} vs {t['dropped']}")
     verdicts = []
     for senders in (1, 2):
-        c, t = best[("capsule", senders)], best[("tcpdump", senders)]
+        c, t = best[("capsule-xdp", senders)], best[("tcpdump", senders)]
         if c["dropped"] == 0:
             drops = "met" if t["dropped"] else "met (tcpdump did not drop either)"
         else:
             drops = f"MISSED ({c['dropped']} vs tcpdump's {t['dropped']})"
         cpu = "met" if c["us_per_pkt"] < t["us_per_pkt"] else "MISSED"
         verdicts.append(f"{senders} sender(s): 0 drops {drops}, lower CPU/pkt {cpu}")
-    print("target, capsule 0 drops where tcpdump drops at lower CPU per packet: "
+    print("target, capsule (AF_XDP) 0 drops where tcpdump drops at lower CPU per packet: "
           + "; ".join(verdicts))
     print("""
 snd: tcpreplay processes at once. sent: their "Successful packets". send s: until the last
-sender exited. captured: the capturer's own count. dropped: its kernel drops (socket ring
-full). missing: sent - captured (drops, and anything lost before the socket). backlog:
+sender exited. captured: the capturer's own count. dropped: its own count of drops (tcpdump:
+the socket's ring was full; capsule: every cause, see `capsule status`). missing: sent - captured (drops, and anything lost before the socket). backlog:
 host-wide softnet backlog drops during the run (veth delivers through it; tcpreplay retries
 such sends). setup s: capturer CPU before the traffic, mostly the kernel allocating the
 256 MiB ring; not counted in CPU s. CPU s: capturer user + system time from the traffic's

@@ -12,6 +12,8 @@ declare -A need=(
   [tcpreplay]=tcpreplay
   [zstd]=zstd
   [clang]=clang
+  [make]=make
+  [cc]=gcc
   [pkg-config]=pkg-config
   [python3]=python3
   [ip]=iproute2
@@ -21,7 +23,9 @@ missing=()
 for cmd in "${!need[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${need[$cmd]}")
 done
-for lib in libbpf-dev libelf-dev libpcap-dev; do
+# libbpf-dev: <bpf/bpf_helpers.h> for the XDP program; libelf-dev and zlib1g-dev: the libbpf
+# that libbpf-sys builds from its vendored source; linux-libc-dev: <linux/bpf.h>.
+for lib in libbpf-dev libelf-dev zlib1g-dev linux-libc-dev libpcap-dev; do
   dpkg -s "$lib" >/dev/null 2>&1 || missing+=("$lib")
 done
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -166,6 +166,68 @@ pub fn promiscuous(ifindex: u32) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Reads (`set: None`) or sets the interface's receive VLAN offload (`ethtool -K IF rxvlan`),
+/// returning its state before the call. With it on, the NIC takes 802.1Q tags off frames into
+/// metadata, where an XDP program only sees them through a driver kfunc.
+pub fn rx_vlan_offload(iface: &str, set: Option<bool>) -> io::Result<bool> {
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    const ETHTOOL_GFLAGS: u32 = 0x25;
+    const ETHTOOL_SFLAGS: u32 = 0x26;
+    const ETH_FLAG_RXVLAN: u32 = 1 << 8;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    #[repr(C)]
+    struct IfReq {
+        name: [libc::c_char; libc::IFNAMSIZ],
+        data: *mut EthtoolValue,
+        _pad: [u8; 16],
+    }
+    if iface.len() >= libc::IFNAMSIZ || iface.as_bytes().contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad interface name {iface:?}"),
+        ));
+    }
+    // SAFETY: plain system call with constant arguments; the result is checked.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    check(raw, "socket for SIOCETHTOOL")?;
+    // SAFETY: `raw` is a new, valid descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut value = EthtoolValue {
+        cmd: ETHTOOL_GFLAGS,
+        data: 0,
+    };
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        data: &mut value,
+        _pad: [0; 16],
+    };
+    for (d, b) in req.name.iter_mut().zip(iface.as_bytes()) {
+        *d = *b as libc::c_char;
+    }
+    // SAFETY: `req` is an ifreq whose name is NUL-terminated (checked length, zeroed tail) and
+    // whose data points at a live ethtool_value for the duration of the call.
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), SIOCETHTOOL, &mut req as *mut IfReq) };
+    check(ret, &format!("ETHTOOL_GFLAGS on {iface}"))?;
+    let was = value.data & ETH_FLAG_RXVLAN != 0;
+    if let Some(on) = set.filter(|&on| on != was) {
+        value.cmd = ETHTOOL_SFLAGS;
+        value.data = if on {
+            value.data | ETH_FLAG_RXVLAN
+        } else {
+            value.data & !ETH_FLAG_RXVLAN
+        };
+        req.data = &mut value;
+        // SAFETY: as above.
+        let ret = unsafe { libc::ioctl(fd.as_raw_fd(), SIOCETHTOOL, &mut req as *mut IfReq) };
+        check(ret, &format!("ETHTOOL_SFLAGS rxvlan on {iface}"))?;
+    }
+    Ok(was)
+}
+
 /// The time of `CLOCK_REALTIME` (`realtime`) or `CLOCK_MONOTONIC` in ns. The XDP program
 /// stamps packets with the monotonic clock (`bpf_ktime_get_ns`); capture adds the difference.
 pub fn clock_ns(realtime: bool) -> u64 {

@@ -28,8 +28,8 @@ use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 use crate::live::{LiveError, LiveReport};
-use crate::ring::xsk::{xdp_link, XdpAttach, XskConfig, XskMode, XskSocket, XskStats};
-use crate::ring::{clock_ns, if_index, promiscuous};
+use crate::ring::xsk::{xdp_link, XdpAttach, XskConfig, XskMode, XskPacket, XskSocket, XskStats};
+use crate::ring::{clock_ns, if_index, promiscuous, rx_vlan_offload};
 
 /// Which RX queues to capture.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,9 +110,68 @@ pub struct XdpCapture {
     setup: XdpSetup,
     program: XdpProgram,
     sockets: Vec<(u32, XskSocket)>,
+    /// Per-queue counters published by the workers (several queues only).
+    shared: Vec<Arc<QueueShared>>,
     // Dropped in this order: the link detaches the program, then promiscuous mode ends.
     _link: OwnedFd,
     _promisc: OwnedFd,
+    _vlan_offload: Option<VlanOffload>,
+}
+
+/// Receive VLAN offload turned off by capsule, turned back on when dropped (a kill -9 leaves
+/// it off, which costs nothing but the offload).
+#[derive(Debug)]
+struct VlanOffload(String);
+
+impl VlanOffload {
+    /// With receive VLAN offload on, the NIC strips 802.1Q tags into metadata, where the XDP
+    /// program sees them only through a driver kfunc that few drivers have; turning the
+    /// offload off leaves the tags in the frame, where capture keeps them.
+    fn turn_off(iface: &str, variant: Variant) -> Option<VlanOffload> {
+        match rx_vlan_offload(iface, None) {
+            Ok(false) => None,
+            Ok(true) => match rx_vlan_offload(iface, Some(false)) {
+                Ok(_) => {
+                    tracing::info!(
+                        "turned receive VLAN offload off on {iface} so that 802.1Q tags stay \
+                         in the frames capsule stores; it is turned back on at exit"
+                    );
+                    Some(VlanOffload(iface.to_string()))
+                }
+                Err(e) if variant.device_bound => {
+                    tracing::info!(
+                        "receive VLAN offload is on for {iface} and stays on ({e}); VLAN tags \
+                         the NIC strips come back through the driver's metadata kfunc where it \
+                         has one"
+                    );
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "receive VLAN offload is on for {iface} and cannot be turned off ({e}): \
+                         VLAN tags the NIC strips will be missing from stored frames; run \
+                         `ethtool -K {iface} rxvlan off`"
+                    );
+                    None
+                }
+            },
+            Err(e) => {
+                tracing::debug!("cannot read the offloads of {iface}: {e}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for VlanOffload {
+    fn drop(&mut self) {
+        if let Err(e) = rx_vlan_offload(&self.0, Some(true)) {
+            tracing::warn!(
+                "could not turn receive VLAN offload back on for {}: {e}",
+                self.0
+            );
+        }
+    }
 }
 
 impl XdpCapture {
@@ -134,6 +193,7 @@ impl XdpCapture {
                 match try_open(ifindex, &queues, attach, variant, &cfg.socket) {
                     Ok((program, sockets, link)) => {
                         let promisc = promiscuous(ifindex).map_err(open_err)?;
+                        let vlan_offload = VlanOffload::turn_off(&cfg.iface, variant);
                         let setup = XdpSetup {
                             attach,
                             variant,
@@ -149,8 +209,10 @@ impl XdpCapture {
                             setup,
                             program,
                             sockets,
+                            shared: Vec::new(),
                             _link: link,
                             _promisc: promisc,
+                            _vlan_offload: vlan_offload,
                         });
                     }
                     Err(e) => attempts.push(format!("{attach} {variant}: {e}")),
@@ -169,40 +231,150 @@ impl XdpCapture {
 
     /// Captures into `writer` until `stop` is set; `on_stats` sees the running totals about
     /// once a second.
+    ///
+    /// With one queue the capture thread reads the socket itself: no copy into a batch, no
+    /// hand-over, and while the store is busy the socket's rings (32768 frames) absorb the
+    /// burst. With several queues a worker per queue reads its socket into batches.
     pub fn run(
         self,
         writer: &mut StoreWriter,
         stop: &AtomicBool,
-        mut on_stats: impl FnMut(&LiveReport),
+        on_stats: impl FnMut(&LiveReport),
     ) -> Result<LiveReport, LiveError> {
-        let XdpCapture {
-            cfg,
-            setup: _,
-            program,
-            sockets,
-            _link,
-            _promisc,
-        } = self;
         let iface = writer.add_interface(Interface {
             linktype: LINKTYPE_ETHERNET,
-            snaplen: cfg.snaplen,
-            name: Some(cfg.iface.clone()),
+            snaplen: self.cfg.snaplen,
+            name: Some(self.cfg.iface.clone()),
         });
-        let store_err = |e| LiveError::Store {
-            iface: cfg.iface.clone(),
-            error: Box::new(e),
-        };
-        // Room for about half a second of batches at full speed before workers drop.
-        let (full_tx, full_rx) = bounded::<Batch>(64 * sockets.len().max(1));
-        let (free_tx, free_rx) = bounded::<Batch>(64 * sockets.len().max(1));
+        if self.sockets.len() == 1 {
+            self.run_inline(writer, iface, stop, on_stats)
+        } else {
+            self.run_workers(writer, iface, stop, on_stats)
+        }
+    }
+
+    fn store_error(&self, error: capsule_index::StoreError) -> LiveError {
+        LiveError::Store {
+            iface: self.cfg.iface.clone(),
+            error: Box::new(error),
+        }
+    }
+
+    fn ring_error(&self, error: std::io::Error) -> LiveError {
+        LiveError::Ring {
+            iface: self.cfg.iface.clone(),
+            error,
+        }
+    }
+
+    fn run_inline(
+        mut self,
+        writer: &mut StoreWriter,
+        iface: u32,
+        stop: &AtomicBool,
+        mut on_stats: impl FnMut(&LiveReport),
+    ) -> Result<LiveReport, LiveError> {
+        let snap = snap_len(self.cfg.snaplen);
+        let (_, mut sock) = self.sockets.pop().expect("one socket");
+        let mut rep = LiveReport::default();
+        let mut clock = Clock::new();
+        let mut scratch = Vec::new();
+        let mut backoff = Backoff::default();
+        let mut stats = StatsTimer::default();
+        let mut stopping_rounds = 0;
+        loop {
+            let now = Instant::now();
+            clock.refresh(now);
+            let mut failed = None;
+            let n = sock
+                .recv(256, |p| {
+                    if failed.is_some() {
+                        return;
+                    }
+                    let (ts, wire, data, vlan) = view(&p, &clock, &mut scratch);
+                    let data = &data[..data.len().min(snap)];
+                    if let Err(e) = writer.append(iface, ts, wire as u32, data) {
+                        failed = Some(e);
+                        return;
+                    }
+                    rep.packets += 1;
+                    rep.wire_bytes += wire as u64;
+                    rep.vlan_restored += u64::from(vlan);
+                    rep.truncated += u64::from(p.cut || (wire > MAX_PACKET && snap >= MAX_PACKET));
+                })
+                .map_err(|e| self.ring_error(e))?;
+            if let Some(e) = failed {
+                return Err(self.store_error(e));
+            }
+            writer.tick().map_err(|e| self.store_error(e))?;
+            if stats.due(now) {
+                let s = sock.stats().map_err(|e| self.ring_error(e))?;
+                rep.xdp = Some(self.counters(s, 0, sock.bad_descs, rep.xdp));
+                stats
+                    .record(writer, iface, &rep, now)
+                    .map_err(|e| self.store_error(e))?;
+                on_stats(&rep);
+            }
+            if n > 0 {
+                backoff.reset();
+                continue;
+            }
+            if stop.load(Ordering::Relaxed) {
+                // The ring is empty; look a few more times for packets still in flight.
+                stopping_rounds += 1;
+                if stopping_rounds >= 3 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            backoff.wait();
+        }
+        let s = sock.stats().map_err(|e| self.ring_error(e))?;
+        rep.xdp = Some(self.counters(s, 0, sock.bad_descs, rep.xdp));
+        record(writer, iface, &rep).map_err(|e| self.store_error(e))?;
+        on_stats(&rep);
+        Ok(rep)
+    }
+
+    /// Current counters from the program plus the given socket totals.
+    fn counters(
+        &self,
+        sockets: XskStats,
+        pipeline_drops: u64,
+        bad_descs: u64,
+        prev: Option<XdpCounters>,
+    ) -> XdpCounters {
+        let mut c = prev.unwrap_or_default();
+        // A failed read keeps the previous figures: counters are for reporting only.
+        if let Ok(p) = self.program.counters() {
+            c.program = p;
+        }
+        c.sockets = sockets;
+        c.pipeline_drops = pipeline_drops;
+        c.bad_descs = bad_descs;
+        c
+    }
+
+    fn run_workers(
+        mut self,
+        writer: &mut StoreWriter,
+        iface: u32,
+        stop: &AtomicBool,
+        mut on_stats: impl FnMut(&LiveReport),
+    ) -> Result<LiveReport, LiveError> {
+        // Up to about 64 MiB of batches in flight per queue before a worker holds back.
+        let depth = 256 * self.sockets.len();
+        let (full_tx, full_rx) = bounded::<Batch>(depth);
+        let (free_tx, free_rx) = bounded::<Batch>(depth);
         let workers_stop = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::new();
-        for (queue, sock) in sockets {
+        for (queue, sock) in std::mem::take(&mut self.sockets) {
             let shared = Arc::new(QueueShared::default());
             let w = Worker {
                 queue,
                 sock,
-                snaplen: cfg.snaplen,
+                snaplen: self.cfg.snaplen,
                 full: full_tx.clone(),
                 free: free_rx.clone(),
                 stop: workers_stop.clone(),
@@ -211,31 +383,30 @@ impl XdpCapture {
             let handle = std::thread::Builder::new()
                 .name(format!("xsk-q{queue}"))
                 .spawn(move || w.run())
-                .map_err(|error| LiveError::Open {
-                    iface: cfg.iface.clone(),
-                    error,
-                })?;
-            workers.push((queue, shared, handle));
+                .map_err(|e| self.ring_error(e))?;
+            workers.push((queue, handle));
+            self.shared.push(shared);
         }
         drop(full_tx);
 
         let mut rep = LiveReport::default();
-        let mut last_stats = Instant::now();
-        let mut recorded: Option<(Instant, u64)> = None;
-        let mut stopping = false;
+        let mut stats = StatsTimer::default();
         let mut result = Ok(());
+        let halt = |result: &mut Result<(), LiveError>, e: LiveError| {
+            if result.is_ok() {
+                *result = Err(e);
+            }
+            workers_stop.store(true, Ordering::Relaxed);
+        };
         loop {
-            if !stopping && stop.load(Ordering::Relaxed) {
-                stopping = true;
+            if stop.load(Ordering::Relaxed) {
                 workers_stop.store(true, Ordering::Relaxed);
             }
             match full_rx.recv_timeout(Duration::from_millis(20)) {
                 Ok(batch) => {
                     if result.is_ok() {
                         if let Err(e) = store_batch(writer, iface, &batch, &mut rep) {
-                            // Stop capturing; the caller seals what was stored.
-                            result = Err(store_err(e));
-                            stop_all(&workers_stop, &mut stopping);
+                            halt(&mut result, self.store_error(e));
                         }
                     }
                     let _ = free_tx.try_send(batch.recycled());
@@ -246,58 +417,180 @@ impl XdpCapture {
             }
             if result.is_ok() {
                 if let Err(e) = writer.tick() {
-                    result = Err(store_err(e));
-                    stop_all(&workers_stop, &mut stopping);
+                    halt(&mut result, self.store_error(e));
                 }
             }
-            if last_stats.elapsed() >= Duration::from_secs(1) {
-                last_stats = Instant::now();
-                if let Some(e) = workers
-                    .iter()
-                    .find_map(|(_, s, _)| s.error.lock().ok()?.take())
-                {
-                    result = Err(LiveError::Ring {
-                        iface: cfg.iface.clone(),
-                        error: e,
-                    });
-                    stop_all(&workers_stop, &mut stopping);
+            let now = Instant::now();
+            if stats.due(now) {
+                if let Some(e) = self.shared.iter().find_map(|s| s.error.lock().ok()?.take()) {
+                    halt(&mut result, self.ring_error(e));
                 }
-                let shared: Vec<Arc<QueueShared>> =
-                    workers.iter().map(|(_, s, _)| s.clone()).collect();
-                rep.xdp = Some(sum_counters(&program, &shared, rep.xdp));
-                let drops = rep.drops();
-                if result.is_ok()
-                    && recorded
-                        .is_none_or(|(at, d)| d != drops || at.elapsed() >= Duration::from_secs(60))
-                {
-                    if let Err(e) = record(writer, iface, &rep) {
-                        result = Err(store_err(e));
-                        stop_all(&workers_stop, &mut stopping);
+                rep.xdp = Some(self.sum_shared(rep.xdp));
+                if result.is_ok() {
+                    if let Err(e) = stats.record(writer, iface, &rep, now) {
+                        halt(&mut result, self.store_error(e));
                     }
-                    recorded = Some((Instant::now(), drops));
                 }
                 on_stats(&rep);
             }
         }
-        let shared: Vec<Arc<QueueShared>> = workers.iter().map(|(_, s, _)| s.clone()).collect();
-        for (queue, _, handle) in workers {
+        for (queue, handle) in workers {
             if handle.join().is_err() {
                 tracing::error!("the worker of queue {queue} panicked");
             }
         }
         // Final counters, published by the workers as they stopped.
-        rep.xdp = Some(sum_counters(&program, &shared, rep.xdp));
+        rep.xdp = Some(self.sum_shared(rep.xdp));
         if result.is_ok() {
-            record(writer, iface, &rep).map_err(store_err)?;
+            record(writer, iface, &rep).map_err(|e| self.store_error(e))?;
         }
         on_stats(&rep);
         result.map(|()| rep)
     }
+
+    fn sum_shared(&self, prev: Option<XdpCounters>) -> XdpCounters {
+        let mut s = XskStats::default();
+        let (mut pipeline, mut bad) = (0, 0);
+        for q in &self.shared {
+            s.rx_dropped += q.rx_dropped.load(Ordering::Relaxed);
+            s.rx_invalid_descs += q.rx_invalid_descs.load(Ordering::Relaxed);
+            s.rx_ring_full += q.rx_ring_full.load(Ordering::Relaxed);
+            s.rx_fill_ring_empty_descs += q.rx_fill_empty.load(Ordering::Relaxed);
+            pipeline += q.pipeline_drops.load(Ordering::Relaxed);
+            bad += q.bad_descs.load(Ordering::Relaxed);
+        }
+        self.counters(s, pipeline, bad, prev)
+    }
 }
 
-fn stop_all(flag: &AtomicBool, stopping: &mut bool) {
-    *stopping = true;
-    flag.store(true, Ordering::Relaxed);
+fn snap_len(snaplen: u32) -> usize {
+    if snaplen == 0 {
+        MAX_PACKET
+    } else {
+        (snaplen as usize).min(MAX_PACKET)
+    }
+}
+
+/// Turns the XDP program's monotonic timestamps into wall-clock time: realtime minus
+/// monotonic, refreshed every 100 ms (so an NTP step is followed within that).
+#[derive(Debug)]
+struct Clock {
+    offset: u64,
+    at: Instant,
+}
+
+impl Clock {
+    fn new() -> Clock {
+        Clock {
+            offset: clock_ns(true).wrapping_sub(clock_ns(false)),
+            at: Instant::now(),
+        }
+    }
+
+    fn refresh(&mut self, now: Instant) {
+        if now.duration_since(self.at) >= Duration::from_millis(100) {
+            self.offset = clock_ns(true).wrapping_sub(clock_ns(false));
+            self.at = now;
+        }
+    }
+
+    /// The packet's arrival time in ns since the Unix epoch.
+    fn stamp(&self, meta: Option<Meta>) -> u64 {
+        match meta {
+            // The NIC's clock: capsule assumes it is disciplined to UTC (phc2sys).
+            Some(m) if m.hw_ts => m.ts_ns,
+            Some(m) => m.ts_ns.wrapping_add(self.offset),
+            None => clock_ns(true),
+        }
+    }
+}
+
+/// A packet as stored: (time, length on the wire, bytes, whether a VLAN tag was put back).
+/// The VLAN tag the NIC stripped (reported through the metadata record) goes back after the
+/// MAC addresses, which needs a copy into `scratch`; other packets are borrowed as they are.
+fn view<'a>(
+    p: &XskPacket<'a>,
+    clock: &Clock,
+    scratch: &'a mut Vec<u8>,
+) -> (u64, usize, &'a [u8], bool) {
+    let meta = p.meta.as_ref().and_then(Meta::parse);
+    let ts = clock.stamp(meta);
+    match meta.and_then(|m| m.vlan) {
+        Some((tpid, tci)) if p.data.len() >= 12 => {
+            scratch.clear();
+            scratch.extend_from_slice(&p.data[..12]);
+            scratch.extend_from_slice(&tpid.to_be_bytes());
+            scratch.extend_from_slice(&tci.to_be_bytes());
+            scratch.extend_from_slice(&p.data[12..]);
+            (ts, scratch.len(), &scratch[..], true)
+        }
+        _ => (ts, p.data.len(), p.data, false),
+    }
+}
+
+/// Sleeps while a socket is idle instead of spinning (a whole core) or blocking in poll
+/// (slow to wake, and the capture thread must tick the writer): 50 µs, doubling to 1 ms.
+/// At 1 Mpps a 1 ms nap leaves 1000 packets in a 32768-entry ring.
+#[derive(Debug, Default)]
+struct Backoff {
+    idle: u32,
+}
+
+impl Backoff {
+    fn reset(&mut self) {
+        self.idle = 0;
+    }
+
+    fn wait(&mut self) {
+        let us = (50u64 << self.idle.min(5)).min(1000);
+        self.idle = self.idle.saturating_add(1);
+        std::thread::sleep(Duration::from_micros(us));
+    }
+}
+
+/// When to read counters (every second) and store them (when drops changed, else every
+/// minute).
+#[derive(Debug)]
+struct StatsTimer {
+    last: Instant,
+    recorded: Option<(Instant, u64)>,
+}
+
+impl Default for StatsTimer {
+    fn default() -> Self {
+        StatsTimer {
+            last: Instant::now(),
+            recorded: None,
+        }
+    }
+}
+
+impl StatsTimer {
+    fn due(&mut self, now: Instant) -> bool {
+        if now.duration_since(self.last) >= Duration::from_secs(1) {
+            self.last = now;
+            return true;
+        }
+        false
+    }
+
+    fn record(
+        &mut self,
+        writer: &mut StoreWriter,
+        iface: u32,
+        rep: &LiveReport,
+        now: Instant,
+    ) -> Result<(), capsule_index::StoreError> {
+        let drops = rep.drops();
+        let due = self
+            .recorded
+            .is_none_or(|(at, d)| d != drops || now.duration_since(at) >= Duration::from_secs(60));
+        if due {
+            record(writer, iface, rep)?;
+            self.recorded = Some((now, drops));
+        }
+        Ok(())
+    }
 }
 
 fn record(
@@ -328,31 +621,6 @@ fn store_batch(
     rep.vlan_restored += batch.vlan_restored;
     rep.truncated += batch.truncated;
     Ok(())
-}
-
-fn sum_counters(
-    program: &XdpProgram,
-    workers: &[Arc<QueueShared>],
-    prev: Option<XdpCounters>,
-) -> XdpCounters {
-    let mut c = prev.unwrap_or_default();
-    if let Ok(p) = program.counters() {
-        c.program = p;
-    }
-    let mut s = XskStats::default();
-    let (mut pipeline, mut bad) = (0, 0);
-    for q in workers {
-        s.rx_dropped += q.rx_dropped.load(Ordering::Relaxed);
-        s.rx_invalid_descs += q.rx_invalid_descs.load(Ordering::Relaxed);
-        s.rx_ring_full += q.rx_ring_full.load(Ordering::Relaxed);
-        s.rx_fill_ring_empty_descs += q.rx_fill_empty.load(Ordering::Relaxed);
-        pipeline += q.pipeline_drops.load(Ordering::Relaxed);
-        bad += q.bad_descs.load(Ordering::Relaxed);
-    }
-    c.sockets = s;
-    c.pipeline_drops = pipeline;
-    c.bad_descs = bad;
-    c
 }
 
 /// Number of RX queues of `iface` (from sysfs; 1 when it cannot tell).
@@ -422,6 +690,9 @@ struct BatchPacket {
 
 const BATCH_BYTES: usize = 256 * 1024;
 const BATCH_PACKETS: usize = 1024;
+/// How long a worker holds a batch the capture thread has no room for, not reading its ring
+/// meanwhile (the ring buffers), before it drops the batch and counts it.
+const HOLD: Duration = Duration::from_millis(100);
 
 impl Batch {
     fn recycled(mut self) -> Batch {
@@ -461,26 +732,46 @@ struct Worker {
 
 impl Worker {
     fn run(mut self) {
-        let snap = if self.snaplen == 0 {
-            MAX_PACKET
-        } else {
-            (self.snaplen as usize).min(MAX_PACKET)
-        };
+        let snap = snap_len(self.snaplen);
         let mut batch = Batch::default();
         let mut batch_started = Instant::now();
-        // Realtime minus monotonic, refreshed every 100 ms (follows NTP steps within that).
-        let mut offset = clock_ns(true).wrapping_sub(clock_ns(false));
-        let mut offset_at = Instant::now();
+        let mut clock = Clock::new();
+        let mut scratch = Vec::new();
+        let mut backoff = Backoff::default();
         let mut last_stats = Instant::now();
-        let mut idle: u32 = 0;
-        let mut drained_after_stop = 0;
+        let mut held: Option<(Batch, Instant)> = None;
+        let mut stopping_rounds = 0;
         loop {
-            if offset_at.elapsed() >= Duration::from_millis(100) {
-                offset = clock_ns(true).wrapping_sub(clock_ns(false));
-                offset_at = Instant::now();
+            let now = Instant::now();
+            clock.refresh(now);
+            let stopping = self.stop.load(Ordering::Relaxed);
+            // A batch the capture thread had no room for: retry it before reading more.
+            if let Some((b, since)) = held.take() {
+                match self.full.try_send(b) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(b)) if now.duration_since(since) < HOLD => {
+                        held = Some((b, since));
+                        std::thread::sleep(Duration::from_micros(200));
+                        continue;
+                    }
+                    Err(TrySendError::Full(b)) | Err(TrySendError::Disconnected(b)) => {
+                        let n = b.packets.len() as u64;
+                        self.shared.pipeline_drops.fetch_add(n, Ordering::Relaxed);
+                    }
+                }
             }
             let got = self.sock.recv(256, |p| {
-                add_packet(&mut batch, &p, snap, offset);
+                let (ts, wire, data, vlan) = view(&p, &clock, &mut scratch);
+                let off = batch.data.len();
+                batch.data.extend_from_slice(&data[..data.len().min(snap)]);
+                batch.packets.push(BatchPacket {
+                    ts_ns: ts,
+                    wire_len: wire as u32,
+                    off,
+                    caplen: (batch.data.len() - off) as u32,
+                });
+                batch.vlan_restored += u64::from(vlan);
+                batch.truncated += u64::from(p.cut || (wire > MAX_PACKET && snap >= MAX_PACKET));
             });
             let n = match got {
                 Ok(n) => n,
@@ -489,76 +780,48 @@ impl Worker {
                     break;
                 }
             };
-            if batch.packets.len() == 1 && n > 0 {
-                batch_started = Instant::now();
+            if n > 0 && batch.packets.len() == n as usize {
+                batch_started = now;
             }
-            let stopping = self.stop.load(Ordering::Relaxed);
             if !batch.packets.is_empty()
-                && (batch.is_full()
-                    || n == 0
-                    || batch_started.elapsed() >= Duration::from_millis(5))
+                && (batch.is_full() || n == 0 || now.duration_since(batch_started) >= HOLD / 20)
             {
                 let next = self.free.try_recv().unwrap_or_default();
-                let full = std::mem::replace(&mut batch, next);
-                self.send(full, stopping);
-                batch_started = Instant::now();
+                let b = std::mem::replace(&mut batch, next);
+                if let Err(TrySendError::Full(b) | TrySendError::Disconnected(b)) =
+                    self.full.try_send(b)
+                {
+                    held = Some((b, now));
+                }
             }
-            if last_stats.elapsed() >= Duration::from_millis(500) {
+            if now.duration_since(last_stats) >= Duration::from_millis(500) {
                 self.publish_stats();
-                last_stats = Instant::now();
+                last_stats = now;
             }
-            if n == 0 {
-                if stopping {
-                    // Stopping: the ring is empty; look twice more for packets in flight.
-                    drained_after_stop += 1;
-                    if drained_after_stop >= 3 {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                }
-                // Back off while idle instead of spinning (a core) or sleeping in poll (slow
-                // to wake): a few yields, then short sleeps growing to 200 µs.
-                idle = idle.saturating_add(1);
-                if idle < 8 {
-                    std::thread::yield_now();
-                } else {
-                    let us = (10u64 << ((idle - 8).min(5))).min(200);
-                    std::thread::sleep(Duration::from_micros(us));
-                }
-            } else {
-                idle = 0;
+            if n > 0 {
+                backoff.reset();
+                continue;
             }
+            if stopping {
+                stopping_rounds += 1;
+                if stopping_rounds >= 3 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            backoff.wait();
         }
-        if !batch.packets.is_empty() {
-            self.send(batch, true);
+        // Stopping: wait for room, so nothing already read is lost.
+        for b in held.map(|(b, _)| b).into_iter().chain(Some(batch)) {
+            if !b.packets.is_empty() {
+                let n = b.packets.len() as u64;
+                if self.full.send(b).is_err() {
+                    self.shared.pipeline_drops.fetch_add(n, Ordering::Relaxed);
+                }
+            }
         }
         self.publish_stats();
-        if self.sock.bad_descs > 0 {
-            tracing::warn!(
-                "queue {}: {} RX descriptors pointed outside the UMEM",
-                self.queue,
-                self.sock.bad_descs
-            );
-        }
-    }
-
-    /// Hands a batch to the capture thread. While capturing, never wait: a full channel means
-    /// the store is behind, and the batch is dropped and counted. While stopping, wait, so
-    /// nothing already read is lost.
-    fn send(&self, batch: Batch, wait: bool) {
-        let n = batch.packets.len() as u64;
-        let sent = if wait {
-            self.full.send(batch).is_ok()
-        } else {
-            match self.full.try_send(batch) {
-                Ok(()) => true,
-                Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
-            }
-        };
-        if !sent {
-            self.shared.pipeline_drops.fetch_add(n, Ordering::Relaxed);
-        }
     }
 
     fn publish_stats(&self) {
@@ -586,46 +849,6 @@ impl Worker {
         }
         self.stop.store(true, Ordering::Relaxed);
     }
-}
-
-/// Copies one packet into the batch: its time from the metadata record, the VLAN tag the NIC
-/// stripped put back after the MAC addresses, cut to the snap length.
-fn add_packet(batch: &mut Batch, p: &crate::ring::xsk::XskPacket<'_>, snap: usize, offset: u64) {
-    let meta = p.meta.as_ref().and_then(Meta::parse);
-    let ts_ns = match meta {
-        Some(m) if m.hw_ts => m.ts_ns,
-        Some(m) => m.ts_ns.wrapping_add(offset),
-        None => clock_ns(true),
-    };
-    let off = batch.data.len();
-    let mut wire = p.data.len();
-    match meta.and_then(|m| m.vlan) {
-        Some((tpid, tci)) if p.data.len() >= 12 => {
-            wire += 4;
-            let keep = wire.min(snap);
-            batch.data.extend_from_slice(&p.data[..12.min(keep)]);
-            if keep > 12 {
-                let tag = [(tpid >> 8) as u8, tpid as u8, (tci >> 8) as u8, tci as u8];
-                batch.data.extend_from_slice(&tag[..(keep - 12).min(4)]);
-            }
-            if keep > 16 {
-                batch.data.extend_from_slice(&p.data[12..keep - 4]);
-            }
-            batch.vlan_restored += 1;
-        }
-        _ => batch
-            .data
-            .extend_from_slice(&p.data[..p.data.len().min(snap)]),
-    }
-    if p.cut || (wire > MAX_PACKET && snap >= MAX_PACKET) {
-        batch.truncated += 1;
-    }
-    batch.packets.push(BatchPacket {
-        ts_ns,
-        wire_len: wire as u32,
-        off,
-        caplen: (batch.data.len() - off) as u32,
-    });
 }
 
 impl std::fmt::Debug for Worker {

@@ -714,3 +714,36 @@ pub fn xdp_link(prog_fd: RawFd, ifindex: u32, mode: XdpAttach) -> io::Result<Own
     // SAFETY: a non-negative return of BPF_LINK_CREATE is a new descriptor nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_shapes_are_refused_before_any_system_call() {
+        let bad = [
+            XskConfig {
+                frame_size: 3000,
+                ..XskConfig::default()
+            },
+            XskConfig {
+                frames: 8192,
+                ..XskConfig::default()
+            },
+            XskConfig {
+                rx_size: 20000,
+                ..XskConfig::default()
+            },
+        ];
+        for cfg in bad {
+            let e = XskSocket::open(1, 0, &cfg).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{cfg:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_link_to_a_bad_program_is_an_error_naming_the_mode() {
+        let e = xdp_link(-1, 1, XdpAttach::Generic).unwrap_err().to_string();
+        assert!(e.contains("attaching XDP (generic)"), "{e}");
+    }
+}
