@@ -289,6 +289,18 @@ pub struct Pkt {
     pub data: Vec<u8>,
 }
 
+/// One pcapng Interface Statistics Block: the counters a capture reported for an interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfStats {
+    /// File-wide index of the interface (into [`Capture::ifaces`]).
+    pub iface: usize,
+    pub ts_ns: u64,
+    /// `isb_ifrecv`: packets the interface received.
+    pub received: Option<u64>,
+    /// `isb_ifdrop`: packets the interface dropped.
+    pub dropped: Option<u64>,
+}
+
 /// An interface of a decoded file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Iface {
@@ -315,6 +327,8 @@ pub struct Capture {
     pub record_end: Vec<usize>,
     /// Byte offset at which each packet's record starts (parallel to `packets`).
     pub record_start: Vec<usize>,
+    /// pcapng Interface Statistics Blocks, in file order.
+    pub stats: Vec<IfStats>,
     /// Where decoding stopped because of damage, and why.
     pub error: Option<(usize, String)>,
 }
@@ -367,6 +381,7 @@ pub fn decode(b: &[u8]) -> Capture {
             packets: vec![],
             record_end: vec![],
             record_start: vec![],
+            stats: vec![],
             error: Some((0, format!("unknown magic {magic:#010x}"))),
         },
     }
@@ -394,6 +409,7 @@ fn decode_pcap(b: &[u8]) -> Capture {
         packets: vec![],
         record_end: vec![],
         record_start: vec![],
+        stats: vec![],
         error: None,
     };
     if b.len() < 24 {
@@ -445,6 +461,7 @@ fn decode_pcapng(b: &[u8]) -> Capture {
         packets: vec![],
         record_end: vec![],
         record_start: vec![],
+        stats: vec![],
         error: None,
     };
     let mut be = false;
@@ -577,6 +594,54 @@ fn decode_pcapng(b: &[u8]) -> Capture {
                 });
                 cap.record_start.push(at);
                 cap.record_end.push(at + len);
+            }
+            5 => {
+                // ISB: interface id, timestamp, then options (isb_ifrecv 4, isb_ifdrop 5)
+                if body.len() < 12 {
+                    cap.error = Some((at, "short ISB".into()));
+                    return cap;
+                }
+                let id = rd32(body, 0, be).unwrap() as usize;
+                let Some(iface) = cap.ifaces.get(section_first + id).cloned() else {
+                    cap.error = Some((at, format!("ISB names undefined interface {id}")));
+                    return cap;
+                };
+                let hi = rd32(body, 4, be).unwrap();
+                let lo = rd32(body, 8, be).unwrap();
+                let ticks = (u128::from(hi) << 32) | u128::from(lo);
+                let mut st = IfStats {
+                    iface: section_first + id,
+                    ts_ns: to_ns(ticks, &iface),
+                    received: None,
+                    dropped: None,
+                };
+                let mut o = 12;
+                while o + 4 <= body.len() {
+                    let code = rd16(body, o, be).unwrap();
+                    let olen = rd16(body, o + 2, be).unwrap() as usize;
+                    if code == 0 {
+                        break;
+                    }
+                    let Some(val) = body.get(o + 4..o + 4 + olen) else {
+                        cap.error = Some((at, format!("ISB option {code} runs past the block")));
+                        return cap;
+                    };
+                    if matches!(code, 4 | 5) && olen == 8 {
+                        let x: [u8; 8] = val.try_into().unwrap();
+                        let v = if be {
+                            u64::from_be_bytes(x)
+                        } else {
+                            u64::from_le_bytes(x)
+                        };
+                        if code == 4 {
+                            st.received = Some(v);
+                        } else {
+                            st.dropped = Some(v);
+                        }
+                    }
+                    o += 4 + olen.div_ceil(4) * 4;
+                }
+                cap.stats.push(st);
             }
             3 => {
                 // SPB: no timestamp; keep the previous packet's
