@@ -820,28 +820,10 @@ fn start_capture(link: &Link, store: &Path, mode: Mode, more: &[&str]) -> (Captu
     let mut extra = vec!["--mode", mode.arg()];
     extra.extend(WRITER_OPTS);
     extra.extend_from_slice(more);
-    let mut attempt = 1;
-    let (cap, desc) = loop {
-        let mut cap = Capture::start(&link.b.name, &link.if_b, store, &extra);
-        match cap.wait_ready_or_exit(&link.if_b) {
-            Ok(desc) => break (cap, desc),
-            // The known start-up race of --mode xdp-generic (see
-            // `starts_pinned_at_real_time_priority`, which fails on it every time): the queue
-            // of a socket closed after a refused attempt is still bound for the next one. Once
-            // more, so that the other tests here check what they are about.
-            Err(exited)
-                if attempt == 1
-                    && mode == Mode::XdpGeneric
-                    && exited.contains("bind AF_XDP socket to queue")
-                    && exited.contains("Device or resource busy") =>
-            {
-                eprintln!("capture did not start (known AF_XDP bind race), once more:\n{exited}");
-                attempt += 1;
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(exited) => panic!("{exited}"),
-        }
-    };
+    let mut cap = Capture::start(&link.b.name, &link.if_b, store, &extra);
+    let desc = cap
+        .wait_ready_or_exit(&link.if_b)
+        .unwrap_or_else(|exited| panic!("{exited}"));
     assert!(
         desc.starts_with(mode.described_as()),
         "--mode {}: capture says it captures with {desc:?}, expected {:?}...",
@@ -1404,12 +1386,13 @@ fn fails_naming_a_missing_interface(mode: Mode) {
 }
 
 /// A capture appliance runs capture pinned to a CPU at real-time priority (SCHED_FIFO), so
-/// nothing else on that CPU delays it. It must start and store packets like that too. (In
-/// --mode xdp-generic capsule first tries a device-bound XDP program, which generic XDP
-/// refuses after the queue's AF_XDP socket was bound; the kernel releases that queue binding
-/// in a work item on the same CPU, which cannot run while capsule holds the CPU, so the
-/// next attempt's bind finds the queue busy. Unpinned, the same race makes start-up fail
-/// now and then on a busy machine.)
+/// nothing else on that CPU delays it. It must start and store packets like that too. (It
+/// once failed every time in --mode xdp-generic: capsule tried a device-bound XDP program
+/// first, which generic XDP refuses after the queue's AF_XDP socket was bound; the kernel
+/// releases that binding in a work item on the same CPU, which could not run while capsule
+/// held the CPU, so the next attempt's bind found the queue busy. Now generic mode skips
+/// device-bound programs, and a bind that finds the queue busy sleeps and retries for up to a
+/// second.)
 fn starts_pinned_at_real_time_priority(mode: Mode) {
     need_tool("chrt");
     need_tool("taskset");

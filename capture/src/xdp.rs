@@ -190,6 +190,10 @@ impl XdpCapture {
         let mut attempts = Vec::new();
         for &attach in &cfg.attach {
             for variant in Variant::preference() {
+                // The kernel attaches device-bound programs natively only.
+                if variant.device_bound && attach == XdpAttach::Generic {
+                    continue;
+                }
                 match try_open(ifindex, &queues, attach, variant, &cfg.socket) {
                     Ok((program, sockets, link)) => {
                         let promisc = promiscuous(ifindex).map_err(open_err)?;

@@ -410,18 +410,30 @@ impl XskSocket {
             sxdp_queue_id: queue,
             sxdp_shared_umem_fd: 0,
         };
-        // SAFETY: `sxdp` is a valid sockaddr_xdp and the length passed is its size.
-        let ret = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sxdp as *const libc::sockaddr_xdp).cast(),
-                std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
-            )
-        };
-        check(
-            ret,
-            &format!("bind AF_XDP socket to queue {queue} ({mode} mode)"),
-        )?;
+        // A socket closed a moment ago (an earlier attempt, or a capture that just exited) may
+        // still hold the queue: the kernel releases it in deferred work, so the bind fails
+        // with EBUSY for a while. Retry for up to a second before giving up.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            // SAFETY: `sxdp` is a valid sockaddr_xdp and the length passed is its size.
+            let ret = unsafe {
+                libc::bind(
+                    fd.as_raw_fd(),
+                    (&sxdp as *const libc::sockaddr_xdp).cast(),
+                    std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+                )
+            };
+            let busy = ret < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EBUSY);
+            if busy && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                continue;
+            }
+            check(
+                ret,
+                &format!("bind AF_XDP socket to queue {queue} ({mode} mode)"),
+            )?;
+            break;
+        }
 
         let mut sock = XskSocket {
             rx,
