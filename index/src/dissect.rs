@@ -35,6 +35,10 @@
 //! their offset against `N` at compile time, so no read can go out of bounds or panic. Nothing
 //! is allocated; all arithmetic is on small widened values or saturating.
 //!
+//! [`dscp_of`] answers the one question the store writer's producer asks of every packet
+//! (its DSCP, which picks its lane) through the same link-layer and IP functions, without
+//! building a [`Dissected`]; proptests hold it equal to `dissect(..).ip.map(|ip| ip.dscp)`.
+//!
 //! (Types below are the contract between the dissector, the filter language and the side
 //! index; the parser itself follows them.)
 
@@ -501,6 +505,25 @@ pub fn dissect(linktype: u16, data: &[u8]) -> Dissected {
     d
 }
 
+/// The DSCP that [`dissect`] reports for the packet (`dissect(..).ip.map(|ip| ip.dscp)`),
+/// without the rest of the dissection.
+///
+/// The store writer's producer chooses a packet's lane by its DSCP, on the capture's hot
+/// path, while the side index dissects every packet in full later on the writer thread. This
+/// reads only what decides the DSCP: the link layer and tags, then the IP header, through the
+/// same functions as [`dissect`] (so both always agree: a cut or lying IP header, or an IPv6
+/// extension chain that does not end well, gives `None` in both). Addresses, ports and the
+/// transport header are not read, and no [`Dissected`] is built.
+pub fn dscp_of(linktype: u16, data: &[u8]) -> Option<u8> {
+    let mut vlans = [None; 2];
+    let (_, net) = link_layer(&mut vlans, linktype, data).ok()?;
+    match net {
+        Net::Ipv4(data) => ipv4_header(data).ok().map(|h| h.header.tos() >> 2),
+        Net::Ipv6(data) => ipv6_headers(data).ok().map(|(h, _)| h.traffic_class() >> 2),
+        Net::None => None,
+    }
+}
+
 /// Fills `d` layer by layer; the error is why it stopped early.
 ///
 /// Kept out of line on purpose: the fields are then stored straight into the caller's
@@ -509,18 +532,40 @@ pub fn dissect(linktype: u16, data: &[u8]) -> Dissected {
 /// (14 ns against 8 ns per packet, measured on the test fixtures).
 #[inline(never)]
 fn dissect_into(d: &mut Dissected, linktype: u16, data: &[u8]) -> Result<(), Malformed> {
-    let net = match linktype {
+    let (ethertype, net) = link_layer(&mut d.vlans, linktype, data)?;
+    d.ethertype = ethertype;
+    let transport = match net {
+        Net::Ipv4(data) => ipv4(d, data)?,
+        Net::Ipv6(data) => ipv6(d, data)?,
+        Net::None => None,
+    };
+    match transport {
+        Some(t) => transport_layer(d, t),
+        None => Ok(()),
+    }
+}
+
+/// The link layer and any VLAN tags: records the tags read in `vlans` (even when a later
+/// one is cut) and returns the EtherType after them (0 for link types without one) with
+/// what comes next. Shared by [`dissect`] and [`dscp_of`].
+#[inline(always)]
+fn link_layer<'a>(
+    vlans: &mut [Option<u16>; 2],
+    linktype: u16,
+    data: &'a [u8],
+) -> Result<(u16, Net<'a>), Malformed> {
+    Ok(match linktype {
         LINKTYPE_ETHERNET => {
             let (eth, rest) = view::<{ field::ethernet::LEN }>(data, UNBOUNDED, "ethernet")?;
-            ethertype(d, eth.u16::<{ field::ethernet::ETHERTYPE }>(), rest)?
+            ethertype(vlans, eth.u16::<{ field::ethernet::ETHERTYPE }>(), rest)?
         }
         LINKTYPE_LINUX_SLL => {
             let (sll, rest) = view::<{ field::sll::LEN }>(data, UNBOUNDED, "sll")?;
-            ethertype(d, sll.u16::<{ field::sll::PROTOCOL }>(), rest)?
+            ethertype(vlans, sll.u16::<{ field::sll::PROTOCOL }>(), rest)?
         }
         LINKTYPE_LINUX_SLL2 => {
             let (sll, rest) = view::<{ field::sll2::LEN }>(data, UNBOUNDED, "sll2")?;
-            ethertype(d, sll.u16::<{ field::sll2::PROTOCOL }>(), rest)?
+            ethertype(vlans, sll.u16::<{ field::sll2::PROTOCOL }>(), rest)?
         }
         LINKTYPE_NULL | LINKTYPE_LOOP => {
             let layer = if linktype == LINKTYPE_NULL {
@@ -537,17 +582,18 @@ fn dissect_into(d: &mut Dissected, linktype: u16, data: &[u8]) -> Result<(), Mal
             } else {
                 family.swap_bytes()
             };
-            if family == AF_INET {
+            let net = if family == AF_INET {
                 Net::Ipv4(rest)
             } else if AF_INET6.contains(&family) {
                 Net::Ipv6(rest)
             } else {
                 Net::None
-            }
+            };
+            (0, net)
         }
         LINKTYPE_RAW | LINKTYPE_RAW_BSD | LINKTYPE_RAW_OPENBSD => match data.first() {
-            Some(b) if b >> 4 == 4 => Net::Ipv4(data),
-            Some(b) if b >> 4 == 6 => Net::Ipv6(data),
+            Some(b) if b >> 4 == 4 => (0, Net::Ipv4(data)),
+            Some(b) if b >> 4 == 6 => (0, Net::Ipv6(data)),
             Some(_) => {
                 return Err(Malformed::Invalid {
                     layer: "ip",
@@ -562,51 +608,57 @@ fn dissect_into(d: &mut Dissected, linktype: u16, data: &[u8]) -> Result<(), Mal
                 })
             }
         },
-        LINKTYPE_IPV4 => Net::Ipv4(data),
-        LINKTYPE_IPV6 => Net::Ipv6(data),
-        _ => Net::None,
-    };
-    let transport = match net {
-        Net::Ipv4(data) => ipv4(d, data)?,
-        Net::Ipv6(data) => ipv6(d, data)?,
-        Net::None => None,
-    };
-    match transport {
-        Some(t) => transport_layer(d, t),
-        None => Ok(()),
-    }
+        LINKTYPE_IPV4 => (0, Net::Ipv4(data)),
+        LINKTYPE_IPV6 => (0, Net::Ipv6(data)),
+        _ => (0, Net::None),
+    })
 }
 
-/// Follows VLAN tags from `ethertype` on, records the EtherType after them, and says what
-/// comes next. The tag loop needs no bound: every tag consumes 4 bytes of a finite packet.
+/// Follows VLAN tags from `ethertype` on, recording them in `vlans`, and returns the
+/// EtherType after them with what comes next. The tag loop needs no bound: every tag
+/// consumes 4 bytes of a finite packet.
+#[inline(always)]
 fn ethertype<'a>(
-    d: &mut Dissected,
+    vlans: &mut [Option<u16>; 2],
     mut ethertype: u16,
     mut data: &'a [u8],
-) -> Result<Net<'a>, Malformed> {
+) -> Result<(u16, Net<'a>), Malformed> {
     let mut tags = 0usize;
     while matches!(
         ethertype,
         ETHERTYPE_VLAN | ETHERTYPE_QINQ | ETHERTYPE_QINQ_OLD
     ) {
         let (tag, rest) = view::<{ field::vlan::LEN }>(data, UNBOUNDED, "vlan")?;
-        if let Some(slot) = d.vlans.get_mut(tags) {
+        if let Some(slot) = vlans.get_mut(tags) {
             *slot = Some(tag.u16::<{ field::vlan::TCI }>() & 0x0fff);
         }
         tags = tags.saturating_add(1);
         ethertype = tag.u16::<{ field::vlan::ETHERTYPE }>();
         data = rest;
     }
-    d.ethertype = ethertype;
-    Ok(match ethertype {
+    let net = match ethertype {
         ETHERTYPE_IPV4 => Net::Ipv4(data),
         ETHERTYPE_IPV6 => Net::Ipv6(data),
         _ => Net::None,
-    })
+    };
+    Ok((ethertype, net))
 }
 
-/// The IPv4 header: fills `d.ip` once the fixed header is whole and consistent.
-fn ipv4<'a>(d: &mut Dissected, data: &'a [u8]) -> Result<Option<Transport<'a>>, Malformed> {
+/// An IPv4 header whose fixed part is whole and consistent.
+#[derive(Debug, Clone, Copy)]
+struct Ipv4Checked<'a> {
+    header: Ipv4Header<'a>,
+    /// Header length in bytes, options included (at least 20).
+    header_len: u16,
+    /// Total length minus header length.
+    payload_len: u16,
+}
+
+/// The checks an IPv4 header passes before [`dissect`] reports any IP field: the fixed part
+/// is captured, the version is 4, the IHL at least 5, the total length at least the header.
+/// Shared by [`dissect`] and [`dscp_of`].
+#[inline(always)]
+fn ipv4_header(data: &[u8]) -> Result<Ipv4Checked<'_>, Malformed> {
     const LAYER: &str = "ipv4";
     let (h, _) = view::<{ field::ipv4::LEN }>(data, UNBOUNDED, LAYER)?;
     let h = Ipv4Header(h);
@@ -629,6 +681,20 @@ fn ipv4<'a>(d: &mut Dissected, data: &'a [u8]) -> Result<Option<Transport<'a>>, 
             what: "total length",
         });
     };
+    Ok(Ipv4Checked {
+        header: h,
+        header_len,
+        payload_len,
+    })
+}
+
+/// The IPv4 header: fills `d.ip` once the fixed header is whole and consistent.
+fn ipv4<'a>(d: &mut Dissected, data: &'a [u8]) -> Result<Option<Transport<'a>>, Malformed> {
+    let Ipv4Checked {
+        header: h,
+        header_len,
+        payload_len,
+    } = ipv4_header(data)?;
     let (offset, more) = (h.frag_offset(), h.more_fragments());
     let tos = h.tos();
     d.ip = Some(IpInfo {
@@ -646,7 +712,7 @@ fn ipv4<'a>(d: &mut Dissected, data: &'a [u8]) -> Result<Option<Transport<'a>>, 
         }),
         payload_len: u32::from(payload_len),
     });
-    let rest = skip(data, usize::from(header_len), LAYER)?;
+    let rest = skip(data, usize::from(header_len), "ipv4")?;
     if offset != 0 {
         return Ok(None);
     }
@@ -658,9 +724,27 @@ fn ipv4<'a>(d: &mut Dissected, data: &'a [u8]) -> Result<Option<Transport<'a>>, 
     }))
 }
 
-/// The IPv6 header and its extension headers: fills `d.ip` once the whole chain is read,
-/// since `proto`, `fragment` and `payload_len` depend on it.
-fn ipv6<'a>(d: &mut Dissected, data: &'a [u8]) -> Result<Option<Transport<'a>>, Malformed> {
+/// Where an IPv6 extension header chain ended.
+#[derive(Debug, Clone, Copy)]
+struct Ipv6Chain<'a> {
+    /// The next header after the chain: the transport protocol, ESP, no next header, or
+    /// anything unknown.
+    next: u8,
+    /// Captured bytes after the chain.
+    rest: &'a [u8],
+    /// The payload length as a bound for what follows the fixed header ([`UNBOUNDED`] for
+    /// a jumbogram or GSO packet).
+    bound: usize,
+    /// Bytes of extension headers read; never more than `bound`.
+    used: usize,
+    fragment: Option<Fragment>,
+}
+
+/// The IPv6 fixed header and its extension header chain, read as far as [`dissect`] reads
+/// before it reports any IP field (`proto`, `fragment` and `payload_len` depend on the
+/// chain). Shared by [`dissect`] and [`dscp_of`].
+#[inline(always)]
+fn ipv6_headers(data: &[u8]) -> Result<(Ipv6Header<'_>, Ipv6Chain<'_>), Malformed> {
     const LAYER: &str = "ipv6";
     const EXT: &str = "ipv6 extension header";
     let (h, mut rest) = view::<{ field::ipv6::LEN }>(data, UNBOUNDED, LAYER)?;
@@ -741,7 +825,33 @@ fn ipv6<'a>(d: &mut Dissected, data: &'a [u8]) -> Result<Option<Transport<'a>>, 
             break;
         }
     }
-    let ip_payload = u32::from(payload_len).saturating_sub(u32::try_from(used).unwrap_or(u32::MAX));
+    Ok((
+        h,
+        Ipv6Chain {
+            next,
+            rest,
+            bound,
+            used,
+            fragment,
+        },
+    ))
+}
+
+/// The IPv6 header and its extension headers: fills `d.ip` once the whole chain is read,
+/// since `proto`, `fragment` and `payload_len` depend on it.
+fn ipv6<'a>(d: &mut Dissected, data: &'a [u8]) -> Result<Option<Transport<'a>>, Malformed> {
+    let (
+        h,
+        Ipv6Chain {
+            next,
+            rest,
+            bound,
+            used,
+            fragment,
+        },
+    ) = ipv6_headers(data)?;
+    let ip_payload =
+        u32::from(h.payload_len()).saturating_sub(u32::try_from(used).unwrap_or(u32::MAX));
     d.ip = Some(IpInfo {
         version: 6,
         src: IpAddr::V6(h.src()),
@@ -1849,7 +1959,304 @@ mod tests {
         }
     }
 
+    /// The DSCP as `dissect` reports it, which `dscp_of` must equal.
+    fn dissected_dscp(linktype: u16, data: &[u8]) -> Option<u8> {
+        dissect(linktype, data).ip.map(|ip| ip.dscp)
+    }
+
+    #[test]
+    fn dscp_of_agrees_with_dissect_on_every_fixture_and_truncation() {
+        for (linktype, packet) in FIXTURES {
+            for len in 0..=packet.len() {
+                let p = &packet[..len];
+                assert_eq!(
+                    dscp_of(linktype, p),
+                    dissected_dscp(linktype, p),
+                    "{linktype} {p:02x?}"
+                );
+            }
+        }
+        // The fixtures' own DSCPs, so the comparison is not only of `None`s.
+        assert_eq!(dscp_of(1, &IPV4_EF_ECN_UDP), Some(46));
+        assert_eq!(dscp_of(1, &IPV6_HBH_FRAG_UDP), Some(46));
+        assert_eq!(dscp_of(113, &SLL_IPV4_UDP), Some(4));
+        assert_eq!(dscp_of(1, &ETH_ARP), None);
+        assert_eq!(dscp_of(229, &IPV6_EXT_PAST_END), None);
+    }
+
+    /// How a generated frame starts: link type and link-layer header.
+    #[derive(Debug, Clone)]
+    enum LinkSpec {
+        /// Ethernet (1), Linux SLL (113) or SLL2 (276): tags (TPID, TCI), then the EtherType.
+        Tagged {
+            linktype: u16,
+            tags: Vec<(u16, u16)>,
+            ethertype: u16,
+        },
+        /// NULL (0) or LOOP (108) with this address family, in either byte order.
+        Null {
+            linktype: u16,
+            family: u32,
+            swap: bool,
+        },
+        /// Raw IP link types (12, 14, 101, 228, 229), or one capsule does not dissect.
+        Bare(u16),
+    }
+
+    /// An IP header and what follows it, with fields that may lie.
+    #[derive(Debug, Clone)]
+    enum IpSpec {
+        V4 {
+            version: u8,
+            ihl: u8,
+            tos: u8,
+            /// `None`: the true total length.
+            total_len: Option<u16>,
+            flags_frag: u16,
+            proto: u8,
+            addrs: [u8; 8],
+        },
+        V6 {
+            version: u8,
+            traffic_class: u8,
+            /// `None`: the true payload length.
+            payload_len: Option<u16>,
+            /// Extension headers (kind, length byte), then the last next header.
+            chain: Vec<(u8, u8)>,
+            last: u8,
+        },
+        /// Not an IP header at all.
+        Junk,
+    }
+
+    fn link_spec() -> impl Strategy<Value = LinkSpec> {
+        let tpid = proptest::sample::select(&[0x8100u16, 0x88a8, 0x9100][..]);
+        let ethertype = prop_oneof![
+            4 => Just(0x0800u16),
+            4 => Just(0x86dd),
+            1 => Just(0x0806),
+            1 => any::<u16>(),
+        ];
+        prop_oneof![
+            6 => (
+                proptest::sample::select(&[1u16, 1, 113, 276][..]),
+                proptest::collection::vec((tpid, any::<u16>()), 0..4),
+                ethertype,
+            )
+                .prop_map(|(linktype, tags, ethertype)| LinkSpec::Tagged {
+                    linktype,
+                    tags,
+                    ethertype,
+                }),
+            1 => (
+                proptest::sample::select(&[0u16, 108][..]),
+                proptest::sample::select(&[2u32, 24, 28, 30, 16, 0x0200_0000][..]),
+                any::<bool>(),
+            )
+                .prop_map(|(linktype, family, swap)| LinkSpec::Null {
+                    linktype,
+                    family,
+                    swap,
+                }),
+            2 => proptest::sample::select(&[12u16, 14, 101, 228, 229, 105][..]).prop_map(LinkSpec::Bare),
+        ]
+    }
+
+    fn ip_spec() -> impl Strategy<Value = IpSpec> {
+        let proto = proptest::sample::select(&[6u8, 17, 1, 58, 132, 47, 50, 59, 0, 44][..]);
+        let ext = (
+            proptest::sample::select(&[0u8, 43, 60, 51, 44][..]),
+            prop_oneof![3 => 0u8..3, 1 => any::<u8>()],
+        );
+        prop_oneof![
+            4 => (
+                prop_oneof![8 => Just(4u8), 1 => 0u8..16],
+                prop_oneof![8 => 5u8..8, 1 => 0u8..16],
+                any::<u8>(),
+                prop_oneof![
+                    3 => Just(None),
+                    1 => any::<u16>().prop_map(Some),
+                    1 => (0u16..28).prop_map(Some),
+                ],
+                prop_oneof![3 => Just(0u16), 1 => any::<u16>()],
+                proto.clone(),
+                any::<[u8; 8]>(),
+            )
+                .prop_map(|(version, ihl, tos, total_len, flags_frag, proto, addrs)| {
+                    IpSpec::V4 {
+                        version,
+                        ihl,
+                        tos,
+                        total_len,
+                        flags_frag,
+                        proto,
+                        addrs,
+                    }
+                }),
+            4 => (
+                prop_oneof![8 => Just(6u8), 1 => 0u8..16],
+                any::<u8>(),
+                prop_oneof![3 => Just(None), 1 => Just(Some(0)), 1 => any::<u16>().prop_map(Some)],
+                prop_oneof![
+                    6 => proptest::collection::vec(ext.clone(), 0..4),
+                    1 => proptest::collection::vec(ext, 15..18),
+                ],
+                proto,
+            )
+                .prop_map(|(version, traffic_class, payload_len, chain, last)| IpSpec::V6 {
+                    version,
+                    traffic_class,
+                    payload_len,
+                    chain,
+                    last,
+                }),
+            1 => Just(IpSpec::Junk),
+        ]
+    }
+
+    /// Builds the frame: link layer, IP header (and IPv4 options or IPv6 extension headers as
+    /// their length fields say), `payload`, then cut to `keep` bytes if given.
+    fn build_frame(
+        link: &LinkSpec,
+        ip: &IpSpec,
+        payload: &[u8],
+        keep: Option<proptest::sample::Index>,
+    ) -> (u16, Vec<u8>) {
+        let mut net = Vec::new();
+        match ip {
+            IpSpec::V4 {
+                version,
+                ihl,
+                tos,
+                total_len,
+                flags_frag,
+                proto,
+                addrs,
+            } => {
+                let header = usize::from(*ihl).max(5) * 4;
+                let total = total_len.unwrap_or((header + payload.len()) as u16);
+                net.extend_from_slice(&[version << 4 | ihl, *tos]);
+                net.extend_from_slice(&total.to_be_bytes());
+                net.extend_from_slice(&[0x12, 0x34]);
+                net.extend_from_slice(&flags_frag.to_be_bytes());
+                net.extend_from_slice(&[64, *proto, 0, 0]);
+                net.extend_from_slice(addrs);
+                net.resize(header, 1); // options: NOPs
+            }
+            IpSpec::V6 {
+                version,
+                traffic_class,
+                payload_len,
+                chain,
+                last,
+            } => {
+                let mut exts = Vec::new();
+                for (i, &(kind, len)) in chain.iter().enumerate() {
+                    let next = chain.get(i + 1).map_or(*last, |e| e.0);
+                    let size = match kind {
+                        44 => 8,
+                        51 => (usize::from(len) + 2) * 4,
+                        _ => (usize::from(len) + 1) * 8,
+                    };
+                    let at = exts.len();
+                    exts.resize(at + size, 0);
+                    exts[at] = next;
+                    exts[at + 1] = len;
+                }
+                let first = chain.first().map_or(*last, |e| e.0);
+                let plen = payload_len.unwrap_or((exts.len() + payload.len()) as u16);
+                let word = u32::from(*version) << 28 | u32::from(*traffic_class) << 20 | 0x12345;
+                net.extend_from_slice(&word.to_be_bytes());
+                net.extend_from_slice(&plen.to_be_bytes());
+                net.extend_from_slice(&[first, 64]);
+                net.extend_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+                net.extend_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+                net.extend_from_slice(&exts);
+            }
+            IpSpec::Junk => {}
+        }
+        net.extend_from_slice(payload);
+        let mut f = Vec::new();
+        let linktype = match link {
+            LinkSpec::Tagged {
+                linktype,
+                tags,
+                ethertype,
+            } => {
+                let mut types: Vec<u16> = tags.iter().map(|t| t.0).collect();
+                types.push(*ethertype);
+                match linktype {
+                    1 => f.extend_from_slice(&[0x02; 12]),
+                    113 => f.extend_from_slice(&[0, 0, 0, 1, 0, 6, 2, 2, 2, 2, 2, 2, 0, 0]),
+                    _ => {}
+                }
+                f.extend_from_slice(&types[0].to_be_bytes());
+                if *linktype == 276 {
+                    f.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 1, 0, 6, 2, 2, 2, 2, 2, 2, 0, 0]);
+                }
+                for (i, (_, tci)) in tags.iter().enumerate() {
+                    f.extend_from_slice(&tci.to_be_bytes());
+                    f.extend_from_slice(&types[i + 1].to_be_bytes());
+                }
+                *linktype
+            }
+            LinkSpec::Null {
+                linktype,
+                family,
+                swap,
+            } => {
+                let family = if *swap { family.swap_bytes() } else { *family };
+                f.extend_from_slice(&family.to_ne_bytes());
+                *linktype
+            }
+            LinkSpec::Bare(linktype) => *linktype,
+        };
+        f.extend_from_slice(&net);
+        if let Some(keep) = keep {
+            f.truncate(keep.index(f.len() + 1));
+        }
+        (linktype, f)
+    }
+
     proptest! {
+        #[test]
+        fn dscp_of_agrees_with_dissect_on_arbitrary_bytes(
+            linktype in prop_oneof![
+                8 => proptest::sample::select(&[0u16, 1, 12, 14, 101, 108, 113, 228, 229, 276][..]),
+                1 => any::<u16>(),
+            ],
+            data in proptest::collection::vec(any::<u8>(), 0..160),
+        ) {
+            prop_assert_eq!(dscp_of(linktype, &data), dissected_dscp(linktype, &data));
+        }
+
+        #[test]
+        fn dscp_of_agrees_with_dissect_on_generated_frames(
+            link in link_spec(),
+            ip in ip_spec(),
+            payload in proptest::collection::vec(any::<u8>(), 0..48),
+            keep in prop_oneof![3 => Just(None), 1 => any::<proptest::sample::Index>().prop_map(Some)],
+        ) {
+            let (linktype, f) = build_frame(&link, &ip, &payload, keep);
+            prop_assert_eq!(dscp_of(linktype, &f), dissected_dscp(linktype, &f), "{:02x?}", f);
+        }
+
+        #[test]
+        fn dscp_of_agrees_with_dissect_on_mutated_fixtures(
+            which in 0..FIXTURES.len(),
+            flips in proptest::collection::vec((any::<proptest::sample::Index>(), 1u8..), 0..6),
+            keep in any::<proptest::sample::Index>(),
+        ) {
+            let (linktype, packet) = FIXTURES[which];
+            let mut p = packet.to_vec();
+            for (at, xor) in flips {
+                let i = at.index(p.len());
+                p[i] ^= xor;
+            }
+            p.truncate(keep.index(p.len() + 1));
+            prop_assert_eq!(dscp_of(linktype, &p), dissected_dscp(linktype, &p));
+        }
+
         #[test]
         fn arbitrary_bytes_never_panic(
             linktype in 0u16..300,
