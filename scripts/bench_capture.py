@@ -4,7 +4,9 @@
 What it measures, in one run: the same synthetic traffic is sent as fast as the machine can
 (tcpreplay --topspeed), by one sender and by two senders at once, into one end of a veth pair;
 on the other end one capturer at a time records it: capsule with AF_XDP (`--mode xdp-native`,
-"capsule-xdp"), capsule with AF_PACKET (`--mode afpacket`, "capsule-afp"), both into a store,
+"capsule-xdp"), capsule with AF_PACKET (`--mode afpacket`, "capsule-afp"), the AF_XDP capture
+at zstd level -1000 ("capsule-xdp-fast": what capture costs without level-1 compression), all
+into a store,
 or tcpdump (into a pcap, with the same 256 MiB kernel buffer as capsule's default ring). For each
 (capturer, senders) configuration it prints packets sent (tcpreplay's "Successful packets"),
 captured, dropped by the kernel (the socket's ring was full), missing (sent - captured: kernel
@@ -47,7 +49,15 @@ import subprocess
 import sys
 import time
 
-CAPTURERS = ("capsule-xdp", "capsule-afp", "tcpdump")
+# name -> capsule capture options (tcpdump: none)
+CAPSULE_OPTS = {
+    "capsule-xdp": ["--mode", "xdp-native"],
+    "capsule-afp": ["--mode", "afpacket"],
+    # The same AF_XDP capture at zstd's fastest level: what capture and indexing cost without
+    # level-1 compression (which is most of capsule's CPU).
+    "capsule-xdp-fast": ["--mode", "xdp-native", "--level=-1000"],
+}
+CAPTURERS = ("capsule-xdp", "capsule-afp", "capsule-xdp-fast", "tcpdump")
 DEFAULT_CAPSULE = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                 "..", "target", "release", "capsule"))
 NS_PREFIX = "capbench-"
@@ -266,11 +276,11 @@ def softnet_drops():
 # ---------------------------------------------------------------- capturers
 
 
-def start_capsule(args, ns, iface, workdir, mode):
+def start_capsule(args, ns, iface, workdir, opts):
     store = os.path.join(workdir, "store")
     env = {k: v for k, v in os.environ.items() if k != "CAPSULE_LOG"}
     proc = Proc(["ip", "netns", "exec", ns, args.capsule, "capture", "--iface", iface,
-                 "--store", store, "--mode", mode] + args.capsule_opt,
+                 "--store", store] + opts + args.capsule_opt,
                 os.path.join(workdir, "capsule.txt"), signal.SIGTERM, env=env)
     wait_for_line(proc, f"capturing on {iface}", "capsule")
     return proc, store
@@ -363,8 +373,7 @@ def run_one(args, link, pcap, loops, capturer, senders, rep):
     if capturer == "tcpdump":
         proc, output = start_tcpdump(args, ns_b, if_b, workdir)
     else:
-        mode = {"capsule-xdp": "xdp-native", "capsule-afp": "afpacket"}[capturer]
-        proc, output = start_capsule(args, ns_b, if_b, workdir, mode)
+        proc, output = start_capsule(args, ns_b, if_b, workdir, CAPSULE_OPTS[capturer])
     time.sleep(0.5)  # the same settling time for both, after each said it is ready
     # CPU spent so far is setup, mostly the kernel allocating (and, for capsule, touching)
     # the 256 MiB ring: 0.1 to 0.8 s here, varying with how fragmented free memory is, and
@@ -464,7 +473,7 @@ def main():
             freezes = "" if r["freezes"] is None else f"; ring freezes {r['freezes']}"
             if r["retries"]:
                 freezes += f"; send retries (ENOBUFS, EAGAIN) {r['retries']}"
-            print(f"  run {rep} {capturer:<11} {senders} sender(s): {r['sent']} / "
+            print(f"  run {rep} {capturer:<16} {senders} sender(s): {r['sent']} / "
                   f"{r['captured']} / {r['dropped']} / {r['missing']}; CPU {r['setup']:.2f}, "
                   f"{r['cpu']:.2f}; {r['us_per_pkt']:.2f} us/pkt; senders {r['sender_cpu']:.2f}"
                   f"{freezes}", flush=True)
@@ -480,16 +489,16 @@ def main():
           f"row (fewest kernel drops, then fewest missing, then least CPU per packet)")
     if args.capsule_opt:
         print("capsule capture options: " + " ".join(args.capsule_opt))
-    print(f"{'capturer':<11} {'snd':>3} {'sent':>9} {'send s':>6} {'kpps':>5} {'captured':>9} "
+    print(f"{'capturer':<16} {'snd':>3} {'sent':>9} {'send s':>6} {'kpps':>5} {'captured':>9} "
           f"{'dropped':>8} {'missing':>8} {'backlog':>7} {'setup s':>7} {'CPU s':>6} "
           f"{'us/pkt':>6} {'out MB':>7} {'run':>3}")
     for capturer, senders in configs:
         r = best[(capturer, senders)]
-        print(f"{capturer:<11} {senders:>3} {r['sent']:>9} {r['send_s']:>6.2f} "
+        print(f"{capturer:<16} {senders:>3} {r['sent']:>9} {r['send_s']:>6.2f} "
               f"{r['sent'] / r['send_s'] / 1e3:>5.0f} {r['captured']:>9} {r['dropped']:>8} "
               f"{r['missing']:>8} {r['backlog']:>7} {r['setup']:>7.2f} {r['cpu']:>6.2f} "
               f"{r['us_per_pkt']:>6.2f} {r['out_bytes'] / 1e6:>7.0f} {r['rep']:>3}")
-    for senders, capsule in ((s, c) for s in (1, 2) for c in CAPTURERS[:2]):
+    for senders, capsule in ((s, c) for s in (1, 2) for c in CAPTURERS[:3]):
         c, t = best[(capsule, senders)], best[("tcpdump", senders)]
         c_bpp = c["out_bytes"] / max(c["captured"], 1)
         t_bpp = t["out_bytes"] / max(t["captured"], 1)
@@ -498,17 +507,18 @@ def main():
               f", whole-process CPU {ratio(c['total'], t['total'])}, output bytes per packet "
               f"{ratio(c_bpp, t_bpp)}; "
               f"drops {c['dropped']} vs {t['dropped']}")
-    verdicts = []
-    for senders in (1, 2):
-        c, t = best[("capsule-xdp", senders)], best[("tcpdump", senders)]
-        if c["dropped"] == 0:
-            drops = "met" if t["dropped"] else "met (tcpdump did not drop either)"
-        else:
-            drops = f"MISSED ({c['dropped']} vs tcpdump's {t['dropped']})"
-        cpu = "met" if c["us_per_pkt"] < t["us_per_pkt"] else "MISSED"
-        verdicts.append(f"{senders} sender(s): 0 drops {drops}, lower CPU/pkt {cpu}")
-    print("target, capsule (AF_XDP) 0 drops where tcpdump drops at lower CPU per packet: "
-          + "; ".join(verdicts))
+    for capsule in ("capsule-xdp", "capsule-xdp-fast"):
+        verdicts = []
+        for senders in (1, 2):
+            c, t = best[(capsule, senders)], best[("tcpdump", senders)]
+            if c["dropped"] == 0:
+                drops = "met" if t["dropped"] else "met (tcpdump did not drop either)"
+            else:
+                drops = f"MISSED ({c['dropped']} vs tcpdump's {t['dropped']})"
+            cpu = "met" if c["us_per_pkt"] < t["us_per_pkt"] else "MISSED"
+            verdicts.append(f"{senders} sender(s): 0 drops {drops}, lower CPU/pkt {cpu}")
+        print(f"target, {capsule}: 0 drops where tcpdump drops, at lower CPU per packet: "
+              + "; ".join(verdicts))
     print("""
 snd: tcpreplay processes at once. sent: their "Successful packets". send s: until the last
 sender exited. captured: the capturer's own count. dropped: its own count of drops (tcpdump:

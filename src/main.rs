@@ -245,7 +245,8 @@ struct WriterArgs {
     /// Store-wide byte budget: the oldest segments are deleted to stay under it (e.g. 500G).
     #[arg(long)]
     max_bytes: Option<String>,
-    /// zstd compression level.
+    /// zstd compression level, -1000 to 22: higher compresses more and costs more CPU. Live
+    /// capture steps down to -10, then -1000, while blocks queue up for the compressors.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     level: i32,
     /// Compression threads (default: one per core).

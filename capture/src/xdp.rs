@@ -291,7 +291,7 @@ impl XdpCapture {
             clock.refresh(now);
             let mut failed = None;
             let n = sock
-                .recv(256, |p| {
+                .recv(RECV_BATCH, |p| {
                     if failed.is_some() {
                         return;
                     }
@@ -319,11 +319,10 @@ impl XdpCapture {
                     .map_err(|e| self.store_error(e))?;
                 on_stats(&rep);
             }
-            if n > 0 {
-                backoff.reset();
-                continue;
+            if n == RECV_BATCH {
+                continue; // more may be waiting
             }
-            if stop.load(Ordering::Relaxed) {
+            if n == 0 && stop.load(Ordering::Relaxed) {
                 // The ring is empty; look a few more times for packets still in flight.
                 stopping_rounds += 1;
                 if stopping_rounds >= 3 {
@@ -332,7 +331,7 @@ impl XdpCapture {
                 std::thread::sleep(Duration::from_millis(2));
                 continue;
             }
-            backoff.wait();
+            backoff.wait(n);
         }
         let s = sock.stats().map_err(|e| self.ring_error(e))?;
         rep.xdp = Some(self.counters(s, 0, sock.bad_descs, rep.xdp));
@@ -532,22 +531,29 @@ fn view<'a>(
     }
 }
 
-/// Sleeps while a socket is idle instead of spinning (a whole core) or blocking in poll
-/// (slow to wake, and the capture thread must tick the writer): 50 µs, doubling to 1 ms.
-/// At 1 Mpps a 1 ms nap leaves 1000 packets in a 32768-entry ring.
+/// Descriptors read per pass over a socket's RX ring.
+const RECV_BATCH: u32 = 256;
+
+/// Sleeps once a socket's RX ring is drained, instead of spinning (a whole core) or blocking
+/// in poll (a wake-up for every few packets, and the capture thread must tick the writer
+/// anyway). While packets flow (the last pass read some), 200 µs: they accumulate and the
+/// next pass reads a batch, so a wake-up is paid per batch, not per few packets (measured:
+/// at 330 kpps, 50 µs naps spent more CPU in wake-ups than in reading). While idle, 100 µs
+/// doubling to 1 ms. At 1 Mpps a 1 ms nap leaves 1000 packets in a 32768-entry ring.
 #[derive(Debug, Default)]
 struct Backoff {
     idle: u32,
 }
 
 impl Backoff {
-    fn reset(&mut self) {
-        self.idle = 0;
-    }
-
-    fn wait(&mut self) {
-        let us = (50u64 << self.idle.min(5)).min(1000);
-        self.idle = self.idle.saturating_add(1);
+    fn wait(&mut self, read: u32) {
+        let us = if read > 0 {
+            self.idle = 0;
+            200
+        } else {
+            self.idle = self.idle.saturating_add(1);
+            (50u64 << self.idle.min(5)).min(1000)
+        };
         std::thread::sleep(Duration::from_micros(us));
     }
 }
@@ -764,7 +770,7 @@ impl Worker {
                     }
                 }
             }
-            let got = self.sock.recv(256, |p| {
+            let got = self.sock.recv(RECV_BATCH, |p| {
                 let (ts, wire, data, vlan) = view(&p, &clock, &mut scratch);
                 let off = batch.data.len();
                 batch.data.extend_from_slice(&data[..data.len().min(snap)]);
@@ -802,11 +808,10 @@ impl Worker {
                 self.publish_stats();
                 last_stats = now;
             }
-            if n > 0 {
-                backoff.reset();
+            if n == RECV_BATCH {
                 continue;
             }
-            if stopping {
+            if n == 0 && stopping {
                 stopping_rounds += 1;
                 if stopping_rounds >= 3 {
                     break;
@@ -814,7 +819,7 @@ impl Worker {
                 std::thread::sleep(Duration::from_millis(2));
                 continue;
             }
-            backoff.wait();
+            backoff.wait(n);
         }
         // Stopping: wait for room, so nothing already read is lost.
         for b in held.map(|(b, _)| b).into_iter().chain(Some(batch)) {

@@ -9,7 +9,7 @@
 //! frames, and the store cuts it back to its last whole block before sealing it.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{IoSlice, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -171,6 +171,30 @@ impl SegmentFile {
         Ok(())
     }
 
+    /// Writes `a` then `b` with `writev`, looping on short writes.
+    fn write_two(&mut self, a: &[u8], b: &[u8]) -> Result<()> {
+        let total = a.len() + b.len();
+        let mut done = 0;
+        while done < total {
+            let slices = if done < a.len() {
+                [IoSlice::new(&a[done..]), IoSlice::new(b)]
+            } else {
+                [IoSlice::new(&b[done - a.len()..]), IoSlice::new(&[])]
+            };
+            match self.file.write_vectored(&slices) {
+                Ok(0) => {
+                    let e = std::io::Error::from(std::io::ErrorKind::WriteZero);
+                    return Err(StoreError::io("write segment", &self.path, e));
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(StoreError::io("write segment", &self.path, e)),
+            }
+        }
+        self.len += total as u64;
+        Ok(())
+    }
+
     /// Appends one block: `meta` must carry the frame's lengths and checksum; its index and
     /// offset are set here.
     pub fn append(&mut self, mut meta: BlockMeta, frame: &[u8]) -> Result<()> {
@@ -179,9 +203,9 @@ impl SegmentFile {
         header.clear();
         meta.encode_header(&mut header);
         meta.frame_offset = self.len + header.len() as u64;
-        // One write for header and frame keeps a torn write to the tail of one block.
-        header.extend_from_slice(frame);
-        let r = self.write(&header);
+        // One vectored write for header and frame keeps a torn write to the tail of one
+        // block, without copying the frame into the header's buffer.
+        let r = self.write_two(&header, frame);
         self.scratch = header;
         r?;
         self.footer
