@@ -196,13 +196,8 @@ impl Live {
                 let (data, len): (&[u8], u32) = match p.vlan {
                     // The kernel took the 802.1Q tag off; put it back after the MACs.
                     Some((tpid, tci)) if p.data.len() >= 12 => {
-                        scratch.clear();
-                        scratch.extend_from_slice(&p.data[..12]);
-                        scratch.extend_from_slice(&tpid.to_be_bytes());
-                        scratch.extend_from_slice(&tci.to_be_bytes());
-                        scratch.extend_from_slice(&p.data[12..]);
                         rep.vlan_restored += 1;
-                        (&scratch[..], p.len + 4)
+                        (with_vlan_tag(p.data, tpid, tci, scratch), p.len + 4)
                     }
                     _ => (p.data, p.len),
                 };
@@ -245,4 +240,20 @@ impl Live {
         rep.kernel.freezes += s.freezes;
         Ok(())
     }
+}
+
+/// The frame with an 802.1Q/802.1ad tag (TPID, TCI) put back after its MAC addresses, built in
+/// `scratch`. The frame must be at least 12 bytes long.
+pub(crate) fn with_vlan_tag<'a>(
+    frame: &[u8],
+    tpid: u16,
+    tci: u16,
+    scratch: &'a mut Vec<u8>,
+) -> &'a [u8] {
+    scratch.clear();
+    scratch.extend_from_slice(&frame[..12]);
+    scratch.extend_from_slice(&tpid.to_be_bytes());
+    scratch.extend_from_slice(&tci.to_be_bytes());
+    scratch.extend_from_slice(&frame[12..]);
+    scratch
 }

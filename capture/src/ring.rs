@@ -124,6 +124,50 @@ fn setsockopt<T>(
     check(ret, what)
 }
 
+/// Kernel structures that are plain data: every bit pattern, all-zero included, is a value.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` integer-only types (and integers).
+unsafe trait Plain: Sized {}
+// SAFETY: each is an integer or a libc `#[repr(C)]` struct of integer fields only.
+unsafe impl Plain for libc::c_int {}
+// SAFETY: as above.
+unsafe impl Plain for libc::tpacket_stats_v3 {}
+// SAFETY: as above.
+unsafe impl Plain for libc::xdp_statistics {}
+// SAFETY: as above.
+unsafe impl Plain for libc::xdp_mmap_offsets {}
+
+/// Reads socket option `name` as a `T`; returns it with the number of bytes the kernel wrote.
+fn getsockopt<T: Plain>(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    what: &str,
+) -> io::Result<(T, usize)> {
+    // SAFETY: `T: Plain`, so the all-zero value is a valid `T`.
+    let mut value: T = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `value` is a writable `T` and `len` its size; the kernel writes at most `len`
+    // bytes, and any bytes it writes make a valid `T` (`T: Plain`).
+    let ret = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut value as *mut T).cast(),
+            &mut len,
+        )
+    };
+    check(ret, what)?;
+    Ok((value, len as usize))
+}
+
+/// Reads and clears a socket's pending error (SO_ERROR): 0 when there is none.
+fn take_socket_error(fd: &OwnedFd) -> io::Result<libc::c_int> {
+    getsockopt::<libc::c_int>(fd, libc::SOL_SOCKET, libc::SO_ERROR, "SO_ERROR").map(|(e, _)| e)
+}
+
 /// The index of the interface named `iface`.
 pub fn if_index(iface: &str) -> io::Result<u32> {
     let name = CString::new(iface).map_err(|_| {
@@ -415,7 +459,7 @@ impl PacketRing {
                     // The link went down (ENETDOWN) or away (ENODEV): poll would return at
                     // once forever. Take the error, fail if the interface is gone, otherwise
                     // wait out the timeout so a down link costs no CPU.
-                    let err = self.take_socket_error()?;
+                    let err = take_socket_error(&self.fd)?;
                     if err == libc::ENODEV || err == libc::ENXIO {
                         return Err(io::Error::from_raw_os_error(err));
                     }
@@ -437,40 +481,14 @@ impl PacketRing {
         Ok(n)
     }
 
-    /// Reads and clears the socket's pending error (SO_ERROR).
-    fn take_socket_error(&self) -> io::Result<libc::c_int> {
-        let mut err: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `err` and `len` are valid for writes of the sizes given.
-        let ret = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ERROR,
-                (&mut err as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        check(ret, "SO_ERROR")?;
-        Ok(err)
-    }
-
     /// Reads (and so resets) the socket's kernel counters.
     pub fn stats(&self) -> io::Result<RingStats> {
-        // SAFETY: tpacket_stats_v3 is plain data; all-zero is valid.
-        let mut st: libc::tpacket_stats_v3 = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
-        // SAFETY: `st` and `len` are valid for writes of the sizes given.
-        let ret = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_STATISTICS,
-                (&mut st as *mut libc::tpacket_stats_v3).cast(),
-                &mut len,
-            )
-        };
-        check(ret, "PACKET_STATISTICS")?;
+        let (st, _) = getsockopt::<libc::tpacket_stats_v3>(
+            &self.fd,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            "PACKET_STATISTICS",
+        )?;
         Ok(RingStats {
             packets: u64::from(st.tp_packets),
             drops: u64::from(st.tp_drops),

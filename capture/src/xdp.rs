@@ -27,7 +27,7 @@ use capsule_index::StoreWriter;
 use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
-use crate::live::{LiveError, LiveReport};
+use crate::live::{with_vlan_tag, LiveError, LiveReport};
 use crate::ring::xsk::{xdp_link, XdpAttach, XskConfig, XskMode, XskPacket, XskSocket, XskStats};
 use crate::ring::{clock_ns, if_index, promiscuous, rx_vlan_offload};
 
@@ -520,12 +520,8 @@ fn view<'a>(
     let ts = clock.stamp(meta);
     match meta.and_then(|m| m.vlan) {
         Some((tpid, tci)) if p.data.len() >= 12 => {
-            scratch.clear();
-            scratch.extend_from_slice(&p.data[..12]);
-            scratch.extend_from_slice(&tpid.to_be_bytes());
-            scratch.extend_from_slice(&tci.to_be_bytes());
-            scratch.extend_from_slice(&p.data[12..]);
-            (ts, scratch.len(), &scratch[..], true)
+            let tagged = with_vlan_tag(p.data, tpid, tci, scratch);
+            (ts, tagged.len(), tagged, true)
         }
         _ => (ts, p.data.len(), p.data, false),
     }

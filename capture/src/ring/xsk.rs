@@ -38,7 +38,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::{check, setsockopt};
+use super::{check, getsockopt, setsockopt, take_socket_error};
 
 /// Bytes of per-packet metadata the XDP program puts before a packet (capsule_bpf::META_LEN).
 pub const META_LEN: usize = 16;
@@ -357,21 +357,13 @@ impl XskSocket {
         ] {
             setsockopt(&fd, libc::SOL_XDP, opt, &n, what)?;
         }
-        // SAFETY: xdp_mmap_offsets is plain data; all-zero is valid and the kernel fills it.
-        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-        // SAFETY: `off` is a writable xdp_mmap_offsets and `len` its size; checked below.
-        let ret = unsafe {
-            libc::getsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_XDP,
-                libc::XDP_MMAP_OFFSETS,
-                (&mut off as *mut libc::xdp_mmap_offsets).cast(),
-                &mut len,
-            )
-        };
-        check(ret, "XDP_MMAP_OFFSETS")?;
-        if len as usize != std::mem::size_of::<libc::xdp_mmap_offsets>() {
+        let (off, len) = getsockopt::<libc::xdp_mmap_offsets>(
+            &fd,
+            libc::SOL_XDP,
+            libc::XDP_MMAP_OFFSETS,
+            "XDP_MMAP_OFFSETS",
+        )?;
+        if len != std::mem::size_of::<libc::xdp_mmap_offsets>() {
             return Err(io::Error::other(format!(
                 "XDP_MMAP_OFFSETS: kernel answered {len} bytes, expected {} (Linux 5.4+ needed)",
                 std::mem::size_of::<libc::xdp_mmap_offsets>()
@@ -605,37 +597,16 @@ impl XskSocket {
     /// The socket's kernel counters; an error when the socket has failed (e.g. the interface
     /// went away).
     pub fn stats(&self) -> io::Result<XskStats> {
-        let mut err: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `err` is a writable c_int and `len` its size.
-        let ret = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ERROR,
-                (&mut err as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        check(ret, "SO_ERROR")?;
+        let err = take_socket_error(&self.fd)?;
         if err != 0 {
             return Err(io::Error::from_raw_os_error(err));
         }
-        // SAFETY: xdp_statistics is plain data; all-zero is valid and the kernel fills it.
-        let mut s: libc::xdp_statistics = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
-        // SAFETY: `s` is a writable xdp_statistics and `len` its size; the kernel writes at most
-        // that many bytes.
-        let ret = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_XDP,
-                libc::XDP_STATISTICS,
-                (&mut s as *mut libc::xdp_statistics).cast(),
-                &mut len,
-            )
-        };
-        check(ret, "XDP_STATISTICS")?;
+        let (s, _) = getsockopt::<libc::xdp_statistics>(
+            &self.fd,
+            libc::SOL_XDP,
+            libc::XDP_STATISTICS,
+            "XDP_STATISTICS",
+        )?;
         Ok(XskStats {
             rx_dropped: s.rx_dropped,
             rx_invalid_descs: s.rx_invalid_descs,
