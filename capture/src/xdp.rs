@@ -285,7 +285,7 @@ impl XdpCapture {
         let mut scratch = Vec::new();
         let mut backoff = Backoff::default();
         let mut stats = StatsTimer::default();
-        let mut stopping_rounds = 0;
+        let mut drain = Drain::default();
         loop {
             let now = Instant::now();
             clock.refresh(now);
@@ -319,17 +319,14 @@ impl XdpCapture {
                     .map_err(|e| self.store_error(e))?;
                 on_stats(&rep);
             }
-            if n == RECV_BATCH {
-                continue; // more may be waiting
-            }
-            if n == 0 && stop.load(Ordering::Relaxed) {
-                // The ring is empty; look a few more times for packets still in flight.
-                stopping_rounds += 1;
-                if stopping_rounds >= 3 {
+            if stop.load(Ordering::Relaxed) {
+                if drain.done(now, n) {
                     break;
                 }
-                std::thread::sleep(Duration::from_millis(2));
                 continue;
+            }
+            if n == RECV_BATCH {
+                continue; // more may be waiting
             }
             backoff.wait(n);
         }
@@ -524,6 +521,31 @@ fn view<'a>(
             (ts, tagged.len(), tagged, true)
         }
         _ => (ts, p.data.len(), p.data, false),
+    }
+}
+
+/// Ends a reader after a stop request: once its ring was found empty three times, 2 ms apart
+/// (packets still in flight get in), or one second after the request while traffic keeps
+/// coming (a busy link never empties the ring, and SIGTERM must still stop capture).
+#[derive(Debug, Default)]
+struct Drain {
+    since: Option<Instant>,
+    empty: u32,
+}
+
+impl Drain {
+    /// Called on every pass while stopping, with the descriptors the pass read; true when the
+    /// reader should end.
+    fn done(&mut self, now: Instant, read: u32) -> bool {
+        let since = *self.since.get_or_insert(now);
+        if read == 0 {
+            self.empty += 1;
+            if self.empty >= 3 {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        now.duration_since(since) >= Duration::from_secs(1)
     }
 }
 
@@ -746,7 +768,7 @@ impl Worker {
         let mut backoff = Backoff::default();
         let mut last_stats = Instant::now();
         let mut held: Option<(Batch, Instant)> = None;
-        let mut stopping_rounds = 0;
+        let mut drain = Drain::default();
         loop {
             let now = Instant::now();
             clock.refresh(now);
@@ -804,15 +826,13 @@ impl Worker {
                 self.publish_stats();
                 last_stats = now;
             }
-            if n == RECV_BATCH {
-                continue;
-            }
-            if n == 0 && stopping {
-                stopping_rounds += 1;
-                if stopping_rounds >= 3 {
+            if stopping {
+                if drain.done(now, n) {
                     break;
                 }
-                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            if n == RECV_BATCH {
                 continue;
             }
             backoff.wait(n);
