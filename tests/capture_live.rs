@@ -834,6 +834,7 @@ in_every_mode!(
     status_json_follows_a_running_capture,
     stores_only_its_own_interface_from_the_start,
     stops_promptly_while_traffic_flows,
+    restarts_after_kill_9,
     starts_pinned_at_real_time_priority,
     survives_a_link_flap_without_spinning,
     fails_naming_a_missing_interface,
@@ -1545,4 +1546,54 @@ fn stops_promptly_while_traffic_flows(mode: Mode) {
         stopped.stdout
     );
     assert_all_sealed(&store, sum.packets);
+}
+
+/// kill -9 during capture: the XDP program goes with the process (its bpf_link was the only
+/// reference), so a new capture on the same port starts at once, recovers the torn segment,
+/// and both runs' packets that reached the store are returned (a packet queryable before the
+/// kill stays queryable).
+fn restarts_after_kill_9(mode: Mode) {
+    let tmp = tempfile::tempdir().unwrap();
+    let link = Link::new();
+    let store = tmp.path().join("store");
+    let first = probe_frame(&format!("capsule before kill {}", std::process::id()), 200);
+    let second = probe_frame(
+        &format!("capsule after restart {}", std::process::id()),
+        200,
+    );
+    let (p1, p2) = (tmp.path().join("1.pcap"), tmp.path().join("2.pcap"));
+    write_one_packet_pcap(&p1, &first);
+    write_one_packet_pcap(&p2, &second);
+
+    let (mut cap, _) = start_capture(&link, &store, mode, &[]);
+    assert_eq!(link.send(&p1, "10"), 1);
+    let out = tmp.path().join("poll.pcap");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !export(&store, &out).iter().any(|k| k.data == first) {
+        assert!(
+            Instant::now() < deadline,
+            "first probe never became queryable"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cap.signal("-KILL");
+    assert!(
+        cap.wait_for(STOP_TIMEOUT).is_some(),
+        "kill -9 did not end capture"
+    );
+
+    let (mut cap, _) = start_capture(&link, &store, mode, &[]);
+    assert_eq!(link.send(&p2, "10"), 1);
+    std::thread::sleep(Duration::from_millis(500));
+    let stopped = cap.stop();
+    assert_clean_exit(&stopped);
+    let sum = parse_summary(&stopped.stdout);
+    assert_eq!((sum.packets, sum.dropped), (1, 0), "{}", stopped.stdout);
+    let got = export(&store, &tmp.path().join("out.pcap"));
+    let datas: Vec<&[u8]> = got.iter().map(|k| &k.data[..]).collect();
+    assert_eq!(
+        datas,
+        vec![&first[..], &second[..]],
+        "packets of both runs, in order"
+    );
 }
