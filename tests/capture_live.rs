@@ -31,7 +31,13 @@
 //!   growing to the number sent, and as stopped after SIGTERM;
 //! * a capture stores its own interface's packets only, from its first packet on;
 //! * a link that goes down and up again neither stops capture nor makes it spin;
-//! * a missing interface is an error that names it.
+//! * a missing interface is an error that names it;
+//! * capture starts pinned to one CPU at real-time priority;
+//! * SIGTERM stops capture within seconds while traffic keeps flowing;
+//! * after kill -9 a new capture starts on the same port and both runs' packets are returned.
+//!
+//! And in the XDP modes, on a veth with 4 queues: one socket and worker per queue, every frame
+//! stored exactly once.
 //!
 //! Needs root (network namespaces, packet and AF_XDP sockets, BPF), a kernel with native XDP on
 //! veth, iproute2, tcpreplay and taskset; CI runs as root.
