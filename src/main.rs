@@ -64,8 +64,9 @@ enum Cmd {
         /// (0: none).
         #[arg(long, default_value_t = 0)]
         fanout_group: u16,
-        /// AF_PACKET: size of the kernel ring (e.g. 256M), what absorbs bursts while the disk
-        /// catches up. AF_XDP: the UMEM per queue is 32768 frames.
+        /// Kernel buffer that absorbs bursts while the store catches up (e.g. 256M). AF_PACKET:
+        /// the TPACKET ring. AF_XDP: the UMEM of all queues together, split equally, a power
+        /// of two of frames per queue (16384 at least).
         #[arg(long, default_value = "256M")]
         ring_size: String,
         #[command(flatten)]
@@ -611,6 +612,7 @@ fn open_capturer(a: &CaptureArgs) -> Result<(Capturer, String)> {
                 frame_size: a.frame_size,
                 ..XskConfig::default()
             },
+            umem_bytes: Some(units::parse_size(&a.ring_size).context("--ring-size")?),
             snaplen: a.snaplen,
         };
         match XdpCapture::open(cfg) {

@@ -13,7 +13,8 @@
 //! hold, the kernel drops and counts, and capture reports it. The loop stops when `stop` is
 //! set (SIGINT/SIGTERM in the CLI), then the caller finishes the writer.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capsule_index::writer::MAX_PACKET;
@@ -122,6 +123,7 @@ impl Live {
         // Kernel counters are stored with the data (as pcapng ISBs) when drops change, and
         // at least once a minute, so an export can say what was lost in its window.
         let mut recorded: Option<(Instant, u64)> = None;
+        let mut behind = Behind::new(writer.urgency());
         while !stop.load(Ordering::Relaxed) {
             self.take_block(
                 writer,
@@ -130,6 +132,7 @@ impl Live {
                 &mut scratch,
                 &mut rep,
             )?;
+            behind.update(self.ring.backlog(), self.ring.blocks());
             writer.tick().map_err(|e| self.store_error(e))?;
             if last_stats.elapsed() >= Duration::from_secs(1) {
                 self.add_stats(&mut rep)?;
@@ -242,6 +245,42 @@ impl Live {
     }
 }
 
+/// Tells the store writer when a capture reader falls behind its kernel ring.
+///
+/// A reader is behind once more than 1/8 of its ring waits to be read, and caught up again
+/// below 1/64: the gap keeps it from flapping. While any reader is behind, the writer
+/// compresses at its fastest level (see [`StoreWriter::urgency`]), which hands CPU back to
+/// the readers on a machine whose cores are shared by reader, compressors and writer.
+pub(crate) struct Behind {
+    urgent: Arc<AtomicU32>,
+    on: bool,
+}
+
+impl Behind {
+    pub(crate) fn new(urgent: Arc<AtomicU32>) -> Self {
+        Behind { urgent, on: false }
+    }
+
+    /// Updates the state from the reader's `backlog` out of `size` ring entries.
+    pub(crate) fn update(&mut self, backlog: usize, size: usize) {
+        if !self.on && backlog > size / 8 {
+            self.on = true;
+            self.urgent.fetch_add(1, Ordering::Relaxed);
+        } else if self.on && backlog < size / 64 {
+            self.on = false;
+            self.urgent.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Behind {
+    fn drop(&mut self) {
+        if self.on {
+            self.urgent.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// The frame with an 802.1Q/802.1ad tag (TPID, TCI) put back after its MAC addresses, built in
 /// `scratch`. The frame must be at least 12 bytes long.
 pub(crate) fn with_vlan_tag<'a>(
@@ -256,4 +295,27 @@ pub(crate) fn with_vlan_tag<'a>(
     scratch.extend_from_slice(&tci.to_be_bytes());
     scratch.extend_from_slice(&frame[12..]);
     scratch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn behind_turns_on_above_an_eighth_and_off_below_a_sixty_fourth() {
+        let urgent = Arc::new(AtomicU32::new(0));
+        let mut a = Behind::new(urgent.clone());
+        let mut b = Behind::new(urgent.clone());
+        a.update(100, 1024);
+        assert_eq!(urgent.load(Ordering::Relaxed), 0);
+        a.update(200, 1024);
+        b.update(300, 1024);
+        assert_eq!(urgent.load(Ordering::Relaxed), 2);
+        a.update(20, 1024); // between 1/64 and 1/8: still behind
+        assert_eq!(urgent.load(Ordering::Relaxed), 2);
+        a.update(10, 1024);
+        assert_eq!(urgent.load(Ordering::Relaxed), 1);
+        drop(b);
+        assert_eq!(urgent.load(Ordering::Relaxed), 0);
+    }
 }

@@ -430,6 +430,21 @@ impl PacketRing {
         }
     }
 
+    /// Blocks the kernel has handed over that capsule has not read yet.
+    pub fn backlog(&self) -> usize {
+        (0..self.block_nr)
+            .take_while(|j| {
+                let i = (self.next + j) % self.block_nr;
+                self.status(i).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
+            })
+            .count()
+    }
+
+    /// Number of blocks in the ring.
+    pub fn blocks(&self) -> usize {
+        self.block_nr
+    }
+
     /// Waits up to `timeout` for the next block to be handed over, calls `f` with each of its
     /// packets, and gives the block back. Returns the number of packets (0 on timeout).
     pub fn next_block(

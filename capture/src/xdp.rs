@@ -27,7 +27,7 @@ use capsule_index::StoreWriter;
 use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
-use crate::live::{with_vlan_tag, LiveError, LiveReport};
+use crate::live::{with_vlan_tag, Behind, LiveError, LiveReport};
 use crate::ring::xsk::{xdp_link, XdpAttach, XskConfig, XskMode, XskPacket, XskSocket, XskStats};
 use crate::ring::{clock_ns, if_index, promiscuous, rx_vlan_offload};
 
@@ -46,8 +46,24 @@ pub struct XdpConfig {
     /// Attach modes to try, in order.
     pub attach: Vec<XdpAttach>,
     pub socket: XskConfig,
+    /// UMEM for all queues together, in bytes: each queue gets an equal share, as a power of
+    /// two of frames (at least 16384). `None`: `socket.frames` per queue.
+    pub umem_bytes: Option<u64>,
     /// Bytes kept of each packet (0: all).
     pub snaplen: u32,
+}
+
+/// Frames per queue for a UMEM budget of `bytes` over `queues` queues: the largest power of
+/// two that fits the share, at least 16384 (the kernel rings' floor capsule keeps) and at
+/// most 2^20.
+pub fn frames_per_queue(bytes: u64, frame_size: u32, queues: usize) -> u32 {
+    let share = bytes / u64::from(frame_size.max(1)) / queues.max(1) as u64;
+    let floor = if share == 0 {
+        0
+    } else {
+        63 - share.leading_zeros()
+    };
+    1u32 << floor.clamp(14, 20)
 }
 
 /// Counters of an XDP capture, summed over queues.
@@ -82,18 +98,22 @@ pub struct XdpSetup {
     pub socket_mode: XskMode,
     pub queues: Vec<u32>,
     pub frame_size: u32,
+    /// UMEM frames (and fill and RX ring entries) per queue.
+    pub frames: u32,
 }
 
 impl std::fmt::Display for XdpSetup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "XDP {} ({}), AF_XDP {} mode, queues {:?}, {}-byte frames{}",
+            "XDP {} ({}), AF_XDP {} mode, queues {:?}, {} x {}-byte frames ({} MiB) a queue{}",
             self.attach,
             self.variant,
             self.socket_mode,
             self.queues,
+            self.frames,
             self.frame_size,
+            (u64::from(self.frames) * u64::from(self.frame_size)) >> 20,
             if self.variant.frags {
                 ", multi-buffer"
             } else {
@@ -187,6 +207,11 @@ impl XdpCapture {
             Queues::List(q) => q.clone(),
             Queues::All => (0..rx_queue_count(&cfg.iface)).collect(),
         };
+        let mut sock_cfg = cfg.socket;
+        if let Some(bytes) = cfg.umem_bytes {
+            sock_cfg.frames = frames_per_queue(bytes, sock_cfg.frame_size, queues.len());
+            sock_cfg.rx_size = sock_cfg.frames;
+        }
         let mut attempts = Vec::new();
         for &attach in &cfg.attach {
             for variant in Variant::preference() {
@@ -194,7 +219,7 @@ impl XdpCapture {
                 if variant.device_bound && attach == XdpAttach::Generic {
                     continue;
                 }
-                match try_open(ifindex, &queues, attach, variant, &cfg.socket) {
+                match try_open(ifindex, &queues, attach, variant, &sock_cfg) {
                     Ok((program, sockets, link)) => {
                         let promisc = promiscuous(ifindex).map_err(open_err)?;
                         let vlan_offload = VlanOffload::turn_off(&cfg.iface, variant);
@@ -203,7 +228,8 @@ impl XdpCapture {
                             variant,
                             socket_mode: sockets[0].1.mode(),
                             queues,
-                            frame_size: cfg.socket.frame_size,
+                            frame_size: sock_cfg.frame_size,
+                            frames: sock_cfg.frames,
                         };
                         for a in &attempts {
                             tracing::debug!("XDP attempt refused: {a}");
@@ -237,7 +263,8 @@ impl XdpCapture {
     /// once a second.
     ///
     /// With one queue the capture thread reads the socket itself: no copy into a batch, no
-    /// hand-over, and while the store is busy the socket's rings (32768 frames) absorb the
+    /// hand-over, and while the store is busy the socket's UMEM (131072 frames with the default
+    /// 256 MiB `--ring-size`) absorbs the
     /// burst. With several queues a worker per queue reads its socket into batches.
     pub fn run(
         self,
@@ -280,6 +307,7 @@ impl XdpCapture {
     ) -> Result<LiveReport, LiveError> {
         let snap = snap_len(self.cfg.snaplen);
         let (_, mut sock) = self.sockets.pop().expect("one socket");
+        let mut behind = Behind::new(writer.urgency());
         let mut rep = LiveReport::default();
         let mut clock = Clock::new();
         let mut scratch = Vec::new();
@@ -310,6 +338,7 @@ impl XdpCapture {
             if let Some(e) = failed {
                 return Err(self.store_error(e));
             }
+            behind.update(sock.backlog() as usize, sock.rx_size() as usize);
             writer.tick().map_err(|e| self.store_error(e))?;
             if stats.due(now) {
                 let s = sock.stats().map_err(|e| self.ring_error(e))?;
@@ -379,6 +408,7 @@ impl XdpCapture {
                 free: free_rx.clone(),
                 stop: workers_stop.clone(),
                 shared: shared.clone(),
+                behind: Behind::new(writer.urgency()),
             };
             let handle = std::thread::Builder::new()
                 .name(format!("xsk-q{queue}"))
@@ -557,7 +587,7 @@ const RECV_BATCH: u32 = 256;
 /// anyway). While packets flow (the last pass read some), 200 µs: they accumulate and the
 /// next pass reads a batch, so a wake-up is paid per batch, not per few packets (measured:
 /// at 330 kpps, 50 µs naps spent more CPU in wake-ups than in reading). While idle, 100 µs
-/// doubling to 1 ms. At 1 Mpps a 1 ms nap leaves 1000 packets in a 32768-entry ring.
+/// doubling to 1 ms. At 1 Mpps a 1 ms nap leaves 1000 packets in a ring of 16384 or more.
 #[derive(Debug, Default)]
 struct Backoff {
     idle: u32,
@@ -756,6 +786,7 @@ struct Worker {
     free: Receiver<Batch>,
     stop: Arc<AtomicBool>,
     shared: Arc<QueueShared>,
+    behind: Behind,
 }
 
 impl Worker {
@@ -808,6 +839,8 @@ impl Worker {
                     break;
                 }
             };
+            self.behind
+                .update(self.sock.backlog() as usize, self.sock.rx_size() as usize);
             if n > 0 && batch.packets.len() == n as usize {
                 batch_started = now;
             }
@@ -881,5 +914,26 @@ impl std::fmt::Debug for Worker {
         f.debug_struct("Worker")
             .field("queue", &self.queue)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn umem_budget_is_split_over_queues_as_powers_of_two() {
+        // 256 MiB of 2 KiB frames on one queue: 131072 frames.
+        assert_eq!(frames_per_queue(256 << 20, 2048, 1), 131072);
+        // Four queues share it; 4 KiB frames halve the count.
+        assert_eq!(frames_per_queue(256 << 20, 2048, 4), 32768);
+        assert_eq!(frames_per_queue(256 << 20, 4096, 4), 16384);
+        // Not a power of two: rounded down.
+        assert_eq!(frames_per_queue(300 << 20, 2048, 1), 131072);
+        // Never below the 16384-entry floor, never above 2^20, whatever the input.
+        assert_eq!(frames_per_queue(0, 2048, 1), 16384);
+        assert_eq!(frames_per_queue(1 << 20, 2048, 64), 16384);
+        assert_eq!(frames_per_queue(u64::MAX, 2048, 1), 1 << 20);
+        assert_eq!(frames_per_queue(u64::MAX, 0, 0), 1 << 20);
     }
 }

@@ -26,7 +26,7 @@
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -217,6 +217,8 @@ pub struct StoreWriter {
     tx: Option<Sender<RawBlock>>,
     pool: Receiver<Vec<u8>>,
     ratio: Arc<Ratio>,
+    /// Set by capture while its kernel rings fill up (see [`StoreWriter::urgency`]).
+    urgent: Arc<AtomicU32>,
     threads: Vec<JoinHandle<()>>,
     writer: Option<JoinHandle<Result<WriteReport>>>,
     packets: u64,
@@ -319,14 +321,16 @@ impl StoreWriter {
         let (frames_tx, frames_rx) = bounded::<Vec<u8>>(depth + cfg.threads);
         let ratio = Arc::new(Ratio::default());
         let mut threads = Vec::new();
+        let urgent = Arc::new(AtomicU32::new(0));
         for i in 0..cfg.threads {
             let rx = raw_rx.clone();
+            let urgent_c = urgent.clone();
             let out = done_tx.clone();
             let frames = frames_rx.clone();
             let (level, adaptive) = (cfg.level, cfg.adaptive);
             let h = std::thread::Builder::new()
                 .name(format!("capsule-zstd-{i}"))
-                .spawn(move || compress_loop(level, adaptive, rx, out, frames))
+                .spawn(move || compress_loop(level, adaptive, rx, out, frames, urgent_c))
                 .map_err(|e| StoreError::io("start compressor thread", &dir, e))?;
             threads.push(h);
         }
@@ -374,6 +378,7 @@ impl StoreWriter {
                 tx: Some(tx),
                 pool,
                 ratio,
+                urgent,
                 threads,
                 writer: Some(writer),
                 packets: 0,
@@ -512,6 +517,17 @@ impl StoreWriter {
             ..BlockMeta::default()
         };
         self.send(meta, data)
+    }
+
+    /// The number of capture readers whose kernel rings fill up faster than they empty them
+    /// (each reader adds one while it is behind and takes it back when it caught up). While
+    /// it is not 0 and [`WriterConfig::adaptive`] is set, every block is compressed at
+    /// [`FASTEST_LEVEL`],
+    /// so that the compressors leave the CPU to the reader. The compressors' own queue says
+    /// nothing about that: on a machine short of CPU they keep up at a good level while the
+    /// reader, sharing the cores with them, falls behind the NIC.
+    pub fn urgency(&self) -> Arc<AtomicU32> {
+        self.urgent.clone()
     }
 
     /// Cuts every lane's block that is older than the block age. Capture calls this often.
@@ -689,6 +705,7 @@ fn compress_loop(
     rx: Receiver<RawBlock>,
     out: Sender<Compressed>,
     frames: Receiver<Vec<u8>>,
+    urgent: Arc<AtomicU32>,
 ) {
     let mut ladder = Vec::new();
     for l in [level, FAST_LEVEL.min(level), FASTEST_LEVEL.min(level)] {
@@ -709,7 +726,7 @@ fn compress_loop(
         frame.clear();
         frame.reserve(zstd::zstd_safe::compress_bound(raw.data.len()));
         let queued = rx.len();
-        let cx = if queued >= fastest_from {
+        let cx = if queued >= fastest_from || (adaptive && urgent.load(Ordering::Relaxed) > 0) {
             &mut ladder[2]
         } else if queued >= fast_from {
             &mut ladder[1]
@@ -1090,7 +1107,8 @@ mod tests {
     }
 
     /// Writes a segment of `blocks` blocks through SegmentFile and leaves it unsealed, as a
-    /// crash would. Returns the path and the frame offsets.
+    /// crash would. Returns the path and the offsets of the blocks, then of the end of the
+    /// last block (the file may go on with zero padding after it: direct I/O).
     fn torn_segment(dir: &std::path::Path, blocks: u32) -> (PathBuf, Vec<u64>) {
         let segdir = Store::create_or_open(dir).unwrap().segments_dir();
         let mut seg = SegmentFile::create(&segdir, 1, 0).unwrap();
@@ -1127,6 +1145,7 @@ mod tests {
             offsets.push(seg.len());
             seg.append(meta, &frame).unwrap();
         }
+        offsets.push(seg.len());
         let path = segdir.join(segment::open_name(1));
         drop(seg);
         (path, offsets)
@@ -1137,18 +1156,14 @@ mod tests {
         for cut_into_block in [false, true] {
             let dir = tempfile::tempdir().unwrap();
             let (path, offsets) = torn_segment(dir.path(), 5);
-            let full = std::fs::metadata(&path).unwrap().len();
+            let full = offsets[5];
+            let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
             if cut_into_block {
                 // Tear the last block in the middle of its frame.
-                let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
                 f.set_len(full - 40).unwrap();
             } else {
                 // Garbage after the last block, as a torn write of the next one leaves.
-                let mut f = std::fs::OpenOptions::new()
-                    .append(true)
-                    .open(&path)
-                    .unwrap();
-                std::io::Write::write_all(&mut f, &[0xAB; 300]).unwrap();
+                std::os::unix::fs::FileExt::write_all_at(&f, &[0xAB; 300], full).unwrap();
             }
             let (w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
             assert_eq!(rep.recovered.len(), 1);

@@ -570,6 +570,19 @@ impl XskSocket {
         Ok(n)
     }
 
+    /// Descriptors waiting in the RX ring (what the kernel produced that capsule has not read).
+    pub fn backlog(&self) -> u32 {
+        self.rx
+            .producer()
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.rx_consumer)
+    }
+
+    /// RX ring entries.
+    pub fn rx_size(&self) -> u32 {
+        self.rx.size
+    }
+
     /// Tells the kernel the fill ring has frames (needed when it set the need-wakeup flag).
     fn wake(&self) -> io::Result<()> {
         // SAFETY: a zero-length, non-blocking receive with null buffers is the documented way to
