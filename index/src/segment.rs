@@ -7,10 +7,17 @@
 //! footer, fsyncs, renames the file to `seg-N.pcapng.zst` and fsyncs the directory: a sealed
 //! name only ever points at a complete file. After a crash, [`scan`] walks an open file's
 //! frames, and the store cuts it back to its last whole block before sealing it.
+//!
+//! Blocks are written with direct I/O (`O_DIRECT`) where the file system takes it: each
+//! block is copied into a 4 KiB-aligned buffer behind the unwritten tail of the previous one
+//! and written in one aligned `pwrite`, the last page zero-padded (the next block rewrites
+//! that page; sealing cuts the padding). This keeps a capture's terabytes out of the page
+//! cache, and saves the kernel's copy into it, which was a third of capture's CPU (see
+//! docs/decisions.md). A file system that refuses direct I/O gets buffered writes.
 
 use std::fs::{File, OpenOptions};
 use std::io::{IoSlice, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use capsule_pcap::Interface;
@@ -87,12 +94,109 @@ pub fn head_frame() -> Vec<u8> {
         .expect("compressing a few bytes into a Vec cannot fail")
 }
 
+/// Alignment of direct I/O: file offsets, lengths and memory (the largest logical block
+/// size of common devices, and the page size).
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// The direct-I/O writer of an open segment: a second descriptor of the file opened with
+/// `O_DIRECT`, and an aligned buffer holding the file's last, partly written page.
+#[derive(Debug)]
+struct Direct {
+    file: File,
+    /// Backing storage; the aligned window starts at `start`.
+    mem: Vec<u8>,
+    start: usize,
+    /// File offset of the window's first byte (a multiple of [`DIRECT_ALIGN`]).
+    base: u64,
+    /// Bytes of the window that hold data (the file's logical length is `base + fill`).
+    fill: usize,
+    /// Whether a direct write has succeeded on this file (before that, a refusal falls back
+    /// to buffered writes).
+    proven: bool,
+}
+
+impl Direct {
+    fn open(path: &Path) -> Option<Direct> {
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+            .ok()?;
+        let mut d = Direct {
+            file,
+            mem: Vec::new(),
+            start: 0,
+            base: 0,
+            fill: 0,
+            proven: false,
+        };
+        d.reserve(1 << 20);
+        Some(d)
+    }
+
+    /// Makes the aligned window at least `need` bytes long, keeping its data.
+    fn reserve(&mut self, need: usize) {
+        if self.mem.len() >= self.start + need {
+            return;
+        }
+        let cap = need.next_multiple_of(1 << 20);
+        let mut mem = vec![0u8; cap + DIRECT_ALIGN];
+        let start = mem.as_ptr().align_offset(DIRECT_ALIGN);
+        mem[start..start + self.fill]
+            .copy_from_slice(&self.mem[self.start..self.start + self.fill]);
+        self.mem = mem;
+        self.start = start;
+    }
+
+    /// Appends `parts` behind the data in the window and writes the window, zero-padded to a
+    /// whole page, at `base`; then keeps only the last partial page in the window.
+    fn write(&mut self, parts: &[&[u8]]) -> std::io::Result<()> {
+        let n: usize = parts.iter().map(|p| p.len()).sum();
+        let end = (self.fill + n).next_multiple_of(DIRECT_ALIGN);
+        self.reserve(end);
+        let w = &mut self.mem[self.start..self.start + end];
+        let mut at = self.fill;
+        for p in parts {
+            w[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
+        w[at..].fill(0);
+        // A short write (a full disk) ends on a file system block, so the rest stays aligned
+        // and the next call reports the error itself (ENOSPC, not EINVAL).
+        let mut done = 0;
+        while done < end {
+            match self.file.write_at(&w[done..], self.base + done as u64) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(k) if (done + k) % DIRECT_ALIGN == 0 || done + k == end => done += k,
+                Ok(k) => {
+                    return Err(std::io::Error::other(format!(
+                        "short direct write of {k} bytes at offset {}",
+                        self.base + done as u64
+                    )))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.proven = true;
+        let keep = at - at % DIRECT_ALIGN;
+        w.copy_within(keep..at, 0);
+        self.base += keep as u64;
+        self.fill = at - keep;
+        Ok(())
+    }
+}
+
 /// A segment being written. Consumed by [`SegmentFile::seal`].
 #[derive(Debug)]
 pub struct SegmentFile {
     dir: PathBuf,
     path: PathBuf,
+    /// Opened for appending: buffered writes (the footer, or every write where direct I/O
+    /// is refused), truncation and fsync.
     file: File,
+    /// The direct-I/O writer, while the file system takes it.
+    direct: Option<Direct>,
     seq: u64,
     len: u64,
     footer: Footer,
@@ -116,14 +220,16 @@ impl SegmentFile {
     pub fn create(dir: &Path, seq: u64, created_ns: u64) -> Result<Self> {
         let path = dir.join(open_name(seq));
         let file = OpenOptions::new()
-            .write(true)
+            .append(true)
             .create_new(true)
             .open(&path)
             .map_err(|e| StoreError::io("create segment", &path, e))?;
         let mut head = head_frame();
         SegmentHeader { seq, created_ns }.encode(&mut head);
+        let direct = Direct::open(&path);
         let mut seg = SegmentFile {
             dir: dir.to_path_buf(),
+            direct,
             path,
             file,
             seq,
@@ -131,7 +237,7 @@ impl SegmentFile {
             footer: Footer::default(),
             scratch: Vec::with_capacity(4096),
         };
-        seg.write(&head)?;
+        seg.put(&[&head])?;
         Ok(seg)
     }
 
@@ -156,11 +262,45 @@ impl SegmentFile {
             dir: dir.to_path_buf(),
             path,
             file,
+            direct: None,
             seq: s.header.seq,
             len: s.good_len,
             footer,
             scratch: Vec::new(),
         })
+    }
+
+    /// Writes `parts` at the end of the file: direct while the file system takes it, else
+    /// buffered.
+    fn put(&mut self, parts: &[&[u8]]) -> Result<()> {
+        if let Some(d) = &mut self.direct {
+            match d.write(parts) {
+                Ok(()) => {
+                    self.len += parts.iter().map(|p| p.len() as u64).sum::<u64>();
+                    return Ok(());
+                }
+                // Refused before any direct write landed: this file system (or device) does
+                // not do direct I/O after all; nothing is on disk yet, go buffered.
+                Err(e) if !d.proven && e.raw_os_error() == Some(libc::EINVAL) => {
+                    tracing::debug!(
+                        "{}: direct I/O refused ({e}); buffered writes",
+                        self.path.display()
+                    );
+                    self.direct = None;
+                }
+                Err(e) => return Err(StoreError::io("write segment", &self.path, e)),
+            }
+        }
+        match parts {
+            [a] => self.write(a),
+            [a, b] => self.write_two(a, b),
+            _ => {
+                for p in parts {
+                    self.write(p)?;
+                }
+                Ok(())
+            }
+        }
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
@@ -205,7 +345,7 @@ impl SegmentFile {
         meta.frame_offset = self.len + header.len() as u64;
         // One vectored write for header and frame keeps a torn write to the tail of one
         // block, without copying the frame into the header's buffer.
-        let r = self.write_two(&header, frame);
+        let r = self.put(&[&header, frame]);
         self.scratch = header;
         r?;
         self.footer
@@ -260,6 +400,12 @@ impl SegmentFile {
                 .map_err(|e| StoreError::io("remove empty segment", &self.path, e))?;
             sync_dir(&self.dir)?;
             return Ok(None);
+        }
+        if self.direct.take().is_some() {
+            // Cut the zero padding after the last block; the footer goes at the true end.
+            self.file
+                .set_len(self.len)
+                .map_err(|e| StoreError::io("truncate segment", &self.path, e))?;
         }
         let mut tail = Vec::new();
         self.footer.encode(&mut tail);
@@ -332,7 +478,8 @@ fn corrupt(path: &Path, offset: u64, problem: DecodeError) -> StoreError {
 /// Walks the frames of a segment without a usable footer. With `verify`, each block's
 /// frame is read and its crc32c checked (recovery); without, only headers are read (a live
 /// reader of the segment being written). The walk stops at the first incomplete or damaged
-/// block and reports why in [`Scan::problem`]. A damaged head or segment header is an error.
+/// block and reports why in [`Scan::problem`]; less than a page of zero bytes after the last
+/// block is direct-I/O padding, not a problem. A damaged head or segment header is an error.
 pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
     let file_len = file
         .metadata()
@@ -371,7 +518,16 @@ pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
             }
             Step::Footer => break,
             Step::Stop(why) => {
-                problem = Some(why);
+                // Less than a page of zeros: the padding of the last direct write, the
+                // clean end of an open segment.
+                let rest = file_len - pos;
+                let padding = rest < DIRECT_ALIGN as u64
+                    && read_at(file, path, pos, rest as usize)?
+                        .iter()
+                        .all(|&b| b == 0);
+                if !padding {
+                    problem = Some(why);
+                }
                 break;
             }
         }
@@ -723,5 +879,106 @@ mod tests {
         assert_eq!(parse_name("seg-.pcapng.zst"), None);
         assert_eq!(parse_name("seg-12x.pcapng.zst"), None);
         assert_eq!(parse_name("capsule-store.json"), None);
+    }
+
+    /// Appends a block holding `payload` (one fake frame: the reader checks only the crc).
+    fn append(seg: &mut SegmentFile, n: u64, payload: &[u8]) {
+        let frame = zstd::bulk::compress(payload, 1).unwrap();
+        let meta = BlockMeta {
+            first_ns: n,
+            last_ns: n,
+            packets: 1,
+            wire_bytes: payload.len() as u64,
+            compressed_len: frame.len() as u32,
+            uncompressed_len: payload.len() as u32,
+            frame_crc: crc32c::crc32c(&frame),
+            ..BlockMeta::default()
+        };
+        seg.append(meta, &frame).unwrap();
+    }
+
+    #[test]
+    fn direct_writes_pad_the_open_file_and_sealing_cuts_the_padding() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut seg = SegmentFile::create(dir.path(), 1, 0).unwrap();
+        assert!(
+            seg.direct.is_some(),
+            "the temporary directory's file system refused O_DIRECT"
+        );
+        let path = dir.path().join(open_name(1));
+        let mut rng = 7u64;
+        let mut noise = |n: usize| {
+            (0..n)
+                .map(|_| {
+                    rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    (rng >> 56) as u8
+                })
+                .collect::<Vec<u8>>()
+        };
+        // Sizes around the page and the 1 MiB window: a small block, one that grows the
+        // window, and several that leave the tail at other offsets in a page.
+        let sizes = [100, 3 << 20, 4000, 4096, 1, 70_000];
+        let mut payloads = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            payloads.push(noise(n));
+            append(&mut seg, i as u64, &payloads[i]);
+            let on_disk = std::fs::metadata(&path).unwrap().len();
+            assert_eq!(
+                on_disk % DIRECT_ALIGN as u64,
+                0,
+                "block {i}: file not whole pages"
+            );
+            assert!(on_disk >= seg.len() && on_disk - seg.len() < DIRECT_ALIGN as u64);
+            // A live reader sees every block so far, and the padding is not a problem.
+            let file = File::open(&path).unwrap();
+            let s = scan(&path, &file, true).unwrap();
+            assert_eq!(s.blocks.len(), i + 1);
+            assert_eq!(s.good_len, seg.len());
+            assert_eq!(s.problem, None, "block {i}");
+        }
+        let len = seg.len();
+        let sealed = seg.seal().unwrap().unwrap();
+        let on_disk = std::fs::metadata(&sealed.path).unwrap().len();
+        assert_eq!(
+            on_disk, sealed.bytes,
+            "sealed file longer than what was written"
+        );
+        assert!(sealed.bytes > len, "no footer after the blocks");
+        let r = SegmentReader::open(&sealed.path).unwrap();
+        assert_eq!(r.blocks().len(), sizes.len());
+        let mut frame = Vec::new();
+        for (i, p) in payloads.iter().enumerate() {
+            r.read_frame(i, &mut frame).unwrap();
+            assert_eq!(&zstd::bulk::decompress(&frame, p.len()).unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn padding_is_only_a_clean_end_when_it_is_zeros_shorter_than_a_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut seg = SegmentFile::create(dir.path(), 1, 0).unwrap();
+        append(&mut seg, 0, b"one block");
+        let end = seg.len();
+        drop(seg);
+        let path = dir.path().join(open_name(1));
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let problem = |f: &File| scan(&path, f, true).unwrap().problem;
+        f.set_len(end + 100).unwrap();
+        assert_eq!(problem(&f), None);
+        f.write_all_at(&[1], end + 50).unwrap();
+        assert!(
+            problem(&f).is_some(),
+            "a non-zero byte in the padding went unnoticed"
+        );
+        f.set_len(end).unwrap();
+        f.set_len(end + DIRECT_ALIGN as u64).unwrap();
+        assert!(
+            problem(&f).is_some(),
+            "a whole page of zeros is not padding"
+        );
     }
 }
