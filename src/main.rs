@@ -246,13 +246,27 @@ struct WriterArgs {
     /// Store-wide byte budget: the oldest segments are deleted to stay under it (e.g. 500G).
     #[arg(long)]
     max_bytes: Option<String>,
-    /// zstd compression level, -1000 to 22: higher compresses more and costs more CPU. Live
-    /// capture steps down to -10, then -1000, while blocks queue up for the compressors.
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    /// zstd compression level, -1000 to 22 (higher compresses more and costs more CPU), or
+    /// `store` (no compression: a copy). Live capture steps down to -10, -1000, then store,
+    /// while blocks queue up for the compressors or a capture ring fills.
+    #[arg(long, default_value = "1", value_parser = parse_level, allow_negative_numbers = true)]
     level: i32,
     /// Compression threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+}
+
+/// `--level`: `store`, or a zstd level from -1000 to 22.
+fn parse_level(s: &str) -> std::result::Result<i32, String> {
+    if s == "store" {
+        return Ok(capsule_index::writer::STORE_LEVEL);
+    }
+    match s.parse::<i32>() {
+        Ok(l) if (-1000..=22).contains(&l) => Ok(l),
+        _ => Err(format!(
+            "expected `store` or a zstd level from -1000 to 22, found {s:?}"
+        )),
+    }
 }
 
 impl WriterArgs {

@@ -205,10 +205,26 @@ pub fn put_meta_frame(out: &mut Vec<u8>, payload: &[u8]) {
     content.extend_from_slice(&block_len.to_le_bytes());
     content.extend_from_slice(payload);
     content.extend_from_slice(&block_len.to_le_bytes());
-    out.reserve(meta_frame_len(payload.len()));
+    put_raw_frame(out, &content);
+}
+
+/// Length of the raw zstd frame [`put_raw_frame`] makes of `content_len` bytes.
+pub fn raw_frame_len(content_len: usize) -> usize {
+    META_PREFIX_LEN + content_len + 3 * content_len.div_ceil(RAW_BLOCK_MAX).max(1)
+}
+
+/// Appends a raw (stored) zstd frame holding `content` (at most 4 GiB - 1): magic,
+/// descriptor [`META_FHD`] (single segment, 4-byte content size, no checksum), the content
+/// size, then raw blocks of at most 128 KiB.
+pub fn put_raw_frame(out: &mut Vec<u8>, content: &[u8]) {
+    out.reserve(raw_frame_len(content.len()));
     out.extend_from_slice(&ZSTD_MAGIC.to_le_bytes());
     out.push(META_FHD);
-    out.extend_from_slice(&block_len.to_le_bytes());
+    out.extend_from_slice(&(content.len() as u32).to_le_bytes());
+    if content.is_empty() {
+        out.extend_from_slice(&1u32.to_le_bytes()[..3]); // one empty last raw block
+        return;
+    }
     let n = content.len().div_ceil(RAW_BLOCK_MAX);
     for (i, chunk) in content.chunks(RAW_BLOCK_MAX).enumerate() {
         let last = u32::from(i + 1 == n);
@@ -703,6 +719,22 @@ mod tests {
             SegmentHeader::decode(&decode_meta_frame("t", &out).unwrap()).unwrap(),
             h
         );
+    }
+
+    #[test]
+    fn raw_frames_are_zstd_frames_of_their_content() {
+        for n in [0, 1, 131_071, 131_072, 131_073, 1 << 20, 1_300_001] {
+            let content: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+            let mut frame = vec![0xEE]; // appends, keeping what was there
+            put_raw_frame(&mut frame, &content);
+            assert_eq!(frame[0], 0xEE);
+            assert_eq!(frame.len() - 1, raw_frame_len(n), "{n} bytes");
+            assert_eq!(
+                zstd::zstd_safe::find_frame_compressed_size(&frame[1..]),
+                Ok(frame.len() - 1)
+            );
+            assert_eq!(zstd::bulk::decompress(&frame[1..], n).unwrap(), content);
+        }
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub struct WriterConfig {
     pub segment_age: Duration,
     /// Store-wide byte budget; the oldest segments are deleted to stay under it.
     pub max_bytes: Option<u64>,
-    /// zstd compression level.
+    /// zstd compression level (-1000..=22), or [`STORE_LEVEL`]: blocks stored uncompressed.
     pub level: i32,
     /// Compression threads.
     pub threads: usize,
@@ -269,9 +269,9 @@ impl StoreWriter {
         }
         cfg.segment_bytes = cfg.segment_bytes.max(cfg.block_bytes as u64);
         cfg.threads = cfg.threads.clamp(1, 64);
-        if !(FASTEST_LEVEL..=22).contains(&cfg.level) {
+        if !(FASTEST_LEVEL..=22).contains(&cfg.level) && cfg.level != STORE_LEVEL {
             return Err(StoreError::Config(format!(
-                "zstd level {} is outside -1000..=22",
+                "zstd level {} is outside -1000..=22 (and is not STORE_LEVEL)",
                 cfg.level
             )));
         }
@@ -690,15 +690,52 @@ pub const FAST_LEVEL: i32 = -10;
 /// zstd level used for a block while the compressors are far behind: about 4 GB/s a core,
 /// close to a copy, and still an ordinary zstd frame (about 1.06x on the synth traffic).
 pub const FASTEST_LEVEL: i32 = -1000;
+/// Not a zstd level: blocks are stored uncompressed, each in a raw zstd frame (still a zstd
+/// frame that every decompressor reads). Costs a copy; the last rung of the ladder below.
+pub const STORE_LEVEL: i32 = i32::MIN;
+
+/// One rung of the compression ladder.
+enum Rung {
+    Zstd(zstd::bulk::Compressor<'static>),
+    Store,
+}
+
+impl Rung {
+    fn new(level: i32) -> Option<Rung> {
+        if level == STORE_LEVEL {
+            return Some(Rung::Store);
+        }
+        let mut c = zstd::bulk::Compressor::new(level).ok()?;
+        c.include_checksum(true).ok()?;
+        Some(Rung::Zstd(c))
+    }
+
+    /// Replaces `frame` with the frame of `data`.
+    fn compress(&mut self, data: &[u8], frame: &mut Vec<u8>) -> std::io::Result<()> {
+        frame.clear();
+        match self {
+            Rung::Zstd(c) => {
+                frame.reserve(zstd::zstd_safe::compress_bound(data.len()));
+                c.compress_to_buffer(data, frame).map(|_| ())
+            }
+            Rung::Store => {
+                format::put_raw_frame(frame, data);
+                Ok(())
+            }
+        }
+    }
+}
 
 /// Compresses blocks until the producer hangs up. With `adaptive` (live capture), the level
 /// follows the queue of blocks waiting for a compressor: the configured level while under a
-/// quarter of the queue is used, [`FAST_LEVEL`] up to half, [`FASTEST_LEVEL`] beyond. A weaker
-/// ratio costs some disk for the length of a burst, while falling behind would cost packets
-/// (capture's rings fill and the kernel drops). All are ordinary zstd frames.
+/// quarter of the queue is used, [`FAST_LEVEL`] up to half, [`FASTEST_LEVEL`] up to three
+/// quarters, [`STORE_LEVEL`] beyond, and also while a capture reader is behind (see
+/// [`StoreWriter::urgency`]). A weaker ratio costs some disk for the length of a burst, while
+/// falling behind would cost packets (capture's rings fill and the kernel drops). All are
+/// ordinary zstd frames.
 ///
 /// Measured on the synth traffic (`zstd -b -B1048576`, one core): level 1 334 MB/s at 1.50x,
-/// -10 1.36 GB/s at 1.22x, -1000 4.4 GB/s at 1.06x.
+/// -10 1.36 GB/s at 1.22x, -1000 4.4 GB/s at 1.06x; storing is a copy.
 fn compress_loop(
     level: i32,
     adaptive: bool,
@@ -707,33 +744,35 @@ fn compress_loop(
     frames: Receiver<Vec<u8>>,
     urgent: Arc<AtomicU32>,
 ) {
+    // STORE_LEVEL is the lowest i32, so min() keeps it on every rung.
     let mut ladder = Vec::new();
-    for l in [level, FAST_LEVEL.min(level), FASTEST_LEVEL.min(level)] {
-        let Ok(mut c) = zstd::bulk::Compressor::new(l) else {
-            return;
+    for l in [level, FAST_LEVEL, FASTEST_LEVEL, STORE_LEVEL] {
+        let Some(r) = Rung::new(l.min(level)) else {
+            return; // drops `out`: the writer sees the pipeline end early
         };
-        if c.include_checksum(true).is_err() {
-            return;
-        }
-        ladder.push(c);
+        ladder.push(r);
     }
-    let (fast_from, fastest_from) = match rx.capacity() {
-        Some(cap) if adaptive => (cap.div_ceil(4).max(1), cap.div_ceil(2).max(2)),
-        _ => (usize::MAX, usize::MAX),
+    let (fast_from, fastest_from, store_from) = match rx.capacity() {
+        Some(cap) if adaptive => (
+            cap.div_ceil(4).max(1),
+            cap.div_ceil(2).max(2),
+            (cap * 3).div_ceil(4).max(3),
+        ),
+        _ => (usize::MAX, usize::MAX, usize::MAX),
     };
     for mut raw in rx.iter() {
         let mut frame = frames.try_recv().unwrap_or_default();
-        frame.clear();
-        frame.reserve(zstd::zstd_safe::compress_bound(raw.data.len()));
         let queued = rx.len();
-        let cx = if queued >= fastest_from || (adaptive && urgent.load(Ordering::Relaxed) > 0) {
-            &mut ladder[2]
+        let rung = if queued >= store_from || (adaptive && urgent.load(Ordering::Relaxed) > 0) {
+            3
+        } else if queued >= fastest_from {
+            2
         } else if queued >= fast_from {
-            &mut ladder[1]
+            1
         } else {
-            &mut ladder[0]
+            0
         };
-        if cx.compress_to_buffer(&raw.data, &mut frame).is_err() {
+        if ladder[rung].compress(&raw.data, &mut frame).is_err() {
             return; // drops `out`: the writer sees the pipeline end early
         }
         raw.meta.compressed_len = frame.len() as u32;
@@ -1035,6 +1074,65 @@ mod tests {
             assert!(seg.interfaces().len() <= 2);
             assert_eq!(seg.state(), SegmentState::Sealed);
         }
+    }
+
+    /// Writes 2000 compressible packets with `cfg`, `urgent` set on the writer's urgency
+    /// counter first; returns how many blocks were stored raw and how many compressed.
+    fn raw_and_compressed_blocks(cfg: WriterConfig, urgent: u32) -> (usize, usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, i) = open_eth(dir.path(), cfg);
+        w.urgency().store(urgent, Ordering::Relaxed);
+        let mut want = Vec::new();
+        for k in 0..2000u64 {
+            let data = eth(200 + (k as usize * 7) % 700, k);
+            w.append(i, 5_000 + k, data.len() as u32, &data).unwrap();
+            want.push(data);
+        }
+        w.finish().unwrap();
+        let got: Vec<Vec<u8>> = read_all(dir.path()).into_iter().map(|p| p.3).collect();
+        assert_eq!(got, want);
+        let (mut raw, mut packed) = (0, 0);
+        for seg in Store::open(dir.path()).unwrap().open_segments().unwrap() {
+            for b in seg.blocks() {
+                if b.compressed_len as usize == format::raw_frame_len(b.uncompressed_len as usize) {
+                    raw += 1;
+                } else {
+                    packed += 1;
+                }
+            }
+        }
+        (raw, packed)
+    }
+
+    #[test]
+    fn store_level_keeps_blocks_uncompressed_in_raw_zstd_frames() {
+        let store = WriterConfig {
+            level: STORE_LEVEL,
+            ..small()
+        };
+        let (raw, packed) = raw_and_compressed_blocks(store, 0);
+        assert!(raw > 0 && packed == 0, "{raw} raw, {packed} compressed");
+        let (raw, packed) = raw_and_compressed_blocks(small(), 0);
+        assert!(
+            raw == 0 && packed > 0,
+            "level 1: {raw} raw, {packed} compressed"
+        );
+    }
+
+    #[test]
+    fn a_reader_behind_makes_adaptive_compression_store_blocks() {
+        let live = WriterConfig {
+            adaptive: true,
+            ..small()
+        };
+        let (raw, packed) = raw_and_compressed_blocks(live.clone(), 1);
+        assert!(
+            raw > 0 && packed == 0,
+            "urgent: {raw} raw, {packed} compressed"
+        );
+        // Not adaptive (import): urgency is ignored.
+        let (raw, _) = raw_and_compressed_blocks(small(), 1);
+        assert_eq!(raw, 0);
     }
 
     #[test]
