@@ -471,11 +471,12 @@ fn import(store: &Path, args: &WriterArgs, files: &[String]) -> Result<ExitCode>
 /// Says what opening the store for writing found: recovered torn segments and retention.
 fn print_open_report(opened: &capsule_index::OpenReport) {
     for r in &opened.recovered {
-        let why = r
-            .problem
-            .as_deref()
-            .map(|p| format!(" ({p})"))
-            .unwrap_or_default();
+        let why = match r.problem.as_deref() {
+            Some(p) => format!(" ({p})"),
+            // A walk that ends cleanly before the end of the file ended at direct-I/O padding.
+            None if r.cut_bytes > 0 => " (zero padding after the last block)".to_string(),
+            None => String::new(),
+        };
         match (&r.sealed, &r.moved_aside) {
             (Some(s), _) => println!(
                 "recovered segment {}: kept {} blocks ({} packets), cut {} bytes at offset {}{why}; \
