@@ -26,7 +26,7 @@
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -322,15 +322,17 @@ impl StoreWriter {
         let ratio = Arc::new(Ratio::default());
         let mut threads = Vec::new();
         let urgent = Arc::new(AtomicU32::new(0));
+        let disk_bound = Arc::new(AtomicBool::new(false));
         for i in 0..cfg.threads {
             let rx = raw_rx.clone();
             let urgent_c = urgent.clone();
+            let disk_c = disk_bound.clone();
             let out = done_tx.clone();
             let frames = frames_rx.clone();
             let (level, adaptive) = (cfg.level, cfg.adaptive);
             let h = std::thread::Builder::new()
                 .name(format!("capsule-zstd-{i}"))
-                .spawn(move || compress_loop(level, adaptive, rx, out, frames, urgent_c))
+                .spawn(move || compress_loop(level, adaptive, rx, out, frames, urgent_c, disk_c))
                 .map_err(|e| StoreError::io("start compressor thread", &dir, e))?;
             threads.push(h);
         }
@@ -346,6 +348,7 @@ impl StoreWriter {
             cfg: cfg.clone(),
             ratio: ratio.clone(),
             report: WriteReport::default(),
+            disk: DiskLoad::new(disk_bound.clone()),
         };
         let writer = std::thread::Builder::new()
             .name("capsule-writer".into())
@@ -726,13 +729,33 @@ impl Rung {
     }
 }
 
+/// Which rung of the ladder (0: the configured level, 1: [`FAST_LEVEL`], 2: [`FASTEST_LEVEL`],
+/// 3: [`STORE_LEVEL`]) compresses the next block, given the blocks waiting for a compressor
+/// (`raw` of `raw_cap`), whether a capture reader is behind its ring, and whether the disk is
+/// what limits the writer thread.
+///
+/// CPU short: step down as the compressors' queue fills (a quarter, half, three quarters),
+/// and store at once while a reader is behind. Disk short (the writer spends half its time
+/// writing): the configured level, whatever else, because fewer bytes is then what helps,
+/// and storing would make the disk fall further behind.
+fn pick_rung(raw: usize, raw_cap: usize, reader_behind: bool, disk_bound: bool) -> usize {
+    if disk_bound {
+        0
+    } else if reader_behind || raw * 4 >= raw_cap * 3 {
+        3
+    } else if raw * 2 >= raw_cap {
+        2
+    } else if raw * 4 >= raw_cap {
+        1
+    } else {
+        0
+    }
+}
+
 /// Compresses blocks until the producer hangs up. With `adaptive` (live capture), the level
-/// follows the queue of blocks waiting for a compressor: the configured level while under a
-/// quarter of the queue is used, [`FAST_LEVEL`] up to half, [`FASTEST_LEVEL`] up to three
-/// quarters, [`STORE_LEVEL`] beyond, and also while a capture reader is behind (see
-/// [`StoreWriter::urgency`]). A weaker ratio costs some disk for the length of a burst, while
-/// falling behind would cost packets (capture's rings fill and the kernel drops). All are
-/// ordinary zstd frames.
+/// follows the queues (see [`pick_rung`]); without, it is the configured level. A weaker
+/// ratio costs some disk for the length of a burst, while falling behind would cost packets
+/// (capture's rings fill and the kernel drops). All are zstd frames.
 ///
 /// Measured on the synth traffic (`zstd -b -B1048576`, one core): level 1 334 MB/s at 1.50x,
 /// -10 1.36 GB/s at 1.22x, -1000 4.4 GB/s at 1.06x; storing is a copy.
@@ -743,6 +766,7 @@ fn compress_loop(
     out: Sender<Compressed>,
     frames: Receiver<Vec<u8>>,
     urgent: Arc<AtomicU32>,
+    disk_bound: Arc<AtomicBool>,
 ) {
     // STORE_LEVEL is the lowest i32, so min() keeps it on every rung.
     let mut ladder = Vec::new();
@@ -752,23 +776,17 @@ fn compress_loop(
         };
         ladder.push(r);
     }
-    let (fast_from, fastest_from, store_from) = match rx.capacity() {
-        Some(cap) if adaptive => (
-            cap.div_ceil(4).max(1),
-            cap.div_ceil(2).max(2),
-            (cap * 3).div_ceil(4).max(3),
-        ),
-        _ => (usize::MAX, usize::MAX, usize::MAX),
-    };
+    let raw_cap = rx.capacity().unwrap_or(0).max(1);
     for mut raw in rx.iter() {
         let mut frame = frames.try_recv().unwrap_or_default();
-        let queued = rx.len();
-        let rung = if queued >= store_from || (adaptive && urgent.load(Ordering::Relaxed) > 0) {
-            3
-        } else if queued >= fastest_from {
-            2
-        } else if queued >= fast_from {
-            1
+        let rung = if adaptive {
+            let behind = urgent.load(Ordering::Relaxed) > 0;
+            pick_rung(
+                rx.len(),
+                raw_cap,
+                behind,
+                disk_bound.load(Ordering::Relaxed),
+            )
         } else {
             0
         };
@@ -804,6 +822,39 @@ struct WriterThread {
     pool: Sender<Vec<u8>>,
     /// Where frame buffers go back to the compressors.
     frames: Sender<Vec<u8>>,
+    /// Whether writing takes most of this thread's time (see [`DiskLoad`]).
+    disk: DiskLoad,
+}
+
+/// Tells the compressors whether the disk is what limits the store: the writer thread spent
+/// at least half of the last quarter second (or more, until a block arrives) in write and
+/// fsync calls. Then fewer bytes is what helps, and the ladder keeps the configured level.
+#[derive(Debug)]
+struct DiskLoad {
+    bound: Arc<AtomicBool>,
+    since: Instant,
+    busy: Duration,
+}
+
+impl DiskLoad {
+    fn new(bound: Arc<AtomicBool>) -> Self {
+        DiskLoad {
+            bound,
+            since: Instant::now(),
+            busy: Duration::ZERO,
+        }
+    }
+
+    /// Counts `busy` time spent writing, and publishes the verdict every 250 ms.
+    fn add(&mut self, busy: Duration) {
+        self.busy += busy;
+        let window = self.since.elapsed();
+        if window >= Duration::from_millis(250) {
+            self.bound.store(self.busy * 2 >= window, Ordering::Relaxed);
+            self.since = Instant::now();
+            self.busy = Duration::ZERO;
+        }
+    }
 }
 
 impl WriterThread {
@@ -909,6 +960,7 @@ impl WriterThread {
             data.clear();
             let _ = self.pool.try_send(data);
         }
+        let io = Instant::now();
         seg.append(c.meta, &c.frame)?;
         let _ = self.frames.try_send(c.frame);
         self.total += seg.len() - before;
@@ -916,6 +968,7 @@ impl WriterThread {
             seg.sync_data()?;
             *last_sync = Instant::now();
         }
+        self.disk.add(io.elapsed());
         Ok(())
     }
 }
@@ -1105,6 +1158,39 @@ mod tests {
     }
 
     #[test]
+    fn the_ladder_steps_down_with_the_compressors_queue_but_not_for_a_slow_disk() {
+        // Compressors' queue of 16: quarter, half, three quarters.
+        let rungs: Vec<usize> = (0..=16).map(|q| pick_rung(q, 16, false, false)).collect();
+        assert_eq!(
+            rungs,
+            [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 3],
+            "rung by blocks queued"
+        );
+        // A reader behind its ring: store, even with the queue empty.
+        assert_eq!(pick_rung(0, 16, true, false), 3);
+        // The disk is the limit: compress as configured, even with the compressors' queue
+        // full and a reader behind.
+        assert_eq!(pick_rung(16, 16, true, true), 0);
+    }
+
+    #[test]
+    fn the_disk_counts_as_the_limit_when_writing_takes_half_the_time() {
+        let bound = Arc::new(AtomicBool::new(false));
+        let mut d = DiskLoad::new(bound.clone());
+        d.add(Duration::from_millis(10));
+        assert!(
+            !bound.load(Ordering::Relaxed),
+            "no verdict before the window ends"
+        );
+        d.since -= Duration::from_millis(300);
+        d.add(Duration::from_millis(200)); // 210 ms of about 300
+        assert!(bound.load(Ordering::Relaxed));
+        d.since -= Duration::from_millis(300);
+        d.add(Duration::from_millis(100)); // 100 ms of about 300
+        assert!(!bound.load(Ordering::Relaxed));
+    }
+
+    #[test]
     fn store_level_keeps_blocks_uncompressed_in_raw_zstd_frames() {
         let store = WriterConfig {
             level: STORE_LEVEL,
@@ -1125,11 +1211,10 @@ mod tests {
             adaptive: true,
             ..small()
         };
+        // Blocks are stored unless the disk is the limit (then compressed, see the ladder
+        // test); the first ones always are, before the first verdict on the disk.
         let (raw, packed) = raw_and_compressed_blocks(live.clone(), 1);
-        assert!(
-            raw > 0 && packed == 0,
-            "urgent: {raw} raw, {packed} compressed"
-        );
+        assert!(raw > 0, "urgent: {raw} raw, {packed} compressed");
         // Not adaptive (import): urgency is ignored.
         let (raw, _) = raw_and_compressed_blocks(small(), 1);
         assert_eq!(raw, 0);
