@@ -683,8 +683,9 @@ fn capture(a: &CaptureArgs) -> Result<ExitCode> {
     let mut status = capsule_capture::status::StatusFile::new(&a.store, iface, &desc);
     let t0 = Instant::now();
     let mut last_log = Instant::now();
+    let gauge = writer.pressure_gauge();
     let on_stats = |r: &capsule_capture::live::LiveReport| {
-        status.update(r);
+        status.update(r, gauge.read());
         if last_log.elapsed() >= std::time::Duration::from_secs(10) {
             tracing::info!(
                 packets = r.packets,
@@ -964,6 +965,21 @@ fn status(store_dir: &Path, json: bool, watch: bool) -> Result<ExitCode> {
                             s.drops_per_s
                         );
                     }
+                    let p = &s.store;
+                    let [level, fast, fastest, stored] = p.blocks_by_rung;
+                    println!(
+                        "  blocks written: {level} at the configured level, {fast} at -10, \
+                         {fastest} at -1000, {stored} stored uncompressed; {}{}",
+                        if p.disk_bound {
+                            "the disk is the limit (compression kept at the configured level)"
+                        } else {
+                            "the disk keeps up"
+                        },
+                        match p.readers_behind {
+                            0 => String::new(),
+                            n => format!("; {n} capture reader(s) behind their ring"),
+                        }
+                    );
                     println!(
                         "  VLAN tags restored {}, packets cut at 256 KiB {}, NIC timestamps {}; \
                          updated {}",

@@ -77,6 +77,10 @@ pub struct CaptureStatus {
     pub packets_per_s: f64,
     pub bits_per_s: f64,
     pub drops_per_s: f64,
+    /// How the store writer keeps up: blocks per compression rung, whether the disk is the
+    /// limit. Absent in status files of earlier versions.
+    #[serde(default)]
+    pub store: capsule_index::writer::Pressure,
 }
 
 /// Writes the status file of a running capture.
@@ -109,8 +113,8 @@ impl StatusFile {
         f
     }
 
-    /// Records the running totals (call about once a second).
-    pub fn update(&mut self, rep: &LiveReport) {
+    /// Records the running totals and the store writer's state (call about once a second).
+    pub fn update(&mut self, rep: &LiveReport, store: capsule_index::writer::Pressure) {
         let s = &mut self.status;
         let now = Instant::now();
         if let Some((at, packets, bytes, drops)) = self.last {
@@ -131,6 +135,7 @@ impl StatusFile {
         s.vlan_restored = rep.vlan_restored;
         s.truncated = rep.truncated;
         s.hw_timestamps = rep.xdp.map_or(0, |x| x.program.hw_ts);
+        s.store = store;
         self.write();
     }
 
@@ -211,19 +216,38 @@ mod tests {
             wire_bytes: 1000,
             ..LiveReport::default()
         };
-        f.update(&rep);
+        f.update(&rep, Default::default());
         std::thread::sleep(std::time::Duration::from_millis(50));
         rep.packets = 110;
         rep.wire_bytes = 101_000;
         rep.kernel.drops = 5;
-        f.update(&rep);
+        let store = capsule_index::writer::Pressure {
+            blocks_by_rung: [7, 2, 1, 3],
+            disk_bound: true,
+            readers_behind: 1,
+        };
+        f.update(&rep, store);
         let s = read_status(dir.path()).unwrap().unwrap();
         assert_eq!((s.packets, s.drops, s.running), (110, 5, true));
+        assert_eq!(s.store, store);
         assert_eq!(s.drop_causes.packet_ring_full, 5);
         assert!(s.packets_per_s > 100.0 && s.packets_per_s < 2100.0, "{s:?}");
         f.finish();
         assert!(!read_status(dir.path()).unwrap().unwrap().running);
         assert_eq!(drop_causes(&rep), " (packet ring full 5)");
+    }
+
+    #[test]
+    fn a_status_file_without_the_store_part_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = StatusFile::new(dir.path(), "eth9", "test mode");
+        f.update(&LiveReport::default(), Default::default());
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join(STATUS_FILE)).unwrap()).unwrap();
+        v.as_object_mut().unwrap().remove("store").unwrap();
+        std::fs::write(dir.path().join(STATUS_FILE), v.to_string()).unwrap();
+        let s = read_status(dir.path()).unwrap().unwrap();
+        assert_eq!(s.store, capsule_index::writer::Pressure::default());
     }
 
     #[test]

@@ -219,6 +219,7 @@ pub struct StoreWriter {
     ratio: Arc<Ratio>,
     /// Set by capture while its kernel rings fill up (see [`StoreWriter::urgency`]).
     urgent: Arc<AtomicU32>,
+    gauge: PressureGauge,
     threads: Vec<JoinHandle<()>>,
     writer: Option<JoinHandle<Result<WriteReport>>>,
     packets: u64,
@@ -323,16 +324,29 @@ impl StoreWriter {
         let mut threads = Vec::new();
         let urgent = Arc::new(AtomicU32::new(0));
         let disk_bound = Arc::new(AtomicBool::new(false));
+        let gauge = PressureGauge {
+            rungs: Arc::default(),
+            disk_bound: disk_bound.clone(),
+            urgent: urgent.clone(),
+        };
         for i in 0..cfg.threads {
             let rx = raw_rx.clone();
             let urgent_c = urgent.clone();
             let disk_c = disk_bound.clone();
+            let rungs = gauge.rungs.clone();
             let out = done_tx.clone();
             let frames = frames_rx.clone();
             let (level, adaptive) = (cfg.level, cfg.adaptive);
             let h = std::thread::Builder::new()
                 .name(format!("capsule-zstd-{i}"))
-                .spawn(move || compress_loop(level, adaptive, rx, out, frames, urgent_c, disk_c))
+                .spawn(move || {
+                    let signals = Signals {
+                        urgent: urgent_c,
+                        disk_bound: disk_c,
+                        rungs,
+                    };
+                    compress_loop(level, adaptive, rx, out, frames, signals)
+                })
                 .map_err(|e| StoreError::io("start compressor thread", &dir, e))?;
             threads.push(h);
         }
@@ -382,6 +396,7 @@ impl StoreWriter {
                 pool,
                 ratio,
                 urgent,
+                gauge,
                 threads,
                 writer: Some(writer),
                 packets: 0,
@@ -531,6 +546,11 @@ impl StoreWriter {
     /// reader, sharing the cores with them, falls behind the NIC.
     pub fn urgency(&self) -> Arc<AtomicU32> {
         self.urgent.clone()
+    }
+
+    /// A handle that reads how the compressors have been keeping up, from any thread.
+    pub fn pressure_gauge(&self) -> PressureGauge {
+        self.gauge.clone()
     }
 
     /// Cuts every lane's block that is older than the block age. Capture calls this often.
@@ -697,6 +717,43 @@ pub const FASTEST_LEVEL: i32 = -1000;
 /// frame that every decompressor reads). Costs a copy; the last rung of the ladder below.
 pub const STORE_LEVEL: i32 = i32::MIN;
 
+/// How the store writer has been keeping up (for status displays): see [`compress_loop`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Pressure {
+    /// Blocks written at each rung of the ladder: the configured level, [`FAST_LEVEL`],
+    /// [`FASTEST_LEVEL`], stored.
+    pub blocks_by_rung: [u64; 4],
+    /// The disk is what limits the writer (compression stays at the configured level).
+    pub disk_bound: bool,
+    /// Capture readers currently behind their kernel ring.
+    pub readers_behind: u32,
+}
+
+/// Reads [`Pressure`] while the writer runs.
+#[derive(Debug, Clone)]
+pub struct PressureGauge {
+    rungs: Arc<[AtomicU64; 4]>,
+    disk_bound: Arc<AtomicBool>,
+    urgent: Arc<AtomicU32>,
+}
+
+impl PressureGauge {
+    pub fn read(&self) -> Pressure {
+        Pressure {
+            blocks_by_rung: std::array::from_fn(|i| self.rungs[i].load(Ordering::Relaxed)),
+            disk_bound: self.disk_bound.load(Ordering::Relaxed),
+            readers_behind: self.urgent.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What a compressor reads to pick its rung, and where it counts the rungs it used.
+struct Signals {
+    urgent: Arc<AtomicU32>,
+    disk_bound: Arc<AtomicBool>,
+    rungs: Arc<[AtomicU64; 4]>,
+}
+
 /// One rung of the compression ladder.
 enum Rung {
     Zstd(zstd::bulk::Compressor<'static>),
@@ -765,8 +822,7 @@ fn compress_loop(
     rx: Receiver<RawBlock>,
     out: Sender<Compressed>,
     frames: Receiver<Vec<u8>>,
-    urgent: Arc<AtomicU32>,
-    disk_bound: Arc<AtomicBool>,
+    signals: Signals,
 ) {
     // STORE_LEVEL is the lowest i32, so min() keeps it on every rung.
     let mut ladder = Vec::new();
@@ -780,16 +836,13 @@ fn compress_loop(
     for mut raw in rx.iter() {
         let mut frame = frames.try_recv().unwrap_or_default();
         let rung = if adaptive {
-            let behind = urgent.load(Ordering::Relaxed) > 0;
-            pick_rung(
-                rx.len(),
-                raw_cap,
-                behind,
-                disk_bound.load(Ordering::Relaxed),
-            )
+            let behind = signals.urgent.load(Ordering::Relaxed) > 0;
+            let disk_bound = signals.disk_bound.load(Ordering::Relaxed);
+            pick_rung(rx.len(), raw_cap, behind, disk_bound)
         } else {
             0
         };
+        signals.rungs[rung].fetch_add(1, Ordering::Relaxed);
         if ladder[rung].compress(&raw.data, &mut frame).is_err() {
             return; // drops `out`: the writer sees the pipeline end early
         }
@@ -1218,6 +1271,19 @@ mod tests {
         // Not adaptive (import): urgency is ignored.
         let (raw, _) = raw_and_compressed_blocks(small(), 1);
         assert_eq!(raw, 0);
+        // The gauge counts the rungs used and the readers behind.
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, i) = open_eth(dir.path(), live);
+        let gauge = w.pressure_gauge();
+        w.urgency().store(2, Ordering::Relaxed);
+        for k in 0..50u64 {
+            w.append(i, k, 100, &eth(100, k)).unwrap();
+        }
+        w.flush().unwrap();
+        let p = gauge.read();
+        assert_eq!(p.readers_behind, 2);
+        w.finish().unwrap();
+        assert!(gauge.read().blocks_by_rung[3] > 0, "{:?}", gauge.read());
     }
 
     #[test]
