@@ -19,6 +19,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{IoSlice, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use capsule_pcap::Interface;
 
@@ -113,7 +114,14 @@ struct Direct {
     /// Whether a direct write has succeeded on this file (before that, a refusal falls back
     /// to buffered writes).
     proven: bool,
+    /// Since when the window holds data not yet written (`None`: all of it is on disk).
+    pending_since: Option<Instant>,
 }
+
+/// Staged bytes after which a segment writes them out at once. Larger writes get more from
+/// a disk than 1 MiB ones (on the development VM's virtual disk: 636 MB/s in 8 MiB direct
+/// writes, 407 MB/s in 1 MiB ones).
+pub const DIRECT_FLUSH_BYTES: usize = 8 << 20;
 
 impl Direct {
     fn open(path: &Path) -> Option<Direct> {
@@ -129,6 +137,7 @@ impl Direct {
             base: 0,
             fill: 0,
             proven: false,
+            pending_since: None,
         };
         d.reserve(1 << 20);
         Some(d)
@@ -148,18 +157,30 @@ impl Direct {
         self.start = start;
     }
 
-    /// Appends `parts` behind the data in the window and writes the window, zero-padded to a
-    /// whole page, at `base`; then keeps only the last partial page in the window.
-    fn write(&mut self, parts: &[&[u8]]) -> std::io::Result<()> {
+    /// Appends `parts` behind the data in the window, to be written by [`Direct::flush`].
+    fn stage(&mut self, parts: &[&[u8]]) {
         let n: usize = parts.iter().map(|p| p.len()).sum();
-        let end = (self.fill + n).next_multiple_of(DIRECT_ALIGN);
-        self.reserve(end);
-        let w = &mut self.mem[self.start..self.start + end];
-        let mut at = self.fill;
+        self.reserve((self.fill + n).next_multiple_of(DIRECT_ALIGN));
+        let mut at = self.start + self.fill;
         for p in parts {
-            w[at..at + p.len()].copy_from_slice(p);
+            self.mem[at..at + p.len()].copy_from_slice(p);
             at += p.len();
         }
+        if n > 0 && self.pending_since.is_none() {
+            self.pending_since = Some(Instant::now());
+        }
+        self.fill += n;
+    }
+
+    /// Writes the window, zero-padded to a whole page, at `base`; then keeps only the last
+    /// partial page in the window.
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.pending_since.is_none() {
+            return Ok(());
+        }
+        let at = self.fill;
+        let end = at.next_multiple_of(DIRECT_ALIGN);
+        let w = &mut self.mem[self.start..self.start + end];
         w[at..].fill(0);
         // A short write (a full disk) ends on a file system block, so the rest stays aligned
         // and the next call reports the error itself (ENOSPC, not EINVAL).
@@ -179,6 +200,7 @@ impl Direct {
             }
         }
         self.proven = true;
+        self.pending_since = None;
         let keep = at - at % DIRECT_ALIGN;
         w.copy_within(keep..at, 0);
         self.base += keep as u64;
@@ -238,6 +260,8 @@ impl SegmentFile {
             scratch: Vec::with_capacity(4096),
         };
         seg.put(&[&head])?;
+        // On disk at once: a reader that finds the file must find its head.
+        seg.flush()?;
         Ok(seg)
     }
 
@@ -274,23 +298,51 @@ impl SegmentFile {
     /// buffered.
     fn put(&mut self, parts: &[&[u8]]) -> Result<()> {
         if let Some(d) = &mut self.direct {
-            match d.write(parts) {
-                Ok(()) => {
-                    self.len += parts.iter().map(|p| p.len() as u64).sum::<u64>();
-                    return Ok(());
-                }
-                // Refused before any direct write landed: this file system (or device) does
-                // not do direct I/O after all; nothing is on disk yet, go buffered.
-                Err(e) if !d.proven && e.raw_os_error() == Some(libc::EINVAL) => {
-                    tracing::debug!(
-                        "{}: direct I/O refused ({e}); buffered writes",
-                        self.path.display()
-                    );
-                    self.direct = None;
-                }
-                Err(e) => return Err(StoreError::io("write segment", &self.path, e)),
+            d.stage(parts);
+            self.len += parts.iter().map(|p| p.len() as u64).sum::<u64>();
+            if d.fill >= DIRECT_FLUSH_BYTES {
+                self.flush()?;
             }
+            return Ok(());
         }
+        self.put_buffered(parts)
+    }
+
+    /// Writes what [`SegmentFile::append`] staged (direct I/O stages blocks to write them in
+    /// fewer, larger writes): the writer calls this whenever no block is waiting for it, and
+    /// it happens at the latest at [`DIRECT_FLUSH_BYTES`], and before a sync or the seal.
+    /// Until then readers of the open segment do not see the staged blocks.
+    pub fn flush(&mut self) -> Result<()> {
+        let Some(d) = &mut self.direct else {
+            return Ok(());
+        };
+        match d.flush() {
+            Ok(()) => Ok(()),
+            // Refused before any direct write landed: this file system (or device) does not
+            // do direct I/O after all. Nothing is on disk yet: write what was staged buffered.
+            Err(e) if !d.proven && e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::debug!(
+                    "{}: direct I/O refused ({e}); buffered writes",
+                    self.path.display()
+                );
+                let staged = d.mem[d.start..d.start + d.fill].to_vec();
+                self.direct = None;
+                self.len -= staged.len() as u64;
+                self.put_buffered(&[&staged])
+            }
+            Err(e) => Err(StoreError::io("write segment", &self.path, e)),
+        }
+    }
+
+    /// How long the oldest staged, unwritten byte has waited (`None`: nothing is staged).
+    pub fn unflushed_for(&self) -> Option<Duration> {
+        self.direct
+            .as_ref()
+            .and_then(|d| d.pending_since)
+            .map(|t| t.elapsed())
+    }
+
+    fn put_buffered(&mut self, parts: &[&[u8]]) -> Result<()> {
         match parts {
             [a] => self.write(a),
             [a, b] => self.write_two(a, b),
@@ -385,8 +437,9 @@ impl SegmentFile {
         self.seq
     }
 
-    /// Flushes written blocks to the medium (bounds what a power loss can take).
-    pub fn sync_data(&self) -> Result<()> {
+    /// Writes staged blocks and flushes them to the medium (bounds what a power loss can take).
+    pub fn sync_data(&mut self) -> Result<()> {
+        self.flush()?;
         self.file
             .sync_data()
             .map_err(|e| StoreError::io("fsync segment", &self.path, e))
@@ -401,6 +454,7 @@ impl SegmentFile {
             sync_dir(&self.dir)?;
             return Ok(None);
         }
+        self.flush()?;
         if self.direct.take().is_some() {
             // Cut the zero padding after the last block; the footer goes at the true end.
             self.file
@@ -426,6 +480,15 @@ impl SegmentFile {
             first_ns: self.footer.first_ns,
             last_ns: self.footer.last_ns,
         }))
+    }
+}
+
+impl Drop for SegmentFile {
+    /// A segment dropped unsealed (the writer stopped on an error) still writes what it
+    /// staged, so that recovery at the next open keeps those blocks. Best effort: an error
+    /// here leaves them out, as a crash would.
+    fn drop(&mut self) {
+        let _ = self.flush();
     }
 }
 
@@ -922,6 +985,12 @@ mod tests {
         for (i, &n) in sizes.iter().enumerate() {
             payloads.push(noise(n));
             append(&mut seg, i as u64, &payloads[i]);
+            // Staged, not written: a reader does not see the block yet.
+            assert!(seg.unflushed_for().is_some());
+            let file = File::open(&path).unwrap();
+            assert_eq!(scan(&path, &file, false).unwrap().blocks.len(), i);
+            seg.flush().unwrap();
+            assert_eq!(seg.unflushed_for(), None);
             let on_disk = std::fs::metadata(&path).unwrap().len();
             assert_eq!(
                 on_disk % DIRECT_ALIGN as u64,
@@ -951,6 +1020,38 @@ mod tests {
             r.read_frame(i, &mut frame).unwrap();
             assert_eq!(&zstd::bulk::decompress(&frame, p.len()).unwrap(), p);
         }
+    }
+
+    #[test]
+    fn staged_blocks_are_written_once_they_reach_the_flush_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut seg = SegmentFile::create(dir.path(), 1, 0).unwrap();
+        let path = dir.path().join(open_name(1));
+        // Incompressible, so each block's frame is about 1 MiB.
+        let mut x = 1u64;
+        let block: Vec<u8> = (0..1 << 20)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 56) as u8
+            })
+            .collect();
+        let mut n = 0;
+        loop {
+            append(&mut seg, n, &block);
+            n += 1;
+            if seg.unflushed_for().is_none() {
+                break; // this append crossed the flush size and wrote everything
+            }
+            assert!(n < 64, "never flushed on its own");
+        }
+        assert!(n >= 8, "flushed after {n} blocks of 1 MiB");
+        let file = File::open(&path).unwrap();
+        let s = scan(&path, &file, true).unwrap();
+        assert_eq!(s.blocks.len() as u64, n);
+        assert!(s.good_len >= DIRECT_FLUSH_BYTES as u64);
+        assert_eq!(s.problem, None);
     }
 
     #[test]

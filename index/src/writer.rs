@@ -923,6 +923,19 @@ impl WriterThread {
                     next += 1;
                     self.write_block(&mut current, c, &mut last_sync)?;
                 }
+                // Staged blocks go to disk when no block waits (so an idle or light load
+                // writes at once, and readers see blocks within the block age), or at most
+                // after 200 ms; under load they gather into larger writes.
+                if let Some(seg) = current.as_mut() {
+                    let stale = seg
+                        .unflushed_for()
+                        .is_some_and(|t| t >= Duration::from_millis(200));
+                    if stale || (rx.is_empty() && seg.unflushed_for().is_some()) {
+                        let io = Instant::now();
+                        seg.flush()?;
+                        self.disk.add(io.elapsed());
+                    }
+                }
             }
             if !pending.is_empty() {
                 return Err(StoreError::WriterStopped(format!(
