@@ -605,6 +605,13 @@ pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
     })
 }
 
+/// Bytes of a segment's head frame and segment header: the least an open segment holds once
+/// its writer has written anything.
+fn head_and_header_len() -> u64 {
+    static LEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LEN.get_or_init(|| head_frame().len() as u64 + header_frame_len())
+}
+
 fn header_frame_len() -> u64 {
     format::meta_frame_len(format::SEGMENT_HEADER_LEN) as u64
 }
@@ -717,6 +724,30 @@ pub struct Recovery {
 /// Cuts a torn open segment back to its last whole block and seals it.
 pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
     let file = File::open(path).map_err(|e| StoreError::io("open segment", path, e))?;
+    let file_len = file
+        .metadata()
+        .map_err(|e| StoreError::io("stat segment", path, e))?
+        .len();
+    if file_len == 0 {
+        // The writer stopped between creating the file and writing its head: nothing to keep
+        // and nothing damaged to look at.
+        std::fs::remove_file(path).map_err(|e| StoreError::io("remove empty segment", path, e))?;
+        sync_dir(dir)?;
+        let seq = path
+            .file_name()
+            .and_then(|n| parse_name(&n.to_string_lossy()))
+            .map_or(0, |(s, _)| s);
+        return Ok(Recovery {
+            seq,
+            kept_blocks: 0,
+            kept_packets: 0,
+            cut_bytes: 0,
+            cut_at: 0,
+            problem: Some("empty: the writer stopped before writing its head".into()),
+            sealed: None,
+            moved_aside: None,
+        });
+    }
     let s = match scan(path, &file, true) {
         Ok(s) => s,
         Err(StoreError::Corrupt {
@@ -801,6 +832,9 @@ impl SegmentReader {
                 let footer = read_footer(path, &file, bytes)?;
                 (footer.blocks, footer.interfaces)
             }
+            // A segment the writer has just created may not hold its head yet (it is
+            // written in one write right after the file is created): no blocks yet.
+            SegmentState::Open if bytes < head_and_header_len() => (Vec::new(), Vec::new()),
             SegmentState::Open => {
                 let s = scan(path, &file, false)?;
                 (s.blocks, s.interfaces)
@@ -1052,6 +1086,31 @@ mod tests {
         assert_eq!(s.blocks.len() as u64, n);
         assert!(s.good_len >= DIRECT_FLUSH_BYTES as u64);
         assert_eq!(s.problem, None);
+    }
+
+    #[test]
+    fn an_open_segment_without_its_head_yet_reads_as_empty_and_recovers_by_removal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(open_name(3));
+        File::create(&path).unwrap();
+        let r = SegmentReader::open(&path).unwrap();
+        assert_eq!((r.seq(), r.blocks().len()), (3, 0));
+        let rec = recover(dir.path(), &path).unwrap();
+        assert!(rec.sealed.is_none() && rec.moved_aside.is_none());
+        assert!(!path.exists(), "the empty open segment is still there");
+        // A head cut short is damage, not a segment being created: recovery keeps it aside.
+        let mut seg = SegmentFile::create(dir.path(), 4, 0).unwrap();
+        seg.flush().unwrap();
+        drop(seg);
+        let path = dir.path().join(open_name(4));
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(5)
+            .unwrap();
+        assert_eq!(SegmentReader::open(&path).unwrap().blocks().len(), 0);
+        assert!(recover(dir.path(), &path).unwrap().moved_aside.is_some());
     }
 
     #[test]
