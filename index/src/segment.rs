@@ -721,6 +721,26 @@ pub struct Recovery {
     pub moved_aside: Option<PathBuf>,
 }
 
+impl Recovery {
+    /// A recovery that kept no block of the `len` bytes of segment `path`.
+    fn nothing_kept(path: &Path, len: u64, problem: String, aside: Option<PathBuf>) -> Self {
+        let seq = path
+            .file_name()
+            .and_then(|n| parse_name(&n.to_string_lossy()))
+            .map_or(0, |(s, _)| s);
+        Recovery {
+            seq,
+            kept_blocks: 0,
+            kept_packets: 0,
+            cut_bytes: len,
+            cut_at: 0,
+            problem: Some(problem),
+            sealed: None,
+            moved_aside: aside,
+        }
+    }
+}
+
 /// Cuts a torn open segment back to its last whole block and seals it.
 pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
     let file = File::open(path).map_err(|e| StoreError::io("open segment", path, e))?;
@@ -733,20 +753,8 @@ pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
         // and nothing damaged to look at.
         std::fs::remove_file(path).map_err(|e| StoreError::io("remove empty segment", path, e))?;
         sync_dir(dir)?;
-        let seq = path
-            .file_name()
-            .and_then(|n| parse_name(&n.to_string_lossy()))
-            .map_or(0, |(s, _)| s);
-        return Ok(Recovery {
-            seq,
-            kept_blocks: 0,
-            kept_packets: 0,
-            cut_bytes: 0,
-            cut_at: 0,
-            problem: Some("empty: the writer stopped before writing its head".into()),
-            sealed: None,
-            moved_aside: None,
-        });
+        let problem = "empty: the writer stopped before writing its head".to_string();
+        return Ok(Recovery::nothing_kept(path, 0, problem, None));
     }
     let s = match scan(path, &file, true) {
         Ok(s) => s,
@@ -765,20 +773,8 @@ pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
             std::fs::rename(path, &aside)
                 .map_err(|e| StoreError::io("move damaged segment aside", path, e))?;
             sync_dir(dir)?;
-            let seq = path
-                .file_name()
-                .and_then(|n| parse_name(&n.to_string_lossy()))
-                .map_or(0, |(s, _)| s);
-            return Ok(Recovery {
-                seq,
-                kept_blocks: 0,
-                kept_packets: 0,
-                cut_bytes: file.metadata().map(|m| m.len()).unwrap_or(0),
-                cut_at: 0,
-                problem: Some(format!("at byte {offset}: {problem}")),
-                sealed: None,
-                moved_aside: Some(aside),
-            });
+            let problem = format!("at byte {offset}: {problem}");
+            return Ok(Recovery::nothing_kept(path, file_len, problem, Some(aside)));
         }
         Err(e) => return Err(e),
     };
