@@ -262,7 +262,7 @@ fn parse_level(s: &str) -> std::result::Result<i32, String> {
         return Ok(capsule_index::writer::STORE_LEVEL);
     }
     match s.parse::<i32>() {
-        Ok(l) if (-1000..=22).contains(&l) => Ok(l),
+        Ok(l) if (capsule_index::writer::FASTEST_LEVEL..=22).contains(&l) => Ok(l),
         _ => Err(format!(
             "expected `store` or a zstd level from -1000 to 22, found {s:?}"
         )),

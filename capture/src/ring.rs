@@ -103,6 +103,32 @@ fn check(ret: libc::c_int, what: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// A new socket (close-on-exec), or the error naming `what` was being opened.
+pub(crate) fn new_socket(domain: libc::c_int, ty: libc::c_int, what: &str) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call with plain integer arguments; the result is checked.
+    let raw = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, 0) };
+    check(raw, what)?;
+    // SAFETY: `raw` is a new, valid descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Puts interface `ifindex` in promiscuous mode for as long as packet socket `fd` is open.
+fn add_promiscuous(fd: &OwnedFd, ifindex: u32) -> io::Result<()> {
+    let mreq = libc::packet_mreq {
+        mr_ifindex: ifindex as libc::c_int,
+        mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
+        mr_alen: 0,
+        mr_address: [0; 8],
+    };
+    setsockopt(
+        fd,
+        libc::SOL_PACKET,
+        libc::PACKET_ADD_MEMBERSHIP,
+        &mreq,
+        "PACKET_ADD_MEMBERSHIP promiscuous",
+    )
+}
+
 fn setsockopt<T>(
     fd: &OwnedFd,
     level: libc::c_int,
@@ -189,24 +215,12 @@ pub fn if_index(iface: &str) -> io::Result<u32> {
 /// has protocol 0 and is never bound, so it receives nothing. AF_XDP capture needs it: an
 /// AF_XDP socket alone does not make the NIC accept frames for other MAC addresses.
 pub fn promiscuous(ifindex: u32) -> io::Result<OwnedFd> {
-    // SAFETY: plain system call with constant arguments; the result is checked.
-    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    check(raw, "socket(AF_PACKET) for promiscuous mode")?;
-    // SAFETY: `raw` is a new, valid descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let mreq = libc::packet_mreq {
-        mr_ifindex: ifindex as libc::c_int,
-        mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
-        mr_alen: 0,
-        mr_address: [0; 8],
-    };
-    setsockopt(
-        &fd,
-        libc::SOL_PACKET,
-        libc::PACKET_ADD_MEMBERSHIP,
-        &mreq,
-        "PACKET_ADD_MEMBERSHIP promiscuous",
+    let fd = new_socket(
+        libc::AF_PACKET,
+        libc::SOCK_RAW,
+        "socket(AF_PACKET) for promiscuous mode",
     )?;
+    add_promiscuous(&fd, ifindex)?;
     Ok(fd)
 }
 
@@ -235,11 +249,7 @@ pub fn rx_vlan_offload(iface: &str, set: Option<bool>) -> io::Result<bool> {
             format!("bad interface name {iface:?}"),
         ));
     }
-    // SAFETY: plain system call with constant arguments; the result is checked.
-    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    check(raw, "socket for SIOCETHTOOL")?;
-    // SAFETY: `raw` is a new, valid descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let fd = new_socket(libc::AF_INET, libc::SOCK_DGRAM, "socket for SIOCETHTOOL")?;
     let mut value = EthtoolValue {
         cmd: ETHTOOL_GFLAGS,
         data: 0,
@@ -300,11 +310,11 @@ impl PacketRing {
         // Protocol 0: the socket receives nothing until `bind` names the interface and the
         // protocol, after the ring is ready; with ETH_P_ALL here it would take every
         // interface's packets (the management port's too) until then.
-        // SAFETY: plain system call with constant arguments; the result is checked.
-        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        check(raw, "socket(AF_PACKET) (needs root or CAP_NET_RAW)")?;
-        // SAFETY: `raw` is a new, valid descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = new_socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW,
+            "socket(AF_PACKET) (needs root or CAP_NET_RAW)",
+        )?;
 
         let version = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
         setsockopt(
@@ -372,19 +382,7 @@ impl PacketRing {
             next: 0,
         };
 
-        let mreq = libc::packet_mreq {
-            mr_ifindex: ifindex as libc::c_int,
-            mr_type: libc::PACKET_MR_PROMISC as libc::c_ushort,
-            mr_alen: 0,
-            mr_address: [0; 8],
-        };
-        setsockopt(
-            &ring.fd,
-            libc::SOL_PACKET,
-            libc::PACKET_ADD_MEMBERSHIP,
-            &mreq,
-            "PACKET_ADD_MEMBERSHIP promiscuous",
-        )?;
+        add_promiscuous(&ring.fd, ifindex)?;
 
         // SAFETY: sockaddr_ll is plain data; all-zero is a valid value, then filled in.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };

@@ -38,7 +38,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::{check, getsockopt, setsockopt, take_socket_error};
+use super::{check, getsockopt, new_socket, setsockopt, take_socket_error};
 
 /// Bytes of per-packet metadata the XDP program puts before a packet (capsule_bpf::META_LEN).
 pub const META_LEN: usize = 16;
@@ -300,14 +300,11 @@ impl XskSocket {
     }
 
     fn open_mode(ifindex: u32, queue: u32, cfg: &XskConfig, mode: XskMode) -> io::Result<Self> {
-        // SAFETY: plain system call with constant arguments; the result is checked.
-        let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        check(
-            raw,
+        let fd = new_socket(
+            libc::AF_XDP,
+            libc::SOCK_RAW,
             "socket(AF_XDP) (needs root, CAP_NET_RAW and Linux 4.18+)",
         )?;
-        // SAFETY: `raw` is a new, valid descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
 
         let umem_len = cfg.frames as usize * cfg.frame_size as usize;
         // SAFETY: a fresh private anonymous mapping; the result is checked. It is registered
