@@ -12,7 +12,7 @@
 //!
 //! And per packet, on the same traffic, the parts of ingest that run for every packet
 //! (elements per second; criterion prints the time per pass over all packets):
-//! * `packet/lane`: the producer's lane choice (DSCP only, [`capsule_index::dissect::dscp_of`]);
+//! * `packet/lane`: the producer's lane choice (DSCP only, [`capsule_wire::dscp_of`]);
 //! * `packet/dissect`: a full dissection, as the side index does;
 //! * `packet/index`: the side index of every block (walk, dissect, flow records).
 //!
@@ -72,18 +72,17 @@ fn ingest(c: &mut Criterion) {
     g.bench_function("ingest", |b| {
         b.iter(|| {
             let dir = tempfile::tempdir().unwrap();
-            let (mut w, _) =
-                capsule_index::StoreWriter::open(dir.path(), Default::default()).unwrap();
+            let (mut w, _) = capsule_index::open_writer(dir.path(), Default::default()).unwrap();
             let rep = capsule_capture::import_reader(&mut w, "bench", &pcap[..]).unwrap();
             assert!(rep.error.is_none());
             w.finish().unwrap()
         })
     });
     let dir = tempfile::tempdir().unwrap();
-    let (mut w, _) = capsule_index::StoreWriter::open(dir.path(), Default::default()).unwrap();
+    let (mut w, _) = capsule_index::open_writer(dir.path(), Default::default()).unwrap();
     capsule_capture::import_reader(&mut w, "bench", &pcap[..]).unwrap();
     w.finish().unwrap();
-    let store = capsule_index::Store::open(dir.path()).unwrap();
+    let store = capsule_store::Store::open(dir.path()).unwrap();
     g.bench_function("export", |b| {
         b.iter(|| capsule_replay::export(&store, &Default::default(), std::io::sink()).unwrap())
     });
@@ -110,11 +109,11 @@ fn append_cpu(c: &mut Criterion) {
         // One writer for every pass, as in a long capture: its buffers are warm, and the
         // budget keeps the store at a few segments.
         let dir = tempfile::tempdir().unwrap();
-        let cfg = capsule_index::WriterConfig {
+        let cfg = capsule_store::WriterConfig {
             max_bytes: Some(256 << 20),
             ..Default::default()
         };
-        let (mut w, _) = capsule_index::StoreWriter::open(dir.path(), cfg).unwrap();
+        let (mut w, _) = capsule_index::open_writer(dir.path(), cfg).unwrap();
         let i = w.add_interface(capsule_pcap::Interface {
             linktype: 1,
             snaplen: 0,
@@ -155,7 +154,7 @@ fn packets(pcap: &[u8]) -> Vec<(u64, u32, Vec<u8>)> {
 }
 
 fn per_packet(c: &mut Criterion) {
-    use capsule_index::dissect::{dissect, dscp_of};
+    use capsule_wire::{dissect, dscp_of};
     let pkts = packets(&synth_pcap());
     // Header parsing runs on a packet that was just copied, so it is in the cache: measure
     // it on a few thousand packets in a loop, not on 64 MB that come from memory each time.
@@ -178,7 +177,7 @@ fn per_packet(c: &mut Criterion) {
         })
     });
     // Blocks as the writer cuts them (1 MiB, in arrival order; one stream, no lanes).
-    let mut blocks: Vec<(capsule_index::format::BlockMeta, Vec<u8>)> = Vec::new();
+    let mut blocks: Vec<(capsule_store::format::BlockMeta, Vec<u8>)> = Vec::new();
     let mut buf = Vec::new();
     for (ts, orig, d) in &pkts {
         capsule_pcap::write::pcapng_epb(&mut buf, 0, *ts, *orig, d);

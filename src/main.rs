@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use capsule_index::{Store, StoreWriter, WriterConfig};
+use capsule_store::{Store, WriterConfig};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser, Debug)]
@@ -167,33 +167,33 @@ struct QueryArgs {
 }
 
 impl QueryArgs {
-    fn query(&self) -> Result<capsule_index::plan::Query> {
+    fn query(&self) -> Result<capsule_query::Query> {
         let text = self.filter.join(" ");
-        let filter = capsule_index::filter::Filter::parse(&text)
-            .map_err(|e| anyhow::anyhow!("bad filter:\n{e}"))?;
-        let now = capsule_index::store::now_ns();
+        let filter =
+            capsule_query::Filter::parse(&text).map_err(|e| anyhow::anyhow!("bad filter:\n{e}"))?;
+        let now = capsule_store::now_ns();
         let from_ns = self
             .from
             .as_deref()
-            .map(|t| units::parse_time(t, now))
+            .map(|t| capsule_query::parse_time(t, now))
             .transpose()
             .context("--from")?;
         let to_ns = self
             .to
             .as_deref()
-            .map(|t| units::parse_time(t, now))
+            .map(|t| capsule_query::parse_time(t, now))
             .transpose()
             .context("--to")?;
         if let (Some(f), Some(t)) = (from_ns, to_ns) {
             if f > t {
                 bail!(
                     "--from {} is after --to {}",
-                    units::format_instant(f),
-                    units::format_instant(t)
+                    capsule_query::format_instant(f),
+                    capsule_query::format_instant(t)
                 );
             }
         }
-        Ok(capsule_index::plan::Query {
+        Ok(capsule_query::Query {
             filter,
             from_ns,
             to_ns,
@@ -259,10 +259,10 @@ struct WriterArgs {
 /// `--level`: `store`, or a zstd level from -1000 to 22.
 fn parse_level(s: &str) -> std::result::Result<i32, String> {
     if s == "store" {
-        return Ok(capsule_index::writer::STORE_LEVEL);
+        return Ok(capsule_store::writer::STORE_LEVEL);
     }
     match s.parse::<i32>() {
-        Ok(l) if (capsule_index::writer::FASTEST_LEVEL..=22).contains(&l) => Ok(l),
+        Ok(l) if (capsule_store::writer::FASTEST_LEVEL..=22).contains(&l) => Ok(l),
         _ => Err(format!(
             "expected `store` or a zstd level from -1000 to 22, found {s:?}"
         )),
@@ -275,9 +275,10 @@ impl WriterArgs {
             block_bytes: usize::try_from(
                 units::parse_size(&self.block_size).context("--block-size")?,
             )?,
-            block_age: units::parse_duration(&self.block_age).context("--block-age")?,
+            block_age: capsule_query::parse_duration(&self.block_age).context("--block-age")?,
             segment_bytes: units::parse_size(&self.segment_size).context("--segment-size")?,
-            segment_age: units::parse_duration(&self.segment_age).context("--segment-age")?,
+            segment_age: capsule_query::parse_duration(&self.segment_age)
+                .context("--segment-age")?,
             max_bytes: self
                 .max_bytes
                 .as_deref()
@@ -387,7 +388,7 @@ fn mb_per_s(bytes: u64, secs: f64) -> f64 {
 fn import(store: &Path, args: &WriterArgs, files: &[String]) -> Result<ExitCode> {
     let cfg = args.config()?;
     let t0 = Instant::now();
-    let (mut writer, opened) = StoreWriter::open(store, cfg)?;
+    let (mut writer, opened) = capsule_index::open_writer(store, cfg)?;
     print_open_report(&opened);
     let mut damaged = Vec::new();
     // A store failure stops the import, but what was written is still sealed below.
@@ -469,7 +470,7 @@ fn import(store: &Path, args: &WriterArgs, files: &[String]) -> Result<ExitCode>
 }
 
 /// Says what opening the store for writing found: recovered torn segments and retention.
-fn print_open_report(opened: &capsule_index::OpenReport) {
+fn print_open_report(opened: &capsule_store::OpenReport) {
     for r in &opened.recovered {
         let why = match r.problem.as_deref() {
             Some(p) => format!(" ({p})"),
@@ -677,7 +678,7 @@ fn capture(a: &CaptureArgs) -> Result<ExitCode> {
         adaptive: true,
         ..a.writer.config()?
     };
-    let (mut writer, opened) = StoreWriter::open(&a.store, cfg)?;
+    let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;
     print_open_report(&opened);
     eprintln!("capsule: capturing on {iface} with {desc}");
     let mut status = capsule_capture::status::StatusFile::new(&a.store, iface, &desc);
@@ -771,7 +772,7 @@ fn flows(args: &QueryArgs, sort: FlowSort, limit: usize, json: bool) -> Result<E
     let dscps = |mask: u64| -> String {
         (0..64u8)
             .filter(|d| mask & (1 << d) != 0)
-            .map(|d| capsule_index::filter::dscp_name(d).map_or(d.to_string(), str::to_string))
+            .map(|d| capsule_query::filter::dscp_name(d).map_or(d.to_string(), str::to_string))
             .collect::<Vec<_>>()
             .join(",")
     };
@@ -834,7 +835,7 @@ fn flows(args: &QueryArgs, sort: FlowSort, limit: usize, json: bool) -> Result<E
                 b,
                 f.total_packets(),
                 f.total_bytes(),
-                units::format_instant(f.first_ns),
+                capsule_query::format_instant(f.first_ns),
                 (f.last_ns - f.first_ns) as f64 / 1e9,
                 dscps(f.dscp[0] | f.dscp[1]),
                 f.retransmissions[0] + f.retransmissions[1],
@@ -863,7 +864,7 @@ fn reindex(store: &Path) -> Result<ExitCode> {
     let mut idx_bytes = 0u64;
     let segs = store.open_segments()?;
     for seg in &segs {
-        if seg.state() != capsule_index::SegmentState::Sealed {
+        if seg.state() != capsule_store::SegmentState::Sealed {
             continue;
         }
         let idx = capsule_index::sideindex::rebuild(seg)?;
@@ -910,7 +911,7 @@ fn status(store_dir: &Path, json: bool, watch: bool) -> Result<ExitCode> {
             .flat_map(|s| s.blocks())
             .map(|b| b.last_ns)
             .max();
-        let now = capsule_index::store::now_ns();
+        let now = capsule_store::now_ns();
         // Live: the capture says it runs, its process exists, and it wrote within 5 s.
         let live = st.as_ref().is_some_and(|s| {
             s.running
@@ -939,7 +940,7 @@ fn status(store_dir: &Path, json: bool, watch: bool) -> Result<ExitCode> {
                         "capture: {state}, pid {}, on {} since {}",
                         s.pid,
                         s.iface,
-                        units::format_instant(s.started_ns)
+                        capsule_query::format_instant(s.started_ns)
                     );
                     println!("  mode: {}", s.mode);
                     println!(
@@ -986,7 +987,7 @@ fn status(store_dir: &Path, json: bool, watch: bool) -> Result<ExitCode> {
                         s.vlan_restored,
                         s.truncated,
                         s.hw_timestamps,
-                        units::format_instant(s.updated_ns)
+                        capsule_query::format_instant(s.updated_ns)
                     );
                 }
             }
@@ -995,8 +996,8 @@ fn status(store_dir: &Path, json: bool, watch: bool) -> Result<ExitCode> {
                 segs.len(),
                 packets,
                 bytes,
-                first.map(units::format_instant).unwrap_or_default(),
-                last.map(units::format_instant).unwrap_or_default()
+                first.map(capsule_query::format_instant).unwrap_or_default(),
+                last.map(capsule_query::format_instant).unwrap_or_default()
             );
         }
         if !watch {
@@ -1022,8 +1023,8 @@ fn segments(store: &Path, json: bool) -> Result<ExitCode> {
         let first = s.blocks().iter().map(|b| b.first_ns).min();
         let last = s.blocks().iter().map(|b| b.last_ns).max();
         let state = match s.state() {
-            capsule_index::SegmentState::Sealed => "sealed",
-            capsule_index::SegmentState::Open => "open",
+            capsule_store::SegmentState::Sealed => "sealed",
+            capsule_store::SegmentState::Open => "open",
         };
         if json {
             let v = serde_json::json!({
@@ -1042,8 +1043,8 @@ fn segments(store: &Path, json: bool) -> Result<ExitCode> {
                 s.blocks().len(),
                 packets,
                 s.bytes(),
-                first.map(units::format_instant).unwrap_or_default(),
-                last.map(units::format_instant).unwrap_or_default()
+                first.map(capsule_query::format_instant).unwrap_or_default(),
+                last.map(capsule_query::format_instant).unwrap_or_default()
             )?;
         }
     }
@@ -1060,11 +1061,11 @@ fn synth(
 ) -> Result<ExitCode> {
     let cfg = capsule_synth::SynthConfig {
         seed,
-        duration_ns: units::parse_duration(duration)
+        duration_ns: capsule_query::parse_duration(duration)
             .context("--duration")?
             .as_nanos() as u64,
         rate_bps: units::parse_rate(rate).context("--rate")?,
-        start_ns: units::parse_instant(start).context("--start")?,
+        start_ns: capsule_query::parse_instant(start).context("--start")?,
     };
     let t0 = Instant::now();
     let truth = if write == "-" {

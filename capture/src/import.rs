@@ -5,12 +5,12 @@
 //! before it stay in the store, and the [`FileReport`] carries a [`FileProblem`] naming the
 //! file, the byte offset, and what was wrong. A store error (disk full, I/O) is an
 //! [`ImportError`]: nothing already sealed is touched, and the caller should still
-//! [`finish`](capsule_index::StoreWriter::finish) the writer to seal what was written.
+//! [`finish`](capsule_store::StoreWriter::finish) the writer to seal what was written.
 
 use std::io::Read;
 
-use capsule_index::{StoreError, StoreWriter};
 use capsule_pcap::{CaptureReader, FileFormat, ReadError, Record};
+use capsule_store::{StoreError, StoreWriter};
 
 /// What importing one input did.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 //!
 //! This crate owns the ways packets arrive. Today that is offline import ([`import`]):
 //! a pcap or pcapng stream is read by the checked reader of `capsule-pcap`, each file
-//! interface is registered with the [`capsule_index::StoreWriter`], and every packet is
+//! interface is registered with the [`capsule_store::StoreWriter`], and every packet is
 //! appended with its nanosecond timestamp, original length and interface:
 //!
 //! ```text

@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use capsule_index::writer::MAX_PACKET;
-use capsule_index::{StoreError, StoreWriter};
 use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
+use capsule_store::writer::MAX_PACKET;
+use capsule_store::{StoreError, StoreWriter};
 
 use crate::ring::{PacketRing, RingConfig, RingStats};
 
@@ -168,7 +168,7 @@ impl Live {
         writer
             .record_stats(
                 iface,
-                capsule_index::store::now_ns(),
+                capsule_store::now_ns(),
                 Some(rep.kernel.packets),
                 Some(rep.kernel.drops),
             )

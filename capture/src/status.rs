@@ -80,7 +80,7 @@ pub struct CaptureStatus {
     /// How the store writer keeps up: blocks per compression rung, whether the disk is the
     /// limit. Absent in status files of earlier versions.
     #[serde(default)]
-    pub store: capsule_index::writer::Pressure,
+    pub store: capsule_store::writer::Pressure,
 }
 
 /// Writes the status file of a running capture.
@@ -94,7 +94,7 @@ pub struct StatusFile {
 
 impl StatusFile {
     pub fn new(store: &Path, iface: &str, mode: &str) -> StatusFile {
-        let now = capsule_index::store::now_ns();
+        let now = capsule_store::now_ns();
         let mut f = StatusFile {
             path: store.join(STATUS_FILE),
             status: CaptureStatus {
@@ -114,7 +114,7 @@ impl StatusFile {
     }
 
     /// Records the running totals and the store writer's state (call about once a second).
-    pub fn update(&mut self, rep: &LiveReport, store: capsule_index::writer::Pressure) {
+    pub fn update(&mut self, rep: &LiveReport, store: capsule_store::writer::Pressure) {
         let s = &mut self.status;
         let now = Instant::now();
         if let Some((at, packets, bytes, drops)) = self.last {
@@ -126,7 +126,7 @@ impl StatusFile {
             }
         }
         self.last = Some((now, rep.packets, rep.wire_bytes, rep.drops()));
-        s.updated_ns = capsule_index::store::now_ns();
+        s.updated_ns = capsule_store::now_ns();
         s.packets = rep.packets;
         s.wire_bytes = rep.wire_bytes;
         s.seen = rep.seen();
@@ -142,7 +142,7 @@ impl StatusFile {
     /// Marks the capture stopped.
     pub fn finish(&mut self) {
         self.status.running = false;
-        self.status.updated_ns = capsule_index::store::now_ns();
+        self.status.updated_ns = capsule_store::now_ns();
         self.status.packets_per_s = 0.0;
         self.status.bits_per_s = 0.0;
         self.status.drops_per_s = 0.0;
@@ -221,7 +221,7 @@ mod tests {
         rep.packets = 110;
         rep.wire_bytes = 101_000;
         rep.kernel.drops = 5;
-        let store = capsule_index::writer::Pressure {
+        let store = capsule_store::writer::Pressure {
             blocks_by_rung: [7, 2, 1, 3],
             disk_bound: true,
             readers_behind: 1,
@@ -247,7 +247,7 @@ mod tests {
         v.as_object_mut().unwrap().remove("store").unwrap();
         std::fs::write(dir.path().join(STATUS_FILE), v.to_string()).unwrap();
         let s = read_status(dir.path()).unwrap().unwrap();
-        assert_eq!(s.store, capsule_index::writer::Pressure::default());
+        assert_eq!(s.store, capsule_store::writer::Pressure::default());
     }
 
     #[test]

@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capsule_bpf::{Meta, Variant, XdpProgram};
-use capsule_index::writer::MAX_PACKET;
-use capsule_index::StoreWriter;
 use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
+use capsule_store::writer::MAX_PACKET;
+use capsule_store::StoreWriter;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 use crate::live::{with_vlan_tag, Behind, LiveError, LiveReport};
@@ -284,7 +284,7 @@ impl XdpCapture {
         }
     }
 
-    fn store_error(&self, error: capsule_index::StoreError) -> LiveError {
+    fn store_error(&self, error: capsule_store::StoreError) -> LiveError {
         LiveError::Store {
             iface: self.cfg.iface.clone(),
             error: Box::new(error),
@@ -638,7 +638,7 @@ impl StatsTimer {
         iface: u32,
         rep: &LiveReport,
         now: Instant,
-    ) -> Result<(), capsule_index::StoreError> {
+    ) -> Result<(), capsule_store::StoreError> {
         let drops = rep.drops();
         let due = self
             .recorded
@@ -655,10 +655,10 @@ fn record(
     writer: &mut StoreWriter,
     iface: u32,
     rep: &LiveReport,
-) -> Result<(), capsule_index::StoreError> {
+) -> Result<(), capsule_store::StoreError> {
     writer.record_stats(
         iface,
-        capsule_index::store::now_ns(),
+        capsule_store::now_ns(),
         Some(rep.seen()),
         Some(rep.drops()),
     )
@@ -669,7 +669,7 @@ fn store_batch(
     iface: u32,
     batch: &Batch,
     rep: &mut LiveReport,
-) -> Result<(), capsule_index::StoreError> {
+) -> Result<(), capsule_store::StoreError> {
     for p in &batch.packets {
         let data = &batch.data[p.off..p.off + p.caplen as usize];
         writer.append(iface, p.ts_ns, p.wire_len, data)?;

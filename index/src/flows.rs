@@ -7,12 +7,11 @@
 
 use std::collections::HashMap;
 
-use crate::error::Result;
-use crate::filter::Tri;
-use crate::plan::{flow_side, Query};
-use crate::segment::SegmentReader;
+use capsule_query::{Query, Tri};
+use capsule_store::{Result, SegmentReader, Store};
+
+use crate::plan::flow_side;
 use crate::sideindex::{FlowKey, FlowRecord, SegmentIndex};
-use crate::store::Store;
 
 /// One flow over the queried window, both directions (0: a -> b, 1: b -> a): its record,
 /// merged across segments, with no block list or buckets.

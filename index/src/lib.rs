@@ -1,40 +1,28 @@
-//! The segment store and its side index.
+//! The side index: what each segment holds, so queries plan without scanning and flow
+//! questions are answered without reading a packet.
 //!
-//! This crate owns everything capsule keeps on disk, and how it is searched. Packets flow
-//! through it like this:
+//! This crate owns the data derived from segments (capsule-store holds the packets), how a
+//! query is planned from it, and flow listings:
 //!
 //! ```text
-//! StoreWriter::append(packet)                                      (writer.rs)
-//!   -> pcapng Enhanced Packet Block into its lane's open block (one lane per DSCP class)
-//!   -> block cut by size or age, sorted by time, sent to a compressor thread
-//!   -> independent zstd frame with checksum, crc32c over the frame
-//!   -> writer thread: retention (delete oldest segments under the byte budget),
-//!      block header frame + zstd frame appended to the open segment      (segment.rs)
-//!      the block's packets dissected into flow records                   (dissect.rs,
-//!   -> segment sealed by size or age: footer, fsync, rename, fsync dir    sideindex.rs)
-//!      and its side index written to index/seg-N.idx
-//! query: Filter::parse (filter/) -> plan (plan.rs): blocks in the window whose flows or
-//!   DSCP set may match -> SegmentReader::read_block: crc32c check, zstd decompress
+//! store writer thread, per block (raw bytes)    -> SideIndexer (indexer.rs, the store's
+//!   -> capsule_wire::dissect every packet           Indexer) -> IndexBuilder (sideindex.rs)
+//!   -> FlowRecord per flow (both directions), BlockSummary per block, 1 s buckets
+//! segment sealed -> SegmentIndex -> STORE/index/seg-N.idx (tmp, fsync, rename)
+//! query: capsule_query::Query -> plan (plan.rs): blocks in the window whose flows or DSCP
+//!   set may match -> capsule-replay reads exactly those
 //! flows (flows.rs): flow records merged across segments, from the index alone
 //! ```
 //!
-//! Every byte of a segment and of an index file is specified in docs/format.md. A sealed
-//! segment is an ordinary zstd-compressed pcapng: `zstd -dc` prints it, and a Wireshark that
-//! reads multi-frame zstd files opens it directly.
+//! The index is derived data: [`sideindex::rebuild`] recomputes it from a segment's blocks,
+//! and a missing or stale file is rebuilt by the next writer or by `capsule reindex`. Every
+//! byte of an index file is specified in docs/format.md.
 #![forbid(unsafe_code)]
 
-pub mod dissect;
-pub mod error;
-pub mod filter;
 pub mod flows;
-pub mod format;
+pub mod indexer;
 pub mod plan;
-pub mod segment;
 pub mod sideindex;
-pub mod store;
-pub mod writer;
 
-pub use error::{Result, StoreError};
-pub use segment::{SegmentReader, SegmentState};
-pub use store::{SegmentEntry, Store};
-pub use writer::{OpenReport, StoreWriter, WriteReport, WriterConfig};
+pub use indexer::{open_writer, SideIndexer};
+pub use plan::{plan, Plan, SegmentPlan};

@@ -13,42 +13,10 @@
 //! The plan over-approximates: export still applies the filter and the window to every
 //! packet it reads, so a plan can make a query slower, never wrong.
 
-use crate::error::Result;
-use crate::filter::{Filter, FlowSide, Tri};
-use crate::segment::SegmentReader;
+use capsule_query::{Filter, FlowSide, Query, Tri};
+use capsule_store::{Result, SegmentReader, Store};
+
 use crate::sideindex::{FlowRecord, SegmentIndex};
-use crate::store::Store;
-
-/// What a query asks for.
-#[derive(Debug, Clone)]
-pub struct Query {
-    pub filter: Filter,
-    /// Inclusive start of the window, ns since the epoch.
-    pub from_ns: Option<u64>,
-    /// Exclusive end of the window, ns since the epoch.
-    pub to_ns: Option<u64>,
-}
-
-impl Query {
-    /// Everything in the store.
-    pub fn all() -> Self {
-        Query {
-            filter: Filter::all(),
-            from_ns: None,
-            to_ns: None,
-        }
-    }
-
-    fn window(&self) -> (u64, u64) {
-        (self.from_ns.unwrap_or(0), self.to_ns.unwrap_or(u64::MAX))
-    }
-
-    /// Whether a packet's timestamp is inside the window.
-    pub fn in_window(&self, ts_ns: u64) -> bool {
-        let (from, to) = self.window();
-        ts_ns >= from && ts_ns < to
-    }
-}
 
 /// The blocks to read from one segment.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,19 +20,15 @@ use std::path::{Path, PathBuf};
 
 use capsule_pcap::read::fragment_packets;
 
-use crate::dissect::{dissect, L4};
-use crate::error::{Result, StoreError};
-use crate::format::{BlockMeta, DecodeError};
-use crate::segment::SegmentReader;
+use capsule_store::format::{BlockMeta, DecodeError};
+use capsule_store::{Result, SegmentReader, StoreError};
+use capsule_wire::{dissect, L4};
 
 /// Index format version written by this build, and the only one it reads.
 pub const INDEX_VERSION: u16 = 1;
 const INDEX_MAGIC: [u8; 8] = *b"CPSLIDX\0";
 const HEADER_LEN: usize = 64;
 const NO_VLAN: u16 = 0xFFFF;
-
-/// Directory of index files inside a store.
-pub const INDEX_DIR: &str = "index";
 
 /// Name of segment `seq`'s index file.
 pub fn index_name(seq: u64) -> String {

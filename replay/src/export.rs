@@ -5,12 +5,13 @@ use std::collections::{BinaryHeap, HashMap};
 use std::io::Write;
 use std::sync::Arc;
 
-use capsule_index::dissect::dissect;
-use capsule_index::plan::{plan, Plan, Query};
-use capsule_index::{SegmentReader, Store, StoreError};
+use capsule_index::plan::{plan, Plan};
 use capsule_pcap::{
     read::fragment_packets, read::fragment_stats, write as pw, FragmentStat, Interface, PacketRef,
 };
+use capsule_query::Query;
+use capsule_store::{SegmentReader, Store, StoreError};
+use capsule_wire::dissect;
 use crossbeam_channel::{bounded, Receiver};
 
 /// Output file format.
@@ -597,8 +598,8 @@ impl<W: Write> Encoder<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use capsule_index::{StoreWriter, WriterConfig};
     use capsule_pcap::{CaptureReader, Record};
+    use capsule_store::WriterConfig;
     use proptest::prelude::*;
 
     type Pkt = (u64, u32, Vec<u8>);
@@ -617,7 +618,7 @@ mod tests {
     fn store_with(batches: &[Vec<Pkt>], ifaces: &[Interface]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         for batch in batches {
-            let (mut w, _) = StoreWriter::open(dir.path(), cfg()).unwrap();
+            let (mut w, _) = capsule_index::open_writer(dir.path(), cfg()).unwrap();
             let ids: Vec<u32> = ifaces.iter().map(|i| w.add_interface(i.clone())).collect();
             for (ts, iface, data) in batch {
                 w.append(ids[*iface as usize], *ts, data.len() as u32 + 4, data)
@@ -749,7 +750,7 @@ mod tests {
     #[test]
     fn an_empty_store_exports_a_valid_empty_file() {
         let dir = tempfile::tempdir().unwrap();
-        capsule_index::Store::create_or_open(dir.path()).unwrap();
+        capsule_store::Store::create_or_open(dir.path()).unwrap();
         for format in [Format::Pcap, Format::PcapNg] {
             let out = run(
                 dir.path(),
@@ -782,7 +783,7 @@ mod tests {
     #[test]
     fn interface_statistics_of_the_window_are_exported_and_drops_counted() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut w, _) = StoreWriter::open(dir.path(), cfg()).unwrap();
+        let (mut w, _) = capsule_index::open_writer(dir.path(), cfg()).unwrap();
         let i = w.add_interface(eth());
         w.record_stats(i, 100, Some(0), Some(0)).unwrap();
         for t in 0..50u64 {

@@ -1,6 +1,6 @@
 //! Property test: a filtered, windowed export equals the brute-force answer.
 //!
-//! Random stores are written with [`StoreWriter`] (4 KiB blocks, 32 KiB segments, several
+//! Random stores are written with [`capsule_index::open_writer`] (4 KiB blocks, 32 KiB segments, several
 //! writers one after another so that segments overlap in time): real Ethernet frames, some
 //! with one, two or three VLAN tags, IPv4 or IPv6, TCP / UDP / SCTP / ICMP / GRE, addresses,
 //! ports, VLAN ids and DSCP from small pools (so that filters hit), ARP and LLDP frames,
@@ -19,11 +19,10 @@
 
 use std::net::IpAddr;
 
-use capsule_index::dissect::dissect;
-use capsule_index::filter::Filter;
-use capsule_index::plan::Query;
-use capsule_index::{Store, StoreWriter, WriterConfig};
 use capsule_pcap::{CaptureReader, Interface, Record};
+use capsule_query::{Filter, Query};
+use capsule_store::{Store, WriterConfig};
+use capsule_wire::dissect;
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -429,7 +428,7 @@ fn prim() -> impl Strategy<Value = Prim> {
         1 => Just(Prim::Ip6),
         2 => proptest::option::of(prop_oneof![4 => select(VLANS), 1 => 0..4096u16]).prop_map(Prim::Vlan),
         2 => (dscp(), any::<bool>()).prop_map(|(d, by_name)| {
-            let name = capsule_index::filter::dscp_name(d).filter(|_| by_name);
+            let name = capsule_query::filter::dscp_name(d).filter(|_| by_name);
             Prim::Dscp(d, name.map_or(d.to_string(), |n| n.to_uppercase()))
         }),
     ]
@@ -587,7 +586,7 @@ fn eth() -> Interface {
 fn store_with(batches: &[Vec<Spec>]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for batch in batches {
-        let (mut w, _) = StoreWriter::open(dir.path(), cfg()).unwrap();
+        let (mut w, _) = capsule_index::open_writer(dir.path(), cfg()).unwrap();
         let id = w.add_interface(eth());
         for s in batch {
             let (orig, data) = s.packet();

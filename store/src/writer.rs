@@ -36,9 +36,9 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::error::{Result, StoreError};
 use crate::format::{self, BlockMeta};
-use crate::segment::{self, Recovery, SealedSegment, SegmentFile, SegmentReader, SegmentState};
-use crate::sideindex::{self, rebuild, IndexBuilder, SegmentIndex};
-use crate::store::{now_ns, Store};
+use crate::indexer::{Indexer, NoIndex};
+use crate::segment::{self, Recovery, SealedSegment, SegmentFile, SegmentState};
+use crate::store::{now_ns, SegmentEntry, Store};
 
 /// The largest packet the store accepts (captured bytes).
 pub const MAX_PACKET: usize = 256 * 1024;
@@ -48,11 +48,11 @@ pub const LANES: usize = 8;
 
 /// The lane of a packet: its DSCP class; non-IP packets go to lane 0 with best effort.
 ///
-/// Reads only the DSCP ([`dscp_of`](crate::dissect::dscp_of), which agrees with the full
+/// Reads only the DSCP ([`dscp_of`](capsule_wire::dscp_of), which agrees with the full
 /// dissection the side index makes later on the writer thread): this runs on the producer,
 /// for every packet live capture hands over.
 fn lane_of(linktype: u16, data: &[u8]) -> usize {
-    crate::dissect::dscp_of(linktype, data).map_or(0, |dscp| usize::from(dscp >> 3) & (LANES - 1))
+    capsule_wire::dscp_of(linktype, data).map_or(0, |dscp| usize::from(dscp >> 3) & (LANES - 1))
 }
 
 /// How the writer cuts blocks and segments and how much disk it may use.
@@ -248,9 +248,22 @@ impl Ratio {
 }
 
 impl StoreWriter {
+    /// Opens (creating if needed) the store at `root` for writing segments alone, with no
+    /// derived data: what it writes gets its side index from the next writer that keeps one
+    /// (capsule-index's `open_writer`) or from `capsule reindex`. See [`StoreWriter::open_with`].
+    pub fn open(root: &std::path::Path, cfg: WriterConfig) -> Result<(Self, OpenReport)> {
+        Self::open_with(root, cfg, Box::new(NoIndex))
+    }
+
     /// Opens (creating if needed) the store at `root` for writing: takes the writer lock,
-    /// recovers torn segments, applies the byte budget, and starts the pipeline threads.
-    pub fn open(root: &std::path::Path, mut cfg: WriterConfig) -> Result<(Self, OpenReport)> {
+    /// recovers torn segments, applies the byte budget, has `indexer` bring its derived data
+    /// up to date, and starts the pipeline threads. The writer thread then hands `indexer`
+    /// every block it writes.
+    pub fn open_with(
+        root: &std::path::Path,
+        mut cfg: WriterConfig,
+        mut indexer: Box<dyn Indexer>,
+    ) -> Result<(Self, OpenReport)> {
         if cfg.block_bytes < 4096 || cfg.block_bytes > 64 << 20 {
             return Err(StoreError::Config(format!(
                 "block size {} bytes is outside 4 KiB..64 MiB",
@@ -294,18 +307,21 @@ impl StoreWriter {
             .map(|e| (e.seq, e.path, e.bytes))
             .collect();
         let mut total: u64 = sealed.iter().map(|s| s.2).sum();
-        let index_dir = store.index_dir();
         if let Some(max) = cfg.max_bytes {
-            report.deleted = enforce_budget(&dir, &index_dir, &mut sealed, &mut total, max, 0)?;
+            report.deleted =
+                enforce_budget(&dir, indexer.as_mut(), &mut sealed, &mut total, max, 0)?;
         }
-        // The index is derived data: rebuild what a crash (or an older build) left without one.
-        for (_, path, _) in &sealed {
-            let seg = SegmentReader::open(path)?;
-            if !SegmentIndex::is_current(&index_dir, &seg) {
-                rebuild(&seg)?.write(&index_dir)?;
-                report.reindexed.push(seg.seq());
-            }
-        }
+        // Derived data: rebuild what a crash (or an older build) left without it.
+        let remaining: Vec<SegmentEntry> = sealed
+            .iter()
+            .map(|(seq, path, bytes)| SegmentEntry {
+                seq: *seq,
+                state: SegmentState::Sealed,
+                path: path.clone(),
+                bytes: *bytes,
+            })
+            .collect();
+        report.reindexed = indexer.reconcile(&store, &remaining)?;
 
         // Live capture (adaptive) gets a deeper queue: 16 blocks absorb a burst while the
         // compressors step down to faster levels (see compress_loop).
@@ -353,8 +369,7 @@ impl StoreWriter {
         drop(done_tx);
         let w = WriterThread {
             dir: dir.clone(),
-            index_dir,
-            index: None,
+            indexer,
             pool: pool_tx,
             frames: frames_tx,
             sealed,
@@ -863,14 +878,13 @@ fn compress_loop(
 
 struct WriterThread {
     dir: PathBuf,
-    index_dir: PathBuf,
     sealed: VecDeque<(u64, PathBuf, u64)>,
     total: u64,
     cfg: WriterConfig,
     ratio: Arc<Ratio>,
     report: WriteReport,
-    /// The index of the open segment, built block by block.
-    index: Option<IndexBuilder>,
+    /// Keeps the derived data (the side index) of what is written.
+    indexer: Box<dyn Indexer>,
     /// Where block buffers go back to the producer.
     pool: Sender<Vec<u8>>,
     /// Where frame buffers go back to the compressors.
@@ -958,11 +972,8 @@ impl WriterThread {
 
     fn seal(&mut self, seg: SegmentFile) -> Result<()> {
         let before = seg.len();
-        let index = self.index.take();
         if let Some(s) = seg.seal()? {
-            if let Some(index) = index {
-                index.finish(s.bytes).write(&self.index_dir)?;
-            }
+            self.indexer.sealed(&s)?;
             self.total += s.bytes - before;
             self.sealed.push_back((s.seq, s.path.clone(), s.bytes));
             self.report.sealed.push(s);
@@ -990,7 +1001,7 @@ impl WriterThread {
             };
             let deleted = enforce_budget(
                 &self.dir,
-                &self.index_dir,
+                self.indexer.as_mut(),
                 &mut self.sealed,
                 &mut self.total,
                 max,
@@ -1000,7 +1011,7 @@ impl WriterThread {
         }
         if current.is_none() {
             let seg = SegmentFile::create(&self.dir, c.segment, now_ns())?;
-            self.index = Some(IndexBuilder::new(c.segment));
+            self.indexer.begin(c.segment);
             self.total += seg.len();
             *current = Some(seg);
         }
@@ -1014,9 +1025,7 @@ impl WriterThread {
             .fetch_add(u64::from(c.meta.uncompressed_len), Ordering::Relaxed);
         self.report.uncompressed_bytes += u64::from(c.meta.uncompressed_len);
         self.report.compressed_bytes += c.frame.len() as u64;
-        if let Some(index) = self.index.as_mut() {
-            index.add_block(&c.meta, &c.data);
-        }
+        self.indexer.block(&c.meta, &c.data);
         // Only block-sized buffers go back to the producer. An interface or statistics
         // block's buffer is a few dozen bytes: as a lane's next block it would grow through
         // a dozen reallocations and copies, and capture records statistics whenever the
@@ -1042,7 +1051,7 @@ impl WriterThread {
 /// Deletes the oldest sealed segments until `total + need <= max`.
 fn enforce_budget(
     dir: &std::path::Path,
-    index_dir: &std::path::Path,
+    indexer: &mut dyn Indexer,
     sealed: &mut VecDeque<(u64, PathBuf, u64)>,
     total: &mut u64,
     max: u64,
@@ -1058,12 +1067,7 @@ fn enforce_budget(
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(StoreError::io("delete old segment", path, e)),
         }
-        let idx = index_dir.join(sideindex::index_name(seq));
-        match std::fs::remove_file(&idx) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(StoreError::io("delete old index", idx, e)),
-        }
+        indexer.deleted(seq)?;
         *total = total.saturating_sub(bytes);
         tracing::info!(
             seq,

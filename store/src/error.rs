@@ -55,7 +55,8 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, error: std::io::Error) -> Self {
+    /// An I/O error of `op` on `path`.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         StoreError::Io {
             op,
             path: path.into(),

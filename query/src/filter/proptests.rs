@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use proptest::sample::select;
 
 use super::*;
-use crate::dissect::{Fragment, IpInfo, TcpInfo, L4};
+use capsule_wire::{Fragment, IpInfo, TcpInfo, L4};
 
 // Small pools, so that random filters and random packets often meet.
 const V4: &[&str] = &["10.0.0.1", "10.0.0.2", "10.1.2.3", "192.168.1.1"];

@@ -16,7 +16,7 @@
 //! ```
 //!
 //! ```
-//! use capsule_index::filter::Filter;
+//! use capsule_query::filter::Filter;
 //!
 //! let f = Filter::parse("tcp port 443 or dscp EF").unwrap();
 //! assert_eq!(f.to_string(), "tcp and port 443 or dscp ef"); // canonical, re-parsable
@@ -127,7 +127,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use crate::dissect::Dissected;
+use capsule_wire::Dissected;
 
 mod parse;
 #[cfg(test)]
@@ -715,7 +715,7 @@ impl FromStr for Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dissect::{Fragment, IpInfo, TcpInfo, L4};
+    use capsule_wire::{Fragment, IpInfo, TcpInfo, L4};
 
     fn ip4(s: &str) -> IpAddr {
         s.parse().unwrap()

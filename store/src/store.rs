@@ -7,6 +7,9 @@
 //!   segments/
 //!     seg-000000000001.pcapng.zst         sealed segments, oldest first
 //!     .seg-000000000002.pcapng.zst.open   the segment being written (at most one)
+//!   index/                 derived data, owned by capsule-index (see [`crate::Indexer`])
+//!     seg-000000000001.idx                the side index of sealed segment 1
+//!   capture-status.json    what the running (or last) capture reports, owned by capture
 //! ```
 //!
 //! Readers never take the lock and never change files: they list the directory, read sealed
@@ -26,6 +29,8 @@ const META_FILE: &str = "capsule-store.json";
 const MAGIC: &str = "capsule-store";
 const LOCK_FILE: &str = "writer.lock";
 const SEGMENTS_DIR: &str = "segments";
+/// Directory of the data derived from segments (the side index), one file per segment.
+pub const INDEX_DIR: &str = "index";
 
 #[derive(Debug, Serialize, Deserialize)]
 struct StoreMeta {
@@ -130,7 +135,7 @@ impl Store {
 
     /// The directory holding the side index (one file per sealed segment).
     pub fn index_dir(&self) -> PathBuf {
-        self.root.join(crate::sideindex::INDEX_DIR)
+        self.root.join(INDEX_DIR)
     }
 
     /// The directory holding segment files.

@@ -1,0 +1,70 @@
+//! The side index as the store writer's [`Indexer`]: built block by block on the writer
+//! thread while a segment is written, written to `STORE/index/seg-N.idx` when it is sealed,
+//! deleted with it by retention, and rebuilt at open for any sealed segment left without a
+//! current one (a crash between sealing and writing the index, or an older build).
+
+use std::path::{Path, PathBuf};
+
+use capsule_store::format::BlockMeta;
+use capsule_store::segment::SealedSegment;
+use capsule_store::{
+    Indexer, OpenReport, Result, SegmentEntry, SegmentReader, Store, StoreError, StoreWriter,
+    WriterConfig,
+};
+
+use crate::sideindex::{index_name, rebuild, IndexBuilder, SegmentIndex};
+
+/// Opens the store at `root` for writing with its side index kept current: the writer that
+/// capture and import use. See [`StoreWriter::open_with`].
+pub fn open_writer(root: &Path, cfg: WriterConfig) -> Result<(StoreWriter, OpenReport)> {
+    StoreWriter::open_with(root, cfg, Box::new(SideIndexer::default()))
+}
+
+/// Keeps `STORE/index/` current for a store writer.
+#[derive(Debug, Default)]
+pub struct SideIndexer {
+    dir: PathBuf,
+    /// The index of the open segment, built block by block.
+    building: Option<IndexBuilder>,
+}
+
+impl Indexer for SideIndexer {
+    fn reconcile(&mut self, store: &Store, sealed: &[SegmentEntry]) -> Result<Vec<u64>> {
+        self.dir = store.index_dir();
+        let mut rebuilt = Vec::new();
+        for e in sealed {
+            let seg = SegmentReader::open(&e.path)?;
+            if !SegmentIndex::is_current(&self.dir, &seg) {
+                rebuild(&seg)?.write(&self.dir)?;
+                rebuilt.push(seg.seq());
+            }
+        }
+        Ok(rebuilt)
+    }
+
+    fn begin(&mut self, seq: u64) {
+        self.building = Some(IndexBuilder::new(seq));
+    }
+
+    fn block(&mut self, meta: &BlockMeta, data: &[u8]) {
+        if let Some(b) = self.building.as_mut() {
+            b.add_block(meta, data);
+        }
+    }
+
+    fn sealed(&mut self, sealed: &SealedSegment) -> Result<()> {
+        if let Some(b) = self.building.take() {
+            b.finish(sealed.bytes).write(&self.dir)?;
+        }
+        Ok(())
+    }
+
+    fn deleted(&mut self, seq: u64) -> Result<()> {
+        let idx = self.dir.join(index_name(seq));
+        match std::fs::remove_file(&idx) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(StoreError::io("delete old index", idx, e)),
+        }
+    }
+}

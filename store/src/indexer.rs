@@ -1,0 +1,55 @@
+//! The seam between the store writer and the data derived from what it writes.
+//!
+//! The writer thread hands every block it appends to an [`Indexer`], with the block's raw
+//! (uncompressed) bytes, before those bytes are dropped, and tells it when a segment is
+//! sealed or deleted by retention. At open, after recovery and under the writer lock, the
+//! indexer brings its files up to date for every sealed segment. capsule-index implements it
+//! with the side index; [`NoIndex`] keeps nothing (tests of the store alone, and tools that
+//! only move segments).
+//!
+//! Everything an indexer writes is derived: it can always be rebuilt from the segments, so
+//! an indexer error stops the writer (the caller sees it), but never damages a segment.
+
+use crate::error::Result;
+use crate::format::BlockMeta;
+use crate::segment::SealedSegment;
+use crate::store::{SegmentEntry, Store};
+
+/// Data derived from the segments, kept current by the store writer. Called on the writer
+/// thread only, in file order.
+pub trait Indexer: Send {
+    /// At open, after torn segments were recovered: brings the derived data of every sealed
+    /// segment in `sealed` up to date. Returns the sequence numbers whose data was rebuilt.
+    fn reconcile(&mut self, store: &Store, sealed: &[SegmentEntry]) -> Result<Vec<u64>>;
+
+    /// Segment `seq` was created; the blocks that follow belong to it.
+    fn begin(&mut self, seq: u64);
+
+    /// A block was appended to the open segment. `meta.new_interfaces` extends the segment's
+    /// interface list; `data` is the block's decompressed content (a run of pcapng blocks).
+    fn block(&mut self, meta: &BlockMeta, data: &[u8]);
+
+    /// The open segment was sealed as `sealed`.
+    fn sealed(&mut self, sealed: &SealedSegment) -> Result<()>;
+
+    /// Retention deleted segment `seq`.
+    fn deleted(&mut self, seq: u64) -> Result<()>;
+}
+
+/// An [`Indexer`] that keeps nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoIndex;
+
+impl Indexer for NoIndex {
+    fn reconcile(&mut self, _: &Store, _: &[SegmentEntry]) -> Result<Vec<u64>> {
+        Ok(Vec::new())
+    }
+    fn begin(&mut self, _: u64) {}
+    fn block(&mut self, _: &BlockMeta, _: &[u8]) {}
+    fn sealed(&mut self, _: &SealedSegment) -> Result<()> {
+        Ok(())
+    }
+    fn deleted(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+}

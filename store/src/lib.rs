@@ -1,0 +1,40 @@
+//! The segment store: everything capsule keeps on disk about packets themselves.
+//!
+//! This crate owns the store directory, the byte layout of segment files, the writer
+//! pipeline that fills them, retention, crash recovery and the readers. Packets flow through
+//! it like this:
+//!
+//! ```text
+//! StoreWriter::append(packet)                                      (writer.rs)
+//!   -> pcapng Enhanced Packet Block into its lane's open block (one lane per DSCP class)
+//!   -> block cut by size or age, sorted by time, sent to a compressor thread
+//!   -> independent zstd frame with checksum, crc32c over the frame
+//!   -> writer thread: retention (delete oldest segments under the byte budget),
+//!      block header frame + zstd frame appended to the open segment      (segment.rs)
+//!      the block handed to the Indexer (derived data: capsule-index's side index)
+//!   -> segment sealed by size or age: footer, fsync, rename, fsync dir
+//! readers: Store::open_segments -> SegmentReader (footer, or block headers of the open
+//!   segment) -> read_block: crc32c check, zstd decompress
+//! ```
+//!
+//! The store knows nothing of flows or filters: what is derived from the packets (the side
+//! index) is built by an [`Indexer`] that the writer calls on its writer thread, so the
+//! dependency points from the index to the store and never back.
+//!
+//! Every byte of a segment is specified in docs/format.md. A sealed segment is an ordinary
+//! zstd-compressed pcapng: `zstd -dc` prints it, and a Wireshark that reads multi-frame zstd
+//! files opens it directly.
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod format;
+pub mod indexer;
+pub mod segment;
+pub mod store;
+pub mod writer;
+
+pub use error::{Result, StoreError};
+pub use indexer::{Indexer, NoIndex};
+pub use segment::{SegmentReader, SegmentState};
+pub use store::{now_ns, SegmentEntry, Store};
+pub use writer::{OpenReport, StoreWriter, WriteReport, WriterConfig};
