@@ -1,0 +1,298 @@
+//! The command line: every subcommand and flag, as clap definitions with typed values.
+//!
+//! Raw text becomes checked values here, before any command runs (ripgrep's lowargs ->
+//! hiargs): sizes, durations, rates, instants, levels and queue lists are parsed by clap's
+//! value parsers, so every usage error, whatever the flag, exits with status 2 and a message
+//! naming the flag. The command bodies in `cmd/` receive values, never strings to parse.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::units;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "capsule",
+    version,
+    about = "Full-packet capture and retention: keeps every packet, answers for any past window."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Import pcap or pcapng files (or `-` for stdin) into a store.
+    Import(ImportArgs),
+    /// Capture packets from a network interface into a store until SIGINT or SIGTERM.
+    Capture(CaptureArgs),
+    /// Export packets from a store, in timestamp order.
+    Query(QueryArgs),
+    /// List flows from the side index alone.
+    Flows(FlowsArgs),
+    /// Rebuild the side index of every sealed segment from the segments alone.
+    Reindex(StoreArg),
+    /// Show how a store's capture runs and what the store holds.
+    ///
+    /// The capture's mode, packets, drops by cause and rates (live while `capsule capture`
+    /// runs), then the store's segments, packets, bytes and time span.
+    Status(StatusArgs),
+    /// List the segments of a store: state, blocks, packets, bytes and time span.
+    Segments(SegmentsArgs),
+    /// Write deterministic synthetic traffic (AI cluster beside an enterprise network).
+    Synth(SynthArgs),
+}
+
+/// A store directory that must already exist.
+#[derive(Args, Debug)]
+pub struct StoreArg {
+    /// The store directory.
+    #[arg(long)]
+    pub store: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    /// The store directory (created if missing).
+    #[arg(long)]
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub writer: WriterArgs,
+    /// Input files; `-` reads standard input.
+    #[arg(required = true)]
+    pub files: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct CaptureArgs {
+    /// The interface to capture on (a dedicated SPAN/TAP port; it is put in promiscuous
+    /// mode).
+    #[arg(long)]
+    pub iface: String,
+    /// The store directory (created if missing).
+    #[arg(long)]
+    pub store: PathBuf,
+    /// How to capture. `auto` tries AF_XDP with native XDP, then generic XDP, then
+    /// AF_PACKET, and logs which it took and why.
+    #[arg(long, value_enum, default_value_t = CaptureMode::Auto)]
+    pub mode: CaptureMode,
+    /// RX queues to capture with AF_XDP: `all` or a list such as `0,1` (one socket and
+    /// worker thread each).
+    #[arg(long, default_value = "all")]
+    pub queues: String,
+    /// AF_XDP UMEM frame size: 2048 or 4096 (frames larger than a frame arrive in several
+    /// buffers and are joined).
+    #[arg(long, default_value_t = 2048)]
+    pub frame_size: u32,
+    /// Bytes kept of each packet (0: whole packets).
+    #[arg(long, default_value_t = 0)]
+    pub snaplen: u32,
+    /// PACKET_FANOUT group id, so several capture processes can share an interface
+    /// (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub fanout_group: u16,
+    /// Kernel buffer that absorbs bursts while the store catches up (e.g. 256M). AF_PACKET:
+    /// the TPACKET ring. AF_XDP: the UMEM of all queues together, split equally, a power
+    /// of two of frames per queue (16384 at least).
+    #[arg(long, default_value = "256M", value_parser = units::parse_size)]
+    pub ring_size: u64,
+    #[command(flatten)]
+    pub writer: WriterArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct QueryArgs {
+    #[command(flatten)]
+    pub q: Selection,
+    /// Output file; `-` writes to standard output.
+    #[arg(short = 'w', long = "write", required_unless_present_any = ["explain", "count"])]
+    pub write: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutFormat::Pcap)]
+    pub format: OutFormat,
+    /// A tcpdump filter, applied (by libpcap) after the index and FILTER narrowed the search.
+    #[arg(long)]
+    pub bpf: Option<String>,
+    /// Print the plan (segments and blocks to read) without reading packets.
+    #[arg(long)]
+    pub explain: bool,
+    /// Print how many packets and bytes the query would export, and write nothing.
+    #[arg(long, conflicts_with = "explain")]
+    pub count: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FlowsArgs {
+    #[command(flatten)]
+    pub q: Selection,
+    /// Order of the listing.
+    #[arg(long, value_enum, default_value_t = FlowSort::Bytes)]
+    pub sort: FlowSort,
+    /// Show at most this many flows.
+    #[arg(long, default_value_t = 50)]
+    pub limit: usize,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The store directory.
+    #[arg(long)]
+    pub store: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Print again every second until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SegmentsArgs {
+    /// The store directory.
+    #[arg(long)]
+    pub store: PathBuf,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// Seed of the generator: the same seed, duration, rate and start give the same bytes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Traffic time covered, e.g. 10s, 1m.
+    #[arg(long, default_value = "10s", value_parser = capsule_query::parse_duration)]
+    pub duration: Duration,
+    /// Average wire rate, e.g. 1G, 500M (bits per second).
+    #[arg(long, default_value = "1G", value_parser = units::parse_rate)]
+    pub rate: u64,
+    /// Time of the first packet: RFC 3339, Unix seconds, or @NANOS.
+    #[arg(long, default_value = "2026-11-30T02:00:00Z", value_parser = capsule_query::parse_instant)]
+    pub start: u64,
+    /// Output pcap; `-` writes to standard output.
+    #[arg(short = 'w', long = "write")]
+    pub write: String,
+    /// Where to write the truth file (every flow and the planted facts) as JSON.
+    #[arg(long)]
+    pub truth: Option<PathBuf>,
+}
+
+/// The store, filter and window shared by `query` and `flows`.
+#[derive(Args, Debug)]
+pub struct Selection {
+    /// The store directory.
+    #[arg(long)]
+    pub store: PathBuf,
+    /// Start of the window (inclusive): RFC 3339, Unix seconds, @NANOS, or relative (-10m, now).
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_time_now)]
+    pub from: Option<u64>,
+    /// End of the window (exclusive): RFC 3339, Unix seconds, @NANOS, or relative (-10m, now).
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_time_now)]
+    pub to: Option<u64>,
+    /// Filter, e.g. `host 10.1.2.3 and tcp port 443`, `dscp ef and not net 10.40.0.0/24`.
+    pub filter: Vec<String>,
+}
+
+/// A time on the command line, relative forms resolved against the wall clock now.
+fn parse_time_now(s: &str) -> Result<u64, capsule_query::TimeError> {
+    capsule_query::parse_time(s, capsule_store::now_ns())
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum CaptureMode {
+    /// XDP native, then XDP generic, then AF_PACKET: the first that works.
+    Auto,
+    /// AF_XDP with the XDP program in the driver, else in generic mode.
+    Xdp,
+    /// AF_XDP with the XDP program in the driver only.
+    XdpNative,
+    /// AF_XDP with the XDP program in the kernel's generic path (any driver).
+    XdpGeneric,
+    /// AF_PACKET TPACKET_V3 ring (no XDP).
+    Afpacket,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum FlowSort {
+    /// Most bytes first.
+    Bytes,
+    /// Most packets first.
+    Packets,
+    /// Earliest first packet first.
+    First,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum OutFormat {
+    /// Classic pcap with nanosecond timestamps (one link type per file).
+    Pcap,
+    /// pcapng: one interface block per capture interface, interface statistics kept.
+    Pcapng,
+}
+
+/// How the store writer cuts blocks and segments, and the disk budget.
+#[derive(Args, Debug)]
+pub struct WriterArgs {
+    /// Uncompressed size of a block (e.g. 1M).
+    #[arg(long, default_value = "1M", value_parser = units::parse_size)]
+    pub block_size: u64,
+    /// A block older than this is cut even if not full (live capture).
+    #[arg(long, default_value = "100ms", value_parser = capsule_query::parse_duration)]
+    pub block_age: Duration,
+    /// On-disk size after which a segment is sealed (e.g. 1G).
+    #[arg(long, default_value = "1G", value_parser = units::parse_size)]
+    pub segment_size: u64,
+    /// Age (wall clock or packet time spanned) after which a segment is sealed.
+    #[arg(long, default_value = "10m", value_parser = capsule_query::parse_duration)]
+    pub segment_age: Duration,
+    /// Store-wide byte budget: the oldest segments are deleted to stay under it (e.g. 500G).
+    #[arg(long, value_parser = units::parse_size)]
+    pub max_bytes: Option<u64>,
+    /// zstd compression level, -1000 to 22 (higher compresses more and costs more CPU), or
+    /// `store` (no compression: a copy). Live capture steps down to -10, -1000, then store,
+    /// while blocks queue up for the compressors or a capture ring fills.
+    #[arg(long, default_value = "1", value_parser = parse_level, allow_negative_numbers = true)]
+    pub level: i32,
+    /// Compression threads (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+/// `--level`: `store`, or a zstd level from -1000 to 22.
+fn parse_level(s: &str) -> Result<i32, String> {
+    if s == "store" {
+        return Ok(capsule_store::writer::STORE_LEVEL);
+    }
+    match s.parse::<i32>() {
+        Ok(l) if (capsule_store::writer::FASTEST_LEVEL..=22).contains(&l) => Ok(l),
+        _ => Err(format!(
+            "expected `store` or a zstd level from -1000 to 22, found {s:?}"
+        )),
+    }
+}
+
+impl WriterArgs {
+    /// The store writer's configuration.
+    pub fn config(&self) -> anyhow::Result<capsule_store::WriterConfig> {
+        let mut c = capsule_store::WriterConfig {
+            block_bytes: usize::try_from(self.block_size)?,
+            block_age: self.block_age,
+            segment_bytes: self.segment_size,
+            segment_age: self.segment_age,
+            max_bytes: self.max_bytes,
+            level: self.level,
+            ..capsule_store::WriterConfig::default()
+        };
+        if let Some(t) = self.threads {
+            c.threads = t;
+        }
+        Ok(c)
+    }
+}

@@ -1,0 +1,94 @@
+//! `capsule import`: pcap and pcapng files, or a pipe, into a store.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+
+use super::{mb_per_s, print_open_report};
+use crate::cli::ImportArgs;
+
+pub fn run(a: &ImportArgs) -> Result<ExitCode> {
+    let (store, args, files) = (&a.store, &a.writer, &a.files);
+    let cfg = args.config()?;
+    let t0 = Instant::now();
+    let (mut writer, opened) = capsule_index::open_writer(store, cfg)?;
+    print_open_report(&opened);
+    let mut damaged = Vec::new();
+    // A store failure stops the import, but what was written is still sealed below.
+    let mut failed = None;
+    for f in files {
+        let rep = if f == "-" {
+            // A pipe may stay open and idle: read it on a thread and cut blocks by age.
+            capsule_capture::import_live(&mut writer, "<stdin>", std::io::stdin())
+        } else {
+            match std::fs::File::open(f) {
+                Ok(file) => capsule_capture::import_reader(&mut writer, f, file),
+                Err(e) => {
+                    eprintln!("capsule: error: cannot open {f}: {e}");
+                    damaged.push(f.clone());
+                    continue;
+                }
+            }
+        };
+        let rep = match rep {
+            Ok(r) => r,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        };
+        let disorder = if rep.out_of_order > 0 {
+            format!(
+                ", {} out of timestamp order (sorted within blocks)",
+                rep.out_of_order
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "{}: {} packets, {} bytes, {} interface(s){disorder}",
+            rep.source, rep.packets, rep.wire_bytes, rep.interfaces
+        );
+        if let Some(e) = rep.error {
+            eprintln!(
+                "capsule: error: {e}; the {} packets before it were kept",
+                rep.packets
+            );
+            damaged.push(f.clone());
+        }
+    }
+    let finished = writer.finish();
+    if let Some(e) = failed {
+        // After a store failure the writer has already stopped for the same reason; say
+        // more only if sealing failed for another one.
+        if let (Err(f), capsule_capture::ImportError::UndefinedInterface { .. }) = (&finished, &e) {
+            eprintln!("capsule: error: sealing the store after the failure: {f}");
+        }
+        return Err(e.into());
+    }
+    let report = finished?;
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "stored {} packets ({} bytes) in {:.2} s, {:.0} MB/s; {} blocks, compression {:.2}x; \
+         {} segment(s) sealed, {} deleted by retention; store now {} bytes",
+        report.packets,
+        report.wire_bytes,
+        secs,
+        mb_per_s(report.uncompressed_bytes, secs),
+        report.blocks,
+        report.uncompressed_bytes as f64 / report.compressed_bytes.max(1) as f64,
+        report.sealed.len(),
+        report.deleted.len(),
+        report.store_bytes
+    );
+    if damaged.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        bail!(
+            "{} input(s) were damaged: {}",
+            damaged.len(),
+            damaged.join(", ")
+        )
+    }
+}

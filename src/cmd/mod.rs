@@ -1,0 +1,115 @@
+//! The command bodies, one file per subcommand, and what they share: the one place that
+//! turns a [`Selection`] into a query, and the wording of what opening a store for writing
+//! found.
+//!
+//! A command returns its exit status or an error; `main` turns errors into messages and
+//! statuses. An error that is the user's (a bad filter, a window that ends before it
+//! starts) is a [`Usage`] error and exits 2 like clap's own.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Cmd, Selection};
+
+mod capture;
+mod flows;
+mod import;
+mod query;
+mod reindex;
+mod segments;
+mod status;
+mod synth;
+
+/// An error in what the user asked for, found after parsing: exits 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Usage(pub String);
+
+/// Runs the subcommand.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.cmd {
+        Cmd::Import(a) => import::run(&a),
+        Cmd::Capture(a) => capture::run(&a),
+        Cmd::Query(a) => query::run(&a),
+        Cmd::Flows(a) => flows::run(&a),
+        Cmd::Reindex(a) => reindex::run(&a.store),
+        Cmd::Status(a) => status::run(&a),
+        Cmd::Segments(a) => segments::run(&a),
+        Cmd::Synth(a) => synth::run(&a),
+    }
+}
+
+impl Selection {
+    /// The query these arguments ask for.
+    pub fn query(&self) -> Result<capsule_query::Query> {
+        let text = self.filter.join(" ");
+        let filter =
+            capsule_query::Filter::parse(&text).map_err(|e| Usage(format!("bad filter:\n{e}")))?;
+        if let (Some(f), Some(t)) = (self.from, self.to) {
+            if f > t {
+                return Err(Usage(format!(
+                    "--from {} is after --to {}",
+                    capsule_query::format_instant(f),
+                    capsule_query::format_instant(t)
+                ))
+                .into());
+            }
+        }
+        Ok(capsule_query::Query {
+            filter,
+            from_ns: self.from,
+            to_ns: self.to,
+        })
+    }
+}
+
+/// Megabytes per second.
+fn mb_per_s(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 / 1e6 / secs.max(1e-9)
+}
+
+/// Says what opening the store for writing found: recovered torn segments and retention.
+fn print_open_report(opened: &capsule_store::OpenReport) {
+    for r in &opened.recovered {
+        let why = match r.problem.as_deref() {
+            Some(p) => format!(" ({p})"),
+            // A walk that ends cleanly before the end of the file ended at direct-I/O padding.
+            None if r.cut_bytes > 0 => " (zero padding after the last block)".to_string(),
+            None => String::new(),
+        };
+        match (&r.sealed, &r.moved_aside) {
+            (Some(s), _) => println!(
+                "recovered segment {}: kept {} blocks ({} packets), cut {} bytes at offset {}{why}; \
+                 sealed as {}",
+                r.seq,
+                r.kept_blocks,
+                r.kept_packets,
+                r.cut_bytes,
+                r.cut_at,
+                s.path.display()
+            ),
+            (None, Some(aside)) => println!(
+                "recovered segment {}: its head is unreadable; kept for inspection as {}{why}",
+                r.seq,
+                aside.display()
+            ),
+            (None, None) => println!(
+                "recovered segment {}: no whole block in it; its {} bytes were removed{why}",
+                r.seq, r.cut_bytes
+            ),
+        }
+    }
+    if !opened.reindexed.is_empty() {
+        println!(
+            "rebuilt the side index of segment(s) {:?}",
+            opened.reindexed
+        );
+    }
+    for d in &opened.deleted {
+        println!(
+            "retention: deleted segment {} ({} bytes) to fit the byte budget",
+            d.seq, d.bytes
+        );
+    }
+}

@@ -1,0 +1,105 @@
+//! `capsule query`: a window's packets out as pcap or pcapng, its plan, or its count.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use capsule_store::Store;
+
+use crate::cli::{OutFormat, QueryArgs};
+
+pub fn run(a: &QueryArgs) -> Result<ExitCode> {
+    let (args, write, format, bpf, explain, count) = (
+        &a.q,
+        a.write.as_deref(),
+        a.format,
+        a.bpf.clone(),
+        a.explain,
+        a.count,
+    );
+    let query = args.query()?;
+    let store = Store::open(&args.store)?;
+    let opts = capsule_replay::ExportOptions {
+        format: match format {
+            OutFormat::Pcap => capsule_replay::Format::Pcap,
+            OutFormat::Pcapng => capsule_replay::Format::PcapNg,
+        },
+        query,
+        bpf,
+        ..Default::default()
+    };
+    if explain {
+        let plan = capsule_replay::export::explain(&store, &opts)?;
+        print_plan(&plan);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let t0 = Instant::now();
+    let report = match write {
+        _ if count => capsule_replay::export(&store, &opts, std::io::sink())?,
+        Some("-") => capsule_replay::export(&store, &opts, std::io::stdout().lock())?,
+        Some(path) => {
+            let f = std::fs::File::create(path).with_context(|| format!("cannot create {path}"))?;
+            capsule_replay::export(&store, &opts, f)?
+        }
+        None => unreachable!("clap requires -w unless --explain or --count"),
+    };
+    if !report.unindexed.is_empty() {
+        eprintln!(
+            "capsule: note: segment(s) {:?} have no side index, so all their blocks in the window \
+             were read; `capsule reindex` builds it",
+            report.unindexed
+        );
+    }
+    let drops = match report.drops_in_window {
+        Some(d) => format!("; the capture reported {d} packets dropped in this window"),
+        None => String::new(),
+    };
+    let summary = format!(
+        "{} packets ({} bytes); read {} of {} blocks in {} of {} segments in {:.3} s{drops}",
+        report.packets,
+        report.captured_bytes,
+        report.blocks_read,
+        report.blocks_total,
+        report.segments_touched,
+        report.segments_total,
+        t0.elapsed().as_secs_f64(),
+    );
+    if count {
+        println!("{summary}");
+    } else {
+        eprintln!("exported {summary}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_plan(plan: &capsule_index::plan::Plan) {
+    println!(
+        "{:>6}  {:>8}  {:>10}  {:>8}  {:<7}",
+        "seq", "blocks", "in window", "to read", "index"
+    );
+    for s in &plan.segments {
+        println!(
+            "{:>6}  {:>8}  {:>10}  {:>8}  {:<7}",
+            s.seq,
+            s.blocks_total,
+            s.blocks_in_window,
+            s.blocks.len(),
+            if s.indexed { "used" } else { "-" }
+        );
+    }
+    let total = plan.blocks_total().max(1);
+    println!(
+        "plan: read {} of {} blocks ({:.2}%) in {} of {} segments",
+        plan.blocks_read(),
+        plan.blocks_total(),
+        100.0 * plan.blocks_read() as f64 / total as f64,
+        plan.segments_touched(),
+        plan.segments.len()
+    );
+    if !plan.unindexed.is_empty() {
+        println!(
+            "segments without an index (run `capsule reindex`): {:?}",
+            plan.unindexed
+        );
+    }
+}
