@@ -258,24 +258,11 @@ pub struct WriterArgs {
     /// zstd compression level, -1000 to 22 (higher compresses more and costs more CPU), or
     /// `store` (no compression: a copy). Live capture steps down to -10, -1000, then store,
     /// while blocks queue up for the compressors or a capture ring fills.
-    #[arg(long, default_value = "1", value_parser = parse_level, allow_negative_numbers = true)]
-    pub level: i32,
+    #[arg(long, default_value = "1", allow_negative_numbers = true)]
+    pub level: capsule_store::writer::Level,
     /// Compression threads (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
-}
-
-/// `--level`: `store`, or a zstd level from -1000 to 22.
-fn parse_level(s: &str) -> Result<i32, String> {
-    if s == "store" {
-        return Ok(capsule_store::writer::STORE_LEVEL);
-    }
-    match s.parse::<i32>() {
-        Ok(l) if (capsule_store::writer::FASTEST_LEVEL..=22).contains(&l) => Ok(l),
-        _ => Err(format!(
-            "expected `store` or a zstd level from -1000 to 22, found {s:?}"
-        )),
-    }
 }
 
 impl WriterArgs {

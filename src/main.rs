@@ -37,12 +37,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// Whether the reader of standard output went away: a normal end for a CLI.
+/// Whether the reader of standard output went away: a normal end for a CLI. Every library
+/// error keeps its `io::Error` as a source, so the chain holds it.
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            || c.downcast_ref::<capsule_replay::ExportError>()
-                .is_some_and(|x| x.is_broken_pipe())
     })
 }

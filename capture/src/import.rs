@@ -66,11 +66,14 @@ pub enum FileProblem {
     #[error(transparent)]
     Read(#[from] ReadError),
     /// A record the store refuses (for example, too large).
-    #[error("{source_name}: at byte {offset}: {reason}")]
+    #[error("{source_name}: at byte {offset}: packet {packet} rejected")]
     Rejected {
         source_name: String,
         offset: u64,
-        reason: String,
+        /// The packet's number in the input, from 1.
+        packet: u64,
+        #[source]
+        error: StoreError,
     },
 }
 
@@ -78,10 +81,11 @@ pub enum FileProblem {
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
     /// The store failed while packet number `packet` (from 1) was being written.
-    #[error("{source_name}: packet {packet}: {error}")]
+    #[error("{source_name}: packet {packet}")]
     Store {
         source_name: String,
         packet: u64,
+        #[source]
         error: Box<StoreError>,
     },
     #[error("{source_name}: at byte {offset}: packet names interface {iface}, which the file has not defined")]
@@ -162,11 +166,12 @@ impl<'w> Importer<'w> {
                 self.rep.count(ts_ns, orig_len, data.len());
                 Ok(true)
             }
-            Err(StoreError::Packet(reason)) => {
+            Err(e) if e.is_packet_refused() => {
                 self.rep.error = Some(FileProblem::Rejected {
                     source_name: self.source.to_string(),
                     offset,
-                    reason: format!("packet {} rejected: {reason}", self.rep.packets + 1),
+                    packet: self.rep.packets + 1,
+                    error: e,
                 });
                 Ok(false)
             }
@@ -316,9 +321,7 @@ pub fn import_live<R: Read + Send + 'static>(
         .map_err(|e| ImportError::Store {
             source_name: source.to_string(),
             packet: 0,
-            error: Box::new(StoreError::WriterStopped(format!(
-                "cannot start the input thread: {e}"
-            ))),
+            error: Box::new(StoreError::Thread("input", e)),
         })?;
     let mut imp = Importer::new(writer, source);
     let wait = (imp.writer.config().block_age / 2).max(std::time::Duration::from_millis(1));

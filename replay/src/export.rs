@@ -82,28 +82,31 @@ pub struct ExportReport {
 pub enum ExportError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("cannot write the export: {0}")]
-    Write(std::io::Error),
+    #[error("cannot write the export")]
+    Write(#[source] std::io::Error),
     #[error(
         "the export holds packets of link types {0}, but a pcap file holds one link type; \
          use --format pcapng"
     )]
     MixedLinkTypes(String),
-    #[error("--bpf {expr:?} does not compile for link type {linktype}: {detail}")]
+    #[error("--bpf {expr:?} does not compile for link type {linktype}")]
     Bpf {
         expr: String,
         linktype: u16,
-        detail: String,
+        #[source]
+        error: pcap::Error,
     },
-    #[error(
-        "{path}: block {block}: packet data at byte {offset} of the block is damaged: {detail}"
-    )]
+    #[error("{}: block {block}: packet data is damaged", path.display())]
     BadPacket {
-        path: String,
+        path: std::path::PathBuf,
         block: u32,
-        offset: usize,
-        detail: String,
+        #[source]
+        problem: capsule_pcap::FragmentError,
     },
+    #[error("cannot create a zstd decompressor")]
+    Decompressor(#[source] std::io::Error),
+    #[error("a block reader thread stopped before handing over its block")]
+    ReaderStopped,
 }
 
 impl ExportError {
@@ -254,9 +257,7 @@ pub fn export<W: Write>(
                 .peek()
                 .is_none_or(|Reverse(top)| plan[next_plan].first_ns <= top.ts_ns)
         {
-            let block = loaded.recv().map_err(|_| {
-                ExportError::Store(StoreError::WriterStopped("block reader stopped".into()))
-            })??;
+            let block = loaded.recv().map_err(|_| ExportError::ReaderStopped)??;
             let slot = next_plan;
             next_plan += 1;
             if let Some(first) = block.packets.first() {
@@ -315,8 +316,7 @@ fn interface_stats(
     let to = query.to_ns.unwrap_or(u64::MAX);
     let mut in_window = Vec::new();
     let mut before: HashMap<Interface, FragmentStat> = HashMap::new();
-    let mut dctx = zstd::bulk::Decompressor::new()
-        .map_err(|e| ExportError::Store(StoreError::WriterStopped(e.to_string())))?;
+    let mut dctx = zstd::bulk::Decompressor::new().map_err(ExportError::Decompressor)?;
     let (mut frame, mut data) = (Vec::new(), Vec::new());
     for (si, seg) in segments.iter().enumerate() {
         for (bi, b) in seg.blocks().iter().enumerate() {
@@ -388,16 +388,13 @@ impl Bpf {
 
     fn program(&mut self, linktype: u16) -> Result<&pcap::BpfProgram, ExportError> {
         if !self.programs.contains_key(&linktype) {
-            let err = |detail: String| ExportError::Bpf {
+            let err = |error: pcap::Error| ExportError::Bpf {
                 expr: self.expr.clone(),
                 linktype,
-                detail,
+                error,
             };
-            let dead = pcap::Capture::dead(pcap::Linktype(i32::from(linktype)))
-                .map_err(|e| err(e.to_string()))?;
-            let prog = dead
-                .compile(&self.expr, true)
-                .map_err(|e| err(e.to_string()))?;
+            let dead = pcap::Capture::dead(pcap::Linktype(i32::from(linktype))).map_err(err)?;
+            let prog = dead.compile(&self.expr, true).map_err(err)?;
             self.programs.insert(linktype, prog);
         }
         Ok(&self.programs[&linktype])
@@ -481,11 +478,10 @@ fn load(
     let mut packets = Vec::new();
     let base = data.as_ptr() as usize;
     for r in fragment_packets(&data) {
-        let pkt: PacketRef<'_> = r.map_err(|e| ExportError::BadPacket {
-            path: seg.path().display().to_string(),
+        let pkt: PacketRef<'_> = r.map_err(|problem| ExportError::BadPacket {
+            path: seg.path().to_path_buf(),
             block: p.block as u32,
-            offset: e.offset,
-            detail: e.to_string(),
+            problem,
         })?;
         if !query.in_window(pkt.ts_ns) {
             continue;

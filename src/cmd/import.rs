@@ -52,7 +52,8 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
         );
         if let Some(e) = rep.error {
             eprintln!(
-                "capsule: error: {e}; the {} packets before it were kept",
+                "capsule: error: {}; the {} packets before it were kept",
+                capsule_store::error::chain(&e),
                 rep.packets
             );
             damaged.push(f.clone());
@@ -63,7 +64,10 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
         // After a store failure the writer has already stopped for the same reason; say
         // more only if sealing failed for another one.
         if let (Err(f), capsule_capture::ImportError::UndefinedInterface { .. }) = (&finished, &e) {
-            eprintln!("capsule: error: sealing the store after the failure: {f}");
+            eprintln!(
+                "capsule: error: sealing the store after the failure: {}",
+                capsule_store::error::chain(f)
+            );
         }
         return Err(e.into());
     }

@@ -72,33 +72,7 @@ fn mb_per_s(bytes: u64, secs: f64) -> f64 {
 /// Says what opening the store for writing found: recovered torn segments and retention.
 fn print_open_report(opened: &capsule_store::OpenReport) {
     for r in &opened.recovered {
-        let why = match r.problem.as_deref() {
-            Some(p) => format!(" ({p})"),
-            // A walk that ends cleanly before the end of the file ended at direct-I/O padding.
-            None if r.cut_bytes > 0 => " (zero padding after the last block)".to_string(),
-            None => String::new(),
-        };
-        match (&r.sealed, &r.moved_aside) {
-            (Some(s), _) => println!(
-                "recovered segment {}: kept {} blocks ({} packets), cut {} bytes at offset {}{why}; \
-                 sealed as {}",
-                r.seq,
-                r.kept_blocks,
-                r.kept_packets,
-                r.cut_bytes,
-                r.cut_at,
-                s.path.display()
-            ),
-            (None, Some(aside)) => println!(
-                "recovered segment {}: its head is unreadable; kept for inspection as {}{why}",
-                r.seq,
-                aside.display()
-            ),
-            (None, None) => println!(
-                "recovered segment {}: no whole block in it; its {} bytes were removed{why}",
-                r.seq, r.cut_bytes
-            ),
-        }
+        println!("{r}");
     }
     if !opened.reindexed.is_empty() {
         println!(

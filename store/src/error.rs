@@ -1,10 +1,12 @@
 //! Typed errors of the segment store. Every message names the file and, where it applies,
 //! the byte offset, what was expected and what was found.
 //!
-//! A message includes its cause's text, and the cause is not also returned from
-//! `Error::source()`, so a printer of error chains (`anyhow`'s `{:#}`) says it once.
+//! A message does not repeat its cause: the cause is kept as the error's `source()`, so a
+//! printer of error chains (`anyhow`'s `{:#}`, which the binary uses) says each part once,
+//! and a caller can still find the `io::Error` underneath (a full disk, a closed pipe).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::format::DecodeError;
 
@@ -12,26 +14,29 @@ use crate::format::DecodeError;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// An I/O call failed.
-    #[error("cannot {op} {}: {error}", path.display())]
+    #[error("cannot {op} {}", path.display())]
     Io {
         op: &'static str,
         path: PathBuf,
+        #[source]
         error: std::io::Error,
     },
     /// A metadata record in a segment is damaged or of an unknown version.
-    #[error("{}: at byte {offset}: {problem}", path.display())]
+    #[error("{}: at byte {offset}", path.display())]
     Corrupt {
         path: PathBuf,
         offset: u64,
+        #[source]
         problem: DecodeError,
     },
     /// A block's compressed frame is damaged.
-    #[error("{}: block {block} at byte {offset}: {detail}", path.display())]
+    #[error("{}: block {block} at byte {offset}", path.display())]
     BadBlock {
         path: PathBuf,
         block: u32,
         offset: u64,
-        detail: String,
+        #[source]
+        problem: BlockProblem,
     },
     /// The directory is not a capsule store, or one this build cannot read.
     #[error("{}: not a capsule store: {detail}", path.display())]
@@ -46,12 +51,37 @@ pub enum StoreError {
     /// The writer was configured in a way that cannot work.
     #[error("invalid store configuration: {0}")]
     Config(String),
-    /// A packet that the store cannot hold.
-    #[error("{0}")]
-    Packet(String),
-    /// A pipeline thread of the writer stopped; the error it stopped with follows.
+    /// A packet longer than the store keeps.
+    #[error("{len} captured bytes exceed the {max}-byte limit")]
+    PacketTooLong { len: usize, max: usize },
+    /// A packet or statistics record naming an interface never registered.
+    #[error("unknown interface id {0}")]
+    UnknownInterface(u32),
+    /// A thread could not be started.
+    #[error("cannot start the {0} thread")]
+    Thread(&'static str, #[source] std::io::Error),
+    /// A pipeline thread of the writer stopped; the error it stopped with is the source.
+    #[error("the store writer stopped")]
+    WriterStopped(#[source] Arc<StoreError>),
+    /// A pipeline thread ended without an error of its own to give.
     #[error("the store writer stopped: {0}")]
-    WriterStopped(String),
+    PipelineBroken(&'static str),
+    /// A compressor stopped early, leaving blocks unwritten.
+    #[error(
+        "the store writer stopped: a compressor stopped: {pending} blocks could not be written"
+    )]
+    CompressorStopped { pending: usize },
+}
+
+/// What is wrong with a block's frame.
+#[derive(Debug, thiserror::Error)]
+pub enum BlockProblem {
+    #[error("frame crc32c {computed:#010x} does not match the recorded {recorded:#010x}")]
+    Checksum { computed: u32, recorded: u32 },
+    #[error("zstd frame does not decompress")]
+    Decompress(#[source] std::io::Error),
+    #[error("expected {expected} decompressed bytes, found {found}")]
+    Length { expected: u32, found: usize },
 }
 
 impl StoreError {
@@ -68,7 +98,28 @@ impl StoreError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, StoreError::Io { error, .. } if error.kind() == std::io::ErrorKind::NotFound)
     }
+
+    /// Whether the packet itself was refused (the store is fine and takes the next one).
+    pub fn is_packet_refused(&self) -> bool {
+        matches!(
+            self,
+            StoreError::PacketTooLong { .. } | StoreError::UnknownInterface(_)
+        )
+    }
 }
 
 /// Result alias for store operations.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// The error and its causes on one line, `: `-separated (as anyhow's `{:#}` prints them):
+/// for messages and logs that hold an error as text.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}

@@ -162,10 +162,9 @@ pub enum SynthError {
     /// The configuration cannot be generated.
     #[error("invalid synth config: {0}")]
     InvalidConfig(String),
-    /// Writing the output failed. (The message carries the cause; it is not also returned
-    /// from `source()`, so chained printing says it once.)
-    #[error("writing synthetic pcap: {0}")]
-    Io(std::io::Error),
+    /// Writing the output failed.
+    #[error("writing synthetic pcap")]
+    Io(#[source] std::io::Error),
 }
 
 impl From<std::io::Error> for SynthError {

@@ -1,0 +1,180 @@
+//! Read access to one segment: a sealed one through its footer, the open one (being
+//! written, or torn) through a walk over its block headers.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use capsule_pcap::Interface;
+
+use super::scan::{corrupt, head_and_header_len, read_at, scan};
+use super::{parse_name, SegmentState};
+use crate::error::{BlockProblem, Result, StoreError};
+use crate::format::{self, BlockMeta, DecodeError, Footer, TRAILER_LEN};
+
+/// Read access to one segment, sealed or open.
+#[derive(Debug)]
+pub struct SegmentReader {
+    path: PathBuf,
+    file: File,
+    seq: u64,
+    state: SegmentState,
+    blocks: Vec<BlockMeta>,
+    interfaces: Vec<Interface>,
+    bytes: u64,
+}
+
+impl SegmentReader {
+    /// Opens a segment. A sealed one is read through its footer; an open one (being written,
+    /// or torn) by a walk over its block headers that stops at the last whole block.
+    pub fn open(path: &Path) -> Result<Self> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (seq, state) = parse_name(&name).ok_or_else(|| StoreError::NotAStore {
+            path: path.to_path_buf(),
+            detail: "expected a segment file name like seg-000000000001.pcapng.zst".into(),
+        })?;
+        let file = File::open(path).map_err(|e| StoreError::io("open segment", path, e))?;
+        let bytes = file
+            .metadata()
+            .map_err(|e| StoreError::io("stat segment", path, e))?
+            .len();
+        let (blocks, interfaces) = match state {
+            SegmentState::Sealed => {
+                let footer = read_footer(path, &file, bytes)?;
+                (footer.blocks, footer.interfaces)
+            }
+            // A segment the writer has just created may not hold its head yet (it is
+            // written in one write right after the file is created): no blocks yet.
+            SegmentState::Open if bytes < head_and_header_len() => (Vec::new(), Vec::new()),
+            SegmentState::Open => {
+                let s = scan(path, &file, false)?;
+                (s.blocks, s.interfaces)
+            }
+        };
+        Ok(SegmentReader {
+            path: path.to_path_buf(),
+            file,
+            seq,
+            state,
+            blocks,
+            interfaces,
+            bytes,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+    pub fn state(&self) -> SegmentState {
+        self.state
+    }
+    /// Size of the file when it was opened.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    /// Whole blocks, in file order.
+    pub fn blocks(&self) -> &[BlockMeta] {
+        &self.blocks
+    }
+    /// The segment's interfaces; a packet's `iface` indexes this list.
+    pub fn interfaces(&self) -> &[Interface] {
+        &self.interfaces
+    }
+
+    /// Reads block `i`'s compressed frame into `frame` (reusing its allocation) and checks
+    /// its crc32c.
+    pub fn read_frame(&self, i: usize, frame: &mut Vec<u8>) -> Result<()> {
+        let meta = &self.blocks[i];
+        // `resize` zero-fills only growth, so a reused buffer costs no page faults.
+        frame.resize(meta.compressed_len as usize, 0);
+        self.file
+            .read_exact_at(frame, meta.frame_offset)
+            .map_err(|e| StoreError::io("read segment", &self.path, e))?;
+        let crc = crc32c::crc32c(frame);
+        if crc != meta.frame_crc {
+            return Err(StoreError::BadBlock {
+                path: self.path.clone(),
+                block: meta.index,
+                offset: meta.frame_offset,
+                problem: BlockProblem::Checksum {
+                    computed: crc,
+                    recorded: meta.frame_crc,
+                },
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads and decompresses block `i` into `out` (cleared first): a run of pcapng blocks.
+    /// `frame` is scratch space for the compressed bytes; pass the same buffers again to
+    /// avoid allocating per block.
+    pub fn read_block(
+        &self,
+        i: usize,
+        dctx: &mut zstd::bulk::Decompressor<'static>,
+        frame: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        self.read_frame(i, frame)?;
+        let meta = &self.blocks[i];
+        out.clear();
+        out.reserve(meta.uncompressed_len as usize);
+        let n = dctx
+            .decompress_to_buffer(&frame[..], out)
+            .map_err(|e| StoreError::BadBlock {
+                path: self.path.clone(),
+                block: meta.index,
+                offset: meta.frame_offset,
+                problem: BlockProblem::Decompress(e),
+            })?;
+        if n != meta.uncompressed_len as usize {
+            return Err(StoreError::BadBlock {
+                path: self.path.clone(),
+                block: meta.index,
+                offset: meta.frame_offset,
+                problem: BlockProblem::Length {
+                    expected: meta.uncompressed_len,
+                    found: n,
+                },
+            });
+        }
+        Ok(())
+    }
+}
+
+fn read_footer(path: &Path, file: &File, len: u64) -> Result<Footer> {
+    if len < TRAILER_LEN as u64 {
+        return Err(corrupt(
+            path,
+            0,
+            DecodeError::Short {
+                what: "sealed segment",
+                expected: TRAILER_LEN,
+                found: len as usize,
+            },
+        ));
+    }
+    let t_at = len - TRAILER_LEN as u64;
+    let t = read_at(file, path, t_at, TRAILER_LEN)?;
+    let n = Footer::frame_len_from_trailer(&t).map_err(|e| corrupt(path, t_at, e))? as u64;
+    if n > len {
+        return Err(corrupt(
+            path,
+            t_at,
+            DecodeError::Invalid {
+                what: "segment trailer",
+                detail: format!("footer frame length {n} exceeds the file length {len}"),
+            },
+        ));
+    }
+    let frame = read_at(file, path, len - n, n as usize)?;
+    let payload = format::decode_meta_frame("segment footer", &frame)
+        .map_err(|e| corrupt(path, len - n, e))?;
+    Footer::decode(&payload).map_err(|e| corrupt(path, len - n, e))
+}

@@ -1,0 +1,96 @@
+//! Retention: the store as a ring on disk. The writer thread keeps the sealed segments,
+//! oldest first, and the bytes the store holds; before a block is written, the oldest
+//! sealed segments (and their derived data) are deleted until it fits under the byte
+//! budget. The state comes from the directory at open, never only from memory.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+use super::DeletedSegment;
+use crate::error::{Result, StoreError};
+use crate::indexer::Indexer;
+use crate::segment;
+use crate::store::SegmentEntry;
+
+/// What retention knows of the store.
+#[derive(Debug)]
+pub(super) struct Retention {
+    dir: PathBuf,
+    /// Sealed segments, oldest first.
+    sealed: VecDeque<SegmentEntry>,
+    /// Bytes on disk: sealed segments and the open one.
+    total: u64,
+    /// The byte budget, if any.
+    max: Option<u64>,
+}
+
+impl Retention {
+    /// Retention over the sealed segments `sealed` (oldest first) of segment directory `dir`.
+    pub(super) fn new(dir: &Path, sealed: Vec<SegmentEntry>, max: Option<u64>) -> Self {
+        let total = sealed.iter().map(|e| e.bytes).sum();
+        Retention {
+            dir: dir.to_path_buf(),
+            sealed: sealed.into(),
+            total,
+            max,
+        }
+    }
+
+    /// The sealed segments, oldest first.
+    pub(super) fn sealed(&self) -> impl Iterator<Item = &SegmentEntry> {
+        self.sealed.iter()
+    }
+
+    /// Bytes the store holds.
+    pub(super) fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// The open segment grew (or was created) by `bytes`.
+    pub(super) fn grew(&mut self, bytes: u64) {
+        self.total += bytes;
+    }
+
+    /// A segment was sealed: it is now the newest deletion candidate.
+    pub(super) fn sealed_one(&mut self, entry: SegmentEntry) {
+        self.sealed.push_back(entry);
+    }
+
+    /// Deletes the oldest sealed segments until `need` more bytes fit under the budget (no
+    /// budget: nothing is deleted), telling `indexer` of each.
+    pub(super) fn make_room(
+        &mut self,
+        indexer: &mut dyn Indexer,
+        need: u64,
+    ) -> Result<Vec<DeletedSegment>> {
+        let Some(max) = self.max else {
+            return Ok(Vec::new());
+        };
+        let mut deleted = Vec::new();
+        while self.total + need > max {
+            let Some(seg) = self.sealed.pop_front() else {
+                break;
+            };
+            match std::fs::remove_file(&seg.path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::io("delete old segment", seg.path, e)),
+            }
+            indexer.deleted(seg.seq)?;
+            self.total = self.total.saturating_sub(seg.bytes);
+            tracing::info!(
+                seq = seg.seq,
+                bytes = seg.bytes,
+                "retention: deleted the oldest segment to stay under the byte budget"
+            );
+            deleted.push(DeletedSegment {
+                seq: seg.seq,
+                bytes: seg.bytes,
+            });
+        }
+        if !deleted.is_empty() {
+            segment::sync_dir(&self.dir)?;
+        }
+        Ok(deleted)
+    }
+}

@@ -1,0 +1,523 @@
+//! Tests of the writer pipeline: what goes in comes back, the ladder, recovery, retention.
+
+use std::path::PathBuf;
+
+use super::*;
+use crate::format;
+use crate::segment::SegmentFile;
+use crate::store::Store;
+use capsule_pcap::read::fragment_packets;
+
+fn eth(n: usize, seed: u64) -> Vec<u8> {
+    (0..n)
+        .map(|i| (seed as usize).wrapping_mul(31).wrapping_add(i * 7) as u8)
+        .collect()
+}
+
+/// A frame with the ARP EtherType: non-IP, so it always goes to lane 0.
+fn arp(seed: u64) -> Vec<u8> {
+    let mut f = eth(64, seed);
+    f[12..14].copy_from_slice(&[0x08, 0x06]);
+    f
+}
+
+fn small() -> WriterConfig {
+    WriterConfig {
+        block_bytes: 16 * 1024,
+        segment_bytes: 64 * 1024,
+        threads: 2,
+        ..WriterConfig::default()
+    }
+}
+
+/// Opens a writer and registers one Ethernet interface.
+fn open_eth(root: &std::path::Path, cfg: WriterConfig) -> (StoreWriter, u32) {
+    let (mut w, _) = StoreWriter::open(root, cfg).unwrap();
+    let i = w.add_interface(Interface {
+        linktype: 1,
+        snaplen: 0,
+        name: None,
+    });
+    (w, i)
+}
+
+/// Every packet of the store, in file order: (segment interface, ts, orig_len, data).
+fn read_all(root: &std::path::Path) -> Vec<(Interface, u64, u32, Vec<u8>)> {
+    let store = Store::open(root).unwrap();
+    let mut dctx = zstd::bulk::Decompressor::new().unwrap();
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    for seg in store.open_segments().unwrap() {
+        for i in 0..seg.blocks().len() {
+            seg.read_block(i, &mut dctx, &mut Vec::new(), &mut buf)
+                .unwrap();
+            let mut n = 0;
+            for p in fragment_packets(&buf) {
+                let p = p.unwrap();
+                let iface = seg.interfaces()[p.iface as usize].clone();
+                out.push((iface, p.ts_ns, p.orig_len, p.data.to_vec()));
+                n += 1;
+            }
+            assert_eq!(n, seg.blocks()[i].packets as usize);
+        }
+    }
+    // Lanes (DSCP classes) fill blocks side by side, so file order is not arrival order;
+    // time order (stable) is what export gives back.
+    out.sort_by_key(|p| p.1);
+    out
+}
+
+#[test]
+fn packets_come_back_whole_across_blocks_and_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
+    assert_eq!(rep.existing_segments, 0);
+    let a = w.add_interface(Interface {
+        linktype: 1,
+        snaplen: 65535,
+        name: Some("eth0".into()),
+    });
+    let b = w.add_interface(Interface {
+        linktype: 101,
+        snaplen: 9000,
+        name: None,
+    });
+    assert_eq!(
+        w.add_interface(Interface {
+            linktype: 1,
+            snaplen: 65535,
+            name: Some("eth0".into())
+        }),
+        a
+    );
+    let mut want = Vec::new();
+    for i in 0..3000u64 {
+        let iface = if i % 3 == 0 { b } else { a };
+        let data = eth(60 + (i as usize * 13) % 1400, i);
+        let orig = data.len() as u32 + (i % 5) as u32;
+        w.append(iface, 1_000_000_000 + i * 1000, orig, &data)
+            .unwrap();
+        want.push((
+            w.ifaces[iface as usize].clone(),
+            1_000_000_000 + i * 1000,
+            orig,
+            data,
+        ));
+    }
+    let report = w.finish().unwrap();
+    assert_eq!(report.packets, 3000);
+    assert!(
+        report.sealed.len() >= 2,
+        "expected several segments, got {}",
+        report.sealed.len()
+    );
+    assert_eq!(read_all(dir.path()), want);
+    // Each segment is self-contained: its own interface list, starting at 0.
+    for seg in Store::open(dir.path()).unwrap().open_segments().unwrap() {
+        assert!(seg.interfaces().len() <= 2);
+        assert_eq!(seg.state(), SegmentState::Sealed);
+    }
+}
+
+/// Writes 2000 compressible packets with `cfg`, `urgent` set on the writer's urgency
+/// counter first; returns how many blocks were stored raw and how many compressed.
+fn raw_and_compressed_blocks(cfg: WriterConfig, urgent: u32) -> (usize, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, i) = open_eth(dir.path(), cfg);
+    w.urgency().store(urgent, Ordering::Relaxed);
+    let mut want = Vec::new();
+    for k in 0..2000u64 {
+        let data = eth(200 + (k as usize * 7) % 700, k);
+        w.append(i, 5_000 + k, data.len() as u32, &data).unwrap();
+        want.push(data);
+    }
+    w.finish().unwrap();
+    let got: Vec<Vec<u8>> = read_all(dir.path()).into_iter().map(|p| p.3).collect();
+    assert_eq!(got, want);
+    let (mut raw, mut packed) = (0, 0);
+    for seg in Store::open(dir.path()).unwrap().open_segments().unwrap() {
+        for b in seg.blocks() {
+            if b.compressed_len as usize == format::raw_frame_len(b.uncompressed_len as usize) {
+                raw += 1;
+            } else {
+                packed += 1;
+            }
+        }
+    }
+    (raw, packed)
+}
+
+#[test]
+fn store_level_keeps_blocks_uncompressed_in_raw_zstd_frames() {
+    let store = WriterConfig {
+        level: Level::Store,
+        ..small()
+    };
+    let (raw, packed) = raw_and_compressed_blocks(store, 0);
+    assert!(raw > 0 && packed == 0, "{raw} raw, {packed} compressed");
+    let (raw, packed) = raw_and_compressed_blocks(small(), 0);
+    assert!(
+        raw == 0 && packed > 0,
+        "level 1: {raw} raw, {packed} compressed"
+    );
+}
+
+#[test]
+fn a_reader_behind_makes_adaptive_compression_store_blocks() {
+    let live = WriterConfig {
+        adaptive: true,
+        ..small()
+    };
+    // Blocks are stored unless the disk is the limit (then compressed, see the ladder
+    // test); the first ones always are, before the first verdict on the disk.
+    let (raw, packed) = raw_and_compressed_blocks(live.clone(), 1);
+    assert!(raw > 0, "urgent: {raw} raw, {packed} compressed");
+    // Not adaptive (import): urgency is ignored.
+    let (raw, _) = raw_and_compressed_blocks(small(), 1);
+    assert_eq!(raw, 0);
+    // The gauge counts the rungs used and the readers behind.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, i) = open_eth(dir.path(), live);
+    let gauge = w.pressure_gauge();
+    w.urgency().store(2, Ordering::Relaxed);
+    for k in 0..50u64 {
+        w.append(i, k, 100, &eth(100, k)).unwrap();
+    }
+    w.flush().unwrap();
+    let p = gauge.read();
+    assert_eq!(p.readers_behind, 2);
+    w.finish().unwrap();
+    assert!(gauge.read().blocks_by_rung[3] > 0, "{:?}", gauge.read());
+}
+
+#[test]
+fn unsorted_input_is_sorted_within_each_block_stably() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, i) = open_eth(dir.path(), small());
+    let ts = [50u64, 10, 30, 10, 20];
+    for (k, t) in ts.iter().enumerate() {
+        w.append(i, *t, 64, &arp(k as u64)).unwrap();
+    }
+    w.finish().unwrap();
+    let got: Vec<(u64, Vec<u8>)> = read_all(dir.path())
+        .into_iter()
+        .map(|(_, t, _, d)| (t, d))
+        .collect();
+    let mut want: Vec<(u64, Vec<u8>)> = ts
+        .iter()
+        .enumerate()
+        .map(|(k, t)| (*t, arp(k as u64)))
+        .collect();
+    want.sort_by_key(|x| x.0);
+    assert_eq!(got, want);
+    // The first packet back in time cut the open blocks; the rest of the segment is one
+    // stream, sorted (stably) within its block.
+    let seg = &Store::open(dir.path()).unwrap().open_segments().unwrap()[0];
+    let spans: Vec<(u64, u64, u32)> = seg
+        .blocks()
+        .iter()
+        .filter(|b| b.packets > 0)
+        .map(|b| (b.first_ns, b.last_ns, b.packets))
+        .collect();
+    assert_eq!(spans, vec![(50, 50, 1), (10, 30, 4)]);
+}
+
+#[test]
+fn the_open_segment_is_readable_while_being_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = WriterConfig {
+        segment_bytes: 1 << 30,
+        ..small()
+    };
+    let (mut w, i) = open_eth(dir.path(), cfg);
+    for k in 0..500u64 {
+        w.append(i, k, 1000, &eth(1000, k)).unwrap();
+    }
+    w.flush().unwrap();
+    // The writer thread writes asynchronously; wait until every block is visible.
+    let store = Store::open(dir.path()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let segs = store.open_segments().unwrap();
+        let n: u64 = segs
+            .iter()
+            .flat_map(|s| s.blocks())
+            .map(|b| u64::from(b.packets))
+            .sum();
+        if n == 500 {
+            assert_eq!(segs[0].state(), SegmentState::Open);
+            break;
+        }
+        assert!(Instant::now() < deadline, "only {n} packets visible");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(matches!(
+        StoreWriter::open(dir.path(), small()),
+        Err(StoreError::Locked { .. })
+    ));
+    w.finish().unwrap();
+    assert_eq!(read_all(dir.path()).len(), 500);
+}
+
+/// Writes a segment of `blocks` blocks through SegmentFile and leaves it unsealed, as a
+/// crash would. Returns the path and the offsets of the blocks, then of the end of the
+/// last block (the file may go on with zero padding after it: direct I/O).
+fn torn_segment(dir: &std::path::Path, blocks: u32) -> (PathBuf, Vec<u64>) {
+    let segdir = Store::create_or_open(dir).unwrap().segments_dir();
+    let mut seg = SegmentFile::create(&segdir, 1, 0).unwrap();
+    let mut c = zstd::bulk::Compressor::new(1).unwrap();
+    c.include_checksum(true).unwrap();
+    let mut offsets = Vec::new();
+    for b in 0..blocks {
+        let mut data = Vec::new();
+        let mut new_interfaces = Vec::new();
+        if b == 0 {
+            let iface = Interface {
+                linktype: 1,
+                snaplen: 0,
+                name: None,
+            };
+            pw::pcapng_idb(&mut data, &iface);
+            new_interfaces.push(iface);
+        }
+        for k in 0..10u64 {
+            pw::pcapng_epb(&mut data, 0, u64::from(b) * 100 + k, 500, &eth(500, k));
+        }
+        let frame = c.compress(&data).unwrap();
+        let meta = BlockMeta {
+            first_ns: u64::from(b) * 100,
+            last_ns: u64::from(b) * 100 + 9,
+            packets: 10,
+            wire_bytes: 5000,
+            compressed_len: frame.len() as u32,
+            uncompressed_len: data.len() as u32,
+            frame_crc: crc32c::crc32c(&frame),
+            new_interfaces,
+            ..BlockMeta::default()
+        };
+        offsets.push(seg.len());
+        seg.append(meta, &frame).unwrap();
+    }
+    offsets.push(seg.len());
+    let path = segdir.join(segment::open_name(1));
+    drop(seg);
+    (path, offsets)
+}
+
+#[test]
+fn recovery_cuts_a_torn_tail_back_to_the_last_whole_block() {
+    for cut_into_block in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, offsets) = torn_segment(dir.path(), 5);
+        let full = offsets[5];
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        if cut_into_block {
+            // Tear the last block in the middle of its frame.
+            f.set_len(full - 40).unwrap();
+        } else {
+            // Garbage after the last block, as a torn write of the next one leaves.
+            std::os::unix::fs::FileExt::write_all_at(&f, &[0xAB; 300], full).unwrap();
+        }
+        let (w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
+        assert_eq!(rep.recovered.len(), 1);
+        let r = &rep.recovered[0];
+        let kept = if cut_into_block { 4 } else { 5 };
+        assert_eq!(r.kept_blocks(), kept);
+        assert_eq!(r.kept_packets(), kept as u64 * 10);
+        let good = if cut_into_block { offsets[4] } else { full };
+        assert_eq!(r.cut_at, good);
+        assert!(r.problem.is_some());
+        assert!(r.sealed().is_some());
+        w.finish().unwrap();
+        let got = read_all(dir.path());
+        assert_eq!(got.len(), kept * 10);
+        assert!(got.windows(2).all(|p| p[0].1 <= p[1].1));
+        assert!(
+            !path.exists(),
+            "the torn file was sealed under its final name"
+        );
+    }
+}
+
+#[test]
+fn recovery_rejects_a_block_whose_frame_checksum_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, offsets) = torn_segment(dir.path(), 3);
+    // Flip a byte inside block 1's frame (after its header frame).
+    let bytes = std::fs::read(&path).unwrap();
+    let mut bad = bytes.clone();
+    let at = offsets[2] as usize - 5;
+    bad[at] ^= 0xFF;
+    std::fs::write(&path, &bad).unwrap();
+    let (w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
+    let r = &rep.recovered[0];
+    assert_eq!(r.kept_blocks(), 1, "{:?}", r.problem);
+    assert!(
+        r.problem.as_deref().unwrap().contains("crc32c"),
+        "{:?}",
+        r.problem
+    );
+    w.finish().unwrap();
+    assert_eq!(read_all(dir.path()).len(), 10);
+}
+
+#[test]
+fn a_segment_with_a_damaged_head_is_moved_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = torn_segment(dir.path(), 2);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[0] = 0; // not a zstd frame any more
+    std::fs::write(&path, &bytes).unwrap();
+    let (w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
+    assert!(rep.recovered[0].sealed().is_none());
+    let aside = rep.recovered[0].moved_aside().unwrap().to_path_buf();
+    assert_eq!(aside, path.with_extension("open.damaged"));
+    w.finish().unwrap();
+    assert!(aside.exists());
+    assert!(read_all(dir.path()).is_empty());
+    // Segment numbers are never reused, and a second damaged file does not replace it.
+    torn_segment(dir.path(), 1);
+    std::fs::write(&path, b"not zstd at all").unwrap();
+    let (mut w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
+    let aside2 = rep.recovered[0].moved_aside().unwrap().to_path_buf();
+    assert_ne!(aside2, aside);
+    assert!(aside.exists() && aside2.exists());
+    let i = w.add_interface(Interface {
+        linktype: 1,
+        snaplen: 0,
+        name: None,
+    });
+    w.append(i, 1, 60, &[0; 60]).unwrap();
+    let rep = w.finish().unwrap();
+    assert_eq!(rep.sealed[0].seq, 2, "seq 1 was used by the damaged files");
+}
+
+#[test]
+fn retention_keeps_the_store_under_its_budget_and_deletes_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let max = 400 * 1024;
+    let cfg = WriterConfig {
+        max_bytes: Some(max),
+        ..small()
+    };
+    let (mut w, _) = StoreWriter::open(dir.path(), cfg).unwrap();
+    assert_eq!(w.config().segment_bytes, 64 * 1024);
+    let i = w.add_interface(Interface {
+        linktype: 1,
+        snaplen: 0,
+        name: None,
+    });
+    // Incompressible payloads so the disk really fills.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for k in 0..3000u64 {
+        let data: Vec<u8> = (0..1000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        w.append(i, k, 1000, &data).unwrap();
+    }
+    let report = w.finish().unwrap();
+    assert!(!report.deleted.is_empty());
+    assert!(report.store_bytes <= max, "{} > {max}", report.store_bytes);
+    let store = Store::open(dir.path()).unwrap();
+    let on_disk: u64 = store.list().unwrap().iter().map(|e| e.bytes).sum();
+    assert!(on_disk <= max, "{on_disk} > {max}");
+    assert_eq!(on_disk, report.store_bytes);
+    let first = store.list().unwrap()[0].seq;
+    assert_eq!(
+        first,
+        report.deleted.len() as u64 + 1,
+        "oldest deleted first"
+    );
+    // What remains is the newest packets, whole and in order, ending with the last.
+    let got = read_all(dir.path());
+    assert_eq!(got.last().unwrap().1, 2999);
+    assert!(got.windows(2).all(|p| p[1].1 == p[0].1 + 1));
+
+    // A smaller budget at the next open deletes old segments before anything is written.
+    let smaller = 260 * 1024;
+    assert!(
+        on_disk > smaller,
+        "the test needs a store larger than the new budget"
+    );
+    let cfg = WriterConfig {
+        max_bytes: Some(smaller),
+        ..small()
+    };
+    let (w, rep) = StoreWriter::open(dir.path(), cfg).unwrap();
+    assert!(!rep.deleted.is_empty());
+    w.finish().unwrap();
+    let on_disk: u64 = store.list().unwrap().iter().map(|e| e.bytes).sum();
+    assert!(on_disk <= smaller, "{on_disk} > {smaller}");
+}
+
+#[test]
+fn segments_rotate_by_the_packet_time_they_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = WriterConfig {
+        segment_age: Duration::from_secs(1),
+        block_bytes: 4096,
+        ..small()
+    };
+    let (mut w, i) = open_eth(dir.path(), cfg);
+    // 5 s of packet time, 10 ms apart, small enough that size never cuts a segment.
+    for k in 0..500u64 {
+        w.append(i, k * 10_000_000, 100, &eth(100, k)).unwrap();
+    }
+    let rep = w.finish().unwrap();
+    assert!(
+        (5..=6).contains(&rep.sealed.len()),
+        "{} segments",
+        rep.sealed.len()
+    );
+    for s in &rep.sealed {
+        assert!(s.last_ns - s.first_ns < 1_000_000_000 + 4096 * 10_000_000 / 100);
+    }
+}
+
+#[test]
+fn tick_cuts_a_block_once_it_is_old_enough() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = WriterConfig {
+        block_age: Duration::from_millis(20),
+        ..small()
+    };
+    let (mut w, i) = open_eth(dir.path(), cfg);
+    w.append(i, 1, 100, &eth(100, 1)).unwrap();
+    // The interface's own block was sent at once.
+    assert_eq!(w.blocks, 1);
+    w.tick().unwrap();
+    assert_eq!(w.blocks, 1, "a fresh block is not cut");
+    std::thread::sleep(Duration::from_millis(30));
+    w.tick().unwrap();
+    assert_eq!(w.blocks, 2, "an old block is cut");
+    w.tick().unwrap();
+    assert_eq!(w.blocks, 2, "an empty block is never cut");
+    w.finish().unwrap();
+}
+
+#[test]
+fn bad_configurations_and_packets_are_refused_with_reasons() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = WriterConfig {
+        max_bytes: Some(1000),
+        ..small()
+    };
+    let err = StoreWriter::open(dir.path(), cfg).unwrap_err();
+    assert!(err.to_string().contains("too small"), "{err}");
+    let (mut w, _) = StoreWriter::open(dir.path(), small()).unwrap();
+    let err = w.append(0, 0, 10, &[0; 10]).unwrap_err();
+    assert!(err.to_string().contains("unknown interface"), "{err}");
+    let i = w.add_interface(Interface {
+        linktype: 1,
+        snaplen: 0,
+        name: None,
+    });
+    let err = w.append(i, 0, 10, &vec![0; MAX_PACKET + 1]).unwrap_err();
+    assert!(err.to_string().contains("exceed"), "{err}");
+    w.finish().unwrap();
+}
