@@ -1,4 +1,5 @@
-//! Export of a query's packets as pcap or pcapng. See the crate docs for the data path.
+//! Export of a query's packets as pcap or pcapng: the plan, the k-way merge by timestamp,
+//! and the report. See the crate docs for the data path.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -6,13 +7,14 @@ use std::io::Write;
 use std::sync::Arc;
 
 use capsule_index::plan::{plan, Plan};
-use capsule_pcap::{
-    read::fragment_packets, read::fragment_stats, write as pw, FragmentStat, Interface, PacketRef,
-};
+use capsule_pcap::Interface;
 use capsule_query::Query;
-use capsule_store::{SegmentReader, Store, StoreError};
-use capsule_wire::dissect;
-use crossbeam_channel::{bounded, Receiver};
+use capsule_store::{Store, StoreError};
+use crossbeam_channel::bounded;
+
+use crate::encode::Encoder;
+use crate::prefetch::{prefetch, Bpf, Loaded, PacketFilter, Planned};
+use crate::stats::{drops_in_window, interface_stats};
 
 /// Output file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,32 +118,6 @@ impl ExportError {
     }
 }
 
-/// A block chosen by the plan.
-#[derive(Debug, Clone, Copy)]
-struct Planned {
-    seg: usize,
-    block: usize,
-    first_ns: u64,
-}
-
-/// Where one packet lies in a decompressed block.
-#[derive(Debug, Clone, Copy)]
-struct PacketLoc {
-    ts_ns: u64,
-    iface: u32,
-    orig_len: u32,
-    start: u32,
-    end: u32,
-}
-
-/// A decompressed block with its selected packets located.
-struct Loaded {
-    seg: usize,
-    block: usize,
-    data: Vec<u8>,
-    packets: Vec<PacketLoc>,
-}
-
 /// The next packet of an open block, ordered for the merge: by timestamp, then segment,
 /// block and packet position, so equal timestamps keep the order they were written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -153,8 +129,6 @@ struct Cursor {
     /// Key of the block in the map of open blocks.
     slot: usize,
 }
-
-type Reply = crossbeam_channel::Sender<Result<Loaded, ExportError>>;
 
 /// Plans an export without reading any packet (`--explain`).
 pub fn explain(store: &Store, opts: &ExportOptions) -> Result<Plan, ExportError> {
@@ -300,295 +274,6 @@ pub fn export<W: Write>(
     }
     enc.finish()?;
     Ok(report)
-}
-
-/// A segment, its interface as stored, and one statistics record.
-type Stat = (usize, Interface, FragmentStat);
-
-/// The interface statistics recorded in the query's window, in time order, and for each
-/// interface the last record before the window (the baseline of its counters). They are
-/// read from the blocks that hold no packets (a few bytes each), whatever the filter.
-fn interface_stats(
-    segments: &[SegmentReader],
-    query: &Query,
-) -> Result<(Vec<Stat>, HashMap<Interface, FragmentStat>), ExportError> {
-    let from = query.from_ns.unwrap_or(0);
-    let to = query.to_ns.unwrap_or(u64::MAX);
-    let mut in_window = Vec::new();
-    let mut before: HashMap<Interface, FragmentStat> = HashMap::new();
-    let mut dctx = zstd::bulk::Decompressor::new().map_err(ExportError::Decompressor)?;
-    let (mut frame, mut data) = (Vec::new(), Vec::new());
-    for (si, seg) in segments.iter().enumerate() {
-        for (bi, b) in seg.blocks().iter().enumerate() {
-            if b.packets > 0 || b.first_ns >= to {
-                continue;
-            }
-            seg.read_block(bi, &mut dctx, &mut frame, &mut data)?;
-            for st in fragment_stats(&data) {
-                let Some(iface) = seg.interfaces().get(st.iface as usize) else {
-                    continue;
-                };
-                if st.ts_ns < from {
-                    let newer = before.get(iface).is_none_or(|b| b.ts_ns <= st.ts_ns);
-                    if newer {
-                        before.insert(iface.clone(), st);
-                    }
-                } else if st.ts_ns < to {
-                    in_window.push((si, iface.clone(), st));
-                }
-            }
-        }
-    }
-    in_window.sort_by_key(|(_, _, st)| st.ts_ns);
-    Ok((in_window, before))
-}
-
-/// Drops counted inside the window: per interface, the increases of the cumulative drop
-/// counter from its baseline (0 without one) through the records in the window; a counter
-/// that goes down started again (a new capture), so its new value counts whole.
-fn drops_in_window(stats: &[Stat], baselines: &HashMap<Interface, FragmentStat>) -> Option<u64> {
-    if stats.is_empty() {
-        return None;
-    }
-    let mut last: HashMap<&Interface, u64> = baselines
-        .iter()
-        .filter_map(|(i, st)| Some((i, st.dropped?)))
-        .collect();
-    let mut total = 0u64;
-    for (_, iface, st) in stats {
-        let Some(d) = st.dropped else { continue };
-        let prev = last.get(iface).copied().unwrap_or(0);
-        total += if d >= prev { d - prev } else { d };
-        last.insert(iface, d);
-    }
-    Some(total)
-}
-
-/// What every packet read must pass: the window, capsule's filter, and `--bpf`.
-#[derive(Debug, Clone)]
-struct PacketFilter {
-    query: Query,
-    bpf: Option<String>,
-}
-
-/// A `--bpf` expression compiled by libpcap, once per link type. Each thread keeps its own:
-/// a compiled program may be sent to another thread but not shared.
-struct Bpf {
-    expr: String,
-    programs: HashMap<u16, pcap::BpfProgram>,
-}
-
-impl Bpf {
-    fn new(expr: String) -> Self {
-        Bpf {
-            expr,
-            programs: HashMap::new(),
-        }
-    }
-
-    fn program(&mut self, linktype: u16) -> Result<&pcap::BpfProgram, ExportError> {
-        if !self.programs.contains_key(&linktype) {
-            let err = |error: pcap::Error| ExportError::Bpf {
-                expr: self.expr.clone(),
-                linktype,
-                error,
-            };
-            let dead = pcap::Capture::dead(pcap::Linktype(i32::from(linktype))).map_err(err)?;
-            let prog = dead.compile(&self.expr, true).map_err(err)?;
-            self.programs.insert(linktype, prog);
-        }
-        Ok(&self.programs[&linktype])
-    }
-}
-
-/// Reads, decompresses and filters the planned blocks on `threads` threads, delivering them
-/// in plan order. At most a few blocks per thread are held ahead of the consumer.
-fn prefetch(
-    segments: Arc<Vec<SegmentReader>>,
-    plan: Vec<Planned>,
-    threads: usize,
-    filter: PacketFilter,
-    reuse: Receiver<Vec<u8>>,
-) -> Receiver<Result<Loaded, ExportError>> {
-    let threads = threads.clamp(1, 16);
-    let (out_tx, out_rx) = bounded(2);
-    // Each job carries its own one-shot reply channel; the orderer waits on them in order.
-    let (job_tx, job_rx) = bounded::<(Planned, Reply)>(threads * 2);
-    let (order_tx, order_rx) = bounded::<Receiver<Result<Loaded, ExportError>>>(threads * 2);
-    for _ in 0..threads {
-        let job_rx = job_rx.clone();
-        let segments = segments.clone();
-        let filter = filter.clone();
-        let reuse = reuse.clone();
-        std::thread::spawn(move || {
-            let Ok(mut dctx) = zstd::bulk::Decompressor::new() else {
-                return;
-            };
-            let mut bpf = filter.bpf.clone().map(Bpf::new);
-            let mut frame = Vec::new();
-            for (p, reply) in job_rx {
-                let data = reuse.try_recv().unwrap_or_default();
-                let seg = &segments[p.seg];
-                let r = load(
-                    seg,
-                    p,
-                    &mut dctx,
-                    &mut frame,
-                    data,
-                    &filter.query,
-                    bpf.as_mut(),
-                );
-                let _ = reply.send(r);
-            }
-        });
-    }
-    std::thread::spawn(move || {
-        for p in plan {
-            let (tx, rx) = bounded(1);
-            if job_tx.send((p, tx)).is_err() || order_tx.send(rx).is_err() {
-                return;
-            }
-        }
-    });
-    std::thread::spawn(move || {
-        for rx in order_rx {
-            let Ok(r) = rx.recv() else {
-                return;
-            };
-            let stop = r.is_err();
-            if out_tx.send(r).is_err() || stop {
-                return;
-            }
-        }
-    });
-    out_rx
-}
-
-/// Reads block `p`, and keeps the packets in the window that pass the filter and `--bpf`.
-fn load(
-    seg: &SegmentReader,
-    p: Planned,
-    dctx: &mut zstd::bulk::Decompressor<'static>,
-    frame: &mut Vec<u8>,
-    mut data: Vec<u8>,
-    query: &Query,
-    mut bpf: Option<&mut Bpf>,
-) -> Result<Loaded, ExportError> {
-    seg.read_block(p.block, dctx, frame, &mut data)?;
-    let mut packets = Vec::new();
-    let base = data.as_ptr() as usize;
-    for r in fragment_packets(&data) {
-        let pkt: PacketRef<'_> = r.map_err(|problem| ExportError::BadPacket {
-            path: seg.path().to_path_buf(),
-            block: p.block as u32,
-            problem,
-        })?;
-        if !query.in_window(pkt.ts_ns) {
-            continue;
-        }
-        let linktype = seg
-            .interfaces()
-            .get(pkt.iface as usize)
-            .map_or(0, |i| i.linktype);
-        if !query.filter.is_all() && !query.filter.matches(&dissect(linktype, pkt.data)) {
-            continue;
-        }
-        if let Some(bpf) = bpf.as_deref_mut() {
-            if !bpf.program(linktype)?.filter(pkt.data) {
-                continue;
-            }
-        }
-        let start = pkt.data.as_ptr() as usize - base;
-        packets.push(PacketLoc {
-            ts_ns: pkt.ts_ns,
-            iface: pkt.iface,
-            orig_len: pkt.orig_len,
-            start: start as u32,
-            end: (start + pkt.data.len()) as u32,
-        });
-    }
-    Ok(Loaded {
-        seg: p.seg,
-        block: p.block,
-        data,
-        packets,
-    })
-}
-
-/// Streams records in the chosen format through a 1 MiB buffer.
-struct Encoder<W: Write> {
-    out: W,
-    buf: Vec<u8>,
-    format: Format,
-}
-
-const FLUSH_AT: usize = 1 << 20;
-
-impl<W: Write> Encoder<W> {
-    fn new(out: W, format: Format, ifaces: &[Interface]) -> Result<Self, ExportError> {
-        let mut buf = Vec::with_capacity(FLUSH_AT + 70_000);
-        match format {
-            Format::Pcap => {
-                let mut types: Vec<u16> = ifaces.iter().map(|i| i.linktype).collect();
-                types.sort_unstable();
-                types.dedup();
-                if types.len() > 1 {
-                    let list: Vec<String> = types.iter().map(|t| t.to_string()).collect();
-                    return Err(ExportError::MixedLinkTypes(list.join(", ")));
-                }
-                let linktype = types
-                    .first()
-                    .copied()
-                    .unwrap_or(capsule_pcap::LINKTYPE_ETHERNET);
-                let snaplen = ifaces
-                    .iter()
-                    .map(|i| if i.snaplen == 0 { 262_144 } else { i.snaplen })
-                    .max()
-                    .unwrap_or(262_144);
-                pw::pcap_header(&mut buf, linktype, snaplen);
-            }
-            Format::PcapNg => {
-                pw::pcapng_shb(
-                    &mut buf,
-                    Some(concat!("capsule ", env!("CARGO_PKG_VERSION"))),
-                );
-                for i in ifaces {
-                    pw::pcapng_idb(&mut buf, i);
-                }
-            }
-        }
-        Ok(Encoder { out, buf, format })
-    }
-
-    fn packet(
-        &mut self,
-        iface: u32,
-        ts: u64,
-        orig_len: u32,
-        data: &[u8],
-    ) -> Result<(), ExportError> {
-        match self.format {
-            Format::Pcap => pw::pcap_record(&mut self.buf, ts, orig_len, data),
-            Format::PcapNg => pw::pcapng_epb(&mut self.buf, iface, ts, orig_len, data),
-        }
-        if self.buf.len() >= FLUSH_AT {
-            self.out.write_all(&self.buf).map_err(ExportError::Write)?;
-            self.buf.clear();
-        }
-        Ok(())
-    }
-
-    /// Interface statistics go into pcapng only (classic pcap has no place for them).
-    fn stats(&mut self, iface: u32, st: &FragmentStat) {
-        if self.format == Format::PcapNg {
-            pw::pcapng_isb(&mut self.buf, iface, st.ts_ns, st.received, st.dropped);
-        }
-    }
-
-    fn finish(mut self) -> Result<(), ExportError> {
-        self.out.write_all(&self.buf).map_err(ExportError::Write)?;
-        self.out.flush().map_err(ExportError::Write)
-    }
 }
 
 #[cfg(test)]

@@ -7,15 +7,24 @@
 //! nanosecond pcap or pcapng (`if_tsresol` = 9) to any writer:
 //!
 //! ```text
-//! Store -> plan (capsule_index::plan): blocks that may hold matches
-//!   -> prefetch: read + crc32c + zstd decompress + window/filter/--bpf, in order, N threads
-//!   -> k-way merge on (timestamp, segment, block, packet)   (ties keep write order)
-//!   -> pcap / pcapng encoder -> io::Write (a closed pipe is reported as such)
+//! Store -> plan (capsule_index::plan): blocks that may hold matches          export.rs
+//!   -> read + crc32c + zstd decompress + window/filter/--bpf, N threads     prefetch.rs
+//!      in plan order
+//!   -> k-way merge on (timestamp, segment, block, packet)  (ties keep      export.rs
+//!      write order); drops recorded in the window                          stats.rs
+//!   -> pcap / pcapng encoder -> io::Write (a closed pipe is reported as     encode.rs
+//!      such)
 //! ```
+//!
+//! Replay of a window onto an interface ([serve]) will live here too: it is the same read
+//! and merge with a paced sender at the end instead of an encoder.
 #![forbid(unsafe_code)]
 
+mod encode;
 pub mod export;
+mod prefetch;
 #[cfg(test)]
 mod proptest_query;
+mod stats;
 
 pub use export::{export, ExportError, ExportOptions, ExportReport, Format};

@@ -31,7 +31,7 @@ impl Level {
     pub const MIN_ZSTD: i32 = -1000;
     /// The highest zstd level.
     pub const MAX_ZSTD: i32 = 22;
-    /// Level used for a block while the compressors are behind (see [`compress_loop`]).
+    /// Level used for a block while the compressors are behind (see the module docs).
     pub const FAST: Level = Level::Zstd(-10);
     /// Level used for a block while the compressors are far behind: about 4 GB/s a core,
     /// close to a copy, and still an ordinary zstd frame (about 1.06x on the synth traffic).
@@ -103,7 +103,8 @@ impl std::str::FromStr for Level {
     }
 }
 
-/// How the store writer has been keeping up (for status displays): see [`compress_loop`].
+/// How the store writer has been keeping up (for status displays): the blocks written at
+/// each rung of the ladder, and why it stepped down.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Pressure {
     /// Blocks written at each rung of the ladder: the configured level, [`Level::FAST`],

@@ -1,0 +1,83 @@
+//! The output encoder: nanosecond pcap or pcapng records through a 1 MiB buffer.
+
+use std::io::Write;
+
+use capsule_pcap::{write as pw, FragmentStat, Interface};
+
+use crate::export::{ExportError, Format};
+
+/// Streams records in the chosen format through a 1 MiB buffer.
+pub(crate) struct Encoder<W: Write> {
+    out: W,
+    buf: Vec<u8>,
+    format: Format,
+}
+
+const FLUSH_AT: usize = 1 << 20;
+
+impl<W: Write> Encoder<W> {
+    pub(crate) fn new(out: W, format: Format, ifaces: &[Interface]) -> Result<Self, ExportError> {
+        let mut buf = Vec::with_capacity(FLUSH_AT + 70_000);
+        match format {
+            Format::Pcap => {
+                let mut types: Vec<u16> = ifaces.iter().map(|i| i.linktype).collect();
+                types.sort_unstable();
+                types.dedup();
+                if types.len() > 1 {
+                    let list: Vec<String> = types.iter().map(|t| t.to_string()).collect();
+                    return Err(ExportError::MixedLinkTypes(list.join(", ")));
+                }
+                let linktype = types
+                    .first()
+                    .copied()
+                    .unwrap_or(capsule_pcap::LINKTYPE_ETHERNET);
+                let snaplen = ifaces
+                    .iter()
+                    .map(|i| if i.snaplen == 0 { 262_144 } else { i.snaplen })
+                    .max()
+                    .unwrap_or(262_144);
+                pw::pcap_header(&mut buf, linktype, snaplen);
+            }
+            Format::PcapNg => {
+                pw::pcapng_shb(
+                    &mut buf,
+                    Some(concat!("capsule ", env!("CARGO_PKG_VERSION"))),
+                );
+                for i in ifaces {
+                    pw::pcapng_idb(&mut buf, i);
+                }
+            }
+        }
+        Ok(Encoder { out, buf, format })
+    }
+
+    pub(crate) fn packet(
+        &mut self,
+        iface: u32,
+        ts: u64,
+        orig_len: u32,
+        data: &[u8],
+    ) -> Result<(), ExportError> {
+        match self.format {
+            Format::Pcap => pw::pcap_record(&mut self.buf, ts, orig_len, data),
+            Format::PcapNg => pw::pcapng_epb(&mut self.buf, iface, ts, orig_len, data),
+        }
+        if self.buf.len() >= FLUSH_AT {
+            self.out.write_all(&self.buf).map_err(ExportError::Write)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Interface statistics go into pcapng only (classic pcap has no place for them).
+    pub(crate) fn stats(&mut self, iface: u32, st: &FragmentStat) {
+        if self.format == Format::PcapNg {
+            pw::pcapng_isb(&mut self.buf, iface, st.ts_ns, st.received, st.dropped);
+        }
+    }
+
+    pub(crate) fn finish(mut self) -> Result<(), ExportError> {
+        self.out.write_all(&self.buf).map_err(ExportError::Write)?;
+        self.out.flush().map_err(ExportError::Write)
+    }
+}

@@ -1,0 +1,193 @@
+//! Reading ahead of the merge: the planned blocks are read, checked, decompressed and
+//! filtered (window, capsule's filter, `--bpf`) on worker threads, and handed over in plan
+//! order, each with the positions of its selected packets.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use capsule_pcap::{read::fragment_packets, PacketRef};
+use capsule_query::Query;
+use capsule_store::SegmentReader;
+use capsule_wire::dissect;
+use crossbeam_channel::{bounded, Receiver};
+
+use crate::export::ExportError;
+
+/// A block chosen by the plan.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Planned {
+    pub(crate) seg: usize,
+    pub(crate) block: usize,
+    pub(crate) first_ns: u64,
+}
+
+/// Where one packet lies in a decompressed block.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PacketLoc {
+    pub(crate) ts_ns: u64,
+    pub(crate) iface: u32,
+    pub(crate) orig_len: u32,
+    pub(crate) start: u32,
+    pub(crate) end: u32,
+}
+
+/// A decompressed block with its selected packets located.
+pub(crate) struct Loaded {
+    pub(crate) seg: usize,
+    pub(crate) block: usize,
+    pub(crate) data: Vec<u8>,
+    pub(crate) packets: Vec<PacketLoc>,
+}
+
+pub(crate) type Reply = crossbeam_channel::Sender<Result<Loaded, ExportError>>;
+
+/// What every packet read must pass: the window, capsule's filter, and `--bpf`.
+#[derive(Debug, Clone)]
+pub(crate) struct PacketFilter {
+    pub(crate) query: Query,
+    pub(crate) bpf: Option<String>,
+}
+
+/// A `--bpf` expression compiled by libpcap, once per link type. Each thread keeps its own:
+/// a compiled program may be sent to another thread but not shared.
+pub(crate) struct Bpf {
+    expr: String,
+    programs: HashMap<u16, pcap::BpfProgram>,
+}
+
+impl Bpf {
+    pub(crate) fn new(expr: String) -> Self {
+        Bpf {
+            expr,
+            programs: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn program(&mut self, linktype: u16) -> Result<&pcap::BpfProgram, ExportError> {
+        if !self.programs.contains_key(&linktype) {
+            let err = |error: pcap::Error| ExportError::Bpf {
+                expr: self.expr.clone(),
+                linktype,
+                error,
+            };
+            let dead = pcap::Capture::dead(pcap::Linktype(i32::from(linktype))).map_err(err)?;
+            let prog = dead.compile(&self.expr, true).map_err(err)?;
+            self.programs.insert(linktype, prog);
+        }
+        Ok(&self.programs[&linktype])
+    }
+}
+
+/// Reads, decompresses and filters the planned blocks on `threads` threads, delivering them
+/// in plan order. At most a few blocks per thread are held ahead of the consumer.
+pub(crate) fn prefetch(
+    segments: Arc<Vec<SegmentReader>>,
+    plan: Vec<Planned>,
+    threads: usize,
+    filter: PacketFilter,
+    reuse: Receiver<Vec<u8>>,
+) -> Receiver<Result<Loaded, ExportError>> {
+    let threads = threads.clamp(1, 16);
+    let (out_tx, out_rx) = bounded(2);
+    // Each job carries its own one-shot reply channel; the orderer waits on them in order.
+    let (job_tx, job_rx) = bounded::<(Planned, Reply)>(threads * 2);
+    let (order_tx, order_rx) = bounded::<Receiver<Result<Loaded, ExportError>>>(threads * 2);
+    for _ in 0..threads {
+        let job_rx = job_rx.clone();
+        let segments = segments.clone();
+        let filter = filter.clone();
+        let reuse = reuse.clone();
+        std::thread::spawn(move || {
+            let Ok(mut dctx) = zstd::bulk::Decompressor::new() else {
+                return;
+            };
+            let mut bpf = filter.bpf.clone().map(Bpf::new);
+            let mut frame = Vec::new();
+            for (p, reply) in job_rx {
+                let data = reuse.try_recv().unwrap_or_default();
+                let seg = &segments[p.seg];
+                let r = load(
+                    seg,
+                    p,
+                    &mut dctx,
+                    &mut frame,
+                    data,
+                    &filter.query,
+                    bpf.as_mut(),
+                );
+                let _ = reply.send(r);
+            }
+        });
+    }
+    std::thread::spawn(move || {
+        for p in plan {
+            let (tx, rx) = bounded(1);
+            if job_tx.send((p, tx)).is_err() || order_tx.send(rx).is_err() {
+                return;
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        for rx in order_rx {
+            let Ok(r) = rx.recv() else {
+                return;
+            };
+            let stop = r.is_err();
+            if out_tx.send(r).is_err() || stop {
+                return;
+            }
+        }
+    });
+    out_rx
+}
+
+/// Reads block `p`, and keeps the packets in the window that pass the filter and `--bpf`.
+fn load(
+    seg: &SegmentReader,
+    p: Planned,
+    dctx: &mut zstd::bulk::Decompressor<'static>,
+    frame: &mut Vec<u8>,
+    mut data: Vec<u8>,
+    query: &Query,
+    mut bpf: Option<&mut Bpf>,
+) -> Result<Loaded, ExportError> {
+    seg.read_block(p.block, dctx, frame, &mut data)?;
+    let mut packets = Vec::new();
+    let base = data.as_ptr() as usize;
+    for r in fragment_packets(&data) {
+        let pkt: PacketRef<'_> = r.map_err(|problem| ExportError::BadPacket {
+            path: seg.path().to_path_buf(),
+            block: p.block as u32,
+            problem,
+        })?;
+        if !query.in_window(pkt.ts_ns) {
+            continue;
+        }
+        let linktype = seg
+            .interfaces()
+            .get(pkt.iface as usize)
+            .map_or(0, |i| i.linktype);
+        if !query.filter.is_all() && !query.filter.matches(&dissect(linktype, pkt.data)) {
+            continue;
+        }
+        if let Some(bpf) = bpf.as_deref_mut() {
+            if !bpf.program(linktype)?.filter(pkt.data) {
+                continue;
+            }
+        }
+        let start = pkt.data.as_ptr() as usize - base;
+        packets.push(PacketLoc {
+            ts_ns: pkt.ts_ns,
+            iface: pkt.iface,
+            orig_len: pkt.orig_len,
+            start: start as u32,
+            end: (start + pkt.data.len()) as u32,
+        });
+    }
+    Ok(Loaded {
+        seg: p.seg,
+        block: p.block,
+        data,
+        packets,
+    })
+}
