@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use capsule_capture::live::{self, CaptureConfig, Mode, Queues};
 use capsule_store::{Store, WriterConfig};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -52,7 +53,7 @@ enum Cmd {
         /// RX queues to capture with AF_XDP: `all` or a list such as `0,1` (one socket and
         /// worker thread each).
         #[arg(long, default_value = "all")]
-        queues: String,
+        queues: Queues,
         /// AF_XDP UMEM frame size: 2048 or 4096 (frames larger than a frame arrive in several
         /// buffers and are joined).
         #[arg(long, default_value_t = 2048)]
@@ -580,7 +581,7 @@ struct CaptureArgs {
     iface: String,
     store: PathBuf,
     mode: CaptureMode,
-    queues: String,
+    queues: Queues,
     frame_size: u32,
     snaplen: u32,
     fanout_group: u16,
@@ -588,79 +589,24 @@ struct CaptureArgs {
     writer: WriterArgs,
 }
 
-/// The capture chosen by `--mode`.
-enum Capturer {
-    Xdp(capsule_capture::xdp::XdpCapture),
-    Packet(capsule_capture::live::Live),
-}
-
-fn parse_queues(s: &str) -> Result<capsule_capture::xdp::Queues> {
-    if s == "all" {
-        return Ok(capsule_capture::xdp::Queues::All);
-    }
-    let list = s
-        .split(',')
-        .map(|q| {
-            q.trim()
-                .parse::<u32>()
-                .with_context(|| format!("--queues: {q:?} is not a queue number (or use `all`)"))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(capsule_capture::xdp::Queues::List(list))
-}
-
-fn open_capturer(a: &CaptureArgs) -> Result<(Capturer, String)> {
-    use capsule_capture::ring::xsk::{XdpAttach, XskConfig};
-    use capsule_capture::xdp::{XdpCapture, XdpConfig};
-    let attach = match a.mode {
-        CaptureMode::Auto | CaptureMode::Xdp => vec![XdpAttach::Native, XdpAttach::Generic],
-        CaptureMode::XdpNative => vec![XdpAttach::Native],
-        CaptureMode::XdpGeneric => vec![XdpAttach::Generic],
-        CaptureMode::Afpacket => vec![],
-    };
-    let mut why_not_xdp = None;
-    if !attach.is_empty() {
-        let cfg = XdpConfig {
-            iface: a.iface.clone(),
-            queues: parse_queues(&a.queues)?,
-            attach,
-            socket: XskConfig {
-                frame_size: a.frame_size,
-                ..XskConfig::default()
+impl CaptureArgs {
+    fn config(&self) -> Result<CaptureConfig> {
+        Ok(CaptureConfig {
+            iface: self.iface.clone(),
+            mode: match self.mode {
+                CaptureMode::Auto => Mode::Auto,
+                CaptureMode::Xdp => Mode::Xdp,
+                CaptureMode::XdpNative => Mode::XdpNative,
+                CaptureMode::XdpGeneric => Mode::XdpGeneric,
+                CaptureMode::Afpacket => Mode::Afpacket,
             },
-            umem_bytes: Some(units::parse_size(&a.ring_size).context("--ring-size")?),
-            snaplen: a.snaplen,
-        };
-        match XdpCapture::open(cfg) {
-            Ok(x) => {
-                let desc = x.setup().to_string();
-                return Ok((Capturer::Xdp(x), desc));
-            }
-            Err(e) if matches!(a.mode, CaptureMode::Auto) => why_not_xdp = Some(e.to_string()),
-            Err(e) => return Err(e.into()),
-        }
+            queues: self.queues.clone(),
+            frame_size: self.frame_size,
+            snaplen: self.snaplen,
+            fanout_group: self.fanout_group,
+            ring_bytes: units::parse_size(&self.ring_size).context("--ring-size")?,
+        })
     }
-    let ring_bytes = units::parse_size(&a.ring_size).context("--ring-size")?;
-    let block_size: u32 = 1 << 22;
-    let ring = capsule_capture::ring::RingConfig {
-        block_size,
-        block_nr: (ring_bytes / u64::from(block_size)).clamp(2, 4096) as u32,
-        fanout_group: a.fanout_group,
-        ..Default::default()
-    };
-    let live = capsule_capture::live::Live::open(capsule_capture::live::LiveConfig {
-        iface: a.iface.clone(),
-        snaplen: a.snaplen,
-        ring,
-    })?;
-    let mut desc = format!(
-        "AF_PACKET (TPACKET_V3 ring of {} MiB)",
-        (u64::from(ring.block_nr) * u64::from(block_size)) >> 20
-    );
-    if let Some(why) = why_not_xdp {
-        desc.push_str(&format!("; AF_XDP was not possible: {why}"));
-    }
-    Ok((Capturer::Packet(live), desc))
 }
 
 fn capture(a: &CaptureArgs) -> Result<ExitCode> {
@@ -672,7 +618,8 @@ fn capture(a: &CaptureArgs) -> Result<ExitCode> {
         signal_hook::flag::register(sig, stop.clone())
             .context("cannot install a signal handler")?;
     }
-    let (capturer, desc) = open_capturer(a)?;
+    let capturer = live::open(&a.config()?)?;
+    let desc = capturer.description().to_string();
     let cfg = WriterConfig {
         // Live packets cannot wait: compress faster rather than let the ring overflow.
         adaptive: true,
@@ -685,7 +632,7 @@ fn capture(a: &CaptureArgs) -> Result<ExitCode> {
     let t0 = Instant::now();
     let mut last_log = Instant::now();
     let gauge = writer.pressure_gauge();
-    let on_stats = |r: &capsule_capture::live::LiveReport| {
+    let on_stats = |r: &live::LiveReport| {
         status.update(r, gauge.read());
         if last_log.elapsed() >= std::time::Duration::from_secs(10) {
             tracing::info!(
@@ -697,10 +644,7 @@ fn capture(a: &CaptureArgs) -> Result<ExitCode> {
             last_log = Instant::now();
         }
     };
-    let result = match capturer {
-        Capturer::Xdp(x) => x.run(&mut writer, &stop, on_stats),
-        Capturer::Packet(mut live) => live.run(&mut writer, &stop, on_stats),
-    };
+    let result = capturer.run(&mut writer, &stop, on_stats);
     // Seal what was captured whether the capture ended well or not.
     let finished = writer.finish();
     status.finish();

@@ -22,7 +22,6 @@
 pub mod import;
 pub mod live;
 pub mod status;
-pub mod xdp;
 // The one place with `unsafe` code: the ring shared with the kernel (see its docs).
 #[allow(unsafe_code)]
 pub mod ring;
