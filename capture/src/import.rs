@@ -1,7 +1,7 @@
 //! Offline import of pcap and pcapng files into the store.
 //!
 //! A damaged input, or a packet the store cannot hold (larger than
-//! [`capsule_index::writer::MAX_PACKET`]), stops the import of that file there: the packets
+//! [`capsule_store::writer::MAX_PACKET`]), stops the import of that file there: the packets
 //! before it stay in the store, and the [`FileReport`] carries a [`FileProblem`] naming the
 //! file, the byte offset, and what was wrong. A store error (disk full, I/O) is an
 //! [`ImportError`]: nothing already sealed is touched, and the caller should still

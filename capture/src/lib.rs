@@ -15,15 +15,15 @@
 //! age while no packet arrives.
 //!
 //! Live capture ([`live`]) reads an interface through an AF_PACKET TPACKET_V3 ring
-//! ([`ring`], the one module with `unsafe` code), puts back VLAN tags the kernel stripped,
+//! (`sys`, the one module with `unsafe` code), puts back VLAN tags the kernel stripped,
 //! and feeds the same writer, ticking it so blocks are cut by age and packets are queryable
-//! within about a second. AF_XDP sockets per RX queue will join [`ring`].
+//! within about a second. AF_XDP sockets per RX queue are in `sys` too.
 
 pub mod import;
 pub mod live;
 pub mod status;
-// The one place with `unsafe` code: the ring shared with the kernel (see its docs).
+// The one place with `unsafe` code: every system call and the rings shared with the kernel.
 #[allow(unsafe_code)]
-pub mod ring;
+mod sys;
 
 pub use import::{import_live, import_reader, FileProblem, FileReport, ImportError};

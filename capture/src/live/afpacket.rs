@@ -1,7 +1,7 @@
 //! AF_PACKET capture: one TPACKET_V3 ring on the interface, read by the capture thread.
 //!
 //! ```text
-//! NIC -> kernel -> TPACKET_V3 ring (ring.rs) -> block of packets
+//! NIC -> kernel -> TPACKET_V3 ring (sys/tpacket.rs) -> block of packets
 //!   -> VLAN tag put back where the kernel stripped it into metadata
 //!   -> snap length applied -> StoreWriter::append (lane, block, compression, disk)
 //!   every turn: StoreWriter::tick (blocks cut by age: queryable within ~100 ms)
@@ -22,7 +22,7 @@ use capsule_store::{StoreError, StoreWriter};
 use super::{
     record, with_vlan_tag, Behind, CaptureConfig, LiveError, LiveReport, Snap, StatsTimer,
 };
-use crate::ring::{PacketRing, RingConfig};
+use crate::sys::tpacket::{PacketRing, RingConfig};
 
 /// Bytes per ring block.
 const BLOCK_SIZE: u32 = 1 << 22;
@@ -170,9 +170,10 @@ impl PacketCapture {
             .ring
             .stats()
             .map_err(|e| LiveError::ring(&self.iface, e))?;
-        rep.kernel.packets += s.packets;
-        rep.kernel.drops += s.drops;
-        rep.kernel.freezes += s.freezes;
+        // The kernel resets the counters on every read: sum them.
+        rep.kernel.packets += u64::from(s.tp_packets);
+        rep.kernel.drops += u64::from(s.tp_drops);
+        rep.kernel.freezes += u64::from(s.tp_freeze_q_cnt);
         Ok(())
     }
 }

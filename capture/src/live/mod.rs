@@ -36,8 +36,7 @@ use std::time::{Duration, Instant};
 use capsule_store::writer::MAX_PACKET;
 use capsule_store::{StoreError, StoreWriter};
 
-use crate::ring::xsk::{XdpAttach, XskStats};
-use crate::ring::RingStats;
+use crate::sys::link::XdpAttach;
 use afpacket::PacketCapture;
 use xdp::XdpCapture;
 
@@ -242,6 +241,30 @@ impl LiveReport {
             None => self.kernel.drops,
         }
     }
+}
+
+/// Kernel counters of an AF_PACKET socket (`PACKET_STATISTICS`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// Packets the socket received (kept or dropped).
+    pub packets: u64,
+    /// Packets dropped because the ring was full.
+    pub drops: u64,
+    /// Times the ring was frozen (all blocks owned by capsule).
+    pub freezes: u64,
+}
+
+/// An AF_XDP socket's kernel counters (`XDP_STATISTICS`), cumulative since the socket opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct XskStats {
+    /// Dropped for reasons other than the two below (e.g. a frame too small in copy mode).
+    pub rx_dropped: u64,
+    /// Descriptors the kernel found invalid.
+    pub rx_invalid_descs: u64,
+    /// Dropped because the RX ring was full (capsule fell behind).
+    pub rx_ring_full: u64,
+    /// Times the kernel found the fill ring empty (no frame to receive into).
+    pub rx_fill_ring_empty_descs: u64,
 }
 
 /// Counters of an XDP capture, summed over queues.

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! NIC queue q -> XDP program (capsule-bpf): metadata record (arrival time, stripped VLAN tag)
-//!   -> XSKMAP[q] -> AF_XDP socket q (ring/xsk.rs: UMEM, fill and RX rings)
+//!   -> XSKMAP[q] -> AF_XDP socket q (sys/xsk.rs: UMEM, fill and RX rings)
 //!   -> worker q: time = metadata (monotonic + realtime offset, or the NIC's clock),
 //!                VLAN tag put back, snap length, copied into a Batch (frames go straight back)
 //!   -> bounded channel (full: the batch is dropped and counted as a pipeline drop, so a worker
@@ -28,10 +28,11 @@ use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 use super::{
     record, with_vlan_tag, Behind, CaptureConfig, LiveError, LiveReport, Queues, Snap, StatsTimer,
-    XdpCounters,
+    XdpCounters, XskStats,
 };
-use crate::ring::xsk::{xdp_link, XdpAttach, XskConfig, XskMode, XskPacket, XskSocket, XskStats};
-use crate::ring::{clock_ns, if_index, promiscuous, rx_vlan_offload};
+use crate::sys::link::{xdp_link, XdpAttach};
+use crate::sys::xsk::{XskConfig, XskMode, XskPacket, XskSocket};
+use crate::sys::{clock_ns, if_index, promiscuous, rx_vlan_offload};
 
 /// Frames per queue for a UMEM budget of `bytes` over `queues` queues: the largest power of
 /// two that fits the share, at least 16384 (the kernel rings' floor capsule keeps) and at
@@ -304,7 +305,7 @@ impl XdpCapture {
             writer.tick().map_err(|e| self.store_error(e))?;
             if stats.due(now) {
                 let s = sock.stats().map_err(|e| self.ring_error(e))?;
-                rep.xdp = Some(self.counters(s, 0, sock.bad_descs, rep.xdp));
+                rep.xdp = Some(self.counters(socket_stats(&s), 0, sock.bad_descs, rep.xdp));
                 stats
                     .record(writer, iface, &rep, now)
                     .map_err(|e| self.store_error(e))?;
@@ -322,7 +323,7 @@ impl XdpCapture {
             backoff.wait(n);
         }
         let s = sock.stats().map_err(|e| self.ring_error(e))?;
-        rep.xdp = Some(self.counters(s, 0, sock.bad_descs, rep.xdp));
+        rep.xdp = Some(self.counters(socket_stats(&s), 0, sock.bad_descs, rep.xdp));
         record(writer, iface, &rep).map_err(|e| self.store_error(e))?;
         on_stats(&rep);
         Ok(rep)
@@ -452,6 +453,16 @@ impl XdpCapture {
             bad += q.bad_descs.load(Ordering::Relaxed);
         }
         self.counters(s, pipeline, bad, prev)
+    }
+}
+
+/// The report's copy of a socket's `XDP_STATISTICS`.
+fn socket_stats(s: &libc::xdp_statistics) -> XskStats {
+    XskStats {
+        rx_dropped: s.rx_dropped,
+        rx_invalid_descs: s.rx_invalid_descs,
+        rx_ring_full: s.rx_ring_full,
+        rx_fill_ring_empty_descs: s.rx_fill_ring_empty_descs,
     }
 }
 
