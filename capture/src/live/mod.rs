@@ -176,7 +176,8 @@ pub fn open(cfg: &CaptureConfig) -> Result<Capture, LiveError> {
     let packet = PacketCapture::open(cfg)?;
     let mut description = packet.description();
     if let Some(e) = why_not_xdp {
-        description.push_str(&format!("; AF_XDP was not possible: {e}"));
+        let why = crate::error_chain(&e);
+        description.push_str(&format!("; AF_XDP was not possible: {why}"));
     }
     Ok(Capture {
         description,
@@ -291,22 +292,27 @@ impl XdpCounters {
     }
 }
 
-/// Why a capture could not start or stopped with an error.
+/// Why a capture could not start or stopped with an error. The message says what failed on
+/// which interface; the cause is the error's source (print the chain, as anyhow's `{:#}`
+/// does, for the whole story: `cannot capture on eth1: no network interface named "eth1"`).
 #[derive(Debug, thiserror::Error)]
 pub enum LiveError {
-    #[error("cannot capture on {iface}: {error}")]
+    #[error("cannot capture on {iface}")]
     Open {
         iface: String,
+        #[source]
         error: std::io::Error,
     },
-    #[error("reading the packet ring of {iface}: {error}")]
+    #[error("reading the packet ring of {iface}")]
     Ring {
         iface: String,
+        #[source]
         error: std::io::Error,
     },
-    #[error("storing packets from {iface}: {error}")]
+    #[error("storing packets from {iface}")]
     Store {
         iface: String,
+        #[source]
         error: Box<StoreError>,
     },
 }
@@ -497,6 +503,20 @@ mod tests {
         assert_eq!(urgent.load(Ordering::Relaxed), 1);
         drop(b);
         assert_eq!(urgent.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_live_error_says_what_failed_and_leaves_the_cause_to_its_source() {
+        let cause = std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "no network interface named \"eth9\"",
+        );
+        let e = LiveError::open("eth9", cause);
+        assert_eq!(e.to_string(), "cannot capture on eth9");
+        assert_eq!(
+            crate::error_chain(&e),
+            "cannot capture on eth9: no network interface named \"eth9\""
+        );
     }
 
     #[test]

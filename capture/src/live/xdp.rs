@@ -30,6 +30,7 @@ use super::{
     record, with_vlan_tag, Behind, CaptureConfig, LiveError, LiveReport, Queues, Snap, StatsTimer,
     XdpCounters, XskStats,
 };
+use crate::error_chain;
 use crate::sys::link::{xdp_link, XdpAttach};
 use crate::sys::xsk::{XskConfig, XskMode, XskPacket, XskSocket};
 use crate::sys::{clock_ns, if_index, promiscuous, rx_vlan_offload};
@@ -119,23 +120,25 @@ impl VlanOffload {
                 }
                 Err(e) if variant.device_bound => {
                     tracing::info!(
-                        "receive VLAN offload is on for {iface} and stays on ({e}); VLAN tags \
+                        "receive VLAN offload is on for {iface} and stays on ({}); VLAN tags \
                          the NIC strips come back through the driver's metadata kfunc where it \
-                         has one"
+                         has one",
+                        error_chain(&e)
                     );
                     None
                 }
                 Err(e) => {
                     tracing::warn!(
-                        "receive VLAN offload is on for {iface} and cannot be turned off ({e}): \
+                        "receive VLAN offload is on for {iface} and cannot be turned off ({}): \
                          VLAN tags the NIC strips will be missing from stored frames; run \
-                         `ethtool -K {iface} rxvlan off`"
+                         `ethtool -K {iface} rxvlan off`",
+                        error_chain(&e)
                     );
                     None
                 }
             },
             Err(e) => {
-                tracing::debug!("cannot read the offloads of {iface}: {e}");
+                tracing::debug!("cannot read the offloads of {iface}: {}", error_chain(&e));
                 None
             }
         }
@@ -146,8 +149,9 @@ impl Drop for VlanOffload {
     fn drop(&mut self) {
         if let Err(e) = rx_vlan_offload(&self.0, Some(true)) {
             tracing::warn!(
-                "could not turn receive VLAN offload back on for {}: {e}",
-                self.0
+                "could not turn receive VLAN offload back on for {}: {}",
+                self.0,
+                error_chain(&e)
             );
         }
     }
@@ -609,7 +613,7 @@ fn try_open(
     variant: Variant,
     sock_cfg: &XskConfig,
 ) -> Result<Opened, String> {
-    let program = XdpProgram::load(ifindex, variant).map_err(|e| e.to_string())?;
+    let program = XdpProgram::load(ifindex, variant).map_err(|e| error_chain(&e))?;
     let cfg = XskConfig {
         multi_buffer: variant.frags,
         ..*sock_cfg
@@ -617,13 +621,14 @@ fn try_open(
     // Sockets first, then the link: no packet is redirected before its socket exists.
     let mut sockets = Vec::new();
     for &q in queues {
-        let s = XskSocket::open(ifindex, q, &cfg).map_err(|e| format!("queue {q}: {e}"))?;
+        let s = XskSocket::open(ifindex, q, &cfg)
+            .map_err(|e| format!("queue {q}: {}", error_chain(&e)))?;
         program
             .bind_socket(q, s.as_fd())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| error_chain(&e))?;
         sockets.push((q, s));
     }
-    let link = xdp_link(program.prog_fd(), ifindex, attach).map_err(|e| e.to_string())?;
+    let link = xdp_link(program.prog_fd(), ifindex, attach).map_err(|e| error_chain(&e))?;
     Ok((program, sockets, link))
 }
 
@@ -793,9 +798,12 @@ impl Worker {
                     .store(s.rx_fill_ring_empty_descs, Ordering::Relaxed);
                 q.bad_descs.store(self.sock.bad_descs, Ordering::Relaxed);
             }
-            Err(e) => self.fail(std::io::Error::new(
-                e.kind(),
-                format!("AF_XDP socket of queue {}: {e}", self.queue),
+            Err(error) => self.fail(std::io::Error::new(
+                error.kind(),
+                QueueFailed {
+                    queue: self.queue,
+                    error,
+                },
             )),
         }
     }
@@ -806,6 +814,15 @@ impl Worker {
         }
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// A worker's socket failed; the cause is the source.
+#[derive(Debug, thiserror::Error)]
+#[error("AF_XDP socket of queue {queue}")]
+struct QueueFailed {
+    queue: u32,
+    #[source]
+    error: std::io::Error,
 }
 
 impl std::fmt::Debug for Worker {

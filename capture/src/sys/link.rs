@@ -6,6 +6,8 @@
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
+use super::syscall_error;
+
 /// How to attach the XDP program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum XdpAttach {
@@ -61,9 +63,14 @@ pub(crate) fn xdp_link(prog_fd: RawFd, ifindex: u32, mode: XdpAttach) -> io::Res
             Some(libc::EOPNOTSUPP) => " (the driver has no native XDP)",
             _ => "",
         };
-        return Err(io::Error::new(
-            e.kind(),
-            format!("attaching XDP ({mode}) with a bpf_link: {e}{hint}"),
+        // The hint follows the OS error's own text.
+        let e = match hint {
+            "" => e,
+            hint => io::Error::new(e.kind(), format!("{e}{hint}")),
+        };
+        return Err(syscall_error(
+            &format!("attaching XDP ({mode}) with a bpf_link"),
+            e,
         ));
     }
     // SAFETY: a non-negative return of BPF_LINK_CREATE is a new descriptor nothing else owns.

@@ -10,6 +10,11 @@
 //! * [`link`]: the `bpf_link` that attaches the XDP program (a raw `bpf(2)` call, which is why
 //!   it lives here and not in capsule-bpf).
 //!
+//! A failed call is an `io::Error` (its kind kept) carrying a [`SyscallError`]: the call
+//! and what it was for, with the OS error as its source, so an error chain printed with
+//! `: ` between causes (anyhow's `{:#}`, [`crate::error_chain`]) reads
+//! `bind to eth1: No such device (os error 19)`.
+//!
 //! Everything here is `pub(crate)`: the live backends (`crate::live`) call it, nothing outside
 //! the crate can. Every `unsafe` block carries a `// SAFETY:` comment, and every access to a
 //! ring shared with the kernel says which kernel-side barrier its memory ordering pairs with
@@ -25,10 +30,32 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+/// A system call that failed: the call, with what it was for (`bind to eth1`,
+/// `XDP_STATISTICS`), and the OS error.
+#[derive(Debug, thiserror::Error)]
+#[error("{call}")]
+struct SyscallError {
+    call: String,
+    #[source]
+    io_error: io::Error,
+}
+
+/// The error `io_error` of `call`, as an `io::Error` of the same kind carrying a
+/// [`SyscallError`].
+fn syscall_error(call: &str, io_error: io::Error) -> io::Error {
+    io::Error::new(
+        io_error.kind(),
+        SyscallError {
+            call: call.to_string(),
+            io_error,
+        },
+    )
+}
+
+/// Ok for a non-negative return, else the error (errno) of the call `what` just made.
 fn check(ret: libc::c_int, what: &str) -> io::Result<()> {
     if ret < 0 {
-        let e = io::Error::last_os_error();
-        return Err(io::Error::new(e.kind(), format!("{what}: {e}")));
+        return Err(syscall_error(what, io::Error::last_os_error()));
     }
     Ok(())
 }
@@ -167,7 +194,7 @@ impl Mapping {
         };
         if ptr == libc::MAP_FAILED {
             let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("mmap of {what}: {e}")));
+            return Err(syscall_error(&format!("mmap of {what}"), e));
         }
         Ok(Mapping {
             ptr: ptr.cast(),
@@ -301,4 +328,21 @@ pub(crate) fn clock_ns(realtime: bool) -> u64 {
     (ts.tv_sec as u64)
         .saturating_mul(1_000_000_000)
         .saturating_add(ts.tv_nsec as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_call_is_named_and_keeps_the_os_error_as_its_source() {
+        let e = socket(-1, libc::SOCK_RAW, "socket(-1)").unwrap_err();
+        assert_eq!(e.to_string(), "socket(-1)");
+        let os = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<io::Error>())
+            .expect("the OS error is the source");
+        assert_eq!(os.raw_os_error(), Some(libc::EAFNOSUPPORT));
+        assert_eq!(e.kind(), os.kind());
+        assert_eq!(crate::error_chain(&e), format!("socket(-1): {os}"));
+    }
 }

@@ -26,7 +26,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::{
-    add_promiscuous, check, getsockopt, if_index, setsockopt, socket, take_socket_error, Mapping,
+    add_promiscuous, check, getsockopt, if_index, setsockopt, socket, syscall_error,
+    take_socket_error, Mapping,
 };
 
 /// Size and shape of the ring.
@@ -228,7 +229,7 @@ impl PacketRing {
                 if e.kind() == io::ErrorKind::Interrupted {
                     return Ok(0);
                 }
-                return Err(e);
+                return Err(syscall_error("poll", e));
             }
             if self.status(i).load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
                 if pfd.revents & libc::POLLERR != 0 {

@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use capsule_bpf::META_LEN;
 
-use super::{check, getsockopt, setsockopt, socket, take_socket_error, Mapping};
+use super::{check, getsockopt, setsockopt, socket, syscall_error, take_socket_error, Mapping};
 
 /// Largest packet the joiner builds from fragments; the store keeps at most 256 KiB anyway.
 const MAX_JOINED: usize = 256 * 1024;
@@ -255,7 +255,10 @@ impl XskSocket {
         if cfg.zero_copy {
             match XskSocket::open_mode(ifindex, queue, cfg, XskMode::ZeroCopy) {
                 Ok(s) => return Ok(s),
-                Err(e) => tracing::debug!("queue {queue}: zero-copy refused ({e}); copy mode"),
+                Err(e) => tracing::debug!(
+                    "queue {queue}: zero-copy refused ({}); copy mode",
+                    crate::error_chain(&e)
+                ),
             }
         }
         XskSocket::open_mode(ifindex, queue, cfg, XskMode::Copy)
@@ -531,7 +534,7 @@ impl XskSocket {
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => {}
-                _ => return Err(io::Error::new(e.kind(), format!("waking the socket: {e}"))),
+                _ => return Err(syscall_error("waking the socket", e)),
             }
         }
         Ok(())
