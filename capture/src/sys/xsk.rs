@@ -169,38 +169,33 @@ impl Ring {
         self.word(self.flags).load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
     }
 
+    /// The address of entry `idx` (any index; wrapped by the ring's mask) of a ring whose
+    /// entries are `entry` bytes long. Safe to compute: it stays inside the mapping, whose
+    /// length is `desc + size * entry`; reading or writing it is what needs care.
+    fn slot(&self, idx: u32, entry: usize) -> *mut u8 {
+        let slot = (idx & (self.size - 1)) as usize;
+        debug_assert!(self.desc + (slot + 1) * entry <= self.map.len());
+        self.map.ptr().wrapping_add(self.desc + slot * entry)
+    }
+
     /// Reads RX descriptor `idx` (any index; wrapped by the ring's mask).
     fn rx_desc(&self, idx: u32) -> libc::xdp_desc {
-        let slot = (idx & (self.size - 1)) as usize;
-        debug_assert!(self.desc + (slot + 1) * 16 <= self.map.len());
-        // SAFETY: `slot < size`, and the mapping holds `size` 16-byte descriptors from `desc`
-        // (its length was computed from exactly that). The slot lies between the consumer and
-        // the producer (Acquire-loaded), so the kernel has finished writing it and will not
-        // write it again before capsule's Release store of the consumer.
-        unsafe {
-            self.map
-                .ptr()
-                .add(self.desc + slot * 16)
-                .cast::<libc::xdp_desc>()
-                .read_unaligned()
-        }
+        let desc = self.slot(idx, 16);
+        // SAFETY: the slot is `< size`, and the mapping holds `size` 16-byte descriptors from
+        // `desc` (its length was computed from exactly that). The slot lies between the
+        // consumer and the producer (Acquire-loaded), so the kernel has finished writing it and
+        // will not write it again before capsule's Release store of the consumer.
+        unsafe { desc.cast::<libc::xdp_desc>().read_unaligned() }
     }
 
     /// Writes fill-ring slot `idx` (wrapped by the ring's mask).
     fn set_fill(&self, idx: u32, addr: u64) {
-        let slot = (idx & (self.size - 1)) as usize;
-        debug_assert!(self.desc + (slot + 1) * 8 <= self.map.len());
-        // SAFETY: `slot < size` and the mapping holds `size` 8-byte entries from `desc`. The
-        // caller checked the slot is free (between the Acquire-loaded consumer and capsule's
-        // producer), so the kernel is not reading it; it reads it only after the Release store
-        // of the producer that publishes it.
-        unsafe {
-            self.map
-                .ptr()
-                .add(self.desc + slot * 8)
-                .cast::<u64>()
-                .write_unaligned(addr)
-        }
+        let entry = self.slot(idx, 8);
+        // SAFETY: the slot is `< size` and the mapping holds `size` 8-byte entries from `desc`.
+        // The caller checked the slot is free (between the Acquire-loaded consumer and
+        // capsule's producer), so the kernel is not reading it; it reads it only after the
+        // Release store of the producer that publishes it.
+        unsafe { entry.cast::<u64>().write_unaligned(addr) }
     }
 }
 
