@@ -13,6 +13,8 @@
 //! hold, the kernel drops and counts, and capture reports it. The loop stops when `stop` is
 //! set (SIGINT/SIGTERM in the CLI), then the caller finishes the writer.
 
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 

@@ -26,6 +26,8 @@
 //! ([`LiveError`]), the snap-length rule, VLAN tag re-insertion, the behind signal and the
 //! statistics timer. The backends import from here only, never from each other.
 
+#![forbid(unsafe_code)]
+
 mod afpacket;
 mod xdp;
 
@@ -60,27 +62,10 @@ pub struct CaptureConfig {
     pub ring_bytes: u64,
 }
 
-impl CaptureConfig {
-    /// Capture on `iface` with the defaults: mode auto, all queues, 2048-byte frames, whole
-    /// packets, no fanout, 256 MiB of ring.
-    pub fn new(iface: impl Into<String>) -> CaptureConfig {
-        CaptureConfig {
-            iface: iface.into(),
-            mode: Mode::Auto,
-            queues: Queues::All,
-            frame_size: 2048,
-            snaplen: 0,
-            fanout_group: 0,
-            ring_bytes: 256 << 20,
-        }
-    }
-}
-
 /// How to capture.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// XDP native, then XDP generic, then AF_PACKET: the first that works.
-    #[default]
     Auto,
     /// AF_XDP with the XDP program in the driver, else in generic mode.
     Xdp,

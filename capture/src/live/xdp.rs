@@ -12,9 +12,12 @@
 //!      stored as ISBs so a query can say what its window lost
 //! ```
 //!
-//! [`XdpCapture::open`] tries native XDP, then generic, and within each the richest program
-//! variant the kernel and driver accept (device kfuncs, multi-buffer); sockets try zero-copy,
-//! then copy mode. It reports what it chose.
+//! [`XdpCapture::open`] tries the attach modes it is given (native, then generic, as
+//! `super::open` asks), and within each the richest program variant the kernel and driver
+//! accept (device kfuncs, multi-buffer); sockets try zero-copy, then copy mode. It reports what
+//! it chose ([`XdpSetup`], the capture's description).
+
+#![forbid(unsafe_code)]
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
