@@ -82,7 +82,7 @@ pub struct CaptureArgs {
     /// RX queues to capture with AF_XDP: `all` or a list such as `0,1` (one socket and
     /// worker thread each).
     #[arg(long, default_value = "all")]
-    pub queues: String,
+    pub queues: capsule_capture::live::Queues,
     /// AF_XDP UMEM frame size: 2048 or 4096 (frames larger than a frame arrive in several
     /// buffers and are joined).
     #[arg(long, default_value_t = 2048)]

@@ -1,9 +1,10 @@
-//! Getting packets into the store.
+//! Getting packets into the store: import from capture files, live capture from a network
+//! interface, and the status file of a running capture.
 //!
-//! This crate owns the ways packets arrive. Today that is offline import ([`import`]):
-//! a pcap or pcapng stream is read by the checked reader of `capsule-pcap`, each file
-//! interface is registered with the [`capsule_store::StoreWriter`], and every packet is
-//! appended with its nanosecond timestamp, original length and interface:
+//! **Import** ([`import`]): a pcap or pcapng stream is read by the checked reader of
+//! `capsule-pcap`, each file interface is registered with the
+//! [`StoreWriter`](capsule_store::StoreWriter), and every packet is appended with its
+//! nanosecond timestamp, original length and interface:
 //!
 //! ```text
 //! file or stdin -> CaptureReader (checked, offsets) -> Record::Interface -> add_interface
@@ -14,17 +15,54 @@
 //! [`import_live`], which reads on a thread of its own so that the writer can cut blocks by
 //! age while no packet arrives.
 //!
-//! Live capture ([`live`]) reads an interface through an AF_PACKET TPACKET_V3 ring
-//! ([`ring`], the one module with `unsafe` code), puts back VLAN tags the kernel stripped,
-//! and feeds the same writer, ticking it so blocks are cut by age and packets are queryable
-//! within about a second. AF_XDP sockets per RX queue will join [`ring`].
+//! **Live capture** ([`live`]): one [`CaptureConfig`](live::CaptureConfig) says what to
+//! capture, and [`live::open`] walks the fallback ladder (mode `auto`: AF_XDP with the XDP
+//! program in the driver, then in the kernel's generic path, then AF_PACKET) to a
+//! [`Capture`](live::Capture) whose `run` feeds the same writer until told to stop:
+//!
+//! ```text
+//! AF_XDP:    NIC RX queue q -> XDP program (capsule-bpf) -> AF_XDP socket q (UMEM, fill and RX
+//!            rings; zero-copy where the driver allows) -> one queue: the capture thread reads
+//!            it; several: a worker thread per queue, batches over a bounded channel
+//! AF_PACKET: NIC -> kernel -> TPACKET_V3 ring -> the capture thread
+//! then:      VLAN tag put back where it was stripped -> snap length -> StoreWriter::append;
+//!            StoreWriter::tick every turn (blocks cut by age: queryable within about a
+//!            second); counters once a second, stored as interface statistics
+//! ```
+//!
+//! **Status** ([`status`]): a running capture rewrites `capture-status.json` in the store
+//! about once a second (how it captures, counters, drops by cause, rates); `capsule status`
+//! reads it.
+//!
+//! **Where the `unsafe` code is.** Only in the private module `sys`, the one door to the
+//! kernel: every system call capture makes (sockets, socket options, the ethtool ioctl,
+//! clocks, the `bpf_link`) and the two rings shared with the kernel (TPACKET_V3 and AF_XDP),
+//! each `unsafe` block with a `// SAFETY:` comment (the workspace denies
+//! `clippy::undocumented_unsafe_blocks`). The crate root denies `unsafe_code` and allows it
+//! for `sys` alone; every other module forbids it, which nothing inside that module can
+//! lift. A crate-wide `forbid` would be stronger still, but the compiler lets no module lift
+//! it, so this is the strongest arrangement for a crate that needs `unsafe` in one place.
+
+#![deny(unsafe_code)]
 
 pub mod import;
 pub mod live;
 pub mod status;
-pub mod xdp;
-// The one place with `unsafe` code: the ring shared with the kernel (see its docs).
+// The one place with `unsafe` code: every system call and the rings shared with the kernel.
 #[allow(unsafe_code)]
-pub mod ring;
+mod sys;
 
 pub use import::{import_live, import_reader, FileProblem, FileReport, ImportError};
+
+/// An error's message followed by its causes', `: ` between them (as anyhow's `{:#}` prints
+/// a chain), for where an error becomes text: the list of XDP attempts, log lines.
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}

@@ -1,4 +1,5 @@
-//! AF_XDP sockets: UMEM, fill and RX rings, and the `bpf_link` that attaches the XDP program.
+//! AF_XDP sockets: UMEM, fill and RX rings (the `bpf_link` that attaches the XDP program is in
+//! [`super::link`]).
 //!
 //! One socket serves one RX queue. Its UMEM is one anonymous mapping cut into `frames`
 //! frames of `frame_size` bytes (2048 or 4096). Four single-producer single-consumer rings
@@ -35,30 +36,30 @@
 //! in an unexpected state cannot make capsule read outside the mapping.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::{check, getsockopt, new_socket, setsockopt, take_socket_error};
+use capsule_bpf::META_LEN;
 
-/// Bytes of per-packet metadata the XDP program puts before a packet (capsule_bpf::META_LEN).
-pub const META_LEN: usize = 16;
+use super::{check, getsockopt, setsockopt, socket, syscall_error, take_socket_error, Mapping};
+
 /// Largest packet the joiner builds from fragments; the store keeps at most 256 KiB anyway.
 const MAX_JOINED: usize = 256 * 1024;
 
 /// Shape of one socket.
 #[derive(Debug, Clone, Copy)]
-pub struct XskConfig {
+pub(crate) struct XskConfig {
     /// UMEM frame size: 2048 or 4096.
-    pub frame_size: u32,
+    pub(crate) frame_size: u32,
     /// Frames in the UMEM, which is also the fill ring's size (a power of two, >= 16384).
-    pub frames: u32,
+    pub(crate) frames: u32,
     /// RX ring entries (a power of two, >= 16384).
-    pub rx_size: u32,
+    pub(crate) rx_size: u32,
     /// Try zero-copy first (falls back to copy mode when the driver refuses).
-    pub zero_copy: bool,
+    pub(crate) zero_copy: bool,
     /// Bind with `XDP_USE_SG`: frames larger than one UMEM frame arrive as fragments, which
     /// capsule joins. Needs the `xdp.frags` program and Linux 6.6.
-    pub multi_buffer: bool,
+    pub(crate) multi_buffer: bool,
 }
 
 impl Default for XskConfig {
@@ -75,7 +76,7 @@ impl Default for XskConfig {
 
 /// How the kernel moves packets into the UMEM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum XskMode {
+pub(crate) enum XskMode {
     /// The NIC DMAs straight into the UMEM.
     ZeroCopy,
     /// The kernel copies each packet into the UMEM (any driver, generic XDP included).
@@ -93,35 +94,19 @@ impl std::fmt::Display for XskMode {
 
 /// One received packet, borrowed from the UMEM (or from the fragment joiner).
 #[derive(Debug, Clone, Copy)]
-pub struct XskPacket<'a> {
-    pub data: &'a [u8],
+pub(crate) struct XskPacket<'a> {
+    pub(crate) data: &'a [u8],
     /// The bytes just before the packet, where the XDP program writes its record; `None` when
     /// the frame has no room for them.
-    pub meta: Option<[u8; META_LEN]>,
-    /// Number of buffers the packet arrived in (1 unless multi-buffer).
-    pub buffers: u32,
+    pub(crate) meta: Option<[u8; META_LEN]>,
     /// The packet was longer than capsule joins (256 KiB); `data` is its head.
-    pub cut: bool,
-}
-
-/// The socket's kernel counters (`XDP_STATISTICS`), cumulative since the socket opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct XskStats {
-    /// Dropped for reasons other than the two below (e.g. a frame too small in copy mode).
-    pub rx_dropped: u64,
-    /// Descriptors the kernel found invalid.
-    pub rx_invalid_descs: u64,
-    /// Dropped because the RX ring was full (capsule fell behind).
-    pub rx_ring_full: u64,
-    /// Times the kernel found the fill ring empty (no frame to receive into).
-    pub rx_fill_ring_empty_descs: u64,
+    pub(crate) cut: bool,
 }
 
 /// A mapped ring: producer and consumer indexes, flags, and `size` entries of `T`.
 #[derive(Debug)]
 struct Ring {
-    map: *mut u8,
-    map_len: usize,
+    map: Mapping,
     producer: usize,
     consumer: usize,
     flags: usize,
@@ -138,26 +123,12 @@ impl Ring {
         pgoff: libc::off_t,
         what: &str,
     ) -> io::Result<Ring> {
+        // The ring the kernel allocated for this socket at `pgoff`, with the length the kernel's
+        // offsets imply.
         let map_len = off.desc as usize + size as usize * entry;
-        // SAFETY: maps the ring the kernel allocated for this socket at `pgoff`, with the length
-        // the kernel's offsets imply; the result is checked against MAP_FAILED.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd.as_raw_fd(),
-                pgoff,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("mmap of the {what}: {e}")));
-        }
+        let map = Mapping::socket(fd, map_len, pgoff, &format!("the {what}"))?;
         let ring = Ring {
-            map: map.cast(),
-            map_len,
+            map,
             producer: off.producer as usize,
             consumer: off.consumer as usize,
             flags: off.flags as usize,
@@ -183,7 +154,7 @@ impl Ring {
         // SAFETY: `off` was checked in `map` to be 4-aligned and inside the mapping, which lives
         // as long as `self`. The kernel accesses the word only atomically (READ_ONCE,
         // smp_load_acquire/smp_store_release), so viewing it as an AtomicU32 is sound.
-        unsafe { &*self.map.add(off).cast::<AtomicU32>() }
+        unsafe { &*self.map.ptr().add(off).cast::<AtomicU32>() }
     }
 
     fn producer(&self) -> &AtomicU32 {
@@ -198,59 +169,46 @@ impl Ring {
         self.word(self.flags).load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
     }
 
+    /// The address of entry `idx` (any index; wrapped by the ring's mask) of a ring whose
+    /// entries are `entry` bytes long. Safe to compute: it stays inside the mapping, whose
+    /// length is `desc + size * entry`; reading or writing it is what needs care.
+    fn slot(&self, idx: u32, entry: usize) -> *mut u8 {
+        let slot = (idx & (self.size - 1)) as usize;
+        debug_assert!(self.desc + (slot + 1) * entry <= self.map.len());
+        self.map.ptr().wrapping_add(self.desc + slot * entry)
+    }
+
     /// Reads RX descriptor `idx` (any index; wrapped by the ring's mask).
     fn rx_desc(&self, idx: u32) -> libc::xdp_desc {
-        let slot = (idx & (self.size - 1)) as usize;
-        debug_assert!(self.desc + (slot + 1) * 16 <= self.map_len);
-        // SAFETY: `slot < size`, and the mapping holds `size` 16-byte descriptors from `desc`
-        // (its length was computed from exactly that). The slot lies between the consumer and
-        // the producer (Acquire-loaded), so the kernel has finished writing it and will not
-        // write it again before capsule's Release store of the consumer.
-        unsafe {
-            self.map
-                .add(self.desc + slot * 16)
-                .cast::<libc::xdp_desc>()
-                .read_unaligned()
-        }
+        let desc = self.slot(idx, 16);
+        // SAFETY: the slot is `< size`, and the mapping holds `size` 16-byte descriptors from
+        // `desc` (its length was computed from exactly that). The slot lies between the
+        // consumer and the producer (Acquire-loaded), so the kernel has finished writing it and
+        // will not write it again before capsule's Release store of the consumer.
+        unsafe { desc.cast::<libc::xdp_desc>().read_unaligned() }
     }
 
     /// Writes fill-ring slot `idx` (wrapped by the ring's mask).
     fn set_fill(&self, idx: u32, addr: u64) {
-        let slot = (idx & (self.size - 1)) as usize;
-        debug_assert!(self.desc + (slot + 1) * 8 <= self.map_len);
-        // SAFETY: `slot < size` and the mapping holds `size` 8-byte entries from `desc`. The
-        // caller checked the slot is free (between the Acquire-loaded consumer and capsule's
-        // producer), so the kernel is not reading it; it reads it only after the Release store
-        // of the producer that publishes it.
-        unsafe {
-            self.map
-                .add(self.desc + slot * 8)
-                .cast::<u64>()
-                .write_unaligned(addr)
-        }
-    }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `map`; nothing refers to it any more (the
-        // `&AtomicU32` views borrow `self`).
-        unsafe { libc::munmap(self.map.cast(), self.map_len) };
+        let entry = self.slot(idx, 8);
+        // SAFETY: the slot is `< size` and the mapping holds `size` 8-byte entries from `desc`.
+        // The caller checked the slot is free (between the Acquire-loaded consumer and
+        // capsule's producer), so the kernel is not reading it; it reads it only after the
+        // Release store of the producer that publishes it.
+        unsafe { entry.cast::<u64>().write_unaligned(addr) }
     }
 }
 
 /// An AF_XDP socket bound to one RX queue, receiving only.
 #[derive(Debug)]
-pub struct XskSocket {
+pub(crate) struct XskSocket {
     // Field order is drop order: the rings and the socket go before the UMEM they point into.
     rx: Ring,
     fill: Ring,
     _comp: Ring,
     fd: OwnedFd,
-    /// Last field: unmapped after the socket that registered it is closed.
-    _umem_map: UmemGuard,
-    umem: *mut u8,
-    umem_len: usize,
+    /// After the socket: unmapped once the socket that registered it is closed.
+    umem: Mapping,
     frame_size: u32,
     mode: XskMode,
     multi_buffer: bool,
@@ -258,13 +216,12 @@ pub struct XskSocket {
     /// Our copies of the ring indexes we own (the kernel never writes them).
     rx_consumer: u32,
     fill_producer: u32,
-    /// The packet being joined from fragments, with its metadata and buffer count.
+    /// The packet being joined from fragments, with its metadata.
     joined: Vec<u8>,
     joined_meta: Option<[u8; META_LEN]>,
-    joined_bufs: u32,
     joining: bool,
     /// Descriptors that pointed outside the UMEM (never expected; counted, not trusted).
-    pub bad_descs: u64,
+    pub(crate) bad_descs: u64,
 }
 
 // SAFETY: the UMEM and ring mappings are owned by this value alone, and the sharing with the
@@ -275,7 +232,7 @@ unsafe impl Send for XskSocket {}
 impl XskSocket {
     /// Opens a socket on queue `queue` of interface `ifindex`: zero-copy when asked and the
     /// driver allows it, else copy mode.
-    pub fn open(ifindex: u32, queue: u32, cfg: &XskConfig) -> io::Result<XskSocket> {
+    pub(crate) fn open(ifindex: u32, queue: u32, cfg: &XskConfig) -> io::Result<XskSocket> {
         if cfg.frame_size != 2048 && cfg.frame_size != 4096 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -293,45 +250,29 @@ impl XskSocket {
         if cfg.zero_copy {
             match XskSocket::open_mode(ifindex, queue, cfg, XskMode::ZeroCopy) {
                 Ok(s) => return Ok(s),
-                Err(e) => tracing::debug!("queue {queue}: zero-copy refused ({e}); copy mode"),
+                Err(e) => tracing::debug!(
+                    "queue {queue}: zero-copy refused ({}); copy mode",
+                    crate::error_chain(&e)
+                ),
             }
         }
         XskSocket::open_mode(ifindex, queue, cfg, XskMode::Copy)
     }
 
     fn open_mode(ifindex: u32, queue: u32, cfg: &XskConfig, mode: XskMode) -> io::Result<Self> {
-        let fd = new_socket(
+        let fd = socket(
             libc::AF_XDP,
             libc::SOCK_RAW,
             "socket(AF_XDP) (needs root, CAP_NET_RAW and Linux 4.18+)",
         )?;
 
+        // A fresh private anonymous mapping, registered with the kernel below. From here on it
+        // is unmapped on every error path, and in Drop after the socket is closed.
         let umem_len = cfg.frames as usize * cfg.frame_size as usize;
-        // SAFETY: a fresh private anonymous mapping; the result is checked. It is registered
-        // with the kernel below and unmapped in Drop after the socket is closed.
-        let umem = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                umem_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if umem == libc::MAP_FAILED {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                e.kind(),
-                format!("mmap of a {umem_len}-byte UMEM: {e}"),
-            ));
-        }
-        let umem: *mut u8 = umem.cast();
-        // From here on the UMEM is unmapped on every error path.
-        let umem_map = UmemGuard(umem, umem_len);
+        let umem = Mapping::anonymous(umem_len, &format!("a {umem_len}-byte UMEM"))?;
 
         let reg = libc::xdp_umem_reg {
-            addr: umem as u64,
+            addr: umem.ptr() as u64,
             len: umem_len as u64,
             chunk_size: cfg.frame_size,
             headroom: 0,
@@ -429,9 +370,7 @@ impl XskSocket {
             fill,
             _comp: comp,
             fd,
-            _umem_map: umem_map,
             umem,
-            umem_len,
             frame_size: cfg.frame_size,
             mode,
             multi_buffer: cfg.multi_buffer,
@@ -440,7 +379,6 @@ impl XskSocket {
             fill_producer: 0,
             joined: Vec::new(),
             joined_meta: None,
-            joined_bufs: 0,
             joining: false,
             bad_descs: 0,
         };
@@ -461,17 +399,13 @@ impl XskSocket {
         Ok(sock)
     }
 
-    pub fn mode(&self) -> XskMode {
+    pub(crate) fn mode(&self) -> XskMode {
         self.mode
-    }
-
-    pub fn multi_buffer(&self) -> bool {
-        self.multi_buffer
     }
 
     /// Reads up to `max` descriptors, hands each complete packet to `f`, and gives the frames
     /// back to the kernel. Returns the number of descriptors read (0: the ring was empty).
-    pub fn recv(&mut self, max: u32, mut f: impl FnMut(XskPacket<'_>)) -> io::Result<u32> {
+    pub(crate) fn recv(&mut self, max: u32, mut f: impl FnMut(XskPacket<'_>)) -> io::Result<u32> {
         let produced = self.rx.producer().load(Ordering::Acquire);
         let ready = produced.wrapping_sub(self.rx_consumer);
         // Frames can go back only where the fill ring has room; by construction it always
@@ -493,7 +427,7 @@ impl XskSocket {
             let d = self.rx.rx_desc(self.rx_consumer.wrapping_add(i));
             let (addr, len) = (d.addr, d.len as usize);
             let end = addr.checked_add(len as u64);
-            if end.is_none_or(|e| e > self.umem_len as u64) {
+            if end.is_none_or(|e| e > self.umem.len() as u64) {
                 self.bad_descs += 1;
                 self.joining = false;
                 continue;
@@ -503,13 +437,14 @@ impl XskSocket {
             // lives as long as `self`. The frame belongs to capsule from the consumption of its
             // RX descriptor until it is published on the fill ring below, after this slice's
             // last use, so the kernel does not write it meanwhile.
-            let data = unsafe { std::slice::from_raw_parts(self.umem.add(addr as usize), len) };
+            let data =
+                unsafe { std::slice::from_raw_parts(self.umem.ptr().add(addr as usize), len) };
             let in_frame = (addr & !frame_mask) as usize;
             let meta = if in_frame >= META_LEN && !self.joining {
                 // SAFETY: the META_LEN bytes before `addr` are in the same frame (its offset in
                 // the frame is at least META_LEN), hence inside the mapping and owned by capsule
                 // as above. The kernel copied the XDP metadata area there with the packet.
-                let m = unsafe { self.umem.add(addr as usize - META_LEN) };
+                let m = unsafe { self.umem.ptr().add(addr as usize - META_LEN) };
                 // SAFETY: as above; reads the record, then clears its last byte so that a later
                 // packet in this frame that gets no record of its own is not taken to carry this
                 // one's (the XDP program writes the magic last, right before the packet).
@@ -526,7 +461,6 @@ impl XskSocket {
                 f(XskPacket {
                     data,
                     meta,
-                    buffers: 1,
                     cut: false,
                 });
             } else {
@@ -534,17 +468,14 @@ impl XskSocket {
                     self.joining = true;
                     self.joined.clear();
                     self.joined_meta = meta;
-                    self.joined_bufs = 0;
                 }
                 let room = MAX_JOINED.saturating_sub(self.joined.len());
                 self.joined.extend_from_slice(&data[..len.min(room)]);
-                self.joined_bufs += 1;
                 if !more {
                     self.joining = false;
                     f(XskPacket {
                         data: &self.joined,
                         meta: self.joined_meta,
-                        buffers: self.joined_bufs,
                         cut: self.joined.len() >= MAX_JOINED && room < len,
                     });
                 }
@@ -568,7 +499,7 @@ impl XskSocket {
     }
 
     /// Descriptors waiting in the RX ring (what the kernel produced that capsule has not read).
-    pub fn backlog(&self) -> u32 {
+    pub(crate) fn backlog(&self) -> u32 {
         self.rx
             .producer()
             .load(Ordering::Acquire)
@@ -576,7 +507,7 @@ impl XskSocket {
     }
 
     /// RX ring entries.
-    pub fn rx_size(&self) -> u32 {
+    pub(crate) fn rx_size(&self) -> u32 {
         self.rx.size
     }
 
@@ -598,15 +529,15 @@ impl XskSocket {
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => {}
-                _ => return Err(io::Error::new(e.kind(), format!("waking the socket: {e}"))),
+                _ => return Err(syscall_error("waking the socket", e)),
             }
         }
         Ok(())
     }
 
-    /// The socket's kernel counters; an error when the socket has failed (e.g. the interface
-    /// went away).
-    pub fn stats(&self) -> io::Result<XskStats> {
+    /// The socket's kernel counters (`XDP_STATISTICS`), cumulative since the socket opened;
+    /// an error when the socket has failed (e.g. the interface went away).
+    pub(crate) fn stats(&self) -> io::Result<libc::xdp_statistics> {
         let err = take_socket_error(&self.fd)?;
         if err != 0 {
             return Err(io::Error::from_raw_os_error(err));
@@ -617,12 +548,7 @@ impl XskSocket {
             libc::XDP_STATISTICS,
             "XDP_STATISTICS",
         )?;
-        Ok(XskStats {
-            rx_dropped: s.rx_dropped,
-            rx_invalid_descs: s.rx_invalid_descs,
-            rx_ring_full: s.rx_ring_full,
-            rx_fill_ring_empty_descs: s.rx_fill_ring_empty_descs,
-        })
+        Ok(s)
     }
 }
 
@@ -630,82 +556,6 @@ impl AsFd for XskSocket {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
-}
-
-/// Unmaps a UMEM when dropped.
-#[derive(Debug)]
-struct UmemGuard(*mut u8, usize);
-
-impl Drop for UmemGuard {
-    fn drop(&mut self) {
-        // SAFETY: the guard owns the mapping (made by `open_mode`), and nothing refers to it
-        // any more when the guard drops.
-        unsafe { libc::munmap(self.0.cast(), self.1) };
-    }
-}
-
-/// How to attach the XDP program.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum XdpAttach {
-    /// In the driver (`XDP_FLAGS_DRV_MODE`).
-    Native,
-    /// In the kernel's generic path after the skb is built (`XDP_FLAGS_SKB_MODE`).
-    Generic,
-}
-
-impl std::fmt::Display for XdpAttach {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            XdpAttach::Native => "native",
-            XdpAttach::Generic => "generic",
-        })
-    }
-}
-
-/// Attaches the program `prog_fd` to `ifindex` through a `bpf_link` (`BPF_LINK_CREATE`).
-/// The program stays attached as long as the returned descriptor is open, so it detaches when
-/// capsule exits, however it exits.
-pub fn xdp_link(prog_fd: RawFd, ifindex: u32, mode: XdpAttach) -> io::Result<OwnedFd> {
-    const BPF_LINK_CREATE: libc::c_long = 28;
-    const BPF_XDP: u32 = 37;
-    const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
-    const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
-    // union bpf_attr, link_create member: prog_fd, target_ifindex, attach_type, flags; the
-    // rest of the (zeroed) union is unused for XDP.
-    let mut attr = [0u32; 16];
-    attr[0] = prog_fd as u32;
-    attr[1] = ifindex;
-    attr[2] = BPF_XDP;
-    attr[3] = match mode {
-        XdpAttach::Native => XDP_FLAGS_DRV_MODE,
-        XdpAttach::Generic => XDP_FLAGS_SKB_MODE,
-    };
-    // SAFETY: bpf(2) reads `size_of_val(&attr)` bytes from a live, initialized buffer laid out
-    // as the link_create member of union bpf_attr; the result is checked.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_LINK_CREATE,
-            attr.as_mut_ptr(),
-            std::mem::size_of_val(&attr) as libc::c_uint,
-        )
-    };
-    if ret < 0 {
-        let e = io::Error::last_os_error();
-        let hint = match e.raw_os_error() {
-            Some(libc::EBUSY | libc::EEXIST) => {
-                " (another XDP program is attached; `ip link show` names it)"
-            }
-            Some(libc::EOPNOTSUPP) => " (the driver has no native XDP)",
-            _ => "",
-        };
-        return Err(io::Error::new(
-            e.kind(),
-            format!("attaching XDP ({mode}) with a bpf_link: {e}{hint}"),
-        ));
-    }
-    // SAFETY: a non-negative return of BPF_LINK_CREATE is a new descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
 }
 
 #[cfg(test)]
@@ -732,11 +582,5 @@ mod tests {
             let e = XskSocket::open(1, 0, &cfg).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{cfg:?}: {e}");
         }
-    }
-
-    #[test]
-    fn a_link_to_a_bad_program_is_an_error_naming_the_mode() {
-        let e = xdp_link(-1, 1, XdpAttach::Generic).unwrap_err().to_string();
-        assert!(e.contains("attaching XDP (generic)"), "{e}");
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! NIC queue q -> XDP program (capsule-bpf): metadata record (arrival time, stripped VLAN tag)
-//!   -> XSKMAP[q] -> AF_XDP socket q (ring/xsk.rs: UMEM, fill and RX rings)
+//!   -> XSKMAP[q] -> AF_XDP socket q (sys/xsk.rs: UMEM, fill and RX rings)
 //!   -> worker q: time = metadata (monotonic + realtime offset, or the NIC's clock),
 //!                VLAN tag put back, snap length, copied into a Batch (frames go straight back)
 //!   -> bounded channel (full: the batch is dropped and counted as a pipeline drop, so a worker
@@ -12,9 +12,12 @@
 //!      stored as ISBs so a query can say what its window lost
 //! ```
 //!
-//! [`XdpCapture::open`] tries native XDP, then generic, and within each the richest program
-//! variant the kernel and driver accept (device kfuncs, multi-buffer); sockets try zero-copy,
-//! then copy mode. It reports what it chose.
+//! [`XdpCapture::open`] tries the attach modes it is given (native, then generic, as
+//! `super::open` asks), and within each the richest program variant the kernel and driver
+//! accept (device kfuncs, multi-buffer); sockets try zero-copy, then copy mode. It reports what
+//! it chose ([`XdpSetup`], the capture's description).
+
+#![forbid(unsafe_code)]
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,40 +26,22 @@ use std::time::{Duration, Instant};
 
 use capsule_bpf::{Meta, Variant, XdpProgram};
 use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
-use capsule_store::writer::MAX_PACKET;
-use capsule_store::StoreWriter;
+use capsule_store::{StoreError, StoreWriter};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
-use crate::live::{with_vlan_tag, Behind, LiveError, LiveReport};
-use crate::ring::xsk::{xdp_link, XdpAttach, XskConfig, XskMode, XskPacket, XskSocket, XskStats};
-use crate::ring::{clock_ns, if_index, promiscuous, rx_vlan_offload};
-
-/// Which RX queues to capture.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Queues {
-    All,
-    List(Vec<u32>),
-}
-
-/// How to capture with XDP.
-#[derive(Debug, Clone)]
-pub struct XdpConfig {
-    pub iface: String,
-    pub queues: Queues,
-    /// Attach modes to try, in order.
-    pub attach: Vec<XdpAttach>,
-    pub socket: XskConfig,
-    /// UMEM for all queues together, in bytes: each queue gets an equal share, as a power of
-    /// two of frames (at least 16384). `None`: `socket.frames` per queue.
-    pub umem_bytes: Option<u64>,
-    /// Bytes kept of each packet (0: all).
-    pub snaplen: u32,
-}
+use super::{
+    record, with_vlan_tag, Behind, CaptureConfig, LiveError, LiveReport, Queues, Snap, StatsTimer,
+    XdpCounters, XskStats,
+};
+use crate::error_chain;
+use crate::sys::link::{xdp_link, XdpAttach};
+use crate::sys::xsk::{XskConfig, XskMode, XskPacket, XskSocket};
+use crate::sys::{clock_ns, if_index, promiscuous, rx_vlan_offload};
 
 /// Frames per queue for a UMEM budget of `bytes` over `queues` queues: the largest power of
 /// two that fits the share, at least 16384 (the kernel rings' floor capsule keeps) and at
 /// most 2^20.
-pub fn frames_per_queue(bytes: u64, frame_size: u32, queues: usize) -> u32 {
+fn frames_per_queue(bytes: u64, frame_size: u32, queues: usize) -> u32 {
     let share = bytes / u64::from(frame_size.max(1)) / queues.max(1) as u64;
     let floor = if share == 0 {
         0
@@ -66,40 +51,16 @@ pub fn frames_per_queue(bytes: u64, frame_size: u32, queues: usize) -> u32 {
     1u32 << floor.clamp(14, 20)
 }
 
-/// Counters of an XDP capture, summed over queues.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct XdpCounters {
-    /// The XDP program's counters.
-    pub program: capsule_bpf::Counters,
-    /// The sockets' XDP_STATISTICS.
-    pub sockets: XskStats,
-    /// Packets dropped because the store fell behind (a worker found the channel full).
-    pub pipeline_drops: u64,
-    /// RX descriptors outside the UMEM (never expected).
-    pub bad_descs: u64,
-}
-
-impl XdpCounters {
-    /// Every packet the interface saw but the store did not get, whatever the cause.
-    pub fn drops(&self) -> u64 {
-        self.sockets.rx_dropped
-            + self.sockets.rx_ring_full
-            + self.program.no_socket
-            + self.pipeline_drops
-            + self.bad_descs
-    }
-}
-
 /// What `open` chose.
 #[derive(Debug, Clone)]
-pub struct XdpSetup {
-    pub attach: XdpAttach,
-    pub variant: Variant,
-    pub socket_mode: XskMode,
-    pub queues: Vec<u32>,
-    pub frame_size: u32,
+pub(crate) struct XdpSetup {
+    attach: XdpAttach,
+    variant: Variant,
+    socket_mode: XskMode,
+    queues: Vec<u32>,
+    frame_size: u32,
     /// UMEM frames (and fill and RX ring entries) per queue.
-    pub frames: u32,
+    frames: u32,
 }
 
 impl std::fmt::Display for XdpSetup {
@@ -125,8 +86,10 @@ impl std::fmt::Display for XdpSetup {
 
 /// An attached XDP capture, ready to run.
 #[derive(Debug)]
-pub struct XdpCapture {
-    cfg: XdpConfig,
+pub(crate) struct XdpCapture {
+    iface: String,
+    snaplen: u32,
+    snap: Snap,
     setup: XdpSetup,
     program: XdpProgram,
     sockets: Vec<(u32, XskSocket)>,
@@ -160,23 +123,25 @@ impl VlanOffload {
                 }
                 Err(e) if variant.device_bound => {
                     tracing::info!(
-                        "receive VLAN offload is on for {iface} and stays on ({e}); VLAN tags \
+                        "receive VLAN offload is on for {iface} and stays on ({}); VLAN tags \
                          the NIC strips come back through the driver's metadata kfunc where it \
-                         has one"
+                         has one",
+                        error_chain(&e)
                     );
                     None
                 }
                 Err(e) => {
                     tracing::warn!(
-                        "receive VLAN offload is on for {iface} and cannot be turned off ({e}): \
+                        "receive VLAN offload is on for {iface} and cannot be turned off ({}): \
                          VLAN tags the NIC strips will be missing from stored frames; run \
-                         `ethtool -K {iface} rxvlan off`"
+                         `ethtool -K {iface} rxvlan off`",
+                        error_chain(&e)
                     );
                     None
                 }
             },
             Err(e) => {
-                tracing::debug!("cannot read the offloads of {iface}: {e}");
+                tracing::debug!("cannot read the offloads of {iface}: {}", error_chain(&e));
                 None
             }
         }
@@ -187,8 +152,9 @@ impl Drop for VlanOffload {
     fn drop(&mut self) {
         if let Err(e) = rx_vlan_offload(&self.0, Some(true)) {
             tracing::warn!(
-                "could not turn receive VLAN offload back on for {}: {e}",
-                self.0
+                "could not turn receive VLAN offload back on for {}: {}",
+                self.0,
+                error_chain(&e)
             );
         }
     }
@@ -196,24 +162,32 @@ impl Drop for VlanOffload {
 
 impl XdpCapture {
     /// Loads and attaches the program and opens a socket per queue, trying the modes in
-    /// `cfg.attach` and the program variants richest first. The error lists every attempt.
-    pub fn open(cfg: XdpConfig) -> Result<XdpCapture, LiveError> {
-        let open_err = |error: std::io::Error| LiveError::Open {
-            iface: cfg.iface.clone(),
-            error,
-        };
+    /// `attach` and the program variants richest first. The error lists every attempt.
+    pub(crate) fn open(
+        cfg: &CaptureConfig,
+        attach_modes: &[XdpAttach],
+    ) -> Result<XdpCapture, LiveError> {
+        let open_err = |error: std::io::Error| LiveError::open(&cfg.iface, error);
         let ifindex = if_index(&cfg.iface).map_err(open_err)?;
         let queues = match &cfg.queues {
             Queues::List(q) => q.clone(),
             Queues::All => (0..rx_queue_count(&cfg.iface)).collect(),
         };
-        let mut sock_cfg = cfg.socket;
-        if let Some(bytes) = cfg.umem_bytes {
-            sock_cfg.frames = frames_per_queue(bytes, sock_cfg.frame_size, queues.len());
-            sock_cfg.rx_size = sock_cfg.frames;
+        if queues.is_empty() {
+            return Err(open_err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "no RX queue to capture",
+            )));
         }
+        let frames = frames_per_queue(cfg.ring_bytes, cfg.frame_size, queues.len());
+        let sock_cfg = XskConfig {
+            frame_size: cfg.frame_size,
+            frames,
+            rx_size: frames,
+            ..XskConfig::default()
+        };
         let mut attempts = Vec::new();
-        for &attach in &cfg.attach {
+        for &attach in attach_modes {
             for variant in Variant::preference() {
                 // The kernel attaches device-bound programs natively only.
                 if variant.device_bound && attach == XdpAttach::Generic {
@@ -235,7 +209,9 @@ impl XdpCapture {
                             tracing::debug!("XDP attempt refused: {a}");
                         }
                         return Ok(XdpCapture {
-                            cfg,
+                            iface: cfg.iface.clone(),
+                            snaplen: cfg.snaplen,
+                            snap: Snap::new(cfg.snaplen),
                             setup,
                             program,
                             sockets,
@@ -255,7 +231,7 @@ impl XdpCapture {
         ))))
     }
 
-    pub fn setup(&self) -> &XdpSetup {
+    pub(crate) fn setup(&self) -> &XdpSetup {
         &self.setup
     }
 
@@ -266,7 +242,7 @@ impl XdpCapture {
     /// hand-over, and while the store is busy the socket's UMEM (131072 frames with the default
     /// 256 MiB `--ring-size`) absorbs the
     /// burst. With several queues a worker per queue reads its socket into batches.
-    pub fn run(
+    pub(crate) fn run(
         self,
         writer: &mut StoreWriter,
         stop: &AtomicBool,
@@ -274,8 +250,8 @@ impl XdpCapture {
     ) -> Result<LiveReport, LiveError> {
         let iface = writer.add_interface(Interface {
             linktype: LINKTYPE_ETHERNET,
-            snaplen: self.cfg.snaplen,
-            name: Some(self.cfg.iface.clone()),
+            snaplen: self.snaplen,
+            name: Some(self.iface.clone()),
         });
         if self.sockets.len() == 1 {
             self.run_inline(writer, iface, stop, on_stats)
@@ -284,18 +260,12 @@ impl XdpCapture {
         }
     }
 
-    fn store_error(&self, error: capsule_store::StoreError) -> LiveError {
-        LiveError::Store {
-            iface: self.cfg.iface.clone(),
-            error: Box::new(error),
-        }
+    fn store_error(&self, error: StoreError) -> LiveError {
+        LiveError::store(&self.iface, error)
     }
 
     fn ring_error(&self, error: std::io::Error) -> LiveError {
-        LiveError::Ring {
-            iface: self.cfg.iface.clone(),
-            error,
-        }
+        LiveError::ring(&self.iface, error)
     }
 
     fn run_inline(
@@ -305,7 +275,7 @@ impl XdpCapture {
         stop: &AtomicBool,
         mut on_stats: impl FnMut(&LiveReport),
     ) -> Result<LiveReport, LiveError> {
-        let snap = snap_len(self.cfg.snaplen);
+        let snap = self.snap;
         let (_, mut sock) = self.sockets.pop().expect("one socket");
         let mut behind = Behind::new(writer.urgency());
         let mut rep = LiveReport::default();
@@ -324,7 +294,7 @@ impl XdpCapture {
                         return;
                     }
                     let (ts, wire, data, vlan) = view(&p, &clock, &mut scratch);
-                    let data = &data[..data.len().min(snap)];
+                    let (data, truncated) = snap.apply(data);
                     if let Err(e) = writer.append(iface, ts, wire as u32, data) {
                         failed = Some(e);
                         return;
@@ -332,7 +302,7 @@ impl XdpCapture {
                     rep.packets += 1;
                     rep.wire_bytes += wire as u64;
                     rep.vlan_restored += u64::from(vlan);
-                    rep.truncated += u64::from(p.cut || (wire > MAX_PACKET && snap >= MAX_PACKET));
+                    rep.truncated += u64::from(p.cut || truncated);
                 })
                 .map_err(|e| self.ring_error(e))?;
             if let Some(e) = failed {
@@ -342,7 +312,7 @@ impl XdpCapture {
             writer.tick().map_err(|e| self.store_error(e))?;
             if stats.due(now) {
                 let s = sock.stats().map_err(|e| self.ring_error(e))?;
-                rep.xdp = Some(self.counters(s, 0, sock.bad_descs, rep.xdp));
+                rep.xdp = Some(self.counters(socket_stats(&s), 0, sock.bad_descs, rep.xdp));
                 stats
                     .record(writer, iface, &rep, now)
                     .map_err(|e| self.store_error(e))?;
@@ -360,7 +330,7 @@ impl XdpCapture {
             backoff.wait(n);
         }
         let s = sock.stats().map_err(|e| self.ring_error(e))?;
-        rep.xdp = Some(self.counters(s, 0, sock.bad_descs, rep.xdp));
+        rep.xdp = Some(self.counters(socket_stats(&s), 0, sock.bad_descs, rep.xdp));
         record(writer, iface, &rep).map_err(|e| self.store_error(e))?;
         on_stats(&rep);
         Ok(rep)
@@ -403,7 +373,7 @@ impl XdpCapture {
             let w = Worker {
                 queue,
                 sock,
-                snaplen: self.cfg.snaplen,
+                snap: self.snap,
                 full: full_tx.clone(),
                 free: free_rx.clone(),
                 stop: workers_stop.clone(),
@@ -493,11 +463,13 @@ impl XdpCapture {
     }
 }
 
-fn snap_len(snaplen: u32) -> usize {
-    if snaplen == 0 {
-        MAX_PACKET
-    } else {
-        (snaplen as usize).min(MAX_PACKET)
+/// The report's copy of a socket's `XDP_STATISTICS`.
+fn socket_stats(s: &libc::xdp_statistics) -> XskStats {
+    XskStats {
+        rx_dropped: s.rx_dropped,
+        rx_invalid_descs: s.rx_invalid_descs,
+        rx_ring_full: s.rx_ring_full,
+        rx_fill_ring_empty_descs: s.rx_fill_ring_empty_descs,
     }
 }
 
@@ -606,70 +578,12 @@ impl Backoff {
     }
 }
 
-/// When to read counters (every second) and store them (when drops changed, else every
-/// minute).
-#[derive(Debug)]
-struct StatsTimer {
-    last: Instant,
-    recorded: Option<(Instant, u64)>,
-}
-
-impl Default for StatsTimer {
-    fn default() -> Self {
-        StatsTimer {
-            last: Instant::now(),
-            recorded: None,
-        }
-    }
-}
-
-impl StatsTimer {
-    fn due(&mut self, now: Instant) -> bool {
-        if now.duration_since(self.last) >= Duration::from_secs(1) {
-            self.last = now;
-            return true;
-        }
-        false
-    }
-
-    fn record(
-        &mut self,
-        writer: &mut StoreWriter,
-        iface: u32,
-        rep: &LiveReport,
-        now: Instant,
-    ) -> Result<(), capsule_store::StoreError> {
-        let drops = rep.drops();
-        let due = self
-            .recorded
-            .is_none_or(|(at, d)| d != drops || now.duration_since(at) >= Duration::from_secs(60));
-        if due {
-            record(writer, iface, rep)?;
-            self.recorded = Some((now, drops));
-        }
-        Ok(())
-    }
-}
-
-fn record(
-    writer: &mut StoreWriter,
-    iface: u32,
-    rep: &LiveReport,
-) -> Result<(), capsule_store::StoreError> {
-    writer.record_stats(
-        iface,
-        capsule_store::now_ns(),
-        Some(rep.seen()),
-        Some(rep.drops()),
-    )
-}
-
 fn store_batch(
     writer: &mut StoreWriter,
     iface: u32,
     batch: &Batch,
     rep: &mut LiveReport,
-) -> Result<(), capsule_store::StoreError> {
+) -> Result<(), StoreError> {
     for p in &batch.packets {
         let data = &batch.data[p.off..p.off + p.caplen as usize];
         writer.append(iface, p.ts_ns, p.wire_len, data)?;
@@ -682,7 +596,7 @@ fn store_batch(
 }
 
 /// Number of RX queues of `iface` (from sysfs; 1 when it cannot tell).
-pub fn rx_queue_count(iface: &str) -> u32 {
+fn rx_queue_count(iface: &str) -> u32 {
     std::fs::read_dir(format!("/sys/class/net/{iface}/queues"))
         .map(|d| {
             d.filter_map(|e| e.ok())
@@ -691,15 +605,6 @@ pub fn rx_queue_count(iface: &str) -> u32 {
         })
         .unwrap_or(1)
         .max(1)
-}
-
-/// The interface's MTU from sysfs.
-pub fn mtu(iface: &str) -> Option<u32> {
-    std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 type Opened = (XdpProgram, Vec<(u32, XskSocket)>, OwnedFd);
@@ -711,7 +616,7 @@ fn try_open(
     variant: Variant,
     sock_cfg: &XskConfig,
 ) -> Result<Opened, String> {
-    let program = XdpProgram::load(ifindex, variant).map_err(|e| e.to_string())?;
+    let program = XdpProgram::load(ifindex, variant).map_err(|e| error_chain(&e))?;
     let cfg = XskConfig {
         multi_buffer: variant.frags,
         ..*sock_cfg
@@ -719,13 +624,14 @@ fn try_open(
     // Sockets first, then the link: no packet is redirected before its socket exists.
     let mut sockets = Vec::new();
     for &q in queues {
-        let s = XskSocket::open(ifindex, q, &cfg).map_err(|e| format!("queue {q}: {e}"))?;
+        let s = XskSocket::open(ifindex, q, &cfg)
+            .map_err(|e| format!("queue {q}: {}", error_chain(&e)))?;
         program
             .bind_socket(q, s.as_fd())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| error_chain(&e))?;
         sockets.push((q, s));
     }
-    let link = xdp_link(program.prog_fd(), ifindex, attach).map_err(|e| e.to_string())?;
+    let link = xdp_link(program.prog_fd(), ifindex, attach).map_err(|e| error_chain(&e))?;
     Ok((program, sockets, link))
 }
 
@@ -781,7 +687,7 @@ struct QueueShared {
 struct Worker {
     queue: u32,
     sock: XskSocket,
-    snaplen: u32,
+    snap: Snap,
     full: Sender<Batch>,
     free: Receiver<Batch>,
     stop: Arc<AtomicBool>,
@@ -791,7 +697,7 @@ struct Worker {
 
 impl Worker {
     fn run(mut self) {
-        let snap = snap_len(self.snaplen);
+        let snap = self.snap;
         let mut batch = Batch::default();
         let mut batch_started = Instant::now();
         let mut clock = Clock::new();
@@ -821,8 +727,9 @@ impl Worker {
             }
             let got = self.sock.recv(RECV_BATCH, |p| {
                 let (ts, wire, data, vlan) = view(&p, &clock, &mut scratch);
+                let (data, truncated) = snap.apply(data);
                 let off = batch.data.len();
-                batch.data.extend_from_slice(&data[..data.len().min(snap)]);
+                batch.data.extend_from_slice(data);
                 batch.packets.push(BatchPacket {
                     ts_ns: ts,
                     wire_len: wire as u32,
@@ -830,7 +737,7 @@ impl Worker {
                     caplen: (batch.data.len() - off) as u32,
                 });
                 batch.vlan_restored += u64::from(vlan);
-                batch.truncated += u64::from(p.cut || (wire > MAX_PACKET && snap >= MAX_PACKET));
+                batch.truncated += u64::from(p.cut || truncated);
             });
             let n = match got {
                 Ok(n) => n,
@@ -894,9 +801,12 @@ impl Worker {
                     .store(s.rx_fill_ring_empty_descs, Ordering::Relaxed);
                 q.bad_descs.store(self.sock.bad_descs, Ordering::Relaxed);
             }
-            Err(e) => self.fail(std::io::Error::new(
-                e.kind(),
-                format!("AF_XDP socket of queue {}: {e}", self.queue),
+            Err(error) => self.fail(std::io::Error::new(
+                error.kind(),
+                QueueFailed {
+                    queue: self.queue,
+                    error,
+                },
             )),
         }
     }
@@ -907,6 +817,15 @@ impl Worker {
         }
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// A worker's socket failed; the cause is the source.
+#[derive(Debug, thiserror::Error)]
+#[error("AF_XDP socket of queue {queue}")]
+struct QueueFailed {
+    queue: u32,
+    #[source]
+    error: std::io::Error,
 }
 
 impl std::fmt::Debug for Worker {

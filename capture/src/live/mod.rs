@@ -1,0 +1,528 @@
+//! Live capture from a network interface into the store.
+//!
+//! One [`CaptureConfig`] says what to capture; [`open`] turns it into a [`Capture`] by walking
+//! down the fallback ladder until a way works, and [`Capture::run`] stores packets until told
+//! to stop:
+//!
+//! ```text
+//! open(CaptureConfig)
+//!   mode auto, xdp:   XDP native -> XDP generic -> (auto only) AF_PACKET
+//!   mode xdp-native:  XDP native
+//!   mode xdp-generic: XDP generic
+//!   mode afpacket:    AF_PACKET
+//!     XDP (xdp.rs): program variants richest first, one AF_XDP socket per RX queue (zero-copy,
+//!                   else copy mode), the UMEM of `ring_bytes` split over the queues
+//!     AF_PACKET (afpacket.rs): one TPACKET_V3 ring of `ring_bytes` in 4 MiB blocks
+//!
+//! Capture::run, either backend:
+//!   packet -> VLAN tag put back where it was stripped into metadata -> snap length (Snap)
+//!     -> StoreWriter::append; StoreWriter::tick every turn (blocks cut by age)
+//!   every second: counters into a LiveReport (on_stats), stored as interface statistics
+//!     when drops changed and at least once a minute (StatsTimer)
+//!   a reader falling behind its kernel ring makes the writer compress faster (Behind)
+//! ```
+//!
+//! What the two backends share lives here: the report ([`LiveReport`]), the error
+//! ([`LiveError`]), the snap-length rule, VLAN tag re-insertion, the behind signal and the
+//! statistics timer. The backends import from here only, never from each other.
+
+#![forbid(unsafe_code)]
+
+mod afpacket;
+mod xdp;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use capsule_store::writer::MAX_PACKET;
+use capsule_store::{StoreError, StoreWriter};
+
+use crate::sys::link::XdpAttach;
+use afpacket::PacketCapture;
+use xdp::XdpCapture;
+
+/// How to capture: the mode and the resources of one live capture.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CaptureConfig {
+    /// The interface (put in promiscuous mode while capture runs).
+    pub iface: String,
+    pub mode: Mode,
+    /// AF_XDP: the RX queues to capture, a socket each.
+    pub queues: Queues,
+    /// AF_XDP: UMEM frame size, 2048 or 4096.
+    pub frame_size: u32,
+    /// Bytes kept of each packet (0: all the store keeps).
+    pub snaplen: u32,
+    /// AF_PACKET: PACKET_FANOUT group id, so several captures share an interface (0: none).
+    pub fanout_group: u16,
+    /// What absorbs bursts while the store catches up. AF_PACKET: the TPACKET ring (4 MiB
+    /// blocks, 2 to 4096 of them). AF_XDP: the UMEM of all queues together, split equally, a
+    /// power of two of frames per queue (16384 to 2^20).
+    pub ring_bytes: u64,
+}
+
+/// How to capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// XDP native, then XDP generic, then AF_PACKET: the first that works.
+    Auto,
+    /// AF_XDP with the XDP program in the driver, else in generic mode.
+    Xdp,
+    /// AF_XDP with the XDP program in the driver only.
+    XdpNative,
+    /// AF_XDP with the XDP program in the kernel's generic path (any driver).
+    XdpGeneric,
+    /// AF_PACKET TPACKET_V3 ring (no XDP).
+    Afpacket,
+}
+
+impl Mode {
+    /// The XDP attach modes to try, in order (none: AF_PACKET only).
+    fn xdp_attach(self) -> &'static [XdpAttach] {
+        match self {
+            Mode::Auto | Mode::Xdp => &[XdpAttach::Native, XdpAttach::Generic],
+            Mode::XdpNative => &[XdpAttach::Native],
+            Mode::XdpGeneric => &[XdpAttach::Generic],
+            Mode::Afpacket => &[],
+        }
+    }
+}
+
+/// Which RX queues to capture with AF_XDP. Parses from `all` or a list such as `0,1`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Queues {
+    All,
+    List(Vec<u32>),
+}
+
+/// A queue list that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("{queue:?} is not a queue number (or use `all`)")]
+pub struct QueuesError {
+    /// The item of the list that is not a number.
+    pub queue: String,
+    #[source]
+    error: std::num::ParseIntError,
+}
+
+impl std::str::FromStr for Queues {
+    type Err = QueuesError;
+
+    fn from_str(s: &str) -> Result<Queues, QueuesError> {
+        if s == "all" {
+            return Ok(Queues::All);
+        }
+        s.split(',')
+            .map(|q| {
+                q.trim().parse::<u32>().map_err(|error| QueuesError {
+                    queue: q.to_string(),
+                    error,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Queues::List)
+    }
+}
+
+/// An open capture on one interface, AF_XDP or AF_PACKET, ready to run.
+#[derive(Debug)]
+pub struct Capture {
+    description: String,
+    backend: Backend,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Xdp(XdpCapture),
+    Afpacket(PacketCapture),
+}
+
+/// Opens a capture as `cfg` says, walking down the fallback ladder (see the module docs).
+/// Needs root, or CAP_NET_RAW (AF_PACKET) and CAP_BPF/CAP_NET_ADMIN (XDP).
+///
+/// In mode auto, an AF_PACKET capture's [`description`](Capture::description) says why AF_XDP
+/// was not possible; in the XDP modes the error lists every attempt.
+pub fn open(cfg: &CaptureConfig) -> Result<Capture, LiveError> {
+    let attach = cfg.mode.xdp_attach();
+    let mut why_not_xdp = None;
+    if !attach.is_empty() {
+        match XdpCapture::open(cfg, attach) {
+            Ok(x) => {
+                return Ok(Capture {
+                    description: x.setup().to_string(),
+                    backend: Backend::Xdp(x),
+                })
+            }
+            Err(e) if cfg.mode == Mode::Auto => why_not_xdp = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    let packet = PacketCapture::open(cfg)?;
+    let mut description = packet.description();
+    if let Some(e) = why_not_xdp {
+        let why = crate::error_chain(&e);
+        description.push_str(&format!("; AF_XDP was not possible: {why}"));
+    }
+    Ok(Capture {
+        description,
+        backend: Backend::Afpacket(packet),
+    })
+}
+
+impl Capture {
+    /// How it captures, for the start line and the status file: e.g. `XDP native
+    /// (capsule_xdp_frags), AF_XDP copy mode, queues [0], ...` or `AF_PACKET (TPACKET_V3 ring
+    /// of 256 MiB); AF_XDP was not possible: ...`.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// Captures into `writer` until `stop` is set (SIGINT/SIGTERM in the CLI); `on_stats` sees
+    /// the running totals about once a second (for live status and logs). The caller finishes
+    /// the writer afterwards, also when this returns an error.
+    pub fn run(
+        self,
+        writer: &mut StoreWriter,
+        stop: &AtomicBool,
+        on_stats: impl FnMut(&LiveReport),
+    ) -> Result<LiveReport, LiveError> {
+        match self.backend {
+            Backend::Xdp(x) => x.run(writer, stop, on_stats),
+            Backend::Afpacket(p) => p.run(writer, stop, on_stats),
+        }
+    }
+}
+
+/// What a capture did.
+#[derive(Debug, Clone, Default)]
+pub struct LiveReport {
+    pub packets: u64,
+    /// Sum of the packets' lengths on the wire.
+    pub wire_bytes: u64,
+    /// Packets whose VLAN tag was put back from the kernel's metadata.
+    pub vlan_restored: u64,
+    /// Packets longer than the store keeps (256 KiB, e.g. from GRO or a TSO loopback),
+    /// stored cut to that length with their original length kept.
+    pub truncated: u64,
+    /// Kernel counters summed over the capture (AF_PACKET).
+    pub kernel: RingStats,
+    /// XDP program, socket and pipeline counters (AF_XDP).
+    pub xdp: Option<XdpCounters>,
+}
+
+impl LiveReport {
+    /// Packets the interface delivered to capture (stored or dropped).
+    pub fn seen(&self) -> u64 {
+        match &self.xdp {
+            Some(x) => x.program.seen,
+            None => self.kernel.packets,
+        }
+    }
+
+    /// Packets lost, whatever the cause.
+    pub fn drops(&self) -> u64 {
+        match &self.xdp {
+            Some(x) => x.drops(),
+            None => self.kernel.drops,
+        }
+    }
+}
+
+/// Kernel counters of an AF_PACKET socket (`PACKET_STATISTICS`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// Packets the socket received (kept or dropped).
+    pub packets: u64,
+    /// Packets dropped because the ring was full.
+    pub drops: u64,
+    /// Times the ring was frozen (all blocks owned by capsule).
+    pub freezes: u64,
+}
+
+/// An AF_XDP socket's kernel counters (`XDP_STATISTICS`), cumulative since the socket opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct XskStats {
+    /// Dropped for reasons other than the two below (e.g. a frame too small in copy mode).
+    pub rx_dropped: u64,
+    /// Descriptors the kernel found invalid.
+    pub rx_invalid_descs: u64,
+    /// Dropped because the RX ring was full (capsule fell behind).
+    pub rx_ring_full: u64,
+    /// Times the kernel found the fill ring empty (no frame to receive into).
+    pub rx_fill_ring_empty_descs: u64,
+}
+
+/// Counters of an XDP capture, summed over queues.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct XdpCounters {
+    /// The XDP program's counters.
+    pub program: capsule_bpf::Counters,
+    /// The sockets' XDP_STATISTICS.
+    pub sockets: XskStats,
+    /// Packets dropped because the store fell behind (a worker found the channel full).
+    pub pipeline_drops: u64,
+    /// RX descriptors outside the UMEM (never expected).
+    pub bad_descs: u64,
+}
+
+impl XdpCounters {
+    /// Every packet the interface saw but the store did not get, whatever the cause.
+    pub fn drops(&self) -> u64 {
+        self.sockets.rx_dropped
+            + self.sockets.rx_ring_full
+            + self.program.no_socket
+            + self.pipeline_drops
+            + self.bad_descs
+    }
+}
+
+/// Why a capture could not start or stopped with an error. The message says what failed on
+/// which interface; the cause is the error's source (print the chain, as anyhow's `{:#}`
+/// does, for the whole story: `cannot capture on eth1: no network interface named "eth1"`).
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("cannot capture on {iface}")]
+    Open {
+        iface: String,
+        #[source]
+        error: std::io::Error,
+    },
+    #[error("reading the packet ring of {iface}")]
+    Ring {
+        iface: String,
+        #[source]
+        error: std::io::Error,
+    },
+    #[error("storing packets from {iface}")]
+    Store {
+        iface: String,
+        #[source]
+        error: Box<StoreError>,
+    },
+}
+
+impl LiveError {
+    pub(crate) fn open(iface: &str, error: std::io::Error) -> LiveError {
+        LiveError::Open {
+            iface: iface.to_string(),
+            error,
+        }
+    }
+
+    pub(crate) fn ring(iface: &str, error: std::io::Error) -> LiveError {
+        LiveError::Ring {
+            iface: iface.to_string(),
+            error,
+        }
+    }
+
+    pub(crate) fn store(iface: &str, error: StoreError) -> LiveError {
+        LiveError::Store {
+            iface: iface.to_string(),
+            error: Box::new(error),
+        }
+    }
+}
+
+/// The snap-length rule of both backends: keep the bytes asked for (0: all), at most what the
+/// store holds ([`MAX_PACKET`]), and count a packet as truncated when the store's limit, not
+/// the snap length asked for, cut it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Snap {
+    keep: usize,
+    /// The snap length asked for keeps more than the store holds.
+    store_limited: bool,
+}
+
+impl Snap {
+    pub(crate) fn new(snaplen: u32) -> Snap {
+        let asked = match snaplen {
+            0 => usize::MAX,
+            n => n as usize,
+        };
+        Snap {
+            keep: asked.min(MAX_PACKET),
+            store_limited: asked > MAX_PACKET,
+        }
+    }
+
+    /// The bytes of `frame` to store, and whether the store's limit cut it.
+    pub(crate) fn apply(self, frame: &[u8]) -> (&[u8], bool) {
+        let truncated = self.store_limited && frame.len() > MAX_PACKET;
+        (&frame[..frame.len().min(self.keep)], truncated)
+    }
+}
+
+/// The frame with an 802.1Q/802.1ad tag (TPID, TCI) put back after its MAC addresses, built in
+/// `scratch`. The frame must be at least 12 bytes long.
+pub(crate) fn with_vlan_tag<'a>(
+    frame: &[u8],
+    tpid: u16,
+    tci: u16,
+    scratch: &'a mut Vec<u8>,
+) -> &'a [u8] {
+    scratch.clear();
+    scratch.extend_from_slice(&frame[..12]);
+    scratch.extend_from_slice(&tpid.to_be_bytes());
+    scratch.extend_from_slice(&tci.to_be_bytes());
+    scratch.extend_from_slice(&frame[12..]);
+    scratch
+}
+
+/// Tells the store writer when a capture reader falls behind its kernel ring.
+///
+/// A reader is behind once more than 1/8 of its ring waits to be read, and caught up again
+/// below 1/64: the gap keeps it from flapping. While any reader is behind, the writer
+/// compresses at its fastest level (see [`StoreWriter::urgency`]), which hands CPU back to
+/// the readers on a machine whose cores are shared by reader, compressors and writer.
+pub(crate) struct Behind {
+    urgent: Arc<AtomicU32>,
+    on: bool,
+}
+
+impl Behind {
+    pub(crate) fn new(urgent: Arc<AtomicU32>) -> Self {
+        Behind { urgent, on: false }
+    }
+
+    /// Updates the state from the reader's `backlog` out of `size` ring entries.
+    pub(crate) fn update(&mut self, backlog: usize, size: usize) {
+        if !self.on && backlog > size / 8 {
+            self.on = true;
+            self.urgent.fetch_add(1, Ordering::Relaxed);
+        } else if self.on && backlog < size / 64 {
+            self.on = false;
+            self.urgent.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Behind {
+    fn drop(&mut self) {
+        if self.on {
+            self.urgent.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// When to read counters (every second) and store them (when drops changed, else every
+/// minute), so an export can say what was lost in its window.
+#[derive(Debug)]
+pub(crate) struct StatsTimer {
+    last: Instant,
+    recorded: Option<(Instant, u64)>,
+}
+
+impl Default for StatsTimer {
+    fn default() -> Self {
+        StatsTimer {
+            last: Instant::now(),
+            recorded: None,
+        }
+    }
+}
+
+impl StatsTimer {
+    /// True once a second.
+    pub(crate) fn due(&mut self, now: Instant) -> bool {
+        if now.duration_since(self.last) >= Duration::from_secs(1) {
+            self.last = now;
+            return true;
+        }
+        false
+    }
+
+    /// Stores the counters of `rep` when its drops changed since the last record, or a
+    /// minute has passed.
+    pub(crate) fn record(
+        &mut self,
+        writer: &mut StoreWriter,
+        iface: u32,
+        rep: &LiveReport,
+        now: Instant,
+    ) -> Result<(), StoreError> {
+        let drops = rep.drops();
+        let due = self
+            .recorded
+            .is_none_or(|(at, d)| d != drops || now.duration_since(at) >= Duration::from_secs(60));
+        if due {
+            record(writer, iface, rep)?;
+            self.recorded = Some((now, drops));
+        }
+        Ok(())
+    }
+}
+
+/// Stores the counters so far as an interface statistics record (a pcapng ISB on export).
+pub(crate) fn record(
+    writer: &mut StoreWriter,
+    iface: u32,
+    rep: &LiveReport,
+) -> Result<(), StoreError> {
+    writer.record_stats(
+        iface,
+        capsule_store::now_ns(),
+        Some(rep.seen()),
+        Some(rep.drops()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn behind_turns_on_above_an_eighth_and_off_below_a_sixty_fourth() {
+        let urgent = Arc::new(AtomicU32::new(0));
+        let mut a = Behind::new(urgent.clone());
+        let mut b = Behind::new(urgent.clone());
+        a.update(100, 1024);
+        assert_eq!(urgent.load(Ordering::Relaxed), 0);
+        a.update(200, 1024);
+        b.update(300, 1024);
+        assert_eq!(urgent.load(Ordering::Relaxed), 2);
+        a.update(20, 1024); // between 1/64 and 1/8: still behind
+        assert_eq!(urgent.load(Ordering::Relaxed), 2);
+        a.update(10, 1024);
+        assert_eq!(urgent.load(Ordering::Relaxed), 1);
+        drop(b);
+        assert_eq!(urgent.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_live_error_says_what_failed_and_leaves_the_cause_to_its_source() {
+        let cause = std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "no network interface named \"eth9\"",
+        );
+        let e = LiveError::open("eth9", cause);
+        assert_eq!(e.to_string(), "cannot capture on eth9");
+        assert_eq!(
+            crate::error_chain(&e),
+            "cannot capture on eth9: no network interface named \"eth9\""
+        );
+    }
+
+    #[test]
+    fn queues_parse_from_all_or_a_list_and_name_a_bad_item() {
+        assert_eq!("all".parse::<Queues>().unwrap(), Queues::All);
+        assert_eq!("0, 3".parse::<Queues>().unwrap(), Queues::List(vec![0, 3]));
+        let e = "0,x".parse::<Queues>().unwrap_err();
+        assert_eq!(e.to_string(), "\"x\" is not a queue number (or use `all`)");
+        assert!("".parse::<Queues>().is_err());
+    }
+
+    #[test]
+    fn snap_keeps_what_was_asked_and_counts_only_the_stores_cuts() {
+        let big = vec![0u8; MAX_PACKET + 10];
+        let (kept, cut) = Snap::new(0).apply(&big);
+        assert_eq!((kept.len(), cut), (MAX_PACKET, true));
+        let (kept, cut) = Snap::new(100).apply(&big);
+        assert_eq!((kept.len(), cut), (100, false));
+        let (kept, cut) = Snap::new(MAX_PACKET as u32).apply(&big);
+        assert_eq!((kept.len(), cut), (MAX_PACKET, false));
+        let (kept, cut) = Snap::new(u32::MAX).apply(&big[..60]);
+        assert_eq!((kept.len(), cut), (60, false));
+    }
+}
