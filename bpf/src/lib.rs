@@ -141,10 +141,29 @@ const COUNTERS: u32 = 8;
 /// Why the program could not be loaded or used.
 #[derive(Debug, thiserror::Error)]
 pub enum BpfError {
-    #[error("loading XDP program {program}: {detail}")]
-    Load { program: String, detail: String },
-    #[error("XDP map {map}: {detail}")]
-    Map { map: &'static str, detail: String },
+    #[error("loading XDP program {program}")]
+    Load {
+        program: &'static str,
+        #[source]
+        error: libbpf_rs::Error,
+    },
+    #[error("loading XDP program {program}: not in the compiled object")]
+    NotInObject { program: &'static str },
+    #[error("XDP map {map}: binding queue {queue}")]
+    Bind {
+        map: &'static str,
+        queue: u32,
+        #[source]
+        error: libbpf_rs::Error,
+    },
+    #[error("XDP map {map}")]
+    Map {
+        map: &'static str,
+        #[source]
+        error: libbpf_rs::Error,
+    },
+    #[error("XDP map {map}: not in the loaded object")]
+    MapMissing { map: &'static str },
 }
 
 /// A loaded (not yet attached) XDP program with its maps.
@@ -160,15 +179,15 @@ impl XdpProgram {
     pub fn load(ifindex: u32, variant: Variant) -> Result<XdpProgram, BpfError> {
         route_libbpf_logs();
         let name = variant.program_name();
-        let err = |detail: String| BpfError::Load {
-            program: name.to_string(),
-            detail,
+        let err = |error: libbpf_rs::Error| BpfError::Load {
+            program: name,
+            error,
         };
         let mut open = ObjectBuilder::default()
             .name("capsule")
-            .map_err(|e| err(e.to_string()))?
+            .map_err(err)?
             .open_memory(OBJECT)
-            .map_err(|e| err(e.to_string()))?;
+            .map_err(err)?;
         let mut found = false;
         for mut p in open.progs_mut() {
             if p.name() == name {
@@ -182,9 +201,9 @@ impl XdpProgram {
             }
         }
         if !found {
-            return Err(err("not in the compiled object".into()));
+            return Err(BpfError::NotInObject { program: name });
         }
-        let obj = open.load().map_err(|e| err(format!("{e:#}")))?;
+        let obj = open.load().map_err(err)?;
         Ok(XdpProgram { obj, variant })
     }
 
@@ -207,9 +226,10 @@ impl XdpProgram {
         let map = self.map("xsks")?;
         let value = (fd.as_raw_fd() as u32).to_ne_bytes();
         map.update(&queue.to_ne_bytes(), &value, MapFlags::ANY)
-            .map_err(|e| BpfError::Map {
+            .map_err(|error| BpfError::Bind {
                 map: "xsks",
-                detail: format!("binding queue {queue}: {e}"),
+                queue,
+                error,
             })
     }
 
@@ -220,9 +240,9 @@ impl XdpProgram {
         for (i, sum) in sums.iter_mut().enumerate() {
             let per_cpu = map
                 .lookup_percpu(&(i as u32).to_ne_bytes(), MapFlags::ANY)
-                .map_err(|e| BpfError::Map {
+                .map_err(|error| BpfError::Map {
                     map: "counters",
-                    detail: e.to_string(),
+                    error,
                 })?
                 .unwrap_or_default();
             *sum = per_cpu
@@ -245,10 +265,7 @@ impl XdpProgram {
         self.obj
             .maps()
             .find(|m| m.name() == name)
-            .ok_or(BpfError::Map {
-                map: name,
-                detail: "not in the loaded object".into(),
-            })
+            .ok_or(BpfError::MapMissing { map: name })
     }
 }
 

@@ -53,16 +53,3 @@ pub mod status;
 mod sys;
 
 pub use import::{import_live, import_reader, FileProblem, FileReport, ImportError};
-
-/// An error's message followed by its causes', `: ` between them (as anyhow's `{:#}` prints
-/// a chain), for where an error becomes text: the list of XDP attempts, log lines.
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
-}

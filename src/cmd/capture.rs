@@ -48,8 +48,9 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     };
     let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;
     print_open_report(&opened);
-    eprintln!("capsule: capturing on {iface} with {desc}");
+    // The status file first: whoever sees the line below may read it at once.
     let mut status = capsule_capture::status::StatusFile::new(&a.store, iface, &desc);
+    eprintln!("capsule: capturing on {iface} with {desc}");
     let t0 = Instant::now();
     let mut last_log = Instant::now();
     let gauge = writer.pressure_gauge();

@@ -161,7 +161,7 @@ pub fn open(cfg: &CaptureConfig) -> Result<Capture, LiveError> {
     let packet = PacketCapture::open(cfg)?;
     let mut description = packet.description();
     if let Some(e) = why_not_xdp {
-        let why = crate::error_chain(&e);
+        let why = capsule_store::error::chain(&e);
         description.push_str(&format!("; AF_XDP was not possible: {why}"));
     }
     Ok(Capture {
@@ -499,7 +499,7 @@ mod tests {
         let e = LiveError::open("eth9", cause);
         assert_eq!(e.to_string(), "cannot capture on eth9");
         assert_eq!(
-            crate::error_chain(&e),
+            capsule_store::error::chain(&e),
             "cannot capture on eth9: no network interface named \"eth9\""
         );
     }

@@ -33,10 +33,10 @@ use super::{
     record, with_vlan_tag, Behind, CaptureConfig, LiveError, LiveReport, Queues, Snap, StatsTimer,
     XdpCounters, XskStats,
 };
-use crate::error_chain;
 use crate::sys::link::{xdp_link, XdpAttach};
 use crate::sys::xsk::{XskConfig, XskMode, XskPacket, XskSocket};
 use crate::sys::{clock_ns, if_index, promiscuous, rx_vlan_offload};
+use capsule_store::error::chain as error_chain;
 
 /// Frames per queue for a UMEM budget of `bytes` over `queues` queues: the largest power of
 /// two that fits the share, at least 16384 (the kernel rings' floor capsule keeps) and at

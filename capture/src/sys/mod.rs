@@ -12,7 +12,7 @@
 //!
 //! A failed call is an `io::Error` (its kind kept) carrying a [`SyscallError`]: the call
 //! and what it was for, with the OS error as its source, so an error chain printed with
-//! `: ` between causes (anyhow's `{:#}`, [`crate::error_chain`]) reads
+//! `: ` between causes (anyhow's `{:#}`, [`capsule_store::error::chain`]) reads
 //! `bind to eth1: No such device (os error 19)`.
 //!
 //! Everything here is `pub(crate)`: the live backends (`crate::live`) call it, nothing outside
@@ -343,6 +343,6 @@ mod tests {
             .expect("the OS error is the source");
         assert_eq!(os.raw_os_error(), Some(libc::EAFNOSUPPORT));
         assert_eq!(e.kind(), os.kind());
-        assert_eq!(crate::error_chain(&e), format!("socket(-1): {os}"));
+        assert_eq!(capsule_store::error::chain(&e), format!("socket(-1): {os}"));
     }
 }

@@ -252,7 +252,7 @@ impl XskSocket {
                 Ok(s) => return Ok(s),
                 Err(e) => tracing::debug!(
                     "queue {queue}: zero-copy refused ({}); copy mode",
-                    crate::error_chain(&e)
+                    capsule_store::error::chain(&e)
                 ),
             }
         }
