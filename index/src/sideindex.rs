@@ -22,6 +22,7 @@ use capsule_pcap::read::fragment_packets;
 
 use capsule_store::format::{BlockMeta, DecodeError};
 use capsule_store::{Result, SegmentReader, StoreError};
+use capsule_wire::view::{Reader, Short, VarintError};
 use capsule_wire::{dissect, L4};
 
 /// Index format version written by this build, and the only one it reads.
@@ -407,64 +408,32 @@ fn put_addr(out: &mut Vec<u8>, a: IpAddr) {
     }
 }
 
-/// A checked reader over index bytes.
-struct Cursor<'a> {
-    b: &'a [u8],
-    at: usize,
+/// A short read of index bytes (read with [`Reader`], front to back, so `offset + found` is
+/// their length) as the error it is reported as.
+fn short(e: Short) -> DecodeError {
+    DecodeError::Short {
+        what: "segment index body",
+        expected: e.end(),
+        found: e.offset + e.found,
+    }
 }
 
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], DecodeError> {
-        let end = self
-            .at
-            .checked_add(n)
-            .filter(|&e| e <= self.b.len())
-            .ok_or(DecodeError::Short {
-                what: "segment index body",
-                expected: self.at.saturating_add(n),
-                found: self.b.len(),
-            })?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
+/// A varint that could not be read, as the error it is reported as.
+fn bad_varint(e: VarintError) -> DecodeError {
+    match e {
+        VarintError::Short(e) => short(e),
+        VarintError::TooLong { .. } => invalid("a varint longer than 10 bytes"),
     }
-    fn u8(&mut self) -> std::result::Result<u8, DecodeError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u16(&mut self) -> std::result::Result<u16, DecodeError> {
-        let s = self.take(2)?;
-        Ok(u16::from_le_bytes([s[0], s[1]]))
-    }
-    fn u32(&mut self) -> std::result::Result<u32, DecodeError> {
-        let s = self.take(4)?;
-        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    }
-    fn u64(&mut self) -> std::result::Result<u64, DecodeError> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(a))
-    }
-    fn varint(&mut self) -> std::result::Result<u64, DecodeError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(invalid("a varint longer than 10 bytes"))
-    }
-    fn addr(&mut self, version: u8) -> std::result::Result<IpAddr, DecodeError> {
-        let s = self.take(16)?;
-        let mut a = [0u8; 16];
-        a.copy_from_slice(s);
-        Ok(if version == 4 {
-            IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))
-        } else {
-            IpAddr::V6(Ipv6Addr::from(a))
-        })
-    }
+}
+
+/// An address as the index stores it: 16 bytes, an IPv4 address in the first 4.
+fn get_addr(c: &mut Reader<'_>, version: u8) -> std::result::Result<IpAddr, DecodeError> {
+    let a = c.array::<16>().map_err(short)?;
+    Ok(if version == 4 {
+        IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))
+    } else {
+        IpAddr::V6(Ipv6Addr::from(a))
+    })
 }
 
 fn invalid(detail: impl Into<String>) -> DecodeError {
@@ -568,11 +537,8 @@ impl SegmentIndex {
                 found: format!("{:02x?}", &b[..8]),
             });
         }
-        let mut h = Cursor {
-            b: &b[..HEADER_LEN],
-            at: 8,
-        };
-        let version = h.u16()?;
+        let mut h = Reader::new(&b[..HEADER_LEN]).at(8);
+        let version = h.u16_le().map_err(short)?;
         if version != INDEX_VERSION {
             return Err(DecodeError::Version {
                 what: W,
@@ -580,15 +546,15 @@ impl SegmentIndex {
                 found: version,
             });
         }
-        h.take(6)?;
-        let seq = h.u64()?;
-        let segment_len = h.u64()?;
-        let n_blocks = h.u32()? as usize;
-        let n_flows = h.u32()? as usize;
-        let clen = h.u64()?;
-        let ulen = h.u64()?;
-        let body_crc = h.u32()?;
-        let stored = h.u32()?;
+        h.skip(6).map_err(short)?;
+        let seq = h.u64_le().map_err(short)?;
+        let segment_len = h.u64_le().map_err(short)?;
+        let n_blocks = h.u32_le().map_err(short)? as usize;
+        let n_flows = h.u32_le().map_err(short)? as usize;
+        let clen = h.u64_le().map_err(short)?;
+        let ulen = h.u64_le().map_err(short)?;
+        let body_crc = h.u32_le().map_err(short)?;
+        let stored = h.u32_le().map_err(short)?;
         let computed = crc32c::crc32c(&b[..HEADER_LEN - 4]);
         if stored != computed {
             return Err(DecodeError::Checksum {
@@ -619,31 +585,34 @@ impl SegmentIndex {
         }
         let body = zstd::bulk::decompress(compressed, ulen as usize)
             .map_err(|e| invalid(format!("body does not decompress: {e}")))?;
-        let mut c = Cursor { b: &body, at: 0 };
+        let mut c = Reader::new(&body);
         let mut blocks = Vec::with_capacity(n_blocks.min(1 << 20));
         for _ in 0..n_blocks {
             blocks.push(BlockSummary {
-                dscp: c.u64()?,
-                ip_packets: c.u32()?,
-                non_ip_packets: c.u32()?,
-                malformed_packets: c.u32()?,
+                dscp: c.u64_le().map_err(short)?,
+                ip_packets: c.u32_le().map_err(short)?,
+                non_ip_packets: c.u32_le().map_err(short)?,
+                malformed_packets: c.u32_le().map_err(short)?,
             });
         }
         let mut flows = Vec::with_capacity(n_flows.min(1 << 20));
         for _ in 0..n_flows {
-            let vlans = [vlan_in(c.u16()?), vlan_in(c.u16()?)];
-            let ip_version = c.u8()?;
+            let vlans = [
+                vlan_in(c.u16_le().map_err(short)?),
+                vlan_in(c.u16_le().map_err(short)?),
+            ];
+            let ip_version = c.u8().map_err(short)?;
             if ip_version != 4 && ip_version != 6 {
                 return Err(invalid(format!("flow with IP version {ip_version}")));
             }
-            let proto = c.u8()?;
-            let has_ports = c.u8()? != 0;
-            c.u8()?;
-            let a = c.addr(ip_version)?;
-            let b = c.addr(ip_version)?;
-            let (pa, pb) = (c.u16()?, c.u16()?);
-            let first_ns = c.u64()?;
-            let last_ns = c.u64()?;
+            let proto = c.u8().map_err(short)?;
+            let has_ports = c.u8().map_err(short)? != 0;
+            c.u8().map_err(short)?;
+            let a = get_addr(&mut c, ip_version)?;
+            let b = get_addr(&mut c, ip_version)?;
+            let (pa, pb) = (c.u16_le().map_err(short)?, c.u16_le().map_err(short)?);
+            let first_ns = c.u64_le().map_err(short)?;
+            let last_ns = c.u64_le().map_err(short)?;
             let mut f = FlowRecord::new(
                 FlowKey {
                     vlans,
@@ -657,49 +626,49 @@ impl SegmentIndex {
                 last_ns,
             );
             for d in 0..2 {
-                f.packets[d] = c.u64()?;
-                f.bytes[d] = c.u64()?;
-                f.dscp[d] = c.u64()?;
-                f.tcp_flags[d] = c.u8()?;
-                f.retransmissions[d] = c.varint()?;
-                f.zero_windows[d] = c.varint()?;
-                f.resets[d] = c.varint()?;
+                f.packets[d] = c.u64_le().map_err(short)?;
+                f.bytes[d] = c.u64_le().map_err(short)?;
+                f.dscp[d] = c.u64_le().map_err(short)?;
+                f.tcp_flags[d] = c.u8().map_err(short)?;
+                f.retransmissions[d] = c.varint().map_err(bad_varint)?;
+                f.zero_windows[d] = c.varint().map_err(bad_varint)?;
+                f.resets[d] = c.varint().map_err(bad_varint)?;
             }
-            let nb = c.varint()?;
+            let nb = c.varint().map_err(bad_varint)?;
             if nb > n_blocks as u64 {
                 return Err(invalid(format!("flow lists {nb} blocks of {n_blocks}")));
             }
             let mut prev = 0u64;
             for _ in 0..nb {
-                prev += c.varint()?;
+                prev += c.varint().map_err(bad_varint)?;
                 if prev >= n_blocks as u64 {
                     return Err(invalid(format!("flow names block {prev} of {n_blocks}")));
                 }
                 f.blocks.push(prev as u32);
             }
-            let nbk = c.varint()?;
+            let nbk = c.varint().map_err(bad_varint)?;
             if nbk > body.len() as u64 {
                 return Err(invalid(format!("flow lists {nbk} buckets")));
             }
             let mut second = first_ns / 1_000_000_000;
             for _ in 0..nbk {
-                second = second.saturating_add(c.varint()?);
+                second = second.saturating_add(c.varint().map_err(bad_varint)?);
                 let mut bk = Bucket {
                     second,
                     ..Bucket::default()
                 };
                 for d in 0..2 {
-                    bk.packets[d] = c.varint()?;
-                    bk.bytes[d] = c.varint()?;
+                    bk.packets[d] = c.varint().map_err(bad_varint)?;
+                    bk.bytes[d] = c.varint().map_err(bad_varint)?;
                 }
                 f.buckets.push(bk);
             }
             flows.push(f);
         }
-        if c.at != body.len() {
+        if c.position() != body.len() {
             return Err(invalid(format!(
                 "{} bytes left over after the flows",
-                body.len() - c.at
+                body.len() - c.position()
             )));
         }
         Ok(SegmentIndex {
@@ -737,12 +706,16 @@ impl SegmentIndex {
         if !ok || h[..8] != INDEX_MAGIC {
             return false;
         }
-        let mut c = Cursor { b: &h, at: 8 };
+        let mut c = Reader::new(&h).at(8);
         let header = (|| -> std::result::Result<bool, DecodeError> {
-            let version = c.u16()?;
-            c.take(6)?;
-            let (seq, len, blocks) = (c.u64()?, c.u64()?, c.u32()?);
-            let stored = u32::from_le_bytes([h[60], h[61], h[62], h[63]]);
+            let version = c.u16_le().map_err(short)?;
+            c.skip(6).map_err(short)?;
+            let (seq, len, blocks) = (
+                c.u64_le().map_err(short)?,
+                c.u64_le().map_err(short)?,
+                c.u32_le().map_err(short)?,
+            );
+            let stored = c.at(HEADER_LEN - 4).u32_le().map_err(short)?;
             Ok(version == INDEX_VERSION
                 && stored == crc32c::crc32c(&h[..HEADER_LEN - 4])
                 && seq == seg.seq()

@@ -26,11 +26,9 @@ pub use read::{
     FragmentPackets, FragmentStat, ReadError, ReadErrorKind, Record,
 };
 
-/// A link-layer header type, as registered at tcpdump.org (`LINKTYPE_*`).
-pub type LinkType = u16;
-
-/// `LINKTYPE_ETHERNET`.
-pub const LINKTYPE_ETHERNET: LinkType = 1;
+/// Link-layer header types (`LinkType`, `LINKTYPE_*`), from the one list in
+/// [`capsule_wire::linktype`].
+pub use capsule_wire::linktype::*;
 
 /// One capture interface: where packets came from and how to decode them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -30,12 +30,16 @@
 //! [`fragment_packets`] is the fast path for the segment store: it walks a run of
 //! little-endian pcapng blocks without a section header, as written by [`crate::write`].
 //!
-//! Nothing here panics, whatever the input, and after an error every later call returns an
-//! error too.
+//! Every field is read through the checked views of [`capsule_wire::view`]: a [`View`] of
+//! each fixed-size header (its length checked once, its fields in the section's byte order)
+//! and a [`Reader`] over options. Nothing here panics, whatever the input, and after an error
+//! every later call returns an error too.
 
 use std::fmt;
 use std::io::{self, Read};
 use std::iter::FusedIterator;
+
+use capsule_wire::view::{Endian, Reader, View};
 
 use crate::write::{
     BLOCK_EPB, BLOCK_IDB, BLOCK_ISB, BLOCK_PB, BLOCK_SHB, BLOCK_SPB, BYTE_ORDER_MAGIC, OPT_IF_NAME,
@@ -403,7 +407,7 @@ pub struct CaptureReader<R: Read> {
     /// Timestamp conversion of each interface (pcapng), parallel to `interfaces`.
     ts_conv: Vec<TsConv>,
     /// Byte order of the current pcapng section, or of the classic pcap file.
-    big_endian: bool,
+    order: Endian,
     /// File-wide index of the first interface of the current pcapng section.
     section_first: usize,
     /// Classic pcap: interface 0 has not been announced yet.
@@ -426,49 +430,6 @@ impl<R: Read> fmt::Debug for CaptureReader<R> {
     }
 }
 
-/// Reads a `u16` from two bytes in the given byte order.
-#[inline(always)]
-fn u16_of(b: [u8; 2], be: bool) -> u16 {
-    if be {
-        u16::from_be_bytes(b)
-    } else {
-        u16::from_le_bytes(b)
-    }
-}
-
-/// Reads a `u32` from four bytes in the given byte order.
-#[inline(always)]
-fn u32_of(b: [u8; 4], be: bool) -> u32 {
-    if be {
-        u32::from_be_bytes(b)
-    } else {
-        u32::from_le_bytes(b)
-    }
-}
-
-/// Reads a `u64` from eight bytes in the given byte order.
-#[inline(always)]
-fn u64_of(b: [u8; 8], be: bool) -> u64 {
-    if be {
-        u64::from_be_bytes(b)
-    } else {
-        u64::from_le_bytes(b)
-    }
-}
-
-/// The `N` bytes of `b` at `at`, if there are that many.
-#[inline(always)]
-fn bytes_at<const N: usize>(b: &[u8], at: usize) -> Option<[u8; N]> {
-    b.get(at..)?.first_chunk::<N>().copied()
-}
-
-/// A `u32` at `at` in `b` in the given byte order, or 0 if `b` is too short (callers check
-/// lengths first; this only keeps out-of-range reads from panicking).
-#[inline(always)]
-fn u32_at(b: &[u8], at: usize, be: bool) -> u32 {
-    bytes_at::<4>(b, at).map_or(0, |x| u32_of(x, be))
-}
-
 /// Number of zero bytes that pad `len` up to a multiple of 4.
 #[inline(always)]
 const fn pad4(len: usize) -> usize {
@@ -476,51 +437,50 @@ const fn pad4(len: usize) -> usize {
 }
 
 /// Walks the options of a pcapng block, calling `f(code, value)` for each until
-/// `opt_endofopt` or the end of `opts`.
+/// `opt_endofopt` or the end of `opts` (fewer than 4 bytes left).
 fn for_each_option(
     opts: &[u8],
-    be: bool,
+    order: Endian,
     block: &'static str,
     mut f: impl FnMut(u16, &[u8]) -> Result<(), ReadErrorKind>,
 ) -> Result<(), ReadErrorKind> {
-    let mut rest = opts;
-    while let Some((head, tail)) = rest.split_first_chunk::<4>() {
-        let code = u16_of([head[0], head[1]], be);
-        let len = u16_of([head[2], head[3]], be);
+    let mut r = Reader::new(opts);
+    while let Ok(head) = r.view::<4>() {
+        let code = head.u16_in::<0>(order);
+        let len = head.u16_in::<2>(order);
         if code == 0 {
             break;
         }
-        let padded = usize::from(len) + pad4(usize::from(len));
-        let (Some(value), Some(next)) = (tail.get(..usize::from(len)), tail.get(padded..)) else {
+        let room = r.remaining();
+        let (Ok(value), Ok(())) = (r.take(usize::from(len)), r.skip(pad4(usize::from(len)))) else {
             return Err(ReadErrorKind::OptionOverrun {
                 block,
                 code,
                 len,
-                room: tail.len(),
+                room,
             });
         };
         f(code, value)?;
-        rest = next;
     }
     Ok(())
 }
 
-/// Checks that an option value has the expected length and returns it as an array.
-fn option_value<const N: usize>(
-    value: &[u8],
+/// Checks that an option value has the expected length and returns its view.
+fn option_value<'a, const N: usize>(
+    value: &'a [u8],
     block: &'static str,
     option: &'static str,
-) -> Result<[u8; N], ReadErrorKind> {
-    value
-        .first_chunk::<N>()
-        .copied()
-        .filter(|_| value.len() == N)
-        .ok_or(ReadErrorKind::BadOptionLength {
+) -> Result<View<'a, N>, ReadErrorKind> {
+    let mut r = Reader::new(value);
+    match r.view::<N>() {
+        Ok(v) if r.is_empty() => Ok(v),
+        _ => Err(ReadErrorKind::BadOptionLength {
             block,
             option,
             len: value.len(),
             expected: N,
-        })
+        }),
+    }
 }
 
 /// Checks a pcapng block total length that has been read from a block header: alignment,
@@ -569,7 +529,7 @@ impl<R: Read> CaptureReader<R> {
             format: FileFormat::PcapNg,
             interfaces: Vec::new(),
             ts_conv: Vec::new(),
-            big_endian: false,
+            order: Endian::Little,
             section_first: 0,
             announce_pcap_iface: false,
             last_ts: 0,
@@ -724,7 +684,7 @@ impl<R: Read> CaptureReader<R> {
     /// Reads the classic pcap file header or the first SHB.
     fn read_file_header(&mut self) -> Result<(), Fail> {
         let avail = self.fill(24)?;
-        let Some(magic) = bytes_at::<4>(self.pending(), 0) else {
+        let Ok((magic, _)) = View::<4>::split(self.pending()) else {
             return Err(if avail == 0 {
                 (0, ReadErrorKind::EmptyInput)
             } else {
@@ -738,7 +698,7 @@ impl<R: Read> CaptureReader<R> {
                 )
             });
         };
-        let (nanos, big_endian) = match (u32::from_le_bytes(magic), u32::from_be_bytes(magic)) {
+        let (nanos, big_endian) = match (magic.u32_le::<0>(), magic.u32_be::<0>()) {
             (BLOCK_SHB, _) => return self.read_shb(),
             (PCAP_MAGIC_US, _) => (false, false),
             (PCAP_MAGIC_NS, _) => (true, false),
@@ -746,7 +706,7 @@ impl<R: Read> CaptureReader<R> {
             (_, PCAP_MAGIC_NS) => (true, true),
             (_, magic) => return Err((0, ReadErrorKind::UnknownMagic { magic })),
         };
-        let Some(h) = bytes_at::<24>(self.pending(), 0) else {
+        let Ok((h, _)) = View::<24>::split(self.pending()) else {
             return Err((
                 0,
                 ReadErrorKind::TruncatedHeader {
@@ -756,16 +716,20 @@ impl<R: Read> CaptureReader<R> {
                 },
             ));
         };
-        let be = big_endian;
-        let major = u16_of([h[4], h[5]], be);
-        let minor = u16_of([h[6], h[7]], be);
+        let order = if big_endian {
+            Endian::Big
+        } else {
+            Endian::Little
+        };
+        let major = h.u16_in::<4>(order);
+        let minor = h.u16_in::<6>(order);
         if major != 2 {
             return Err((0, ReadErrorKind::UnsupportedPcapVersion { major, minor }));
         }
-        let snaplen = u32_of([h[16], h[17], h[18], h[19]], be);
-        let linktype = u32_of([h[20], h[21], h[22], h[23]], be) as LinkType;
+        let snaplen = h.u32_in::<16>(order);
+        let linktype = h.u32_in::<20>(order) as LinkType;
         self.format = FileFormat::Pcap { nanos, big_endian };
-        self.big_endian = big_endian;
+        self.order = order;
         self.interfaces.push(Interface {
             linktype,
             snaplen,
@@ -788,7 +752,7 @@ impl<R: Read> CaptureReader<R> {
         if avail < 16 {
             avail = self.fill(16)?;
         }
-        let Some(h) = bytes_at::<16>(self.pending(), 0) else {
+        let Ok((h, _)) = View::<16>::split(self.pending()) else {
             if avail == 0 {
                 return Ok(None);
             }
@@ -801,11 +765,11 @@ impl<R: Read> CaptureReader<R> {
                 },
             ));
         };
-        let be = self.big_endian;
-        let secs = u32_of([h[0], h[1], h[2], h[3]], be);
-        let frac = u32_of([h[4], h[5], h[6], h[7]], be);
-        let caplen = u32_of([h[8], h[9], h[10], h[11]], be);
-        let orig_len = u32_of([h[12], h[13], h[14], h[15]], be);
+        let order = self.order;
+        let secs = h.u32_in::<0>(order);
+        let frac = h.u32_in::<4>(order);
+        let caplen = h.u32_in::<8>(order);
+        let orig_len = h.u32_in::<12>(order);
         if caplen > MAX_RECORD_LEN_U32 {
             return Err((
                 at,
@@ -851,7 +815,7 @@ impl<R: Read> CaptureReader<R> {
     fn read_shb(&mut self) -> Result<(), Fail> {
         let at = self.offset;
         let avail = self.fill(12)?;
-        let Some(h) = bytes_at::<12>(self.pending(), 0) else {
+        let Ok((h, _)) = View::<12>::split(self.pending()) else {
             return Err((
                 at,
                 ReadErrorKind::TruncatedHeader {
@@ -861,34 +825,35 @@ impl<R: Read> CaptureReader<R> {
                 },
             ));
         };
-        let bom = [h[8], h[9], h[10], h[11]];
-        let be = match u32::from_be_bytes(bom) {
-            BYTE_ORDER_MAGIC => true,
-            m if m == BYTE_ORDER_MAGIC.swap_bytes() => false,
+        let order = match h.u32_be::<8>() {
+            BYTE_ORDER_MAGIC => Endian::Big,
+            m if m == BYTE_ORDER_MAGIC.swap_bytes() => Endian::Little,
             magic => return Err((at, ReadErrorKind::BadByteOrderMagic { magic })),
         };
-        let len = u32_of([h[4], h[5], h[6], h[7]], be);
-        let block = self.load_block(len, "SHB", 28, be)?;
-        let major = u16_of([block[12], block[13]], be);
-        let minor = u16_of([block[14], block[15]], be);
+        let len = h.u32_in::<4>(order);
+        let head = self.load_block(len, "SHB", 28, order)?;
+        let head = View::new(&head);
+        let major = head.u16_in::<12>(order);
+        let minor = head.u16_in::<14>(order);
         if major != 1 {
             return Err((at, ReadErrorKind::UnsupportedPcapngVersion { major, minor }));
         }
-        self.big_endian = be;
+        self.order = order;
         self.section_first = self.interfaces.len();
         self.consume(len as usize);
         Ok(())
     }
 
     /// Checks a block's length, buffers the whole block, checks its trailing length and returns
-    /// its first 28 bytes (zero past the block's end). The block is `pending()[..len]`.
+    /// its first 28 bytes (zero past the block's end: callers read only what the minimum length
+    /// of their block type covers). The block is `pending()[..len]`.
     #[inline]
     fn load_block(
         &mut self,
         len: u32,
         name: &'static str,
         min: u32,
-        be: bool,
+        order: Endian,
     ) -> Result<[u8; 28], Fail> {
         let at = self.offset;
         check_block_len(len, name, min).map_err(|k| (at, k))?;
@@ -901,7 +866,11 @@ impl<R: Read> CaptureReader<R> {
             }
         }
         let block = self.pending();
-        let end = u32_at(block, len_us.saturating_sub(4), be);
+        // `len_us` bytes are buffered and at least 12, so the trailing length is there.
+        let Ok(end) = View::<4>::at(block, len_us - 4) else {
+            return Err((at, ReadErrorKind::TruncatedBlock { len, found: avail }));
+        };
+        let end = end.u32_in::<0>(order);
         if end != len {
             return Err((at, ReadErrorKind::BlockLengthMismatch { start: len, end }));
         }
@@ -929,6 +898,19 @@ impl<R: Read> CaptureReader<R> {
         }
     }
 
+    /// Bytes `from..to` of the block of `len` bytes that [`CaptureReader::load_block`] has
+    /// buffered (`from <= to <= len`, so they are always there).
+    #[inline]
+    fn block_part(&self, from: usize, to: usize, len: u32) -> Result<&[u8], ReadErrorKind> {
+        Reader::new(self.pending())
+            .at(from)
+            .take(to.saturating_sub(from))
+            .map_err(|_| ReadErrorKind::TruncatedBlock {
+                len,
+                found: self.avail(),
+            })
+    }
+
     /// Reads pcapng blocks until one yields a record or the input ends.
     fn step_pcapng(&mut self) -> Result<Option<Step>, Fail> {
         loop {
@@ -937,7 +919,7 @@ impl<R: Read> CaptureReader<R> {
             if avail < 8 {
                 avail = self.fill(8)?;
             }
-            let Some(h) = bytes_at::<8>(self.pending(), 0) else {
+            let Ok((h, _)) = View::<8>::split(self.pending()) else {
                 if avail == 0 {
                     return Ok(None);
                 }
@@ -950,26 +932,26 @@ impl<R: Read> CaptureReader<R> {
                     },
                 ));
             };
-            let be = self.big_endian;
-            let block_type = u32_of([h[0], h[1], h[2], h[3]], be);
+            let order = self.order;
+            let block_type = h.u32_in::<0>(order);
             if block_type == BLOCK_SHB {
                 self.read_shb()?;
                 continue;
             }
-            let len = u32_of([h[4], h[5], h[6], h[7]], be);
+            let len = h.u32_in::<4>(order);
             let (name, min) = block_kind(block_type);
-            let head = self.load_block(len, name, min, be)?;
+            let head = self.load_block(len, name, min, order)?;
+            let head = View::new(&head);
             let len_us = len as usize;
-            let word = |i: usize| u32_of([head[i], head[i + 1], head[i + 2], head[i + 3]], be);
             let step = match block_type {
                 BLOCK_EPB | BLOCK_PB => {
                     let id = if block_type == BLOCK_EPB {
-                        word(8)
+                        head.u32_in::<8>(order)
                     } else {
-                        u32::from(u16_of([head[8], head[9]], be))
+                        u32::from(head.u16_in::<8>(order))
                     };
                     let iface = self.file_iface(id, name).map_err(|k| (at, k))?;
-                    let caplen = word(20);
+                    let caplen = head.u32_in::<20>(order);
                     let room = len_us - 32;
                     if caplen as usize > room {
                         return Err((
@@ -981,7 +963,8 @@ impl<R: Read> CaptureReader<R> {
                             },
                         ));
                     }
-                    let raw = (u64::from(word(12)) << 32) | u64::from(word(16));
+                    let raw = (u64::from(head.u32_in::<12>(order)) << 32)
+                        | u64::from(head.u32_in::<16>(order));
                     let conv = self
                         .ts_conv
                         .get(iface as usize)
@@ -991,7 +974,7 @@ impl<R: Read> CaptureReader<R> {
                     self.last_ts = ts_ns;
                     Step::Packet {
                         ts_ns,
-                        orig_len: word(24),
+                        orig_len: head.u32_in::<24>(order),
                         iface,
                         start: self.start + 28,
                         len: caplen as usize,
@@ -999,7 +982,7 @@ impl<R: Read> CaptureReader<R> {
                 }
                 BLOCK_SPB => {
                     let iface = self.file_iface(0, name).map_err(|k| (at, k))?;
-                    let orig_len = word(8);
+                    let orig_len = head.u32_in::<8>(order);
                     let snaplen = self.interfaces.get(iface as usize).map_or(0, |i| i.snaplen);
                     let mut caplen = (orig_len as usize).min(len_us - 16);
                     if snaplen != 0 {
@@ -1014,11 +997,10 @@ impl<R: Read> CaptureReader<R> {
                     }
                 }
                 BLOCK_IDB => {
-                    let linktype = u16_of([head[8], head[9]], be);
-                    let snaplen = word(12);
-                    let (name_opt, conv) =
-                        parse_idb_options(self.pending().get(16..len_us - 4), be)
-                            .map_err(|k| (at, k))?;
+                    let linktype = head.u16_in::<8>(order);
+                    let snaplen = head.u32_in::<12>(order);
+                    let opts = self.block_part(16, len_us - 4, len).map_err(|k| (at, k))?;
+                    let (name_opt, conv) = parse_idb_options(opts, order).map_err(|k| (at, k))?;
                     let count = self.interfaces.len();
                     if count >= MAX_INTERFACES {
                         return Err((
@@ -1040,16 +1022,19 @@ impl<R: Read> CaptureReader<R> {
                     Step::Interface(count as u32)
                 }
                 BLOCK_ISB => {
-                    let iface = self.file_iface(word(8), name).map_err(|k| (at, k))?;
-                    let raw = (u64::from(word(12)) << 32) | u64::from(word(16));
+                    let iface = self
+                        .file_iface(head.u32_in::<8>(order), name)
+                        .map_err(|k| (at, k))?;
+                    let raw = (u64::from(head.u32_in::<12>(order)) << 32)
+                        | u64::from(head.u32_in::<16>(order));
                     let conv = self
                         .ts_conv
                         .get(iface as usize)
                         .copied()
                         .unwrap_or(TsConv::DEFAULT);
+                    let opts = self.block_part(20, len_us - 4, len).map_err(|k| (at, k))?;
                     let (received, dropped) =
-                        parse_isb_options(self.pending().get(20..len_us - 4), be)
-                            .map_err(|k| (at, k))?;
+                        parse_isb_options(opts, order).map_err(|k| (at, k))?;
                     Step::Stats {
                         iface,
                         ts_ns: conv.to_ns(raw),
@@ -1070,12 +1055,12 @@ impl<R: Read> CaptureReader<R> {
 
 /// Parses the options of an IDB: `if_name`, `if_tsresol` and `if_tsoffset`.
 fn parse_idb_options(
-    opts: Option<&[u8]>,
-    be: bool,
+    opts: &[u8],
+    order: Endian,
 ) -> Result<(Option<String>, TsConv), ReadErrorKind> {
     let mut name = None;
     let mut conv = TsConv::DEFAULT;
-    for_each_option(opts.unwrap_or_default(), be, "IDB", |code, value| {
+    for_each_option(opts, order, "IDB", |code, value| {
         match code {
             OPT_IF_NAME => {
                 let end = value.iter().position(|&b| b == 0).unwrap_or(value.len());
@@ -1083,12 +1068,11 @@ fn parse_idb_options(
                 name = Some(String::from_utf8_lossy(text).into_owned());
             }
             OPT_IF_TSRESOL => {
-                let [r] = option_value::<1>(value, "IDB", "if_tsresol")?;
-                conv.resol = r;
+                conv.resol = option_value::<1>(value, "IDB", "if_tsresol")?.u8::<0>();
             }
             OPT_IF_TSOFFSET => {
-                let b = option_value::<8>(value, "IDB", "if_tsoffset")?;
-                conv.offset_s = u64_of(b, be) as i64;
+                let v = option_value::<8>(value, "IDB", "if_tsoffset")?;
+                conv.offset_s = v.u64_in::<0>(order) as i64;
             }
             _ => {}
         }
@@ -1099,18 +1083,20 @@ fn parse_idb_options(
 
 /// Parses the options of an ISB: `isb_ifrecv` and `isb_ifdrop`.
 fn parse_isb_options(
-    opts: Option<&[u8]>,
-    be: bool,
+    opts: &[u8],
+    order: Endian,
 ) -> Result<(Option<u64>, Option<u64>), ReadErrorKind> {
     let mut received = None;
     let mut dropped = None;
-    for_each_option(opts.unwrap_or_default(), be, "ISB", |code, value| {
+    for_each_option(opts, order, "ISB", |code, value| {
         match code {
             OPT_ISB_IFRECV => {
-                received = Some(u64_of(option_value(value, "ISB", "isb_ifrecv")?, be));
+                let v = option_value::<8>(value, "ISB", "isb_ifrecv")?;
+                received = Some(v.u64_in::<0>(order));
             }
             OPT_ISB_IFDROP => {
-                dropped = Some(u64_of(option_value(value, "ISB", "isb_ifdrop")?, be));
+                let v = option_value::<8>(value, "ISB", "isb_ifdrop")?;
+                dropped = Some(v.u64_in::<0>(order));
             }
             _ => {}
         }
@@ -1137,37 +1123,32 @@ pub struct FragmentStat {
 /// option ends the walk (what came before it is returned). Never panics.
 pub fn fragment_stats(buf: &[u8]) -> Vec<FragmentStat> {
     let mut out = Vec::new();
-    let mut pos = 0usize;
-    let u32_at = |at: usize| -> Option<u32> {
-        buf.get(at..at.checked_add(4)?)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    };
-    while let (Some(kind), Some(len)) = (u32_at(pos), u32_at(pos + 4)) {
-        let len = len as usize;
-        let Some(end) = pos
-            .checked_add(len)
-            .filter(|&e| len >= 12 && len.is_multiple_of(4) && e <= buf.len())
-        else {
+    let mut r = Reader::new(buf);
+    while let Ok(h) = r.peek::<8>() {
+        let kind = h.u32_le::<0>();
+        let len = h.u32_le::<4>() as usize;
+        if len < 12 || !len.is_multiple_of(4) {
+            break;
+        }
+        let Ok(block) = r.take(len) else {
             break;
         };
         if kind == BLOCK_ISB && len >= 24 {
-            let (Some(iface), Some(hi), Some(lo)) =
-                (u32_at(pos + 8), u32_at(pos + 12), u32_at(pos + 16))
-            else {
+            // Type, length, interface, timestamp; the options; the trailing length.
+            let mut b = Reader::new(block);
+            let (Ok(head), Ok(opts)) = (b.view::<20>(), b.take(len - 24)) else {
                 break;
             };
-            let Ok((received, dropped)) = parse_isb_options(buf.get(pos + 20..end - 4), false)
-            else {
+            let Ok((received, dropped)) = parse_isb_options(opts, Endian::Little) else {
                 break;
             };
             out.push(FragmentStat {
-                iface,
-                ts_ns: (u64::from(hi) << 32) | u64::from(lo),
+                iface: head.u32_le::<8>(),
+                ts_ns: (u64::from(head.u32_le::<12>()) << 32) | u64::from(head.u32_le::<16>()),
                 received,
                 dropped,
             });
         }
-        pos = end;
     }
     out
 }
@@ -1277,15 +1258,15 @@ impl<'a> Iterator for FragmentPackets<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             let rest = self.buf.get(self.pos..)?;
-            let Some(h) = rest.first_chunk::<8>() else {
+            let Ok((h, _)) = View::<8>::split(rest) else {
                 if rest.is_empty() {
                     return None;
                 }
                 let found = rest.len();
                 return self.fail(FragmentErrorKind::TruncatedHeader { found });
             };
-            let block_type = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-            let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+            let block_type = h.u32_le::<0>();
+            let len = h.u32_le::<4>();
             let len_us = len as usize;
             let min = if block_type == BLOCK_EPB { 32 } else { 12 };
             if len % 4 != 0 {
@@ -1299,11 +1280,13 @@ impl<'a> Iterator for FragmentPackets<'a> {
                 };
                 return self.fail(FragmentErrorKind::BlockTooShort { block, len, min });
             }
-            let Some(block) = rest.get(..len_us) else {
+            // The block is its body and its trailing length (`len_us >= 12`).
+            let mut r = Reader::new(rest);
+            let (Ok(body), Ok(end)) = (r.take(len_us - 4), r.view::<4>()) else {
                 let found = rest.len();
                 return self.fail(FragmentErrorKind::TruncatedBlock { len, found });
             };
-            let end = u32_at(block, len_us - 4, false);
+            let end = end.u32_le::<0>();
             if end != len {
                 return self.fail(FragmentErrorKind::LengthMismatch { start: len, end });
             }
@@ -1311,22 +1294,22 @@ impl<'a> Iterator for FragmentPackets<'a> {
                 self.pos += len_us;
                 continue;
             }
-            let Some(e) = block.first_chunk::<28>() else {
-                return None; // unreachable: len >= 32 was checked
+            // Type, length, interface, timestamp, captured and original length; the data.
+            let mut b = Reader::new(body);
+            let Ok(e) = b.view::<28>() else {
+                let block = "EPB";
+                return self.fail(FragmentErrorKind::BlockTooShort { block, len, min });
             };
-            let word = |i: usize| u32::from_le_bytes([e[i], e[i + 1], e[i + 2], e[i + 3]]);
-            let caplen = word(20);
-            let room = len_us - 32;
-            if caplen as usize > room {
+            let caplen = e.u32_le::<20>();
+            let Ok(data) = b.take(caplen as usize) else {
+                let room = b.remaining();
                 return self.fail(FragmentErrorKind::CaptureOverrun { caplen, room });
-            }
-            // caplen <= room < len, so this neither overflows nor runs past the block.
-            let data = block.get(28..28 + caplen as usize).unwrap_or_default();
+            };
             self.pos += len_us;
             return Some(Ok(PacketRef {
-                ts_ns: (u64::from(word(12)) << 32) | u64::from(word(16)),
-                orig_len: word(24),
-                iface: word(8),
+                ts_ns: (u64::from(e.u32_le::<12>()) << 32) | u64::from(e.u32_le::<16>()),
+                orig_len: e.u32_le::<24>(),
+                iface: e.u32_le::<8>(),
                 data,
             }));
         }

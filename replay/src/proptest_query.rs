@@ -19,7 +19,7 @@
 
 use std::net::IpAddr;
 
-use capsule_pcap::{CaptureReader, Interface, Record};
+use capsule_pcap::{CaptureReader, Interface, Record, LINKTYPE_ETHERNET};
 use capsule_query::{Filter, Query};
 use capsule_store::{Store, WriterConfig};
 use capsule_wire::dissect;
@@ -44,8 +44,6 @@ const DSCPS: &[u8] = &[0, 10, 26, 34, 46, 63];
 /// Timestamps: BASE + 0..SPAN ns, so that many packets tie.
 const BASE: u64 = 1_796_004_000_000_000_000;
 const SPAN: u64 = 3000;
-
-const LINKTYPE_ETHERNET: u16 = 1;
 
 // ------------------------------------------------------------------------------------------
 // Packets.

@@ -10,10 +10,13 @@
 //! frame and reads anything that does not start with the zstd magic as uncompressed bytes,
 //! so a skippable frame in the middle of a file breaks it (seen with tshark 4.0).
 //!
-//! This module encodes and decodes the metadata records as checked views: decoding never
-//! panics, and every failure says what was expected and what was found.
+//! This module encodes and decodes the metadata records as checked views
+//! ([`capsule_wire::view`]): each record's fixed part is a `View` whose length is checked once,
+//! variable parts are read with a `Reader`. Decoding never panics, and every failure says what
+//! was expected and what was found.
 
 use capsule_pcap::Interface;
+use capsule_wire::view::{Reader, Short, View};
 
 /// Format version written by this build, and the only one it reads.
 pub const FORMAT_VERSION: u16 = 1;
@@ -121,23 +124,21 @@ pub struct Footer {
     pub interfaces: Vec<Interface>,
 }
 
-// ---- little-endian helpers over checked slices -------------------------------------------
+// ---- checked reads -----------------------------------------------------------------------
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    // Callers check lengths first; a short slice yields 0 rather than a panic.
-    b.get(at..at + 2)
-        .map_or(0, |s| u16::from_le_bytes([s[0], s[1]]))
+/// What a short read of `found` bytes of `what` is reported as: how many bytes the read
+/// needed the record to have, and how many it has.
+fn short(what: &'static str, found: usize) -> impl Fn(Short) -> DecodeError + Copy {
+    move |e| DecodeError::Short {
+        what,
+        expected: e.end(),
+        found,
+    }
 }
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4)
-        .map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    b.get(at..at + 8).map_or(0, |s| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(s);
-        u64::from_le_bytes(a)
-    })
+
+/// The view of the fixed part of `b` (its first `N` bytes), or `Short` naming `what`.
+fn fixed<'a, const N: usize>(what: &'static str, b: &'a [u8]) -> Result<View<'a, N>, DecodeError> {
+    View::split(b).map(|(v, _)| v).map_err(short(what, b.len()))
 }
 
 fn check_len(what: &'static str, b: &[u8], expected: usize) -> Result<(), DecodeError> {
@@ -151,9 +152,8 @@ fn check_len(what: &'static str, b: &[u8], expected: usize) -> Result<(), Decode
     Ok(())
 }
 
-fn check_magic(what: &'static str, b: &[u8], magic: &[u8; 8]) -> Result<(), DecodeError> {
-    let found = b.get(..8).unwrap_or(b);
-    if found != magic {
+fn check_magic(what: &'static str, found: [u8; 8], magic: &[u8; 8]) -> Result<(), DecodeError> {
+    if &found != magic {
         return Err(DecodeError::Magic {
             what,
             expected: String::from_utf8_lossy(magic)
@@ -165,8 +165,7 @@ fn check_magic(what: &'static str, b: &[u8], magic: &[u8; 8]) -> Result<(), Deco
     Ok(())
 }
 
-fn check_version(what: &'static str, b: &[u8]) -> Result<(), DecodeError> {
-    let found = u16_at(b, 8);
+fn check_version(what: &'static str, found: u16) -> Result<(), DecodeError> {
     if found != FORMAT_VERSION {
         return Err(DecodeError::Version {
             what,
@@ -236,16 +235,17 @@ pub fn put_raw_frame(out: &mut Vec<u8>, content: &[u8]) {
 
 /// Reads the prefix of a metadata frame and returns the frame's total length.
 pub fn meta_frame_len_from_prefix(what: &'static str, b: &[u8]) -> Result<usize, DecodeError> {
-    check_len(what, b, META_PREFIX_LEN)?;
-    let magic = u32_at(b, 0);
-    if magic != ZSTD_MAGIC || b[4] != META_FHD {
+    let prefix = fixed::<META_PREFIX_LEN>(what, b)?;
+    let magic = prefix.u32_le::<0>();
+    let descriptor = prefix.u8::<4>();
+    if magic != ZSTD_MAGIC || descriptor != META_FHD {
         return Err(DecodeError::Magic {
             what,
             expected: format!("raw zstd frame {ZSTD_MAGIC:#010x} with descriptor {META_FHD:#04x}"),
-            found: format!("{magic:#010x} with descriptor {:#04x}", b[4]),
+            found: format!("{magic:#010x} with descriptor {descriptor:#04x}"),
         });
     }
-    let content = u32_at(b, 5) as usize;
+    let content = prefix.u32_le::<5>() as usize;
     if content < 12 || !content.is_multiple_of(4) {
         return Err(DecodeError::Invalid {
             what,
@@ -261,12 +261,14 @@ pub fn meta_frame_len_from_prefix(what: &'static str, b: &[u8]) -> Result<usize,
 pub fn decode_meta_frame(what: &'static str, frame: &[u8]) -> Result<Vec<u8>, DecodeError> {
     let total = meta_frame_len_from_prefix(what, frame)?;
     check_len(what, frame, total)?;
-    let content_len = u32_at(frame, 5) as usize;
+    let short_frame = short(what, frame.len());
+    let mut r = Reader::new(frame);
+    let prefix = r.view::<META_PREFIX_LEN>().map_err(short_frame)?;
+    let content_len = prefix.u32_le::<5>() as usize;
     let mut content = Vec::with_capacity(content_len);
-    let mut at = META_PREFIX_LEN;
     loop {
-        check_len(what, frame, at + 3)?;
-        let bh = u32::from_le_bytes([frame[at], frame[at + 1], frame[at + 2], 0]);
+        let [b0, b1, b2] = r.array::<3>().map_err(short_frame)?;
+        let bh = u32::from_le_bytes([b0, b1, b2, 0]);
         let (last, kind, size) = (bh & 1, (bh >> 1) & 3, (bh >> 3) as usize);
         if kind != 0 || size > RAW_BLOCK_MAX || content.len() + size > content_len {
             return Err(DecodeError::Invalid {
@@ -276,32 +278,39 @@ pub fn decode_meta_frame(what: &'static str, frame: &[u8]) -> Result<Vec<u8>, De
                 ),
             });
         }
-        check_len(what, frame, at + 3 + size)?;
-        content.extend_from_slice(&frame[at + 3..at + 3 + size]);
-        at += 3 + size;
+        content.extend_from_slice(r.take(size).map_err(short_frame)?);
         if last == 1 {
             break;
         }
     }
-    if content.len() != content_len || u32_at(&content, 0) != CAPSULE_BLOCK_TYPE {
+    let block_type = View::<4>::split(&content).map(|(t, _)| t.u32_le::<0>());
+    if content.len() != content_len || block_type != Ok(CAPSULE_BLOCK_TYPE) {
+        let found = match block_type {
+            Ok(t) => format!("type {t:#010x} of {} bytes", content.len()),
+            Err(_) => format!("{} bytes, too few for a block type", content.len()),
+        };
         return Err(DecodeError::Invalid {
             what,
             detail: format!(
                 "expected a pcapng block of type {CAPSULE_BLOCK_TYPE:#010x} of {content_len} bytes, \
-                 found type {:#010x} of {} bytes",
-                u32_at(&content, 0),
-                content.len()
+                 found {found}"
             ),
         });
     }
-    let len = u32_at(&content, 4) as usize;
-    if len != content_len || u32_at(&content, content_len - 4) as usize != len {
+    // The content is `content_len` (at least 12) bytes: type and length, body, length.
+    let short_content = short(what, content.len());
+    let mut c = Reader::new(&content);
+    let head = c.view::<8>().map_err(short_content)?;
+    let body = c.take(content_len - 12).map_err(short_content)?;
+    let end = c.u32_le().map_err(short_content)? as usize;
+    let len = head.u32_le::<4>() as usize;
+    if len != content_len || end != len {
         return Err(DecodeError::Invalid {
             what,
             detail: format!("pcapng block lengths disagree with the frame's {content_len} bytes"),
         });
     }
-    Ok(content[8..content_len - 4].to_vec())
+    Ok(body.to_vec())
 }
 
 // ---- interfaces ------------------------------------------------------------------------
@@ -327,36 +336,37 @@ fn put_iface(out: &mut Vec<u8>, iface: &Interface) {
 fn get_ifaces(
     what: &'static str,
     b: &[u8],
-    mut at: usize,
+    at: usize,
     count: usize,
 ) -> Result<(Vec<Interface>, usize), DecodeError> {
+    let short = short(what, b.len());
+    let mut r = Reader::new(b).at(at);
     let mut v = Vec::with_capacity(count.min(1024));
     for i in 0..count {
-        check_len(what, b, at + 8)?;
-        let linktype = u16_at(b, at);
-        let name_len = u16_at(b, at + 2) as usize;
-        let snaplen = u32_at(b, at + 4);
+        let h = r.view::<8>().map_err(short)?;
+        let linktype = h.u16_le::<0>();
+        let name_len = usize::from(h.u16_le::<2>());
+        let snaplen = h.u32_le::<4>();
         if name_len > MAX_IFACE_NAME {
             return Err(DecodeError::Invalid {
                 what,
                 detail: format!("interface {i}: name length {name_len} exceeds {MAX_IFACE_NAME}"),
             });
         }
-        let padded = name_len.div_ceil(4) * 4;
-        check_len(what, b, at + 8 + padded)?;
+        let padded = r.take(name_len.div_ceil(4) * 4).map_err(short)?;
         let name = if name_len == 0 {
             None
         } else {
-            Some(String::from_utf8_lossy(&b[at + 8..at + 8 + name_len]).into_owned())
+            // `padded` holds the name and at most 3 bytes of padding.
+            Some(String::from_utf8_lossy(&padded[..name_len]).into_owned())
         };
         v.push(Interface {
             linktype,
             snaplen,
             name,
         });
-        at += 8 + padded;
     }
-    Ok((v, at))
+    Ok((v, r.position()))
 }
 
 // ---- segment header --------------------------------------------------------------------
@@ -380,13 +390,13 @@ impl SegmentHeader {
     /// Decodes a segment header payload.
     pub fn decode(p: &[u8]) -> Result<Self, DecodeError> {
         const W: &str = "segment header";
-        check_len(W, p, SEGMENT_HEADER_LEN)?;
-        check_magic(W, p, &SEGMENT_HEADER_MAGIC)?;
-        check_version(W, p)?;
-        check_crc(W, &p[..36], u32_at(p, 36))?;
+        let h = fixed::<SEGMENT_HEADER_LEN>(W, p)?;
+        check_magic(W, h.array::<0, 8>(), &SEGMENT_HEADER_MAGIC)?;
+        check_version(W, h.u16_le::<8>())?;
+        check_crc(W, &h.bytes()[..36], h.u32_le::<36>())?;
         Ok(SegmentHeader {
-            seq: u64_at(p, 16),
-            created_ns: u64_at(p, 24),
+            seq: h.u64_le::<16>(),
+            created_ns: h.u64_le::<24>(),
         })
     }
 }
@@ -440,17 +450,22 @@ impl BlockMeta {
     pub fn decode_header(p: &[u8]) -> Result<Self, DecodeError> {
         const W: &str = "block header";
         check_len(W, p, BLOCK_HEADER_FIXED_LEN + 4)?;
-        check_magic(W, p, &BLOCK_HEADER_MAGIC)?;
-        check_version(W, p)?;
-        let len = u16_at(p, 10) as usize;
+        let h = fixed::<BLOCK_HEADER_FIXED_LEN>(W, p)?;
+        check_magic(W, h.array::<0, 8>(), &BLOCK_HEADER_MAGIC)?;
+        check_version(W, h.u16_le::<8>())?;
+        let len = usize::from(h.u16_le::<10>());
         if len != p.len() {
             return Err(DecodeError::Invalid {
                 what: W,
                 detail: format!("header says {len} bytes, its block holds {}", p.len()),
             });
         }
-        check_crc(W, &p[..len - 4], u32_at(p, len - 4))?;
-        let n_ifaces = u16_at(p, 56) as usize;
+        let crc = Reader::new(p)
+            .at(len - 4)
+            .u32_le()
+            .map_err(short(W, p.len()))?;
+        check_crc(W, &p[..len - 4], crc)?;
+        let n_ifaces = usize::from(h.u16_le::<56>());
         let (new_interfaces, end) = get_ifaces(W, &p[..len - 4], BLOCK_HEADER_FIXED_LEN, n_ifaces)?;
         if end != len - 4 {
             return Err(DecodeError::Invalid {
@@ -462,14 +477,14 @@ impl BlockMeta {
             });
         }
         let meta = BlockMeta {
-            index: u32_at(p, 12),
-            first_ns: u64_at(p, 16),
-            last_ns: u64_at(p, 24),
-            packets: u32_at(p, 32),
-            compressed_len: u32_at(p, 36),
-            uncompressed_len: u32_at(p, 40),
-            frame_crc: u32_at(p, 44),
-            wire_bytes: u64_at(p, 48),
+            index: h.u32_le::<12>(),
+            first_ns: h.u64_le::<16>(),
+            last_ns: h.u64_le::<24>(),
+            packets: h.u32_le::<32>(),
+            compressed_len: h.u32_le::<36>(),
+            uncompressed_len: h.u32_le::<40>(),
+            frame_crc: h.u32_le::<44>(),
+            wire_bytes: h.u64_le::<48>(),
             frame_offset: 0,
             new_interfaces,
         };
@@ -536,9 +551,9 @@ impl Footer {
     /// footer frame that ends with it.
     pub fn frame_len_from_trailer(t: &[u8]) -> Result<usize, DecodeError> {
         const W: &str = "segment trailer";
-        check_len(W, t, TRAILER_LEN)?;
-        check_magic(W, &t[4..12], &TRAILER_MAGIC)?;
-        let len = u32_at(t, 0) as usize;
+        let t = fixed::<TRAILER_LEN>(W, t)?;
+        check_magic(W, t.array::<4, 8>(), &TRAILER_MAGIC)?;
+        let len = t.u32_le::<0>() as usize;
         if len < meta_frame_len(FOOTER_FIXED_LEN + 16) {
             return Err(DecodeError::Invalid {
                 what: W,
@@ -552,12 +567,16 @@ impl Footer {
     pub fn decode(p: &[u8]) -> Result<Self, DecodeError> {
         const W: &str = "segment footer";
         check_len(W, p, FOOTER_FIXED_LEN + 16)?;
-        check_magic(W, p, &FOOTER_MAGIC)?;
-        check_version(W, p)?;
+        // The payload is the body (fixed part, block entries, interfaces), then the CRC of the
+        // body, the frame length and the trailer magic.
+        let mut tail = Reader::new(p).at(p.len() - 16);
         let body = &p[..p.len() - 16];
-        check_crc(W, body, u32_at(p, p.len() - 16))?;
-        let n_blocks = u32_at(p, 12) as usize;
-        let n_ifaces = u32_at(p, 16) as usize;
+        let h = fixed::<FOOTER_FIXED_LEN>(W, body)?;
+        check_magic(W, h.array::<0, 8>(), &FOOTER_MAGIC)?;
+        check_version(W, h.u16_le::<8>())?;
+        check_crc(W, body, tail.u32_le().map_err(short(W, p.len()))?)?;
+        let n_blocks = h.u32_le::<12>() as usize;
+        let n_ifaces = h.u32_le::<16>() as usize;
         let entries_end = n_blocks
             .checked_mul(FOOTER_ENTRY_LEN)
             .and_then(|n| n.checked_add(FOOTER_FIXED_LEN))
@@ -566,19 +585,22 @@ impl Footer {
                 detail: "block count overflows".into(),
             })?;
         check_len(W, body, entries_end)?;
+        let mut entries = Reader::new(body).at(FOOTER_FIXED_LEN);
         let mut blocks = Vec::with_capacity(n_blocks);
         for i in 0..n_blocks {
-            let e = FOOTER_FIXED_LEN + i * FOOTER_ENTRY_LEN;
+            let e = entries
+                .view::<FOOTER_ENTRY_LEN>()
+                .map_err(short(W, body.len()))?;
             let meta = BlockMeta {
                 index: i as u32,
-                frame_offset: u64_at(body, e),
-                first_ns: u64_at(body, e + 8),
-                last_ns: u64_at(body, e + 16),
-                packets: u32_at(body, e + 24),
-                compressed_len: u32_at(body, e + 28),
-                uncompressed_len: u32_at(body, e + 32),
-                frame_crc: u32_at(body, e + 36),
-                wire_bytes: u64_at(body, e + 40),
+                frame_offset: e.u64_le::<0>(),
+                first_ns: e.u64_le::<8>(),
+                last_ns: e.u64_le::<16>(),
+                packets: e.u32_le::<24>(),
+                compressed_len: e.u32_le::<28>(),
+                uncompressed_len: e.u32_le::<32>(),
+                frame_crc: e.u32_le::<36>(),
+                wire_bytes: e.u64_le::<40>(),
                 new_interfaces: Vec::new(),
             };
             meta.validate(W)?;
@@ -595,10 +617,10 @@ impl Footer {
             });
         }
         Ok(Footer {
-            packets: u64_at(body, 24),
-            wire_bytes: u64_at(body, 32),
-            first_ns: u64_at(body, 40),
-            last_ns: u64_at(body, 48),
+            packets: h.u64_le::<24>(),
+            wire_bytes: h.u64_le::<32>(),
+            first_ns: h.u64_le::<40>(),
+            last_ns: h.u64_le::<48>(),
             blocks,
             interfaces,
         })

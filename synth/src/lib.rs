@@ -58,6 +58,7 @@
 
 use std::io::Write;
 
+use capsule_pcap::LINKTYPE_ETHERNET;
 use serde::{Deserialize, Serialize};
 
 mod packet;
@@ -67,8 +68,6 @@ mod scenario;
 
 use scenario::{Queue, Scenario};
 
-/// `LINKTYPE_ETHERNET`.
-const LINKTYPE_ETHERNET: u16 = 1;
 /// Snapshot length written in the pcap header (every frame is captured whole).
 pub const SNAPLEN: u32 = 65535;
 /// Output buffer size: records accumulate here and are written in chunks of about this size.
