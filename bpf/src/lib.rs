@@ -25,6 +25,7 @@
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
+use capsule_wire::view::{Endian, View};
 use libbpf_rs::{MapCore, MapFlags, Object, ObjectBuilder};
 
 /// The compiled BPF object (ELF), built from `src/capsule.bpf.c`.
@@ -52,15 +53,15 @@ impl Meta {
     /// Reads the record from the `META_LEN` bytes just before a packet; `None` when they do
     /// not carry the program's magic (the driver gave no metadata room).
     pub fn parse(b: &[u8; META_LEN]) -> Option<Meta> {
-        let u16_at = |o: usize| u16::from_ne_bytes([b[o], b[o + 1]]);
-        if u16_at(14) != META_MAGIC {
+        let v = View::new(b);
+        if v.u16_in::<14>(Endian::NATIVE) != META_MAGIC {
             return None;
         }
-        let flags = u16_at(12);
-        let ts_ns = u64::from_ne_bytes(b[0..8].try_into().expect("8 bytes"));
+        let flags = v.u16_in::<12>(Endian::NATIVE);
+        let ts_ns = v.u64_in::<0>(Endian::NATIVE);
         // vlan_proto is stored as on the wire (big-endian), vlan_tci in host order.
-        let proto = u16::from_be_bytes([b[10], b[11]]);
-        let vlan = (flags & META_VLAN != 0).then_some((proto, u16_at(8)));
+        let proto = v.u16_be::<10>();
+        let vlan = (flags & META_VLAN != 0).then_some((proto, v.u16_in::<8>(Endian::NATIVE)));
         Some(Meta {
             ts_ns,
             hw_ts: flags & META_HW_TS != 0,

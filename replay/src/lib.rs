@@ -16,7 +16,7 @@
 //!      such)
 //! ```
 //!
-//! Replay of a window onto an interface ([serve]) will live here too: it is the same read
+//! Replay of a window onto an interface (issue "serve") will live here too: it is the same read
 //! and merge with a paced sender at the end instead of an encoder.
 #![forbid(unsafe_code)]
 

@@ -26,6 +26,17 @@ pub enum Endian {
     Big,
 }
 
+impl Endian {
+    /// The byte order of this machine: for structures the kernel shares in memory (packet
+    /// ring headers, the XDP program's metadata record).
+    #[cfg(target_endian = "little")]
+    pub const NATIVE: Endian = Endian::Little;
+    /// The byte order of this machine: for structures the kernel shares in memory (packet
+    /// ring headers, the XDP program's metadata record).
+    #[cfg(target_endian = "big")]
+    pub const NATIVE: Endian = Endian::Big;
+}
+
 /// A read that needs more bytes than there are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 #[error("need {needed} bytes at offset {offset}, found {found}")]

@@ -25,6 +25,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use capsule_wire::view::{Endian, View};
+
 use super::{
     add_promiscuous, check, getsockopt, if_index, setsockopt, socket, syscall_error,
     take_socket_error, Mapping,
@@ -272,17 +274,12 @@ impl PacketRing {
     }
 }
 
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
 // Offsets in struct tpacket_block_desc / tpacket_hdr_v1 and struct tpacket3_hdr
-// (include/uapi/linux/if_packet.h).
+// (include/uapi/linux/if_packet.h), in host byte order.
 const BD_NUM_PKTS: usize = 12;
 const BD_OFFSET_TO_FIRST: usize = 16;
+/// The block descriptor's fields capsule reads end here.
+const BD_LEN: usize = 20;
 const H3_NEXT: usize = 0;
 const H3_SEC: usize = 4;
 const H3_NSEC: usize = 8;
@@ -292,38 +289,43 @@ const H3_STATUS: usize = 20;
 const H3_MAC: usize = 24;
 const H3_VLAN_TCI: usize = 32;
 const H3_VLAN_TPID: usize = 36;
+/// The packet header's fields capsule reads end here (the kernel's header is 48 bytes).
+const H3_READ_LEN: usize = 40;
 const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
+const NE: Endian = Endian::NATIVE;
 
 /// Walks the packets of one block (owned by user space), with every offset checked.
 fn parse_block(block: &[u8], f: &mut impl FnMut(RingPacket<'_>)) -> usize {
-    let (Some(num), Some(first)) = (
-        u32_at(block, BD_NUM_PKTS),
-        u32_at(block, BD_OFFSET_TO_FIRST),
-    ) else {
+    let Ok(bd) = View::<BD_LEN>::at(block, 0) else {
         return 0;
     };
+    let (num, first) = (
+        bd.u32_in::<BD_NUM_PKTS>(NE),
+        bd.u32_in::<BD_OFFSET_TO_FIRST>(NE),
+    );
     let mut at = first as usize;
     let mut n = 0;
     for _ in 0..num {
         let Some(h) = block.get(at..) else { break };
-        let (Some(next), Some(sec), Some(nsec), Some(snap), Some(len), Some(status), Some(mac)) = (
-            u32_at(h, H3_NEXT),
-            u32_at(h, H3_SEC),
-            u32_at(h, H3_NSEC),
-            u32_at(h, H3_SNAPLEN),
-            u32_at(h, H3_LEN),
-            u32_at(h, H3_STATUS),
-            u16_at(h, H3_MAC),
-        ) else {
+        let Ok(h3) = View::<H3_READ_LEN>::at(h, 0) else {
             break;
         };
+        let (next, sec, nsec, snap, len, status, mac) = (
+            h3.u32_in::<H3_NEXT>(NE),
+            h3.u32_in::<H3_SEC>(NE),
+            h3.u32_in::<H3_NSEC>(NE),
+            h3.u32_in::<H3_SNAPLEN>(NE),
+            h3.u32_in::<H3_LEN>(NE),
+            h3.u32_in::<H3_STATUS>(NE),
+            h3.u16_in::<H3_MAC>(NE),
+        );
         let Some(data) = h.get(mac as usize..mac as usize + snap as usize) else {
             break;
         };
         let vlan = (status & libc::TP_STATUS_VLAN_VALID != 0).then(|| {
-            let tci = u32_at(h, H3_VLAN_TCI).unwrap_or(0) as u16;
+            let tci = h3.u32_in::<H3_VLAN_TCI>(NE) as u16;
             let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
-                u16_at(h, H3_VLAN_TPID).unwrap_or(0x8100)
+                h3.u16_in::<H3_VLAN_TPID>(NE)
             } else {
                 0x8100
             };
