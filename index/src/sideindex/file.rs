@@ -1,0 +1,378 @@
+//! The index file: encoding, decoding (checked, never panicking), and writing it beside its
+//! segment (tmp, fsync, rename). Byte layout: docs/format.md, "Side index".
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+
+use capsule_store::format::DecodeError;
+use capsule_store::{Result, SegmentReader, StoreError};
+use capsule_wire::view::{Reader, Short, VarintError};
+
+use super::{index_name, BlockSummary, Bucket, FlowKey, FlowRecord, SegmentIndex};
+
+/// Index format version written by this build, and the only one it reads.
+pub const INDEX_VERSION: u16 = 1;
+const INDEX_MAGIC: [u8; 8] = *b"CPSLIDX\0";
+pub(super) const HEADER_LEN: usize = 64;
+const NO_VLAN: u16 = 0xFFFF;
+
+// ---- encoding ----------------------------------------------------------------------------
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_addr(out: &mut Vec<u8>, a: IpAddr) {
+    match a {
+        IpAddr::V4(v4) => {
+            out.extend_from_slice(&v4.octets());
+            out.extend_from_slice(&[0; 12]);
+        }
+        IpAddr::V6(v6) => out.extend_from_slice(&v6.octets()),
+    }
+}
+
+/// A short read of index bytes (read with [`Reader`], front to back, so `offset + found` is
+/// their length) as the error it is reported as.
+fn short(e: Short) -> DecodeError {
+    DecodeError::Short {
+        what: "segment index body",
+        expected: e.end(),
+        found: e.offset + e.found,
+    }
+}
+
+/// A varint that could not be read, as the error it is reported as.
+fn bad_varint(e: VarintError) -> DecodeError {
+    match e {
+        VarintError::Short(e) => short(e),
+        VarintError::TooLong { .. } => invalid("a varint longer than 10 bytes"),
+    }
+}
+
+/// An address as the index stores it: 16 bytes, an IPv4 address in the first 4.
+fn get_addr(c: &mut Reader<'_>, version: u8) -> std::result::Result<IpAddr, DecodeError> {
+    let a = c.array::<16>().map_err(short)?;
+    Ok(if version == 4 {
+        IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))
+    } else {
+        IpAddr::V6(Ipv6Addr::from(a))
+    })
+}
+
+fn invalid(detail: impl Into<String>) -> DecodeError {
+    DecodeError::Invalid {
+        what: "segment index",
+        detail: detail.into(),
+    }
+}
+
+fn vlan_in(v: u16) -> Option<u16> {
+    (v != NO_VLAN).then_some(v)
+}
+
+impl SegmentIndex {
+    /// Encodes the index file: a 64-byte header, then the zstd-compressed body.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut body = Vec::with_capacity(self.blocks.len() * 16 + self.flows.len() * 160);
+        for b in &self.blocks {
+            body.extend_from_slice(&b.dscp.to_le_bytes());
+            body.extend_from_slice(&b.ip_packets.to_le_bytes());
+            body.extend_from_slice(&b.non_ip_packets.to_le_bytes());
+            body.extend_from_slice(&b.malformed_packets.to_le_bytes());
+        }
+        for f in &self.flows {
+            let k = &f.key;
+            for v in k.vlans {
+                body.extend_from_slice(&v.unwrap_or(NO_VLAN).to_le_bytes());
+            }
+            body.push(k.ip_version);
+            body.push(k.proto);
+            body.push(u8::from(k.ports.is_some()));
+            body.push(0);
+            put_addr(&mut body, k.a);
+            put_addr(&mut body, k.b);
+            let (pa, pb) = k.ports.unwrap_or((0, 0));
+            body.extend_from_slice(&pa.to_le_bytes());
+            body.extend_from_slice(&pb.to_le_bytes());
+            body.extend_from_slice(&f.first_ns.to_le_bytes());
+            body.extend_from_slice(&f.last_ns.to_le_bytes());
+            for d in 0..2 {
+                body.extend_from_slice(&f.packets[d].to_le_bytes());
+                body.extend_from_slice(&f.bytes[d].to_le_bytes());
+                body.extend_from_slice(&f.dscp[d].to_le_bytes());
+                body.push(f.tcp_flags[d]);
+                put_varint(&mut body, f.retransmissions[d]);
+                put_varint(&mut body, f.zero_windows[d]);
+                put_varint(&mut body, f.resets[d]);
+            }
+            put_varint(&mut body, f.blocks.len() as u64);
+            let mut prev = 0u32;
+            for &b in &f.blocks {
+                put_varint(&mut body, u64::from(b - prev));
+                prev = b;
+            }
+            put_varint(&mut body, f.buckets.len() as u64);
+            let mut prev = f.first_ns / 1_000_000_000;
+            for b in &f.buckets {
+                put_varint(&mut body, b.second - prev);
+                prev = b.second;
+                for d in 0..2 {
+                    put_varint(&mut body, b.packets[d]);
+                    put_varint(&mut body, b.bytes[d]);
+                }
+            }
+        }
+        let compressed =
+            zstd::bulk::compress(&body, 3).expect("compressing into a Vec cannot fail");
+        let mut out = Vec::with_capacity(HEADER_LEN + compressed.len());
+        out.extend_from_slice(&INDEX_MAGIC);
+        out.extend_from_slice(&INDEX_VERSION.to_le_bytes());
+        out.extend_from_slice(&0u16.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&self.segment_len.to_le_bytes());
+        out.extend_from_slice(&(self.blocks.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.flows.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(compressed.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        out.extend_from_slice(&crc32c::crc32c(&compressed).to_le_bytes());
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        debug_assert_eq!(out.len(), HEADER_LEN);
+        out.extend_from_slice(&compressed);
+        out
+    }
+
+    /// Decodes an index file. Never panics; every failure names what was wrong.
+    pub fn decode(b: &[u8]) -> std::result::Result<Self, DecodeError> {
+        const W: &str = "segment index";
+        if b.len() < HEADER_LEN {
+            return Err(DecodeError::Short {
+                what: W,
+                expected: HEADER_LEN,
+                found: b.len(),
+            });
+        }
+        if b[..8] != INDEX_MAGIC {
+            return Err(DecodeError::Magic {
+                what: W,
+                expected: "CPSLIDX".into(),
+                found: format!("{:02x?}", &b[..8]),
+            });
+        }
+        let mut h = Reader::new(&b[..HEADER_LEN]).at(8);
+        let version = h.u16_le().map_err(short)?;
+        if version != INDEX_VERSION {
+            return Err(DecodeError::Version {
+                what: W,
+                expected: INDEX_VERSION,
+                found: version,
+            });
+        }
+        h.skip(6).map_err(short)?;
+        let seq = h.u64_le().map_err(short)?;
+        let segment_len = h.u64_le().map_err(short)?;
+        let n_blocks = h.u32_le().map_err(short)? as usize;
+        let n_flows = h.u32_le().map_err(short)? as usize;
+        let clen = h.u64_le().map_err(short)?;
+        let ulen = h.u64_le().map_err(short)?;
+        let body_crc = h.u32_le().map_err(short)?;
+        let stored = h.u32_le().map_err(short)?;
+        let computed = crc32c::crc32c(&b[..HEADER_LEN - 4]);
+        if stored != computed {
+            return Err(DecodeError::Checksum {
+                what: "segment index header",
+                stored,
+                computed,
+            });
+        }
+        let compressed = &b[HEADER_LEN..];
+        if compressed.len() as u64 != clen {
+            return Err(invalid(format!(
+                "body is {} bytes, header says {clen}",
+                compressed.len()
+            )));
+        }
+        let computed = crc32c::crc32c(compressed);
+        if computed != body_crc {
+            return Err(DecodeError::Checksum {
+                what: "segment index body",
+                stored: body_crc,
+                computed,
+            });
+        }
+        if ulen > 1 << 32 {
+            return Err(invalid(format!(
+                "body of {ulen} bytes is implausibly large"
+            )));
+        }
+        let body = zstd::bulk::decompress(compressed, ulen as usize)
+            .map_err(|e| invalid(format!("body does not decompress: {e}")))?;
+        let mut c = Reader::new(&body);
+        let mut blocks = Vec::with_capacity(n_blocks.min(1 << 20));
+        for _ in 0..n_blocks {
+            blocks.push(BlockSummary {
+                dscp: c.u64_le().map_err(short)?,
+                ip_packets: c.u32_le().map_err(short)?,
+                non_ip_packets: c.u32_le().map_err(short)?,
+                malformed_packets: c.u32_le().map_err(short)?,
+            });
+        }
+        let mut flows = Vec::with_capacity(n_flows.min(1 << 20));
+        for _ in 0..n_flows {
+            let vlans = [
+                vlan_in(c.u16_le().map_err(short)?),
+                vlan_in(c.u16_le().map_err(short)?),
+            ];
+            let ip_version = c.u8().map_err(short)?;
+            if ip_version != 4 && ip_version != 6 {
+                return Err(invalid(format!("flow with IP version {ip_version}")));
+            }
+            let proto = c.u8().map_err(short)?;
+            let has_ports = c.u8().map_err(short)? != 0;
+            c.u8().map_err(short)?;
+            let a = get_addr(&mut c, ip_version)?;
+            let b = get_addr(&mut c, ip_version)?;
+            let (pa, pb) = (c.u16_le().map_err(short)?, c.u16_le().map_err(short)?);
+            let first_ns = c.u64_le().map_err(short)?;
+            let last_ns = c.u64_le().map_err(short)?;
+            let mut f = FlowRecord::new(
+                FlowKey {
+                    vlans,
+                    ip_version,
+                    proto,
+                    a,
+                    b,
+                    ports: has_ports.then_some((pa, pb)),
+                },
+                first_ns,
+                last_ns,
+            );
+            for d in 0..2 {
+                f.packets[d] = c.u64_le().map_err(short)?;
+                f.bytes[d] = c.u64_le().map_err(short)?;
+                f.dscp[d] = c.u64_le().map_err(short)?;
+                f.tcp_flags[d] = c.u8().map_err(short)?;
+                f.retransmissions[d] = c.varint().map_err(bad_varint)?;
+                f.zero_windows[d] = c.varint().map_err(bad_varint)?;
+                f.resets[d] = c.varint().map_err(bad_varint)?;
+            }
+            let nb = c.varint().map_err(bad_varint)?;
+            if nb > n_blocks as u64 {
+                return Err(invalid(format!("flow lists {nb} blocks of {n_blocks}")));
+            }
+            let mut prev = 0u64;
+            for _ in 0..nb {
+                prev += c.varint().map_err(bad_varint)?;
+                if prev >= n_blocks as u64 {
+                    return Err(invalid(format!("flow names block {prev} of {n_blocks}")));
+                }
+                f.blocks.push(prev as u32);
+            }
+            let nbk = c.varint().map_err(bad_varint)?;
+            if nbk > body.len() as u64 {
+                return Err(invalid(format!("flow lists {nbk} buckets")));
+            }
+            let mut second = first_ns / 1_000_000_000;
+            for _ in 0..nbk {
+                second = second.saturating_add(c.varint().map_err(bad_varint)?);
+                let mut bk = Bucket {
+                    second,
+                    ..Bucket::default()
+                };
+                for d in 0..2 {
+                    bk.packets[d] = c.varint().map_err(bad_varint)?;
+                    bk.bytes[d] = c.varint().map_err(bad_varint)?;
+                }
+                f.buckets.push(bk);
+            }
+            flows.push(f);
+        }
+        if c.position() != body.len() {
+            return Err(invalid(format!(
+                "{} bytes left over after the flows",
+                body.len() - c.position()
+            )));
+        }
+        Ok(SegmentIndex {
+            seq,
+            segment_len,
+            blocks,
+            flows,
+        })
+    }
+
+    /// Writes the index for its segment into `dir` (tmp file, fsync, rename).
+    pub fn write(&self, dir: &Path) -> Result<PathBuf> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::io("create index directory", dir, e))?;
+        let path = dir.join(index_name(self.seq));
+        let tmp = dir.join(format!(".{}.tmp", index_name(self.seq)));
+        let bytes = self.encode();
+        std::fs::write(&tmp, &bytes).map_err(|e| StoreError::io("write index", &tmp, e))?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| StoreError::io("fsync index", &tmp, e))?;
+        std::fs::rename(&tmp, &path)
+            .map_err(|e| StoreError::io("rename index into place", &tmp, e))?;
+        Ok(path)
+    }
+
+    /// Whether `dir` holds a readable index header describing `seg` exactly (its sequence
+    /// number, length and block count). Reads only the header.
+    pub fn is_current(dir: &Path, seg: &SegmentReader) -> bool {
+        use std::io::Read;
+        let mut h = [0u8; HEADER_LEN];
+        let ok = std::fs::File::open(dir.join(index_name(seg.seq())))
+            .and_then(|mut f| f.read_exact(&mut h))
+            .is_ok();
+        if !ok || h[..8] != INDEX_MAGIC {
+            return false;
+        }
+        let mut c = Reader::new(&h).at(8);
+        let header = (|| -> std::result::Result<bool, DecodeError> {
+            let version = c.u16_le().map_err(short)?;
+            c.skip(6).map_err(short)?;
+            let (seq, len, blocks) = (
+                c.u64_le().map_err(short)?,
+                c.u64_le().map_err(short)?,
+                c.u32_le().map_err(short)?,
+            );
+            let stored = c.at(HEADER_LEN - 4).u32_le().map_err(short)?;
+            Ok(version == INDEX_VERSION
+                && stored == crc32c::crc32c(&h[..HEADER_LEN - 4])
+                && seq == seg.seq()
+                && len == seg.bytes()
+                && blocks as usize == seg.blocks().len())
+        })();
+        header.unwrap_or(false)
+    }
+
+    /// Loads segment `seg`'s index from `dir`. `Ok(None)` when it is missing or describes a
+    /// different file (stale); an unreadable index is an error naming the file.
+    pub fn load(dir: &Path, seg: &SegmentReader) -> Result<Option<Self>> {
+        let path = dir.join(index_name(seg.seq()));
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(StoreError::io("read index", path, e)),
+        };
+        let idx = SegmentIndex::decode(&bytes).map_err(|problem| StoreError::Corrupt {
+            path: path.clone(),
+            offset: 0,
+            problem,
+        })?;
+        if idx.seq != seg.seq()
+            || idx.segment_len != seg.bytes()
+            || idx.blocks.len() != seg.blocks().len()
+        {
+            return Ok(None);
+        }
+        Ok(Some(idx))
+    }
+}

@@ -1,0 +1,500 @@
+//! The side index: per segment, what each block holds and every flow's summary, so queries
+//! plan without scanning and `capsule flows` answers from the index alone.
+//!
+//! ```text
+//! writer thread, per block (raw bytes, before they are dropped)           build.rs
+//!   -> dissect every packet -> FlowKey (canonical: both directions share one record)
+//!   -> FlowRecord: first/last ns, packets/bytes/DSCP mask/TCP flags/retransmissions/
+//!      zero windows/RSTs per direction, the blocks holding it, 1-second buckets
+//!   -> BlockSummary: DSCP mask, IP / non-IP / malformed packet counts
+//! segment sealed -> SegmentIndex encoded -> STORE/index/seg-N.idx          file.rs
+//!      (tmp, fsync, rename)
+//! ```
+//!
+//! This file holds the records themselves. The index is derived data: [`rebuild`]
+//! recomputes it from a segment's blocks alone, and a missing or stale index (its recorded
+//! segment length differs) is rebuilt by the next writer or by `capsule reindex`. The byte
+//! layout is in docs/format.md.
+
+use std::net::IpAddr;
+
+mod build;
+mod file;
+
+pub use build::{rebuild, IndexBuilder};
+pub use file::INDEX_VERSION;
+
+/// Name of segment `seq`'s index file.
+pub fn index_name(seq: u64) -> String {
+    format!("seg-{seq:012}.idx")
+}
+
+/// A flow, with its endpoints in canonical order (`a` sorts before `b` by address, then
+/// port), so that both directions of a conversation share one key. Direction 0 is a -> b.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FlowKey {
+    pub vlans: [Option<u16>; 2],
+    pub ip_version: u8,
+    pub proto: u8,
+    pub a: IpAddr,
+    pub b: IpAddr,
+    /// Ports, for TCP, UDP and SCTP packets that carry a transport header.
+    pub ports: Option<(u16, u16)>,
+}
+
+/// Hashes the key's fields packed into one byte string, with a single `write`.
+///
+/// The side index looks every packet's key up on the writer thread. With the derived
+/// `Hash`, SipHash (std's keyed hasher, kept because addresses and ports come off the wire
+/// and an unkeyed hash would let crafted traffic make the lookups collide) was fed a dozen
+/// small writes per key, each with its own length and discriminant words; one write of 19
+/// (IPv4) or 43 (IPv6) bytes took the side index from about 200 to 165 ns a packet
+/// (`packet/index` in benches/store.rs). Every field is packed, so keys that are equal hash
+/// equally and keys that differ give different strings.
+impl std::hash::Hash for FlowKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let mut buf = [0u8; 43];
+        let [v0, v1] = self.vlans;
+        let (sp, dp) = self.ports.unwrap_or((0, 0));
+        buf[0..2].copy_from_slice(&v0.unwrap_or(0).to_be_bytes());
+        buf[2..4].copy_from_slice(&v1.unwrap_or(0).to_be_bytes());
+        buf[4] = u8::from(v0.is_some())
+            | u8::from(v1.is_some()) << 1
+            | u8::from(self.ports.is_some()) << 2
+            | u8::from(self.a.is_ipv6()) << 3
+            | u8::from(self.b.is_ipv6()) << 4;
+        buf[5] = self.ip_version;
+        buf[6] = self.proto;
+        buf[7..9].copy_from_slice(&sp.to_be_bytes());
+        buf[9..11].copy_from_slice(&dp.to_be_bytes());
+        let mut len = 11;
+        for addr in [self.a, self.b] {
+            match addr {
+                IpAddr::V4(a) => {
+                    buf[len..len + 4].copy_from_slice(&a.octets());
+                    len += 4;
+                }
+                IpAddr::V6(a) => {
+                    buf[len..len + 16].copy_from_slice(&a.octets());
+                    len += 16;
+                }
+            }
+        }
+        state.write(&buf[..len]);
+    }
+}
+
+impl FlowKey {
+    /// The key of a packet and the packet's direction (0: a -> b, 1: b -> a).
+    pub fn of(
+        vlans: [Option<u16>; 2],
+        ip_version: u8,
+        proto: u8,
+        src: IpAddr,
+        dst: IpAddr,
+        ports: Option<(u16, u16)>,
+    ) -> (FlowKey, usize) {
+        let (sp, dp) = ports.unwrap_or((0, 0));
+        let forward = (src, sp) <= (dst, dp);
+        let key = if forward {
+            FlowKey {
+                vlans,
+                ip_version,
+                proto,
+                a: src,
+                b: dst,
+                ports,
+            }
+        } else {
+            FlowKey {
+                vlans,
+                ip_version,
+                proto,
+                a: dst,
+                b: src,
+                ports: ports.map(|(s, d)| (d, s)),
+            }
+        };
+        (key, usize::from(!forward))
+    }
+
+    /// The packets' view of direction `dir`: (src, dst, ports).
+    pub fn side(&self, dir: usize) -> (IpAddr, IpAddr, Option<(u16, u16)>) {
+        if dir == 0 {
+            (self.a, self.b, self.ports)
+        } else {
+            (self.b, self.a, self.ports.map(|(x, y)| (y, x)))
+        }
+    }
+}
+
+/// One second of a flow: packets and wire bytes each way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Bucket {
+    /// Seconds since the Unix epoch.
+    pub second: u64,
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
+}
+
+/// Everything the index knows of one flow within one segment. Arrays are per direction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowRecord {
+    pub key: FlowKey,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub packets: [u64; 2],
+    /// Wire (original) bytes.
+    pub bytes: [u64; 2],
+    /// Bit n set: DSCP n was seen in that direction (every packet, not a sample).
+    pub dscp: [u64; 2],
+    /// Union of the TCP flags seen.
+    pub tcp_flags: [u8; 2],
+    /// TCP segments carrying data that ends at or before data already seen.
+    pub retransmissions: [u64; 2],
+    /// TCP segments advertising a zero receive window (RSTs excluded).
+    pub zero_windows: [u64; 2],
+    pub resets: [u64; 2],
+    /// Indexes of the blocks holding the flow's packets, ascending.
+    pub blocks: Vec<u32>,
+    /// Per-second counters, ascending by second.
+    pub buckets: Vec<Bucket>,
+}
+
+impl FlowRecord {
+    /// A flow with no packets counted yet.
+    pub fn new(key: FlowKey, first_ns: u64, last_ns: u64) -> Self {
+        FlowRecord {
+            key,
+            first_ns,
+            last_ns,
+            packets: [0; 2],
+            bytes: [0; 2],
+            dscp: [0; 2],
+            tcp_flags: [0; 2],
+            retransmissions: [0; 2],
+            zero_windows: [0; 2],
+            resets: [0; 2],
+            blocks: Vec::new(),
+            buckets: Vec::new(),
+        }
+    }
+}
+
+impl FlowRecord {
+    pub fn total_packets(&self) -> u64 {
+        self.packets[0] + self.packets[1]
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.bytes[0] + self.bytes[1]
+    }
+
+    /// Adds another record of the same flow (another segment's) to this one. Block lists and
+    /// buckets are not merged: their indexes belong to their own segments.
+    pub fn absorb(&mut self, o: &FlowRecord) {
+        self.first_ns = self.first_ns.min(o.first_ns);
+        self.last_ns = self.last_ns.max(o.last_ns);
+        for d in 0..2 {
+            self.packets[d] += o.packets[d];
+            self.bytes[d] += o.bytes[d];
+            self.dscp[d] |= o.dscp[d];
+            self.tcp_flags[d] |= o.tcp_flags[d];
+            self.retransmissions[d] += o.retransmissions[d];
+            self.zero_windows[d] += o.zero_windows[d];
+            self.resets[d] += o.resets[d];
+        }
+    }
+}
+
+/// What one block holds, beyond its time range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BlockSummary {
+    /// Bit n set: some packet in the block has DSCP n.
+    pub dscp: u64,
+    pub ip_packets: u32,
+    pub non_ip_packets: u32,
+    /// Packets whose headers were cut short or contradictory (still stored and exported).
+    pub malformed_packets: u32,
+}
+
+/// The index of one segment.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SegmentIndex {
+    pub seq: u64,
+    /// Length of the sealed segment file this index describes.
+    pub segment_len: u64,
+    pub blocks: Vec<BlockSummary>,
+    pub flows: Vec<FlowRecord>,
+}
+
+/// Per-direction TCP state kept while building (not stored).
+#[cfg(test)]
+mod tests {
+    use super::file::HEADER_LEN;
+    use super::*;
+    use capsule_pcap::{write as pw, Interface};
+    use capsule_store::format::{BlockMeta, DecodeError};
+    use std::net::Ipv6Addr;
+
+    /// Ethernet (optionally 802.1Q) + IPv4 + TCP frame with `payload` bytes of data.
+    #[allow(clippy::too_many_arguments)]
+    fn tcp4(
+        vlan: Option<u16>,
+        src: [u8; 4],
+        dst: [u8; 4],
+        sport: u16,
+        dport: u16,
+        seq: u32,
+        flags: u8,
+        window: u16,
+        payload: usize,
+        dscp: u8,
+    ) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1];
+        if let Some(v) = vlan {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&v.to_be_bytes());
+        }
+        f.extend_from_slice(&[0x08, 0x00]);
+        let total = (20 + 20 + payload) as u16;
+        f.extend_from_slice(&[0x45, dscp << 2]);
+        f.extend_from_slice(&total.to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0x40, 0, 64, 6, 0, 0]);
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&dst);
+        f.extend_from_slice(&sport.to_be_bytes());
+        f.extend_from_slice(&dport.to_be_bytes());
+        f.extend_from_slice(&seq.to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0, 0, 0x50, flags]);
+        f.extend_from_slice(&window.to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0, 0]);
+        f.resize(f.len() + payload, 0xab);
+        f
+    }
+
+    fn arp() -> Vec<u8> {
+        let mut f = vec![0xff; 6];
+        f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x08, 0x06]);
+        f.resize(42, 0);
+        f
+    }
+
+    fn block(packets: &[(u64, Vec<u8>)], new_iface: bool) -> (BlockMeta, Vec<u8>) {
+        let mut data = Vec::new();
+        let mut meta = BlockMeta::default();
+        if new_iface {
+            let i = Interface {
+                linktype: 1,
+                snaplen: 0,
+                name: None,
+            };
+            pw::pcapng_idb(&mut data, &i);
+            meta.new_interfaces.push(i);
+        }
+        for (ts, p) in packets {
+            pw::pcapng_epb(&mut data, 0, *ts, p.len() as u32, p);
+        }
+        (meta, data)
+    }
+
+    const A: [u8; 4] = [10, 0, 0, 1];
+    const B: [u8; 4] = [10, 0, 0, 2];
+
+    #[test]
+    fn flows_are_counted_both_ways_with_tcp_health() {
+        let mut ix = IndexBuilder::new(7);
+        let s = 1_000_000_000u64;
+        // a -> b: SYN, two data segments, one retransmitted; b -> a: ACK, zero window, RST.
+        let (m0, d0) = block(
+            &[
+                (s, tcp4(None, A, B, 40000, 443, 100, 0x02, 1000, 0, 0)),
+                (s + 1, tcp4(None, B, A, 443, 40000, 900, 0x12, 1000, 0, 0)),
+                (
+                    s + 2,
+                    tcp4(None, A, B, 40000, 443, 101, 0x18, 1000, 100, 46),
+                ),
+                (s + 3, arp()),
+            ],
+            true,
+        );
+        ix.add_block(&m0, &d0);
+        let (m1, d1) = block(
+            &[
+                (
+                    2 * s,
+                    tcp4(None, A, B, 40000, 443, 201, 0x18, 1000, 100, 46),
+                ),
+                (
+                    2 * s + 1,
+                    tcp4(None, A, B, 40000, 443, 101, 0x18, 1000, 100, 46),
+                ),
+                (2 * s + 2, tcp4(None, B, A, 443, 40000, 901, 0x10, 0, 0, 0)),
+                (2 * s + 3, tcp4(None, B, A, 443, 40000, 901, 0x14, 0, 0, 0)),
+                (
+                    2 * s + 4,
+                    tcp4(Some(100), A, B, 40000, 443, 1, 0x10, 5, 0, 10),
+                ),
+            ],
+            false,
+        );
+        ix.add_block(&m1, &d1);
+        let idx = ix.finish(12345);
+        assert_eq!(idx.blocks.len(), 2);
+        assert_eq!(idx.blocks[0].non_ip_packets, 1);
+        assert_eq!(idx.blocks[0].ip_packets, 3);
+        assert_eq!(idx.blocks[0].dscp, 1 | (1 << 46));
+        assert_eq!(idx.blocks[1].dscp, 1 | (1 << 46) | (1 << 10));
+        assert_eq!(idx.flows.len(), 2, "the VLAN-tagged packet is another flow");
+        let f = &idx.flows[0];
+        assert_eq!(f.key.a, IpAddr::from(A));
+        assert_eq!(f.key.ports, Some((40000, 443)));
+        assert_eq!(f.packets, [4, 3]);
+        assert_eq!(f.retransmissions, [1, 0]);
+        assert_eq!(f.zero_windows, [0, 1]);
+        assert_eq!(f.resets, [0, 1]);
+        assert_eq!(f.tcp_flags, [0x1a, 0x16]);
+        assert_eq!(f.dscp, [1 | (1 << 46), 1]);
+        assert_eq!(f.blocks, vec![0, 1]);
+        assert_eq!((f.first_ns, f.last_ns), (s, 2 * s + 3));
+        assert_eq!(f.buckets.len(), 2);
+        assert_eq!(f.buckets[0].second, 1);
+        assert_eq!(f.buckets[0].packets, [2, 1]);
+        assert_eq!(f.buckets[1].packets, [2, 2]);
+        let total: u64 = f.buckets.iter().map(|b| b.bytes[0] + b.bytes[1]).sum();
+        assert_eq!(total, f.bytes[0] + f.bytes[1]);
+        let v = &idx.flows[1];
+        assert_eq!(v.key.vlans, [Some(100), None]);
+        assert_eq!(v.blocks, vec![1]);
+
+        let back = SegmentIndex::decode(&idx.encode()).unwrap();
+        assert_eq!(back, idx);
+    }
+
+    #[test]
+    fn ipv6_and_port_less_flows_round_trip() {
+        let idx = SegmentIndex {
+            seq: 3,
+            segment_len: 99,
+            blocks: vec![
+                BlockSummary {
+                    dscp: 1 << 46,
+                    ip_packets: 2,
+                    non_ip_packets: 0,
+                    malformed_packets: 1
+                };
+                3
+            ],
+            flows: vec![FlowRecord {
+                key: FlowKey {
+                    vlans: [Some(10), Some(20)],
+                    ip_version: 6,
+                    proto: 58,
+                    a: "fd00::1".parse().unwrap(),
+                    b: "fd00::2".parse().unwrap(),
+                    ports: None,
+                },
+                first_ns: 5_000_000_000,
+                last_ns: 9_000_000_000,
+                packets: [1, 1],
+                bytes: [100, 120],
+                dscp: [1 << 46, 1],
+                tcp_flags: [0, 0],
+                retransmissions: [0, 0],
+                zero_windows: [0, 0],
+                resets: [0, 0],
+                blocks: vec![0, 2],
+                buckets: vec![
+                    Bucket {
+                        second: 5,
+                        packets: [1, 0],
+                        bytes: [100, 0],
+                    },
+                    Bucket {
+                        second: 9,
+                        packets: [0, 1],
+                        bytes: [0, 120],
+                    },
+                ],
+            }],
+        };
+        let bytes = idx.encode();
+        assert_eq!(SegmentIndex::decode(&bytes).unwrap(), idx);
+        for cut in [0, 10, 63, 64, bytes.len() - 1] {
+            assert!(SegmentIndex::decode(&bytes[..cut]).is_err());
+        }
+        let mut bad = bytes.clone();
+        bad[30] ^= 1;
+        assert!(matches!(
+            SegmentIndex::decode(&bad),
+            Err(DecodeError::Checksum { .. })
+        ));
+        let mut bad = bytes.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert!(SegmentIndex::decode(&bad).is_err());
+    }
+
+    /// A flow key from small pools, with the edge cases of the packing (VLAN 0 and none,
+    /// IPv4 and IPv4-mapped IPv6, ports (0, 0) and none).
+    fn flow_key() -> impl proptest::strategy::Strategy<Value = FlowKey> {
+        use proptest::prelude::*;
+        let vlan = prop_oneof![Just(None), (0u16..3).prop_map(Some), Just(Some(0xFFFF))];
+        let addr = prop_oneof![
+            (0u8..3).prop_map(|x| IpAddr::from([10, 0, 0, x])),
+            (0u16..3).prop_map(|x| IpAddr::from(Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0x0a00, x))),
+            (0u16..3).prop_map(|x| IpAddr::from(Ipv6Addr::new(0x0a00, x, 0, 0, 0, 0, 0, 0))),
+        ];
+        let ports = prop_oneof![Just(None), (0u16..2, 0u16..2).prop_map(Some)];
+        (
+            [vlan.clone(), vlan],
+            4u8..7,
+            5u8..7,
+            addr.clone(),
+            addr,
+            ports,
+        )
+            .prop_map(|(vlans, ip_version, proto, a, b, ports)| FlowKey {
+                vlans,
+                ip_version,
+                proto,
+                a,
+                b,
+                ports,
+            })
+    }
+
+    fn hash_of(k: &FlowKey) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        BuildHasherDefault::<std::hash::DefaultHasher>::default().hash_one(k)
+    }
+
+    proptest::proptest! {
+        /// The packed `Hash` of a key agrees with `Eq` and tells apart keys that differ in
+        /// any one field (an IPv4 address from its IPv4-mapped IPv6 form, a missing VLAN
+        /// from VLAN 0, ports (0, 0) from none).
+        #[test]
+        fn flow_key_hash_follows_equality(k1 in flow_key(), other in flow_key(), field in 0..7) {
+            let mut k2 = k1;
+            match field {
+                0 => k2.vlans = other.vlans,
+                1 => k2.ip_version = other.ip_version,
+                2 => k2.proto = other.proto,
+                3 => k2.a = other.a,
+                4 => k2.b = other.b,
+                5 => k2.ports = other.ports,
+                _ => {}
+            }
+            proptest::prop_assert_eq!(k1 == k2, hash_of(&k1) == hash_of(&k2), "{:?} {:?}", k1, k2);
+        }
+
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..400)) {
+            let _ = SegmentIndex::decode(&bytes);
+            let mut with_header = SegmentIndex::default().encode();
+            with_header.truncate(HEADER_LEN);
+            with_header.extend_from_slice(&bytes);
+            let _ = SegmentIndex::decode(&with_header);
+        }
+    }
+}
