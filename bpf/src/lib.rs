@@ -12,7 +12,8 @@
 //! ```
 //!
 //! What this crate does not do: attach the program to the interface (a `bpf_link`, made in
-//! `capsule_capture::ring` because it is a raw `bpf(2)` call, and `unsafe` lives there only)
+//! capsule-capture's private `sys` module, because it is a raw `bpf(2)` call, and `unsafe`
+//! lives there only)
 //! or touch the sockets' rings.
 //!
 //! The program comes in four variants ([`Variant`]): kernel time or the driver's metadata

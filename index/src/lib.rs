@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! store writer thread, per block (raw bytes)    -> SideIndexer (indexer.rs, the store's
-//!   -> capsule_wire::dissect every packet           Indexer) -> IndexBuilder (sideindex.rs)
+//!   -> capsule_wire::dissect every packet           Indexer) -> IndexBuilder (sideindex/)
 //!   -> FlowRecord per flow (both directions), BlockSummary per block, 1 s buckets
 //! segment sealed -> SegmentIndex -> STORE/index/seg-N.idx (tmp, fsync, rename)
 //! query: capsule_query::Query -> plan (plan.rs): blocks in the window whose flows or DSCP

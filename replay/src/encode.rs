@@ -4,7 +4,16 @@ use std::io::Write;
 
 use capsule_pcap::{write as pw, FragmentStat, Interface};
 
-use crate::export::{ExportError, Format};
+use crate::error::ExportError;
+
+/// Output file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Classic pcap with nanosecond timestamps (one link type per file).
+    Pcap,
+    /// pcapng, one interface block per capture interface, `if_tsresol` = 9.
+    PcapNg,
+}
 
 /// Streams records in the chosen format through a 1 MiB buffer.
 pub(crate) struct Encoder<W: Write> {

@@ -9,21 +9,13 @@ use std::sync::Arc;
 use capsule_index::plan::{plan, Plan};
 use capsule_pcap::Interface;
 use capsule_query::Query;
-use capsule_store::{Store, StoreError};
+use capsule_store::Store;
 use crossbeam_channel::bounded;
 
-use crate::encode::Encoder;
+use crate::encode::{Encoder, Format};
+use crate::error::ExportError;
 use crate::prefetch::{prefetch, Bpf, Loaded, PacketFilter, Planned};
 use crate::stats::{drops_in_window, interface_stats};
-
-/// Output file format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// Classic pcap with nanosecond timestamps (one link type per file).
-    Pcap,
-    /// pcapng, one interface block per capture interface, `if_tsresol` = 9.
-    PcapNg,
-}
 
 /// What to export.
 #[derive(Debug, Clone)]
@@ -77,45 +69,6 @@ pub struct ExportReport {
     /// Packets the capture interfaces reported dropped inside the window, from the interface
     /// statistics stored with the data; `None` when the store has none for the window.
     pub drops_in_window: Option<u64>,
-}
-
-/// Why an export failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ExportError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("cannot write the export")]
-    Write(#[source] std::io::Error),
-    #[error(
-        "the export holds packets of link types {0}, but a pcap file holds one link type; \
-         use --format pcapng"
-    )]
-    MixedLinkTypes(String),
-    #[error("--bpf {expr:?} does not compile for link type {linktype}")]
-    Bpf {
-        expr: String,
-        linktype: u16,
-        #[source]
-        error: pcap::Error,
-    },
-    #[error("{}: block {block}: packet data is damaged", path.display())]
-    BadPacket {
-        path: std::path::PathBuf,
-        block: u32,
-        #[source]
-        problem: capsule_pcap::FragmentError,
-    },
-    #[error("cannot create a zstd decompressor")]
-    Decompressor(#[source] std::io::Error),
-    #[error("a block reader thread stopped before handing over its block")]
-    ReaderStopped,
-}
-
-impl ExportError {
-    /// Whether the reader of the output went away (`| head`): a normal end for a CLI.
-    pub fn is_broken_pipe(&self) -> bool {
-        matches!(self, ExportError::Write(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
-    }
 }
 
 /// The next packet of an open block, ordered for the merge: by timestamp, then segment,

@@ -21,10 +21,13 @@
 #![forbid(unsafe_code)]
 
 mod encode;
+mod error;
 pub mod export;
 mod prefetch;
 #[cfg(test)]
 mod proptest_query;
 mod stats;
 
-pub use export::{export, ExportError, ExportOptions, ExportReport, Format};
+pub use encode::Format;
+pub use error::ExportError;
+pub use export::{export, ExportOptions, ExportReport};

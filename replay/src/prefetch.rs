@@ -11,7 +11,7 @@ use capsule_store::SegmentReader;
 use capsule_wire::dissect;
 use crossbeam_channel::{bounded, Receiver};
 
-use crate::export::ExportError;
+use crate::error::ExportError;
 
 /// A block chosen by the plan.
 #[derive(Debug, Clone, Copy)]

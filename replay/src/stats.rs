@@ -7,7 +7,7 @@ use capsule_pcap::{read::fragment_stats, FragmentStat, Interface};
 use capsule_query::Query;
 use capsule_store::SegmentReader;
 
-use crate::export::ExportError;
+use crate::error::ExportError;
 
 /// A segment, its interface as stored, and one statistics record.
 pub(crate) type Stat = (usize, Interface, FragmentStat);

@@ -5,16 +5,19 @@
 //! it like this:
 //!
 //! ```text
-//! StoreWriter::append(packet)                                      (writer.rs)
+//! StoreWriter::append(packet)                                   (writer/mod.rs)
 //!   -> pcapng Enhanced Packet Block into its lane's open block (one lane per DSCP class)
 //!   -> block cut by size or age, sorted by time, sent to a compressor thread
-//!   -> independent zstd frame with checksum, crc32c over the frame
-//!   -> writer thread: retention (delete oldest segments under the byte budget),
-//!      block header frame + zstd frame appended to the open segment      (segment.rs)
-//!      the block handed to the Indexer (derived data: capsule-index's side index)
+//!   -> zstd frame at the rung the ladder picks, crc32c over it    (writer/compress.rs)
+//!   -> writer thread: retention (delete oldest segments under the    (writer/disk.rs,
+//!      byte budget), block header frame + frame appended to the       writer/retention.rs,
+//!      open segment, the block handed to the Indexer (derived data:   segment/)
+//!      capsule-index's side index)
 //!   -> segment sealed by size or age: footer, fsync, rename, fsync dir
-//! readers: Store::open_segments -> SegmentReader (footer, or block headers of the open
-//!   segment) -> read_block: crc32c check, zstd decompress
+//! readers: Store::open_segments -> SegmentReader (footer, or block  (store.rs,
+//!   headers of the open segment) -> read_block: crc32c check, zstd   segment/reader.rs)
+//!   decompress
+//! format.rs: every byte of the segment's metadata records, encoded and decoded.
 //! ```
 //!
 //! The store knows nothing of flows or filters: what is derived from the packets (the side

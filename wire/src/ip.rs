@@ -9,24 +9,10 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::ipproto;
 use crate::transport::Transport;
 use crate::view::View;
 use crate::{header, skip, Dissected, Fragment, IpInfo, Malformed, PAST_PAYLOAD, UNBOUNDED};
-
-/// IP protocol numbers (IPv4 protocol, IPv6 next header).
-pub(crate) mod ipproto {
-    pub const HOPOPTS: u8 = 0;
-    pub const ICMP: u8 = 1;
-    pub const TCP: u8 = 6;
-    pub const UDP: u8 = 17;
-    pub const ROUTING: u8 = 43;
-    pub const FRAGMENT: u8 = 44;
-    pub const AH: u8 = 51;
-    pub const ICMPV6: u8 = 58;
-    pub const NONE: u8 = 59;
-    pub const DSTOPTS: u8 = 60;
-    pub const SCTP: u8 = 132;
-}
 
 /// Most IPv6 extension headers followed before the chain is called invalid. Real packets
 /// carry at most a handful; each one costs at least 8 bytes, so this only bounds work.

@@ -55,6 +55,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ethertype;
+pub mod ipproto;
 pub mod linktype;
 pub mod view;
 

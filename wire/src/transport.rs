@@ -4,7 +4,7 @@
 //! [`transport_layer`] takes what the IP layer hands on ([`Transport`]) and fills
 //! [`Dissected::l4`]; any other protocol is [`L4::Other`].
 
-use crate::ip::ipproto;
+use crate::ipproto;
 use crate::view::View;
 use crate::{header, skip, Dissected, Malformed, TcpInfo, L4, PAST_PAYLOAD};
 

@@ -1,0 +1,42 @@
+//! Why an export failed.
+
+use capsule_store::StoreError;
+
+/// Why an export failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot write the export")]
+    Write(#[source] std::io::Error),
+    #[error(
+        "the export holds packets of link types {0}, but a pcap file holds one link type; \
+         use --format pcapng"
+    )]
+    MixedLinkTypes(String),
+    #[error("--bpf {expr:?} does not compile for link type {linktype}")]
+    Bpf {
+        expr: String,
+        linktype: u16,
+        #[source]
+        error: pcap::Error,
+    },
+    #[error("{}: block {block}: packet data is damaged", path.display())]
+    BadPacket {
+        path: std::path::PathBuf,
+        block: u32,
+        #[source]
+        problem: capsule_pcap::FragmentError,
+    },
+    #[error("cannot create a zstd decompressor")]
+    Decompressor(#[source] std::io::Error),
+    #[error("a block reader thread stopped before handing over its block")]
+    ReaderStopped,
+}
+
+impl ExportError {
+    /// Whether the reader of the output went away (`| head`): a normal end for a CLI.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, ExportError::Write(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}
