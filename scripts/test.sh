@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 cargo fmt --all -- --check
+python3 scripts/check_layout.py
 cargo clippy --workspace --all-targets --release -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 cargo bench --workspace --no-run
