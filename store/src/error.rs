@@ -41,6 +41,16 @@ pub enum StoreError {
     /// The directory is not a capsule store, or one this build cannot read.
     #[error("{}: not a capsule store: {detail}", path.display())]
     NotAStore { path: PathBuf, detail: String },
+    /// The store's identity file is not the JSON it should be.
+    #[error(
+        "{}: not a capsule store: expected JSON with magic, format and created_ns",
+        path.display()
+    )]
+    BadIdentity {
+        path: PathBuf,
+        #[source]
+        error: serde_json::Error,
+    },
     /// Another process holds the store's writer lock.
     #[error(
         "{}: the store is being written by another process (its lock is held); \

@@ -78,10 +78,11 @@ impl Store {
             }
             Err(e) => return Err(StoreError::io("read", meta_path, e)),
         };
-        let meta: StoreMeta = serde_json::from_str(&text).map_err(|e| StoreError::NotAStore {
-            path: meta_path.clone(),
-            detail: format!("expected JSON with magic, format and created_ns: {e}"),
-        })?;
+        let meta: StoreMeta =
+            serde_json::from_str(&text).map_err(|error| StoreError::BadIdentity {
+                path: meta_path.clone(),
+                error,
+            })?;
         if meta.magic != MAGIC {
             return Err(StoreError::NotAStore {
                 path: meta_path,
