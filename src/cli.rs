@@ -30,8 +30,10 @@ pub enum Cmd {
     /// Capture packets from a network interface into a store until SIGINT or SIGTERM.
     Capture(CaptureArgs),
     /// Export packets from a store, in timestamp order.
+    #[command(after_help = EXIT_STATUS)]
     Query(QueryArgs),
     /// List flows from the side index alone.
+    #[command(after_help = EXIT_STATUS)]
     Flows(FlowsArgs),
     /// Rebuild the side index of every sealed segment from the segments alone.
     Reindex(StoreArg),
@@ -45,6 +47,11 @@ pub enum Cmd {
     /// Write deterministic synthetic traffic (AI cluster beside an enterprise network).
     Synth(SynthArgs),
 }
+
+/// The exit statuses of the commands that answer from the store.
+const EXIT_STATUS: &str = "Exit status: 0 the answer is whole; 1 an error; 2 bad usage; \
+3 the answer is partial: damaged data in the store was skipped, and each skipped block or \
+segment is named on standard error (file, block, byte range, packets and time span lost).";
 
 /// A store directory that must already exist.
 #[derive(Args, Debug)]

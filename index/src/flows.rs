@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use capsule_query::{Query, Tri};
-use capsule_store::{Result, SegmentReader, Store};
+use capsule_store::{Result, SegmentReader, Store, StoreError};
 
 use crate::plan::flow_side;
 use crate::sideindex::{FlowKey, FlowRecord, SegmentIndex};
@@ -28,6 +28,8 @@ pub struct FlowListing {
     pub flows: Vec<FlowSummary>,
     /// Segments in the window without an index (their flows are missing from the listing).
     pub unindexed: Vec<u64>,
+    /// Of those, the ones whose index is damaged, with what is wrong.
+    pub damaged_index: Vec<(u64, String)>,
 }
 
 /// Lists the flows of `q` (filter and window) from the side index of `segments`.
@@ -36,6 +38,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
     let to = q.to_ns.unwrap_or(u64::MAX);
     let mut out: HashMap<FlowKey, FlowSummary> = HashMap::new();
     let mut unindexed = Vec::new();
+    let mut damaged_index = Vec::new();
     for seg in segments {
         let overlaps = seg
             .blocks()
@@ -44,9 +47,18 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         if !overlaps {
             continue;
         }
-        let Some(idx) = SegmentIndex::load(&store.index_dir(), seg)? else {
-            unindexed.push(seg.seq());
-            continue;
+        let idx = match SegmentIndex::load(&store.index_dir(), seg) {
+            Ok(Some(idx)) => idx,
+            Ok(None) => {
+                unindexed.push(seg.seq());
+                continue;
+            }
+            Err(e @ StoreError::DerivedDamaged { .. }) => {
+                unindexed.push(seg.seq());
+                damaged_index.push((seg.seq(), capsule_store::error::chain(&e)));
+                continue;
+            }
+            Err(e) => return Err(e),
         };
         for f in &idx.flows {
             if f.last_ns < from || f.first_ns >= to {
@@ -83,7 +95,11 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
             .cmp(&a.flow.total_bytes())
             .then(a.flow.key.cmp(&b.flow.key))
     });
-    Ok(FlowListing { flows, unindexed })
+    Ok(FlowListing {
+        flows,
+        unindexed,
+        damaged_index,
+    })
 }
 
 /// A flow record's counters over [from, to).

@@ -33,10 +33,32 @@ impl Indexer for SideIndexer {
         self.dir = store.index_dir();
         let mut rebuilt = Vec::new();
         for e in sealed {
-            let seg = SegmentReader::open(&e.path)?;
+            // Damage stays local: a segment that cannot be read, or whose blocks cannot all
+            // be read, is left without an index (queries plan it as a scan) and logged; it
+            // never stops the writer.
+            let seg = match SegmentReader::open(&e.path) {
+                Ok(seg) => seg,
+                Err(err) => {
+                    tracing::warn!(
+                        "segment {} cannot be read, so it has no side index: {}",
+                        e.seq,
+                        capsule_store::error::chain(&err)
+                    );
+                    continue;
+                }
+            };
             if !SegmentIndex::is_current(&self.dir, &seg) {
-                rebuild(&seg)?.write(&self.dir)?;
-                rebuilt.push(seg.seq());
+                match rebuild(&seg) {
+                    Ok(idx) => {
+                        idx.write(&self.dir)?;
+                        rebuilt.push(seg.seq());
+                    }
+                    Err(err) => tracing::warn!(
+                        "the side index of segment {} cannot be rebuilt: {}",
+                        e.seq,
+                        capsule_store::error::chain(&err)
+                    ),
+                }
             }
         }
         Ok(rebuilt)

@@ -14,7 +14,7 @@
 //! packet it reads, so a plan can make a query slower, never wrong.
 
 use capsule_query::{Filter, FlowSide, Query, Tri};
-use capsule_store::{Result, SegmentReader, Store};
+use capsule_store::{Result, SegmentReader, Store, StoreError};
 
 use crate::sideindex::{FlowRecord, SegmentIndex};
 
@@ -39,6 +39,9 @@ pub struct Plan {
     pub segments: Vec<SegmentPlan>,
     /// Segments that had to be planned without an index although the filter needed one.
     pub unindexed: Vec<u64>,
+    /// Of those, the ones whose index is damaged, with what is wrong (they were read whole;
+    /// the writer or `capsule reindex` rebuilds the index).
+    pub damaged_index: Vec<(u64, String)>,
 }
 
 impl Plan {
@@ -93,15 +96,23 @@ pub fn plan(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Plan
         let wanted: Vec<bool> = if n_in == 0 || q.filter.is_all() {
             in_window.clone()
         } else {
-            match SegmentIndex::load(&store.index_dir(), seg)? {
-                Some(idx) => {
+            match SegmentIndex::load(&store.index_dir(), seg) {
+                Ok(Some(idx)) => {
                     sp.indexed = true;
                     index_candidates(&idx, &q.filter, from, to)
                 }
-                None => {
+                Ok(None) => {
                     out.unindexed.push(seg.seq());
                     in_window.clone()
                 }
+                // Damage stays local: plan the segment as a scan and say why.
+                Err(e @ StoreError::DerivedDamaged { .. }) => {
+                    out.unindexed.push(seg.seq());
+                    out.damaged_index
+                        .push((seg.seq(), capsule_store::error::chain(&e)));
+                    in_window.clone()
+                }
+                Err(e) => return Err(e),
             }
         };
         sp.blocks = (0..seg.blocks().len())

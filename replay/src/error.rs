@@ -35,6 +35,21 @@ pub enum ExportError {
 }
 
 impl ExportError {
+    /// Whether this is damage in the store (a block that fails its checks, a segment that
+    /// cannot be read) rather than a failure of the export itself: the export skips it.
+    pub fn is_damage(&self) -> bool {
+        match self {
+            ExportError::BadPacket { .. } => true,
+            ExportError::Store(e) => {
+                matches!(e, StoreError::BadBlock { .. } | StoreError::Corrupt { .. })
+                    || matches!(e, StoreError::Io { error, .. }
+                if error.kind() != std::io::ErrorKind::NotFound
+                    && error.raw_os_error() == Some(5))
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the reader of the output went away (`| head`): a normal end for a CLI.
     pub fn is_broken_pipe(&self) -> bool {
         matches!(self, ExportError::Write(e) if e.kind() == std::io::ErrorKind::BrokenPipe)

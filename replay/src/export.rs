@@ -54,6 +54,30 @@ impl ExportOptions {
     }
 }
 
+/// A planned block that could not be read, and what it held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedBlock {
+    pub path: std::path::PathBuf,
+    pub seq: u64,
+    pub block: u32,
+    /// Where its frame is in the segment file, and how long.
+    pub offset: u64,
+    pub len: u64,
+    /// Packets it held and their time span (from its header or the footer).
+    pub packets: u32,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// What was wrong.
+    pub problem: String,
+}
+
+impl ExportReport {
+    /// Whether the answer is partial: damaged data inside the query was skipped.
+    pub fn is_partial(&self) -> bool {
+        !self.skipped.is_empty() || !self.unreadable.is_empty()
+    }
+}
+
 /// What an export did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ExportReport {
@@ -66,6 +90,12 @@ pub struct ExportReport {
     pub blocks_read: usize,
     /// Segments planned without a side index (every block in the window was read).
     pub unindexed: Vec<u64>,
+    /// Of those, the ones whose side index is damaged, with what is wrong.
+    pub damaged_index: Vec<(u64, String)>,
+    /// Blocks in the plan that could not be read (damaged): their packets are missing.
+    pub skipped: Vec<SkippedBlock>,
+    /// Segments that could not be opened at all: whatever they held is missing.
+    pub unreadable: Vec<capsule_store::Unreadable>,
     /// Packets the capture interfaces reported dropped inside the window, from the interface
     /// statistics stored with the data; `None` when the store has none for the window.
     pub drops_in_window: Option<u64>,
@@ -95,7 +125,8 @@ pub fn export<W: Write>(
     opts: &ExportOptions,
     out: W,
 ) -> Result<ExportReport, ExportError> {
-    let segments = Arc::new(store.open_segments()?);
+    let (segments, unreadable) = store.open_segments_checked()?;
+    let segments = Arc::new(segments);
     let the_plan = plan(store, &segments, &opts.query)?;
     let mut report = ExportReport {
         segments_total: segments.len(),
@@ -103,6 +134,8 @@ pub fn export<W: Write>(
         blocks_total: the_plan.blocks_total(),
         blocks_read: the_plan.blocks_read(),
         unindexed: the_plan.unindexed.clone(),
+        damaged_index: the_plan.damaged_index.clone(),
+        unreadable,
         ..Default::default()
     };
     let mut plan: Vec<Planned> = the_plan
@@ -184,9 +217,31 @@ pub fn export<W: Write>(
                 .peek()
                 .is_none_or(|Reverse(top)| plan[next_plan].first_ns <= top.ts_ns)
         {
-            let block = loaded.recv().map_err(|_| ExportError::ReaderStopped)??;
+            let got = loaded.recv().map_err(|_| ExportError::ReaderStopped)?;
             let slot = next_plan;
             next_plan += 1;
+            let block = match got {
+                Ok(b) => b,
+                // Damage stays local: skip the block, say what was lost, go on.
+                Err(e) if e.is_damage() => {
+                    let p = plan[slot];
+                    let seg = &segments[p.seg];
+                    let meta = &seg.blocks()[p.block];
+                    report.skipped.push(SkippedBlock {
+                        path: seg.path().to_path_buf(),
+                        seq: seg.seq(),
+                        block: meta.index,
+                        offset: meta.frame_offset,
+                        len: u64::from(meta.compressed_len),
+                        packets: meta.packets,
+                        first_ns: meta.first_ns,
+                        last_ns: meta.last_ns,
+                        problem: capsule_store::error::chain(&e),
+                    });
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if let Some(first) = block.packets.first() {
                 heap.push(Reverse(Cursor {
                     ts_ns: first.ts_ns,

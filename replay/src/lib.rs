@@ -30,4 +30,4 @@ mod stats;
 
 pub use encode::Format;
 pub use error::ExportError;
-pub use export::{export, ExportOptions, ExportReport};
+pub use export::{export, ExportOptions, ExportReport, SkippedBlock};

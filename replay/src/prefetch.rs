@@ -132,7 +132,8 @@ pub(crate) fn prefetch(
             let Ok(r) = rx.recv() else {
                 return;
             };
-            let stop = r.is_err();
+            // Damage in one block is the merge's to skip; any other error ends the export.
+            let stop = r.as_ref().is_err_and(|e| !e.is_damage());
             if out_tx.send(r).is_err() || stop {
                 return;
             }

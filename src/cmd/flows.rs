@@ -12,7 +12,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     let (args, sort, limit, json) = (&a.q, a.sort, a.limit, a.json);
     let q = args.query()?;
     let store = Store::open(&args.store)?;
-    let segments = store.open_segments()?;
+    let (segments, unreadable) = store.open_segments_checked()?;
     let mut listing = capsule_index::flows::list(&store, &segments, &q)?;
     match sort {
         FlowSort::Bytes => {}
@@ -105,5 +105,24 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             listing.unindexed
         );
     }
-    Ok(ExitCode::SUCCESS)
+    for (seq, why) in &listing.damaged_index {
+        eprintln!("capsule: warning: the flows of segment {seq} are missing: {why}");
+    }
+    for u in &unreadable {
+        eprintln!(
+            "capsule: warning: segment {} ({}) cannot be read, its flows are missing: {}",
+            u.seq,
+            u.path.display(),
+            u.problem
+        );
+    }
+    if listing.damaged_index.is_empty() && unreadable.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "capsule: the answer is partial: damaged data was skipped (exit status {})",
+            super::PARTIAL
+        );
+        Ok(ExitCode::from(super::PARTIAL))
+    }
 }

@@ -21,6 +21,10 @@ mod segments;
 mod status;
 mod synth;
 
+/// The exit status of an answer that is partial: the command worked, but damaged data in
+/// the store was skipped (what was skipped is printed).
+pub const PARTIAL: u8 = 3;
+
 /// An error in what the user asked for, found after parsing: exits 2.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

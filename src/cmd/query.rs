@@ -69,7 +69,40 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     } else {
         eprintln!("exported {summary}");
     }
-    Ok(ExitCode::SUCCESS)
+    for (seq, why) in &report.damaged_index {
+        eprintln!("capsule: note: segment {seq} was read whole: {why}");
+    }
+    if !report.is_partial() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for s in &report.skipped {
+        eprintln!(
+            "capsule: warning: skipped damaged block {} of segment {} ({}, bytes {}..{}): {} \
+             packets from {} to {} are missing: {}",
+            s.block,
+            s.seq,
+            s.path.display(),
+            s.offset,
+            s.offset + s.len,
+            s.packets,
+            capsule_query::format_instant(s.first_ns),
+            capsule_query::format_instant(s.last_ns),
+            s.problem
+        );
+    }
+    for u in &report.unreadable {
+        eprintln!(
+            "capsule: warning: segment {} ({}) cannot be read, whatever it holds is missing: {}",
+            u.seq,
+            u.path.display(),
+            u.problem
+        );
+    }
+    eprintln!(
+        "capsule: the answer is partial: damaged data was skipped (exit status {})",
+        super::PARTIAL
+    );
+    Ok(ExitCode::from(super::PARTIAL))
 }
 
 fn print_plan(plan: &capsule_index::plan::Plan) {

@@ -9,17 +9,39 @@ use capsule_store::Store;
 
 pub fn run(store: &Path) -> Result<ExitCode> {
     let store = Store::open(store)?;
-    // Writers rebuild missing indexes themselves; take the lock so two never race.
-    let _lock = store.lock_writer()?;
+    // No writer lock: a running capture may hold it, and an index file is derived data
+    // replaced by an atomic rename, so a capture writing the same index writes the same bytes.
     let t0 = Instant::now();
     let mut bytes = 0u64;
     let mut idx_bytes = 0u64;
-    let segs = store.open_segments()?;
+    let (segs, unreadable) = store.open_segments_checked()?;
+    let mut failed = unreadable.len();
+    for u in &unreadable {
+        eprintln!(
+            "capsule: warning: segment {} ({}) cannot be read, so it gets no index: {}",
+            u.seq,
+            u.path.display(),
+            u.problem
+        );
+    }
     for seg in &segs {
         if seg.state() != capsule_store::SegmentState::Sealed {
             continue;
         }
-        let idx = capsule_index::sideindex::rebuild(seg)?;
+        // Damage stays local: a segment whose blocks cannot all be read is named and left
+        // without an index (queries read it whole); the others are still indexed.
+        let idx = match capsule_index::sideindex::rebuild(seg) {
+            Ok(idx) => idx,
+            Err(e) => {
+                eprintln!(
+                    "capsule: warning: segment {} cannot be indexed: {}",
+                    seg.seq(),
+                    capsule_store::error::chain(&e)
+                );
+                failed += 1;
+                continue;
+            }
+        };
         let path = idx.write(&store.index_dir())?;
         bytes += seg.bytes();
         idx_bytes += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
@@ -39,5 +61,12 @@ pub fn run(store: &Path) -> Result<ExitCode> {
         100.0 * idx_bytes as f64 / bytes.max(1) as f64,
         bytes
     );
+    if failed > 0 {
+        eprintln!(
+            "capsule: {failed} segment(s) could not be indexed (exit status {})",
+            super::PARTIAL
+        );
+        return Ok(ExitCode::from(super::PARTIAL));
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,15 @@ pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
     let json = a.json;
     let store = a.store.as_path();
     let store = Store::open(store)?;
-    let segs = store.open_segments()?;
+    let (segs, unreadable) = store.open_segments_checked()?;
+    for u in &unreadable {
+        eprintln!(
+            "capsule: warning: segment {} ({}) cannot be read: {}",
+            u.seq,
+            u.path.display(),
+            u.problem
+        );
+    }
     let mut out = std::io::stdout().lock();
     if !json {
         writeln!(

@@ -13,7 +13,15 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
     loop {
         let st = capsule_capture::status::read_status(store_dir)?;
         let store = Store::open(store_dir)?;
-        let segs = store.open_segments()?;
+        let (segs, unreadable) = store.open_segments_checked()?;
+        for u in &unreadable {
+            eprintln!(
+                "capsule: warning: segment {} ({}) cannot be read: {}",
+                u.seq,
+                u.path.display(),
+                u.problem
+            );
+        }
         let packets: u64 = segs
             .iter()
             .flat_map(|s| s.blocks())

@@ -29,6 +29,13 @@ pub enum StoreError {
         #[source]
         problem: DecodeError,
     },
+    /// A file of derived data (a side index) is damaged; it is rebuilt from its segment.
+    #[error("{}: damaged (it is derived data: `capsule reindex` rebuilds it)", path.display())]
+    DerivedDamaged {
+        path: PathBuf,
+        #[source]
+        problem: DecodeError,
+    },
     /// A block's compressed frame is damaged.
     #[error("{}: block {block} at byte {offset}", path.display())]
     BadBlock {

@@ -39,5 +39,5 @@ pub mod writer;
 pub use error::{Result, StoreError};
 pub use indexer::{Indexer, NoIndex};
 pub use segment::{SegmentReader, SegmentState};
-pub use store::{now_ns, SegmentEntry, Store};
+pub use store::{now_ns, SegmentEntry, Store, Unreadable};
 pub use writer::{OpenReport, StoreWriter, WriteReport, WriterConfig};

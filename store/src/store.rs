@@ -206,9 +206,22 @@ impl Store {
     }
 
     /// Opens every segment for reading. Segments that vanish while being opened (retention)
-    /// are skipped; an open segment sealed meanwhile is opened under its sealed name.
+    /// are skipped; an open segment sealed meanwhile is opened under its sealed name. A
+    /// segment that cannot be read at all (its head is damaged) is skipped with a warning in
+    /// the log; [`Store::open_segments_checked`] also returns it.
     pub fn open_segments(&self) -> Result<Vec<SegmentReader>> {
+        let (readers, unreadable) = self.open_segments_checked()?;
+        for u in &unreadable {
+            tracing::warn!("skipping segment {}: {}", u.seq, u.problem);
+        }
+        Ok(readers)
+    }
+
+    /// Opens every segment for reading, and names those that cannot be read: damage in one
+    /// segment never stops a command from reading the others.
+    pub fn open_segments_checked(&self) -> Result<(Vec<SegmentReader>, Vec<Unreadable>)> {
         let mut out = Vec::new();
+        let mut unreadable = Vec::new();
         for e in self.list()? {
             match SegmentReader::open(&e.path) {
                 Ok(r) => out.push(r),
@@ -218,14 +231,36 @@ impl Store {
                         match SegmentReader::open(&sealed) {
                             Ok(r) => out.push(r),
                             Err(e) if e.is_not_found() => {}
-                            Err(err) => return Err(err),
+                            Err(err) => unreadable.push(Unreadable::of(e.seq, sealed, &err)),
                         }
                     }
+                }
+                Err(err @ (StoreError::Corrupt { .. } | StoreError::Io { .. })) => {
+                    unreadable.push(Unreadable::of(e.seq, e.path.clone(), &err));
                 }
                 Err(err) => return Err(err),
             }
         }
-        Ok(out)
+        Ok((out, unreadable))
+    }
+}
+
+/// A segment no reader can use: what was found wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub seq: u64,
+    pub path: PathBuf,
+    /// The error and its causes, as one line.
+    pub problem: String,
+}
+
+impl Unreadable {
+    fn of(seq: u64, path: PathBuf, err: &StoreError) -> Self {
+        Unreadable {
+            seq,
+            path,
+            problem: crate::error::chain(err),
+        }
     }
 }
 

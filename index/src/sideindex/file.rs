@@ -324,17 +324,18 @@ impl SegmentIndex {
     }
 
     /// Whether `dir` holds a readable index header describing `seg` exactly (its sequence
-    /// number, length and block count). Reads only the header.
+    /// number, length and block count) and whose body is intact (its crc32c holds).
     pub fn is_current(dir: &Path, seg: &SegmentReader) -> bool {
-        use std::io::Read;
-        let mut h = [0u8; HEADER_LEN];
-        let ok = std::fs::File::open(dir.join(index_name(seg.seq())))
-            .and_then(|mut f| f.read_exact(&mut h))
-            .is_ok();
-        if !ok || h[..8] != INDEX_MAGIC {
+        let Ok(file) = std::fs::read(dir.join(index_name(seg.seq()))) else {
+            return false;
+        };
+        let Some(h) = file.first_chunk::<HEADER_LEN>() else {
+            return false;
+        };
+        if h[..8] != INDEX_MAGIC {
             return false;
         }
-        let mut c = Reader::new(&h).at(8);
+        let mut c = Reader::new(h).at(8);
         let header = (|| -> std::result::Result<bool, DecodeError> {
             let version = c.u16_le().map_err(short)?;
             c.skip(6).map_err(short)?;
@@ -343,8 +344,11 @@ impl SegmentIndex {
                 c.u64_le().map_err(short)?,
                 c.u32_le().map_err(short)?,
             );
+            let body_crc = c.at(HEADER_LEN - 8).u32_le().map_err(short)?;
             let stored = c.at(HEADER_LEN - 4).u32_le().map_err(short)?;
+            // The body too: a damaged body behind an intact header is not current.
             Ok(version == INDEX_VERSION
+                && body_crc == crc32c::crc32c(&file[HEADER_LEN..])
                 && stored == crc32c::crc32c(&h[..HEADER_LEN - 4])
                 && seq == seg.seq()
                 && len == seg.bytes()
@@ -362,9 +366,8 @@ impl SegmentIndex {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(StoreError::io("read index", path, e)),
         };
-        let idx = SegmentIndex::decode(&bytes).map_err(|problem| StoreError::Corrupt {
+        let idx = SegmentIndex::decode(&bytes).map_err(|problem| StoreError::DerivedDamaged {
             path: path.clone(),
-            offset: 0,
             problem,
         })?;
         if idx.seq != seg.seq()

@@ -41,8 +41,8 @@ mod scan;
 use direct::Direct;
 pub use direct::{DIRECT_ALIGN, DIRECT_FLUSH_BYTES};
 pub use reader::SegmentReader;
-pub use recover::{recover, Recovery, RecoveryOutcome};
-pub use scan::{scan, Scan};
+pub use recover::{recover, resume_rebuilds, MovedDamage, Recovery, RecoveryOutcome};
+pub use scan::{scan, Damage, Scan};
 
 /// File name ending of a sealed segment.
 pub const SEALED_SUFFIX: &str = ".pcapng.zst";

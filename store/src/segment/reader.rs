@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use capsule_pcap::Interface;
 
-use super::scan::{corrupt, head_and_header_len, read_at, scan};
+use super::scan::{corrupt, head_and_header_len, read_at, scan, Damage};
 use super::{parse_name, SegmentState};
 use crate::error::{BlockProblem, Result, StoreError};
 use crate::format::{self, BlockMeta, DecodeError, Footer, TRAILER_LEN};
@@ -22,11 +22,18 @@ pub struct SegmentReader {
     blocks: Vec<BlockMeta>,
     interfaces: Vec<Interface>,
     bytes: u64,
+    /// Why a sealed segment's footer could not be used (its blocks were found by a walk
+    /// over their headers instead).
+    footer_problem: Option<String>,
+    /// What the walk over block headers went past (open segments, and sealed ones read
+    /// without their footer).
+    damaged: Vec<Damage>,
 }
 
 impl SegmentReader {
-    /// Opens a segment. A sealed one is read through its footer; an open one (being written,
-    /// or torn) by a walk over its block headers that stops at the last whole block.
+    /// Opens a segment. A sealed one is read through its footer, or, when the footer is
+    /// damaged, by a walk over its block headers (see [`SegmentReader::footer_problem`]); an
+    /// open one (being written, or torn) by that walk, which stops at the last whole block.
     pub fn open(path: &Path) -> Result<Self> {
         let name = path
             .file_name()
@@ -41,16 +48,26 @@ impl SegmentReader {
             .metadata()
             .map_err(|e| StoreError::io("stat segment", path, e))?
             .len();
+        let mut footer_problem = None;
+        let mut damaged = Vec::new();
         let (blocks, interfaces) = match state {
-            SegmentState::Sealed => {
-                let footer = read_footer(path, &file, bytes)?;
-                (footer.blocks, footer.interfaces)
-            }
+            SegmentState::Sealed => match read_footer(path, &file, bytes) {
+                Ok(footer) => (footer.blocks, footer.interfaces),
+                Err(e @ StoreError::Corrupt { .. }) => {
+                    // Damage stays local: the blocks are still there, each with its header.
+                    let s = scan(path, &file, false)?;
+                    footer_problem = Some(crate::error::chain(&e));
+                    damaged = s.damaged;
+                    (s.blocks, s.interfaces)
+                }
+                Err(e) => return Err(e),
+            },
             // A segment the writer has just created may not hold its head yet (it is
             // written in one write right after the file is created): no blocks yet.
             SegmentState::Open if bytes < head_and_header_len() => (Vec::new(), Vec::new()),
             SegmentState::Open => {
                 let s = scan(path, &file, false)?;
+                damaged = s.damaged;
                 (s.blocks, s.interfaces)
             }
         };
@@ -62,7 +79,20 @@ impl SegmentReader {
             blocks,
             interfaces,
             bytes,
+            footer_problem,
+            damaged,
         })
+    }
+
+    /// Why the footer of this sealed segment could not be used, if it could not: its blocks
+    /// were then found by a walk over their headers. `capsule verify --repair` rewrites it.
+    pub fn footer_problem(&self) -> Option<&str> {
+        self.footer_problem.as_deref()
+    }
+
+    /// Stretches that the walk over block headers could not read and went past.
+    pub fn damaged(&self) -> &[Damage] {
+        &self.damaged
     }
 
     pub fn path(&self) -> &Path {

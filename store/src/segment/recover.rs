@@ -6,9 +6,12 @@ use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use super::scan::scan;
-use super::{parse_name, sync_dir, SealedSegment, SegmentFile};
+use std::os::unix::fs::FileExt;
+
+use super::scan::{read_at, scan, Scan};
+use super::{open_name, parse_name, sealed_name, sync_dir, SealedSegment, SegmentFile};
 use crate::error::{Result, StoreError};
+use crate::format::{self, BlockMeta};
 
 /// What recovering a torn segment did.
 #[derive(Debug, Clone)]
@@ -21,7 +24,23 @@ pub struct Recovery {
     /// Why the walk stopped before the end of the file (`None`: it ended cleanly, or at the
     /// zero padding of the last direct write).
     pub problem: Option<String>,
+    /// Stretches inside the segment that could not be verified: the walk went past them and
+    /// kept every verified block after them; their bytes were moved aside (`aside`).
+    pub damaged: Vec<MovedDamage>,
     pub outcome: RecoveryOutcome,
+}
+
+/// Bytes of a torn segment that failed verification, kept in a file of their own.
+#[derive(Debug, Clone)]
+pub struct MovedDamage {
+    /// Where they were in the segment, and how many.
+    pub offset: u64,
+    pub len: u64,
+    /// Packets the lost block held, when its header was readable.
+    pub packets: Option<u32>,
+    pub problem: String,
+    /// The file they were moved to.
+    pub aside: PathBuf,
 }
 
 /// What became of a torn segment.
@@ -83,6 +102,7 @@ impl Recovery {
             cut_bytes: len,
             cut_at: 0,
             problem: Some(problem),
+            damaged: Vec::new(),
             outcome,
         }
     }
@@ -97,6 +117,22 @@ impl fmt::Display for Recovery {
             None if self.cut_bytes > 0 => " (zero padding after the last block)".to_string(),
             None => String::new(),
         };
+        let damage: String = self
+            .damaged
+            .iter()
+            .map(|d| {
+                let lost = d
+                    .packets
+                    .map_or(String::new(), |p| format!(", {p} packets"));
+                format!(
+                    "; went past {} damaged bytes at offset {}{lost} ({}), moved to {}",
+                    d.len,
+                    d.offset,
+                    d.problem,
+                    d.aside.display()
+                )
+            })
+            .collect();
         match &self.outcome {
             RecoveryOutcome::Sealed {
                 kept_blocks,
@@ -105,7 +141,7 @@ impl fmt::Display for Recovery {
             } => write!(
                 f,
                 "recovered segment {}: kept {kept_blocks} blocks ({kept_packets} packets), cut {} \
-                 bytes at offset {}{why}; sealed as {}",
+                 bytes at offset {}{why}{damage}; sealed as {}",
                 self.seq,
                 self.cut_bytes,
                 self.cut_at,
@@ -171,9 +207,17 @@ pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
     };
     drop(file);
     let kept_packets = s.blocks.iter().map(|b| u64::from(b.packets)).sum();
-    let kept_blocks = s.blocks.len();
-    let seg = SegmentFile::reopen(dir, path.to_path_buf(), &s)?;
-    let outcome = match seg.seal()? {
+    let mut kept_blocks = s.blocks.len();
+    let mut damaged = Vec::new();
+    let sealed = if s.damaged.is_empty() {
+        SegmentFile::reopen(dir, path.to_path_buf(), &s)?.seal()?
+    } else {
+        let (sealed, moved, extra) = rebuild(dir, path, &s)?;
+        damaged = moved;
+        kept_blocks += extra;
+        sealed
+    };
+    let outcome = match sealed {
         Some(segment) => RecoveryOutcome::Sealed {
             kept_blocks,
             kept_packets,
@@ -186,6 +230,142 @@ pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
         cut_bytes: s.file_len - s.good_len,
         cut_at: s.good_len,
         problem: s.problem,
+        damaged,
         outcome,
     })
+}
+
+/// Suffix of a torn segment while it is being rebuilt (see [`rebuild`]).
+pub(crate) const REBUILDING_SUFFIX: &str = ".rebuilding";
+
+/// Rebuilds a torn segment that has damage inside: its unverifiable stretches are copied to
+/// files of their own, then a new segment is written with every verified block (renumbered;
+/// a block whose frame was lost but whose header declared interfaces is replaced by a block
+/// declaring them, so later packets keep their interfaces) and sealed, then the torn file
+/// is removed. A crash part way leaves the torn file under its `.rebuilding` name, and the
+/// next open starts again from it ([`resume_rebuilds`]). Returns the sealed segment, the
+/// moved damage, and how many blocks were added to declare interfaces.
+fn rebuild(
+    dir: &Path,
+    path: &Path,
+    s: &Scan,
+) -> Result<(Option<SealedSegment>, Vec<MovedDamage>, usize)> {
+    let file = File::open(path).map_err(|e| StoreError::io("open segment", path, e))?;
+    // The damage first, so that a crash after the seal below can never lose it.
+    let mut moved = Vec::new();
+    for d in &s.damaged {
+        let aside = path.with_extension(format!("open.damaged.at-{}", d.offset));
+        let bytes = read_at(&file, path, d.offset, d.len as usize)?;
+        write_synced(&aside, &bytes)?;
+        moved.push(MovedDamage {
+            offset: d.offset,
+            len: d.len,
+            packets: d.block.as_ref().map(|b| b.packets),
+            problem: d.problem.clone(),
+            aside,
+        });
+    }
+    sync_dir(dir)?;
+    let rebuilding = path.with_extension(format!("open{REBUILDING_SUFFIX}"));
+    std::fs::rename(path, &rebuilding)
+        .map_err(|e| StoreError::io("rename torn segment for its rebuild", path, e))?;
+    sync_dir(dir)?;
+    let mut seg = SegmentFile::create(dir, s.header.seq, s.header.created_ns)?;
+    // Blocks and lost interface declarations, in file order.
+    let mut lost: Vec<&BlockMeta> = s
+        .damaged
+        .iter()
+        .filter_map(|d| d.block.as_ref())
+        .filter(|b| !b.new_interfaces.is_empty())
+        .collect();
+    lost.sort_by_key(|b| b.frame_offset);
+    let mut lost = lost.into_iter().peekable();
+    let mut extra = 0;
+    let mut frame = Vec::new();
+    for b in &s.blocks {
+        while let Some(l) = lost.next_if(|l| l.frame_offset < b.frame_offset) {
+            declare(&mut seg, l)?;
+            extra += 1;
+        }
+        frame.resize(b.compressed_len as usize, 0);
+        file.read_exact_at(&mut frame, b.frame_offset)
+            .map_err(|e| StoreError::io("read segment", &rebuilding, e))?;
+        seg.append(b.clone(), &frame)?;
+    }
+    for l in lost {
+        declare(&mut seg, l)?;
+        extra += 1;
+    }
+    let sealed = seg.seal()?;
+    std::fs::remove_file(&rebuilding)
+        .map_err(|e| StoreError::io("remove rebuilt torn segment", &rebuilding, e))?;
+    sync_dir(dir)?;
+    Ok((sealed, moved, extra))
+}
+
+/// Appends a block that declares the interfaces `lost` declared (its frame was damaged).
+fn declare(seg: &mut SegmentFile, lost: &BlockMeta) -> Result<()> {
+    let mut data = Vec::new();
+    for i in &lost.new_interfaces {
+        capsule_pcap::write::pcapng_idb(&mut data, i);
+    }
+    let mut frame = Vec::new();
+    format::put_raw_frame(&mut frame, &data);
+    let meta = BlockMeta {
+        first_ns: lost.first_ns,
+        last_ns: lost.first_ns,
+        uncompressed_len: data.len() as u32,
+        compressed_len: frame.len() as u32,
+        frame_crc: crc32c::crc32c(&frame),
+        new_interfaces: lost.new_interfaces.clone(),
+        ..BlockMeta::default()
+    };
+    seg.append(meta, &frame)
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    // Not create_new: a rebuild resumed after a crash writes the same bytes again.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| StoreError::io("create", path, e))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| StoreError::io("write", path, e))
+}
+
+/// Finishes or restarts rebuilds a crash interrupted: a torn segment under its `.rebuilding`
+/// name goes back to its `.open` name (replacing a partial rebuild) unless its rebuild was
+/// already sealed, in which case it is removed. Run before recovery.
+pub fn resume_rebuilds(dir: &Path) -> Result<()> {
+    let rd = std::fs::read_dir(dir).map_err(|e| StoreError::io("list", dir, e))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| StoreError::io("list", dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(open) = name.strip_suffix(REBUILDING_SUFFIX) else {
+            continue;
+        };
+        let Some((seq, _)) = parse_name(open) else {
+            continue;
+        };
+        let torn = entry.path();
+        if dir.join(sealed_name(seq)).exists() {
+            std::fs::remove_file(&torn)
+                .map_err(|e| StoreError::io("remove rebuilt torn segment", &torn, e))?;
+        } else {
+            let partial = dir.join(open_name(seq));
+            match std::fs::remove_file(&partial) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::io("remove partial rebuild", partial, e)),
+            }
+            std::fs::rename(&torn, &partial)
+                .map_err(|e| StoreError::io("restore torn segment", &torn, e))?;
+        }
+        sync_dir(dir)?;
+    }
+    Ok(())
 }

@@ -16,9 +16,11 @@ use crate::format::{self, BlockMeta, DecodeError, SegmentHeader, FOOTER_MAGIC, M
 #[derive(Debug, Clone)]
 pub struct Scan {
     pub header: SegmentHeader,
-    /// Whole blocks, in file order, with frame offsets.
+    /// Whole blocks, in file order, with frame offsets (with `verify`, each frame's crc32c
+    /// checked).
     pub blocks: Vec<BlockMeta>,
-    /// The segment's interfaces, gathered from the block headers.
+    /// The segment's interfaces, gathered from the block headers (also of blocks whose frame
+    /// was damaged: their header still names them).
     pub interfaces: Vec<Interface>,
     /// Offset just past the last whole block.
     pub good_len: u64,
@@ -26,6 +28,22 @@ pub struct Scan {
     pub file_len: u64,
     /// Why the walk stopped before the end of the file, if it did.
     pub problem: Option<String>,
+    /// Stretches the walk could not verify and went past, in file order.
+    pub damaged: Vec<Damage>,
+}
+
+/// A stretch of a segment that the walk could not verify and went past: a block whose frame
+/// fails its checksum, or bytes that hold no readable block header until the next one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// Where the unverifiable bytes start.
+    pub offset: u64,
+    /// How many bytes.
+    pub len: u64,
+    /// The block's header when it was readable (its frame was not): what was lost.
+    pub block: Option<BlockMeta>,
+    /// What was wrong.
+    pub problem: String,
 }
 
 pub(super) fn read_at(file: &File, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>> {
@@ -44,10 +62,14 @@ pub(super) fn corrupt(path: &Path, offset: u64, problem: DecodeError) -> StoreEr
 }
 
 /// Walks the frames of a segment without a usable footer. With `verify`, each block's
-/// frame is read and its crc32c checked (recovery); without, only headers are read (a live
-/// reader of the segment being written). The walk stops at the first incomplete or damaged
-/// block and reports why in [`Scan::problem`]; less than a page of zero bytes after the last
-/// block is direct-I/O padding, not a problem. A damaged head or segment header is an error.
+/// frame is read and its crc32c checked (recovery, `capsule verify`); without, only headers
+/// are read (a reader of the segment being written, or of a sealed one whose footer is
+/// damaged). A block whose frame fails its checksum is skipped (its header says where it
+/// ends), and bytes where no block header can be read are skipped up to the next readable
+/// one; both are listed in [`Scan::damaged`]. The walk stops at a block cut short by the end
+/// of the file, or at damage with no block after it, and says why in [`Scan::problem`];
+/// less than a page of zero bytes after the last block is direct-I/O padding, not a problem.
+/// A damaged head or segment header is an error.
 pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
     let file_len = file
         .metadata()
@@ -77,15 +99,31 @@ pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
     let mut blocks = Vec::new();
     let mut interfaces = Vec::new();
     let mut problem = None;
+    let mut damaged = Vec::new();
+    // The index the next block header must carry: one more than the last header read,
+    // whether its frame was whole or not.
+    let mut next_index = 0u32;
     while pos < file_len {
-        match next_block(path, file, pos, file_len, verify, blocks.len() as u32)? {
+        match next_block(path, file, pos, file_len, verify, next_index)? {
             Step::Block(meta, next) => {
                 interfaces.extend(meta.new_interfaces.iter().cloned());
+                next_index = meta.index + 1;
                 blocks.push(meta);
                 pos = next;
             }
             Step::Footer => break,
-            Step::Stop(why) => {
+            Step::BadFrame(meta, next, why) => {
+                interfaces.extend(meta.new_interfaces.iter().cloned());
+                next_index = meta.index + 1;
+                damaged.push(Damage {
+                    offset: pos,
+                    len: next - pos,
+                    block: Some(meta),
+                    problem: why,
+                });
+                pos = next;
+            }
+            Step::Unreadable(why) => {
                 // Less than a page of zeros: the padding of the last direct write, the
                 // clean end of an open segment.
                 let rest = file_len - pos;
@@ -93,21 +131,95 @@ pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
                     && read_at(file, path, pos, rest as usize)?
                         .iter()
                         .all(|&b| b == 0);
-                if !padding {
-                    problem = Some(why);
+                if padding {
+                    break;
                 }
+                // Go past the damage to the next readable block header, if there is one.
+                match resync(path, file, pos, file_len, next_index)? {
+                    Some(at) => {
+                        damaged.push(Damage {
+                            offset: pos,
+                            len: at - pos,
+                            block: None,
+                            problem: why,
+                        });
+                        pos = at;
+                    }
+                    None => {
+                        problem = Some(why);
+                        break;
+                    }
+                }
+            }
+            Step::Cut(why) => {
+                problem = Some(why);
                 break;
             }
         }
     }
+    // The good length ends after the last whole block (recovery cuts there).
+    let good_len = blocks.last().map_or(head_len + header_frame_len(), |b| {
+        b.frame_offset + u64::from(b.compressed_len)
+    });
     Ok(Scan {
         header,
         blocks,
         interfaces,
-        good_len: pos,
+        good_len,
         file_len,
         problem,
+        damaged,
     })
+}
+
+/// Looks for the next block header after damage at `from`: the block-header magic, then a
+/// whole metadata frame around it whose header decodes (its crc32c holds) with an index of
+/// at least `min_index`. Returns its offset.
+fn resync(
+    path: &Path,
+    file: &File,
+    from: u64,
+    file_len: u64,
+    min_index: u32,
+) -> Result<Option<u64>> {
+    // The magic sits after the frame's 9-byte prefix, its 3-byte raw block header and the
+    // pcapng block's type and length.
+    const MAGIC_AT: u64 = META_PREFIX_LEN as u64 + 3 + 8;
+    const CHUNK: u64 = 1 << 20;
+    let magic = &format::BLOCK_HEADER_MAGIC;
+    let mut at = from + 1;
+    while at < file_len {
+        let len = CHUNK.min(file_len - at) as usize;
+        let buf = read_at(file, path, at, len)?;
+        let mut i = 0;
+        while let Some(hit) = find(&buf[i..], magic) {
+            let magic_pos = at + (i + hit) as u64;
+            i += hit + 1;
+            let Some(start) = magic_pos.checked_sub(MAGIC_AT) else {
+                continue;
+            };
+            if start <= from {
+                continue;
+            }
+            if let Ok(m) = read_meta(path, file, start, file_len, "block header")? {
+                if let Ok(b) = BlockMeta::decode_header(&m.payload) {
+                    if b.index >= min_index {
+                        return Ok(Some(start));
+                    }
+                }
+            }
+        }
+        if at + len as u64 >= file_len {
+            break;
+        }
+        // Overlap by the magic's length, so a magic across two chunks is found.
+        at += len as u64 - (magic.len() as u64 - 1);
+    }
+    Ok(None)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Bytes of a segment's head frame and segment header: the least an open segment holds once
@@ -154,9 +266,17 @@ fn read_meta(
 }
 
 enum Step {
+    /// A whole block and the offset after it.
     Block(BlockMeta, u64),
+    /// The footer: the end of a sealed segment's blocks.
     Footer,
-    Stop(String),
+    /// A block whose header is whole but whose frame fails its checksum, and the offset
+    /// after it (where its header says it ends).
+    BadFrame(BlockMeta, u64, String),
+    /// No readable block header here.
+    Unreadable(String),
+    /// A block header whose frame runs past the end of the file: a torn tail.
+    Cut(String),
 }
 
 fn next_block(
@@ -169,25 +289,31 @@ fn next_block(
 ) -> Result<Step> {
     let meta = match read_meta(path, file, pos, file_len, "block header")? {
         Ok(m) => m,
-        Err(e) => return Ok(Step::Stop(format!("at offset {pos}: {e}"))),
+        Err(e) => return Ok(Step::Unreadable(format!("at offset {pos}: {e}"))),
     };
     if meta.payload.starts_with(&FOOTER_MAGIC) {
         return Ok(Step::Footer);
     }
     let mut block = match BlockMeta::decode_header(&meta.payload) {
         Ok(m) => m,
-        Err(e) => return Ok(Step::Stop(format!("block header at offset {pos}: {e}"))),
+        Err(e) => {
+            return Ok(Step::Unreadable(format!(
+                "block header at offset {pos}: {e}"
+            )))
+        }
     };
-    if block.index != index {
-        return Ok(Step::Stop(format!(
-            "block header at offset {pos}: expected block {index}, found block {}",
+    // After damage the walk resynchronises on a later block: its index may be higher.
+    if block.index < index {
+        return Ok(Step::Unreadable(format!(
+            "block header at offset {pos}: expected block {index} or later, found block {}",
             block.index
         )));
     }
+    let index = block.index;
     let frame_at = pos + meta.frame_len;
     let end = frame_at + u64::from(block.compressed_len);
     if end > file_len {
-        return Ok(Step::Stop(format!(
+        return Ok(Step::Cut(format!(
             "block {index} at offset {pos} is cut short: its frame needs {} bytes, the file has {}",
             block.compressed_len,
             file_len - frame_at
@@ -197,11 +323,13 @@ fn next_block(
         let frame = read_at(file, path, frame_at, block.compressed_len as usize)?;
         let crc = crc32c::crc32c(&frame);
         if crc != block.frame_crc {
-            return Ok(Step::Stop(format!(
+            block.frame_offset = frame_at;
+            let why = format!(
                 "block {index} at offset {pos}: frame crc32c {crc:#010x} does not match the \
                  header's {:#010x}",
                 block.frame_crc
-            )));
+            );
+            return Ok(Step::BadFrame(block, end, why));
         }
     }
     block.frame_offset = frame_at;

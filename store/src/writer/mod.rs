@@ -307,6 +307,7 @@ impl StoreWriter {
         let lock = store.lock_writer()?;
         let dir = store.segments_dir();
         let mut report = OpenReport::default();
+        segment::resume_rebuilds(&dir)?;
         for e in store.list()? {
             if e.state == SegmentState::Open {
                 report.recovered.push(segment::recover(&dir, &e.path)?);

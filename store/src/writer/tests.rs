@@ -340,7 +340,7 @@ fn recovery_cuts_a_torn_tail_back_to_the_last_whole_block() {
 }
 
 #[test]
-fn recovery_rejects_a_block_whose_frame_checksum_fails() {
+fn recovery_goes_past_a_block_whose_frame_checksum_fails_and_keeps_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     let (path, offsets) = torn_segment(dir.path(), 3);
     // Flip a byte inside block 1's frame (after its header frame).
@@ -351,14 +351,61 @@ fn recovery_rejects_a_block_whose_frame_checksum_fails() {
     std::fs::write(&path, &bad).unwrap();
     let (w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
     let r = &rep.recovered[0];
-    assert_eq!(r.kept_blocks(), 1, "{:?}", r.problem);
-    assert!(
-        r.problem.as_deref().unwrap().contains("crc32c"),
-        "{:?}",
-        r.problem
+    // Blocks 0 and 2 are kept; block 1's bytes are moved aside, not deleted.
+    assert_eq!(r.kept_blocks(), 2, "{r}");
+    assert_eq!(r.damaged.len(), 1, "{r}");
+    assert!(r.damaged[0].problem.contains("crc32c"), "{r}");
+    let aside = std::fs::read(&r.damaged[0].aside).unwrap();
+    let d = &r.damaged[0];
+    assert_eq!(
+        aside,
+        bad[d.offset as usize..(d.offset + d.len) as usize],
+        "the damaged bytes, verbatim"
     );
+    assert!(r.to_string().contains("went past"), "{r}");
     w.finish().unwrap();
-    assert_eq!(read_all(dir.path()).len(), 10);
+    let got = read_all(dir.path());
+    assert_eq!(got.len(), 20, "both intact blocks' packets");
+    // The rebuilt segment is a valid sealed segment: stock zstd reads it whole.
+    let sealed = r.sealed().unwrap().path.clone();
+    let all = zstd::stream::decode_all(std::fs::File::open(&sealed).unwrap()).unwrap();
+    assert!(!all.is_empty());
+}
+
+#[test]
+fn recovery_goes_past_a_damaged_block_header_to_the_next_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, offsets) = torn_segment(dir.path(), 4);
+    // Flip a byte inside block 1's header frame.
+    let mut bad = std::fs::read(&path).unwrap();
+    let at = offsets[1] as usize + 30;
+    bad[at] ^= 0xFF;
+    std::fs::write(&path, &bad).unwrap();
+    let (w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
+    let r = &rep.recovered[0];
+    assert_eq!(r.kept_blocks(), 3, "{r}");
+    assert_eq!(r.damaged.len(), 1, "{r}");
+    w.finish().unwrap();
+    assert_eq!(read_all(dir.path()).len(), 30);
+}
+
+#[test]
+fn a_rebuild_interrupted_by_a_crash_starts_again_at_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, offsets) = torn_segment(dir.path(), 3);
+    let mut bad = std::fs::read(&path).unwrap();
+    bad[offsets[2] as usize - 5] ^= 0xFF;
+    std::fs::write(&path, &bad).unwrap();
+    // As if the writer died right after moving the torn file aside for its rebuild, with a
+    // partial rebuild under the open name.
+    let rebuilding = path.with_extension("open.rebuilding");
+    std::fs::rename(&path, &rebuilding).unwrap();
+    std::fs::write(&path, b"partial").unwrap();
+    let (w, rep) = StoreWriter::open(dir.path(), small()).unwrap();
+    assert_eq!(rep.recovered[0].kept_blocks(), 2, "{}", rep.recovered[0]);
+    w.finish().unwrap();
+    assert!(!rebuilding.exists());
+    assert_eq!(read_all(dir.path()).len(), 20);
 }
 
 #[test]

@@ -1,0 +1,186 @@
+//! Damage stays local (issue [hardening], defects 1, 3 and 4): a damaged sealed segment, a
+//! damaged block or a damaged side index never stops another command, a query returns
+//! everything that is intact and says what it skipped (exit status 3), and a writer rebuilds
+//! a damaged index.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+/// A store of several sealed segments of synth traffic, and the number of packets in it.
+fn store(d: &Path) -> (PathBuf, PathBuf, u64) {
+    let input = d.join("in.pcap");
+    let truth = synth(&input, &d.join("truth.json"), 7, "2s", "40M", None);
+    let store = d.join("store");
+    import_ok(
+        &store,
+        &["--block-size", "64K", "--segment-size", "2M"],
+        &[p(&input)],
+    );
+    assert!(
+        segments(&store).len() >= 3,
+        "the test needs several segments"
+    );
+    (store, input, truth.packets)
+}
+
+fn flip(path: &Path, at: u64) {
+    let mut b = std::fs::read(path).unwrap();
+    b[at as usize] ^= 0x5A;
+    std::fs::write(path, b).unwrap();
+}
+
+fn count(store: &Path, extra: &[&str]) -> (Option<i32>, u64, String) {
+    let out = run(capsule()
+        .args(["query", "--store", p(store), "--count"])
+        .args(extra));
+    let (packets, _) = parse_packets_bytes(&stdout_str(&out));
+    (out.status.code(), packets, stderr_str(&out))
+}
+
+#[test]
+fn a_damaged_footer_or_trailer_stops_nothing_and_loses_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    for case in ["trailer", "footer", "truncated"] {
+        let dir = d.path().join(case);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (store, input, total) = store(&dir);
+        let first = &segments(&store)[0];
+        let len = std::fs::metadata(&first.path).unwrap().len();
+        match case {
+            "trailer" => flip(&first.path, len - 6),
+            "footer" => flip(&first.path, len - 100),
+            _ => {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&first.path)
+                    .unwrap();
+                f.set_len(len - 40).unwrap();
+            }
+        }
+        // Every command still works; the blocks are read through their headers.
+        let segs = segments(&store);
+        assert_eq!(segs[0].packets, first.packets, "{case}: blocks found again");
+        run_ok(capsule().args(["status", "--store", p(&store)]));
+        let (code, packets, err) = count(&store, &[]);
+        assert_eq!(code, Some(0), "{case}: {err}");
+        assert_eq!(packets, total, "{case}: every packet is still returned");
+        // A writer (import) opens the store and adds to it.
+        import_ok(&store, &[], &[p(&input)]);
+        let (code, packets, err) = count(&store, &[]);
+        assert_eq!(code, Some(0), "{case}: {err}");
+        assert_eq!(packets, 2 * total, "{case}");
+    }
+}
+
+#[test]
+fn a_query_skips_a_damaged_block_returns_the_rest_and_exits_3() {
+    let d = tempfile::tempdir().unwrap();
+    let (store, _, total) = store(d.path());
+    let seg = &segments(&store)[1];
+    // Somewhere in the middle of the file: inside some block's frame.
+    flip(&seg.path, std::fs::metadata(&seg.path).unwrap().len() / 2);
+    let (code, packets, err) = count(&store, &[]);
+    assert_eq!(code, Some(3), "a partial answer has its own status: {err}");
+    assert!(err.contains("skipped damaged block"), "{err}");
+    assert!(err.contains(p(&seg.path)), "names the file: {err}");
+    // It says how many packets it skipped: together with what it returned, all of them.
+    let missing: u64 = err
+        .lines()
+        .filter(|l| l.contains("skipped damaged block"))
+        .map(|l| {
+            let after = l.split("): ").nth(1).unwrap();
+            after
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert!(missing > 0, "{err}");
+    assert_eq!(packets + missing, total, "{err}");
+    // The export itself returns the rest, in order, as a capture file.
+    let out = d.path().join("partial.pcap");
+    let o = run(capsule().args(["query", "--store", p(&store), "-w", p(&out)]));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr_str(&o));
+    assert_eq!(capinfos_packets(&out), packets);
+    // A query whose window does not touch the damaged segment is whole.
+    let first = &segments(&store)[0];
+    let (code, packets, err) = count(
+        &store,
+        &[
+            "--from",
+            &format!("@{}", first.first_ns.unwrap()),
+            "--to",
+            &format!("@{}", first.last_ns.unwrap() + 1),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(packets > 0);
+}
+
+#[test]
+fn a_damaged_index_is_planned_as_a_scan_and_rebuilt_by_the_next_writer() {
+    let d = tempfile::tempdir().unwrap();
+    let (store, input, _) = store(d.path());
+    let filter = ["host", "10.30.0.11"];
+    let (_, want, _) = count(&store, &filter);
+    assert!(want > 0);
+    let idx = store.join("index").join("seg-000000000001.idx");
+    let len = std::fs::metadata(&idx).unwrap().len();
+    // The body, past the 64-byte header.
+    flip(&idx, 64 + (len - 64) / 2);
+    let (code, packets, err) = count(&store, &filter);
+    assert_eq!(code, Some(0), "the packets are all there: {err}");
+    assert_eq!(packets, want, "the same answer, by a scan: {err}");
+    assert!(err.contains("read whole"), "says why: {err}");
+    let flows = run(capsule().args(["flows", "--store", p(&store)]));
+    assert_eq!(flows.status.code(), Some(3), "{}", stderr_str(&flows));
+    assert!(
+        stderr_str(&flows).contains("segment 1"),
+        "{}",
+        stderr_str(&flows)
+    );
+    // The next writer rebuilds it, without being asked.
+    let tiny = d.path().join("tiny.pcap");
+    std::fs::write(&tiny, write_pcap_ns(1, 0, &[(1, 60, vec![0; 60])])).unwrap();
+    let o = import_ok(&store, &[], &[p(&tiny)]);
+    assert!(
+        stdout_str(&o).contains("rebuilt the side index of segment(s) [1]"),
+        "{}",
+        stdout_str(&o)
+    );
+    let flows = run(capsule().args(["flows", "--store", p(&store)]));
+    assert_eq!(flows.status.code(), Some(0), "{}", stderr_str(&flows));
+    let _ = input;
+}
+
+#[test]
+fn reindex_goes_past_a_damaged_segment_and_does_not_need_the_writer_lock() {
+    let d = tempfile::tempdir().unwrap();
+    let (store, _, _) = store(d.path());
+    let segs = segments(&store);
+    // Damage a block of segment 2 and remove every index.
+    flip(
+        &segs[1].path,
+        std::fs::metadata(&segs[1].path).unwrap().len() / 2,
+    );
+    std::fs::remove_dir_all(store.join("index")).unwrap();
+    // Hold the writer lock, as a running capture does.
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .open(store.join("writer.lock"))
+        .unwrap();
+    lock.try_lock().unwrap();
+    let o = run(capsule().args(["reindex", "--store", p(&store)]));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr_str(&o));
+    assert!(stderr_str(&o).contains("segment 2"), "{}", stderr_str(&o));
+    for s in &segs {
+        let idx = store.join("index").join(format!("seg-{:012}.idx", s.seq));
+        assert_eq!(idx.exists(), s.seq != 2, "segment {}", s.seq);
+    }
+    drop(lock);
+}
