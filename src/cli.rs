@@ -46,6 +46,12 @@ pub enum Cmd {
     Segments(SegmentsArgs),
     /// Write deterministic synthetic traffic (AI cluster beside an enterprise network).
     Synth(SynthArgs),
+    /// Check every checksum, header, footer and index of a store, naming each problem.
+    #[command(
+        after_help = "Exit status: 0 nothing is wrong (or everything wrong was repaired); 1 \
+problems remain, each printed with its file, byte offset, and what was expected and found."
+    )]
+    Verify(VerifyArgs),
 }
 
 /// The exit statuses of the commands that answer from the store.
@@ -167,6 +173,21 @@ pub struct SegmentsArgs {
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// The store directory.
+    #[arg(long)]
+    pub store: PathBuf,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Rebuild what can be rebuilt without deleting data: side indexes, and damaged sealed
+    /// segments (every verified block kept, damaged bytes moved aside, a new footer). Takes
+    /// the writer lock.
+    #[arg(long)]
+    pub repair: bool,
 }
 
 #[derive(Args, Debug)]

@@ -112,7 +112,7 @@ fn every_subcommand_has_its_own_description() {
     let help = stdout_str(&out);
     let mut seen = std::collections::HashSet::new();
     for cmd in [
-        "import", "capture", "query", "flows", "reindex", "status", "segments", "synth",
+        "import", "capture", "query", "flows", "reindex", "status", "segments", "synth", "verify",
     ] {
         let line = help
             .lines()

@@ -90,3 +90,26 @@ impl Indexer for SideIndexer {
         }
     }
 }
+
+/// Checks the side index of sealed segment `seg` against the segment itself: it must exist,
+/// decode, describe this file, and equal the index rebuilt from the blocks (so an index that
+/// decodes but says something else is caught too). `None`: it is right. Reads every block.
+pub fn verify_index(store: &Store, seg: &SegmentReader) -> Option<String> {
+    let dir = store.index_dir();
+    let stored = match SegmentIndex::load(&dir, seg) {
+        Ok(Some(idx)) => idx,
+        Ok(None) => return Some("missing, or it describes another file (stale)".into()),
+        Err(e) => return Some(capsule_store::error::chain(&e)),
+    };
+    match rebuild(seg) {
+        Ok(fresh) if fresh == stored => None,
+        Ok(_) => Some("it differs from the index rebuilt from the segment's blocks".into()),
+        // The segment's own damage is reported as such.
+        Err(_) => None,
+    }
+}
+
+/// Rebuilds and writes the side index of sealed segment `seg`; returns the file written.
+pub fn reindex(store: &Store, seg: &SegmentReader) -> Result<PathBuf> {
+    rebuild(seg)?.write(&store.index_dir())
+}

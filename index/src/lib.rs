@@ -24,5 +24,5 @@ pub mod indexer;
 pub mod plan;
 pub mod sideindex;
 
-pub use indexer::{open_writer, SideIndexer};
+pub use indexer::{open_writer, reindex, verify_index, SideIndexer};
 pub use plan::{plan, Plan, SegmentPlan};

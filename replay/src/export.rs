@@ -15,6 +15,7 @@ use crossbeam_channel::bounded;
 use crate::encode::{Encoder, Format};
 use crate::error::ExportError;
 use crate::prefetch::{prefetch, Bpf, Loaded, PacketFilter, Planned};
+pub use crate::report::{ExportReport, SkippedBlock};
 use crate::stats::{drops_in_window, interface_stats};
 
 /// What to export.
@@ -52,53 +53,6 @@ impl ExportOptions {
             ..Default::default()
         }
     }
-}
-
-/// A planned block that could not be read, and what it held.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SkippedBlock {
-    pub path: std::path::PathBuf,
-    pub seq: u64,
-    pub block: u32,
-    /// Where its frame is in the segment file, and how long.
-    pub offset: u64,
-    pub len: u64,
-    /// Packets it held and their time span (from its header or the footer).
-    pub packets: u32,
-    pub first_ns: u64,
-    pub last_ns: u64,
-    /// What was wrong.
-    pub problem: String,
-}
-
-impl ExportReport {
-    /// Whether the answer is partial: damaged data inside the query was skipped.
-    pub fn is_partial(&self) -> bool {
-        !self.skipped.is_empty() || !self.unreadable.is_empty()
-    }
-}
-
-/// What an export did.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ExportReport {
-    pub packets: u64,
-    /// Captured bytes of the exported packets.
-    pub captured_bytes: u64,
-    pub segments_total: usize,
-    pub segments_touched: usize,
-    pub blocks_total: usize,
-    pub blocks_read: usize,
-    /// Segments planned without a side index (every block in the window was read).
-    pub unindexed: Vec<u64>,
-    /// Of those, the ones whose side index is damaged, with what is wrong.
-    pub damaged_index: Vec<(u64, String)>,
-    /// Blocks in the plan that could not be read (damaged): their packets are missing.
-    pub skipped: Vec<SkippedBlock>,
-    /// Segments that could not be opened at all: whatever they held is missing.
-    pub unreadable: Vec<capsule_store::Unreadable>,
-    /// Packets the capture interfaces reported dropped inside the window, from the interface
-    /// statistics stored with the data; `None` when the store has none for the window.
-    pub drops_in_window: Option<u64>,
 }
 
 /// The next packet of an open block, ordered for the merge: by timestamp, then segment,
@@ -152,7 +106,7 @@ pub fn export<W: Write>(
         .collect();
     plan.sort_by_key(|p| (p.first_ns, segments[p.seg].seq(), p.block));
 
-    let (window_stats, baselines) = interface_stats(&segments, &opts.query)?;
+    let (window_stats, baselines) = interface_stats(&segments, &opts.query, &mut report.skipped)?;
     report.drops_in_window = drops_in_window(&window_stats, &baselines);
 
     // Output interfaces: equal interfaces of different segments become one.
@@ -226,18 +180,9 @@ pub fn export<W: Write>(
                 Err(e) if e.is_damage() => {
                     let p = plan[slot];
                     let seg = &segments[p.seg];
-                    let meta = &seg.blocks()[p.block];
-                    report.skipped.push(SkippedBlock {
-                        path: seg.path().to_path_buf(),
-                        seq: seg.seq(),
-                        block: meta.index,
-                        offset: meta.frame_offset,
-                        len: u64::from(meta.compressed_len),
-                        packets: meta.packets,
-                        first_ns: meta.first_ns,
-                        last_ns: meta.last_ns,
-                        problem: capsule_store::error::chain(&e),
-                    });
+                    report
+                        .skipped
+                        .push(SkippedBlock::of(seg, &seg.blocks()[p.block], &e));
                     continue;
                 }
                 Err(e) => return Err(e),

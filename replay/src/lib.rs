@@ -26,6 +26,7 @@ pub mod export;
 mod prefetch;
 #[cfg(test)]
 mod proptest_query;
+mod report;
 mod stats;
 
 pub use encode::Format;

@@ -8,16 +8,19 @@ use capsule_query::Query;
 use capsule_store::SegmentReader;
 
 use crate::error::ExportError;
+use crate::report::SkippedBlock;
 
 /// A segment, its interface as stored, and one statistics record.
 pub(crate) type Stat = (usize, Interface, FragmentStat);
 
 /// The interface statistics recorded in the query's window, in time order, and for each
 /// interface the last record before the window (the baseline of its counters). They are
-/// read from the blocks that hold no packets (a few bytes each), whatever the filter.
+/// read from the blocks that hold no packets (a few bytes each), whatever the filter. A
+/// damaged one is skipped and listed (its counters are missing, no packet is).
 pub(crate) fn interface_stats(
     segments: &[SegmentReader],
     query: &Query,
+    skipped: &mut Vec<SkippedBlock>,
 ) -> Result<(Vec<Stat>, HashMap<Interface, FragmentStat>), ExportError> {
     let from = query.from_ns.unwrap_or(0);
     let to = query.to_ns.unwrap_or(u64::MAX);
@@ -30,7 +33,14 @@ pub(crate) fn interface_stats(
             if b.packets > 0 || b.first_ns >= to {
                 continue;
             }
-            seg.read_block(bi, &mut dctx, &mut frame, &mut data)?;
+            if let Err(e) = seg.read_block(bi, &mut dctx, &mut frame, &mut data) {
+                let e = ExportError::from(e);
+                if !e.is_damage() {
+                    return Err(e);
+                }
+                skipped.push(SkippedBlock::of(seg, b, &e));
+                continue;
+            }
             for st in fragment_stats(&data) {
                 let Some(iface) = seg.interfaces().get(st.iface as usize) else {
                     continue;

@@ -20,6 +20,7 @@ mod reindex;
 mod segments;
 mod status;
 mod synth;
+mod verify;
 
 /// The exit status of an answer that is partial: the command worked, but damaged data in
 /// the store was skipped (what was skipped is printed).
@@ -41,6 +42,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Status(a) => status::run(&a),
         Cmd::Segments(a) => segments::run(&a),
         Cmd::Synth(a) => synth::run(&a),
+        Cmd::Verify(a) => verify::run(&a),
     }
 }
 

@@ -34,6 +34,7 @@ pub mod format;
 pub mod indexer;
 pub mod segment;
 pub mod store;
+pub mod verify;
 pub mod writer;
 
 pub use error::{Result, StoreError};

@@ -225,11 +225,16 @@ pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
         },
         None => RecoveryOutcome::Removed,
     };
+    // A sealed segment rebuilt by `capsule verify --repair` loses only its old footer.
+    let problem = match (s.problem, s.footer_at) {
+        (None, Some(_)) => Some("its old footer, replaced".to_string()),
+        (p, _) => p,
+    };
     Ok(Recovery {
         seq: s.header.seq,
         cut_bytes: s.file_len - s.good_len,
         cut_at: s.good_len,
-        problem: s.problem,
+        problem,
         damaged,
         outcome,
     })

@@ -30,6 +30,8 @@ pub struct Scan {
     pub problem: Option<String>,
     /// Stretches the walk could not verify and went past, in file order.
     pub damaged: Vec<Damage>,
+    /// Where the walk found a footer (a sealed segment's blocks end there).
+    pub footer_at: Option<u64>,
 }
 
 /// A stretch of a segment that the walk could not verify and went past: a block whose frame
@@ -100,6 +102,7 @@ pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
     let mut interfaces = Vec::new();
     let mut problem = None;
     let mut damaged = Vec::new();
+    let mut footer_at = None;
     // The index the next block header must carry: one more than the last header read,
     // whether its frame was whole or not.
     let mut next_index = 0u32;
@@ -111,7 +114,10 @@ pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
                 blocks.push(meta);
                 pos = next;
             }
-            Step::Footer => break,
+            Step::Footer => {
+                footer_at = Some(pos);
+                break;
+            }
             Step::BadFrame(meta, next, why) => {
                 interfaces.extend(meta.new_interfaces.iter().cloned());
                 next_index = meta.index + 1;
@@ -169,6 +175,7 @@ pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
         file_len,
         problem,
         damaged,
+        footer_at,
     })
 }
 

@@ -1,0 +1,70 @@
+//! What an export did and what it had to skip.
+
+use crate::error::ExportError;
+
+/// A planned block that could not be read, and what it held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedBlock {
+    pub path: std::path::PathBuf,
+    pub seq: u64,
+    pub block: u32,
+    /// Where its frame is in the segment file, and how long.
+    pub offset: u64,
+    pub len: u64,
+    /// Packets it held and their time span (from its header or the footer).
+    pub packets: u32,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// What was wrong.
+    pub problem: String,
+}
+
+impl SkippedBlock {
+    pub(crate) fn of(
+        seg: &capsule_store::SegmentReader,
+        meta: &capsule_store::format::BlockMeta,
+        e: &ExportError,
+    ) -> Self {
+        SkippedBlock {
+            path: seg.path().to_path_buf(),
+            seq: seg.seq(),
+            block: meta.index,
+            offset: meta.frame_offset,
+            len: u64::from(meta.compressed_len),
+            packets: meta.packets,
+            first_ns: meta.first_ns,
+            last_ns: meta.last_ns,
+            problem: capsule_store::error::chain(e),
+        }
+    }
+}
+
+impl ExportReport {
+    /// Whether the answer is partial: damaged data inside the query was skipped.
+    pub fn is_partial(&self) -> bool {
+        !self.skipped.is_empty() || !self.unreadable.is_empty()
+    }
+}
+
+/// What an export did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ExportReport {
+    pub packets: u64,
+    /// Captured bytes of the exported packets.
+    pub captured_bytes: u64,
+    pub segments_total: usize,
+    pub segments_touched: usize,
+    pub blocks_total: usize,
+    pub blocks_read: usize,
+    /// Segments planned without a side index (every block in the window was read).
+    pub unindexed: Vec<u64>,
+    /// Of those, the ones whose side index is damaged, with what is wrong.
+    pub damaged_index: Vec<(u64, String)>,
+    /// Blocks in the plan that could not be read (damaged): their packets are missing.
+    pub skipped: Vec<SkippedBlock>,
+    /// Segments that could not be opened at all: whatever they held is missing.
+    pub unreadable: Vec<capsule_store::Unreadable>,
+    /// Packets the capture interfaces reported dropped inside the window, from the interface
+    /// statistics stored with the data; `None` when the store has none for the window.
+    pub drops_in_window: Option<u64>,
+}

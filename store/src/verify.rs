@@ -1,0 +1,199 @@
+//! Checking a segment end to end (`capsule verify`): the head frame, the segment header,
+//! every block header and frame (its crc32c, then zstd's own content checksum while it is
+//! decompressed), and for a sealed segment its footer and trailer against the block headers.
+//! Every problem is named with the file, the byte offset, what was expected and found.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::chain;
+use crate::segment::{parse_name, scan, SegmentReader, SegmentState};
+
+/// One thing wrong in a store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    pub path: PathBuf,
+    /// What is damaged: `segment`, `head frame`, `block`, `footer` or `index`.
+    pub what: &'static str,
+    /// Where, when a byte offset says it.
+    pub offset: Option<u64>,
+    /// How many bytes, when known.
+    pub len: Option<u64>,
+    /// What was expected and what was found.
+    pub detail: String,
+}
+
+impl Problem {
+    fn new(path: &Path, what: &'static str, offset: Option<u64>, detail: String) -> Self {
+        Problem {
+            path: path.to_path_buf(),
+            what,
+            offset,
+            len: None,
+            detail,
+        }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.what)?;
+        if let Some(o) = self.offset {
+            write!(f, " at byte {o}")?;
+        }
+        if let Some(l) = self.len {
+            write!(f, " ({l} bytes)")?;
+        }
+        write!(f, ": {}", self.detail)
+    }
+}
+
+/// Checks one segment file; returns what is wrong (nothing: it is whole).
+pub fn verify_segment(path: &Path) -> Vec<Problem> {
+    let mut out = Vec::new();
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            out.push(Problem::new(
+                path,
+                "segment",
+                None,
+                format!("cannot open: {e}"),
+            ));
+            return out;
+        }
+    };
+    let s = match scan(path, &file, true) {
+        Ok(s) => s,
+        Err(e) => {
+            out.push(Problem::new(path, "segment", None, chain(&e)));
+            return out;
+        }
+    };
+    // The head frame: zstd checks its content checksum.
+    if let Err(e) = zstd::stream::decode_all(HeadOnly::new(&file)) {
+        out.push(Problem::new(
+            path,
+            "head frame",
+            Some(0),
+            format!("does not decompress: {e}"),
+        ));
+    }
+    for d in &s.damaged {
+        out.push(Problem {
+            path: path.to_path_buf(),
+            what: "block",
+            offset: Some(d.offset),
+            len: Some(d.len),
+            detail: d.problem.clone(),
+        });
+    }
+    let sealed = parse_name(
+        &path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    )
+    .is_some_and(|(_, st)| st == SegmentState::Sealed);
+    if let Some(why) = &s.problem {
+        let what = if sealed { "footer" } else { "block" };
+        out.push(Problem::new(path, what, Some(s.good_len), why.clone()));
+    }
+    let reader = match SegmentReader::open(path) {
+        Ok(r) => r,
+        Err(e) => {
+            out.push(Problem::new(path, "segment", None, chain(&e)));
+            return out;
+        }
+    };
+    if let Some(why) = reader.footer_problem() {
+        if s.problem.is_none() {
+            out.push(Problem::new(path, "footer", None, why.to_string()));
+        }
+    } else if sealed && s.damaged.is_empty() {
+        let listed: Vec<_> = reader
+            .blocks()
+            .iter()
+            .map(|b| (b.frame_offset, b.compressed_len, b.frame_crc))
+            .collect();
+        let found: Vec<_> = s
+            .blocks
+            .iter()
+            .map(|b| (b.frame_offset, b.compressed_len, b.frame_crc))
+            .collect();
+        if listed != found {
+            out.push(Problem::new(
+                path,
+                "footer",
+                None,
+                format!(
+                    "the footer lists {} blocks that differ from the {} whole blocks the \
+                     headers give",
+                    listed.len(),
+                    found.len()
+                ),
+            ));
+        }
+    }
+    // Every block through the reader: crc32c again, then zstd's content checksum.
+    let Ok(mut dctx) = zstd::bulk::Decompressor::new() else {
+        return out;
+    };
+    let (mut frame, mut data) = (Vec::new(), Vec::new());
+    for i in 0..reader.blocks().len() {
+        if let Err(e) = reader.read_block(i, &mut dctx, &mut frame, &mut data) {
+            let b = &reader.blocks()[i];
+            let known = s.damaged.iter().any(|d| {
+                d.block
+                    .as_ref()
+                    .is_some_and(|x| x.frame_offset == b.frame_offset)
+            });
+            if !known {
+                out.push(Problem {
+                    path: path.to_path_buf(),
+                    what: "block",
+                    offset: Some(b.frame_offset),
+                    len: Some(u64::from(b.compressed_len)),
+                    detail: chain(&e),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The head frame of a segment file as a reader of its bytes alone, for `decode_all` (which
+/// checks the frame's content checksum).
+struct HeadOnly<'a> {
+    file: &'a File,
+    at: u64,
+    end: u64,
+}
+
+impl<'a> HeadOnly<'a> {
+    fn new(file: &'a File) -> Self {
+        let len = file.metadata().map_or(0, |m| m.len());
+        let mut buf = vec![0u8; len.min(4096) as usize];
+        use std::os::unix::fs::FileExt;
+        let end = match file.read_exact_at(&mut buf, 0) {
+            Ok(()) => zstd::zstd_safe::find_frame_compressed_size(&buf).unwrap_or(0) as u64,
+            Err(_) => 0,
+        };
+        HeadOnly { file, at: 0, end }
+    }
+}
+
+impl std::io::Read for HeadOnly<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = out.len().min((self.end - self.at) as usize);
+        if n == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut out[..n], self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
