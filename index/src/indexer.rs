@@ -91,14 +91,19 @@ impl Indexer for SideIndexer {
     }
 }
 
-/// Checks the side index of sealed segment `seg` against the segment itself: it must exist,
+/// Checks the side index of sealed segment `seg` against the segment itself: it must
 /// decode, describe this file, and equal the index rebuilt from the blocks (so an index that
-/// decodes but says something else is caught too). `None`: it is right. Reads every block.
+/// decodes but says something else is caught too). `None`: it is right, or there is none
+/// yet (a writer killed between sealing and indexing leaves none; the next one builds it).
+/// Reads every block.
 pub fn verify_index(store: &Store, seg: &SegmentReader) -> Option<String> {
     let dir = store.index_dir();
+    if !dir.join(index_name(seg.seq())).exists() {
+        return None;
+    }
     let stored = match SegmentIndex::load(&dir, seg) {
         Ok(Some(idx)) => idx,
-        Ok(None) => return Some("missing, or it describes another file (stale)".into()),
+        Ok(None) => return Some("it describes another file (stale)".into()),
         Err(e) => return Some(capsule_store::error::chain(&e)),
     };
     match rebuild(seg) {
