@@ -30,4 +30,5 @@ mod stats;
 
 pub use encode::Format;
 pub use error::ExportError;
-pub use export::{export, ExportOptions, ExportReport};
+pub use export::{bpf_linktypes, export, ExportOptions, ExportReport};
+pub use prefetch::{bpf_compiles, MAX_BPF_LEN};
