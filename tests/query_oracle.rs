@@ -1156,19 +1156,18 @@ fn a_huge_or_too_complex_bpf_expression_is_refused() {
             .collect::<Vec<_>>()
             .join(" or ")
     };
+    // `capsule query --count --bpf EXPR`, which must fail: its stderr and how long it took.
+    let refused = |expr: &str| {
+        let t0 = Instant::now();
+        let o = run(capsule().args(["query", "--store", p(&fx.store), "--count", "--bpf", expr]));
+        let err = stderr_str(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(stdout_str(&o).is_empty(), "{o:?}");
+        (err, t0.elapsed())
+    };
     let thousand = terms(1000);
-    let t0 = Instant::now();
-    let o = run(capsule().args([
-        "query",
-        "--store",
-        p(&fx.store),
-        "--count",
-        "--bpf",
-        &thousand,
-    ]));
-    let err = stderr_str(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let (err, took) = refused(&thousand);
+    assert!(took < Duration::from_secs(5), "{took:?}");
     assert!(
         err.contains("4096-byte limit") && err.contains(&format!("{} bytes", thousand.len())),
         "names the cap and the length: {err}"
@@ -1180,18 +1179,7 @@ fn a_huge_or_too_complex_bpf_expression_is_refused() {
 
     let complex = terms(340);
     assert!(complex.len() <= 4096);
-    let t0 = Instant::now();
-    let o = run(capsule().args([
-        "query",
-        "--store",
-        p(&fx.store),
-        "--count",
-        "--bpf",
-        &complex,
-    ]));
-    let took = t0.elapsed();
-    let err = stderr_str(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let (err, took) = refused(&complex);
     assert!(
         err.contains(
             "--bpf: the expression is too complex: libpcap's compiler did not finish \
@@ -1201,7 +1189,6 @@ fn a_huge_or_too_complex_bpf_expression_is_refused() {
     );
     assert!(took < Duration::from_secs(20), "refused after {took:?}");
     assert!(err.len() < 400, "{err}");
-    assert!(stdout_str(&o).is_empty(), "{o:?}");
 }
 
 /// The expression is checked against the link types of the segments the plan touches: when

@@ -31,4 +31,4 @@ mod stats;
 pub use encode::Format;
 pub use error::ExportError;
 pub use export::{bpf_linktypes, export, ExportOptions, ExportReport};
-pub use prefetch::{bpf_compiles, MAX_BPF_LEN};
+pub use prefetch::{bpf_compiles, check_bpf_len, MAX_BPF_LEN};

@@ -98,9 +98,7 @@ pub fn child(a: &CheckBpfArgs) -> Result<ExitCode> {
 /// within them; the same [`ExportError::Bpf`] as an in-process compile if it does not
 /// compile; [`BpfGuardError::TooComplex`] if the compiler does not finish within them.
 pub fn check(expr: &str, linktypes: &[u16]) -> Result<()> {
-    if expr.len() > capsule_replay::MAX_BPF_LEN {
-        return Ok(capsule_replay::bpf_compiles(expr, 0)?);
-    }
+    capsule_replay::check_bpf_len(expr)?;
     let exe = std::env::current_exe().map_err(|error| BpfGuardError::Spawn {
         exe: "capsule".into(),
         error,
