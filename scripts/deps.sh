@@ -18,6 +18,7 @@ declare -A need=(
   [python3]=python3
   [ip]=iproute2
   [sysctl]=procps
+  [ethtool]=ethtool
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -52,6 +52,20 @@ pub enum Cmd {
 problems remain, each printed with its file, byte offset, and what was expected and found."
     )]
     Verify(VerifyArgs),
+    /// Internal: compiles a `--bpf` expression under CPU-time and address-space limits and
+    /// exits 0 (compiles), 3 (does not; libpcap's message on stderr) or 4 (out of memory).
+    /// `capsule query` runs it as a child process before an export.
+    #[command(name = "__check-bpf", hide = true)]
+    CheckBpf(CheckBpfArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CheckBpfArgs {
+    /// The link type to compile for.
+    #[arg(long)]
+    pub linktype: u16,
+    /// The expression.
+    pub expr: String,
 }
 
 /// The exit statuses of the commands that answer from the store.
@@ -127,6 +141,9 @@ pub struct QueryArgs {
     #[arg(long, value_enum, default_value_t = OutFormat::Pcap)]
     pub format: OutFormat,
     /// A tcpdump filter, applied (by libpcap) after the index and FILTER narrowed the search.
+    /// At most 4096 bytes; it is first compiled in a child process limited to 10 s of CPU
+    /// and wall-clock time and 1 GiB of address space, and refused if libpcap's compiler
+    /// does not finish within them.
     #[arg(long)]
     pub bpf: Option<String>,
     /// Print the plan (segments and blocks to read) without reading packets.

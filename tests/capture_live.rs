@@ -1698,3 +1698,71 @@ fn capsule_now_ns() -> u64 {
         .unwrap()
         .as_nanos() as u64
 }
+/// Whether receive VLAN offload is on for `iface` in namespace `ns`, as `ethtool -k` says.
+fn rx_vlan_offload_on(ns: &str, iface: &str) -> bool {
+    need_tool("ethtool");
+    let out = run_ok(in_ns(ns, "ethtool").args(["-k", iface]));
+    let text = stdout_str(&out);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("rx-vlan-offload:"))
+        .unwrap_or_else(|| panic!("no rx-vlan-offload in `ethtool -k {iface}`:\n{text}"));
+    line.contains(": on")
+}
+
+/// Defect: receive VLAN offload stayed off after a kill -9 (the next run never restored it).
+/// XDP capture records the change in STORE/interface-state.json before making it; a clean
+/// exit restores it and removes the record; after kill -9 the record stays, and the next
+/// capture (AF_PACKET here) restores the offload first, says so, and removes the record.
+#[test]
+fn vlan_offload_is_restored_after_kill_9() {
+    let tmp = tempfile::tempdir().unwrap();
+    let link = Link::new();
+    let store = tmp.path().join("store");
+    let record = store.join("interface-state.json");
+    let (ns, iface) = (&link.b.name, &link.if_b);
+    assert!(
+        rx_vlan_offload_on(ns, iface),
+        "veth starts with rx-vlan-offload on"
+    );
+
+    // A clean exit puts it back and leaves no record.
+    let (mut cap, _) = start_capture(&link, &store, Mode::XdpGeneric, &[]);
+    assert!(
+        !rx_vlan_offload_on(ns, iface),
+        "XDP capture turns the offload off"
+    );
+    let text = std::fs::read_to_string(&record).expect("the change is recorded");
+    assert!(
+        text.contains(iface.as_str()) && text.contains("\"rxvlan_was\": true"),
+        "{text}"
+    );
+    assert_clean_exit(&cap.stop());
+    assert!(rx_vlan_offload_on(ns, iface), "a clean exit restores it");
+    assert!(!record.exists(), "a clean exit removes the record");
+
+    // kill -9 leaves it off and the record in place.
+    let (cap, _) = start_capture(&link, &store, Mode::XdpGeneric, &[]);
+    let mut cap = cap;
+    cap.signal("-KILL");
+    assert!(
+        cap.wait_for(STOP_TIMEOUT).is_some(),
+        "kill -9 did not end capture"
+    );
+    assert!(!rx_vlan_offload_on(ns, iface), "kill -9 cannot restore it");
+    assert!(record.exists(), "the record survives kill -9");
+
+    // The next start restores it before capturing, and says so.
+    let (mut cap, _) = start_capture(&link, &store, Mode::Afpacket, &[]);
+    assert!(rx_vlan_offload_on(ns, iface), "the next start restores it");
+    assert!(!record.exists(), "and removes the record");
+    let stopped = cap.stop();
+    assert_clean_exit(&stopped);
+    assert!(
+        stopped
+            .stderr
+            .contains(&format!("restored receive VLAN offload on {iface}")),
+        "the restore is logged: {}",
+        stopped.stderr
+    );
+}

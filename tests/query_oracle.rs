@@ -1142,6 +1142,55 @@ fn a_bad_bpf_expression_fails_naming_it() {
     }
 }
 
+/// Defect: `--bpf` had no bound: 1,000 `port N` terms took over 120 s and 803 MB in
+/// libpcap's optimiser. An expression over 4096 bytes is refused at once, naming the cap and
+/// the length, with a short excerpt; one under the cap that the compiler cannot finish in
+/// 10 s / 1 GiB (340 terms) is refused after about 10 s, its compile killed in a child
+/// process, and the parent stays small.
+#[test]
+fn a_huge_or_too_complex_bpf_expression_is_refused() {
+    let fx = fx();
+    let terms = |n: usize| {
+        (1..=n)
+            .map(|i| format!("port {i}"))
+            .collect::<Vec<_>>()
+            .join(" or ")
+    };
+    // `capsule query --count --bpf EXPR`, which must fail: its stderr and how long it took.
+    let refused = |expr: &str| {
+        let t0 = Instant::now();
+        let o = run(capsule().args(["query", "--store", p(&fx.store), "--count", "--bpf", expr]));
+        let err = stderr_str(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(stdout_str(&o).is_empty(), "{o:?}");
+        (err, t0.elapsed())
+    };
+    let thousand = terms(1000);
+    let (err, took) = refused(&thousand);
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(
+        err.contains("4096-byte limit") && err.contains(&format!("{} bytes", thousand.len())),
+        "names the cap and the length: {err}"
+    );
+    assert!(
+        err.len() < 400,
+        "a short excerpt, not the expression: {err}"
+    );
+
+    let complex = terms(340);
+    assert!(complex.len() <= 4096);
+    let (err, took) = refused(&complex);
+    assert!(
+        err.contains(
+            "--bpf: the expression is too complex: libpcap's compiler did not finish \
+                      within 10 s / 1 GiB"
+        ),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(20), "refused after {took:?}");
+    assert!(err.len() < 400, "{err}");
+}
+
 /// The expression is checked against the link types of the segments the plan touches: when
 /// nothing matches it is never compiled, and the query succeeds (a product bug: an invalid
 /// expression must fail whatever the store holds).

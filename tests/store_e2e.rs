@@ -2055,3 +2055,69 @@ fn t21_retention_applied_when_budget_shrinks() {
         "the kept part of the first input is not its newest packets"
     );
 }
+
+/// A pcapng section: interface 0 (Ethernet, microseconds) with one good packet, then
+/// interface 1 whose IDB carries `idb1_opts` (whole options), then a packet on interface 1.
+/// Returns the file and the offsets of the second IDB and of the packet on interface 1.
+fn pcapng_with_second_iface(idb1_opts: &[u8]) -> (Vec<u8>, usize, usize) {
+    use capsule_pcap::write::{pcapng_epb, pcapng_shb};
+    let idb = |f: &mut Vec<u8>, opts: &[u8]| {
+        let len = (20 + opts.len()) as u32;
+        f.extend_from_slice(&1u32.to_le_bytes());
+        f.extend_from_slice(&len.to_le_bytes());
+        f.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
+        f.extend_from_slice(opts);
+        f.extend_from_slice(&len.to_le_bytes());
+    };
+    let mut f = Vec::new();
+    pcapng_shb(&mut f, None);
+    idb(&mut f, &[]);
+    pcapng_epb(&mut f, 0, 1_700_000_000_000_000, 60, &[0xaa; 60]); // 2023, in µs
+    let second_idb = f.len();
+    idb(&mut f, idb1_opts);
+    let packet = f.len();
+    pcapng_epb(&mut f, 1, 1, 60, &[0xbb; 60]);
+    (f, second_idb, packet)
+}
+
+/// Defect: an `if_tsoffset` of 2^63 - 1 imported with exit 0 and no export returned the
+/// packets; an `if_tsresol` of 0x7f or 0xff turned every timestamp into 1970. Now the import
+/// stops at the record (exit 1, the file and offset named) and keeps the packets before it.
+#[test]
+fn t22_impossible_timestamps_are_refused_with_their_offset() {
+    let d = tempfile::tempdir().unwrap();
+    #[rustfmt::skip]
+    let cases: [(&str, Vec<u8>, bool); 3] = [
+        ("tsoffset-max", vec![14, 0, 8, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f], false),
+        ("tsresol-7f", vec![9, 0, 1, 0, 0x7f, 0, 0, 0], true),
+        ("tsresol-ff", vec![9, 0, 1, 0, 0xff, 0, 0, 0], true),
+    ];
+    for (case, opts, at_idb) in cases {
+        let (bytes, idb, packet) = pcapng_with_second_iface(&opts);
+        let file = d.path().join(format!("{case}.pcapng"));
+        std::fs::write(&file, &bytes).unwrap();
+        let store = d.path().join(format!("store-{case}"));
+        let out = import(&store, &[], &[p(&file)]);
+        let err = stderr_str(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{case}: import must exit 1: {err}"
+        );
+        let offset = if at_idb { idb } else { packet };
+        assert!(
+            err.contains(&format!("{}: at byte {offset}: ", p(&file))),
+            "{case}: the error must name the file and offset {offset}: {err}"
+        );
+        let what = if at_idb { "if_tsresol" } else { "if_tsoffset" };
+        assert!(err.contains(what), "{case}: {err}");
+        let got = decode(&query_ok(
+            &store,
+            &d.path().join(format!("{case}.out")),
+            &[],
+        ))
+        .whole("export");
+        assert_eq!(got.packets.len(), 1, "{case}: the packet before is kept");
+        assert_eq!(got.packets[0].ts_ns, 1_700_000_000_000_000_000);
+    }
+}

@@ -17,6 +17,7 @@
 //! error names the forms it accepts.
 #![forbid(unsafe_code)]
 
+pub mod excerpt;
 pub mod filter;
 pub mod time;
 

@@ -8,19 +8,40 @@
 
 use std::time::Duration;
 
+use crate::excerpt::quoted;
+
 /// A time or duration that could not be parsed.
 #[derive(Debug, thiserror::Error)]
 pub enum TimeError {
     /// Not a duration.
-    #[error("{input:?}: not a duration; e.g. 10s, 100ms, 5m")]
+    #[error("{}: not a duration; e.g. 10s, 100ms, 5m", quoted(input))]
     Duration {
         input: String,
         #[source]
         source: humantime::DurationError,
     },
     /// Not an instant (or a relative time) of any accepted form.
-    #[error("{input:?}: {problem}")]
+    #[error("{}: {problem}", quoted(input))]
     Instant { input: String, problem: String },
+    /// Longer than any time or duration is ([`MAX_TIME_LEN`] bytes).
+    #[error(
+        "{}: expected a time or duration of at most {MAX_TIME_LEN} bytes",
+        quoted(input)
+    )]
+    TooLong { input: String },
+}
+
+/// Longest time or duration text accepted, in bytes: the longest RFC 3339 instant with
+/// nine fractional digits and an offset is 35; this leaves room for spaces in durations.
+pub const MAX_TIME_LEN: usize = 100;
+
+fn too_long(s: &str) -> Result<(), TimeError> {
+    if s.len() > MAX_TIME_LEN {
+        return Err(TimeError::TooLong {
+            input: s.to_string(),
+        });
+    }
+    Ok(())
 }
 
 fn bad(input: &str, problem: impl Into<String>) -> TimeError {
@@ -32,6 +53,7 @@ fn bad(input: &str, problem: impl Into<String>) -> TimeError {
 
 /// Parses a duration: `10s`, `100ms`, `1m`, `2h 30m`.
 pub fn parse_duration(s: &str) -> Result<Duration, TimeError> {
+    too_long(s)?;
     humantime::parse_duration(s).map_err(|source| TimeError::Duration {
         input: s.to_string(),
         source,
@@ -41,6 +63,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, TimeError> {
 /// Parses an instant: RFC 3339 with up to 9 fractional digits, Unix seconds (with a
 /// fraction), or `@NANOS`. Returns ns since the epoch.
 pub fn parse_instant(s: &str) -> Result<u64, TimeError> {
+    too_long(s)?;
     let t = s.trim();
     if let Some(ns) = t.strip_prefix('@') {
         return ns
@@ -186,6 +209,7 @@ fn parse_rfc3339(s: &str) -> std::result::Result<u64, String> {
 /// Parses a time given on the command line: an instant ([`parse_instant`]), `now`, or a
 /// duration before now (`-10m`, `-2h30m`, `-1.5s`). `now_ns` is the wall clock.
 pub fn parse_time(s: &str, now_ns: u64) -> Result<u64, TimeError> {
+    too_long(s)?;
     let t = s.trim();
     if t == "now" {
         return Ok(now_ns);
@@ -206,6 +230,23 @@ pub fn format_instant(ns: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_huge_time_gives_a_short_error() {
+        let huge = "1".repeat(100_000);
+        for e in [
+            super::parse_time(&huge, 0).unwrap_err(),
+            super::parse_instant(&huge).unwrap_err(),
+            super::parse_duration(&huge).unwrap_err(),
+        ] {
+            let msg = e.to_string();
+            assert!(msg.len() < 400 && msg.contains("(100000 bytes)"), "{msg}");
+        }
+        let msg = super::parse_instant(&"x".repeat(90))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.len() < 400, "{msg}");
+    }
+
     use super::*;
 
     #[test]

@@ -14,12 +14,24 @@ pub enum ExportError {
          use --format pcapng"
     )]
     MixedLinkTypes(String),
-    #[error("--bpf {expr:?} does not compile for link type {linktype}")]
+    #[error(
+        "--bpf {} does not compile for link type {linktype}",
+        capsule_query::excerpt::quoted(expr)
+    )]
     Bpf {
         expr: String,
         linktype: u16,
         #[source]
         error: pcap::Error,
+    },
+    #[error(
+        "--bpf: the expression is {len} bytes long, over the {max}-byte limit ({})",
+        capsule_query::excerpt::quoted(expr)
+    )]
+    BpfTooLong {
+        expr: String,
+        len: usize,
+        max: usize,
     },
     #[error("{}: block {block}: packet data is damaged", path.display())]
     BadPacket {

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use capsule_index::plan::{plan, Plan};
 use capsule_pcap::Interface;
 use capsule_query::Query;
-use capsule_store::Store;
+use capsule_store::{SegmentReader, Store};
 use crossbeam_channel::bounded;
 
 use crate::encode::{Encoder, Format};
 use crate::error::ExportError;
-use crate::prefetch::{prefetch, Bpf, Loaded, PacketFilter, Planned};
+use crate::prefetch::{check_bpf_len, prefetch, Bpf, Loaded, PacketFilter, Planned};
 pub use crate::report::{ExportReport, SkippedBlock};
 use crate::stats::{drops_in_window, interface_stats};
 
@@ -65,6 +65,21 @@ struct Cursor {
     packet: usize,
     /// Key of the block in the map of open blocks.
     slot: usize,
+}
+
+/// The link types a `--bpf` expression must compile for: every link type of the store's
+/// segments (Ethernet for an empty store).
+pub fn bpf_linktypes(segments: &[SegmentReader]) -> Vec<u16> {
+    let mut types: Vec<u16> = segments
+        .iter()
+        .flat_map(|s| s.interfaces().iter().map(|i| i.linktype))
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    if types.is_empty() {
+        types.push(capsule_pcap::LINKTYPE_ETHERNET);
+    }
+    types
 }
 
 /// Plans an export without reading any packet (`--explain`).
@@ -134,18 +149,10 @@ pub fn export<W: Write>(
     }
     if let Some(expr) = &opts.bpf {
         // Fail before any output if the expression does not compile for a link type of the
-        // store, whether or not the plan reads a packet (Ethernet for an empty store).
+        // store, whether or not the plan reads a packet.
+        check_bpf_len(expr)?;
         let mut check = Bpf::new(expr.clone());
-        let mut types: Vec<u16> = segments
-            .iter()
-            .flat_map(|s| s.interfaces().iter().map(|i| i.linktype))
-            .collect();
-        types.sort_unstable();
-        types.dedup();
-        if types.is_empty() {
-            types.push(capsule_pcap::LINKTYPE_ETHERNET);
-        }
-        for t in types {
+        for t in bpf_linktypes(&segments) {
             check.program(t)?;
         }
     }

@@ -31,4 +31,5 @@ mod stats;
 
 pub use encode::Format;
 pub use error::ExportError;
-pub use export::{export, ExportOptions, ExportReport, SkippedBlock};
+pub use export::{bpf_linktypes, export, ExportOptions, ExportReport, SkippedBlock};
+pub use prefetch::{bpf_compiles, check_bpf_len, MAX_BPF_LEN};

@@ -48,6 +48,29 @@ pub(crate) struct PacketFilter {
     pub(crate) bpf: Option<String>,
 }
 
+/// Longest `--bpf` expression accepted, in bytes: a tcpdump filter a person writes is a
+/// line or two; libpcap's optimiser takes minutes and gigabytes on a few thousand terms.
+pub const MAX_BPF_LEN: usize = 4096;
+
+/// Compiles `expr` for `linktype` in this process, as the export does, and drops the
+/// program: whether it compiles. Refuses an expression over [`MAX_BPF_LEN`] bytes first.
+pub fn bpf_compiles(expr: &str, linktype: u16) -> Result<(), ExportError> {
+    check_bpf_len(expr)?;
+    Bpf::new(expr.to_string()).program(linktype).map(|_| ())
+}
+
+/// Refuses an expression over [`MAX_BPF_LEN`] bytes.
+pub fn check_bpf_len(expr: &str) -> Result<(), ExportError> {
+    if expr.len() > MAX_BPF_LEN {
+        return Err(ExportError::BpfTooLong {
+            expr: expr.to_string(),
+            len: expr.len(),
+            max: MAX_BPF_LEN,
+        });
+    }
+    Ok(())
+}
+
 /// A `--bpf` expression compiled by libpcap, once per link type. Each thread keeps its own:
 /// a compiled program may be sent to another thread but not shared.
 pub(crate) struct Bpf {

@@ -28,6 +28,7 @@ impl CaptureArgs {
             snaplen: self.snaplen,
             fanout_group: self.fanout_group,
             ring_bytes: self.ring_size,
+            state_dir: Some(self.store.clone()),
         }
     }
 }

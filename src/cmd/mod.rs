@@ -13,6 +13,7 @@ use anyhow::Result;
 use crate::cli::{Cli, Cmd, Selection};
 
 mod capture;
+pub mod check_bpf;
 mod flows;
 mod import;
 mod query;
@@ -43,6 +44,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Segments(a) => segments::run(&a),
         Cmd::Synth(a) => synth::run(&a),
         Cmd::Verify(a) => verify::run(&a),
+        Cmd::CheckBpf(a) => check_bpf::child(&a),
     }
 }
 

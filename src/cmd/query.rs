@@ -19,6 +19,11 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     );
     let query = args.query()?;
     let store = Store::open(&args.store)?;
+    if let (Some(expr), false) = (&bpf, explain) {
+        // Before any output: compiled in a child process with a time and memory limit.
+        let linktypes = capsule_replay::bpf_linktypes(&store.open_segments()?);
+        super::check_bpf::check(expr, &linktypes)?;
+    }
     let opts = capsule_replay::ExportOptions {
         format: match format {
             OutFormat::Pcap => capsule_replay::Format::Pcap,

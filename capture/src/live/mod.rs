@@ -29,6 +29,7 @@
 #![forbid(unsafe_code)]
 
 mod afpacket;
+pub mod state;
 mod xdp;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -60,6 +61,10 @@ pub struct CaptureConfig {
     /// blocks, 2 to 4096 of them). AF_XDP: the UMEM of all queues together, split equally, a
     /// power of two of frames per queue (16384 to 2^20).
     pub ring_bytes: u64,
+    /// Where the interface settings capture changes are recorded, so that the next
+    /// [`open`] puts them back after a crash (see [`state`]): the store directory. `None`:
+    /// not recorded (restored at a clean exit only).
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// How to capture.
@@ -144,6 +149,10 @@ enum Backend {
 /// In mode auto, an AF_PACKET capture's [`description`](Capture::description) says why AF_XDP
 /// was not possible; in the XDP modes the error lists every attempt.
 pub fn open(cfg: &CaptureConfig) -> Result<Capture, LiveError> {
+    if let Some(dir) = &cfg.state_dir {
+        // Before touching the interface: what a capture killed earlier left changed.
+        state::restore(dir);
+    }
     let attach = cfg.mode.xdp_attach();
     let mut why_not_xdp = None;
     if !attach.is_empty() {

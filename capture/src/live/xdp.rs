@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +30,7 @@ use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
 use capsule_store::{StoreError, StoreWriter};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
+use super::state;
 use super::{
     record, with_vlan_tag, Behind, CaptureConfig, LiveError, LiveReport, Queues, Snap, StatsTimer,
     XdpCounters, XskStats,
@@ -101,45 +103,71 @@ pub(crate) struct XdpCapture {
     _vlan_offload: Option<VlanOffload>,
 }
 
-/// Receive VLAN offload turned off by capsule, turned back on when dropped (a kill -9 leaves
-/// it off, which costs nothing but the offload).
+/// Receive VLAN offload turned off by capsule, turned back on when dropped. The change is
+/// recorded in the store first (see [`super::state`]), so a kill -9 leaves a record the next
+/// start restores from.
 #[derive(Debug)]
-struct VlanOffload(String);
+struct VlanOffload {
+    iface: String,
+    state_dir: Option<PathBuf>,
+}
 
 impl VlanOffload {
     /// With receive VLAN offload on, the NIC strips 802.1Q tags into metadata, where the XDP
     /// program sees them only through a driver kfunc that few drivers have; turning the
     /// offload off leaves the tags in the frame, where capture keeps them.
-    fn turn_off(iface: &str, variant: Variant) -> Option<VlanOffload> {
+    fn turn_off(iface: &str, variant: Variant, state_dir: Option<&Path>) -> Option<VlanOffload> {
         match rx_vlan_offload(iface, None) {
             Ok(false) => None,
-            Ok(true) => match rx_vlan_offload(iface, Some(false)) {
-                Ok(_) => {
-                    tracing::info!(
-                        "turned receive VLAN offload off on {iface} so that 802.1Q tags stay \
-                         in the frames capsule stores; it is turned back on at exit"
-                    );
-                    Some(VlanOffload(iface.to_string()))
+            Ok(true) => {
+                if let Some(dir) = state_dir {
+                    let change = state::Changed {
+                        iface: iface.to_string(),
+                        rxvlan_was: true,
+                    };
+                    if let Err(e) = state::record(dir, change) {
+                        tracing::warn!(
+                            "receive VLAN offload stays on for {iface}: cannot record the \
+                             change in {} ({}), so a crash could not undo it; VLAN tags the \
+                             NIC strips may be missing from stored frames",
+                            dir.join(state::STATE_FILE).display(),
+                            error_chain(&e)
+                        );
+                        return None;
+                    }
                 }
-                Err(e) if variant.device_bound => {
-                    tracing::info!(
-                        "receive VLAN offload is on for {iface} and stays on ({}); VLAN tags \
-                         the NIC strips come back through the driver's metadata kfunc where it \
-                         has one",
-                        error_chain(&e)
-                    );
-                    None
+                match rx_vlan_offload(iface, Some(false)) {
+                    Ok(_) => {
+                        tracing::info!(
+                            "turned receive VLAN offload off on {iface} so that 802.1Q tags \
+                             stay in the frames capsule stores; it is turned back on at exit"
+                        );
+                        Some(VlanOffload {
+                            iface: iface.to_string(),
+                            state_dir: state_dir.map(Path::to_path_buf),
+                        })
+                    }
+                    Err(e) => {
+                        unrecord(state_dir, iface);
+                        if variant.device_bound {
+                            tracing::info!(
+                                "receive VLAN offload is on for {iface} and stays on ({}); \
+                                 VLAN tags the NIC strips come back through the driver's \
+                                 metadata kfunc where it has one",
+                                error_chain(&e)
+                            );
+                        } else {
+                            tracing::warn!(
+                                "receive VLAN offload is on for {iface} and cannot be turned \
+                                 off ({}): VLAN tags the NIC strips will be missing from \
+                                 stored frames; run `ethtool -K {iface} rxvlan off`",
+                                error_chain(&e)
+                            );
+                        }
+                        None
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(
-                        "receive VLAN offload is on for {iface} and cannot be turned off ({}): \
-                         VLAN tags the NIC strips will be missing from stored frames; run \
-                         `ethtool -K {iface} rxvlan off`",
-                        error_chain(&e)
-                    );
-                    None
-                }
-            },
+            }
             Err(e) => {
                 tracing::debug!("cannot read the offloads of {iface}: {}", error_chain(&e));
                 None
@@ -148,14 +176,32 @@ impl VlanOffload {
     }
 }
 
-impl Drop for VlanOffload {
-    fn drop(&mut self) {
-        if let Err(e) = rx_vlan_offload(&self.0, Some(true)) {
+/// Removes the record of a change to `iface`'s offload, if there is a record.
+fn unrecord(state_dir: Option<&Path>, iface: &str) {
+    if let Some(dir) = state_dir {
+        if let Err(e) = state::forget(dir, iface) {
             tracing::warn!(
-                "could not turn receive VLAN offload back on for {}: {}",
-                self.0,
+                "cannot update {}: {}",
+                dir.join(state::STATE_FILE).display(),
                 error_chain(&e)
             );
+        }
+    }
+}
+
+impl Drop for VlanOffload {
+    fn drop(&mut self) {
+        match rx_vlan_offload(&self.iface, Some(true)) {
+            Ok(_) => unrecord(self.state_dir.as_deref(), &self.iface),
+            Err(e) => tracing::warn!(
+                "could not turn receive VLAN offload back on for {}: {}{}",
+                self.iface,
+                error_chain(&e),
+                match &self.state_dir {
+                    Some(_) => "; the next capture with this store tries again",
+                    None => "",
+                }
+            ),
         }
     }
 }
@@ -196,7 +242,8 @@ impl XdpCapture {
                 match try_open(ifindex, &queues, attach, variant, &sock_cfg) {
                     Ok((program, sockets, link)) => {
                         let promisc = promiscuous(ifindex).map_err(open_err)?;
-                        let vlan_offload = VlanOffload::turn_off(&cfg.iface, variant);
+                        let vlan_offload =
+                            VlanOffload::turn_off(&cfg.iface, variant, cfg.state_dir.as_deref());
                         let setup = XdpSetup {
                             attach,
                             variant,

@@ -23,9 +23,15 @@
 //! * the file ends at a record boundary: a file cut inside a record is an error at that
 //!   record's offset, while every record before it has been returned.
 //!
+//! * every pcapng `if_tsresol` is one a capture can have (at most 10^-19 or 2^-63 s: 64-bit
+//!   ticks spanning 2 s at least), and every pcapng timestamp, after its interface's
+//!   resolution and `if_tsoffset`, lies between 1970-01-01 and 2200-01-01 UTC ([`MAX_TS_NS`]):
+//!   a time outside it is refused at its block's offset rather than stored where no query
+//!   window reaches it.
+//!
 //! What is deliberately accepted: a captured length larger than the original length or the
-//! interface's snaplen (kept as given; writers fix it), timestamps of any value (converted to
-//! nanoseconds with saturation), and unknown pcapng block types (skipped by their length).
+//! interface's snaplen (kept as given; writers fix it), timestamps finer than nanoseconds
+//! (truncated to nanoseconds), and unknown pcapng block types (skipped by their length).
 //!
 //! [`fragment_packets`] (fragment.rs) is the fast path for the segment store: it walks a run of
 //! little-endian pcapng blocks without a section header, as written by [`crate::write`].
@@ -292,6 +298,36 @@ pub enum ReadErrorKind {
         /// The limit, [`MAX_INTERFACES`].
         limit: usize,
     },
+    /// An IDB whose `if_tsresol` is finer than any capture can be: 10^-n with n above
+    /// [`MAX_TSRESOL_DECIMAL`], or 2^-n with n above [`MAX_TSRESOL_BINARY`].
+    #[error(
+        "IDB option if_tsresol is {resol:#04x} ({}): expected at most 10^-{MAX_TSRESOL_DECIMAL} s \
+         (0x{MAX_TSRESOL_DECIMAL:02x}) or 2^-{MAX_TSRESOL_BINARY} s (0x{:02x})",
+        describe_resol(*resol),
+        0x80 | MAX_TSRESOL_BINARY
+    )]
+    BadTsResol {
+        /// The option's byte.
+        resol: u8,
+    },
+    /// A packet or statistics block whose timestamp, after its interface's resolution and
+    /// `if_tsoffset`, is before 1970 or after [`MAX_TS_NS`] (2200-01-01).
+    #[error(
+        "timestamp {raw} at {} with if_tsoffset {offset_s} s is {seconds} s after the epoch: \
+         expected 1970-01-01 to 2200-01-01 UTC (0 to {} s)",
+        describe_resol(*resol),
+        MAX_TS_NS / 1_000_000_000
+    )]
+    TimestampOutOfRange {
+        /// The block's raw timestamp.
+        raw: u64,
+        /// The interface's `if_tsresol`.
+        resol: u8,
+        /// The interface's `if_tsoffset`.
+        offset_s: i64,
+        /// The time it gives, in whole seconds since the epoch (negative: before 1970).
+        seconds: i128,
+    },
     /// A call after an earlier error: the reader does not resynchronise.
     #[error("reading stopped after an earlier error at byte {at}")]
     AfterError {
@@ -300,10 +336,25 @@ pub enum ReadErrorKind {
     },
 }
 
+/// Latest timestamp the reader accepts, in nanoseconds since the epoch: 2200-01-01T00:00:00Z.
+///
+/// A `u64` of nanoseconds runs out in April 2262; a timestamp past 2200 is damage (a wild
+/// `if_tsoffset`, a garbage resolution), not a capture, and stored it could never be
+/// exported (a query's window ends before it). Classic pcap (32-bit seconds) cannot exceed it.
+pub const MAX_TS_NS: u64 = 7_258_118_400 * 1_000_000_000;
+
+/// Finest decimal `if_tsresol` the reader accepts: 10^-19 s. A 64-bit tick count at that
+/// resolution spans 1.8 s, so anything finer cannot describe a capture (10^-12, picoseconds,
+/// is the finest any capture hardware writes).
+pub const MAX_TSRESOL_DECIMAL: u8 = 19;
+/// Finest binary `if_tsresol` the reader accepts: 2^-63 s (64-bit ticks spanning 2 s).
+pub const MAX_TSRESOL_BINARY: u8 = 63;
+
 /// How to turn an interface's raw timestamps into nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct TsConv {
-    /// `if_tsresol`: MSB 0 means 10^-n seconds, MSB 1 means 2^-n seconds.
+    /// `if_tsresol`: MSB 0 means 10^-n seconds, MSB 1 means 2^-n seconds; checked against
+    /// [`MAX_TSRESOL_DECIMAL`] and [`MAX_TSRESOL_BINARY`] when the IDB is read.
     resol: u8,
     /// `if_tsoffset`, seconds added to every timestamp.
     offset_s: i64,
@@ -316,38 +367,69 @@ impl TsConv {
         offset_s: 0,
     };
 
-    /// Converts a raw timestamp to nanoseconds since the epoch, saturating at 0 and `u64::MAX`.
+    /// Whether an `if_tsresol` value is one a capture can have.
+    fn resol_ok(resol: u8) -> bool {
+        if resol & 0x80 == 0 {
+            resol <= MAX_TSRESOL_DECIMAL
+        } else {
+            resol & 0x7f <= MAX_TSRESOL_BINARY
+        }
+    }
+
+    /// Converts a raw timestamp to nanoseconds since the epoch, or the error for a time
+    /// before 1970 or after [`MAX_TS_NS`].
     #[inline]
-    fn to_ns(self, raw: u64) -> u64 {
+    fn to_ns(self, raw: u64) -> Result<u64, ReadErrorKind> {
         if self.offset_s == 0 {
-            match self.resol {
-                9 => return raw,
-                6 => return raw.saturating_mul(1000),
-                _ => {}
+            let fast = match self.resol {
+                9 => Some(raw),
+                6 => raw.checked_mul(1000),
+                _ => None,
+            };
+            if let Some(ns) = fast.filter(|&ns| ns <= MAX_TS_NS) {
+                return Ok(ns);
             }
         }
         self.to_ns_slow(raw)
     }
 
     /// The general case of [`TsConv::to_ns`].
-    fn to_ns_slow(self, raw: u64) -> u64 {
-        let raw = u128::from(raw);
+    fn to_ns_slow(self, raw: u64) -> Result<u64, ReadErrorKind> {
+        let wide = u128::from(raw);
         // Every intermediate stays below 2^94 (raw < 2^64, times at most 10^9 < 2^30), so
         // nothing here can overflow.
         let base: u128 = if self.resol & 0x80 == 0 {
             let n = u32::from(self.resol);
             if n <= 9 {
-                raw * 10u128.pow(9 - n)
+                wide * 10u128.pow(9 - n)
             } else if n - 9 <= 38 {
-                raw / 10u128.pow(n - 9)
+                wide / 10u128.pow(n - 9)
             } else {
                 0
             }
         } else {
-            (raw * 1_000_000_000) >> u32::from(self.resol & 0x7f)
+            (wide * 1_000_000_000) >> u32::from(self.resol & 0x7f).min(127)
         };
         let total = base as i128 + i128::from(self.offset_s) * 1_000_000_000;
-        total.clamp(0, i128::from(u64::MAX)) as u64
+        if (0..=i128::from(MAX_TS_NS)).contains(&total) {
+            Ok(total as u64)
+        } else {
+            Err(ReadErrorKind::TimestampOutOfRange {
+                raw,
+                resol: self.resol,
+                offset_s: self.offset_s,
+                seconds: total.div_euclid(1_000_000_000),
+            })
+        }
+    }
+}
+
+/// An `if_tsresol` byte in words: `10^-6 s` or `2^-10 s`.
+fn describe_resol(resol: u8) -> String {
+    if resol & 0x80 == 0 {
+        format!("10^-{resol} s")
+    } else {
+        format!("2^-{} s", resol & 0x7f)
     }
 }
 
@@ -978,7 +1060,7 @@ impl<R: Read> CaptureReader<R> {
                         .get(iface as usize)
                         .copied()
                         .unwrap_or(TsConv::DEFAULT);
-                    let ts_ns = conv.to_ns(raw);
+                    let ts_ns = conv.to_ns(raw).map_err(|k| (at, k))?;
                     self.last_ts = ts_ns;
                     Step::Packet {
                         ts_ns,
@@ -1045,7 +1127,7 @@ impl<R: Read> CaptureReader<R> {
                         parse_isb_options(opts, order).map_err(|k| (at, k))?;
                     Step::Stats {
                         iface,
-                        ts_ns: conv.to_ns(raw),
+                        ts_ns: conv.to_ns(raw).map_err(|k| (at, k))?,
                         received,
                         dropped,
                     }
@@ -1076,7 +1158,11 @@ fn parse_idb_options(
                 name = Some(String::from_utf8_lossy(text).into_owned());
             }
             OPT_IF_TSRESOL => {
-                conv.resol = option_value::<1>(value, "IDB", "if_tsresol")?.u8::<0>();
+                let resol = option_value::<1>(value, "IDB", "if_tsresol")?.u8::<0>();
+                if !TsConv::resol_ok(resol) {
+                    return Err(ReadErrorKind::BadTsResol { resol });
+                }
+                conv.resol = resol;
             }
             OPT_IF_TSOFFSET => {
                 let v = option_value::<8>(value, "IDB", "if_tsoffset")?;

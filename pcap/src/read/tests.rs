@@ -780,26 +780,39 @@ fn io_errors_are_reported_and_stop_the_reader() {
 
 #[test]
 fn timestamp_resolutions_and_offsets() {
-    let conv = |resol: u8, offset_s: i64, raw: u64| TsConv { resol, offset_s }.to_ns(raw);
-    assert_eq!(conv(9, 0, 123), 123);
-    assert_eq!(conv(6, 0, 123), 123_000);
-    assert_eq!(conv(6, 0, u64::MAX), u64::MAX);
-    assert_eq!(conv(0, 0, 2), 2_000_000_000);
-    assert_eq!(conv(3, 0, 2), 2_000_000);
-    assert_eq!(conv(12, 0, 123_456), 123);
-    assert_eq!(conv(19, 0, u64::MAX), 1_844_674_407);
-    assert_eq!(conv(47, 0, u64::MAX), 0);
-    assert_eq!(conv(48, 0, u64::MAX), 0);
-    assert_eq!(conv(127, 0, u64::MAX), 0);
-    assert_eq!(conv(0x80, 0, 3), 3_000_000_000); // 2^0 = seconds
-    assert_eq!(conv(0x80 | 10, 0, 1024), 1_000_000_000); // 2^-10
-    assert_eq!(conv(0x80 | 30, 0, 1 << 30), 1_000_000_000);
-    assert_eq!(conv(0xff, 0, u64::MAX), 0);
-    assert_eq!(conv(6, 10, 5), 10_000_005_000);
-    assert_eq!(conv(9, -1, 5), 0); // before the epoch: saturates at 0
-    assert_eq!(conv(9, i64::MIN, u64::MAX), 0);
-    assert_eq!(conv(9, i64::MAX, 0), u64::MAX);
-    assert_eq!(conv(0, 0, u64::MAX), u64::MAX);
+    let conv = |resol: u8, offset_s: i64, raw: u64| TsConv { resol, offset_s }.to_ns(raw).ok();
+    assert_eq!(conv(9, 0, 123), Some(123));
+    assert_eq!(conv(6, 0, 123), Some(123_000));
+    assert_eq!(conv(0, 0, 2), Some(2_000_000_000));
+    assert_eq!(conv(3, 0, 2), Some(2_000_000));
+    assert_eq!(conv(12, 0, 123_456), Some(123)); // picoseconds
+    assert_eq!(conv(19, 0, u64::MAX), Some(1_844_674_407));
+    assert_eq!(conv(0x80, 0, 3), Some(3_000_000_000)); // 2^0 = seconds
+    assert_eq!(conv(0x80 | 10, 0, 1024), Some(1_000_000_000)); // 2^-10
+    assert_eq!(conv(0x80 | 30, 0, 1 << 30), Some(1_000_000_000));
+    assert_eq!(conv(0x80 | 63, 0, u64::MAX), Some(1_999_999_999));
+    assert_eq!(conv(6, 10, 5), Some(10_000_005_000));
+    assert_eq!(conv(9, 0, MAX_TS_NS), Some(MAX_TS_NS));
+    assert_eq!(conv(6, 0, MAX_TS_NS / 1000), Some(MAX_TS_NS));
+    // Past 2200, before 1970, or beyond what u64 nanoseconds hold: refused.
+    assert_eq!(conv(9, 0, MAX_TS_NS + 1), None);
+    assert_eq!(conv(6, 0, u64::MAX), None);
+    assert_eq!(conv(0, 0, u64::MAX), None);
+    assert_eq!(conv(9, -1, 5), None);
+    assert_eq!(conv(9, i64::MIN, u64::MAX), None);
+    assert_eq!(conv(9, i64::MAX, 0), None);
+    assert_eq!(conv(6, 7_258_118_401, 0), None);
+    let err = TsConv {
+        resol: 6,
+        offset_s: i64::MAX,
+    }
+    .to_ns(1)
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "timestamp 1 at 10^-6 s with if_tsoffset 9223372036854775807 s is 9223372036854775807 s \
+         after the epoch: expected 1970-01-01 to 2200-01-01 UTC (0 to 7258118400 s)"
+    );
     for resol in 0..=255u8 {
         for offset in [i64::MIN, -1, 0, 1, i64::MAX] {
             for raw in [0, 1, u64::MAX / 2, u64::MAX] {
@@ -807,6 +820,99 @@ fn timestamp_resolutions_and_offsets() {
             }
         }
     }
+    // Resolutions a capture can have: 10^-0..10^-19 and 2^-0..2^-63.
+    let ok: Vec<u8> = (0..=255u8).filter(|&r| TsConv::resol_ok(r)).collect();
+    let expected: Vec<u8> = (0..=19).chain(0x80..=0x80 + 63).collect();
+    assert_eq!(ok, expected);
+}
+
+/// A section with one IDB (link type 1) carrying `opts` (whole options, padded, without the
+/// end-of-options), then an EPB of timestamp `raw` at byte offset 28 + 20 + `opts.len()`.
+fn file_with_idb_options(opts: &[u8], raw: u64) -> Vec<u8> {
+    let mut file = Vec::new();
+    pcapng_shb(&mut file, None);
+    let len = (20 + opts.len()) as u32;
+    file.extend_from_slice(&1u32.to_le_bytes());
+    file.extend_from_slice(&len.to_le_bytes());
+    file.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
+    file.extend_from_slice(opts);
+    file.extend_from_slice(&len.to_le_bytes());
+    pcapng_epb(&mut file, 0, raw, 1, &[1]);
+    file
+}
+
+#[test]
+fn impossible_resolutions_are_refused_at_the_idb() {
+    for (resol, words) in [
+        (0x7f, "10^-127 s"),
+        (0xff, "2^-127 s"),
+        (20, "10^-20 s"),
+        (0xc0, "2^-64 s"),
+    ] {
+        let file = file_with_idb_options(&[9, 0, 1, 0, resol, 0, 0, 0], 5);
+        assert_eq!(file[28 + 16 + 4], resol);
+        let (recs, err) = read_bytes(&file);
+        assert!(recs.is_empty(), "{recs:?}");
+        let err = err.expect("refused");
+        assert_eq!(err.offset, 28, "the IDB's offset");
+        assert!(matches!(err.kind, ReadErrorKind::BadTsResol { resol: r } if r == resol));
+        let msg = err.to_string();
+        assert!(msg.contains(words) && msg.contains("at byte 28"), "{msg}");
+    }
+    // Picoseconds and 2^-63 are fine.
+    for resol in [12, 19, 0x80 | 63] {
+        let (recs, err) = read_bytes(&file_with_idb_options(&[9, 0, 1, 0, resol, 0, 0, 0], 5));
+        assert!(err.is_none(), "{resol:#x}: {err:?}");
+        assert_eq!(recs.len(), 2);
+    }
+}
+
+#[test]
+fn timestamps_out_of_range_are_refused_at_their_block() {
+    // if_tsoffset 2^63 - 1: every packet is past 2262.
+    #[rustfmt::skip]
+    let max_offset = [14, 0, 8, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f];
+    let file = file_with_idb_options(&max_offset, 1);
+    let (recs, err) = read_bytes(&file);
+    assert_eq!(recs, vec![Rec::Iface(0)]);
+    let err = err.expect("refused");
+    assert_eq!(err.offset, 28 + 32, "the EPB's offset");
+    assert!(matches!(
+        err.kind,
+        ReadErrorKind::TimestampOutOfRange {
+            raw: 1,
+            resol: 6,
+            offset_s: i64::MAX,
+            ..
+        }
+    ));
+    // A good packet, then one in 2200 + 1 s: the first is kept.
+    let mut file = file_with_idb_options(&[9, 0, 1, 0, 9, 0, 0, 0], 1_000);
+    let second = file.len() as u64;
+    pcapng_epb(&mut file, 0, MAX_TS_NS + 1_000_000_000, 1, &[2]);
+    let (recs, err) = read_bytes(&file);
+    assert_eq!(recs.len(), 2);
+    assert_eq!(recs[1], pkt(1_000, 1, 0, &[1]));
+    let err = err.expect("refused");
+    assert_eq!(err.offset, second);
+    assert!(
+        err.to_string().contains("is 7258118401 s after the epoch"),
+        "{err}"
+    );
+    // A negative offset before 1970, in an ISB.
+    #[rustfmt::skip]
+    let minus = [14, 0, 8, 0, 0xf6, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]; // -10 s
+    let mut file = file_with_idb_options(&minus, 11_000_000);
+    let isb = file.len() as u64;
+    pcapng_isb(&mut file, 0, 1, Some(1), None);
+    let (recs, err) = read_bytes(&file);
+    assert_eq!(recs.len(), 2);
+    let err = err.expect("refused");
+    assert_eq!(err.offset, isb);
+    assert!(
+        err.to_string().contains("is -10 s after the epoch"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -717,6 +717,26 @@ mod tests {
     use super::*;
     use capsule_wire::{Fragment, IpInfo, TcpInfo, L4};
 
+    #[test]
+    fn a_huge_filter_gives_a_short_error_naming_the_position() {
+        // 100 KB of `tcp or ` with a bad token in the middle.
+        let half = "tcp or ".repeat(7_200);
+        let text = format!("{half}port x or {half}tcp");
+        let err = Filter::parse(&text).unwrap_err();
+        let msg = err.to_string();
+        assert!(text.len() > 100_000);
+        assert!(msg.len() < 400, "{} bytes: {msg}", msg.len());
+        let pos = half.len() + 5;
+        assert!(
+            msg.contains(&format!("at byte {pos} of {}", text.len())),
+            "{msg}"
+        );
+        let (line, carets) = msg.split_once('\n').unwrap();
+        let col = carets.find('^').unwrap();
+        assert_eq!(&line[col..col + 1], "x", "{msg}");
+        assert!(line.starts_with("...") && line.ends_with("..."), "{msg}");
+    }
+
     fn ip4(s: &str) -> IpAddr {
         s.parse().unwrap()
     }

@@ -38,32 +38,22 @@ impl FilterError {
 
     fn render(&self) -> String {
         // One column per char; control characters (tabs, newlines) become spaces so that the
-        // caret line stays under the expression.
-        let line: String = self
-            .input
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
-        let pos = floor_char_boundary(&self.input, self.pos);
-        let end = floor_char_boundary(&self.input, self.pos.saturating_add(self.len)).max(pos);
-        let col = self.input[..pos].chars().count();
-        let width = self.input[pos..end].chars().count().max(1);
+        // caret line stays under the expression. A long expression is shown as a window
+        // around the token, with its byte offset.
+        let end = self.pos.saturating_add(self.len);
+        let (line, col, width) = crate::excerpt::window(&self.input, self.pos, end);
+        let at = if self.input.chars().count() > crate::excerpt::MAX_EXCERPT_CHARS {
+            format!(" (at byte {} of {})", self.pos, self.input.len())
+        } else {
+            String::new()
+        };
         format!(
-            "{line}\n{}{} {}",
+            "{line}\n{}{} {}{at}",
             " ".repeat(col),
             "^".repeat(width),
             self.message()
         )
     }
-}
-
-/// The largest char boundary of `s` at or below `i` (clamped to `s.len()`).
-fn floor_char_boundary(s: &str, i: usize) -> usize {
-    let mut i = i.min(s.len());
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
