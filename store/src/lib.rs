@@ -31,6 +31,7 @@
 
 pub mod error;
 pub mod format;
+pub mod fsx;
 pub mod indexer;
 pub mod segment;
 pub mod store;
