@@ -64,6 +64,17 @@ pub struct Entry {
 
 const MODE: u32 = 0o666;
 
+/// The store root `root` resolved (it may be a symlink: the operator's choice); every path
+/// below it is then checked by the calls here. A missing root is returned as given, for
+/// the caller's own "missing" error.
+pub fn resolve_root(root: &Path) -> Result<PathBuf> {
+    match std::fs::canonicalize(root) {
+        Ok(p) => Ok(p),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(root.to_path_buf()),
+        Err(e) => Err(StoreError::io("resolve", root, e)),
+    }
+}
+
 fn kind_of(t: FileType) -> Kind {
     match t {
         FileType::RegularFile => Kind::File,
@@ -339,7 +350,10 @@ mod tests {
         std::os::unix::fs::symlink(&canary, &link).unwrap();
         for how in [Open::Read, Open::Append, Open::Direct, Open::Lock] {
             let err = open(&link, how, "open").unwrap_err();
-            assert!(matches!(&err, StoreError::Symlink { path } if *path == link), "{err}");
+            assert!(
+                matches!(&err, StoreError::Symlink { path } if *path == link),
+                "{err}"
+            );
         }
         assert!(matches!(
             open(&link, Open::CreateNew, "create"),
@@ -348,16 +362,26 @@ mod tests {
         let sub = dir.path().join("sub");
         std::os::unix::fs::symlink(dir.path(), &sub).unwrap();
         let err = open(&sub.join("canary"), Open::Read, "open").unwrap_err();
-        assert!(matches!(&err, StoreError::Symlink { path } if *path == sub), "{err}");
+        assert!(
+            matches!(&err, StoreError::Symlink { path } if *path == sub),
+            "{err}"
+        );
         assert!(matches!(create_dir(&sub), Err(StoreError::Symlink { .. })));
         assert!(matches!(list(&sub), Err(StoreError::Symlink { .. })));
         assert!(matches!(
             rename(&link, &dir.path().join("x"), "rename"),
             Err(StoreError::Symlink { .. })
         ));
-        assert!(matches!(write_atomic(&link, b"new"), Err(StoreError::Symlink { .. })));
+        assert!(matches!(
+            write_atomic(&link, b"new"),
+            Err(StoreError::Symlink { .. })
+        ));
         assert_eq!(std::fs::read(&canary).unwrap(), b"keep");
-        let kinds: Vec<_> = list(dir.path()).unwrap().into_iter().map(|e| e.kind).collect();
+        let kinds: Vec<_> = list(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|e| e.kind)
+            .collect();
         assert!(kinds.contains(&Kind::Symlink) && kinds.contains(&Kind::File));
     }
 
@@ -370,7 +394,11 @@ mod tests {
         assert!(a.to_string_lossy().starts_with(".f.") && a.to_string_lossy().ends_with(".tmp"));
         write_atomic(&dir.path().join("f"), b"1").unwrap();
         replace(&dir.path().join("f"), b"2").unwrap();
-        let names: Vec<_> = list(dir.path()).unwrap().into_iter().map(|e| e.name).collect();
+        let names: Vec<_> = list(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
         assert_eq!(names, vec![OsString::from("f")]);
         assert_eq!(read(&dir.path().join("f"), "read").unwrap(), b"2");
     }
@@ -379,7 +407,14 @@ mod tests {
     fn a_fifo_is_not_a_file() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
-        rfs::mknodat(rfs::CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
+        rfs::mknodat(
+            rfs::CWD,
+            &fifo,
+            FileType::Fifo,
+            Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
         let err = open(&fifo, Open::Read, "open").unwrap_err();
         assert!(matches!(err, StoreError::WrongType { .. }), "{err}");
     }

@@ -5,6 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use capsule_store::format::DecodeError;
+use capsule_store::fsx;
 use capsule_store::{Result, SegmentReader, StoreError};
 use capsule_wire::view::{Reader, Short, VarintError};
 
@@ -307,19 +308,12 @@ impl SegmentIndex {
         })
     }
 
-    /// Writes the index for its segment into `dir` (tmp file, fsync, rename).
+    /// Writes the index for its segment into `dir` (tmp file with an unpredictable name,
+    /// fsync, rename: [`fsx::write_atomic`]).
     pub fn write(&self, dir: &Path) -> Result<PathBuf> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StoreError::io("create index directory", dir, e))?;
+        fsx::create_dir(dir)?;
         let path = dir.join(index_name(self.seq));
-        let tmp = dir.join(format!(".{}.tmp", index_name(self.seq)));
-        let bytes = self.encode();
-        std::fs::write(&tmp, &bytes).map_err(|e| StoreError::io("write index", &tmp, e))?;
-        std::fs::File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| StoreError::io("fsync index", &tmp, e))?;
-        std::fs::rename(&tmp, &path)
-            .map_err(|e| StoreError::io("rename index into place", &tmp, e))?;
+        fsx::write_atomic(&path, &self.encode())?;
         Ok(path)
     }
 
@@ -328,9 +322,12 @@ impl SegmentIndex {
     pub fn is_current(dir: &Path, seg: &SegmentReader) -> bool {
         use std::io::Read;
         let mut h = [0u8; HEADER_LEN];
-        let ok = std::fs::File::open(dir.join(index_name(seg.seq())))
-            .and_then(|mut f| f.read_exact(&mut h))
-            .is_ok();
+        let ok = fsx::open(
+            &dir.join(index_name(seg.seq())),
+            fsx::Open::Read,
+            "open index",
+        )
+        .is_ok_and(|mut f| f.read_exact(&mut h).is_ok());
         if !ok || h[..8] != INDEX_MAGIC {
             return false;
         }
@@ -357,10 +354,10 @@ impl SegmentIndex {
     /// different file (stale); an unreadable index is an error naming the file.
     pub fn load(dir: &Path, seg: &SegmentReader) -> Result<Option<Self>> {
         let path = dir.join(index_name(seg.seq()));
-        let bytes = match std::fs::read(&path) {
+        let bytes = match fsx::read(&path, "read index") {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(StoreError::io("read index", path, e)),
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e),
         };
         let idx = SegmentIndex::decode(&bytes).map_err(|problem| StoreError::Corrupt {
             path: path.clone(),

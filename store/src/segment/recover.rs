@@ -3,7 +3,6 @@
 //! for inspection. What was done is a [`Recovery`], which says it in one line.
 
 use std::fmt;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use super::scan::scan;
@@ -128,7 +127,7 @@ impl fmt::Display for Recovery {
 
 /// Cuts a torn open segment back to its last whole block and seals it.
 pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
-    let file = File::open(path).map_err(|e| StoreError::io("open segment", path, e))?;
+    let file = crate::fsx::open(path, crate::fsx::Open::Read, "open segment")?;
     let file_len = file
         .metadata()
         .map_err(|e| StoreError::io("stat segment", path, e))?
@@ -136,7 +135,7 @@ pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
     if file_len == 0 {
         // The writer stopped between creating the file and writing its head: nothing to keep
         // and nothing damaged to look at.
-        std::fs::remove_file(path).map_err(|e| StoreError::io("remove empty segment", path, e))?;
+        crate::fsx::remove(path, "remove empty segment")?;
         sync_dir(dir)?;
         let problem = "empty: the writer stopped before writing its head".to_string();
         return Ok(Recovery::nothing_kept(
@@ -160,8 +159,7 @@ pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
                 aside = path.with_extension(format!("open.damaged.{n}"));
                 n += 1;
             }
-            std::fs::rename(path, &aside)
-                .map_err(|e| StoreError::io("move damaged segment aside", path, e))?;
+            crate::fsx::rename(path, &aside, "move damaged segment aside")?;
             sync_dir(dir)?;
             let problem = format!("at byte {offset}: {problem}");
             let outcome = RecoveryOutcome::MovedAside { path: aside };
