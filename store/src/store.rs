@@ -319,4 +319,82 @@ mod tests {
         drop(held);
         s.lock_writer().unwrap();
     }
+
+    /// Leaves empty torn segment `seq` in `segs`, as a writer that stopped between creating
+    /// the file and writing its head does.
+    fn empty_torn_segment(segs: &Path, seq: u64) {
+        drop(segment::SegmentFile::create(segs, seq, 0).unwrap());
+        let path = segs.join(segment::open_name(seq));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+    }
+
+    /// Writes one packet through a new writer; returns the sequence numbers in the store.
+    fn write_one(root: &Path) -> Vec<u64> {
+        let (mut w, _) = crate::StoreWriter::open(root, crate::WriterConfig::default()).unwrap();
+        let i = w.add_interface(capsule_pcap::Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+        });
+        w.append(i, 1, 60, &[0u8; 60]).unwrap();
+        w.finish().unwrap();
+        let s = Store::open(root).unwrap();
+        s.list().unwrap().iter().map(|e| e.seq).collect()
+    }
+
+    #[test]
+    fn segment_numbers_only_grow_even_when_recovery_removes_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let segs = Store::create_or_open(dir.path()).unwrap().segments_dir();
+        empty_torn_segment(&segs, 1);
+        // Recovery removes the empty segment 1: the next writer must not hand out 1 again.
+        assert_eq!(write_one(dir.path()), vec![2]);
+        empty_torn_segment(&segs, 3);
+        assert_eq!(write_one(dir.path()), vec![2, 4]);
+        assert_eq!(write_one(dir.path()), vec![2, 4, 5]);
+    }
+
+    #[test]
+    fn symlinks_below_the_root_are_errors_naming_them_and_the_root_may_be_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        let s = Store::create_or_open(&root).unwrap();
+        let canary = dir.path().join("canary");
+        std::fs::write(&canary, b"keep").unwrap();
+        let planted = s.segments_dir().join(segment::sealed_name(7));
+        std::os::unix::fs::symlink(&canary, &planted).unwrap();
+        let err = s.list().unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Symlink { path } if *path == planted),
+            "{err}"
+        );
+        assert!(matches!(s.highest_seq(), Err(StoreError::Symlink { .. })));
+        std::fs::remove_file(&planted).unwrap();
+        // The root given as a symlink is the operator's choice.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&root, &link).unwrap();
+        let s = Store::create_or_open(&link).unwrap();
+        assert_eq!(s.root(), std::fs::canonicalize(&root).unwrap());
+        // The identity file, the lock and segments/ may not be symlinks.
+        std::fs::rename(root.join(LOCK_FILE), dir.path().join("lock")).unwrap();
+        std::os::unix::fs::symlink(&canary, root.join(LOCK_FILE)).unwrap();
+        assert!(matches!(s.lock_writer(), Err(StoreError::Symlink { .. })));
+        std::fs::remove_file(root.join(LOCK_FILE)).unwrap();
+        std::fs::rename(root.join(SEGMENTS_DIR), dir.path().join("segs")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("segs"), root.join(SEGMENTS_DIR)).unwrap();
+        let err = Store::create_or_open(&root).unwrap_err();
+        assert!(err.to_string().contains("segments: is a symlink"), "{err}");
+        std::fs::rename(root.join(META_FILE), dir.path().join("meta")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("meta"), root.join(META_FILE)).unwrap();
+        assert!(matches!(
+            Store::open(&root),
+            Err(StoreError::Symlink { .. })
+        ));
+        assert_eq!(std::fs::read(&canary).unwrap(), b"keep");
+    }
 }
