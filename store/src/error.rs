@@ -59,7 +59,7 @@ pub enum StoreError {
     )]
     Locked { path: PathBuf },
     /// A symlink where the store expects one of its own files or directories: the store
-    /// never follows one (see [`crate::fsx`]).
+    /// never follows one (see the `fsx` module).
     #[error(
         "{}: is a symlink; the store follows no symlink inside it (remove it)",
         path.display()

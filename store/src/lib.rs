@@ -34,6 +34,7 @@ pub mod format;
 pub mod fsx;
 pub mod indexer;
 pub mod segment;
+mod seq;
 pub mod store;
 pub mod writer;
 

@@ -5,7 +5,7 @@
 //!   capsule-store.json     identity and format version (written once, at creation)
 //!   writer.lock            flock'ed by the one process that writes (capture or import)
 //!   segments/
-//!     last-seq                            the highest segment number ever handed out
+//!     last-seq                            the highest segment number ever handed out (seq.rs)
 //!     seg-000000000001.pcapng.zst         sealed segments, oldest first
 //!     .seg-000000000002.pcapng.zst.open   the segment being written (at most one)
 //!   index/                 derived data, owned by capsule-index (see [`crate::Indexer`])
@@ -35,9 +35,6 @@ const META_FILE: &str = "capsule-store.json";
 const MAGIC: &str = "capsule-store";
 const LOCK_FILE: &str = "writer.lock";
 const SEGMENTS_DIR: &str = "segments";
-/// In `segments/`: the highest segment number ever handed out (decimal), so that numbers
-/// never repeat even when recovery removes the newest segment.
-const LAST_SEQ_FILE: &str = "last-seq";
 /// Directory of the data derived from segments (the side index), one file per segment.
 pub const INDEX_DIR: &str = "index";
 
@@ -198,7 +195,7 @@ impl Store {
     /// aside and segments removed since (0 for a new store).
     pub fn highest_seq(&self) -> Result<u64> {
         let dir = self.segments_dir();
-        let mut max = last_seq(&dir)?;
+        let mut max = crate::seq::last_seq(&dir)?;
         for entry in list_checked(&dir)? {
             if let Some(seq) = segment::any_seq(&entry.name.to_string_lossy()) {
                 max = max.max(seq);
@@ -252,34 +249,6 @@ fn list_checked(dir: &Path) -> Result<Vec<fsx::Entry>> {
         }
     }
     Ok(entries)
-}
-
-/// The high-water mark in `segments_dir` (0 when there is none yet).
-fn last_seq(segments_dir: &Path) -> Result<u64> {
-    let path = segments_dir.join(LAST_SEQ_FILE);
-    match fsx::read(&path, "read") {
-        Ok(b) => String::from_utf8_lossy(&b)
-            .trim()
-            .parse()
-            .map_err(|_| StoreError::NotAStore {
-                path,
-                detail: "expected a decimal segment number".into(),
-            }),
-        Err(e) if e.is_not_found() => Ok(0),
-        Err(e) => Err(e),
-    }
-}
-
-/// Records that segment `seq` is about to be created in `segments_dir`: the high-water
-/// mark [`Store::highest_seq`] reads, so that no number is ever handed out twice.
-pub(crate) fn record_seq(segments_dir: &Path, seq: u64) -> Result<()> {
-    if last_seq(segments_dir)? >= seq {
-        return Ok(());
-    }
-    fsx::write_atomic(
-        &segments_dir.join(LAST_SEQ_FILE),
-        format!("{seq}\n").as_bytes(),
-    )
 }
 
 #[cfg(test)]

@@ -142,7 +142,7 @@ impl SegmentFile {
     /// Creates hidden segment `seq` in `dir` and writes its head frame and header.
     pub fn create(dir: &Path, seq: u64, created_ns: u64) -> Result<Self> {
         let path = dir.join(open_name(seq));
-        crate::store::record_seq(dir, seq)?;
+        crate::seq::record(dir, seq)?;
         let file = fsx::open(&path, fsx::Open::CreateNew, "create segment")?;
         let mut head = head_frame();
         SegmentHeader { seq, created_ns }.encode(&mut head);
