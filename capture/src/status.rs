@@ -1,7 +1,8 @@
 //! The live status of a running capture, for `capsule status --store DIR`.
 //!
-//! The capture writes `STORE/capture-status.json` about once a second (write to a hidden
-//! name, then rename, so a reader never sees half a file): what it captures with, its
+//! The capture writes `STORE/capture-status.json` about once a second (write to a hidden,
+//! unpredictable name, then rename, so a reader never sees half a file; never through a
+//! symlink: `capsule_store::fsx`): what it captures with, its
 //! counters, drops by cause, and rates over the last interval. `capsule status` reads it and
 //! tells a live capture from a stale file by the process id and the update time.
 
@@ -98,7 +99,8 @@ impl StatusFile {
     pub fn new(store: &Path, iface: &str, mode: &str) -> StatusFile {
         let now = capsule_store::now_ns();
         let mut f = StatusFile {
-            path: store.join(STATUS_FILE),
+            // The store root may be a symlink (the operator's choice): resolved once.
+            path: root(store).join(STATUS_FILE),
             status: CaptureStatus {
                 pid: std::process::id(),
                 iface: iface.to_string(),
@@ -152,12 +154,12 @@ impl StatusFile {
     }
 
     fn write(&mut self) {
-        let tmp = self.path.with_file_name(format!(".{STATUS_FILE}.tmp"));
         let body = serde_json::to_vec_pretty(&self.status).expect("status serializes");
-        let r = std::fs::write(&tmp, body).and_then(|()| std::fs::rename(&tmp, &self.path));
+        let r = capsule_store::fsx::replace(&self.path, &body);
         // The status is a convenience: a full disk must not stop capture over it.
         if let Err(e) = r {
             if !self.warned {
+                let e = capsule_store::error::chain(&e);
                 tracing::warn!("cannot write {}: {e}", self.path.display());
                 self.warned = true;
             }
@@ -167,8 +169,12 @@ impl StatusFile {
 
 /// Reads a store's capture status, if a capture ever ran there.
 pub fn read_status(store: &Path) -> std::io::Result<Option<CaptureStatus>> {
-    let path = store.join(STATUS_FILE);
-    match std::fs::read(&path) {
+    let path = root(store).join(STATUS_FILE);
+    let read = capsule_store::fsx::read(&path, "read").map_err(|e| match e {
+        capsule_store::StoreError::Io { error, .. } => error,
+        e => std::io::Error::other(e.to_string()),
+    });
+    match read {
         Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -181,6 +187,11 @@ pub fn read_status(store: &Path) -> std::io::Result<Option<CaptureStatus>> {
             format!("{}: {e}", path.display()),
         )),
     }
+}
+
+/// The store root, resolved once (it may be a symlink; nothing below it may).
+fn root(store: &Path) -> PathBuf {
+    capsule_store::fsx::resolve_root(store).unwrap_or_else(|_| store.to_path_buf())
 }
 
 /// A one-line account of the drops by cause, e.g. " (XDP socket ring full 12, pipeline 3)".
@@ -250,6 +261,31 @@ mod tests {
         std::fs::write(dir.path().join(STATUS_FILE), v.to_string()).unwrap();
         let s = read_status(dir.path()).unwrap().unwrap();
         assert_eq!(s.store, capsule_store::writer::Pressure::default());
+    }
+
+    #[test]
+    fn the_status_never_follows_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let canary = dir.path().join("canary");
+        std::fs::write(&canary, b"keep").unwrap();
+        let store = dir.path().join("store");
+        std::fs::create_dir(&store).unwrap();
+        // The old fixed temporary name and the status file itself, planted.
+        std::os::unix::fs::symlink(&canary, store.join(format!(".{STATUS_FILE}.tmp"))).unwrap();
+        std::os::unix::fs::symlink(&canary, store.join(STATUS_FILE)).unwrap();
+        let mut f = StatusFile::new(&store, "eth9", "test mode");
+        f.update(&LiveReport::default(), Default::default());
+        f.finish();
+        assert_eq!(std::fs::read(&canary).unwrap(), b"keep");
+        let e = read_status(&store).unwrap_err().to_string();
+        assert!(e.contains("is a symlink") && e.contains(STATUS_FILE), "{e}");
+        // A symlinked store root is the operator's choice: it works.
+        std::fs::remove_file(store.join(STATUS_FILE)).unwrap();
+        let root = dir.path().join("root-link");
+        std::os::unix::fs::symlink(&store, &root).unwrap();
+        let mut f = StatusFile::new(&root, "eth9", "test mode");
+        f.finish();
+        assert!(!read_status(&root).unwrap().unwrap().running);
     }
 
     #[test]

@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use capsule_store::format::BlockMeta;
 use capsule_store::segment::SealedSegment;
 use capsule_store::{
-    Indexer, OpenReport, Result, SegmentEntry, SegmentReader, Store, StoreError, StoreWriter,
-    WriterConfig,
+    Indexer, OpenReport, Result, SegmentEntry, SegmentReader, Store, StoreWriter, WriterConfig,
 };
 
 use crate::sideindex::{index_name, rebuild, IndexBuilder, SegmentIndex};
@@ -83,10 +82,10 @@ impl Indexer for SideIndexer {
 
     fn deleted(&mut self, seq: u64) -> Result<()> {
         let idx = self.dir.join(index_name(seq));
-        match std::fs::remove_file(&idx) {
+        match capsule_store::fsx::remove(&idx, "delete old index") {
             Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(StoreError::io("delete old index", idx, e)),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
         }
     }
 }

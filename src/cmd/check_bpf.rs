@@ -23,8 +23,15 @@ use capsule_replay::ExportError;
 
 use crate::cli::CheckBpfArgs;
 
-/// CPU time and wall-clock time the compiler is given.
-pub const TIME_LIMIT: Duration = Duration::from_secs(10);
+/// CPU time and wall-clock time the compiler is given: 10 s, or `CAPSULE_BPF_CHECK_SECS`
+/// (1 to 60; the tests set it low so that a machine's speed cannot decide them).
+pub fn time_limit() -> Duration {
+    let secs = std::env::var("CAPSULE_BPF_CHECK_SECS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(10, |s| s.clamp(1, 60));
+    Duration::from_secs(secs)
+}
 /// Address space the compiling process is given.
 pub const MEMORY_LIMIT: u64 = 1 << 30;
 
@@ -39,7 +46,7 @@ pub enum BpfGuardError {
     #[error(
         "--bpf: the expression is too complex: libpcap's compiler did not finish within \
          {} s / {} GiB for link type {linktype} ({how})",
-        TIME_LIMIT.as_secs(),
+        time_limit().as_secs(),
         MEMORY_LIMIT >> 30
     )]
     TooComplex { linktype: u16, how: String },
@@ -60,7 +67,7 @@ pub enum BpfGuardError {
 /// `capsule __check-bpf`: limits itself, compiles, exits 0, 3 or 4.
 pub fn child(a: &CheckBpfArgs) -> Result<ExitCode> {
     use rustix::process::{setrlimit, Resource, Rlimit};
-    let secs = TIME_LIMIT.as_secs();
+    let secs = time_limit().as_secs();
     // SIGXCPU at the soft limit, SIGKILL a second later.
     setrlimit(
         Resource::Cpu,
@@ -140,7 +147,7 @@ fn check_one(exe: &std::path::Path, expr: &str, linktype: u16) -> Result<()> {
         if let Some(status) = child.try_wait()? {
             break Some(status);
         }
-        if t0.elapsed() >= TIME_LIMIT {
+        if t0.elapsed() >= time_limit() {
             let _ = child.kill();
             let _ = child.wait();
             break None;
@@ -151,7 +158,10 @@ fn check_one(exe: &std::path::Path, expr: &str, linktype: u16) -> Result<()> {
     let Some(status) = status else {
         return Err(BpfGuardError::TooComplex {
             linktype,
-            how: format!("killed after {} s of wall-clock time", TIME_LIMIT.as_secs()),
+            how: format!(
+                "killed after {} s of wall-clock time",
+                time_limit().as_secs()
+            ),
         }
         .into());
     };

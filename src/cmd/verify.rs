@@ -34,7 +34,7 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
             let open = store
                 .segments_dir()
                 .join(capsule_store::segment::open_name(e.seq));
-            std::fs::rename(&e.path, &open)?;
+            capsule_store::fsx::rename(&e.path, &open, "reopen damaged segment for repair")?;
             capsule_store::segment::sync_dir(&store.segments_dir())?;
             let r = capsule_store::segment::recover(&store.segments_dir(), &open)?;
             repaired.push(format!("segment {}: {r}", e.seq));

@@ -65,6 +65,20 @@ pub enum StoreError {
         path.display()
     )]
     Locked { path: PathBuf },
+    /// A symlink where the store expects one of its own files or directories: the store
+    /// never follows one (see the `fsx` module).
+    #[error(
+        "{}: is a symlink; the store follows no symlink inside it (remove it)",
+        path.display()
+    )]
+    Symlink { path: PathBuf },
+    /// Something other than what the store expects (a FIFO where a file should be, a file
+    /// where a directory should be).
+    #[error("{}: is not a {expected}", path.display())]
+    WrongType {
+        path: PathBuf,
+        expected: &'static str,
+    },
     /// The writer was configured in a way that cannot work.
     #[error("invalid store configuration: {0}")]
     Config(String),

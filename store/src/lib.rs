@@ -31,8 +31,10 @@
 
 pub mod error;
 pub mod format;
+pub mod fsx;
 pub mod indexer;
 pub mod segment;
+mod seq;
 pub mod store;
 pub mod verify;
 pub mod writer;

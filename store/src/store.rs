@@ -5,6 +5,7 @@
 //!   capsule-store.json     identity and format version (written once, at creation)
 //!   writer.lock            flock'ed by the one process that writes (capture or import)
 //!   segments/
+//!     last-seq                            the highest segment number ever handed out (seq.rs)
 //!     seg-000000000001.pcapng.zst         sealed segments, oldest first
 //!     .seg-000000000002.pcapng.zst.open   the segment being written (at most one)
 //!   index/                 derived data, owned by capsule-index (see [`crate::Indexer`])
@@ -15,9 +16,14 @@
 //! Readers never take the lock and never change files: they list the directory, read sealed
 //! segments through their footers and the open one through its block headers. A segment
 //! deleted by retention between listing and reading is skipped and reported.
+//!
+//! Every file and directory below the root is opened through [`crate::fsx`]: none may be a
+//! symlink. The root itself may be one (the operator's choice); it is resolved once, here.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+
+use crate::fsx;
 
 use serde::{Deserialize, Serialize};
 
@@ -64,10 +70,11 @@ pub fn now_ns() -> u64 {
 impl Store {
     /// Opens an existing store for reading.
     pub fn open(root: &Path) -> Result<Self> {
+        let root = &fsx::resolve_root(root)?;
         let meta_path = root.join(META_FILE);
-        let text = match std::fs::read_to_string(&meta_path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+        let text = match fsx::read(&meta_path, "read") {
+            Ok(t) => String::from_utf8_lossy(&t).into_owned(),
+            Err(e) if e.is_not_found() => {
                 return Err(StoreError::NotAStore {
                     path: root.to_path_buf(),
                     detail: format!(
@@ -76,7 +83,7 @@ impl Store {
                     ),
                 })
             }
-            Err(e) => return Err(StoreError::io("read", meta_path, e)),
+            Err(e) => return Err(e),
         };
         let meta: StoreMeta =
             serde_json::from_str(&text).map_err(|error| StoreError::BadIdentity {
@@ -105,28 +112,36 @@ impl Store {
 
     /// Opens a store, creating the directory and its identity file if absent.
     pub fn create_or_open(root: &Path) -> Result<Self> {
-        if !root.join(META_FILE).exists() {
-            std::fs::create_dir_all(root.join(SEGMENTS_DIR))
-                .map_err(|e| StoreError::io("create store directory", root, e))?;
-            let meta = StoreMeta {
-                magic: MAGIC.into(),
-                format: FORMAT_VERSION,
-                created_ns: now_ns(),
-            };
-            let tmp = root.join(format!(".{META_FILE}.tmp"));
-            let body = serde_json::to_string_pretty(&meta).expect("plain struct serializes");
-            std::fs::write(&tmp, body + "\n").map_err(|e| StoreError::io("write", &tmp, e))?;
-            File::open(&tmp)
-                .and_then(|f| f.sync_all())
-                .map_err(|e| StoreError::io("fsync", &tmp, e))?;
-            std::fs::rename(&tmp, root.join(META_FILE))
-                .map_err(|e| StoreError::io("rename into place", &tmp, e))?;
-            segment::sync_dir(root)?;
+        Ok(Store::create_locked(root)?.0)
+    }
+
+    /// Opens a store for writing, creating it if absent, and takes its writer lock (see
+    /// [`Store::lock_writer`]). The store is created under the lock, so of several writers
+    /// creating one at once, one wins and every other gets [`StoreError::Locked`].
+    pub fn create_locked(root: &Path) -> Result<(Self, File)> {
+        std::fs::create_dir_all(root)
+            .map_err(|e| StoreError::io("create store directory", root, e))?;
+        let store = Store {
+            root: fsx::resolve_root(root)?,
+        };
+        let lock = store.lock_writer()?;
+        let meta_path = store.root.join(META_FILE);
+        match fsx::open(&meta_path, fsx::Open::Read, "read") {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {
+                let meta = StoreMeta {
+                    magic: MAGIC.into(),
+                    format: FORMAT_VERSION,
+                    created_ns: now_ns(),
+                };
+                let body = serde_json::to_string_pretty(&meta).expect("plain struct serializes");
+                fsx::write_atomic(&meta_path, (body + "\n").as_bytes())?;
+            }
+            Err(e) => return Err(e),
         }
-        let store = Store::open(root)?;
-        std::fs::create_dir_all(store.segments_dir())
-            .map_err(|e| StoreError::io("create directory", store.segments_dir(), e))?;
-        Ok(store)
+        let store = Store::open(&store.root)?;
+        fsx::create_dir(&store.segments_dir())?;
+        Ok((store, lock))
     }
 
     /// The store's root directory.
@@ -148,12 +163,7 @@ impl Store {
     /// process dies.
     pub fn lock_writer(&self) -> Result<File> {
         let path = self.root.join(LOCK_FILE);
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| StoreError::io("open lock file", &path, e))?;
+        let f = fsx::open(&path, fsx::Open::Lock, "open lock file")?;
         match f.try_lock() {
             Ok(()) => Ok(f),
             Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked { path }),
@@ -163,26 +173,17 @@ impl Store {
 
     /// Lists segment files, ordered by sequence number (oldest first).
     pub fn list(&self) -> Result<Vec<SegmentEntry>> {
-        let dir = self.segments_dir();
-        let rd = std::fs::read_dir(&dir).map_err(|e| StoreError::io("list", &dir, e))?;
         let mut out = Vec::new();
-        for entry in rd {
-            let entry = entry.map_err(|e| StoreError::io("list", &dir, e))?;
-            let name = entry.file_name();
-            let Some((seq, state)) = segment::parse_name(&name.to_string_lossy()) else {
+        // Entries deleted by retention, or sealed (renamed), while we list are left out.
+        for entry in list_checked(&self.segments_dir())? {
+            let Some((seq, state)) = segment::parse_name(&entry.name.to_string_lossy()) else {
                 continue;
-            };
-            let bytes = match entry.metadata() {
-                Ok(m) => m.len(),
-                // Deleted by retention, or sealed (renamed) while we listed.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(StoreError::io("stat", entry.path(), e)),
             };
             out.push(SegmentEntry {
                 seq,
                 state,
-                path: entry.path(),
-                bytes,
+                path: entry.path,
+                bytes: entry.len,
             });
         }
         out.sort_by_key(|e| (e.seq, e.state));
@@ -191,14 +192,12 @@ impl Store {
     }
 
     /// The highest segment number ever used in this store, counting damaged segments moved
-    /// aside (0 for a new store).
+    /// aside and segments removed since (0 for a new store).
     pub fn highest_seq(&self) -> Result<u64> {
         let dir = self.segments_dir();
-        let rd = std::fs::read_dir(&dir).map_err(|e| StoreError::io("list", &dir, e))?;
-        let mut max = 0;
-        for entry in rd {
-            let entry = entry.map_err(|e| StoreError::io("list", &dir, e))?;
-            if let Some(seq) = segment::any_seq(&entry.file_name().to_string_lossy()) {
+        let mut max = crate::seq::last_seq(&dir)?;
+        for entry in list_checked(&dir)? {
+            if let Some(seq) = segment::any_seq(&entry.name.to_string_lossy()) {
                 max = max.max(seq);
             }
         }
@@ -264,6 +263,29 @@ impl Unreadable {
     }
 }
 
+/// Lists `dir` (through [`fsx::list`]), refusing any symlink or directory in it.
+fn list_checked(dir: &Path) -> Result<Vec<fsx::Entry>> {
+    let entries = fsx::list(dir)?;
+    for e in &entries {
+        match e.kind {
+            fsx::Kind::Symlink => {
+                return Err(StoreError::Symlink {
+                    path: e.path.clone(),
+                })
+            }
+            fsx::Kind::File => {}
+            _ if segment::any_seq(&e.name.to_string_lossy()).is_none() => {}
+            _ => {
+                return Err(StoreError::WrongType {
+                    path: e.path.clone(),
+                    expected: "regular file",
+                })
+            }
+        }
+    }
+    Ok(entries)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,5 +322,83 @@ mod tests {
         assert!(matches!(s.lock_writer(), Err(StoreError::Locked { .. })));
         drop(held);
         s.lock_writer().unwrap();
+    }
+
+    /// Leaves empty torn segment `seq` in `segs`, as a writer that stopped between creating
+    /// the file and writing its head does.
+    fn empty_torn_segment(segs: &Path, seq: u64) {
+        drop(segment::SegmentFile::create(segs, seq, 0).unwrap());
+        let path = segs.join(segment::open_name(seq));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+    }
+
+    /// Writes one packet through a new writer; returns the sequence numbers in the store.
+    fn write_one(root: &Path) -> Vec<u64> {
+        let (mut w, _) = crate::StoreWriter::open(root, crate::WriterConfig::default()).unwrap();
+        let i = w.add_interface(capsule_pcap::Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+        });
+        w.append(i, 1, 60, &[0u8; 60]).unwrap();
+        w.finish().unwrap();
+        let s = Store::open(root).unwrap();
+        s.list().unwrap().iter().map(|e| e.seq).collect()
+    }
+
+    #[test]
+    fn segment_numbers_only_grow_even_when_recovery_removes_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let segs = Store::create_or_open(dir.path()).unwrap().segments_dir();
+        empty_torn_segment(&segs, 1);
+        // Recovery removes the empty segment 1: the next writer must not hand out 1 again.
+        assert_eq!(write_one(dir.path()), vec![2]);
+        empty_torn_segment(&segs, 3);
+        assert_eq!(write_one(dir.path()), vec![2, 4]);
+        assert_eq!(write_one(dir.path()), vec![2, 4, 5]);
+    }
+
+    #[test]
+    fn symlinks_below_the_root_are_errors_naming_them_and_the_root_may_be_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        let s = Store::create_or_open(&root).unwrap();
+        let canary = dir.path().join("canary");
+        std::fs::write(&canary, b"keep").unwrap();
+        let planted = s.segments_dir().join(segment::sealed_name(7));
+        std::os::unix::fs::symlink(&canary, &planted).unwrap();
+        let err = s.list().unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Symlink { path } if *path == planted),
+            "{err}"
+        );
+        assert!(matches!(s.highest_seq(), Err(StoreError::Symlink { .. })));
+        std::fs::remove_file(&planted).unwrap();
+        // The root given as a symlink is the operator's choice.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&root, &link).unwrap();
+        let s = Store::create_or_open(&link).unwrap();
+        assert_eq!(s.root(), std::fs::canonicalize(&root).unwrap());
+        // The identity file, the lock and segments/ may not be symlinks.
+        std::fs::rename(root.join(LOCK_FILE), dir.path().join("lock")).unwrap();
+        std::os::unix::fs::symlink(&canary, root.join(LOCK_FILE)).unwrap();
+        assert!(matches!(s.lock_writer(), Err(StoreError::Symlink { .. })));
+        std::fs::remove_file(root.join(LOCK_FILE)).unwrap();
+        std::fs::rename(root.join(SEGMENTS_DIR), dir.path().join("segs")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("segs"), root.join(SEGMENTS_DIR)).unwrap();
+        let err = Store::create_or_open(&root).unwrap_err();
+        assert!(err.to_string().contains("segments: is a symlink"), "{err}");
+        std::fs::rename(root.join(META_FILE), dir.path().join("meta")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("meta"), root.join(META_FILE)).unwrap();
+        assert!(matches!(
+            Store::open(&root),
+            Err(StoreError::Symlink { .. })
+        ));
+        assert_eq!(std::fs::read(&canary).unwrap(), b"keep");
     }
 }

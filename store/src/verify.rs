@@ -53,15 +53,10 @@ impl std::fmt::Display for Problem {
 /// Checks one segment file; returns what is wrong (nothing: it is whole).
 pub fn verify_segment(path: &Path) -> Vec<Problem> {
     let mut out = Vec::new();
-    let file = match File::open(path) {
+    let file = match crate::fsx::open(path, crate::fsx::Open::Read, "open segment") {
         Ok(f) => f,
         Err(e) => {
-            out.push(Problem::new(
-                path,
-                "segment",
-                None,
-                format!("cannot open: {e}"),
-            ));
+            out.push(Problem::new(path, "segment", None, chain(&e)));
             return out;
         }
     };

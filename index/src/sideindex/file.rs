@@ -5,6 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use capsule_store::format::DecodeError;
+use capsule_store::fsx;
 use capsule_store::{Result, SegmentReader, StoreError};
 use capsule_wire::view::{Reader, Short, VarintError};
 
@@ -307,26 +308,19 @@ impl SegmentIndex {
         })
     }
 
-    /// Writes the index for its segment into `dir` (tmp file, fsync, rename).
+    /// Writes the index for its segment into `dir` (tmp file with an unpredictable name,
+    /// fsync, rename: [`fsx::write_atomic`]).
     pub fn write(&self, dir: &Path) -> Result<PathBuf> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StoreError::io("create index directory", dir, e))?;
+        fsx::create_dir(dir)?;
         let path = dir.join(index_name(self.seq));
-        let tmp = dir.join(format!(".{}.tmp", index_name(self.seq)));
-        let bytes = self.encode();
-        std::fs::write(&tmp, &bytes).map_err(|e| StoreError::io("write index", &tmp, e))?;
-        std::fs::File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| StoreError::io("fsync index", &tmp, e))?;
-        std::fs::rename(&tmp, &path)
-            .map_err(|e| StoreError::io("rename index into place", &tmp, e))?;
+        fsx::write_atomic(&path, &self.encode())?;
         Ok(path)
     }
 
     /// Whether `dir` holds a readable index header describing `seg` exactly (its sequence
     /// number, length and block count) and whose body is intact (its crc32c holds).
     pub fn is_current(dir: &Path, seg: &SegmentReader) -> bool {
-        let Ok(file) = std::fs::read(dir.join(index_name(seg.seq()))) else {
+        let Ok(file) = fsx::read(&dir.join(index_name(seg.seq())), "read index") else {
             return false;
         };
         let Some(h) = file.first_chunk::<HEADER_LEN>() else {
@@ -361,10 +355,10 @@ impl SegmentIndex {
     /// different file (stale); an unreadable index is an error naming the file.
     pub fn load(dir: &Path, seg: &SegmentReader) -> Result<Option<Self>> {
         let path = dir.join(index_name(seg.seq()));
-        let bytes = match std::fs::read(&path) {
+        let bytes = match fsx::read(&path, "read index") {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(StoreError::io("read index", path, e)),
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e),
         };
         let idx = SegmentIndex::decode(&bytes).map_err(|problem| StoreError::DerivedDamaged {
             path: path.clone(),

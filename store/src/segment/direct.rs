@@ -2,8 +2,8 @@
 //! behind the unwritten tail of the previous one and written in large aligned `pwrite`s,
 //! the last page zero-padded (the next write rewrites that page; sealing cuts the padding).
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
@@ -37,11 +37,7 @@ pub const DIRECT_FLUSH_BYTES: usize = 8 << 20;
 
 impl Direct {
     pub(super) fn open(path: &Path) -> Option<Direct> {
-        let file = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-            .ok()?;
+        let file = crate::fsx::open(path, crate::fsx::Open::Direct, "open for direct I/O").ok()?;
         let mut d = Direct {
             file,
             mem: Vec::new(),

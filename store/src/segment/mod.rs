@@ -25,13 +25,14 @@
 //! cache, and saves the kernel's copy into it, which was a third of capture's CPU (see
 //! docs/decisions.md). A file system that refuses direct I/O gets buffered writes.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{IoSlice, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Result, StoreError};
 use crate::format::{self, BlockMeta, Footer, SegmentHeader};
+use crate::fsx;
 
 mod direct;
 mod reader;
@@ -92,9 +93,7 @@ pub fn parse_name(name: &str) -> Option<(u64, SegmentState)> {
 
 /// fsyncs a directory so that renames and unlinks in it are durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| StoreError::io("fsync directory", dir, e))
+    crate::fsx::sync_dir(dir)
 }
 
 /// The pcapng section header every segment starts with, as a zstd frame.
@@ -143,11 +142,8 @@ impl SegmentFile {
     /// Creates hidden segment `seq` in `dir` and writes its head frame and header.
     pub fn create(dir: &Path, seq: u64, created_ns: u64) -> Result<Self> {
         let path = dir.join(open_name(seq));
-        let file = OpenOptions::new()
-            .append(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|e| StoreError::io("create segment", &path, e))?;
+        crate::seq::record(dir, seq)?;
+        let file = fsx::open(&path, fsx::Open::CreateNew, "create segment")?;
         let mut head = head_frame();
         SegmentHeader { seq, created_ns }.encode(&mut head);
         let direct = Direct::open(&path);
@@ -171,10 +167,7 @@ impl SegmentFile {
     /// cut back to `scan.good_len` first.
     pub(super) fn reopen(dir: &Path, path: PathBuf, s: &Scan) -> Result<Self> {
         // Append mode: after the cut, the footer goes at the (new) end of the file.
-        let file = OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| StoreError::io("reopen segment", &path, e))?;
+        let file = fsx::open(&path, fsx::Open::Append, "reopen segment")?;
         file.set_len(s.good_len)
             .map_err(|e| StoreError::io("truncate segment", &path, e))?;
         let mut footer = Footer {
@@ -351,8 +344,7 @@ impl SegmentFile {
     /// directory. An empty segment is removed instead, and `None` returned.
     pub fn seal(mut self) -> Result<Option<SealedSegment>> {
         if self.footer.blocks.is_empty() {
-            std::fs::remove_file(&self.path)
-                .map_err(|e| StoreError::io("remove empty segment", &self.path, e))?;
+            fsx::remove(&self.path, "remove empty segment")?;
             sync_dir(&self.dir)?;
             return Ok(None);
         }
@@ -370,8 +362,7 @@ impl SegmentFile {
             .sync_all()
             .map_err(|e| StoreError::io("fsync segment", &self.path, e))?;
         let sealed = self.dir.join(sealed_name(self.seq));
-        std::fs::rename(&self.path, &sealed)
-            .map_err(|e| StoreError::io("rename segment into place", &self.path, e))?;
+        fsx::rename(&self.path, &sealed, "rename segment into place")?;
         sync_dir(&self.dir)?;
         Ok(Some(SealedSegment {
             seq: self.seq,
@@ -548,7 +539,7 @@ mod tests {
         seg.flush().unwrap();
         drop(seg);
         let path = dir.path().join(open_name(4));
-        OpenOptions::new()
+        std::fs::OpenOptions::new()
             .write(true)
             .open(&path)
             .unwrap()
@@ -566,7 +557,7 @@ mod tests {
         let end = seg.len();
         drop(seg);
         let path = dir.path().join(open_name(1));
-        let f = OpenOptions::new()
+        let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)

@@ -43,7 +43,7 @@ impl SegmentReader {
             path: path.to_path_buf(),
             detail: "expected a segment file name like seg-000000000001.pcapng.zst".into(),
         })?;
-        let file = File::open(path).map_err(|e| StoreError::io("open segment", path, e))?;
+        let file = crate::fsx::open(path, crate::fsx::Open::Read, "open segment")?;
         let bytes = file
             .metadata()
             .map_err(|e| StoreError::io("stat segment", path, e))?

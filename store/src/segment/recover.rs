@@ -3,7 +3,6 @@
 //! for inspection. What was done is a [`Recovery`], which says it in one line.
 
 use std::fmt;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use std::os::unix::fs::FileExt;
@@ -12,6 +11,7 @@ use super::scan::{read_at, scan, Scan};
 use super::{open_name, parse_name, sealed_name, sync_dir, SealedSegment, SegmentFile};
 use crate::error::{Result, StoreError};
 use crate::format::{self, BlockMeta};
+use crate::fsx;
 
 /// What recovering a torn segment did.
 #[derive(Debug, Clone)]
@@ -164,7 +164,7 @@ impl fmt::Display for Recovery {
 
 /// Cuts a torn open segment back to its last whole block and seals it.
 pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
-    let file = File::open(path).map_err(|e| StoreError::io("open segment", path, e))?;
+    let file = crate::fsx::open(path, crate::fsx::Open::Read, "open segment")?;
     let file_len = file
         .metadata()
         .map_err(|e| StoreError::io("stat segment", path, e))?
@@ -172,7 +172,7 @@ pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
     if file_len == 0 {
         // The writer stopped between creating the file and writing its head: nothing to keep
         // and nothing damaged to look at.
-        std::fs::remove_file(path).map_err(|e| StoreError::io("remove empty segment", path, e))?;
+        crate::fsx::remove(path, "remove empty segment")?;
         sync_dir(dir)?;
         let problem = "empty: the writer stopped before writing its head".to_string();
         return Ok(Recovery::nothing_kept(
@@ -196,8 +196,7 @@ pub fn recover(dir: &Path, path: &Path) -> Result<Recovery> {
                 aside = path.with_extension(format!("open.damaged.{n}"));
                 n += 1;
             }
-            std::fs::rename(path, &aside)
-                .map_err(|e| StoreError::io("move damaged segment aside", path, e))?;
+            crate::fsx::rename(path, &aside, "move damaged segment aside")?;
             sync_dir(dir)?;
             let problem = format!("at byte {offset}: {problem}");
             let outcome = RecoveryOutcome::MovedAside { path: aside };
@@ -255,7 +254,7 @@ fn rebuild(
     path: &Path,
     s: &Scan,
 ) -> Result<(Option<SealedSegment>, Vec<MovedDamage>, usize)> {
-    let file = File::open(path).map_err(|e| StoreError::io("open segment", path, e))?;
+    let file = fsx::open(path, fsx::Open::Read, "open segment")?;
     // The damage first, so that a crash after the seal below can never lose it.
     let mut moved = Vec::new();
     for d in &s.damaged {
@@ -272,8 +271,7 @@ fn rebuild(
     }
     sync_dir(dir)?;
     let rebuilding = path.with_extension(format!("open{REBUILDING_SUFFIX}"));
-    std::fs::rename(path, &rebuilding)
-        .map_err(|e| StoreError::io("rename torn segment for its rebuild", path, e))?;
+    fsx::rename(path, &rebuilding, "rename torn segment for its rebuild")?;
     sync_dir(dir)?;
     let mut seg = SegmentFile::create(dir, s.header.seq, s.header.created_ns)?;
     // Blocks and lost interface declarations, in file order.
@@ -302,8 +300,7 @@ fn rebuild(
         extra += 1;
     }
     let sealed = seg.seal()?;
-    std::fs::remove_file(&rebuilding)
-        .map_err(|e| StoreError::io("remove rebuilt torn segment", &rebuilding, e))?;
+    fsx::remove(&rebuilding, "remove rebuilt torn segment")?;
     sync_dir(dir)?;
     Ok((sealed, moved, extra))
 }
@@ -329,46 +326,36 @@ fn declare(seg: &mut SegmentFile, lost: &BlockMeta) -> Result<()> {
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    // Not create_new: a rebuild resumed after a crash writes the same bytes again.
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .map_err(|e| StoreError::io("create", path, e))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| StoreError::io("write", path, e))
+    // Atomic and idempotent: a rebuild resumed after a crash writes the same bytes again.
+    fsx::write_atomic(path, bytes)
 }
 
 /// Finishes or restarts rebuilds a crash interrupted: a torn segment under its `.rebuilding`
 /// name goes back to its `.open` name (replacing a partial rebuild) unless its rebuild was
 /// already sealed, in which case it is removed. Run before recovery.
 pub fn resume_rebuilds(dir: &Path) -> Result<()> {
-    let rd = std::fs::read_dir(dir).map_err(|e| StoreError::io("list", dir, e))?;
-    for entry in rd {
-        let entry = entry.map_err(|e| StoreError::io("list", dir, e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
+    for entry in fsx::list(dir)? {
+        let name = entry.name.to_string_lossy().into_owned();
         let Some(open) = name.strip_suffix(REBUILDING_SUFFIX) else {
             continue;
         };
         let Some((seq, _)) = parse_name(open) else {
             continue;
         };
-        let torn = entry.path();
-        if dir.join(sealed_name(seq)).exists() {
-            std::fs::remove_file(&torn)
-                .map_err(|e| StoreError::io("remove rebuilt torn segment", &torn, e))?;
+        let torn = entry.path;
+        let sealed = fsx::list(dir)?
+            .iter()
+            .any(|e| e.name.to_string_lossy() == sealed_name(seq));
+        if sealed {
+            fsx::remove(&torn, "remove rebuilt torn segment")?;
         } else {
             let partial = dir.join(open_name(seq));
-            match std::fs::remove_file(&partial) {
+            match fsx::remove(&partial, "remove partial rebuild") {
                 Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(StoreError::io("remove partial rebuild", partial, e)),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
             }
-            std::fs::rename(&torn, &partial)
-                .map_err(|e| StoreError::io("restore torn segment", &torn, e))?;
+            fsx::rename(&torn, &partial, "restore torn segment")?;
         }
         sync_dir(dir)?;
     }

@@ -303,8 +303,7 @@ impl StoreWriter {
             )));
         }
 
-        let store = Store::create_or_open(root)?;
-        let lock = store.lock_writer()?;
+        let (store, lock) = Store::create_locked(root)?;
         let dir = store.segments_dir();
         let mut report = OpenReport::default();
         segment::resume_rebuilds(&dir)?;

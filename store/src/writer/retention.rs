@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
 use super::DeletedSegment;
-use crate::error::{Result, StoreError};
+use crate::error::Result;
 use crate::indexer::Indexer;
 use crate::segment;
 use crate::store::SegmentEntry;
@@ -71,10 +71,10 @@ impl Retention {
             let Some(seg) = self.sealed.pop_front() else {
                 break;
             };
-            match std::fs::remove_file(&seg.path) {
+            match crate::fsx::remove(&seg.path, "delete old segment") {
                 Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(StoreError::io("delete old segment", seg.path, e)),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
             }
             indexer.deleted(seg.seq)?;
             self.total = self.total.saturating_sub(seg.bytes);
