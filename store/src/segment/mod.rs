@@ -44,6 +44,8 @@ pub use reader::SegmentReader;
 pub use recover::{recover, Recovery, RecoveryOutcome};
 pub use scan::{scan, Scan};
 
+use capsule_pcap::Interface;
+
 /// File name ending of a sealed segment.
 pub const SEALED_SUFFIX: &str = ".pcapng.zst";
 const OPEN_SUFFIX: &str = ".pcapng.zst.open";
@@ -122,9 +124,41 @@ pub struct SegmentFile {
     /// The direct-I/O writer, while the file system takes it.
     direct: Option<Direct>,
     seq: u64,
+    /// Logical length: what is on disk plus what is staged or waits in `retry`.
     len: u64,
     footer: Footer,
     scratch: Vec<u8>,
+    /// Buffered writes only: bytes a failed write left unwritten, written by the next
+    /// [`SegmentFile::flush`] (so a block is either in the footer and pending, or neither).
+    retry: Vec<u8>,
+    /// What is on disk for certain: [`SegmentFile::rollback`] goes back to it.
+    durable: Checkpoint,
+    /// The file has been renamed to its sealed name (a seal that failed after that step).
+    renamed: bool,
+}
+
+/// The state of a segment after its last successful write: its length and footer totals.
+#[derive(Debug, Clone, Copy, Default)]
+struct Checkpoint {
+    len: u64,
+    blocks: usize,
+    interfaces: usize,
+    packets: u64,
+    wire_bytes: u64,
+    first_ns: u64,
+    last_ns: u64,
+}
+
+/// What [`SegmentFile::rollback`] took out: blocks recorded since the last durable write.
+#[derive(Debug, Clone, Default)]
+pub struct RolledBack {
+    pub blocks: usize,
+    pub packets: u64,
+    /// Logical bytes given up.
+    pub bytes: u64,
+    /// Interfaces the dropped blocks declared (the blocks after them name them by number,
+    /// so a writer that goes on in this segment must declare them again, in this order).
+    pub interfaces: Vec<Interface>,
 }
 
 /// What sealing a segment produced.
@@ -160,10 +194,18 @@ impl SegmentFile {
             len: 0,
             footer: Footer::default(),
             scratch: Vec::with_capacity(4096),
+            retry: Vec::new(),
+            durable: Checkpoint::default(),
+            renamed: false,
         };
-        seg.put(&[&head])?;
-        // On disk at once: a reader that finds the file must find its head.
-        seg.flush()?;
+        // On disk at once: a reader that finds the file must find its head. A file whose
+        // head could not be written (a full disk) is removed, so the writer can try again.
+        if let Err(e) = seg.put(&[&head]).and_then(|()| seg.flush()) {
+            seg.retry.clear();
+            seg.direct = None;
+            let _ = std::fs::remove_file(&seg.path);
+            return Err(e);
+        }
         Ok(seg)
     }
 
@@ -184,7 +226,7 @@ impl SegmentFile {
         for b in &s.blocks {
             add_to_footer(&mut footer, b);
         }
-        Ok(SegmentFile {
+        let mut seg = SegmentFile {
             dir: dir.to_path_buf(),
             path,
             file,
@@ -193,7 +235,57 @@ impl SegmentFile {
             len: s.good_len,
             footer,
             scratch: Vec::new(),
-        })
+            retry: Vec::new(),
+            durable: Checkpoint::default(),
+            renamed: false,
+        };
+        seg.checkpoint();
+        Ok(seg)
+    }
+
+    /// Records the current state as durable (everything recorded is on disk).
+    fn checkpoint(&mut self) {
+        let f = &self.footer;
+        self.durable = Checkpoint {
+            len: self.len,
+            blocks: f.blocks.len(),
+            interfaces: f.interfaces.len(),
+            packets: f.packets,
+            wire_bytes: f.wire_bytes,
+            first_ns: f.first_ns,
+            last_ns: f.last_ns,
+        };
+    }
+
+    /// Goes back to the last durable state after a failed write (a full disk): the blocks
+    /// recorded since then leave the footer, the staged bytes are discarded and the file is
+    /// cut to the durable length, so the next write goes where they were. Returns what was
+    /// given up.
+    pub fn rollback(&mut self) -> Result<RolledBack> {
+        let ck = self.durable;
+        let f = &mut self.footer;
+        let gone = RolledBack {
+            blocks: f.blocks.len() - ck.blocks,
+            packets: f.packets - ck.packets,
+            bytes: self.len - ck.len,
+            interfaces: f.interfaces.split_off(ck.interfaces),
+        };
+        f.blocks.truncate(ck.blocks);
+        (f.packets, f.wire_bytes) = (ck.packets, ck.wire_bytes);
+        (f.first_ns, f.last_ns) = (ck.first_ns, ck.last_ns);
+        self.len = ck.len;
+        self.retry.clear();
+        if let Some(d) = &mut self.direct {
+            // The window still holds the durable partial page in front of what was staged.
+            d.fill = (ck.len - d.base) as usize;
+            d.pending_since = None;
+        }
+        // Cutting frees blocks; it needs none. What a failed write put past the durable
+        // length goes, so a reader of the open file sees a clean end.
+        self.file
+            .set_len(ck.len)
+            .map_err(|e| StoreError::io("truncate segment", &self.path, e))?;
+        Ok(gone)
     }
 
     /// Writes `parts` at the end of the file: direct while the file system takes it, else
@@ -207,7 +299,26 @@ impl SegmentFile {
             }
             return Ok(());
         }
-        self.put_buffered(parts)
+        if !self.retry.is_empty() {
+            // An earlier write failed: these bytes go behind its bytes.
+            for p in parts {
+                self.retry.extend_from_slice(p);
+            }
+            self.len += parts.iter().map(|p| p.len() as u64).sum::<u64>();
+            return self.flush();
+        }
+        let before = self.len;
+        let r = self.put_buffered(parts);
+        if r.is_err() {
+            // Kept for the next flush; the file is cut back to the durable length then.
+            for p in parts {
+                self.retry.extend_from_slice(p);
+            }
+            self.len = before + parts.iter().map(|p| p.len() as u64).sum::<u64>();
+        } else {
+            self.checkpoint();
+        }
+        r
     }
 
     /// Writes what [`SegmentFile::append`] staged (direct I/O stages blocks to write them in
@@ -216,10 +327,13 @@ impl SegmentFile {
     /// Until then readers of the open segment do not see the staged blocks.
     pub fn flush(&mut self) -> Result<()> {
         let Some(d) = &mut self.direct else {
-            return Ok(());
+            return self.flush_retry();
         };
         match d.flush() {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.checkpoint();
+                Ok(())
+            }
             // Refused before any direct write landed: this file system (or device) does not
             // do direct I/O after all. Nothing is on disk yet: write what was staged buffered.
             Err(e) if !d.proven && e.raw_os_error() == Some(libc::EINVAL) => {
@@ -230,14 +344,35 @@ impl SegmentFile {
                 let staged = d.mem[d.start..d.start + d.fill].to_vec();
                 self.direct = None;
                 self.len -= staged.len() as u64;
-                self.put_buffered(&[&staged])
+                self.put(&[&staged])
             }
             Err(e) => Err(StoreError::io("write segment", &self.path, e)),
         }
     }
 
+    /// Buffered writes: writes what a failed write left, after cutting the file back to
+    /// the durable length (a failed write may have put part of it there).
+    fn flush_retry(&mut self) -> Result<()> {
+        if self.retry.is_empty() {
+            return Ok(());
+        }
+        self.file
+            .set_len(self.durable.len)
+            .map_err(|e| StoreError::io("truncate segment", &self.path, e))?;
+        // Append mode: the write goes at the (new) end.
+        self.file
+            .write_all(&self.retry)
+            .map_err(|e| StoreError::io("write segment", &self.path, e))?;
+        self.retry.clear();
+        self.checkpoint();
+        Ok(())
+    }
+
     /// How long the oldest staged, unwritten byte has waited (`None`: nothing is staged).
     pub fn unflushed_for(&self) -> Option<Duration> {
+        if !self.retry.is_empty() {
+            return Some(Duration::MAX);
+        }
         self.direct
             .as_ref()
             .and_then(|d| d.pending_since)
@@ -299,14 +434,15 @@ impl SegmentFile {
         meta.frame_offset = self.len + header.len() as u64;
         // One vectored write for header and frame keeps a torn write to the tail of one
         // block, without copying the frame into the header's buffer.
-        let r = self.put(&[&header, frame]);
-        self.scratch = header;
-        r?;
+        // Recorded first: when the write fails (a full disk) the block is pending, written
+        // by the next flush or given up by [`SegmentFile::rollback`].
         self.footer
             .interfaces
             .extend(meta.new_interfaces.iter().cloned());
         add_to_footer(&mut self.footer, &meta);
-        Ok(())
+        let r = self.put(&[&header, frame]);
+        self.scratch = header;
+        r
     }
 
     /// Current length of the file in bytes.
@@ -349,29 +485,56 @@ impl SegmentFile {
 
     /// Appends the footer, syncs, renames the file to its sealed name and syncs the
     /// directory. An empty segment is removed instead, and `None` returned.
-    pub fn seal(mut self) -> Result<Option<SealedSegment>> {
+    pub fn seal(self) -> Result<Option<SealedSegment>> {
+        self.try_seal().map_err(|f| f.error)
+    }
+
+    /// [`SegmentFile::seal`], which gives the segment back when it fails (a full disk), still
+    /// open and consistent: sealing can be tried again, or the file left for recovery.
+    pub fn try_seal(mut self) -> std::result::Result<Option<SealedSegment>, SealFailed> {
+        match self.seal_steps() {
+            Ok(s) => Ok(s),
+            Err(error) => Err(SealFailed {
+                error,
+                segment: Box::new(self),
+            }),
+        }
+    }
+
+    fn seal_steps(&mut self) -> Result<Option<SealedSegment>> {
         if self.footer.blocks.is_empty() {
-            std::fs::remove_file(&self.path)
-                .map_err(|e| StoreError::io("remove empty segment", &self.path, e))?;
+            match std::fs::remove_file(&self.path) {
+                Ok(()) => {}
+                // Removed by an earlier attempt whose directory sync failed.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::io("remove empty segment", &self.path, e)),
+            }
             sync_dir(&self.dir)?;
             return Ok(None);
         }
         self.flush()?;
-        if self.direct.take().is_some() {
-            // Cut the zero padding after the last block; the footer goes at the true end.
+        let sealed = self.dir.join(sealed_name(self.seq));
+        if !self.renamed {
+            // Cut the zero padding after the last block (and a footer an earlier attempt
+            // left half written); the footer goes at the true end.
+            self.direct = None;
             self.file
                 .set_len(self.len)
                 .map_err(|e| StoreError::io("truncate segment", &self.path, e))?;
+            let mut tail = Vec::new();
+            self.footer.encode(&mut tail);
+            self.file
+                .write_all(&tail)
+                .map_err(|e| StoreError::io("write segment", &self.path, e))?;
+            self.file
+                .sync_all()
+                .map_err(|e| StoreError::io("fsync segment", &self.path, e))?;
+            std::fs::rename(&self.path, &sealed)
+                .map_err(|e| StoreError::io("rename segment into place", &self.path, e))?;
+            self.renamed = true;
+            self.len += tail.len() as u64;
+            self.checkpoint();
         }
-        let mut tail = Vec::new();
-        self.footer.encode(&mut tail);
-        self.write(&tail)?;
-        self.file
-            .sync_all()
-            .map_err(|e| StoreError::io("fsync segment", &self.path, e))?;
-        let sealed = self.dir.join(sealed_name(self.seq));
-        std::fs::rename(&self.path, &sealed)
-            .map_err(|e| StoreError::io("rename segment into place", &self.path, e))?;
         sync_dir(&self.dir)?;
         Ok(Some(SealedSegment {
             seq: self.seq,
@@ -383,6 +546,13 @@ impl SegmentFile {
             last_ns: self.footer.last_ns,
         }))
     }
+}
+
+/// A seal that failed: why, and the segment, still open.
+#[derive(Debug)]
+pub struct SealFailed {
+    pub error: StoreError,
+    pub segment: Box<SegmentFile>,
 }
 
 impl Drop for SegmentFile {
