@@ -756,4 +756,186 @@ mod tests {
             "a whole page of zeros is not padding"
         );
     }
+
+    /// A tmpfs of `size` mounted on a fresh directory, unmounted when dropped. `None` when
+    /// mounting is not allowed (not root): the test then has nothing to check.
+    struct SmallFs(tempfile::TempDir);
+
+    impl SmallFs {
+        fn mount(size: &str) -> Option<SmallFs> {
+            let dir = tempfile::tempdir().unwrap();
+            let ok = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+                .arg(dir.path())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then_some(SmallFs(dir))
+        }
+    }
+
+    impl Drop for SmallFs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg(self.0.path())
+                .status();
+        }
+    }
+
+    /// Fills a small tmpfs through `seg` until a write fails for a full disk, rolls back,
+    /// frees the room a filler took and goes on: the sealed file holds exactly the blocks
+    /// written before the failure and those after, and none of the dropped ones.
+    fn a_failed_write_rolls_back_to_what_is_on_disk(direct: bool) {
+        let Some(fs) = SmallFs::mount("1m") else {
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return;
+        };
+        let dir = fs.0.path();
+        std::fs::write(dir.join("filler"), vec![1u8; 256 << 10]).unwrap();
+        let mut seg = SegmentFile::create(dir, 1, 0).unwrap();
+        if !direct {
+            seg.direct = None;
+            seg.file.set_len(seg.len).unwrap(); // cut the head's page padding
+        }
+        let payload = |n: u64| -> Vec<u8> {
+            let mut x = n + 1;
+            (0..40_000)
+                .map(|_| {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    (x >> 56) as u8
+                })
+                .collect()
+        };
+        let mut n = 0u64;
+        let kept = loop {
+            let p = payload(n);
+            let frame = zstd::bulk::compress(&p, 1).unwrap();
+            let meta = BlockMeta {
+                first_ns: n,
+                last_ns: n,
+                packets: 1,
+                wire_bytes: p.len() as u64,
+                compressed_len: frame.len() as u32,
+                uncompressed_len: p.len() as u32,
+                frame_crc: crc32c::crc32c(&frame),
+                ..BlockMeta::default()
+            };
+            let r = seg.append(meta, &frame).and_then(|()| seg.flush());
+            n += 1;
+            match r {
+                Ok(()) => assert!(n < 100, "the disk never filled"),
+                Err(e) => {
+                    assert!(e.is_disk_full(), "{e}");
+                    // The failed block is recorded and pending until given up.
+                    assert_eq!(seg.footer.blocks.len() as u64, n);
+                    let gone = seg.rollback().unwrap();
+                    assert_eq!((gone.blocks, gone.packets), (1, 1));
+                    break n - 1;
+                }
+            }
+        };
+        assert!(kept > 3, "only {kept} blocks fit");
+        assert_eq!(seg.footer.blocks.len() as u64, kept);
+        assert_eq!(seg.footer.packets, kept);
+        assert_eq!(
+            std::fs::metadata(dir.join(open_name(1))).unwrap().len(),
+            seg.len()
+        );
+        // Nothing left to write: the next block fails the same way, and rolls back again.
+        append_or_full(&mut seg, 1000, &payload(1000));
+        assert_eq!(seg.footer.blocks.len() as u64, kept);
+        // Space returns: writing goes on where the dropped blocks were.
+        std::fs::remove_file(dir.join("filler")).unwrap();
+        append(&mut seg, 2000, b"after the disk had room again");
+        seg.flush().unwrap();
+        let sealed = seg.seal().unwrap().unwrap();
+        let r = SegmentReader::open(&sealed.path).unwrap();
+        assert_eq!(r.blocks().len() as u64, kept + 1);
+        let mut frame = Vec::new();
+        for i in 0..kept as usize {
+            r.read_frame(i, &mut frame).unwrap();
+            assert_eq!(
+                zstd::bulk::decompress(&frame, 40_000).unwrap(),
+                payload(i as u64)
+            );
+        }
+        assert_eq!(r.blocks()[kept as usize].first_ns, 2000);
+        let file = File::open(&sealed.path).unwrap();
+        assert_eq!(
+            scan(&sealed.path, &file, false).unwrap().blocks.len() as u64,
+            kept + 1
+        );
+    }
+
+    /// Appends and flushes a block that must fail for a full disk, and rolls it back.
+    fn append_or_full(seg: &mut SegmentFile, n: u64, payload: &[u8]) {
+        let frame = zstd::bulk::compress(payload, 1).unwrap();
+        let meta = BlockMeta {
+            first_ns: n,
+            last_ns: n,
+            packets: 1,
+            compressed_len: frame.len() as u32,
+            uncompressed_len: payload.len() as u32,
+            frame_crc: crc32c::crc32c(&frame),
+            ..BlockMeta::default()
+        };
+        let e = seg
+            .append(meta, &frame)
+            .and_then(|()| seg.flush())
+            .unwrap_err();
+        assert!(e.is_disk_full(), "{e}");
+        seg.rollback().unwrap();
+    }
+
+    #[test]
+    fn a_failed_direct_write_rolls_back_to_the_last_flush() {
+        a_failed_write_rolls_back_to_what_is_on_disk(true);
+    }
+
+    #[test]
+    fn a_failed_buffered_write_rolls_back_to_the_last_write() {
+        a_failed_write_rolls_back_to_what_is_on_disk(false);
+    }
+
+    #[test]
+    fn a_seal_without_room_for_the_footer_gives_the_segment_back() {
+        let Some(fs) = SmallFs::mount("256k") else {
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return;
+        };
+        let dir = fs.0.path();
+        let mut seg = SegmentFile::create(dir, 1, 0).unwrap();
+        seg.direct = None;
+        seg.file.set_len(seg.len).unwrap(); // cut the head's page padding
+        for i in 0..8 {
+            append(&mut seg, i, b"a small block");
+        }
+        // Fill what is left, to the byte.
+        let mut filler = File::create(dir.join("filler")).unwrap();
+        let chunk = vec![7u8; 4096];
+        while filler.write_all(&chunk).is_ok() {}
+        let mut byte = [7u8];
+        while filler.write(&byte).is_ok_and(|n| n == 1) {
+            byte[0] = 7;
+        }
+        let mut seg = *match seg.try_seal() {
+            Err(f) => {
+                assert!(f.error.is_disk_full(), "{}", f.error);
+                f.segment
+            }
+            Ok(_) => return eprintln!("skipped: the footer fit in the file's last page"),
+        };
+        assert!(dir.join(open_name(1)).exists(), "the segment stays open");
+        drop(filler);
+        std::fs::remove_file(dir.join("filler")).unwrap();
+        append(&mut seg, 9, b"one more");
+        let sealed = seg.seal().unwrap().unwrap();
+        let r = SegmentReader::open(&sealed.path).unwrap();
+        assert_eq!(r.blocks().len(), 9);
+        let mut frame = Vec::new();
+        for i in 0..9 {
+            r.read_frame(i, &mut frame).unwrap();
+        }
+        assert_eq!(std::fs::metadata(&sealed.path).unwrap().len(), sealed.bytes);
+    }
 }
