@@ -494,10 +494,17 @@ impl SegmentFile {
     pub fn try_seal(mut self) -> std::result::Result<Option<SealedSegment>, SealFailed> {
         match self.seal_steps() {
             Ok(s) => Ok(s),
-            Err(error) => Err(SealFailed {
-                error,
-                segment: Box::new(self),
-            }),
+            Err(error) => {
+                if !self.renamed {
+                    // Cut what the footer's write left, so a block appended next goes right
+                    // behind the last one (best effort: the next seal cuts it too).
+                    let _ = self.file.set_len(self.durable.len);
+                }
+                Err(SealFailed {
+                    error,
+                    segment: Box::new(self),
+                })
+            }
         }
     }
 
@@ -907,7 +914,8 @@ mod tests {
         let mut seg = SegmentFile::create(dir, 1, 0).unwrap();
         seg.direct = None;
         seg.file.set_len(seg.len).unwrap(); // cut the head's page padding
-        for i in 0..8 {
+                                            // Enough blocks that the footer needs more than the last page's spare room.
+        for i in 0..300 {
             append(&mut seg, i, b"a small block");
         }
         // Fill what is left, to the byte.
@@ -928,12 +936,12 @@ mod tests {
         assert!(dir.join(open_name(1)).exists(), "the segment stays open");
         drop(filler);
         std::fs::remove_file(dir.join("filler")).unwrap();
-        append(&mut seg, 9, b"one more");
+        append(&mut seg, 300, b"one more");
         let sealed = seg.seal().unwrap().unwrap();
         let r = SegmentReader::open(&sealed.path).unwrap();
-        assert_eq!(r.blocks().len(), 9);
+        assert_eq!(r.blocks().len(), 301);
         let mut frame = Vec::new();
-        for i in 0..9 {
+        for i in 0..301 {
             r.read_frame(i, &mut frame).unwrap();
         }
         assert_eq!(std::fs::metadata(&sealed.path).unwrap().len(), sealed.bytes);
