@@ -846,6 +846,76 @@ in_every_mode!(
     fails_naming_a_missing_interface,
 );
 
+/// A capture onto a small tmpfs with no byte budget, of more traffic than fits: it keeps
+/// running (the oldest segments are deleted for space), `capsule status --json` stays
+/// current meanwhile and shows the deletions, and SIGTERM ends it with exit 0 and a store
+/// no bigger than the disk.
+#[test]
+fn a_capture_on_a_full_disk_keeps_running_and_its_status_stays_current() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = Tmpfs::mount(&tmp.path().join("fs"), "24m");
+    let input = tmp.path().join("f.pcap");
+    let truth = synth(
+        &input,
+        &tmp.path().join("truth.json"),
+        11,
+        "1s",
+        "400M",
+        None,
+    );
+    assert!(
+        truth.bytes > 2 * (24 << 20),
+        "the traffic must not fit the disk"
+    );
+    let link = Link::new();
+    let store = fs.dir.join("store");
+    let (mut cap, _) = start_capture(&link, &store, Mode::Afpacket, &["--level", "store"]);
+    let mut updates = Vec::new();
+    std::thread::scope(|s| {
+        let sending = s.spawn(|| link.send(&input, "150"));
+        while !sending.is_finished() {
+            let st = status_json(&store);
+            assert_eq!(st["live"], true, "status while the disk is full: {st}");
+            updates.push(st["capture"]["updated_ns"].as_u64().unwrap_or(0));
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        sending.join().unwrap();
+    });
+    // The status goes on after the disk filled: at least one more update a second later.
+    std::thread::sleep(Duration::from_millis(1500));
+    let st = status_json(&store);
+    let last = st["capture"]["updated_ns"].as_u64().unwrap_or(0);
+    assert!(
+        updates.len() >= 3 && last > *updates.last().unwrap(),
+        "status updates {updates:?} then {last}: {st}"
+    );
+    let evicted = st["capture"]["store"]["segments_deleted_for_space"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(
+        evicted > 0,
+        "status shows no segment deleted for space: {st}"
+    );
+    assert_still_running(&mut cap, "after filling the disk");
+    let stopped = cap.stop();
+    assert_clean_exit(&stopped);
+    assert!(
+        stopped.stdout.contains("disk full: deleted the"),
+        "{}",
+        stopped.stdout
+    );
+    assert!(segments_dir_bytes(&store) <= 24 << 20);
+    let got = export(&store, &tmp.path().join("out.pcap"));
+    assert!(!got.is_empty(), "the newest packets are queryable");
+    eprintln!(
+        "capture on a 24 MiB tmpfs: {} of {} packets kept, {evicted} segments deleted for \
+         space, status updated {} times",
+        got.len(),
+        truth.packets,
+        updates.len() + 1
+    );
+}
+
 /// Starts `capsule capture --mode MODE` (with [`WRITER_OPTS`] and `more`) on the `b` end of
 /// `link` and waits until it is ready. Fails unless its start line names the mode asked for.
 /// Returns the capture and its mode description.

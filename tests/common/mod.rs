@@ -924,3 +924,29 @@ pub fn parse_read_of(text: &str) -> (u64, u64) {
         _ => panic!("expected \"read R of T blocks\" in {text:?}"),
     }
 }
+
+/// A tmpfs mounted for the test, unmounted when dropped (also when the test fails).
+pub struct Tmpfs {
+    pub dir: PathBuf,
+}
+
+impl Tmpfs {
+    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "mount -t tmpfs needs root: {st}");
+        Tmpfs {
+            dir: dir.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).status();
+    }
+}
