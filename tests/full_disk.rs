@@ -81,6 +81,8 @@ fn a_full_disk_without_a_budget_deletes_the_oldest_segments_and_the_import_goes_
         "the oldest segments were deleted: {segs:?}"
     );
     assert!(segments_dir_bytes(&store) <= 48 << 20);
+    let used = fs_used(&fs.dir);
+    assert!(used <= 48 << 20, "{used} bytes used");
 
     // The newest packets are all there, in order: what the store holds is the input's tail.
     let orig = decode_file(&input).whole("input");
@@ -97,7 +99,8 @@ fn a_full_disk_without_a_budget_deletes_the_oldest_segments_and_the_import_goes_
         kept.packets.len()
     );
     eprintln!(
-        "48 MiB tmpfs: {} of {} packets ({} bytes) kept, {} segments left, oldest seq {}",
+        "48 MiB tmpfs: {} of {} packets ({} bytes) kept, {} segments left, oldest seq {}, \
+         {used} bytes used",
         kept.packets.len(),
         truth.packets,
         truth.bytes,
