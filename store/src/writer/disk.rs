@@ -135,6 +135,11 @@ impl WriterThread {
                 Err(f) if f.error.is_disk_full() => {
                     seg = *f.segment;
                     if !self.evict()? {
+                        // Staged blocks that could not be written are given up and counted;
+                        // the file ends at its last block on disk.
+                        let gone = seg.rollback()?;
+                        self.retention.shrank(gone.bytes);
+                        self.dropped(gone.blocks as u64, gone.packets);
                         tracing::warn!(
                             seq = seg.seq(),
                             "disk full: no room for the segment's footer and no sealed segment \
