@@ -43,6 +43,21 @@ fn fill(path: &Path, leave: u64) {
     std::fs::write(path, vec![0x5a; avail.saturating_sub(leave) as usize]).unwrap();
 }
 
+/// A second, small input (about 1 MB), later than the big ones: `DIR/small.pcap`.
+fn small_input(dir: &Path, seed: u64) -> std::path::PathBuf {
+    let small = dir.join("small.pcap");
+    let truth = dir.join("small.json");
+    synth(
+        &small,
+        &truth,
+        seed,
+        "1s",
+        "8M",
+        Some("2026-11-30T03:00:00Z"),
+    );
+    small
+}
+
 const SMALL_SEGMENTS: [&str; 6] = [
     "--block-size",
     "64K",
@@ -167,15 +182,7 @@ fn with_nothing_left_to_delete_packets_are_dropped_counted_and_writing_resumes()
 
     // Room again: the next writer recovers the torn segment and stores everything.
     std::fs::remove_file(&filler).unwrap();
-    let small = tmp.path().join("small.pcap");
-    synth(
-        &small,
-        &tmp.path().join("small.json"),
-        6,
-        "1s",
-        "8M",
-        Some("2026-11-30T03:00:00Z"),
-    );
+    let small = small_input(tmp.path(), 6);
     let out = import_ok(&store, &big, &[p(&small)]);
     let so = stdout_str(&out);
     assert!(!so.contains("disk full"), "{so}");
@@ -257,15 +264,7 @@ fn a_writer_killed_on_a_full_disk_leaves_a_torn_segment_the_next_one_recovers() 
         "the kill left a torn segment"
     );
 
-    let small = tmp.path().join("small.pcap");
-    synth(
-        &small,
-        &tmp.path().join("small.json"),
-        8,
-        "1s",
-        "8M",
-        Some("2026-11-30T03:00:00Z"),
-    );
+    let small = small_input(tmp.path(), 8);
     let out = import_ok(&store, &SMALL_SEGMENTS, &[p(&small)]);
     let so = stdout_str(&out);
     assert!(so.contains("recovered segment"), "{so}");

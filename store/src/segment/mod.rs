@@ -602,6 +602,12 @@ mod tests {
 
     /// Appends a block holding `payload` (one fake frame: the reader checks only the crc).
     fn append(seg: &mut SegmentFile, n: u64, payload: &[u8]) {
+        let (meta, frame) = block(n, payload);
+        seg.append(meta, &frame).unwrap();
+    }
+
+    /// A block of one packet at time `n` holding `payload`, and its frame.
+    fn block(n: u64, payload: &[u8]) -> (BlockMeta, Vec<u8>) {
         let frame = zstd::bulk::compress(payload, 1).unwrap();
         let meta = BlockMeta {
             first_ns: n,
@@ -613,7 +619,7 @@ mod tests {
             frame_crc: crc32c::crc32c(&frame),
             ..BlockMeta::default()
         };
-        seg.append(meta, &frame).unwrap();
+        (meta, frame)
     }
 
     #[test]
@@ -815,18 +821,7 @@ mod tests {
         };
         let mut n = 0u64;
         let kept = loop {
-            let p = payload(n);
-            let frame = zstd::bulk::compress(&p, 1).unwrap();
-            let meta = BlockMeta {
-                first_ns: n,
-                last_ns: n,
-                packets: 1,
-                wire_bytes: p.len() as u64,
-                compressed_len: frame.len() as u32,
-                uncompressed_len: p.len() as u32,
-                frame_crc: crc32c::crc32c(&frame),
-                ..BlockMeta::default()
-            };
+            let (meta, frame) = block(n, &payload(n));
             let r = seg.append(meta, &frame).and_then(|()| seg.flush());
             n += 1;
             match r {
@@ -876,16 +871,7 @@ mod tests {
 
     /// Appends and flushes a block that must fail for a full disk, and rolls it back.
     fn append_or_full(seg: &mut SegmentFile, n: u64, payload: &[u8]) {
-        let frame = zstd::bulk::compress(payload, 1).unwrap();
-        let meta = BlockMeta {
-            first_ns: n,
-            last_ns: n,
-            packets: 1,
-            compressed_len: frame.len() as u32,
-            uncompressed_len: payload.len() as u32,
-            frame_crc: crc32c::crc32c(&frame),
-            ..BlockMeta::default()
-        };
+        let (meta, frame) = block(n, payload);
         let e = seg
             .append(meta, &frame)
             .and_then(|()| seg.flush())
