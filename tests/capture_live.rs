@@ -1673,3 +1673,93 @@ fn restarts_after_kill_9(mode: Mode) {
         "packets of both runs, in order"
     );
 }
+
+/// A capture whose one open segment fills the disk (a filler file took the rest), so that
+/// there is no sealed segment to delete: packets are dropped for "disk full" and counted in
+/// the status; once the filler is deleted, writing resumes while capture runs.
+#[test]
+fn with_nothing_left_to_delete_a_capture_drops_for_disk_full_and_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = Tmpfs::mount(&tmp.path().join("fs"), "32m");
+    let store = fs.dir.join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let filler = fs.dir.join("filler");
+    let free = String::from_utf8(sh_ok(&format!(
+        "df --output=avail -B1 {} | tail -1",
+        p(&fs.dir)
+    )))
+    .unwrap();
+    let free: usize = free.trim().parse().unwrap();
+    std::fs::write(&filler, vec![0x5a; free - (3 << 20)]).unwrap();
+    let input = tmp.path().join("f.pcap");
+    synth(
+        &input,
+        &tmp.path().join("truth.json"),
+        12,
+        "1s",
+        "80M",
+        None,
+    );
+    let probe = probe_frame(
+        &format!("capsule after the disk had room {}", std::process::id()),
+        200,
+    );
+    let probe_pcap = tmp.path().join("probe.pcap");
+    write_one_packet_pcap(&probe_pcap, &probe);
+
+    let link = Link::new();
+    let opts = [
+        "--mode",
+        "afpacket",
+        "--block-size",
+        "64K",
+        "--segment-size",
+        "64M",
+        "--level",
+        "store",
+    ];
+    let mut cap = Capture::start(&link.b.name, &link.if_b, &store, &opts);
+    cap.wait_ready_or_exit(&link.if_b)
+        .unwrap_or_else(|exited| panic!("{exited}"));
+    link.send(&input, "100");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let dropped = loop {
+        let st = status_json(&store);
+        let n = st["capture"]["drop_causes"]["disk_full"]
+            .as_u64()
+            .unwrap_or(0);
+        if n > 0 {
+            assert!(st["capture"]["drops"].as_u64().unwrap_or(0) >= n, "{st}");
+            break n;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no drop for disk full in the status: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_still_running(&mut cap, "with the disk full");
+
+    std::fs::remove_file(&filler).unwrap();
+    let out = tmp.path().join("poll.pcap");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        assert_eq!(link.send(&probe_pcap, "10"), 1);
+        if export(&store, &out).iter().any(|k| k.data == probe) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "writing never resumed after space returned"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let stopped = cap.stop();
+    assert_clean_exit(&stopped);
+    assert!(
+        stopped.stdout.contains("disk full: dropped"),
+        "{}",
+        stopped.stdout
+    );
+    eprintln!("3 MiB free: {dropped} packets dropped for disk full, then the probe was stored");
+}
