@@ -1684,13 +1684,7 @@ fn with_nothing_left_to_delete_a_capture_drops_for_disk_full_and_resumes() {
     let store = fs.dir.join("store");
     std::fs::create_dir_all(&store).unwrap();
     let filler = fs.dir.join("filler");
-    let free = String::from_utf8(sh_ok(&format!(
-        "df --output=avail -B1 {} | tail -1",
-        p(&fs.dir)
-    )))
-    .unwrap();
-    let free: usize = free.trim().parse().unwrap();
-    std::fs::write(&filler, vec![0x5a; free - (3 << 20)]).unwrap();
+    fill(&filler, 3 << 20);
     let input = tmp.path().join("f.pcap");
     synth(
         &input,
@@ -1708,16 +1702,8 @@ fn with_nothing_left_to_delete_a_capture_drops_for_disk_full_and_resumes() {
     write_one_packet_pcap(&probe_pcap, &probe);
 
     let link = Link::new();
-    let opts = [
-        "--mode",
-        "afpacket",
-        "--block-size",
-        "64K",
-        "--segment-size",
-        "64M",
-        "--level",
-        "store",
-    ];
+    let mut opts = vec!["--mode", "afpacket"];
+    opts.extend(ONE_BIG_SEGMENT);
     let mut cap = Capture::start(&link.b.name, &link.if_b, &store, &opts);
     cap.wait_ready_or_exit(&link.if_b)
         .unwrap_or_else(|exited| panic!("{exited}"));

@@ -28,21 +28,6 @@ fn fs_used(dir: &Path) -> u64 {
         .expect("df prints the bytes used")
 }
 
-/// Fills the file system of `dir` with `path` until at most `leave` bytes are free.
-fn fill(path: &Path, leave: u64) {
-    let out = Command::new("df")
-        .args(["--output=avail", "-B1"])
-        .arg(path.parent().unwrap())
-        .output()
-        .expect("run df");
-    let avail: u64 = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .nth(1)
-        .and_then(|l| l.trim().parse().ok())
-        .expect("df prints the bytes free");
-    std::fs::write(path, vec![0x5a; avail.saturating_sub(leave) as usize]).unwrap();
-}
-
 /// A second, small input (about 1 MB), later than the big ones: `DIR/small.pcap`.
 fn small_input(dir: &Path, seed: u64) -> std::path::PathBuf {
     let small = dir.join("small.pcap");
@@ -144,14 +129,7 @@ fn with_nothing_left_to_delete_packets_are_dropped_counted_and_writing_resumes()
     assert!(truth.bytes > 8 << 20);
 
     // One segment bigger than the room: it fills the disk with no sealed segment to delete.
-    let big = [
-        "--block-size",
-        "64K",
-        "--segment-size",
-        "64M",
-        "--level",
-        "store",
-    ];
+    let big = ONE_BIG_SEGMENT;
     let out = import_ok(&store, &big, &[p(&input)]);
     let so = stdout_str(&out);
     let dropped: u64 = so

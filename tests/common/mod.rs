@@ -950,3 +950,28 @@ impl Drop for Tmpfs {
         let _ = Command::new("umount").arg(&self.dir).status();
     }
 }
+
+/// Fills the file system of `dir` with `path` until at most `leave` bytes are free.
+pub fn fill(path: &Path, leave: u64) {
+    let out = Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(path.parent().unwrap())
+        .output()
+        .expect("run df");
+    let avail: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .expect("df prints the bytes free");
+    std::fs::write(path, vec![0x5a; avail.saturating_sub(leave) as usize]).unwrap();
+}
+
+/// Writer options under which one segment outgrows a small disk: no sealed segment to delete.
+pub const ONE_BIG_SEGMENT: [&str; 6] = [
+    "--block-size",
+    "64K",
+    "--segment-size",
+    "64M",
+    "--level",
+    "store",
+];
