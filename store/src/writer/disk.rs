@@ -1,7 +1,9 @@
 //! The writer thread: the only thread that touches the disk. It receives compressed blocks
 //! from the compressors (in any order), writes them in block order to the open segment,
 //! hands each block to the indexer, seals segments as the producer cut them, syncs the open
-//! segment every `sync_interval`, and runs retention before each block.
+//! segment every `sync_interval`, and runs retention before each block. A write that fails
+//! for a full disk deletes the oldest sealed segment and is tried again; with none left, the
+//! blocks not on disk are dropped and counted, and the next block tries again.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -24,6 +24,11 @@
 //! Retention makes the store a ring: before a block is written, the oldest sealed segments
 //! (and their derived data) are deleted until the block fits under `max_bytes`. Segments are
 //! capped at a quarter of the budget so there is always an older segment to delete.
+//!
+//! A full disk (ENOSPC, EDQUOT) stops nothing: the writer thread deletes the oldest sealed
+//! segment and tries the failed step again; with none left it drops the blocks not yet on
+//! disk ([`crate::segment::SegmentFile::rollback`]), counts their packets
+//! ([`Pressure::disk_full_drops`]) and goes on with the next block (see disk.rs).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
