@@ -846,6 +846,76 @@ in_every_mode!(
     fails_naming_a_missing_interface,
 );
 
+/// A capture onto a small tmpfs with no byte budget, of more traffic than fits: it keeps
+/// running (the oldest segments are deleted for space), `capsule status --json` stays
+/// current meanwhile and shows the deletions, and SIGTERM ends it with exit 0 and a store
+/// no bigger than the disk.
+#[test]
+fn a_capture_on_a_full_disk_keeps_running_and_its_status_stays_current() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = Tmpfs::mount(&tmp.path().join("fs"), "24m");
+    let input = tmp.path().join("f.pcap");
+    let truth = synth(
+        &input,
+        &tmp.path().join("truth.json"),
+        11,
+        "1s",
+        "400M",
+        None,
+    );
+    assert!(
+        truth.bytes > 2 * (24 << 20),
+        "the traffic must not fit the disk"
+    );
+    let link = Link::new();
+    let store = fs.dir.join("store");
+    let (mut cap, _) = start_capture(&link, &store, Mode::Afpacket, &["--level", "store"]);
+    let mut updates = Vec::new();
+    std::thread::scope(|s| {
+        let sending = s.spawn(|| link.send(&input, "150"));
+        while !sending.is_finished() {
+            let st = status_json(&store);
+            assert_eq!(st["live"], true, "status while the disk is full: {st}");
+            updates.push(st["capture"]["updated_ns"].as_u64().unwrap_or(0));
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        sending.join().unwrap();
+    });
+    // The status goes on after the disk filled: at least one more update a second later.
+    std::thread::sleep(Duration::from_millis(1500));
+    let st = status_json(&store);
+    let last = st["capture"]["updated_ns"].as_u64().unwrap_or(0);
+    assert!(
+        updates.len() >= 3 && last > *updates.last().unwrap(),
+        "status updates {updates:?} then {last}: {st}"
+    );
+    let evicted = st["capture"]["store"]["segments_deleted_for_space"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(
+        evicted > 0,
+        "status shows no segment deleted for space: {st}"
+    );
+    assert_still_running(&mut cap, "after filling the disk");
+    let stopped = cap.stop();
+    assert_clean_exit(&stopped);
+    assert!(
+        stopped.stdout.contains("disk full: deleted the"),
+        "{}",
+        stopped.stdout
+    );
+    assert!(segments_dir_bytes(&store) <= 24 << 20);
+    let got = export(&store, &tmp.path().join("out.pcap"));
+    assert!(!got.is_empty(), "the newest packets are queryable");
+    eprintln!(
+        "capture on a 24 MiB tmpfs: {} of {} packets kept, {evicted} segments deleted for \
+         space, status updated {} times",
+        got.len(),
+        truth.packets,
+        updates.len() + 1
+    );
+}
+
 /// Starts `capsule capture --mode MODE` (with [`WRITER_OPTS`] and `more`) on the `b` end of
 /// `link` and waits until it is ready. Fails unless its start line names the mode asked for.
 /// Returns the capture and its mode description.
@@ -1765,4 +1835,80 @@ fn vlan_offload_is_restored_after_kill_9() {
         "the restore is logged: {}",
         stopped.stderr
     );
+}
+
+/// A capture whose one open segment fills the disk (a filler file took the rest), so that
+/// there is no sealed segment to delete: packets are dropped for "disk full" and counted in
+/// the status; once the filler is deleted, writing resumes while capture runs.
+#[test]
+fn with_nothing_left_to_delete_a_capture_drops_for_disk_full_and_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = Tmpfs::mount(&tmp.path().join("fs"), "32m");
+    let store = fs.dir.join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let filler = fs.dir.join("filler");
+    fill(&filler, 3 << 20);
+    let input = tmp.path().join("f.pcap");
+    synth(
+        &input,
+        &tmp.path().join("truth.json"),
+        12,
+        "1s",
+        "80M",
+        None,
+    );
+    let probe = probe_frame(
+        &format!("capsule after the disk had room {}", std::process::id()),
+        200,
+    );
+    let probe_pcap = tmp.path().join("probe.pcap");
+    write_one_packet_pcap(&probe_pcap, &probe);
+
+    let link = Link::new();
+    let mut opts = vec!["--mode", "afpacket"];
+    opts.extend(ONE_BIG_SEGMENT);
+    let mut cap = Capture::start(&link.b.name, &link.if_b, &store, &opts);
+    cap.wait_ready_or_exit(&link.if_b)
+        .unwrap_or_else(|exited| panic!("{exited}"));
+    link.send(&input, "100");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let dropped = loop {
+        let st = status_json(&store);
+        let n = st["capture"]["drop_causes"]["disk_full"]
+            .as_u64()
+            .unwrap_or(0);
+        if n > 0 {
+            assert!(st["capture"]["drops"].as_u64().unwrap_or(0) >= n, "{st}");
+            break n;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no drop for disk full in the status: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_still_running(&mut cap, "with the disk full");
+
+    std::fs::remove_file(&filler).unwrap();
+    let out = tmp.path().join("poll.pcap");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        assert_eq!(link.send(&probe_pcap, "10"), 1);
+        if export(&store, &out).iter().any(|k| k.data == probe) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "writing never resumed after space returned"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let stopped = cap.stop();
+    assert_clean_exit(&stopped);
+    assert!(
+        stopped.stdout.contains("disk full: dropped"),
+        "{}",
+        stopped.stdout
+    );
+    eprintln!("3 MiB free: {dropped} packets dropped for disk full, then the probe was stored");
 }

@@ -33,6 +33,9 @@ pub struct DropCauses {
     pub pipeline: u64,
     /// Invalid descriptors (kernel's count plus capsule's).
     pub invalid: u64,
+    /// The disk was full and no sealed segment was left to delete: received, not stored.
+    #[serde(default)]
+    pub disk_full: u64,
 }
 
 impl DropCauses {
@@ -45,6 +48,7 @@ impl DropCauses {
                 no_socket: x.program.no_socket,
                 pipeline: x.pipeline_drops,
                 invalid: x.sockets.rx_invalid_descs + x.bad_descs,
+                disk_full: 0,
             },
             None => DropCauses {
                 packet_ring_full: rep.kernel.drops,
@@ -131,11 +135,17 @@ impl StatusFile {
         }
         self.last = Some((now, rep.packets, rep.wire_bytes, rep.drops()));
         s.updated_ns = capsule_store::now_ns();
-        s.packets = rep.packets;
+        // Packets dropped for a full disk reached the writer, so capture counts them as
+        // captured: here they move from stored to dropped.
+        let disk_full = store.disk_full_drops;
+        s.packets = rep.packets.saturating_sub(disk_full);
         s.wire_bytes = rep.wire_bytes;
         s.seen = rep.seen();
-        s.drops = rep.drops();
-        s.drop_causes = DropCauses::of(rep);
+        s.drops = rep.drops() + disk_full;
+        s.drop_causes = DropCauses {
+            disk_full,
+            ..DropCauses::of(rep)
+        };
         s.vlan_restored = rep.vlan_restored;
         s.truncated = rep.truncated;
         s.hw_timestamps = rep.xdp.map_or(0, |x| x.program.hw_ts);
@@ -153,39 +163,79 @@ impl StatusFile {
         self.write();
     }
 
+    /// Writes the status through a hidden file and a rename, so a reader never sees half
+    /// of it. On a full disk (the rename needs a new file) it overwrites the existing file
+    /// in place instead: the JSON is padded with spaces to a multiple of [`STATUS_PAD`], so
+    /// the overwrite takes no new blocks, and a reader that catches it half written tries
+    /// again ([`read_status`]).
     fn write(&mut self) {
-        let body = serde_json::to_vec_pretty(&self.status).expect("status serializes");
+        let mut body = serde_json::to_vec_pretty(&self.status).expect("status serializes");
+        body.push(b'\n');
+        body.resize(body.len().next_multiple_of(STATUS_PAD), b' ');
         let r = capsule_store::fsx::replace(&self.path, &body);
+        let r = r.or_else(|e| overwrite_in_place(&self.path, &mut body).map_err(|_| e));
         // The status is a convenience: a full disk must not stop capture over it.
-        if let Err(e) = r {
-            if !self.warned {
+        match r {
+            Err(e) if !self.warned => {
                 let e = capsule_store::error::chain(&e);
                 tracing::warn!("cannot write {}: {e}", self.path.display());
                 self.warned = true;
             }
+            _ => {}
         }
     }
+}
+
+/// The status file's size is a multiple of this (its JSON padded with spaces).
+pub const STATUS_PAD: usize = 4096;
+
+/// Overwrites `path` from its start with `body`, padded with spaces to the file's length,
+/// without growing the file (no new blocks on a full disk).
+fn overwrite_in_place(path: &Path, body: &mut Vec<u8>) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    // Opened without following a symlink, for writing, never truncated (fsx's lock mode).
+    let f = capsule_store::fsx::open(path, capsule_store::fsx::Open::Lock, "overwrite")
+        .map_err(|e| std::io::Error::other(capsule_store::error::chain(&e)))?;
+    let len = f.metadata()?.len() as usize;
+    if body.len() > len {
+        return Err(std::io::ErrorKind::StorageFull.into());
+    }
+    body.resize(len, b' ');
+    f.write_all_at(body, 0)
 }
 
 /// Reads a store's capture status, if a capture ever ran there.
 pub fn read_status(store: &Path) -> std::io::Result<Option<CaptureStatus>> {
     let path = root(store).join(STATUS_FILE);
-    let read = capsule_store::fsx::read(&path, "read").map_err(|e| match e {
-        capsule_store::StoreError::Io { error, .. } => error,
-        e => std::io::Error::other(e.to_string()),
-    });
-    match read {
-        Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("{}: {e}", path.display()),
-            )
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(std::io::Error::new(
-            e.kind(),
-            format!("{}: {e}", path.display()),
-        )),
+    let mut tries = 0;
+    loop {
+        let read = capsule_store::fsx::read(&path, "read").map_err(|e| match e {
+            capsule_store::StoreError::Io { error, .. } => error,
+            e => std::io::Error::other(e.to_string()),
+        });
+        match read {
+            Ok(b) => match serde_json::from_slice(&b) {
+                Ok(s) => return Ok(Some(s)),
+                // Caught half way through an overwrite in place (a full disk): read again.
+                Err(_) if tries < 5 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{}: {e}", path.display()),
+                    ))
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("{}: {e}", path.display()),
+                ))
+            }
+        }
     }
 }
 
@@ -204,6 +254,7 @@ pub fn drop_causes(rep: &LiveReport) -> String {
         ("queue without socket", c.no_socket),
         ("store behind", c.pipeline),
         ("invalid descriptors", c.invalid),
+        ("disk full", c.disk_full),
     ]
     .into_iter()
     .filter(|(_, n)| *n > 0)
@@ -238,10 +289,14 @@ mod tests {
             blocks_by_rung: [7, 2, 1, 3],
             disk_bound: true,
             readers_behind: 1,
+            segments_deleted_for_space: 2,
+            bytes_deleted_for_space: 1 << 20,
+            disk_full_drops: 4,
         };
         f.update(&rep, store);
         let s = read_status(dir.path()).unwrap().unwrap();
-        assert_eq!((s.packets, s.drops, s.running), (110, 5, true));
+        assert_eq!((s.packets, s.drops, s.running), (106, 9, true));
+        assert_eq!(s.drop_causes.disk_full, 4);
         assert_eq!(s.store, store);
         assert_eq!(s.drop_causes.packet_ring_full, 5);
         assert!(s.packets_per_s > 100.0 && s.packets_per_s < 2100.0, "{s:?}");
@@ -295,5 +350,29 @@ mod tests {
         std::fs::write(dir.path().join(STATUS_FILE), b"{not json").unwrap();
         let e = read_status(dir.path()).unwrap_err().to_string();
         assert!(e.contains(STATUS_FILE), "{e}");
+    }
+
+    #[test]
+    fn the_status_is_overwritten_in_place_when_the_rename_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = StatusFile::new(dir.path(), "eth9", "test mode");
+        let path = dir.path().join(STATUS_FILE);
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(len % STATUS_PAD as u64, 0);
+        // A directory in the way of the hidden file makes the write and rename fail, as a
+        // full disk would.
+        std::fs::create_dir(dir.path().join(format!(".{STATUS_FILE}.tmp"))).unwrap();
+        let rep = LiveReport {
+            packets: 42,
+            ..LiveReport::default()
+        };
+        f.update(&rep, Default::default());
+        let s = read_status(dir.path()).unwrap().unwrap();
+        assert_eq!(s.packets, 42);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            len,
+            "the file grew"
+        );
     }
 }

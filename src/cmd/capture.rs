@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use capsule_capture::live::{self, CaptureConfig, Mode};
 
-use super::print_open_report;
+use super::{print_disk_full, print_open_report};
 use crate::cli::{CaptureArgs, CaptureMode};
 
 impl CaptureArgs {
@@ -81,12 +81,14 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         rep.wire_bytes,
         t0.elapsed().as_secs_f64(),
         rep.seen(),
-        rep.drops(),
+        rep.drops() + written.disk_full_drops,
         capsule_capture::status::drop_causes(&rep),
         rep.vlan_restored,
         rep.truncated,
         written.sealed.len(),
         written.store_bytes
     );
+    // Packets dropped for a full disk were captured (counted above) but not stored.
+    print_disk_full(&written);
     Ok(ExitCode::SUCCESS)
 }

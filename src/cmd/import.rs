@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 
-use super::{mb_per_s, print_open_report};
+use super::{mb_per_s, print_disk_full, print_open_report};
 use crate::cli::ImportArgs;
 
 pub fn run(a: &ImportArgs) -> Result<ExitCode> {
@@ -86,6 +86,7 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
         report.deleted.len(),
         report.store_bytes
     );
+    print_disk_full(&report);
     if damaged.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {

@@ -94,4 +94,35 @@ fn print_open_report(opened: &capsule_store::OpenReport) {
             d.seq, d.bytes
         );
     }
+    for d in &opened.deleted_for_space {
+        println!(
+            "disk full: deleted segment {} ({} bytes) to recover a torn segment",
+            d.seq, d.bytes
+        );
+    }
+    for p in &opened.left_open {
+        println!(
+            "disk full: torn segment {} left open (nothing left to delete); the next open \
+             recovers it",
+            p.display()
+        );
+    }
+}
+
+/// Says what a full disk cost a writer, if anything: segments deleted for space, and
+/// packets dropped when nothing was left to delete.
+fn print_disk_full(w: &capsule_store::WriteReport) {
+    if !w.deleted_for_space.is_empty() {
+        let bytes: u64 = w.deleted_for_space.iter().map(|d| d.bytes).sum();
+        println!(
+            "disk full: deleted the {} oldest segment(s) ({bytes} bytes) to make room",
+            w.deleted_for_space.len()
+        );
+    }
+    if w.disk_full_blocks > 0 {
+        println!(
+            "disk full: dropped {} packets ({} blocks) with no segment left to delete",
+            w.disk_full_drops, w.disk_full_blocks
+        );
+    }
 }

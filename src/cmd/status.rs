@@ -77,13 +77,15 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     let c = &s.drop_causes;
                     println!(
                         "  drops by cause: packet ring full {}, AF_XDP RX ring full {}, AF_XDP \
-                         dropped {}, queue without socket {}, store behind {}, invalid {}",
+                         dropped {}, queue without socket {}, store behind {}, invalid {}, \
+                         disk full {}",
                         c.packet_ring_full,
                         c.xsk_ring_full,
                         c.xsk_dropped,
                         c.no_socket,
                         c.pipeline,
-                        c.invalid
+                        c.invalid,
+                        c.disk_full
                     );
                     if live {
                         println!(
@@ -108,6 +110,12 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                             n => format!("; {n} capture reader(s) behind their ring"),
                         }
                     );
+                    if p.segments_deleted_for_space > 0 {
+                        println!(
+                            "  disk full: deleted {} oldest segment(s) ({} bytes) to make room",
+                            p.segments_deleted_for_space, p.bytes_deleted_for_space
+                        );
+                    }
                     println!(
                         "  VLAN tags restored {}, packets cut at 256 KiB {}, NIC timestamps {}; \
                          updated {}",

@@ -130,6 +130,21 @@ impl StoreError {
         matches!(self, StoreError::Io { error, .. } if error.kind() == std::io::ErrorKind::NotFound)
     }
 
+    /// Whether this is an I/O error of a full disk or an exhausted quota (ENOSPC, EDQUOT):
+    /// the writer makes room or drops blocks, and goes on.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            StoreError::Io { error, .. } => {
+                matches!(
+                    error.kind(),
+                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+                ) || matches!(error.raw_os_error(), Some(28 | 122))
+            }
+            StoreError::WriterStopped(e) => e.is_disk_full(),
+            _ => false,
+        }
+    }
+
     /// Whether the packet itself was refused (the store is fine and takes the next one).
     pub fn is_packet_refused(&self) -> bool {
         matches!(

@@ -924,3 +924,54 @@ pub fn parse_read_of(text: &str) -> (u64, u64) {
         _ => panic!("expected \"read R of T blocks\" in {text:?}"),
     }
 }
+
+/// A tmpfs mounted for the test, unmounted when dropped (also when the test fails).
+pub struct Tmpfs {
+    pub dir: PathBuf,
+}
+
+impl Tmpfs {
+    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(st.success(), "mount -t tmpfs needs root: {st}");
+        Tmpfs {
+            dir: dir.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).status();
+    }
+}
+
+/// Fills the file system of `dir` with `path` until at most `leave` bytes are free.
+pub fn fill(path: &Path, leave: u64) {
+    let out = Command::new("df")
+        .args(["--output=avail", "-B1"])
+        .arg(path.parent().unwrap())
+        .output()
+        .expect("run df");
+    let avail: u64 = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .expect("df prints the bytes free");
+    std::fs::write(path, vec![0x5a; avail.saturating_sub(leave) as usize]).unwrap();
+}
+
+/// Writer options under which one segment outgrows a small disk: no sealed segment to delete.
+pub const ONE_BIG_SEGMENT: [&str; 6] = [
+    "--block-size",
+    "64K",
+    "--segment-size",
+    "64M",
+    "--level",
+    "store",
+];

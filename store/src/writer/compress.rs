@@ -114,6 +114,24 @@ pub struct Pressure {
     pub disk_bound: bool,
     /// Capture readers currently behind their kernel ring.
     pub readers_behind: u32,
+    /// Sealed segments deleted because the disk was full (whatever the byte budget).
+    #[serde(default)]
+    pub segments_deleted_for_space: u64,
+    /// Their bytes.
+    #[serde(default)]
+    pub bytes_deleted_for_space: u64,
+    /// Packets received but not stored: the disk was full and no sealed segment was left to
+    /// delete (cause "disk full").
+    #[serde(default)]
+    pub disk_full_drops: u64,
+}
+
+/// What a full disk cost so far, counted by the writer thread (see [`Pressure`]).
+#[derive(Debug, Default)]
+pub(crate) struct SpaceCounters {
+    pub(super) evicted: AtomicU64,
+    pub(super) evicted_bytes: AtomicU64,
+    pub(super) dropped_packets: AtomicU64,
 }
 
 /// Reads [`Pressure`] while the writer runs.
@@ -122,6 +140,7 @@ pub struct PressureGauge {
     pub(super) rungs: Arc<[AtomicU64; 4]>,
     pub(super) disk_bound: Arc<AtomicBool>,
     pub(super) urgent: Arc<AtomicU32>,
+    pub(super) space: Arc<SpaceCounters>,
 }
 
 impl PressureGauge {
@@ -130,6 +149,9 @@ impl PressureGauge {
             blocks_by_rung: std::array::from_fn(|i| self.rungs[i].load(Ordering::Relaxed)),
             disk_bound: self.disk_bound.load(Ordering::Relaxed),
             readers_behind: self.urgent.load(Ordering::Relaxed),
+            segments_deleted_for_space: self.space.evicted.load(Ordering::Relaxed),
+            bytes_deleted_for_space: self.space.evicted_bytes.load(Ordering::Relaxed),
+            disk_full_drops: self.space.dropped_packets.load(Ordering::Relaxed),
         }
     }
 }

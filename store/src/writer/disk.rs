@@ -1,7 +1,9 @@
 //! The writer thread: the only thread that touches the disk. It receives compressed blocks
 //! from the compressors (in any order), writes them in block order to the open segment,
 //! hands each block to the indexer, seals segments as the producer cut them, syncs the open
-//! segment every `sync_interval`, and runs retention before each block.
+//! segment every `sync_interval`, and runs retention before each block. A write that fails
+//! for a full disk deletes the oldest sealed segment and is tried again; with none left, the
+//! blocks not on disk are dropped and counted, and the next block tries again.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::retention::Retention;
-use super::{Compressed, Ratio, WriteReport, WriterConfig};
+use super::{Compressed, Ratio, SpaceCounters, WriteReport, WriterConfig};
 use crate::error::{Result, StoreError};
 use crate::format;
 use crate::indexer::Indexer;
@@ -35,6 +37,15 @@ pub(super) struct WriterThread {
     pub(super) frames: Sender<Vec<u8>>,
     /// Whether writing takes most of this thread's time (see [`DiskLoad`]).
     pub(super) disk: DiskLoad,
+    /// What a full disk cost, for [`super::PressureGauge`].
+    pub(super) space: Arc<SpaceCounters>,
+    /// Interfaces whose declaring block was dropped on a full disk, to be declared again in
+    /// front of the next block written to segment `redeclare_seq`.
+    pub(super) redeclare: Vec<capsule_pcap::Interface>,
+    pub(super) redeclare_seq: u64,
+    /// Blocks the indexer saw were dropped from the open segment: its index is left to be
+    /// rebuilt rather than written wrong.
+    pub(super) index_stale: bool,
 }
 
 /// Tells the compressors whether the disk is what limits the store: the writer thread spent
@@ -90,7 +101,8 @@ impl WriterThread {
                         .is_some_and(|t| t >= Duration::from_millis(200));
                     if stale || (rx.is_empty() && seg.unflushed_for().is_some()) {
                         let io = Instant::now();
-                        seg.flush()?;
+                        let r = seg.flush();
+                        self.or_make_room(seg, r, SegmentFile::flush)?;
                         self.disk.add(io.elapsed());
                     }
                 }
@@ -113,20 +125,146 @@ impl WriterThread {
         Ok(self.report)
     }
 
+    /// Seals `seg`. On a full disk the oldest sealed segments are deleted until the footer
+    /// fits; with none left the segment stays open (readers read it through its block
+    /// headers; the next writer recovers it).
     fn seal(&mut self, seg: SegmentFile) -> Result<()> {
         let before = seg.len();
-        if let Some(s) = seg.seal()? {
-            self.indexer.sealed(&s)?;
-            self.retention.grew(s.bytes - before);
-            self.retention.sealed_one(SegmentEntry {
-                seq: s.seq,
-                state: SegmentState::Sealed,
-                path: s.path.clone(),
-                bytes: s.bytes,
-            });
-            self.report.sealed.push(s);
+        let mut seg = seg;
+        let s = loop {
+            match seg.try_seal() {
+                Ok(s) => break s,
+                Err(f) if f.error.is_disk_full() => {
+                    seg = *f.segment;
+                    if !self.evict()? {
+                        // Staged blocks that could not be written are given up and counted;
+                        // the file ends at its last block on disk.
+                        let gone = seg.rollback()?;
+                        self.retention.shrank(gone.bytes);
+                        self.dropped(gone.blocks as u64, gone.packets);
+                        tracing::warn!(
+                            seq = seg.seq(),
+                            "disk full: no room for the segment's footer and no sealed segment \
+                             left to delete; it stays open, for recovery at the next open"
+                        );
+                        return Ok(());
+                    }
+                }
+                Err(f) => return Err(f.error),
+            }
+        };
+        let Some(s) = s else {
+            self.retention.shrank(before);
+            return Ok(());
+        };
+        if self.index_stale {
+            tracing::warn!(
+                seq = s.seq,
+                "blocks of this segment were dropped on a full disk after the index saw them; \
+                 its index is rebuilt by the next writer or `capsule reindex`"
+            );
+        } else if let Err(e) = self.indexer.sealed(&s) {
+            tracing::warn!(
+                seq = s.seq,
+                "cannot write the segment's index (rebuilt by the next writer or `capsule \
+                 reindex`): {}",
+                crate::error::chain(&e)
+            );
         }
+        self.retention.grew(s.bytes - before);
+        self.retention.sealed_one(SegmentEntry {
+            seq: s.seq,
+            state: SegmentState::Sealed,
+            path: s.path.clone(),
+            bytes: s.bytes,
+        });
+        self.report.sealed.push(s);
         Ok(())
+    }
+
+    /// The disk is full: deletes the oldest sealed segment, counted and logged. False: none
+    /// is left.
+    fn evict(&mut self) -> Result<bool> {
+        let Some(d) = self.retention.evict_for_space(self.indexer.as_mut())? else {
+            return Ok(false);
+        };
+        self.space.evicted.fetch_add(1, Ordering::Relaxed);
+        self.space
+            .evicted_bytes
+            .fetch_add(d.bytes, Ordering::Relaxed);
+        self.report.deleted_for_space.push(d);
+        Ok(true)
+    }
+
+    /// Counts a block not stored for a full disk.
+    fn dropped(&mut self, blocks: u64, packets: u64) {
+        if packets > 0 && self.report.disk_full_drops == 0 {
+            tracing::warn!(
+                "disk full and no sealed segment left to delete: dropping blocks until \
+                 space returns"
+            );
+        }
+        self.report.disk_full_blocks += blocks;
+        self.report.disk_full_drops += packets;
+        self.space
+            .dropped_packets
+            .fetch_add(packets, Ordering::Relaxed);
+    }
+
+    /// Takes `r`, the result of a write to `seg`; on a full disk, deletes the oldest sealed
+    /// segments and tries `again` after each, until it succeeds. With nothing left to delete,
+    /// the blocks not yet on disk are given up (counted as dropped, their interfaces kept
+    /// to be declared again) and the segment goes on from what is on disk. Returns whether
+    /// the write was done.
+    fn or_make_room(
+        &mut self,
+        seg: &mut SegmentFile,
+        mut r: Result<()>,
+        again: impl Fn(&mut SegmentFile) -> Result<()>,
+    ) -> Result<bool> {
+        loop {
+            match r {
+                Ok(()) => return Ok(true),
+                Err(e) if e.is_disk_full() => {
+                    if self.evict()? {
+                        r = again(seg);
+                        continue;
+                    }
+                    let gone = seg.rollback()?;
+                    self.retention.shrank(gone.bytes);
+                    if gone.blocks > 0 {
+                        self.index_stale = true;
+                    }
+                    let mut ifaces = gone.interfaces;
+                    ifaces.append(&mut self.redeclare);
+                    self.redeclare = ifaces;
+                    self.dropped(gone.blocks as u64, gone.packets);
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Creates segment `seq`, deleting the oldest sealed segments while the disk is full.
+    /// `None`: the disk is full and nothing is left to delete.
+    fn create(&mut self, seq: u64) -> Result<Option<SegmentFile>> {
+        loop {
+            match SegmentFile::create(&self.dir, seq, now_ns()) {
+                Ok(seg) => {
+                    self.indexer.begin(seq);
+                    self.index_stale = false;
+                    self.retention.grew(seg.len());
+                    return Ok(Some(seg));
+                }
+                Err(e) if e.is_disk_full() => {
+                    if !self.evict()? {
+                        return Ok(None);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn write_block(
@@ -138,6 +276,11 @@ impl WriterThread {
         if current.as_ref().is_some_and(|s| s.seq() != c.segment) {
             let seg = current.take().expect("checked above");
             self.seal(seg)?;
+        }
+        if self.redeclare_seq != c.segment {
+            // Interfaces of a segment that was given up are not this segment's.
+            self.redeclare.clear();
+            self.redeclare_seq = c.segment;
         }
         let need = c.frame.len() as u64 + c.meta.header_frame_len() as u64;
         // Room for the block, the footer that sealing will add, and for a new segment its
@@ -151,10 +294,16 @@ impl WriterThread {
             .make_room(self.indexer.as_mut(), need + reserve)?;
         self.report.deleted.extend(deleted);
         if current.is_none() {
-            let seg = SegmentFile::create(&self.dir, c.segment, now_ns())?;
-            self.indexer.begin(c.segment);
-            self.retention.grew(seg.len());
-            *current = Some(seg);
+            match self.create(c.segment)? {
+                Some(seg) => *current = Some(seg),
+                None => {
+                    // Its interfaces are declared again in front of the next block of this
+                    // segment that is written: the blocks after it name them by number.
+                    self.redeclare.extend(c.meta.new_interfaces.iter().cloned());
+                    self.dropped(1, u64::from(c.meta.packets));
+                    return Ok(());
+                }
+            }
         }
         let seg = current.as_mut().expect("created above");
         let before = seg.len();
@@ -166,7 +315,26 @@ impl WriterThread {
             .fetch_add(u64::from(c.meta.uncompressed_len), Ordering::Relaxed);
         self.report.uncompressed_bytes += u64::from(c.meta.uncompressed_len);
         self.report.compressed_bytes += c.frame.len() as u64;
-        self.indexer.block(&c.meta, &c.data);
+        let io = Instant::now();
+        // A failed append leaves its block recorded and pending: a flush writes it, or a
+        // rollback gives it up.
+        let mut r = Ok(());
+        let mut idb = None;
+        if !self.redeclare.is_empty() {
+            let (meta, frame, data) =
+                interface_block(std::mem::take(&mut self.redeclare), c.meta.first_ns);
+            r = seg.append(meta.clone(), &frame);
+            idb = Some((meta, data));
+        }
+        let r = r.and(seg.append(c.meta.clone(), &c.frame));
+        self.retention.grew(seg.len() - before);
+        if self.or_make_room(seg, r, SegmentFile::flush)? {
+            if let Some((meta, data)) = idb {
+                self.indexer.block(&meta, &data);
+            }
+            self.indexer.block(&c.meta, &c.data);
+        }
+        let _ = self.frames.try_send(c.frame);
         // Only block-sized buffers go back to the producer. An interface or statistics
         // block's buffer is a few dozen bytes: as a lane's next block it would grow through
         // a dozen reallocations and copies, and capture records statistics whenever the
@@ -176,17 +344,42 @@ impl WriterThread {
             data.clear();
             let _ = self.pool.try_send(data);
         }
-        let io = Instant::now();
-        seg.append(c.meta, &c.frame)?;
-        let _ = self.frames.try_send(c.frame);
-        self.retention.grew(seg.len() - before);
         if last_sync.elapsed() >= self.cfg.sync_interval {
-            seg.sync_data()?;
+            let r = seg.sync_data();
+            // With nothing left to delete, this sync is skipped; the next interval tries.
+            self.or_make_room(seg, r, SegmentFile::sync_data)?;
             *last_sync = Instant::now();
         }
         self.disk.add(io.elapsed());
         Ok(())
     }
+}
+
+/// An interface block declaring `ifaces` again (their first declaration was dropped on a
+/// full disk), as the producer would have sent it: one IDB each, in a zstd frame.
+fn interface_block(
+    ifaces: Vec<capsule_pcap::Interface>,
+    ts_ns: u64,
+) -> (crate::format::BlockMeta, Vec<u8>, Vec<u8>) {
+    let mut data = Vec::new();
+    for i in &ifaces {
+        capsule_pcap::write::pcapng_idb(&mut data, i);
+    }
+    let mut z = zstd::bulk::Compressor::new(1).expect("zstd level 1 is valid");
+    z.include_checksum(true).expect("checksum flag is valid");
+    let frame = z
+        .compress(&data)
+        .expect("compressing a few bytes into a Vec cannot fail");
+    let meta = crate::format::BlockMeta {
+        first_ns: ts_ns,
+        last_ns: ts_ns,
+        uncompressed_len: data.len() as u32,
+        compressed_len: frame.len() as u32,
+        frame_crc: crc32c::crc32c(&frame),
+        new_interfaces: ifaces,
+        ..crate::format::BlockMeta::default()
+    };
+    (meta, frame, data)
 }
 
 #[cfg(test)]

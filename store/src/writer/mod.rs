@@ -24,6 +24,11 @@
 //! Retention makes the store a ring: before a block is written, the oldest sealed segments
 //! (and their derived data) are deleted until the block fits under `max_bytes`. Segments are
 //! capped at a quarter of the budget so there is always an older segment to delete.
+//!
+//! A full disk (ENOSPC, EDQUOT) stops nothing: the writer thread deletes the oldest sealed
+//! segment and tries the failed step again; with none left it drops the blocks not yet on
+//! disk ([`crate::segment::SegmentFile::rollback`]), counts their packets
+//! ([`Pressure::disk_full_drops`]) and goes on with the next block (see disk.rs).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -45,6 +50,7 @@ mod retention;
 #[cfg(test)]
 mod tests;
 
+pub(super) use compress::SpaceCounters;
 use compress::{compress_loop, Signals};
 pub use compress::{Level, LevelError, Pressure, PressureGauge};
 use disk::{DiskLoad, WriterThread};
@@ -119,6 +125,10 @@ pub struct OpenReport {
     pub existing_segments: usize,
     /// Segments whose missing or stale index was rebuilt.
     pub reindexed: Vec<u64>,
+    /// Sealed segments deleted because the disk was full (to recover a torn segment).
+    pub deleted_for_space: Vec<DeletedSegment>,
+    /// Torn segments left open: the disk was full and nothing was left to delete.
+    pub left_open: Vec<std::path::PathBuf>,
 }
 
 /// A segment removed by retention.
@@ -138,6 +148,12 @@ pub struct WriteReport {
     pub compressed_bytes: u64,
     pub sealed: Vec<SealedSegment>,
     pub deleted: Vec<DeletedSegment>,
+    /// Sealed segments deleted because the disk was full (whatever the budget).
+    pub deleted_for_space: Vec<DeletedSegment>,
+    /// Packets not stored because the disk was full and nothing was left to delete.
+    pub disk_full_drops: u64,
+    /// Blocks (of packets, interfaces or statistics) not stored for the same reason.
+    pub disk_full_blocks: u64,
     /// Bytes on disk at the end.
     pub store_bytes: u64,
 }
@@ -307,19 +323,75 @@ impl StoreWriter {
         let dir = store.segments_dir();
         let mut report = OpenReport::default();
         segment::resume_rebuilds(&dir)?;
+        // Recovery writes a footer: on a full disk it is tried again below, once the
+        // retention (and the indexer, for deleting derived data) is set up.
+        let mut full = Vec::new();
         for e in store.list()? {
             if e.state == SegmentState::Open {
-                report.recovered.push(segment::recover(&dir, &e.path)?);
+                match segment::recover(&dir, &e.path) {
+                    Ok(r) => report.recovered.push(r),
+                    Err(err) if err.is_disk_full() => full.push(e.path),
+                    Err(err) => return Err(err),
+                }
             }
         }
-        let entries = store.list()?;
-        report.existing_segments = entries.len();
+        let (sealed, open): (Vec<_>, Vec<_>) = store
+            .list()?
+            .into_iter()
+            .partition(|e| e.state == SegmentState::Sealed);
         let next_seq = store.highest_seq()? + 1;
-        let mut retention = Retention::new(&dir, entries, cfg.max_bytes);
-        report.deleted = retention.make_room(indexer.as_mut(), 0)?;
-        // Derived data: rebuild what a crash (or an older build) left without it.
+        let mut retention = Retention::new(&dir, sealed, cfg.max_bytes);
+        open.iter().for_each(|e| retention.grew(e.bytes));
+        // Derived data: rebuild what a crash (or an older build) left without it. It can
+        // always be rebuilt later (`capsule reindex`, or the next writer): an error here is
+        // logged, and writing goes on.
         let remaining: Vec<_> = retention.sealed().cloned().collect();
-        report.reindexed = indexer.reconcile(&store, &remaining)?;
+        report.reindexed = indexer.reconcile(&store, &remaining).unwrap_or_else(|e| {
+            tracing::warn!(
+                "cannot bring the index up to date (the next writer or `capsule reindex` \
+                 does): {}",
+                crate::error::chain(&e)
+            );
+            Vec::new()
+        });
+        for path in full {
+            loop {
+                match segment::recover(&dir, &path) {
+                    Ok(r) => {
+                        if let Some(s) = r.sealed() {
+                            retention.grew(s.bytes);
+                            retention.sealed_one(crate::store::SegmentEntry {
+                                seq: s.seq,
+                                state: SegmentState::Sealed,
+                                path: s.path.clone(),
+                                bytes: s.bytes,
+                            });
+                        }
+                        report.recovered.push(r);
+                        break;
+                    }
+                    Err(err) if err.is_disk_full() => {
+                        match retention.evict_for_space(indexer.as_mut())? {
+                            Some(d) => report.deleted_for_space.push(d),
+                            None => {
+                                // Readers read it through its block headers; the next open
+                                // tries again. Writing goes on with the next segment number.
+                                tracing::warn!(
+                                    "disk full: cannot seal torn segment {} and no sealed \
+                                     segment is left to delete; it stays open",
+                                    path.display()
+                                );
+                                report.left_open.push(path);
+                                break;
+                            }
+                        }
+                    }
+                    Err(err) => return Err(err),
+                }
+            }
+        }
+        report.existing_segments = retention.sealed().count() + report.left_open.len();
+        report.deleted = retention.make_room(indexer.as_mut(), 0)?;
 
         // Live capture (adaptive) gets a deeper queue: 16 blocks absorb a burst while the
         // compressors step down to faster levels (see compress_loop).
@@ -342,6 +414,7 @@ impl StoreWriter {
             rungs: Arc::default(),
             disk_bound: disk_bound.clone(),
             urgent: urgent.clone(),
+            space: Arc::default(),
         };
         for i in 0..cfg.threads {
             let rx = raw_rx.clone();
@@ -375,6 +448,10 @@ impl StoreWriter {
             ratio: ratio.clone(),
             report: WriteReport::default(),
             disk: DiskLoad::new(disk_bound.clone()),
+            space: gauge.space.clone(),
+            redeclare: Vec::new(),
+            redeclare_seq: next_seq,
+            index_stale: false,
         };
         let writer = std::thread::Builder::new()
             .name("capsule-writer".into())

@@ -56,6 +56,57 @@ impl Retention {
         self.sealed.push_back(entry);
     }
 
+    /// The open segment gave up `bytes` it had counted (a write that failed on a full disk).
+    pub(super) fn shrank(&mut self, bytes: u64) {
+        self.total = self.total.saturating_sub(bytes);
+    }
+
+    /// The disk is full: deletes the oldest sealed segment (and its derived data) whatever
+    /// the budget, and syncs the directory. `None`: there is no sealed segment left.
+    pub(super) fn evict_for_space(
+        &mut self,
+        indexer: &mut dyn Indexer,
+    ) -> Result<Option<DeletedSegment>> {
+        let Some(seg) = self.delete_oldest(indexer)? else {
+            return Ok(None);
+        };
+        tracing::warn!(
+            seq = seg.seq,
+            bytes = seg.bytes,
+            "disk full: deleted the oldest segment to make room"
+        );
+        segment::sync_dir(&self.dir)?;
+        Ok(Some(seg))
+    }
+
+    /// Deletes the oldest sealed segment's file and tells `indexer`; an indexer error is
+    /// logged, not returned (derived data is rebuilt by the next writer or `capsule reindex`).
+    fn delete_oldest(&mut self, indexer: &mut dyn Indexer) -> Result<Option<DeletedSegment>> {
+        let Some(seg) = self.sealed.pop_front() else {
+            return Ok(None);
+        };
+        match crate::fsx::remove(&seg.path, "delete old segment") {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                self.sealed.push_front(seg);
+                return Err(e);
+            }
+        }
+        if let Err(e) = indexer.deleted(seg.seq) {
+            tracing::warn!(
+                seq = seg.seq,
+                "cannot delete the segment's index: {}",
+                crate::error::chain(&e)
+            );
+        }
+        self.total = self.total.saturating_sub(seg.bytes);
+        Ok(Some(DeletedSegment {
+            seq: seg.seq,
+            bytes: seg.bytes,
+        }))
+    }
+
     /// Deletes the oldest sealed segments until `need` more bytes fit under the budget (no
     /// budget: nothing is deleted), telling `indexer` of each.
     pub(super) fn make_room(
@@ -68,25 +119,15 @@ impl Retention {
         };
         let mut deleted = Vec::new();
         while self.total + need > max {
-            let Some(seg) = self.sealed.pop_front() else {
+            let Some(seg) = self.delete_oldest(indexer)? else {
                 break;
             };
-            match crate::fsx::remove(&seg.path, "delete old segment") {
-                Ok(()) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-            indexer.deleted(seg.seq)?;
-            self.total = self.total.saturating_sub(seg.bytes);
             tracing::info!(
                 seq = seg.seq,
                 bytes = seg.bytes,
                 "retention: deleted the oldest segment to stay under the byte budget"
             );
-            deleted.push(DeletedSegment {
-                seq: seg.seq,
-                bytes: seg.bytes,
-            });
+            deleted.push(seg);
         }
         if !deleted.is_empty() {
             segment::sync_dir(&self.dir)?;
