@@ -15,7 +15,10 @@ fuzz_target!(|input: &[u8]| {
         match item {
             Ok(p) => {
                 total += p.data.len();
-                assert!(total <= input.len(), "packets hold more bytes than the input");
+                assert!(
+                    total <= input.len(),
+                    "packets hold more bytes than the input"
+                );
                 let start = p.data.as_ptr() as usize - input.as_ptr() as usize;
                 assert!(start + p.data.len() <= input.len());
             }
@@ -30,5 +33,10 @@ fuzz_target!(|input: &[u8]| {
 
     let stats = fragment_stats(input);
     // The smallest ISB is 24 bytes: type, length, interface, timestamp, length.
-    assert!(stats.len() * 24 <= input.len(), "{} stats from {} bytes", stats.len(), input.len());
+    assert!(
+        stats.len() * 24 <= input.len(),
+        "{} stats from {} bytes",
+        stats.len(),
+        input.len()
+    );
 });

@@ -27,7 +27,11 @@ fuzz_target!(|input: &[u8]| {
             Ok(None) => return,
             Ok(Some(Record::Interface { id })) => Seen::Interface(id),
             Ok(Some(Record::Packet(p))) => {
-                assert!((p.iface as usize) < n_ifaces, "packet on interface {}", p.iface);
+                assert!(
+                    (p.iface as usize) < n_ifaces,
+                    "packet on interface {}",
+                    p.iface
+                );
                 Seen::Other
             }
             Ok(Some(Record::Stats { iface, .. })) => {
@@ -52,8 +56,14 @@ fuzz_target!(|input: &[u8]| {
             }
         }
         let offset = r.offset();
-        assert!(offset >= last_offset, "offset went back: {last_offset} -> {offset}");
-        assert!(offset <= input.len() as u64, "offset {offset} past the input");
+        assert!(
+            offset >= last_offset,
+            "offset went back: {last_offset} -> {offset}"
+        );
+        assert!(
+            offset <= input.len() as u64,
+            "offset {offset} past the input"
+        );
         last_offset = offset;
     }
     panic!("the reader made no progress");

@@ -1,5 +1,7 @@
 //! The decoders of every metadata byte of a segment (`capsule_store::format`) over arbitrary
-//! bytes: the first byte picks the decoder, the rest is its input.
+//! bytes: the first byte picks the decoder (its value mod 5), the rest is its input. When its
+//! high bit is set the target first writes the right crc32c into the payload, so the
+//! fuzzer reaches the checks behind the checksum.
 //!
 //! Properties: where there is an encoder, what decodes re-encodes to a canonical frame that
 //! `decode_meta_frame` unwraps and the decoder reads back to the same value, and encoding
@@ -8,8 +10,7 @@
 #![no_main]
 
 use capsule_store::format::{
-    decode_meta_frame, meta_frame_len_from_prefix, BlockMeta, Footer, SegmentHeader,
-    TRAILER_LEN,
+    decode_meta_frame, meta_frame_len_from_prefix, BlockMeta, Footer, SegmentHeader, TRAILER_LEN,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -20,10 +21,29 @@ fn payload(frame: &[u8]) -> Vec<u8> {
     decode_meta_frame("fuzz", frame).expect("encoder made a frame that does not decode")
 }
 
+/// Writes the crc32c of `p[..at]` at `at`, when it fits.
+fn fix_crc(p: &mut [u8], at: Option<usize>) {
+    if let Some(at) = at.filter(|&at| at + 4 <= p.len()) {
+        let crc = crc32c::crc32c(&p[..at]);
+        p[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
 fuzz_target!(|input: &[u8]| {
     let Some((&which, data)) = input.split_first() else {
         return;
     };
+    let mut data = data.to_vec();
+    if which & 0x80 != 0 {
+        let at = match which % 5 {
+            1 => Some(36),
+            2 => data.len().checked_sub(4),
+            3 => data.len().checked_sub(16),
+            _ => None,
+        };
+        fix_crc(&mut data, at);
+    }
+    let data = &data[..];
     match which % 5 {
         0 => {
             if let Ok(p) = decode_meta_frame("fuzz", data) {

@@ -40,7 +40,8 @@ fuzz_target!(|input: &[u8]| {
             if trimmed == "now" {
                 assert_eq!(t, NOW);
             } else if let Some(ago) = trimmed.strip_prefix('-') {
-                let d = parse_duration(ago).expect("parse_time took a duration parse_duration refuses");
+                let d =
+                    parse_duration(ago).expect("parse_time took a duration parse_duration refuses");
                 let d = d.as_nanos().min(u128::from(u64::MAX)) as u64;
                 assert_eq!(t, NOW.saturating_sub(d));
             } else {
