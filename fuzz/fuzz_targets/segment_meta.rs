@@ -4,8 +4,9 @@
 //! fuzzer reaches the checks behind the checksum.
 //!
 //! Properties: where there is an encoder, what decodes re-encodes to a canonical frame that
-//! `decode_meta_frame` unwraps and the decoder reads back to the same value, and encoding
-//! that value again gives the same bytes (encode . decode is a fixed point); the length
+//! `decode_meta_frame` unwraps and the decoder reads back to the same value (unless an
+//! interface name was not UTF-8: names are read lossily), and encoding that value again
+//! gives the same bytes (encode . decode is a fixed point); the length
 //! read from a frame's prefix is the length of the frame `decode_meta_frame` accepts.
 #![no_main]
 
@@ -27,6 +28,15 @@ fn fix_crc(p: &mut [u8], at: Option<usize>) {
         let crc = crc32c::crc32c(&p[..at]);
         p[at..at + 4].copy_from_slice(&crc.to_le_bytes());
     }
+}
+
+/// Whether every interface name read back is the bytes that were stored: names are decoded
+/// lossily, so a name that was not UTF-8 comes back with U+FFFD in it and cannot encode to
+/// the bytes it came from (it still encodes to canonical bytes, a fixed point).
+fn names_exact(ifaces: &[capsule_pcap::Interface]) -> bool {
+    ifaces
+        .iter()
+        .all(|i| !i.name.as_deref().unwrap_or("").contains('\u{fffd}'))
 }
 
 fuzz_target!(|input: &[u8]| {
@@ -67,12 +77,17 @@ fuzz_target!(|input: &[u8]| {
         }
         2 => {
             if let Ok(m) = BlockMeta::decode_header(data) {
-                assert_eq!(m.header_payload_len(), data.len());
+                let exact = names_exact(&m.new_interfaces);
+                if exact {
+                    assert_eq!(m.header_payload_len(), data.len());
+                }
                 let mut f = Vec::new();
                 m.encode_header(&mut f);
                 assert_eq!(f.len(), m.header_frame_len());
                 let m2 = BlockMeta::decode_header(&payload(&f)).expect("re-encoded block header");
-                assert_eq!(m2, m);
+                if exact {
+                    assert_eq!(m2, m);
+                }
                 let mut f2 = Vec::new();
                 m2.encode_header(&mut f2);
                 assert_eq!(f2, f);
@@ -86,7 +101,9 @@ fuzz_target!(|input: &[u8]| {
                 let trailer = &f[f.len() - TRAILER_LEN..];
                 assert_eq!(Footer::frame_len_from_trailer(trailer).ok(), Some(f.len()));
                 let ft2 = Footer::decode(&payload(&f)).expect("re-encoded footer");
-                assert_eq!(ft2, ft);
+                if names_exact(&ft.interfaces) {
+                    assert_eq!(ft2, ft);
+                }
                 let mut f2 = Vec::new();
                 ft2.encode(&mut f2);
                 assert_eq!(f2, f);
