@@ -45,7 +45,7 @@ fn check(path: &Path, input: &[u8]) {
 /// block's closing length; the crc is 16 bytes before the payload's end.
 fn fix_footer_crc(f: &mut [u8]) {
     let n = f.len();
-    if n < 16 {
+    if n < 20 {
         return;
     }
     let frame_len = u32::from_le_bytes([f[n - 16], f[n - 15], f[n - 14], f[n - 13]]) as usize;
