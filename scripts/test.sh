@@ -10,3 +10,4 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 cargo bench --workspace --no-run
 cargo test --workspace --release
+bash scripts/fuzz.sh 20

@@ -315,17 +315,23 @@ pub fn decode_meta_frame(what: &'static str, frame: &[u8]) -> Result<Vec<u8>, De
 
 // ---- interfaces ------------------------------------------------------------------------
 
+/// The bytes of an interface's name as written: at most [`MAX_IFACE_NAME`], cut at a char
+/// boundary so that what is written is still UTF-8 and decodes to the same name.
+fn stored_name(iface: &Interface) -> &[u8] {
+    let name = iface.name.as_deref().unwrap_or("");
+    let mut end = name.len().min(MAX_IFACE_NAME);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name.as_bytes()[..end]
+}
+
 fn iface_record_len(iface: &Interface) -> usize {
-    let name = iface
-        .name
-        .as_deref()
-        .map_or(0, |n| n.len().min(MAX_IFACE_NAME));
-    8 + name.div_ceil(4) * 4
+    8 + stored_name(iface).len().div_ceil(4) * 4
 }
 
 fn put_iface(out: &mut Vec<u8>, iface: &Interface) {
-    let name = iface.name.as_deref().unwrap_or("").as_bytes();
-    let name = &name[..name.len().min(MAX_IFACE_NAME)];
+    let name = stored_name(iface);
     out.extend_from_slice(&iface.linktype.to_le_bytes());
     out.extend_from_slice(&(name.len() as u16).to_le_bytes());
     out.extend_from_slice(&iface.snaplen.to_le_bytes());
@@ -648,6 +654,43 @@ mod tests {
                 name: Some("eth0".into()),
             }],
         }
+    }
+
+    /// Found by the `segment_meta` fuzz target: a footer whose interface name was longer
+    /// than [`MAX_IFACE_NAME`] was cut inside a UTF-8 sequence, so the footer read back held
+    /// a U+FFFD and encoded to different bytes. The name is now cut at a char boundary.
+    #[test]
+    fn long_interface_name_is_cut_at_a_char_boundary() {
+        // 255 ASCII bytes then a 2-byte char: byte 256 is inside it.
+        let name = format!("{}\u{e9}tail", "a".repeat(255));
+        let footer = Footer {
+            interfaces: vec![Interface {
+                linktype: 1,
+                snaplen: 65535,
+                name: Some(name),
+            }],
+            ..Footer::default()
+        };
+        let mut frame = Vec::new();
+        footer.encode(&mut frame);
+        let back = Footer::decode(&decode_meta_frame("footer", &frame).unwrap()).unwrap();
+        assert_eq!(back.interfaces[0].name.as_deref(), Some(&*"a".repeat(255)));
+        let mut again = Vec::new();
+        back.encode(&mut again);
+        assert_eq!(again, frame);
+        // The same for a block header's new interfaces.
+        let m = BlockMeta {
+            new_interfaces: footer.interfaces.clone(),
+            ..meta()
+        };
+        let mut frame = Vec::new();
+        m.encode_header(&mut frame);
+        assert_eq!(frame.len(), m.header_frame_len());
+        let back = BlockMeta::decode_header(&decode_meta_frame("h", &frame).unwrap()).unwrap();
+        assert_eq!(
+            back.new_interfaces[0].name.as_deref(),
+            Some(&*"a".repeat(255))
+        );
     }
 
     #[test]

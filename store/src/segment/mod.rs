@@ -733,6 +733,41 @@ mod tests {
         assert!(recover(dir.path(), &path).unwrap().moved_aside().is_some());
     }
 
+    /// Found by the `segment_file` fuzz target: a sealed segment with bytes cut out of its
+    /// middle but its footer intact opened, and listed blocks past the end of the file (and
+    /// a reader would allocate the frame length the footer states). The footer's block
+    /// extents are now checked against the file at open.
+    #[test]
+    fn a_sealed_segment_whose_footer_points_past_its_blocks_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        // Incompressible payloads, so each frame is about 3000 bytes.
+        let mut x = 1u32;
+        let noise: Vec<u8> = (0..6000)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                (x >> 24) as u8
+            })
+            .collect();
+        let mut seg = SegmentFile::create(dir.path(), 1, 0).unwrap();
+        append(&mut seg, 0, &noise[..3000]);
+        append(&mut seg, 1, &noise[3000..]);
+        seg.seal().unwrap().unwrap();
+        let path = dir.path().join(sealed_name(1));
+        let whole = std::fs::read(&path).unwrap();
+        assert_eq!(SegmentReader::open(&path).unwrap().blocks().len(), 2);
+        // Cut 2000 bytes out of the second block's frame; the footer stays whole.
+        let at = SegmentReader::open(&path).unwrap().blocks()[1].frame_offset as usize;
+        let mut cut = whole[..at].to_vec();
+        cut.extend_from_slice(&whole[at + 2000..]);
+        std::fs::write(&path, &cut).unwrap();
+        match SegmentReader::open(&path) {
+            Err(StoreError::Corrupt { problem, .. }) => {
+                assert!(problem.to_string().contains("past the footer"), "{problem}")
+            }
+            other => panic!("opened a segment cut in the middle: {other:?}"),
+        }
+    }
+
     #[test]
     fn padding_is_only_a_clean_end_when_it_is_zeros_shorter_than_a_page() {
         let dir = tempfile::tempdir().unwrap();

@@ -206,5 +206,26 @@ fn read_footer(path: &Path, file: &File, len: u64) -> Result<Footer> {
     let frame = read_at(file, path, len - n, n as usize)?;
     let payload = format::decode_meta_frame("segment footer", &frame)
         .map_err(|e| corrupt(path, len - n, e))?;
-    Footer::decode(&payload).map_err(|e| corrupt(path, len - n, e))
+    let footer = Footer::decode(&payload).map_err(|e| corrupt(path, len - n, e))?;
+    // Every block's frame lies before the footer: a footer that points past it (a file cut
+    // or holed in the middle, its footer intact) is refused here rather than by a read, and
+    // a frame length it states is never allocated beyond the file.
+    let footer_at = len - n;
+    for b in &footer.blocks {
+        let end = b.frame_offset.checked_add(u64::from(b.compressed_len));
+        if end.is_none_or(|end| end > footer_at) {
+            return Err(corrupt(
+                path,
+                footer_at,
+                DecodeError::Invalid {
+                    what: "segment footer",
+                    detail: format!(
+                        "block {}: frame of {} bytes at offset {} lies past the footer at {footer_at}",
+                        b.index, b.compressed_len, b.frame_offset
+                    ),
+                },
+            ));
+        }
+    }
+    Ok(footer)
 }
