@@ -108,14 +108,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     for (seq, why) in &listing.damaged_index {
         eprintln!("capsule: warning: the flows of segment {seq} are missing: {why}");
     }
-    for u in &unreadable {
-        eprintln!(
-            "capsule: warning: segment {} ({}) cannot be read, its flows are missing: {}",
-            u.seq,
-            u.path.display(),
-            u.problem
-        );
-    }
+    super::warn_unreadable(&unreadable, "its flows are missing");
     if listing.damaged_index.is_empty() && unreadable.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {

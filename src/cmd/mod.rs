@@ -72,6 +72,24 @@ impl Selection {
     }
 }
 
+/// Names, on standard error, each segment that could not be read, and what that costs the
+/// answer (`consequence`, e.g. "its flows are missing"; empty for none).
+fn warn_unreadable(unreadable: &[capsule_store::Unreadable], consequence: &str) {
+    let consequence = if consequence.is_empty() {
+        String::new()
+    } else {
+        format!(", {consequence}")
+    };
+    for u in unreadable {
+        eprintln!(
+            "capsule: warning: segment {} ({}) cannot be read{consequence}: {}",
+            u.seq,
+            u.path.display(),
+            u.problem
+        );
+    }
+}
+
 /// Megabytes per second.
 fn mb_per_s(bytes: u64, secs: f64) -> f64 {
     bytes as f64 / 1e6 / secs.max(1e-9)

@@ -95,14 +95,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
             s.problem
         );
     }
-    for u in &report.unreadable {
-        eprintln!(
-            "capsule: warning: segment {} ({}) cannot be read, whatever it holds is missing: {}",
-            u.seq,
-            u.path.display(),
-            u.problem
-        );
-    }
+    super::warn_unreadable(&report.unreadable, "whatever it holds is missing");
     eprintln!(
         "capsule: the answer is partial: damaged data was skipped (exit status {})",
         super::PARTIAL

@@ -16,14 +16,7 @@ pub fn run(store: &Path) -> Result<ExitCode> {
     let mut idx_bytes = 0u64;
     let (segs, unreadable) = store.open_segments_checked()?;
     let mut failed = unreadable.len();
-    for u in &unreadable {
-        eprintln!(
-            "capsule: warning: segment {} ({}) cannot be read, so it gets no index: {}",
-            u.seq,
-            u.path.display(),
-            u.problem
-        );
-    }
+    super::warn_unreadable(&unreadable, "so it gets no index");
     for seg in &segs {
         if seg.state() != capsule_store::SegmentState::Sealed {
             continue;

@@ -13,14 +13,7 @@ pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
     let store = a.store.as_path();
     let store = Store::open(store)?;
     let (segs, unreadable) = store.open_segments_checked()?;
-    for u in &unreadable {
-        eprintln!(
-            "capsule: warning: segment {} ({}) cannot be read: {}",
-            u.seq,
-            u.path.display(),
-            u.problem
-        );
-    }
+    super::warn_unreadable(&unreadable, "");
     let mut out = std::io::stdout().lock();
     if !json {
         writeln!(

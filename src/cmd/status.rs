@@ -14,14 +14,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
         let st = capsule_capture::status::read_status(store_dir)?;
         let store = Store::open(store_dir)?;
         let (segs, unreadable) = store.open_segments_checked()?;
-        for u in &unreadable {
-            eprintln!(
-                "capsule: warning: segment {} ({}) cannot be read: {}",
-                u.seq,
-                u.path.display(),
-                u.problem
-            );
-        }
+        super::warn_unreadable(&unreadable, "");
         let packets: u64 = segs
             .iter()
             .flat_map(|s| s.blocks())
