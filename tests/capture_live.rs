@@ -1714,7 +1714,7 @@ fn kill_9_rounds_keep_every_packet_queryable_before_the_kill() {
         // What is queryable now must survive the kill.
         let before = export(&store, &tmp.path().join("before.pcap"));
         cap.signal("-KILL");
-        let killed_at = capsule_now_ns();
+        let killed_at = capsule_store::now_ns();
         assert!(
             cap.wait_for(STOP_TIMEOUT).is_some(),
             "round {round}: kill -9 did not end capture"
@@ -1761,13 +1761,6 @@ fn kill_9_rounds_keep_every_packet_queryable_before_the_kill() {
     );
 }
 
-/// The wall clock in ns since the epoch.
-fn capsule_now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-}
 /// Whether receive VLAN offload is on for `iface` in namespace `ns`, as `ethtool -k` says.
 fn rx_vlan_offload_on(ns: &str, iface: &str) -> bool {
     need_tool("ethtool");
