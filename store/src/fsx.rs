@@ -14,18 +14,21 @@
 //! * a symlink found where the store expects a file or directory is [`StoreError::Symlink`],
 //!   any other type [`StoreError::WrongType`], both naming the path.
 //!
+//! Every call that changes what a power loss leaves (creating, renaming, removing, syncing)
+//! goes through [`crate::durable`], the seam the power-loss tests record.
+//!
 //! The store root itself is the operator's choice and may be a symlink: [`crate::Store`]
 //! resolves it once when it opens the store, and everything below it is checked here.
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags};
 
+use crate::durable;
 use crate::error::{Result, StoreError};
 
 /// How [`open`] opens a file.
@@ -158,7 +161,7 @@ pub fn open(path: &Path, how: Open, op: &'static str) -> Result<File> {
             Open::Direct => OFlags::WRONLY | OFlags::DIRECT | OFlags::NONBLOCK,
             Open::Lock => OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK,
         };
-    let fd = rfs::openat(&dir, name, flags, Mode::from_raw_mode(MODE))
+    let fd = durable::openat(&dir, name, flags, Mode::from_raw_mode(MODE), path)
         .map_err(|e| fail(op, path, e.into()))?;
     let file = File::from(fd);
     check_regular(op, path, &file)?;
@@ -192,39 +195,41 @@ fn temp_name(name: &Path) -> Result<PathBuf> {
     Ok(PathBuf::from(s))
 }
 
-fn write_temp(path: &Path, bytes: &[u8], durable: bool) -> Result<()> {
+fn write_temp(path: &Path, bytes: &[u8], synced: bool) -> Result<()> {
     let (dir, name) = parent(path)?;
     refuse_symlink(&dir, name, path)?;
     let tmp_name = temp_name(name)?;
     let tmp = path.with_file_name(&tmp_name);
-    let fd = rfs::openat(
+    let fd = durable::openat(
         &dir,
         &tmp_name,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(MODE),
+        &tmp,
     )
     .map_err(|e| fail("create", &tmp, e.into()))?;
     let mut f = File::from(fd);
-    let written = f
-        .write_all(bytes)
+    let written = durable::append_all(&mut f, bytes)
         .map_err(|e| StoreError::io("write", &tmp, e))
         .and_then(|()| {
-            if durable {
-                f.sync_all().map_err(|e| StoreError::io("fsync", &tmp, e))
+            if synced {
+                durable::sync_all(&f).map_err(|e| StoreError::io("fsync", &tmp, e))
             } else {
                 Ok(())
             }
         })
         .and_then(|()| {
-            rfs::renameat(&dir, &tmp_name, &dir, name)
+            durable::renameat(&dir, &tmp_name, &dir, name, (&tmp, path))
                 .map_err(|e| fail("rename into place", path, e.into()))
         });
     if let Err(e) = written {
-        let _ = rfs::unlinkat(&dir, &tmp_name, AtFlags::empty());
+        let _ = durable::unlinkat(&dir, &tmp_name, &tmp);
         return Err(e);
     }
-    if durable {
-        rfs::fsync(&dir).map_err(|e| StoreError::io("fsync directory", split(path).0, e.into()))?;
+    if synced {
+        let dir_path = split(path).0;
+        durable::sync_dir(&dir, dir_path)
+            .map_err(|e| StoreError::io("fsync directory", dir_path, e.into()))?;
     }
     Ok(())
 }
@@ -272,24 +277,26 @@ pub fn rename(from: &Path, to: &Path, op: &'static str) -> Result<()> {
         Err(e) => return Err(StoreError::io(op, from, e.into())),
     }
     refuse_symlink(&tdir, tname, to)?;
-    rfs::renameat(&fdir, fname, &tdir, tname).map_err(|e| StoreError::io(op, from, e.into()))
+    durable::renameat(&fdir, fname, &tdir, tname, (from, to))
+        .map_err(|e| StoreError::io(op, from, e.into()))
 }
 
 /// Removes file `path` (a symlink there is removed itself, never its target). NotFound is
 /// an error like any other: see [`StoreError::is_not_found`].
 pub fn remove(path: &Path, op: &'static str) -> Result<()> {
     let (dir, name) = parent(path)?;
-    rfs::unlinkat(&dir, name, AtFlags::empty()).map_err(|e| StoreError::io(op, path, e.into()))
+    durable::unlinkat(&dir, name, path).map_err(|e| StoreError::io(op, path, e.into()))
 }
 
 /// Creates directory `path` if it is missing; an existing one must be a directory, not a
 /// symlink.
 pub fn create_dir(path: &Path) -> Result<()> {
     let (dir, name) = parent(path)?;
-    match rfs::mkdirat(&dir, name, Mode::from_raw_mode(0o777)) {
+    match durable::mkdirat(&dir, name, Mode::from_raw_mode(0o777), path) {
         Ok(()) => {
-            rfs::fsync(&dir)
-                .map_err(|e| StoreError::io("fsync directory", split(path).0, e.into()))?;
+            let dir_path = split(path).0;
+            durable::sync_dir(&dir, dir_path)
+                .map_err(|e| StoreError::io("fsync directory", dir_path, e.into()))?;
         }
         Err(rustix::io::Errno::EXIST) => {}
         Err(e) => return Err(fail("create directory", path, e.into())),
@@ -300,7 +307,7 @@ pub fn create_dir(path: &Path) -> Result<()> {
 /// fsyncs directory `path` so that creations, renames and unlinks in it are durable.
 pub fn sync_dir(path: &Path) -> Result<()> {
     let fd = dir_fd(path)?;
-    rfs::fsync(&fd).map_err(|e| StoreError::io("fsync directory", path, e.into()))
+    durable::sync_dir(&fd, path).map_err(|e| StoreError::io("fsync directory", path, e.into()))
 }
 
 /// Checks that `path` is a directory and not a symlink.

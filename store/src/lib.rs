@@ -29,6 +29,7 @@
 //! files opens it directly.
 #![forbid(unsafe_code)]
 
+mod durable;
 pub mod error;
 pub mod format;
 pub mod fsx;

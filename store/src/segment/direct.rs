@@ -3,7 +3,6 @@
 //! the last page zero-padded (the next write rewrites that page; sealing cuts the padding).
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
@@ -94,7 +93,7 @@ impl Direct {
         // and the next call reports the error itself (ENOSPC, not EINVAL).
         let mut done = 0;
         while done < end {
-            match self.file.write_at(&w[done..], self.base + done as u64) {
+            match crate::durable::write_at(&self.file, &w[done..], self.base + done as u64) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(k) if (done + k) % DIRECT_ALIGN == 0 || done + k == end => done += k,
                 Ok(k) => {

@@ -26,10 +26,11 @@
 //! docs/decisions.md). A file system that refuses direct I/O gets buffered writes.
 
 use std::fs::File;
-use std::io::{IoSlice, Write};
+use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::durable;
 use crate::error::{Result, StoreError};
 use crate::format::{self, BlockMeta, Footer, SegmentHeader};
 use crate::fsx;
@@ -196,7 +197,15 @@ impl SegmentFile {
         };
         // On disk at once: a reader that finds the file must find its head. A file whose
         // head could not be written (a full disk) is removed, so the writer can try again.
-        if let Err(e) = seg.put(&[&head]).and_then(|()| seg.flush()) {
+        // Then the directory is fsynced: the file's entry survives a power loss from here
+        // on, so the blocks each later fdatasync makes durable are found again (without it
+        // a power loss could drop the new file's name and with it every synced block; found
+        // by the power-loss test in durable/crash_tests.rs).
+        if let Err(e) = seg
+            .put(&[&head])
+            .and_then(|()| seg.flush())
+            .and_then(|()| sync_dir(dir))
+        {
             seg.retry.clear();
             seg.direct = None;
             let _ = fsx::remove(&seg.path, "remove segment without a head");
@@ -210,7 +219,7 @@ impl SegmentFile {
     pub(super) fn reopen(dir: &Path, path: PathBuf, s: &Scan) -> Result<Self> {
         // Append mode: after the cut, the footer goes at the (new) end of the file.
         let file = fsx::open(&path, fsx::Open::Append, "reopen segment")?;
-        file.set_len(s.good_len)
+        durable::set_len(&file, s.good_len)
             .map_err(|e| StoreError::io("truncate segment", &path, e))?;
         let mut footer = Footer {
             interfaces: s.interfaces.clone(),
@@ -275,8 +284,7 @@ impl SegmentFile {
         }
         // Cutting frees blocks; it needs none. What a failed write put past the durable
         // length goes, so a reader of the open file sees a clean end.
-        self.file
-            .set_len(ck.len)
+        durable::set_len(&self.file, ck.len)
             .map_err(|e| StoreError::io("truncate segment", &self.path, e))?;
         Ok(gone)
     }
@@ -349,12 +357,10 @@ impl SegmentFile {
         if self.retry.is_empty() {
             return Ok(());
         }
-        self.file
-            .set_len(self.durable.len)
+        durable::set_len(&self.file, self.durable.len)
             .map_err(|e| StoreError::io("truncate segment", &self.path, e))?;
         // Append mode: the write goes at the (new) end.
-        self.file
-            .write_all(&self.retry)
+        durable::append_all(&mut self.file, &self.retry)
             .map_err(|e| StoreError::io("write segment", &self.path, e))?;
         self.retry.clear();
         self.checkpoint();
@@ -386,8 +392,7 @@ impl SegmentFile {
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.file
-            .write_all(bytes)
+        durable::append_all(&mut self.file, bytes)
             .map_err(|e| StoreError::io("write segment", &self.path, e))?;
         self.len += bytes.len() as u64;
         Ok(())
@@ -403,7 +408,7 @@ impl SegmentFile {
             } else {
                 [IoSlice::new(&b[done - a.len()..]), IoSlice::new(&[])]
             };
-            match self.file.write_vectored(&slices) {
+            match durable::write_vectored(&mut self.file, &slices) {
                 Ok(0) => {
                     let e = std::io::Error::from(std::io::ErrorKind::WriteZero);
                     return Err(StoreError::io("write segment", &self.path, e));
@@ -471,9 +476,7 @@ impl SegmentFile {
     /// Writes staged blocks and flushes them to the medium (bounds what a power loss can take).
     pub fn sync_data(&mut self) -> Result<()> {
         self.flush()?;
-        self.file
-            .sync_data()
-            .map_err(|e| StoreError::io("fsync segment", &self.path, e))
+        durable::sync_data(&self.file).map_err(|e| StoreError::io("fsync segment", &self.path, e))
     }
 
     /// Appends the footer, syncs, renames the file to its sealed name and syncs the
@@ -491,7 +494,7 @@ impl SegmentFile {
                 if !self.renamed {
                     // Cut what the footer's write left, so a block appended next goes right
                     // behind the last one (best effort: the next seal cuts it too).
-                    let _ = self.file.set_len(self.durable.len);
+                    let _ = durable::set_len(&self.file, self.durable.len);
                 }
                 Err(SealFailed {
                     error,
@@ -518,16 +521,13 @@ impl SegmentFile {
             // Cut the zero padding after the last block (and a footer an earlier attempt
             // left half written); the footer goes at the true end.
             self.direct = None;
-            self.file
-                .set_len(self.len)
+            durable::set_len(&self.file, self.len)
                 .map_err(|e| StoreError::io("truncate segment", &self.path, e))?;
             let mut tail = Vec::new();
             self.footer.encode(&mut tail);
-            self.file
-                .write_all(&tail)
+            durable::append_all(&mut self.file, &tail)
                 .map_err(|e| StoreError::io("write segment", &self.path, e))?;
-            self.file
-                .sync_all()
+            durable::sync_all(&self.file)
                 .map_err(|e| StoreError::io("fsync segment", &self.path, e))?;
             fsx::rename(&self.path, &sealed, "rename segment into place")?;
             self.renamed = true;
@@ -581,6 +581,7 @@ fn add_to_footer(footer: &mut Footer, meta: &BlockMeta) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::os::unix::fs::FileExt;
 
     #[test]
