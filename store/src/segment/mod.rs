@@ -135,6 +135,8 @@ pub struct SegmentFile {
     durable: Checkpoint,
     /// The file has been renamed to its sealed name (a seal that failed after that step).
     renamed: bool,
+    /// Something was written (or staged, or cut) since the last fdatasync.
+    unsynced: bool,
 }
 
 /// The state of a segment after its last successful write: its length and footer totals.
@@ -194,6 +196,7 @@ impl SegmentFile {
             retry: Vec::new(),
             durable: Checkpoint::default(),
             renamed: false,
+            unsynced: true,
         };
         // On disk at once: a reader that finds the file must find its head. A file whose
         // head could not be written (a full disk) is removed, so the writer can try again.
@@ -240,6 +243,7 @@ impl SegmentFile {
             retry: Vec::new(),
             durable: Checkpoint::default(),
             renamed: false,
+            unsynced: true,
         };
         seg.checkpoint();
         Ok(seg)
@@ -266,6 +270,7 @@ impl SegmentFile {
     pub fn rollback(&mut self) -> Result<RolledBack> {
         let ck = self.durable;
         let f = &mut self.footer;
+        self.unsynced = true;
         let gone = RolledBack {
             blocks: f.blocks.len() - ck.blocks,
             packets: f.packets - ck.packets,
@@ -292,6 +297,7 @@ impl SegmentFile {
     /// Writes `parts` at the end of the file: direct while the file system takes it, else
     /// buffered.
     fn put(&mut self, parts: &[&[u8]]) -> Result<()> {
+        self.unsynced = true;
         if let Some(d) = &mut self.direct {
             d.stage(parts);
             self.len += parts.iter().map(|p| p.len() as u64).sum::<u64>();
@@ -476,7 +482,16 @@ impl SegmentFile {
     /// Writes staged blocks and flushes them to the medium (bounds what a power loss can take).
     pub fn sync_data(&mut self) -> Result<()> {
         self.flush()?;
-        durable::sync_data(&self.file).map_err(|e| StoreError::io("fsync segment", &self.path, e))
+        durable::sync_data(&self.file)
+            .map_err(|e| StoreError::io("fsync segment", &self.path, e))?;
+        self.unsynced = false;
+        Ok(())
+    }
+
+    /// Whether anything was written (or staged) since the last [`SegmentFile::sync_data`]:
+    /// a power loss now could take it.
+    pub fn needs_sync(&self) -> bool {
+        self.unsynced
     }
 
     /// Appends the footer, syncs, renames the file to its sealed name and syncs the

@@ -1,9 +1,10 @@
 //! The writer thread: the only thread that touches the disk. It receives compressed blocks
 //! from the compressors (in any order), writes them in block order to the open segment,
-//! hands each block to the indexer, seals segments as the producer cut them, syncs the open
-//! segment every `sync_interval`, and runs retention before each block. A write that fails
-//! for a full disk deletes the oldest sealed segment and is tried again; with none left, the
-//! blocks not on disk are dropped and counted, and the next block tries again.
+//! hands each block to the indexer, seals segments as the producer cut them, fdatasyncs the
+//! open segment within `sync_interval` of a write (also when no block follows it), and runs
+//! retention before each block. A write that fails for a full disk deletes the oldest sealed
+//! segment and is tried again; with none left, the blocks not on disk are dropped and
+//! counted, and the next block tries again.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::retention::Retention;
 use super::{Compressed, Ratio, SpaceCounters, WriteReport, WriterConfig};
@@ -86,7 +87,35 @@ impl WriterThread {
         let mut current: Option<SegmentFile> = None;
         let mut last_sync = Instant::now();
         let result = (|| -> Result<()> {
-            for c in rx.iter() {
+            loop {
+                // With unsynced writes in the open segment, wait for the next block only
+                // until the sync interval is up: a writer gone quiet still syncs what it
+                // wrote last, so a power loss takes at most one interval of writes.
+                let due = current
+                    .as_ref()
+                    .filter(|s| s.needs_sync())
+                    .map(|_| self.cfg.sync_interval.saturating_sub(last_sync.elapsed()));
+                let c = match due {
+                    None => match rx.recv() {
+                        Ok(c) => c,
+                        Err(_) => break,
+                    },
+                    Some(wait) => match rx.recv_timeout(wait) {
+                        Ok(c) => c,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                        Err(RecvTimeoutError::Timeout) => {
+                            let seg = current.as_mut().expect("checked above");
+                            let io = Instant::now();
+                            let r = seg.sync_data();
+                            // With nothing left to delete the sync is skipped; the next
+                            // interval tries again.
+                            self.or_make_room(seg, r, SegmentFile::sync_data)?;
+                            last_sync = Instant::now();
+                            self.disk.add(io.elapsed());
+                            continue;
+                        }
+                    },
+                };
                 pending.insert(c.order, c);
                 while let Some(c) = pending.remove(&next) {
                     next += 1;
