@@ -15,7 +15,7 @@
 //!   any other type [`StoreError::WrongType`], both naming the path.
 //!
 //! Every call that changes what a power loss leaves (creating, renaming, removing, syncing)
-//! goes through [`crate::durable`], the seam the power-loss tests record.
+//! goes through `crate::durable`, the seam the power-loss tests record.
 //!
 //! The store root itself is the operator's choice and may be a symlink: [`crate::Store`]
 //! resolves it once when it opens the store, and everything below it is checked here.

@@ -20,6 +20,11 @@
 //! format.rs: every byte of the segment's metadata records, encoded and decoded.
 //! ```
 //!
+//! Every call that changes what a power loss leaves (writes, truncates, syncs, creations,
+//! renames, unlinks, directory fsyncs) goes through `durable/`, a seam that in the crate's
+//! unit tests also records them, so that the tests can build the file system a power loss
+//! at any point would leave and open it with the real recovery.
+//!
 //! The store knows nothing of flows or filters: what is derived from the packets (the side
 //! index) is built by an [`Indexer`] that the writer calls on its writer thread, so the
 //! dependency points from the index to the store and never back.

@@ -1,11 +1,12 @@
 //! One segment file: writing it block by block, sealing it, scanning it after a crash, and
 //! reading its blocks back.
 //!
-//! A segment is written under a hidden name (`.seg-N.pcapng.zst.open`). Each block is
-//! appended as a header frame plus its zstd frame; the open file is synced at a bounded
-//! interval so a power loss costs at most that interval. [`SegmentFile::seal`] appends the
-//! footer, fsyncs, renames the file to `seg-N.pcapng.zst` and fsyncs the directory: a sealed
-//! name only ever points at a complete file. After a crash, [`scan`] walks an open file's
+//! A segment is written under a hidden name (`.seg-N.pcapng.zst.open`), fsynced into its
+//! directory once its head is written. Each block is appended as a header frame plus its
+//! zstd frame; the open file is synced at a bounded interval so a power loss costs at most
+//! that interval. Every write, truncate and sync goes through `crate::durable`.
+//! [`SegmentFile::seal`] appends the footer, fsyncs, renames the file to `seg-N.pcapng.zst`
+//! and fsyncs the directory: a sealed name only ever points at a complete file. After a crash, [`scan`] walks an open file's
 //! frames, and [`recover`] cuts it back to its last whole block before sealing it.
 //! [`SegmentReader`] reads a sealed segment through its footer and the open one through its
 //! block headers.
