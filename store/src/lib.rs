@@ -29,6 +29,7 @@
 //! files opens it directly.
 #![forbid(unsafe_code)]
 
+pub mod compact;
 pub mod error;
 pub mod format;
 pub mod fsx;
