@@ -733,6 +733,7 @@ mod tests {
             uncompressed_len: 400,
             frame_crc: 0xdead_beef,
             frame_offset: 0,
+            compression: Compression::Zstd(1),
             new_interfaces: vec![Interface {
                 linktype: 1,
                 snaplen: 65535,

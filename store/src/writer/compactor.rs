@@ -412,3 +412,211 @@ pub(super) fn run_background(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+    use crate::compact::{self, Outcome, Prepared};
+    use crate::format::Compression;
+    use crate::store::Store;
+
+    fn cfg(level: Level) -> WriterConfig {
+        WriterConfig {
+            block_bytes: 16 * 1024,
+            segment_bytes: 64 * 1024,
+            threads: 2,
+            level,
+            ..WriterConfig::default()
+        }
+    }
+
+    /// Appends `n` compressible packets of 1000 bytes from time `t0` (ns, 1 µs apart).
+    fn fill(w: &mut StoreWriter, n: u64, t0: u64) {
+        let i = w.add_interface(capsule_pcap::Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+        });
+        for k in 0..n {
+            let mut f: Vec<u8> = (0..1000).map(|j| ((k + j) % 17) as u8).collect();
+            f[12..14].copy_from_slice(&[0x08, 0x06]);
+            w.append(i, t0 + k * 1000, 1000, &f).unwrap();
+        }
+    }
+
+    /// Every packet of the store (time, bytes), sorted, and the compression of every block.
+    fn contents(root: &std::path::Path) -> (Vec<(u64, Vec<u8>)>, Vec<Compression>) {
+        let store = Store::open(root).unwrap();
+        let mut dctx = zstd::bulk::Decompressor::new().unwrap();
+        let (mut pkts, mut comps, mut buf) = (Vec::new(), Vec::new(), Vec::new());
+        for seg in store.open_segments().unwrap() {
+            for i in 0..seg.blocks().len() {
+                comps.push(seg.blocks()[i].compression);
+                seg.read_block(i, &mut dctx, &mut Vec::new(), &mut buf)
+                    .unwrap();
+                for p in capsule_pcap::read::fragment_packets(&buf) {
+                    let p = p.unwrap();
+                    pkts.push((p.ts_ns, p.data.to_vec()));
+                }
+            }
+        }
+        pkts.sort();
+        (pkts, comps)
+    }
+
+    fn seg_bytes(root: &std::path::Path) -> u64 {
+        Store::open(root)
+            .unwrap()
+            .list()
+            .unwrap()
+            .iter()
+            .map(|e| e.bytes)
+            .sum()
+    }
+
+    #[test]
+    fn retention_racing_the_compactor_never_brings_a_deleted_segment_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let (mut w, _) = StoreWriter::open(root, cfg(Level::Store)).unwrap();
+        fill(&mut w, 600, 1_000_000);
+        w.finish().unwrap();
+        let segs = Store::open(root).unwrap().segments_dir();
+        let total = seg_bytes(root);
+        let n = Store::open(root).unwrap().list().unwrap().len();
+        assert!(n >= 6, "{n} segments");
+        // A writer under a budget that the next blocks overflow: retention deletes the
+        // oldest segments while compactions of them wait to be committed.
+        let (mut w, _) = StoreWriter::open(
+            root,
+            WriterConfig {
+                max_bytes: Some(total + 20_000),
+                ..cfg(Level::Zstd(3))
+            },
+        )
+        .unwrap();
+        let oldest = segs.join(segment::sealed_name(1));
+        let kept = segs.join(segment::sealed_name(n as u64));
+        let prep = |path: &std::path::Path| match compact::prepare(
+            path,
+            Level::Zstd(3),
+            &mut compact::Unpaused,
+        )
+        .unwrap()
+        {
+            Outcome::Prepared(p) => p,
+            o => panic!("{o:?}"),
+        };
+        let (p1, pn) = (prep(&oldest), prep(&kept));
+        assert!(p1.tmp.exists() && pn.tmp.exists());
+        // New traffic until retention has deleted the oldest segment.
+        let mut t = 1_000_000_000;
+        while oldest.exists() {
+            fill(&mut w, 50, t);
+            w.flush().unwrap();
+            t += 1_000_000;
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(
+                t < 200_000_000_000,
+                "retention never deleted the oldest segment"
+            );
+        }
+        let commit = |w: &StoreWriter, p: Prepared| {
+            let (reply, rx) = bounded(1);
+            w.compact_tx
+                .as_ref()
+                .unwrap()
+                .send(CompactRequest { prepared: p, reply })
+                .unwrap();
+            rx.recv().unwrap().unwrap()
+        };
+        let (tmp1, tmpn, after) = (p1.tmp.clone(), pn.tmp.clone(), pn.bytes_after);
+        assert!(
+            !commit(&w, p1),
+            "a compaction of a deleted segment was committed"
+        );
+        assert!(!oldest.exists(), "the deleted segment came back");
+        assert!(!tmp1.exists(), "its temporary file was left");
+        assert!(commit(&w, pn), "a kept segment's compaction was refused");
+        assert!(!tmpn.exists());
+        assert_eq!(std::fs::metadata(&kept).unwrap().len(), after);
+        let rep = w.finish().unwrap();
+        // Retention counts the compacted segment at its new size.
+        assert_eq!(rep.store_bytes, seg_bytes(root));
+        let (_, comps) = contents(root);
+        assert!(comps.contains(&Compression::Zstd(3)));
+    }
+
+    /// The nice value of this process's thread named `name`, from /proc.
+    fn nice_of(name: &str) -> Option<i64> {
+        for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() == name {
+                let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+                // Fields after the command name (which ends in ')'): nice is field 19.
+                let rest = &stat[stat.rfind(')')? + 2..];
+                return rest.split(' ').nth(16)?.parse().ok();
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn the_background_compactor_pauses_while_a_reader_is_behind_and_then_finishes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let (mut w, _) = StoreWriter::open(root, cfg(Level::Store)).unwrap();
+        fill(&mut w, 800, 1_000_000);
+        w.finish().unwrap();
+        let (before, comps) = contents(root);
+        assert!(comps.iter().all(|c| *c == Compression::Stored));
+        let n = Store::open(root).unwrap().list().unwrap().len() as u64;
+        let (w, _) = StoreWriter::open(
+            root,
+            WriterConfig {
+                compact: true,
+                ..cfg(Level::Zstd(1))
+            },
+        )
+        .unwrap();
+        // A capture reader is behind its ring: the compactor must stand still.
+        w.urgency().store(1, Ordering::Relaxed);
+        let gauge = w.pressure_gauge();
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(nice_of("capsule-compact"), Some(19));
+        let a = gauge.read();
+        std::thread::sleep(Duration::from_millis(1500));
+        let b = gauge.read();
+        assert_eq!(a.compact_target, Some(1));
+        assert_eq!(
+            (a.compacted_segments, a.compacted_pending_bytes),
+            (b.compacted_segments, b.compacted_pending_bytes),
+            "the compactor went on while a reader was behind"
+        );
+        assert!(b.compacted_segments < n);
+        assert!(b.compactor_paused && b.compactor_pauses >= 1, "{b:?}");
+        // Caught up: the compactor goes on and compacts every segment.
+        w.urgency().store(0, Ordering::Relaxed);
+        let t0 = Instant::now();
+        while gauge.read().compacted_segments < n || gauge.read().pending_compaction_bytes > 0 {
+            assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", gauge.read());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let p = gauge.read();
+        assert!(
+            p.compacted_bytes_after < p.compacted_bytes_before / 2,
+            "{p:?}"
+        );
+        w.finish().unwrap();
+        let (after, comps) = contents(root);
+        assert_eq!(after, before);
+        assert!(
+            comps.iter().all(|c| *c == Compression::Zstd(1)),
+            "{comps:?}"
+        );
+        for e in Store::open(root).unwrap().list().unwrap() {
+            let problems = crate::verify::verify_segment(&e.path);
+            assert!(problems.is_empty(), "{problems:?}");
+        }
+    }
+}
