@@ -204,6 +204,13 @@ pub struct StatusArgs {
     /// Print again every second until interrupted.
     #[arg(long)]
     pub watch: bool,
+    /// The compaction target for `pending_compaction_bytes` when no running capture says
+    /// (a running capture's `--level` wins).
+    #[arg(long, default_value = "1", allow_negative_numbers = true)]
+    pub level: capsule_store::writer::Level,
+    /// The byte budget for the retention horizon when no running capture says.
+    #[arg(long, value_parser = units::parse_size)]
+    pub max_bytes: Option<u64>,
 }
 
 #[derive(Args, Debug)]

@@ -229,3 +229,46 @@ fn compact_refuses_while_a_writer_holds_the_lock_and_names_its_counts() {
         "{text}"
     );
 }
+
+#[test]
+fn status_shows_the_bytes_waiting_for_compaction_and_the_horizon_it_buys() {
+    let d = tempfile::tempdir().unwrap();
+    let (store, _) = stored_store(d.path());
+    let status = |store: &Path| -> serde_json::Value {
+        let o = run_ok(capsule().args([
+            "status",
+            "--store",
+            p(store),
+            "--json",
+            "--max-bytes",
+            "10M",
+        ]));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["store"].clone()
+    };
+    let s = status(&store);
+    let (bytes, pending) = (
+        s["bytes"].as_u64().unwrap(),
+        s["pending_compaction_bytes"].as_u64().unwrap(),
+    );
+    // Every block was stored: nearly all the store waits (the rest is metadata).
+    assert!(pending > bytes * 95 / 100 && pending < bytes, "{s}");
+    let (now, after) = (
+        s["retention_horizon_ns"].as_u64().unwrap(),
+        s["retention_horizon_after_compaction_ns"].as_u64().unwrap(),
+    );
+    assert!(after > now * 5 / 4, "{s}");
+    let estimate = s["bytes_after_compaction"].as_u64().unwrap();
+    compact_json(&store);
+    let s = status(&store);
+    assert_eq!(s["pending_compaction_bytes"], 0, "{s}");
+    let real = s["bytes"].as_u64().unwrap();
+    // The estimate (from a sample of blocks) is within a fifth of what compaction made.
+    assert!(
+        estimate.abs_diff(real) < real / 5,
+        "estimated {estimate}, made {real}"
+    );
+    assert_eq!(
+        s["retention_horizon_ns"],
+        s["retention_horizon_after_compaction_ns"]
+    );
+}
