@@ -307,6 +307,10 @@ mod tests {
             segments_deleted_for_space: 2,
             bytes_deleted_for_space: 1 << 20,
             disk_full_drops: 4,
+            compact_target: Some(3),
+            pending_compaction_bytes: 1 << 30,
+            compacted_pending_bytes: 5_000_000,
+            ..Default::default()
         };
         f.update(&rep, store);
         let s = read_status(dir.path()).unwrap().unwrap();
@@ -315,6 +319,11 @@ mod tests {
         assert_eq!(s.store, store);
         assert_eq!(s.drop_causes.packet_ring_full, 5);
         assert!(s.packets_per_s > 100.0 && s.packets_per_s < 2100.0, "{s:?}");
+        // 5 MB recompressed in about 50 ms.
+        assert!(
+            s.compactor_bytes_per_s > 5e6 && s.compactor_bytes_per_s < 1.1e8,
+            "{s:?}"
+        );
         f.finish();
         assert!(!read_status(dir.path()).unwrap().unwrap().running);
         assert_eq!(drop_causes(&rep), " (packet ring full 5)");

@@ -200,7 +200,7 @@ fn step(
         .collect();
     // Newest first: the steady state is the segment just sealed; the oldest are the next
     // that retention deletes.
-    sealed.sort_by(|a, b| b.0.cmp(&a.0));
+    sealed.sort_by_key(|s| std::cmp::Reverse(s.0));
     rounds
         .pending
         .retain(|k, _| sealed.iter().any(|(s, _, l)| (*s, *l) == *k));
