@@ -272,3 +272,28 @@ fn status_shows_the_bytes_waiting_for_compaction_and_the_horizon_it_buys() {
         s["retention_horizon_after_compaction_ns"]
     );
 }
+
+/// The store of the first release (tests/fixtures/format-v1): its blocks do not record their
+/// compression and were compressed, so nothing is pending and nothing is rewritten.
+#[test]
+fn a_store_written_before_blocks_recorded_their_compression_is_left_alone() {
+    let d = tempfile::tempdir().unwrap();
+    let store = d.path().join("store");
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/format-v1/store"),
+        &store,
+    );
+    let png = ["--format", "pcapng"];
+    let before = packets(&query_ok(&store, &d.path().join("a.pcapng"), &png));
+    let sizes: Vec<u64> = segments(&store).iter().map(|s| s.bytes).collect();
+    let r = compact_json(&store);
+    assert_eq!(r["segments_rewritten"], 0, "{r}");
+    assert_eq!(
+        segments(&store).iter().map(|s| s.bytes).collect::<Vec<_>>(),
+        sizes
+    );
+    assert_eq!(
+        packets(&query_ok(&store, &d.path().join("b.pcapng"), &png)),
+        before
+    );
+}

@@ -377,3 +377,86 @@ pub fn remove_leftovers(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     Ok(removed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(compression: Compression, compressed_len: u32, uncompressed_len: u32) -> BlockMeta {
+        BlockMeta {
+            packets: 3,
+            compressed_len,
+            uncompressed_len,
+            compression,
+            ..BlockMeta::default()
+        }
+    }
+
+    #[test]
+    fn pending_blocks_are_those_below_the_target_and_unrecorded_ones_laid_out_as_stored() {
+        let t = Level::Zstd(3);
+        let raw = format::raw_frame_len(100_000) as u32;
+        assert!(is_pending(&block(Compression::Stored, raw, 100_000), t));
+        assert!(is_pending(
+            &block(Compression::Zstd(-1000), 90_000, 100_000),
+            t
+        ));
+        assert!(is_pending(&block(Compression::Zstd(1), 50_000, 100_000), t));
+        assert!(!is_pending(
+            &block(Compression::Zstd(3), 40_000, 100_000),
+            t
+        ));
+        assert!(!is_pending(
+            &block(Compression::Zstd(19), 30_000, 100_000),
+            t
+        ));
+        // Not recorded (segments written before the field): only the stored layout counts.
+        assert!(is_pending(
+            &block(Compression::NotRecorded, raw, 100_000),
+            t
+        ));
+        assert!(!is_pending(
+            &block(Compression::NotRecorded, 50_000, 100_000),
+            t
+        ));
+        assert!(!is_pending(
+            &block(Compression::NotRecorded, raw + 1, 100_000),
+            t
+        ));
+        assert!(!is_pending(
+            &block(Compression::Unknown(9), raw, 100_000),
+            t
+        ));
+        // Nothing is below `store`.
+        assert!(!is_pending(
+            &block(Compression::Stored, raw, 100_000),
+            Level::Store
+        ));
+        let blocks = [
+            block(Compression::Stored, raw, 100_000),
+            block(Compression::Zstd(3), 40_000, 100_000),
+        ];
+        assert_eq!(pending_bytes(&blocks, t), u64::from(raw));
+    }
+
+    #[test]
+    fn leftover_temporary_files_are_recognised_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let seg = dir.path().join(segment::sealed_name(7));
+        std::fs::write(&seg, b"x").unwrap();
+        let (_, tmp) = fsx::create_temp(&seg).unwrap();
+        let keep = [
+            ".seg-000000000007.pcapng.zst.open",
+            ".seg-000000000007.pcapng.zst.0123.tmp",
+            ".capture-status.json.0123456789abcdef.tmp",
+        ];
+        for k in keep {
+            std::fs::write(dir.path().join(k), b"y").unwrap();
+        }
+        assert_eq!(remove_leftovers(dir.path()).unwrap(), vec![tmp.clone()]);
+        assert!(!tmp.exists() && seg.exists());
+        for k in keep {
+            assert!(dir.path().join(k).exists(), "{k} was removed");
+        }
+    }
+}
