@@ -37,6 +37,17 @@ pub enum Cmd {
     Flows(FlowsArgs),
     /// Rebuild the side index of every sealed segment from the segments alone.
     Reindex(StoreArg),
+    /// Recompress at a target level every block of the sealed segments written below it.
+    ///
+    /// Blocks stored, or compressed at a cheaper level by live capture while it was short
+    /// of CPU, are recompressed; block boundaries, times and the index stay as they are.
+    /// Takes the writer lock: while a capture runs it exits at once with the lock error (the
+    /// capture's own compactor does this work in the background).
+    #[command(
+        after_help = "Exit status: 0 every pending segment was compacted; 1 an error; 2 bad \
+usage; 3 some segments were skipped (damaged: each is named on standard error)."
+    )]
+    Compact(CompactArgs),
     /// Show how a store's capture runs and what the store holds.
     ///
     /// The capture's mode, packets, drops by cause and rates (live while `capsule capture`
@@ -170,6 +181,19 @@ pub struct FlowsArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct CompactArgs {
+    /// The store directory.
+    #[arg(long)]
+    pub store: PathBuf,
+    /// The target zstd level: blocks below it are recompressed at it.
+    #[arg(long, default_value = "1", allow_negative_numbers = true)]
+    pub level: capsule_store::writer::Level,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct StatusArgs {
     /// The store directory.
     #[arg(long)]
@@ -180,6 +204,13 @@ pub struct StatusArgs {
     /// Print again every second until interrupted.
     #[arg(long)]
     pub watch: bool,
+    /// The compaction target for `pending_compaction_bytes` when no running capture says
+    /// (a running capture's `--level` wins).
+    #[arg(long, default_value = "1", allow_negative_numbers = true)]
+    pub level: capsule_store::writer::Level,
+    /// The byte budget for the retention horizon when no running capture says.
+    #[arg(long, value_parser = units::parse_size)]
+    pub max_bytes: Option<u64>,
 }
 
 #[derive(Args, Debug)]

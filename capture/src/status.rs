@@ -88,6 +88,9 @@ pub struct CaptureStatus {
     /// limit. Absent in status files of earlier versions.
     #[serde(default)]
     pub store: capsule_store::writer::Pressure,
+    /// The compactor's rate over the last interval: pending bytes recompressed per second.
+    #[serde(default)]
+    pub compactor_bytes_per_s: f64,
 }
 
 /// Writes the status file of a running capture.
@@ -96,6 +99,8 @@ pub struct StatusFile {
     path: PathBuf,
     status: CaptureStatus,
     last: Option<(Instant, u64, u64, u64)>,
+    /// When the compactor's count was last read, and what it was.
+    last_compacted: Option<(Instant, u64)>,
     warned: bool,
 }
 
@@ -115,6 +120,7 @@ impl StatusFile {
                 ..CaptureStatus::default()
             },
             last: None,
+            last_compacted: None,
             warned: false,
         };
         f.write();
@@ -149,6 +155,14 @@ impl StatusFile {
         s.vlan_restored = rep.vlan_restored;
         s.truncated = rep.truncated;
         s.hw_timestamps = rep.xdp.map_or(0, |x| x.program.hw_ts);
+        if let Some((at, done)) = self.last_compacted {
+            let dt = now.duration_since(at).as_secs_f64();
+            if dt > 0.0 {
+                s.compactor_bytes_per_s =
+                    store.compacted_pending_bytes.saturating_sub(done) as f64 / dt;
+            }
+        }
+        self.last_compacted = Some((now, store.compacted_pending_bytes));
         s.store = store;
         self.write();
     }
@@ -160,6 +174,7 @@ impl StatusFile {
         self.status.packets_per_s = 0.0;
         self.status.bits_per_s = 0.0;
         self.status.drops_per_s = 0.0;
+        self.status.compactor_bytes_per_s = 0.0;
         self.write();
     }
 
@@ -292,6 +307,10 @@ mod tests {
             segments_deleted_for_space: 2,
             bytes_deleted_for_space: 1 << 20,
             disk_full_drops: 4,
+            compact_target: Some(3),
+            pending_compaction_bytes: 1 << 30,
+            compacted_pending_bytes: 5_000_000,
+            ..Default::default()
         };
         f.update(&rep, store);
         let s = read_status(dir.path()).unwrap().unwrap();
@@ -300,6 +319,11 @@ mod tests {
         assert_eq!(s.store, store);
         assert_eq!(s.drop_causes.packet_ring_full, 5);
         assert!(s.packets_per_s > 100.0 && s.packets_per_s < 2100.0, "{s:?}");
+        // 5 MB recompressed in about 50 ms.
+        assert!(
+            s.compactor_bytes_per_s > 5e6 && s.compactor_bytes_per_s < 1.1e8,
+            "{s:?}"
+        );
         f.finish();
         assert!(!read_status(dir.path()).unwrap().unwrap().running);
         assert_eq!(drop_causes(&rep), " (packet ring full 5)");

@@ -1,6 +1,7 @@
 //! The side index as the store writer's [`Indexer`]: built block by block on the writer
 //! thread while a segment is written, written to `STORE/index/seg-N.idx` when it is sealed,
-//! deleted with it by retention, and rebuilt at open for any sealed segment left without a
+//! rewritten with its new length when compaction replaces it, deleted with it by retention,
+//! and rebuilt at open for any sealed segment left without a
 //! current one (a crash between sealing and writing the index, or an older build).
 
 use std::path::{Path, PathBuf};
@@ -77,6 +78,27 @@ impl Indexer for SideIndexer {
         if let Some(b) = self.building.take() {
             b.finish(sealed.bytes).write(&self.dir)?;
         }
+        Ok(())
+    }
+
+    /// The blocks are the same, recompressed: the index is rewritten with the segment's new
+    /// length, without dissecting a packet. An index that did not describe the old file
+    /// (missing, stale, damaged) is rebuilt from the new one instead.
+    fn compacted(&mut self, seg: &SealedSegment, old_bytes: u64) -> Result<()> {
+        let path = self.dir.join(index_name(seg.seq));
+        if let Ok(bytes) = capsule_store::fsx::read(&path, "read index") {
+            if let Ok(mut idx) = SegmentIndex::decode(&bytes) {
+                if idx.seq == seg.seq
+                    && idx.segment_len == old_bytes
+                    && idx.blocks.len() == seg.blocks
+                {
+                    idx.segment_len = seg.bytes;
+                    idx.write(&self.dir)?;
+                    return Ok(());
+                }
+            }
+        }
+        rebuild(&SegmentReader::open(&seg.path)?)?.write(&self.dir)?;
         Ok(())
     }
 

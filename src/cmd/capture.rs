@@ -45,6 +45,9 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     let cfg = capsule_store::WriterConfig {
         // Live packets cannot wait: compress faster rather than let the ring overflow.
         adaptive: true,
+        // What the ladder wrote below `--level` is recompressed in the background, at the
+        // lowest priority, pausing while capture is short of CPU.
+        compact: true,
         ..a.writer.config()?
     };
     let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;

@@ -14,6 +14,7 @@ use crate::cli::{Cli, Cmd, Selection};
 
 mod capture;
 pub mod check_bpf;
+mod compact;
 mod flows;
 mod import;
 mod query;
@@ -40,6 +41,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Query(a) => query::run(&a),
         Cmd::Flows(a) => flows::run(&a),
         Cmd::Reindex(a) => reindex::run(&a.store),
+        Cmd::Compact(a) => compact::run(&a),
         Cmd::Status(a) => status::run(&a),
         Cmd::Segments(a) => segments::run(&a),
         Cmd::Synth(a) => synth::run(&a),

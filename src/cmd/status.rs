@@ -4,9 +4,128 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use capsule_store::Store;
+use capsule_store::format::Compression;
+use capsule_store::writer::Level;
+use capsule_store::{SegmentReader, Store};
 
 use crate::cli::StatusArgs;
+
+/// What compaction would do to the store, and the retention horizon either way.
+struct Compaction {
+    target: Level,
+    /// Compressed bytes of blocks below the target.
+    pending: u64,
+    /// Estimated store bytes once they are compacted: `None` when no block is at the target
+    /// yet to estimate the ratio from.
+    after: Option<u64>,
+    budget: Option<u64>,
+    /// Packet time the budget holds at the store's ratio now, and after compaction.
+    horizon_now_ns: Option<u64>,
+    horizon_after_ns: Option<u64>,
+}
+
+impl Compaction {
+    fn of(segs: &[SegmentReader], target: Level, budget: Option<u64>, span_ns: u64) -> Self {
+        let bytes: u64 = segs.iter().map(|s| s.bytes()).sum();
+        let blocks = || segs.iter().flat_map(|s| s.blocks());
+        let pending = blocks()
+            .filter(|b| capsule_store::compact::is_pending(b, target))
+            .map(|b| u64::from(b.compressed_len))
+            .sum::<u64>();
+        let pending_raw: u64 = blocks()
+            .filter(|b| capsule_store::compact::is_pending(b, target))
+            .map(|b| u64::from(b.uncompressed_len))
+            .sum();
+        // The ratio of the blocks already at (or above) the target level.
+        let (c, u) = match target {
+            Level::Zstd(t) => blocks()
+                .filter(|b| matches!(b.compression, Compression::Zstd(l) if l >= t))
+                .fold((0u64, 0u64), |(c, u), b| {
+                    (
+                        c + u64::from(b.compressed_len),
+                        u + u64::from(b.uncompressed_len),
+                    )
+                }),
+            Level::Store => (0, 0),
+        };
+        // None at the target yet: the ratio of a few pending blocks compressed at it.
+        let (c, u) = if u > 0 {
+            (c, u)
+        } else {
+            sample_ratio(segs, target)
+        };
+        let after = if pending == 0 {
+            Some(bytes)
+        } else if u > 0 {
+            Some(bytes - pending + (pending_raw as u128 * c as u128 / u as u128) as u64)
+        } else {
+            None
+        };
+        let horizon = |stored: u64| {
+            let b = budget?;
+            (stored > 0).then(|| (span_ns as u128 * b as u128 / stored as u128) as u64)
+        };
+        Compaction {
+            target,
+            pending,
+            after,
+            budget,
+            horizon_now_ns: horizon(bytes),
+            horizon_after_ns: after.and_then(horizon),
+        }
+    }
+}
+
+/// Compressed and uncompressed bytes of up to 16 pending blocks, spread over the store,
+/// compressed at `target`.
+fn sample_ratio(segs: &[SegmentReader], target: Level) -> (u64, u64) {
+    let Level::Zstd(level) = target else {
+        return (0, 0);
+    };
+    let Ok(mut dctx) = zstd::bulk::Decompressor::new() else {
+        return (0, 0);
+    };
+    let (mut frame, mut data) = (Vec::new(), Vec::new());
+    let (mut c, mut u, mut k) = (0u64, 0u64, 0usize);
+    let is_sample = |b: &capsule_store::format::BlockMeta| {
+        b.packets > 0 && capsule_store::compact::is_pending(b, target)
+    };
+    let every = segs
+        .iter()
+        .flat_map(|s| s.blocks())
+        .filter(|b| is_sample(b))
+        .count()
+        .div_ceil(16)
+        .max(1);
+    for seg in segs {
+        for (i, b) in seg.blocks().iter().enumerate() {
+            if !is_sample(b) {
+                continue;
+            }
+            k += 1;
+            if (k - 1) % every != 0 {
+                continue;
+            }
+            if seg.read_block(i, &mut dctx, &mut frame, &mut data).is_err() {
+                continue;
+            }
+            if let Ok(z) = zstd::bulk::compress(&data, level) {
+                c += z.len() as u64;
+                u += data.len() as u64;
+            }
+        }
+    }
+    (c, u)
+}
+
+fn secs(ns: u64) -> String {
+    let s = ns as f64 / 1e9;
+    if s >= 3600.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else {
+        format!("{s:.1} s")
+    }
+}
 
 pub fn run(a: &StatusArgs) -> Result<ExitCode> {
     let (store_dir, json, watch) = (a.store.as_path(), a.json, a.watch);
@@ -38,11 +157,27 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                 && Path::new(&format!("/proc/{}", s.pid)).exists()
                 && now.saturating_sub(s.updated_ns) < 5_000_000_000
         });
+        // A running capture's compactor target and budget win over the flags.
+        let running = st.as_ref().filter(|_| live);
+        let target = running
+            .and_then(|s| s.store.compact_target)
+            .map_or(a.level, Level::Zstd);
+        let budget = running.and_then(|s| s.store.budget_bytes).or(a.max_bytes);
+        let span = last.zip(first).map_or(0, |(l, f)| l.saturating_sub(f));
+        let cp = Compaction::of(&segs, target, budget, span);
+        let rate = running.map(|s| s.compactor_bytes_per_s);
         if json {
             let v = serde_json::json!({
                 "capture": st, "live": live,
                 "store": {"segments": segs.len(), "packets": packets, "bytes": bytes,
-                          "first_ns": first, "last_ns": last},
+                          "first_ns": first, "last_ns": last,
+                          "compaction_target": cp.target.to_string(),
+                          "pending_compaction_bytes": cp.pending,
+                          "bytes_after_compaction": cp.after,
+                          "compactor_bytes_per_s": rate,
+                          "budget_bytes": cp.budget,
+                          "retention_horizon_ns": cp.horizon_now_ns,
+                          "retention_horizon_after_compaction_ns": cp.horizon_after_ns},
             });
             println!("{v}");
         } else {
@@ -127,6 +262,37 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                 first.map(capsule_query::format_instant).unwrap_or_default(),
                 last.map(capsule_query::format_instant).unwrap_or_default()
             );
+            let after = cp
+                .after
+                .map_or("unknown".to_string(), |b| format!("about {b} bytes"));
+            println!(
+                "compaction: {} bytes of blocks below level {}; compacted, the store would be {after}{}",
+                cp.pending,
+                cp.target,
+                match (rate, running.map(|s| s.store)) {
+                    (Some(r), Some(p)) => format!(
+                        "; compactor {:.1} MB/s, {} segment(s) compacted ({} -> {} bytes){}",
+                        r / 1e6,
+                        p.compacted_segments,
+                        p.compacted_bytes_before,
+                        p.compacted_bytes_after,
+                        if p.compactor_paused { ", paused for capture" } else { "" }
+                    ),
+                    _ => String::new(),
+                }
+            );
+            match (cp.budget, cp.horizon_now_ns) {
+                (Some(b), Some(h)) => println!(
+                    "retention: a budget of {b} bytes holds {} of packets at the ratio now, {} \
+                     after compaction",
+                    secs(h),
+                    cp.horizon_after_ns.map_or("unknown".into(), secs)
+                ),
+                _ => println!(
+                    "retention: no byte budget (the store holds {} of packets)",
+                    secs(span)
+                ),
+            }
         }
         if !watch {
             return Ok(ExitCode::SUCCESS);

@@ -43,8 +43,14 @@ pub const SEGMENT_HEADER_LEN: usize = 40;
 pub const BLOCK_HEADER_FIXED_LEN: usize = 60;
 /// Length of the fixed part of the footer payload.
 pub const FOOTER_FIXED_LEN: usize = 56;
-/// Length of one block entry in the footer.
-pub const FOOTER_ENTRY_LEN: usize = 48;
+/// Length of one block entry in the footer of the first layout (footer flags 0).
+pub const FOOTER_ENTRY_LEN_V1: usize = 48;
+/// Length of one block entry in the footer written by this build: the first layout's 48
+/// bytes, then the block's compression (u16, see [`Compression`]) and 2 reserved bytes.
+pub const FOOTER_ENTRY_LEN: usize = 52;
+/// Footer flag (footer bytes 10..12): block entries are [`FOOTER_ENTRY_LEN`] bytes and carry
+/// each block's compression. Without it they are [`FOOTER_ENTRY_LEN_V1`] bytes.
+pub const FOOTER_FLAG_COMPRESSION: u16 = 1;
 /// Length of the trailer at the very end of a sealed segment: footer frame length, magic,
 /// and the pcapng block's closing length.
 pub const TRAILER_LEN: usize = 16;
@@ -109,8 +115,65 @@ pub struct BlockMeta {
     pub frame_crc: u32,
     /// File offset of the zstd frame (filled in by the writer or reader; not in the header).
     pub frame_offset: u64,
+    /// How the frame was compressed, as recorded (block header bytes 58..60).
+    pub compression: Compression,
     /// Interfaces this block adds to the segment's list, in order.
     pub new_interfaces: Vec<Interface>,
+}
+
+/// How a block's frame was compressed, as its block header (bytes 58..60) and footer entry
+/// record it: a u16 where 0 means *not recorded* (segments written before this was added),
+/// 1 means *stored* (a raw frame), and `0x8000 + level` a zstd level (-1000..=22, so the
+/// values 0x7C18..=0x8016). Any other value decodes as [`Compression::Unknown`] (a newer
+/// build's code), which readers treat like "not recorded".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Compression {
+    /// Written before blocks recorded their compression.
+    #[default]
+    NotRecorded,
+    /// A raw (stored) zstd frame.
+    Stored,
+    /// A zstd frame at this level.
+    Zstd(i32),
+    /// A code this build does not know.
+    Unknown(u16),
+}
+
+/// Code of a zstd level: `0x8000 + level`.
+const ZSTD_CODE_BASE: i32 = 0x8000;
+
+impl Compression {
+    /// The u16 written for it.
+    pub fn code(self) -> u16 {
+        match self {
+            Compression::NotRecorded => 0,
+            Compression::Stored => 1,
+            Compression::Zstd(l) => (ZSTD_CODE_BASE + l.clamp(-1000, 22)) as u16,
+            Compression::Unknown(c) => c,
+        }
+    }
+
+    /// What a recorded u16 means.
+    pub fn from_code(c: u16) -> Self {
+        let level = i32::from(c) - ZSTD_CODE_BASE;
+        match c {
+            0 => Compression::NotRecorded,
+            1 => Compression::Stored,
+            _ if (-1000..=22).contains(&level) => Compression::Zstd(level),
+            _ => Compression::Unknown(c),
+        }
+    }
+}
+
+impl std::fmt::Display for Compression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Compression::NotRecorded => f.write_str("not recorded"),
+            Compression::Stored => f.write_str("stored"),
+            Compression::Zstd(l) => write!(f, "zstd {l}"),
+            Compression::Unknown(c) => write!(f, "unknown code {c:#06x}"),
+        }
+    }
 }
 
 /// The footer of a sealed segment.
@@ -442,7 +505,7 @@ impl BlockMeta {
         p.extend_from_slice(&self.frame_crc.to_le_bytes());
         p.extend_from_slice(&self.wire_bytes.to_le_bytes());
         p.extend_from_slice(&(self.new_interfaces.len() as u16).to_le_bytes());
-        p.extend_from_slice(&0u16.to_le_bytes());
+        p.extend_from_slice(&self.compression.code().to_le_bytes());
         for iface in &self.new_interfaces {
             put_iface(&mut p, iface);
         }
@@ -492,6 +555,7 @@ impl BlockMeta {
             frame_crc: h.u32_le::<44>(),
             wire_bytes: h.u64_le::<48>(),
             frame_offset: 0,
+            compression: Compression::from_code(h.u16_le::<58>()),
             new_interfaces,
         };
         meta.validate(W)?;
@@ -522,7 +586,7 @@ impl Footer {
         );
         p.extend_from_slice(&FOOTER_MAGIC);
         p.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        p.extend_from_slice(&0u16.to_le_bytes());
+        p.extend_from_slice(&FOOTER_FLAG_COMPRESSION.to_le_bytes());
         p.extend_from_slice(&(self.blocks.len() as u32).to_le_bytes());
         p.extend_from_slice(&(self.interfaces.len() as u32).to_le_bytes());
         p.extend_from_slice(&0u32.to_le_bytes());
@@ -539,6 +603,8 @@ impl Footer {
             p.extend_from_slice(&b.uncompressed_len.to_le_bytes());
             p.extend_from_slice(&b.frame_crc.to_le_bytes());
             p.extend_from_slice(&b.wire_bytes.to_le_bytes());
+            p.extend_from_slice(&b.compression.code().to_le_bytes());
+            p.extend_from_slice(&0u16.to_le_bytes());
         }
         for i in &self.interfaces {
             put_iface(&mut p, i);
@@ -581,10 +647,22 @@ impl Footer {
         check_magic(W, h.array::<0, 8>(), &FOOTER_MAGIC)?;
         check_version(W, h.u16_le::<8>())?;
         check_crc(W, body, tail.u32_le().map_err(short(W, p.len()))?)?;
+        let flags = h.u16_le::<10>();
+        if flags & !FOOTER_FLAG_COMPRESSION != 0 {
+            return Err(DecodeError::Invalid {
+                what: W,
+                detail: format!("unknown footer flags {flags:#06x}"),
+            });
+        }
+        let entry_len = if flags & FOOTER_FLAG_COMPRESSION != 0 {
+            FOOTER_ENTRY_LEN
+        } else {
+            FOOTER_ENTRY_LEN_V1
+        };
         let n_blocks = h.u32_le::<12>() as usize;
         let n_ifaces = h.u32_le::<16>() as usize;
         let entries_end = n_blocks
-            .checked_mul(FOOTER_ENTRY_LEN)
+            .checked_mul(entry_len)
             .and_then(|n| n.checked_add(FOOTER_FIXED_LEN))
             .ok_or(DecodeError::Invalid {
                 what: W,
@@ -595,8 +673,14 @@ impl Footer {
         let mut blocks = Vec::with_capacity(n_blocks);
         for i in 0..n_blocks {
             let e = entries
-                .view::<FOOTER_ENTRY_LEN>()
+                .view::<FOOTER_ENTRY_LEN_V1>()
                 .map_err(short(W, body.len()))?;
+            let compression = if entry_len == FOOTER_ENTRY_LEN {
+                let c = entries.view::<4>().map_err(short(W, body.len()))?;
+                Compression::from_code(c.u16_le::<0>())
+            } else {
+                Compression::NotRecorded
+            };
             let meta = BlockMeta {
                 index: i as u32,
                 frame_offset: e.u64_le::<0>(),
@@ -607,6 +691,7 @@ impl Footer {
                 uncompressed_len: e.u32_le::<32>(),
                 frame_crc: e.u32_le::<36>(),
                 wire_bytes: e.u64_le::<40>(),
+                compression,
                 new_interfaces: Vec::new(),
             };
             meta.validate(W)?;
@@ -648,6 +733,7 @@ mod tests {
             uncompressed_len: 400,
             frame_crc: 0xdead_beef,
             frame_offset: 0,
+            compression: Compression::Zstd(1),
             new_interfaces: vec![Interface {
                 linktype: 1,
                 snaplen: 65535,
@@ -769,6 +855,109 @@ mod tests {
         assert_eq!(n, out.len() - 3);
         let p = decode_meta_frame("t", &out[out.len() - n..]).unwrap();
         assert_eq!(Footer::decode(&p).unwrap(), f);
+    }
+
+    #[test]
+    fn compression_is_recorded_in_header_and_footer_and_read_back() {
+        for c in [
+            Compression::Stored,
+            Compression::Zstd(-1000),
+            Compression::Zstd(-10),
+            Compression::Zstd(0),
+            Compression::Zstd(1),
+            Compression::Zstd(19),
+            Compression::Zstd(22),
+        ] {
+            assert_eq!(Compression::from_code(c.code()), c);
+            assert_ne!(c.code(), 0, "{c} encodes as not recorded");
+            let m = BlockMeta {
+                compression: c,
+                ..meta()
+            };
+            let mut out = Vec::new();
+            m.encode_header(&mut out);
+            let p = decode_meta_frame("t", &out).unwrap();
+            assert_eq!(u16::from_le_bytes([p[58], p[59]]), c.code());
+            assert_eq!(BlockMeta::decode_header(&p).unwrap().compression, c);
+            let mut entry = m.clone();
+            entry.new_interfaces.clear();
+            entry.index = 0;
+            let f = Footer {
+                blocks: vec![entry],
+                ..Footer::default()
+            };
+            let mut out = Vec::new();
+            f.encode(&mut out);
+            let n = Footer::frame_len_from_trailer(&out[out.len() - TRAILER_LEN..]).unwrap();
+            let back = Footer::decode(&decode_meta_frame("t", &out[out.len() - n..]).unwrap());
+            assert_eq!(back.unwrap().blocks[0].compression, c);
+        }
+        assert!(matches!(
+            Compression::from_code(0x7000),
+            Compression::Unknown(0x7000)
+        ));
+    }
+
+    /// A block header and footer as the first layout wrote them: bytes 58..60 of the header
+    /// zero, footer flags zero and 48-byte block entries.
+    #[test]
+    fn headers_and_footers_of_the_first_layout_read_as_not_recorded() {
+        let mut m = meta();
+        m.compression = Compression::Zstd(3);
+        let mut out = Vec::new();
+        m.encode_header(&mut out);
+        let mut p = decode_meta_frame("t", &out).unwrap();
+        p[58..60].copy_from_slice(&[0, 0]);
+        let n = p.len();
+        let crc = crc32c::crc32c(&p[..n - 4]);
+        p[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        let old = BlockMeta::decode_header(&p).unwrap();
+        assert_eq!(old.compression, Compression::NotRecorded);
+        assert_eq!(
+            old,
+            BlockMeta {
+                compression: Compression::NotRecorded,
+                ..m.clone()
+            }
+        );
+        // Footer, first layout, built byte by byte as docs/format.md describes it.
+        let mut body = Vec::new();
+        body.extend_from_slice(&FOOTER_MAGIC);
+        body.extend_from_slice(&1u16.to_le_bytes());
+        body.extend_from_slice(&0u16.to_le_bytes()); // flags: none
+        body.extend_from_slice(&1u32.to_le_bytes()); // blocks
+        body.extend_from_slice(&0u32.to_le_bytes()); // interfaces
+        body.extend_from_slice(&0u32.to_le_bytes());
+        for v in [2u64, 3000, 10, 20] {
+            body.extend_from_slice(&v.to_le_bytes());
+        }
+        body.extend_from_slice(&77u64.to_le_bytes());
+        body.extend_from_slice(&10u64.to_le_bytes());
+        body.extend_from_slice(&20u64.to_le_bytes());
+        for v in [2u32, 100, 400, 0xdead_beef] {
+            body.extend_from_slice(&v.to_le_bytes());
+        }
+        body.extend_from_slice(&3000u64.to_le_bytes());
+        assert_eq!(body.len(), FOOTER_FIXED_LEN + FOOTER_ENTRY_LEN_V1);
+        let crc = crc32c::crc32c(&body);
+        body.extend_from_slice(&crc.to_le_bytes());
+        body.extend_from_slice(&0u32.to_le_bytes());
+        body.extend_from_slice(&TRAILER_MAGIC);
+        let f = Footer::decode(&body).unwrap();
+        assert_eq!(f.blocks.len(), 1);
+        let b = &f.blocks[0];
+        assert_eq!(
+            (b.frame_offset, b.compressed_len, b.wire_bytes),
+            (77, 100, 3000)
+        );
+        assert_eq!(b.compression, Compression::NotRecorded);
+        // An unknown flag is refused, not misread.
+        let mut bad = body.clone();
+        bad[10] = 2;
+        let n = bad.len() - 16;
+        let crc = crc32c::crc32c(&bad[..n]);
+        bad[n..n + 4].copy_from_slice(&crc.to_le_bytes());
+        assert!(Footer::decode(&bad).is_err());
     }
 
     #[test]

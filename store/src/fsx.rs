@@ -234,6 +234,33 @@ fn write_temp(path: &Path, bytes: &[u8], synced: bool) -> Result<()> {
     Ok(())
 }
 
+/// Creates, exclusively and never through a symlink, a temporary file beside `path` under
+/// an unpredictable name (`.NAME.<16 hex digits>.tmp`), opened for writing. Returns it and
+/// its path; the caller renames it over `path` ([`rename`]) or removes it.
+pub fn create_temp(path: &Path) -> Result<(File, PathBuf)> {
+    let (dir, name) = parent(path)?;
+    let tmp_name = temp_name(name)?;
+    let tmp = path.with_file_name(&tmp_name);
+    let fd = rfs::openat(
+        &dir,
+        &tmp_name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(MODE),
+    )
+    .map_err(|e| fail("create", &tmp, e.into()))?;
+    Ok((File::from(fd), tmp))
+}
+
+/// Whether `name` is a temporary name [`create_temp`] (or [`write_atomic`]) made for file
+/// `of`: `.OF.<16 hex digits>.tmp`.
+pub fn is_temp_of(name: &str, of: &str) -> bool {
+    name.strip_prefix('.')
+        .and_then(|n| n.strip_prefix(of))
+        .and_then(|n| n.strip_prefix('.'))
+        .and_then(|n| n.strip_suffix(".tmp"))
+        .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// Replaces file `path` with `bytes` atomically and durably: a temporary file created
 /// exclusively under an unpredictable name, written, fsynced, renamed into place, then the
 /// directory fsynced. A symlink at `path` is refused (and would only be replaced, never

@@ -2,7 +2,8 @@
 //!
 //! The writer thread hands every block it appends to an [`Indexer`], with the block's raw
 //! (uncompressed) bytes, before those bytes are dropped, and tells it when a segment is
-//! sealed or deleted by retention. At open, after recovery and under the writer lock, the
+//! sealed, compacted (recompressed in place: only its length changes) or deleted by
+//! retention. At open, after recovery and under the writer lock, the
 //! indexer brings its files up to date for every sealed segment. capsule-index implements it
 //! with the side index; [`NoIndex`] keeps nothing (tests of the store alone, and tools that
 //! only move segments).
@@ -34,6 +35,15 @@ pub trait Indexer: Send {
 
     /// Retention deleted segment `seq`.
     fn deleted(&mut self, seq: u64) -> Result<()>;
+
+    /// Sealed segment `compacted.seq` was replaced by its compacted version (same blocks,
+    /// recompressed; see [`crate::compact`]): it was `old_bytes` long, it is now
+    /// `compacted.bytes`. What depends on its length is brought up to date. The default
+    /// does nothing (an indexer that keeps nothing of a segment's length).
+    fn compacted(&mut self, compacted: &SealedSegment, old_bytes: u64) -> Result<()> {
+        let _ = (compacted, old_bytes);
+        Ok(())
+    }
 }
 
 /// An [`Indexer`] that keeps nothing.

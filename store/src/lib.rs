@@ -34,6 +34,7 @@
 //! files opens it directly.
 #![forbid(unsafe_code)]
 
+pub mod compact;
 mod durable;
 pub mod error;
 pub mod format;

@@ -579,7 +579,7 @@ impl Drop for SegmentFile {
     }
 }
 
-fn add_to_footer(footer: &mut Footer, meta: &BlockMeta) {
+pub(crate) fn add_to_footer(footer: &mut Footer, meta: &BlockMeta) {
     if footer.blocks.is_empty() {
         footer.first_ns = meta.first_ns;
         footer.last_ns = meta.last_ns;

@@ -319,6 +319,7 @@ fn declare(seg: &mut SegmentFile, lost: &BlockMeta) -> Result<()> {
         uncompressed_len: data.len() as u32,
         compressed_len: frame.len() as u32,
         frame_crc: crc32c::crc32c(&frame),
+        compression: format::Compression::Stored,
         new_interfaces: lost.new_interfaces.clone(),
         ..BlockMeta::default()
     };

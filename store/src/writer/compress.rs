@@ -65,6 +65,16 @@ impl Level {
     }
 }
 
+impl From<Level> for format::Compression {
+    /// How a block written at `level` records its compression.
+    fn from(level: Level) -> Self {
+        match level {
+            Level::Zstd(l) => format::Compression::Zstd(l),
+            Level::Store => format::Compression::Stored,
+        }
+    }
+}
+
 impl Default for Level {
     fn default() -> Self {
         Level::Zstd(1)
@@ -124,6 +134,34 @@ pub struct Pressure {
     /// delete (cause "disk full").
     #[serde(default)]
     pub disk_full_drops: u64,
+    /// The compactor's zstd target level, while one runs (capture's `--level`).
+    #[serde(default)]
+    pub compact_target: Option<i32>,
+    /// Compressed bytes of sealed segments' blocks below the target (the compactor's last
+    /// count).
+    #[serde(default)]
+    pub pending_compaction_bytes: u64,
+    /// Segments compacted, and their bytes before and after.
+    #[serde(default)]
+    pub compacted_segments: u64,
+    #[serde(default)]
+    pub compacted_bytes_before: u64,
+    #[serde(default)]
+    pub compacted_bytes_after: u64,
+    /// Pending bytes recompressed so far (its change over time is the compactor's rate).
+    #[serde(default)]
+    pub compacted_pending_bytes: u64,
+    /// Time the compactor spent working, pauses excluded (ns).
+    #[serde(default)]
+    pub compactor_busy_ns: u64,
+    /// Whether the compactor is paused for capture now, and how often it paused.
+    #[serde(default)]
+    pub compactor_paused: bool,
+    #[serde(default)]
+    pub compactor_pauses: u64,
+    /// The store's byte budget, if any.
+    #[serde(default)]
+    pub budget_bytes: Option<u64>,
 }
 
 /// What a full disk cost so far, counted by the writer thread (see [`Pressure`]).
@@ -141,11 +179,27 @@ pub struct PressureGauge {
     pub(super) disk_bound: Arc<AtomicBool>,
     pub(super) urgent: Arc<AtomicU32>,
     pub(super) space: Arc<SpaceCounters>,
+    pub(super) compact: Arc<super::compactor::CompactCounters>,
+    pub(super) budget: Option<u64>,
 }
 
 impl PressureGauge {
     pub fn read(&self) -> Pressure {
+        let c = &self.compact;
         Pressure {
+            compact_target: c
+                .running
+                .load(Ordering::Relaxed)
+                .then(|| c.target.load(Ordering::Relaxed) as i32),
+            pending_compaction_bytes: c.pending_bytes.load(Ordering::Relaxed),
+            compacted_segments: c.segments.load(Ordering::Relaxed),
+            compacted_bytes_before: c.bytes_before.load(Ordering::Relaxed),
+            compacted_bytes_after: c.bytes_after.load(Ordering::Relaxed),
+            compacted_pending_bytes: c.processed.load(Ordering::Relaxed),
+            compactor_busy_ns: c.busy_ns.load(Ordering::Relaxed),
+            compactor_paused: c.paused.load(Ordering::Relaxed),
+            compactor_pauses: c.pauses.load(Ordering::Relaxed),
+            budget_bytes: self.budget,
             blocks_by_rung: std::array::from_fn(|i| self.rungs[i].load(Ordering::Relaxed)),
             disk_bound: self.disk_bound.load(Ordering::Relaxed),
             readers_behind: self.urgent.load(Ordering::Relaxed),
@@ -239,7 +293,8 @@ pub(super) fn compress_loop(
     signals: Signals,
 ) {
     let mut ladder = Vec::new();
-    for l in level.ladder() {
+    let levels = level.ladder();
+    for l in levels {
         let Some(r) = Rung::new(l) else {
             return; // drops `out`: the writer sees the pipeline end early
         };
@@ -260,6 +315,7 @@ pub(super) fn compress_loop(
             return; // drops `out`: the writer sees the pipeline end early
         }
         raw.meta.compressed_len = frame.len() as u32;
+        raw.meta.compression = levels[rung].into();
         raw.meta.frame_crc = crc32c::crc32c(&frame);
         let done = Compressed {
             order: raw.order,

@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 
 use super::retention::Retention;
-use super::{Compressed, Ratio, SpaceCounters, WriteReport, WriterConfig};
+use super::{CompactRequest, Compressed, Ratio, SpaceCounters, WriteReport, WriterConfig};
 use crate::error::{Result, StoreError};
 use crate::format;
 use crate::indexer::Indexer;
@@ -26,6 +26,9 @@ use crate::store::{now_ns, SegmentEntry};
 /// segment, seals segments, and runs retention before each block.
 pub(super) struct WriterThread {
     pub(super) dir: PathBuf,
+    /// Compactions to commit (see compactor.rs): the rename happens here, where retention
+    /// deletes, so the two never race.
+    pub(super) compact_rx: Receiver<CompactRequest>,
     pub(super) retention: Retention,
     pub(super) cfg: WriterConfig,
     pub(super) ratio: Arc<Ratio>,
@@ -86,6 +89,7 @@ impl WriterThread {
         let mut next = 0u64;
         let mut current: Option<SegmentFile> = None;
         let mut last_sync = Instant::now();
+        let mut compact_rx = self.compact_rx.clone();
         let result = (|| -> Result<()> {
             loop {
                 // With unsynced writes in the open segment, wait for the next block only
@@ -95,16 +99,25 @@ impl WriterThread {
                     .as_ref()
                     .filter(|s| s.needs_sync())
                     .map(|_| self.cfg.sync_interval.saturating_sub(last_sync.elapsed()));
-                let c = match due {
-                    None => match rx.recv() {
-                        Ok(c) => c,
+                let wait = due.unwrap_or(Duration::from_secs(3600));
+                let c = crossbeam_channel::select! {
+                    recv(rx) -> c => match c {
+                        Ok(c) => Some(c),
                         Err(_) => break,
                     },
-                    Some(wait) => match rx.recv_timeout(wait) {
-                        Ok(c) => c,
-                        Err(RecvTimeoutError::Disconnected) => break,
-                        Err(RecvTimeoutError::Timeout) => {
-                            let seg = current.as_mut().expect("checked above");
+                    recv(compact_rx) -> r => {
+                        match r {
+                            Ok(r) => {
+                                let done = self.commit_compaction(&r.prepared, current.as_ref());
+                                let _ = r.reply.send(done);
+                            }
+                            // No compactor left: stop listening for one.
+                            Err(_) => compact_rx = crossbeam_channel::never(),
+                        }
+                        None
+                    },
+                    default(wait) => {
+                        if let Some(seg) = current.as_mut().filter(|s| s.needs_sync()) {
                             let io = Instant::now();
                             let r = seg.sync_data();
                             // With nothing left to delete the sync is skipped; the next
@@ -112,10 +125,11 @@ impl WriterThread {
                             self.or_make_room(seg, r, SegmentFile::sync_data)?;
                             last_sync = Instant::now();
                             self.disk.add(io.elapsed());
-                            continue;
                         }
+                        None
                     },
                 };
+                let Some(c) = c else { continue };
                 pending.insert(c.order, c);
                 while let Some(c) = pending.remove(&next) {
                     next += 1;
@@ -152,6 +166,33 @@ impl WriterThread {
         sealed?;
         self.report.store_bytes = self.retention.total();
         Ok(self.report)
+    }
+
+    /// Commits a compaction (compact.rs) when retention still keeps its segment: rename over
+    /// the sealed name, directory sync, the segment's new size for retention, the indexer
+    /// told. A segment retention deleted meanwhile stays deleted: its temporary file goes.
+    fn commit_compaction(
+        &mut self,
+        p: &crate::compact::Prepared,
+        open: Option<&SegmentFile>,
+    ) -> Result<bool> {
+        if !self.retention.holds(p.seq) || open.is_some_and(|s| s.seq() == p.seq) {
+            crate::compact::abandon(p);
+            return Ok(false);
+        }
+        if !crate::compact::commit(p)? {
+            return Ok(false);
+        }
+        self.retention.resized(p.seq, p.bytes_after);
+        if let Err(e) = self.indexer.compacted(&p.sealed(), p.bytes_before) {
+            tracing::warn!(
+                seq = p.seq,
+                "cannot update the compacted segment's index (rebuilt by the next writer or \
+                 `capsule reindex`): {}",
+                crate::error::chain(&e)
+            );
+        }
+        Ok(true)
     }
 
     /// Seals `seg`. On a full disk the oldest sealed segments are deleted until the footer
@@ -405,6 +446,7 @@ fn interface_block(
         uncompressed_len: data.len() as u32,
         compressed_len: frame.len() as u32,
         frame_crc: crc32c::crc32c(&frame),
+        compression: crate::format::Compression::Zstd(1),
         new_interfaces: ifaces,
         ..crate::format::BlockMeta::default()
     };

@@ -44,12 +44,15 @@ use crate::indexer::{Indexer, NoIndex};
 use crate::segment::{self, Recovery, SealedSegment, SegmentState};
 use crate::store::Store;
 
+mod compactor;
 mod compress;
 mod disk;
 mod retention;
 #[cfg(test)]
 mod tests;
 
+use compactor::{CompactCounters, CompactRequest};
+pub use compactor::{CompactReport, CompactedSegment};
 pub(super) use compress::SpaceCounters;
 use compress::{compress_loop, Signals};
 pub use compress::{Level, LevelError, Pressure, PressureGauge};
@@ -96,6 +99,10 @@ pub struct WriterConfig {
     /// For live capture, where waiting means the kernel drops packets; an import is better
     /// off waiting (nothing is lost) and keeping the ratio.
     pub adaptive: bool,
+    /// Run the compactor in the background: blocks of sealed segments written below `level`
+    /// (the ladder stepped down) are recompressed at `level`, at the lowest CPU priority,
+    /// pausing while capture is short of CPU (see compactor.rs). No effect at `store`.
+    pub compact: bool,
 }
 
 impl Default for WriterConfig {
@@ -110,6 +117,7 @@ impl Default for WriterConfig {
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             sync_interval: Duration::from_secs(1),
             adaptive: false,
+            compact: false,
         }
     }
 }
@@ -129,6 +137,9 @@ pub struct OpenReport {
     pub deleted_for_space: Vec<DeletedSegment>,
     /// Torn segments left open: the disk was full and nothing was left to delete.
     pub left_open: Vec<std::path::PathBuf>,
+    /// Temporary files of compactions a crash interrupted, removed (the segments they were
+    /// to replace are whole under their sealed names).
+    pub compaction_leftovers: Vec<std::path::PathBuf>,
 }
 
 /// A segment removed by retention.
@@ -249,6 +260,14 @@ pub struct StoreWriter {
     gauge: PressureGauge,
     threads: Vec<JoinHandle<()>>,
     writer: Option<JoinHandle<Result<WriteReport>>>,
+    /// Where compactions go to the writer thread to be committed.
+    compact_tx: Option<Sender<CompactRequest>>,
+    compact_counters: Arc<CompactCounters>,
+    /// The background compactor, and what stops it.
+    compactor: Option<JoinHandle<()>>,
+    compact_stop: Arc<AtomicBool>,
+    /// The store's segment directory.
+    seg_dir: std::path::PathBuf,
     packets: u64,
     wire_bytes: u64,
     blocks: u64,
@@ -323,6 +342,9 @@ impl StoreWriter {
         let dir = store.segments_dir();
         let mut report = OpenReport::default();
         segment::resume_rebuilds(&dir)?;
+        // Only a holder of the writer lock compacts: a temporary file found now is left
+        // from a crash, and the segment it was to replace is whole.
+        report.compaction_leftovers = crate::compact::remove_leftovers(&dir)?;
         // Recovery writes a footer: on a full disk it is tried again below, once the
         // retention (and the indexer, for deleting derived data) is set up.
         let mut full = Vec::new();
@@ -410,11 +432,14 @@ impl StoreWriter {
         let mut threads = Vec::new();
         let urgent = Arc::new(AtomicU32::new(0));
         let disk_bound = Arc::new(AtomicBool::new(false));
+        let compact_counters = Arc::new(CompactCounters::default());
         let gauge = PressureGauge {
             rungs: Arc::default(),
             disk_bound: disk_bound.clone(),
             urgent: urgent.clone(),
             space: Arc::default(),
+            compact: compact_counters.clone(),
+            budget: cfg.max_bytes,
         };
         for i in 0..cfg.threads {
             let rx = raw_rx.clone();
@@ -438,7 +463,9 @@ impl StoreWriter {
             threads.push(h);
         }
         drop(done_tx);
+        let (compact_tx, compact_rx) = bounded::<CompactRequest>(1);
         let w = WriterThread {
+            compact_rx,
             dir: dir.clone(),
             indexer,
             pool: pool_tx,
@@ -457,6 +484,36 @@ impl StoreWriter {
             .name("capsule-writer".into())
             .spawn(move || w.run(done_rx))
             .map_err(|e| StoreError::io("start writer thread", &dir, e))?;
+        let compact_stop = Arc::new(AtomicBool::new(false));
+        let compactor = match cfg.level {
+            Level::Zstd(target) if cfg.compact => {
+                compact_counters
+                    .target
+                    .store(target as u32, Ordering::Relaxed);
+                compact_counters.running.store(true, Ordering::Relaxed);
+                let busy = compactor::Busy::new(
+                    urgent.clone(),
+                    disk_bound.clone(),
+                    gauge.rungs.clone(),
+                    tx.clone(),
+                );
+                let (d, stop, to_writer, counters) = (
+                    dir.clone(),
+                    compact_stop.clone(),
+                    compact_tx.clone(),
+                    compact_counters.clone(),
+                );
+                let level = cfg.level;
+                let h = std::thread::Builder::new()
+                    .name("capsule-compact".into())
+                    .spawn(move || {
+                        compactor::run_background(d, level, busy, stop, to_writer, counters)
+                    })
+                    .map_err(|e| StoreError::io("start compactor thread", &dir, e))?;
+                Some(h)
+            }
+            _ => None,
+        };
 
         let lanes = (0..LANES)
             .map(|_| {
@@ -488,6 +545,11 @@ impl StoreWriter {
                 gauge,
                 threads,
                 writer: Some(writer),
+                compact_tx: Some(compact_tx),
+                compact_counters,
+                compactor,
+                compact_stop,
+                seg_dir: dir,
                 packets: 0,
                 wire_bytes: 0,
                 blocks: 0,
@@ -736,8 +798,38 @@ impl StoreWriter {
         Ok(())
     }
 
+    /// Compacts every sealed segment with blocks below `target` now, on this thread and
+    /// unpaused (`capsule compact`): each is rewritten beside itself, synced, and committed by
+    /// the writer thread (rename, directory sync, retention's size, the indexer). `on_each` is
+    /// told of each one.
+    pub fn compact_all(
+        &mut self,
+        target: Level,
+        on_each: &mut dyn FnMut(&CompactedSegment),
+    ) -> Result<CompactReport> {
+        if !target.is_valid() {
+            return Err(StoreError::Config(format!(
+                "compaction level {target} is not valid"
+            )));
+        }
+        let Some(tx) = self.compact_tx.clone() else {
+            return Err(self.stopped());
+        };
+        compactor::run_all(&self.seg_dir, target, &tx, &self.compact_counters, on_each)
+    }
+
+    /// Stops the background compactor (it removes a temporary file it was writing).
+    fn stop_compactor(&mut self) {
+        self.compact_stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.compactor.take() {
+            let _ = h.join();
+        }
+        self.compact_tx = None;
+    }
+
     /// Joins the pipeline after it broke and returns the error that broke it.
     fn stopped(&mut self) -> StoreError {
+        self.stop_compactor();
         self.tx = None;
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -763,6 +855,7 @@ impl StoreWriter {
             return Err(StoreError::WriterStopped(why.clone()));
         }
         self.flush()?;
+        self.stop_compactor();
         self.tx = None;
         for t in self.threads.drain(..) {
             t.join()
@@ -783,6 +876,7 @@ impl Drop for StoreWriter {
     fn drop(&mut self) {
         // Without finish(): stop the threads; the open segment stays as a torn segment that
         // the next writer recovers, exactly as after a crash.
+        self.stop_compactor();
         self.tx = None;
         for t in self.threads.drain(..) {
             let _ = t.join();

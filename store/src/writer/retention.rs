@@ -1,7 +1,9 @@
 //! Retention: the store as a ring on disk. The writer thread keeps the sealed segments,
 //! oldest first, and the bytes the store holds; before a block is written, the oldest
 //! sealed segments (and their derived data) are deleted until it fits under the byte
-//! budget. The state comes from the directory at open, never only from memory.
+//! budget. The state comes from the directory at open, never only from memory. A segment
+//! counts at its current size: a compaction that shrinks it shrinks the total
+//! ([`Retention::resized`]).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -54,6 +56,19 @@ impl Retention {
     /// A segment was sealed: it is now the newest deletion candidate.
     pub(super) fn sealed_one(&mut self, entry: SegmentEntry) {
         self.sealed.push_back(entry);
+    }
+
+    /// Whether sealed segment `seq` is still kept (not deleted by retention or for space).
+    pub(super) fn holds(&self, seq: u64) -> bool {
+        self.sealed.iter().any(|e| e.seq == seq)
+    }
+
+    /// Sealed segment `seq` was compacted: it is now `bytes` long, and the total follows.
+    pub(super) fn resized(&mut self, seq: u64, bytes: u64) {
+        if let Some(e) = self.sealed.iter_mut().find(|e| e.seq == seq) {
+            self.total = (self.total + bytes).saturating_sub(e.bytes);
+            e.bytes = bytes;
+        }
     }
 
     /// The open segment gave up `bytes` it had counted (a write that failed on a full disk).

@@ -1,0 +1,92 @@
+//! `capsule compact`: recompress, at a target level, every block of the sealed segments that
+//! was written below it (stored, or at a cheaper level by live capture's ladder), offline.
+//!
+//! Takes the writer lock like any writer (so it fails at once, with the lock error, while a
+//! capture runs: the capture's own compactor does this work then), then each segment goes
+//! through `StoreWriter::compact_all`: rewritten beside itself, synced, renamed into place,
+//! its index updated.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Result;
+use capsule_store::{Store, WriterConfig};
+
+use crate::cli::CompactArgs;
+
+pub fn run(a: &CompactArgs) -> Result<ExitCode> {
+    // An existing store only: compaction creates nothing.
+    Store::open(&a.store)?;
+    let cfg = WriterConfig {
+        threads: 1,
+        ..WriterConfig::default()
+    };
+    let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;
+    if !a.json {
+        super::print_open_report(&opened);
+        for p in &opened.compaction_leftovers {
+            println!(
+                "removed {} (left by a compaction a crash interrupted)",
+                p.display()
+            );
+        }
+    }
+    let t0 = Instant::now();
+    let json = a.json;
+    let report = writer.compact_all(a.level, &mut |c| {
+        if !json {
+            println!(
+                "segment {}: {} -> {} bytes ({} of {} blocks recompressed) in {:.2} s",
+                c.seq,
+                c.bytes_before,
+                c.bytes_after,
+                c.recompressed,
+                c.blocks,
+                c.busy.as_secs_f64()
+            );
+        }
+    })?;
+    writer.finish()?;
+    let secs = t0.elapsed().as_secs_f64();
+    let before: u64 = report.compacted.iter().map(|c| c.bytes_before).sum();
+    let after: u64 = report.compacted.iter().map(|c| c.bytes_after).sum();
+    if json {
+        let segs: Vec<_> = report
+            .compacted
+            .iter()
+            .map(|c| {
+                serde_json::json!({"seq": c.seq, "bytes_before": c.bytes_before,
+                    "bytes_after": c.bytes_after, "blocks": c.blocks,
+                    "recompressed": c.recompressed, "seconds": c.busy.as_secs_f64()})
+            })
+            .collect();
+        let skipped: Vec<_> = report
+            .skipped
+            .iter()
+            .map(|(seq, why)| serde_json::json!({"seq": seq, "problem": why}))
+            .collect();
+        let v = serde_json::json!({
+            "level": a.level.to_string(),
+            "segments_rewritten": report.compacted.len(),
+            "bytes_before": before, "bytes_after": after, "seconds": secs,
+            "compacted": segs, "skipped": skipped, "deleted_meanwhile": report.vanished,
+        });
+        println!("{v}");
+    } else {
+        println!(
+            "compacted {} segment(s) at level {}: {before} -> {after} bytes ({:.1}%) in {secs:.2} s \
+             ({:.1} MB/s)",
+            report.compacted.len(),
+            a.level,
+            100.0 * after as f64 / before.max(1) as f64,
+            super::mb_per_s(before, secs)
+        );
+    }
+    for (seq, why) in &report.skipped {
+        eprintln!("capsule: warning: segment {seq} was not compacted: {why}");
+    }
+    if !report.skipped.is_empty() {
+        return Ok(ExitCode::from(super::PARTIAL));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,622 @@
+//! The compactor: recompresses, at the configured level, the blocks of sealed segments that
+//! live capture wrote lower on its ladder ([`crate::compact`] does one segment).
+//!
+//! ```text
+//! compactor thread (nice 19)                    writer thread
+//!   list sealed segments, newest first
+//!   pending bytes per segment (cached)
+//!   compact::prepare(newest pending)
+//!     between blocks: pause while the
+//!     compressors or a capture reader are
+//!     behind, or the disk is the limit
+//!   temporary file synced  --CompactRequest-->  still kept by retention?
+//!                                                 yes: compact::commit (rename, fsync dir),
+//!                                                      retention.resized, Indexer::compacted
+//!                                                 no:  temporary file removed
+//!                          <------- reply -----
+//! ```
+//!
+//! The rename and the index update happen on the writer thread, the only thread that
+//! deletes segments (retention), so a segment retention deleted is never brought back by a
+//! rename, and no segment is deleted half way through one. `capsule compact` runs the same
+//! steps on its own thread, unpaused ([`super::StoreWriter::compact_all`]).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Sender};
+
+use super::{Level, RawBlock};
+use crate::compact::{self, Control, Outcome, Prepared};
+use crate::error::{Result, StoreError};
+use crate::fsx;
+use crate::segment::{self, SegmentReader, SegmentState};
+
+/// A prepared compaction handed to the writer thread, which answers whether it committed.
+pub(super) struct CompactRequest {
+    pub(super) prepared: Prepared,
+    pub(super) reply: Sender<Result<bool>>,
+}
+
+/// What the compactor did and has left, for [`super::Pressure`].
+#[derive(Debug, Default)]
+pub(crate) struct CompactCounters {
+    /// Compressed bytes of blocks below the target, in sealed segments (last count).
+    pub(super) pending_bytes: AtomicU64,
+    pub(super) segments: AtomicU64,
+    /// Segment bytes before and after, of the segments compacted.
+    pub(super) bytes_before: AtomicU64,
+    pub(super) bytes_after: AtomicU64,
+    /// Pending bytes recompressed so far (the rate is its change over time).
+    pub(super) processed: AtomicU64,
+    /// Nanoseconds spent compacting, pauses excluded.
+    pub(super) busy_ns: AtomicU64,
+    /// Times the compactor paused for capture.
+    pub(super) pauses: AtomicU64,
+    pub(super) paused: AtomicBool,
+    /// The zstd target (a compactor runs).
+    pub(super) target: AtomicU32,
+    pub(super) running: AtomicBool,
+}
+
+/// One segment compacted.
+#[derive(Debug, Clone)]
+pub struct CompactedSegment {
+    pub seq: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub blocks: usize,
+    pub recompressed: usize,
+    /// Time spent on it, pauses excluded.
+    pub busy: Duration,
+}
+
+/// What [`super::StoreWriter::compact_all`] did.
+#[derive(Debug, Default, Clone)]
+pub struct CompactReport {
+    pub compacted: Vec<CompactedSegment>,
+    /// Segments left alone, and why (damage: `capsule verify` names it).
+    pub skipped: Vec<(u64, String)>,
+    /// Segments deleted by retention while they were being compacted.
+    pub vanished: Vec<u64>,
+}
+
+/// What tells the compactor that capture needs the machine: the signals the compressors'
+/// ladder reads (compress.rs), and the blocks it wrote below the configured level.
+pub(super) struct Busy {
+    pub(super) urgent: Arc<AtomicU32>,
+    pub(super) disk_bound: Arc<AtomicBool>,
+    pub(super) rungs: Arc<[AtomicU64; 4]>,
+    /// The compressors' input queue (only its length is read).
+    pub(super) raw: Sender<RawBlock>,
+    lowered: u64,
+    lowered_at: Option<Instant>,
+}
+
+impl Busy {
+    pub(super) fn new(
+        urgent: Arc<AtomicU32>,
+        disk_bound: Arc<AtomicBool>,
+        rungs: Arc<[AtomicU64; 4]>,
+        raw: Sender<RawBlock>,
+    ) -> Self {
+        Busy {
+            urgent,
+            disk_bound,
+            rungs,
+            raw,
+            lowered: 0,
+            lowered_at: None,
+        }
+    }
+
+    /// Whether capture is short of something now: a reader behind its ring, the disk the
+    /// limit, the compressors' queue a quarter full (where the ladder steps down), or a block
+    /// written below the configured level within the last second.
+    fn now(&mut self) -> bool {
+        let lowered: u64 = self.rungs[1..]
+            .iter()
+            .map(|r| r.load(Ordering::Relaxed))
+            .sum();
+        if lowered != self.lowered {
+            self.lowered = lowered;
+            self.lowered_at = Some(Instant::now());
+        }
+        let cap = self.raw.capacity().unwrap_or(1).max(1);
+        self.urgent.load(Ordering::Relaxed) > 0
+            || self.disk_bound.load(Ordering::Relaxed)
+            || self.raw.len() * 4 >= cap
+            || self
+                .lowered_at
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+    }
+}
+
+/// The background compactor's [`Control`]: pauses while capture is busy, stops on request.
+struct Yielding<'a> {
+    busy: &'a mut Busy,
+    stop: &'a AtomicBool,
+    counters: &'a CompactCounters,
+}
+
+impl Control for Yielding<'_> {
+    fn proceed(&mut self) -> bool {
+        let mut paused = false;
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            if !self.busy.now() {
+                self.counters.paused.store(false, Ordering::Relaxed);
+                return true;
+            }
+            if !paused {
+                paused = true;
+                self.counters.pauses.fetch_add(1, Ordering::Relaxed);
+                self.counters.paused.store(true, Ordering::Relaxed);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// What one round found or did.
+enum Step {
+    Compacted(CompactedSegment),
+    /// Nothing is pending (that is not skipped).
+    Idle,
+    Stopped,
+}
+
+/// The compactor's memory between rounds: pending bytes of each segment (by number and
+/// length), and segments left alone.
+#[derive(Default)]
+struct Rounds {
+    pending: HashMap<(u64, u64), u64>,
+    skip: HashSet<(u64, u64)>,
+}
+
+/// One round over segment directory `dir`: counts what is pending, compacts the newest
+/// segment with pending blocks and has the writer thread commit it.
+fn step(
+    dir: &Path,
+    target: Level,
+    ctl: &mut dyn Control,
+    to_writer: &Sender<CompactRequest>,
+    rounds: &mut Rounds,
+    counters: &CompactCounters,
+    report: &mut CompactReport,
+) -> Result<Step> {
+    let mut sealed: Vec<(u64, PathBuf, u64)> = fsx::list(dir)?
+        .into_iter()
+        .filter(|e| e.kind == fsx::Kind::File)
+        .filter_map(|e| {
+            let (seq, st) = segment::parse_name(&e.name.to_string_lossy())?;
+            (st == SegmentState::Sealed).then_some((seq, e.path, e.len))
+        })
+        .collect();
+    // Newest first: the steady state is the segment just sealed; the oldest are the next
+    // that retention deletes.
+    sealed.sort_by_key(|s| std::cmp::Reverse(s.0));
+    rounds
+        .pending
+        .retain(|k, _| sealed.iter().any(|(s, _, l)| (*s, *l) == *k));
+    let mut total = 0;
+    let mut pick = None;
+    for (seq, path, len) in &sealed {
+        let key = (*seq, *len);
+        let pending = match rounds.pending.get(&key) {
+            Some(&p) => p,
+            None => {
+                let p = match SegmentReader::open(path) {
+                    Ok(r) => compact::pending_bytes(r.blocks(), target),
+                    // Deleted meanwhile, or unreadable (named by other commands): none.
+                    Err(_) => 0,
+                };
+                rounds.pending.insert(key, p);
+                p
+            }
+        };
+        total += pending;
+        if pending > 0 && pick.is_none() && !rounds.skip.contains(&key) {
+            pick = Some((key, path.clone()));
+        }
+    }
+    counters.pending_bytes.store(total, Ordering::Relaxed);
+    let Some((key, path)) = pick else {
+        return Ok(Step::Idle);
+    };
+    let p = match compact::prepare(&path, target, ctl) {
+        Ok(Outcome::Prepared(p)) => p,
+        Ok(Outcome::Nothing) => {
+            rounds.pending.insert(key, 0);
+            return Ok(Step::Idle);
+        }
+        Ok(Outcome::Skipped(why)) => {
+            tracing::warn!(seq = key.0, "not compacted: {why}");
+            report.skipped.push((key.0, why));
+            rounds.skip.insert(key);
+            return Ok(Step::Idle);
+        }
+        Ok(Outcome::Stopped) => return Ok(Step::Stopped),
+        Err(e) if e.is_not_found() => {
+            rounds.pending.remove(&key);
+            report.vanished.push(key.0);
+            return Ok(Step::Idle);
+        }
+        Err(e) => {
+            // Damage found while reading, or a full disk: that segment is left alone until
+            // its length changes; the others are still compacted.
+            let why = crate::error::chain(&e);
+            tracing::warn!(seq = key.0, "not compacted: {why}");
+            report.skipped.push((key.0, why));
+            rounds.skip.insert(key);
+            return Ok(Step::Idle);
+        }
+    };
+    let done = CompactedSegment {
+        seq: p.seq,
+        bytes_before: p.bytes_before,
+        bytes_after: p.bytes_after,
+        blocks: p.blocks,
+        recompressed: p.recompressed,
+        busy: p.busy,
+    };
+    let (processed, busy) = (p.pending_before, p.busy);
+    let (reply_tx, reply) = bounded(1);
+    let tmp = p.tmp.clone();
+    if let Err(e) = to_writer.send(CompactRequest {
+        prepared: p,
+        reply: reply_tx,
+    }) {
+        compact::abandon(&e.into_inner().prepared);
+        return Ok(Step::Stopped);
+    }
+    let committed = match reply.recv() {
+        Ok(r) => r?,
+        Err(_) => {
+            // The writer thread went away with the request: its temporary file goes.
+            let _ = fsx::remove(&tmp, "remove compaction's temporary file");
+            return Ok(Step::Stopped);
+        }
+    };
+    counters.processed.fetch_add(processed, Ordering::Relaxed);
+    counters
+        .busy_ns
+        .fetch_add(busy.as_nanos() as u64, Ordering::Relaxed);
+    rounds.pending.remove(&key);
+    if !committed {
+        report.vanished.push(key.0);
+        return Ok(Step::Idle);
+    }
+    rounds.pending.insert((done.seq, done.bytes_after), 0);
+    counters.segments.fetch_add(1, Ordering::Relaxed);
+    counters
+        .bytes_before
+        .fetch_add(done.bytes_before, Ordering::Relaxed);
+    counters
+        .bytes_after
+        .fetch_add(done.bytes_after, Ordering::Relaxed);
+    tracing::info!(
+        seq = done.seq,
+        before = done.bytes_before,
+        after = done.bytes_after,
+        blocks = done.recompressed,
+        "compacted"
+    );
+    report.compacted.push(done.clone());
+    Ok(Step::Compacted(done))
+}
+
+/// Compacts every pending segment of `dir` on the calling thread, unpaused, until none is
+/// left (segments that cannot be compacted are skipped and reported). `on_each` is told of
+/// each segment compacted.
+pub(super) fn run_all(
+    dir: &Path,
+    target: Level,
+    to_writer: &Sender<CompactRequest>,
+    counters: &CompactCounters,
+    on_each: &mut dyn FnMut(&CompactedSegment),
+) -> Result<CompactReport> {
+    let mut rounds = Rounds::default();
+    let mut report = CompactReport::default();
+    let mut ctl = compact::Unpaused;
+    loop {
+        let s = step(
+            dir,
+            target,
+            &mut ctl,
+            to_writer,
+            &mut rounds,
+            counters,
+            &mut report,
+        )?;
+        match s {
+            Step::Compacted(c) => on_each(&c),
+            Step::Idle
+                if rounds
+                    .pending
+                    .iter()
+                    .all(|(k, &p)| p == 0 || rounds.skip.contains(k)) =>
+            {
+                return Ok(report)
+            }
+            Step::Idle => {}
+            Step::Stopped => {
+                return Err(StoreError::PipelineBroken(
+                    "the writer thread stopped during compaction",
+                ))
+            }
+        }
+    }
+}
+
+/// Lowers the calling thread to the lowest CPU priority (nice 19); on Linux the nice value
+/// of a thread id applies to that thread alone. SCHED_IDLE would yield more, but rustix has
+/// no call for it and unsafe code is kept to capture/src/sys.
+fn lower_priority() {
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), 19) {
+        tracing::warn!("cannot lower the compactor's priority: {e}");
+    }
+}
+
+/// The background compactor: rounds until `stop`, pausing while capture is busy, idling a
+/// second when nothing is pending.
+pub(super) fn run_background(
+    dir: PathBuf,
+    target: Level,
+    mut busy: Busy,
+    stop: Arc<AtomicBool>,
+    to_writer: Sender<CompactRequest>,
+    counters: Arc<CompactCounters>,
+) {
+    lower_priority();
+    let mut rounds = Rounds::default();
+    let mut report = CompactReport::default();
+    let idle = |secs: u64| {
+        for _ in 0..secs * 20 {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    while !stop.load(Ordering::Relaxed) {
+        let mut ctl = Yielding {
+            busy: &mut busy,
+            stop: &stop,
+            counters: &counters,
+        };
+        match step(
+            &dir,
+            target,
+            &mut ctl,
+            &to_writer,
+            &mut rounds,
+            &counters,
+            &mut report,
+        ) {
+            Ok(Step::Compacted(_)) => report.compacted.clear(),
+            Ok(Step::Idle) => idle(1),
+            Ok(Step::Stopped) => break,
+            Err(e) => {
+                // The segment directory could not be listed, or a commit failed: again
+                // after a pause.
+                tracing::warn!("compaction failed: {}", crate::error::chain(&e));
+                idle(5);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+    use crate::compact::{self, Outcome, Prepared};
+    use crate::format::Compression;
+    use crate::store::Store;
+
+    fn cfg(level: Level) -> WriterConfig {
+        WriterConfig {
+            block_bytes: 16 * 1024,
+            segment_bytes: 64 * 1024,
+            threads: 2,
+            level,
+            ..WriterConfig::default()
+        }
+    }
+
+    /// Appends `n` compressible packets of 1000 bytes from time `t0` (ns, 1 µs apart).
+    fn fill(w: &mut StoreWriter, n: u64, t0: u64) {
+        let i = w.add_interface(capsule_pcap::Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+        });
+        for k in 0..n {
+            let mut f: Vec<u8> = (0..1000).map(|j| ((k + j) % 17) as u8).collect();
+            f[12..14].copy_from_slice(&[0x08, 0x06]);
+            w.append(i, t0 + k * 1000, 1000, &f).unwrap();
+        }
+    }
+
+    /// Every packet of the store (time, bytes), sorted, and the compression of every block.
+    fn contents(root: &std::path::Path) -> (Vec<(u64, Vec<u8>)>, Vec<Compression>) {
+        let store = Store::open(root).unwrap();
+        let mut dctx = zstd::bulk::Decompressor::new().unwrap();
+        let (mut pkts, mut comps, mut buf) = (Vec::new(), Vec::new(), Vec::new());
+        for seg in store.open_segments().unwrap() {
+            for i in 0..seg.blocks().len() {
+                comps.push(seg.blocks()[i].compression);
+                seg.read_block(i, &mut dctx, &mut Vec::new(), &mut buf)
+                    .unwrap();
+                for p in capsule_pcap::read::fragment_packets(&buf) {
+                    let p = p.unwrap();
+                    pkts.push((p.ts_ns, p.data.to_vec()));
+                }
+            }
+        }
+        pkts.sort();
+        (pkts, comps)
+    }
+
+    fn seg_bytes(root: &std::path::Path) -> u64 {
+        Store::open(root)
+            .unwrap()
+            .list()
+            .unwrap()
+            .iter()
+            .map(|e| e.bytes)
+            .sum()
+    }
+
+    #[test]
+    fn retention_racing_the_compactor_never_brings_a_deleted_segment_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let (mut w, _) = StoreWriter::open(root, cfg(Level::Store)).unwrap();
+        fill(&mut w, 600, 1_000_000);
+        w.finish().unwrap();
+        let segs = Store::open(root).unwrap().segments_dir();
+        let total = seg_bytes(root);
+        let n = Store::open(root).unwrap().list().unwrap().len();
+        assert!(n >= 6, "{n} segments");
+        // A writer under a budget that the next blocks overflow: retention deletes the
+        // oldest segments while compactions of them wait to be committed.
+        let (mut w, _) = StoreWriter::open(
+            root,
+            WriterConfig {
+                max_bytes: Some(total + 20_000),
+                ..cfg(Level::Zstd(3))
+            },
+        )
+        .unwrap();
+        let oldest = segs.join(segment::sealed_name(1));
+        let kept = segs.join(segment::sealed_name(n as u64));
+        let prep = |path: &std::path::Path| match compact::prepare(
+            path,
+            Level::Zstd(3),
+            &mut compact::Unpaused,
+        )
+        .unwrap()
+        {
+            Outcome::Prepared(p) => p,
+            o => panic!("{o:?}"),
+        };
+        let (p1, pn) = (prep(&oldest), prep(&kept));
+        assert!(p1.tmp.exists() && pn.tmp.exists());
+        // New traffic until retention has deleted the oldest segment.
+        let mut t = 1_000_000_000;
+        while oldest.exists() {
+            fill(&mut w, 50, t);
+            w.flush().unwrap();
+            t += 1_000_000;
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(
+                t < 200_000_000_000,
+                "retention never deleted the oldest segment"
+            );
+        }
+        let commit = |w: &StoreWriter, p: Prepared| {
+            let (reply, rx) = bounded(1);
+            w.compact_tx
+                .as_ref()
+                .unwrap()
+                .send(CompactRequest { prepared: p, reply })
+                .unwrap();
+            rx.recv().unwrap().unwrap()
+        };
+        let (tmp1, tmpn, after) = (p1.tmp.clone(), pn.tmp.clone(), pn.bytes_after);
+        assert!(
+            !commit(&w, p1),
+            "a compaction of a deleted segment was committed"
+        );
+        assert!(!oldest.exists(), "the deleted segment came back");
+        assert!(!tmp1.exists(), "its temporary file was left");
+        assert!(commit(&w, pn), "a kept segment's compaction was refused");
+        assert!(!tmpn.exists());
+        assert_eq!(std::fs::metadata(&kept).unwrap().len(), after);
+        let rep = w.finish().unwrap();
+        // Retention counts the compacted segment at its new size.
+        assert_eq!(rep.store_bytes, seg_bytes(root));
+        let (_, comps) = contents(root);
+        assert!(comps.contains(&Compression::Zstd(3)));
+    }
+
+    /// The nice value of this process's thread named `name`, from /proc.
+    fn nice_of(name: &str) -> Option<i64> {
+        for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() == name {
+                let stat = std::fs::read_to_string(t.path().join("stat")).ok()?;
+                // Fields after the command name (which ends in ')'): nice is field 19.
+                let rest = &stat[stat.rfind(')')? + 2..];
+                return rest.split(' ').nth(16)?.parse().ok();
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn the_background_compactor_pauses_while_a_reader_is_behind_and_then_finishes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let (mut w, _) = StoreWriter::open(root, cfg(Level::Store)).unwrap();
+        fill(&mut w, 800, 1_000_000);
+        w.finish().unwrap();
+        let (before, comps) = contents(root);
+        assert!(comps.iter().all(|c| *c == Compression::Stored));
+        let n = Store::open(root).unwrap().list().unwrap().len() as u64;
+        let (w, _) = StoreWriter::open(
+            root,
+            WriterConfig {
+                compact: true,
+                ..cfg(Level::Zstd(1))
+            },
+        )
+        .unwrap();
+        // A capture reader is behind its ring: the compactor must stand still.
+        w.urgency().store(1, Ordering::Relaxed);
+        let gauge = w.pressure_gauge();
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(nice_of("capsule-compact"), Some(19));
+        let a = gauge.read();
+        std::thread::sleep(Duration::from_millis(1500));
+        let b = gauge.read();
+        assert_eq!(a.compact_target, Some(1));
+        assert_eq!(
+            (a.compacted_segments, a.compacted_pending_bytes),
+            (b.compacted_segments, b.compacted_pending_bytes),
+            "the compactor went on while a reader was behind"
+        );
+        assert!(b.compacted_segments < n);
+        assert!(b.compactor_paused && b.compactor_pauses >= 1, "{b:?}");
+        // Caught up: the compactor goes on and compacts every segment.
+        w.urgency().store(0, Ordering::Relaxed);
+        let t0 = Instant::now();
+        while gauge.read().compacted_segments < n || gauge.read().pending_compaction_bytes > 0 {
+            assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", gauge.read());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let p = gauge.read();
+        assert!(
+            p.compacted_bytes_after < p.compacted_bytes_before / 2,
+            "{p:?}"
+        );
+        w.finish().unwrap();
+        let (after, comps) = contents(root);
+        assert_eq!(after, before);
+        assert!(
+            comps.iter().all(|c| *c == Compression::Zstd(1)),
+            "{comps:?}"
+        );
+        for e in Store::open(root).unwrap().list().unwrap() {
+            let problems = crate::verify::verify_segment(&e.path);
+            assert!(problems.is_empty(), "{problems:?}");
+        }
+    }
+}
