@@ -23,6 +23,17 @@ cache. Outputs go to a temporary directory on tmpfs (/dev/shm) and are deleted a
 
     python3 scripts/bench_query.py [--dir /tmp/capsule-bench-query] [--runs 3]
                                    [--size-gb 2.2] [--capsule PATH] [--tshark]
+                                   [--live] [--live-size-gb 0.5] [--live-mbps 1000]
+
+With --live (root; iproute2 and tcpreplay), the open segment against the sealed one
+(issue 10): a pcap of --live-size-gb (`capsule synth --seed 5`) is replayed with tcpreplay
+over a veth between two network namespaces this script makes (and deletes on exit, also on
+failure or Ctrl-C) into `capsule capture --mode afpacket` with one segment for the whole run;
+once every packet is stored and while the segment is still open (its side index is its
+journal), each capsule query is timed (best of --runs), then capture is stopped (SIGTERM
+seals the segment and writes its index) and each is timed again. It prints both times, the
+open/sealed ratio against the target (open within 1.5x of sealed), the blocks each plan
+reads, and the packet counts (open and sealed must agree). Traffic goes only over that veth.
 """
 import argparse
 import datetime
@@ -53,15 +64,20 @@ def parse_args():
     ap.add_argument("--capsule", default=DEFAULT_CAPSULE, help="default: %(default)s")
     ap.add_argument("--tshark", action="store_true",
                     help="also time tshark -Y (one run per query, about 25 s each on 2 GB)")
+    ap.add_argument("--live", action="store_true",
+                    help="time queries on a live capture's open segment, then sealed")
+    ap.add_argument("--live-size-gb", type=float, default=0.5,
+                    help="size of the pcap replayed into the live capture")
+    ap.add_argument("--live-mbps", default="1000", help="tcpreplay --mbps for --live")
     return ap.parse_args()
 
 
 # ---------------------------------------------------------------- data set
 
 
-def prepare_pcap(args, pcap, truth_path):
+def prepare_pcap(args, pcap, truth_path, size_gb=None):
     """Writes the synthetic pcap and truth file unless a pcap of about the right size is there."""
-    want = args.size_gb * 1e9
+    want = (size_gb or args.size_gb) * 1e9
     if (os.path.exists(pcap) and os.path.exists(truth_path)
             and abs(os.path.getsize(pcap) - want) <= 0.1 * want):
         return False
@@ -356,10 +372,169 @@ def print_targets(results, index_fraction):
         print(f"{name:<24} {goal:<13} {measured:>10}  {mark(ok)}")
 
 
+# ---------------------------------------------------------------- live: open vs sealed
+
+
+class Netns:
+    """Two network namespaces joined by a veth pair (a sends, b captures), deleted by
+    close(). Nothing is configured on the veth but the link: no addresses, IPv6 off, so the
+    kernel sends nothing of its own and replayed traffic goes nowhere else."""
+
+    def __init__(self):
+        pid = os.getpid()
+        self.a, self.b = f"capsule-bq{pid}-a", f"capsule-bq{pid}-b"
+        self.if_a, self.if_b = f"cbqa{pid % 10**7}", f"cbqb{pid % 10**7}"
+        self.made = []
+        for ns in (self.a, self.b):
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+            self.made.append(ns)
+        subprocess.run(["ip", "link", "add", self.if_a, "netns", self.a, "type", "veth",
+                        "peer", self.if_b, "netns", self.b], check=True)
+        for ns, ifname in ((self.a, self.if_a), (self.b, self.if_b)):
+            subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
+                            f"net.ipv6.conf.{ifname}.disable_ipv6=1"], check=True)
+            subprocess.run(["ip", "-n", ns, "link", "set", ifname, "mtu", "1600"], check=True)
+            subprocess.run(["ip", "-n", ns, "link", "set", ifname, "up"], check=True)
+
+    def close(self):
+        for ns in self.made:
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+        self.made = []
+
+
+def segments_json(capsule, store):
+    out = subprocess.run([capsule, "segments", "--store", store, "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def live_queries(capsule, store, pcap, truth, out):
+    """The queries of the plain-file benchmark, with the windows moved to capture time."""
+    segs = segments_json(capsule, store)
+    first = min(s["first_ns"] for s in segs if s["first_ns"])
+    last = max(s["last_ns"] for s in segs if s["last_ns"])
+    mid = (first + last) // 2
+    ms, sec = 10**6, 10**9
+    return [
+        window_query("1 ms window", pcap, mid, mid + ms, out),
+        window_query("1 s window", pcap, mid - sec // 2, mid + sec // 2, out),
+        five_tuple_query(pcap, truth, out),
+        dscp_query(pcap, truth, out),
+    ]
+
+
+def time_capsule(args, store, q, out):
+    r = {}
+    r["blocks"], r["blocks_total"] = explain(args.capsule, store, q)
+    r["s"] = best_of(args.runs, [args.capsule, "query", "--store", store, *q["capsule"],
+                                 "-w", out], out)
+    r["n"] = count_pcap(out)
+    os.remove(out)
+    return r
+
+
+def live_bench(args):
+    """Queries on a live capture's open segment, then on the same segment sealed."""
+    for tool in ("ip", "tcpreplay"):
+        if shutil.which(tool) is None:
+            sys.exit(f"--live needs {tool}")
+    if os.geteuid() != 0:
+        sys.exit("--live needs root (network namespaces, a packet socket)")
+    os.makedirs(args.dir, exist_ok=True)
+    pcap = os.path.join(args.dir, "live.pcap")
+    truth_path = os.path.join(args.dir, "live-truth.json")
+    prepare_pcap(args, pcap, truth_path, args.live_size_gb)
+    with open(truth_path) as f:
+        truth = json.load(f)
+    store = os.path.join(args.dir, "live-store")
+    shutil.rmtree(store, ignore_errors=True)
+    tmp = tempfile.mkdtemp(prefix="capsule-bench-query-",
+                           dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    net = Netns()
+    cap = None
+    try:
+        cap = subprocess.Popen(["ip", "netns", "exec", net.b, args.capsule, "capture",
+                                "--iface", net.if_b, "--store", store, "--mode", "afpacket",
+                                "--segment-size", "1T"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 20
+        while True:
+            line = cap.stderr.readline()
+            if "capturing on" in line:
+                break
+            if not line or time.time() > deadline:
+                sys.exit(f"capture did not start: {line}")
+        warm([pcap])
+        print(f"replaying {pcap} ({truth['packets']} packets) at {args.live_mbps} Mbit/s",
+              file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        subprocess.run(["ip", "netns", "exec", net.a, "tcpreplay", "-q", "-i", net.if_a,
+                        "--mbps", args.live_mbps, pcap], check=True, stdout=subprocess.DEVNULL)
+        replay_s = time.perf_counter() - t0
+        # Every packet stored (the count stops growing), the segment still open.
+        last, stable_since = -1, time.time()
+        while time.time() - stable_since < 1.5:
+            time.sleep(0.25)
+            n = sum(s["packets"] for s in segments_json(args.capsule, store))
+            if n != last:
+                last, stable_since = n, time.time()
+        segs = segments_json(args.capsule, store)
+        if any(s["state"] == "sealed" for s in segs):
+            sys.exit("a segment was sealed during the replay; the open segment must hold it all")
+        out = os.path.join(tmp, "out.pcap")
+        qs = live_queries(args.capsule, store, pcap, truth, out)
+        warm(files_under(store))
+        opened = []
+        for q in qs:
+            print(f"timing {q['name']} on the open segment ...", file=sys.stderr, flush=True)
+            opened.append(time_capsule(args, store, q, out))
+        cap.terminate()
+        summary, _ = cap.communicate(timeout=60)
+        cap = None
+        warm(files_under(store))
+        sealed = []
+        for q in qs:
+            print(f"timing {q['name']} sealed ...", file=sys.stderr, flush=True)
+            sealed.append(time_capsule(args, store, q, out))
+    finally:
+        if cap is not None:
+            cap.terminate()
+            try:
+                cap.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                cap.kill()
+        net.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    stored = sum(s["packets"] for s in segments_json(args.capsule, store))
+    dropped = re.search(r"(\d+) dropped", summary or "")
+    print(f"open segment vs sealed: {truth['packets']} packets replayed at {args.live_mbps} "
+          f"Mbit/s in {replay_s:.1f} s, {stored} stored"
+          + (f", capture says {dropped.group(1)} dropped" if dropped else "")
+          + f"; best of {args.runs} runs")
+    print(f"{'query':<12} {'open ms':>9} {'sealed ms':>9} {'open/sealed':>11} {'target':<8} "
+          f"{'blocks open':>12} {'blocks sealed':>13} {'pkts open':>10} {'pkts sealed':>11}")
+    ok = True
+    for q, o, s in zip(qs, opened, sealed):
+        ratio = o["s"] / s["s"]
+        same = o["n"] == s["n"]
+        ok &= same
+        print(f"{q['name']:<12} {1e3 * o['s']:9.1f} {1e3 * s['s']:9.1f} {ratio:10.2f}x "
+              f"{mark(ratio <= 1.5):<8} {o['blocks']:>5}/{o['blocks_total']:<6} "
+              f"{s['blocks']:>6}/{s['blocks_total']:<6} {o['n']:10d} {s['n']:11d}"
+              + ("" if same else "  *MISMATCH*"))
+    for q in qs:
+        if "detail" in q:
+            print(f"{q['name']}: {q['detail']}")
+    return 0 if ok else 1
+
+
 def main():
     args = parse_args()
     if not os.access(args.capsule, os.X_OK):
         sys.exit(f"{args.capsule} not found: build it with `cargo build --release`")
+    if args.live:
+        return live_bench(args)
     os.makedirs(args.dir, exist_ok=True)
     pcap, truth_path = os.path.join(args.dir, "synth.pcap"), os.path.join(args.dir, "truth.json")
     store = os.path.join(args.dir, "store")

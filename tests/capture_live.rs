@@ -1905,3 +1905,153 @@ fn with_nothing_left_to_delete_a_capture_drops_for_disk_full_and_resumes() {
     );
     eprintln!("3 MiB free: {dropped} packets dropped for disk full, then the probe was stored");
 }
+
+/// An Ethernet + IPv4 + UDP frame from 198.51.100.1:`sport` to 198.51.100.2:`dport` (the
+/// documentation range; no address is configured on the test link, so nothing answers it).
+fn udp4_frame(sport: u16, dport: u16, payload: usize) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0, 0x0b, 0x02, 0, 0, 0, 0, 0x0a, 0x08, 0x00];
+    let total = (20 + 8 + payload) as u16;
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&total.to_be_bytes());
+    f.extend_from_slice(&[
+        0, 0, 0x40, 0, 64, 17, 0, 0, 198, 51, 100, 1, 198, 51, 100, 2,
+    ]);
+    let sum = f[14..34]
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum::<u32>();
+    let sum = !((sum & 0xffff) + (sum >> 16)) as u16;
+    f[24..26].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.resize(f.len() + payload, 0x5a);
+    f
+}
+
+/// `capsule flows --json` over the whole store.
+fn flows_json(store: &Path) -> Vec<serde_json::Value> {
+    let o = run_ok(capsule().args(["flows", "--store", p(store), "--json", "--limit", "100000"]));
+    stdout_str(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line per flow"))
+        .collect()
+}
+
+/// `capsule query --explain FILTER`: blocks read, blocks total, and segment 1's row.
+fn explain_read(store: &Path, filter: &str) -> (u64, u64, String) {
+    let o = run_ok(capsule().args(["query", "--store", p(store), filter, "--explain"]));
+    let out = stdout_str(&o);
+    let plan = out.lines().find(|l| l.starts_with("plan:")).unwrap();
+    let (r, t) = parse_read_of(plan);
+    let row = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("1"))
+        .unwrap_or_else(|| panic!("no row for segment 1:\n{out}"))
+        .to_string();
+    (r, t, row)
+}
+
+/// Issue 10 (live side index): while capture runs and its segment is still open, a 5-tuple
+/// query's plan comes from the segment's index journal and reads no more blocks than the
+/// same query once the segment is sealed; and `capsule flows` lists a new flow within 1 s of
+/// its first packet.
+#[test]
+fn the_open_segment_is_planned_from_its_journal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("traffic.pcap");
+    synth(&input, &tmp.path().join("truth.json"), 5, "2s", "40M", None);
+    let link = Link::new();
+    let store = tmp.path().join("store");
+    // One segment for the whole run: it stays open until the capture stops.
+    let extra = [
+        "--mode",
+        "afpacket",
+        "--block-size",
+        "64K",
+        "--segment-size",
+        "1G",
+    ];
+    let mut cap = Capture::start(&link.b.name, &link.if_b, &store, &extra);
+    cap.wait_ready_or_exit(&link.if_b)
+        .unwrap_or_else(|exited| panic!("{exited}"));
+    link.send(&input, "100");
+    // The busiest TCP or UDP conversation, as the open segment's journal lists it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let busiest = loop {
+        let flows = flows_json(&store);
+        if let Some(f) = flows
+            .iter()
+            .filter(|f| matches!(f["proto"].as_u64(), Some(6 | 17)))
+            .max_by_key(|f| {
+                let p = &f["packets"];
+                p[0].as_u64().unwrap_or(0) + p[1].as_u64().unwrap_or(0)
+            })
+        {
+            break f.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no flow of the open segment is listed; capture's stderr:\n{}",
+            cap.stderr_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let proto = if busiest["proto"] == 6 { "tcp" } else { "udp" };
+    let filter = format!(
+        "{proto} and host {} and host {} and port {} and port {}",
+        busiest["a"].as_str().unwrap(),
+        busiest["b"].as_str().unwrap(),
+        busiest["a_port"],
+        busiest["b_port"]
+    );
+    let (r_open, t_open, row) = explain_read(&store, &filter);
+    let segs = segments(&store);
+    assert!(
+        segs.iter().all(|s| s.state != "sealed"),
+        "the segment must still be open: {segs:#?}"
+    );
+    assert!(
+        row.contains("used"),
+        "open segment not planned from its index: {row}"
+    );
+
+    // A new flow is listed within a second of its first packet.
+    let port = 20000 + (std::process::id() % 20000) as u16;
+    let probe = tmp.path().join("probe.pcap");
+    write_one_packet_pcap(&probe, &udp4_frame(port, 9, 64));
+    assert_eq!(link.send(&probe, "10"), 1);
+    let sent_at = Instant::now();
+    let listed_after = loop {
+        let asked_at = sent_at.elapsed();
+        let listed = flows_json(&store)
+            .iter()
+            .any(|f| f["a"] == "198.51.100.1" && f["a_port"] == port && f["b_port"] == 9);
+        if listed {
+            break asked_at;
+        }
+        assert!(
+            asked_at < Duration::from_secs(1),
+            "the flow sent {asked_at:?} ago is not listed by `capsule flows`; capture's \
+             stderr:\n{}",
+            cap.stderr_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+
+    let stopped = cap.stop();
+    assert_clean_exit(&stopped);
+    let (r_sealed, t_sealed, row) = explain_read(&store, &filter);
+    assert!(row.contains("used"), "{row}");
+    assert!(
+        r_open <= r_sealed,
+        "{filter}: the open segment's plan read {r_open} of {t_open} blocks, the sealed \
+         one's {r_sealed} of {t_sealed}"
+    );
+    eprintln!(
+        "open segment: {filter} reads {r_open} of {t_open} blocks open, {r_sealed} of \
+         {t_sealed} sealed; a new flow was listed by a `capsule flows` started \
+         {listed_after:?} after its packet was sent"
+    );
+}

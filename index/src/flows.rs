@@ -4,6 +4,9 @@
 //! counters are summed from its 1-second buckets that overlap the window; a flow that starts
 //! or ends inside a partly covered second is counted for that whole second, and marked
 //! `approximate`. Flows wholly inside the window carry their exact totals.
+//!
+//! The open segment is listed from its journal (sideindex/journal.rs), as far as it goes:
+//! blocks it has no record of yet are named in [`FlowListing::unseen`].
 
 use std::collections::HashMap;
 
@@ -11,7 +14,8 @@ use capsule_query::{Query, Tri};
 use capsule_store::{Result, SegmentReader, Store, StoreError};
 
 use crate::plan::flow_side;
-use crate::sideindex::{FlowKey, FlowRecord, SegmentIndex};
+use crate::sideindex::journal::load_any;
+use crate::sideindex::{FlowKey, FlowRecord};
 
 /// One flow over the queried window, both directions (0: a -> b, 1: b -> a): its record,
 /// merged across segments, with no block list or buckets.
@@ -30,6 +34,11 @@ pub struct FlowListing {
     pub unindexed: Vec<u64>,
     /// Of those, the ones whose index is damaged, with what is wrong.
     pub damaged_index: Vec<(u64, String)>,
+    /// Open segments' blocks in the window that their journal has no record of (yet), whose
+    /// flows are missing: (segment, blocks).
+    pub unseen: Vec<(u64, Vec<usize>)>,
+    /// Damaged journal records that were skipped, with what was wrong.
+    pub journal_notes: Vec<(u64, String)>,
 }
 
 /// Lists the flows of `q` (filter and window) from the side index of `segments`.
@@ -39,6 +48,8 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
     let mut out: HashMap<FlowKey, FlowSummary> = HashMap::new();
     let mut unindexed = Vec::new();
     let mut damaged_index = Vec::new();
+    let mut unseen = Vec::new();
+    let mut journal_notes = Vec::new();
     for seg in segments {
         let overlaps = seg
             .blocks()
@@ -47,8 +58,23 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         if !overlaps {
             continue;
         }
-        let idx = match SegmentIndex::load(&store.index_dir(), seg) {
-            Ok(Some(idx)) => idx,
+        let idx = match load_any(&store.index_dir(), seg) {
+            Ok(Some(live)) => {
+                let gaps: Vec<usize> = live
+                    .unseen
+                    .iter()
+                    .copied()
+                    .filter(|&b| {
+                        let m = &seg.blocks()[b];
+                        m.packets > 0 && m.last_ns >= from && m.first_ns < to
+                    })
+                    .collect();
+                if !gaps.is_empty() {
+                    unseen.push((seg.seq(), gaps));
+                }
+                journal_notes.extend(live.notes.into_iter().map(|n| (seg.seq(), n)));
+                live.index
+            }
             Ok(None) => {
                 unindexed.push(seg.seq());
                 continue;
@@ -99,6 +125,8 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         flows,
         unindexed,
         damaged_index,
+        unseen,
+        journal_notes,
     })
 }
 

@@ -1,8 +1,14 @@
 //! The side index as the store writer's [`Indexer`]: built block by block on the writer
-//! thread while a segment is written, written to `STORE/index/seg-N.idx` when it is sealed,
-//! rewritten with its new length when compaction replaces it, deleted with it by retention,
-//! and rebuilt at open for any sealed segment left without a
-//! current one (a crash between sealing and writing the index, or an older build).
+//! thread while a segment is written, each block's share journaled to
+//! `STORE/index/seg-N.journal` as it is written (so readers see the open segment indexed),
+//! written to `STORE/index/seg-N.idx` when it is sealed (and the journal removed), rewritten
+//! with its new length when compaction replaces the segment, deleted with it by retention,
+//! and rebuilt at open for any sealed segment left without a current one (a crash before the
+//! index was written, or an older build).
+//!
+//! TCP state for retransmission counting carries from each segment's build to the next one
+//! (and, across a restart, from the last sealed segment's index); see
+//! [`crate::sideindex::rebuild`] for how a rebuild uses the same state.
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +18,8 @@ use capsule_store::{
     Indexer, OpenReport, Result, SegmentEntry, SegmentReader, Store, StoreWriter, WriterConfig,
 };
 
-use crate::sideindex::{index_name, rebuild, IndexBuilder, SegmentIndex};
+use crate::sideindex::journal::{self, JournalWriter};
+use crate::sideindex::{index_name, rebuild, IndexBuilder, SegmentIndex, TcpCarry};
 
 /// Opens the store at `root` for writing with its side index kept current: the writer that
 /// capture and import use. See [`StoreWriter::open_with`].
@@ -26,6 +33,11 @@ pub struct SideIndexer {
     dir: PathBuf,
     /// The index of the open segment, built block by block.
     building: Option<IndexBuilder>,
+    /// The open segment's journal (`None` once a write to it failed: readers then plan the
+    /// blocks it lacks as a scan).
+    journal: Option<(u64, JournalWriter)>,
+    /// TCP state after segment `.0`, for the build of segment `.0 + 1`.
+    carry: Option<(u64, TcpCarry)>,
 }
 
 impl Indexer for SideIndexer {
@@ -48,7 +60,7 @@ impl Indexer for SideIndexer {
                 }
             };
             if !SegmentIndex::is_current(&self.dir, &seg) {
-                match rebuild(&seg) {
+                match rebuild(&self.dir, &seg) {
                     Ok(idx) => {
                         idx.write(&self.dir)?;
                         rebuilt.push(seg.seq());
@@ -61,24 +73,90 @@ impl Indexer for SideIndexer {
                 }
             }
         }
+        // Journals of segments no longer open are stale: their segment was sealed (by
+        // recovery, just now) and has its index, or is gone.
+        let open: Vec<u64> = store
+            .list()?
+            .into_iter()
+            .filter(|e| e.state == capsule_store::SegmentState::Open)
+            .map(|e| e.seq)
+            .collect();
+        if self.dir.exists() {
+            for e in capsule_store::fsx::list(&self.dir)? {
+                let Some(seq) = e.name.to_str().and_then(journal::parse_journal_name) else {
+                    continue;
+                };
+                if !open.contains(&seq) {
+                    journal::remove(&self.dir, seq)?;
+                }
+            }
+        }
+        // The next segment carries TCP state on from the last sealed one.
+        self.carry = sealed.last().and_then(|e| {
+            let bytes =
+                capsule_store::fsx::read(&self.dir.join(index_name(e.seq)), "read index").ok()?;
+            let idx = SegmentIndex::decode(&bytes).ok()?;
+            (idx.seq == e.seq).then(|| (e.seq, idx.carry_out()))
+        });
         Ok(rebuilt)
     }
 
     fn begin(&mut self, seq: u64) {
-        self.building = Some(IndexBuilder::new(seq));
+        // A journal left by a segment that was not sealed through us (its index was left to
+        // be rebuilt) goes.
+        if let Some((old, j)) = self.journal.take() {
+            drop(j);
+            if let Err(e) = journal::remove(&self.dir, old) {
+                tracing::warn!("{}", capsule_store::error::chain(&e));
+            }
+        }
+        // Flows idle for a whole segment start fresh: only the previous segment's state.
+        let seed = match self.carry.take() {
+            Some((prev, carry)) if prev.checked_add(1) == Some(seq) => carry,
+            _ => TcpCarry::new(),
+        };
+        self.building = Some(IndexBuilder::with_seed(seq, seed));
+        self.journal = match JournalWriter::create(&self.dir, seq) {
+            Ok(j) => Some((seq, j)),
+            Err(e) => {
+                tracing::warn!(
+                    seq,
+                    "cannot create the index journal (the open segment is read by scans \
+                     until it is sealed): {}",
+                    capsule_store::error::chain(&e)
+                );
+                None
+            }
+        };
     }
 
     fn block(&mut self, meta: &BlockMeta, data: &[u8]) {
-        if let Some(b) = self.building.as_mut() {
-            b.add_block(meta, data);
+        let Some(b) = self.building.as_mut() else {
+            return;
+        };
+        b.add_block(meta, data);
+        if let Some((seq, j)) = self.journal.as_mut() {
+            if let Err(e) = j.append(meta, b.last_delta()) {
+                tracing::warn!(
+                    seq = *seq,
+                    "cannot append to the index journal (the rest of the open segment is \
+                     read by scans until it is sealed): {}",
+                    capsule_store::error::chain(&e)
+                );
+                self.journal = None;
+            }
         }
     }
 
     fn sealed(&mut self, sealed: &SealedSegment) -> Result<()> {
         if let Some(b) = self.building.take() {
-            b.finish(sealed.bytes).write(&self.dir)?;
+            let idx = b.finish(sealed.bytes);
+            idx.write(&self.dir)?;
+            self.carry = Some((idx.seq, idx.carry_out()));
         }
-        Ok(())
+        // The index is in place: the journal is no longer needed.
+        self.journal = None;
+        journal::remove(&self.dir, sealed.seq)
     }
 
     /// The blocks are the same, recompressed: the index is rewritten with the segment's new
@@ -98,17 +176,17 @@ impl Indexer for SideIndexer {
                 }
             }
         }
-        rebuild(&SegmentReader::open(&seg.path)?)?.write(&self.dir)?;
+        rebuild(&self.dir, &SegmentReader::open(&seg.path)?)?.write(&self.dir)?;
         Ok(())
     }
 
     fn deleted(&mut self, seq: u64) -> Result<()> {
         let idx = self.dir.join(index_name(seq));
         match capsule_store::fsx::remove(&idx, "delete old index") {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e),
+            Err(e) if !e.is_not_found() => return Err(e),
+            _ => {}
         }
+        journal::remove(&self.dir, seq)
     }
 }
 
@@ -127,7 +205,7 @@ pub fn verify_index(store: &Store, seg: &SegmentReader) -> Option<String> {
         Ok(None) => return Some("it describes another file (stale)".into()),
         Err(e) => return Some(capsule_store::error::chain(&e)),
     };
-    match rebuild(seg) {
+    match rebuild(&dir, seg) {
         Ok(fresh) if fresh == stored => None,
         Ok(_) => Some("it differs from the index rebuilt from the segment's blocks".into()),
         // The segment's own damage is reported as such.
@@ -137,5 +215,205 @@ pub fn verify_index(store: &Store, seg: &SegmentReader) -> Option<String> {
 
 /// Rebuilds and writes the side index of sealed segment `seg`; returns the file written.
 pub fn reindex(store: &Store, seg: &SegmentReader) -> Result<PathBuf> {
-    rebuild(seg)?.write(&store.index_dir())
+    rebuild(&store.index_dir(), seg)?.write(&store.index_dir())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sideindex::journal::{self, journal_name};
+    use crate::sideindex::tests::{tcp4, A, B};
+    use capsule_pcap::Interface;
+    use std::time::{Duration, Instant};
+
+    const S: u64 = 1_000_000_000;
+
+    fn cfg() -> WriterConfig {
+        WriterConfig {
+            block_bytes: 4096,
+            segment_age: Duration::from_secs(10),
+            threads: 1,
+            ..WriterConfig::default()
+        }
+    }
+
+    fn eth() -> Interface {
+        Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+        }
+    }
+
+    fn put(w: &mut StoreWriter, iface: u32, ts: u64, frame: Vec<u8>) {
+        w.append(iface, ts, frame.len() as u32, &frame).unwrap();
+    }
+
+    fn readers(root: &Path) -> (Store, Vec<SegmentReader>) {
+        let store = Store::open(root).unwrap();
+        let segs = store
+            .list()
+            .unwrap()
+            .iter()
+            .map(|e| SegmentReader::open(&e.path).unwrap())
+            .collect();
+        (store, segs)
+    }
+
+    /// Data a -> b sent in one segment (seq 101..201) and sent again in the next is a
+    /// retransmission in the next, counted once, by the live build and by a rebuild (from
+    /// the segment's own index, and from the previous segment's when its own is gone); the
+    /// same holds when a new writer (a restart) writes the next segment.
+    #[test]
+    fn a_retransmission_of_data_sent_in_the_previous_segment_is_counted() {
+        for restart in [false, true] {
+            let d = tempfile::tempdir().unwrap();
+            let root = d.path();
+            let (mut w, _) = open_writer(root, cfg()).unwrap();
+            let i = w.add_interface(eth());
+            put(
+                &mut w,
+                i,
+                S,
+                tcp4(None, A, B, 40000, 80, 100, 0x02, 1000, 0, 0),
+            );
+            put(
+                &mut w,
+                i,
+                S + 1,
+                tcp4(None, A, B, 40000, 80, 101, 0x18, 1000, 100, 0),
+            );
+            // An unrelated flow that is idle in the next segment and back in the third.
+            put(
+                &mut w,
+                i,
+                S + 2,
+                tcp4(None, A, B, 5000, 22, 7, 0x18, 1000, 50, 0),
+            );
+            let mut w = if restart {
+                w.finish().unwrap();
+                let (mut w, _) = open_writer(root, cfg()).unwrap();
+                w.add_interface(eth());
+                w
+            } else {
+                w
+            };
+            // 20 s later: the next segment (blocks are cut first; a segment starts with one).
+            w.flush().unwrap();
+            put(
+                &mut w,
+                0,
+                21 * S,
+                tcp4(None, A, B, 40000, 80, 101, 0x18, 1000, 100, 0),
+            );
+            put(
+                &mut w,
+                0,
+                21 * S + 1,
+                tcp4(None, A, B, 40000, 80, 201, 0x18, 1000, 100, 0),
+            );
+            // And the third, where the idle flow starts fresh: its old data is not counted.
+            w.flush().unwrap();
+            put(
+                &mut w,
+                0,
+                41 * S,
+                tcp4(None, A, B, 5000, 22, 7, 0x18, 1000, 50, 0),
+            );
+            w.finish().unwrap();
+
+            let (store, segs) = readers(root);
+            assert_eq!(segs.len(), 3, "restart {restart}");
+            let dir = store.index_dir();
+            let idx: Vec<SegmentIndex> = segs
+                .iter()
+                .map(|s| SegmentIndex::load(&dir, s).unwrap().expect("an index"))
+                .collect();
+            let web = |i: &SegmentIndex| {
+                i.flows
+                    .iter()
+                    .find(|f| f.key.ports == Some((40000, 80)))
+                    .cloned()
+                    .unwrap()
+            };
+            assert_eq!(web(&idx[0]).retransmissions, [0, 0]);
+            assert_eq!(web(&idx[1]).retransmissions, [1, 0], "restart {restart}");
+            assert_eq!(web(&idx[1]).tcp_in.high[0], Some(201));
+            assert_eq!(web(&idx[1]).tcp_out.high[0], Some(301));
+            assert_eq!(idx[2].flows.len(), 1);
+            assert_eq!(
+                idx[2].flows[0].retransmissions,
+                [0, 0],
+                "idle flows start fresh"
+            );
+            for (s, i) in segs.iter().zip(&idx) {
+                assert_eq!(&rebuild(&dir, s).unwrap(), i, "rebuild of {}", s.seq());
+                assert_eq!(verify_index(&store, s), None);
+            }
+            // Without its own index, the seed comes from the previous segment's.
+            std::fs::remove_file(dir.join(index_name(2))).unwrap();
+            assert_eq!(rebuild(&dir, &segs[1]).unwrap(), idx[1]);
+            // The next writer rebuilds it, the same.
+            let (w, o) = open_writer(root, cfg()).unwrap();
+            assert_eq!(o.reindexed, vec![2]);
+            w.finish().unwrap();
+            assert_eq!(SegmentIndex::load(&dir, &segs[1]).unwrap().unwrap(), idx[1]);
+        }
+    }
+
+    /// While a segment is open its journal grows a record per block and folds to what the
+    /// index says once it is sealed; sealing removes it, and retention removes a deleted
+    /// segment's journal and index.
+    #[test]
+    fn the_open_segment_is_journaled_until_it_is_sealed() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let (mut w, _) = open_writer(root, cfg()).unwrap();
+        let i = w.add_interface(eth());
+        for n in 0..200u32 {
+            let ts = S + u64::from(n) * 1000;
+            put(
+                &mut w,
+                i,
+                ts,
+                tcp4(None, A, B, 40000, 80, 1 + 100 * n, 0x18, 9, 100, 0),
+            );
+        }
+        w.flush().unwrap();
+        let jpath = Store::open(root).unwrap().index_dir().join(journal_name(1));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let live = loop {
+            let (store, segs) = readers(root);
+            let live = journal::load_open(&store.index_dir(), &segs[0]).unwrap();
+            if let Some(live) = live.filter(|l| l.index.blocks.len() > 1 && l.unseen.is_empty()) {
+                if live.index.flows[0].total_packets() == 200 {
+                    break live;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the journal never covered the blocks"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(jpath.exists());
+        w.finish().unwrap();
+        assert!(!jpath.exists(), "sealing removes the journal");
+        let (store, segs) = readers(root);
+        let sealed = SegmentIndex::load(&store.index_dir(), &segs[0])
+            .unwrap()
+            .unwrap();
+        assert_eq!(live.index.flows, sealed.flows);
+        assert_eq!(live.index.blocks, sealed.blocks);
+
+        // A journal left beside a segment that is no longer open goes at the next open.
+        std::fs::write(store.index_dir().join(journal_name(1)), b"CPJR").unwrap();
+        let mut ix = SideIndexer::default();
+        ix.reconcile(&store, &store.list().unwrap()).unwrap();
+        assert!(!jpath.exists(), "reconcile removes stale journals");
+        // Retention's delete takes the journal too.
+        std::fs::write(&jpath, b"CPJR").unwrap();
+        ix.deleted(1).unwrap();
+        assert!(!jpath.exists() && !store.index_dir().join(index_name(1)).exists());
+    }
 }

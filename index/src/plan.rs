@@ -5,10 +5,11 @@
 //! segments -> blocks overlapping [from, to)                       (footer / block headers)
 //!   filter is `all`           -> those blocks
 //!   segment has no index      -> those blocks (reported; `capsule reindex` builds it)
-//!   otherwise, from the index:
+//!   otherwise, from the index (the open segment's: its journal folded, sideindex/journal.rs):
 //!     every flow direction the filter may match (Yes or Maybe)  -> the flow's blocks
 //!       (a Maybe that only DSCP decides is re-checked against each block's DSCP mask)
 //!     non-IP packets, if the filter may match them             -> blocks holding some
+//!     open segment: blocks the journal has no record of           -> read (a scan)
 //! ```
 //! The plan over-approximates: export still applies the filter and the window to every
 //! packet it reads, so a plan can make a query slower, never wrong.
@@ -16,6 +17,7 @@
 use capsule_query::{Filter, FlowSide, Query, Tri};
 use capsule_store::{Result, SegmentReader, Store, StoreError};
 
+use crate::sideindex::journal::load_any;
 use crate::sideindex::{FlowRecord, SegmentIndex};
 
 /// The blocks to read from one segment.
@@ -31,6 +33,9 @@ pub struct SegmentPlan {
     pub blocks: Vec<usize>,
     /// Whether the side index was used (false: no index, or not needed).
     pub indexed: bool,
+    /// Of the blocks in the window of an open segment, those its journal has no record of
+    /// (read whole, as a scan).
+    pub unjournaled: usize,
 }
 
 /// A whole query's plan.
@@ -42,6 +47,9 @@ pub struct Plan {
     /// Of those, the ones whose index is damaged, with what is wrong (they were read whole;
     /// the writer or `capsule reindex` rebuilds the index).
     pub damaged_index: Vec<(u64, String)>,
+    /// Damaged journal records of open segments that were skipped (their blocks are read
+    /// whole), with what was wrong.
+    pub journal_notes: Vec<(u64, String)>,
 }
 
 impl Plan {
@@ -92,14 +100,22 @@ pub fn plan(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Plan
             blocks_in_window: n_in,
             blocks: Vec::new(),
             indexed: false,
+            unjournaled: 0,
         };
         let wanted: Vec<bool> = if n_in == 0 || q.filter.is_all() {
             in_window.clone()
         } else {
-            match SegmentIndex::load(&store.index_dir(), seg) {
-                Ok(Some(idx)) => {
+            match load_any(&store.index_dir(), seg) {
+                Ok(Some(live)) => {
                     sp.indexed = true;
-                    index_candidates(&idx, &q.filter, from, to)
+                    let mut wanted = index_candidates(&live.index, &q.filter, from, to);
+                    for &b in &live.unseen {
+                        wanted[b] = true;
+                        sp.unjournaled += usize::from(in_window[b]);
+                    }
+                    out.journal_notes
+                        .extend(live.notes.into_iter().map(|n| (seg.seq(), n)));
+                    wanted
                 }
                 Ok(None) => {
                     out.unindexed.push(seg.seq());

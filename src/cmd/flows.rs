@@ -105,6 +105,15 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             listing.unindexed
         );
     }
+    for (seq, blocks) in &listing.unseen {
+        eprintln!(
+            "capsule: note: open segment {seq}: block(s) {blocks:?} are not in its index \
+             journal yet; their flows are not listed"
+        );
+    }
+    for (seq, why) in &listing.journal_notes {
+        eprintln!("capsule: note: open segment {seq}: index journal: {why}");
+    }
     for (seq, why) in &listing.damaged_index {
         eprintln!("capsule: warning: the flows of segment {seq} are missing: {why}");
     }

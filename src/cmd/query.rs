@@ -133,4 +133,13 @@ fn print_plan(plan: &capsule_index::plan::Plan) {
             plan.unindexed
         );
     }
+    for s in plan.segments.iter().filter(|s| s.unjournaled > 0) {
+        println!(
+            "open segment {}: {} block(s) in the window not in its index journal yet, read whole",
+            s.seq, s.unjournaled
+        );
+    }
+    for (seq, why) in &plan.journal_notes {
+        println!("open segment {seq}: index journal: {why}");
+    }
 }

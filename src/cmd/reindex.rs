@@ -23,7 +23,7 @@ pub fn run(store: &Path) -> Result<ExitCode> {
         }
         // Damage stays local: a segment whose blocks cannot all be read is named and left
         // without an index (queries read it whole); the others are still indexed.
-        let idx = match capsule_index::sideindex::rebuild(seg) {
+        let idx = match capsule_index::sideindex::rebuild(&store.index_dir(), seg) {
             Ok(idx) => idx,
             Err(e) => {
                 eprintln!(

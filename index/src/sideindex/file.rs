@@ -12,14 +12,14 @@ use capsule_wire::view::{Reader, Short, VarintError};
 use super::{index_name, BlockSummary, Bucket, FlowKey, FlowRecord, SegmentIndex};
 
 /// Index format version written by this build, and the only one it reads.
-pub const INDEX_VERSION: u16 = 1;
+pub const INDEX_VERSION: u16 = 2;
 const INDEX_MAGIC: [u8; 8] = *b"CPSLIDX\0";
 pub(super) const HEADER_LEN: usize = 64;
 const NO_VLAN: u16 = 0xFFFF;
 
 // ---- encoding ----------------------------------------------------------------------------
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
         v >>= 7;
@@ -39,7 +39,7 @@ fn put_addr(out: &mut Vec<u8>, a: IpAddr) {
 
 /// A short read of index bytes (read with [`Reader`], front to back, so `offset + found` is
 /// their length) as the error it is reported as.
-fn short(e: Short) -> DecodeError {
+pub(super) fn short(e: Short) -> DecodeError {
     DecodeError::Short {
         what: "segment index body",
         expected: e.end(),
@@ -48,7 +48,7 @@ fn short(e: Short) -> DecodeError {
 }
 
 /// A varint that could not be read, as the error it is reported as.
-fn bad_varint(e: VarintError) -> DecodeError {
+pub(super) fn bad_varint(e: VarintError) -> DecodeError {
     match e {
         VarintError::Short(e) => short(e),
         VarintError::TooLong { .. } => invalid("a varint longer than 10 bytes"),
@@ -65,7 +65,7 @@ fn get_addr(c: &mut Reader<'_>, version: u8) -> std::result::Result<IpAddr, Deco
     })
 }
 
-fn invalid(detail: impl Into<String>) -> DecodeError {
+pub(super) fn invalid(detail: impl Into<String>) -> DecodeError {
     DecodeError::Invalid {
         what: "segment index",
         detail: detail.into(),
@@ -74,6 +74,159 @@ fn invalid(detail: impl Into<String>) -> DecodeError {
 
 fn vlan_in(v: u16) -> Option<u16> {
     (v != NO_VLAN).then_some(v)
+}
+
+/// Encodes one flow record as the index body holds it (docs/format.md, "Side index"); the
+/// journal leaves out the block list (`with_blocks` false: it is the record's own block).
+pub(super) fn put_flow(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool) {
+    let k = &f.key;
+    for v in k.vlans {
+        body.extend_from_slice(&v.unwrap_or(NO_VLAN).to_le_bytes());
+    }
+    body.push(k.ip_version);
+    body.push(k.proto);
+    body.push(u8::from(k.ports.is_some()));
+    body.push(0);
+    put_addr(body, k.a);
+    put_addr(body, k.b);
+    let (pa, pb) = k.ports.unwrap_or((0, 0));
+    body.extend_from_slice(&pa.to_le_bytes());
+    body.extend_from_slice(&pb.to_le_bytes());
+    body.extend_from_slice(&f.first_ns.to_le_bytes());
+    body.extend_from_slice(&f.last_ns.to_le_bytes());
+    for d in 0..2 {
+        body.extend_from_slice(&f.packets[d].to_le_bytes());
+        body.extend_from_slice(&f.bytes[d].to_le_bytes());
+        body.extend_from_slice(&f.dscp[d].to_le_bytes());
+        body.push(f.tcp_flags[d]);
+        put_varint(body, f.retransmissions[d]);
+        put_varint(body, f.zero_windows[d]);
+        put_varint(body, f.resets[d]);
+    }
+    // TCP state carried in and out: a presence bit per value, then the values present.
+    let states = [
+        f.tcp_in.high[0],
+        f.tcp_in.high[1],
+        f.tcp_out.high[0],
+        f.tcp_out.high[1],
+    ];
+    let mut bits = 0u8;
+    for (n, v) in states.iter().enumerate() {
+        bits |= u8::from(v.is_some()) << n;
+    }
+    body.push(bits);
+    for v in states.into_iter().flatten() {
+        body.extend_from_slice(&v.to_le_bytes());
+    }
+    if with_blocks {
+        put_varint(body, f.blocks.len() as u64);
+        let mut prev = 0u32;
+        for &b in &f.blocks {
+            put_varint(body, u64::from(b - prev));
+            prev = b;
+        }
+    }
+    put_varint(body, f.buckets.len() as u64);
+    let mut prev = f.first_ns / 1_000_000_000;
+    for b in &f.buckets {
+        put_varint(body, b.second - prev);
+        prev = b.second;
+        for d in 0..2 {
+            put_varint(body, b.packets[d]);
+            put_varint(body, b.bytes[d]);
+        }
+    }
+}
+
+/// Decodes one flow record written by [`put_flow`]: with its block list (checked against
+/// `n_blocks`) when `n_blocks` is given, without it otherwise. `body_len` bounds the bucket
+/// count. Never panics.
+pub(super) fn get_flow(
+    c: &mut Reader<'_>,
+    n_blocks: Option<usize>,
+    body_len: usize,
+) -> std::result::Result<FlowRecord, DecodeError> {
+    let vlans = [
+        vlan_in(c.u16_le().map_err(short)?),
+        vlan_in(c.u16_le().map_err(short)?),
+    ];
+    let ip_version = c.u8().map_err(short)?;
+    if ip_version != 4 && ip_version != 6 {
+        return Err(invalid(format!("flow with IP version {ip_version}")));
+    }
+    let proto = c.u8().map_err(short)?;
+    let has_ports = c.u8().map_err(short)? != 0;
+    c.u8().map_err(short)?;
+    let a = get_addr(c, ip_version)?;
+    let b = get_addr(c, ip_version)?;
+    let (pa, pb) = (c.u16_le().map_err(short)?, c.u16_le().map_err(short)?);
+    let first_ns = c.u64_le().map_err(short)?;
+    let last_ns = c.u64_le().map_err(short)?;
+    let mut f = FlowRecord::new(
+        FlowKey {
+            vlans,
+            ip_version,
+            proto,
+            a,
+            b,
+            ports: has_ports.then_some((pa, pb)),
+        },
+        first_ns,
+        last_ns,
+    );
+    for d in 0..2 {
+        f.packets[d] = c.u64_le().map_err(short)?;
+        f.bytes[d] = c.u64_le().map_err(short)?;
+        f.dscp[d] = c.u64_le().map_err(short)?;
+        f.tcp_flags[d] = c.u8().map_err(short)?;
+        f.retransmissions[d] = c.varint().map_err(bad_varint)?;
+        f.zero_windows[d] = c.varint().map_err(bad_varint)?;
+        f.resets[d] = c.varint().map_err(bad_varint)?;
+    }
+    let bits = c.u8().map_err(short)?;
+    if bits & 0xF0 != 0 {
+        return Err(invalid(format!("TCP state presence bits {bits:#04x}")));
+    }
+    let mut states = [None; 4];
+    for (n, v) in states.iter_mut().enumerate() {
+        if bits & (1 << n) != 0 {
+            *v = Some(c.u32_le().map_err(short)?);
+        }
+    }
+    f.tcp_in.high = [states[0], states[1]];
+    f.tcp_out.high = [states[2], states[3]];
+    if let Some(n_blocks) = n_blocks {
+        let nb = c.varint().map_err(bad_varint)?;
+        if nb > n_blocks as u64 {
+            return Err(invalid(format!("flow lists {nb} blocks of {n_blocks}")));
+        }
+        let mut prev = 0u64;
+        for _ in 0..nb {
+            prev += c.varint().map_err(bad_varint)?;
+            if prev >= n_blocks as u64 {
+                return Err(invalid(format!("flow names block {prev} of {n_blocks}")));
+            }
+            f.blocks.push(prev as u32);
+        }
+    }
+    let nbk = c.varint().map_err(bad_varint)?;
+    if nbk > body_len as u64 {
+        return Err(invalid(format!("flow lists {nbk} buckets")));
+    }
+    let mut second = first_ns / 1_000_000_000;
+    for _ in 0..nbk {
+        second = second.saturating_add(c.varint().map_err(bad_varint)?);
+        let mut bk = Bucket {
+            second,
+            ..Bucket::default()
+        };
+        for d in 0..2 {
+            bk.packets[d] = c.varint().map_err(bad_varint)?;
+            bk.bytes[d] = c.varint().map_err(bad_varint)?;
+        }
+        f.buckets.push(bk);
+    }
+    Ok(f)
 }
 
 impl SegmentIndex {
@@ -87,46 +240,7 @@ impl SegmentIndex {
             body.extend_from_slice(&b.malformed_packets.to_le_bytes());
         }
         for f in &self.flows {
-            let k = &f.key;
-            for v in k.vlans {
-                body.extend_from_slice(&v.unwrap_or(NO_VLAN).to_le_bytes());
-            }
-            body.push(k.ip_version);
-            body.push(k.proto);
-            body.push(u8::from(k.ports.is_some()));
-            body.push(0);
-            put_addr(&mut body, k.a);
-            put_addr(&mut body, k.b);
-            let (pa, pb) = k.ports.unwrap_or((0, 0));
-            body.extend_from_slice(&pa.to_le_bytes());
-            body.extend_from_slice(&pb.to_le_bytes());
-            body.extend_from_slice(&f.first_ns.to_le_bytes());
-            body.extend_from_slice(&f.last_ns.to_le_bytes());
-            for d in 0..2 {
-                body.extend_from_slice(&f.packets[d].to_le_bytes());
-                body.extend_from_slice(&f.bytes[d].to_le_bytes());
-                body.extend_from_slice(&f.dscp[d].to_le_bytes());
-                body.push(f.tcp_flags[d]);
-                put_varint(&mut body, f.retransmissions[d]);
-                put_varint(&mut body, f.zero_windows[d]);
-                put_varint(&mut body, f.resets[d]);
-            }
-            put_varint(&mut body, f.blocks.len() as u64);
-            let mut prev = 0u32;
-            for &b in &f.blocks {
-                put_varint(&mut body, u64::from(b - prev));
-                prev = b;
-            }
-            put_varint(&mut body, f.buckets.len() as u64);
-            let mut prev = f.first_ns / 1_000_000_000;
-            for b in &f.buckets {
-                put_varint(&mut body, b.second - prev);
-                prev = b.second;
-                for d in 0..2 {
-                    put_varint(&mut body, b.packets[d]);
-                    put_varint(&mut body, b.bytes[d]);
-                }
-            }
+            put_flow(&mut body, f, true);
         }
         let compressed =
             zstd::bulk::compress(&body, 3).expect("compressing into a Vec cannot fail");
@@ -226,73 +340,7 @@ impl SegmentIndex {
         }
         let mut flows = Vec::with_capacity(n_flows.min(1 << 20));
         for _ in 0..n_flows {
-            let vlans = [
-                vlan_in(c.u16_le().map_err(short)?),
-                vlan_in(c.u16_le().map_err(short)?),
-            ];
-            let ip_version = c.u8().map_err(short)?;
-            if ip_version != 4 && ip_version != 6 {
-                return Err(invalid(format!("flow with IP version {ip_version}")));
-            }
-            let proto = c.u8().map_err(short)?;
-            let has_ports = c.u8().map_err(short)? != 0;
-            c.u8().map_err(short)?;
-            let a = get_addr(&mut c, ip_version)?;
-            let b = get_addr(&mut c, ip_version)?;
-            let (pa, pb) = (c.u16_le().map_err(short)?, c.u16_le().map_err(short)?);
-            let first_ns = c.u64_le().map_err(short)?;
-            let last_ns = c.u64_le().map_err(short)?;
-            let mut f = FlowRecord::new(
-                FlowKey {
-                    vlans,
-                    ip_version,
-                    proto,
-                    a,
-                    b,
-                    ports: has_ports.then_some((pa, pb)),
-                },
-                first_ns,
-                last_ns,
-            );
-            for d in 0..2 {
-                f.packets[d] = c.u64_le().map_err(short)?;
-                f.bytes[d] = c.u64_le().map_err(short)?;
-                f.dscp[d] = c.u64_le().map_err(short)?;
-                f.tcp_flags[d] = c.u8().map_err(short)?;
-                f.retransmissions[d] = c.varint().map_err(bad_varint)?;
-                f.zero_windows[d] = c.varint().map_err(bad_varint)?;
-                f.resets[d] = c.varint().map_err(bad_varint)?;
-            }
-            let nb = c.varint().map_err(bad_varint)?;
-            if nb > n_blocks as u64 {
-                return Err(invalid(format!("flow lists {nb} blocks of {n_blocks}")));
-            }
-            let mut prev = 0u64;
-            for _ in 0..nb {
-                prev += c.varint().map_err(bad_varint)?;
-                if prev >= n_blocks as u64 {
-                    return Err(invalid(format!("flow names block {prev} of {n_blocks}")));
-                }
-                f.blocks.push(prev as u32);
-            }
-            let nbk = c.varint().map_err(bad_varint)?;
-            if nbk > body.len() as u64 {
-                return Err(invalid(format!("flow lists {nbk} buckets")));
-            }
-            let mut second = first_ns / 1_000_000_000;
-            for _ in 0..nbk {
-                second = second.saturating_add(c.varint().map_err(bad_varint)?);
-                let mut bk = Bucket {
-                    second,
-                    ..Bucket::default()
-                };
-                for d in 0..2 {
-                    bk.packets[d] = c.varint().map_err(bad_varint)?;
-                    bk.bytes[d] = c.varint().map_err(bad_varint)?;
-                }
-                f.buckets.push(bk);
-            }
-            flows.push(f);
+            flows.push(get_flow(&mut c, Some(n_blocks), body.len())?);
         }
         if c.position() != body.len() {
             return Err(invalid(format!(

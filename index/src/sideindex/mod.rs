@@ -20,9 +20,11 @@ use std::net::IpAddr;
 
 mod build;
 mod file;
+pub mod journal;
 
-pub use build::{rebuild, IndexBuilder};
+pub use build::{rebuild, rebuild_seeded, BlockDelta, IndexBuilder};
 pub use file::INDEX_VERSION;
+pub use journal::{journal_name, LiveIndex};
 
 /// Name of segment `seq`'s index file.
 pub fn index_name(seq: u64) -> String {
@@ -159,6 +161,20 @@ pub struct FlowRecord {
     pub blocks: Vec<u32>,
     /// Per-second counters, ascending by second.
     pub buckets: Vec<Bucket>,
+    /// The flow's TCP state carried in from the previous segment (where it had packets),
+    /// which retransmissions in this segment are judged against. Stored, so that a rebuild
+    /// of this segment alone counts what the live build counted.
+    pub tcp_in: TcpState,
+    /// The flow's TCP state after its last packet in this segment: what the next segment
+    /// carries in.
+    pub tcp_out: TcpState,
+}
+
+/// What retransmission detection keeps of a TCP flow: per direction, the highest sequence
+/// number + payload seen (serial-number order), if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct TcpState {
+    pub high: [Option<u32>; 2],
 }
 
 impl FlowRecord {
@@ -177,6 +193,8 @@ impl FlowRecord {
             resets: [0; 2],
             blocks: Vec::new(),
             buckets: Vec::new(),
+            tcp_in: TcpState::default(),
+            tcp_out: TcpState::default(),
         }
     }
 }
@@ -188,6 +206,20 @@ impl FlowRecord {
 
     pub fn total_bytes(&self) -> u64 {
         self.bytes[0] + self.bytes[1]
+    }
+
+    /// Adds one block's record of this flow (`d`, from a [`BlockDelta`]; its own block list
+    /// is ignored) to the flow's record in the same segment: counters summed, masks joined,
+    /// `block` appended to the block list, buckets merged by second, the TCP state after
+    /// the block taken. The builder and the journal fold both go through here, so a folded
+    /// journal equals the index built from the same blocks.
+    pub fn absorb_block(&mut self, d: &FlowRecord, block: u32) {
+        self.absorb(d);
+        if self.blocks.last() != Some(&block) {
+            self.blocks.push(block);
+        }
+        merge_buckets(&mut self.buckets, &d.buckets);
+        self.tcp_out = d.tcp_out;
     }
 
     /// Adds another record of the same flow (another segment's) to this one. Block lists and
@@ -203,6 +235,26 @@ impl FlowRecord {
             self.retransmissions[d] += o.retransmissions[d];
             self.zero_windows[d] += o.zero_windows[d];
             self.resets[d] += o.resets[d];
+        }
+    }
+}
+
+/// Merges `src` (ascending by second) into `dst` (ascending by second), summing buckets of
+/// the same second. The common case (`src` starts at or after `dst`'s last second) appends.
+pub fn merge_buckets(dst: &mut Vec<Bucket>, src: &[Bucket]) {
+    for b in src {
+        let at = match dst.last() {
+            Some(last) if last.second < b.second => dst.len(),
+            Some(last) if last.second == b.second => dst.len() - 1,
+            _ => dst.partition_point(|x| x.second < b.second),
+        };
+        if at < dst.len() && dst[at].second == b.second {
+            for d in 0..2 {
+                dst[at].packets[d] += b.packets[d];
+                dst[at].bytes[d] += b.bytes[d];
+            }
+        } else {
+            dst.insert(at, *b);
         }
     }
 }
@@ -228,9 +280,32 @@ pub struct SegmentIndex {
     pub flows: Vec<FlowRecord>,
 }
 
-/// Per-direction TCP state kept while building (not stored).
+/// Per flow, the TCP state handed from one segment's build to the next.
+pub type TcpCarry = std::collections::HashMap<FlowKey, TcpState>;
+
+impl SegmentIndex {
+    /// What the next segment's build carries in: every flow's state after this segment.
+    /// Flows idle for a whole segment are not in it, so they start fresh after it.
+    pub fn carry_out(&self) -> TcpCarry {
+        self.flows
+            .iter()
+            .filter(|f| f.tcp_out != TcpState::default())
+            .map(|f| (f.key, f.tcp_out))
+            .collect()
+    }
+
+    /// What this segment's build carried in (to rebuild it as it was built).
+    pub fn carry_in(&self) -> TcpCarry {
+        self.flows
+            .iter()
+            .filter(|f| f.tcp_in != TcpState::default())
+            .map(|f| (f.key, f.tcp_in))
+            .collect()
+    }
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::file::HEADER_LEN;
     use super::*;
     use capsule_pcap::{write as pw, Interface};
@@ -239,7 +314,7 @@ mod tests {
 
     /// Ethernet (optionally 802.1Q) + IPv4 + TCP frame with `payload` bytes of data.
     #[allow(clippy::too_many_arguments)]
-    fn tcp4(
+    pub(crate) fn tcp4(
         vlan: Option<u16>,
         src: [u8; 4],
         dst: [u8; 4],
@@ -273,14 +348,14 @@ mod tests {
         f
     }
 
-    fn arp() -> Vec<u8> {
+    pub(crate) fn arp() -> Vec<u8> {
         let mut f = vec![0xff; 6];
         f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x08, 0x06]);
         f.resize(42, 0);
         f
     }
 
-    fn block(packets: &[(u64, Vec<u8>)], new_iface: bool) -> (BlockMeta, Vec<u8>) {
+    pub(crate) fn block(packets: &[(u64, Vec<u8>)], new_iface: bool) -> (BlockMeta, Vec<u8>) {
         let mut data = Vec::new();
         let mut meta = BlockMeta::default();
         if new_iface {
@@ -298,8 +373,8 @@ mod tests {
         (meta, data)
     }
 
-    const A: [u8; 4] = [10, 0, 0, 1];
-    const B: [u8; 4] = [10, 0, 0, 2];
+    pub(crate) const A: [u8; 4] = [10, 0, 0, 1];
+    pub(crate) const B: [u8; 4] = [10, 0, 0, 2];
 
     #[test]
     fn flows_are_counted_both_ways_with_tcp_health() {
@@ -416,6 +491,12 @@ mod tests {
                         bytes: [0, 120],
                     },
                 ],
+                tcp_in: TcpState {
+                    high: [Some(7), None],
+                },
+                tcp_out: TcpState {
+                    high: [Some(u32::MAX), Some(0)],
+                },
             }],
         };
         let bytes = idx.encode();

@@ -1,0 +1,660 @@
+//! The index journal of the open segment: `STORE/index/seg-N.journal`, one checksummed
+//! record per block, appended by the writer thread as it hands the block to the side index,
+//! so that readers plan the open segment (and list its flows) as they do sealed ones.
+//!
+//! ```text
+//! writer thread: IndexBuilder::add_block -> BlockDelta (the block's summary, and each flow's
+//!   counters over this block alone) -> record (magic, length, crc32c, payload) -> one
+//!   write(2), O_APPEND, no fsync (derived data)
+//! seal: seg-N.idx written (tmp, fsync, rename), then the journal removed
+//! readers (plan.rs, flows.rs): open segment -> read the journal -> records checked, a torn
+//!   tail dropped, a damaged record skipped with a note -> each record matched to the
+//!   segment's block of that index (packets, times, frame crc32c) -> folded into a
+//!   SegmentIndex with FlowRecord::absorb_block (what the builder does) -> blocks without a
+//!   record are planned as a scan; records for blocks not yet in the file are ignored
+//! ```
+//! Byte layout: docs/format.md, "Index journal".
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use capsule_store::format::{BlockMeta, DecodeError};
+use capsule_store::{fsx, Result, SegmentReader, StoreError};
+use capsule_wire::view::Reader;
+
+use super::file::{bad_varint, get_flow, invalid, put_flow, put_varint, short};
+use super::{BlockDelta, BlockSummary, FlowKey, FlowRecord, SegmentIndex};
+
+/// Magic opening every journal record.
+pub const RECORD_MAGIC: [u8; 4] = *b"CPJR";
+/// Journal record format version written by this build, and the only one it reads.
+pub const JOURNAL_VERSION: u16 = 1;
+/// Magic, payload length, payload crc32c.
+pub const FRAME_LEN: usize = 12;
+/// Fixed part of a payload, before the compressed body.
+const FIXED_LEN: usize = 44;
+/// No record is larger (a block holds at most 64 MiB of packets).
+const MAX_PAYLOAD: u32 = 256 << 20;
+
+/// Name of segment `seq`'s index journal.
+pub fn journal_name(seq: u64) -> String {
+    format!("seg-{seq:012}.journal")
+}
+
+/// The sequence number of a journal file name, if it is one.
+pub fn parse_journal_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("seg-")?.strip_suffix(".journal")?;
+    (digits.len() == 12 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// Removes segment `seq`'s journal from `dir`, if there is one.
+pub fn remove(dir: &Path, seq: u64) -> Result<()> {
+    match fsx::remove(&dir.join(journal_name(seq)), "remove index journal") {
+        Err(e) if !e.is_not_found() => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Appends records to one segment's journal.
+pub struct JournalWriter {
+    file: File,
+    path: PathBuf,
+    seq: u64,
+    body: Vec<u8>,
+    out: Vec<u8>,
+    zstd: zstd::bulk::Compressor<'static>,
+}
+
+impl std::fmt::Debug for JournalWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JournalWriter")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JournalWriter {
+    /// Creates segment `seq`'s journal in `dir` (exclusively; one left by an earlier
+    /// writer for the same number describes another file and is removed first).
+    pub fn create(dir: &Path, seq: u64) -> Result<Self> {
+        fsx::create_dir(dir)?;
+        remove(dir, seq)?;
+        let path = dir.join(journal_name(seq));
+        let file = fsx::open(&path, fsx::Open::CreateNew, "create index journal")?;
+        let zstd = zstd::bulk::Compressor::new(1)
+            .map_err(|e| StoreError::io("create a zstd compressor for", &path, e))?;
+        Ok(JournalWriter {
+            file,
+            path,
+            seq,
+            body: Vec::new(),
+            out: Vec::new(),
+            zstd,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends the record of the block `meta` (as the writer appended it) whose counts are
+    /// `delta`, in one write.
+    pub fn append(&mut self, meta: &BlockMeta, delta: &BlockDelta) -> Result<()> {
+        encode_record(
+            self.seq,
+            meta,
+            delta,
+            &mut self.zstd,
+            &mut self.body,
+            &mut self.out,
+        )
+        .map_err(|e| StoreError::io("compress an index journal record for", &self.path, e))?;
+        // O_APPEND and one write(2): a reader sees the record whole, or a torn tail.
+        self.file
+            .write_all(&self.out)
+            .map_err(|e| StoreError::io("append to index journal", &self.path, e))
+    }
+}
+
+/// Encodes one journal record into `out` (cleared first); `body` is scratch space.
+pub fn encode_record(
+    seq: u64,
+    meta: &BlockMeta,
+    delta: &BlockDelta,
+    zstd: &mut zstd::bulk::Compressor<'static>,
+    body: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    body.clear();
+    let s = &delta.summary;
+    body.extend_from_slice(&s.dscp.to_le_bytes());
+    body.extend_from_slice(&s.ip_packets.to_le_bytes());
+    body.extend_from_slice(&s.non_ip_packets.to_le_bytes());
+    body.extend_from_slice(&s.malformed_packets.to_le_bytes());
+    put_varint(body, delta.flows.len() as u64);
+    for f in &delta.flows {
+        put_flow(body, f, false);
+    }
+    out.clear();
+    out.extend_from_slice(&RECORD_MAGIC);
+    out.extend_from_slice(&[0; 8]); // length and crc32c, filled in below
+    out.extend_from_slice(&JOURNAL_VERSION.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&delta.block.to_le_bytes());
+    out.extend_from_slice(&meta.packets.to_le_bytes());
+    out.extend_from_slice(&meta.first_ns.to_le_bytes());
+    out.extend_from_slice(&meta.last_ns.to_le_bytes());
+    out.extend_from_slice(&meta.frame_crc.to_le_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    debug_assert_eq!(out.len(), FRAME_LEN + FIXED_LEN);
+    let at = out.len();
+    out.resize(at + zstd::zstd_safe::compress_bound(body.len()), 0);
+    let n = zstd.compress_to_buffer(body, &mut out[at..])?;
+    out.truncate(at + n);
+    let len = (out.len() - FRAME_LEN) as u32;
+    let crc = crc32c::crc32c(&out[FRAME_LEN..]);
+    out[4..8].copy_from_slice(&len.to_le_bytes());
+    out[8..12].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+/// One record of a journal: the block it describes and its counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalRecord {
+    pub seq: u64,
+    /// What the block's header says, to match the record to the block in the file.
+    pub packets: u32,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub frame_crc: u32,
+    pub delta: BlockDelta,
+}
+
+/// What a journal holds: its whole records, and what could not be read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JournalRead {
+    pub records: Vec<JournalRecord>,
+    /// Damaged stretches skipped, each naming the file offset and what was wrong.
+    pub notes: Vec<String>,
+    /// Offset of a cut-short last record (a writer stopped mid-write, or one being written
+    /// right now), ignored.
+    pub torn_tail: Option<usize>,
+}
+
+/// Reads the records of a journal's bytes. Never panics: a record that fails its checks is
+/// skipped with a note (reading resumes at the next record magic), and a last record cut
+/// short is a torn tail.
+pub fn parse(bytes: &[u8]) -> JournalRead {
+    let mut out = JournalRead::default();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let rest = &bytes[at..];
+        if rest.len() < FRAME_LEN {
+            if RECORD_MAGIC.starts_with(&rest[..rest.len().min(4)]) {
+                out.torn_tail = Some(at);
+            } else {
+                out.notes.push(format!(
+                    "offset {at}: {} bytes that are no record",
+                    rest.len()
+                ));
+            }
+            break;
+        }
+        if rest[..4] != RECORD_MAGIC {
+            let skip = find_magic(&rest[1..]).map_or(rest.len(), |n| n + 1);
+            out.notes.push(format!(
+                "offset {at}: expected record magic CPJR, found {:02x?}; skipped {skip} bytes",
+                &rest[..4]
+            ));
+            at += skip;
+            continue;
+        }
+        let len = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+        let stored = u32::from_le_bytes([rest[8], rest[9], rest[10], rest[11]]);
+        let end = FRAME_LEN as u64 + u64::from(len);
+        if len > MAX_PAYLOAD || end > rest.len() as u64 {
+            // Cut short: the tail being written, or a length that was damaged. Whatever
+            // whole records follow (a damaged length) are still read.
+            match find_magic(&rest[4..]) {
+                Some(n) if len <= MAX_PAYLOAD => {
+                    out.notes.push(format!(
+                        "offset {at}: record of {len} bytes runs past the end ({} bytes \
+                         left); skipped to the next record",
+                        rest.len() - FRAME_LEN
+                    ));
+                    at += 4 + n;
+                }
+                Some(n) => {
+                    out.notes.push(format!(
+                        "offset {at}: record length {len} is implausible; skipped to the \
+                         next record"
+                    ));
+                    at += 4 + n;
+                }
+                None => {
+                    out.torn_tail = Some(at);
+                    break;
+                }
+            }
+            continue;
+        }
+        let payload = &rest[FRAME_LEN..end as usize];
+        let computed = crc32c::crc32c(payload);
+        if computed != stored {
+            out.notes.push(format!(
+                "offset {at}: record of {len} bytes fails its crc32c (stored {stored:#010x}, \
+                 computed {computed:#010x}); skipped"
+            ));
+            at += end as usize;
+            continue;
+        }
+        match decode_payload(payload) {
+            Ok(r) => out.records.push(r),
+            Err(e) => out
+                .notes
+                .push(format!("offset {at}: record does not decode: {e}; skipped")),
+        }
+        at += end as usize;
+    }
+    out
+}
+
+fn find_magic(b: &[u8]) -> Option<usize> {
+    b.windows(4).position(|w| w == RECORD_MAGIC)
+}
+
+fn decode_payload(p: &[u8]) -> std::result::Result<JournalRecord, DecodeError> {
+    let mut c = Reader::new(p);
+    let version = c.u16_le().map_err(short)?;
+    if version != JOURNAL_VERSION {
+        return Err(DecodeError::Version {
+            what: "index journal record",
+            expected: JOURNAL_VERSION,
+            found: version,
+        });
+    }
+    c.u16_le().map_err(short)?;
+    let seq = c.u64_le().map_err(short)?;
+    let block = c.u32_le().map_err(short)?;
+    let packets = c.u32_le().map_err(short)?;
+    let first_ns = c.u64_le().map_err(short)?;
+    let last_ns = c.u64_le().map_err(short)?;
+    let frame_crc = c.u32_le().map_err(short)?;
+    let ulen = c.u32_le().map_err(short)?;
+    if ulen > MAX_PAYLOAD {
+        return Err(invalid(format!(
+            "body of {ulen} bytes is implausibly large"
+        )));
+    }
+    let body = zstd::bulk::decompress(&p[FIXED_LEN..], ulen as usize)
+        .map_err(|e| invalid(format!("body does not decompress: {e}")))?;
+    if body.len() != ulen as usize {
+        return Err(invalid(format!(
+            "body is {} bytes, the record says {ulen}",
+            body.len()
+        )));
+    }
+    let mut c = Reader::new(&body);
+    let summary = BlockSummary {
+        dscp: c.u64_le().map_err(short)?,
+        ip_packets: c.u32_le().map_err(short)?,
+        non_ip_packets: c.u32_le().map_err(short)?,
+        malformed_packets: c.u32_le().map_err(short)?,
+    };
+    let n = c.varint().map_err(bad_varint)?;
+    if n > body.len() as u64 {
+        return Err(invalid(format!("record lists {n} flows")));
+    }
+    let mut flows = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        flows.push(get_flow(&mut c, None, body.len())?);
+    }
+    if c.position() != body.len() {
+        return Err(invalid(format!(
+            "{} bytes left over after the flows",
+            body.len() - c.position()
+        )));
+    }
+    Ok(JournalRecord {
+        seq,
+        packets,
+        first_ns,
+        last_ns,
+        frame_crc,
+        delta: BlockDelta {
+            block,
+            summary,
+            flows,
+        },
+    })
+}
+
+/// An open segment's index, folded from its journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveIndex {
+    /// As the sealed index would say, for the blocks the journal covers (the others have an
+    /// empty summary and no flow names them).
+    pub index: SegmentIndex,
+    /// Blocks of the segment with no usable record (planned as a scan; their flows are
+    /// missing from listings), ascending.
+    pub unseen: Vec<usize>,
+    /// What was skipped, and why.
+    pub notes: Vec<String>,
+}
+
+/// Folds journal records into the index of segment `seq` whose blocks (as a reader sees
+/// them now) are `blocks`; `segment_len` is the file's length as read. A record is used for
+/// the block of its index when the two agree on packets, times and frame crc32c; records
+/// for blocks not yet in the file are ignored.
+pub fn fold(seq: u64, blocks: &[BlockMeta], segment_len: u64, read: &JournalRead) -> LiveIndex {
+    let mut notes = read.notes.clone();
+    let mut used: Vec<Option<&JournalRecord>> = vec![None; blocks.len()];
+    for r in &read.records {
+        let b = r.delta.block as usize;
+        let Some(meta) = blocks.get(b) else {
+            continue; // not yet visible in the file
+        };
+        let matches = r.seq == seq
+            && r.packets == meta.packets
+            && r.first_ns == meta.first_ns
+            && r.last_ns == meta.last_ns
+            && r.frame_crc == meta.frame_crc;
+        if !matches {
+            notes.push(format!(
+                "record for block {b} describes another block (segment {}, {} packets, \
+                 frame crc32c {:#010x}; the file's block has {} packets, {:#010x})",
+                r.seq, r.packets, r.frame_crc, meta.packets, meta.frame_crc
+            ));
+        } else if used[b].is_some() {
+            notes.push(format!("a second record for block {b} was ignored"));
+        } else {
+            used[b] = Some(r);
+        }
+    }
+    let mut index = SegmentIndex {
+        seq,
+        segment_len,
+        blocks: vec![BlockSummary::default(); blocks.len()],
+        flows: Vec::new(),
+    };
+    let mut by_key: std::collections::HashMap<FlowKey, usize> = Default::default();
+    let mut unseen = Vec::new();
+    for (b, r) in used.iter().enumerate() {
+        let Some(r) = r else {
+            unseen.push(b);
+            continue;
+        };
+        index.blocks[b] = r.delta.summary;
+        for d in &r.delta.flows {
+            let i = *by_key.entry(d.key).or_insert_with(|| {
+                let mut f = FlowRecord::new(d.key, d.first_ns, d.last_ns);
+                f.tcp_in = d.tcp_in;
+                index.flows.push(f);
+                index.flows.len() - 1
+            });
+            index.flows[i].absorb_block(d, b as u32);
+        }
+    }
+    LiveIndex {
+        index,
+        unseen,
+        notes,
+    }
+}
+
+/// The index of open segment `seg` from its journal in `dir`. `Ok(None)`: it has none
+/// (written by a writer without a side index, or by an older build).
+pub fn load_open(dir: &Path, seg: &SegmentReader) -> Result<Option<LiveIndex>> {
+    let bytes = match fsx::read(&dir.join(journal_name(seg.seq())), "read index journal") {
+        Ok(b) => b,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(fold(
+        seg.seq(),
+        seg.blocks(),
+        seg.bytes(),
+        &parse(&bytes),
+    )))
+}
+
+/// The index of `seg` for planning and listings: a sealed segment's index file, or an open
+/// segment's journal folded. `Ok(None)`: there is none (or, for a sealed segment, it is
+/// stale); a damaged index file is [`StoreError::DerivedDamaged`].
+pub fn load_any(dir: &Path, seg: &SegmentReader) -> Result<Option<LiveIndex>> {
+    if seg.state() == capsule_store::SegmentState::Open {
+        return load_open(dir, seg);
+    }
+    Ok(SegmentIndex::load(dir, seg)?.map(|index| LiveIndex {
+        index,
+        unseen: Vec::new(),
+        notes: Vec::new(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{arp, block, tcp4, A, B};
+    use super::*;
+    use crate::sideindex::IndexBuilder;
+
+    const S: u64 = 1_000_000_000;
+
+    /// Three blocks: a TCP conversation across all of them (with a retransmission in the
+    /// third), an ARP packet, a UDP-less second flow, and a block that only declares nothing.
+    fn blocks() -> Vec<(BlockMeta, Vec<u8>)> {
+        let mut out = vec![
+            block(
+                &[
+                    (S, tcp4(None, A, B, 40000, 443, 100, 0x02, 1000, 0, 0)),
+                    (S + 1, tcp4(None, B, A, 443, 40000, 900, 0x12, 1000, 0, 0)),
+                    (
+                        S + 2,
+                        tcp4(None, A, B, 40000, 443, 101, 0x18, 1000, 100, 46),
+                    ),
+                    (S + 3, arp()),
+                ],
+                true,
+            ),
+            block(
+                &[
+                    (
+                        2 * S,
+                        tcp4(None, A, B, 40000, 443, 201, 0x18, 1000, 100, 46),
+                    ),
+                    (2 * S + 5, tcp4(Some(7), A, B, 1, 2, 1, 0x10, 0, 0, 10)),
+                ],
+                false,
+            ),
+            block(
+                &[
+                    (
+                        3 * S,
+                        tcp4(None, A, B, 40000, 443, 101, 0x18, 1000, 100, 46),
+                    ),
+                    (4 * S, tcp4(None, B, A, 443, 40000, 901, 0x14, 0, 0, 0)),
+                ],
+                false,
+            ),
+        ];
+        // As the writer's metas: packets, times and a frame crc32c that tell blocks apart.
+        for (i, (m, d)) in out.iter_mut().enumerate() {
+            m.index = i as u32;
+            m.packets = capsule_pcap::read::fragment_packets(d).count() as u32;
+            m.first_ns = (i as u64 + 1) * S;
+            m.last_ns = (i as u64 + 1) * S + 9;
+            m.frame_crc = crc32c::crc32c(d);
+        }
+        out
+    }
+
+    /// The journal of `blocks` and the index built from them.
+    fn journal_of(blocks: &[(BlockMeta, Vec<u8>)]) -> (Vec<u8>, Vec<usize>, SegmentIndex) {
+        let mut ix = IndexBuilder::new(5);
+        let mut z = zstd::bulk::Compressor::new(1).unwrap();
+        let (mut body, mut rec) = (Vec::new(), Vec::new());
+        let mut bytes = Vec::new();
+        let mut ends = Vec::new();
+        for (m, d) in blocks {
+            ix.add_block(m, d);
+            encode_record(5, m, ix.last_delta(), &mut z, &mut body, &mut rec).unwrap();
+            bytes.extend_from_slice(&rec);
+            ends.push(bytes.len());
+        }
+        (bytes, ends, ix.finish(777))
+    }
+
+    fn metas(blocks: &[(BlockMeta, Vec<u8>)]) -> Vec<BlockMeta> {
+        blocks.iter().map(|(m, _)| m.clone()).collect()
+    }
+
+    #[test]
+    fn a_journal_round_trips_and_folds_to_the_sealed_index() {
+        let b = blocks();
+        let (bytes, _, sealed) = journal_of(&b);
+        let read = parse(&bytes);
+        assert_eq!(read.records.len(), 3);
+        assert!(
+            read.notes.is_empty() && read.torn_tail.is_none(),
+            "{read:?}"
+        );
+        // Each record is its block's delta, as the builder made it.
+        let mut ix = IndexBuilder::new(5);
+        for ((m, d), r) in b.iter().zip(&read.records) {
+            ix.add_block(m, d);
+            assert_eq!(&r.delta, ix.last_delta());
+            assert_eq!((r.seq, r.packets, r.frame_crc), (5, m.packets, m.frame_crc));
+        }
+        let live = fold(5, &metas(&b), 777, &read);
+        assert!(live.unseen.is_empty() && live.notes.is_empty());
+        assert_eq!(
+            live.index, sealed,
+            "the fold equals the index built from the blocks"
+        );
+        let f = &live.index.flows[0];
+        assert_eq!(f.retransmissions, [1, 0]);
+        assert_eq!(f.blocks, vec![0, 1, 2]);
+        assert_eq!(f.buckets.len(), 4);
+    }
+
+    #[test]
+    fn a_torn_tail_is_ignored_at_every_cut_point() {
+        let b = blocks();
+        let (bytes, ends, _) = journal_of(&b);
+        for cut in 0..=bytes.len() {
+            let read = parse(&bytes[..cut]);
+            let whole = ends.iter().filter(|&&e| e <= cut).count();
+            assert_eq!(read.records.len(), whole, "cut at {cut}");
+            assert!(read.notes.is_empty(), "cut at {cut}: {:?}", read.notes);
+            let at_boundary = cut == 0 || ends.contains(&cut);
+            assert_eq!(read.torn_tail.is_some(), !at_boundary, "cut at {cut}");
+            // Folded against the whole file, the blocks past the cut are planned as scans.
+            let live = fold(5, &metas(&b), 777, &read);
+            assert_eq!(live.unseen, (whole..3).collect::<Vec<_>>(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_skips_its_record_with_a_note() {
+        let b = blocks();
+        let (bytes, ends, sealed) = journal_of(&b);
+        // Every byte of the middle record, one bit at a time (payload, crc, length, magic).
+        for at in ends[0]..ends[1] {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x10;
+            let read = parse(&bad);
+            assert!(!read.notes.is_empty(), "flip at {at} went unnoticed");
+            let blocks: Vec<u32> = read.records.iter().map(|r| r.delta.block).collect();
+            assert!(blocks.contains(&0), "flip at {at}: {blocks:?}");
+            assert!(!blocks.contains(&1), "flip at {at}: {blocks:?}");
+            let live = fold(5, &metas(&b), 777, &read);
+            assert!(live.unseen.contains(&1), "flip at {at}");
+            assert_eq!(live.index.blocks[0], sealed.blocks[0]);
+            if blocks.contains(&2) {
+                assert_eq!(live.unseen, vec![1], "flip at {at}");
+            }
+        }
+        // A flip in the payload or crc keeps the framing: the record after it is read.
+        let mut bad = bytes.clone();
+        bad[ends[0] + FRAME_LEN + 20] ^= 1;
+        let read = parse(&bad);
+        assert_eq!(read.records.len(), 2);
+        assert!(read.notes[0].contains("crc32c"), "{:?}", read.notes);
+        assert!(read.notes[0].contains(&format!("offset {}", ends[0])));
+    }
+
+    #[test]
+    fn records_are_matched_to_the_blocks_in_the_file() {
+        let b = blocks();
+        let (bytes, _, sealed) = journal_of(&b);
+        let read = parse(&bytes);
+        // The file shows two blocks so far: the third record is ahead of it, ignored.
+        let live = fold(5, &metas(&b[..2]), 10, &read);
+        assert_eq!(live.index.blocks.len(), 2);
+        assert!(live.unseen.is_empty() && live.notes.is_empty());
+        assert!(live
+            .index
+            .flows
+            .iter()
+            .all(|f| f.blocks.iter().all(|&x| x < 2)));
+        assert_eq!(live.index.flows[0].retransmissions, [0, 0]);
+        // The file has a block the journal does not (a record not yet written): a scan.
+        let live = fold(5, &metas(&b), 10, &parse(&bytes[..bytes.len() - 1]));
+        assert_eq!(live.unseen, vec![2]);
+        // A record describing another block of that index is not used.
+        let mut other = metas(&b);
+        other[1].frame_crc ^= 1;
+        let live = fold(5, &other, 777, &read);
+        assert_eq!(live.unseen, vec![1]);
+        assert!(
+            live.notes[0].contains("describes another block"),
+            "{:?}",
+            live.notes
+        );
+        // Another segment's journal is not used either.
+        let live = fold(6, &metas(&b), 777, &read);
+        assert_eq!(live.unseen, vec![0, 1, 2]);
+        assert_ne!(live.index, sealed);
+    }
+
+    #[test]
+    fn journal_files_are_written_and_removed_in_the_index_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("index");
+        let b = blocks();
+        let mut w = JournalWriter::create(&dir, 9).unwrap();
+        let mut ix = IndexBuilder::new(9);
+        for (m, data) in &b {
+            ix.add_block(m, data);
+            w.append(m, ix.last_delta()).unwrap();
+        }
+        assert_eq!(w.path(), dir.join("seg-000000000009.journal"));
+        assert_eq!(parse_journal_name("seg-000000000009.journal"), Some(9));
+        assert_eq!(parse_journal_name("seg-9.journal"), None);
+        let read = parse(&std::fs::read(w.path()).unwrap());
+        assert_eq!(read.records.len(), 3);
+        // A new writer for the same number starts over.
+        drop(w);
+        let _w = JournalWriter::create(&dir, 9).unwrap();
+        assert_eq!(std::fs::read(dir.join(journal_name(9))).unwrap().len(), 0);
+        remove(&dir, 9).unwrap();
+        remove(&dir, 9).unwrap();
+        assert!(!dir.join(journal_name(9)).exists());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+            let _ = parse(&bytes);
+            let mut framed = RECORD_MAGIC.to_vec();
+            framed.extend_from_slice(&((bytes.len()) as u32).to_le_bytes());
+            framed.extend_from_slice(&crc32c::crc32c(&bytes).to_le_bytes());
+            framed.extend_from_slice(&bytes);
+            let _ = parse(&framed);
+        }
+    }
+}
