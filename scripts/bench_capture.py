@@ -1,86 +1,97 @@
 #!/usr/bin/env python3
-"""Capture benchmark: `capsule capture` (AF_XDP and AF_PACKET) against `tcpdump -w` on one veth.
+"""Capture benchmark: capsule against `tcpdump -w` and Stenographer, one veth, one run.
 
-What it measures, in one run: the same synthetic traffic is sent as fast as the machine can
-(tcpreplay --topspeed), by one sender and by two senders at once, into one end of a veth pair;
-on the other end one capturer at a time records it: capsule with AF_XDP (`--mode xdp-native`,
-"capsule-xdp"), capsule with AF_PACKET (`--mode afpacket`, "capsule-afp"), the AF_XDP capture
-without compression ("capsule-xdp-store", `--level store`: what capture and indexing cost
-without zstd), all
-into a store,
-or tcpdump (into a pcap, with the same 256 MiB kernel buffer as capsule's default ring). For each
-(capturer, senders) configuration it prints packets sent (tcpreplay's "Successful packets"),
-captured, dropped by the kernel (the socket's ring was full), missing (sent - captured: kernel
-drops plus whatever was lost before the socket), the capturer's CPU time and that time per
-captured packet, and the size of what it wrote. CPU is user + system time of the capturer
-process itself (`ip netns exec` execs it): wait4's rusage at its exit minus /proc/PID/stat at
-the start of the traffic, so the setup before it (mostly the kernel allocating the 256 MiB
-ring, 0.01 to 0.6 s, varying with free-memory fragmentation) is shown apart and not counted.
-Each configuration runs --runs times (interleaved, so machine noise hits both tools alike);
-every run is printed as it ends, and the table shows the better run of each configuration
-(fewer kernel drops, then fewer missing, then less CPU per packet).
+What it measures, in one run: the same synthetic traffic (realistic payloads: `capsule synth`)
+is sent at the sender's ceiling (`tcpreplay --topspeed`) into one end of a veth pair; on the
+other end one capturer at a time records it, each with a 32 MiB kernel buffer (--ring-mib):
 
-Target (the capture issue): capsule 0 drops where tcpdump drops, at lower CPU per packet.
+  tcpdump        `tcpdump -w -s 0 -B 32768` into a pcap
+  stenographer   Debian's `stenotype` run directly with the options stenographer passes it
+                 (`--threads=1 --dir=DIR --iface=IF` after the configured flags, here
+                 `--blocks=32 --aiops=16`: 32 blocks of 1 MiB, at most 16 of them in flight
+                 to the disk; its default --aiops of 128 must not exceed --blocks), into DIR/PKT0
+                 and DIR/IDX0 as stenographer lays them out; installed with apt-get when missing
+  capsule        `capsule capture --ring-size 32M` (default --level 1, the live ladder)
+  capsule-store  the same with `--level store` (what capture and the side index cost alone)
 
-How: `capsule synth --seed 5 --duration 2s --rate 400M` makes ~100 MB of traffic (1518-byte
-VLAN frames among others) once. The script makes two network namespaces, capbench-<pid>-a and
--b, joined by a veth pair created directly inside them (MTU 1600, IPv6 off before "up", no
-addresses), so no packet ever leaves them. tcpreplay runs in -a (`ip netns exec`), the
-capturer in -b. The loop count is picked by a calibration send without a capturer so that one
-sender runs about --seconds. Everything it starts is stopped by pid, and both namespaces are
-deleted on exit, also on an error, Ctrl-C or SIGTERM; children also get SIGTERM if the script
-itself is killed (PR_SET_PDEATHSIG). Namespaces of earlier runs whose script is gone and that
-hold no process are deleted at start.
+For each it prints packets sent (tcpreplay's "Successful packets"), captured (the capturer's
+own count; Stenographer's counted in its packet files), dropped (sent - captured), the
+capturer's CPU during the traffic (user + system of the process, from /proc/PID/stat when
+the traffic starts to when the capturer has gone idle after it, so the ring's allocation and
+the exit are not counted), disk per captured byte right after capture (everything the capturer
+wrote: pcap; packet and index files; segments and side index, over the captured bytes), and,
+for capsule, after compaction: `capsule compact --store DIR` with its duration, when the binary
+has that subcommand ("n/a" otherwise). Ratios are against baselines measured in the same run:
+capsule's CPU over Stenographer's and over tcpdump's. The machine is shared and noisy: compare
+rows of one run, not runs.
 
-Needs root, iproute2, tcpreplay, tcpdump and a release build (`cargo build --release`; the
-binary is copied into --dir first, so a rebuild during the run does not change what runs).
+Each capturer runs --runs times, interleaved; every run is printed as it ends, and the table
+shows the better run of each (fewer drops, then less CPU).
 
-    python3 scripts/bench_capture.py [--dir /tmp/capsule-bench-capture] [--runs 2]
-                                     [--seconds 4] [--loop N] [--capsule PATH]
-                                     [--capsule-opt=--ring-size=1G ...]
+How: `capsule synth --seed 5 --duration 2s --rate 400M` makes ~100 MB of traffic once. The
+script makes two network namespaces, capbench-<pid>-a and -b, joined by a veth pair created
+directly inside them (MTU 1600, IPv6 off before "up", no addresses), so no packet ever leaves
+them. tcpreplay runs in -a, the capturer in -b. The loop count is picked by a calibration
+send without a capturer so that the sender runs about --seconds. Everything it starts is
+stopped by pid, and both namespaces are deleted on exit, also on an error, Ctrl-C or
+SIGTERM; children also get SIGTERM if the script itself is killed (PR_SET_PDEATHSIG).
+Namespaces of earlier runs whose script is gone and that hold no process are deleted at
+start. Stenotype does not exit by itself after SIGTERM (its watchdog aborts it two minutes
+later): once its index is written it is killed by pid.
+
+Needs root, iproute2, tcpreplay, tcpdump, apt-get (for stenographer) and a release build
+(`cargo build --release`; the binary is copied into --dir first, so a rebuild during the run
+does not change what runs).
+
+    python3 scripts/bench_capture.py [--dir /tmp/capsule-bench-capture] [--runs 1]
+                                     [--seconds 8] [--loop N] [--capsule PATH]
+                                     [--only capsule,stenographer,...]
+                                     [--capsule-opt=--threads=1 ...]
 """
 import argparse
 import ctypes
+import glob
 import math
 import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
 
-# name -> capsule capture options (tcpdump: none)
-CAPSULE_OPTS = {
-    "capsule-xdp": ["--mode", "xdp-native"],
-    "capsule-afp": ["--mode", "afpacket"],
-    # The same AF_XDP capture storing blocks uncompressed: what capture and indexing cost without
-    # level-1 compression (which is most of capsule's CPU).
-    "capsule-xdp-store": ["--mode", "xdp-native", "--level", "store"],
-}
-CAPTURERS = ("capsule-xdp", "capsule-afp", "capsule-xdp-store", "tcpdump")
+CAPTURERS = ("tcpdump", "stenographer", "capsule", "capsule-store")
+# name -> extra capsule capture options
+CAPSULE_OPTS = {"capsule": [], "capsule-store": ["--level", "store"]}
 DEFAULT_CAPSULE = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                 "..", "target", "release", "capsule"))
+STENOTYPE = "/usr/sbin/stenotype"
 NS_PREFIX = "capbench-"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 READY_TIMEOUT = 15.0   # seconds for a capturer to say it is ready
 STOP_TIMEOUT = 30.0    # seconds for a capturer to exit after its stop signal
-TCPDUMP_BUFFER_KIB = 262144  # tcpdump -B is in KiB: 256 MiB, capsule's default --ring-size
+STENO_BLOCK = 1 << 20  # stenotype's default --blocksize_kb=1024
 
 
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", default="/tmp/capsule-bench-capture",
-                    help="working directory: the pcap, stores and tcpdump output (on disk, as "
+                    help="working directory: the pcap and every capturer's output (on disk, as "
                          "a capture server writes to disk); default %(default)s")
-    ap.add_argument("--runs", type=int, default=2, help="runs per configuration; the best counts")
-    ap.add_argument("--seconds", type=float, default=4.0,
-                    help="about how long one sender sends (sets --loop by calibration)")
+    ap.add_argument("--runs", type=int, default=1, help="runs per capturer; the best counts")
+    ap.add_argument("--seconds", type=float, default=8.0,
+                    help="about how long the sender sends (sets --loop by calibration)")
     ap.add_argument("--loop", type=int, default=0, help="tcpreplay --loop (0: calibrate)")
+    ap.add_argument("--ring-mib", type=int, default=32,
+                    help="every capturer's kernel buffer in MiB (default %(default)s)")
+    ap.add_argument("--steno-aiops", type=int, default=16,
+                    help="stenotype --aiops (at most --ring-mib; default %(default)s)")
     ap.add_argument("--capsule", default=DEFAULT_CAPSULE, help="default: %(default)s")
+    ap.add_argument("--only", default=",".join(CAPTURERS),
+                    help="capturers to run, comma-separated (default: all)")
     ap.add_argument("--capsule-opt", action="append", default=[], metavar="OPT",
-                    help="extra option for capsule capture, repeatable (e.g. "
-                         "--capsule-opt=--ring-size=1G); default: none, capsule's defaults")
+                    help="extra option for capsule capture, repeatable")
     return ap.parse_args()
 
 
@@ -281,20 +292,56 @@ def start_capsule(args, ns, iface, workdir, opts):
     store = os.path.join(workdir, "store")
     env = {k: v for k, v in os.environ.items() if k != "CAPSULE_LOG"}
     proc = Proc(["ip", "netns", "exec", ns, args.capsule, "capture", "--iface", iface,
-                 "--store", store] + opts + args.capsule_opt,
+                 "--store", store, "--ring-size", f"{args.ring_mib}M"] + opts
+                + args.capsule_opt,
                 os.path.join(workdir, "capsule.txt"), signal.SIGTERM, env=env)
     wait_for_line(proc, f"capturing on {iface}", "capsule")
     return proc, store
 
 
-def start_tcpdump(_args, ns, iface, workdir):
+def start_tcpdump(args, ns, iface, workdir):
     out = os.path.join(workdir, "t.pcap")
     # -Z root: Debian's tcpdump otherwise drops to user tcpdump before it opens the file.
     proc = Proc(["ip", "netns", "exec", ns, "tcpdump", "-i", iface, "-w", out, "-s", "0",
-                 "-B", str(TCPDUMP_BUFFER_KIB), "-Z", "root"],
+                 "-B", str(args.ring_mib * 1024), "-Z", "root"],
                 os.path.join(workdir, "tcpdump.txt"), signal.SIGINT)
     wait_for_line(proc, "listening on", "tcpdump")
     return proc, out
+
+
+def start_stenotype(args, ns, iface, workdir):
+    """stenotype as stenographer runs it: its configured Flags, then --threads, --dir and
+    --iface (stenographer's env.go); packets in DIR/PKT0, index in DIR/IDX0."""
+    out = os.path.join(workdir, "steno")
+    for sub in ("PKT0", "IDX0"):
+        os.makedirs(os.path.join(out, sub))
+    # stenotype drops to nobody:nogroup (its defaults) once its socket is set up.
+    for root, dirs, _files in os.walk(out):
+        for d in [root] + [os.path.join(root, x) for x in dirs]:
+            shutil.chown(d, "nobody", "nogroup")
+    flags = [f"--blocks={args.ring_mib}", f"--aiops={args.steno_aiops}"]
+    proc = Proc(["ip", "netns", "exec", ns, STENOTYPE] + flags
+                + ["--threads=1", f"--dir={out}", f"--iface={iface}", "-v"],
+                os.path.join(workdir, "stenotype.txt"), signal.SIGTERM)
+    wait_for_line(proc, "starting to process packets", "stenotype")
+    return proc, out
+
+
+def ensure_stenographer():
+    if os.access(STENOTYPE, os.X_OK):
+        return
+    print("stenotype missing: apt-get install stenographer", flush=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    r = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "stenographer"],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        subprocess.run(["apt-get", "update"], stdin=subprocess.DEVNULL,
+                       capture_output=True, env=env)
+        r = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends",
+                            "stenographer"], stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, env=env)
+    if r.returncode != 0 or not os.access(STENOTYPE, os.X_OK):
+        raise RuntimeError(f"cannot install stenographer: {r.stderr.strip()[-2000:]}")
 
 
 def wait_for_line(proc, want, comm):
@@ -307,19 +354,18 @@ def wait_for_line(proc, want, comm):
             raise RuntimeError(f"{comm}: no {want!r} within {READY_TIMEOUT} s:\n{proc.log()}")
         time.sleep(0.02)
     # `ip netns exec` execs: the pid must now be the capturer's own, so that the
-    # stop signal and wait4's rusage are its.
+    # stop signal and the CPU read are its.
     with open(f"/proc/{proc.pid}/comm") as f:
         got = f.read().strip()
     if got != comm:
         raise RuntimeError(f"pid {proc.pid} is {got!r}, not {comm}: something forked")
 
 
-def wait_idle(proc, min_wait=1.5, limit=20.0):
+def wait_idle(proc, min_wait=2.5, limit=20.0):
     """Waits until the capturer has read what the ring still holds: under 10% of a core over
     0.3 s, after at least min_wait seconds (at most `limit`). The minimum is longer than
-    libpcap's block timeout (tcpdump's 1000 ms): tcpdump stops on SIGINT without reading a
-    block the kernel has not handed over yet, so stopping earlier would count its last
-    packets as missing (capsule takes that block when it stops)."""
+    libpcap's block timeout (tcpdump's 1000 ms): a block the kernel has not handed over yet
+    would count as missing."""
     time.sleep(min_wait)
     t_end = time.monotonic() + limit
     last = proc.cpu_ticks()
@@ -347,67 +393,128 @@ def parse_capsule(text):
                   r"seen (\d+), dropped (\d+)", text)
     if not m:
         raise RuntimeError(f"no capsule summary line in:\n{text}")
-    return {"captured": int(m.group(1)), "dropped": int(m.group(4)), "freezes": None}
+    return {"captured": int(m.group(1)), "bytes": int(m.group(2)),
+            "own_drops": int(m.group(4))}
 
 
-def parse_tcpdump(text):
+def parse_tcpdump(text, pcap):
     got = {}
     for key, pat in (("captured", r"(\d+) packets? captured"),
-                     ("received", r"(\d+) packets? received by filter"),
                      ("dropped", r"(\d+) packets? dropped by kernel")):
         m = re.search(pat, text)
         if not m:
             raise RuntimeError(f"no {pat!r} in tcpdump's output:\n{text}")
         got[key] = int(m.group(1))
-    return got
+    # pcap: 24-byte file header, 16 bytes before each packet's captured bytes.
+    size = os.path.getsize(pcap)
+    return {"captured": got["captured"], "bytes": size - 24 - 16 * got["captured"],
+            "own_drops": got["dropped"]}
+
+
+def count_stenotype(out, text):
+    """Packets and bytes in stenotype's packet files: 1 MiB TPACKET_V3 blocks as the kernel
+    filled them (num_pkts at byte 12 of the block descriptor, the first packet at the offset
+    in byte 16; each tpacket3_hdr: next offset, sec, nsec, snaplen)."""
+    packets = captured_bytes = 0
+    for path in glob.glob(os.path.join(out, "PKT0", "*")) + \
+            glob.glob(os.path.join(out, "PKT0", ".*")):
+        with open(path, "rb") as f:
+            while True:
+                block = f.read(STENO_BLOCK)
+                if len(block) < 32:
+                    break
+                num, first = struct.unpack_from("<II", block, 12)
+                at = first
+                for _ in range(num):
+                    if at + 16 > len(block):
+                        break
+                    nxt, _sec, _nsec, snap = struct.unpack_from("<IIII", block, at)
+                    captured_bytes += snap
+                    packets += 1
+                    if nxt == 0:
+                        break
+                    at += nxt
+    drops = [int(x) for x in re.findall(r" drops=(\d+)", text)]
+    return {"captured": packets, "bytes": captured_bytes,
+            "own_drops": drops[-1] if drops else None}
+
+
+def has_compact(binary):
+    r = subprocess.run([binary, "compact", "--help"], stdin=subprocess.DEVNULL,
+                       capture_output=True)
+    return r.returncode == 0
 
 
 # ---------------------------------------------------------------- one run
 
 
-def run_one(args, link, pcap, loops, capturer, senders, rep):
+def run_one(args, link, pcap, loops, capturer, rep):
     ns_a, if_a, ns_b, if_b = link
-    workdir = os.path.join(args.dir, f"run-{capturer}-{senders}-{rep}")
+    workdir = os.path.join(args.dir, f"run-{capturer}-{rep}")
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
     WORKDIRS.append(workdir)
     if capturer == "tcpdump":
         proc, output = start_tcpdump(args, ns_b, if_b, workdir)
+    elif capturer == "stenographer":
+        proc, output = start_stenotype(args, ns_b, if_b, workdir)
     else:
         proc, output = start_capsule(args, ns_b, if_b, workdir, CAPSULE_OPTS[capturer])
-    time.sleep(0.5)  # the same settling time for both, after each said it is ready
-    # CPU spent so far is setup, mostly the kernel allocating (and, for capsule, touching)
-    # the 256 MiB ring: 0.1 to 0.8 s here, varying with how fragmented free memory is, and
-    # for tcpdump several times what capturing costs. It is reported apart; the capture CPU
-    # is what the process used from here to its exit (draining, and sealing for capsule).
+    time.sleep(0.5)  # the same settling time for all, after each said it is ready
     setup_ticks = proc.cpu_ticks()
     if setup_ticks is None:
         raise RuntimeError(f"{capturer} exited before the traffic:\n{proc.log()}")
     drops0 = softnet_drops()
-    sent, send_wall, retries, sender_cpu = send(ns_a, if_a, pcap, loops, senders, workdir)
-    wait_idle(proc)
+    sent, send_wall, retries, sender_cpu = send(ns_a, if_a, pcap, loops, 1, workdir)
+    # stenotype hands a block to disk when it is full or 10 s old (--blockage_sec): wait
+    # for its last one.
+    wait_idle(proc, min_wait=11.0 if capturer == "stenographer" else 2.5)
     backlog = softnet_drops() - drops0
-    stop_ticks = proc.cpu_ticks()
-    if not proc.stop():
-        raise RuntimeError(f"{capturer} did not exit within {STOP_TIMEOUT} s of its stop "
-                           f"signal:\n{proc.log()}")
-    text = proc.log()
-    if proc.status != 0:
-        raise RuntimeError(f"{capturer} exited {proc.status}:\n{text}")
-    stats = parse_tcpdump(text) if capturer == "tcpdump" else parse_capsule(text)
+    idle_ticks = proc.cpu_ticks()
+    if idle_ticks is None:
+        raise RuntimeError(f"{capturer} exited during the traffic:\n{proc.log()}")
+    if capturer == "stenographer":
+        # It writes its index on SIGTERM, then never exits by itself (see the docs above).
+        proc.signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while "Wrote all index files" not in proc.log() and time.monotonic() < deadline \
+                and not proc.poll():
+            time.sleep(0.1)
+        time.sleep(0.5)
+        proc.stop(timeout=1)  # SIGTERM again, then SIGKILL by pid
+        stats = count_stenotype(output, proc.log())
+    else:
+        if not proc.stop():
+            raise RuntimeError(f"{capturer} did not exit within {STOP_TIMEOUT} s of its stop "
+                               f"signal:\n{proc.log()}")
+        text = proc.log()
+        if proc.status != 0:
+            raise RuntimeError(f"{capturer} exited {proc.status}:\n{text}")
+        stats = parse_tcpdump(text, output) if capturer == "tcpdump" else parse_capsule(text)
     out_bytes = tree_bytes(output) if os.path.isdir(output) else os.path.getsize(output)
-    total = proc.rusage.ru_utime + proc.rusage.ru_stime
-    setup = setup_ticks / CLK_TCK
-    cpu = total - setup
+    compact_s = compact_bytes = None
+    if capturer.startswith("capsule") and args.compact:
+        t0 = time.monotonic()
+        r = subprocess.run([args.capsule, "compact", "--store", output],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        compact_s = time.monotonic() - t0
+        if r.returncode != 0:
+            raise RuntimeError(f"capsule compact exited {r.returncode}: {r.stderr.strip()}")
+        compact_bytes = tree_bytes(output)
+    cpu = (idle_ticks - setup_ticks) / CLK_TCK
+    captured = stats["captured"]
     row = {
-        "capturer": capturer, "senders": senders, "rep": rep, "sent": sent,
-        "send_s": send_wall, "retries": retries, "sender_cpu": sender_cpu,
-        "captured": stats["captured"], "dropped": stats["dropped"],
-        "freezes": stats.get("freezes"), "missing": sent - stats["captured"],
-        "backlog": backlog, "setup": setup, "cpu": cpu, "total": total,
-        "at_stop": None if stop_ticks is None else stop_ticks / CLK_TCK - setup,
-        "us_per_pkt": cpu * 1e6 / stats["captured"] if stats["captured"] else float("inf"),
-        "out_bytes": out_bytes,
+        "capturer": capturer, "rep": rep, "sent": sent, "send_s": send_wall,
+        "retries": retries, "sender_cpu": sender_cpu, "captured": captured,
+        "dropped": sent - captured, "own_drops": stats["own_drops"], "backlog": backlog,
+        "setup": setup_ticks / CLK_TCK, "cpu": cpu,
+        "us_per_pkt": cpu * 1e6 / captured if captured else float("inf"),
+        "bytes": stats["bytes"], "out_bytes": out_bytes,
+        "per_byte": out_bytes / stats["bytes"] if stats["bytes"] else float("inf"),
+        "compact_s": compact_s,
+        "compact_per_byte": (compact_bytes / stats["bytes"]
+                             if compact_bytes is not None and stats["bytes"] else None),
+        "log_tail": proc.log()[-600:],
     }
     shutil.rmtree(workdir, ignore_errors=True)  # up to a few GB a run
     WORKDIRS.remove(workdir)
@@ -415,8 +522,8 @@ def run_one(args, link, pcap, loops, capturer, senders, rep):
 
 
 def better(a, b):
-    """The better of two runs: fewer kernel drops, then fewer missing, then less CPU/packet."""
-    key = lambda r: (r["dropped"], r["missing"], r["us_per_pkt"])
+    """The better of two runs: fewer drops, then less CPU per packet."""
+    key = lambda r: (r["dropped"], r["us_per_pkt"])
     return a if key(a) <= key(b) else b
 
 
@@ -427,17 +534,25 @@ def main():
     args = parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_capture.py needs root (network namespaces, packet sockets)")
+    only = [c for c in args.only.split(",") if c]
+    for c in only:
+        if c not in CAPTURERS:
+            sys.exit(f"unknown capturer {c!r}: pick from {', '.join(CAPTURERS)}")
     for tool in ("ip", "tcpreplay", "tcpdump", "sysctl"):
         if not shutil.which(tool):
             sys.exit(f"{tool} not found")
     if not os.access(args.capsule, os.X_OK):
         sys.exit(f"{args.capsule} missing: cargo build --release")
+    if "stenographer" in only:
+        ensure_stenographer()
     os.makedirs(args.dir, exist_ok=True)
     args.dir = os.path.abspath(args.dir)
+    os.chmod(args.dir, 0o755)  # stenotype, as nobody, writes below it
     # A private copy: a `cargo build` during the run must not change what is measured.
     binary = os.path.join(args.dir, "capsule")
     shutil.copy2(args.capsule, binary)
     args.capsule = binary
+    args.compact = has_compact(binary)
 
     pcap = os.path.join(args.dir, "f.pcap")
     subprocess.run([args.capsule, "synth", "--seed", "5", "--duration", "2s", "--rate", "400M",
@@ -451,7 +566,9 @@ def main():
     ns_a, if_a, ns_b, if_b = link
     print(f"link: {ns_a}/{if_a} -> {ns_b}/{if_b} (veth, MTU 1600, IPv6 off); "
           f"pcap {pcap}, {os.path.getsize(pcap) / 1e6:.0f} MB; {os.cpu_count()} CPUs, "
-          f"load average {loadavg()} before the benchmark", flush=True)
+          f"load average {loadavg()} before the benchmark; kernel buffers {args.ring_mib} MiB; "
+          f"capsule compact: {'yes' if args.compact else 'n/a (no such subcommand)'}",
+          flush=True)
 
     cal = os.path.join(args.dir, "calibrate")
     os.makedirs(cal, exist_ok=True)
@@ -460,82 +577,91 @@ def main():
     rate = sent / wall
     loops = args.loop or max(1, math.ceil(args.seconds * rate / per_file))
     shutil.rmtree(cal, ignore_errors=True)
-    print(f"calibration (no capturer): {rate / 1e3:.0f} kpps from one sender; "
-          f"{per_file} packets a loop, --loop {loops}", flush=True)
+    print(f"calibration (no capturer): {rate / 1e3:.0f} kpps; {per_file} packets a loop, "
+          f"--loop {loops}", flush=True)
 
-    configs = [(c, s) for s in (1, 2) for c in CAPTURERS]
-    runs = {cfg: [] for cfg in configs}
-    print("runs (interleaved; sent / captured / kernel drops / missing; capturer CPU s: setup, "
-          "capture; us per captured packet; senders' CPU s):", flush=True)
+    runs = {c: [] for c in only}
+    print("runs (interleaved; sent / captured / dropped; CPU s during traffic; us per packet; "
+          "disk per captured byte; sender's CPU s):", flush=True)
     for rep in range(1, args.runs + 1):
-        for capturer, senders in configs:
-            r = run_one(args, link, pcap, loops, capturer, senders, rep)
-            runs[(capturer, senders)].append(r)
-            freezes = "" if r["freezes"] is None else f"; ring freezes {r['freezes']}"
+        for capturer in only:
+            r = run_one(args, link, pcap, loops, capturer, rep)
+            runs[capturer].append(r)
+            extra = ""
+            if r["own_drops"] is not None and r["own_drops"] != r["dropped"]:
+                extra += f"; its own drop count {r['own_drops']}"
             if r["retries"]:
-                freezes += f"; send retries (ENOBUFS, EAGAIN) {r['retries']}"
-            print(f"  run {rep} {capturer:<16} {senders} sender(s): {r['sent']} / "
-                  f"{r['captured']} / {r['dropped']} / {r['missing']}; CPU {r['setup']:.2f}, "
-                  f"{r['cpu']:.2f}; {r['us_per_pkt']:.2f} us/pkt; senders {r['sender_cpu']:.2f}"
-                  f"{freezes}", flush=True)
+                extra += f"; send retries (ENOBUFS, EAGAIN) {r['retries']}"
+            print(f"  run {rep} {capturer:<13} {r['sent']} / {r['captured']} / {r['dropped']}; "
+                  f"CPU {r['cpu']:.2f}; {r['us_per_pkt']:.2f} us/pkt; "
+                  f"{r['per_byte']:.3f}; sender {r['sender_cpu']:.2f}{extra}", flush=True)
 
-    best = {cfg: rs[0] for cfg, rs in runs.items()}
-    for cfg, rs in runs.items():
+    best = {}
+    for c, rs in runs.items():
+        best[c] = rs[0]
         for r in rs[1:]:
-            best[cfg] = better(best[cfg], r)
+            best[c] = better(best[c], r)
 
     print()
-    print(f"each sender: tcpreplay --topspeed --loop {loops}, {per_file} packets a loop "
-          f"(capsule synth --seed 5 --duration 2s --rate 400M); best of {args.runs} runs per "
-          f"row (fewest kernel drops, then fewest missing, then least CPU per packet)")
+    print(f"sender: tcpreplay --topspeed --loop {loops}, {per_file} packets a loop (capsule "
+          f"synth --seed 5 --duration 2s --rate 400M); {args.ring_mib} MiB kernel buffers; "
+          f"best of {args.runs} run(s) per row (fewest drops, then least CPU per packet)")
     if args.capsule_opt:
         print("capsule capture options: " + " ".join(args.capsule_opt))
-    print(f"{'capturer':<16} {'snd':>3} {'sent':>9} {'send s':>6} {'kpps':>5} {'captured':>9} "
-          f"{'dropped':>8} {'missing':>8} {'backlog':>7} {'setup s':>7} {'CPU s':>6} "
-          f"{'us/pkt':>6} {'out MB':>7} {'run':>3}")
-    for capturer, senders in configs:
-        r = best[(capturer, senders)]
-        print(f"{capturer:<16} {senders:>3} {r['sent']:>9} {r['send_s']:>6.2f} "
+    print(f"{'capturer':<14} {'sent':>9} {'send s':>6} {'kpps':>5} {'captured':>9} "
+          f"{'dropped':>8} {'drop %':>6} {'CPU s':>6} {'us/pkt':>6} {'disk/B':>6} "
+          f"{'compacted':>9} {'compact s':>9} {'run':>3}")
+    for c in only:
+        r = best[c]
+        comp = "n/a" if r["compact_per_byte"] is None else f"{r['compact_per_byte']:.3f}"
+        comp_s = "n/a" if r["compact_s"] is None else f"{r['compact_s']:.2f}"
+        if not c.startswith("capsule"):
+            comp = comp_s = "-"
+        print(f"{c:<14} {r['sent']:>9} {r['send_s']:>6.2f} "
               f"{r['sent'] / r['send_s'] / 1e3:>5.0f} {r['captured']:>9} {r['dropped']:>8} "
-              f"{r['missing']:>8} {r['backlog']:>7} {r['setup']:>7.2f} {r['cpu']:>6.2f} "
-              f"{r['us_per_pkt']:>6.2f} {r['out_bytes'] / 1e6:>7.0f} {r['rep']:>3}")
-    for senders, capsule in ((s, c) for s in (1, 2) for c in CAPTURERS[:3]):
-        c, t = best[(capsule, senders)], best[("tcpdump", senders)]
-        c_bpp = c["out_bytes"] / max(c["captured"], 1)
-        t_bpp = t["out_bytes"] / max(t["captured"], 1)
-        print(f"{capsule} / tcpdump, {senders} sender(s): CPU per packet "
-              f"{ratio(c['us_per_pkt'], t['us_per_pkt'])}, capture CPU {ratio(c['cpu'], t['cpu'])}"
-              f", whole-process CPU {ratio(c['total'], t['total'])}, output bytes per packet "
-              f"{ratio(c_bpp, t_bpp)}; "
-              f"drops {c['dropped']} vs {t['dropped']}")
-    for capsule in ("capsule-xdp", "capsule-xdp-store"):
+              f"{100 * r['dropped'] / max(r['sent'], 1):>6.2f} {r['cpu']:>6.2f} "
+              f"{r['us_per_pkt']:>6.2f} {r['per_byte']:>6.3f} {comp:>9} {comp_s:>9} "
+              f"{r['rep']:>3}")
+    for c in (x for x in only if x.startswith("capsule")):
+        r = best[c]
+        parts = []
+        for base in ("stenographer", "tcpdump"):
+            if base in best:
+                b = best[base]
+                parts.append(f"CPU / {base} {ratio(r['cpu'], b['cpu'])} "
+                             f"(per packet {ratio(r['us_per_pkt'], b['us_per_pkt'])})")
+        print(f"{c}: " + "; ".join(parts))
+    for c in (x for x in only if x.startswith("capsule")):
+        r = best[c]
         verdicts = []
-        for senders in (1, 2):
-            c, t = best[(capsule, senders)], best[("tcpdump", senders)]
-            if c["dropped"] == 0:
-                drops = "met" if t["dropped"] else "met (tcpdump did not drop either)"
+        if "tcpdump" in best:
+            t = best["tcpdump"]
+            if r["dropped"] == 0:
+                verdicts.append("0 drops " + ("met" if t["dropped"] else
+                                              "met (tcpdump did not drop either)"))
             else:
-                drops = f"MISSED ({c['dropped']} vs tcpdump's {t['dropped']})"
-            cpu = "met" if c["us_per_pkt"] < t["us_per_pkt"] else "MISSED"
-            verdicts.append(f"{senders} sender(s): 0 drops {drops}, lower CPU/pkt {cpu}")
-        print(f"target, {capsule}: 0 drops where tcpdump drops, at lower CPU per packet: "
-              + "; ".join(verdicts))
+                verdicts.append(f"0 drops MISSED ({r['dropped']} vs tcpdump's {t['dropped']})")
+        if "stenographer" in best:
+            s = best["stenographer"]
+            k = r["cpu"] / s["cpu"] if s["cpu"] else float("inf")
+            verdicts.append(f"CPU <= 1.5x Stenographer's {'met' if k <= 1.5 else 'MISSED'} "
+                            f"({k:.2f}x)")
+        if r["compact_per_byte"] is None:
+            verdicts.append("disk per captured byte after compaction <= 0.70 n/a")
+        else:
+            ok = "met" if r["compact_per_byte"] <= 0.70 else "MISSED"
+            verdicts.append(f"disk per captured byte after compaction <= 0.70 {ok} "
+                            f"({r['compact_per_byte']:.3f})")
+        print(f"target, {c}: " + "; ".join(verdicts))
     print("""
-snd: tcpreplay processes at once. sent: their "Successful packets". send s: until the last
-sender exited. captured: the capturer's own count. dropped: its own count of drops (tcpdump:
-the socket's ring was full; capsule: every cause, see `capsule status`). missing: sent - captured (drops, and anything lost before the socket). backlog:
-host-wide softnet backlog drops during the run (veth delivers through it; tcpreplay retries
-such sends). setup s: capturer CPU before the traffic, mostly the kernel allocating the
-256 MiB ring; not counted in CPU s. CPU s: capturer user + system time from the traffic's
-start to its exit (wait4 rusage minus setup; includes draining and capsule sealing the
-store). us/pkt: CPU s per captured packet. out MB: capsule's store (segments and index) or
-tcpdump's pcap. run: which run the row is.
-capsule does more than tcpdump here: it restores VLAN tags, dissects every packet for lanes
-and the side index, compresses blocks with zstd and seals segments; tcpdump appends raw
-frames to a pcap. The kernel's copy into either ring mostly runs in the senders' softirq
-context and is charged to them. veth on a shared 2-core VM is limited by the senders, which
-take the same cores the capturer needs: the figures compare the two tools in one run; they
-are not what either does on a capture server.""")
+sent: tcpreplay's "Successful packets". send s: the sender's wall time. captured: the
+capturer's own count (Stenographer: packets in its packet files). dropped: sent - captured.
+CPU s: the capturer process's user + system time from the traffic's start until it went idle
+after it (setup and exit not counted). us/pkt: CPU s per captured packet. disk/B: bytes the
+capturer wrote (pcap; Stenographer's packet and index files; capsule's store) over the
+captured packets' bytes. compacted: the same after `capsule compact`; compact s: its wall time.
+The kernel's copy of each packet into a capturer's ring runs in the sender's softirq on veth
+and is charged to the sender, not to the capturer.""")
 
 
 def loadavg():

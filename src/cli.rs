@@ -332,8 +332,9 @@ pub struct WriterArgs {
     #[arg(long, value_parser = units::parse_size)]
     pub max_bytes: Option<u64>,
     /// zstd compression level, -1000 to 22 (higher compresses more and costs more CPU), or
-    /// `store` (no compression: a copy). Live capture steps down to -10, -1000, then store,
-    /// while blocks queue up for the compressors or a capture ring fills.
+    /// `store` (no compression). Live capture starts at store and climbs to -1000, -10, then
+    /// this level while the compressors keep up; it falls back while blocks queue up for the
+    /// compressors or a capture ring fills, so it never drops a packet to compress one.
     #[arg(long, default_value = "1", allow_negative_numbers = true)]
     pub level: capsule_store::writer::Level,
     /// Compression threads (default: one per core).

@@ -296,6 +296,44 @@ pub fn put_raw_frame(out: &mut Vec<u8>, content: &[u8]) {
     }
 }
 
+/// The bytes of the raw zstd frame [`put_raw_frame`] makes of `content_len` bytes that are
+/// not the content itself: the frame head (magic, descriptor, content size) followed by each
+/// raw block's 3-byte header, into `heads` (cleared first). With [`raw_frame_parts`] the
+/// frame can be written around content that stays where it is (the store rung of live
+/// capture, which so never copies a block into a frame).
+pub fn raw_frame_heads(content_len: usize, heads: &mut Vec<u8>) {
+    heads.clear();
+    heads.extend_from_slice(&ZSTD_MAGIC.to_le_bytes());
+    heads.push(META_FHD);
+    heads.extend_from_slice(&(content_len as u32).to_le_bytes());
+    let n = content_len.div_ceil(RAW_BLOCK_MAX).max(1);
+    for i in 0..n {
+        let chunk = (content_len - (i * RAW_BLOCK_MAX).min(content_len)).min(RAW_BLOCK_MAX);
+        let last = u32::from(i + 1 == n);
+        let bh = ((chunk as u32) << 3) | last; // block type 0 = raw
+        heads.extend_from_slice(&bh.to_le_bytes()[..3]);
+    }
+}
+
+/// The raw zstd frame of `content` as the slices to write one after the other: `heads`
+/// (from [`raw_frame_heads`] of `content.len()`) cut around the content's 128 KiB chunks.
+/// Their concatenation is what [`put_raw_frame`] writes.
+pub fn raw_frame_parts<'a>(content: &'a [u8], heads: &'a [u8]) -> Vec<&'a [u8]> {
+    const HEAD: usize = META_PREFIX_LEN; // magic, descriptor, content size
+    let mut parts = Vec::with_capacity(2 + 2 * content.len().div_ceil(RAW_BLOCK_MAX));
+    parts.push(&heads[..HEAD]);
+    if content.is_empty() {
+        parts.push(&heads[HEAD..]);
+        return parts;
+    }
+    for (i, chunk) in content.chunks(RAW_BLOCK_MAX).enumerate() {
+        let at = HEAD + 3 * i;
+        parts.push(&heads[at..at + 3]);
+        parts.push(chunk);
+    }
+    parts
+}
+
 /// Reads the prefix of a metadata frame and returns the frame's total length.
 pub fn meta_frame_len_from_prefix(what: &'static str, b: &[u8]) -> Result<usize, DecodeError> {
     let prefix = fixed::<META_PREFIX_LEN>(what, b)?;
@@ -988,6 +1026,28 @@ mod tests {
                 Ok(frame.len() - 1)
             );
             assert_eq!(zstd::bulk::decompress(&frame[1..], n).unwrap(), content);
+        }
+    }
+
+    #[test]
+    fn raw_frame_parts_around_the_content_are_the_raw_frame() {
+        let mut heads = vec![0xEE]; // cleared first
+        for n in [0, 1, 131_071, 131_072, 131_073, 1 << 20, 1_300_001] {
+            let content: Vec<u8> = (0..n).map(|i| (i * 13 % 251) as u8).collect();
+            raw_frame_heads(n, &mut heads);
+            let parts = raw_frame_parts(&content, &heads);
+            let joined: Vec<u8> = parts.concat();
+            let mut frame = Vec::new();
+            put_raw_frame(&mut frame, &content);
+            assert_eq!(joined, frame, "{n} bytes");
+            // The content is borrowed, not copied.
+            let range = content.as_ptr_range();
+            let borrowed: usize = parts
+                .iter()
+                .filter(|p| range.contains(&p.as_ptr()))
+                .map(|p| p.len())
+                .sum();
+            assert_eq!(borrowed, n);
         }
     }
 

@@ -19,7 +19,8 @@
 //!     -> StoreWriter::append; StoreWriter::tick every turn (blocks cut by age)
 //!   every second: counters into a LiveReport (on_stats), stored as interface statistics
 //!     when drops changed and at least once a minute (StatsTimer)
-//!   a reader falling behind its kernel ring makes the writer compress faster (Behind)
+//!   a reader falling behind its kernel ring (1/32 of it waiting) makes the writer store
+//!   blocks uncompressed until it caught up (Behind)
 //! ```
 //!
 //! What the two backends share lives here: the report ([`LiveReport`]), the error
@@ -381,10 +382,12 @@ pub(crate) fn with_vlan_tag<'a>(
 
 /// Tells the store writer when a capture reader falls behind its kernel ring.
 ///
-/// A reader is behind once more than 1/8 of its ring waits to be read, and caught up again
-/// below 1/64: the gap keeps it from flapping. While any reader is behind, the writer
-/// compresses at its fastest level (see [`StoreWriter::urgency`]), which hands CPU back to
-/// the readers on a machine whose cores are shared by reader, compressors and writer.
+/// A reader is behind once more than 1/32 of its ring waits to be read (one block of an
+/// AF_PACKET ring of 32 or fewer), and caught up again at 1/128 or less (an empty ring of
+/// blocks): the gap keeps it from flapping. While any reader is behind, the writer stores
+/// blocks uncompressed (see [`StoreWriter::urgency`]), which hands CPU back to the readers
+/// on a machine whose cores are shared by reader, compressors and writer. Early, so that a
+/// small ring (32 MiB) still holds what arrives while the compressors step down.
 pub(crate) struct Behind {
     urgent: Arc<AtomicU32>,
     on: bool,
@@ -397,10 +400,10 @@ impl Behind {
 
     /// Updates the state from the reader's `backlog` out of `size` ring entries.
     pub(crate) fn update(&mut self, backlog: usize, size: usize) {
-        if !self.on && backlog > size / 8 {
+        if !self.on && backlog * 32 > size {
             self.on = true;
             self.urgent.fetch_add(1, Ordering::Relaxed);
-        } else if self.on && backlog < size / 64 {
+        } else if self.on && backlog * 128 <= size {
             self.on = false;
             self.urgent.fetch_sub(1, Ordering::Relaxed);
         }
@@ -482,20 +485,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn behind_turns_on_above_an_eighth_and_off_below_a_sixty_fourth() {
+    fn behind_turns_on_above_a_32nd_and_off_at_a_128th() {
         let urgent = Arc::new(AtomicU32::new(0));
         let mut a = Behind::new(urgent.clone());
         let mut b = Behind::new(urgent.clone());
-        a.update(100, 1024);
+        a.update(32, 1024);
         assert_eq!(urgent.load(Ordering::Relaxed), 0);
-        a.update(200, 1024);
+        a.update(33, 1024);
         b.update(300, 1024);
         assert_eq!(urgent.load(Ordering::Relaxed), 2);
-        a.update(20, 1024); // between 1/64 and 1/8: still behind
+        a.update(9, 1024); // between 1/128 and 1/32: still behind
         assert_eq!(urgent.load(Ordering::Relaxed), 2);
-        a.update(10, 1024);
+        a.update(8, 1024);
         assert_eq!(urgent.load(Ordering::Relaxed), 1);
         drop(b);
+        assert_eq!(urgent.load(Ordering::Relaxed), 0);
+        // An AF_PACKET ring of 8 blocks: one waiting block is behind, none is caught up.
+        let mut c = Behind::new(urgent.clone());
+        c.update(1, 8);
+        assert_eq!(urgent.load(Ordering::Relaxed), 1);
+        c.update(1, 8);
+        assert_eq!(urgent.load(Ordering::Relaxed), 1);
+        c.update(0, 8);
         assert_eq!(urgent.load(Ordering::Relaxed), 0);
     }
 

@@ -389,12 +389,8 @@ impl SegmentFile {
         match parts {
             [a] => self.write(a),
             [a, b] => self.write_two(a, b),
-            _ => {
-                for p in parts {
-                    self.write(p)?;
-                }
-                Ok(())
-            }
+            // A stored block's raw frame in pieces (buffered I/O only): one write, as above.
+            _ => self.write(&parts.concat()),
         }
     }
 
@@ -431,7 +427,13 @@ impl SegmentFile {
 
     /// Appends one block: `meta` must carry the frame's lengths and checksum; its index and
     /// offset are set here.
-    pub fn append(&mut self, mut meta: BlockMeta, frame: &[u8]) -> Result<()> {
+    pub fn append(&mut self, meta: BlockMeta, frame: &[u8]) -> Result<()> {
+        self.append_parts(meta, &[frame])
+    }
+
+    /// [`SegmentFile::append`] of the frame made of `frame_parts` one after the other
+    /// (a stored block's raw frame around its content, without joining them first).
+    pub fn append_parts(&mut self, mut meta: BlockMeta, frame_parts: &[&[u8]]) -> Result<()> {
         meta.index = self.footer.blocks.len() as u32;
         let mut header = std::mem::take(&mut self.scratch);
         header.clear();
@@ -445,7 +447,14 @@ impl SegmentFile {
             .interfaces
             .extend(meta.new_interfaces.iter().cloned());
         add_to_footer(&mut self.footer, &meta);
-        let r = self.put(&[&header, frame]);
+        let r = if let [frame] = frame_parts {
+            self.put(&[&header, frame])
+        } else {
+            let mut parts = Vec::with_capacity(1 + frame_parts.len());
+            parts.push(&header[..]);
+            parts.extend_from_slice(frame_parts);
+            self.put(&parts)
+        };
         self.scratch = header;
         r
     }

@@ -2,13 +2,17 @@
 //! is short of CPU, and the gauge that tells `capsule status` how they keep up.
 //!
 //! ```text
-//! RawBlock (producer) -> compress_loop (N threads): rung = pick_rung(queue, reader behind,
-//!   disk bound) -> zstd frame with checksum at that rung's level, or a raw frame (store)
-//!   -> crc32c of the frame -> Compressed (to the writer thread)
+//! RawBlock (producer) -> compress_loop (N threads): rung = Ladder::pick(queue, reader
+//!   behind, disk bound; live capture starts at store and climbs while calm)
+//!   -> zstd frame with checksum at that rung's level -> crc32c of the frame
+//!   -> or, at the store rung, only the crc32c of the raw frame the writer thread lays out
+//!      around the block's bytes (no copy here)
+//!   -> Compressed (to the writer thread)
 //! ```
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
@@ -215,6 +219,8 @@ pub(super) struct Signals {
     pub(super) urgent: Arc<AtomicU32>,
     pub(super) disk_bound: Arc<AtomicBool>,
     pub(super) rungs: Arc<[AtomicU64; 4]>,
+    /// The live ladder, shared by the compressor threads.
+    pub(super) ladder: Arc<Mutex<Ladder>>,
 }
 
 /// One rung of the compression ladder.
@@ -233,52 +239,118 @@ impl Rung {
         Some(Rung::Zstd(c))
     }
 
-    /// Replaces `frame` with the frame of `data`.
-    fn compress(&mut self, data: &[u8], frame: &mut Vec<u8>) -> std::io::Result<()> {
+    /// Makes the frame of `data` and returns its length and crc32c: a zstd frame into
+    /// `frame`; at the store rung nothing is copied (`frame` stays empty, and the writer
+    /// thread lays the raw frame out around `data`, see [`format::raw_frame_parts`]): only
+    /// the checksum of that frame is computed, from its heads (kept in `heads`) and `data`.
+    fn compress(
+        &mut self,
+        data: &[u8],
+        frame: &mut Vec<u8>,
+        heads: &mut Vec<u8>,
+    ) -> std::io::Result<(u32, u32)> {
         frame.clear();
         match self {
             Rung::Zstd(c) => {
                 frame.reserve(zstd::zstd_safe::compress_bound(data.len()));
-                c.compress_to_buffer(data, frame).map(|_| ())
+                c.compress_to_buffer(data, frame)?;
+                Ok((frame.len() as u32, crc32c::crc32c(frame)))
             }
             Rung::Store => {
-                format::put_raw_frame(frame, data);
-                Ok(())
+                format::raw_frame_heads(data.len(), heads);
+                let crc = format::raw_frame_parts(data, heads)
+                    .iter()
+                    .fold(0, |crc, p| crc32c::crc32c_append(crc, p));
+                Ok((format::raw_frame_len(data.len()) as u32, crc))
             }
         }
     }
+
+    fn is_store(&self) -> bool {
+        matches!(self, Rung::Store)
+    }
 }
 
-/// Which rung of the ladder (0: the configured level, 1: [`Level::FAST`], 2:
-/// [`Level::FASTEST`], 3: [`Level::Store`]) compresses the next block, given the blocks waiting for a compressor
-/// (`raw` of `raw_cap`), whether a capture reader is behind its ring, and whether the disk is
-/// what limits the writer thread.
+/// How long the live ladder stays calm on a rung before it climbs one (at first).
+pub(super) const CLIMB_AFTER: Duration = Duration::from_secs(2);
+/// The longest wait before a climb, after climbs that failed one after the other.
+pub(super) const CLIMB_AFTER_MAX: Duration = Duration::from_secs(64);
+
+/// The live ladder (adaptive compression): which rung (0: the configured level, 1:
+/// [`Level::FAST`], 2: [`Level::FASTEST`], 3: [`Level::Store`]) compresses the next block.
+/// One per writer, shared by its compressor threads.
 ///
-/// CPU short: step down as the compressors' queue fills (a quarter, half, three quarters),
-/// and store at once while a reader is behind. Disk short (the writer spends half its time
-/// writing): the configured level, whatever else, because fewer bytes is then what helps,
-/// and storing would make the disk fall further behind.
-pub(super) fn pick_rung(
-    raw: usize,
-    raw_cap: usize,
-    reader_behind: bool,
-    disk_bound: bool,
-) -> usize {
-    if disk_bound {
-        0
-    } else if reader_behind || raw * 4 >= raw_cap * 3 {
-        3
-    } else if raw * 2 >= raw_cap {
-        2
-    } else if raw * 4 >= raw_cap {
-        1
-    } else {
-        0
+/// It never makes capture drop a packet to compress one: it starts at the store rung (at
+/// startup nothing says the host can afford compression), falls to store at once when a
+/// capture reader is behind its ring or a quarter of the compressors' queue waits, steps
+/// down one rung while two blocks or more wait, and climbs one rung at a time only after
+/// [`CLIMB_AFTER`] without any of that. A climb that falls back before the next climb would
+/// have been due doubles the wait (up to [`CLIMB_AFTER_MAX`]), so a host that cannot afford
+/// a level tries it rarely; a full [`CLIMB_AFTER_MAX`] at the configured level resets it.
+/// What the weaker rungs cost in disk, the compactor takes back later.
+///
+/// Disk short (the writer spends half its time writing): the configured level, whatever
+/// else, because fewer bytes is then what helps, and storing would make the disk fall further
+/// behind.
+#[derive(Debug)]
+pub(super) struct Ladder {
+    rung: usize,
+    /// When the rung last changed.
+    since: Instant,
+    /// Calm needed before the next climb.
+    wait: Duration,
+}
+
+impl Ladder {
+    pub(super) fn new(now: Instant) -> Ladder {
+        Ladder {
+            rung: 3,
+            since: now,
+            wait: CLIMB_AFTER,
+        }
+    }
+
+    /// The rung for the next block, given the blocks waiting for a compressor (`queued` of
+    /// `cap`), whether a capture reader is behind its ring, and whether the disk is what
+    /// limits the writer thread.
+    pub(super) fn pick(
+        &mut self,
+        queued: usize,
+        cap: usize,
+        reader_behind: bool,
+        disk_bound: bool,
+        now: Instant,
+    ) -> usize {
+        if disk_bound {
+            return 0;
+        }
+        let calm_for = now.saturating_duration_since(self.since);
+        if reader_behind || queued * 4 >= cap {
+            if self.rung < 3 {
+                if calm_for < self.wait * 2 {
+                    // The last climb did not hold: try less often.
+                    self.wait = (self.wait * 2).min(CLIMB_AFTER_MAX);
+                }
+                self.rung = 3;
+                self.since = now;
+            }
+        } else if queued >= 2 {
+            if self.rung < 3 {
+                self.rung += 1;
+                self.since = now;
+            }
+        } else if self.rung > 0 && calm_for >= self.wait {
+            self.rung -= 1;
+            self.since = now;
+        } else if self.rung == 0 && calm_for >= CLIMB_AFTER_MAX {
+            self.wait = CLIMB_AFTER;
+        }
+        self.rung
     }
 }
 
 /// Compresses blocks until the producer hangs up. With `adaptive` (live capture), the level
-/// follows the queues (see [`pick_rung`]); without, it is the configured level. A weaker
+/// follows the [`Ladder`]; without, it is the configured level. A weaker
 /// ratio costs some disk for the length of a burst, while falling behind would cost packets
 /// (capture's rings fill and the kernel drops). All are zstd frames.
 ///
@@ -301,27 +373,34 @@ pub(super) fn compress_loop(
         ladder.push(r);
     }
     let raw_cap = rx.capacity().unwrap_or(0).max(1);
+    let mut heads = Vec::new();
     for mut raw in rx.iter() {
-        let mut frame = frames.try_recv().unwrap_or_default();
         let rung = if adaptive {
             let behind = signals.urgent.load(Ordering::Relaxed) > 0;
             let disk_bound = signals.disk_bound.load(Ordering::Relaxed);
-            pick_rung(rx.len(), raw_cap, behind, disk_bound)
+            let mut l = signals.ladder.lock().unwrap_or_else(|p| p.into_inner());
+            l.pick(rx.len(), raw_cap, behind, disk_bound, Instant::now())
         } else {
             0
         };
         signals.rungs[rung].fetch_add(1, Ordering::Relaxed);
-        if ladder[rung].compress(&raw.data, &mut frame).is_err() {
+        let raw_frame = ladder[rung].is_store();
+        let mut frame = match raw_frame {
+            true => Vec::new(),
+            false => frames.try_recv().unwrap_or_default(),
+        };
+        let Ok((len, crc)) = ladder[rung].compress(&raw.data, &mut frame, &mut heads) else {
             return; // drops `out`: the writer sees the pipeline end early
-        }
-        raw.meta.compressed_len = frame.len() as u32;
+        };
+        raw.meta.compressed_len = len;
         raw.meta.compression = levels[rung].into();
-        raw.meta.frame_crc = crc32c::crc32c(&frame);
+        raw.meta.frame_crc = crc;
         let done = Compressed {
             order: raw.order,
             segment: raw.segment,
             meta: raw.meta,
             frame,
+            raw_frame,
             data: raw.data,
         };
         if out.send(done).is_err() {
@@ -335,18 +414,56 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_ladder_steps_down_with_the_compressors_queue_but_not_for_a_slow_disk() {
-        // Compressors' queue of 16: quarter, half, three quarters.
-        let rungs: Vec<usize> = (0..=16).map(|q| pick_rung(q, 16, false, false)).collect();
-        assert_eq!(
-            rungs,
-            [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 3],
-            "rung by blocks queued"
-        );
-        // A reader behind its ring: store, even with the queue empty.
-        assert_eq!(pick_rung(0, 16, true, false), 3);
-        // The disk is the limit: compress as configured, even with the compressors' queue
-        // full and a reader behind.
-        assert_eq!(pick_rung(16, 16, true, true), 0);
+    fn the_live_ladder_starts_at_store_falls_at_once_and_climbs_only_after_calm() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut l = Ladder::new(t0);
+        // Startup: store, and still store before the first climb is due.
+        assert_eq!(l.pick(0, 16, false, false, t0), 3);
+        assert_eq!(l.pick(1, 16, false, false, at(1999)), 3);
+        // Calm: one rung every 2 s up to the configured level.
+        assert_eq!(l.pick(0, 16, false, false, at(2000)), 2);
+        assert_eq!(l.pick(0, 16, false, false, at(3000)), 2);
+        assert_eq!(l.pick(1, 16, false, false, at(4000)), 1);
+        assert_eq!(l.pick(0, 16, false, false, at(6000)), 0);
+        // Two blocks waiting: one rung down, and one more at each block while they do.
+        assert_eq!(l.pick(2, 16, false, false, at(6100)), 1);
+        assert_eq!(l.pick(3, 16, false, false, at(6200)), 2);
+        // A quarter of the queue, or a reader behind its ring: store at once.
+        assert_eq!(l.pick(4, 16, false, false, at(6300)), 3);
+        // That climb failed within twice the wait: the next climb waits 4 s.
+        assert_eq!(l.pick(0, 16, false, false, at(8300)), 3);
+        assert_eq!(l.pick(0, 16, false, false, at(10300)), 2);
+        assert_eq!(l.pick(0, 16, true, false, at(10400)), 3, "reader behind");
+        // Failed again: 8 s now.
+        assert_eq!(l.pick(0, 16, false, false, at(14400)), 3);
+        assert_eq!(l.pick(0, 16, false, false, at(18400)), 2);
+        // The disk is the limit: compress as configured, even with the queue full and a
+        // reader behind, without changing where the CPU ladder stands.
+        assert_eq!(l.pick(16, 16, true, true, at(18500)), 0);
+        assert_eq!(l.pick(0, 16, false, false, at(18600)), 2);
+    }
+
+    #[test]
+    fn the_wait_before_a_climb_is_capped_and_resets_after_a_long_calm_at_the_top() {
+        let t0 = Instant::now();
+        let mut l = Ladder::new(t0);
+        let mut t = t0;
+        // Climb and fall over and over: the wait doubles up to its cap.
+        for _ in 0..10 {
+            t += l.wait;
+            assert_eq!(l.pick(0, 16, false, false, t), 2);
+            t += Duration::from_millis(10);
+            assert_eq!(l.pick(0, 16, true, false, t), 3);
+        }
+        assert_eq!(l.wait, CLIMB_AFTER_MAX);
+        // Three climbs to the configured level, then a long calm there: back to 2 s.
+        for rung in [2, 1, 0] {
+            t += l.wait;
+            assert_eq!(l.pick(0, 16, false, false, t), rung);
+        }
+        t += CLIMB_AFTER_MAX;
+        assert_eq!(l.pick(0, 16, false, false, t), 0);
+        assert_eq!(l.wait, CLIMB_AFTER);
     }
 }

@@ -50,6 +50,8 @@ pub(super) struct WriterThread {
     /// Blocks the indexer saw were dropped from the open segment: its index is left to be
     /// rebuilt rather than written wrong.
     pub(super) index_stale: bool,
+    /// The heads of a stored block's raw frame (see [`format::raw_frame_heads`]).
+    pub(super) heads: Vec<u8>,
 }
 
 /// Tells the compressors whether the disk is what limits the store: the writer thread spent
@@ -352,7 +354,7 @@ impl WriterThread {
             self.redeclare.clear();
             self.redeclare_seq = c.segment;
         }
-        let need = c.frame.len() as u64 + c.meta.header_frame_len() as u64;
+        let need = u64::from(c.meta.compressed_len) + c.meta.header_frame_len() as u64;
         // Room for the block, the footer that sealing will add, and for a new segment its
         // head and header (a few hundred bytes; 4 KiB covers interface records too).
         let reserve = match current.as_ref() {
@@ -379,12 +381,12 @@ impl WriterThread {
         let before = seg.len();
         self.ratio
             .compressed
-            .fetch_add(c.frame.len() as u64, Ordering::Relaxed);
+            .fetch_add(u64::from(c.meta.compressed_len), Ordering::Relaxed);
         self.ratio
             .uncompressed
             .fetch_add(u64::from(c.meta.uncompressed_len), Ordering::Relaxed);
         self.report.uncompressed_bytes += u64::from(c.meta.uncompressed_len);
-        self.report.compressed_bytes += c.frame.len() as u64;
+        self.report.compressed_bytes += u64::from(c.meta.compressed_len);
         let io = Instant::now();
         // A failed append leaves its block recorded and pending: a flush writes it, or a
         // rollback gives it up.
@@ -396,7 +398,15 @@ impl WriterThread {
             r = seg.append(meta.clone(), &frame);
             idb = Some((meta, data));
         }
-        let r = r.and(seg.append(c.meta.clone(), &c.frame));
+        let r = r.and(if c.raw_frame {
+            format::raw_frame_heads(c.data.len(), &mut self.heads);
+            seg.append_parts(
+                c.meta.clone(),
+                &format::raw_frame_parts(&c.data, &self.heads),
+            )
+        } else {
+            seg.append(c.meta.clone(), &c.frame)
+        });
         self.retention.grew(seg.len() - before);
         if self.or_make_room(seg, r, SegmentFile::flush)? {
             if let Some((meta, data)) = idb {
@@ -404,7 +414,9 @@ impl WriterThread {
             }
             self.indexer.block(&c.meta, &c.data);
         }
-        let _ = self.frames.try_send(c.frame);
+        if c.frame.capacity() > 0 {
+            let _ = self.frames.try_send(c.frame);
+        }
         // Only block-sized buffers go back to the producer. An interface or statistics
         // block's buffer is a few dozen bytes: as a lane's next block it would grow through
         // a dozen reallocations and copies, and capture records statistics whenever the

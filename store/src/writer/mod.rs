@@ -54,7 +54,7 @@ mod tests;
 use compactor::{CompactCounters, CompactRequest};
 pub use compactor::{CompactReport, CompactedSegment};
 pub(super) use compress::SpaceCounters;
-use compress::{compress_loop, Signals};
+use compress::{compress_loop, Ladder, Signals};
 pub use compress::{Level, LevelError, Pressure, PressureGauge};
 use disk::{DiskLoad, WriterThread};
 use retention::Retention;
@@ -93,9 +93,9 @@ pub struct WriterConfig {
     pub threads: usize,
     /// How often the open segment is flushed to the medium.
     pub sync_interval: Duration,
-    /// Compress at [`Level::FAST`], then [`Level::FASTEST`], then store, while blocks queue
-    /// up, rather than
-    /// make the producer wait.
+    /// Follow the live compression ladder (see `compress.rs`): start at store, fall to
+    /// store while a capture reader is behind or blocks queue up, climb back to the
+    /// configured level while calm, rather than make the producer wait.
     /// For live capture, where waiting means the kernel drops packets; an import is better
     /// off waiting (nothing is lost) and keeping the ratio.
     pub adaptive: bool,
@@ -180,7 +180,12 @@ struct Compressed {
     order: u64,
     segment: u64,
     meta: BlockMeta,
+    /// The zstd frame; empty when `raw_frame`.
     frame: Vec<u8>,
+    /// Stored (the store rung): the frame is the raw frame of `data`, which the writer
+    /// thread writes around `data` itself ([`crate::format::raw_frame_parts`]), so the
+    /// block is copied once, into the segment's write buffer.
+    raw_frame: bool,
     /// The uncompressed block, for the side index; then back to the producer's pool.
     data: Vec<u8>,
 }
@@ -441,8 +446,10 @@ impl StoreWriter {
             compact: compact_counters.clone(),
             budget: cfg.max_bytes,
         };
+        let ladder = Arc::new(std::sync::Mutex::new(Ladder::new(Instant::now())));
         for i in 0..cfg.threads {
             let rx = raw_rx.clone();
+            let ladder = ladder.clone();
             let urgent_c = urgent.clone();
             let disk_c = disk_bound.clone();
             let rungs = gauge.rungs.clone();
@@ -456,6 +463,7 @@ impl StoreWriter {
                         urgent: urgent_c,
                         disk_bound: disk_c,
                         rungs,
+                        ladder,
                     };
                     compress_loop(level, adaptive, rx, out, frames, signals)
                 })
@@ -479,6 +487,7 @@ impl StoreWriter {
             redeclare: Vec::new(),
             redeclare_seq: next_seq,
             index_stale: false,
+            heads: Vec::new(),
         };
         let writer = std::thread::Builder::new()
             .name("capsule-writer".into())
@@ -690,9 +699,8 @@ impl StoreWriter {
 
     /// The number of capture readers whose kernel rings fill up faster than they empty them
     /// (each reader adds one while it is behind and takes it back when it caught up). While
-    /// it is not 0 and [`WriterConfig::adaptive`] is set, every block is compressed at
-    /// [`Level::FASTEST`],
-    /// so that the compressors leave the CPU to the reader. The compressors' own queue says
+    /// it is not 0 and [`WriterConfig::adaptive`] is set, every block is stored
+    /// ([`Level::Store`]), so that the compressors leave the CPU to the reader. The compressors' own queue says
     /// nothing about that: on a machine short of CPU they keep up at a good level while the
     /// reader, sharing the cores with them, falls behind the NIC.
     pub fn urgency(&self) -> Arc<AtomicU32> {

@@ -175,6 +175,10 @@ fn a_reader_behind_makes_adaptive_compression_store_blocks() {
     // Not adaptive (import): urgency is ignored.
     let (raw, _) = raw_and_compressed_blocks(small(), 1);
     assert_eq!(raw, 0);
+    // Live capture starts at the store rung, no reader behind: nothing is known yet about
+    // the CPU it can spend (the ladder climbs after 2 s of calm, see compress.rs).
+    let (raw, packed) = raw_and_compressed_blocks(live.clone(), 0);
+    assert!(raw > 0, "at startup: {raw} raw, {packed} compressed");
     // The gauge counts the rungs used and the readers behind.
     let dir = tempfile::tempdir().unwrap();
     let (mut w, i) = open_eth(dir.path(), live);
