@@ -12,10 +12,22 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::units;
 
+/// `capsule --version`: the release, the commit it was built from, and the versions of the
+/// on-disk formats it writes (docs/format.md), so a bug report says what wrote a store.
+pub static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{} (commit {}; segment format {}, index format {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("CAPSULE_GIT_COMMIT"),
+        capsule_store::format::FORMAT_VERSION,
+        capsule_index::sideindex::INDEX_VERSION,
+    )
+});
+
 #[derive(Parser, Debug)]
 #[command(
     name = "capsule",
-    version,
+    version = VERSION.as_str(),
     about = "Full-packet capture and retention: keeps every packet, answers for any past window."
 )]
 pub struct Cli {
@@ -30,10 +42,10 @@ pub enum Cmd {
     /// Capture packets from a network interface into a store until SIGINT or SIGTERM.
     Capture(CaptureArgs),
     /// Export packets from a store, in timestamp order.
-    #[command(after_help = EXIT_STATUS)]
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
     Query(QueryArgs),
     /// List flows from the side index alone.
-    #[command(after_help = EXIT_STATUS)]
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
     Flows(FlowsArgs),
     /// Rebuild the side index of every sealed segment from the segments alone.
     Reindex(StoreArg),
@@ -63,11 +75,34 @@ usage; 3 some segments were skipped (damaged: each is named on standard error)."
 problems remain, each printed with its file, byte offset, and what was expected and found."
     )]
     Verify(VerifyArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to standard
+    /// output, e.g. `capsule completions bash > /etc/bash_completion.d/capsule`.
+    Completions(CompletionsArgs),
+    /// Write man pages (capsule.1 and one per subcommand, capsule-query.1, ...) into a
+    /// directory, e.g. `capsule man --dir /usr/local/share/man/man1`.
+    Man(ManArgs),
+    /// Describe the filter language and the time forms that `query` and `flows` take.
+    #[command(long_about = FILTERS_HELP)]
+    Filters,
     /// Internal: compiles a `--bpf` expression under CPU-time and address-space limits and
     /// exits 0 (compiles), 3 (does not; libpcap's message on stderr) or 4 (out of memory).
     /// `capsule query` runs it as a child process before an export.
     #[command(name = "__check-bpf", hide = true)]
     CheckBpf(CheckBpfArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// Directory to write the pages into (created if missing).
+    #[arg(long)]
+    pub dir: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -79,12 +114,67 @@ pub struct CheckBpfArgs {
     pub expr: String,
 }
 
-/// The exit statuses of the commands that answer from the store.
-const EXIT_STATUS: &str = "Exit status: 0 the answer is whole; 1 an error; 2 bad usage; \
-3 the answer is partial: damaged data in the store was skipped, and each skipped block or \
-segment is named on standard error (file, block, byte range, packets and time span lost).";
+/// The filter language and the time forms, for `capsule filters`, `capsule help filters` and
+/// the long help of `query` and `flows`. The reference is in capsule-query's filter module.
+pub const FILTERS_HELP: &str = filters_help!();
 
-/// A store directory that must already exist.
+/// The text of [`FILTERS_HELP`], as a macro so `concat!` can join it to other help texts.
+macro_rules! filters_help {
+    () => {
+        "\
+FILTERS select packets by what their headers say; the words after the flags form one filter.
+The empty filter selects every packet.
+
+  host ADDR                 IP source or destination (IPv4 or IPv6 literal)
+  net ADDR/LEN              address inside a prefix (10.1.0.0/16, fd00::/64)
+  port N, portrange A-B     TCP, UDP or SCTP source or destination port
+  src ..., dst ...          one side only: src host 10.0.0.1, dst port 443
+  tcp, udp, sctp, icmp, icmp6, ip, ip6
+                            the protocol; `tcp port 80` means `tcp and port 80`
+  proto N|NAME              IP protocol by number or name (gre, esp, ah, ...)
+  vlan [ID]                 an 802.1Q/802.1ad tag (any of up to two) is ID
+  dscp N|NAME               DS field: 0-63, ef, va, le, be, default, cs0-cs7, af11-af43
+  and (&&), or (||), not (!), ( )
+                            not binds tighter than and, and tighter than or
+
+Examples:
+  capsule query --store S --from -10m -w out.pcap host 10.1.2.3 and tcp port 443
+  capsule flows --store S dscp ef and not net 10.4.0.0/24
+  capsule query --store S --count 'udp and (dst port 53 or dst port 5353)'
+
+Not supported (use --bpf with a tcpdump expression for these): host names, service names
+(port https), `port 80 or 443` without the second `port`, ether, arp, less/greater,
+byte offsets such as tcp[13] & 2 != 0. `vlan 100 and vlan 200` means both tags, in any
+order; every primitive looks through VLAN tags.
+
+TIMES (--from inclusive, --to exclusive; both optional):
+  2026-11-30T02:00:00.123456789Z   RFC 3339, up to 9 fractional digits, any offset
+  2026-11-30 02:00:00+01:00        a space instead of T
+  2026-11-30                       a date: its midnight, UTC
+  1796004000.5                     Unix seconds, with a fraction
+  @1796004000123456789             nanoseconds since the epoch
+  now, -10m, -2h30m, -1.5s         the wall clock now, or a duration before it
+  --to +1ms, --to +10m             a duration after --from
+"
+    };
+}
+use filters_help;
+
+/// The exit statuses of the commands that answer from the store.
+const EXIT_STATUS: &str = exit_status!();
+
+/// The text of [`EXIT_STATUS`], as a macro so `concat!` can join it to other help texts.
+macro_rules! exit_status {
+    () => {
+        "Exit status: 0 the answer is whole; 1 an error; 2 bad usage; 3 the answer is \
+partial: damaged data in the store was skipped, and each skipped block or segment is named \
+on standard error (file, block, byte range, packets and time span lost)."
+    };
+}
+use exit_status;
+
+/// `query --help` and `flows --help`: the filter language, then the exit statuses.
+const QUERY_LONG_AFTER: &str = concat!(filters_help!(), "\n", exit_status!());
 #[derive(Args, Debug)]
 pub struct StoreArg {
     /// The store directory.
@@ -114,9 +204,15 @@ pub struct CaptureArgs {
     #[arg(long)]
     pub store: PathBuf,
     /// How to capture. `auto` tries AF_XDP with native XDP, then generic XDP, then
-    /// AF_PACKET, and logs which it took and why.
+    /// AF_PACKET, and logs which it took and why. On an interface that has an address of
+    /// this host (its own traffic goes through it), `auto` takes AF_PACKET, and the XDP
+    /// modes refuse without --take-interface: AF_XDP takes every packet from the kernel.
     #[arg(long, value_enum, default_value_t = CaptureMode::Auto)]
     pub mode: CaptureMode,
+    /// Let XDP capture an interface that carries this host's own traffic, cutting the host's
+    /// connections on it while capture runs (a warning is printed).
+    #[arg(long)]
+    pub take_interface: bool,
     /// RX queues to capture with AF_XDP: `all` or a list such as `0,1` (one socket and
     /// worker thread each).
     #[arg(long, default_value = "all")]
@@ -148,9 +244,10 @@ pub struct QueryArgs {
     /// Output file; `-` writes to standard output.
     #[arg(short = 'w', long = "write", required_unless_present_any = ["explain", "count"])]
     pub write: Option<String>,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = OutFormat::Pcap)]
-    pub format: OutFormat,
+    /// Output format. Default: from the `-w` file's extension (`.pcapng`, `.ntar`: pcapng),
+    /// else pcap.
+    #[arg(long, value_enum)]
+    pub format: Option<OutFormat>,
     /// A tcpdump filter, applied (by libpcap) after the index and FILTER narrowed the search.
     /// At most 4096 bytes; it is first compiled in a child process limited to 10 s of CPU
     /// and wall-clock time and 1 GiB of address space, and refused if libpcap's compiler
@@ -249,8 +346,15 @@ pub struct SynthArgs {
     /// Average wire rate, e.g. 1G, 500M (bits per second).
     #[arg(long, default_value = "1G", value_parser = units::parse_rate)]
     pub rate: u64,
-    /// Time of the first packet: RFC 3339, Unix seconds, or @NANOS.
-    #[arg(long, default_value = "2026-11-30T02:00:00Z", value_parser = capsule_query::parse_instant)]
+    /// Time of the first packet: RFC 3339, a date, Unix seconds, @NANOS, `now`, or a
+    /// duration before now (`--start -1m --duration 50s` makes traffic of the last minute,
+    /// so relative windows such as `--from -10m` find it).
+    #[arg(
+        long,
+        default_value = "2026-11-30T02:00:00Z",
+        allow_hyphen_values = true,
+        value_parser = parse_time_now
+    )]
     pub start: u64,
     /// Output pcap; `-` writes to standard output.
     #[arg(short = 'w', long = "write")]
@@ -266,12 +370,15 @@ pub struct Selection {
     /// The store directory.
     #[arg(long)]
     pub store: PathBuf,
-    /// Start of the window (inclusive): RFC 3339, Unix seconds, @NANOS, or relative (-10m, now).
+    /// Start of the window (inclusive): RFC 3339 (`2026-11-30T02:00:00.5Z`), a date
+    /// (`2026-11-30`, midnight UTC), Unix seconds, `@NANOS`, `now`, or a duration before now
+    /// (`-10m`). Default: the oldest packet held.
     #[arg(long, allow_hyphen_values = true, value_parser = parse_time_now)]
     pub from: Option<u64>,
-    /// End of the window (exclusive): RFC 3339, Unix seconds, @NANOS, or relative (-10m, now).
-    #[arg(long, allow_hyphen_values = true, value_parser = parse_time_now)]
-    pub to: Option<u64>,
+    /// End of the window (exclusive): any form `--from` takes, or a duration after `--from`
+    /// (`+1ms`, `+10m`). Default: after the newest packet.
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_end_now)]
+    pub to: Option<capsule_query::TimeArg>,
     /// Filter, e.g. `host 10.1.2.3 and tcp port 443`, `dscp ef and not net 10.40.0.0/24`.
     pub filter: Vec<String>,
 }
@@ -279,6 +386,12 @@ pub struct Selection {
 /// A time on the command line, relative forms resolved against the wall clock now.
 fn parse_time_now(s: &str) -> Result<u64, capsule_query::TimeError> {
     capsule_query::parse_time(s, capsule_store::now_ns())
+}
+
+/// The end of a window on the command line: as [`parse_time_now`], or `+DURATION` after the
+/// start.
+fn parse_end_now(s: &str) -> Result<capsule_query::TimeArg, capsule_query::TimeError> {
+    capsule_query::TimeArg::parse_end(s, capsule_store::now_ns())
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]

@@ -8,6 +8,7 @@
 
 mod cli;
 mod cmd;
+mod table;
 mod units;
 
 use std::process::ExitCode;
@@ -16,8 +17,12 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    // Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CAPSULE_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),

@@ -2054,4 +2054,116 @@ fn the_open_segment_is_planned_from_its_journal() {
          {t_sealed} sealed; a new flow was listed by a `capsule flows` started \
          {listed_after:?} after its packet was sent"
     );
+
+/// A TCP exchange from `a` to a listener at `addr` in `b`, through the captured interface:
+/// true when the reply came back within 3 s.
+fn tcp_works(link: &Link, addr: &str) -> bool {
+    let server = format!(
+        "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+         s.bind(('{addr}',8080))\ns.listen(1)\ns.settimeout(8)\nc,_=s.accept()\nc.sendall(c.recv(64))\n"
+    );
+    let mut srv = Background::spawn(in_ns(&link.b.name, "python3").args(["-c", &server]));
+    std::thread::sleep(Duration::from_millis(300));
+    let client = format!(
+        "import socket,sys\ntry:\n  c=socket.create_connection(('{addr}',8080),timeout=3)\n  \
+         c.settimeout(3)\n  c.sendall(b'ping')\n  sys.exit(0 if c.recv(64)==b'ping' else 1)\n\
+         except Exception as e:\n  print(e)\n  sys.exit(1)\n"
+    );
+    let ok = run(in_ns(&link.a.name, "python3").args(["-c", &client]))
+        .status
+        .success();
+    srv.terminate();
+    ok
+}
+
+/// The [ux] issue, item 1: an interface with an address of the host carries the host's own
+/// traffic; `auto` leaves it to the kernel (AF_PACKET) and says why, XDP modes refuse it
+/// without --take-interface, and warn with it.
+#[test]
+fn auto_mode_leaves_an_interface_with_host_addresses_to_the_kernel() {
+    need_tool("python3");
+    let link = Link::new();
+    ip(&[
+        "-n",
+        &link.a.name,
+        "addr",
+        "add",
+        "10.99.0.1/24",
+        "dev",
+        &link.if_a,
+    ]);
+    ip(&[
+        "-n",
+        &link.b.name,
+        "addr",
+        "add",
+        "10.99.0.2/24",
+        "dev",
+        &link.if_b,
+    ]);
+    assert!(tcp_works(&link, "10.99.0.2"), "TCP works without a capture");
+    let d = tempfile::tempdir().unwrap();
+    let store = d.path().join("store");
+    let mut cap = Capture::start(&link.b.name, &link.if_b, &store, &[]);
+    let desc = cap
+        .wait_ready_or_exit(&link.if_b)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(desc.starts_with("AF_PACKET"), "auto took {desc}");
+    assert!(
+        desc.contains("carries this host's own traffic (10.99.0.2)"),
+        "{desc}"
+    );
+    assert!(
+        tcp_works(&link, "10.99.0.2"),
+        "TCP keeps working while capture runs"
+    );
+    let st = cap.stop();
+    assert_clean_exit(&st);
+
+    // An explicit XDP mode is refused, quickly, naming the flag that allows it.
+    let mut cap = Capture::start(&link.b.name, &link.if_b, &store, &["--mode", "xdp-generic"]);
+    let err = cap.wait_ready_or_exit(&link.if_b).expect_err("refused");
+    assert!(err.contains("--take-interface"), "{err}");
+    // With the flag it captures, and warns.
+    let mut cap = Capture::start(
+        &link.b.name,
+        &link.if_b,
+        &store,
+        &["--mode", "xdp-generic", "--take-interface"],
+    );
+    let desc = cap
+        .wait_ready_or_exit(&link.if_b)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(desc.starts_with("XDP generic"), "{desc}");
+    assert!(
+        cap.stderr_so_far()
+            .contains("carries this host's own traffic"),
+        "{}",
+        cap.stderr_so_far()
+    );
+    assert_clean_exit(&cap.stop());
+}
+
+/// The [ux] issue, item 2: a second capture on a locked store fails before touching the
+/// interface (it took 14.6 s of XDP attempts and an AF_PACKET ring before).
+#[test]
+fn a_locked_store_is_refused_before_the_interface_is_touched() {
+    let link = Link::new();
+    let d = tempfile::tempdir().unwrap();
+    let store = d.path().join("store");
+    let mut first = Capture::start(&link.b.name, &link.if_b, &store, &["--mode", "afpacket"]);
+    first
+        .wait_ready_or_exit(&link.if_b)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t0 = Instant::now();
+    let mut second = Capture::start(&link.b.name, &link.if_b, &store, &[]);
+    let err = second.wait_ready_or_exit(&link.if_b).expect_err("locked");
+    let took = t0.elapsed();
+    assert!(err.contains("lock"), "{err}");
+    assert!(
+        !err.contains("AF_XDP") && !err.contains("XDP"),
+        "no capture was tried: {err}"
+    );
+    assert!(took < Duration::from_secs(3), "refused after {took:?}");
+    assert_clean_exit(&first.stop());
 }

@@ -22,7 +22,9 @@ pub mod filter;
 pub mod time;
 
 pub use filter::{Filter, FilterError, FlowSide, Tri};
-pub use time::{format_instant, parse_duration, parse_instant, parse_time, TimeError};
+pub use time::{
+    format_instant, parse_duration, parse_instant, parse_time, TimeArg, TimeError, ACCEPTED,
+};
 
 /// What a query asks for: packets that pass `filter` in the window [`from_ns`, `to_ns`).
 ///

@@ -3,8 +3,10 @@
 //!
 //! Every instant inside capsule is nanoseconds since the Unix epoch (`u64`). A person writes
 //! RFC 3339 with up to nine fractional digits (`2026-11-30T02:00:01.5Z`, any offset), Unix
-//! seconds with a fraction (`1796004001.5`), `@NANOS`, `now`, or a duration before now
-//! (`-10m`). Parsing never panics; every error names the input and what was expected.
+//! seconds with a fraction (`1796004001.5`), `@NANOS`, a date (`2026-11-30`, midnight UTC),
+//! `now`, a duration before now (`-10m`), or, for the end of a window, a duration after its
+//! start (`+1ms`, see [`TimeArg`]). Parsing never panics; every error names the input, what
+//! was expected ([`ACCEPTED`]) and where it went wrong.
 
 use std::time::Duration;
 
@@ -44,6 +46,12 @@ fn too_long(s: &str) -> Result<(), TimeError> {
     Ok(())
 }
 
+/// The forms a time on the command line may take, for error messages.
+pub const ACCEPTED: &str =
+    "expected RFC 3339 (2026-11-30T02:00:00Z, 2026-11-30 02:00:00.5+01:00), \
+a date (2026-11-30, midnight UTC), Unix seconds (1796004000.5), @NANOS, now, or a duration \
+before now (-10m, -2h30m)";
+
 fn bad(input: &str, problem: impl Into<String>) -> TimeError {
     TimeError::Instant {
         input: input.to_string(),
@@ -60,8 +68,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, TimeError> {
     })
 }
 
-/// Parses an instant: RFC 3339 with up to 9 fractional digits, Unix seconds (with a
-/// fraction), or `@NANOS`. Returns ns since the epoch.
+/// Parses an instant: RFC 3339 with up to 9 fractional digits, a date alone (midnight UTC),
+/// Unix seconds (with a fraction), or `@NANOS`. Returns ns since the epoch.
 pub fn parse_instant(s: &str) -> Result<u64, TimeError> {
     too_long(s)?;
     let t = s.trim();
@@ -88,7 +96,15 @@ pub fn parse_instant(s: &str) -> Result<u64, TimeError> {
             .and_then(|n| n.checked_add(frac_ns))
             .ok_or_else(|| bad(s, "too far in the future"));
     }
-    parse_rfc3339(t).map_err(|e| bad(s, format!("not RFC 3339, Unix seconds or @NANOS ({e})")))
+    // A date alone is its midnight, UTC.
+    let full;
+    let t = if t.len() == 10 && t.as_bytes().get(4) == Some(&b'-') {
+        full = format!("{t}T00:00:00Z");
+        full.as_str()
+    } else {
+        t
+    };
+    parse_rfc3339(t).map_err(|e| bad(s, format!("{e}; {ACCEPTED}")))
 }
 
 /// Parses an RFC 3339 timestamp (`2026-11-30T02:00:00.123456789+01:00`, `Z` for UTC, `T`
@@ -215,11 +231,54 @@ pub fn parse_time(s: &str, now_ns: u64) -> Result<u64, TimeError> {
         return Ok(now_ns);
     }
     if let Some(ago) = t.strip_prefix('-') {
-        let d = parse_duration(ago)
-            .map_err(|_| bad(s, "expected a duration before now, like -10m or -2h"))?;
+        let d = parse_duration(ago).map_err(|e| {
+            bad(
+                s,
+                format!("expected a duration before now, like -10m or -2h ({e})"),
+            )
+        })?;
         return Ok(now_ns.saturating_sub(d.as_nanos().min(u128::from(u64::MAX)) as u64));
     }
     parse_instant(t)
+}
+
+/// A time on the command line before it is resolved: an instant, or (the end of a window
+/// only) a duration after the window's start, written `+DURATION` (`--to +1ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeArg {
+    /// Nanoseconds since the epoch (relative forms before now already resolved).
+    At(u64),
+    /// This long after the start of the window.
+    AfterStart(Duration),
+}
+
+impl TimeArg {
+    /// Parses a window's end: `+DURATION`, or any form of [`parse_time`].
+    pub fn parse_end(s: &str, now_ns: u64) -> Result<TimeArg, TimeError> {
+        too_long(s)?;
+        match s.trim().strip_prefix('+') {
+            Some(d) => parse_duration(d).map(TimeArg::AfterStart).map_err(|e| {
+                bad(
+                    s,
+                    format!("expected a duration after --from, like +1ms or +10m ({e})"),
+                )
+            }),
+            None => parse_time(s, now_ns).map(TimeArg::At),
+        }
+    }
+
+    /// The instant, given the window's start `from` (needed by `+DURATION`; `None` when the
+    /// window has no start, which is an error for that form).
+    pub fn resolve(self, from: Option<u64>) -> Result<u64, String> {
+        match self {
+            TimeArg::At(ns) => Ok(ns),
+            TimeArg::AfterStart(d) => {
+                let from = from.ok_or("--to +DURATION needs --from")?;
+                let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+                Ok(from.saturating_add(d))
+            }
+        }
+    }
 }
 
 /// Formats ns since the epoch as RFC 3339 with nanoseconds.
@@ -258,6 +317,31 @@ mod tests {
         assert_eq!(parse_time("-100ms", now).unwrap(), now - 100_000_000);
         assert_eq!(parse_time("@5", now).unwrap(), 5);
         assert!(parse_time("-ten minutes", now).is_err());
+        let msg = parse_time("yesterday", now).unwrap_err().to_string();
+        for form in [
+            "RFC 3339",
+            "Unix seconds",
+            "@NANOS",
+            "now",
+            "-10m",
+            "a date",
+        ] {
+            assert!(msg.contains(form), "{msg} does not name {form}");
+        }
+    }
+
+    #[test]
+    fn a_window_end_may_follow_its_start() {
+        let now = 1_796_004_000_000_000_000;
+        let end = TimeArg::parse_end("+1ms", now).unwrap();
+        assert_eq!(end, TimeArg::AfterStart(Duration::from_millis(1)));
+        assert_eq!(end.resolve(Some(5)).unwrap(), 1_000_005);
+        assert!(end.resolve(None).unwrap_err().contains("--from"));
+        assert_eq!(
+            TimeArg::parse_end("-10m", now).unwrap(),
+            TimeArg::At(now - 600_000_000_000)
+        );
+        assert!(TimeArg::parse_end("+soon", now).is_err());
     }
 
     #[test]
@@ -292,6 +376,11 @@ mod tests {
             assert!(parse_instant(bad).is_err(), "{bad} was accepted");
         }
         assert!(parse_instant("1.0000000001").is_err());
+        assert_eq!(
+            parse_instant("2026-11-30").unwrap(),
+            parse_instant("2026-11-30T00:00:00Z").unwrap()
+        );
+        assert!(parse_instant("2026-13-30").is_err());
         assert_eq!(
             format_instant(1_796_004_000_123_456_789),
             "2026-11-30T02:00:00.123456789Z"

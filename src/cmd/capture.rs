@@ -29,6 +29,7 @@ impl CaptureArgs {
             fanout_group: self.fanout_group,
             ring_bytes: self.ring_size,
             state_dir: Some(self.store.clone()),
+            take_interface: self.take_interface,
         }
     }
 }
@@ -40,8 +41,6 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         signal_hook::flag::register(sig, stop.clone())
             .context("cannot install a signal handler")?;
     }
-    let capturer = live::open(&a.config())?;
-    let desc = capturer.description().to_string();
     let cfg = capsule_store::WriterConfig {
         // Live packets cannot wait: compress faster rather than let the ring overflow.
         adaptive: true,
@@ -50,8 +49,19 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         compact: true,
         ..a.writer.config()?
     };
+    // The store first: a locked or unusable store fails in well under a second, before the
+    // interface is touched (XDP attach attempts, rings of hundreds of MiB).
     let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;
     print_open_report(&opened);
+    let capturer = match live::open(&a.config()) {
+        Ok(c) => c,
+        Err(e) => {
+            // Nothing was captured; seal nothing, release the lock.
+            let _ = writer.finish();
+            return Err(e.into());
+        }
+    };
+    let desc = capturer.description().to_string();
     // The status file first: whoever sees the line below may read it at once.
     let mut status = capsule_capture::status::StatusFile::new(&a.store, iface, &desc);
     eprintln!("capsule: capturing on {iface} with {desc}");

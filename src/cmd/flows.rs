@@ -7,6 +7,8 @@ use anyhow::Result;
 use capsule_store::Store;
 
 use crate::cli::{FlowSort, FlowsArgs};
+use crate::table::{Column, Table};
+use crate::units;
 
 pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     let (args, sort, limit, json) = (&a.q, a.sort, a.limit, a.json);
@@ -29,48 +31,20 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(",")
     };
-    if !json {
-        writeln!(
-            out,
-            "{:<5} {:<5} {:<46} {:<46} {:>10} {:>14} {:<30} {:>9} {:<12} {:>7} {:>6} {:>5}",
-            "proto",
-            "vlan",
-            "a",
-            "b",
-            "packets",
-            "bytes",
-            "first",
-            "duration",
-            "dscp",
-            "retrans",
-            "zwin",
-            "rst"
-        )?;
-    }
-    for s in listing.flows.iter().take(limit) {
-        let f = &s.flow;
-        let k = &f.key;
-        let ep = |addr: std::net::IpAddr, port: Option<u16>| match (addr, port) {
-            (std::net::IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
-            (a, Some(p)) => format!("{a}:{p}"),
-            (a, None) => a.to_string(),
-        };
-        let a = ep(k.a, k.ports.map(|p| p.0));
-        let b = ep(k.b, k.ports.map(|p| p.1));
-        let vlan = k
-            .vlans
-            .iter()
-            .flatten()
-            .map(|v| v.to_string())
-            .collect::<Vec<_>>()
-            .join(".");
-        if json {
+    let shown: Vec<_> = listing.flows.iter().take(limit).collect();
+    if json {
+        for s in &shown {
+            let f = &s.flow;
+            let k = &f.key;
             let v = serde_json::json!({
                 "vlans": k.vlans.iter().flatten().collect::<Vec<_>>(),
                 "ip_version": k.ip_version, "proto": k.proto,
+                "proto_name": capsule_query::filter::proto_name(k.proto),
                 "a": k.a.to_string(), "a_port": k.ports.map(|p| p.0),
                 "b": k.b.to_string(), "b_port": k.ports.map(|p| p.1),
-                "first_ns": f.first_ns, "last_ns": f.last_ns,
+                "client": client_side(f).map(|d| if d == 0 { "a" } else { "b" }),
+                "first_ns": f.first_ns, "first": capsule_query::format_instant(f.first_ns),
+                "last_ns": f.last_ns, "last": capsule_query::format_instant(f.last_ns),
                 "packets": f.packets, "bytes": f.bytes,
                 "dscp": [(0..64).filter(|d| f.dscp[0] & (1u64 << d) != 0).collect::<Vec<u8>>(),
                          (0..64).filter(|d| f.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
@@ -78,25 +52,80 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
                 "zero_windows": f.zero_windows, "resets": f.resets, "approximate": s.approximate,
             });
             writeln!(out, "{v}")?;
-        } else {
+        }
+    } else {
+        let any_vlan = shown.iter().any(|s| s.flow.key.vlans[0].is_some());
+        let mut cols = vec![
+            Column::left("proto", 10),
+            Column::left("flow", u8::MAX),
+            Column::right("packets", 8),
+            Column::right("bytes", 9),
+            Column::left("first", 3),
+            Column::right("duration", 4),
+            Column::left("dscp", 7),
+            Column::right("retrans", 5),
+            Column::right("zwin", 2),
+            Column::right("rst", 1),
+        ];
+        if any_vlan {
+            cols.insert(1, Column::left("vlan", 2));
+        }
+        let mut t = Table::new(cols);
+        for s in &shown {
+            let f = &s.flow;
+            let k = &f.key;
+            let ep = |addr: std::net::IpAddr, port: Option<u16>| match (addr, port) {
+                (std::net::IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
+                (a, Some(p)) => format!("{a}:{p}"),
+                (a, None) => a.to_string(),
+            };
+            let a = ep(k.a, k.ports.map(|p| p.0));
+            let b = ep(k.b, k.ports.map(|p| p.1));
+            // Client first where the ports show which side offers the service.
+            let flow = match client_side(f) {
+                Some(0) => format!("{a} -> {b}"),
+                Some(_) => format!("{b} -> {a}"),
+                None => format!("{a} <-> {b}"),
+            };
+            let approx = if s.approximate { "~" } else { "" };
+            let mut row = vec![
+                capsule_query::filter::proto_name(k.proto)
+                    .map_or_else(|| k.proto.to_string(), str::to_string),
+                flow,
+                format!("{approx}{}", units::format_count(f.total_packets())),
+                format!("{approx}{}", units::format_bytes(f.total_bytes())),
+                format_instant_ms(f.first_ns),
+                units::format_duration_ns(f.last_ns - f.first_ns),
+                dscps(f.dscp[0] | f.dscp[1]),
+                (f.retransmissions[0] + f.retransmissions[1]).to_string(),
+                (f.zero_windows[0] + f.zero_windows[1]).to_string(),
+                (f.resets[0] + f.resets[1]).to_string(),
+            ];
+            if any_vlan {
+                let vlan = k
+                    .vlans
+                    .iter()
+                    .flatten()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(".");
+                row.insert(1, vlan);
+            }
+            t.push(row);
+        }
+        for line in t.render(crate::table::output_width()) {
+            writeln!(out, "{line}")?;
+        }
+        if shown.iter().any(|s| s.approximate) {
             writeln!(
                 out,
-                "{:<5} {:<5} {:<46} {:<46} {:>10} {:>14} {:<30} {:>8.3}s {:<12} {:>7} {:>6} {:>5}{}",
-                k.proto,
-                vlan,
-                a,
-                b,
-                f.total_packets(),
-                f.total_bytes(),
-                capsule_query::format_instant(f.first_ns),
-                (f.last_ns - f.first_ns) as f64 / 1e9,
-                dscps(f.dscp[0] | f.dscp[1]),
-                f.retransmissions[0] + f.retransmissions[1],
-                f.zero_windows[0] + f.zero_windows[1],
-                f.resets[0] + f.resets[1],
-                if s.approximate { " ~" } else { "" }
+                "~ counted from whole seconds: the flow starts or ends inside a second the \
+                 window cuts"
             )?;
         }
+    }
+    if listing.flows.is_empty() {
+        super::note_if_window_misses(&segments, &q);
     }
     if !listing.unindexed.is_empty() {
         eprintln!(
@@ -127,4 +156,31 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         );
         Ok(ExitCode::from(super::PARTIAL))
     }
+}
+
+/// Which side (0: a, 1: b) is the client, judged by the ports: the side whose port is a
+/// well-known one (below 1024) while the other's is not, or else the side whose port is in
+/// the ephemeral range (32768 and up, Linux's default) while the other's is not. `None`
+/// when the ports do not tell (both or neither in the same class, or no ports).
+///
+/// The side index keeps the union of each direction's TCP flags, which cannot tell a SYN
+/// from the SYN-ACK's ACK after the handshake, so the ports are the evidence used here.
+fn client_side(f: &capsule_index::sideindex::FlowRecord) -> Option<usize> {
+    let (pa, pb) = f.key.ports?;
+    let class = |p: u16| match p {
+        0..=1023 => 0,
+        1024..=32767 => 1,
+        _ => 2,
+    };
+    match class(pa).cmp(&class(pb)) {
+        std::cmp::Ordering::Less => Some(1),
+        std::cmp::Ordering::Greater => Some(0),
+        std::cmp::Ordering::Equal => None,
+    }
+}
+
+/// An instant as RFC 3339 to the millisecond, for tables (JSON keeps nanoseconds).
+fn format_instant_ms(ns: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns - ns % 1_000_000);
+    humantime::format_rfc3339_millis(t).to_string()
 }

@@ -46,6 +46,21 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Segments(a) => segments::run(&a),
         Cmd::Synth(a) => synth::run(&a),
         Cmd::Verify(a) => verify::run(&a),
+        Cmd::Completions(a) => {
+            // Into a buffer first: clap_complete panics on a failed write, and a closed pipe
+            // (`| head`) must end quietly like every other command's output.
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut out = Vec::new();
+            clap_complete::generate(a.shell, &mut cmd, "capsule", &mut out);
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Man(a) => man(&a.dir),
+        Cmd::Filters => {
+            let text = crate::cli::FILTERS_HELP.as_bytes();
+            std::io::Write::write_all(&mut std::io::stdout().lock(), text)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::CheckBpf(a) => check_bpf::child(&a),
     }
 }
@@ -56,7 +71,12 @@ impl Selection {
         let text = self.filter.join(" ");
         let filter =
             capsule_query::Filter::parse(&text).map_err(|e| Usage(format!("bad filter:\n{e}")))?;
-        if let (Some(f), Some(t)) = (self.from, self.to) {
+        let to = self
+            .to
+            .map(|t| t.resolve(self.from))
+            .transpose()
+            .map_err(Usage)?;
+        if let (Some(f), Some(t)) = (self.from, to) {
             if f > t {
                 return Err(Usage(format!(
                     "--from {} is after --to {}",
@@ -69,7 +89,7 @@ impl Selection {
         Ok(capsule_query::Query {
             filter,
             from_ns: self.from,
-            to_ns: self.to,
+            to_ns: to,
         })
     }
 }
@@ -143,6 +163,68 @@ fn print_disk_full(w: &capsule_store::WriteReport) {
         println!(
             "disk full: dropped {} packets ({} blocks) with no segment left to delete",
             w.disk_full_drops, w.disk_full_blocks
+        );
+    }
+}
+
+/// Writes `capsule.1` and a page per visible subcommand (`capsule-query.1`, ...) into `dir`.
+fn man(dir: &std::path::Path) -> Result<ExitCode> {
+    use anyhow::Context;
+    use std::io::Write;
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let mut pages = vec![("capsule".to_string(), cmd.clone())];
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        let name = format!("capsule-{}", sub.get_name());
+        pages.push((name.clone(), sub.clone().name(name)));
+    }
+    for (name, page) in pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(page)
+            .render(&mut out)
+            .with_context(|| format!("render {name}.1"))?;
+        std::fs::write(&path, out).with_context(|| format!("write {}", path.display()))?;
+        writeln!(std::io::stdout(), "{}", path.display())?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// When an answer came back empty, says on standard error whether the window lies outside
+/// what the store holds, with the store's span, so an empty answer is never mistaken for
+/// "nothing happened" (the data may be older than the window, or not yet captured, or
+/// already deleted by retention).
+fn note_if_window_misses(segments: &[capsule_store::SegmentReader], q: &capsule_query::Query) {
+    let blocks = || {
+        segments
+            .iter()
+            .flat_map(|s| s.blocks())
+            .filter(|b| b.packets > 0)
+    };
+    let (Some(first), Some(last)) = (
+        blocks().map(|b| b.first_ns).min(),
+        blocks().map(|b| b.last_ns).max(),
+    ) else {
+        eprintln!("capsule: note: the store holds no packets");
+        return;
+    };
+    let (from, to) = q.window();
+    let fmt = capsule_query::format_instant;
+    if to <= first {
+        eprintln!(
+            "capsule: note: the window ends before the oldest packet held ({}); the store \
+             spans {} to {}",
+            fmt(first),
+            fmt(first),
+            fmt(last)
+        );
+    } else if from > last {
+        eprintln!(
+            "capsule: note: the window starts after the newest packet held ({}); the store \
+             spans {} to {}",
+            fmt(last),
+            fmt(first),
+            fmt(last)
         );
     }
 }

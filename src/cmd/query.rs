@@ -24,6 +24,12 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         let linktypes = capsule_replay::bpf_linktypes(&store.open_segments()?);
         super::check_bpf::check(expr, &linktypes)?;
     }
+    let format = format.unwrap_or(match write {
+        Some(w) if w.ends_with(".pcapng") || w.ends_with(".ntar") => OutFormat::Pcapng,
+        // A count writes nothing; pcapng holds every link type a store may mix.
+        _ if count => OutFormat::Pcapng,
+        _ => OutFormat::Pcap,
+    });
     let opts = capsule_replay::ExportOptions {
         format: match format {
             OutFormat::Pcap => capsule_replay::Format::Pcap,
@@ -43,8 +49,19 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         _ if count => capsule_replay::export(&store, &opts, std::io::sink())?,
         Some("-") => capsule_replay::export(&store, &opts, std::io::stdout().lock())?,
         Some(path) => {
+            // A failed export leaves no file behind that was not there before (an empty
+            // or half-written pcap looks like an answer).
+            let existed = std::path::Path::new(path).exists();
             let f = std::fs::File::create(path).with_context(|| format!("cannot create {path}"))?;
-            capsule_replay::export(&store, &opts, f)?
+            match capsule_replay::export(&store, &opts, f) {
+                Ok(r) => r,
+                Err(e) => {
+                    if !existed {
+                        let _ = std::fs::remove_file(path);
+                    }
+                    return Err(e.into());
+                }
+            }
         }
         None => unreachable!("clap requires -w unless --explain or --count"),
     };
@@ -76,6 +93,9 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     }
     for (seq, why) in &report.damaged_index {
         eprintln!("capsule: note: segment {seq} was read whole: {why}");
+    }
+    if report.packets == 0 {
+        super::note_if_window_misses(&store.open_segments_checked()?.0, &opts.query);
     }
     if !report.is_partial() {
         return Ok(ExitCode::SUCCESS);

@@ -124,6 +124,7 @@ impl Store {
         let store = Store {
             root: fsx::resolve_root(root)?,
         };
+        store.refuse_foreign_directory()?;
         let lock = store.lock_writer()?;
         let meta_path = store.root.join(META_FILE);
         match fsx::open(&meta_path, fsx::Open::Read, "read") {
@@ -142,6 +143,34 @@ impl Store {
         let store = Store::open(&store.root)?;
         fsx::create_dir(&store.segments_dir())?;
         Ok((store, lock))
+    }
+
+    /// A directory that holds files but no store identity is someone else's: writing a store
+    /// into it (and later deleting "old segments" there) is refused before anything is
+    /// created in it. What a creation cut short leaves (the lock file, a temporary identity
+    /// file) does not count.
+    fn refuse_foreign_directory(&self) -> Result<()> {
+        if self.root.join(META_FILE).exists() {
+            return Ok(());
+        }
+        let entries = std::fs::read_dir(&self.root)
+            .map_err(|e| StoreError::io("list store directory", &self.root, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| StoreError::io("list store directory", &self.root, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let ours = name == LOCK_FILE
+                || (name.starts_with(&format!(".{META_FILE}.")) && name.ends_with(".tmp"));
+            if !ours {
+                return Err(StoreError::NotAStore {
+                    path: self.root.clone(),
+                    detail: format!(
+                        "the directory is not empty and holds no {META_FILE} (found {name:?}); \
+                         give a new or empty directory, or an existing store"
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The store's root directory.

@@ -66,6 +66,11 @@ pub struct CaptureConfig {
     /// [`open`] puts them back after a crash (see [`state`]): the store directory. `None`:
     /// not recorded (restored at a clean exit only).
     pub state_dir: Option<std::path::PathBuf>,
+    /// Let an XDP mode take an interface that carries the host's own traffic (it has an
+    /// address). Without it, `auto` captures such an interface with AF_PACKET, and the XDP
+    /// modes refuse it: AF_XDP takes every packet away from the kernel, so the host's own
+    /// connections on that interface would stop.
+    pub take_interface: bool,
 }
 
 /// How to capture.
@@ -154,8 +159,38 @@ pub fn open(cfg: &CaptureConfig) -> Result<Capture, LiveError> {
         // Before touching the interface: what a capture killed earlier left changed.
         state::restore(dir);
     }
-    let attach = cfg.mode.xdp_attach();
+    let mut attach = cfg.mode.xdp_attach();
     let mut why_not_xdp = None;
+    // An interface the host itself talks through (it has an address) is left to the kernel
+    // unless the operator says otherwise: AF_XDP would take its packets away.
+    let host = crate::sys::host_addresses(&cfg.iface).unwrap_or_default();
+    if !attach.is_empty() && !host.is_empty() {
+        let addrs = host
+            .iter()
+            .take(3)
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if cfg.take_interface {
+            tracing::warn!(
+                "{} carries this host's own traffic ({addrs}): with XDP, capture takes every \
+                 packet from the kernel, so the host's connections on it stop while capture runs",
+                cfg.iface
+            );
+        } else if cfg.mode == Mode::Auto {
+            attach = &[];
+            why_not_xdp = Some(format!(
+                "{} carries this host's own traffic ({addrs}), so it is left to the kernel \
+                 (--take-interface lets XDP take it)",
+                cfg.iface
+            ));
+        } else {
+            return Err(LiveError::HostInterface {
+                iface: cfg.iface.clone(),
+                addrs,
+            });
+        }
+    }
     if !attach.is_empty() {
         match XdpCapture::open(cfg, attach) {
             Ok(x) => {
@@ -164,15 +199,19 @@ pub fn open(cfg: &CaptureConfig) -> Result<Capture, LiveError> {
                     backend: Backend::Xdp(x),
                 })
             }
-            Err(e) if cfg.mode == Mode::Auto => why_not_xdp = Some(e),
+            Err(e) if cfg.mode == Mode::Auto => {
+                why_not_xdp = Some(format!(
+                    "AF_XDP was not possible: {}",
+                    capsule_store::error::chain(&e)
+                ))
+            }
             Err(e) => return Err(e),
         }
     }
     let packet = PacketCapture::open(cfg)?;
     let mut description = packet.description();
-    if let Some(e) = why_not_xdp {
-        let why = capsule_store::error::chain(&e);
-        description.push_str(&format!("; AF_XDP was not possible: {why}"));
+    if let Some(why) = why_not_xdp {
+        description.push_str(&format!("; {why}"));
     }
     Ok(Capture {
         description,
@@ -298,6 +337,12 @@ pub enum LiveError {
         #[source]
         error: std::io::Error,
     },
+    #[error(
+        "{iface} carries this host's own traffic ({addrs}); XDP capture would take every \
+         packet from the kernel and cut the host's connections on it. Capture with --mode \
+         afpacket (or auto), or add --take-interface if that is what you want"
+    )]
+    HostInterface { iface: String, addrs: String },
     #[error("reading the packet ring of {iface}")]
     Ring {
         iface: String,

@@ -239,6 +239,58 @@ pub(crate) fn if_index(iface: &str) -> io::Result<u32> {
     Ok(ifindex)
 }
 
+/// The addresses the host itself has on `iface` (getifaddrs(3)), IPv6 link-local ones
+/// (fe80::/10, which every IPv6 interface has) left out. An interface with any is one the
+/// host's own traffic goes through.
+pub(crate) fn host_addresses(iface: &str) -> io::Result<Vec<std::net::IpAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a pointer to a list it allocates into `head`; on failure it
+    // returns -1 and allocates nothing.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed; its fields
+        // are valid for reads until freeifaddrs below.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: `ifa_name` is a NUL-terminated string owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        if name.to_bytes() != iface.as_bytes() {
+            continue;
+        }
+        // SAFETY: `ifa_addr` is non-null and points at a sockaddr whose family field is
+        // always readable.
+        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+        match family {
+            libc::AF_INET => {
+                // SAFETY: for AF_INET the sockaddr is a sockaddr_in.
+                let sin = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in>() };
+                let a = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+                out.push(std::net::IpAddr::V4(a));
+            }
+            libc::AF_INET6 => {
+                // SAFETY: for AF_INET6 the sockaddr is a sockaddr_in6.
+                let sin6 = unsafe { &*ifa.ifa_addr.cast::<libc::sockaddr_in6>() };
+                let a = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+                if a.segments()[0] & 0xffc0 != 0xfe80 {
+                    out.push(std::net::IpAddr::V6(a));
+                }
+            }
+            _ => {}
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once; no reference into it outlives
+    // this call (the addresses were copied out).
+    unsafe { libc::freeifaddrs(head) };
+    Ok(out)
+}
+
 /// Puts `ifindex` in promiscuous mode for as long as the returned socket is open (the kernel
 /// counts such requests and undoes them when the socket closes, even on kill -9). The socket
 /// has protocol 0 and is never bound, so it receives nothing. AF_XDP capture needs it: an

@@ -281,7 +281,7 @@ pub(crate) fn dscp_by_name(name: &str) -> Option<u8> {
 }
 
 /// The name the filter language prints for an IP protocol number, if it has one.
-fn proto_name(n: u8) -> Option<&'static str> {
+pub fn proto_name(n: u8) -> Option<&'static str> {
     Some(match n {
         1 => "icmp",
         6 => "tcp",

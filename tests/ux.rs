@@ -1,0 +1,283 @@
+//! A newcomer's first hour (the [ux] issue): time forms and their errors, answers that say
+//! when a window misses the data, output files named by their extension, tables that fit
+//! a terminal, and the generated help (man pages, completions, version).
+
+mod common;
+
+use common::*;
+
+/// An Ethernet frame of `len` bytes (IPv4/UDP, addresses from `host`).
+fn udp_frame(host: u8, len: usize) -> Vec<u8> {
+    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
+    let ip_len = (len - 14) as u16;
+    f.extend_from_slice(&[0x45, 0]);
+    f.extend_from_slice(&ip_len.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, host, 10, 0, 0, 99]);
+    f.extend_from_slice(&[0x9c, 0x40, 0x00, 0x35]);
+    f.extend_from_slice(&((len - 34) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.resize(len, 0xab);
+    f
+}
+
+/// A store holding 10 Ethernet packets, one every 100 ms from 2026-11-30T02:00:00Z.
+fn small_store(dir: &std::path::Path) -> std::path::PathBuf {
+    let t0 = 1_796_004_000_000_000_000u64;
+    let packets: Vec<_> = (0..10u64)
+        .map(|i| (t0 + i * 100_000_000, 100, udp_frame(i as u8 + 1, 100)))
+        .collect();
+    let input = dir.join("in.pcap");
+    std::fs::write(&input, write_pcap_ns(1, 0, &packets)).unwrap();
+    let store = dir.join("store");
+    import_ok(&store, &[], &[p(&input)]);
+    store
+}
+
+fn count(store: &std::path::Path, extra: &[&str]) -> (Option<i32>, String, String) {
+    let out = run(capsule()
+        .args(["query", "--store", p(store), "--count"])
+        .args(extra));
+    (out.status.code(), stdout_str(&out), stderr_str(&out))
+}
+
+#[test]
+fn a_bad_time_names_every_accepted_form() {
+    let d = tempfile::tempdir().unwrap();
+    let store = small_store(d.path());
+    let out = run(capsule().args([
+        "query",
+        "--store",
+        p(&store),
+        "--count",
+        "--from",
+        "yesterday",
+    ]));
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr_str(&out);
+    for form in [
+        "RFC 3339",
+        "a date",
+        "Unix seconds",
+        "@NANOS",
+        "now",
+        "-10m",
+    ] {
+        assert!(err.contains(form), "the error names {form}: {err}");
+    }
+}
+
+#[test]
+fn a_date_is_midnight_and_to_may_follow_from() {
+    let d = tempfile::tempdir().unwrap();
+    let store = small_store(d.path());
+    // The day of the packets, as a date alone.
+    let (code, out, err) = count(&store, &["--from", "2026-11-30", "--to", "2026-12-01"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("10 packets"), "{out}");
+    // 250 ms after the first packet: packets at 0, 100 and 200 ms.
+    let (code, out, err) = count(
+        &store,
+        &["--from", "2026-11-30T02:00:00Z", "--to", "+250ms"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("3 packets"), "{out}");
+    // +DURATION without --from is a usage error.
+    let (code, _, err) = count(&store, &["--to", "+1ms"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--from"), "{err}");
+}
+
+#[test]
+fn a_window_that_misses_the_store_says_where_the_data_is() {
+    let d = tempfile::tempdir().unwrap();
+    let store = small_store(d.path());
+    let (code, out, err) = count(&store, &["--from", "-10m"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("0 packets"), "{out}");
+    assert!(
+        err.contains("starts after the newest packet held")
+            && err.contains("2026-11-30T02:00:00.9"),
+        "{err}"
+    );
+    let out = run(capsule().args(["flows", "--store", p(&store), "--to", "2026-11-29"]));
+    assert!(out.status.success());
+    let err = stderr_str(&out);
+    assert!(
+        err.contains("ends before the oldest packet held") && err.contains("2026-11-30T02:00:00."),
+        "{err}"
+    );
+    // A window over the data prints no such note.
+    let (_, _, err) = count(&store, &["--from", "2026-11-30"]);
+    assert!(!err.contains("note"), "{err}");
+}
+
+#[test]
+fn synth_dated_now_is_found_by_a_relative_window() {
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("t.pcap");
+    let truth = synth(&pcap, &d.path().join("t.json"), 3, "1s", "20M", Some("-1m"));
+    let store = d.path().join("store");
+    import_ok(&store, &[], &[p(&pcap)]);
+    let (code, out, err) = count(&store, &["--from", "-10m"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.starts_with(&format!("{} packets", truth.packets)),
+        "{out}"
+    );
+}
+
+#[test]
+fn the_output_format_follows_the_extension_and_count_takes_any_link_type() {
+    let d = tempfile::tempdir().unwrap();
+    let store = small_store(d.path());
+    let ng = d.path().join("out.pcapng");
+    let bytes = query_ok(&store, &ng, &[]);
+    assert_eq!(
+        &bytes[..4],
+        &[0x0a, 0x0d, 0x0d, 0x0a],
+        "a pcapng section header"
+    );
+    assert_eq!(capinfos_packets(&ng), 10);
+    let pcap = d.path().join("out.pcap");
+    let bytes = query_ok(&store, &pcap, &[]);
+    assert_eq!(
+        &bytes[..4],
+        &0xa1b2_3c4du32.to_le_bytes(),
+        "a nanosecond pcap"
+    );
+    let forced = d.path().join("forced.pcapng");
+    let bytes = query_ok(&store, &forced, &["--format", "pcap"]);
+    assert_eq!(&bytes[..4], &0xa1b2_3c4du32.to_le_bytes(), "--format wins");
+
+    // A second link type (raw IP) in the same store: a count still answers, a pcap export
+    // (one link type per file) fails and leaves no file behind.
+    let raw: Vec<_> = (0..3u64)
+        .map(|i| {
+            (
+                1_796_004_002_000_000_000 + i,
+                86,
+                udp_frame(50, 100)[14..].to_vec(),
+            )
+        })
+        .collect();
+    let input = d.path().join("raw.pcap");
+    std::fs::write(&input, write_pcap_ns(101, 0, &raw)).unwrap();
+    import_ok(&store, &[], &[p(&input)]);
+    let (code, out, err) = count(&store, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("13 packets"), "{out}");
+    let failed = d.path().join("mixed.pcap");
+    let out = run(capsule().args(["query", "--store", p(&store), "-w", p(&failed)]));
+    assert!(!out.status.success(), "a pcap holds one link type");
+    assert!(!failed.exists(), "a failed export leaves no file");
+}
+
+#[test]
+fn the_flows_table_fits_80_columns_and_names_protocols() {
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("t.pcap");
+    synth(&pcap, &d.path().join("t.json"), 4, "1s", "50M", None);
+    let store = d.path().join("store");
+    import_ok(&store, &[], &[p(&pcap)]);
+    let out = run_ok(
+        capsule()
+            .args(["flows", "--store", p(&store), "--limit", "40"])
+            .env("COLUMNS", "80"),
+    );
+    let text = stdout_str(&out);
+    assert!(text.lines().count() > 10, "{text}");
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= 80,
+            "{} columns: {line}",
+            line.chars().count()
+        );
+    }
+    assert!(
+        text.lines().skip(1).any(|l| l.starts_with("tcp ")),
+        "{text}"
+    );
+    assert!(
+        text.contains(" MB") || text.contains(" kB"),
+        "human sizes: {text}"
+    );
+    // Without a terminal or COLUMNS, every column is shown.
+    let out = run_ok(
+        capsule()
+            .args(["flows", "--store", p(&store), "--limit", "5"])
+            .env_remove("COLUMNS"),
+    );
+    let header = stdout_str(&out)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    for col in [
+        "proto", "flow", "packets", "bytes", "first", "duration", "dscp", "retrans",
+    ] {
+        assert!(header.contains(col), "{header}");
+    }
+}
+
+#[test]
+fn version_man_pages_completions_and_filter_help() {
+    let out = run_ok(capsule().arg("--version"));
+    let v = stdout_str(&out);
+    assert!(
+        v.contains("commit ") && v.contains("segment format 1"),
+        "{v}"
+    );
+    let d = tempfile::tempdir().unwrap();
+    run_ok(capsule().args(["man", "--dir", p(d.path())]));
+    for page in ["capsule.1", "capsule-query.1", "capsule-capture.1"] {
+        let text = std::fs::read_to_string(d.path().join(page)).unwrap();
+        assert!(text.contains(".TH"), "{page} is a man page");
+    }
+    assert!(
+        !d.path().join("capsule-__check-bpf.1").exists(),
+        "hidden commands have no page"
+    );
+    let out = run_ok(capsule().args(["completions", "bash"]));
+    assert!(stdout_str(&out).contains("complete -F _capsule"));
+    let help = stdout_str(&run_ok(capsule().args(["help", "filters"])));
+    assert!(
+        help.contains("dscp") && help.contains("--to +1ms"),
+        "{help}"
+    );
+    let help = stdout_str(&run_ok(capsule().args(["query", "--help"])));
+    assert!(
+        help.contains("portrange") && help.contains("Exit status"),
+        "{help}"
+    );
+}
+
+#[test]
+fn import_into_a_directory_that_is_not_a_store_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let home = d.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::write(home.join("notes.txt"), b"mine").unwrap();
+    let input = d.path().join("in.pcap");
+    std::fs::write(&input, write_pcap_ns(1, 0, &[(1, 100, udp_frame(1, 100))])).unwrap();
+    let out = import(&home, &[], &[p(&input)]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr_str(&out);
+    assert!(
+        err.contains("not empty") && err.contains("notes.txt"),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&home)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from("notes.txt")],
+        "nothing created"
+    );
+    // An empty directory, and an existing store, are fine.
+    let empty = d.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    import_ok(&empty, &[], &[p(&input)]);
+    import_ok(&empty, &[], &[p(&input)]);
+}
