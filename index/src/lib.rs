@@ -8,9 +8,10 @@
 //! store writer thread, per block (raw bytes)    -> SideIndexer (indexer.rs, the store's
 //!   -> capsule_wire::dissect every packet           Indexer) -> IndexBuilder (sideindex/)
 //!   -> FlowRecord per flow (both directions), BlockSummary per block, 1 s buckets
-//! segment sealed -> SegmentIndex -> STORE/index/seg-N.idx (tmp, fsync, rename)
+//!   -> each block's delta -> STORE/index/seg-N.journal while the segment is open
+//! segment sealed -> SegmentIndex -> STORE/index/seg-N.idx (tmp, fsync, rename), journal gone
 //! query: capsule_query::Query -> plan (plan.rs): blocks in the window whose flows or DSCP
-//!   set may match -> capsule-replay reads exactly those
+//!   set may match (the open segment's from its journal) -> capsule-replay reads exactly those
 //! flows (flows.rs): flow records merged across segments, from the index alone
 //! ```
 //!

@@ -17,6 +17,9 @@
 //! readers: Store::open_segments -> SegmentReader (footer, or block  (store.rs,
 //!   headers of the open segment) -> read_block: crc32c check, zstd   segment/reader.rs)
 //!   decompress
+//! compactor thread (capture) or `capsule compact`: sealed segments'   (writer/compactor.rs,
+//!   blocks below the target level recompressed into a temporary file  compact.rs)
+//!   -> writer thread: rename over the sealed name, Indexer::compacted
 //! format.rs: every byte of the segment's metadata records, encoded and decoded.
 //! ```
 //!

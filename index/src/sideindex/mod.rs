@@ -7,8 +7,12 @@
 //!   -> FlowRecord: first/last ns, packets/bytes/DSCP mask/TCP flags/retransmissions/
 //!      zero windows/RSTs per direction, the blocks holding it, 1-second buckets
 //!   -> BlockSummary: DSCP mask, IP / non-IP / malformed packet counts
+//!   -> each block counted first as a BlockDelta, appended to the open segment's
+//!      STORE/index/seg-N.journal (one checksummed record a block)        journal.rs
+//!   -> TCP state (retransmission detection) carried on to the next segment's build
 //! segment sealed -> SegmentIndex encoded -> STORE/index/seg-N.idx          file.rs
-//!      (tmp, fsync, rename)
+//!      (tmp, fsync, rename); the journal removed
+//! readers: a sealed segment's .idx, or the open segment's journal folded (journal.rs)
 //! ```
 //!
 //! This file holds the records themselves. The index is derived data: [`rebuild`]

@@ -25,6 +25,12 @@
 //! (and their derived data) are deleted until the block fits under `max_bytes`. Segments are
 //! capped at a quarter of the budget so there is always an older segment to delete.
 //!
+//! Compaction (capture: [`WriterConfig::compact`]; offline: [`StoreWriter::compact_all`]): a
+//! compactor recompresses, at the configured level, the blocks of sealed segments the ladder
+//! wrote below it, into a temporary file beside each (see [`crate::compact`]); the writer
+//! thread commits each one (rename, directory sync, retention's size, the indexer), so
+//! retention and compaction never race (compactor.rs).
+//!
 //! A full disk (ENOSPC, EDQUOT) stops nothing: the writer thread deletes the oldest sealed
 //! segment and tries the failed step again; with none left it drops the blocks not yet on
 //! disk ([`crate::segment::SegmentFile::rollback`]), counts their packets
