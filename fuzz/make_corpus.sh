@@ -14,7 +14,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
 rm -rf "$C"
-for t in dissect view filter time pcap_reader fragment segment_meta segment_file index_file; do
+for t in dissect view filter time pcap_reader fragment segment_meta segment_file index_file index_journal; do
     mkdir -p "$C/$t"
 done
 

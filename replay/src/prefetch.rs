@@ -73,17 +73,75 @@ pub fn check_bpf_len(expr: &str) -> Result<(), ExportError> {
 
 /// A `--bpf` expression compiled by libpcap, once per link type. Each thread keeps its own:
 /// a compiled program may be sent to another thread but not shared.
+///
+/// VLAN tags: a BPF program reads fixed offsets, so `tcp[13] & 4 != 0` never matches a
+/// tagged frame unless written `vlan and ...`. capsule's own filter looks through tags, and
+/// `--bpf` does too: an Ethernet frame with 802.1Q / 802.1ad tags (up to two) that the
+/// program rejects is tried again with its tags taken out. An expression that names `vlan`
+/// (or `mpls`, `pppoes`, `geneve`: the other keywords that move libpcap's offsets) is taken
+/// to manage tags itself and is applied to the frame as it is, with libpcap's meaning.
 pub(crate) struct Bpf {
     expr: String,
     programs: HashMap<u16, pcap::BpfProgram>,
+    through_tags: bool,
+    untagged: Vec<u8>,
+}
+
+/// Whether `expr` uses a libpcap keyword that shifts the offsets of what follows it.
+fn manages_tags(expr: &str) -> bool {
+    expr.split(|c: char| !c.is_ascii_alphanumeric())
+        .any(|w| ["vlan", "mpls", "pppoes", "geneve"].contains(&w.to_ascii_lowercase().as_str()))
+}
+
+/// `frame` (Ethernet) without its 802.1Q / 802.1ad tags (at most two), into `out`; false
+/// when the frame carries none.
+fn strip_tags(frame: &[u8], out: &mut Vec<u8>) -> bool {
+    const TPIDS: [u16; 3] = [0x8100, 0x88a8, 0x9100];
+    let mut at = 12;
+    let mut tags = 0;
+    while tags < 2 {
+        match frame.get(at..at + 2) {
+            Some(&[a, b])
+                if TPIDS.contains(&u16::from_be_bytes([a, b])) && frame.len() >= at + 6 =>
+            {
+                at += 4;
+                tags += 1;
+            }
+            _ => break,
+        }
+    }
+    if tags == 0 {
+        return false;
+    }
+    out.clear();
+    out.extend_from_slice(&frame[..12]);
+    out.extend_from_slice(&frame[at..]);
+    true
 }
 
 impl Bpf {
     pub(crate) fn new(expr: String) -> Self {
         Bpf {
+            through_tags: !manages_tags(&expr),
             expr,
             programs: HashMap::new(),
+            untagged: Vec::new(),
         }
+    }
+
+    /// Whether the packet `data` of link type `linktype` passes the program (see the type's
+    /// docs for VLAN-tagged frames).
+    pub(crate) fn matches(&mut self, linktype: u16, data: &[u8]) -> Result<bool, ExportError> {
+        if self.program(linktype)?.filter(data) {
+            return Ok(true);
+        }
+        if !self.through_tags || linktype != 1 {
+            return Ok(false);
+        }
+        let mut untagged = std::mem::take(&mut self.untagged);
+        let hit = strip_tags(data, &mut untagged) && self.program(linktype)?.filter(&untagged);
+        self.untagged = untagged;
+        Ok(hit)
     }
 
     pub(crate) fn program(&mut self, linktype: u16) -> Result<&pcap::BpfProgram, ExportError> {
@@ -195,7 +253,7 @@ fn load(
             continue;
         }
         if let Some(bpf) = bpf.as_deref_mut() {
-            if !bpf.program(linktype)?.filter(pkt.data) {
+            if !bpf.matches(linktype, pkt.data)? {
                 continue;
             }
         }
@@ -214,4 +272,37 @@ fn load(
         data,
         packets,
     })
+}
+
+#[cfg(test)]
+mod vlan_tests {
+    use super::*;
+
+    /// An Ethernet frame, with `tags` 802.1Q tags, of IPv4/TCP with the RST flag.
+    fn rst(tags: usize) -> Vec<u8> {
+        let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
+        for t in 0..tags {
+            f.extend_from_slice(&[0x81, 0x00, 0, 100 + t as u8]);
+        }
+        f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0]);
+        f.extend_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2, 0x9c, 0x40, 0x01, 0xbb]);
+        f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x04, 0, 0, 0, 0, 0, 0]);
+        f
+    }
+
+    #[test]
+    fn a_bpf_sees_through_vlan_tags_unless_it_names_them() {
+        let mut b = Bpf::new("tcp[13] & 4 != 0".into());
+        for tags in 0..3 {
+            assert!(b.matches(1, &rst(tags)).unwrap(), "{tags} tags");
+        }
+        // An expression about tags keeps libpcap's meaning.
+        let mut b = Bpf::new("not vlan".into());
+        assert!(b.matches(1, &rst(0)).unwrap());
+        assert!(!b.matches(1, &rst(1)).unwrap());
+        let mut b = Bpf::new("vlan 100 and tcp[13] & 4 != 0".into());
+        assert!(b.matches(1, &rst(1)).unwrap());
+        assert!(!b.matches(1, &rst(0)).unwrap());
+        assert!(manages_tags("VLAN and tcp") && !manages_tags("host 10.0.0.1"));
+    }
 }

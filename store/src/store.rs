@@ -148,7 +148,7 @@ impl Store {
     /// A directory that holds files but no store identity is someone else's: writing a store
     /// into it (and later deleting "old segments" there) is refused before anything is
     /// created in it. What a creation cut short leaves (the lock file, a temporary identity
-    /// file) does not count.
+    /// or status file) does not count.
     fn refuse_foreign_directory(&self) -> Result<()> {
         if self.root.join(META_FILE).exists() {
             return Ok(());
@@ -159,7 +159,10 @@ impl Store {
             let entry = entry.map_err(|e| StoreError::io("list store directory", &self.root, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let ours = name == LOCK_FILE
-                || (name.starts_with(&format!(".{META_FILE}.")) && name.ends_with(".tmp"));
+                || ([META_FILE, "capture-status.json"]
+                    .iter()
+                    .any(|f| name.starts_with(&format!(".{f}.")))
+                    && name.ends_with(".tmp"));
             if !ours {
                 return Err(StoreError::NotAStore {
                     path: self.root.clone(),
