@@ -11,8 +11,10 @@
 #   5. Live: two network namespaces joined by a veth pair (made here, removed on exit; no
 #      packet leaves them). `capsule capture --mode auto` (AF_XDP when the kernel allows)
 #      records a replay of 2 s of the traffic, `capsule status` shows the running capture,
-#      and a query of the capture must return exactly the EF packets that were sent.
-#      Needs root; skipped otherwise.
+#      and `capsule flows` lists the EF sessions while they are still in the open segment
+#      (its index journal); after the capture, `capsule compact` recompresses what live
+#      capture stored cheaply, and a query of the capture must return exactly the EF packets
+#      that were sent. Needs root; skipped otherwise.
 #
 # Output goes to ./demo-out (or $1). Installs missing system packages first.
 set -euo pipefail
@@ -103,8 +105,12 @@ grep "capturing on" "$out/capture.err" || { cat "$out/capture.err"; exit 1; }
 ip netns exec "$ns_a" tcpreplay -q -i cdemo-a --mbps 100 "$out/live.pcap" >/dev/null
 sleep 1.5
 $capsule status --store "$out/live-store"
+echo "== EF sessions in the segment still being written (from its index journal)"
+$capsule flows --store "$out/live-store" --limit 5 'dscp ef'
 kill -TERM "$cap_pid"; wait "$cap_pid"; cap_pid=""
 cat "$out/capture.out"
+echo "== compaction: blocks live capture stored at a cheap rung, recompressed at the target level"
+$capsule compact --store "$out/live-store"
 sent=$(tshark -r "$out/live.pcap" -Y 'ip.dsfield.dscp == 46 or ipv6.tclass.dscp == 46' 2>/dev/null | wc -l)
 got=$($capsule query --store "$out/live-store" --count 'dscp ef' | awk '{print $1; exit}')
 echo "EF packets sent (tshark on the replayed file): $sent; returned by a query of the live capture: $got"

@@ -113,6 +113,11 @@ pub enum BlockProblem {
     Decompress(#[source] std::io::Error),
     #[error("expected {expected} decompressed bytes, found {found}")]
     Length { expected: u32, found: usize },
+    #[error(
+        "the block claims {claimed} decompressed bytes, more than any block capsule writes \
+         ({max})"
+    )]
+    TooLarge { claimed: u32, max: usize },
 }
 
 impl StoreError {

@@ -41,6 +41,10 @@ pub const TRAILER_MAGIC: [u8; 8] = *b"CPSLEND\0";
 pub const SEGMENT_HEADER_LEN: usize = 40;
 /// Length of the fixed part of a block header payload (before interface records and CRC).
 pub const BLOCK_HEADER_FIXED_LEN: usize = 60;
+/// The largest uncompressed block a reader accepts: the writer's largest block size (64 MiB)
+/// plus the packet that may overflow it (at most 256 KiB) and its record, rounded up. A
+/// header or footer claiming more is damaged.
+pub const MAX_BLOCK_UNCOMPRESSED: usize = 65 << 20;
 /// Length of the fixed part of the footer payload.
 pub const FOOTER_FIXED_LEN: usize = 56;
 /// Length of one block entry in the footer of the first layout (footer flags 0).

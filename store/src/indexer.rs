@@ -37,7 +37,7 @@ pub trait Indexer: Send {
     fn deleted(&mut self, seq: u64) -> Result<()>;
 
     /// Sealed segment `compacted.seq` was replaced by its compacted version (same blocks,
-    /// recompressed; see [`crate::compact`]): it was `old_bytes` long, it is now
+    /// recompressed; see [`crate::writer::compact`]): it was `old_bytes` long, it is now
     /// `compacted.bytes`. What depends on its length is brought up to date. The default
     /// does nothing (an indexer that keeps nothing of a segment's length).
     fn compacted(&mut self, compacted: &SealedSegment, old_bytes: u64) -> Result<()> {

@@ -18,7 +18,7 @@
 //!   headers of the open segment) -> read_block: crc32c check, zstd   segment/reader.rs)
 //!   decompress
 //! compactor thread (capture) or `capsule compact`: sealed segments'   (writer/compactor.rs,
-//!   blocks below the target level recompressed into a temporary file  compact.rs)
+//!   blocks below the target level recompressed into a temporary file  writer/compact.rs)
 //!   -> writer thread: rename over the sealed name, Indexer::compacted
 //! format.rs: every byte of the segment's metadata records, encoded and decoded.
 //! ```
@@ -37,7 +37,7 @@
 //! files opens it directly.
 #![forbid(unsafe_code)]
 
-pub mod compact;
+pub use writer::compact;
 mod durable;
 pub mod error;
 pub mod format;

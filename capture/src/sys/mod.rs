@@ -15,7 +15,7 @@
 //! `: ` between causes (anyhow's `{:#}`, [`capsule_store::error::chain`]) reads
 //! `bind to eth1: No such device (os error 19)`.
 //!
-//! Everything here is `pub(crate)`: the live backends (`crate::live`) call it, nothing outside
+//! Everything here is `pub(crate)`: the live backends (the `live` module) call it, nothing outside
 //! the crate can. Every `unsafe` block carries a `// SAFETY:` comment, and every access to a
 //! ring shared with the kernel says which kernel-side barrier its memory ordering pairs with
 //! (module docs of [`tpacket`] and [`xsk`]). The parsing of what the kernel wrote into a

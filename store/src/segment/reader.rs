@@ -154,6 +154,19 @@ impl SegmentReader {
         self.read_frame(i, frame)?;
         let meta = &self.blocks[i];
         out.clear();
+        // A damaged length must not make the reader reserve gigabytes: no writer makes a
+        // block larger than this.
+        if meta.uncompressed_len as usize > crate::format::MAX_BLOCK_UNCOMPRESSED {
+            return Err(StoreError::BadBlock {
+                path: self.path.clone(),
+                block: meta.index,
+                offset: meta.frame_offset,
+                problem: BlockProblem::TooLarge {
+                    claimed: meta.uncompressed_len,
+                    max: crate::format::MAX_BLOCK_UNCOMPRESSED,
+                },
+            });
+        }
         out.reserve(meta.uncompressed_len as usize);
         let n = dctx
             .decompress_to_buffer(&frame[..], out)

@@ -1,5 +1,5 @@
 //! The compactor: recompresses, at the configured level, the blocks of sealed segments that
-//! live capture wrote lower on its ladder ([`crate::compact`] does one segment).
+//! live capture wrote lower on its ladder ([`super::compact`] does one segment).
 //!
 //! ```text
 //! compactor thread (nice 19)                    writer thread
@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Sender};
 
+use super::compact::{self, Control, Outcome, Prepared};
 use super::{Level, RawBlock};
-use crate::compact::{self, Control, Outcome, Prepared};
 use crate::error::{Result, StoreError};
 use crate::fsx;
 use crate::segment::{self, SegmentReader, SegmentState};
@@ -416,7 +416,7 @@ pub(super) fn run_background(
 #[cfg(test)]
 mod tests {
     use super::super::*;
-    use crate::compact::{self, Outcome, Prepared};
+    use super::compact::{self, Outcome, Prepared};
     use crate::format::Compression;
     use crate::store::Store;
 

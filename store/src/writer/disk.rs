@@ -175,14 +175,14 @@ impl WriterThread {
     /// told. A segment retention deleted meanwhile stays deleted: its temporary file goes.
     fn commit_compaction(
         &mut self,
-        p: &crate::compact::Prepared,
+        p: &super::compact::Prepared,
         open: Option<&SegmentFile>,
     ) -> Result<bool> {
         if !self.retention.holds(p.seq) || open.is_some_and(|s| s.seq() == p.seq) {
-            crate::compact::abandon(p);
+            super::compact::abandon(p);
             return Ok(false);
         }
-        if !crate::compact::commit(p)? {
+        if !super::compact::commit(p)? {
             return Ok(false);
         }
         self.retention.resized(p.seq, p.bytes_after);

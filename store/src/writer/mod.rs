@@ -27,7 +27,7 @@
 //!
 //! Compaction (capture: [`WriterConfig::compact`]; offline: [`StoreWriter::compact_all`]): a
 //! compactor recompresses, at the configured level, the blocks of sealed segments the ladder
-//! wrote below it, into a temporary file beside each (see [`crate::compact`]); the writer
+//! wrote below it, into a temporary file beside each (see [`compact`]); the writer
 //! thread commits each one (rename, directory sync, retention's size, the indexer), so
 //! retention and compaction never race (compactor.rs).
 //!
@@ -50,6 +50,7 @@ use crate::indexer::{Indexer, NoIndex};
 use crate::segment::{self, Recovery, SealedSegment, SegmentState};
 use crate::store::Store;
 
+pub mod compact;
 mod compactor;
 mod compress;
 mod disk;
@@ -355,7 +356,7 @@ impl StoreWriter {
         segment::resume_rebuilds(&dir)?;
         // Only a holder of the writer lock compacts: a temporary file found now is left
         // from a crash, and the segment it was to replace is whole.
-        report.compaction_leftovers = crate::compact::remove_leftovers(&dir)?;
+        report.compaction_leftovers = compact::remove_leftovers(&dir)?;
         // Recovery writes a footer: on a full disk it is tried again below, once the
         // retention (and the indexer, for deleting derived data) is set up.
         let mut full = Vec::new();

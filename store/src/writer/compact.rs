@@ -34,11 +34,11 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::Level;
 use crate::error::{BlockProblem, Result, StoreError};
 use crate::format::{self, BlockMeta, Compression, Footer};
 use crate::fsx;
 use crate::segment::{self, scan, SealedSegment, SegmentReader, SegmentState};
-use crate::writer::Level;
 
 /// Whether block `b` is written below `target` and would be recompressed (module docs).
 pub fn is_pending(b: &BlockMeta, target: Level) -> bool {
