@@ -118,7 +118,7 @@ impl Table {
                 widths[widest] = widths[widest].saturating_sub(over).max(3);
             }
         }
-        let line = |cells: Vec<String>| -> String {
+        let line = |cells: &[String]| -> String {
             let mut out = String::new();
             for (k, &c) in shown.iter().enumerate() {
                 let cell = cut(&cells[c], widths[c]);
@@ -143,10 +143,9 @@ impl Table {
             out.truncate(out.trim_end().len());
             out
         };
-        let mut lines = vec![line(
-            self.columns.iter().map(|c| c.header.to_string()).collect(),
-        )];
-        lines.extend(self.rows.iter().map(|r| line(r.clone())));
+        let headers: Vec<String> = self.columns.iter().map(|c| c.header.to_string()).collect();
+        let mut lines = vec![line(&headers)];
+        lines.extend(self.rows.iter().map(|r| line(r)));
         lines
     }
 }

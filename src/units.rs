@@ -72,52 +72,41 @@ pub fn parse_rate(s: &str) -> Result<u64> {
     Ok(v as u64)
 }
 
-/// A byte count for people: SI units, three significant digits (`999 B`, `1.25 kB`,
-/// `812 MB`, `1.25 GB`).
-pub fn format_bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["kB", "MB", "GB", "TB", "PB", "EB"];
+/// `n` with three significant digits in the largest unit of `units` (steps of 1000) that
+/// keeps it under 1000: `999`, `1.25k`, `812M`. `units[0]` is the unit of `n` itself; `sep`
+/// goes between number and unit.
+fn three_digits(n: u64, units: &[&str], sep: &str) -> String {
     if n < 1000 {
-        return format!("{n} B");
+        return format!("{n}{sep}{}", units[0]);
     }
     let mut v = n as f64;
-    let mut unit = "B";
-    for u in UNITS {
+    let mut unit = units[0];
+    for u in &units[1..] {
         if v < 999.5 {
             break;
         }
         v /= 1000.0;
         unit = u;
     }
-    if v >= 99.95 {
-        format!("{v:.0} {unit}")
+    let digits = if v >= 99.95 {
+        0
     } else if v >= 9.995 {
-        format!("{v:.1} {unit}")
+        1
     } else {
-        format!("{v:.2} {unit}")
-    }
+        2
+    };
+    format!("{v:.digits$}{sep}{unit}")
+}
+
+/// A byte count for people: SI units, three significant digits (`999 B`, `1.25 kB`,
+/// `812 MB`, `1.25 GB`).
+pub fn format_bytes(n: u64) -> String {
+    three_digits(n, &["B", "kB", "MB", "GB", "TB", "PB", "EB"], " ")
 }
 
 /// A count for people: `999`, `12.3k`, `4.56M`, `1.23G`.
 pub fn format_count(n: u64) -> String {
-    if n < 1000 {
-        return n.to_string();
-    }
-    let mut v = n as f64;
-    let mut unit = "";
-    for u in ["k", "M", "G", "T", "P", "E"] {
-        if v < 999.5 {
-            break;
-        }
-        v /= 1000.0;
-        unit = u;
-    }
-    if v >= 99.95 {
-        format!("{v:.0}{unit}")
-    } else if v >= 9.995 {
-        format!("{v:.1}{unit}")
-    } else {
-        format!("{v:.2}{unit}")
-    }
+    three_digits(n, &["", "k", "M", "G", "T", "P", "E"], "")
 }
 
 /// A duration for people, in the one style capsule prints: `850 ms`, `12.5 s`, `3m 05s`,

@@ -1970,20 +1970,6 @@ fn flows_json(store: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// `capsule query --explain FILTER`: blocks read, blocks total, and segment 1's row.
-fn explain_read(store: &Path, filter: &str) -> (u64, u64, String) {
-    let o = run_ok(capsule().args(["query", "--store", p(store), filter, "--explain"]));
-    let out = stdout_str(&o);
-    let plan = out.lines().find(|l| l.starts_with("plan:")).unwrap();
-    let (r, t) = parse_read_of(plan);
-    let row = out
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some("1"))
-        .unwrap_or_else(|| panic!("no row for segment 1:\n{out}"))
-        .to_string();
-    (r, t, row)
-}
-
 /// Issue 10 (live side index): while capture runs and its segment is still open, a 5-tuple
 /// query's plan comes from the segment's index journal and reads no more blocks than the
 /// same query once the segment is sealed; and `capsule flows` lists a new flow within 1 s of
@@ -2037,7 +2023,7 @@ fn the_open_segment_is_planned_from_its_journal() {
         busiest["a_port"],
         busiest["b_port"]
     );
-    let (r_open, t_open, row) = explain_read(&store, &filter);
+    let (r_open, t_open, row) = explain(&store, &filter, 1);
     let segs = segments(&store);
     assert!(
         segs.iter().all(|s| s.state != "sealed"),
@@ -2073,7 +2059,7 @@ fn the_open_segment_is_planned_from_its_journal() {
 
     let stopped = cap.stop();
     assert_clean_exit(&stopped);
-    let (r_sealed, t_sealed, row) = explain_read(&store, &filter);
+    let (r_sealed, t_sealed, row) = explain(&store, &filter, 1);
     assert!(row.contains("used"), "{row}");
     assert!(
         r_open <= r_sealed,

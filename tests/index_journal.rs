@@ -38,20 +38,6 @@ fn five_tuple(f: &serde_json::Value) -> String {
     )
 }
 
-/// `capsule query --explain FILTER`: (blocks read, blocks total, the row of segment `seq`).
-fn explain(store: &Path, filter: &str, seq: u64) -> (u64, u64, String) {
-    let o = run_ok(capsule().args(["query", "--store", p(store), filter, "--explain"]));
-    let out = stdout_str(&o);
-    let plan = out.lines().find(|l| l.starts_with("plan:")).unwrap();
-    let (r, t) = parse_read_of(plan);
-    let row = out
-        .lines()
-        .find(|l| l.split_whitespace().next() == Some(&seq.to_string()))
-        .unwrap_or_else(|| panic!("no row for segment {seq}:\n{out}"))
-        .to_string();
-    (r, t, row)
-}
-
 /// An import killed with SIGKILL while its segment is open, its journal then given a
 /// half-written record: readers ignore the torn tail (flows listed, the open segment planned
 /// from the journal), and the next writer recovers the segment and indexes it: `capsule

@@ -911,6 +911,21 @@ pub fn parse_packets_bytes(text: &str) -> (u64, u64) {
 }
 
 /// Parses "read R of T blocks" out of a query summary or an `--explain` plan line.
+/// `capsule query --store STORE FILTER --explain`: (blocks read, blocks total, the plan's row
+/// of segment `seq`).
+pub fn explain(store: &Path, filter: &str, seq: u64) -> (u64, u64, String) {
+    let o = run_ok(capsule().args(["query", "--store", p(store), filter, "--explain"]));
+    let out = stdout_str(&o);
+    let plan = out.lines().find(|l| l.starts_with("plan:")).unwrap();
+    let (r, t) = parse_read_of(plan);
+    let row = out
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&seq.to_string()))
+        .unwrap_or_else(|| panic!("no row for segment {seq}:\n{out}"))
+        .to_string();
+    (r, t, row)
+}
+
 pub fn parse_read_of(text: &str) -> (u64, u64) {
     let at = text
         .find("read ")

@@ -21,7 +21,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::sim::{crash, Keep, Loss, Op, Recording, Rng};
-use crate::format::BlockMeta;
 use crate::segment::{self, SegmentFile, SegmentReader, SegmentState};
 use crate::{fsx, Store, StoreWriter, WriterConfig};
 
@@ -53,22 +52,7 @@ struct Run {
     start: usize,
 }
 
-/// A block of one fake packet record at time `n` holding `payload`, and its frame (the
-/// segment layer checks only its crc and lengths).
-fn block(n: u64, payload: &[u8]) -> (BlockMeta, Vec<u8>) {
-    let frame = zstd::bulk::compress(payload, 1).unwrap();
-    let meta = BlockMeta {
-        first_ns: n,
-        last_ns: n,
-        packets: 1,
-        wire_bytes: payload.len() as u64,
-        compressed_len: frame.len() as u32,
-        uncompressed_len: payload.len() as u32,
-        frame_crc: crc32c::crc32c(&frame),
-        ..BlockMeta::default()
-    };
-    (meta, frame)
-}
+use crate::segment::tests::block;
 
 /// A unique payload of random length: mostly noise (frames of about its size, so blocks
 /// straddle pages and direct writes of several pages happen), sometimes compressible.

@@ -604,7 +604,7 @@ pub(crate) fn add_to_footer(footer: &mut Footer, meta: &BlockMeta) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::io::Write;
     use std::os::unix::fs::FileExt;
@@ -624,8 +624,9 @@ mod tests {
         seg.append(meta, &frame).unwrap();
     }
 
-    /// A block of one packet at time `n` holding `payload`, and its frame.
-    fn block(n: u64, payload: &[u8]) -> (BlockMeta, Vec<u8>) {
+    /// A block of one packet at time `n` holding `payload`, and its frame (the segment layer
+    /// checks only its crc and lengths). Also the power-loss tests' blocks.
+    pub(crate) fn block(n: u64, payload: &[u8]) -> (BlockMeta, Vec<u8>) {
         let frame = zstd::bulk::compress(payload, 1).unwrap();
         let meta = BlockMeta {
             first_ns: n,
