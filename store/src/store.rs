@@ -124,8 +124,20 @@ impl Store {
         let store = Store {
             root: fsx::resolve_root(root)?,
         };
-        store.refuse_foreign_directory()?;
+        // The lock comes first, so the directory is judged while no other writer can be
+        // half-way through creating a store in it (a loser would otherwise see the winner's
+        // `segments/` before its identity file and call the directory foreign).
+        let lock_path = store.root.join(LOCK_FILE);
+        let lock_existed = lock_path.exists();
         let lock = store.lock_writer()?;
+        if let Err(e) = store.refuse_foreign_directory() {
+            drop(lock);
+            if !lock_existed {
+                // Leave a foreign directory as it was found.
+                let _ = std::fs::remove_file(&lock_path);
+            }
+            return Err(e);
+        }
         let meta_path = store.root.join(META_FILE);
         match fsx::open(&meta_path, fsx::Open::Read, "read") {
             Ok(_) => {}
