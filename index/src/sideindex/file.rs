@@ -9,10 +9,13 @@ use capsule_store::fsx;
 use capsule_store::{Result, SegmentReader, StoreError};
 use capsule_wire::view::{Reader, Short, VarintError};
 
-use super::{index_name, BlockSummary, Bucket, FlowKey, FlowRecord, SegmentIndex};
+use super::{
+    index_name, BlockSummary, Bucket, DscpChange, DscpCount, DscpSeen, FlowKey, FlowRecord,
+    SegmentIndex, TcpState,
+};
 
 /// Index format version written by this build, and the only one it reads.
-pub const INDEX_VERSION: u16 = 2;
+pub const INDEX_VERSION: u16 = 3;
 const INDEX_MAGIC: [u8; 8] = *b"CPSLIDX\0";
 pub(super) const HEADER_LEN: usize = 64;
 const NO_VLAN: u16 = 0xFFFF;
@@ -99,25 +102,31 @@ pub(super) fn put_flow(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool) {
         body.extend_from_slice(&f.bytes[d].to_le_bytes());
         body.extend_from_slice(&f.dscp[d].to_le_bytes());
         body.push(f.tcp_flags[d]);
+        put_varint(body, f.data[d]);
         put_varint(body, f.retransmissions[d]);
         put_varint(body, f.zero_windows[d]);
         put_varint(body, f.resets[d]);
+        put_varint(body, f.zero_window_ns[d]);
+        body.push(f.handshake[d]);
+        put_varint(body, f.dscp_counts[d].len() as u64);
+        for c in &f.dscp_counts[d] {
+            body.push(c.dscp);
+            put_varint(body, c.packets);
+            put_varint(body, c.bytes);
+        }
+        match f.dscp_change[d] {
+            None => body.push(0),
+            Some(c) => {
+                body.push(1);
+                put_varint(body, c.ordinal);
+                body.extend_from_slice(&c.ts_ns.to_le_bytes());
+                body.push(c.from);
+                body.push(c.to);
+            }
+        }
     }
-    // TCP state carried in and out: a presence bit per value, then the values present.
-    let states = [
-        f.tcp_in.high[0],
-        f.tcp_in.high[1],
-        f.tcp_out.high[0],
-        f.tcp_out.high[1],
-    ];
-    let mut bits = 0u8;
-    for (n, v) in states.iter().enumerate() {
-        bits |= u8::from(v.is_some()) << n;
-    }
-    body.push(bits);
-    for v in states.into_iter().flatten() {
-        body.extend_from_slice(&v.to_le_bytes());
-    }
+    put_state(body, &f.tcp_in);
+    put_state(body, &f.tcp_out);
     if with_blocks {
         put_varint(body, f.blocks.len() as u64);
         let mut prev = 0u32;
@@ -132,10 +141,77 @@ pub(super) fn put_flow(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool) {
         put_varint(body, b.second - prev);
         prev = b.second;
         for d in 0..2 {
-            put_varint(body, b.packets[d]);
-            put_varint(body, b.bytes[d]);
+            for v in [
+                b.packets[d],
+                b.bytes[d],
+                b.data[d],
+                b.retransmissions[d],
+                b.zero_windows[d],
+                b.resets[d],
+            ] {
+                put_varint(body, v);
+            }
         }
     }
+}
+
+/// DSCP state byte: 0xFF no packet yet, 0x80 changed already, else the steady value.
+const DSCP_NONE: u8 = 0xFF;
+const DSCP_CHANGED: u8 = 0x80;
+
+/// Encodes a flow's carried state: a presence byte (bits 0/1: high mark of direction 0/1,
+/// bits 2/3: open zero-window stall of direction 0/1), the marks present (u32), the stall
+/// starts present (u64), then per direction the packets counted (varint) and the DSCP
+/// state byte.
+fn put_state(body: &mut Vec<u8>, st: &TcpState) {
+    let mut bits = 0u8;
+    for d in 0..2 {
+        bits |= u8::from(st.high[d].is_some()) << d;
+        bits |= u8::from(st.zero_since[d].is_some()) << (2 + d);
+    }
+    body.push(bits);
+    for v in st.high.into_iter().flatten() {
+        body.extend_from_slice(&v.to_le_bytes());
+    }
+    for v in st.zero_since.into_iter().flatten() {
+        body.extend_from_slice(&v.to_le_bytes());
+    }
+    for d in 0..2 {
+        put_varint(body, st.packets[d]);
+        body.push(match st.dscp[d] {
+            DscpSeen::None => DSCP_NONE,
+            DscpSeen::Changed => DSCP_CHANGED,
+            DscpSeen::Steady(v) => v & 63,
+        });
+    }
+}
+
+fn get_state(c: &mut Reader<'_>) -> std::result::Result<TcpState, DecodeError> {
+    let bits = c.u8().map_err(short)?;
+    if bits & 0xF0 != 0 {
+        return Err(invalid(format!("flow state presence bits {bits:#04x}")));
+    }
+    let mut st = TcpState::default();
+    for d in 0..2 {
+        if bits & (1 << d) != 0 {
+            st.high[d] = Some(c.u32_le().map_err(short)?);
+        }
+    }
+    for d in 0..2 {
+        if bits & (1 << (2 + d)) != 0 {
+            st.zero_since[d] = Some(c.u64_le().map_err(short)?);
+        }
+    }
+    for d in 0..2 {
+        st.packets[d] = c.varint().map_err(bad_varint)?;
+        st.dscp[d] = match c.u8().map_err(short)? {
+            DSCP_NONE => DscpSeen::None,
+            DSCP_CHANGED => DscpSeen::Changed,
+            v @ 0..=63 => DscpSeen::Steady(v),
+            v => return Err(invalid(format!("DSCP state byte {v:#04x}"))),
+        };
+    }
+    Ok(st)
 }
 
 /// Decodes one flow record written by [`put_flow`]: with its block list (checked against
@@ -179,22 +255,46 @@ pub(super) fn get_flow(
         f.bytes[d] = c.u64_le().map_err(short)?;
         f.dscp[d] = c.u64_le().map_err(short)?;
         f.tcp_flags[d] = c.u8().map_err(short)?;
+        f.data[d] = c.varint().map_err(bad_varint)?;
         f.retransmissions[d] = c.varint().map_err(bad_varint)?;
         f.zero_windows[d] = c.varint().map_err(bad_varint)?;
         f.resets[d] = c.varint().map_err(bad_varint)?;
-    }
-    let bits = c.u8().map_err(short)?;
-    if bits & 0xF0 != 0 {
-        return Err(invalid(format!("TCP state presence bits {bits:#04x}")));
-    }
-    let mut states = [None; 4];
-    for (n, v) in states.iter_mut().enumerate() {
-        if bits & (1 << n) != 0 {
-            *v = Some(c.u32_le().map_err(short)?);
+        f.zero_window_ns[d] = c.varint().map_err(bad_varint)?;
+        f.handshake[d] = c.u8().map_err(short)?;
+        let n = c.varint().map_err(bad_varint)?;
+        if n > 64 {
+            return Err(invalid(format!("flow lists {n} DSCP values")));
         }
+        let mut prev: Option<u8> = None;
+        for _ in 0..n {
+            let dscp = c.u8().map_err(short)?;
+            if dscp > 63 || prev.is_some_and(|p| p >= dscp) {
+                return Err(invalid(format!(
+                    "DSCP counter for value {dscp} out of order or range"
+                )));
+            }
+            prev = Some(dscp);
+            let packets = c.varint().map_err(bad_varint)?;
+            let bytes = c.varint().map_err(bad_varint)?;
+            f.dscp_counts[d].push(DscpCount {
+                dscp,
+                packets,
+                bytes,
+            });
+        }
+        f.dscp_change[d] = match c.u8().map_err(short)? {
+            0 => None,
+            1 => Some(DscpChange {
+                ordinal: c.varint().map_err(bad_varint)?,
+                ts_ns: c.u64_le().map_err(short)?,
+                from: c.u8().map_err(short)?,
+                to: c.u8().map_err(short)?,
+            }),
+            v => return Err(invalid(format!("DSCP change presence byte {v}"))),
+        };
     }
-    f.tcp_in.high = [states[0], states[1]];
-    f.tcp_out.high = [states[2], states[3]];
+    f.tcp_in = get_state(c)?;
+    f.tcp_out = get_state(c)?;
     if let Some(n_blocks) = n_blocks {
         let nb = c.varint().map_err(bad_varint)?;
         if nb > n_blocks as u64 {
@@ -223,6 +323,10 @@ pub(super) fn get_flow(
         for d in 0..2 {
             bk.packets[d] = c.varint().map_err(bad_varint)?;
             bk.bytes[d] = c.varint().map_err(bad_varint)?;
+            bk.data[d] = c.varint().map_err(bad_varint)?;
+            bk.retransmissions[d] = c.varint().map_err(bad_varint)?;
+            bk.zero_windows[d] = c.varint().map_err(bad_varint)?;
+            bk.resets[d] = c.varint().map_err(bad_varint)?;
         }
         f.buckets.push(bk);
     }
