@@ -1,0 +1,326 @@
+//! `capsule top`: the largest talkers of a window by flow, source, destination, pair, group
+//! or DSCP value, with their share, mean and peak rate (1-second buckets), mean packet
+//! size, first and last packet and DSCP mix; the rest in an "other" row, and a total row.
+
+use std::collections::{BTreeMap, HashMap};
+
+use capsule_index::flows::FlowSummary;
+use serde::Serialize;
+
+use crate::{dscp_in_window, dscp_name, flow_filter, rfc, Input, Policy};
+
+/// What rows rank by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum By {
+    Bytes,
+    Packets,
+}
+
+/// What a row is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Key {
+    /// One flow (both directions).
+    Flow,
+    /// A sending host.
+    Src,
+    /// A receiving host.
+    Dst,
+    /// Two hosts, both ways.
+    Pair,
+    /// The sender's group (`unassigned` for none).
+    Group,
+    /// A DSCP value.
+    Dscp,
+}
+
+/// One value's part of a row's bytes.
+#[derive(Debug, Clone, Serialize)]
+pub struct DscpShare {
+    pub dscp: u8,
+    pub name: String,
+    pub bytes: u64,
+    pub share: f64,
+}
+
+/// One row of the ranking.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// 1-based; absent on the "other" and "total" rows.
+    pub rank: Option<usize>,
+    pub key: String,
+    pub bytes: u64,
+    pub packets: u64,
+    pub flows: u64,
+    /// Of the total, by the ranking's measure (0..=1).
+    pub share: f64,
+    /// Bits per second over the window.
+    pub mean_bps: f64,
+    /// Bits per second in the row's busiest second.
+    pub peak_bps: u64,
+    pub mean_packet_size: f64,
+    pub first_ns: u64,
+    pub first: String,
+    pub last_ns: u64,
+    pub last: String,
+    pub dscp_mix: Vec<DscpShare>,
+    /// The `capsule query` command exporting the row's packets (absent where no filter
+    /// names them briefly: "other", a group of many hosts).
+    pub query: Option<String>,
+}
+
+/// The answer of `capsule top`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Top {
+    pub by: By,
+    pub key: Key,
+    pub rows: Vec<Row>,
+    pub other: Option<Row>,
+    pub total: Row,
+}
+
+#[derive(Default)]
+struct Acc {
+    bytes: u64,
+    packets: u64,
+    flows: u64,
+    first: u64,
+    last: u64,
+    per_second: HashMap<u64, u64>,
+    dscp: BTreeMap<u8, u64>,
+    filter: Option<String>,
+    hosts: Vec<std::net::IpAddr>,
+}
+
+impl Acc {
+    fn add(&mut self, s: &FlowSummary, dirs: [bool; 2], only_dscp: Option<u8>) {
+        let f = &s.flow;
+        let mut any = false;
+        for d in (0..2).filter(|&d| dirs[d] && f.packets[d] > 0) {
+            let counts = dscp_in_window(s, d);
+            let (bytes, packets) = match only_dscp {
+                Some(v) => counts
+                    .iter()
+                    .find(|c| c.dscp == v)
+                    .map_or((0, 0), |c| (c.bytes, c.packets)),
+                None => (f.bytes[d], f.packets[d]),
+            };
+            if packets == 0 {
+                continue;
+            }
+            any = true;
+            self.bytes += bytes;
+            self.packets += packets;
+            for c in &counts {
+                if only_dscp.is_none_or(|v| v == c.dscp) {
+                    *self.dscp.entry(c.dscp).or_default() += c.bytes;
+                }
+            }
+            for b in &f.buckets {
+                let part = if bytes == f.bytes[d] {
+                    b.bytes[d]
+                } else {
+                    (u128::from(b.bytes[d]) * u128::from(bytes) / u128::from(f.bytes[d].max(1)))
+                        as u64
+                };
+                if part > 0 {
+                    *self.per_second.entry(b.second).or_default() += part;
+                }
+            }
+        }
+        if any {
+            if self.flows == 0 {
+                self.first = f.first_ns;
+                self.last = f.last_ns;
+            }
+            self.flows += 1;
+            self.first = self.first.min(f.first_ns);
+            self.last = self.last.max(f.last_ns);
+        }
+    }
+
+    fn merge(&mut self, o: &Acc) {
+        if o.flows == 0 {
+            return;
+        }
+        if self.flows == 0 {
+            self.first = o.first;
+            self.last = o.last;
+        }
+        self.bytes += o.bytes;
+        self.packets += o.packets;
+        self.flows += o.flows;
+        self.first = self.first.min(o.first);
+        self.last = self.last.max(o.last);
+        for (s, b) in &o.per_second {
+            *self.per_second.entry(*s).or_default() += b;
+        }
+        for (v, b) in &o.dscp {
+            *self.dscp.entry(*v).or_default() += b;
+        }
+    }
+
+    fn row(&self, rank: Option<usize>, key: String, total: u64, by: By, input: &Input) -> Row {
+        let measure = match by {
+            By::Bytes => self.bytes,
+            By::Packets => self.packets,
+        };
+        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        Row {
+            rank,
+            key,
+            bytes: self.bytes,
+            packets: self.packets,
+            flows: self.flows,
+            share: ratio(measure, total),
+            mean_bps: self.bytes as f64 * 8.0 / input.seconds(),
+            peak_bps: self.per_second.values().max().copied().unwrap_or(0) * 8,
+            mean_packet_size: ratio(self.bytes, self.packets),
+            first_ns: self.first,
+            first: rfc(self.first),
+            last_ns: self.last,
+            last: rfc(self.last),
+            dscp_mix: self
+                .dscp
+                .iter()
+                .filter(|(_, &b)| b > 0)
+                .map(|(&v, &b)| DscpShare {
+                    dscp: v,
+                    name: dscp_name(v),
+                    bytes: b,
+                    share: ratio(b, self.bytes),
+                })
+                .collect(),
+            query: self
+                .filter
+                .as_ref()
+                .map(|f| input.query(self.first, self.last + 1, f)),
+        }
+    }
+}
+
+/// A flow's text: protocol, VLANs and endpoints, `a <-> b` in canonical order.
+pub fn flow_label(f: &capsule_index::sideindex::FlowRecord) -> String {
+    let k = &f.key;
+    let ep = |addr: std::net::IpAddr, port: Option<u16>| match (addr, port) {
+        (std::net::IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
+        (a, Some(p)) => format!("{a}:{p}"),
+        (a, None) => a.to_string(),
+    };
+    let proto = capsule_query::filter::proto_name(k.proto)
+        .map_or_else(|| k.proto.to_string(), str::to_string);
+    let vlans: Vec<String> = k.vlans.iter().flatten().map(|v| v.to_string()).collect();
+    let vlan = if vlans.is_empty() {
+        String::new()
+    } else {
+        format!(" vlan {}", vlans.join("."))
+    };
+    format!(
+        "{proto}{vlan} {} <-> {}",
+        ep(k.a, k.ports.map(|p| p.0)),
+        ep(k.b, k.ports.map(|p| p.1))
+    )
+}
+
+/// Ranks the window's traffic by `key`, `limit` rows, the rest as "other".
+pub fn top(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn Policy>) -> Top {
+    let mut accs: HashMap<String, Acc> = HashMap::new();
+    let mut total = Acc::default();
+    for s in &input.flows {
+        let f = &s.flow;
+        total.add(s, [true, true], None);
+        match key {
+            Key::Flow => {
+                let a = accs.entry(flow_label(f)).or_default();
+                a.filter.get_or_insert_with(|| flow_filter(f));
+                a.add(s, [true, true], None);
+            }
+            Key::Pair => {
+                let a = accs
+                    .entry(format!("{} <-> {}", f.key.a, f.key.b))
+                    .or_default();
+                a.filter
+                    .get_or_insert_with(|| format!("host {} and host {}", f.key.a, f.key.b));
+                a.add(s, [true, true], None);
+            }
+            Key::Src | Key::Dst => {
+                for d in 0..2 {
+                    let (src, dst, _) = f.key.side(d);
+                    let (host, word) = if key == Key::Src {
+                        (src, "src")
+                    } else {
+                        (dst, "dst")
+                    };
+                    let a = accs.entry(host.to_string()).or_default();
+                    a.filter
+                        .get_or_insert_with(|| format!("{word} host {host}"));
+                    a.add(s, [d == 0, d == 1], None);
+                }
+            }
+            Key::Group => {
+                for d in 0..2 {
+                    if f.packets[d] == 0 {
+                        continue;
+                    }
+                    let (src, _, _) = f.key.side(d);
+                    let g = policy
+                        .and_then(|p| p.group_of(src))
+                        .unwrap_or_else(|| "unassigned".into());
+                    let a = accs.entry(g).or_default();
+                    if !a.hosts.contains(&src) {
+                        a.hosts.push(src);
+                    }
+                    a.add(s, [d == 0, d == 1], None);
+                }
+            }
+            Key::Dscp => {
+                for d in 0..2 {
+                    for c in dscp_in_window(s, d) {
+                        let a = accs.entry(dscp_name(c.dscp)).or_default();
+                        a.filter.get_or_insert_with(|| format!("dscp {}", c.dscp));
+                        a.add(s, [d == 0, d == 1], Some(c.dscp));
+                    }
+                }
+            }
+        }
+    }
+    // A group's query names its hosts while they are few.
+    for a in accs.values_mut() {
+        if !a.hosts.is_empty() && a.hosts.len() <= 16 {
+            let hosts: Vec<String> = a.hosts.iter().map(|h| format!("src host {h}")).collect();
+            a.filter = Some(if hosts.len() == 1 {
+                hosts[0].clone()
+            } else {
+                format!("({})", hosts.join(" or "))
+            });
+        }
+    }
+    let measure = |a: &Acc| match by {
+        By::Bytes => a.bytes,
+        By::Packets => a.packets,
+    };
+    let total_measure = measure(&total);
+    let mut ranked: Vec<(String, Acc)> = accs.into_iter().filter(|(_, a)| a.flows > 0).collect();
+    ranked.sort_by(|(ka, a), (kb, b)| measure(b).cmp(&measure(a)).then(ka.cmp(kb)));
+    let mut rows = Vec::new();
+    let mut other = Acc::default();
+    for (i, (k, a)) in ranked.iter().enumerate() {
+        if i < limit {
+            rows.push(a.row(Some(i + 1), k.clone(), total_measure, by, input));
+        } else {
+            other.merge(a);
+        }
+    }
+    let other =
+        (other.flows > 0).then(|| other.row(None, "other".into(), total_measure, by, input));
+    let mut total_row = total.row(None, "total".into(), total_measure, by, input);
+    total_row.query = Some(input.query(input.from_ns, input.to_ns, ""));
+    Top {
+        by,
+        key,
+        rows,
+        other,
+        total: total_row,
+    }
+}
