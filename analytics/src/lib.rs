@@ -13,7 +13,8 @@
 //!
 //! No segment file is opened and no packet is decompressed: the cost of an answer grows with
 //! the flows and seconds in the window, not with the bytes captured. Host groups and policy
-//! come in through [`Policy`] (the binary implements it over the `--config` file).
+//! come in through [`Policy`], implemented here for the `--config` file's
+//! `capsule_config::Config`.
 #![forbid(unsafe_code)]
 
 use std::net::IpAddr;
@@ -55,6 +56,28 @@ pub trait Policy {
     fn dscp_allowed(&self, dscp: u8, src: IpAddr) -> bool;
     /// Whether `src` may send to `dst`.
     fn egress_allowed(&self, src: IpAddr, dst: IpAddr) -> bool;
+}
+
+impl Policy for capsule_config::Config {
+    fn group_of(&self, ip: IpAddr) -> Option<String> {
+        let g = self.groups();
+        g.group_of(ip).map(|id| g.name(id).to_string())
+    }
+
+    fn groups(&self) -> Vec<String> {
+        capsule_config::Config::groups(self)
+            .iter()
+            .map(|g| g.name.clone())
+            .collect()
+    }
+
+    fn dscp_allowed(&self, dscp: u8, src: IpAddr) -> bool {
+        capsule_config::Config::dscp_allowed(self, dscp, self.groups().group_of(src))
+    }
+
+    fn egress_allowed(&self, src: IpAddr, dst: IpAddr) -> bool {
+        capsule_config::Config::egress_allowed(self, self.groups().group_of(src), dst)
+    }
 }
 
 /// What every answer states about what it could not see.

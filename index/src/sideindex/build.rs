@@ -16,8 +16,8 @@ use capsule_store::{Result, SegmentReader, StoreError};
 use capsule_wire::{dissect, L4};
 
 use super::{
-    index_name, BlockSummary, Bucket, DscpChange, DscpSeen, FlowKey, FlowRecord, SegmentIndex,
-    TcpCarry, TcpState, SENT_SYN, SENT_SYN_ACK,
+    index_name, BlockSummary, Bucket, FlowKey, FlowRecord, SegmentIndex, TcpCarry, TcpState,
+    SENT_SYN, SENT_SYN_ACK,
 };
 
 /// One block's share of the index: what the journal records for it.
@@ -146,18 +146,8 @@ impl IndexBuilder {
             f.dscp[dir] |= 1u64 << dscp;
             f.count_dscp(dir, dscp, 1, wire);
             st.packets[dir] += 1;
-            match st.dscp[dir] {
-                DscpSeen::None => st.dscp[dir] = DscpSeen::Steady(dscp),
-                DscpSeen::Steady(old) if old != dscp => {
-                    f.dscp_change[dir] = Some(DscpChange {
-                        ordinal: st.packets[dir],
-                        ts_ns: p.ts_ns,
-                        from: old,
-                        to: dscp,
-                    });
-                    st.dscp[dir] = DscpSeen::Changed;
-                }
-                _ => {}
+            if st.dscp[dir].packet(p.ts_ns, dscp, st.packets[dir]) {
+                f.dscp_change[dir] = st.dscp[dir].change;
             }
             let second = p.ts_ns / 1_000_000_000;
             let bucket = match f.buckets.iter().rposition(|b| b.second == second) {
@@ -196,7 +186,7 @@ impl IndexBuilder {
                 } else if let Some(since) = st.zero_since[dir].take() {
                     f.zero_window_ns[dir] += p.ts_ns.saturating_sub(since);
                 }
-                match classify(st, dir, t.seq, t.payload_len, t.flags) {
+                match classify(st, dir, p.ts_ns, t.seq, t.payload_len, t.flags) {
                     Segment::Data => {
                         f.data[dir] += 1;
                         bk.data[dir] += 1;
@@ -254,14 +244,32 @@ fn serial_gt(a: u32, b: u32) -> bool {
 /// sequence space is no retransmission); a keepalive (at most 1 byte at high - 1) and a
 /// zero-window probe (1 byte while the peer advertises a zero window) are neither data nor
 /// retransmissions. A SYN carrying data is data.
-pub(crate) fn classify(st: &mut TcpState, dir: usize, seq: u32, len: u32, flags: u8) -> Segment {
+///
+/// A data segment older than the packet that set the high mark was indexed late (it sits in
+/// another lane's block, see [`TcpState`]): it is data, and moves nothing.
+pub(crate) fn classify(
+    st: &mut TcpState,
+    dir: usize,
+    ts: u64,
+    seq: u32,
+    len: u32,
+    flags: u8,
+) -> Segment {
     let syn = flags & 0x02 != 0;
+    if st.high[dir].is_some() && ts < st.high_ts[dir] {
+        return if len > 0 {
+            Segment::Data
+        } else {
+            Segment::Other
+        };
+    }
     if len == 0 {
         if flags & 0x03 != 0 {
             // SYN and FIN take one sequence number.
             let end = seq.wrapping_add(1);
             if st.high[dir].is_none_or(|h| serial_gt(end, h)) {
                 st.high[dir] = Some(end);
+                st.high_ts[dir] = ts;
             }
         }
         return Segment::Other;
@@ -269,6 +277,7 @@ pub(crate) fn classify(st: &mut TcpState, dir: usize, seq: u32, len: u32, flags:
     let end = seq.wrapping_add(len);
     let Some(high) = st.high[dir] else {
         st.high[dir] = Some(end);
+        st.high_ts[dir] = ts;
         return Segment::Data;
     };
     if len == 1 && seq == high.wrapping_sub(1) {
@@ -280,6 +289,7 @@ pub(crate) fn classify(st: &mut TcpState, dir: usize, seq: u32, len: u32, flags:
     }
     if serial_gt(end, high) {
         st.high[dir] = Some(end);
+        st.high_ts[dir] = ts;
         Segment::Data
     } else if syn {
         Segment::Data
@@ -543,5 +553,37 @@ mod tests {
         assert!(f.syn_unanswered(0) && !f.syn_unanswered(1));
         let g = &idx.flows[1];
         assert!(!g.syn_unanswered(0) && !g.syn_unanswered(1));
+    }
+
+    /// The store writes a block per DSCP class: a remarked flow's later packets (EF) may be
+    /// indexed before its earlier ones (CS0). The change and the retransmission count come
+    /// out as if the packets had come in time order.
+    #[test]
+    fn blocks_of_other_lanes_indexed_out_of_time_order_give_the_same_answers() {
+        let pkt = |n: u32| {
+            let dscp = if n < 19 { 0 } else { 46 };
+            let seq = 1 + n * 100;
+            (
+                S + u64::from(n),
+                tcp4(None, A, B, 40000, 443, seq, 0x18, 1000, 100, dscp),
+            )
+        };
+        let all: Vec<_> = (0..30).map(pkt).collect();
+        let mut ix = IndexBuilder::new(1);
+        let (m, d) = block(&all[19..], true);
+        ix.add_block(&m, &d);
+        let (m, d) = block(&all[..19], false);
+        ix.add_block(&m, &d);
+        let idx = ix.finish(1);
+        let f = &idx.flows[0];
+        let c = f.dscp_change[0].expect("a change");
+        assert_eq!((c.ordinal, c.ts_ns, c.from, c.to), (20, S + 19, 0, 46));
+        assert_eq!(
+            f.retransmissions,
+            [0, 0],
+            "late packets are no retransmissions"
+        );
+        assert_eq!(f.data, [30, 0]);
+        assert_eq!(SegmentIndex::decode(&idx.encode()).unwrap(), idx);
     }
 }

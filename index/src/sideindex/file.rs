@@ -10,7 +10,7 @@ use capsule_store::{Result, SegmentReader, StoreError};
 use capsule_wire::view::{Reader, Short, VarintError};
 
 use super::{
-    index_name, BlockSummary, Bucket, DscpChange, DscpCount, DscpSeen, FlowKey, FlowRecord,
+    index_name, BlockSummary, Bucket, DscpChange, DscpCount, DscpState, FlowKey, FlowRecord,
     SegmentIndex, TcpState,
 };
 
@@ -118,10 +118,7 @@ pub(super) fn put_flow(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool) {
             None => body.push(0),
             Some(c) => {
                 body.push(1);
-                put_varint(body, c.ordinal);
-                body.extend_from_slice(&c.ts_ns.to_le_bytes());
-                body.push(c.from);
-                body.push(c.to);
+                put_change(body, &c);
             }
         }
     }
@@ -155,46 +152,69 @@ pub(super) fn put_flow(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool) {
     }
 }
 
-/// DSCP state byte: 0xFF no packet yet, 0x80 changed already, else the steady value.
-const DSCP_NONE: u8 = 0xFF;
-const DSCP_CHANGED: u8 = 0x80;
-
-/// Encodes a flow's carried state: a presence byte (bits 0/1: high mark of direction 0/1,
-/// bits 2/3: open zero-window stall of direction 0/1), the marks present (u32), the stall
-/// starts present (u64), then per direction the packets counted (varint) and the DSCP
-/// state byte.
+/// Encodes a flow's carried state (docs/format.md, "flow state"): a presence byte, the high
+/// marks with the time of the packet that set them, the open stall starts, then per
+/// direction the packets counted and the DSCP state.
 fn put_state(body: &mut Vec<u8>, st: &TcpState) {
     let mut bits = 0u8;
     for d in 0..2 {
         bits |= u8::from(st.high[d].is_some()) << d;
         bits |= u8::from(st.zero_since[d].is_some()) << (2 + d);
+        bits |= u8::from(st.dscp[d].first.is_some()) << (4 + d);
+        bits |= u8::from(st.dscp[d].change.is_some()) << (6 + d);
     }
     body.push(bits);
-    for v in st.high.into_iter().flatten() {
-        body.extend_from_slice(&v.to_le_bytes());
+    for d in 0..2 {
+        if let Some(v) = st.high[d] {
+            body.extend_from_slice(&v.to_le_bytes());
+            body.extend_from_slice(&st.high_ts[d].to_le_bytes());
+        }
     }
     for v in st.zero_since.into_iter().flatten() {
         body.extend_from_slice(&v.to_le_bytes());
     }
     for d in 0..2 {
         put_varint(body, st.packets[d]);
-        body.push(match st.dscp[d] {
-            DscpSeen::None => DSCP_NONE,
-            DscpSeen::Changed => DSCP_CHANGED,
-            DscpSeen::Steady(v) => v & 63,
-        });
+        if let Some((ts, v)) = st.dscp[d].first {
+            body.extend_from_slice(&ts.to_le_bytes());
+            body.push(v);
+        }
+        if let Some(c) = st.dscp[d].change {
+            put_change(body, &c);
+        }
     }
+}
+
+fn put_change(body: &mut Vec<u8>, c: &DscpChange) {
+    put_varint(body, c.ordinal);
+    body.extend_from_slice(&c.ts_ns.to_le_bytes());
+    body.push(c.from);
+    body.push(c.to);
+}
+
+fn get_change(c: &mut Reader<'_>) -> std::result::Result<DscpChange, DecodeError> {
+    let ch = DscpChange {
+        ordinal: c.varint().map_err(bad_varint)?,
+        ts_ns: c.u64_le().map_err(short)?,
+        from: c.u8().map_err(short)?,
+        to: c.u8().map_err(short)?,
+    };
+    if ch.from > 63 || ch.to > 63 {
+        return Err(invalid(format!(
+            "DSCP change from {} to {}: values above 63",
+            ch.from, ch.to
+        )));
+    }
+    Ok(ch)
 }
 
 fn get_state(c: &mut Reader<'_>) -> std::result::Result<TcpState, DecodeError> {
     let bits = c.u8().map_err(short)?;
-    if bits & 0xF0 != 0 {
-        return Err(invalid(format!("flow state presence bits {bits:#04x}")));
-    }
     let mut st = TcpState::default();
     for d in 0..2 {
         if bits & (1 << d) != 0 {
             st.high[d] = Some(c.u32_le().map_err(short)?);
+            st.high_ts[d] = c.u64_le().map_err(short)?;
         }
     }
     for d in 0..2 {
@@ -204,12 +224,19 @@ fn get_state(c: &mut Reader<'_>) -> std::result::Result<TcpState, DecodeError> {
     }
     for d in 0..2 {
         st.packets[d] = c.varint().map_err(bad_varint)?;
-        st.dscp[d] = match c.u8().map_err(short)? {
-            DSCP_NONE => DscpSeen::None,
-            DSCP_CHANGED => DscpSeen::Changed,
-            v @ 0..=63 => DscpSeen::Steady(v),
-            v => return Err(invalid(format!("DSCP state byte {v:#04x}"))),
-        };
+        let mut ds = DscpState::default();
+        if bits & (1 << (4 + d)) != 0 {
+            let ts = c.u64_le().map_err(short)?;
+            let v = c.u8().map_err(short)?;
+            if v > 63 {
+                return Err(invalid(format!("first DSCP {v} is above 63")));
+            }
+            ds.first = Some((ts, v));
+        }
+        if bits & (1 << (6 + d)) != 0 {
+            ds.change = Some(get_change(c)?);
+        }
+        st.dscp[d] = ds;
     }
     Ok(st)
 }
@@ -284,12 +311,7 @@ pub(super) fn get_flow(
         }
         f.dscp_change[d] = match c.u8().map_err(short)? {
             0 => None,
-            1 => Some(DscpChange {
-                ordinal: c.varint().map_err(bad_varint)?,
-                ts_ns: c.u64_le().map_err(short)?,
-                from: c.u8().map_err(short)?,
-                to: c.u8().map_err(short)?,
-            }),
+            1 => Some(get_change(c)?),
             v => return Err(invalid(format!("DSCP change presence byte {v}"))),
         };
     }

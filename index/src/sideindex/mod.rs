@@ -174,7 +174,7 @@ pub struct DscpCount {
 }
 
 /// The first DSCP change in one direction of a flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct DscpChange {
     /// The packet that carried the new value: its ordinal within that direction, 1-based,
     /// counted from the flow's first packet (carried across segments).
@@ -236,28 +236,92 @@ pub struct FlowRecord {
 
 /// What a flow's counting carries from one packet to the next, and from one segment's
 /// build to the next: per direction, the TCP high mark (the highest sequence number +
-/// payload seen, serial-number order), since when the sender has advertised a zero window,
-/// the packets counted so far (DSCP change ordinals), and the DSCP last seen.
+/// payload seen, serial-number order) and the time of the packet that set it, since when the
+/// sender has advertised a zero window, the packets counted so far, and the DSCP state.
+///
+/// The store writes a block per DSCP class (lane), so the index may see a flow's packets out
+/// of time order when they fall in several lanes (a remarked flow, ties of timestamps). The
+/// state is kept by timestamps where that matters: a data segment older than the packet
+/// that set the high mark is no retransmission (it was indexed late), and the DSCP change is
+/// the earliest packet whose value differs from the earliest packet's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct TcpState {
     pub high: [Option<u32>; 2],
+    /// Timestamp of the packet that set `high`.
+    pub high_ts: [u64; 2],
     /// Timestamp of the zero-window advert that started a stall still open.
     pub zero_since: [Option<u64>; 2],
     /// Packets of that direction counted before.
     pub packets: [u64; 2],
-    pub dscp: [DscpSeen; 2],
+    pub dscp: [DscpState; 2],
 }
 
 /// The DSCP state of one direction of a flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum DscpSeen {
-    /// No packet yet.
-    #[default]
-    None,
-    /// Every packet so far carried this value.
-    Steady(u8),
-    /// The value changed already (the first change is recorded).
-    Changed,
+pub struct DscpState {
+    /// The earliest packet seen: (timestamp, DSCP).
+    pub first: Option<(u64, u8)>,
+    /// The earliest packet whose DSCP differs from the earliest packet's, with the packets
+    /// before it (its ordinal - 1).
+    pub change: Option<DscpChange>,
+}
+
+impl DscpState {
+    /// Counts a packet of DSCP `v` at `ts`, the `n`th of its direction in processing order;
+    /// returns whether the change moved or its ordinal grew.
+    pub fn packet(&mut self, ts: u64, v: u8, n: u64) -> bool {
+        let Some((fts, fv)) = self.first else {
+            self.first = Some((ts, v));
+            return false;
+        };
+        if ts < fts {
+            // Earlier than every packet seen (indexed late): the new first packet.
+            self.first = Some((ts, v));
+            if v != fv {
+                // Everything seen so far carried fv from fts on: the change is at fts.
+                self.change = Some(DscpChange {
+                    ordinal: 2,
+                    ts_ns: fts,
+                    from: v,
+                    to: fv,
+                });
+                return true;
+            }
+            return match &mut self.change {
+                Some(c) => {
+                    c.ordinal += 1;
+                    true
+                }
+                None => false,
+            };
+        }
+        match &mut self.change {
+            Some(c) if ts < c.ts_ns => {
+                if v != fv {
+                    // An earlier change (indexed late): its ordinal is not known exactly.
+                    *c = DscpChange {
+                        ordinal: c.ordinal,
+                        ts_ns: ts,
+                        from: fv,
+                        to: v,
+                    };
+                } else {
+                    c.ordinal += 1;
+                }
+                true
+            }
+            None if v != fv => {
+                self.change = Some(DscpChange {
+                    ordinal: n,
+                    ts_ns: ts,
+                    from: fv,
+                    to: v,
+                });
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 impl FlowRecord {
@@ -355,9 +419,12 @@ impl FlowRecord {
             for c in &o.dscp_counts[d] {
                 self.count_dscp(d, c.dscp, c.packets, c.bytes);
             }
-            // The first change wins (ordinals carry across segments: it is the earliest).
+            // The earliest change wins; of two reports of one change, the later one (it
+            // has counted more of the packets before it).
             match (&self.dscp_change[d], &o.dscp_change[d]) {
-                (Some(a), Some(b)) if b.ts_ns < a.ts_ns => self.dscp_change[d] = Some(*b),
+                (Some(a), Some(b)) if b.ts_ns < a.ts_ns || b.ts_ns == a.ts_ns => {
+                    self.dscp_change[d] = Some(*b)
+                }
                 (None, Some(b)) => self.dscp_change[d] = Some(*b),
                 _ => {}
             }
@@ -650,15 +717,37 @@ pub(crate) mod tests {
                 ],
                 tcp_in: TcpState {
                     high: [Some(7), None],
+                    high_ts: [9, 0],
                     zero_since: [None, Some(u64::MAX)],
                     packets: [0, 0],
-                    dscp: [DscpSeen::None, DscpSeen::Steady(63)],
+                    dscp: [
+                        DscpState::default(),
+                        DscpState {
+                            first: Some((5, 63)),
+                            change: None,
+                        },
+                    ],
                 },
                 tcp_out: TcpState {
                     high: [Some(u32::MAX), Some(0)],
+                    high_ts: [u64::MAX, 7],
                     zero_since: [Some(1), None],
                     packets: [20, 1],
-                    dscp: [DscpSeen::Changed, DscpSeen::Steady(0)],
+                    dscp: [
+                        DscpState {
+                            first: Some((1, 0)),
+                            change: Some(DscpChange {
+                                ordinal: 20,
+                                ts_ns: 6_000_000_001,
+                                from: 0,
+                                to: 46,
+                            }),
+                        },
+                        DscpState {
+                            first: Some((2, 0)),
+                            change: None,
+                        },
+                    ],
                 },
             }],
         };
