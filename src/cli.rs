@@ -391,7 +391,7 @@ pub struct StragglersArgs {
 fn parse_interval(s: &str) -> Result<u64, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{s:?} is no duration: {e}"))?;
     let ns = u64::try_from(d.as_nanos()).map_err(|_| format!("{s:?} is too long"))?;
-    if ns == 0 || ns % 1_000_000_000 != 0 {
+    if ns == 0 || !ns.is_multiple_of(1_000_000_000) {
         return Err(format!(
             "{s:?} is not a whole number of seconds (the index counts 1-second buckets)"
         ));

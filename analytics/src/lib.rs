@@ -369,7 +369,7 @@ pub fn median(v: &mut [u64]) -> u64 {
 
 /// Checks an interval (ns) is whole seconds and not zero.
 pub fn check_interval(ns: u64, what: &str) -> Result<u64, AnalyticsError> {
-    if ns == 0 || ns % 1_000_000_000 != 0 {
+    if ns == 0 || !ns.is_multiple_of(1_000_000_000) {
         return Err(AnalyticsError::Usage(format!(
             "{what} must be a whole number of seconds (the index counts 1-second buckets), \
              got {ns} ns"

@@ -82,14 +82,12 @@ pub fn matrix(input: &Input, policy: &dyn Policy, by: By) -> Matrix {
     let mut total = Totals::default();
     for s in &input.flows {
         let f = &s.flow;
-        let opener = if f.handshake[0] & capsule_index::sideindex::SENT_SYN != 0 {
+        use capsule_index::sideindex::SENT_SYN;
+        let syn = |d: usize| f.handshake[d] & SENT_SYN != 0;
+        let opener = if syn(0) {
             0
-        } else if f.handshake[1] & capsule_index::sideindex::SENT_SYN != 0 {
-            1
-        } else if f.packets[1] > f.packets[0] {
-            1
         } else {
-            0
+            usize::from(syn(1) || f.packets[1] > f.packets[0])
         };
         total.flows += 1;
         for d in 0..2 {

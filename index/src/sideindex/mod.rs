@@ -422,9 +422,7 @@ impl FlowRecord {
             // The earliest change wins; of two reports of one change, the later one (it
             // has counted more of the packets before it).
             match (&self.dscp_change[d], &o.dscp_change[d]) {
-                (Some(a), Some(b)) if b.ts_ns < a.ts_ns || b.ts_ns == a.ts_ns => {
-                    self.dscp_change[d] = Some(*b)
-                }
+                (Some(a), Some(b)) if b.ts_ns <= a.ts_ns => self.dscp_change[d] = Some(*b),
                 (None, Some(b)) => self.dscp_change[d] = Some(*b),
                 _ => {}
             }
