@@ -133,7 +133,7 @@ The empty filter selects every packet.
                             the protocol; `tcp port 80` means `tcp and port 80`
   proto N|NAME              IP protocol by number or name (gre, esp, ah, ...)
   vlan [ID]                 an 802.1Q/802.1ad tag (any of up to two) is ID
-  dscp N|NAME               DS field: 0-63, ef, va, le, be, default, cs0-cs7, af11-af43
+  dscp N|NAME               DS field: 0-63, ef, va, le, df (be, default), cs0-cs7, af11-af43
   and (&&), or (||), not (!), ( )
                             not binds tighter than and, and tighter than or
 
