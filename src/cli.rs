@@ -90,6 +90,10 @@ usage; 3 some segments were skipped (damaged: each is named on standard error)."
 problems remain, each printed with its file, byte offset, and what was expected and found."
     )]
     Verify(VerifyArgs),
+    /// Work with the config file (`--config FILE`: host groups, DSCP and egress policy, work
+    /// hours; docs/config.md).
+    #[command(subcommand)]
+    Config(ConfigCmd),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to standard
     /// output, e.g. `capsule completions bash > /etc/bash_completion.d/capsule`.
     Completions(CompletionsArgs),
@@ -104,6 +108,29 @@ problems remain, each printed with its file, byte offset, and what was expected 
     /// `capsule query` runs it as a child process before an export.
     #[command(name = "__check-bpf", hide = true)]
     CheckBpf(CheckBpfArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCmd {
+    /// Validate a config file without starting anything, and summarise what it says.
+    ///
+    /// Prints the groups with their prefix counts, the DSCP policy with canonical names,
+    /// the egress policy and the work hours. An error names the file, line and column, the
+    /// key (`groups.gpu[2]`), what was expected and what was found.
+    #[command(
+        after_help = "Exit status: 0 the file is valid; 2 it is not (or cannot be read): the \
+error is printed with its line and key."
+    )]
+    Check(ConfigCheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ConfigCheckArgs {
+    /// The config file (TOML).
+    pub file: PathBuf,
+    /// Print the validated model as one JSON document instead of the summary.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -148,7 +175,7 @@ The empty filter selects every packet.
                             the protocol; `tcp port 80` means `tcp and port 80`
   proto N|NAME              IP protocol by number or name (gre, esp, ah, ...)
   vlan [ID]                 an 802.1Q/802.1ad tag (any of up to two) is ID
-  dscp N|NAME               DS field: 0-63, ef, va, le, be, default, cs0-cs7, af11-af43
+  dscp N|NAME               DS field: 0-63, ef, va, le, df (be, default), cs0-cs7, af11-af43
   and (&&), or (||), not (!), ( )
                             not binds tighter than and, and tighter than or
 

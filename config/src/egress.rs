@@ -103,6 +103,7 @@ impl Egress {
                     rule.prefixes.push(p);
                 }
             }
+            rule.table.build();
             e.by_group[group.index()] = Some(e.rules.len());
             e.rules.push(rule);
         }

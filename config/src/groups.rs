@@ -2,17 +2,16 @@
 //! gives an address its group, the most specific prefix winning.
 //!
 //! ```text
-//! [groups] gpu = ["10.1.1.0/24"]  -> Prefix::parse -> per family, per prefix length, a hash
-//!                                    map masked address -> GroupId
-//! Groups::group_of(ip)            -> the lengths present, longest first: mask, look up; the
-//!                                    first hit wins (IPv4-mapped IPv6 looked up as IPv4)
+//! [groups] gpu = ["10.1.1.0/24"]  -> Prefix::parse -> per family, the prefixes flattened
+//!                                    into sorted disjoint ranges, each with the GroupId of
+//!                                    the most specific prefix covering it
+//! Groups::group_of(ip)            -> one binary search (IPv4-mapped IPv6 looked up as IPv4)
 //! ```
 //!
-//! A lookup costs one hash probe per distinct prefix length present (a handful in practice),
-//! whatever the number of prefixes: it runs for every flow endpoint.
+//! A lookup costs about log2(2 x prefixes) comparisons and no hashing: it runs for every
+//! flow endpoint.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
@@ -168,118 +167,148 @@ fn mask6(a: u128, len: u8) -> u128 {
     }
 }
 
-/// A multiplicative hasher for integer keys (addresses already spread their bits; SipHash
-/// would cost more than the rest of a lookup).
-#[derive(Default, Clone, Copy, Debug)]
-pub(crate) struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-    fn write_u128(&mut self, n: u128) {
-        self.write_u64(n as u64);
-        self.write_u64((n >> 64) as u64);
-    }
-}
-
-type AddrMap<K, V> = HashMap<K, V, BuildHasherDefault<AddrHasher>>;
-
-/// Longest-prefix match over one address family: a map per prefix length present, longest
-/// first.
-#[derive(Debug, Clone)]
-pub(crate) struct PrefixTable<K, V> {
-    /// (length, masked address -> value), longest length first.
-    by_len: Vec<(u8, AddrMap<K, V>)>,
-}
-
-impl<K, V> Default for PrefixTable<K, V> {
-    fn default() -> Self {
-        PrefixTable { by_len: Vec::new() }
-    }
-}
-
-/// The two families' tables.
+/// Longest-prefix match as a sorted table: the prefixes of a family flattened into disjoint
+/// address ranges, each with the value of the most specific prefix covering it (prefixes
+/// nest or are disjoint, never overlap partly). A lookup is one binary search: about
+/// log2(2n) comparisons, whatever the lengths.
 #[derive(Debug, Clone)]
 pub(crate) struct PrefixSet<V> {
-    v4: PrefixTable<u32, V>,
-    v6: PrefixTable<u128, V>,
+    /// Every prefix added, for duplicates and for building.
+    entries: HashMap<Prefix, V>,
+    /// (first, last, value), sorted, disjoint.
+    v4: Vec<(u32, u32, V)>,
+    v6: Vec<(u128, u128, V)>,
 }
 
 impl<V> Default for PrefixSet<V> {
     fn default() -> Self {
         PrefixSet {
-            v4: PrefixTable::default(),
-            v6: PrefixTable::default(),
+            entries: HashMap::new(),
+            v4: Vec::new(),
+            v6: Vec::new(),
         }
     }
 }
 
 impl<V: Copy> PrefixSet<V> {
-    /// Adds `p` with value `v`; returns the value already there for the same prefix.
+    /// Adds `p` with value `v`, or returns the value already there for the same prefix
+    /// (and changes nothing). [`PrefixSet::build`] must run before lookups see it.
     pub fn insert(&mut self, p: Prefix, v: V) -> Option<V> {
-        match p.addr {
-            IpAddr::V4(a) => insert(&mut self.v4, p.len, u32::from(a), v),
-            IpAddr::V6(a) => insert(&mut self.v6, p.len, u128::from(a), v),
+        match self.entries.entry(p) {
+            std::collections::hash_map::Entry::Occupied(e) => Some(*e.get()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(v);
+                None
+            }
         }
+    }
+
+    /// Builds the lookup tables from what was inserted.
+    pub fn build(&mut self) {
+        let mut v4 = Vec::new();
+        let mut v6 = Vec::new();
+        for (p, v) in &self.entries {
+            match p.addr {
+                IpAddr::V4(a) => {
+                    let lo = u32::from(a);
+                    v4.push((lo, lo | !mask4(u32::MAX, p.len), *v));
+                }
+                IpAddr::V6(a) => {
+                    let lo = u128::from(a);
+                    v6.push((lo, lo | !mask6(u128::MAX, p.len), *v));
+                }
+            }
+        }
+        self.v4 = flatten(v4);
+        self.v6 = flatten(v6);
     }
 
     /// The value of the longest prefix holding `ip`.
     #[inline]
     pub fn lookup(&self, ip: IpAddr) -> Option<V> {
         match unmap(ip) {
-            IpAddr::V4(a) => {
-                let a = u32::from(a);
-                self.v4
-                    .by_len
-                    .iter()
-                    .find_map(|(len, m)| m.get(&mask4(a, *len)).copied())
-            }
-            IpAddr::V6(a) => {
-                let a = u128::from(a);
-                self.v6
-                    .by_len
-                    .iter()
-                    .find_map(|(len, m)| m.get(&mask6(a, *len)).copied())
-            }
+            IpAddr::V4(a) => find(&self.v4, u32::from(a)),
+            IpAddr::V6(a) => find(&self.v6, u128::from(a)),
         }
     }
 }
 
-fn insert<K: std::hash::Hash + Eq, V: Copy>(
-    t: &mut PrefixTable<K, V>,
-    len: u8,
-    key: K,
-    v: V,
-) -> Option<V> {
-    let i = match t.by_len.iter().position(|(l, _)| *l <= len) {
-        Some(i) if t.by_len[i].0 == len => i,
-        Some(i) => {
-            t.by_len.insert(i, (len, AddrMap::default()));
-            i
-        }
-        None => {
-            t.by_len.push((len, AddrMap::default()));
-            t.by_len.len() - 1
+#[inline]
+fn find<K: Ord + Copy, V: Copy>(table: &[(K, K, V)], a: K) -> Option<V> {
+    // The last range starting at or before `a`.
+    let i = table.partition_point(|(lo, _, _)| *lo <= a);
+    let (_, hi, v) = table.get(i.checked_sub(1)?)?;
+    (a <= *hi).then_some(*v)
+}
+
+/// Nested or disjoint ranges -> disjoint ranges, each with the value of the innermost range
+/// covering it.
+fn flatten<K, V>(mut ranges: Vec<(K, K, V)>) -> Vec<(K, K, V)>
+where
+    K: Ord + Copy + Step,
+    V: Copy,
+{
+    // Outer first when two start together: wider ranges end later.
+    ranges.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+    let mut out: Vec<(K, K, V)> = Vec::with_capacity(ranges.len() * 2);
+    // Ranges open around the cursor, innermost last; `next` is the first address not yet
+    // given out (None: past the end of the family).
+    let mut open: Vec<(K, V)> = Vec::new();
+    let mut next: Option<K> = None;
+    let close_to = |out: &mut Vec<(K, K, V)>,
+                    open: &mut Vec<(K, V)>,
+                    next: &mut Option<K>,
+                    until: Option<K>| {
+        // Close every open range that ends before `until` (None: all of them).
+        while let Some(&(hi, v)) = open.last() {
+            if until.is_some_and(|u| hi >= u) {
+                break;
+            }
+            if let Some(n) = *next {
+                if n <= hi {
+                    out.push((n, hi, v));
+                }
+            }
+            *next = hi.succ();
+            open.pop();
         }
     };
-    match t.by_len[i].1.entry(key) {
-        std::collections::hash_map::Entry::Occupied(e) => Some(*e.get()),
-        std::collections::hash_map::Entry::Vacant(e) => {
-            e.insert(v);
-            None
+    for (lo, hi, v) in ranges {
+        close_to(&mut out, &mut open, &mut next, Some(lo));
+        if let (Some(&(_, outer)), Some(n)) = (open.last(), next) {
+            if n < lo {
+                out.push((n, lo.pred(), outer));
+            }
         }
+        next = Some(lo);
+        open.push((hi, v));
+    }
+    close_to(&mut out, &mut open, &mut next, None);
+    out
+}
+
+/// The neighbours of an address.
+trait Step: Sized {
+    fn succ(self) -> Option<Self>;
+    /// Only called on a value that has a predecessor.
+    fn pred(self) -> Self;
+}
+
+impl Step for u32 {
+    fn succ(self) -> Option<u32> {
+        self.checked_add(1)
+    }
+    fn pred(self) -> u32 {
+        self.saturating_sub(1)
+    }
+}
+
+impl Step for u128 {
+    fn succ(self) -> Option<u128> {
+        self.checked_add(1)
+    }
+    fn pred(self) -> u128 {
+        self.saturating_sub(1)
     }
 }
 
@@ -397,6 +426,7 @@ impl Groups {
                 prefixes,
             });
         }
+        g.table.build();
         Ok(g)
     }
 }
@@ -547,6 +577,7 @@ mod tests {
         assert_eq!(s.insert(p("fd00::/16"), 4), None);
         assert_eq!(s.insert(p("fd00:1::/32"), 5), None);
         assert_eq!(s.insert(p("10.1.0.0/16"), 9), Some(2));
+        s.build();
         let l = |a: &str| s.lookup(a.parse().unwrap());
         assert_eq!(l("10.9.9.9"), Some(1));
         assert_eq!(l("10.1.9.9"), Some(2));
@@ -556,6 +587,75 @@ mod tests {
         assert_eq!(l("fd00:2::1"), Some(4));
         assert_eq!(l("fd00:1::1"), Some(5));
         assert_eq!(l("fe80::1"), None);
+    }
+
+    #[test]
+    fn flattening_keeps_the_innermost_value_at_every_edge() {
+        let mut s = PrefixSet::default();
+        for (t, v) in [
+            ("0.0.0.0/0", 0),
+            ("10.0.0.0/8", 1),
+            ("10.0.0.0/16", 2),
+            ("10.0.0.0/24", 3),
+            ("10.255.255.255", 4),
+            ("255.255.255.255", 5),
+            ("10.128.0.0/9", 6),
+            ("::/0", 7),
+            ("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", 8),
+        ] {
+            assert_eq!(s.insert(p(t), v), None);
+        }
+        s.build();
+        let l = |a: &str| s.lookup(a.parse().unwrap());
+        assert_eq!(l("0.0.0.0"), Some(0));
+        assert_eq!(l("9.255.255.255"), Some(0));
+        assert_eq!(l("10.0.0.0"), Some(3));
+        assert_eq!(l("10.0.0.255"), Some(3));
+        assert_eq!(l("10.0.1.0"), Some(2));
+        assert_eq!(l("10.0.255.255"), Some(2));
+        assert_eq!(l("10.1.0.0"), Some(1));
+        assert_eq!(l("10.127.255.255"), Some(1));
+        assert_eq!(l("10.128.0.0"), Some(6));
+        assert_eq!(l("10.255.255.254"), Some(6));
+        assert_eq!(l("10.255.255.255"), Some(4));
+        assert_eq!(l("11.0.0.0"), Some(0));
+        assert_eq!(l("255.255.255.254"), Some(0));
+        assert_eq!(l("255.255.255.255"), Some(5));
+        assert_eq!(l("::"), Some(7));
+        assert_eq!(l("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe"), Some(7));
+        assert_eq!(l("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"), Some(8));
+    }
+
+    proptest::proptest! {
+        /// The sorted table agrees with a linear scan for the longest prefix.
+        #[test]
+        fn lookup_agrees_with_a_linear_scan(
+            prefixes in proptest::collection::vec((proptest::prelude::any::<u32>(), 0u8..=32), 0..40),
+            probes in proptest::collection::vec(proptest::prelude::any::<u32>(), 0..40),
+        ) {
+            let mut s = PrefixSet::default();
+            let mut all = Vec::new();
+            for (i, (a, len)) in prefixes.iter().enumerate() {
+                let pf = Prefix { addr: IpAddr::V4(Ipv4Addr::from(mask4(*a, *len))), len: *len };
+                if s.insert(pf, i).is_none() {
+                    all.push((pf, i));
+                }
+            }
+            s.build();
+            // Probe the prefixes' own edges as well as random addresses.
+            let mut addrs: Vec<u32> = probes;
+            for (pf, _) in &all {
+                let IpAddr::V4(a) = pf.addr else { unreachable!() };
+                let lo = u32::from(a);
+                let hi = lo | !mask4(u32::MAX, pf.len);
+                addrs.extend([lo, hi, lo.wrapping_sub(1), hi.wrapping_add(1)]);
+            }
+            for a in addrs {
+                let ip = IpAddr::V4(Ipv4Addr::from(a));
+                let want = all.iter().filter(|(pf, _)| pf.contains(ip)).max_by_key(|(pf, _)| pf.len).map(|(_, v)| *v);
+                proptest::prop_assert_eq!(s.lookup(ip), want, "{}", ip);
+            }
+        }
     }
 
     #[test]

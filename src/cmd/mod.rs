@@ -15,6 +15,7 @@ use crate::cli::{Cli, Cmd, Selection};
 mod capture;
 pub mod check_bpf;
 mod compact;
+mod config;
 mod dscp;
 mod flows;
 mod import;
@@ -56,6 +57,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Segments(a) => segments::run(&a),
         Cmd::Synth(a) => synth::run(&a),
         Cmd::Verify(a) => verify::run(&a),
+        Cmd::Config(c) => config::run(&c),
         Cmd::Completions(a) => {
             // Into a buffer first: clap_complete panics on a failed write, and a closed pipe
             // (`| head`) must end quietly like every other command's output.
@@ -258,7 +260,7 @@ impl Answer {
 /// the window's flows from the side index, with the capture's drops as a limit.
 fn answer(a: &crate::cli::AnswerArgs, need: Option<&str>) -> Result<Answer> {
     let config = match (&a.config, need) {
-        (Some(path), _) => Some(capsule_config::Config::load(path)?),
+        (Some(path), _) => Some(config::load(path)?),
         (None, Some(what)) => {
             return Err(Usage(format!(
                 "{what} needs --config FILE: the host groups (and policy) it answers with"
