@@ -212,3 +212,56 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
         remarked,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::{flow, input, Groups};
+    use capsule_index::sideindex::{DscpChange, DscpCount};
+
+    #[test]
+    fn values_violations_and_remarks() {
+        let mut ef = flow([10, 0, 0, 2], [10, 0, 0, 9], &[(0, 1000), (1, 1000)]);
+        let d = usize::from(ef.flow.key.a != IpAddr::from([10, 0, 0, 2]));
+        ef.flow.dscp_counts[d] = vec![
+            DscpCount {
+                dscp: 0,
+                packets: 4,
+                bytes: 400,
+            },
+            DscpCount {
+                dscp: 46,
+                packets: 16,
+                bytes: 1600,
+            },
+        ];
+        ef.flow.dscp_change[d] = Some(DscpChange {
+            ordinal: 5,
+            ts_ns: 400_000_000,
+            from: 0,
+            to: 46,
+        });
+        let mut allowed = flow([10, 0, 0, 1], [10, 0, 0, 9], &[(0, 500)]);
+        let d1 = usize::from(allowed.flow.key.a != IpAddr::from([10, 0, 0, 1]));
+        allowed.flow.dscp_counts[d1] = vec![DscpCount {
+            dscp: 46,
+            packets: 5,
+            bytes: 500,
+        }];
+        let i = input(vec![ef, allowed], 0, 2_000_000_000);
+        let a = dscp(&i, Some(&Groups));
+        let v46 = a.values.iter().find(|v| v.dscp == 46).unwrap();
+        assert_eq!((v46.bytes, v46.packets, v46.flows), (2100, 21, 2));
+        assert_eq!(v46.name, "ef");
+        let v = a.violations.unwrap();
+        assert_eq!(v.len(), 1);
+        assert_eq!(
+            (v[0].src.as_str(), v[0].bytes, v[0].dscp),
+            ("10.0.0.2", 1600, 46)
+        );
+        assert_eq!(a.remarked.len(), 1);
+        assert_eq!((a.remarked[0].packet, a.remarked[0].to_dscp), (5, 46));
+        // Without a policy: no violations list at all.
+        assert!(dscp(&i, None).violations.is_none());
+    }
+}

@@ -379,8 +379,76 @@ pub fn check_interval(ns: u64, what: &str) -> Result<u64, AnalyticsError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use capsule_index::sideindex::{Bucket, FlowKey};
+
+    /// Every 10.0.0.0/24 address is in group "g"; "g" may send only to 10.0.0.0/24 and EF is
+    /// for 10.0.0.1 alone.
+    pub(crate) struct Groups;
+
+    impl Policy for Groups {
+        fn group_of(&self, ip: IpAddr) -> Option<String> {
+            match ip {
+                IpAddr::V4(v4) if v4.octets()[..3] == [10, 0, 0] => Some("g".into()),
+                _ => None,
+            }
+        }
+        fn groups(&self) -> Vec<String> {
+            vec!["g".into()]
+        }
+        fn dscp_allowed(&self, dscp: u8, src: IpAddr) -> bool {
+            dscp != 46 || src == IpAddr::from([10, 0, 0, 1])
+        }
+        fn egress_allowed(&self, src: IpAddr, dst: IpAddr) -> bool {
+            self.group_of(src).is_none() || self.group_of(dst).is_some()
+        }
+    }
+
+    /// A UDP flow from `src` to `dst` sending `bytes` in each (second, bytes) of `per`, one
+    /// 100-byte packet per 100 bytes, DSCP 0.
+    pub(crate) fn flow(src: [u8; 4], dst: [u8; 4], per: &[(u64, u64)]) -> FlowSummary {
+        let (key, d) = FlowKey::of(
+            [None, None],
+            4,
+            17,
+            IpAddr::from(src),
+            IpAddr::from(dst),
+            Some((5000, 6000)),
+        );
+        let first = per.first().map_or(0, |p| p.0) * 1_000_000_000;
+        let last = per.last().map_or(0, |p| p.0) * 1_000_000_000 + 1;
+        let mut f = FlowRecord::new(key, first, last);
+        for &(second, bytes) in per {
+            let mut b = Bucket {
+                second,
+                ..Bucket::default()
+            };
+            b.bytes[d] = bytes;
+            b.packets[d] = bytes.div_ceil(100);
+            f.packets[d] += b.packets[d];
+            f.bytes[d] += bytes;
+            f.buckets.push(b);
+        }
+        f.dscp[d] = 1;
+        let (p, b) = (f.packets[d], f.bytes[d]);
+        f.count_dscp(d, 0, p, b);
+        FlowSummary {
+            flow: f,
+            approximate: false,
+        }
+    }
+
+    pub(crate) fn input(flows: Vec<FlowSummary>, from_ns: u64, to_ns: u64) -> Input {
+        Input {
+            flows,
+            from_ns,
+            to_ns,
+            filter: String::new(),
+            store: "/s".into(),
+            limits: Limits::default(),
+        }
+    }
 
     #[test]
     fn quoting_and_median() {

@@ -152,3 +152,43 @@ pub fn matrix(input: &Input, policy: &dyn Policy, by: By) -> Matrix {
         total,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::{flow, input, Groups};
+
+    #[test]
+    fn cells_sum_to_the_totals_and_forbidden_egress_is_flagged() {
+        let i = input(
+            vec![
+                flow([10, 0, 0, 1], [10, 0, 0, 2], &[(0, 500), (1, 700)]),
+                flow([10, 0, 0, 3], [192, 0, 2, 1], &[(0, 300)]),
+                flow([192, 0, 2, 9], [10, 0, 0, 1], &[(1, 100)]),
+            ],
+            0,
+            2_000_000_000,
+        );
+        let m = matrix(&i, &Groups, By::Bytes);
+        assert_eq!(m.groups, vec!["g".to_string(), UNASSIGNED.to_string()]);
+        assert_eq!((m.total.bytes, m.total.flows), (1600, 3));
+        let cell = |a: &str, b: &str| {
+            m.cells
+                .iter()
+                .find(|c| c.src_group == a && c.dst_group == b)
+                .unwrap()
+        };
+        assert_eq!(cell("g", "g").bytes, 1200);
+        assert!(!cell("g", "g").flagged);
+        let out = cell("g", UNASSIGNED);
+        assert!(out.flagged);
+        assert_eq!(out.flagged_flows[0].dst, "192.0.2.1");
+        assert!(out.flagged_flows[0].query.contains("dst host 192.0.2.1"));
+        assert!(
+            !cell(UNASSIGNED, "g").flagged,
+            "unassigned senders have no egress rule"
+        );
+        let sum: u64 = m.cells.iter().map(|c| c.flows).sum();
+        assert_eq!(sum, 3);
+    }
+}

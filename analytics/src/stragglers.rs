@@ -184,3 +184,85 @@ pub fn stragglers(
         stragglers: found,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::{flow, input, Groups};
+
+    const S: u64 = 1_000_000_000;
+
+    /// Members 10.0.0.1..=n of group "g", each sending `bytes(member, second)` in seconds
+    /// 0..secs to 10.9.9.9.
+    fn group_input(n: u8, secs: u64, bytes: impl Fn(u8, u64) -> u64) -> Input {
+        let flows = (1..=n)
+            .map(|m| {
+                let per: Vec<(u64, u64)> = (0..secs).map(|s| (s, bytes(m, s))).collect();
+                flow([10, 0, 0, m], [10, 9, 9, 9], &per)
+            })
+            .collect();
+        input(flows, 0, secs * S)
+    }
+
+    fn run(i: &Input, ratio: f64) -> Stragglers {
+        stragglers(i, &Groups, "g", S, ratio, 1000).unwrap()
+    }
+
+    #[test]
+    fn a_run_of_three_intervals_under_the_ratio_is_a_straggler() {
+        // Member 2 sends a third from second 3 to 5 (three intervals), member 3 a third in
+        // seconds 1 and 7 only (no run).
+        let i = group_input(5, 10, |m, s| match (m, s) {
+            (2, 3..=5) | (3, 1) | (3, 7) => 10_000,
+            _ => 30_000,
+        });
+        let s = run(&i, 0.5);
+        assert_eq!(s.stragglers.len(), 1, "{:?}", s.stragglers);
+        let x = &s.stragglers[0];
+        assert_eq!(x.host, "10.0.0.2");
+        assert_eq!((x.from_ns, x.to_ns, x.intervals), (3 * S, 6 * S, 3));
+        assert!((x.ratio_to_median - 1.0 / 3.0).abs() < 1e-9);
+        assert!(x.query.contains("src host 10.0.0.2"));
+        assert_eq!(s.intervals[3].median_bytes, 30_000);
+    }
+
+    #[test]
+    fn idle_intervals_and_small_groups_flag_nothing() {
+        // Idle: the median member sends under min_bytes (1000), member 1 nothing at all.
+        let idle = group_input(5, 6, |m, _| if m == 1 { 0 } else { 900 });
+        let s = run(&idle, 0.5);
+        assert!(s.stragglers.is_empty());
+        assert!(s.intervals.iter().all(|i| !i.judged));
+        // Two active members: no baseline, even with one sending nothing.
+        let small = group_input(3, 6, |m, _| if m == 1 { 0 } else { 50_000 });
+        let s = run(&small, 0.5);
+        assert!(s.stragglers.is_empty());
+        assert!(s
+            .intervals
+            .iter()
+            .all(|i| i.active_members == 2 && !i.judged));
+        // Four members, one silent: it is the straggler (a silent member counts as 0).
+        let dead = group_input(4, 6, |m, _| if m == 1 { 0 } else { 50_000 });
+        let s = run(&dead, 0.5);
+        assert_eq!(s.stragglers.len(), 1);
+        assert_eq!(s.stragglers[0].intervals, 6);
+        assert_eq!(s.stragglers[0].ratio_to_median, 0.0);
+        // An idle interval in the middle ends the run: 2 + 2 intervals are no run of 3.
+        let gap = group_input(4, 5, |m, s| match (m, s) {
+            (_, 2) => 10,
+            (1, _) => 5_000,
+            _ => 50_000,
+        });
+        assert!(run(&gap, 0.5).stragglers.is_empty());
+    }
+
+    #[test]
+    fn an_unknown_group_or_a_fractional_interval_is_refused() {
+        let i = group_input(3, 2, |_, _| 1);
+        assert!(matches!(
+            stragglers(&i, &Groups, "nope", S, 0.5, 1),
+            Err(AnalyticsError::Usage(m)) if m.contains("nope")
+        ));
+        assert!(stragglers(&i, &Groups, "g", S / 2, 0.5, 1).is_err());
+    }
+}

@@ -87,7 +87,8 @@ struct Acc {
     flows: u64,
     first: u64,
     last: u64,
-    per_second: HashMap<u64, u64>,
+    /// (second, bytes), unsorted, a second possibly repeated: summed when a row is made.
+    per_second: Vec<(u64, u64)>,
     dscp: BTreeMap<u8, u64>,
     filter: Option<String>,
     hosts: Vec<std::net::IpAddr>,
@@ -125,7 +126,7 @@ impl Acc {
                         as u64
                 };
                 if part > 0 {
-                    *self.per_second.entry(b.second).or_default() += part;
+                    self.per_second.push((b.second, part));
                 }
             }
         }
@@ -153,12 +154,28 @@ impl Acc {
         self.flows += o.flows;
         self.first = self.first.min(o.first);
         self.last = self.last.max(o.last);
-        for (s, b) in &o.per_second {
-            *self.per_second.entry(*s).or_default() += b;
-        }
+        self.per_second.extend_from_slice(&o.per_second);
         for (v, b) in &o.dscp {
             *self.dscp.entry(*v).or_default() += b;
         }
+    }
+
+    /// Bytes in the busiest second.
+    fn peak(&self) -> u64 {
+        let mut v = self.per_second.clone();
+        v.sort_unstable_by_key(|x| x.0);
+        let mut peak = 0;
+        let mut i = 0;
+        while i < v.len() {
+            let mut sum = 0;
+            let s = v[i].0;
+            while i < v.len() && v[i].0 == s {
+                sum += v[i].1;
+                i += 1;
+            }
+            peak = peak.max(sum);
+        }
+        peak
     }
 
     fn row(&self, rank: Option<usize>, key: String, total: u64, by: By, input: &Input) -> Row {
@@ -175,7 +192,7 @@ impl Acc {
             flows: self.flows,
             share: ratio(measure, total),
             mean_bps: self.bytes as f64 * 8.0 / input.seconds(),
-            peak_bps: self.per_second.values().max().copied().unwrap_or(0) * 8,
+            peak_bps: self.peak() * 8,
             mean_packet_size: ratio(self.bytes, self.packets),
             first_ns: self.first,
             first: rfc(self.first),

@@ -53,11 +53,12 @@ pub struct FlowListing {
 /// The flows of `q` (filter and window) from the side index alone: every sealed segment's
 /// `.idx` whose length matches its segment file, and the open segment's journal. No segment
 /// file is opened. With `keep_buckets`, each flow keeps its 1-second buckets in the window.
+/// The flows come in the order they were first seen (segment order), not ranked.
 pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<FlowListing> {
     use crate::sideindex::{index_name, journal, SegmentIndex};
     use capsule_store::SegmentState;
     let (from, to) = q.window();
-    let mut out: HashMap<FlowKey, FlowSummary> = HashMap::new();
+    let mut out = Merged::default();
     let mut listing = FlowListing::default();
     let dir = store.index_dir();
     for entry in store.list()? {
@@ -131,65 +132,81 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
                 Some((a, b)) => (a.min(f.first_ns), b.max(f.last_ns)),
             });
         }
-        merge_segment(&mut out, &idx.flows, q, from, to, keep_buckets);
+        merge_segment(&mut out, idx.flows, q, from, to, keep_buckets);
     }
-    listing.flows = finish(out);
+    // In first-seen order: the answers aggregate and rank on their own.
+    listing.flows = out.flows;
+    listing.flows.retain(|f| f.flow.total_packets() > 0);
     Ok(listing)
 }
 
 /// Adds the flows of one segment's index that match `q` in [from, to) to `out`.
 fn merge_segment(
-    out: &mut HashMap<FlowKey, FlowSummary>,
-    flows: &[FlowRecord],
+    out: &mut Merged,
+    flows: Vec<FlowRecord>,
     q: &Query,
     from: u64,
     to: u64,
     keep_buckets: bool,
 ) {
+    out.flows.reserve(flows.len());
     for f in flows {
         if f.last_ns < from || f.first_ns >= to {
             continue;
         }
         let matches = (0..2).any(|d| {
-            f.packets[d] > 0 && q.filter.matches_side(&flow_side(f, d, f.dscp[d])) != Tri::No
+            f.packets[d] > 0 && q.filter.matches_side(&flow_side(&f, d, f.dscp[d])) != Tri::No
         });
         if !matches {
             continue;
         }
+        let key = f.key;
         let part = windowed(f, from, to, keep_buckets);
-        match out.get_mut(&f.key) {
-            Some(s) => {
+        match out.at.get(&key) {
+            Some(&i) => {
+                let s = &mut out.flows[i];
                 s.flow.absorb(&part.flow);
                 crate::sideindex::merge_buckets(&mut s.flow.buckets, &part.flow.buckets);
                 s.approximate |= part.approximate;
             }
             None => {
-                out.insert(f.key, part);
+                out.at.insert(key, out.flows.len());
+                out.flows.push(part);
             }
         }
     }
 }
 
-/// The merged flows with packets, largest first.
-fn finish(out: HashMap<FlowKey, FlowSummary>) -> Vec<FlowSummary> {
-    let mut flows: Vec<FlowSummary> = out
-        .into_values()
-        .filter(|f| f.flow.total_packets() > 0)
+/// Flows merged across segments: the records in first-seen order, and where each key is.
+/// (Records are large; a map of indexes moves none of them as it grows.)
+#[derive(Default)]
+struct Merged {
+    at: HashMap<FlowKey, usize>,
+    flows: Vec<FlowSummary>,
+}
+
+/// The merged flows with packets, largest first (sorted by index, each record moved once).
+fn finish(out: Merged) -> Vec<FlowSummary> {
+    let mut order: Vec<(u64, FlowKey, usize)> = out
+        .flows
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.flow.total_packets() > 0)
+        .map(|(i, f)| (f.flow.total_bytes(), f.flow.key, i))
         .collect();
-    flows.sort_by(|a, b| {
-        b.flow
-            .total_bytes()
-            .cmp(&a.flow.total_bytes())
-            .then(a.flow.key.cmp(&b.flow.key))
-    });
-    flows
+    order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut slots: Vec<Option<FlowSummary>> = out.flows.into_iter().map(Some).collect();
+    order
+        .into_iter()
+        .filter_map(|(_, _, i)| slots[i].take())
+        .collect()
 }
 
 /// Lists the flows of `q` (filter and window) from the side index of `segments`.
 pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<FlowListing> {
     let from = q.from_ns.unwrap_or(0);
     let to = q.to_ns.unwrap_or(u64::MAX);
-    let mut out: HashMap<FlowKey, FlowSummary> = HashMap::new();
+    let mut out = Merged::default();
     let mut unindexed = Vec::new();
     let mut damaged_index = Vec::new();
     let mut unseen = Vec::new();
@@ -230,7 +247,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
             }
             Err(e) => return Err(e),
         };
-        merge_segment(&mut out, &idx.flows, q, from, to, false);
+        merge_segment(&mut out, idx.flows, q, from, to, false);
     }
     let flows = finish(out);
     Ok(FlowListing {
@@ -247,35 +264,35 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
 /// `keep_buckets`. A flow the window cuts has its packet, byte and TCP counters summed from
 /// the buckets; its per-DSCP counters, DSCP change, zero-window duration and handshake bits
 /// stay the whole record's (the summary is `approximate`).
-fn windowed(f: &FlowRecord, from: u64, to: u64, keep_buckets: bool) -> FlowSummary {
+fn windowed(mut f: FlowRecord, from: u64, to: u64, keep_buckets: bool) -> FlowSummary {
     let in_window = |b: &crate::sideindex::Bucket| {
         let start = b.second.saturating_mul(1_000_000_000);
         start.saturating_add(1_000_000_000) > from && start < to
     };
-    let mut flow = FlowRecord {
-        first_ns: f.first_ns.max(from),
-        last_ns: f.last_ns.min(to.saturating_sub(1)),
-        blocks: Vec::new(),
-        buckets: if keep_buckets {
-            f.buckets.iter().copied().filter(in_window).collect()
-        } else {
-            Vec::new()
-        },
-        ..f.clone()
-    };
-    if f.first_ns >= from && f.last_ns < to {
+    let whole = f.first_ns >= from && f.last_ns < to;
+    f.blocks = Vec::new();
+    if !keep_buckets && whole {
+        f.buckets = Vec::new();
+    }
+    if whole {
         return FlowSummary {
-            flow,
+            flow: f,
             approximate: false,
         };
     }
+    let buckets = std::mem::take(&mut f.buckets);
+    let mut flow = FlowRecord {
+        first_ns: f.first_ns.max(from),
+        last_ns: f.last_ns.min(to.saturating_sub(1)),
+        ..f
+    };
     flow.packets = [0; 2];
     flow.bytes = [0; 2];
     flow.data = [0; 2];
     flow.retransmissions = [0; 2];
     flow.zero_windows = [0; 2];
     flow.resets = [0; 2];
-    for b in f.buckets.iter().filter(|b| in_window(b)) {
+    for b in buckets.iter().filter(|b| in_window(b)) {
         for d in 0..2 {
             flow.packets[d] += b.packets[d];
             flow.bytes[d] += b.bytes[d];
@@ -284,6 +301,9 @@ fn windowed(f: &FlowRecord, from: u64, to: u64, keep_buckets: bool) -> FlowSumma
             flow.zero_windows[d] += b.zero_windows[d];
             flow.resets[d] += b.resets[d];
         }
+    }
+    if keep_buckets {
+        flow.buckets = buckets.into_iter().filter(in_window).collect();
     }
     FlowSummary {
         flow,

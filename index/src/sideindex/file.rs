@@ -336,6 +336,8 @@ pub(super) fn get_flow(
         return Err(invalid(format!("flow lists {nbk} buckets")));
     }
     let mut second = first_ns / 1_000_000_000;
+    // Each bucket takes at least 13 bytes: no more are reserved than the body could hold.
+    f.buckets.reserve_exact((nbk as usize).min(body_len / 13));
     for _ in 0..nbk {
         second = second.saturating_add(c.varint().map_err(bad_varint)?);
         let mut bk = Bucket {
