@@ -440,3 +440,72 @@ fn a_window_cuts_by_seconds_and_states_its_limits() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr_str(&out));
     assert!(stderr_str(&out).contains("--config"));
 }
+
+/// An import killed with SIGKILL while its segment is open: the analytics read the open
+/// segment from its index journal, and agree with `capsule flows` (which reads the open
+/// segment's block headers) on every flow's bytes.
+#[test]
+fn the_open_segment_is_answered_from_its_journal() {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let d = tempfile::tempdir().unwrap();
+    let input = d.path().join("in.pcap");
+    synth(&input, &d.path().join("truth.json"), 7, "4s", "100M", None);
+    let bytes = std::fs::read(&input).unwrap();
+    let store = d.path().join("store");
+    let mut child = capsule()
+        .args(["import", "--store", p(&store), "--block-size", "64K"])
+        .args(["--segment-size", "1G", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&bytes[..bytes.len() / 2]).unwrap();
+    stdin.flush().unwrap();
+    let journal = store.join("index").join("seg-000000000001.journal");
+    let segment = store
+        .join("segments")
+        .join(".seg-000000000001.pcapng.zst.open");
+    let size = |f: &Path| std::fs::metadata(f).map_or(0, |m| m.len());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = (0, 0);
+    loop {
+        std::thread::sleep(Duration::from_millis(400));
+        let now = (size(&journal), size(&segment));
+        if now.0 > 0 && now.1 > 0 && now == last {
+            break;
+        }
+        last = now;
+        assert!(Instant::now() < deadline, "import wrote no journal");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(stdin);
+    assert!(journal.exists() && segment.exists());
+    let out = run_ok(capsule().args([
+        "flows",
+        "--store",
+        p(&store),
+        "--json",
+        "--limit",
+        "1000000",
+    ]));
+    let listed: Vec<Value> = stdout_str(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!listed.is_empty());
+    let flow_bytes: u64 = listed
+        .iter()
+        .map(|f| f["bytes"][0].as_u64().unwrap() + f["bytes"][1].as_u64().unwrap())
+        .sum();
+    let t = json(&["top", "--store", p(&store), "--key", "flow", "--limit", "0"]);
+    assert_eq!(t["total"]["flows"].as_u64().unwrap(), listed.len() as u64);
+    assert_eq!(t["total"]["bytes"].as_u64().unwrap(), flow_bytes);
+    assert!(t["limits"]["unindexed_segments"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
