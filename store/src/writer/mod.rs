@@ -59,7 +59,7 @@ mod retention;
 mod tests;
 
 use compactor::{CompactCounters, CompactRequest};
-pub use compactor::{CompactReport, CompactedSegment};
+pub use compactor::{lower_thread_priority, CompactReport, CompactedSegment};
 pub(super) use compress::SpaceCounters;
 use compress::{compress_loop, Ladder, Signals};
 pub use compress::{Level, LevelError, Pressure, PressureGauge};
