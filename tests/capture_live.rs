@@ -1934,6 +1934,21 @@ fn with_nothing_left_to_delete_a_capture_drops_for_disk_full_and_resumes() {
         "{}",
         stopped.stdout
     );
+    // The stored interface statistics count them too, so an export says they were lost.
+    let all = tmp.path().join("all.pcapng");
+    query_ok(&store, &all, &[]);
+    let file = decode_file(&all).whole("capsule query export");
+    let stored_drops = file
+        .stats
+        .iter()
+        .filter_map(|s| s.dropped)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        stored_drops >= dropped,
+        "the export's interface statistics count {stored_drops} drops, the status {dropped}: {:?}",
+        file.stats
+    );
     eprintln!("3 MiB free: {dropped} packets dropped for disk full, then the probe was stored");
 }
 

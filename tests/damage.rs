@@ -212,10 +212,16 @@ fn a_running_writer_rebuilds_a_damaged_or_deleted_index_in_the_background() {
     let idx = |seq: u64| store.join("index").join(format!("seg-{seq:012}.idx"));
     let t0 = Instant::now();
     while !(idx(1).exists() && idx(2).exists()) {
-        assert!(t0.elapsed() < Duration::from_secs(60), "segments 1 and 2 sealed");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "segments 1 and 2 sealed"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let want = [std::fs::read(idx(1)).unwrap(), std::fs::read(idx(2)).unwrap()];
+    let want = [
+        std::fs::read(idx(1)).unwrap(),
+        std::fs::read(idx(2)).unwrap(),
+    ];
     let len = want[0].len() as u64;
     flip(&idx(1), 64 + (len - 64) / 2);
     std::fs::remove_file(idx(2)).unwrap();

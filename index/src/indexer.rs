@@ -464,8 +464,12 @@ mod tests {
         let store = crate::scrub::tests::store_with_two_sealed(d.path());
         let interval = Duration::from_millis(50);
         let indexer = SideIndexer::with_scrub_interval(interval);
-        let (w, _) = StoreWriter::open_with(d.path(), crate::scrub::tests::cfg(), Box::new(indexer)).unwrap();
-        let path = store.index_dir().join(index_name(crate::scrub::tests::sealed(&store)[0]));
+        let (w, _) =
+            StoreWriter::open_with(d.path(), crate::scrub::tests::cfg(), Box::new(indexer))
+                .unwrap();
+        let path = store
+            .index_dir()
+            .join(index_name(crate::scrub::tests::sealed(&store)[0]));
         let want = std::fs::read(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         let t0 = std::time::Instant::now();

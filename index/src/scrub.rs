@@ -102,10 +102,7 @@ fn run(store: &Store, writes: &Mutex<()>, interval: Duration, stop: &AtomicBool)
             return;
         }
         if let Err(e) = pass(store, writes, interval, stop, &mut seen, &mut turn) {
-            tracing::debug!(
-                "index scrub pass: {}",
-                capsule_store::error::chain(&e)
-            );
+            tracing::debug!("index scrub pass: {}", capsule_store::error::chain(&e));
         }
     }
 }
@@ -226,7 +223,18 @@ pub(crate) mod tests {
         });
         for seg in 0..3u64 {
             for i in 0..20u64 {
-                let f = tcp4(None, A, B, 40000, 80, 1 + 100 * i as u32, 0x18, 1000, 100, 0);
+                let f = tcp4(
+                    None,
+                    A,
+                    B,
+                    40000,
+                    80,
+                    1 + 100 * i as u32,
+                    0x18,
+                    1000,
+                    100,
+                    0,
+                );
                 w.append(ifc, (20 * seg + 1) * S + i, f.len() as u32, &f)
                     .unwrap();
             }

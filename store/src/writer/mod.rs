@@ -58,8 +58,8 @@ mod retention;
 #[cfg(test)]
 mod tests;
 
-use compactor::{CompactCounters, CompactRequest};
 pub use compactor::{lower_thread_priority, CompactReport, CompactedSegment};
+use compactor::{CompactCounters, CompactRequest};
 pub(super) use compress::SpaceCounters;
 use compress::{compress_loop, Ladder, Signals};
 pub use compress::{Level, LevelError, Pressure, PressureGauge};
