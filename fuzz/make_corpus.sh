@@ -45,6 +45,8 @@ idx=$(find "$TMP/store" -name 'seg-*.idx' | sort | head -n 1)
 cp "$seg" "$C/segment_file/sealed.pcapng.zst"
 # A torn copy (no footer): what the reader sees of an open segment.
 head -c $(($(stat -c %s "$seg") * 2 / 3)) "$seg" >"$C/segment_file/torn.pcapng.zst"
+# Prefix 0xfe: the target rewrites every header and block CRC before reading (see the target).
+{ printf '\xfe'; cat "$seg"; } >"$C/segment_file/fix-crcs-sealed"
 cp "$idx" "$C/index_file/seg.idx"
 
 # Seeds cut from the files with python: single packets for the dissector, fragments
