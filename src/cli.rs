@@ -5,7 +5,7 @@
 //! value parsers, so every usage error, whatever the flag, exits with status 2 and a message
 //! naming the flag. The command bodies in `cmd/` receive values, never strings to parse.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -441,9 +441,19 @@ pub struct WriterArgs {
     /// Age (wall clock or packet time spanned) after which a segment is sealed.
     #[arg(long, default_value = "10m", value_parser = capsule_query::parse_duration)]
     pub segment_age: Duration,
-    /// Store-wide byte budget: the oldest segments are deleted to stay under it (e.g. 500G).
-    #[arg(long, value_parser = units::parse_size)]
-    pub max_bytes: Option<u64>,
+    /// Store-wide byte budget: the oldest segments are deleted to stay under it (e.g. 500G,
+    /// or `none` to remove a saved one). Saved in the store: later runs keep it.
+    #[arg(long, value_name = "SIZE|none", value_parser = parse_budget_size)]
+    pub max_bytes: Option<Setting<u64>>,
+    /// Free space to keep on the store's disk: the oldest segments are deleted to keep it
+    /// (e.g. 10% or 20G; 0 or `none`: let the disk fill, then delete the oldest for room).
+    /// Saved in the store. A store given no floor keeps 10% or 5 GiB, whichever is smaller.
+    #[arg(long, value_name = "PERCENT|SIZE|none", value_parser = parse_min_free)]
+    pub min_free: Option<Setting<capsule_store::budget::FreeSpace>>,
+    /// Maximum age of data by packet time, back from the newest packet (e.g. 30d, 12h;
+    /// `none` to remove a saved one): older segments are deleted. Saved in the store.
+    #[arg(long, value_name = "DURATION|none", value_parser = parse_max_age)]
+    pub max_age: Option<Setting<Duration>>,
     /// zstd compression level, -1000 to 22 (higher compresses more and costs more CPU), or
     /// `store` (no compression). Live capture starts at store and climbs to -1000, -10, then
     /// this level while the compressors keep up; it falls back while blocks queue up for the
@@ -456,20 +466,107 @@ pub struct WriterArgs {
 }
 
 impl WriterArgs {
-    /// The store writer's configuration.
-    pub fn config(&self) -> anyhow::Result<capsule_store::WriterConfig> {
+    /// The budget flags given, for [`capsule_store::budget::BudgetFlags::apply`].
+    pub fn budget_flags(&self) -> capsule_store::budget::BudgetFlags {
+        capsule_store::budget::BudgetFlags {
+            max_bytes: self.max_bytes.map(Setting::value),
+            min_free: self.min_free.map(Setting::value),
+            max_age: self.max_age.map(Setting::value),
+        }
+    }
+
+    /// The store writer's configuration for the store at `store`: the budgets saved there,
+    /// with those given on the command line in their place (and then saved). A store that
+    /// has none saved gets the default floor of free space saved, and the note to print
+    /// once the writer is open says so.
+    pub fn config(
+        &self,
+        store: &Path,
+    ) -> anyhow::Result<(capsule_store::WriterConfig, Option<String>)> {
+        let flags = self.budget_flags();
+        let saved = if store.join(capsule_store::budget::BUDGET_FILE).exists() {
+            capsule_store::budget::load(store)?
+        } else {
+            None
+        };
+        let budgets = flags.apply(saved);
+        let note = (saved.is_none()
+            && budgets.min_free == Some(capsule_store::budget::FreeSpace::Default))
+        .then(|| {
+            "capsule: note: retention: this store keeps at least 10% of its disk or 5 GiB free, \
+             whichever is smaller (the default; --min-free changes it, --min-free 0 removes \
+             it); the oldest segments are deleted to keep it"
+                .to_string()
+        });
         let mut c = capsule_store::WriterConfig {
             block_bytes: usize::try_from(self.block_size)?,
             block_age: self.block_age,
             segment_bytes: self.segment_size,
             segment_age: self.segment_age,
-            max_bytes: self.max_bytes,
+            max_bytes: budgets.max_bytes,
+            min_free: budgets.min_free,
+            max_age: budgets.max_age,
+            save_budgets: !flags.is_empty() || saved.is_none(),
             level: self.level,
             ..capsule_store::WriterConfig::default()
         };
         if let Some(t) = self.threads {
             c.threads = t;
         }
-        Ok(c)
+        Ok((c, note))
     }
+}
+
+/// A budget given on the command line: a value, or `none` (remove it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Setting<T> {
+    Set(T),
+    Off,
+}
+
+impl<T> Setting<T> {
+    /// `Some(v)` for a value, `None` for `none`.
+    pub fn value(self) -> Option<T> {
+        match self {
+            Setting::Set(v) => Some(v),
+            Setting::Off => None,
+        }
+    }
+}
+
+fn is_none_word(s: &str) -> bool {
+    matches!(s.trim().to_ascii_lowercase().as_str(), "none" | "off")
+}
+
+fn parse_budget_size(s: &str) -> anyhow::Result<Setting<u64>> {
+    if is_none_word(s) {
+        return Ok(Setting::Off);
+    }
+    units::parse_size(s).map(Setting::Set)
+}
+
+fn parse_min_free(s: &str) -> anyhow::Result<Setting<capsule_store::budget::FreeSpace>> {
+    use capsule_store::budget::FreeSpace;
+    if is_none_word(s) {
+        return Ok(Setting::Off);
+    }
+    if let Some(p) = FreeSpace::parse_percent(s) {
+        return p.map(Setting::Set).map_err(anyhow::Error::msg);
+    }
+    let bytes = units::parse_size(s)
+        .map_err(|e| anyhow::anyhow!("{e}; or a percentage of the disk such as 10%"))?;
+    Ok(Setting::Set(FreeSpace::Bytes(bytes)))
+}
+
+fn parse_max_age(s: &str) -> anyhow::Result<Setting<Duration>> {
+    if is_none_word(s) {
+        return Ok(Setting::Off);
+    }
+    let d = capsule_query::parse_duration(s)?;
+    if d.is_zero() {
+        anyhow::bail!(
+            "{s:?}: an age budget of 0 would delete everything; give `none` to remove it"
+        );
+    }
+    Ok(Setting::Set(d))
 }

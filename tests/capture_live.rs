@@ -874,7 +874,12 @@ fn a_capture_on_a_full_disk_keeps_running_and_its_status_stays_current() {
     );
     let link = Link::new();
     let store = fs.dir.join("store");
-    let (mut cap, _) = start_capture(&link, &store, Mode::Afpacket, &["--level", "store"]);
+    let (mut cap, _) = start_capture(
+        &link,
+        &store,
+        Mode::Afpacket,
+        &["--level", "store", "--min-free", "0"],
+    );
     let mut updates = Vec::new();
     std::thread::scope(|s| {
         let sending = s.spawn(|| link.send(&input, "150"));

@@ -41,17 +41,21 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         signal_hook::flag::register(sig, stop.clone())
             .context("cannot install a signal handler")?;
     }
+    let (writer_cfg, note) = a.writer.config(&a.store)?;
     let cfg = capsule_store::WriterConfig {
         // Live packets cannot wait: compress faster rather than let the ring overflow.
         adaptive: true,
         // What the ladder wrote below `--level` is recompressed in the background, at the
         // lowest priority, pausing while capture is short of CPU.
         compact: true,
-        ..a.writer.config()?
+        ..writer_cfg
     };
     // The store first: a locked or unusable store fails in well under a second, before the
     // interface is touched (XDP attach attempts, rings of hundreds of MiB).
     let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;
+    if let Some(n) = note {
+        eprintln!("{n}");
+    }
     print_open_report(&opened);
     let capturer = match live::open(&a.config()) {
         Ok(c) => c,

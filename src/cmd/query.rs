@@ -94,9 +94,11 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     for (seq, why) in &report.damaged_index {
         eprintln!("capsule: note: segment {seq} was read whole: {why}");
     }
-    if report.packets == 0 {
-        super::note_if_window_misses(&store.open_segments_checked()?.0, &opts.query);
-    }
+    super::note_window(
+        &store.open_segments_checked()?.0,
+        &opts.query,
+        report.packets == 0,
+    );
     if !report.is_partial() {
         return Ok(ExitCode::SUCCESS);
     }
