@@ -926,6 +926,103 @@ fn a_capture_on_a_full_disk_keeps_running_and_its_status_stays_current() {
     );
 }
 
+/// [ops] retention budgets on a live capture: onto a 32 MiB tmpfs, several times its size of
+/// traffic, first with `--min-free 40%`, then (restarted without any budget flag) with the
+/// saved budget, then with `--max-bytes 8M`: capture never stops, the free space never falls
+/// below the floor (sampled with statvfs through `df` every 100 ms), the store never
+/// exceeds the byte budget, and the oldest packet held moves forward (the horizon).
+#[test]
+fn a_capture_keeps_its_budgets_across_a_restart_and_never_fills_the_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = Tmpfs::mount(&tmp.path().join("fs"), "32m");
+    let input = tmp.path().join("f.pcap");
+    let truth = synth(
+        &input,
+        &tmp.path().join("truth.json"),
+        14,
+        "1s",
+        "600M",
+        None,
+    );
+    assert!(
+        truth.bytes > 2 * (32 << 20),
+        "the traffic must not fit the disk"
+    );
+    let link = Link::new();
+    let store = fs.dir.join("store");
+    let df = |dir: &Path| -> (u64, u64) {
+        let out = std::process::Command::new("df")
+            .args(["--output=avail,size", "-B1"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut it = text
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .map(|v| v.parse::<u64>().unwrap());
+        (it.next().unwrap(), it.next().unwrap())
+    };
+    let oldest = |store: &Path| segments(store).iter().filter_map(|s| s.first_ns).min();
+    let mut horizons = Vec::new();
+    for (round, flags) in [
+        &["--min-free", "40%"][..],
+        &[][..],
+        &["--min-free", "none", "--max-bytes", "8M"][..],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut more = vec!["--level", "store"];
+        more.extend_from_slice(flags);
+        let (mut cap, _) = start_capture(&link, &store, Mode::Afpacket, &more);
+        let mut least_free = u64::MAX;
+        let mut most_stored = 0;
+        let size = df(&fs.dir).1;
+        std::thread::scope(|s| {
+            let sending = s.spawn(|| link.send(&input, "150"));
+            while !sending.is_finished() {
+                least_free = least_free.min(df(&fs.dir).0);
+                most_stored = most_stored.max(segments_dir_bytes(&store));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            sending.join().unwrap();
+        });
+        assert_still_running(&mut cap, "after several disks' worth of traffic");
+        let stopped = cap.stop();
+        assert_clean_exit(&stopped);
+        assert!(
+            !stopped.stdout.contains("disk full"),
+            "round {round}: the budget kept the disk from filling: {}",
+            stopped.stdout
+        );
+        if round < 2 {
+            // The floor, less one segment in flight (2 MiB) and tmpfs's own accounting.
+            assert!(
+                least_free + (3 << 20) >= size * 4 / 10,
+                "round {round}: {least_free} bytes free at the least, of {size}: 40% kept"
+            );
+        } else {
+            assert!(
+                most_stored <= (8 << 20) + (1 << 20),
+                "round {round}: the store held {most_stored} bytes, budget 8 MiB"
+            );
+        }
+        horizons.push(oldest(&store).unwrap());
+        eprintln!(
+            "round {round} {flags:?}: least free {least_free} of {size} bytes, store at most \
+             {most_stored} bytes, oldest packet held {}",
+            horizons.last().unwrap()
+        );
+    }
+    assert!(
+        horizons.windows(2).all(|w| w[0] < w[1]),
+        "the retention horizon moves forward: {horizons:?}"
+    );
+}
+
 /// Starts `capsule capture --mode MODE` (with [`WRITER_OPTS`] and `more`) on the `b` end of
 /// `link` and waits until it is ready. Fails unless its start line names the mode asked for.
 /// Returns the capture and its mode description.
