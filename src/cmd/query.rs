@@ -52,7 +52,25 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
             // A failed export leaves no file behind that was not there before (an empty
             // or half-written pcap looks like an answer).
             let existed = std::path::Path::new(path).exists();
-            let f = std::fs::File::create(path).with_context(|| format!("cannot create {path}"))?;
+            // Packet data: owner and group only (0640), like the store's own files; a file
+            // that existed keeps its mode.
+            let f = {
+                use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(capsule_store::fsx::FILE_MODE)
+                    .open(path)
+                    .with_context(|| format!("cannot create {path}"))?;
+                if !existed {
+                    f.set_permissions(std::fs::Permissions::from_mode(
+                        capsule_store::fsx::FILE_MODE,
+                    ))
+                    .with_context(|| format!("cannot set the mode of {path}"))?;
+                }
+                f
+            };
             match capsule_replay::export(&store, &opts, f) {
                 Ok(r) => r,
                 Err(e) => {
