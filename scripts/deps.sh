@@ -19,6 +19,7 @@ declare -A need=(
   [ip]=iproute2
   [sysctl]=procps
   [ethtool]=ethtool
+  [curl]=curl
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -213,6 +213,12 @@ pub struct CaptureArgs {
     /// connections on it while capture runs (a warning is printed).
     #[arg(long)]
     pub take_interface: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics while capturing (e.g.
+    /// 127.0.0.1:9108; port 0 picks a free one, printed at start): packets, drops by cause,
+    /// store and disk use, retention horizon, freshness lag. No authentication: bind it to
+    /// loopback or a management network.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// RX queues to capture with AF_XDP: `all` or a list such as `0,1` (one socket and
     /// worker thread each).
     #[arg(long, default_value = "all")]

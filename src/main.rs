@@ -8,6 +8,7 @@
 
 mod cli;
 mod cmd;
+mod metrics;
 mod table;
 mod units;
 

@@ -57,6 +57,15 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         eprintln!("{n}");
     }
     print_open_report(&opened);
+    if let Some(addr) = &a.metrics {
+        match crate::metrics::serve(addr, &a.store) {
+            Ok(bound) => eprintln!("capsule: metrics at http://{bound}/metrics"),
+            Err(e) => {
+                let _ = writer.finish();
+                return Err(e);
+            }
+        }
+    }
     let capturer = match live::open(&a.config()) {
         Ok(c) => c,
         Err(e) => {
