@@ -20,6 +20,7 @@ declare -A need=(
   [sysctl]=procps
   [ethtool]=ethtool
   [curl]=curl
+  [systemd-analyze]=systemd
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -1120,6 +1120,87 @@ fn the_metrics_endpoint_is_scraped_and_its_counters_only_grow() {
     );
 }
 
+/// [ops] daemon: under a service manager (`Type=notify`), capture says READY=1 once it
+/// captures, pings the watchdog from its capture loop at half the interval asked
+/// (WATCHDOG_USEC), and says STOPPING=1 on SIGTERM: the sd_notify protocol, received here on
+/// the datagram socket NOTIFY_SOCKET names, as systemd would.
+#[test]
+fn under_a_service_manager_capture_says_ready_and_pings_the_watchdog() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sock_path = tmp.path().join("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let link = Link::new();
+    let store = tmp.path().join("store");
+    let notify = format!("NOTIFY_SOCKET={}", sock_path.display());
+    let mut extra = vec!["--mode", "afpacket"];
+    extra.extend(WRITER_OPTS);
+    let mut cap = Capture::start_wrapped(
+        &link.b.name,
+        // systemd sets WATCHDOG_PID to the service's pid: `exec` keeps the shell's.
+        &[
+            "env",
+            &notify,
+            "WATCHDOG_USEC=2000000",
+            "sh",
+            "-c",
+            "WATCHDOG_PID=$$ exec \"$0\" \"$@\"",
+        ],
+        &link.if_b,
+        &store,
+        &extra,
+    );
+    cap.wait_ready_or_exit(&link.if_b)
+        .unwrap_or_else(|exited| panic!("{exited}"));
+    let mut got: Vec<(Instant, String)> = Vec::new();
+    let t0 = Instant::now();
+    let mut buf = [0u8; 4096];
+    while t0.elapsed() < Duration::from_secs(5) {
+        if let Ok(n) = sock.recv(&mut buf) {
+            got.push((
+                Instant::now(),
+                String::from_utf8_lossy(&buf[..n]).into_owned(),
+            ));
+        }
+    }
+    let stopped = cap.stop();
+    assert_clean_exit(&stopped);
+    while let Ok(n) = sock.recv(&mut buf) {
+        got.push((
+            Instant::now(),
+            String::from_utf8_lossy(&buf[..n]).into_owned(),
+        ));
+    }
+    let has = |what: &str| {
+        got.iter()
+            .filter(|(_, m)| m.lines().any(|l| l == what))
+            .count()
+    };
+    assert_eq!(has("READY=1"), 1, "{got:?}");
+    assert!(
+        got.iter().any(|(_, m)| m.contains("STATUS=capturing on")),
+        "{got:?}"
+    );
+    // 5 s at a ping every second or so (half the 2 s asked, as often as the loop reports).
+    let pings: Vec<_> = got
+        .iter()
+        .filter(|(_, m)| m.lines().any(|l| l == "WATCHDOG=1"))
+        .map(|(t, _)| *t)
+        .collect();
+    assert!(pings.len() >= 3, "watchdog pings: {got:?}");
+    let worst = pings
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]))
+        .max()
+        .unwrap();
+    assert!(
+        worst < Duration::from_millis(2000),
+        "a gap of {worst:?} between pings, with 2 s asked"
+    );
+    assert_eq!(has("STOPPING=1"), 1, "{got:?}");
+}
+
 /// Starts `capsule capture --mode MODE` (with [`WRITER_OPTS`] and `more`) on the `b` end of
 /// `link` and waits until it is ready. Fails unless its start line names the mode asked for.
 /// Returns the capture and its mode description.
