@@ -225,7 +225,7 @@ end = "06:00"
 timezone = "America/New_York"
 EOF_CONFIG
 printf '[groups]\ngpu = ["10.1.1.0/24",\n  "10.1.2.0/33"]\n' >"$C/config/bad-cidr.toml"
-printf '[groups]\na = []\n\n[capture]\niface = "eth0"\n' >"$C/config/unknown-section.toml"
+printf '[groups]\na = []\n\n[alerts]\nrule = "x"\n' >"$C/config/unknown-section.toml"
 printf '[groups]\nvoice = []\n[dscp]\nef = ["voice", "video"]\n' >"$C/config/undefined-group.toml"
 
 # The Reader program: op codes then data (see fuzz_targets/view.rs).
