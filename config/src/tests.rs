@@ -309,6 +309,15 @@ fn wrong_types_name_the_key_and_what_was_found() {
         "groups.gpu[2]",
         &["an integer 7"],
     );
+    let e = err("groups = [\n  \"10.0.0.0/8\",\n]\n");
+    check(
+        &e,
+        ErrorKind::WrongType,
+        1,
+        "groups",
+        &["found an array [ \"10.0.0.0/8\", ]"],
+    );
+    assert!(!e.to_string().contains('\n'));
     let e = err("[work_hours]\ndays = [\"mon\"]\n");
     check(
         &e,
