@@ -260,6 +260,19 @@ fn syntax_errors_name_the_line() {
 }
 
 #[test]
+fn deep_nesting_is_a_syntax_error_not_a_stack_overflow() {
+    let text = format!(
+        "[groups]\na = {}{}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let e = err(&text);
+    check(&e, ErrorKind::Syntax, 2, "", &["recurse"]);
+    let text = format!("groups = {}1{}\n", "{a=".repeat(50_000), "}".repeat(50_000));
+    check(&err(&text), ErrorKind::Syntax, 1, "", &["recurse"]);
+}
+
+#[test]
 fn unknown_top_level_keys_list_the_sections() {
     let e = err("[groups]\na = []\n\n[captur]\niface = \"eth0\"\n");
     check(
