@@ -4,6 +4,8 @@
 //! hiargs): sizes, durations, rates, instants, levels and queue lists are parsed by clap's
 //! value parsers, so every usage error, whatever the flag, exits with status 2 and a message
 //! naming the flag. The command bodies in `cmd/` receive values, never strings to parse.
+//! [`parse_args`] also reads `capture --config FILE`: the file's `[capture]` values become
+//! the flags the command line lacks, checked by the same parsers.
 
 use std::path::PathBuf;
 use std::time::Duration;

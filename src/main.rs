@@ -3,7 +3,8 @@
 //! This file only dispatches: [`cli`] turns the command line into checked values, [`cmd`]
 //! runs the subcommand, and errors become exit statuses here and only here: 0 success (a
 //! closed output pipe counts as success, so `capsule query ... | head` behaves), 1 failure,
-//! 2 bad usage (clap's own errors, and [`cmd::Usage`] errors found after parsing).
+//! 2 bad usage (clap's own errors, a `--config` file that is not valid, and [`cmd::Usage`]
+//! errors found after parsing).
 #![forbid(unsafe_code)]
 
 mod cli;
