@@ -14,7 +14,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
 rm -rf "$C"
-for t in dissect view filter time pcap_reader fragment segment_meta segment_file index_file index_journal; do
+for t in dissect view filter time pcap_reader fragment segment_meta segment_file index_file index_journal config; do
     mkdir -p "$C/$t"
 done
 
@@ -190,6 +190,52 @@ now
 2h 30m
 yesterday
 EOF_TIMES
+
+# Config files: the example of docs/config.md, an overnight IPv6-heavy one with capture
+# settings, and three with
+# errors (a bad CIDR, an unknown section, an undefined group).
+cat >"$C/config/example.toml" <<'EOF_CONFIG'
+[groups]
+voice = ["10.4.0.0/24", "fd00:4::/64"]
+gpu = ["10.1.1.0/24"]
+model-store = ["10.7.0.10"]
+backup = ["10.8.0.20"]
+lab = ["10.0.0.0/8"]
+[dscp]
+ef = ["voice"]
+cs1 = []
+[egress]
+model-store = ["backup", "192.0.2.0/24"]
+[work_hours]
+days = "mon-fri"
+start = "08:00"
+end = "19:00"
+timezone = "Europe/Berlin"
+EOF_CONFIG
+cat >"$C/config/overnight-v6.toml" <<'EOF_CONFIG'
+[groups]
+"night.ops" = ["fd00::/16", "fd00:1::/32", "::ffff:10.0.0.0/104", "fd00:1:2::7"]
+day_ops = ["2001:db8::/32"]
+[dscp]
+46 = ["night.ops"]
+AF41 = ["day_ops", "night.ops"]
+[egress]
+day_ops = ["night.ops", "2001:db8:ffff::/48", "0.0.0.0/0"]
+[work_hours]
+days = "fri-mon,wed"
+start = "22:00"
+end = "06:00"
+timezone = "America/New_York"
+[capture]
+iface = "span0"
+queues = [0, 1]
+level = -10
+ring_size = 0x1000_0000
+take_interface = true
+EOF_CONFIG
+printf '[groups]\ngpu = ["10.1.1.0/24",\n  "10.1.2.0/33"]\n' >"$C/config/bad-cidr.toml"
+printf '[groups]\na = []\n\n[alerts]\nrule = "x"\n' >"$C/config/unknown-section.toml"
+printf '[groups]\nvoice = []\n[dscp]\nef = ["voice", "video"]\n' >"$C/config/undefined-group.toml"
 
 # The Reader program: op codes then data (see fuzz_targets/view.rs).
 printf '\x00\x01\x02\x03\x04\x05\x06\x0f\x0a\x03\x10\x02\x11\x12\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10\x80\x01' >"$C/view/ops"

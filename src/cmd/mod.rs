@@ -15,6 +15,7 @@ use crate::cli::{Cli, Cmd, Selection};
 mod capture;
 pub mod check_bpf;
 mod compact;
+mod config;
 mod flows;
 mod import;
 mod query;
@@ -46,6 +47,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Segments(a) => segments::run(&a),
         Cmd::Synth(a) => synth::run(&a),
         Cmd::Verify(a) => verify::run(&a),
+        Cmd::Config(c) => config::run(&c),
         Cmd::Completions(a) => {
             // Into a buffer first: clap_complete panics on a failed write, and a closed pipe
             // (`| head`) must end quietly like every other command's output.

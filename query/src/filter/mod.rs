@@ -46,7 +46,7 @@
 //! proto_word = "tcp" | "udp" | "sctp" | "icmp" | "icmp6" | "ip" | "ip6" ;
 //! protocol   = NUMBER (* 0-255 *) | "tcp" | "udp" | "sctp" | "icmp" | "icmp6" | "ipv6-icmp"
 //!            | "gre" | "esp" | "ah" ;
-//! dscp       = NUMBER (* 0-63 *) | "ef" | "va" | "le" | "default" | "be" | "cs0" .. "cs7"
+//! dscp       = NUMBER (* 0-63 *) | "ef" | "va" | "le" | "default" | "be" | "df" | "cs0" .. "cs7"
 //!            | "af11" .. "af13" | "af21" .. "af23" | "af31" .. "af33" | "af41" .. "af43" ;
 //! ADDRESS    = an IPv4 or IPv6 literal (10.0.0.1, fd00::1) ;
 //! CIDR       = ADDRESS "/" NUMBER ;                (* prefix 0-32 or 0-128; host bits are masked *)
@@ -270,11 +270,11 @@ pub fn dscp_name(n: u8) -> Option<&'static str> {
 }
 
 /// The code point of a DSCP name (case-insensitive), the inverse of [`dscp_name`] plus the
-/// aliases `be` and `cs0`.
+/// aliases `be`, `cs0` and `df` (the name capsule-config gives 0).
 pub(crate) fn dscp_by_name(name: &str) -> Option<u8> {
     let name = name.to_ascii_lowercase();
     match name.as_str() {
-        "be" | "cs0" => return Some(0),
+        "be" | "cs0" | "df" => return Some(0),
         _ => {}
     }
     (0..64u8).find(|&n| dscp_name(n) == Some(name.as_str()))
@@ -1142,6 +1142,7 @@ mod tests {
         }
         assert_eq!(dscp_by_name("be"), Some(0));
         assert_eq!(dscp_by_name("cs0"), Some(0));
+        assert_eq!(dscp_by_name("df"), Some(0));
         assert_eq!(dscp_by_name("af44"), None);
         assert_eq!(dscp_by_name("af14"), None);
         assert_eq!(dscp_by_name("cs8"), None);

@@ -1,0 +1,204 @@
+//! capsule's config file: one TOML file, given with `--config FILE`, parsed into a validated
+//! model that the analytics, alerting and capture commands read.
+//!
+//! ```text
+//! FILE text -> toml::de::DeTable::parse (keys and values with byte spans)
+//!   -> walk.rs: each section's table, type checks; byte offsets -> line:column
+//!   -> [groups] groups.rs: Groups (names in file order, longest-prefix lookup per family)
+//!   -> [dscp] dscp.rs: DscpPolicy (value -> groups allowed to send it)
+//!   -> [egress] egress.rs: Egress (group -> groups and prefixes it may send to)
+//!   -> [work_hours] hours.rs: WorkHours (days, local times, IANA zone via jiff)
+//!   -> [capture] capture.rs: one key per `capsule capture` flag, kept as the flag's text
+//!      with its line (the binary parses it with the flag's own parser)
+//!   -> Config; any problem: ConfigError::Invalid naming file:line:column, the dotted key
+//!      (`groups.gpu[2]`), what was expected and what was found
+//! ```
+//!
+//! The raw TOML types stay private: callers see only the typed model. Every section is
+//! optional; an unknown top-level key is an error listing the known sections, so a section
+//! added later (`[retention]`, `[alerts]`, `[cutoff]`) is one more arm in
+//! [`Config::parse`]. Parsing never panics, whatever the input (a proptest below and the
+//! `config` fuzz target check it). The reference of every key is docs/config.md.
+#![forbid(unsafe_code)]
+
+mod capture;
+mod dscp;
+mod egress;
+mod error;
+mod groups;
+mod hours;
+mod walk;
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use serde::Serialize;
+use toml::de::DeTable;
+
+pub use capture::{CaptureSetting, CaptureType, CAPTURE_KEYS};
+pub use dscp::{dscp_name, parse_dscp, DscpRule};
+pub use egress::EgressRule;
+pub use error::{line_col, ConfigError, ErrorKind, Invalid};
+pub use groups::{Group, GroupId, Groups, Prefix, PrefixError, UNASSIGNED};
+pub use hours::WorkHours;
+
+use walk::Src;
+
+/// The sections a config file may have, in the order they are read.
+pub const SECTIONS: [&str; 5] = ["groups", "dscp", "egress", "work_hours", "capture"];
+
+/// A validated config file.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    groups: Groups,
+    dscp: dscp::DscpPolicy,
+    egress: egress::Egress,
+    work_hours: Option<WorkHours>,
+    capture: Vec<CaptureSetting>,
+}
+
+impl Config {
+    /// Reads and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// Validates `text`; errors name `file` (the name to report, usually the path).
+    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let src = Src { file, text };
+        let doc = DeTable::parse(text).map_err(|e| {
+            let span = e.span().unwrap_or(0..0);
+            let message = e.message().trim().replace('\n', "; ");
+            src.err(span, "", ErrorKind::Syntax, "", message)
+        })?;
+        let doc = doc.get_ref();
+        src.only_keys("", doc, &SECTIONS)?;
+        let mut c = Config::default();
+        // Groups first: the other sections name them.
+        if let Some(v) = doc.get("groups") {
+            let t = src.table("groups", v, "a table of group = [addresses or prefixes]")?;
+            c.groups = Groups::parse(&src, "groups", t)?;
+        }
+        if let Some(v) = doc.get("dscp") {
+            let t = src.table("dscp", v, "a table of DSCP value = [group names]")?;
+            c.dscp = dscp::DscpPolicy::parse(&src, "dscp", t, &c.groups)?;
+        }
+        if let Some(v) = doc.get("egress") {
+            let t = src.table("egress", v, "a table of group = [group names or prefixes]")?;
+            c.egress = egress::Egress::parse(&src, "egress", t, &c.groups)?;
+        }
+        if let Some((k, v)) = doc.get_key_value("work_hours") {
+            let t = src.table("work_hours", v, "a table with days, start, end, timezone")?;
+            c.work_hours = Some(WorkHours::parse(&src, "work_hours", k.span(), t)?);
+        }
+        if let Some(v) = doc.get("capture") {
+            let t = src.table(
+                "capture",
+                v,
+                "a table of capture settings (iface, store, ...)",
+            )?;
+            c.capture = capture::parse(&src, "capture", t)?;
+        }
+        Ok(c)
+    }
+
+    /// The host groups.
+    pub fn groups(&self) -> &Groups {
+        &self.groups
+    }
+
+    /// Whether a sender in `group` (`None`: in no group) may mark packets with `dscp`: a
+    /// value without a `[dscp]` entry is free; a listed value only for its groups.
+    pub fn dscp_allowed(&self, dscp: u8, group: Option<GroupId>) -> bool {
+        self.dscp.allowed(dscp, group)
+    }
+
+    /// The `[dscp]` entries, in file order.
+    pub fn dscp_rules(&self) -> &[DscpRule] {
+        self.dscp.rules()
+    }
+
+    /// Whether a sender in `src` (`None`: in no group) may send to `dst`: a group without
+    /// an `[egress]` entry, and an address in no group, may send anywhere; a group with one
+    /// may send to its own group and to the groups and prefixes listed.
+    pub fn egress_allowed(&self, src: Option<GroupId>, dst: IpAddr) -> bool {
+        self.egress.allowed(&self.groups, src, dst)
+    }
+
+    /// The `[egress]` entries, in file order.
+    pub fn egress_rules(&self) -> &[EgressRule] {
+        self.egress.rules()
+    }
+
+    /// The `[work_hours]` section, if the file has one.
+    pub fn work_hours(&self) -> Option<&WorkHours> {
+        self.work_hours.as_ref()
+    }
+
+    /// The `[capture]` settings, in file order: each a `capsule capture` flag and its value
+    /// as that flag's text, for the binary to parse with the flag's own parser.
+    pub fn capture(&self) -> &[CaptureSetting] {
+        &self.capture
+    }
+}
+
+/// The model as `capsule config check --json` prints it: group ids become names.
+#[derive(Serialize)]
+struct ConfigJson<'a> {
+    groups: Vec<&'a Group>,
+    dscp: Vec<DscpJson<'a>>,
+    egress: Vec<EgressJson<'a>>,
+    work_hours: Option<&'a WorkHours>,
+    capture: &'a [CaptureSetting],
+}
+
+#[derive(Serialize)]
+struct DscpJson<'a> {
+    value: u8,
+    name: &'a str,
+    groups: Vec<&'a str>,
+}
+
+#[derive(Serialize)]
+struct EgressJson<'a> {
+    group: &'a str,
+    groups: Vec<&'a str>,
+    prefixes: &'a [Prefix],
+}
+
+impl Serialize for Config {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let name = |g: &GroupId| self.groups.name(*g);
+        ConfigJson {
+            groups: self.groups.iter().collect(),
+            dscp: self
+                .dscp_rules()
+                .iter()
+                .map(|r| DscpJson {
+                    value: r.value,
+                    name: &r.name,
+                    groups: r.groups.iter().map(name).collect(),
+                })
+                .collect(),
+            egress: self
+                .egress_rules()
+                .iter()
+                .map(|r| EgressJson {
+                    group: name(&r.group),
+                    groups: r.groups.iter().map(name).collect(),
+                    prefixes: &r.prefixes,
+                })
+                .collect(),
+            work_hours: self.work_hours.as_ref(),
+            capture: &self.capture,
+        }
+        .serialize(s)
+    }
+}
+
+#[cfg(test)]
+mod tests;

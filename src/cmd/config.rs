@@ -1,0 +1,137 @@
+//! `capsule config check FILE`: validates a config file and summarises it (or prints the
+//! validated model with `--json`). An invalid or unreadable file is a [`Usage`] error: exit 2,
+//! the message naming file, line, column and key.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use capsule_config::{Config, GroupId};
+
+use super::Usage;
+use crate::cli::{ConfigCheckArgs, ConfigCmd};
+
+pub fn run(c: &ConfigCmd) -> Result<ExitCode> {
+    match c {
+        ConfigCmd::Check(a) => check(a),
+    }
+}
+
+fn check(a: &ConfigCheckArgs) -> Result<ExitCode> {
+    let config = load(&a.file)?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        // To text first: a closed pipe must reach `main` as an io::Error (a normal end).
+        let text = serde_json::to_string_pretty(&config)?;
+        writeln!(out, "{text}")?;
+    } else {
+        summary(&mut out, &a.file.display().to_string(), &config)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads and validates a config file; any problem is the user's (exit 2).
+pub fn load(path: &std::path::Path) -> Result<Config> {
+    Config::load(path).map_err(|e| match e {
+        capsule_config::ConfigError::Read { path, source } => Usage(format!(
+            "{}: cannot read the config file: {source}",
+            path.display()
+        ))
+        .into(),
+        e @ capsule_config::ConfigError::Invalid(_) => Usage(e.to_string()).into(),
+    })
+}
+
+fn summary(out: &mut impl Write, file: &str, c: &Config) -> std::io::Result<()> {
+    let groups = c.groups();
+    let name = |g: &GroupId| groups.name(*g).to_string();
+    writeln!(out, "{file}: valid")?;
+    let width = groups
+        .iter()
+        .map(|g| g.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
+    if groups.is_empty() {
+        writeln!(out, "groups: none (every address is unassigned)")?;
+    } else {
+        writeln!(
+            out,
+            "groups ({}, the most specific prefix wins):",
+            groups.len()
+        )?;
+        for g in groups.iter() {
+            let shown: Vec<String> = g.prefixes.iter().take(4).map(|p| p.to_string()).collect();
+            let more = if g.prefixes.len() > 4 { ", ..." } else { "" };
+            let count = match g.prefixes.len() {
+                1 => "1 prefix".to_string(),
+                n => format!("{n} prefixes"),
+            };
+            writeln!(
+                out,
+                "  {:<width$}  {count:>12}  {}{more}",
+                g.name,
+                shown.join(", ")
+            )?;
+        }
+    }
+    if c.dscp_rules().is_empty() {
+        writeln!(out, "dscp: no policy (every value free)")?;
+    } else {
+        writeln!(
+            out,
+            "dscp ({} listed; every other value is free):",
+            c.dscp_rules().len()
+        )?;
+        for r in c.dscp_rules() {
+            let who = if r.groups.is_empty() {
+                "nobody".to_string()
+            } else {
+                r.groups.iter().map(name).collect::<Vec<_>>().join(", ")
+            };
+            let label = format!("{} ({})", r.name, r.value);
+            writeln!(out, "  {label:<width$}  allowed for: {who}")?;
+        }
+    }
+    if c.egress_rules().is_empty() {
+        writeln!(out, "egress: no policy (every group may send anywhere)")?;
+    } else {
+        let n = c.egress_rules().len();
+        let groups_word = if n == 1 { "group" } else { "groups" };
+        writeln!(
+            out,
+            "egress ({n} {groups_word} limited; the others may send anywhere):"
+        )?;
+        for r in c.egress_rules() {
+            let mut to = vec!["its own group".to_string()];
+            to.extend(r.groups.iter().map(name));
+            to.extend(r.prefixes.iter().map(|p| p.to_string()));
+            writeln!(
+                out,
+                "  {:<width$}  may send to: {}",
+                name(&r.group),
+                to.join(", ")
+            )?;
+        }
+    }
+    match c.work_hours() {
+        Some(w) => writeln!(out, "work hours: {}", w.describe())?,
+        None => writeln!(out, "work hours: none")?,
+    }
+    if c.capture().is_empty() {
+        writeln!(
+            out,
+            "capture: no settings (capsule capture takes flags only)"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "capture ({} settings; flags on the command line override them):",
+            c.capture().len()
+        )?;
+        for s in c.capture() {
+            writeln!(out, "  {:<16}  {}", s.flag, s.value)?;
+        }
+    }
+    Ok(())
+}
