@@ -45,6 +45,8 @@ idx=$(find "$TMP/store" -name 'seg-*.idx' | sort | head -n 1)
 cp "$seg" "$C/segment_file/sealed.pcapng.zst"
 # A torn copy (no footer): what the reader sees of an open segment.
 head -c $(($(stat -c %s "$seg") * 2 / 3)) "$seg" >"$C/segment_file/torn.pcapng.zst"
+# Prefix 0xfe: the target rewrites every header and block CRC before reading (see the target).
+{ printf '\xfe'; cat "$seg"; } >"$C/segment_file/fix-crcs-sealed"
 cp "$idx" "$C/index_file/seg.idx"
 
 # Seeds cut from the files with python: single packets for the dissector, fragments
@@ -189,7 +191,8 @@ now
 yesterday
 EOF_TIMES
 
-# Config files: the example of docs/config.md, an overnight IPv6-heavy one, and three with
+# Config files: the example of docs/config.md, an overnight IPv6-heavy one with capture
+# settings, and three with
 # errors (a bad CIDR, an unknown section, an undefined group).
 cat >"$C/config/example.toml" <<'EOF_CONFIG'
 [groups]
@@ -223,9 +226,15 @@ days = "fri-mon,wed"
 start = "22:00"
 end = "06:00"
 timezone = "America/New_York"
+[capture]
+iface = "span0"
+queues = [0, 1]
+level = -10
+ring_size = 0x1000_0000
+take_interface = true
 EOF_CONFIG
 printf '[groups]\ngpu = ["10.1.1.0/24",\n  "10.1.2.0/33"]\n' >"$C/config/bad-cidr.toml"
-printf '[groups]\na = []\n\n[capture]\niface = "eth0"\n' >"$C/config/unknown-section.toml"
+printf '[groups]\na = []\n\n[alerts]\nrule = "x"\n' >"$C/config/unknown-section.toml"
 printf '[groups]\nvoice = []\n[dscp]\nef = ["voice", "video"]\n' >"$C/config/undefined-group.toml"
 
 # The Reader program: op codes then data (see fuzz_targets/view.rs).

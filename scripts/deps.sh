@@ -20,6 +20,8 @@ declare -A need=(
   [sysctl]=procps
   [ethtool]=ethtool
   [strace]=strace
+  [curl]=curl
+  [systemd-analyze]=systemd
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -4,8 +4,10 @@
 //! hiargs): sizes, durations, rates, instants, levels and queue lists are parsed by clap's
 //! value parsers, so every usage error, whatever the flag, exits with status 2 and a message
 //! naming the flag. The command bodies in `cmd/` receive values, never strings to parse.
+//! [`parse_args`] also reads `capture --config FILE`: the file's `[capture]` values become
+//! the flags the command line lacks, checked by the same parsers.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -23,6 +25,117 @@ pub static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         capsule_index::sideindex::INDEX_VERSION,
     )
 });
+
+/// Why the command line could not be turned into a [`Cli`].
+#[derive(Debug)]
+pub enum ArgsError {
+    /// clap's own error (usage, `--help`, `--version`): clap prints it and picks the status.
+    Clap(clap::Error),
+    /// A config file given with `--config` that cannot be read or is not valid, or a value
+    /// in it that its flag refuses: the message names the file, line and key (exit 2).
+    Config(String),
+}
+
+/// Parses the command line. For `capture --config FILE`, each `[capture]` key of the file
+/// whose flag is not on the command line is parsed by that flag's own value parser (so a
+/// value means the same in the file and on the command line; a bad one is an error at its
+/// line) and then added to the command line: flags given override the file.
+pub fn parse_args(mut args: Vec<std::ffi::OsString>) -> Result<Cli, ArgsError> {
+    use clap::{CommandFactory, FromArgMatches};
+    let cmd = Cli::command();
+    let m = cmd
+        .clone()
+        .try_get_matches_from(&args)
+        .map_err(ArgsError::Clap)?;
+    let Some(("capture", sub)) = m.subcommand() else {
+        return Cli::from_arg_matches(&m).map_err(ArgsError::Clap);
+    };
+    let Some(path) = sub.get_one::<PathBuf>("config") else {
+        return Cli::from_arg_matches(&m).map_err(ArgsError::Clap);
+    };
+    let config = capsule_config::Config::load(path).map_err(|e| match e {
+        capsule_config::ConfigError::Read { path, source } => ArgsError::Config(format!(
+            "{}: cannot read the config file: {source}",
+            path.display()
+        )),
+        e => ArgsError::Config(e.to_string()),
+    })?;
+    let capture = cmd
+        .find_subcommand("capture")
+        .expect("the capture subcommand exists");
+    let extra = capture_flags_from(capture, sub, &path.display().to_string(), config.capture())?;
+    // After the subcommand's name: the file's flags are ones the command line lacks.
+    let at = args
+        .iter()
+        .position(|a| a == "capture")
+        .map_or(args.len(), |i| i + 1);
+    args.splice(at..at, extra);
+    let m = cmd.try_get_matches_from(&args).map_err(ArgsError::Clap)?;
+    if let Some(("capture", sub)) = m.subcommand() {
+        for (id, key) in [("iface", "iface"), ("store", "store")] {
+            if !sub.contains_id(id) {
+                return Err(ArgsError::Config(format!(
+                    "--{id} is needed: on the command line, or as `{key}` in the [capture] \
+                     section of {}",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Cli::from_arg_matches(&m).map_err(ArgsError::Clap)
+}
+
+/// The flags a config file's `[capture]` settings stand for, leaving out those given on the
+/// command line (`given`); each value checked by its flag's parser.
+fn capture_flags_from(
+    capture: &clap::Command,
+    given: &clap::ArgMatches,
+    file: &str,
+    settings: &[capsule_config::CaptureSetting],
+) -> Result<Vec<std::ffi::OsString>, ArgsError> {
+    let mut extra = Vec::new();
+    for s in settings {
+        let id = s.flag.trim_start_matches("--").replace('-', "_");
+        if given.value_source(&id) == Some(clap::parser::ValueSource::CommandLine) {
+            continue;
+        }
+        let arg = capture
+            .get_arguments()
+            .find(|a| a.get_id() == id.as_str())
+            .ok_or_else(|| {
+                ArgsError::Config(format!(
+                    "{file}:{}:{}: {}: capture has no flag {} (a capsule-config key without \
+                     a flag: a bug)",
+                    s.line, s.column, s.key, s.flag
+                ))
+            })?;
+        if !arg.get_action().takes_values() {
+            // A switch: `true` sets it, `false` leaves it off.
+            if s.value == "true" {
+                extra.push(s.flag.into());
+            }
+            continue;
+        }
+        // The flag alone (with `--config`, so nothing else is required) through the
+        // subcommand's own parser.
+        let flag = format!("{}={}", s.flag, s.value);
+        capture
+            .clone()
+            .no_binary_name(true)
+            .try_get_matches_from([flag.as_str(), "--config=-"])
+            .map_err(|e| {
+                let text = e.to_string();
+                let first = text.lines().next().unwrap_or_default();
+                let why = first.strip_prefix("error: ").unwrap_or(first);
+                ArgsError::Config(format!(
+                    "{file}:{}:{}: {}: bad value for {}: {why}",
+                    s.line, s.column, s.key, s.flag
+                ))
+            })?;
+        extra.push(format!("{}={}", s.flag, s.value).into());
+    }
+    Ok(extra)
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -238,12 +351,17 @@ pub struct ImportArgs {
 
 #[derive(Args, Debug)]
 pub struct CaptureArgs {
+    /// A config file whose `[capture]` section gives any of these flags (`ring_size =
+    /// "512M"` for `--ring-size 512M`, docs/config.md); a flag on the command line overrides
+    /// the file. A bad file exits 2 naming the line.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// The interface to capture on (a dedicated SPAN/TAP port; it is put in promiscuous
     /// mode).
-    #[arg(long)]
+    #[arg(long, required = false, required_unless_present = "config")]
     pub iface: String,
     /// The store directory (created if missing).
-    #[arg(long)]
+    #[arg(long, required = false, required_unless_present = "config")]
     pub store: PathBuf,
     /// How to capture. `auto` tries AF_XDP with native XDP, then generic XDP, then
     /// AF_PACKET, and logs which it took and why. On an interface that has an address of
@@ -255,6 +373,12 @@ pub struct CaptureArgs {
     /// connections on it while capture runs (a warning is printed).
     #[arg(long)]
     pub take_interface: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics while capturing (e.g.
+    /// 127.0.0.1:9108; port 0 picks a free one, printed at start): packets, drops by cause,
+    /// store and disk use, retention horizon, freshness lag. No authentication: bind it to
+    /// loopback or a management network.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
     /// RX queues to capture with AF_XDP: `all` or a list such as `0,1` (one socket and
     /// worker thread each).
     #[arg(long, default_value = "all")]
@@ -590,9 +714,19 @@ pub struct WriterArgs {
     /// Age (wall clock or packet time spanned) after which a segment is sealed.
     #[arg(long, default_value = "10m", value_parser = capsule_query::parse_duration)]
     pub segment_age: Duration,
-    /// Store-wide byte budget: the oldest segments are deleted to stay under it (e.g. 500G).
-    #[arg(long, value_parser = units::parse_size)]
-    pub max_bytes: Option<u64>,
+    /// Store-wide byte budget: the oldest segments are deleted to stay under it (e.g. 500G,
+    /// or `none` to remove a saved one). Saved in the store: later runs keep it.
+    #[arg(long, value_name = "SIZE|none", value_parser = parse_budget_size)]
+    pub max_bytes: Option<Setting<u64>>,
+    /// Free space to keep on the store's disk: the oldest segments are deleted to keep it
+    /// (e.g. 10% or 20G; 0 or `none`: let the disk fill, then delete the oldest for room).
+    /// Saved in the store. A store given no floor keeps 10% or 5 GiB, whichever is smaller.
+    #[arg(long, value_name = "PERCENT|SIZE|none", value_parser = parse_min_free)]
+    pub min_free: Option<Setting<capsule_store::budget::FreeSpace>>,
+    /// Maximum age of data by packet time, back from the newest packet (e.g. 30d, 12h;
+    /// `none` to remove a saved one): older segments are deleted. Saved in the store.
+    #[arg(long, value_name = "DURATION|none", value_parser = parse_max_age)]
+    pub max_age: Option<Setting<Duration>>,
     /// zstd compression level, -1000 to 22 (higher compresses more and costs more CPU), or
     /// `store` (no compression). Live capture starts at store and climbs to -1000, -10, then
     /// this level while the compressors keep up; it falls back while blocks queue up for the
@@ -605,20 +739,296 @@ pub struct WriterArgs {
 }
 
 impl WriterArgs {
-    /// The store writer's configuration.
-    pub fn config(&self) -> anyhow::Result<capsule_store::WriterConfig> {
+    /// The budget flags given, for [`capsule_store::budget::BudgetFlags::apply`].
+    pub fn budget_flags(&self) -> capsule_store::budget::BudgetFlags {
+        capsule_store::budget::BudgetFlags {
+            max_bytes: self.max_bytes.map(Setting::value),
+            min_free: self.min_free.map(Setting::value),
+            max_age: self.max_age.map(Setting::value),
+        }
+    }
+
+    /// The store writer's configuration for the store at `store`: the budgets saved there,
+    /// with those given on the command line in their place (and then saved). A store that
+    /// has none saved gets the default floor of free space saved, and the note to print
+    /// once the writer is open says so.
+    pub fn config(
+        &self,
+        store: &Path,
+    ) -> anyhow::Result<(capsule_store::WriterConfig, Option<String>)> {
+        let flags = self.budget_flags();
+        let saved = if store.join(capsule_store::budget::BUDGET_FILE).exists() {
+            capsule_store::budget::load(store)?
+        } else {
+            None
+        };
+        let budgets = flags.apply(saved);
+        let note = (saved.is_none()
+            && budgets.min_free == Some(capsule_store::budget::FreeSpace::Default))
+        .then(|| {
+            "capsule: note: retention: this store keeps at least 10% of its disk or 5 GiB free, \
+             whichever is smaller (the default; --min-free changes it, --min-free 0 removes \
+             it); the oldest segments are deleted to keep it"
+                .to_string()
+        });
         let mut c = capsule_store::WriterConfig {
             block_bytes: usize::try_from(self.block_size)?,
             block_age: self.block_age,
             segment_bytes: self.segment_size,
             segment_age: self.segment_age,
-            max_bytes: self.max_bytes,
+            max_bytes: budgets.max_bytes,
+            min_free: budgets.min_free,
+            max_age: budgets.max_age,
+            save_budgets: !flags.is_empty() || saved.is_none(),
             level: self.level,
             ..capsule_store::WriterConfig::default()
         };
         if let Some(t) = self.threads {
             c.threads = t;
         }
-        Ok(c)
+        Ok((c, note))
+    }
+}
+
+/// A budget given on the command line: a value, or `none` (remove it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Setting<T> {
+    Set(T),
+    Off,
+}
+
+impl<T> Setting<T> {
+    /// `Some(v)` for a value, `None` for `none`.
+    pub fn value(self) -> Option<T> {
+        match self {
+            Setting::Set(v) => Some(v),
+            Setting::Off => None,
+        }
+    }
+}
+
+fn is_none_word(s: &str) -> bool {
+    matches!(s.trim().to_ascii_lowercase().as_str(), "none" | "off")
+}
+
+fn parse_budget_size(s: &str) -> anyhow::Result<Setting<u64>> {
+    if is_none_word(s) {
+        return Ok(Setting::Off);
+    }
+    units::parse_size(s).map(Setting::Set)
+}
+
+fn parse_min_free(s: &str) -> anyhow::Result<Setting<capsule_store::budget::FreeSpace>> {
+    use capsule_store::budget::FreeSpace;
+    if is_none_word(s) {
+        return Ok(Setting::Off);
+    }
+    if let Some(p) = FreeSpace::parse_percent(s) {
+        return p.map(Setting::Set).map_err(anyhow::Error::msg);
+    }
+    let bytes = units::parse_size(s)
+        .map_err(|e| anyhow::anyhow!("{e}; or a percentage of the disk such as 10%"))?;
+    Ok(Setting::Set(FreeSpace::Bytes(bytes)))
+}
+
+fn parse_max_age(s: &str) -> anyhow::Result<Setting<Duration>> {
+    if is_none_word(s) {
+        return Ok(Setting::Off);
+    }
+    let d = capsule_query::parse_duration(s)?;
+    if d.is_zero() {
+        anyhow::bail!(
+            "{s:?}: an age budget of 0 would delete everything; give `none` to remove it"
+        );
+    }
+    Ok(Setting::Set(d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn args(list: &[&str]) -> Vec<std::ffi::OsString> {
+        std::iter::once("capsule")
+            .chain(list.iter().copied())
+            .map(Into::into)
+            .collect()
+    }
+
+    fn capture(list: &[&str]) -> Result<CaptureArgs, String> {
+        match parse_args(args(list)) {
+            Ok(Cli {
+                cmd: Cmd::Capture(a),
+            }) => Ok(a),
+            Ok(other) => panic!("not capture: {other:?}"),
+            Err(ArgsError::Config(m)) => Err(m),
+            Err(ArgsError::Clap(e)) => Err(e.to_string()),
+        }
+    }
+
+    fn file(dir: &tempfile::TempDir, text: &str) -> String {
+        let f = dir.path().join("capsule.toml");
+        std::fs::write(&f, text).unwrap();
+        f.display().to_string()
+    }
+
+    #[test]
+    fn every_capture_flag_has_a_config_key_and_every_key_a_flag() {
+        let cmd = Cli::command();
+        let capture = cmd.find_subcommand("capture").unwrap();
+        let mut flags: Vec<String> = capture
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .filter(|f| f != "--help" && f != "--config")
+            .collect();
+        let mut keys: Vec<String> = capsule_config::CAPTURE_KEYS
+            .iter()
+            .map(|(k, f, _)| {
+                assert_eq!(f.trim_start_matches("--").replace('-', "_"), *k);
+                f.to_string()
+            })
+            .collect();
+        flags.sort();
+        keys.sort();
+        assert_eq!(flags, keys);
+    }
+
+    #[test]
+    fn the_file_fills_in_flags_and_the_command_line_overrides_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(
+            &dir,
+            "[groups]\na = []\n[capture]\niface = \"eth9\"\nstore = \"/srv/capsule\"\n\
+             ring_size = \"64M\"\nsnaplen = 96\nqueues = [0, 2]\nlevel = -10\n\
+             take_interface = true\nmode = \"afpacket\"\nmax_bytes = \"2G\"\n",
+        );
+        let a = capture(&["capture", "--config", &f]).unwrap();
+        assert_eq!(a.iface, "eth9");
+        assert_eq!(a.store, PathBuf::from("/srv/capsule"));
+        assert_eq!(a.ring_size, 64 << 20);
+        assert_eq!(a.snaplen, 96);
+        assert_eq!(
+            format!("{:?}", a.queues),
+            format!(
+                "{:?}",
+                "0,2".parse::<capsule_capture::live::Queues>().unwrap()
+            )
+        );
+        assert_eq!(
+            format!("{:?}", a.writer.level),
+            format!(
+                "{:?}",
+                "-10".parse::<capsule_store::writer::Level>().unwrap()
+            )
+        );
+        assert!(a.take_interface);
+        assert!(matches!(a.mode, CaptureMode::Afpacket));
+        assert_eq!(a.writer.max_bytes, Some(Setting::Set(2 << 30)));
+        // Defaults stay for keys the file lacks.
+        assert_eq!(a.frame_size, 2048);
+
+        let a = capture(&[
+            "capture",
+            "--ring-size",
+            "32M",
+            "--config",
+            &f,
+            "--iface=lo",
+            "--snaplen",
+            "0",
+            "--mode",
+            "auto",
+        ])
+        .unwrap();
+        assert_eq!(a.iface, "lo");
+        assert_eq!(a.ring_size, 32 << 20);
+        assert_eq!(a.snaplen, 0);
+        assert!(matches!(a.mode, CaptureMode::Auto));
+        assert_eq!(a.store, PathBuf::from("/srv/capsule"));
+        assert_eq!(a.writer.max_bytes, Some(Setting::Set(2 << 30)));
+    }
+
+    #[test]
+    fn a_switch_set_false_in_the_file_stays_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(
+            &dir,
+            "[capture]\niface = \"eth9\"\nstore = \"s\"\ntake_interface = false\n",
+        );
+        assert!(
+            !capture(&["capture", "--config", &f])
+                .unwrap()
+                .take_interface
+        );
+        assert!(
+            capture(&["capture", "--config", &f, "--take-interface"])
+                .unwrap()
+                .take_interface
+        );
+    }
+
+    #[test]
+    fn a_bad_value_in_the_file_names_its_line_and_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(
+            &dir,
+            "[capture]\niface = \"eth9\"\n\nblock_age = \"soon\"\n",
+        );
+        let e = capture(&["capture", "--config", &f, "--store", "s"]).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "{f}:4:13: capture.block_age: bad value for --block-age: "
+            )),
+            "{e}"
+        );
+        assert!(e.contains("soon"), "{e}");
+        // The same value on the command line overrides the bad one: the file's is not used.
+        capture(&[
+            "capture",
+            "--config",
+            &f,
+            "--store",
+            "s",
+            "--block-age",
+            "1s",
+        ])
+        .unwrap();
+        let f = file(&dir, "[capture]\nmode = \"xdp-turbo\"\n");
+        let e = capture(&["capture", "--config", &f, "--store", "s", "--iface", "x"]).unwrap_err();
+        assert!(
+            e.contains(":2:8: capture.mode: bad value for --mode: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn iface_and_store_are_needed_from_one_place_or_the_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(&dir, "[capture]\nstore = \"s\"\n");
+        let e = capture(&["capture", "--config", &f]).unwrap_err();
+        assert!(e.contains("--iface is needed"), "{e}");
+        assert_eq!(
+            capture(&["capture", "--config", &f, "--iface", "x"])
+                .unwrap()
+                .iface,
+            "x"
+        );
+        let e = capture(&["capture", "--iface", "x"]).unwrap_err();
+        assert!(e.contains("--store"), "{e}");
+    }
+
+    #[test]
+    fn an_invalid_file_is_refused_with_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(
+            &dir,
+            "[capture]\niface = \"x\"\nstore = \"s\"\nringsize = \"1G\"\n",
+        );
+        let e = capture(&["capture", "--config", &f]).unwrap_err();
+        assert!(
+            e.starts_with(&format!("{f}:4:1: capture.ringsize: unknown key")),
+            "{e}"
+        );
     }
 }

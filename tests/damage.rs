@@ -184,3 +184,69 @@ fn reindex_goes_past_a_damaged_segment_and_does_not_need_the_writer_lock() {
     }
     drop(lock);
 }
+
+/// A running writer (here an import reading from a pipe that stays open, as a capture runs
+/// on) rebuilds in the background an index damaged or deleted after it started: a running
+/// appliance does not stay planned as a scan until its next restart.
+#[test]
+fn a_running_writer_rebuilds_a_damaged_or_deleted_index_in_the_background() {
+    use std::io::Write;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let d = tempfile::tempdir().unwrap();
+    let input = d.path().join("in.pcap");
+    synth(&input, &d.path().join("truth.json"), 7, "2s", "40M", None);
+    let store = d.path().join("store");
+    let mut kid = capsule()
+        .args(["import", "--store", p(&store), "--block-size", "64K"])
+        .args(["--segment-size", "2M", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = kid.stdin.take().unwrap();
+    stdin.write_all(&std::fs::read(&input).unwrap()).unwrap();
+    stdin.flush().unwrap();
+    let idx = |seq: u64| store.join("index").join(format!("seg-{seq:012}.idx"));
+    let t0 = Instant::now();
+    while !(idx(1).exists() && idx(2).exists()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "segments 1 and 2 sealed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let want = [
+        std::fs::read(idx(1)).unwrap(),
+        std::fs::read(idx(2)).unwrap(),
+    ];
+    let len = want[0].len() as u64;
+    flip(&idx(1), 64 + (len - 64) / 2);
+    std::fs::remove_file(idx(2)).unwrap();
+    // The scrubber looks every 10 s, at segments older than that.
+    let t0 = Instant::now();
+    loop {
+        let now = [std::fs::read(idx(1)).ok(), std::fs::read(idx(2)).ok()];
+        if now[0].as_ref() == Some(&want[0]) && now[1].as_ref() == Some(&want[1]) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "both indexes rebuilt within a minute while the writer runs"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(kid.try_wait().unwrap().is_none(), "the writer still runs");
+    drop(stdin);
+    let out = kid.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr_str(&out));
+    assert!(
+        stderr_str(&out).contains("rebuilt it in the background"),
+        "logged: {}",
+        stderr_str(&out)
+    );
+    let v = run(capsule().args(["verify", "--store", p(&store)]));
+    assert_eq!(v.status.code(), Some(0), "{}", stdout_str(&v));
+}

@@ -1,4 +1,6 @@
-//! A real full disk: a store on a small tmpfs fills up, with no byte budget.
+//! A real full disk: a store on a small tmpfs fills up, with no byte budget and the floor of
+//! free space removed (`--min-free 0`; tests/retention.rs has the budgets that keep a disk
+//! from filling).
 //!
 //! What must hold at 3 a.m.: capture and import never stop for a full disk. The writer
 //! deletes the oldest sealed segments (counted and reported) and goes on; with nothing left
@@ -43,13 +45,15 @@ fn small_input(dir: &Path, seed: u64) -> std::path::PathBuf {
     small
 }
 
-const SMALL_SEGMENTS: [&str; 6] = [
+const SMALL_SEGMENTS: [&str; 8] = [
     "--block-size",
     "64K",
     "--segment-size",
     "2M",
     "--level",
     "store",
+    "--min-free",
+    "0",
 ];
 
 #[test]

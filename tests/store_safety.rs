@@ -274,3 +274,55 @@ fn s05_writers_creating_one_store_at_once_one_wins_the_rest_get_the_lock_error()
         assert_eq!(segments(&store).len(), 1, "round {round}");
     }
 }
+
+/// Packet data is not for every user of the machine ([ops] least privilege): whatever the
+/// umask, the store creates its files 0640 and its directories 0750, and an export is 0640.
+#[test]
+fn s06_store_files_are_0640_and_directories_0750_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Setup::new();
+    let store = s.dir.path().join("store");
+    let out = s.dir.path().join("out.pcap");
+    for umask in ["000", "077"] {
+        let _ = std::fs::remove_dir_all(&store);
+        let _ = std::fs::remove_file(&out);
+        let script = format!(
+            "umask {umask} && {bin} import --store {st} {pcap} && {bin} query --store {st} \
+             -w {out} --count >/dev/null && {bin} query --store {st} -w {out} && {bin} flows \
+             --store {st} >/dev/null",
+            bin = bin(),
+            st = p(&store),
+            pcap = p(&s.pcap),
+            out = p(&out),
+        );
+        sh_ok(&script);
+        let mut seen = 0;
+        let mut stack = vec![store.clone()];
+        while let Some(dir) = stack.pop() {
+            let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o750, "umask {umask}: {} is {mode:o}", dir.display());
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let e = e.unwrap();
+                let md = e.metadata().unwrap();
+                if md.is_dir() {
+                    stack.push(e.path());
+                } else {
+                    let mode = md.permissions().mode() & 0o7777;
+                    assert_eq!(
+                        mode,
+                        0o640,
+                        "umask {umask}: {} is {mode:o}",
+                        e.path().display()
+                    );
+                    seen += 1;
+                }
+            }
+        }
+        assert!(
+            seen >= 4,
+            "segment, index, identity, budgets, lock: {seen} files"
+        );
+        let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o640, "umask {umask}: the export is {mode:o}");
+    }
+}

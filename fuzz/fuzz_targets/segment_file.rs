@@ -5,7 +5,11 @@
 //!
 //! An input whose first byte is 0xff is used without it, after the target writes the right
 //! crc32c into the footer its trailer points at (when there is one), so the fuzzer reaches
-//! the footer's checks and the block reads behind the checksum.
+//! the footer's checks and the block reads behind the checksum. With 0xfe, the target also
+//! walks the metadata frames from the first one and rewrites every segment header's and
+//! block header's CRC-32C and every block frame's CRC (the header's field at 44): mutations
+//! of header fields and of compressed block bytes then reach the checks and the
+//! decompression behind the checksums, which random bytes almost never pass.
 //!
 //! Properties: opening and reading return errors, never panic; the blocks listed lie within
 //! the file; a block that reads has the uncompressed length its metadata says.
@@ -59,11 +63,70 @@ fn fix_footer_crc(f: &mut [u8]) {
     }
 }
 
+/// The zstd magic and the descriptor every metadata frame has (docs/format.md).
+const META: [u8; 5] = [0x28, 0xB5, 0x2F, 0xFD, 0xA0];
+
+fn u32_at(f: &[u8], at: usize) -> Option<usize> {
+    let b = f.get(at..at.checked_add(4)?)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+}
+
+fn put_crc(f: &mut [u8], at: usize, crc: u32) {
+    if let Some(b) = f.get_mut(at..at + 4) {
+        b.copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// Rewrites the CRCs of the segment header, of every block header and of every block frame,
+/// walking from the first metadata frame: a metadata frame of content size C is followed,
+/// for a block header, by the block frame of the header's compressed length.
+fn fix_block_crcs(f: &mut [u8]) {
+    let Some(mut at) = f.windows(META.len()).position(|w| w == META) else {
+        return;
+    };
+    while f.get(at..at + META.len()) == Some(&META[..]) {
+        let Some(c) = u32_at(f, at + 5) else { return };
+        // One raw zstd block: every header is at most 65,535 bytes.
+        if !(12..=131_072).contains(&c) {
+            return;
+        }
+        let (payload, len) = (at + 20, c - 12);
+        let Some(end) = at.checked_add(12 + c) else { return };
+        if end > f.len() || len < 8 {
+            return;
+        }
+        let next = end;
+        match &f[payload..payload + 8] {
+            b"CPSLSEG\0" if len >= 40 => {
+                let crc = crc32c::crc32c(&f[payload..payload + 36]);
+                put_crc(f, payload + 36, crc);
+                at = next;
+            }
+            b"CPSLBLK\0" if len >= 64 => {
+                let Some(clen) = u32_at(f, payload + 36) else { return };
+                let frame_end = next.saturating_add(clen).min(f.len());
+                let crc = crc32c::crc32c(&f[next..frame_end]);
+                put_crc(f, payload + 44, crc);
+                let crc = crc32c::crc32c(&f[payload..payload + len - 4]);
+                put_crc(f, payload + len - 4, crc);
+                at = frame_end;
+            }
+            _ => return,
+        }
+    }
+}
+
 fuzz_target!(|input: &[u8]| {
     let mut fixed;
     let input = match input.split_first() {
         Some((0xff, rest)) => {
             fixed = rest.to_vec();
+            fix_footer_crc(&mut fixed);
+            &fixed[..]
+        }
+        Some((0xfe, rest)) => {
+            fixed = rest.to_vec();
+            fix_block_crcs(&mut fixed);
             fix_footer_crc(&mut fixed);
             &fixed[..]
         }

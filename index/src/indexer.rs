@@ -11,6 +11,8 @@
 //! [`crate::sideindex::rebuild`] for how a rebuild uses the same state.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use capsule_store::format::BlockMeta;
 use capsule_store::segment::SealedSegment;
@@ -18,6 +20,7 @@ use capsule_store::{
     Indexer, OpenReport, Result, SegmentEntry, SegmentReader, Store, StoreWriter, WriterConfig,
 };
 
+use crate::scrub::{self, Scrubber};
 use crate::sideindex::journal::{self, JournalWriter};
 use crate::sideindex::{index_name, rebuild, IndexBuilder, SegmentIndex, TcpCarry};
 
@@ -38,6 +41,28 @@ pub struct SideIndexer {
     journal: Option<(u64, JournalWriter)>,
     /// TCP state after segment `.0`, for the build of segment `.0 + 1`.
     carry: Option<(u64, TcpCarry)>,
+    /// Held while an index is written or deleted here, so the scrubber never overwrites a
+    /// newer one nor recreates a deleted one (see [`crate::scrub`]).
+    writes: Arc<Mutex<()>>,
+    /// Rebuilds, in the background, indexes damaged or deleted while the writer runs.
+    scrub: Option<Scrubber>,
+    /// How often it looks ([`scrub::DEFAULT_INTERVAL`] when `None`).
+    scrub_interval: Option<Duration>,
+}
+
+impl SideIndexer {
+    /// A side indexer whose scrubber looks every `interval` (tests; capture uses the
+    /// default).
+    pub fn with_scrub_interval(interval: Duration) -> Self {
+        SideIndexer {
+            scrub_interval: Some(interval),
+            ..SideIndexer::default()
+        }
+    }
+
+    fn write_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.writes.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl Indexer for SideIndexer {
@@ -90,6 +115,14 @@ impl Indexer for SideIndexer {
                     journal::remove(&self.dir, seq)?;
                 }
             }
+        }
+        // From now on, indexes damaged or deleted while this writer runs are rebuilt too.
+        if self.scrub.is_none() {
+            self.scrub = Scrubber::spawn(
+                store.clone(),
+                self.writes.clone(),
+                self.scrub_interval.unwrap_or(scrub::DEFAULT_INTERVAL),
+            );
         }
         // The next segment carries TCP state on from the last sealed one.
         self.carry = sealed.last().and_then(|e| {
@@ -151,7 +184,10 @@ impl Indexer for SideIndexer {
     fn sealed(&mut self, sealed: &SealedSegment) -> Result<()> {
         if let Some(b) = self.building.take() {
             let idx = b.finish(sealed.bytes);
-            idx.write(&self.dir)?;
+            {
+                let _guard = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+                idx.write(&self.dir)?;
+            }
             self.carry = Some((idx.seq, idx.carry_out()));
         }
         // The index is in place: the journal is no longer needed.
@@ -163,6 +199,7 @@ impl Indexer for SideIndexer {
     /// length, without dissecting a packet. An index that did not describe the old file
     /// (missing, stale, damaged) is rebuilt from the new one instead.
     fn compacted(&mut self, seg: &SealedSegment, old_bytes: u64) -> Result<()> {
+        let _guard = self.write_lock();
         let path = self.dir.join(index_name(seg.seq));
         if let Ok(bytes) = capsule_store::fsx::read(&path, "read index") {
             if let Ok(mut idx) = SegmentIndex::decode(&bytes) {
@@ -181,6 +218,7 @@ impl Indexer for SideIndexer {
     }
 
     fn deleted(&mut self, seq: u64) -> Result<()> {
+        let _guard = self.write_lock();
         let idx = self.dir.join(index_name(seq));
         match capsule_store::fsx::remove(&idx, "delete old index") {
             Err(e) if !e.is_not_found() => return Err(e),
@@ -418,5 +456,27 @@ mod tests {
         std::fs::write(&jpath, b"CPJR").unwrap();
         ix.deleted(1).unwrap();
         assert!(!jpath.exists() && !store.index_dir().join(index_name(1)).exists());
+    }
+
+    #[test]
+    fn the_thread_rebuilds_while_the_writer_is_open() {
+        let d = tempfile::tempdir().unwrap();
+        let store = crate::scrub::tests::store_with_two_sealed(d.path());
+        let interval = Duration::from_millis(50);
+        let indexer = SideIndexer::with_scrub_interval(interval);
+        let (w, _) =
+            StoreWriter::open_with(d.path(), crate::scrub::tests::cfg(), Box::new(indexer))
+                .unwrap();
+        let path = store
+            .index_dir()
+            .join(index_name(crate::scrub::tests::sealed(&store)[0]));
+        let want = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let t0 = std::time::Instant::now();
+        while !path.exists() && t0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), want, "rebuilt the same");
+        w.finish().unwrap();
     }
 }

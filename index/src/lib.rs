@@ -16,13 +16,15 @@
 //! ```
 //!
 //! The index is derived data: [`sideindex::rebuild`] recomputes it from a segment's blocks,
-//! and a missing or stale file is rebuilt by the next writer or by `capsule reindex`. Every
+//! and a missing or stale file is rebuilt by the next writer or by `capsule reindex`; one
+//! damaged or deleted while a writer runs is rebuilt in the background (scrub.rs). Every
 //! byte of an index file is specified in docs/format.md.
 #![forbid(unsafe_code)]
 
 pub mod flows;
 pub mod indexer;
 pub mod plan;
+mod scrub;
 pub mod sideindex;
 
 pub use indexer::{open_writer, reindex, verify_index, SideIndexer};

@@ -41,18 +41,31 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         signal_hook::flag::register(sig, stop.clone())
             .context("cannot install a signal handler")?;
     }
+    let (writer_cfg, note) = a.writer.config(&a.store)?;
     let cfg = capsule_store::WriterConfig {
         // Live packets cannot wait: compress faster rather than let the ring overflow.
         adaptive: true,
         // What the ladder wrote below `--level` is recompressed in the background, at the
         // lowest priority, pausing while capture is short of CPU.
         compact: true,
-        ..a.writer.config()?
+        ..writer_cfg
     };
     // The store first: a locked or unusable store fails in well under a second, before the
     // interface is touched (XDP attach attempts, rings of hundreds of MiB).
     let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;
+    if let Some(n) = note {
+        eprintln!("{n}");
+    }
     print_open_report(&opened);
+    if let Some(addr) = &a.metrics {
+        match crate::metrics::serve(addr, &a.store) {
+            Ok(bound) => eprintln!("capsule: metrics at http://{bound}/metrics"),
+            Err(e) => {
+                let _ = writer.finish();
+                return Err(e);
+            }
+        }
+    }
     let capturer = match live::open(&a.config()) {
         Ok(c) => c,
         Err(e) => {
@@ -65,10 +78,27 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     // The status file first: whoever sees the line below may read it at once.
     let mut status = capsule_capture::status::StatusFile::new(&a.store, iface, &desc);
     eprintln!("capsule: capturing on {iface} with {desc}");
+    // Under systemd (Type=notify): ready now, and a watchdog ping from the capture loop
+    // itself, so a wedged loop is restarted. Without NOTIFY_SOCKET these do nothing.
+    let _ = sd_notify::notify(
+        false,
+        &[
+            sd_notify::NotifyState::Ready,
+            sd_notify::NotifyState::Status(&format!("capturing on {iface} with {desc}")),
+        ],
+    );
+    let mut watchdog_usec = 0u64;
+    let watchdog = sd_notify::watchdog_enabled(false, &mut watchdog_usec)
+        .then(|| Duration::from_micros(watchdog_usec) / 2);
+    let mut last_ping = Instant::now();
     let t0 = Instant::now();
     let mut last_log = Instant::now();
     let gauge = writer.pressure_gauge();
     let on_stats = |r: &live::LiveReport| {
+        if watchdog.is_some_and(|every| last_ping.elapsed() >= every) {
+            let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
+            last_ping = Instant::now();
+        }
         status.update(r, gauge.read());
         if last_log.elapsed() >= Duration::from_secs(10) {
             tracing::info!(
@@ -81,6 +111,7 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         }
     };
     let result = capturer.run(&mut writer, &stop, on_stats);
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     // Seal what was captured whether the capture ended well or not.
     let finished = writer.finish();
     status.finish();

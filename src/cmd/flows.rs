@@ -124,9 +124,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             )?;
         }
     }
-    if listing.flows.is_empty() {
-        super::note_if_window_misses(&segments, &q);
-    }
+    super::note_window(&segments, &q, listing.flows.is_empty());
     if !listing.unindexed.is_empty() {
         eprintln!(
             "capsule: note: segment(s) {:?} have no side index and are not listed; \

@@ -10,9 +10,12 @@ use crate::cli::ImportArgs;
 
 pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     let (store, args, files) = (&a.store, &a.writer, &a.files);
-    let cfg = args.config()?;
+    let (cfg, note) = args.config(store)?;
     let t0 = Instant::now();
     let (mut writer, opened) = capsule_index::open_writer(store, cfg)?;
+    if let Some(n) = note {
+        eprintln!("{n}");
+    }
     print_open_report(&opened);
     let mut damaged = Vec::new();
     // A store failure stops the import, but what was written is still sealed below.

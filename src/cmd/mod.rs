@@ -202,10 +202,43 @@ fn man(dir: &std::path::Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// When an answer came back empty, says on standard error whether the window lies outside
-/// what the store holds, with the store's span, so an empty answer is never mistaken for
-/// "nothing happened" (the data may be older than the window, or not yet captured, or
-/// already deleted by retention).
+/// Says on standard error when the window starts before the retention horizon (the oldest
+/// packet still held, where older segments were deleted), so a shorter answer is never
+/// mistaken for less traffic; and, when the answer came back empty (`empty`), whether the
+/// window lies outside what the store holds, with the store's span, so an empty answer is
+/// never mistaken for "nothing happened" (the data may be older than the window, or not yet
+/// captured, or already deleted by retention).
+fn note_window(segments: &[capsule_store::SegmentReader], q: &capsule_query::Query, empty: bool) {
+    let (from, to) = q.window();
+    let first = segments
+        .iter()
+        .flat_map(|s| s.blocks())
+        .filter(|b| b.packets > 0)
+        .map(|b| b.first_ns)
+        .min();
+    // Segment numbers start at 1: a store whose lowest is higher has deleted older data.
+    let deleted = segments
+        .iter()
+        .map(|s| s.seq())
+        .min()
+        .is_some_and(|s| s > 1);
+    // A window given from a time before it; without --from the question is "all we hold".
+    let given = q.from_ns.is_some();
+    if let Some(first) = first.filter(|f| given && deleted && from < *f && to > *f) {
+        eprintln!(
+            "capsule: note: the window starts before the retention horizon: packets older \
+             than {} were deleted by retention, so the answer covers {} onwards",
+            capsule_query::format_instant(first),
+            capsule_query::format_instant(first)
+        );
+    }
+    if empty {
+        note_if_window_misses(segments, q);
+    }
+}
+
+/// When an answer came back empty, says whether the window lies outside what the store
+/// holds (see [`note_window`]).
 fn note_if_window_misses(segments: &[capsule_store::SegmentReader], q: &capsule_query::Query) {
     let blocks = || {
         segments

@@ -52,7 +52,25 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
             // A failed export leaves no file behind that was not there before (an empty
             // or half-written pcap looks like an answer).
             let existed = std::path::Path::new(path).exists();
-            let f = std::fs::File::create(path).with_context(|| format!("cannot create {path}"))?;
+            // Packet data: owner and group only (0640), like the store's own files; a file
+            // that existed keeps its mode.
+            let f = {
+                use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(capsule_store::fsx::FILE_MODE)
+                    .open(path)
+                    .with_context(|| format!("cannot create {path}"))?;
+                if !existed {
+                    f.set_permissions(std::fs::Permissions::from_mode(
+                        capsule_store::fsx::FILE_MODE,
+                    ))
+                    .with_context(|| format!("cannot set the mode of {path}"))?;
+                }
+                f
+            };
             match capsule_replay::export(&store, &opts, f) {
                 Ok(r) => r,
                 Err(e) => {
@@ -94,9 +112,11 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     for (seq, why) in &report.damaged_index {
         eprintln!("capsule: note: segment {seq} was read whole: {why}");
     }
-    if report.packets == 0 {
-        super::note_if_window_misses(&store.open_segments_checked()?.0, &opts.query);
-    }
+    super::note_window(
+        &store.open_segments_checked()?.0,
+        &opts.query,
+        report.packets == 0,
+    );
     if !report.is_partial() {
         return Ok(ExitCode::SUCCESS);
     }

@@ -127,6 +127,36 @@ fn secs(ns: u64) -> String {
     }
 }
 
+/// The budgets saved in the store, for a person.
+fn describe_budgets(b: Option<&capsule_store::budget::Budgets>) -> String {
+    let Some(b) = b else {
+        return "none saved (a writer keeps the default floor of free space: 10% of the disk \
+                or 5 GiB, whichever is smaller)"
+            .into();
+    };
+    let mut parts = Vec::new();
+    if let Some(m) = b.max_bytes {
+        parts.push(format!("at most {}", crate::units::format_bytes(m)));
+    }
+    if let Some(f) = b.min_free {
+        let f = match f {
+            capsule_store::budget::FreeSpace::Bytes(n) => crate::units::format_bytes(n),
+            other => other.describe(),
+        };
+        parts.push(format!("keep {f} free"));
+    }
+    if let Some(age) = b.max_age {
+        parts.push(format!(
+            "data at most {} old",
+            humantime::format_duration(age)
+        ));
+    }
+    if parts.is_empty() {
+        return "none (the disk may fill; then the oldest segments are deleted for room)".into();
+    }
+    format!("{} (saved in the store)", parts.join(", "))
+}
+
 pub fn run(a: &StatusArgs) -> Result<ExitCode> {
     let (store_dir, json, watch) = (a.store.as_path(), a.json, a.watch);
     loop {
@@ -162,7 +192,14 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
         let target = running
             .and_then(|s| s.store.compact_target)
             .map_or(a.level, Level::Zstd);
-        let budget = running.and_then(|s| s.store.budget_bytes).or(a.max_bytes);
+        let saved = capsule_store::budget::load(store.root()).unwrap_or_else(|e| {
+            eprintln!("capsule: warning: {e}");
+            None
+        });
+        let budget = running
+            .and_then(|s| s.store.budget_bytes)
+            .or(a.max_bytes)
+            .or(saved.and_then(|b| b.max_bytes));
         let span = last.zip(first).map_or(0, |(l, f)| l.saturating_sub(f));
         let cp = Compaction::of(&segs, target, budget, span);
         let rate = running.map(|s| s.compactor_bytes_per_s);
@@ -177,7 +214,8 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                           "compactor_bytes_per_s": rate,
                           "budget_bytes": cp.budget,
                           "retention_horizon_ns": cp.horizon_now_ns,
-                          "retention_horizon_after_compaction_ns": cp.horizon_after_ns},
+                          "retention_horizon_after_compaction_ns": cp.horizon_after_ns,
+                          "budgets": saved},
             });
             println!("{v}");
         } else {
@@ -281,6 +319,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     _ => String::new(),
                 }
             );
+            println!("budgets: {}", describe_budgets(saved.as_ref()));
             match (cp.budget, cp.horizon_now_ns) {
                 (Some(b), Some(h)) => println!(
                     "retention: a budget of {b} bytes holds {} of packets at the ratio now, {} \

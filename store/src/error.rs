@@ -45,6 +45,14 @@ pub enum StoreError {
         #[source]
         problem: BlockProblem,
     },
+    /// The saved retention budgets are not the JSON they should be.
+    #[error(
+        "{}: the saved retention budgets cannot be read (expected JSON with max_bytes, \
+         min_free and max_age_ns): {detail}; give the budgets again (--max-bytes, --min-free, \
+         --max-age) to replace the file",
+        path.display()
+    )]
+    BadBudgets { path: PathBuf, detail: String },
     /// The directory is not a capsule store, or one this build cannot read.
     #[error("{}: not a capsule store: {detail}", path.display())]
     NotAStore { path: PathBuf, detail: String },

@@ -22,7 +22,7 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -65,7 +65,18 @@ pub struct Entry {
     pub len: u64,
 }
 
-const MODE: u32 = 0o666;
+/// Files the store creates: owner read-write, group read (packet data is not for every
+/// user of the machine), whatever the umask (a created file is fchmod'ed to it).
+pub const FILE_MODE: u32 = 0o640;
+/// Directories the store creates: owner all, group read and search.
+pub const DIR_MODE: u32 = 0o750;
+const MODE: u32 = FILE_MODE;
+
+/// Gives a file just created exactly [`FILE_MODE`] (the umask may have taken more).
+fn exact_mode(fd: &impl AsFd, path: &Path) -> Result<()> {
+    rfs::fchmod(fd, Mode::from_raw_mode(FILE_MODE))
+        .map_err(|e| StoreError::io("set file mode", path, e.into()))
+}
 
 /// The store root `root` resolved (it may be a symlink: the operator's choice); every path
 /// below it is then checked by the calls here. A missing root is returned as given, for
@@ -165,6 +176,9 @@ pub fn open(path: &Path, how: Open, op: &'static str) -> Result<File> {
         .map_err(|e| fail(op, path, e.into()))?;
     let file = File::from(fd);
     check_regular(op, path, &file)?;
+    if matches!(how, Open::CreateNew | Open::Lock) {
+        exact_mode(&file, path)?;
+    }
     if how != Open::Read {
         // Writes to a regular file never block anyway; clear the flag opening needed.
         let fl = rfs::fcntl_getfl(&file).map_err(|e| StoreError::io(op, path, e.into()))?;
@@ -209,8 +223,10 @@ fn write_temp(path: &Path, bytes: &[u8], synced: bool) -> Result<()> {
     )
     .map_err(|e| fail("create", &tmp, e.into()))?;
     let mut f = File::from(fd);
-    let written = durable::append_all(&mut f, bytes)
-        .map_err(|e| StoreError::io("write", &tmp, e))
+    let written = exact_mode(&f, &tmp)
+        .and_then(|()| {
+            durable::append_all(&mut f, bytes).map_err(|e| StoreError::io("write", &tmp, e))
+        })
         .and_then(|()| {
             if synced {
                 durable::sync_all(&f).map_err(|e| StoreError::io("fsync", &tmp, e))
@@ -248,7 +264,9 @@ pub fn create_temp(path: &Path) -> Result<(File, PathBuf)> {
         Mode::from_raw_mode(MODE),
     )
     .map_err(|e| fail("create", &tmp, e.into()))?;
-    Ok((File::from(fd), tmp))
+    let f = File::from(fd);
+    exact_mode(&f, &tmp)?;
+    Ok((f, tmp))
 }
 
 /// Whether `name` is a temporary name [`create_temp`] (or [`write_atomic`]) made for file
@@ -319,8 +337,11 @@ pub fn remove(path: &Path, op: &'static str) -> Result<()> {
 /// symlink.
 pub fn create_dir(path: &Path) -> Result<()> {
     let (dir, name) = parent(path)?;
-    match durable::mkdirat(&dir, name, Mode::from_raw_mode(0o777), path) {
+    match durable::mkdirat(&dir, name, Mode::from_raw_mode(DIR_MODE), path) {
         Ok(()) => {
+            // Exactly DIR_MODE, whatever the umask.
+            rfs::chmodat(&dir, name, Mode::from_raw_mode(DIR_MODE), AtFlags::empty())
+                .map_err(|e| StoreError::io("set directory mode", path, e.into()))?;
             let dir_path = split(path).0;
             durable::sync_dir(&dir, dir_path)
                 .map_err(|e| StoreError::io("fsync directory", dir_path, e.into()))?;

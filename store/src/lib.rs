@@ -38,6 +38,7 @@
 #![forbid(unsafe_code)]
 
 pub use writer::compact;
+pub mod budget;
 mod durable;
 pub mod error;
 pub mod format;

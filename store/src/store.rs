@@ -119,8 +119,17 @@ impl Store {
     /// [`Store::lock_writer`]). The store is created under the lock, so of several writers
     /// creating one at once, one wins and every other gets [`StoreError::Locked`].
     pub fn create_locked(root: &Path) -> Result<(Self, File)> {
-        std::fs::create_dir_all(root)
-            .map_err(|e| StoreError::io("create store directory", root, e))?;
+        if !root.exists() {
+            use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(fsx::DIR_MODE)
+                .create(root)
+                .map_err(|e| StoreError::io("create store directory", root, e))?;
+            // Exactly DIR_MODE, whatever the umask.
+            std::fs::set_permissions(root, std::fs::Permissions::from_mode(fsx::DIR_MODE))
+                .map_err(|e| StoreError::io("set directory mode", root, e))?;
+        }
         let store = Store {
             root: fsx::resolve_root(root)?,
         };

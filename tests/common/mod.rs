@@ -981,12 +981,15 @@ pub fn fill(path: &Path, leave: u64) {
     std::fs::write(path, vec![0x5a; avail.saturating_sub(leave) as usize]).unwrap();
 }
 
-/// Writer options under which one segment outgrows a small disk: no sealed segment to delete.
-pub const ONE_BIG_SEGMENT: [&str; 6] = [
+/// Writer options under which one segment outgrows a small disk: no sealed segment to delete
+/// (and no floor of free space, so the disk does fill).
+pub const ONE_BIG_SEGMENT: [&str; 8] = [
     "--block-size",
     "64K",
     "--segment-size",
     "64M",
     "--level",
     "store",
+    "--min-free",
+    "0",
 ];

@@ -499,7 +499,7 @@ impl StatsTimer {
         rep: &LiveReport,
         now: Instant,
     ) -> Result<(), StoreError> {
-        let drops = rep.drops();
+        let drops = rep.drops() + writer.pressure_gauge().disk_full_drops();
         let due = self
             .recorded
             .is_none_or(|(at, d)| d != drops || now.duration_since(at) >= Duration::from_secs(60));
@@ -512,16 +512,20 @@ impl StatsTimer {
 }
 
 /// Stores the counters so far as an interface statistics record (a pcapng ISB on export).
+/// Its drop count includes the packets the store dropped because the disk was full and
+/// nothing was left to delete: the kernel handed them over, but they are not stored, so an
+/// export of the window must count them as lost.
 pub(crate) fn record(
     writer: &mut StoreWriter,
     iface: u32,
     rep: &LiveReport,
 ) -> Result<(), StoreError> {
+    let disk_full = writer.pressure_gauge().disk_full_drops();
     writer.record_stats(
         iface,
         capsule_store::now_ns(),
         Some(rep.seen()),
-        Some(rep.drops()),
+        Some(rep.drops() + disk_full),
     )
 }
 

@@ -54,16 +54,11 @@ fn write(dir: &Path, rec: &Record) -> io::Result<()> {
         };
     }
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{STATE_FILE}.tmp"));
     let bytes = serde_json::to_vec_pretty(rec).map_err(io::Error::other)?;
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, &path)?;
-    std::fs::File::open(dir)?.sync_all()
+    // Exclusively created under an unpredictable name, never through a symlink, fsynced,
+    // renamed, directory fsynced: the store's own way (a root capture must not be made to
+    // write through a link planted in the store).
+    capsule_store::fsx::write_atomic(&path, &bytes).map_err(io::Error::other)
 }
 
 /// Records `change` in `dir` (before the interface is changed).

@@ -356,11 +356,12 @@ pub(super) fn run_all(
 
 /// Lowers the calling thread to the lowest CPU priority (nice 19); on Linux the nice value
 /// of a thread id applies to that thread alone. SCHED_IDLE would yield more, but rustix has
-/// no call for it and unsafe code is kept to capture/src/sys.
-fn lower_priority() {
+/// no call for it and unsafe code is kept to capture/src/sys. `what` names the thread in
+/// the warning when it cannot be done.
+pub fn lower_thread_priority(what: &str) {
     let tid = rustix::thread::gettid();
     if let Err(e) = rustix::process::setpriority_process(Some(tid), 19) {
-        tracing::warn!("cannot lower the compactor's priority: {e}");
+        tracing::warn!("cannot lower the {what}'s priority: {e}");
     }
 }
 
@@ -374,7 +375,7 @@ pub(super) fn run_background(
     to_writer: Sender<CompactRequest>,
     counters: Arc<CompactCounters>,
 ) {
-    lower_priority();
+    lower_thread_priority("compactor");
     let mut rounds = Rounds::default();
     let mut report = CompactReport::default();
     let idle = |secs: u64| {

@@ -188,6 +188,12 @@ pub struct PressureGauge {
 }
 
 impl PressureGauge {
+    /// Packets dropped so far because the disk was full and nothing was left to delete
+    /// ([`Pressure::disk_full_drops`]), without reading the rest.
+    pub fn disk_full_drops(&self) -> u64 {
+        self.space.dropped_packets.load(Ordering::Relaxed)
+    }
+
     pub fn read(&self) -> Pressure {
         let c = &self.compact;
         Pressure {

@@ -244,12 +244,15 @@ impl WriterThread {
             );
         }
         self.retention.grew(s.bytes - before);
-        self.retention.sealed_one(SegmentEntry {
-            seq: s.seq,
-            state: SegmentState::Sealed,
-            path: s.path.clone(),
-            bytes: s.bytes,
-        });
+        self.retention.sealed_one(
+            SegmentEntry {
+                seq: s.seq,
+                state: SegmentState::Sealed,
+                path: s.path.clone(),
+                bytes: s.bytes,
+            },
+            (s.packets > 0).then_some(s.last_ns),
+        );
         self.report.sealed.push(s);
         Ok(())
     }
@@ -361,6 +364,9 @@ impl WriterThread {
             Some(seg) => seg.footer_reserve(),
             None => 4096 + format::meta_frame_len(format::FOOTER_FIXED_LEN + 64 + 16) as u64,
         };
+        if c.meta.packets > 0 {
+            self.retention.saw(c.meta.last_ns);
+        }
         let deleted = self
             .retention
             .make_room(self.indexer.as_mut(), need + reserve)?;

@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 use capsule_pcap::{write as pw, Interface};
 use crossbeam_channel::{bounded, Receiver, Sender};
 
+use crate::budget::FreeSpace;
 use crate::error::{Result, StoreError};
 use crate::format::BlockMeta;
 use crate::indexer::{Indexer, NoIndex};
@@ -58,8 +59,8 @@ mod retention;
 #[cfg(test)]
 mod tests;
 
+pub use compactor::{lower_thread_priority, CompactReport, CompactedSegment};
 use compactor::{CompactCounters, CompactRequest};
-pub use compactor::{CompactReport, CompactedSegment};
 pub(super) use compress::SpaceCounters;
 use compress::{compress_loop, Ladder, Signals};
 pub use compress::{Level, LevelError, Pressure, PressureGauge};
@@ -94,6 +95,13 @@ pub struct WriterConfig {
     pub segment_age: Duration,
     /// Store-wide byte budget; the oldest segments are deleted to stay under it.
     pub max_bytes: Option<u64>,
+    /// Free space kept on the store's file system (see [`crate::budget`]).
+    pub min_free: Option<FreeSpace>,
+    /// Age of data kept, by packet time back from the newest packet written.
+    pub max_age: Option<Duration>,
+    /// Save these three budgets in the store (`retention.json`) once the writer holds the
+    /// lock, so later writers apply them unless told otherwise.
+    pub save_budgets: bool,
     /// How blocks are compressed (a zstd level, or stored).
     pub level: Level,
     /// Compression threads.
@@ -120,6 +128,9 @@ impl Default for WriterConfig {
             segment_bytes: 1 << 30,
             segment_age: Duration::from_secs(600),
             max_bytes: None,
+            min_free: None,
+            max_age: None,
+            save_budgets: false,
             level: Level::default(),
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             sync_interval: Duration::from_secs(1),
@@ -351,6 +362,23 @@ impl StoreWriter {
         }
 
         let (store, lock) = Store::create_locked(root)?;
+        let budgets = crate::budget::Budgets {
+            max_bytes: cfg.max_bytes,
+            min_free: cfg.min_free,
+            max_age: cfg.max_age,
+        };
+        // Saved only when they changed. A store that cannot save them (a full disk) still
+        // applies them to this writer: a capture never stops for its bookkeeping.
+        let unchanged = crate::budget::load(store.root()).ok().flatten() == Some(budgets);
+        if cfg.save_budgets && !unchanged {
+            if let Err(e) = crate::budget::save(store.root(), &budgets) {
+                tracing::warn!(
+                    "cannot save the retention budgets in the store (they apply to this \
+                     writer only): {}",
+                    crate::error::chain(&e)
+                );
+            }
+        }
         let dir = store.segments_dir();
         let mut report = OpenReport::default();
         segment::resume_rebuilds(&dir)?;
@@ -374,7 +402,7 @@ impl StoreWriter {
             .into_iter()
             .partition(|e| e.state == SegmentState::Sealed);
         let next_seq = store.highest_seq()? + 1;
-        let mut retention = Retention::new(&dir, sealed, cfg.max_bytes);
+        let mut retention = Retention::new(&dir, sealed, &budgets);
         open.iter().for_each(|e| retention.grew(e.bytes));
         // Derived data: rebuild what a crash (or an older build) left without it. It can
         // always be rebuilt later (`capsule reindex`, or the next writer): an error here is
@@ -394,12 +422,15 @@ impl StoreWriter {
                     Ok(r) => {
                         if let Some(s) = r.sealed() {
                             retention.grew(s.bytes);
-                            retention.sealed_one(crate::store::SegmentEntry {
-                                seq: s.seq,
-                                state: SegmentState::Sealed,
-                                path: s.path.clone(),
-                                bytes: s.bytes,
-                            });
+                            retention.sealed_one(
+                                crate::store::SegmentEntry {
+                                    seq: s.seq,
+                                    state: SegmentState::Sealed,
+                                    path: s.path.clone(),
+                                    bytes: s.bytes,
+                                },
+                                (s.packets > 0).then_some(s.last_ns),
+                            );
                         }
                         report.recovered.push(r);
                         break;

@@ -1,46 +1,121 @@
 //! Retention: the store as a ring on disk. The writer thread keeps the sealed segments,
 //! oldest first, and the bytes the store holds; before a block is written, the oldest
-//! sealed segments (and their derived data) are deleted until it fits under the byte
-//! budget. The state comes from the directory at open, never only from memory. A segment
-//! counts at its current size: a compaction that shrinks it shrinks the total
-//! ([`Retention::resized`]).
+//! sealed segments (and their derived data) are deleted until the store is within its
+//! budgets (crate::budget): under the byte budget, with the floor of free space left on its
+//! file system, and holding no segment whose last packet is older than the age budget
+//! (packet time, measured back from the newest packet written). The state comes from the
+//! directory at open, never only from memory. A segment counts at its current size: a
+//! compaction that shrinks it shrinks the total ([`Retention::resized`]).
+//!
+//! Deletion goes by whole segments, so it runs once per segment's worth of data, not on
+//! every block: a deleted segment frees its size, and the next deletion is due only when
+//! that much more was written. Free space is read (statvfs) at most once a second and
+//! estimated in between from the bytes written and deleted, so the floor costs no system
+//! call per block. A segment a reader still holds open frees its space only when the
+//! reader closes it; until the next reading the estimate counts it as freed.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::DeletedSegment;
+use crate::budget::{self, FreeSpace};
 use crate::error::Result;
 use crate::indexer::Indexer;
-use crate::segment;
+use crate::segment::{self, SegmentReader};
 use crate::store::SegmentEntry;
+
+/// A sealed segment retention may delete, with the time of its last packet (`None`: it
+/// could not be read to know).
+#[derive(Debug)]
+struct Held {
+    entry: SegmentEntry,
+    last_ns: Option<u64>,
+}
+
+/// The floor of free space, and what was last read of the file system.
+#[derive(Debug)]
+struct FreeFloor {
+    floor: FreeSpace,
+    fs_bytes: u64,
+    avail: u64,
+    read_at: Option<Instant>,
+    /// Bytes written since the last reading (deletions are added back to `avail`).
+    written: u64,
+}
+
+/// Why a segment was deleted, for the log.
+#[derive(Debug, Clone, Copy)]
+enum Why {
+    Bytes,
+    Free,
+    Age,
+}
 
 /// What retention knows of the store.
 #[derive(Debug)]
 pub(super) struct Retention {
     dir: PathBuf,
     /// Sealed segments, oldest first.
-    sealed: VecDeque<SegmentEntry>,
+    sealed: VecDeque<Held>,
     /// Bytes on disk: sealed segments and the open one.
     total: u64,
     /// The byte budget, if any.
     max: Option<u64>,
+    free: Option<FreeFloor>,
+    max_age: Option<Duration>,
+    /// The newest packet time written or held.
+    newest_ns: u64,
 }
 
 impl Retention {
-    /// Retention over the sealed segments `sealed` (oldest first) of segment directory `dir`.
-    pub(super) fn new(dir: &Path, sealed: Vec<SegmentEntry>, max: Option<u64>) -> Self {
+    /// Retention over the sealed segments `sealed` (oldest first) of segment directory `dir`,
+    /// with the budgets of `b`. The age of each segment is read from its footer when an age
+    /// budget is set.
+    pub(super) fn new(dir: &Path, sealed: Vec<SegmentEntry>, b: &budget::Budgets) -> Self {
         let total = sealed.iter().map(|e| e.bytes).sum();
+        let sealed: VecDeque<Held> = sealed
+            .into_iter()
+            .map(|entry| {
+                let last_ns = b
+                    .max_age
+                    .and_then(|_| SegmentReader::open(&entry.path).ok())
+                    .and_then(|r| {
+                        r.blocks()
+                            .iter()
+                            .filter(|b| b.packets > 0)
+                            .map(|b| b.last_ns)
+                            .max()
+                    });
+                Held { entry, last_ns }
+            })
+            .collect();
+        let newest_ns = sealed.iter().filter_map(|h| h.last_ns).max().unwrap_or(0);
         Retention {
             dir: dir.to_path_buf(),
-            sealed: sealed.into(),
+            sealed,
             total,
-            max,
+            max: b.max_bytes,
+            free: b.min_free.map(|floor| FreeFloor {
+                floor,
+                fs_bytes: 0,
+                avail: 0,
+                read_at: None,
+                written: 0,
+            }),
+            max_age: b.max_age,
+            newest_ns,
         }
     }
 
     /// The sealed segments, oldest first.
     pub(super) fn sealed(&self) -> impl Iterator<Item = &SegmentEntry> {
-        self.sealed.iter()
+        self.sealed.iter().map(|h| &h.entry)
+    }
+
+    /// A packet of time `ns` was written: the age budget counts back from the newest.
+    pub(super) fn saw(&mut self, ns: u64) {
+        self.newest_ns = self.newest_ns.max(ns);
     }
 
     /// Bytes the store holds.
@@ -51,29 +126,42 @@ impl Retention {
     /// The open segment grew (or was created) by `bytes`.
     pub(super) fn grew(&mut self, bytes: u64) {
         self.total += bytes;
+        if let Some(f) = self.free.as_mut() {
+            f.written += bytes;
+        }
     }
 
-    /// A segment was sealed: it is now the newest deletion candidate.
-    pub(super) fn sealed_one(&mut self, entry: SegmentEntry) {
-        self.sealed.push_back(entry);
+    /// A segment was sealed: it is now the newest deletion candidate. `last_ns`: its last
+    /// packet's time.
+    pub(super) fn sealed_one(&mut self, entry: SegmentEntry, last_ns: Option<u64>) {
+        if let Some(t) = last_ns {
+            self.saw(t);
+        }
+        self.sealed.push_back(Held { entry, last_ns });
     }
 
     /// Whether sealed segment `seq` is still kept (not deleted by retention or for space).
     pub(super) fn holds(&self, seq: u64) -> bool {
-        self.sealed.iter().any(|e| e.seq == seq)
+        self.sealed.iter().any(|h| h.entry.seq == seq)
     }
 
     /// Sealed segment `seq` was compacted: it is now `bytes` long, and the total follows.
     pub(super) fn resized(&mut self, seq: u64, bytes: u64) {
-        if let Some(e) = self.sealed.iter_mut().find(|e| e.seq == seq) {
-            self.total = (self.total + bytes).saturating_sub(e.bytes);
-            e.bytes = bytes;
+        if let Some(h) = self.sealed.iter_mut().find(|h| h.entry.seq == seq) {
+            self.total = (self.total + bytes).saturating_sub(h.entry.bytes);
+            if let Some(f) = self.free.as_mut() {
+                f.avail = (f.avail + h.entry.bytes).saturating_sub(bytes);
+            }
+            h.entry.bytes = bytes;
         }
     }
 
     /// The open segment gave up `bytes` it had counted (a write that failed on a full disk).
     pub(super) fn shrank(&mut self, bytes: u64) {
         self.total = self.total.saturating_sub(bytes);
+        if let Some(f) = self.free.as_mut() {
+            f.written = f.written.saturating_sub(bytes);
+        }
     }
 
     /// The disk is full: deletes the oldest sealed segment (and its derived data) whatever
@@ -97,16 +185,20 @@ impl Retention {
     /// Deletes the oldest sealed segment's file and tells `indexer`; an indexer error is
     /// logged, not returned (derived data is rebuilt by the next writer or `capsule reindex`).
     fn delete_oldest(&mut self, indexer: &mut dyn Indexer) -> Result<Option<DeletedSegment>> {
-        let Some(seg) = self.sealed.pop_front() else {
+        let Some(held) = self.sealed.pop_front() else {
             return Ok(None);
         };
-        match crate::fsx::remove(&seg.path, "delete old segment") {
+        match crate::fsx::remove(&held.entry.path, "delete old segment") {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
             Err(e) => {
-                self.sealed.push_front(seg);
+                self.sealed.push_front(held);
                 return Err(e);
             }
+        }
+        let seg = held.entry;
+        if let Some(f) = self.free.as_mut() {
+            f.avail += seg.bytes;
         }
         if let Err(e) = indexer.deleted(seg.seq) {
             tracing::warn!(
@@ -122,25 +214,27 @@ impl Retention {
         }))
     }
 
-    /// Deletes the oldest sealed segments until `need` more bytes fit under the budget (no
-    /// budget: nothing is deleted), telling `indexer` of each.
+    /// Deletes the oldest sealed segments until the store is within its budgets with `need`
+    /// more bytes written, telling `indexer` of each.
     pub(super) fn make_room(
         &mut self,
         indexer: &mut dyn Indexer,
         need: u64,
     ) -> Result<Vec<DeletedSegment>> {
-        let Some(max) = self.max else {
-            return Ok(Vec::new());
-        };
         let mut deleted = Vec::new();
-        while self.total + need > max {
+        while let Some(why) = self.over_budget(need) {
             let Some(seg) = self.delete_oldest(indexer)? else {
                 break;
+            };
+            let what = match why {
+                Why::Bytes => "to stay under the byte budget",
+                Why::Free => "to keep the floor of free space on the disk",
+                Why::Age => "older than the age budget",
             };
             tracing::info!(
                 seq = seg.seq,
                 bytes = seg.bytes,
-                "retention: deleted the oldest segment to stay under the byte budget"
+                "retention: deleted the oldest segment {what}"
             );
             deleted.push(seg);
         }
@@ -148,5 +242,44 @@ impl Retention {
             segment::sync_dir(&self.dir)?;
         }
         Ok(deleted)
+    }
+
+    /// Which budget writing `need` more bytes would break, if any and if a sealed segment
+    /// is left to delete.
+    fn over_budget(&mut self, need: u64) -> Option<Why> {
+        let front = self.sealed.front()?;
+        if self.max.is_some_and(|max| self.total + need > max) {
+            return Some(Why::Bytes);
+        }
+        if let Some(age) = self.max_age {
+            let cutoff = self
+                .newest_ns
+                .saturating_sub(u64::try_from(age.as_nanos()).unwrap_or(u64::MAX));
+            // A segment whose age is unknown goes when the one after it is too old.
+            let last = front
+                .last_ns
+                .or_else(|| self.sealed.get(1).and_then(|h| h.last_ns));
+            if last.is_some_and(|t| t < cutoff) {
+                return Some(Why::Age);
+            }
+        }
+        let dir = self.dir.clone();
+        let f = self.free.as_mut()?;
+        let stale = f
+            .read_at
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+        if stale {
+            match budget::disk_space(&dir) {
+                Ok((size, avail)) => {
+                    f.fs_bytes = size;
+                    f.avail = avail;
+                    f.written = 0;
+                }
+                Err(e) => tracing::debug!("{}", crate::error::chain(&e)),
+            }
+            f.read_at = Some(Instant::now());
+        }
+        let free = f.avail.saturating_sub(f.written);
+        (free < f.floor.bytes(f.fs_bytes).saturating_add(need)).then_some(Why::Free)
     }
 }

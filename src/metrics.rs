@@ -1,0 +1,347 @@
+//! The Prometheus endpoint of a capture (`capsule capture --metrics ADDR`): `GET /metrics`
+//! answers with the same figures as `capsule status --json`, in the OpenMetrics text format
+//! (prometheus-client's encoder), named by Prometheus conventions (`capsule_..._total` for
+//! counters, base units: bytes, seconds).
+//!
+//! Every scrape reads what a capture already publishes, so nothing on the capture path
+//! waits for a scrape: `STORE/capture-status.json` (rewritten each second), the segment
+//! directory's listing, the oldest segment's footer and the open segment's block headers
+//! (for the retention horizon and the freshness lag), the saved budgets, and statvfs of the
+//! store's file system. The server is one thread (tiny_http) answering one request at a
+//! time; a scrape costs a few small reads.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+/// The figures of one scrape.
+#[derive(Debug)]
+struct Figures {
+    store: PathBuf,
+}
+
+type Labels = Vec<(String, String)>;
+
+fn counter(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, u64)],
+) -> std::fmt::Result {
+    let c = ConstCounter::new(0u64);
+    let mut m = enc.encode_descriptor(name, help, None, c.metric_type())?;
+    if let [(labels, v)] = series {
+        if labels.is_empty() {
+            return ConstCounter::new(*v).encode(m);
+        }
+    }
+    for (labels, v) in series {
+        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauge(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, f64)],
+) -> std::fmt::Result {
+    let g = ConstGauge::new(0f64);
+    let mut m = enc.encode_descriptor(name, help, None, g.metric_type())?;
+    if let [(labels, v)] = series {
+        if labels.is_empty() {
+            return ConstGauge::new(*v).encode(m);
+        }
+    }
+    for (labels, v) in series {
+        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn one<T>(v: T) -> Vec<(Labels, T)> {
+    vec![(Vec::new(), v)]
+}
+
+fn label(k: &str, v: &str) -> Labels {
+    vec![(k.to_string(), v.to_string())]
+}
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+impl Collector for Figures {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let now = capsule_store::now_ns();
+        gauge(
+            &mut enc,
+            "capsule_build_info",
+            "The running build: version and git commit.",
+            &[(
+                vec![
+                    ("version".into(), env!("CARGO_PKG_VERSION").into()),
+                    ("commit".into(), env!("CAPSULE_GIT_COMMIT").into()),
+                ],
+                1.0,
+            )],
+        )?;
+        if let Ok(Some(s)) = capsule_capture::status::read_status(&self.store) {
+            let running = s.running && now.saturating_sub(s.updated_ns) < 5_000_000_000;
+            gauge(
+                &mut enc,
+                "capsule_capture_running",
+                "1 while a capture runs on the store and updated its status within 5 s.",
+                &one(f64::from(u8::from(running))),
+            )?;
+            gauge(
+                &mut enc,
+                "capsule_status_age_seconds",
+                "Time since the capture last updated its status.",
+                &one(secs(now.saturating_sub(s.updated_ns))),
+            )?;
+            counter(
+                &mut enc,
+                "capsule_packets_captured",
+                "Packets stored since the capture started.",
+                &one(s.packets),
+            )?;
+            counter(
+                &mut enc,
+                "capsule_packets_seen",
+                "Packets the interface delivered (stored or dropped) since the capture started.",
+                &one(s.seen),
+            )?;
+            counter(
+                &mut enc,
+                "capsule_captured_bytes",
+                "Wire bytes of the packets stored since the capture started.",
+                &one(s.wire_bytes),
+            )?;
+            let c = &s.drop_causes;
+            let causes = [
+                ("packet_ring_full", c.packet_ring_full),
+                ("xsk_ring_full", c.xsk_ring_full),
+                ("xsk_dropped", c.xsk_dropped),
+                ("no_socket", c.no_socket),
+                ("store_behind", c.pipeline),
+                ("invalid", c.invalid),
+                ("disk_full", c.disk_full),
+            ];
+            let series: Vec<_> = causes
+                .iter()
+                .map(|(k, v)| (label("cause", k), *v))
+                .collect();
+            counter(
+                &mut enc,
+                "capsule_packets_dropped",
+                "Packets lost since the capture started, by cause.",
+                &series,
+            )?;
+            let p = &s.store;
+            let rungs = ["level", "-10", "-1000", "store"];
+            let series: Vec<_> = rungs
+                .iter()
+                .zip(p.blocks_by_rung)
+                .map(|(r, v)| (label("rung", r), v))
+                .collect();
+            counter(
+                &mut enc,
+                "capsule_blocks_written",
+                "Blocks written, by compression rung (level: the configured one).",
+                &series,
+            )?;
+            counter(
+                &mut enc,
+                "capsule_segments_deleted_for_space",
+                "Segments deleted because the disk was full.",
+                &one(p.segments_deleted_for_space),
+            )?;
+            gauge(
+                &mut enc,
+                "capsule_compaction_pending_bytes",
+                "Bytes of blocks written below the configured level, waiting for the compactor.",
+                &one(p.pending_compaction_bytes as f64),
+            )?;
+            counter(
+                &mut enc,
+                "capsule_compacted_segments",
+                "Segments the compactor rewrote.",
+                &one(p.compacted_segments),
+            )?;
+            gauge(
+                &mut enc,
+                "capsule_capture_packets_per_second",
+                "Packets stored per second over the last status interval.",
+                &one(s.packets_per_s),
+            )?;
+        }
+        let store = capsule_store::Store::open(&self.store).ok();
+        let list = store
+            .as_ref()
+            .and_then(|s| s.list().ok())
+            .unwrap_or_default();
+        gauge(
+            &mut enc,
+            "capsule_store_bytes",
+            "Bytes of segment files in the store.",
+            &one(list.iter().map(|e| e.bytes).sum::<u64>() as f64),
+        )?;
+        gauge(
+            &mut enc,
+            "capsule_store_segments",
+            "Segment files in the store (sealed and open).",
+            &one(list.len() as f64),
+        )?;
+        // The oldest packet held (the retention horizon) and the newest queryable one.
+        let times = |e: &capsule_store::SegmentEntry| {
+            let r = capsule_store::SegmentReader::open(&e.path).ok()?;
+            let blocks = || r.blocks().iter().filter(|b| b.packets > 0);
+            Some((
+                blocks().map(|b| b.first_ns).min()?,
+                blocks().map(|b| b.last_ns).max()?,
+            ))
+        };
+        let oldest = list.iter().find_map(|e| times(e).map(|t| t.0));
+        let newest = list.iter().rev().find_map(|e| times(e).map(|t| t.1));
+        if let Some(o) = oldest {
+            gauge(
+                &mut enc,
+                "capsule_oldest_packet_timestamp_seconds",
+                "Time of the oldest packet held, seconds since the Unix epoch.",
+                &one(secs(o)),
+            )?;
+            gauge(
+                &mut enc,
+                "capsule_retention_horizon_seconds",
+                "How far back the store reaches: now minus the oldest packet held.",
+                &one(secs(now.saturating_sub(o))),
+            )?;
+        }
+        if let Some(n) = newest {
+            gauge(
+                &mut enc,
+                "capsule_freshness_lag_seconds",
+                "Now minus the newest packet a query can read.",
+                &one(secs(now.saturating_sub(n))),
+            )?;
+        }
+        if let Ok((size, avail)) = capsule_store::budget::disk_space(&self.store) {
+            gauge(
+                &mut enc,
+                "capsule_disk_size_bytes",
+                "Size of the file system holding the store.",
+                &one(size as f64),
+            )?;
+            gauge(
+                &mut enc,
+                "capsule_disk_free_bytes",
+                "Space available on the file system holding the store.",
+                &one(avail as f64),
+            )?;
+            if let Ok(Some(b)) = capsule_store::budget::load(&self.store) {
+                let mut series = Vec::new();
+                if let Some(m) = b.max_bytes {
+                    series.push((label("budget", "max_bytes"), m as f64));
+                }
+                if let Some(f) = b.min_free {
+                    series.push((label("budget", "min_free"), f.bytes(size) as f64));
+                }
+                gauge(
+                    &mut enc,
+                    "capsule_budget_bytes",
+                    "Retention budgets in bytes: the store's size, the free space kept.",
+                    &series,
+                )?;
+                if let Some(age) = b.max_age {
+                    gauge(
+                        &mut enc,
+                        "capsule_budget_max_age_seconds",
+                        "The retention budget of age, by packet time.",
+                        &one(age.as_secs_f64()),
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Renders the metrics of the store at `store`.
+pub fn render(store: &Path) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Figures {
+        store: store.to_path_buf(),
+    }));
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry)
+        .expect("writing to a String cannot fail");
+    out
+}
+
+/// Binds `addr` and serves `GET /metrics` for the store at `store` on a thread of its own,
+/// for the life of the process. Returns the address bound (port 0 picks one).
+pub fn serve(addr: &str, store: &Path) -> Result<std::net::SocketAddr> {
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+    let bound = server
+        .server_addr()
+        .to_ip()
+        .context("the metrics listener has no IP address")?;
+    let store = store.to_path_buf();
+    std::thread::Builder::new()
+        .name("capsule-metrics".into())
+        .spawn(move || {
+            for req in server.incoming_requests() {
+                let (code, body, ctype) = match (req.method(), req.url()) {
+                    (tiny_http::Method::Get, "/metrics") => (
+                        200,
+                        render(&store),
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    ),
+                    (tiny_http::Method::Get, _) => (
+                        404,
+                        "not found: the metrics are at /metrics\n".to_string(),
+                        "text/plain; charset=utf-8",
+                    ),
+                    _ => (
+                        405,
+                        "only GET is served\n".to_string(),
+                        "text/plain; charset=utf-8",
+                    ),
+                };
+                let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes())
+                    .expect("a valid header");
+                let resp = tiny_http::Response::from_string(body)
+                    .with_status_code(code)
+                    .with_header(header);
+                // A client gone mid-answer is its own problem.
+                let _ = req.respond(resp);
+            }
+        })
+        .context("cannot start the metrics thread")?;
+    Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_store_still_renders_build_info_and_disk() {
+        let d = tempfile::tempdir().unwrap();
+        capsule_store::Store::create_or_open(d.path()).unwrap();
+        let text = render(d.path());
+        assert!(text.contains("capsule_build_info{"), "{text}");
+        assert!(text.contains("capsule_disk_free_bytes "), "{text}");
+        assert!(text.contains("capsule_store_segments 0.0\n"), "{text}");
+        assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    }
+}
