@@ -175,6 +175,13 @@ pub enum Cmd {
     /// Members of a group that send less than the group's median, interval after interval.
     #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
     Stragglers(StragglersArgs),
+    /// The config's `[alerts]` rules over stored history, from the index alone.
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
+    Alerts(AlertsArgs),
+    /// The triage report of a window: findings with evidence pcaps, report.txt and
+    /// report.html, written into a directory.
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
+    Triage(TriageArgs),
     /// Rebuild the side index of every sealed segment from the segments alone.
     Reindex(StoreArg),
     /// Recompress at a target level every block of the sealed segments written below it.
@@ -517,6 +524,24 @@ pub enum MatrixBy {
     Bytes,
     Packets,
     Flows,
+}
+
+#[derive(Args, Debug)]
+pub struct AlertsArgs {
+    #[command(flatten)]
+    pub a: AnswerArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct TriageArgs {
+    #[command(flatten)]
+    pub a: AnswerArgs,
+    /// The directory the report is written into (created; files in it are replaced).
+    #[arg(short = 'o', long = "out")]
+    pub out: PathBuf,
+    /// Do not print report.txt.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 #[derive(Args, Debug)]

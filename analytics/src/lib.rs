@@ -1,6 +1,7 @@
 //! Answers to an operator's questions, from the side index alone: top talkers (`top`), the
 //! DSCP audit (`dscp`), TCP health per interval and host (`tcp`), the group matrix
-//! (`matrix`) and stragglers in a group (`stragglers`).
+//! (`matrix`), stragglers in a group (`stragglers`), and the config's alert rules over all of
+//! them (`alerts`).
 //!
 //! ```text
 //! STORE/index/seg-N.idx (sealed) + seg-N.journal (open)   capsule_index::flows::list_index_only
@@ -26,6 +27,7 @@ use capsule_query::Query;
 use capsule_store::Store;
 use serde::Serialize;
 
+pub mod alerts;
 pub mod dscp;
 pub mod matrix;
 pub mod stragglers;

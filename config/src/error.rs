@@ -108,6 +108,8 @@ pub enum ErrorKind {
     UnknownZone,
     /// A list with too many entries for the model.
     TooMany,
+    /// A number, size, duration or name out of what the key takes.
+    BadValue,
 }
 
 impl std::fmt::Display for ErrorKind {
@@ -128,6 +130,7 @@ impl std::fmt::Display for ErrorKind {
             ErrorKind::BadTime => "bad time of day",
             ErrorKind::UnknownZone => "unknown time zone",
             ErrorKind::TooMany => "too many entries",
+            ErrorKind::BadValue => "bad value",
         })
     }
 }

@@ -10,17 +10,19 @@
 //!   -> [work_hours] hours.rs: WorkHours (days, local times, IANA zone via jiff)
 //!   -> [capture] capture.rs: one key per `capsule capture` flag, kept as the flag's text
 //!      with its line (the binary parses it with the flag's own parser)
+//!   -> [alerts] alerts.rs: AlertRules (each rule's thresholds, defaults for the rest)
 //!   -> Config; any problem: ConfigError::Invalid naming file:line:column, the dotted key
 //!      (`groups.gpu[2]`), what was expected and what was found
 //! ```
 //!
 //! The raw TOML types stay private: callers see only the typed model. Every section is
 //! optional; an unknown top-level key is an error listing the known sections, so a section
-//! added later (`[retention]`, `[alerts]`, `[cutoff]`) is one more arm in
+//! added later (`[retention]`, `[cutoff]`) is one more arm in
 //! [`Config::parse`]. Parsing never panics, whatever the input (a proptest below and the
 //! `config` fuzz target check it). The reference of every key is docs/config.md.
 #![forbid(unsafe_code)]
 
+mod alerts;
 mod capture;
 mod dscp;
 mod egress;
@@ -35,6 +37,7 @@ use std::path::Path;
 use serde::Serialize;
 use toml::de::DeTable;
 
+pub use alerts::{AlertRules, RULES as ALERT_RULES};
 pub use capture::{CaptureSetting, CaptureType, CAPTURE_KEYS};
 pub use dscp::{dscp_name, parse_dscp, DscpRule};
 pub use egress::EgressRule;
@@ -45,7 +48,14 @@ pub use hours::WorkHours;
 use walk::Src;
 
 /// The sections a config file may have, in the order they are read.
-pub const SECTIONS: [&str; 5] = ["groups", "dscp", "egress", "work_hours", "capture"];
+pub const SECTIONS: [&str; 6] = [
+    "groups",
+    "dscp",
+    "egress",
+    "work_hours",
+    "capture",
+    "alerts",
+];
 
 /// A validated config file.
 #[derive(Debug, Clone, Default)]
@@ -55,6 +65,7 @@ pub struct Config {
     egress: egress::Egress,
     work_hours: Option<WorkHours>,
     capture: Vec<CaptureSetting>,
+    alerts: AlertRules,
 }
 
 impl Config {
@@ -103,6 +114,14 @@ impl Config {
             )?;
             c.capture = capture::parse(&src, "capture", t)?;
         }
+        if let Some(v) = doc.get("alerts") {
+            let t = src.table(
+                "alerts",
+                v,
+                "a table of alert thresholds (egress_bytes, ...)",
+            )?;
+            c.alerts = AlertRules::parse(&src, "alerts", t, &c.groups)?;
+        }
         Ok(c)
     }
 
@@ -144,6 +163,11 @@ impl Config {
     pub fn capture(&self) -> &[CaptureSetting] {
         &self.capture
     }
+
+    /// The `[alerts]` thresholds (every one at its default when the file has no section).
+    pub fn alerts(&self) -> &AlertRules {
+        &self.alerts
+    }
 }
 
 /// The model as `capsule config check --json` prints it: group ids become names.
@@ -154,6 +178,7 @@ struct ConfigJson<'a> {
     egress: Vec<EgressJson<'a>>,
     work_hours: Option<&'a WorkHours>,
     capture: &'a [CaptureSetting],
+    alerts: &'a AlertRules,
 }
 
 #[derive(Serialize)]
@@ -195,6 +220,7 @@ impl Serialize for Config {
                 .collect(),
             work_hours: self.work_hours.as_ref(),
             capture: &self.capture,
+            alerts: &self.alerts,
         }
         .serialize(s)
     }

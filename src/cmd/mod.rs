@@ -12,6 +12,7 @@ use anyhow::Result;
 
 use crate::cli::{Cli, Cmd, Selection};
 
+mod alerts;
 mod capture;
 pub mod check_bpf;
 mod compact;
@@ -28,6 +29,7 @@ mod stragglers;
 mod synth;
 mod tcp;
 mod top;
+mod triage;
 mod verify;
 
 /// The exit status of an answer that is partial: the command worked, but damaged data in
@@ -51,6 +53,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Dscp(a) => dscp::run(&a),
         Cmd::Matrix(a) => matrix::run(&a),
         Cmd::Stragglers(a) => stragglers::run(&a),
+        Cmd::Alerts(a) => alerts::run(&a),
+        Cmd::Triage(a) => triage::run(&a),
         Cmd::Reindex(a) => reindex::run(&a.store),
         Cmd::Compact(a) => compact::run(&a),
         Cmd::Status(a) => status::run(&a),

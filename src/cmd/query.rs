@@ -48,39 +48,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     let report = match write {
         _ if count => capsule_replay::export(&store, &opts, std::io::sink())?,
         Some("-") => capsule_replay::export(&store, &opts, std::io::stdout().lock())?,
-        Some(path) => {
-            // A failed export leaves no file behind that was not there before (an empty
-            // or half-written pcap looks like an answer).
-            let existed = std::path::Path::new(path).exists();
-            // Packet data: owner and group only (0640), like the store's own files; a file
-            // that existed keeps its mode.
-            let f = {
-                use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(capsule_store::fsx::FILE_MODE)
-                    .open(path)
-                    .with_context(|| format!("cannot create {path}"))?;
-                if !existed {
-                    f.set_permissions(std::fs::Permissions::from_mode(
-                        capsule_store::fsx::FILE_MODE,
-                    ))
-                    .with_context(|| format!("cannot set the mode of {path}"))?;
-                }
-                f
-            };
-            match capsule_replay::export(&store, &opts, f) {
-                Ok(r) => r,
-                Err(e) => {
-                    if !existed {
-                        let _ = std::fs::remove_file(path);
-                    }
-                    return Err(e.into());
-                }
-            }
-        }
+        Some(path) => write_file(&store, &opts, path)?,
         None => unreachable!("clap requires -w unless --explain or --count"),
     };
     if !report.unindexed.is_empty() {
@@ -181,5 +149,45 @@ fn print_plan(plan: &capsule_index::plan::Plan) {
     }
     for (seq, why) in &plan.journal_notes {
         println!("open segment {seq}: index journal: {why}");
+    }
+}
+
+/// Writes the export of `opts` into the file `path` (the `-w FILE` of `capsule query`, and
+/// the evidence of `capsule triage`).
+pub(super) fn write_file(
+    store: &Store,
+    opts: &capsule_replay::ExportOptions,
+    path: &str,
+) -> Result<capsule_replay::ExportReport> {
+    // A failed export leaves no file behind that was not there before (an empty
+    // or half-written pcap looks like an answer).
+    let existed = std::path::Path::new(path).exists();
+    // Packet data: owner and group only (0640), like the store's own files; a file
+    // that existed keeps its mode.
+    let f = {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(capsule_store::fsx::FILE_MODE)
+            .open(path)
+            .with_context(|| format!("cannot create {path}"))?;
+        if !existed {
+            f.set_permissions(std::fs::Permissions::from_mode(
+                capsule_store::fsx::FILE_MODE,
+            ))
+            .with_context(|| format!("cannot set the mode of {path}"))?;
+        }
+        f
+    };
+    match capsule_replay::export(store, opts, f) {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Err(e.into())
+        }
     }
 }

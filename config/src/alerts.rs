@@ -1,0 +1,377 @@
+//! `[alerts]`: the thresholds of the alert rules that `capsule alerts` and `capsule triage`
+//! evaluate over the index. Every key is optional and has a default ([`AlertRules::default`],
+//! listed in docs/alerts.md); an unknown key is an error naming the known ones.
+//!
+//! ```text
+//! egress_bytes = "100M"   egress_window = "5m"     off_hours_bytes = "1G"
+//! dscp_bytes = 1          pair_bytes = "1M"
+//! straggler_groups = ["gpu"]  straggler_interval = "1m"  straggler_ratio = 0.5
+//! straggler_min_bytes = "1MB"  retransmission_rate = 0.05  retransmission_min_segments = 1000
+//! zero_windows = 10       disabled = ["tcp_zero_window"]
+//! ```
+//!
+//! Sizes are integers (bytes) or strings with a unit (`K`, `M`, `G`, `T`: powers of 1024;
+//! `KB`, `MB`, `GB`, `TB`: powers of 1000); durations are strings (`10s`, `5m`, `1h`), whole
+//! seconds since the index counts 1-second buckets.
+
+use serde::Serialize;
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+use crate::error::{ConfigError, ErrorKind};
+use crate::groups::Groups;
+use crate::walk::{join, Src};
+
+/// The rule names, as alerts carry them in `rule` and `disabled` lists them.
+pub const RULES: [&str; 7] = [
+    "egress",
+    "off_hours",
+    "dscp",
+    "group_pair",
+    "straggler",
+    "tcp_retransmissions",
+    "tcp_zero_window",
+];
+
+const KEYS: [&str; 13] = [
+    "egress_bytes",
+    "egress_window",
+    "off_hours_bytes",
+    "dscp_bytes",
+    "pair_bytes",
+    "straggler_groups",
+    "straggler_interval",
+    "straggler_ratio",
+    "straggler_min_bytes",
+    "retransmission_rate",
+    "retransmission_min_segments",
+    "zero_windows",
+    "disabled",
+];
+
+/// The thresholds of every alert rule.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AlertRules {
+    /// `egress`: bytes one direction of a flow sends, in one `egress_window`, to a
+    /// destination its group's `[egress]` entry does not allow. Default 100 MiB.
+    pub egress_bytes: u64,
+    /// The window `egress_bytes` is counted in (ns, whole seconds). Default 5 minutes.
+    pub egress_window_ns: u64,
+    /// `off_hours`: bytes one direction of a flow sends outside `[work_hours]` from a group
+    /// member to an address in no group. Default 1 GiB. Needs `[work_hours]`.
+    pub off_hours_bytes: u64,
+    /// `dscp`: bytes a sender marks with a value the `[dscp]` policy does not allow it, to
+    /// one destination. Default 1 (any).
+    pub dscp_bytes: u64,
+    /// `group_pair`: bytes from one group to another group its `[egress]` entry does not
+    /// list. Default 1 MiB.
+    pub pair_bytes: u64,
+    /// `straggler`: the groups whose members should send alike. Default none.
+    pub straggler_groups: Vec<String>,
+    /// Interval the straggler rule compares members in (ns). Default 1 minute.
+    pub straggler_interval_ns: u64,
+    /// A member under this fraction of the group median is under. Default 0.5.
+    pub straggler_ratio: f64,
+    /// Intervals where the median member sent less are idle. Default 1 MB.
+    pub straggler_min_bytes: u64,
+    /// `tcp_retransmissions`: a host whose retransmitted share of data segments sent is at
+    /// least this. Default 0.05.
+    pub retransmission_rate: f64,
+    /// ... and that sent at least this many data segments. Default 1000.
+    pub retransmission_min_segments: u64,
+    /// `tcp_zero_window`: a host advertising a zero window at least this many times.
+    /// Default 10.
+    pub zero_windows: u64,
+    /// Rules not evaluated (names from [`RULES`]).
+    pub disabled: Vec<String>,
+}
+
+impl Default for AlertRules {
+    fn default() -> Self {
+        AlertRules {
+            egress_bytes: 100 << 20,
+            egress_window_ns: 300 * 1_000_000_000,
+            off_hours_bytes: 1 << 30,
+            dscp_bytes: 1,
+            pair_bytes: 1 << 20,
+            straggler_groups: Vec::new(),
+            straggler_interval_ns: 60 * 1_000_000_000,
+            straggler_ratio: 0.5,
+            straggler_min_bytes: 1_000_000,
+            retransmission_rate: 0.05,
+            retransmission_min_segments: 1000,
+            zero_windows: 10,
+            disabled: Vec::new(),
+        }
+    }
+}
+
+impl AlertRules {
+    /// Whether `rule` is evaluated.
+    pub fn enabled(&self, rule: &str) -> bool {
+        !self.disabled.iter().any(|d| d == rule)
+    }
+
+    pub(crate) fn parse(
+        src: &Src<'_>,
+        path: &str,
+        table: &DeTable<'_>,
+        groups: &Groups,
+    ) -> Result<AlertRules, ConfigError> {
+        src.only_keys(path, table, &KEYS)?;
+        let mut r = AlertRules::default();
+        for (k, v) in table {
+            let name = k.get_ref().as_ref();
+            let key = join(path, name);
+            match name {
+                "egress_bytes" => r.egress_bytes = size(src, &key, v)?,
+                "egress_window" => r.egress_window_ns = duration(src, &key, v)?,
+                "off_hours_bytes" => r.off_hours_bytes = size(src, &key, v)?,
+                "dscp_bytes" => r.dscp_bytes = size(src, &key, v)?,
+                "pair_bytes" => r.pair_bytes = size(src, &key, v)?,
+                "straggler_groups" => {
+                    r.straggler_groups = Vec::new();
+                    for it in src.strings(&key, v, "group names (strings)")? {
+                        if groups.by_name(&it.text).is_none() {
+                            return Err(groups.unknown(src, &it.path, &it.text, it.span));
+                        }
+                        if !r.straggler_groups.contains(&it.text) {
+                            r.straggler_groups.push(it.text);
+                        }
+                    }
+                }
+                "straggler_interval" => r.straggler_interval_ns = duration(src, &key, v)?,
+                "straggler_ratio" => r.straggler_ratio = fraction(src, &key, v)?,
+                "straggler_min_bytes" => r.straggler_min_bytes = size(src, &key, v)?,
+                "retransmission_rate" => r.retransmission_rate = fraction(src, &key, v)?,
+                "retransmission_min_segments" => {
+                    r.retransmission_min_segments = count(src, &key, v)?
+                }
+                "zero_windows" => r.zero_windows = count(src, &key, v)?,
+                "disabled" => {
+                    r.disabled = Vec::new();
+                    for it in src.strings(&key, v, "rule names (strings)")? {
+                        if !RULES.contains(&it.text.as_str()) {
+                            return Err(src.err(
+                                it.span,
+                                &it.path,
+                                ErrorKind::BadValue,
+                                format!("one of {}", RULES.join(", ")),
+                                format!("{:?}", it.text),
+                            ));
+                        }
+                        r.disabled.push(it.text);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(r)
+    }
+}
+
+/// A non-negative integer.
+fn count(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u64, ConfigError> {
+    let bad = |what: String| {
+        src.err(
+            v.span(),
+            key,
+            ErrorKind::BadValue,
+            "a count (0 or more)",
+            what,
+        )
+    };
+    match v.get_ref() {
+        DeValue::Integer(i) => u64::from_str_radix(&i.as_str().replace('_', ""), i.radix())
+            .map_err(|_| bad(src.found(v))),
+        _ => Err(src.err(
+            v.span(),
+            key,
+            ErrorKind::WrongType,
+            "an integer",
+            src.found(v),
+        )),
+    }
+}
+
+/// A fraction in [0, 1].
+fn fraction(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<f64, ConfigError> {
+    let x: Option<f64> = match v.get_ref() {
+        DeValue::Float(f) => f.as_str().replace('_', "").parse().ok(),
+        DeValue::Integer(i) => i64::from_str_radix(&i.as_str().replace('_', ""), i.radix())
+            .ok()
+            .map(|n| n as f64),
+        _ => {
+            return Err(src.err(
+                v.span(),
+                key,
+                ErrorKind::WrongType,
+                "a number from 0 to 1",
+                src.found(v),
+            ))
+        }
+    };
+    match x {
+        Some(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(src.err(
+            v.span(),
+            key,
+            ErrorKind::BadValue,
+            "a number from 0 to 1",
+            src.found(v),
+        )),
+    }
+}
+
+/// A byte size: an integer, or a string with a unit.
+fn size(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u64, ConfigError> {
+    const EXPECTED: &str = "a size in bytes (an integer, or a string such as \"100M\", \"1GB\")";
+    let text = match v.get_ref() {
+        DeValue::Integer(_) => return count(src, key, v),
+        DeValue::String(s) => s.as_ref(),
+        _ => return Err(src.err(v.span(), key, ErrorKind::WrongType, EXPECTED, src.found(v))),
+    };
+    parse_size(text)
+        .ok_or_else(|| src.err(v.span(), key, ErrorKind::BadValue, EXPECTED, src.found(v)))
+}
+
+/// A duration string, whole seconds and not zero, in ns.
+fn duration(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u64, ConfigError> {
+    const EXPECTED: &str = "a duration of whole seconds (\"10s\", \"5m\", \"1h\")";
+    let DeValue::String(s) = v.get_ref() else {
+        return Err(src.err(v.span(), key, ErrorKind::WrongType, EXPECTED, src.found(v)));
+    };
+    let ns = humantime::parse_duration(s)
+        .ok()
+        .and_then(|d| u64::try_from(d.as_nanos()).ok())
+        .filter(|&ns| ns > 0 && ns.is_multiple_of(1_000_000_000));
+    ns.ok_or_else(|| src.err(v.span(), key, ErrorKind::BadValue, EXPECTED, src.found(v)))
+}
+
+/// `1048576`, `64K`, `1.5G`, `10GB` (the units of the command line's sizes).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let n: f64 = s[..split].parse().ok()?;
+    let mult: u64 = match s[split..].trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return None,
+    };
+    let v = n * mult as f64;
+    (n.is_finite() && v <= u64::MAX as f64).then_some(v as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, ErrorKind};
+
+    #[test]
+    fn defaults_without_the_section_and_overrides_with_it() {
+        let c = Config::parse("", "c.toml").unwrap();
+        assert_eq!(c.alerts(), &super::AlertRules::default());
+        let c = Config::parse(
+            "[groups]\ngpu = [\"10.10.0.0/24\"]\n[alerts]\negress_bytes = \"10M\"\n\
+             egress_window = \"1m\"\nstraggler_groups = [\"gpu\"]\nstraggler_ratio = 0.75\n\
+             zero_windows = 3\ndisabled = [\"tcp_zero_window\"]\ndscp_bytes = 1_000\n",
+            "c.toml",
+        )
+        .unwrap();
+        let a = c.alerts();
+        assert_eq!(a.egress_bytes, 10 << 20);
+        assert_eq!(a.egress_window_ns, 60_000_000_000);
+        assert_eq!(a.straggler_groups, vec!["gpu".to_string()]);
+        assert_eq!(a.straggler_ratio, 0.75);
+        assert_eq!(a.zero_windows, 3);
+        assert_eq!(a.dscp_bytes, 1000);
+        assert!(!a.enabled("tcp_zero_window") && a.enabled("egress"));
+        assert_eq!(a.off_hours_bytes, 1 << 30);
+    }
+
+    #[test]
+    fn bad_values_name_key_and_line() {
+        for (text, key, kind, line) in [
+            (
+                "[alerts]\nbogus = 1\n",
+                "alerts.bogus",
+                ErrorKind::UnknownKey,
+                2,
+            ),
+            (
+                "[alerts]\n\negress_bytes = \"10X\"\n",
+                "alerts.egress_bytes",
+                ErrorKind::BadValue,
+                3,
+            ),
+            (
+                "[alerts]\negress_bytes = -1\n",
+                "alerts.egress_bytes",
+                ErrorKind::BadValue,
+                2,
+            ),
+            (
+                "[alerts]\negress_window = \"1.5s\"\n",
+                "alerts.egress_window",
+                ErrorKind::BadValue,
+                2,
+            ),
+            (
+                "[alerts]\negress_window = 5\n",
+                "alerts.egress_window",
+                ErrorKind::WrongType,
+                2,
+            ),
+            (
+                "[alerts]\nstraggler_ratio = 1.5\n",
+                "alerts.straggler_ratio",
+                ErrorKind::BadValue,
+                2,
+            ),
+            (
+                "[alerts]\nstraggler_groups = [\"nope\"]\n",
+                "alerts.straggler_groups[0]",
+                ErrorKind::UnknownGroup,
+                2,
+            ),
+            (
+                "[alerts]\ndisabled = [\"x\"]\n",
+                "alerts.disabled[0]",
+                ErrorKind::BadValue,
+                2,
+            ),
+            (
+                "[alerts]\nzero_windows = \"3\"\n",
+                "alerts.zero_windows",
+                ErrorKind::WrongType,
+                2,
+            ),
+        ] {
+            let e = Config::parse(text, "c.toml").unwrap_err();
+            let i = e.invalid().unwrap_or_else(|| panic!("{text}: {e}"));
+            assert_eq!(
+                (i.key.as_str(), i.kind, i.line),
+                (key, kind, line),
+                "{text}: {e}"
+            );
+            assert!(e.to_string().starts_with(&format!("c.toml:{line}:")), "{e}");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(super::parse_size("64K"), Some(65536));
+        assert_eq!(super::parse_size("1GB"), Some(1_000_000_000));
+        assert_eq!(super::parse_size("1.5M"), Some(1_572_864));
+        assert_eq!(super::parse_size("x"), None);
+        assert_eq!(super::parse_size(""), None);
+    }
+}
