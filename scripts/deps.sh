@@ -22,6 +22,7 @@ declare -A need=(
   [strace]=strace
   [curl]=curl
   [systemd-analyze]=systemd
+  [chromium]=chromium
 )
 missing=()
 for cmd in "${!need[@]}"; do
