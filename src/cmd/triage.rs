@@ -261,6 +261,9 @@ fn report_text(input: &Input, alerts: &[Alert], findings: &[Finding<'_>]) -> Str
         capsule_query::format_instant(input.from_ns),
         capsule_query::format_instant(input.to_ns)
     );
+    if let (Some(a), Some(b)) = (&input.limits.held_from, &input.limits.held_to) {
+        let _ = writeln!(s, "the store holds packets from {a} to {b}");
+    }
     let _ = writeln!(s, "{} finding(s), worst first", findings.len());
     for (i, f) in findings.iter().enumerate() {
         let _ = writeln!(s);
@@ -366,7 +369,12 @@ const PALETTE: [&str; 10] = [
 ];
 
 /// Stacked bars of `series` (name, values per slot) over `n` slots, with a legend.
-fn stacked_svg(title: &str, series: &[(String, Vec<u64>)], unit: &str) -> String {
+fn stacked_svg(
+    title: &str,
+    series: &[(String, Vec<u64>)],
+    unit: &str,
+    axis: (&str, &str),
+) -> String {
     let (w, h, left, bottom) = (900.0, 260.0, 70.0, 30.0);
     let n = series.first().map_or(1, |s| s.1.len()).max(1);
     let totals: Vec<u64> = (0..n)
@@ -398,6 +406,16 @@ fn stacked_svg(title: &str, series: &[(String, Vec<u64>)], unit: &str) -> String
         h - bottom,
         w - 10.0,
         h - bottom
+    );
+    let _ = write!(
+        o,
+        "<text x=\"{left}\" y=\"{}\" class=\"ax\">{}</text>\
+         <text x=\"{}\" y=\"{}\" class=\"ax\" text-anchor=\"end\">{}</text>",
+        h - bottom + 16.0,
+        esc(axis.0),
+        w - 10.0,
+        h - bottom + 16.0,
+        esc(axis.1)
     );
     for i in 0..n {
         let mut y = h - bottom;
@@ -485,7 +503,7 @@ fn bars_svg(title: &str, rows: &[(String, f64, bool)], fmt: &dyn Fn(f64) -> Stri
 fn matrix_svg(m: &matrix::Matrix) -> String {
     let n = m.groups.len().max(1);
     let (cell, left, topm) = (70.0, 130.0, 110.0);
-    let w = left + cell * n as f64 + 10.0;
+    let w = left + cell * n as f64 + 60.0;
     let h = topm + cell * n as f64 + 10.0;
     let max = m.cells.iter().map(|c| c.bytes).max().unwrap_or(0).max(1) as f64;
     let mut o = format!(
@@ -628,6 +646,8 @@ fn report_html(input: &Input, alerts: &[Alert], findings: &[Finding<'_>], c: &Ch
         );
     }
     o.push_str("</table>");
+    let (a0, a1) = (super::ms(input.from_ns), super::ms(input.to_ns));
+    let axis = (a0.as_str(), a1.as_str());
     // DSCP over time.
     let series: Vec<(String, Vec<u64>)> = c
         .dscp
@@ -643,7 +663,7 @@ fn report_html(input: &Input, alerts: &[Alert], findings: &[Finding<'_>], c: &Ch
         o,
         "<h2 id=\"dscp\">Traffic by DSCP class over time</h2><p>bytes per {} s, stacked</p>{}",
         c.interval_ns / 1_000_000_000,
-        stacked_svg("traffic by DSCP class", &series, "bytes")
+        stacked_svg("traffic by DSCP class", &series, "bytes", axis)
     );
     // Top talkers.
     let rows: Vec<(String, f64, bool)> = c
@@ -700,7 +720,7 @@ fn report_html(input: &Input, alerts: &[Alert], findings: &[Finding<'_>], c: &Ch
         c.tcp.total.retransmissions,
         c.tcp.total.data_segments,
         c.tcp.total.retransmission_rate * 100.0,
-        stacked_svg("TCP health", &tcp_series, "segments")
+        stacked_svg("TCP health", &tcp_series, "segments", axis)
     );
     // Stragglers.
     let _ = write!(o, "<h2 id=\"stragglers\">Stragglers</h2>");
@@ -743,6 +763,15 @@ fn report_html(input: &Input, alerts: &[Alert], findings: &[Finding<'_>], c: &Ch
     }
     // Limits.
     let _ = write!(o, "<h2 id=\"limits\">What this report cannot see</h2><ul>");
+    let l = &input.limits;
+    if let (Some(a), Some(b)) = (&l.held_from, &l.held_to) {
+        let _ = write!(
+            o,
+            "<li>retention horizon: the store holds packets from {} to {}</li>",
+            esc(a),
+            esc(b)
+        );
+    }
     for line in input.limits.lines() {
         let _ = write!(o, "<li>{}</li>", esc(&line));
     }

@@ -1,0 +1,254 @@
+//! `capsule triage` (issue 13) on synth's scenario: every finding's evidence pcap opens in
+//! `tshark` and `capinfos` with the packet count and SHA-256 `findings.json` states (checked
+//! with `sha256sum`), report.txt is printed unless `--quiet`, and report.html, rendered by a
+//! real headless Chromium with every host name unresolvable, holds the findings and an
+//! `<svg>` per chart, names no URL, and makes a readable screenshot (written beside the
+//! test's store as `triage-report.png`).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::*;
+use serde_json::Value;
+
+struct Fixture {
+    dir: PathBuf,
+    store: PathBuf,
+    config: PathBuf,
+    truth: Value,
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("triage");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let pcap = dir.join("synth.pcap");
+        let truth_path = dir.join("truth.json");
+        synth(&pcap, &truth_path, 1, "10s", "100M", None);
+        let truth: Value = serde_json::from_slice(&std::fs::read(&truth_path).unwrap()).unwrap();
+        let store = dir.join("store");
+        import_ok(&store, &["--segment-size", "8M"], &[p(&pcap)]);
+        let facts = &truth["facts"];
+        let gpu: Vec<String> = facts["gpu_nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| format!("\"{}\"", h.as_str().unwrap()))
+            .collect();
+        let config = dir.join("capsule.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[groups]\nvoice = [\"{}\"]\ngpu = [{}]\nstorage = [\"{}\"]\n\
+                 model-store = [\"{}\"]\n\n[dscp]\nef = [\"voice\"]\n\n\
+                 [egress]\nmodel-store = [\"storage\"]\ngpu = [\"storage\"]\n\n\
+                 [work_hours]\ndays = \"mon-fri\"\nstart = \"08:00\"\nend = \"19:00\"\n\
+                 timezone = \"UTC\"\n\n\
+                 [alerts]\negress_bytes = \"1M\"\negress_window = \"10s\"\n\
+                 off_hours_bytes = \"1M\"\nstraggler_groups = [\"gpu\"]\n\
+                 straggler_interval = \"1s\"\nstraggler_ratio = 0.75\n",
+                facts["ef_allow_list"][0].as_str().unwrap(),
+                gpu.join(", "),
+                facts["storage_subnet"].as_str().unwrap(),
+                facts["exfil"]["src"].as_str().unwrap(),
+            ),
+        )
+        .unwrap();
+        Fixture {
+            dir,
+            store,
+            config,
+            truth,
+        }
+    })
+}
+
+/// Runs `capsule triage -o DIR` (with `extra`) and returns its output and findings.json.
+fn triage(f: &Fixture, name: &str, extra: &[&str]) -> (PathBuf, String, Value) {
+    let out = f.dir.join(name);
+    let _ = std::fs::remove_dir_all(&out);
+    let mut cmd = capsule();
+    cmd.args([
+        "triage",
+        "--store",
+        p(&f.store),
+        "--config",
+        p(&f.config),
+        "-o",
+        p(&out),
+    ])
+    .args(extra);
+    let o = run_ok(&mut cmd);
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(out.join("findings.json")).unwrap()).unwrap();
+    (out, stdout_str(&o), doc)
+}
+
+fn report() -> &'static (PathBuf, String, Value) {
+    static R: OnceLock<(PathBuf, String, Value)> = OnceLock::new();
+    R.get_or_init(|| triage(fixture(), "report", &[]))
+}
+
+#[test]
+fn every_evidence_pcap_opens_with_the_stated_packets_and_sha256() {
+    let f = fixture();
+    let (dir, _, doc) = report();
+    let findings = doc["findings"].as_array().unwrap();
+    let kinds: BTreeSet<&str> = findings
+        .iter()
+        .map(|x| x["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from(["dscp", "egress", "off_hours", "straggler"])
+    );
+    assert_eq!(findings.len(), 6);
+    need_tool("tshark");
+    need_tool("sha256sum");
+    for x in findings {
+        assert!(x["hosts"].as_array().is_some_and(|h| !h.is_empty()), "{x}");
+        let ev = &x["evidence"];
+        let rel = ev["pcap"].as_str().unwrap();
+        assert!(
+            !rel.starts_with('/'),
+            "relative to the report directory: {rel}"
+        );
+        let file = dir.join(rel);
+        let packets = ev["packets"].as_u64().unwrap();
+        assert!(packets > 0, "{x}");
+        assert_eq!(capinfos_packets(&file), packets, "{rel}");
+        let info = capinfos(&file);
+        assert!(capinfo(&info, "File type").contains("pcapng"), "{info:?}");
+        // tshark reads every packet without an error.
+        let out = run_ok(Command::new("tshark").args([
+            "-r",
+            p(&file),
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+        ]));
+        assert_eq!(stdout_str(&out).lines().count() as u64, packets, "{rel}");
+        let sum = run_ok(Command::new("sha256sum").arg(&file));
+        let sum = stdout_str(&sum);
+        assert_eq!(
+            sum.split_whitespace().next().unwrap(),
+            ev["sha256"],
+            "{rel}"
+        );
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().len(),
+            ev["bytes"].as_u64().unwrap()
+        );
+    }
+    // The exfil's evidence holds exactly the truth's packets of its upload.
+    let ex = &f.truth["facts"]["exfil"];
+    let want: u64 = f.truth["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["src"] == ex["src"] && t["dst"] == ex["dst"])
+        .map(|t| t["packets"].as_u64().unwrap())
+        .sum();
+    let e = findings.iter().find(|x| x["kind"] == "egress").unwrap();
+    assert_eq!(e["evidence"]["packets"].as_u64().unwrap(), want);
+    assert_eq!(e["flows"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn report_txt_is_printed_unless_quiet() {
+    let f = fixture();
+    let (dir, stdout, doc) = report();
+    let txt = std::fs::read_to_string(dir.join("report.txt")).unwrap();
+    assert_eq!(stdout, &txt);
+    for x in doc["findings"].as_array().unwrap() {
+        assert!(
+            txt.contains(x["evidence"]["pcap"].as_str().unwrap()),
+            "{txt}"
+        );
+        assert!(txt.contains(x["query"].as_str().unwrap()), "{txt}");
+        assert!(txt.contains(x["evidence"]["sha256"].as_str().unwrap()));
+    }
+    assert!(txt.contains("note: capture sees only"), "{txt}");
+    let (_, quiet, _) = triage(f, "quiet", &["--quiet"]);
+    assert_eq!(quiet, "");
+}
+
+#[test]
+fn report_html_renders_in_chromium_with_the_findings_and_a_chart_each_offline() {
+    let (dir, _, doc) = report();
+    let html_path = dir.join("report.html");
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    // Self-contained: no URL of any scheme a browser would fetch, no external resource.
+    for bad in ["http://", "https://", "src=", "<link", "@import", "url("] {
+        assert!(!html.contains(bad), "report.html has {bad:?}");
+    }
+    assert!(html.matches("<svg").count() >= 5, "a chart per section");
+    need_tool("chromium");
+    let url = format!("file://{}", p(&html_path));
+    let common = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+    ];
+    let out = run_ok(Command::new("chromium").args(common).args([
+        "--enable-logging=stderr",
+        "--v=0",
+        "--dump-dom",
+        &url,
+    ]));
+    let dom = stdout_str(&out);
+    // No console message (an error in the page would be one) and no failed load.
+    let log = stderr_str(&out);
+    assert!(!log.contains("CONSOLE"), "{log}");
+    assert!(
+        !log.contains("ERR_NAME_NOT_RESOLVED"),
+        "a request went out: {log}"
+    );
+    for id in [
+        "findings",
+        "alerts",
+        "dscp",
+        "top",
+        "matrix",
+        "tcp",
+        "stragglers",
+        "limits",
+    ] {
+        assert!(
+            dom.contains(&format!("id=\"{id}\"")),
+            "section {id} missing"
+        );
+    }
+    assert!(dom.matches("<svg").count() >= 5);
+    for x in doc["findings"].as_array().unwrap() {
+        let pcap = x["evidence"]["pcap"].as_str().unwrap();
+        assert!(dom.contains(&format!("href=\"{pcap}\"")), "{pcap}");
+        assert!(dom.contains(x["evidence"]["sha256"].as_str().unwrap()));
+    }
+    assert!(dom.contains("retention horizon"));
+    // The charts hold drawn marks (not empty SVGs).
+    assert!(dom.matches("<rect").count() > 50);
+    // A screenshot, as a test artefact to look at.
+    let shot = fixture().dir.join("triage-report.png");
+    let _ = std::fs::remove_file(&shot);
+    run_ok(Command::new("chromium").args(common).args([
+        "--window-size=1000,4000",
+        &format!("--screenshot={}", p(&shot)),
+        &url,
+    ]));
+    let png = std::fs::read(&shot).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    assert!(
+        png.len() > 50_000,
+        "a blank page is small: {} bytes",
+        png.len()
+    );
+}
