@@ -261,7 +261,11 @@ pub fn shell_quote(s: &str) -> String {
 
 /// The filter selecting a flow's packets (both directions).
 pub fn flow_filter(f: &FlowRecord) -> String {
-    let k = &f.key;
+    flow_filter_of(&f.key)
+}
+
+/// The filter selecting the packets of the flow with key `k` (both directions).
+pub fn flow_filter_of(k: &capsule_index::sideindex::FlowKey) -> String {
     let mut parts = Vec::new();
     for v in k.vlans.iter().flatten() {
         parts.push(format!("vlan {v}"));

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use capsule_index::flows::FlowSummary;
 use serde::Serialize;
 
-use crate::{dscp_in_window, dscp_name, flow_filter, rfc, Input, Policy};
+use std::net::IpAddr;
+
+use crate::{dscp_in_window, dscp_name, flow_filter_of, rfc, Input, Policy};
 
 /// What rows rank by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -91,7 +93,7 @@ struct Acc {
     per_second: Vec<(u64, u64)>,
     dscp: BTreeMap<u8, u64>,
     filter: Option<String>,
-    hosts: Vec<std::net::IpAddr>,
+    hosts: Vec<IpAddr>,
 }
 
 impl Acc {
@@ -240,39 +242,74 @@ pub fn flow_label(f: &capsule_index::sideindex::FlowRecord) -> String {
     )
 }
 
+/// What a row is, before it is text (labels and filters are made for the rows shown only).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Id {
+    Flow(capsule_index::sideindex::FlowKey),
+    Pair(IpAddr, IpAddr),
+    Src(IpAddr),
+    Dst(IpAddr),
+    Group(String),
+    Dscp(u8),
+}
+
+impl Id {
+    fn label(&self, f: Option<&capsule_index::sideindex::FlowRecord>) -> String {
+        match self {
+            Id::Flow(_) => f.map(flow_label).unwrap_or_default(),
+            Id::Pair(a, b) => format!("{a} <-> {b}"),
+            Id::Src(h) | Id::Dst(h) => h.to_string(),
+            Id::Group(g) => g.clone(),
+            Id::Dscp(v) => dscp_name(*v),
+        }
+    }
+
+    fn filter(&self, hosts: &[IpAddr]) -> Option<String> {
+        Some(match self {
+            Id::Flow(k) => flow_filter_of(k),
+            Id::Pair(a, b) => format!("host {a} and host {b}"),
+            Id::Src(h) => format!("src host {h}"),
+            Id::Dst(h) => format!("dst host {h}"),
+            Id::Dscp(v) => format!("dscp {v}"),
+            // A group's query names its hosts while they are few.
+            Id::Group(_) if hosts.len() == 1 => format!("src host {}", hosts[0]),
+            Id::Group(_) if !hosts.is_empty() && hosts.len() <= 16 => {
+                let h: Vec<String> = hosts.iter().map(|h| format!("src host {h}")).collect();
+                format!("({})", h.join(" or "))
+            }
+            Id::Group(_) => return None,
+        })
+    }
+}
+
 /// Ranks the window's traffic by `key`, `limit` rows, the rest as "other".
 pub fn top(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn Policy>) -> Top {
-    let mut accs: HashMap<String, Acc> = HashMap::new();
+    let mut accs: HashMap<Id, (Acc, usize)> = HashMap::new();
     let mut total = Acc::default();
-    for s in &input.flows {
+    for (n, s) in input.flows.iter().enumerate() {
         let f = &s.flow;
         total.add(s, [true, true], None);
+        let mut add = |id: Id, dirs: [bool; 2], only: Option<u8>, host: Option<IpAddr>| {
+            let (a, _) = accs.entry(id).or_insert_with(|| (Acc::default(), n));
+            if let Some(h) = host {
+                if !a.hosts.contains(&h) {
+                    a.hosts.push(h);
+                }
+            }
+            a.add(s, dirs, only);
+        };
         match key {
-            Key::Flow => {
-                let a = accs.entry(flow_label(f)).or_default();
-                a.filter.get_or_insert_with(|| flow_filter(f));
-                a.add(s, [true, true], None);
-            }
-            Key::Pair => {
-                let a = accs
-                    .entry(format!("{} <-> {}", f.key.a, f.key.b))
-                    .or_default();
-                a.filter
-                    .get_or_insert_with(|| format!("host {} and host {}", f.key.a, f.key.b));
-                a.add(s, [true, true], None);
-            }
+            Key::Flow => add(Id::Flow(f.key), [true, true], None, None),
+            Key::Pair => add(Id::Pair(f.key.a, f.key.b), [true, true], None, None),
             Key::Src | Key::Dst => {
                 for d in 0..2 {
                     let (src, dst, _) = f.key.side(d);
-                    let (host, word) = if key == Key::Src {
-                        (src, "src")
+                    let id = if key == Key::Src {
+                        Id::Src(src)
                     } else {
-                        (dst, "dst")
+                        Id::Dst(dst)
                     };
-                    let a = accs.entry(host.to_string()).or_default();
-                    a.filter
-                        .get_or_insert_with(|| format!("{word} host {host}"));
-                    a.add(s, [d == 0, d == 1], None);
+                    add(id, [d == 0, d == 1], None, None);
                 }
             }
             Key::Group => {
@@ -284,33 +321,16 @@ pub fn top(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn Po
                     let g = policy
                         .and_then(|p| p.group_of(src))
                         .unwrap_or_else(|| "unassigned".into());
-                    let a = accs.entry(g).or_default();
-                    if !a.hosts.contains(&src) {
-                        a.hosts.push(src);
-                    }
-                    a.add(s, [d == 0, d == 1], None);
+                    add(Id::Group(g), [d == 0, d == 1], None, Some(src));
                 }
             }
             Key::Dscp => {
                 for d in 0..2 {
                     for c in dscp_in_window(s, d) {
-                        let a = accs.entry(dscp_name(c.dscp)).or_default();
-                        a.filter.get_or_insert_with(|| format!("dscp {}", c.dscp));
-                        a.add(s, [d == 0, d == 1], Some(c.dscp));
+                        add(Id::Dscp(c.dscp), [d == 0, d == 1], Some(c.dscp), None);
                     }
                 }
             }
-        }
-    }
-    // A group's query names its hosts while they are few.
-    for a in accs.values_mut() {
-        if !a.hosts.is_empty() && a.hosts.len() <= 16 {
-            let hosts: Vec<String> = a.hosts.iter().map(|h| format!("src host {h}")).collect();
-            a.filter = Some(if hosts.len() == 1 {
-                hosts[0].clone()
-            } else {
-                format!("({})", hosts.join(" or "))
-            });
         }
     }
     let measure = |a: &Acc| match by {
@@ -318,13 +338,16 @@ pub fn top(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn Po
         By::Packets => a.packets,
     };
     let total_measure = measure(&total);
-    let mut ranked: Vec<(String, Acc)> = accs.into_iter().filter(|(_, a)| a.flows > 0).collect();
-    ranked.sort_by(|(ka, a), (kb, b)| measure(b).cmp(&measure(a)).then(ka.cmp(kb)));
+    let mut ranked: Vec<(Id, (Acc, usize))> =
+        accs.into_iter().filter(|(_, (a, _))| a.flows > 0).collect();
+    ranked.sort_by(|(ka, (a, _)), (kb, (b, _))| measure(b).cmp(&measure(a)).then(ka.cmp(kb)));
     let mut rows = Vec::new();
     let mut other = Acc::default();
-    for (i, (k, a)) in ranked.iter().enumerate() {
+    for (i, (id, (a, first))) in ranked.iter_mut().enumerate() {
         if i < limit {
-            rows.push(a.row(Some(i + 1), k.clone(), total_measure, by, input));
+            a.filter = id.filter(&a.hosts);
+            let label = id.label(input.flows.get(*first).map(|s| &s.flow));
+            rows.push(a.row(Some(i + 1), label, total_measure, by, input));
         } else {
             other.merge(a);
         }

@@ -73,6 +73,19 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
                     }
                     Err(e) => return Err(e),
                 };
+                // The header first: an index wholly outside the window is not decoded.
+                if let Some(h) = SegmentIndex::peek(&bytes) {
+                    if h.seq == entry.seq && h.segment_len == entry.bytes {
+                        let Some((a, b)) = h.span else { continue };
+                        listing.held = Some(match listing.held {
+                            None => (a, b),
+                            Some((x, y)) => (x.min(a), y.max(b)),
+                        });
+                        if b < from || a >= to {
+                            continue;
+                        }
+                    }
+                }
                 match SegmentIndex::decode(&bytes) {
                     Ok(i) if i.seq == entry.seq && i.segment_len == entry.bytes => i,
                     Ok(_) => {

@@ -17,8 +17,19 @@ use super::{
 /// Index format version written by this build, and the only one it reads.
 pub const INDEX_VERSION: u16 = 3;
 const INDEX_MAGIC: [u8; 8] = *b"CPSLIDX\0";
-pub(super) const HEADER_LEN: usize = 64;
+pub(super) const HEADER_LEN: usize = 80;
 const NO_VLAN: u16 = 0xFFFF;
+/// Where the header's body CRC is.
+const BODY_CRC_AT: usize = 56;
+
+/// What [`SegmentIndex::peek`] reads of an index file's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexHeader {
+    pub seq: u64,
+    pub segment_len: u64,
+    /// First and last packet time of the flows.
+    pub span: Option<(u64, u64)>,
+}
 
 // ---- encoding ----------------------------------------------------------------------------
 
@@ -358,7 +369,7 @@ pub(super) fn get_flow(
 }
 
 impl SegmentIndex {
-    /// Encodes the index file: a 64-byte header, then the zstd-compressed body.
+    /// Encodes the index file: an 80-byte header, then the zstd-compressed body.
     pub fn encode(&self) -> Vec<u8> {
         let mut body = Vec::with_capacity(self.blocks.len() * 16 + self.flows.len() * 160);
         for b in &self.blocks {
@@ -384,11 +395,42 @@ impl SegmentIndex {
         out.extend_from_slice(&(compressed.len() as u64).to_le_bytes());
         out.extend_from_slice(&(body.len() as u64).to_le_bytes());
         out.extend_from_slice(&crc32c::crc32c(&compressed).to_le_bytes());
+        let (first, last) = self.span().unwrap_or((u64::MAX, 0));
+        out.extend_from_slice(&first.to_le_bytes());
+        out.extend_from_slice(&last.to_le_bytes());
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         debug_assert_eq!(out.len(), HEADER_LEN);
         out.extend_from_slice(&compressed);
         out
+    }
+
+    /// The first and last packet time of the index's flows, if it has any.
+    pub fn span(&self) -> Option<(u64, u64)> {
+        let first = self.flows.iter().map(|f| f.first_ns).min()?;
+        let last = self.flows.iter().map(|f| f.last_ns).max()?;
+        Some((first, last))
+    }
+
+    /// Reads an index file's header only (magic, version and header CRC checked): its
+    /// segment, segment length and flows' span (`None` for no flows), so that a reader can
+    /// skip an index outside its window without decompressing the body.
+    pub fn peek(b: &[u8]) -> Option<IndexHeader> {
+        let h = b.first_chunk::<HEADER_LEN>()?;
+        if h[..8] != INDEX_MAGIC
+            || u16::from_le_bytes([h[8], h[9]]) != INDEX_VERSION
+            || crc32c::crc32c(&h[..HEADER_LEN - 4])
+                != u32::from_le_bytes(h[HEADER_LEN - 4..].try_into().ok()?)
+        {
+            return None;
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap_or_default());
+        let (first, last) = (u64_at(60), u64_at(68));
+        Some(IndexHeader {
+            seq: u64_at(16),
+            segment_len: u64_at(24),
+            span: (first <= last).then_some((first, last)),
+        })
     }
 
     /// Decodes an index file. Never panics; every failure names what was wrong.
@@ -425,6 +467,7 @@ impl SegmentIndex {
         let clen = h.u64_le().map_err(short)?;
         let ulen = h.u64_le().map_err(short)?;
         let body_crc = h.u32_le().map_err(short)?;
+        h.skip(16).map_err(short)?; // the span, derived from the flows
         let stored = h.u32_le().map_err(short)?;
         let computed = crc32c::crc32c(&b[..HEADER_LEN - 4]);
         if stored != computed {
@@ -514,7 +557,7 @@ impl SegmentIndex {
                 c.u64_le().map_err(short)?,
                 c.u32_le().map_err(short)?,
             );
-            let body_crc = c.at(HEADER_LEN - 8).u32_le().map_err(short)?;
+            let body_crc = c.at(BODY_CRC_AT).u32_le().map_err(short)?;
             let stored = c.at(HEADER_LEN - 4).u32_le().map_err(short)?;
             // The body too: a damaged body behind an intact header is not current.
             Ok(version == INDEX_VERSION

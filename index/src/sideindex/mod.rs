@@ -27,7 +27,7 @@ mod file;
 pub mod journal;
 
 pub use build::{rebuild, rebuild_seeded, BlockDelta, IndexBuilder};
-pub use file::INDEX_VERSION;
+pub use file::{IndexHeader, INDEX_VERSION};
 pub use journal::{journal_name, LiveIndex};
 
 /// Name of segment `seq`'s index file.
@@ -633,6 +633,21 @@ pub(crate) mod tests {
 
         let back = SegmentIndex::decode(&idx.encode()).unwrap();
         assert_eq!(back, idx);
+        // The header alone gives the segment and the flows' span.
+        let h = SegmentIndex::peek(&idx.encode()).unwrap();
+        assert_eq!(
+            (h.seq, h.segment_len, h.span),
+            (7, 12345, Some((s, 2 * s + 4)))
+        );
+        let mut bad = idx.encode();
+        bad[62] ^= 1;
+        assert_eq!(
+            SegmentIndex::peek(&bad),
+            None,
+            "the header CRC covers the span"
+        );
+        let empty = SegmentIndex::default().encode();
+        assert_eq!(SegmentIndex::peek(&empty).unwrap().span, None);
     }
 
     #[test]
