@@ -19,6 +19,9 @@
 #      `capsule dscp` names the rogue EF senders as violations (the voice hosts may send EF),
 #      and `capsule stragglers` the GPU node that sends less than its peers and from when;
 #      both checked against the truth file.
+#   7. `capsule triage` over the store: the config's [alerts] rules, each finding with its
+#      evidence pcapng (packets and sha256 checked with capinfos and sha256sum), report.txt
+#      and the one-file report.html.
 #
 # Output goes to ./demo-out (or $1). Installs missing system packages first.
 set -euo pipefail
@@ -108,9 +111,33 @@ print(f"dscp names the planted rogue EF hosts {found}; stragglers names {names[0
 PY
 }
 
+report() {
+  echo "== 7. capsule triage: the findings with the packets that prove them"
+  $capsule triage --store "$out/store" --config docs/examples/capsule.toml -o "$out/triage"
+  python3 - "$out/triage" <<'PY'
+import json, subprocess, sys
+d = sys.argv[1]
+doc = json.load(open(f"{d}/findings.json"))
+kinds = sorted({f["kind"] for f in doc["findings"]})
+for f in doc["findings"]:
+    ev = f["evidence"]
+    path = f"{d}/{ev['pcap']}"
+    sha = subprocess.run(["sha256sum", path], capture_output=True, text=True).stdout.split()[0]
+    n = subprocess.run(["capinfos", "-c", "-M", path], capture_output=True, text=True).stdout
+    if sha != ev["sha256"] or f"{ev['packets']}" not in n:
+        sys.exit(f"demo FAILED: evidence {path} does not match findings.json")
+for want in ["dscp", "egress", "off_hours", "straggler"]:
+    if want not in kinds:
+        sys.exit(f"demo FAILED: triage has no {want} finding ({kinds})")
+print(f"triage: {len(doc['findings'])} findings ({', '.join(kinds)}), every evidence file "
+      f"checked; open {d}/report.html")
+PY
+}
+
 if [ "$(id -u)" -ne 0 ]; then
   echo "skipped: live capture needs root (network namespaces, XDP)"
   answers
+  report
   exit 0
 fi
 ns_a="capsule-demo-$$-a" ns_b="capsule-demo-$$-b"
@@ -152,4 +179,5 @@ echo "stored and live traffic answer the same question"
 trap - EXIT
 cleanup
 answers
+report
 echo "demo OK"
