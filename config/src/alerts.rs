@@ -8,6 +8,7 @@
 //! straggler_groups = ["gpu"]  straggler_interval = "1m"  straggler_ratio = 0.5
 //! straggler_min_bytes = "1MB"  retransmission_rate = 0.05  retransmission_min_segments = 1000
 //! zero_windows = 10       disabled = ["tcp_zero_window"]
+//! live_file = "/var/log/capsule/alerts.jsonl"  live_every = "5s"  suppress = "1h"
 //! ```
 //!
 //! Sizes are integers (bytes) or strings with a unit (`K`, `M`, `G`, `T`: powers of 1024;
@@ -33,7 +34,10 @@ pub const RULES: [&str; 7] = [
     "tcp_zero_window",
 ];
 
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 16] = [
+    "live_file",
+    "live_every",
+    "suppress",
     "egress_bytes",
     "egress_window",
     "off_hours_bytes",
@@ -84,6 +88,14 @@ pub struct AlertRules {
     pub zero_windows: u64,
     /// Rules not evaluated (names from [`RULES`]).
     pub disabled: Vec<String>,
+    /// Live alerts: the JSON-lines file `capsule capture --config` appends alerts to (none:
+    /// no live alerts).
+    pub live_file: Option<String>,
+    /// How often capture evaluates the rules on the live index (ns). Default 5 s.
+    pub live_every_ns: u64,
+    /// An engaged alert is sent again after this long (ns); a released one is sent once.
+    /// Default 1 hour.
+    pub suppress_ns: u64,
 }
 
 impl Default for AlertRules {
@@ -102,6 +114,9 @@ impl Default for AlertRules {
             retransmission_min_segments: 1000,
             zero_windows: 10,
             disabled: Vec::new(),
+            live_file: None,
+            live_every_ns: 5 * 1_000_000_000,
+            suppress_ns: 3600 * 1_000_000_000,
         }
     }
 }
@@ -148,6 +163,21 @@ impl AlertRules {
                     r.retransmission_min_segments = count(src, &key, v)?
                 }
                 "zero_windows" => r.zero_windows = count(src, &key, v)?,
+                "live_file" => {
+                    let f = src.string(&key, v, "a file path (a string)")?;
+                    if f.is_empty() {
+                        return Err(src.err(
+                            v.span(),
+                            &key,
+                            ErrorKind::BadValue,
+                            "a file path",
+                            "an empty string",
+                        ));
+                    }
+                    r.live_file = Some(f.to_string());
+                }
+                "live_every" => r.live_every_ns = duration(src, &key, v)?,
+                "suppress" => r.suppress_ns = duration(src, &key, v)?,
                 "disabled" => {
                     r.disabled = Vec::new();
                     for it in src.strings(&key, v, "rule names (strings)")? {
@@ -295,6 +325,22 @@ mod tests {
         assert_eq!(a.dscp_bytes, 1000);
         assert!(!a.enabled("tcp_zero_window") && a.enabled("egress"));
         assert_eq!(a.off_hours_bytes, 1 << 30);
+        assert_eq!(
+            (a.live_file.as_deref(), a.suppress_ns),
+            (None, 3_600_000_000_000)
+        );
+        let c = Config::parse(
+            "[alerts]\nlive_file = \"/var/log/a.jsonl\"\nlive_every = \"2s\"\nsuppress = \"10m\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        let a = c.alerts();
+        assert_eq!(a.live_file.as_deref(), Some("/var/log/a.jsonl"));
+        assert_eq!(
+            (a.live_every_ns, a.suppress_ns),
+            (2_000_000_000, 600_000_000_000)
+        );
+        assert!(Config::parse("[alerts]\nlive_file = \"\"\n", "c.toml").is_err());
     }
 
     #[test]

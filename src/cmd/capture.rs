@@ -57,6 +57,16 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         eprintln!("{n}");
     }
     print_open_report(&opened);
+    // Live alerts when the config names a sink: loaded before the interface is touched, so
+    // a bad file fails early.
+    let alert_config = a.config.as_deref().map(super::config::load).transpose();
+    let alert_config = match alert_config {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = writer.finish();
+            return Err(e);
+        }
+    };
     if let Some(addr) = &a.metrics {
         match crate::metrics::serve(addr, &a.store) {
             Ok(bound) => eprintln!("capsule: metrics at http://{bound}/metrics"),
@@ -77,7 +87,11 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     let desc = capturer.description().to_string();
     // The status file first: whoever sees the line below may read it at once.
     let mut status = capsule_capture::status::StatusFile::new(&a.store, iface, &desc);
+    let alerts = alert_config.and_then(|c| super::live_alerts::LiveAlerts::start(&a.store, c));
     eprintln!("capsule: capturing on {iface} with {desc}");
+    if alerts.is_some() {
+        eprintln!("capsule: live alerts on, see `capsule status`");
+    }
     // Under systemd (Type=notify): ready now, and a watchdog ping from the capture loop
     // itself, so a wedged loop is restarted. Without NOTIFY_SOCKET these do nothing.
     let _ = sd_notify::notify(
@@ -115,6 +129,9 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     // Seal what was captured whether the capture ended well or not.
     let finished = writer.finish();
     status.finish();
+    if let Some(al) = alerts {
+        al.finish();
+    }
     let rep = result?;
     let written = finished?;
     println!(

@@ -20,6 +20,7 @@ mod config;
 mod dscp;
 mod flows;
 mod import;
+mod live_alerts;
 mod matrix;
 mod query;
 mod reindex;

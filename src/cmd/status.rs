@@ -216,6 +216,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                           "retention_horizon_ns": cp.horizon_now_ns,
                           "retention_horizon_after_compaction_ns": cp.horizon_after_ns,
                           "budgets": saved},
+                "alerts": super::live_alerts::read_status(store_dir),
             });
             println!("{v}");
         } else {
@@ -319,6 +320,19 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     _ => String::new(),
                 }
             );
+            if let Some(al) = super::live_alerts::read_status(store_dir) {
+                println!(
+                    "live alerts: {} evaluation(s), {} event(s) sent to {}, {} undelivered, {} \
+                     engaged{}",
+                    al.evaluations,
+                    al.sent,
+                    al.sink,
+                    al.undelivered,
+                    al.engaged,
+                    al.last_error
+                        .map_or(String::new(), |e| format!("; last error: {e}"))
+                );
+            }
             println!("budgets: {}", describe_budgets(saved.as_ref()));
             match (cp.budget, cp.horizon_now_ns) {
                 (Some(b), Some(h)) => println!(
