@@ -31,7 +31,7 @@ use crate::units;
 pub const MAX_FINDINGS: usize = 25;
 
 /// A finding's evidence file.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 struct Evidence {
     /// Relative to the report directory.
     pcap: String,
@@ -73,8 +73,18 @@ pub fn run(a: &TriageArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(dir.join("evidence"))
         .with_context(|| format!("cannot create {}", dir.join("evidence").display()))?;
     let mut findings = Vec::new();
+    // Two findings with the same query (a night-time upload is both `egress` and
+    // `off_hours`) share one evidence file.
+    let mut written: std::collections::HashMap<&str, Evidence> = Default::default();
     for (i, al) in alerts.iter().take(MAX_FINDINGS).enumerate() {
-        let ev = evidence(i, al, dir)?;
+        let ev = match written.get(al.query.as_str()) {
+            Some(ev) => ev.clone(),
+            None => {
+                let ev = evidence(i, al, dir)?;
+                written.insert(&al.query, ev.clone());
+                ev
+            }
+        };
         findings.push(Finding {
             kind: al.rule,
             severity: al.severity,
@@ -144,7 +154,7 @@ pub fn run(a: &TriageArgs) -> Result<ExitCode> {
         "capsule: triage report in {} (report.html, report.txt, findings.json, {} evidence \
          file(s)); alerts from the index in {index_s:.2} s, all in {:.2} s",
         dir.display(),
-        findings.len(),
+        written.len(),
         t0.elapsed().as_secs_f64()
     );
     if input.limits.damaged_indexes.is_empty() {
