@@ -189,7 +189,8 @@ now
 yesterday
 EOF_TIMES
 
-# Config files: the example of docs/config.md, an overnight IPv6-heavy one, and three with
+# Config files: the example of docs/config.md, an overnight IPv6-heavy one with capture
+# settings, and three with
 # errors (a bad CIDR, an unknown section, an undefined group).
 cat >"$C/config/example.toml" <<'EOF_CONFIG'
 [groups]
@@ -223,9 +224,15 @@ days = "fri-mon,wed"
 start = "22:00"
 end = "06:00"
 timezone = "America/New_York"
+[capture]
+iface = "span0"
+queues = [0, 1]
+level = -10
+ring_size = 0x1000_0000
+take_interface = true
 EOF_CONFIG
 printf '[groups]\ngpu = ["10.1.1.0/24",\n  "10.1.2.0/33"]\n' >"$C/config/bad-cidr.toml"
-printf '[groups]\na = []\n\n[capture]\niface = "eth0"\n' >"$C/config/unknown-section.toml"
+printf '[groups]\na = []\n\n[alerts]\nrule = "x"\n' >"$C/config/unknown-section.toml"
 printf '[groups]\nvoice = []\n[dscp]\nef = ["voice", "video"]\n' >"$C/config/undefined-group.toml"
 
 # The Reader program: op codes then data (see fuzz_targets/view.rs).

@@ -4,6 +4,8 @@
 //! hiargs): sizes, durations, rates, instants, levels and queue lists are parsed by clap's
 //! value parsers, so every usage error, whatever the flag, exits with status 2 and a message
 //! naming the flag. The command bodies in `cmd/` receive values, never strings to parse.
+//! [`parse_args`] also reads `capture --config FILE`: the file's `[capture]` values become
+//! the flags the command line lacks, checked by the same parsers.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,6 +25,117 @@ pub static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         capsule_index::sideindex::INDEX_VERSION,
     )
 });
+
+/// Why the command line could not be turned into a [`Cli`].
+#[derive(Debug)]
+pub enum ArgsError {
+    /// clap's own error (usage, `--help`, `--version`): clap prints it and picks the status.
+    Clap(clap::Error),
+    /// A config file given with `--config` that cannot be read or is not valid, or a value
+    /// in it that its flag refuses: the message names the file, line and key (exit 2).
+    Config(String),
+}
+
+/// Parses the command line. For `capture --config FILE`, each `[capture]` key of the file
+/// whose flag is not on the command line is parsed by that flag's own value parser (so a
+/// value means the same in the file and on the command line; a bad one is an error at its
+/// line) and then added to the command line: flags given override the file.
+pub fn parse_args(mut args: Vec<std::ffi::OsString>) -> Result<Cli, ArgsError> {
+    use clap::{CommandFactory, FromArgMatches};
+    let cmd = Cli::command();
+    let m = cmd
+        .clone()
+        .try_get_matches_from(&args)
+        .map_err(ArgsError::Clap)?;
+    let Some(("capture", sub)) = m.subcommand() else {
+        return Cli::from_arg_matches(&m).map_err(ArgsError::Clap);
+    };
+    let Some(path) = sub.get_one::<PathBuf>("config") else {
+        return Cli::from_arg_matches(&m).map_err(ArgsError::Clap);
+    };
+    let config = capsule_config::Config::load(path).map_err(|e| match e {
+        capsule_config::ConfigError::Read { path, source } => ArgsError::Config(format!(
+            "{}: cannot read the config file: {source}",
+            path.display()
+        )),
+        e => ArgsError::Config(e.to_string()),
+    })?;
+    let capture = cmd
+        .find_subcommand("capture")
+        .expect("the capture subcommand exists");
+    let extra = capture_flags_from(capture, sub, &path.display().to_string(), config.capture())?;
+    // After the subcommand's name: the file's flags are ones the command line lacks.
+    let at = args
+        .iter()
+        .position(|a| a == "capture")
+        .map_or(args.len(), |i| i + 1);
+    args.splice(at..at, extra);
+    let m = cmd.try_get_matches_from(&args).map_err(ArgsError::Clap)?;
+    if let Some(("capture", sub)) = m.subcommand() {
+        for (id, key) in [("iface", "iface"), ("store", "store")] {
+            if !sub.contains_id(id) {
+                return Err(ArgsError::Config(format!(
+                    "--{id} is needed: on the command line, or as `{key}` in the [capture] \
+                     section of {}",
+                    path.display()
+                )));
+            }
+        }
+    }
+    Cli::from_arg_matches(&m).map_err(ArgsError::Clap)
+}
+
+/// The flags a config file's `[capture]` settings stand for, leaving out those given on the
+/// command line (`given`); each value checked by its flag's parser.
+fn capture_flags_from(
+    capture: &clap::Command,
+    given: &clap::ArgMatches,
+    file: &str,
+    settings: &[capsule_config::CaptureSetting],
+) -> Result<Vec<std::ffi::OsString>, ArgsError> {
+    let mut extra = Vec::new();
+    for s in settings {
+        let id = s.flag.trim_start_matches("--").replace('-', "_");
+        if given.value_source(&id) == Some(clap::parser::ValueSource::CommandLine) {
+            continue;
+        }
+        let arg = capture
+            .get_arguments()
+            .find(|a| a.get_id() == id.as_str())
+            .ok_or_else(|| {
+                ArgsError::Config(format!(
+                    "{file}:{}:{}: {}: capture has no flag {} (a capsule-config key without \
+                     a flag: a bug)",
+                    s.line, s.column, s.key, s.flag
+                ))
+            })?;
+        if !arg.get_action().takes_values() {
+            // A switch: `true` sets it, `false` leaves it off.
+            if s.value == "true" {
+                extra.push(s.flag.into());
+            }
+            continue;
+        }
+        // The flag alone (with `--config`, so nothing else is required) through the
+        // subcommand's own parser.
+        let flag = format!("{}={}", s.flag, s.value);
+        capture
+            .clone()
+            .no_binary_name(true)
+            .try_get_matches_from([flag.as_str(), "--config=-"])
+            .map_err(|e| {
+                let text = e.to_string();
+                let first = text.lines().next().unwrap_or_default();
+                let why = first.strip_prefix("error: ").unwrap_or(first);
+                ArgsError::Config(format!(
+                    "{file}:{}:{}: {}: bad value for {}: {why}",
+                    s.line, s.column, s.key, s.flag
+                ))
+            })?;
+        extra.push(format!("{}={}", s.flag, s.value).into());
+    }
+    Ok(extra)
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -238,12 +351,17 @@ pub struct ImportArgs {
 
 #[derive(Args, Debug)]
 pub struct CaptureArgs {
+    /// A config file whose `[capture]` section gives any of these flags (`ring_size =
+    /// "512M"` for `--ring-size 512M`, docs/config.md); a flag on the command line overrides
+    /// the file. A bad file exits 2 naming the line.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// The interface to capture on (a dedicated SPAN/TAP port; it is put in promiscuous
     /// mode).
-    #[arg(long)]
+    #[arg(long, required = false, required_unless_present = "config")]
     pub iface: String,
     /// The store directory (created if missing).
-    #[arg(long)]
+    #[arg(long, required = false, required_unless_present = "config")]
     pub store: PathBuf,
     /// How to capture. `auto` tries AF_XDP with native XDP, then generic XDP, then
     /// AF_PACKET, and logs which it took and why. On an interface that has an address of
@@ -620,5 +738,194 @@ impl WriterArgs {
             c.threads = t;
         }
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn args(list: &[&str]) -> Vec<std::ffi::OsString> {
+        std::iter::once("capsule")
+            .chain(list.iter().copied())
+            .map(Into::into)
+            .collect()
+    }
+
+    fn capture(list: &[&str]) -> Result<CaptureArgs, String> {
+        match parse_args(args(list)) {
+            Ok(Cli {
+                cmd: Cmd::Capture(a),
+            }) => Ok(a),
+            Ok(other) => panic!("not capture: {other:?}"),
+            Err(ArgsError::Config(m)) => Err(m),
+            Err(ArgsError::Clap(e)) => Err(e.to_string()),
+        }
+    }
+
+    fn file(dir: &tempfile::TempDir, text: &str) -> String {
+        let f = dir.path().join("capsule.toml");
+        std::fs::write(&f, text).unwrap();
+        f.display().to_string()
+    }
+
+    #[test]
+    fn every_capture_flag_has_a_config_key_and_every_key_a_flag() {
+        let cmd = Cli::command();
+        let capture = cmd.find_subcommand("capture").unwrap();
+        let mut flags: Vec<String> = capture
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .filter(|f| f != "--help" && f != "--config")
+            .collect();
+        let mut keys: Vec<String> = capsule_config::CAPTURE_KEYS
+            .iter()
+            .map(|(k, f, _)| {
+                assert_eq!(f.trim_start_matches("--").replace('-', "_"), *k);
+                f.to_string()
+            })
+            .collect();
+        flags.sort();
+        keys.sort();
+        assert_eq!(flags, keys);
+    }
+
+    #[test]
+    fn the_file_fills_in_flags_and_the_command_line_overrides_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(
+            &dir,
+            "[groups]\na = []\n[capture]\niface = \"eth9\"\nstore = \"/srv/capsule\"\n\
+             ring_size = \"64M\"\nsnaplen = 96\nqueues = [0, 2]\nlevel = -10\n\
+             take_interface = true\nmode = \"afpacket\"\nmax_bytes = \"2G\"\n",
+        );
+        let a = capture(&["capture", "--config", &f]).unwrap();
+        assert_eq!(a.iface, "eth9");
+        assert_eq!(a.store, PathBuf::from("/srv/capsule"));
+        assert_eq!(a.ring_size, 64 << 20);
+        assert_eq!(a.snaplen, 96);
+        assert_eq!(
+            format!("{:?}", a.queues),
+            format!(
+                "{:?}",
+                "0,2".parse::<capsule_capture::live::Queues>().unwrap()
+            )
+        );
+        assert_eq!(
+            format!("{:?}", a.writer.level),
+            format!(
+                "{:?}",
+                "-10".parse::<capsule_store::writer::Level>().unwrap()
+            )
+        );
+        assert!(a.take_interface);
+        assert!(matches!(a.mode, CaptureMode::Afpacket));
+        assert_eq!(a.writer.max_bytes, Some(2 << 30));
+        // Defaults stay for keys the file lacks.
+        assert_eq!(a.frame_size, 2048);
+
+        let a = capture(&[
+            "capture",
+            "--ring-size",
+            "32M",
+            "--config",
+            &f,
+            "--iface=lo",
+            "--snaplen",
+            "0",
+            "--mode",
+            "auto",
+        ])
+        .unwrap();
+        assert_eq!(a.iface, "lo");
+        assert_eq!(a.ring_size, 32 << 20);
+        assert_eq!(a.snaplen, 0);
+        assert!(matches!(a.mode, CaptureMode::Auto));
+        assert_eq!(a.store, PathBuf::from("/srv/capsule"));
+        assert_eq!(a.writer.max_bytes, Some(2 << 30));
+    }
+
+    #[test]
+    fn a_switch_set_false_in_the_file_stays_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(
+            &dir,
+            "[capture]\niface = \"eth9\"\nstore = \"s\"\ntake_interface = false\n",
+        );
+        assert!(
+            !capture(&["capture", "--config", &f])
+                .unwrap()
+                .take_interface
+        );
+        assert!(
+            capture(&["capture", "--config", &f, "--take-interface"])
+                .unwrap()
+                .take_interface
+        );
+    }
+
+    #[test]
+    fn a_bad_value_in_the_file_names_its_line_and_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(
+            &dir,
+            "[capture]\niface = \"eth9\"\n\nblock_age = \"soon\"\n",
+        );
+        let e = capture(&["capture", "--config", &f, "--store", "s"]).unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "{f}:4:13: capture.block_age: bad value for --block-age: "
+            )),
+            "{e}"
+        );
+        assert!(e.contains("soon"), "{e}");
+        // The same value on the command line overrides the bad one: the file's is not used.
+        capture(&[
+            "capture",
+            "--config",
+            &f,
+            "--store",
+            "s",
+            "--block-age",
+            "1s",
+        ])
+        .unwrap();
+        let f = file(&dir, "[capture]\nmode = \"xdp-turbo\"\n");
+        let e = capture(&["capture", "--config", &f, "--store", "s", "--iface", "x"]).unwrap_err();
+        assert!(
+            e.contains(":2:8: capture.mode: bad value for --mode: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn iface_and_store_are_needed_from_one_place_or_the_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(&dir, "[capture]\nstore = \"s\"\n");
+        let e = capture(&["capture", "--config", &f]).unwrap_err();
+        assert!(e.contains("--iface is needed"), "{e}");
+        assert_eq!(
+            capture(&["capture", "--config", &f, "--iface", "x"])
+                .unwrap()
+                .iface,
+            "x"
+        );
+        let e = capture(&["capture", "--iface", "x"]).unwrap_err();
+        assert!(e.contains("--store"), "{e}");
+    }
+
+    #[test]
+    fn an_invalid_file_is_refused_with_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(
+            &dir,
+            "[capture]\niface = \"x\"\nstore = \"s\"\nringsize = \"1G\"\n",
+        );
+        let e = capture(&["capture", "--config", &f]).unwrap_err();
+        assert!(
+            e.starts_with(&format!("{f}:4:1: capture.ringsize: unknown key")),
+            "{e}"
+        );
     }
 }

@@ -3,7 +3,8 @@
 //! This file only dispatches: [`cli`] turns the command line into checked values, [`cmd`]
 //! runs the subcommand, and errors become exit statuses here and only here: 0 success (a
 //! closed output pipe counts as success, so `capsule query ... | head` behaves), 1 failure,
-//! 2 bad usage (clap's own errors, and [`cmd::Usage`] errors found after parsing).
+//! 2 bad usage (clap's own errors, a `--config` file that is not valid, and [`cmd::Usage`]
+//! errors found after parsing).
 #![forbid(unsafe_code)]
 
 mod cli;
@@ -13,10 +14,15 @@ mod units;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::parse_args(std::env::args_os().collect()) {
+        Ok(cli) => cli,
+        Err(cli::ArgsError::Clap(e)) => e.exit(),
+        Err(cli::ArgsError::Config(msg)) => {
+            eprintln!("capsule: error: {msg}");
+            return ExitCode::from(2);
+        }
+    };
     // Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());

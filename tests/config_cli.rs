@@ -1,6 +1,8 @@
 //! `capsule config check FILE` end to end: a valid file exits 0 with its summary (and its
 //! model with `--json`); an unknown key, a bad CIDR, an unknown zone or an unreadable file
-//! exit 2 with the file, line and key on standard error.
+//! exit 2 with the file, line and key on standard error. And `capsule capture --config`:
+//! the file's `[capture]` values are used, flags override them, a bad value exits 2 at its
+//! line.
 
 mod common;
 
@@ -139,7 +141,7 @@ fn an_unknown_key_exits_2_with_its_line() {
         &f,
         20,
         "alert",
-        &["unknown key", "groups, dscp, egress, work_hours"],
+        &["unknown key", "groups, dscp, egress, work_hours, capture"],
     );
 }
 
@@ -220,4 +222,103 @@ fn help_states_the_exit_statuses() {
         text.contains("Exit status: 0 the file is valid; 2"),
         "{text}"
     );
+}
+
+/// `capsule capture` with `args` (an interface that does not exist: it fails after opening
+/// the store, naming the interface it tried).
+fn capture_run(args: &[&str]) -> (i32, String) {
+    let out = run(capsule().arg("capture").args(args));
+    (out.status.code().expect("exited"), stderr_str(&out))
+}
+
+#[test]
+fn capture_takes_its_settings_from_the_file_and_flags_override_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store-from-file");
+    let f = write(
+        dir.path(),
+        "c.toml",
+        &format!(
+            "{VALID}\n[capture]\niface = \"capsule-nx0\"\nstore = \"{}\"\nring_size = \"16M\"\n",
+            store.display()
+        ),
+    );
+    let (code, out, err) = check(&[], &f);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("--iface") && l.ends_with(" capsule-nx0")),
+        "{out}"
+    );
+    assert!(out.contains("capture (3 settings; flags on the command line override them)"));
+
+    // The file's interface and store are used: the store is created, then the interface
+    // is refused by name.
+    let (code, err) = capture_run(&["--config", p(&f)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("no network interface named \"capsule-nx0\""),
+        "{err}"
+    );
+    assert!(
+        store.join("capsule-store.json").is_file(),
+        "the file's store was not used"
+    );
+
+    // A flag overrides the file.
+    let other = dir.path().join("store-from-flag");
+    let (code, err) = capture_run(&[
+        "--config",
+        p(&f),
+        "--iface",
+        "capsule-nx1",
+        "--store",
+        p(&other),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("no network interface named \"capsule-nx1\""),
+        "{err}"
+    );
+    assert!(!err.contains("capsule-nx0"), "{err}");
+    assert!(
+        other.join("capsule-store.json").is_file(),
+        "the flag's store was not used"
+    );
+}
+
+#[test]
+fn capture_refuses_a_bad_file_value_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s");
+    let f = write(
+        dir.path(),
+        "c.toml",
+        &format!(
+            "[capture]\niface = \"capsule-nx0\"\nstore = \"{}\"\nring_size = \"16Q\"\n",
+            store.display()
+        ),
+    );
+    let (code, err) = capture_run(&["--config", p(&f)]);
+    assert_eq!(code, 2, "{err}");
+    let want = format!(
+        "capsule: error: {}:4:13: capture.ring_size: bad value for --ring-size: ",
+        f.display()
+    );
+    assert!(err.starts_with(&want), "{err}");
+    assert!(err.contains("16Q"), "{err}");
+    assert!(!store.exists(), "nothing starts when the file is bad");
+    // An unknown key too.
+    let f = write(
+        dir.path(),
+        "d.toml",
+        "[capture]\niface = \"x\"\nbuffer = \"1G\"\n",
+    );
+    let (code, err) = capture_run(&["--config", p(&f), "--store", p(&store)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("d.toml:3:1: capture.buffer: unknown key"),
+        "{err}"
+    );
+    assert!(err.contains("ring_size"), "{err}");
 }

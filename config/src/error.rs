@@ -47,7 +47,7 @@ pub struct Invalid {
     pub kind: ErrorKind,
     /// What the key takes.
     pub expected: String,
-    /// What the file has.
+    /// What the file has (for a syntax error: toml's message).
     pub found: String,
 }
 
@@ -61,7 +61,10 @@ impl std::fmt::Display for Invalid {
         if !self.expected.is_empty() {
             write!(f, ": expected {}", self.expected)?;
         }
-        if !self.found.is_empty() {
+        if self.kind == ErrorKind::Syntax {
+            // toml's own message says what it expected and found.
+            write!(f, ": {}", self.found)?;
+        } else if !self.found.is_empty() {
             let sep = if self.expected.is_empty() { ": " } else { ", " };
             write!(f, "{sep}found {}", self.found)?;
         }

@@ -8,17 +8,20 @@
 //!   -> [dscp] dscp.rs: DscpPolicy (value -> groups allowed to send it)
 //!   -> [egress] egress.rs: Egress (group -> groups and prefixes it may send to)
 //!   -> [work_hours] hours.rs: WorkHours (days, local times, IANA zone via jiff)
+//!   -> [capture] capture.rs: one key per `capsule capture` flag, kept as the flag's text
+//!      with its line (the binary parses it with the flag's own parser)
 //!   -> Config; any problem: ConfigError::Invalid naming file:line:column, the dotted key
 //!      (`groups.gpu[2]`), what was expected and what was found
 //! ```
 //!
 //! The raw TOML types stay private: callers see only the typed model. Every section is
 //! optional; an unknown top-level key is an error listing the known sections, so a section
-//! added later (`[capture]`, `[retention]`, `[alerts]`, `[cutoff]`) is one more arm in
+//! added later (`[retention]`, `[alerts]`, `[cutoff]`) is one more arm in
 //! [`Config::parse`]. Parsing never panics, whatever the input (a proptest below and the
 //! `config` fuzz target check it). The reference of every key is docs/config.md.
 #![forbid(unsafe_code)]
 
+mod capture;
 mod dscp;
 mod egress;
 mod error;
@@ -32,6 +35,7 @@ use std::path::Path;
 use serde::Serialize;
 use toml::de::DeTable;
 
+pub use capture::{CaptureSetting, CaptureType, CAPTURE_KEYS};
 pub use dscp::{dscp_name, parse_dscp, DscpRule};
 pub use egress::EgressRule;
 pub use error::{line_col, ConfigError, ErrorKind, Invalid};
@@ -41,7 +45,7 @@ pub use hours::WorkHours;
 use walk::Src;
 
 /// The sections a config file may have, in the order they are read.
-pub const SECTIONS: [&str; 4] = ["groups", "dscp", "egress", "work_hours"];
+pub const SECTIONS: [&str; 5] = ["groups", "dscp", "egress", "work_hours", "capture"];
 
 /// A validated config file.
 #[derive(Debug, Clone, Default)]
@@ -50,6 +54,7 @@ pub struct Config {
     dscp: dscp::DscpPolicy,
     egress: egress::Egress,
     work_hours: Option<WorkHours>,
+    capture: Vec<CaptureSetting>,
 }
 
 impl Config {
@@ -90,6 +95,14 @@ impl Config {
             let t = src.table("work_hours", v, "a table with days, start, end, timezone")?;
             c.work_hours = Some(WorkHours::parse(&src, "work_hours", k.span(), t)?);
         }
+        if let Some(v) = doc.get("capture") {
+            let t = src.table(
+                "capture",
+                v,
+                "a table of capture settings (iface, store, ...)",
+            )?;
+            c.capture = capture::parse(&src, "capture", t)?;
+        }
         Ok(c)
     }
 
@@ -125,6 +138,12 @@ impl Config {
     pub fn work_hours(&self) -> Option<&WorkHours> {
         self.work_hours.as_ref()
     }
+
+    /// The `[capture]` settings, in file order: each a `capsule capture` flag and its value
+    /// as that flag's text, for the binary to parse with the flag's own parser.
+    pub fn capture(&self) -> &[CaptureSetting] {
+        &self.capture
+    }
 }
 
 /// The model as `capsule config check --json` prints it: group ids become names.
@@ -134,6 +153,7 @@ struct ConfigJson<'a> {
     dscp: Vec<DscpJson<'a>>,
     egress: Vec<EgressJson<'a>>,
     work_hours: Option<&'a WorkHours>,
+    capture: &'a [CaptureSetting],
 }
 
 #[derive(Serialize)]
@@ -174,6 +194,7 @@ impl Serialize for Config {
                 })
                 .collect(),
             work_hours: self.work_hours.as_ref(),
+            capture: &self.capture,
         }
         .serialize(s)
     }

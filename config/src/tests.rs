@@ -260,6 +260,19 @@ fn syntax_errors_name_the_line() {
 }
 
 #[test]
+fn deep_nesting_is_a_syntax_error_not_a_stack_overflow() {
+    let text = format!(
+        "[groups]\na = {}{}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let e = err(&text);
+    check(&e, ErrorKind::Syntax, 2, "", &["recurse"]);
+    let text = format!("groups = {}1{}\n", "{a=".repeat(50_000), "}".repeat(50_000));
+    check(&err(&text), ErrorKind::Syntax, 1, "", &["recurse"]);
+}
+
+#[test]
 fn unknown_top_level_keys_list_the_sections() {
     let e = err("[groups]\na = []\n\n[captur]\niface = \"eth0\"\n");
     check(
@@ -267,7 +280,7 @@ fn unknown_top_level_keys_list_the_sections() {
         ErrorKind::UnknownKey,
         4,
         "captur",
-        &["groups, dscp, egress, work_hours", "`captur`"],
+        &["groups, dscp, egress, work_hours, capture", "`captur`"],
     );
 }
 
@@ -309,6 +322,15 @@ fn wrong_types_name_the_key_and_what_was_found() {
         "groups.gpu[2]",
         &["an integer 7"],
     );
+    let e = err("groups = [\n  \"10.0.0.0/8\",\n]\n");
+    check(
+        &e,
+        ErrorKind::WrongType,
+        1,
+        "groups",
+        &["found an array [ \"10.0.0.0/8\", ]"],
+    );
+    assert!(!e.to_string().contains('\n'));
     let e = err("[work_hours]\ndays = [\"mon\"]\n");
     check(
         &e,
@@ -540,6 +562,85 @@ fn the_json_model_names_groups() {
     assert_eq!(j["work_hours"]["timezone"], "Europe/Berlin");
     assert_eq!(j["work_hours"]["days"], "mon-fri");
     assert_eq!(j["work_hours"]["overnight"], false);
+}
+
+#[test]
+fn capture_settings_keep_the_flag_text_and_their_line() {
+    let c = ok("[capture]\niface = \"eth1\"\nstore = \"/var/lib/capsule\"\nring_size = \"512M\"\nsnaplen = 0x60\nqueues = [0, 3]\nlevel = -10\ntake_interface = true\nmax_bytes = 1_000_000\n");
+    let got: Vec<(&str, &str, usize)> = c
+        .capture()
+        .iter()
+        .map(|s| (s.flag, s.value.as_str(), s.line))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("--iface", "eth1", 2),
+            ("--store", "/var/lib/capsule", 3),
+            ("--ring-size", "512M", 4),
+            ("--snaplen", "96", 5),
+            ("--queues", "0,3", 6),
+            ("--level", "-10", 7),
+            ("--take-interface", "true", 8),
+            ("--max-bytes", "1000000", 9),
+        ]
+    );
+    assert_eq!(c.capture()[2].key, "capture.ring_size");
+    assert_eq!(c.capture()[2].column, 13);
+}
+
+#[test]
+fn capture_keys_and_types_are_checked() {
+    let e = err("[capture]\niface = \"eth1\"\nring-size = \"1G\"\n");
+    check(
+        &e,
+        ErrorKind::UnknownKey,
+        3,
+        "capture.ring-size",
+        &["ring_size", "fanout_group"],
+    );
+    let e = err("[capture]\niface = 3\n");
+    check(
+        &e,
+        ErrorKind::WrongType,
+        2,
+        "capture.iface",
+        &["a string", "an integer 3"],
+    );
+    let e = err("[capture]\nsnaplen = -1\n");
+    check(
+        &e,
+        ErrorKind::WrongType,
+        2,
+        "capture.snaplen",
+        &["non-negative"],
+    );
+    let e = err("[capture]\ntake_interface = \"yes\"\n");
+    check(
+        &e,
+        ErrorKind::WrongType,
+        2,
+        "capture.take_interface",
+        &["true or false"],
+    );
+    let e = err("[capture]\nqueues = [0, \"1\"]\n");
+    check(
+        &e,
+        ErrorKind::WrongType,
+        2,
+        "capture.queues[1]",
+        &["queue number"],
+    );
+    let e = err("[capture]\nqueues = []\n");
+    check(
+        &e,
+        ErrorKind::WrongType,
+        2,
+        "capture.queues",
+        &["non-empty"],
+    );
+    let e = err("capture = \"eth0\"\n");
+    check(&e, ErrorKind::WrongType, 1, "capture", &["a table"]);
 }
 
 mod never_panics {

@@ -48,7 +48,9 @@ impl Src<'_> {
     /// What the file has at `span`, for "found ...": its type and text (cut at 60
     /// characters).
     pub fn found(&self, v: &Spanned<DeValue<'_>>) -> String {
-        let text = self.text.get(v.span()).unwrap_or("").trim();
+        // One line: a table or array may span many.
+        let text = self.text.get(v.span()).unwrap_or("");
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
         let mut cut: String = text.chars().take(60).collect();
         if cut.len() < text.len() {
             cut.push_str("...");

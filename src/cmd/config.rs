@@ -118,5 +118,20 @@ fn summary(out: &mut impl Write, file: &str, c: &Config) -> std::io::Result<()> 
         Some(w) => writeln!(out, "work hours: {}", w.describe())?,
         None => writeln!(out, "work hours: none")?,
     }
+    if c.capture().is_empty() {
+        writeln!(
+            out,
+            "capture: no settings (capsule capture takes flags only)"
+        )?;
+    } else {
+        writeln!(
+            out,
+            "capture ({} settings; flags on the command line override them):",
+            c.capture().len()
+        )?;
+        for s in c.capture() {
+            writeln!(out, "  {:<16}  {}", s.flag, s.value)?;
+        }
+    }
     Ok(())
 }
