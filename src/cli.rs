@@ -48,7 +48,7 @@ pub enum Cmd {
     #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
     Flows(FlowsArgs),
     /// Rebuild the side index of every sealed segment from the segments alone.
-    Reindex(StoreArg),
+    Reindex(ReindexArgs),
     /// Recompress at a target level every block of the sealed segments written below it.
     ///
     /// Blocks stored, or compressed at a cheaper level by live capture while it was short
@@ -188,13 +188,6 @@ use exit_status;
 /// `query --help` and `flows --help`: the filter language, then the exit statuses.
 const QUERY_LONG_AFTER: &str = concat!(filters_help!(), "\n", exit_status!());
 #[derive(Args, Debug)]
-pub struct StoreArg {
-    /// The store directory.
-    #[arg(long)]
-    pub store: PathBuf,
-}
-
-#[derive(Args, Debug)]
 pub struct ImportArgs {
     /// The store directory (created if missing).
     #[arg(long)]
@@ -204,6 +197,19 @@ pub struct ImportArgs {
     /// Input files; `-` reads standard input.
     #[arg(required = true)]
     pub files: Vec<String>,
+    /// Print one JSON document (per input and in total) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ReindexArgs {
+    /// The store directory.
+    #[arg(long)]
+    pub store: PathBuf,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -245,6 +251,9 @@ pub struct CaptureArgs {
     /// of two of frames per queue (16384 at least).
     #[arg(long, default_value = "256M", value_parser = units::parse_size)]
     pub ring_size: u64,
+    /// Print the summary at exit as one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub writer: WriterArgs,
 }
@@ -272,6 +281,9 @@ pub struct QueryArgs {
     /// Print how many packets and bytes the query would export, and write nothing.
     #[arg(long, conflicts_with = "explain")]
     pub count: bool,
+    /// With --count or --explain: print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

@@ -281,3 +281,170 @@ fn import_into_a_directory_that_is_not_a_store_is_refused() {
     import_ok(&empty, &[], &[p(&input)]);
     import_ok(&empty, &[], &[p(&input)]);
 }
+
+/// RFC 3339 with nine fractional digits in UTC, by `date` (not by capsule's own code).
+fn rfc3339_by_date(ns: u64) -> String {
+    let out = std::process::Command::new("date")
+        .args([
+            "-u",
+            "-d",
+            &format!("@{}", ns / 1_000_000_000),
+            "+%Y-%m-%dT%H:%M:%S",
+        ])
+        .output()
+        .expect("run date");
+    assert!(out.status.success());
+    format!(
+        "{}.{:09}Z",
+        String::from_utf8(out.stdout).unwrap().trim(),
+        ns % 1_000_000_000
+    )
+}
+
+/// Checks that every `NAME_ns` instant in `v` has `NAME` beside it, as RFC 3339; returns
+/// how many it checked.
+fn check_times(v: &serde_json::Value, what: &str) -> usize {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut n = 0;
+            for (k, x) in m {
+                n += check_times(x, what);
+                let Some(stem) = k.strip_suffix("_ns") else {
+                    continue;
+                };
+                if ["horizon", "span", "duration"]
+                    .iter()
+                    .any(|d| stem.contains(d))
+                {
+                    continue;
+                }
+                match x.as_u64() {
+                    Some(ns) => {
+                        assert_eq!(
+                            m.get(stem).and_then(|s| s.as_str()),
+                            Some(rfc3339_by_date(ns).as_str()),
+                            "{what}: {k} = {ns} has no RFC 3339 {stem} beside it: {v}"
+                        );
+                        n += 1;
+                    }
+                    None => assert!(m.contains_key(stem), "{what}: {k} without {stem}"),
+                }
+            }
+            n
+        }
+        serde_json::Value::Array(a) => a.iter().map(|x| check_times(x, what)).sum(),
+        _ => 0,
+    }
+}
+
+/// The whole of standard output as one JSON document.
+fn one_json(o: &std::process::Output, what: &str) -> serde_json::Value {
+    let text = stdout_str(o);
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{what}: not one JSON document: {e}: {text:?}"))
+}
+
+#[test]
+fn json_everywhere_with_rfc3339_beside_every_instant() {
+    let d = tempfile::tempdir().unwrap();
+    let t0 = 1_796_004_000_000_000_000u64;
+    let packets: Vec<_> = (0..10u64)
+        .map(|i| (t0 + i * 100_000_123, 100, udp_frame(i as u8 + 1, 100)))
+        .collect();
+    let input = d.path().join("in.pcap");
+    std::fs::write(&input, write_pcap_ns(1, 0, &packets)).unwrap();
+    let store = d.path().join("store");
+    let s = p(&store);
+
+    let imp = one_json(
+        &run_ok(capsule().args(["import", "--store", s, "--json", p(&input)])),
+        "import",
+    );
+    assert_eq!(imp["packets"], 10);
+    assert_eq!(imp["inputs"][0]["packets"], 10);
+    assert_eq!(imp["inputs"][0]["first_ns"], t0);
+    assert_eq!(imp["inputs"][0]["last_ns"], packets[9].0);
+    assert_eq!(imp["sealed"].as_array().unwrap().len(), 1);
+    assert!(check_times(&imp, "import") >= 4);
+
+    let c = one_json(
+        &run_ok(capsule().args(["query", "--store", s, "--count", "--json", "host 10.0.0.3"])),
+        "count",
+    );
+    assert_eq!(
+        (c["packets"].as_u64(), c["bytes"].as_u64()),
+        (Some(1), Some(100))
+    );
+    let c = one_json(
+        &run_ok(capsule().args([
+            "query",
+            "--store",
+            s,
+            "--count",
+            "--json",
+            "--from",
+            &format!("@{}", packets[2].0),
+        ])),
+        "count in a window",
+    );
+    assert_eq!(c["packets"], 8);
+    assert_eq!(c["from_ns"], packets[2].0);
+    assert!(check_times(&c, "count") >= 1);
+
+    let e = one_json(
+        &run_ok(capsule().args(["query", "--store", s, "--explain", "--json", "udp"])),
+        "explain",
+    );
+    assert_eq!(e["segments"].as_array().unwrap().len(), 1);
+    // The same plan as the text.
+    let text = stdout_str(&run_ok(capsule().args([
+        "query",
+        "--store",
+        s,
+        "--explain",
+        "udp",
+    ])));
+    let (read, total) = parse_read_of(text.lines().find(|l| l.starts_with("plan:")).unwrap());
+    assert_eq!(
+        (e["blocks_read"].as_u64(), e["blocks_total"].as_u64()),
+        (Some(read), Some(total)),
+        "{text}"
+    );
+    assert!(read >= 1);
+
+    let r = one_json(
+        &run_ok(capsule().args(["reindex", "--store", s, "--json"])),
+        "reindex",
+    );
+    assert_eq!(r["segments"], 1);
+    assert_eq!(r["indexed"].as_array().unwrap().len(), 1);
+    assert_eq!(r["failed"], 0);
+
+    let st = one_json(
+        &run_ok(capsule().args(["status", "--store", s, "--json"])),
+        "status",
+    );
+    assert_eq!(st["store"]["first_ns"], t0);
+    assert!(check_times(&st, "status") >= 2);
+    let v = one_json(
+        &run_ok(capsule().args(["verify", "--store", s, "--json"])),
+        "verify",
+    );
+    assert_eq!(v["segments"], 1);
+    check_times(&v, "verify");
+    // segments and flows print JSON lines: one document per line.
+    let seg = stdout_str(&run_ok(
+        capsule().args(["segments", "--store", s, "--json"]),
+    ));
+    let lines: Vec<serde_json::Value> = seg
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(check_times(&lines[0], "segments"), 2);
+
+    // --json with an export is refused: the packets go there, not JSON.
+    let out = run(capsule().args(["query", "--store", s, "--json", "-w", "-"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_str(&out));
+    assert!(stderr_str(&out).contains("--count or --explain"));
+}

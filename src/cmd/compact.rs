@@ -23,7 +23,7 @@ pub fn run(a: &CompactArgs) -> Result<ExitCode> {
     };
     let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;
     if !a.json {
-        super::print_open_report(&opened);
+        super::print_open_report(&opened, false);
         for p in &opened.compaction_leftovers {
             println!(
                 "removed {} (left by a compaction a crash interrupted)",
@@ -71,7 +71,7 @@ pub fn run(a: &CompactArgs) -> Result<ExitCode> {
             "bytes_before": before, "bytes_after": after, "seconds": secs,
             "compacted": segs, "skipped": skipped, "deleted_meanwhile": report.vanished,
         });
-        println!("{v}");
+        super::print_json(v);
     } else {
         println!(
             "compacted {} segment(s) at level {}: {before} -> {after} bytes ({:.1}%) in {secs:.2} s \

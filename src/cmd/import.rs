@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 
-use super::{mb_per_s, print_disk_full, print_open_report};
+use super::{mb_per_s, print_disk_full, print_json, print_open_report};
 use crate::cli::ImportArgs;
 
 pub fn run(a: &ImportArgs) -> Result<ExitCode> {
@@ -13,7 +13,8 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     let cfg = args.config()?;
     let t0 = Instant::now();
     let (mut writer, opened) = capsule_index::open_writer(store, cfg)?;
-    print_open_report(&opened);
+    print_open_report(&opened, a.json);
+    let mut inputs = Vec::new();
     let mut damaged = Vec::new();
     // A store failure stops the import, but what was written is still sealed below.
     let mut failed = None;
@@ -38,18 +39,27 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
                 break;
             }
         };
-        let disorder = if rep.out_of_order > 0 {
-            format!(
-                ", {} out of timestamp order (sorted within blocks)",
-                rep.out_of_order
-            )
+        if a.json {
+            inputs.push(serde_json::json!({
+                "source": rep.source, "packets": rep.packets, "bytes": rep.wire_bytes,
+                "interfaces": rep.interfaces, "out_of_order": rep.out_of_order,
+                "first_ns": rep.first_ns, "last_ns": rep.last_ns,
+                "error": rep.error.as_ref().map(|e| capsule_store::error::chain(e)),
+            }));
         } else {
-            String::new()
-        };
-        println!(
-            "{}: {} packets, {} bytes, {} interface(s){disorder}",
-            rep.source, rep.packets, rep.wire_bytes, rep.interfaces
-        );
+            let disorder = if rep.out_of_order > 0 {
+                format!(
+                    ", {} out of timestamp order (sorted within blocks)",
+                    rep.out_of_order
+                )
+            } else {
+                String::new()
+            };
+            println!(
+                "{}: {} packets, {} bytes, {} interface(s){disorder}",
+                rep.source, rep.packets, rep.wire_bytes, rep.interfaces
+            );
+        }
         if let Some(e) = rep.error {
             eprintln!(
                 "capsule: error: {}; the {} packets before it were kept",
@@ -73,20 +83,40 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     }
     let report = finished?;
     let secs = t0.elapsed().as_secs_f64();
-    println!(
-        "stored {} packets ({} bytes) in {:.2} s, {:.0} MB/s; {} blocks, compression {:.2}x; \
-         {} segment(s) sealed, {} deleted by retention; store now {} bytes",
-        report.packets,
-        report.wire_bytes,
-        secs,
-        mb_per_s(report.uncompressed_bytes, secs),
-        report.blocks,
-        report.uncompressed_bytes as f64 / report.compressed_bytes.max(1) as f64,
-        report.sealed.len(),
-        report.deleted.len(),
-        report.store_bytes
-    );
-    print_disk_full(&report);
+    let ratio = report.uncompressed_bytes as f64 / report.compressed_bytes.max(1) as f64;
+    if a.json {
+        print_json(serde_json::json!({
+            "inputs": inputs,
+            "packets": report.packets, "bytes": report.wire_bytes, "seconds": secs,
+            "mb_per_s": mb_per_s(report.uncompressed_bytes, secs), "blocks": report.blocks,
+            "compression": ratio,
+            "sealed": report.sealed.iter().map(|s| serde_json::json!({
+                "seq": s.seq, "path": s.path, "bytes": s.bytes, "packets": s.packets,
+                "blocks": s.blocks, "first_ns": s.first_ns, "last_ns": s.last_ns,
+            })).collect::<Vec<_>>(),
+            "deleted": report.deleted.iter().map(|d| serde_json::json!({
+                "seq": d.seq, "bytes": d.bytes})).collect::<Vec<_>>(),
+            "deleted_for_space": report.deleted_for_space.iter().map(|d| serde_json::json!({
+                "seq": d.seq, "bytes": d.bytes})).collect::<Vec<_>>(),
+            "disk_full_drops": report.disk_full_drops,
+            "store_bytes": report.store_bytes,
+            "damaged_inputs": damaged,
+        }));
+    } else {
+        println!(
+            "stored {} packets ({} bytes) in {:.2} s, {:.0} MB/s; {} blocks, compression \
+             {ratio:.2}x; {} segment(s) sealed, {} deleted by retention; store now {} bytes",
+            report.packets,
+            report.wire_bytes,
+            secs,
+            mb_per_s(report.uncompressed_bytes, secs),
+            report.blocks,
+            report.sealed.len(),
+            report.deleted.len(),
+            report.store_bytes
+        );
+    }
+    print_disk_full(&report, a.json);
     if damaged.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {

@@ -37,6 +37,8 @@ pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
                 "interfaces": s.interfaces().iter().map(|i| serde_json::json!({
                     "linktype": i.linktype, "snaplen": i.snaplen, "name": i.name })).collect::<Vec<_>>(),
             });
+            let mut v = v;
+            super::with_times(&mut v);
             writeln!(out, "{v}")?;
         } else {
             writeln!(

@@ -179,7 +179,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                           "retention_horizon_ns": cp.horizon_now_ns,
                           "retention_horizon_after_compaction_ns": cp.horizon_after_ns},
             });
-            println!("{v}");
+            super::print_json(v);
         } else {
             match &st {
                 None => println!("capture: none has run on this store"),
