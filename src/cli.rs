@@ -322,9 +322,12 @@ pub struct StatusArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Print again every second until interrupted.
+    /// Print again every second until interrupted (redrawn in place on a terminal).
     #[arg(long)]
     pub watch: bool,
+    /// Also print the capture's whole setup and why `auto` fell back, if it did.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// The compaction target for `pending_compaction_bytes` when no running capture says
     /// (a running capture's `--level` wins).
     #[arg(long, default_value = "1", allow_negative_numbers = true)]
@@ -459,7 +462,7 @@ pub struct WriterArgs {
     /// A block older than this is cut even if not full (live capture).
     #[arg(long, default_value = "100ms", value_parser = capsule_query::parse_duration)]
     pub block_age: Duration,
-    /// On-disk size after which a segment is sealed (e.g. 1G).
+    /// On-disk size after which a segment is sealed (e.g. 1G); at least the block size.
     #[arg(long, default_value = "1G", value_parser = units::parse_size)]
     pub segment_size: u64,
     /// Age (wall clock or packet time spanned) after which a segment is sealed.

@@ -448,3 +448,105 @@ fn json_everywhere_with_rfc3339_beside_every_instant() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr_str(&out));
     assert!(stderr_str(&out).contains("--count or --explain"));
 }
+
+#[test]
+fn status_and_segments_fit_80_columns_and_status_says_the_mode_in_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("t.pcap");
+    synth(&pcap, &d.path().join("t.json"), 4, "1s", "20M", None);
+    let store = d.path().join("store");
+    import_ok(
+        &store,
+        &["--block-size", "64K", "--segment-size", "256K"],
+        &[p(&pcap)],
+    );
+    // What a stopped AF_PACKET capture that fell back from AF_XDP leaves in the store.
+    let why = "AF_XDP was not possible: attaching the XDP program to eth9 in native mode \
+               failed: Operation not supported (os error 95); generic mode failed too";
+    let status = serde_json::json!({
+        "pid": 1, "iface": "eth9", "running": false,
+        "mode": format!("AF_PACKET (TPACKET_V3 ring of 256 MiB); {why}"),
+        "started_ns": 1_796_004_000_000_000_000u64, "updated_ns": 1_796_004_001_000_000_000u64,
+        "packets": 1000, "wire_bytes": 1_000_000, "seen": 1010, "drops": 10,
+        "drop_causes": {"packet_ring_full": 10, "xsk_ring_full": 0, "xsk_dropped": 0,
+                        "no_socket": 0, "pipeline": 0, "invalid": 0, "disk_full": 0},
+        "vlan_restored": 0, "truncated": 0, "hw_timestamps": 0,
+        "packets_per_s": 0.0, "bits_per_s": 0.0, "drops_per_s": 0.0,
+    });
+    std::fs::write(store.join("capture-status.json"), status.to_string()).unwrap();
+    let fits = |args: &[&str]| {
+        let out = run_ok(
+            capsule()
+                .args(args)
+                .args(["--store", p(&store)])
+                .env("COLUMNS", "80"),
+        );
+        let text = stdout_str(&out);
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 80,
+                "{args:?}: {} columns: {line}",
+                line.chars().count()
+            );
+        }
+        text
+    };
+    let segs = fits(&["segments"]);
+    assert!(segs.lines().count() >= 3, "several segments: {segs}");
+    for col in ["seq", "state", "packets", "first", "last"] {
+        assert!(segs.lines().next().unwrap().contains(col), "{segs}");
+    }
+    assert!(segs.lines().skip(1).all(|l| l.contains("sealed")), "{segs}");
+
+    let st = fits(&["status"]);
+    let mode: Vec<&str> = st.lines().filter(|l| l.contains("mode:")).collect();
+    assert_eq!(mode.len(), 1, "{st}");
+    assert!(
+        mode[0].contains("AF_PACKET") && mode[0].contains("--verbose"),
+        "{st}"
+    );
+    assert!(
+        !st.contains("Operation not supported"),
+        "the fallback only with --verbose: {st}"
+    );
+    // Drop causes of AF_PACKET only.
+    assert!(st.contains("packet ring full 10"), "{st}");
+    assert!(!st.contains("AF_XDP RX ring"), "{st}");
+    assert!(st.contains("store:") && st.contains("retention:"), "{st}");
+    let verbose = fits(&["status", "--verbose"]);
+    assert!(verbose.contains("Operation not supported"), "{verbose}");
+    // Not a terminal and no COLUMNS: lines are not wrapped.
+    let out = run_ok(
+        capsule()
+            .args(["status", "--verbose", "--store", p(&store)])
+            .env_remove("COLUMNS"),
+    );
+    assert!(
+        stdout_str(&out)
+            .lines()
+            .any(|l| l.contains("fallback:") && l.contains("generic mode")),
+        "{}",
+        stdout_str(&out)
+    );
+}
+
+#[test]
+fn a_segment_size_below_the_block_size_is_refused_naming_the_minimum() {
+    let d = tempfile::tempdir().unwrap();
+    let input = d.path().join("in.pcap");
+    std::fs::write(&input, write_pcap_ns(1, 0, &[(1, 100, udp_frame(1, 100))])).unwrap();
+    let store = d.path().join("store");
+    let out = import(&store, &["--segment-size", "10"], &[p(&input)]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = stderr_str(&out);
+    assert!(
+        err.contains("segment size 10 bytes") && err.contains("minimum") && err.contains("1048576"),
+        "{err}"
+    );
+    let out = import(
+        &store,
+        &["--segment-size", "4K", "--block-size", "4K"],
+        &[p(&input)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_str(&out));
+}
