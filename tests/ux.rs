@@ -550,3 +550,86 @@ fn a_segment_size_below_the_block_size_is_refused_naming_the_minimum() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr_str(&out));
 }
+
+#[test]
+fn an_unreadable_input_is_named_and_leaves_no_store_behind() {
+    let d = tempfile::tempdir().unwrap();
+    let missing = d.path().join("missing.pcap");
+    // Into a new directory: it is not created.
+    let store = d.path().join("new-store");
+    let out = import(&store, &[], &[p(&missing)]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr_str(&out);
+    assert!(
+        err.contains(&format!("cannot read {}: No such file", p(&missing))),
+        "{err}"
+    );
+    assert!(!err.contains("damaged"), "{err}");
+    assert!(
+        !store.exists(),
+        "no store is created for an input that cannot be read"
+    );
+    // Into an existing empty directory: it stays empty.
+    let empty = d.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = import(&empty, &[], &[p(&missing)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+    // A directory as input, after a good file: nothing is imported.
+    let good = d.path().join("good.pcap");
+    std::fs::write(&good, write_pcap_ns(1, 0, &[(1, 100, udp_frame(1, 100))])).unwrap();
+    let out = import(&store, &[], &[p(&good), p(&empty)]);
+    let err = stderr_str(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("cannot read {}: it is a directory", p(&empty))),
+        "{err}"
+    );
+    assert!(!store.exists());
+}
+
+#[test]
+fn compressed_inputs_are_read_directly_and_foreign_link_types_are_named() {
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("t.pcap");
+    let truth = synth(&pcap, &d.path().join("t.json"), 5, "1s", "10M", None);
+    // Compressed by the stock tools; names that do not say so: the magic bytes decide.
+    let zst = d.path().join("t.zst-without-extension");
+    sh_ok(&format!("zstd -q -c {} > {}", p(&pcap), p(&zst)));
+    let gz = d.path().join("t.pcap.gz");
+    sh_ok(&format!("gzip -c {} > {}", p(&pcap), p(&gz)));
+    for (what, input) in [("zstd", &zst), ("gzip", &gz)] {
+        let store = d.path().join(format!("store-{what}"));
+        import_ok(&store, &[], &[p(input)]);
+        let (code, out, err) = count(&store, &[]);
+        assert_eq!(code, Some(0), "{what}: {err}");
+        assert_eq!(
+            parse_packets_bytes(&out).0,
+            truth.packets,
+            "{what}: every packet"
+        );
+    }
+    // 802.11 radiotap: stored, and named in a warning with its count.
+    let radio: Vec<_> = (0..7u64)
+        .map(|i| (1_796_004_000_000_000_000 + i, 60, vec![0u8; 60]))
+        .collect();
+    let input = d.path().join("radio.pcap");
+    std::fs::write(&input, write_pcap_ns(127, 0, &radio)).unwrap();
+    let store = d.path().join("store-radio");
+    let out = import_ok(&store, &[], &[p(&input)]);
+    let err = stderr_str(&out);
+    assert!(
+        err.contains("7 packets of link type 127 (IEEE 802.11 radiotap)"),
+        "{err}"
+    );
+    let (code, out, _) = count(&store, &[]);
+    assert_eq!(code, Some(0));
+    assert_eq!(parse_packets_bytes(&out).0, 7);
+    // Ethernet imports say nothing of the kind.
+    let out = import_ok(&d.path().join("store-eth"), &[], &[p(&pcap)]);
+    assert!(
+        !stderr_str(&out).contains("link type"),
+        "{}",
+        stderr_str(&out)
+    );
+}

@@ -1,5 +1,6 @@
 //! `capsule import`: pcap and pcapng files, or a pipe, into a store.
 
+use std::io::{BufRead, BufReader, Read};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -8,9 +9,43 @@ use anyhow::{bail, Result};
 use super::{mb_per_s, print_disk_full, print_json, print_open_report};
 use crate::cli::ImportArgs;
 
+/// An input opened before the store is: a file that cannot be read fails the import
+/// before anything is created.
+type Input = Box<dyn Read>;
+
+/// Opens `path` for import: a file, read through zstd or gzip when its first bytes say it is
+/// compressed (whatever its name).
+fn open_input(path: &str) -> Result<Input> {
+    let cannot = |why: String| anyhow::anyhow!("cannot read {path}: {why}");
+    let meta = std::fs::metadata(path).map_err(|e| cannot(e.to_string()))?;
+    if meta.is_dir() {
+        return Err(cannot("it is a directory".into()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| cannot(e.to_string()))?;
+    let mut buf = BufReader::with_capacity(1 << 20, file);
+    let head = buf.fill_buf().map_err(|e| cannot(e.to_string()))?;
+    Ok(if head.starts_with(&ZSTD_MAGIC) {
+        Box::new(zstd::stream::read::Decoder::with_buffer(buf).map_err(|e| cannot(e.to_string()))?)
+    } else if head.starts_with(&GZIP_MAGIC) {
+        Box::new(flate2::read::MultiGzDecoder::new(buf))
+    } else {
+        Box::new(buf)
+    })
+}
+
+/// The first bytes of a zstd frame and of a gzip member.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
 pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     let (store, args, files) = (&a.store, &a.writer, &a.files);
     let cfg = args.config()?;
+    // Every input is opened first: one that cannot be read stops the import before the
+    // store is created or touched.
+    let mut opened_inputs = Vec::with_capacity(files.len());
+    for f in files {
+        opened_inputs.push(if f == "-" { None } else { Some(open_input(f)?) });
+    }
     let t0 = Instant::now();
     let (mut writer, opened) = capsule_index::open_writer(store, cfg)?;
     print_open_report(&opened, a.json);
@@ -18,19 +53,11 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     let mut damaged = Vec::new();
     // A store failure stops the import, but what was written is still sealed below.
     let mut failed = None;
-    for f in files {
-        let rep = if f == "-" {
+    for (f, input) in files.iter().zip(opened_inputs) {
+        let rep = match input {
             // A pipe may stay open and idle: read it on a thread and cut blocks by age.
-            capsule_capture::import_live(&mut writer, "<stdin>", std::io::stdin())
-        } else {
-            match std::fs::File::open(f) {
-                Ok(file) => capsule_capture::import_reader(&mut writer, f, file),
-                Err(e) => {
-                    eprintln!("capsule: error: cannot open {f}: {e}");
-                    damaged.push(f.clone());
-                    continue;
-                }
-            }
+            None => capsule_capture::import_live(&mut writer, "<stdin>", std::io::stdin()),
+            Some(input) => capsule_capture::import_reader(&mut writer, f, input),
         };
         let rep = match rep {
             Ok(r) => r,
@@ -45,6 +72,9 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
                 "interfaces": rep.interfaces, "out_of_order": rep.out_of_order,
                 "first_ns": rep.first_ns, "last_ns": rep.last_ns,
                 "error": rep.error.as_ref().map(|e| capsule_store::error::chain(e)),
+                "undissected": rep.undissected.iter().map(|(lt, n)| serde_json::json!({
+                    "linktype": lt, "name": capsule_pcap::name(*lt), "packets": n,
+                })).collect::<Vec<_>>(),
             }));
         } else {
             let disorder = if rep.out_of_order > 0 {
@@ -58,6 +88,15 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
             println!(
                 "{}: {} packets, {} bytes, {} interface(s){disorder}",
                 rep.source, rep.packets, rep.wire_bytes, rep.interfaces
+            );
+        }
+        for &(lt, n) in &rep.undissected {
+            let name = capsule_pcap::name(lt).map_or(String::new(), |n| format!(" ({n})"));
+            eprintln!(
+                "capsule: warning: {}: {n} packets of link type {lt}{name} were stored, but \
+                 capsule cannot dissect that link type: the index and the filter see nothing \
+                 inside them (they are found by time, with an empty filter or with --bpf)",
+                rep.source
             );
         }
         if let Some(e) = rep.error {
