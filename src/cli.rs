@@ -500,3 +500,39 @@ impl WriterArgs {
         Ok(c)
     }
 }
+
+#[cfg(test)]
+mod help_audit {
+    use clap::CommandFactory;
+
+    /// Every subcommand (at any depth) and every one of its arguments, flags and positionals
+    /// alike, has a description in `--help`.
+    #[test]
+    fn every_subcommand_and_argument_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>, args: &mut usize) {
+            let here = format!("{path} {}", cmd.get_name()).trim().to_string();
+            if cmd.get_about().is_none() && cmd.get_long_about().is_none() && !path.is_empty() {
+                missing.push(format!("`{here}` has no description"));
+            }
+            for a in cmd.get_arguments() {
+                if matches!(a.get_id().as_str(), "help" | "version") {
+                    continue;
+                }
+                *args += 1;
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("`{here}` argument {} has no help", a.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_name() != "help" {
+                    walk(sub, &here, missing, args);
+                }
+            }
+        }
+        let cmd = super::Cli::command();
+        let (mut missing, mut args) = (Vec::new(), 0);
+        walk(&cmd, "", &mut missing, &mut args);
+        assert!(args > 50, "the walk saw only {args} arguments");
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+}
