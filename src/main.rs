@@ -8,6 +8,7 @@
 
 mod cli;
 mod cmd;
+mod progress;
 mod table;
 mod units;
 

@@ -633,3 +633,44 @@ fn compressed_inputs_are_read_directly_and_foreign_link_types_are_named() {
         stderr_str(&out)
     );
 }
+
+#[test]
+fn progress_shows_on_a_terminal_only() {
+    need_tool("script");
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("t.pcap");
+    synth(&pcap, &d.path().join("t.json"), 6, "1s", "20M", None);
+    let store = d.path().join("store");
+    let s = p(&store);
+    let out = d.path().join("out.pcap");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["import", "--store", s, p(&pcap)],
+        vec!["reindex", "--store", s],
+        vec!["compact", "--store", s, "--level", "3"],
+        vec!["query", "--store", s, "-w", p(&out)],
+    ];
+    // Not a terminal: no bar, no control characters.
+    for args in &commands {
+        let o = run_ok(capsule().args(args));
+        let err = stderr_str(&o);
+        assert!(
+            !err.contains('\r') && !err.contains('\x1b') && !err.contains("ETA"),
+            "{args:?}: {err:?}"
+        );
+    }
+    // On a terminal (script(1) gives the command a pty): the bar with its bytes and rate.
+    for (args, want) in [
+        (&commands[0], "ETA"),
+        (&commands[1], "ETA"),
+        (&commands[3], "B/s"),
+    ] {
+        let line = std::iter::once(bin())
+            .chain(args.iter().copied())
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let o = run_ok(std::process::Command::new("script").args(["-qec", &line, "/dev/null"]));
+        let text = stdout_str(&o);
+        assert!(text.contains(want), "{args:?} on a terminal: {text:?}");
+    }
+}

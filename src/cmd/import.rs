@@ -1,6 +1,6 @@
 //! `capsule import`: pcap and pcapng files, or a pipe, into a store.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -8,28 +8,64 @@ use anyhow::{bail, Result};
 
 use super::{mb_per_s, print_disk_full, print_json, print_open_report};
 use crate::cli::ImportArgs;
+use crate::progress::Progress;
 
-/// An input opened before the store is: a file that cannot be read fails the import
-/// before anything is created.
-type Input = Box<dyn Read>;
+/// How an input file is compressed, from its first bytes (whatever its name).
+#[derive(Clone, Copy)]
+enum Packing {
+    Plain,
+    Zstd,
+    Gzip,
+}
 
-/// Opens `path` for import: a file, read through zstd or gzip when its first bytes say it is
-/// compressed (whatever its name).
-fn open_input(path: &str) -> Result<Input> {
+/// Opens `path` for import, before the store is opened, so that a file that cannot be read
+/// fails the import before anything is created. Returns the file (at its start), how it is
+/// compressed, and its size.
+fn open_input(path: &str) -> Result<(std::fs::File, Packing, u64)> {
     let cannot = |why: String| anyhow::anyhow!("cannot read {path}: {why}");
     let meta = std::fs::metadata(path).map_err(|e| cannot(e.to_string()))?;
     if meta.is_dir() {
         return Err(cannot("it is a directory".into()));
     }
-    let file = std::fs::File::open(path).map_err(|e| cannot(e.to_string()))?;
-    let mut buf = BufReader::with_capacity(1 << 20, file);
-    let head = buf.fill_buf().map_err(|e| cannot(e.to_string()))?;
-    Ok(if head.starts_with(&ZSTD_MAGIC) {
-        Box::new(zstd::stream::read::Decoder::with_buffer(buf).map_err(|e| cannot(e.to_string()))?)
-    } else if head.starts_with(&GZIP_MAGIC) {
-        Box::new(flate2::read::MultiGzDecoder::new(buf))
+    let mut file = std::fs::File::open(path).map_err(|e| cannot(e.to_string()))?;
+    let mut head = [0u8; 4];
+    let mut n = 0;
+    while n < head.len() {
+        match file.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(cannot(e.to_string())),
+        }
+    }
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| cannot(e.to_string()))?;
+    let packing = if head[..n].starts_with(&ZSTD_MAGIC) {
+        Packing::Zstd
+    } else if head[..n].starts_with(&GZIP_MAGIC) {
+        Packing::Gzip
     } else {
-        Box::new(buf)
+        Packing::Plain
+    };
+    Ok((file, packing, meta.len()))
+}
+
+/// The reader of an opened input: through its decompressor, with the bytes read from the
+/// file counted for the progress display.
+fn input_reader(
+    path: &str,
+    file: std::fs::File,
+    packing: Packing,
+    progress: &Progress,
+) -> Result<Box<dyn Read>> {
+    let buf = BufReader::with_capacity(1 << 20, progress.reader(file));
+    Ok(match packing {
+        Packing::Plain => Box::new(buf),
+        Packing::Zstd => Box::new(
+            zstd::stream::read::Decoder::with_buffer(buf)
+                .map_err(|e| anyhow::anyhow!("cannot read {path}: {e}"))?,
+        ),
+        Packing::Gzip => Box::new(flate2::read::MultiGzDecoder::new(buf)),
     })
 }
 
@@ -57,7 +93,16 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
         let rep = match input {
             // A pipe may stay open and idle: read it on a thread and cut blocks by age.
             None => capsule_capture::import_live(&mut writer, "<stdin>", std::io::stdin()),
-            Some(input) => capsule_capture::import_reader(&mut writer, f, input),
+            Some((file, packing, size)) => {
+                let progress = Progress::bytes(f, Some(size));
+                let rep = capsule_capture::import_reader(
+                    &mut writer,
+                    f,
+                    input_reader(f, file, packing, &progress)?,
+                );
+                progress.finish();
+                rep
+            }
         };
         let rep = match rep {
             Ok(r) => r,

@@ -63,7 +63,10 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
             // or half-written pcap looks like an answer).
             let existed = std::path::Path::new(path).exists();
             let f = std::fs::File::create(path).with_context(|| format!("cannot create {path}"))?;
-            match capsule_replay::export(&store, &opts, f) {
+            let progress = crate::progress::Progress::bytes(path, None);
+            let done = capsule_replay::export(&store, &opts, progress.writer(f));
+            progress.finish();
+            match done {
                 Ok(r) => r,
                 Err(e) => {
                     if !existed {

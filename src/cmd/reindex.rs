@@ -19,7 +19,12 @@ pub fn run(a: &ReindexArgs) -> Result<ExitCode> {
     let (segs, unreadable) = store.open_segments_checked()?;
     let mut failed = unreadable.len();
     super::warn_unreadable(&unreadable, "so it gets no index");
+    let sealed =
+        |s: &&capsule_store::SegmentReader| s.state() == capsule_store::SegmentState::Sealed;
+    let total: u64 = segs.iter().filter(sealed).map(|s| s.bytes()).sum();
+    let progress = crate::progress::Progress::bytes("reindex", Some(total));
     for seg in &segs {
+        progress.message(format!("segment {}", seg.seq()));
         if seg.state() != capsule_store::SegmentState::Sealed {
             continue;
         }
@@ -38,6 +43,7 @@ pub fn run(a: &ReindexArgs) -> Result<ExitCode> {
             }
         };
         let path = idx.write(&store.index_dir())?;
+        progress.add(seg.bytes());
         bytes += seg.bytes();
         idx_bytes += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         if a.json {
@@ -55,6 +61,7 @@ pub fn run(a: &ReindexArgs) -> Result<ExitCode> {
             );
         }
     }
+    progress.finish();
     let secs = t0.elapsed().as_secs_f64();
     if a.json {
         super::print_json(serde_json::json!({
