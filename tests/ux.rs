@@ -674,3 +674,37 @@ fn progress_shows_on_a_terminal_only() {
         assert!(text.contains(want), "{args:?} on a terminal: {text:?}");
     }
 }
+
+#[test]
+fn log_colours_only_on_a_terminal_and_never_with_no_color() {
+    need_tool("script");
+    let d = tempfile::tempdir().unwrap();
+    let store = small_store(d.path());
+    // A segment whose head is damaged: reading the store logs a warning about it.
+    std::fs::write(
+        store.join("segments").join("seg-000000000099.pcapng.zst"),
+        noise(5000, 99),
+    )
+    .unwrap();
+    let cmd = format!("'{}' compact --store '{}'", bin(), p(&store));
+    let on_tty = |env: &str| {
+        let o = run(std::process::Command::new("script").args([
+            "-qc",
+            &format!("{env} {cmd}"),
+            "/dev/null",
+        ]));
+        let text = stdout_str(&o);
+        let line = text
+            .lines()
+            .find(|l| l.contains("skipping segment 99"))
+            .unwrap_or_else(|| panic!("no warning about segment 99: {text:?}"))
+            .to_string();
+        line
+    };
+    assert!(on_tty("").contains('\x1b'), "colour on a terminal");
+    assert!(!on_tty("NO_COLOR=1").contains('\x1b'), "NO_COLOR");
+    let o = run(capsule().args(["compact", "--store", p(&store)]));
+    let err = stderr_str(&o);
+    assert!(err.contains("skipping segment 99"), "{err}");
+    assert!(!err.contains('\x1b'), "no colour into a pipe: {err:?}");
+}

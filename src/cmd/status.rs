@@ -138,9 +138,11 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                 out.extend(crate::table::wrap(&format!($($t)*), width))
             };
         }
-        let st = capsule_capture::status::read_status(store_dir)?;
+        // The store first, then the capture's status file at once: listing the segments of
+        // a big store takes a while, and the two snapshots should be of the same moment.
         let store = Store::open(store_dir)?;
         let (segs, unreadable) = store.open_segments_checked()?;
+        let st = capsule_capture::status::read_status(store_dir)?;
         super::warn_unreadable(&unreadable, "");
         let packets: u64 = segs
             .iter()
@@ -281,11 +283,12 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     }
                     say!(
                         "  VLAN tags restored {}, packets cut at 256 KiB {}, NIC timestamps {}; \
-                         updated {}",
+                         updated {} ({} ago)",
                         s.vlan_restored,
                         s.truncated,
                         s.hw_timestamps,
-                        capsule_query::format_instant(s.updated_ns)
+                        capsule_query::format_instant(s.updated_ns),
+                        crate::units::format_duration_ns(now.saturating_sub(s.updated_ns))
                     );
                 }
             }
