@@ -122,45 +122,51 @@ pub const FILTERS_HELP: &str = filters_help!();
 macro_rules! filters_help {
     () => {
         "\
-FILTERS select packets by what their headers say; the words after the flags form one filter.
-The empty filter selects every packet.
+FILTERS select packets by what their headers say; the words after the flags
+form one filter. The empty filter selects every packet.
 
-  host ADDR                 IP source or destination (IPv4 or IPv6 literal)
-  net ADDR/LEN, net 10.50   address inside a prefix (10.1.0.0/16, fd00::/64); a short
-                            prefix as in tcpdump: 10 = /8, 10.50 = /16, 10.50.1 = /24
-  port N|NAME, portrange A-B
-                            TCP, UDP or SCTP source or destination port; names from a
-                            built-in table (http, https, domain, ssh, ntp, ...)
-  src ..., dst ...          one side only: src host 10.0.0.1, dst port 443; also
-                            src or dst ..., src and dst ... (both sides)
+  host ADDR             IP source or destination (IPv4 or IPv6 literal)
+  net ADDR/LEN          address inside a prefix (10.1.0.0/16, fd00::/64);
+  net 10.50             a short prefix, as tcpdump: 10.50 = 10.50.0.0/16
+  port N|NAME           TCP, UDP or SCTP source or destination port; names
+                        from a built-in table (http, https, domain, ssh, ...)
+  portrange A-B         a port from A to B
+  src ..., dst ...      one side only: src host 10.0.0.1, dst port 443;
+                        src or dst ..., src and dst ... (both sides)
   tcp, udp, sctp, icmp, icmp6, ip, ip6
-                            the protocol; `tcp port 80` means `tcp and port 80`
-  proto N|NAME              IP protocol by number or name (gre, esp, ah, ...)
-  vlan [ID]                 an 802.1Q/802.1ad tag (any of up to two) is ID
-  dscp N|NAME               DS field: 0-63, ef, va, le, be, default, cs0-cs7, af11-af43
-  tcpflags FLAG             the TCP flag is set: fin, syn, rst, push, ack, urg, ece, cwr
-  tcp[tcpflags] & MASK OP V tcpdump's form (also tcp[13]); MASK and V are numbers or
-                            tcp-syn, tcp-ack, ... joined by |: tcp[tcpflags] & tcp-rst != 0
-  ether host|src|dst MAC    Ethernet address (00:1b:21:0a:0b:0c)
-  arp                       ARP frames
-  greater N, less N         length on the wire >= N, <= N bytes
+                        the protocol; `tcp port 80` is `tcp and port 80`
+  proto N|NAME          IP protocol by number or name (gre, esp, ah, ...)
+  vlan [ID]             an 802.1Q/802.1ad tag (any of up to two) is ID
+  dscp N|NAME           DS field: 0-63, ef, va, le, be, default, cs0-cs7,
+                        af11-af43
+  tcpflags FLAG         the TCP flag is set: fin, syn, rst, push, ack, urg,
+                        ece, cwr
+  tcp[tcpflags] & MASK OP VALUE
+                        tcpdump's form (also tcp[13]); MASK and VALUE are
+                        numbers or tcp-syn, tcp-ack, ... joined by |:
+                        tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn
+  ether host|src|dst MAC
+                        an Ethernet address (00:1b:21:0a:0b:0c)
+  arp                   ARP frames
+  greater N, less N     length on the wire >= N, <= N bytes
   and (&&), or (||), not (!), ( )
-                            not binds tighter than and, and tighter than or; after and/or
-                            a bare value repeats the last qualifiers: tcp port 80 or 443
+                        not binds tighter than and, and tighter than or;
+                        after and/or a bare value repeats the last
+                        qualifiers: tcp port 80 or 443
 
 Examples:
   capsule query --store S --from -10m -w out.pcap host 10.1.2.3 and tcp port 443
   capsule flows --store S dscp ef and not net 10.4.0.0/24
   capsule query --store S --count 'udp and (dst port 53 or dst port 5353)'
-  capsule query --store S --count 'tcp[tcpflags] & tcp-rst != 0 and port https or 8443'
+  capsule query --store S --count 'tcpflags rst and port https or 8443'
 
-Not supported (use --bpf with a tcpdump expression for these): host names, byte offsets
-other than the TCP flags (ip[1] & 0xfc), icmptype, broadcast, multicast, ether proto, rarp.
-`vlan 100 and vlan 200` means both tags, in any order; every primitive looks through VLAN
-tags, and tcp[tcpflags] covers IPv6 too.
+Not supported (use --bpf with a tcpdump expression for these): host names,
+byte offsets other than the TCP flags (ip[1] & 0xfc), icmptype, broadcast,
+multicast, ether proto, rarp. `vlan 100 and vlan 200` means both tags, in any
+order; every primitive looks through VLAN tags, and tcp[tcpflags] covers IPv6.
 
 TIMES (--from inclusive, --to exclusive; both optional):
-  2026-11-30T02:00:00.123456789Z   RFC 3339, up to 9 fractional digits, any offset
+  2026-11-30T02:00:00.123456789Z   RFC 3339, up to 9 fraction digits, any offset
   2026-11-30 02:00:00+01:00        a space instead of T
   2026-11-30                       a date: its midnight, UTC
   1796004000.5                     Unix seconds, with a fraction

@@ -708,3 +708,36 @@ fn log_colours_only_on_a_terminal_and_never_with_no_color() {
     assert!(err.contains("skipping segment 99"), "{err}");
     assert!(!err.contains('\x1b'), "no colour into a pipe: {err:?}");
 }
+
+#[test]
+fn the_filter_help_fits_80_columns_and_names_the_tcpdump_forms() {
+    let text = stdout_str(&run_ok(capsule().arg("filters")));
+    for line in text.lines() {
+        assert!(line.chars().count() <= 80, "{line}");
+    }
+    for form in [
+        "src and dst",
+        "port N|NAME",
+        "tcp port 80 or 443",
+        "tcp[tcpflags]",
+        "tcpflags FLAG",
+        "ether host",
+        "arp",
+        "greater N",
+        "net 10.50",
+        "--bpf",
+    ] {
+        assert!(text.contains(form), "{form} is not in the filter help");
+    }
+    // Each example of the help parses (the filter is the part after the flags).
+    let d = tempfile::tempdir().unwrap();
+    let store = small_store(d.path());
+    let out = run_ok(capsule().args([
+        "query",
+        "--store",
+        p(&store),
+        "--count",
+        "tcpflags rst and port https or 8443",
+    ]));
+    assert_eq!(parse_packets_bytes(&stdout_str(&out)).0, 0);
+}
