@@ -850,6 +850,18 @@ fn tcpdump_forms_select_what_tcpdump_selects() {
         ),
     ];
     run_cases(fx, &cases);
+    // The index keeps each direction's union of TCP flags: a RST filter reads only the
+    // blocks of flows that saw one, far fewer than all TCP.
+    let read = |filter: &str| {
+        let o = run_ok(capsule().args(["query", "--store", p(&fx.store), "--explain", filter]));
+        let text = stdout_str(&o);
+        parse_read_of(text.lines().find(|l| l.starts_with("plan:")).unwrap()).0
+    };
+    let (rst, tcp) = (read("tcpflags rst"), read("tcp"));
+    assert!(
+        rst > 0 && rst * 2 < tcp,
+        "tcpflags rst reads {rst} blocks, tcp {tcp}"
+    );
 }
 
 #[test]

@@ -151,10 +151,12 @@
 //! packets without ports (non-first fragments) apart from the side of their flow that has
 //! ports, or give up exactness for them.
 //!
-//! The side index keeps no TCP flags, MAC addresses or packet lengths: `tcpflags`, `ether`,
-//! `greater` and `less` are `Maybe` on a side (TCP flags `No` on a side that is not TCP with
-//! ports), so a filter naming them is narrowed by its other primitives and decided exactly
-//! per packet.
+//! The side index keeps no MAC addresses or packet lengths: `ether`, `greater` and `less`
+//! are `Maybe` on a side. Of the TCP flags it keeps the union seen on the side
+//! ([`FlowSide::tcp_flags`]): a flags test is `No` if no subset of that union passes it (so
+//! `tcpflags rst` skips every flow that never saw a RST), `Yes` if every subset does, and
+//! `Maybe` otherwise; it is `No` on a side that is not TCP with ports. A filter naming these
+//! is narrowed by what the index knows and decided exactly per packet.
 //!
 //! [`Filter::matches_non_ip`] evaluates a filter for non-IP packets, whose VLAN tags the
 //! planner does not know: IP primitives (including `dscp` and TCP flags) are `No`, VLAN,
@@ -196,6 +198,9 @@ pub struct FlowSide {
     pub ports: Option<(u16, u16)>,
     /// Bit `n` set: DSCP `n` was seen on at least one packet of this side.
     pub dscp_mask: u64,
+    /// The union of the TCP flags of the side's packets (0 for other protocols): the flags
+    /// of each packet are a subset of it.
+    pub tcp_flags: u8,
 }
 
 impl FlowSide {
@@ -211,6 +216,10 @@ impl FlowSide {
             dst: ip.dst,
             ports: d.l4.ports(),
             dscp_mask: 1u64.checked_shl(u32::from(ip.dscp)).unwrap_or(0),
+            tcp_flags: match d.l4 {
+                capsule_wire::L4::Tcp(t) => t.flags,
+                _ => 0,
+            },
         })
     }
 }
@@ -641,7 +650,6 @@ impl Expr {
         }
     }
 
-    #[cfg(test)]
     /// True if the expression names a field the side index does not keep (TCP flags, MAC
     /// addresses, lengths), so that planning may answer `Maybe` for a single packet's side.
     fn beyond_index(&self) -> bool {
@@ -780,6 +788,8 @@ struct IpView {
     ports: Option<(u16, u16)>,
     /// `None`: unknown (a flow side with an empty DSCP set); `dscp N` is false.
     dscp: Option<u8>,
+    /// A flow side's union of TCP flags (unused for a packet, whose flags are exact).
+    flags_union: u8,
 }
 
 impl View {
@@ -807,7 +817,10 @@ impl View {
                 Some(f) => Tri::from(
                     ip.proto == 6 && f.tcp_flags.is_some_and(|b| op.test(b & mask, value)),
                 ),
-                None if ip.proto == 6 && ip.ports.is_some() => Tri::Maybe,
+                // A side: what each packet's flags may be, from the union seen.
+                None if ip.proto == 6 && ip.ports.is_some() => {
+                    flags_possible(ip.flags_union & mask, op, value)
+                }
                 None => Tri::No,
             },
             (Prim::Host(d, a), Some(ip)) => d.pick(ip.src == a, ip.dst == a).into(),
@@ -828,12 +841,42 @@ impl View {
     }
 }
 
+/// Whether `flags & mask OP value` holds for packets whose masked flags are subsets of
+/// `union` (already masked): `Yes` if it holds for every subset, `No` if for none.
+fn flags_possible(union: u8, op: Cmp, value: u8) -> Tri {
+    let (mut yes, mut no) = (false, false);
+    // Every subset of `union`, from `union` down to 0.
+    let mut sub = union;
+    loop {
+        if op.test(sub, value) {
+            yes = true;
+        } else {
+            no = true;
+        }
+        if yes && no {
+            return Tri::Maybe;
+        }
+        if sub == 0 {
+            break;
+        }
+        sub = (sub - 1) & union;
+    }
+    Tri::from(yes)
+}
+
 impl Filter {
     /// Parses a filter expression; the empty (or all-blank) string is [`Filter::all`].
     pub fn parse(src: &str) -> Result<Filter, FilterError> {
         Ok(Filter {
             expr: parse::parse(src)?,
         })
+    }
+
+    /// True if the filter names what the side index does not keep (TCP flags, MAC
+    /// addresses, packet lengths): planning then narrows by the rest of the filter only, and
+    /// only the per-packet check decides.
+    pub fn beyond_index(&self) -> bool {
+        self.expr.as_ref().is_some_and(Expr::beyond_index)
     }
 
     /// The filter that matches every packet.
@@ -885,6 +928,7 @@ impl Filter {
                 dst: ip.dst,
                 ports: d.l4.ports(),
                 dscp: Some(ip.dscp),
+                flags_union: 0,
             }),
             frame: Some(FrameView {
                 ethertype: d.ethertype,
@@ -914,6 +958,7 @@ impl Filter {
                 dst: s.dst,
                 ports: s.ports,
                 dscp: None,
+                flags_union: s.tcp_flags,
             }),
             frame: None,
         };
@@ -1165,10 +1210,15 @@ mod tests {
         // Without the frame, those are false.
         assert!(!Filter::parse("greater 0").unwrap().matches(&d));
 
-        // Planning: the side index keeps no flags, MACs or lengths.
+        // Planning: the side index keeps no MACs or lengths, and of the TCP flags only
+        // their union (here SYN ACK).
         let side = FlowSide::from_dissected(&d).unwrap();
         let plan = |s: &str| Filter::parse(s).unwrap().matches_side(&side);
-        assert_eq!(plan("tcpflags rst"), Tri::Maybe);
+        assert_eq!(plan("tcpflags rst"), Tri::No);
+        assert_eq!(plan("tcpflags syn"), Tri::Maybe);
+        assert_eq!(plan("tcp[tcpflags] & tcp-rst == 0"), Tri::Yes);
+        assert_eq!(plan("tcp[tcpflags] & (tcp-syn|tcp-ack) != 0x20"), Tri::Yes);
+        assert_eq!(plan("tcp[13] > 18"), Tri::No);
         assert_eq!(plan("tcpflags rst and port 80"), Tri::No);
         assert_eq!(plan("tcpflags rst or port 443"), Tri::Yes);
         assert_eq!(plan("ether host 02:00:00:00:00:aa"), Tri::Maybe);
@@ -1185,7 +1235,7 @@ mod tests {
         let mut many = side;
         many.dscp_mask = 0b11;
         assert_eq!(
-            Filter::parse("dscp 0 and tcpflags syn")
+            Filter::parse("dscp 0 and tcpflags ack")
                 .unwrap()
                 .matches_side(&many),
             Tri::Maybe
@@ -1428,6 +1478,7 @@ mod tests {
                 dst: ip4("fd00::2"),
                 ports: Some((1000, 22)),
                 dscp_mask: 1 << 63,
+                tcp_flags: 0x02,
             }
         );
         // An impossible DSCP (dissect never produces one) gives an empty set, not a panic.

@@ -299,6 +299,11 @@ fn check_planning(f: &Filter, d: &Dissected, extra_dscps: &[u8]) {
     // What the side index does not keep (TCP flags, MACs, lengths) makes planning unsure:
     // then it is only sound.
     if f.expr.as_ref().is_some_and(Expr::beyond_index) {
+        // The generator pairs any protocol with any transport header; a "TCP" packet
+        // without a TCP header has no flags to plan from.
+        if side.proto == 6 && side.ports.is_some() && !matches!(d.l4, L4::Tcp(_)) {
+            return;
+        }
         let plan = f.matches_side(&side);
         assert!(
             plan == Tri::Maybe || plan == Tri::from(exact),
@@ -373,6 +378,7 @@ fn kleene_side(f: &Filter, s: &FlowSide) -> Tri {
             dst: s.dst,
             ports: s.ports,
             dscp: None,
+            flags_union: s.tcp_flags,
         }),
         frame: None,
     };
