@@ -729,7 +729,7 @@ fn the_filter_help_fits_80_columns_and_names_the_tcpdump_forms() {
     ] {
         assert!(text.contains(form), "{form} is not in the filter help");
     }
-    // Each example of the help parses (the filter is the part after the flags).
+    // The help's new example runs as a filter.
     let d = tempfile::tempdir().unwrap();
     let store = small_store(d.path());
     let out = run_ok(capsule().args([
