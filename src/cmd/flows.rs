@@ -13,6 +13,13 @@ use crate::units;
 pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     let (args, sort, limit, json) = (&a.q, a.sort, a.limit, a.json);
     let q = args.query()?;
+    if q.filter.beyond_index() {
+        eprintln!(
+            "capsule: note: the flow index keeps no MAC addresses or packet lengths, and \
+             of the TCP flags only those seen in each direction: these flows may have \
+             packets that match (`capsule query` checks each packet)"
+        );
+    }
     let store = Store::open(&args.store)?;
     let (segments, unreadable) = store.open_segments_checked()?;
     let mut listing = capsule_index::flows::list(&store, &segments, &q)?;

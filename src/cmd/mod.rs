@@ -25,6 +25,50 @@ mod status;
 mod synth;
 mod verify;
 
+/// Prints one JSON document on stdout, with an RFC 3339 string beside every instant.
+fn print_json(mut v: serde_json::Value) {
+    with_times(&mut v);
+    println!("{v}");
+}
+
+/// Keys ending in `_ns` that hold durations, not instants (matched inside the name).
+const DURATION_KEYS: &[&str] = &["horizon", "span", "duration", "age", "elapsed", "interval"];
+
+/// Beside every `NAME_ns` key holding an instant (nanoseconds since the epoch), `NAME` as
+/// RFC 3339 text, in every object of `v`: jq and JavaScript read integers above 2^53 as
+/// doubles and round them to about 256 ns. A null instant gets a null beside it; a key that
+/// already has its `NAME` is left as it is.
+fn with_times(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            let add: Vec<(String, Value)> = m
+                .iter()
+                .filter_map(|(k, v)| {
+                    let stem = k.strip_suffix("_ns")?;
+                    if stem.is_empty()
+                        || m.contains_key(stem)
+                        || DURATION_KEYS.iter().any(|d| stem.contains(d))
+                    {
+                        return None;
+                    }
+                    match v {
+                        Value::Null => Some((stem.to_string(), Value::Null)),
+                        v => Some((
+                            stem.to_string(),
+                            capsule_query::format_instant(v.as_u64()?).into(),
+                        )),
+                    }
+                })
+                .collect();
+            m.values_mut().for_each(with_times);
+            m.extend(add);
+        }
+        Value::Array(a) => a.iter_mut().for_each(with_times),
+        _ => {}
+    }
+}
+
 /// The exit status of an answer that is partial: the command worked, but damaged data in
 /// the store was skipped (what was skipped is printed).
 pub const PARTIAL: u8 = 3;
@@ -41,7 +85,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Capture(a) => capture::run(&a),
         Cmd::Query(a) => query::run(&a),
         Cmd::Flows(a) => flows::run(&a),
-        Cmd::Reindex(a) => reindex::run(&a.store),
+        Cmd::Reindex(a) => reindex::run(&a),
         Cmd::Compact(a) => compact::run(&a),
         Cmd::Status(a) => status::run(&a),
         Cmd::Segments(a) => segments::run(&a),
@@ -120,7 +164,13 @@ fn mb_per_s(bytes: u64, secs: f64) -> f64 {
 }
 
 /// Says what opening the store for writing found: recovered torn segments and retention.
-fn print_open_report(opened: &capsule_store::OpenReport) {
+/// On standard error with `--json` (standard output holds the one JSON document).
+fn print_open_report(opened: &capsule_store::OpenReport, json: bool) {
+    macro_rules! println {
+        ($($t:tt)*) => {
+            if json { eprintln!($($t)*) } else { std::println!($($t)*) }
+        };
+    }
     for r in &opened.recovered {
         println!("{r}");
     }
@@ -153,7 +203,12 @@ fn print_open_report(opened: &capsule_store::OpenReport) {
 
 /// Says what a full disk cost a writer, if anything: segments deleted for space, and
 /// packets dropped when nothing was left to delete.
-fn print_disk_full(w: &capsule_store::WriteReport) {
+fn print_disk_full(w: &capsule_store::WriteReport, json: bool) {
+    macro_rules! println {
+        ($($t:tt)*) => {
+            if json { eprintln!($($t)*) } else { std::println!($($t)*) }
+        };
+    }
     if !w.deleted_for_space.is_empty() {
         let bytes: u64 = w.deleted_for_space.iter().map(|d| d.bytes).sum();
         println!(
