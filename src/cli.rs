@@ -160,6 +160,21 @@ pub enum Cmd {
     /// List flows from the side index alone.
     #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
     Flows(FlowsArgs),
+    /// Rank a window's traffic by flow, host, pair, group or DSCP value, from the index.
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
+    Top(TopArgs),
+    /// TCP health per interval and host: retransmissions, zero windows, RSTs, lost SYNs.
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
+    Tcp(TcpArgs),
+    /// DSCP values seen, senders the policy does not allow, flows remarked mid-flow.
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
+    Dscp(DscpArgs),
+    /// Traffic from group to group, cells the egress policy does not allow flagged.
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
+    Matrix(MatrixArgs),
+    /// Members of a group that send less than the group's median, interval after interval.
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
+    Stragglers(StragglersArgs),
     /// Rebuild the side index of every sealed segment from the segments alone.
     Reindex(ReindexArgs),
     /// Recompress at a target level every block of the sealed segments written below it.
@@ -456,6 +471,113 @@ pub struct FlowsArgs {
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What every analytics command takes besides its own options.
+#[derive(Args, Debug)]
+pub struct AnswerArgs {
+    #[command(flatten)]
+    pub q: Selection,
+    /// The config file with `[groups]`, `[dscp]` and `[egress]` (the file `capsule capture
+    /// --config` reads).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub a: AnswerArgs,
+    /// What rows rank by.
+    #[arg(long, value_enum, default_value_t = TopBy::Bytes)]
+    pub by: TopBy,
+    /// What a row is (`group` needs --config).
+    #[arg(long, value_enum, default_value_t = TopKey::Flow)]
+    pub key: TopKey,
+    /// Rows shown before "other".
+    #[arg(long, default_value_t = 10)]
+    pub limit: usize,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum TopBy {
+    Bytes,
+    Packets,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum TopKey {
+    Flow,
+    Src,
+    Dst,
+    Pair,
+    Group,
+    Dscp,
+}
+
+#[derive(Args, Debug)]
+pub struct TcpArgs {
+    #[command(flatten)]
+    pub a: AnswerArgs,
+    /// Interval length, whole seconds (`1m`, `10s`, `1h`).
+    #[arg(long, default_value = "1m", value_parser = parse_interval)]
+    pub interval: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct DscpArgs {
+    #[command(flatten)]
+    pub a: AnswerArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct MatrixArgs {
+    #[command(flatten)]
+    pub a: AnswerArgs,
+    /// What the cells show.
+    #[arg(long, value_enum, default_value_t = MatrixBy::Bytes)]
+    pub by: MatrixBy,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum MatrixBy {
+    Bytes,
+    Packets,
+    Flows,
+}
+
+#[derive(Args, Debug)]
+pub struct StragglersArgs {
+    #[command(flatten)]
+    pub a: AnswerArgs,
+    /// The group whose members should send alike.
+    #[arg(long)]
+    pub group: String,
+    /// Interval length, whole seconds.
+    #[arg(long, default_value = "10s", value_parser = parse_interval)]
+    pub interval: u64,
+    /// A member under this fraction of the group median is under.
+    #[arg(long, default_value_t = 0.5)]
+    pub ratio: f64,
+    /// Intervals where the median member sent less are idle and judge nothing (default
+    /// 1 MB: below it ratios are noise of keepalives and ACKs).
+    #[arg(long, default_value_t = capsule_analytics::stragglers::DEFAULT_MIN_BYTES)]
+    pub min_bytes: u64,
+}
+
+/// An interval: a duration (`1m`, `10s`) in nanoseconds.
+fn parse_interval(s: &str) -> Result<u64, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{s:?} is no duration: {e}"))?;
+    let ns = u64::try_from(d.as_nanos()).map_err(|_| format!("{s:?} is too long"))?;
+    if ns == 0 || !ns.is_multiple_of(1_000_000_000) {
+        return Err(format!(
+            "{s:?} is not a whole number of seconds (the index counts 1-second buckets)"
+        ));
+    }
+    Ok(ns)
 }
 
 #[derive(Args, Debug)]
