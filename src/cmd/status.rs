@@ -157,9 +157,28 @@ fn describe_budgets(b: Option<&capsule_store::budget::Budgets>) -> String {
     format!("{} (saved in the store)", parts.join(", "))
 }
 
-pub fn run(a: &StatusArgs) -> Result<ExitCode> {
-    let (store_dir, json, watch) = (a.store.as_path(), a.json, a.watch);
-    loop {
+/// What one look at a store finds: the capture's status file and the store's figures.
+struct Gathered {
+    st: Option<capsule_capture::status::CaptureStatus>,
+    live: bool,
+    segs: Vec<SegmentReader>,
+    packets: u64,
+    bytes: u64,
+    first: Option<u64>,
+    last: Option<u64>,
+    span: u64,
+    cp: Compaction,
+    rate: Option<f64>,
+    saved: Option<capsule_store::budget::Budgets>,
+}
+
+fn gather(
+    store_dir: &Path,
+    level: Level,
+    max_bytes: Option<u64>,
+) -> Result<Gathered> {
+    let a_level = level;
+    let a_max_bytes = max_bytes;
         let st = capsule_capture::status::read_status(store_dir)?;
         let store = Store::open(store_dir)?;
         let (segs, unreadable) = store.open_segments_checked()?;
@@ -191,33 +210,78 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
         let running = st.as_ref().filter(|_| live);
         let target = running
             .and_then(|s| s.store.compact_target)
-            .map_or(a.level, Level::Zstd);
+            .map_or(a_level, Level::Zstd);
         let saved = capsule_store::budget::load(store.root()).unwrap_or_else(|e| {
             eprintln!("capsule: warning: {e}");
             None
         });
         let budget = running
             .and_then(|s| s.store.budget_bytes)
-            .or(a.max_bytes)
+            .or(a_max_bytes)
             .or(saved.and_then(|b| b.max_bytes));
         let span = last.zip(first).map_or(0, |(l, f)| l.saturating_sub(f));
         let cp = Compaction::of(&segs, target, budget, span);
         let rate = running.map(|s| s.compactor_bytes_per_s);
+    Ok(Gathered {
+        st,
+        live,
+        segs,
+        packets,
+        bytes,
+        first,
+        last,
+        span,
+        cp,
+        rate,
+        saved,
+    })
+}
+
+/// The `capsule status --json` document (also `GET /v1/status` of `capsule serve`).
+pub fn json(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<serde_json::Value> {
+    let g = gather(store_dir, level, max_bytes)?;
+    Ok(json_of(&g))
+}
+
+fn json_of(g: &Gathered) -> serde_json::Value {
+    let cp = &g.cp;
+    serde_json::json!({
+        "capture": g.st, "live": g.live,
+        "store": {"segments": g.segs.len(), "packets": g.packets, "bytes": g.bytes,
+                  "first_ns": g.first, "last_ns": g.last,
+                  "compaction_target": cp.target.to_string(),
+                  "pending_compaction_bytes": cp.pending,
+                  "bytes_after_compaction": cp.after,
+                  "compactor_bytes_per_s": g.rate,
+                  "budget_bytes": cp.budget,
+                  "retention_horizon_ns": cp.horizon_now_ns,
+                  "retention_horizon_after_compaction_ns": cp.horizon_after_ns,
+                  "budgets": g.saved},
+    })
+}
+
+pub fn run(a: &StatusArgs) -> Result<ExitCode> {
+    let (store_dir, json, watch) = (a.store.as_path(), a.json, a.watch);
+    loop {
+        let g = gather(store_dir, a.level, a.max_bytes)?;
+        let Gathered {
+            st,
+            live,
+            segs,
+            packets,
+            bytes,
+            first,
+            last,
+            span,
+            cp,
+            rate,
+            saved,
+        } = &g;
+        let (live, packets, bytes, first, last, span, rate) =
+            (*live, *packets, *bytes, *first, *last, *span, *rate);
+        let running = st.as_ref().filter(|_| live);
         if json {
-            let v = serde_json::json!({
-                "capture": st, "live": live,
-                "store": {"segments": segs.len(), "packets": packets, "bytes": bytes,
-                          "first_ns": first, "last_ns": last,
-                          "compaction_target": cp.target.to_string(),
-                          "pending_compaction_bytes": cp.pending,
-                          "bytes_after_compaction": cp.after,
-                          "compactor_bytes_per_s": rate,
-                          "budget_bytes": cp.budget,
-                          "retention_horizon_ns": cp.horizon_now_ns,
-                          "retention_horizon_after_compaction_ns": cp.horizon_after_ns,
-                          "budgets": saved},
-            });
-            println!("{v}");
+            println!("{}", json_of(&g));
         } else {
             match &st {
                 None => println!("capture: none has run on this store"),
