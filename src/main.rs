@@ -11,6 +11,7 @@ mod cli;
 mod cmd;
 mod metrics;
 mod table;
+mod tokens;
 mod units;
 
 use std::process::ExitCode;

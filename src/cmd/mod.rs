@@ -21,6 +21,7 @@ mod import;
 mod query;
 mod reindex;
 mod segments;
+mod serve;
 mod status;
 mod synth;
 mod verify;
@@ -48,6 +49,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Synth(a) => synth::run(&a),
         Cmd::Verify(a) => verify::run(&a),
         Cmd::Config(c) => config::run(&c),
+        Cmd::Serve(a) => serve::run(&a),
+        Cmd::Token(crate::cli::TokenCmd::Add(a)) => {
+            let token = crate::tokens::add(&a.tokens, &a.user)?;
+            println!("{token}");
+            eprintln!(
+                "capsule: added a token for {} to {} (only its SHA-256 is stored: keep the token \
+                 now, it cannot be shown again)",
+                a.user,
+                a.tokens.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Completions(a) => {
             // Into a buffer first: clap_complete panics on a failed write, and a closed pipe
             // (`| head`) must end quietly like every other command's output.
@@ -70,15 +83,22 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 impl Selection {
     /// The query these arguments ask for.
     pub fn query(&self) -> Result<capsule_query::Query> {
-        let text = self.filter.join(" ");
+        make_query(&self.filter.join(" "), self.from, self.to)
+    }
+}
+
+/// The query of a filter text and a window, as `query` and `flows` (and `serve`) take them;
+/// a bad filter or a window that ends before it starts is a [`Usage`] error.
+pub fn make_query(
+    text: &str,
+    from: Option<u64>,
+    to: Option<capsule_query::TimeArg>,
+) -> Result<capsule_query::Query> {
+    {
         let filter =
-            capsule_query::Filter::parse(&text).map_err(|e| Usage(format!("bad filter:\n{e}")))?;
-        let to = self
-            .to
-            .map(|t| t.resolve(self.from))
-            .transpose()
-            .map_err(Usage)?;
-        if let (Some(f), Some(t)) = (self.from, to) {
+            capsule_query::Filter::parse(text).map_err(|e| Usage(format!("bad filter:\n{e}")))?;
+        let to = to.map(|t| t.resolve(from)).transpose().map_err(Usage)?;
+        if let (Some(f), Some(t)) = (from, to) {
             if f > t {
                 return Err(Usage(format!(
                     "--from {} is after --to {}",
@@ -90,7 +110,7 @@ impl Selection {
         }
         Ok(capsule_query::Query {
             filter,
-            from_ns: self.from,
+            from_ns: from,
             to_ns: to,
         })
     }
