@@ -158,7 +158,9 @@ impl Tokens {
                     st.entries = entries;
                     st.stamp = now;
                 }
-                Err(e) => eprintln!("capsule serve: warning: keeping the tokens read before: {e:#}"),
+                Err(e) => {
+                    eprintln!("capsule serve: warning: keeping the tokens read before: {e:#}")
+                }
             }
         }
         let want = hash_hex(token);

@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant, SystemTime};
@@ -42,7 +43,14 @@ const CHUNKS_QUEUED: usize = 4;
 #[derive(Debug)]
 enum Body {
     Full(Option<Bytes>),
-    Stream(mpsc::Receiver<Msg>),
+    Stream {
+        /// The chunk read before the response started.
+        first: Option<Bytes>,
+        rx: mpsc::Receiver<Msg>,
+        /// Set by the export when it stops on a limit or a failure: the body ends at once
+        /// with an error, without the chunks still queued.
+        abort: Arc<AtomicBool>,
+    },
 }
 
 /// What the export thread hands the response.
@@ -64,15 +72,23 @@ impl http_body::Body for Body {
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         match self.get_mut() {
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Body::Stream(rx) => rx.poll_recv(cx).map(|m| {
-                m.map(|m| match m {
-                    Msg::Data(b) => Ok(Frame::data(b)),
-                    // Ending the body with an error makes hyper close the connection
-                    // without the last chunk: the client sees a cut transfer, not a file
-                    // that looks whole.
-                    Msg::Fail(_, why) => Err(std::io::Error::other(why)),
+            Body::Stream { first, rx, abort } => {
+                if abort.load(Ordering::Acquire) {
+                    return Poll::Ready(Some(Err(std::io::Error::other("the export stopped"))));
+                }
+                if let Some(b) = first.take() {
+                    return Poll::Ready(Some(Ok(Frame::data(b))));
+                }
+                rx.poll_recv(cx).map(|m| {
+                    m.map(|m| match m {
+                        Msg::Data(b) => Ok(Frame::data(b)),
+                        // Ending the body with an error makes hyper close the connection
+                        // without the last chunk: the client sees a cut transfer, not a file
+                        // that looks whole.
+                        Msg::Fail(_, why) => Err(std::io::Error::other(why)),
+                    })
                 })
-            }),
+            }
         }
     }
 }
@@ -247,10 +263,8 @@ fn error_response(status: StatusCode, msg: &str) -> Response<Body> {
         );
     }
     if status == StatusCode::TOO_MANY_REQUESTS {
-        r.headers_mut().insert(
-            "retry-after",
-            hyper::header::HeaderValue::from_static("1"),
-        );
+        r.headers_mut()
+            .insert("retry-after", hyper::header::HeaderValue::from_static("1"));
     }
     r
 }
@@ -318,6 +332,7 @@ fn query_of(p: &HashMap<String, String>) -> Result<capsule_query::Query, String>
 #[derive(Debug)]
 struct ChunkWriter {
     tx: mpsc::Sender<Msg>,
+    abort: Arc<AtomicBool>,
     buf: Vec<u8>,
     sent: u64,
     max_bytes: u64,
@@ -332,19 +347,23 @@ impl ChunkWriter {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK)));
-        let n = chunk.len() as u64;
-        if self.tx.blocking_send(Msg::Data(chunk)).is_err() {
-            self.stopped = Some((
-                StatusCode::from_u16(499).expect("a valid code"),
-                "the client went away".into(),
-            ));
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::BrokenPipe,
-                "the client went away",
-            ));
+        let mut all = Bytes::from(std::mem::take(&mut self.buf));
+        // In pieces of at most CHUNK: what waits in the channel stays bounded.
+        while !all.is_empty() {
+            let chunk = all.split_to(all.len().min(CHUNK));
+            let n = chunk.len() as u64;
+            if self.tx.blocking_send(Msg::Data(chunk)).is_err() {
+                self.stopped = Some((
+                    StatusCode::from_u16(499).expect("a valid code"),
+                    "the client went away".into(),
+                ));
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::BrokenPipe,
+                    "the client went away",
+                ));
+            }
+            self.sent += n;
         }
-        self.sent += n;
         Ok(())
     }
 
@@ -376,6 +395,9 @@ impl ChunkWriter {
             Some(w) => {
                 let msg = w.1.clone();
                 self.stopped = Some(w);
+                if self.sent > 0 {
+                    self.abort.store(true, Ordering::Release);
+                }
                 Err(std::io::Error::other(msg))
             }
         }
@@ -443,6 +465,9 @@ fn export_thread(
                 ),
             };
             if s.as_u16() != 499 {
+                if w.sent > 0 {
+                    w.abort.store(true, Ordering::Release);
+                }
                 // Nothing sent yet: the response is this error; else the stream is cut.
                 let _ = w.tx.blocking_send(Msg::Fail(s, m.clone()));
             }
@@ -592,12 +617,7 @@ async fn handle(
     }
 }
 
-async fn flows(
-    server: Arc<Server>,
-    q: Option<&str>,
-    rec: Record,
-    user: &str,
-) -> Response<Body> {
+async fn flows(server: Arc<Server>, q: Option<&str>, rec: Record, user: &str) -> Response<Body> {
     let done = |resp: Response<Body>, outcome: &str| {
         let r = rec.finish(resp.status(), outcome, None, 0);
         tokio::task::block_in_place(|| server.audit.record(&r));
@@ -669,12 +689,7 @@ async fn flows(
     }
 }
 
-async fn packets(
-    server: Arc<Server>,
-    q: Option<&str>,
-    rec: Record,
-    user: &str,
-) -> Response<Body> {
+async fn packets(server: Arc<Server>, q: Option<&str>, rec: Record, user: &str) -> Response<Body> {
     let done = |resp: Response<Body>, outcome: &str| {
         let r = rec.finish(resp.status(), outcome, None, 0);
         tokio::task::block_in_place(|| server.audit.record(&r));
@@ -707,8 +722,10 @@ async fn packets(
         ..Default::default()
     };
     let (tx, mut rx) = mpsc::channel(CHUNKS_QUEUED);
+    let abort = Arc::new(AtomicBool::new(false));
     let w = ChunkWriter {
         tx,
+        abort: abort.clone(),
         buf: Vec::with_capacity(CHUNK),
         sent: 0,
         max_bytes: server.max_bytes,
@@ -725,28 +742,18 @@ async fn packets(
         capsule_replay::Format::PcapNg => ("application/x-pcapng", "capsule.pcapng"),
     };
     match rx.recv().await {
-        Some(Msg::Data(first)) => {
-            let (tx2, rx2) = mpsc::channel(1);
-            // Put the first chunk back in front of the rest.
-            tokio::spawn(async move {
-                if tx2.send(Msg::Data(first)).await.is_err() {
-                    return;
-                }
-                while let Some(m) = rx.recv().await {
-                    if tx2.send(m).await.is_err() {
-                        return;
-                    }
-                }
-            });
-            Response::builder()
-                .header("content-type", ctype)
-                .header(
-                    "content-disposition",
-                    format!("attachment; filename=\"{name}\""),
-                )
-                .body(Body::Stream(rx2))
-                .expect("a valid response")
-        }
+        Some(Msg::Data(first)) => Response::builder()
+            .header("content-type", ctype)
+            .header(
+                "content-disposition",
+                format!("attachment; filename=\"{name}\""),
+            )
+            .body(Body::Stream {
+                first: Some(first),
+                rx,
+                abort,
+            })
+            .expect("a valid response"),
         Some(Msg::Fail(status, msg)) => error_response(status, &msg),
         None => error_response(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -172,56 +172,52 @@ struct Gathered {
     saved: Option<capsule_store::budget::Budgets>,
 }
 
-fn gather(
-    store_dir: &Path,
-    level: Level,
-    max_bytes: Option<u64>,
-) -> Result<Gathered> {
+fn gather(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<Gathered> {
     let a_level = level;
     let a_max_bytes = max_bytes;
-        let st = capsule_capture::status::read_status(store_dir)?;
-        let store = Store::open(store_dir)?;
-        let (segs, unreadable) = store.open_segments_checked()?;
-        super::warn_unreadable(&unreadable, "");
-        let packets: u64 = segs
-            .iter()
-            .flat_map(|s| s.blocks())
-            .map(|b| u64::from(b.packets))
-            .sum();
-        let bytes: u64 = segs.iter().map(|s| s.bytes()).sum();
-        let first = segs
-            .iter()
-            .flat_map(|s| s.blocks())
-            .map(|b| b.first_ns)
-            .min();
-        let last = segs
-            .iter()
-            .flat_map(|s| s.blocks())
-            .map(|b| b.last_ns)
-            .max();
-        let now = capsule_store::now_ns();
-        // Live: the capture says it runs, its process exists, and it wrote within 5 s.
-        let live = st.as_ref().is_some_and(|s| {
-            s.running
-                && Path::new(&format!("/proc/{}", s.pid)).exists()
-                && now.saturating_sub(s.updated_ns) < 5_000_000_000
-        });
-        // A running capture's compactor target and budget win over the flags.
-        let running = st.as_ref().filter(|_| live);
-        let target = running
-            .and_then(|s| s.store.compact_target)
-            .map_or(a_level, Level::Zstd);
-        let saved = capsule_store::budget::load(store.root()).unwrap_or_else(|e| {
-            eprintln!("capsule: warning: {e}");
-            None
-        });
-        let budget = running
-            .and_then(|s| s.store.budget_bytes)
-            .or(a_max_bytes)
-            .or(saved.and_then(|b| b.max_bytes));
-        let span = last.zip(first).map_or(0, |(l, f)| l.saturating_sub(f));
-        let cp = Compaction::of(&segs, target, budget, span);
-        let rate = running.map(|s| s.compactor_bytes_per_s);
+    let st = capsule_capture::status::read_status(store_dir)?;
+    let store = Store::open(store_dir)?;
+    let (segs, unreadable) = store.open_segments_checked()?;
+    super::warn_unreadable(&unreadable, "");
+    let packets: u64 = segs
+        .iter()
+        .flat_map(|s| s.blocks())
+        .map(|b| u64::from(b.packets))
+        .sum();
+    let bytes: u64 = segs.iter().map(|s| s.bytes()).sum();
+    let first = segs
+        .iter()
+        .flat_map(|s| s.blocks())
+        .map(|b| b.first_ns)
+        .min();
+    let last = segs
+        .iter()
+        .flat_map(|s| s.blocks())
+        .map(|b| b.last_ns)
+        .max();
+    let now = capsule_store::now_ns();
+    // Live: the capture says it runs, its process exists, and it wrote within 5 s.
+    let live = st.as_ref().is_some_and(|s| {
+        s.running
+            && Path::new(&format!("/proc/{}", s.pid)).exists()
+            && now.saturating_sub(s.updated_ns) < 5_000_000_000
+    });
+    // A running capture's compactor target and budget win over the flags.
+    let running = st.as_ref().filter(|_| live);
+    let target = running
+        .and_then(|s| s.store.compact_target)
+        .map_or(a_level, Level::Zstd);
+    let saved = capsule_store::budget::load(store.root()).unwrap_or_else(|e| {
+        eprintln!("capsule: warning: {e}");
+        None
+    });
+    let budget = running
+        .and_then(|s| s.store.budget_bytes)
+        .or(a_max_bytes)
+        .or(saved.and_then(|b| b.max_bytes));
+    let span = last.zip(first).map_or(0, |(l, f)| l.saturating_sub(f));
+    let cp = Compaction::of(&segs, target, budget, span);
+    let rate = running.map(|s| s.compactor_bytes_per_s);
     Ok(Gathered {
         st,
         live,
