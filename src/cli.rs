@@ -578,8 +578,19 @@ pub struct SynthArgs {
 #[derive(Args, Debug)]
 pub struct Selection {
     /// The store directory.
-    #[arg(long)]
-    pub store: PathBuf,
+    #[arg(long, required_unless_present = "server", conflicts_with = "server")]
+    pub store: Option<PathBuf>,
+    /// Ask a `capsule serve` (https://HOST:PORT) instead of a local store: the same answer
+    /// as the local command (docs/api.md).
+    #[arg(long, value_name = "URL", requires = "token_file")]
+    pub server: Option<String>,
+    /// With --server: a file holding the bearer token (`capsule token add` printed it).
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub token_file: Option<PathBuf>,
+    /// With --server: CA certificates (PEM) to verify the server with. Default: the
+    /// system's.
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub ca: Option<PathBuf>,
     /// Start of the window (inclusive): RFC 3339 (`2026-11-30T02:00:00.5Z`), a date
     /// (`2026-11-30`, midnight UTC), Unix seconds, `@NANOS`, `now`, or a duration before now
     /// (`-10m`). Default: the oldest packet held.

@@ -597,3 +597,90 @@ impl TapMkdir for PathBuf {
         self
     }
 }
+
+#[test]
+fn query_and_flows_with_server_give_the_local_output() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "20M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let token_file = d.path().join("alice.token");
+    std::fs::write(&token_file, format!("{t}\n")).unwrap();
+    let s = start(d.path(), &store, &tokens, &[]);
+    let url = format!("https://{}", s.addr);
+    let remote = |cmd: &str| {
+        let mut c = capsule();
+        c.args([
+            cmd,
+            "--server",
+            &url,
+            "--token-file",
+            p(&token_file),
+            "--ca",
+            p(&s.ca),
+        ]);
+        c
+    };
+    let windows: &[&[&str]] = &[
+        &[],
+        &["--from", "2026-11-30T02:00:00.5Z", "--to", "+1s", "udp"],
+        &["--to", "1796004001", "tcp", "and", "not", "port", "443"],
+    ];
+    for w in windows {
+        for ext in ["pcap", "pcapng"] {
+            let local = d.path().join(format!("local.{ext}"));
+            let want = query_ok(&store, &local, w);
+            let out = d.path().join(format!("remote.{ext}"));
+            run_ok(remote("query").args(["-w", p(&out)]).args(*w));
+            let got = std::fs::read(&out).unwrap();
+            assert!(
+                got == want,
+                "query --server {w:?} -w {ext}: differs from local"
+            );
+        }
+        let mut lf = capsule();
+        lf.args(["flows", "--store", p(&store), "--json", "--sort", "first"])
+            .args(*w);
+        let want = run_ok(&mut lf).stdout;
+        let got = run_ok(remote("flows").args(["--json", "--sort", "first"]).args(*w)).stdout;
+        assert!(got == want, "flows --server {w:?}: differs from local");
+    }
+    // To standard output too.
+    let want = query_ok(&store, &d.path().join("all.pcap"), &["icmp"]);
+    let got = run_ok(remote("query").args(["-w", "-", "icmp"])).stdout;
+    assert!(got == want);
+
+    // A bad filter is a usage error with the same message as locally; nothing is written.
+    let out = d.path().join("bad.pcap");
+    let bad = run(remote("query").args(["-w", p(&out), "host", "nope"]));
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr_str(&bad).contains("expected an IPv4 or IPv6 address"));
+    assert!(!out.exists());
+    // A wrong token: refused, nothing written.
+    std::fs::write(&token_file, "0".repeat(64)).unwrap();
+    let refused = run(remote("query").args(["-w", p(&out)]));
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr_str(&refused).contains("401"),
+        "{}",
+        stderr_str(&refused)
+    );
+    assert!(!out.exists());
+    // A server whose certificate another CA signed: TLS fails.
+    let other = make_pki(&d.path().join("other").tap_mkdir());
+    std::fs::write(&token_file, &t).unwrap();
+    let tls = run(capsule().args([
+        "query",
+        "--server",
+        &url,
+        "--token-file",
+        p(&token_file),
+        "--ca",
+        p(&other.ca),
+        "-w",
+        p(&out),
+    ]));
+    assert_eq!(tls.status.code(), Some(1));
+    assert!(stderr_str(&tls).contains("TLS"), "{}", stderr_str(&tls));
+    assert!(!out.exists());
+}

@@ -12,8 +12,27 @@ use crate::units;
 
 pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     let (args, sort, limit, json) = (&a.q, a.sort, a.limit, a.json);
+    if let Some(url) = &args.server {
+        if !json {
+            return Err(super::Usage(format!(
+                "flows --server {url} answers JSON lines only: add --json"
+            ))
+            .into());
+        }
+        let sort = match sort {
+            FlowSort::Bytes => "bytes",
+            FlowSort::Packets => "packets",
+            FlowSort::First => "first",
+        };
+        let path = format!(
+            "/v1/flows?{}&sort={sort}&limit={limit}",
+            super::remote::selection_params(args)?
+        );
+        super::remote::get(args, &path, &mut std::io::stdout().lock())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let q = args.query()?;
-    let store = Store::open(&args.store)?;
+    let store = Store::open(args.store())?;
     let (segments, unreadable) = store.open_segments_checked()?;
     let listing = list(&store, &segments, &q, sort)?;
     let mut out = std::io::stdout().lock();

@@ -20,6 +20,7 @@ mod flows;
 mod import;
 mod query;
 mod reindex;
+mod remote;
 mod segments;
 mod serve;
 mod status;
@@ -81,6 +82,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 impl Selection {
+    /// The local store (clap requires `--store` unless `--server` is given).
+    pub fn store(&self) -> &std::path::Path {
+        self.store.as_deref().unwrap_or(std::path::Path::new("."))
+    }
+
     /// The query these arguments ask for.
     pub fn query(&self) -> Result<capsule_query::Query> {
         make_query(&self.filter.join(" "), self.from, self.to)
