@@ -171,11 +171,11 @@ pub fn get(sel: &Selection, path_and_query: &str, out: &mut dyn Write) -> Result
         let mut n = 0u64;
         if !status.is_success() {
             let mut text = Vec::new();
-            while let Some(f) = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await {
-                if let Ok(d) = f.map(|f| f.into_data()) {
-                    if let Ok(d) = d {
-                        text.extend_from_slice(&d);
-                    }
+            while let Some(f) =
+                std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
+            {
+                if let Ok(Ok(d)) = f.map(|f| f.into_data()) {
+                    text.extend_from_slice(&d);
                 }
                 if text.len() > 1 << 20 {
                     break;
@@ -194,7 +194,10 @@ pub fn get(sel: &Selection, path_and_query: &str, out: &mut dyn Write) -> Result
             std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
         {
             let f = f.with_context(|| {
-                format!("the answer from {url} was cut after {n} bytes (a server limit or a failure: the server's audit log says which)")
+                format!(
+                    "the answer from {url} was cut after {n} bytes (a server limit or a \
+                     failure: the server's audit log says which)"
+                )
             })?;
             if let Ok(d) = f.into_data() {
                 out.write_all(&d).context("cannot write the answer")?;
