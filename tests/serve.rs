@@ -684,3 +684,79 @@ fn query_and_flows_with_server_give_the_local_output() {
     assert!(stderr_str(&tls).contains("TLS"), "{}", stderr_str(&tls));
     assert!(!out.exists());
 }
+
+#[test]
+fn twenty_concurrent_clients_pulling_different_windows_all_get_their_files() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "20M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let s = start(
+        d.path(),
+        &store,
+        &tokens,
+        &["--max-queries", "20", "--max-queries-per-user", "20"],
+    );
+    let t0 = 1_796_004_000_000_000_000u64;
+    let windows: Vec<(u64, u64)> = (0..20u64)
+        .map(|i| (t0 + i * 100_000_000, t0 + i * 100_000_000 + 150_000_000))
+        .collect();
+    let got: Vec<Got> = std::thread::scope(|sc| {
+        let hs: Vec<_> = windows
+            .iter()
+            .map(|(f, e)| {
+                let (s, t) = (&s, &t);
+                sc.spawn(move || {
+                    s.get(
+                        &format!("/v1/packets?from=%40{f}&to=%40{e}&format=pcapng"),
+                        Some(t),
+                    )
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for ((f, e), g) in windows.iter().zip(&got) {
+        let want = query_ok(
+            &store,
+            &d.path().join("w.pcapng"),
+            &["--from", &format!("@{f}"), "--to", &format!("@{e}")],
+        );
+        assert_eq!((g.status, g.curl_exit), (200, 0));
+        assert!(
+            g.body == want,
+            "window @{f}..@{e} differs from the local export"
+        );
+        assert!(!decode(&want).packets.is_empty());
+    }
+}
+
+#[test]
+fn a_cut_transfer_leaves_no_file_behind_with_query_server() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "50M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let token_file = d.path().join("alice.token");
+    std::fs::write(&token_file, &t).unwrap();
+    let s = start(d.path(), &store, &tokens, &["--max-bytes-per-query", "3M"]);
+    let out = d.path().join("cut.pcap");
+    let o = run(capsule().args([
+        "query",
+        "--server",
+        &format!("https://{}", s.addr),
+        "--token-file",
+        p(&token_file),
+        "--ca",
+        p(&s.ca),
+        "-w",
+        p(&out),
+    ]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr_str(&o).contains("was cut after"),
+        "{}",
+        stderr_str(&o)
+    );
+    assert!(!out.exists(), "a cut answer must not look like a file");
+}
