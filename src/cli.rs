@@ -263,6 +263,14 @@ pub struct ServeArgs {
     /// The token file made by `capsule token add` (re-read when it changes).
     #[arg(long)]
     pub tokens: PathBuf,
+    /// Mutual TLS: require a client certificate signed by a CA in this PEM file (on top of
+    /// the bearer token); its SHA-256 is recorded in the audit log. Re-read when it changes.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca: Option<PathBuf>,
+    /// With --client-ca: certificate revocation lists (PEM) whose certificates are refused.
+    /// Re-read when they change.
+    #[arg(long, value_name = "FILE", requires = "client_ca")]
+    pub crl: Vec<PathBuf>,
     /// Append one JSON line per request here, fsynced (who, from where, what, outcome).
     #[arg(long)]
     pub audit_log: Option<PathBuf>,

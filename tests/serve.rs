@@ -760,3 +760,109 @@ fn a_cut_transfer_leaves_no_file_behind_with_query_server() {
     );
     assert!(!out.exists(), "a cut answer must not look like a file");
 }
+
+/// A client CA, two client certificates (`good`, `bad`) signed by it, and an openssl `ca`
+/// database so a CRL can be made and remade.
+fn make_client_pki(dir: &Path) {
+    sh_ok(&format!(
+        "cd {}
+         openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+           -keyout cca.key -out cca.pem -days 2 -subj /CN=capsule-clients 2>/dev/null
+         printf 'extendedKeyUsage=clientAuth\\n' > cext
+         for u in good bad; do
+           openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+             -keyout $u.key -out $u.csr -subj /CN=$u 2>/dev/null
+           openssl x509 -req -in $u.csr -CA cca.pem -CAkey cca.key -CAcreateserial \
+             -out $u.pem -days 2 -extfile cext 2>/dev/null
+         done
+         : > index.txt; echo 01 > crlnumber
+         printf '[ca]\\ndefault_ca=c\\n[c]\\ndatabase=index.txt\\ncrlnumber=crlnumber\\ndefault_md=sha256\\ndefault_crl_days=2\\n' > ca.cnf
+         openssl ca -config ca.cnf -gencrl -keyfile cca.key -cert cca.pem -out crl.pem 2>/dev/null",
+        p(dir)
+    ));
+}
+
+#[test]
+fn mutual_tls_refuses_no_certificate_another_ca_and_a_revoked_one_reloading_the_crl() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "5M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let c = d.path().join("clients").tap_mkdir();
+    make_client_pki(&c);
+    let s = start(
+        d.path(),
+        &store,
+        &tokens,
+        &[
+            "--client-ca",
+            p(&c.join("cca.pem")),
+            "--crl",
+            p(&c.join("crl.pem")),
+        ],
+    );
+    let get_with = |cert: Option<(&Path, &Path)>| {
+        let out = d.path().join("m.out");
+        let _ = std::fs::remove_file(&out);
+        let mut cmd = s.curl_cmd("/v1/status", Some(&t), &out);
+        if let Some((crt, key)) = cert {
+            cmd.args(["--cert", p(crt), "--key", p(key)]);
+        }
+        let o = run(&mut cmd);
+        let body = std::fs::read(&out).unwrap_or_default();
+        (stdout_str(&o).trim().to_string(), body)
+    };
+    let good = (c.join("good.pem"), c.join("good.key"));
+    let bad = (c.join("bad.pem"), c.join("bad.key"));
+    assert_eq!(get_with(Some((&good.0, &good.1))).0, "200");
+    assert_eq!(get_with(Some((&bad.0, &bad.1))).0, "200", "not revoked yet");
+    let (code, body) = get_with(None);
+    assert_eq!(
+        (code.as_str(), body.len()),
+        ("000", 0),
+        "no client certificate"
+    );
+    let other = make_pki(&d.path().join("other").tap_mkdir());
+    let (code, body) = get_with(Some((&other.cert, &other.key)));
+    assert_eq!(
+        (code.as_str(), body.len()),
+        ("000", 0),
+        "a certificate of another CA"
+    );
+    // Revoke `bad` and remake the CRL: refused from the next connection, no restart.
+    sh_ok(&format!(
+        "cd {}
+         openssl ca -config ca.cnf -revoke bad.pem -keyfile cca.key -cert cca.pem 2>/dev/null
+         openssl ca -config ca.cnf -gencrl -keyfile cca.key -cert cca.pem -out crl.new 2>/dev/null
+         mv crl.new crl.pem",
+        p(&c)
+    ));
+    let (code, body) = get_with(Some((&bad.0, &bad.1)));
+    assert_eq!(
+        (code.as_str(), body.len()),
+        ("000", 0),
+        "a revoked certificate"
+    );
+    assert_eq!(get_with(Some((&good.0, &good.1))).0, "200");
+
+    let audit = s.audit_lines();
+    let failed: Vec<_> = audit
+        .iter()
+        .filter_map(|r| r["outcome"].as_str())
+        .filter(|o| o.starts_with("TLS handshake failed"))
+        .collect();
+    assert_eq!(failed.len(), 3, "{failed:?}");
+    assert!(failed[0].contains("no certificates"), "{failed:?}");
+    assert!(failed[1].contains("UnknownIssuer"), "{failed:?}");
+    assert!(failed[2].contains("Revoked"), "{failed:?}");
+    let ok = audit
+        .iter()
+        .filter(|r| r["status"] == 200)
+        .collect::<Vec<_>>();
+    assert_eq!(ok.len(), 3);
+    assert!(ok.iter().all(|r| r["user"] == "alice"
+        && r["client_cert_sha256"]
+            .as_str()
+            .is_some_and(|h| h.len() == 64)));
+    assert_ne!(ok[0]["client_cert_sha256"], ok[1]["client_cert_sha256"]);
+}

@@ -214,6 +214,8 @@ struct Record {
     started: SystemTime,
     t0: Instant,
     peer: SocketAddr,
+    /// SHA-256 of the client certificate (mutual TLS).
+    client_cert: Option<String>,
     method: String,
     endpoint: String,
     user: Option<String>,
@@ -232,6 +234,7 @@ impl Record {
             "time": humantime::format_rfc3339_micros(self.started).to_string(),
             "user": self.user,
             "peer": self.peer.to_string(),
+            "client_cert_sha256": self.client_cert,
             "method": self.method,
             "endpoint": self.endpoint,
             "params": self.params,
@@ -488,12 +491,14 @@ fn export_thread(
 async fn handle(
     server: Arc<Server>,
     peer: SocketAddr,
+    client_cert: Option<String>,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Body> {
     let mut rec = Record {
         started: SystemTime::now(),
         t0: Instant::now(),
         peer,
+        client_cert,
         method: req.method().to_string(),
         endpoint: req.uri().path().to_string(),
         user: None,
@@ -762,7 +767,85 @@ async fn packets(server: Arc<Server>, q: Option<&str>, rec: Record, user: &str) 
     }
 }
 
-fn tls_config(cert: &Path, key: &Path) -> Result<tokio_rustls::rustls::ServerConfig> {
+/// Modification time and length of each file, to tell when one changed.
+type Stamps = Vec<Option<(SystemTime, u64)>>;
+
+/// The TLS identity and client policy, rebuilt when one of its files changes.
+#[derive(Debug)]
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    client_ca: Option<PathBuf>,
+    crls: Vec<PathBuf>,
+}
+
+impl TlsFiles {
+    fn stamps(&self) -> Stamps {
+        std::iter::once(&self.cert)
+            .chain(std::iter::once(&self.key))
+            .chain(self.client_ca.iter())
+            .chain(self.crls.iter())
+            .map(|p| {
+                let m = std::fs::metadata(p).ok()?;
+                Some((m.modified().ok()?, m.len()))
+            })
+            .collect()
+    }
+
+    fn build(&self) -> Result<tokio_rustls::rustls::ServerConfig> {
+        tls_config(&self.cert, &self.key, self.client_ca.as_deref(), &self.crls)
+    }
+}
+
+/// The TLS config in force, and the files' stamps it was built from.
+#[derive(Debug)]
+struct Tls {
+    files: TlsFiles,
+    current: Mutex<(Stamps, Arc<tokio_rustls::rustls::ServerConfig>)>,
+}
+
+impl Tls {
+    /// The config for a new connection: rebuilt first if a file changed; a file that
+    /// became invalid keeps the last good config (said on stderr).
+    fn config(&self) -> Arc<tokio_rustls::rustls::ServerConfig> {
+        let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.files.stamps();
+        if now != cur.0 {
+            match self.files.build() {
+                Ok(c) => *cur = (now, Arc::new(c)),
+                Err(e) => {
+                    eprintln!(
+                        "capsule serve: warning: keeping the TLS settings read before: {e:#}"
+                    );
+                    cur.0 = now;
+                }
+            }
+        }
+        cur.1.clone()
+    }
+}
+
+fn pem_certs(path: &Path) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>> {
+    use rustls_pki_types::pem::PemObject;
+    let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("cannot read the certificates {}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("{}: expected PEM certificates", path.display()))?;
+    if certs.is_empty() {
+        anyhow::bail!(
+            "{}: expected at least one PEM certificate, found none",
+            path.display()
+        );
+    }
+    Ok(certs)
+}
+
+fn tls_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+    crls: &[PathBuf],
+) -> Result<tokio_rustls::rustls::ServerConfig> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_file_iter(cert)
@@ -778,10 +861,40 @@ fn tls_config(cert: &Path, key: &Path) -> Result<tokio_rustls::rustls::ServerCon
     let key = PrivateKeyDer::from_pem_file(key)
         .with_context(|| format!("{}: expected a PEM private key", key.display()))?;
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-    let mut cfg = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+    let builder = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .context("the TLS protocol versions")?
-        .with_no_client_auth()
+        .context("the TLS protocol versions")?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+            for c in pem_certs(ca)? {
+                roots
+                    .add(c)
+                    .with_context(|| format!("{}: a CA certificate is not valid", ca.display()))?;
+            }
+            let mut lists = Vec::new();
+            for p in crls {
+                let l = rustls_pki_types::CertificateRevocationListDer::pem_file_iter(p)
+                    .with_context(|| format!("cannot read the CRL {}", p.display()))?
+                    .collect::<Result<Vec<_>, _>>()
+                    .with_context(|| format!("{}: expected PEM CRLs", p.display()))?;
+                if l.is_empty() {
+                    anyhow::bail!("{}: expected a PEM CRL, found none", p.display());
+                }
+                lists.extend(l);
+            }
+            let v = tokio_rustls::rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .with_crls(lists)
+            .build()
+            .context("the client CA and CRLs do not make a verifier")?;
+            builder.with_client_cert_verifier(v)
+        }
+    };
+    let mut cfg = builder
         .with_single_cert(certs, key)
         .context("the certificate and the key do not make a TLS identity")?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -791,7 +904,17 @@ fn tls_config(cert: &Path, key: &Path) -> Result<tokio_rustls::rustls::ServerCon
 pub fn run(a: &ServeArgs) -> Result<ExitCode> {
     // Checked at start: a store that does not open is an error now, not at the first pull.
     capsule_store::Store::open(&a.store)?;
-    let tls = Arc::new(tls_config(&a.cert, &a.key)?);
+    let files = TlsFiles {
+        cert: a.cert.clone(),
+        key: a.key.clone(),
+        client_ca: a.client_ca.clone(),
+        crls: a.crl.clone(),
+    };
+    let first = Arc::new(files.build()?);
+    let tls = Arc::new(Tls {
+        current: Mutex::new((files.stamps(), first)),
+        files,
+    });
     let server = Arc::new(Server {
         store: a.store.clone(),
         tokens: Tokens::open(&a.tokens)?,
@@ -813,7 +936,6 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
             .with_context(|| format!("cannot listen on {}", a.listen))?;
         let bound = listener.local_addr()?;
         eprintln!("capsule serve: listening on https://{bound}");
-        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         loop {
             let (tcp, peer) = match listener.accept().await {
                 Ok(x) => x,
@@ -823,7 +945,7 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
                     continue;
                 }
             };
-            let acceptor = acceptor.clone();
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
             let server = server.clone();
             tokio::spawn(async move {
                 let tls =
@@ -832,14 +954,30 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
                         Ok(Ok(s)) => s,
                         // Plain HTTP, a bad client hello, or a client that said nothing.
                         Ok(Err(e)) => {
-                            tracing::info!("TLS handshake with {peer} failed: {e}");
+                            let r = json!({
+                                "time": humantime::format_rfc3339_micros(SystemTime::now())
+                                    .to_string(),
+                                "user": null, "peer": peer.to_string(), "endpoint": null,
+                                "status": null,
+                                "outcome": format!("TLS handshake failed: {e}"),
+                                "packets": null, "bytes": 0,
+                            });
+                            tokio::task::block_in_place(|| server.audit.record(&r));
                             return;
                         }
                         Err(_) => return,
                     };
+                let client_cert = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| {
+                    use sha2::Digest;
+                    sha2::Sha256::digest(c.as_ref())
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
+                });
                 let svc = hyper::service::service_fn(move |req| {
                     let server = server.clone();
-                    async move { Ok::<_, std::convert::Infallible>(handle(server, peer, req).await) }
+                    let cc = client_cert.clone();
+                    async move { Ok::<_, std::convert::Infallible>(handle(server, peer, cc, req).await) }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .header_read_timeout(Duration::from_secs(30))
