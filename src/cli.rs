@@ -599,6 +599,13 @@ pub struct Selection {
     /// system's.
     #[arg(long, value_name = "FILE", requires = "server")]
     pub ca: Option<PathBuf>,
+    /// With --server: a client certificate (PEM) for a server that asks for one (mutual
+    /// TLS, `serve --client-ca`).
+    #[arg(long, value_name = "FILE", requires_all = ["server", "key"])]
+    pub cert: Option<PathBuf>,
+    /// With --cert: its private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
     /// Start of the window (inclusive): RFC 3339 (`2026-11-30T02:00:00.5Z`), a date
     /// (`2026-11-30`, midnight UTC), Unix seconds, `@NANOS`, `now`, or a duration before now
     /// (`-10m`). Default: the oldest packet held.

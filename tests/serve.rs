@@ -845,6 +845,29 @@ fn mutual_tls_refuses_no_certificate_another_ca_and_a_revoked_one_reloading_the_
     );
     assert_eq!(get_with(Some((&good.0, &good.1))).0, "200");
 
+    // `query --server --cert --key` pulls through mutual TLS: the local bytes.
+    let token_file = d.path().join("alice.token");
+    std::fs::write(&token_file, &t).unwrap();
+    let out = d.path().join("mtls.pcap");
+    run_ok(capsule().args([
+        "query",
+        "--server",
+        &format!("https://{}", s.addr),
+        "--token-file",
+        p(&token_file),
+        "--ca",
+        p(&s.ca),
+        "--cert",
+        p(&good.0),
+        "--key",
+        p(&good.1),
+        "-w",
+        p(&out),
+        "udp",
+    ]));
+    let want = query_ok(&store, &d.path().join("local.pcap"), &["udp"]);
+    assert!(std::fs::read(&out).unwrap() == want);
+
     let audit = s.audit_lines();
     let failed: Vec<_> = audit
         .iter()
@@ -859,7 +882,7 @@ fn mutual_tls_refuses_no_certificate_another_ca_and_a_revoked_one_reloading_the_
         .iter()
         .filter(|r| r["status"] == 200)
         .collect::<Vec<_>>();
-    assert_eq!(ok.len(), 3);
+    assert_eq!(ok.len(), 4);
     assert!(ok.iter().all(|r| r["user"] == "alice"
         && r["client_cert_sha256"]
             .as_str()

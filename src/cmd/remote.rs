@@ -5,7 +5,6 @@
 //! use.
 
 use std::io::Write;
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -71,7 +70,8 @@ fn split_url(url: &str) -> Result<(String, u16)> {
     Ok((host, port))
 }
 
-fn tls(ca: Option<&Path>) -> Result<tokio_rustls::rustls::ClientConfig> {
+fn tls(sel: &Selection) -> Result<tokio_rustls::rustls::ClientConfig> {
+    let ca = sel.ca.as_deref();
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::CertificateDer;
     let mut roots = tokio_rustls::rustls::RootCertStore::empty();
@@ -101,13 +101,24 @@ fn tls(ca: Option<&Path>) -> Result<tokio_rustls::rustls::ClientConfig> {
         }
     }
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-    Ok(
-        tokio_rustls::rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .context("the TLS protocol versions")?
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
+    let builder = tokio_rustls::rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("the TLS protocol versions")?
+        .with_root_certificates(roots);
+    match (&sel.cert, &sel.key) {
+        (Some(cert), Some(key)) => {
+            let certs = CertificateDer::pem_file_iter(cert)
+                .with_context(|| format!("cannot read the certificate {}", cert.display()))?
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("{}: expected PEM certificates", cert.display()))?;
+            let key = rustls_pki_types::PrivateKeyDer::from_pem_file(key)
+                .with_context(|| format!("{}: expected a PEM private key", key.display()))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .context("the client certificate and key do not make a TLS identity")
+        }
+        _ => Ok(builder.with_no_client_auth()),
+    }
 }
 
 /// GETs `path_and_query` from the server of `sel` and writes the body into `out` as it
@@ -130,7 +141,7 @@ pub fn get(sel: &Selection, path_and_query: &str, out: &mut dyn Write) -> Result
         );
     }
     let (host, port) = split_url(url)?;
-    let cfg = Arc::new(tls(sel.ca.as_deref())?);
+    let cfg = Arc::new(tls(sel)?);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
