@@ -631,7 +631,9 @@ fn query_and_flows_with_server_give_the_local_output() {
             let local = d.path().join(format!("local.{ext}"));
             let want = query_ok(&store, &local, w);
             let out = d.path().join(format!("remote.{ext}"));
-            run_ok(remote("query").args(["-w", p(&out)]).args(*w));
+            let o = run_ok(remote("query").args(["-w", p(&out)]).args(*w));
+            // No progress line when standard error is not a terminal.
+            assert!(!stderr_str(&o).contains('\r'), "{}", stderr_str(&o));
             let got = std::fs::read(&out).unwrap();
             assert!(
                 got == want,

@@ -178,11 +178,13 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
     );
     let t0 = Instant::now();
     let n = if write == "-" {
-        super::remote::get(&a.q, &path, &mut std::io::stdout().lock())?
+        super::remote::get(&a.q, &path, &mut std::io::stdout().lock(), false)?
     } else {
         let existed = std::path::Path::new(write).exists();
         let mut f = std::io::BufWriter::with_capacity(1 << 20, create(write, existed)?);
-        match super::remote::get(&a.q, &path, &mut f) {
+        // A progress line only for a person watching: stderr on a terminal.
+        let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        match super::remote::get(&a.q, &path, &mut f, progress) {
             Ok(n) => n,
             Err(e) => {
                 drop(f);

@@ -124,7 +124,15 @@ fn tls(sel: &Selection) -> Result<tokio_rustls::rustls::ClientConfig> {
 /// GETs `path_and_query` from the server of `sel` and writes the body into `out` as it
 /// arrives. An error answer becomes an error carrying the server's message (a 400 is a
 /// usage error, as the local command's would be).
-pub fn get(sel: &Selection, path_and_query: &str, out: &mut dyn Write) -> Result<u64> {
+///
+/// With `progress`, bytes received and the rate are shown on standard error (rewritten in
+/// place every 250 ms, cleared at the end): for a person at a terminal.
+pub fn get(
+    sel: &Selection,
+    path_and_query: &str,
+    out: &mut dyn Write,
+    progress: bool,
+) -> Result<u64> {
     let url = sel.server.as_deref().expect("called with --server");
     let token_file = sel
         .token_file
@@ -180,6 +188,8 @@ pub fn get(sel: &Selection, path_and_query: &str, out: &mut dyn Write) -> Result
         let status = resp.status();
         let mut body = resp.into_body();
         let mut n = 0u64;
+        let t0 = std::time::Instant::now();
+        let mut last_shown = t0;
         if !status.is_success() {
             let mut text = Vec::new();
             while let Some(f) =
@@ -213,7 +223,19 @@ pub fn get(sel: &Selection, path_and_query: &str, out: &mut dyn Write) -> Result
             if let Ok(d) = f.into_data() {
                 out.write_all(&d).context("cannot write the answer")?;
                 n += d.len() as u64;
+                if progress && last_shown.elapsed() >= std::time::Duration::from_millis(250) {
+                    last_shown = std::time::Instant::now();
+                    let secs = t0.elapsed().as_secs_f64().max(1e-3);
+                    eprint!(
+                        "\r{} received, {}/s   ",
+                        crate::units::format_bytes(n),
+                        crate::units::format_bytes((n as f64 / secs) as u64)
+                    );
+                }
             }
+        }
+        if progress {
+            eprint!("\r\x1b[2K");
         }
         out.flush().context("cannot write the answer")?;
         Ok(n)
