@@ -20,6 +20,7 @@ declare -A need=(
   [sysctl]=procps
   [ethtool]=ethtool
   [curl]=curl
+  [openssl]=openssl
   [systemd-analyze]=systemd
 )
 missing=()
