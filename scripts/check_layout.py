@@ -13,7 +13,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CRATES = ["wire", "pcap", "query", "store", "index", "capture", "bpf", "replay", "synth", "config", "."]
+CRATES = ["wire", "pcap", "query", "store", "index", "capture", "bpf", "replay", "synth", "config", "analytics", "."]
 
 
 def module_of(src, path):

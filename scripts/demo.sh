@@ -15,6 +15,10 @@
 #      (its index journal); after the capture, `capsule compact` recompresses what live
 #      capture stored cheaply, and a query of the capture must return exactly the EF packets
 #      that were sent. Needs root; skipped otherwise.
+#   6. From the index alone (docs/examples/capsule.toml gives the groups and policy):
+#      `capsule dscp` names the rogue EF senders as violations (the voice hosts may send EF),
+#      and `capsule stragglers` the GPU node that sends less than its peers and from when;
+#      both checked against the truth file.
 #
 # Output goes to ./demo-out (or $1). Installs missing system packages first.
 set -euo pipefail
@@ -76,8 +80,37 @@ print("stored traffic OK: open the evidence with `wireshark " + sys.argv[2] + "`
 PY
 
 echo "== 5. live capture on a veth pair between two network namespaces"
+# The last step, run whether or not the live part could: the operator's questions answered
+# from the index, checked against what synth planted.
+answers() {
+  echo "== 6. capsule dscp: which senders mark packets EF without being allowed to (docs/examples/capsule.toml)"
+  $capsule dscp --store "$out/store" --config docs/examples/capsule.toml
+  echo "== capsule stragglers: which GPU node sends less than its peers, from when"
+  $capsule stragglers --store "$out/store" --config docs/examples/capsule.toml \
+    --group gpu --interval 1s --ratio 0.75
+  $capsule dscp --store "$out/store" --config docs/examples/capsule.toml --json >"$out/dscp.json"
+  $capsule stragglers --store "$out/store" --config docs/examples/capsule.toml \
+    --group gpu --interval 1s --ratio 0.75 --json >"$out/stragglers.json"
+  python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+truth = json.load(open(f"{out}/truth.json"))["facts"]
+d = json.load(open(f"{out}/dscp.json"))
+s = json.load(open(f"{out}/stragglers.json"))
+found = sorted({v["src"] for v in d["violations"]})
+if found != sorted(truth["rogue_ef_hosts"]):
+    sys.exit(f"demo FAILED: dscp violations from {found}, planted {truth['rogue_ef_hosts']}")
+names = [x["host"] for x in s["stragglers"]]
+if names != [truth["straggler"]]:
+    sys.exit(f"demo FAILED: stragglers {names}, planted {truth['straggler']}")
+print(f"dscp names the planted rogue EF hosts {found}; stragglers names {names[0]} "
+      f"from {s['stragglers'][0]['from']}, as planted")
+PY
+}
+
 if [ "$(id -u)" -ne 0 ]; then
   echo "skipped: live capture needs root (network namespaces, XDP)"
+  answers
   exit 0
 fi
 ns_a="capsule-demo-$$-a" ns_b="capsule-demo-$$-b"
@@ -115,4 +148,8 @@ sent=$(tshark -r "$out/live.pcap" -Y 'ip.dsfield.dscp == 46 or ipv6.tclass.dscp 
 got=$($capsule query --store "$out/live-store" --count 'dscp ef' | awk '{print $1; exit}')
 echo "EF packets sent (tshark on the replayed file): $sent; returned by a query of the live capture: $got"
 [ "$sent" -gt 0 ] && [ "$sent" = "$got" ] || { echo "demo FAILED: live capture query"; exit 1; }
-echo "demo OK: stored and live traffic answer the same question"
+echo "stored and live traffic answer the same question"
+trap - EXIT
+cleanup
+answers
+echo "demo OK"

@@ -19,6 +19,7 @@ declare -A need=(
   [ip]=iproute2
   [sysctl]=procps
   [ethtool]=ethtool
+  [strace]=strace
   [curl]=curl
   [openssl]=openssl
   [systemd-analyze]=systemd

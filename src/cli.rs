@@ -160,8 +160,23 @@ pub enum Cmd {
     /// List flows from the side index alone.
     #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
     Flows(FlowsArgs),
+    /// Rank a window's traffic by flow, host, pair, group or DSCP value, from the index.
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
+    Top(TopArgs),
+    /// TCP health per interval and host: retransmissions, zero windows, RSTs, lost SYNs.
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
+    Tcp(TcpArgs),
+    /// DSCP values seen, senders the policy does not allow, flows remarked mid-flow.
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
+    Dscp(DscpArgs),
+    /// Traffic from group to group, cells the egress policy does not allow flagged.
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
+    Matrix(MatrixArgs),
+    /// Members of a group that send less than the group's median, interval after interval.
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
+    Stragglers(StragglersArgs),
     /// Rebuild the side index of every sealed segment from the segments alone.
-    Reindex(StoreArg),
+    Reindex(ReindexArgs),
     /// Recompress at a target level every block of the sealed segments written below it.
     ///
     /// Blocks stored, or compressed at a cheaper level by live capture while it was short
@@ -329,33 +344,51 @@ pub const FILTERS_HELP: &str = filters_help!();
 macro_rules! filters_help {
     () => {
         "\
-FILTERS select packets by what their headers say; the words after the flags form one filter.
-The empty filter selects every packet.
+FILTERS select packets by what their headers say; the words after the flags
+form one filter. The empty filter selects every packet.
 
-  host ADDR                 IP source or destination (IPv4 or IPv6 literal)
-  net ADDR/LEN              address inside a prefix (10.1.0.0/16, fd00::/64)
-  port N, portrange A-B     TCP, UDP or SCTP source or destination port
-  src ..., dst ...          one side only: src host 10.0.0.1, dst port 443
+  host ADDR             IP source or destination (IPv4 or IPv6 literal)
+  net ADDR/LEN          address inside a prefix (10.1.0.0/16, fd00::/64);
+  net 10.50             a short prefix, as tcpdump: 10.50 = 10.50.0.0/16
+  port N|NAME           TCP, UDP or SCTP source or destination port; names
+                        from a built-in table (http, https, domain, ssh, ...)
+  portrange A-B         a port from A to B
+  src ..., dst ...      one side only: src host 10.0.0.1, dst port 443;
+                        src or dst ..., src and dst ... (both sides)
   tcp, udp, sctp, icmp, icmp6, ip, ip6
-                            the protocol; `tcp port 80` means `tcp and port 80`
-  proto N|NAME              IP protocol by number or name (gre, esp, ah, ...)
-  vlan [ID]                 an 802.1Q/802.1ad tag (any of up to two) is ID
-  dscp N|NAME               DS field: 0-63, ef, va, le, df (be, default), cs0-cs7, af11-af43
+                        the protocol; `tcp port 80` is `tcp and port 80`
+  proto N|NAME          IP protocol by number or name (gre, esp, ah, ...)
+  vlan [ID]             an 802.1Q/802.1ad tag (any of up to two) is ID
+  dscp N|NAME           DS field: 0-63, ef, va, le, df (be, default), cs0-cs7,
+                        af11-af43
+  tcpflags FLAG         the TCP flag is set: fin, syn, rst, push, ack, urg,
+                        ece, cwr
+  tcp[tcpflags] & MASK OP VALUE
+                        tcpdump's form (also tcp[13]); MASK and VALUE are
+                        numbers or tcp-syn, tcp-ack, ... joined by |:
+                        tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn
+  ether host|src|dst MAC
+                        an Ethernet address (00:1b:21:0a:0b:0c)
+  arp                   ARP frames
+  greater N, less N     length on the wire >= N, <= N bytes
   and (&&), or (||), not (!), ( )
-                            not binds tighter than and, and tighter than or
+                        not binds tighter than and, and tighter than or;
+                        after and/or a bare value repeats the last
+                        qualifiers: tcp port 80 or 443
 
 Examples:
   capsule query --store S --from -10m -w out.pcap host 10.1.2.3 and tcp port 443
   capsule flows --store S dscp ef and not net 10.4.0.0/24
   capsule query --store S --count 'udp and (dst port 53 or dst port 5353)'
+  capsule query --store S --count 'tcpflags rst and port https or 8443'
 
-Not supported (use --bpf with a tcpdump expression for these): host names, service names
-(port https), `port 80 or 443` without the second `port`, ether, arp, less/greater,
-byte offsets such as tcp[13] & 2 != 0. `vlan 100 and vlan 200` means both tags, in any
-order; every primitive looks through VLAN tags.
+Not supported (use --bpf with a tcpdump expression for these): host names,
+byte offsets other than the TCP flags (ip[1] & 0xfc), icmptype, broadcast,
+multicast, ether proto, rarp. `vlan 100 and vlan 200` means both tags, in any
+order; every primitive looks through VLAN tags, and tcp[tcpflags] covers IPv6.
 
 TIMES (--from inclusive, --to exclusive; both optional):
-  2026-11-30T02:00:00.123456789Z   RFC 3339, up to 9 fractional digits, any offset
+  2026-11-30T02:00:00.123456789Z   RFC 3339, up to 9 fraction digits, any offset
   2026-11-30 02:00:00+01:00        a space instead of T
   2026-11-30                       a date: its midnight, UTC
   1796004000.5                     Unix seconds, with a fraction
@@ -383,13 +416,6 @@ use exit_status;
 /// `query --help` and `flows --help`: the filter language, then the exit statuses.
 const QUERY_LONG_AFTER: &str = concat!(filters_help!(), "\n", exit_status!());
 #[derive(Args, Debug)]
-pub struct StoreArg {
-    /// The store directory.
-    #[arg(long)]
-    pub store: PathBuf,
-}
-
-#[derive(Args, Debug)]
 pub struct ImportArgs {
     /// The store directory (created if missing).
     #[arg(long)]
@@ -399,6 +425,19 @@ pub struct ImportArgs {
     /// Input files; `-` reads standard input.
     #[arg(required = true)]
     pub files: Vec<String>,
+    /// Print one JSON document (per input and in total) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ReindexArgs {
+    /// The store directory.
+    #[arg(long)]
+    pub store: PathBuf,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -451,6 +490,9 @@ pub struct CaptureArgs {
     /// of two of frames per queue (16384 at least).
     #[arg(long, default_value = "256M", value_parser = units::parse_size)]
     pub ring_size: u64,
+    /// Print the summary at exit as one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub writer: WriterArgs,
 }
@@ -478,6 +520,9 @@ pub struct QueryArgs {
     /// Print how many packets and bytes the query would export, and write nothing.
     #[arg(long, conflicts_with = "explain")]
     pub count: bool,
+    /// With --count or --explain: print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -493,6 +538,113 @@ pub struct FlowsArgs {
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What every analytics command takes besides its own options.
+#[derive(Args, Debug)]
+pub struct AnswerArgs {
+    #[command(flatten)]
+    pub q: Selection,
+    /// The config file with `[groups]`, `[dscp]` and `[egress]` (the file `capsule capture
+    /// --config` reads).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub a: AnswerArgs,
+    /// What rows rank by.
+    #[arg(long, value_enum, default_value_t = TopBy::Bytes)]
+    pub by: TopBy,
+    /// What a row is (`group` needs --config).
+    #[arg(long, value_enum, default_value_t = TopKey::Flow)]
+    pub key: TopKey,
+    /// Rows shown before "other".
+    #[arg(long, default_value_t = 10)]
+    pub limit: usize,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum TopBy {
+    Bytes,
+    Packets,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum TopKey {
+    Flow,
+    Src,
+    Dst,
+    Pair,
+    Group,
+    Dscp,
+}
+
+#[derive(Args, Debug)]
+pub struct TcpArgs {
+    #[command(flatten)]
+    pub a: AnswerArgs,
+    /// Interval length, whole seconds (`1m`, `10s`, `1h`).
+    #[arg(long, default_value = "1m", value_parser = parse_interval)]
+    pub interval: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct DscpArgs {
+    #[command(flatten)]
+    pub a: AnswerArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct MatrixArgs {
+    #[command(flatten)]
+    pub a: AnswerArgs,
+    /// What the cells show.
+    #[arg(long, value_enum, default_value_t = MatrixBy::Bytes)]
+    pub by: MatrixBy,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum MatrixBy {
+    Bytes,
+    Packets,
+    Flows,
+}
+
+#[derive(Args, Debug)]
+pub struct StragglersArgs {
+    #[command(flatten)]
+    pub a: AnswerArgs,
+    /// The group whose members should send alike.
+    #[arg(long)]
+    pub group: String,
+    /// Interval length, whole seconds.
+    #[arg(long, default_value = "10s", value_parser = parse_interval)]
+    pub interval: u64,
+    /// A member under this fraction of the group median is under.
+    #[arg(long, default_value_t = 0.5)]
+    pub ratio: f64,
+    /// Intervals where the median member sent less are idle and judge nothing (default
+    /// 1 MB: below it ratios are noise of keepalives and ACKs).
+    #[arg(long, default_value_t = capsule_analytics::stragglers::DEFAULT_MIN_BYTES)]
+    pub min_bytes: u64,
+}
+
+/// An interval: a duration (`1m`, `10s`) in nanoseconds.
+fn parse_interval(s: &str) -> Result<u64, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{s:?} is no duration: {e}"))?;
+    let ns = u64::try_from(d.as_nanos()).map_err(|_| format!("{s:?} is too long"))?;
+    if ns == 0 || !ns.is_multiple_of(1_000_000_000) {
+        return Err(format!(
+            "{s:?} is not a whole number of seconds (the index counts 1-second buckets)"
+        ));
+    }
+    Ok(ns)
 }
 
 #[derive(Args, Debug)]
@@ -516,9 +668,12 @@ pub struct StatusArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Print again every second until interrupted.
+    /// Print again every second until interrupted (redrawn in place on a terminal).
     #[arg(long)]
     pub watch: bool,
+    /// Also print the capture's whole setup and why `auto` fell back, if it did.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// The compaction target for `pending_compaction_bytes` when no running capture says
     /// (a running capture's `--level` wins).
     #[arg(long, default_value = "1", allow_negative_numbers = true)]
@@ -671,7 +826,7 @@ pub struct WriterArgs {
     /// A block older than this is cut even if not full (live capture).
     #[arg(long, default_value = "100ms", value_parser = capsule_query::parse_duration)]
     pub block_age: Duration,
-    /// On-disk size after which a segment is sealed (e.g. 1G).
+    /// On-disk size after which a segment is sealed (e.g. 1G); at least the block size.
     #[arg(long, default_value = "1G", value_parser = units::parse_size)]
     pub segment_size: u64,
     /// Age (wall clock or packet time spanned) after which a segment is sealed.
@@ -993,5 +1148,41 @@ mod tests {
             e.starts_with(&format!("{f}:4:1: capture.ringsize: unknown key")),
             "{e}"
         );
+    }
+}
+
+#[cfg(test)]
+mod help_audit {
+    use clap::CommandFactory;
+
+    /// Every subcommand (at any depth) and every one of its arguments, flags and positionals
+    /// alike, has a description in `--help`.
+    #[test]
+    fn every_subcommand_and_argument_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>, args: &mut usize) {
+            let here = format!("{path} {}", cmd.get_name()).trim().to_string();
+            if cmd.get_about().is_none() && cmd.get_long_about().is_none() && !path.is_empty() {
+                missing.push(format!("`{here}` has no description"));
+            }
+            for a in cmd.get_arguments() {
+                if matches!(a.get_id().as_str(), "help" | "version") {
+                    continue;
+                }
+                *args += 1;
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("`{here}` argument {} has no help", a.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_name() != "help" {
+                    walk(sub, &here, missing, args);
+                }
+            }
+        }
+        let cmd = super::Cli::command();
+        let (mut missing, mut args) = (Vec::new(), 0);
+        walk(&cmd, "", &mut missing, &mut args);
+        assert!(args > 50, "the walk saw only {args} arguments");
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
     }
 }

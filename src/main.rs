@@ -10,6 +10,7 @@
 mod cli;
 mod cmd;
 mod metrics;
+mod progress;
 mod table;
 mod tokens;
 mod units;

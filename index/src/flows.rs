@@ -7,6 +7,12 @@
 //!
 //! The open segment is listed from its journal (sideindex/journal.rs), as far as it goes:
 //! blocks it has no record of yet are named in [`FlowListing::unseen`].
+//!
+//! [`list_index_only`] answers the same without opening any segment file (for the analytics
+//! commands, which must scale with flows, not bytes): a sealed segment's index is taken as
+//! current when its recorded length equals the segment file's length (one `stat`), and an
+//! open segment's journal is folded against the blocks its own records describe. It keeps
+//! each flow's 1-second buckets, cut to the window and merged across segments.
 
 use std::collections::HashMap;
 
@@ -39,13 +45,181 @@ pub struct FlowListing {
     pub unseen: Vec<(u64, Vec<usize>)>,
     /// Damaged journal records that were skipped, with what was wrong.
     pub journal_notes: Vec<(u64, String)>,
+    /// [`list_index_only`]: the first and last packet time of every flow the indexes hold
+    /// (whatever the window and filter), the store's span as the index knows it.
+    pub held: Option<(u64, u64)>,
+}
+
+/// The flows of `q` (filter and window) from the side index alone: every sealed segment's
+/// `.idx` whose length matches its segment file, and the open segment's journal. No segment
+/// file is opened. With `keep_buckets`, each flow keeps its 1-second buckets in the window.
+/// The flows come in the order they were first seen (segment order), not ranked.
+pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<FlowListing> {
+    use crate::sideindex::{index_name, journal, SegmentIndex};
+    use capsule_store::SegmentState;
+    let (from, to) = q.window();
+    let mut out = Merged::default();
+    let mut listing = FlowListing::default();
+    let dir = store.index_dir();
+    for entry in store.list()? {
+        let idx = match entry.state {
+            SegmentState::Sealed => {
+                let path = dir.join(index_name(entry.seq));
+                let bytes = match capsule_store::fsx::read(&path, "read index") {
+                    Ok(b) => b,
+                    Err(e) if e.is_not_found() => {
+                        listing.unindexed.push(entry.seq);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                // The header first: an index wholly outside the window is not decoded.
+                if let Some(h) = SegmentIndex::peek(&bytes) {
+                    if h.seq == entry.seq && h.segment_len == entry.bytes {
+                        let Some((a, b)) = h.span else { continue };
+                        listing.held = Some(match listing.held {
+                            None => (a, b),
+                            Some((x, y)) => (x.min(a), y.max(b)),
+                        });
+                        if b < from || a >= to {
+                            continue;
+                        }
+                    }
+                }
+                match SegmentIndex::decode(&bytes) {
+                    Ok(i) if i.seq == entry.seq && i.segment_len == entry.bytes => i,
+                    Ok(_) => {
+                        listing.unindexed.push(entry.seq); // stale: another file's index
+                        continue;
+                    }
+                    Err(problem) => {
+                        let e = StoreError::DerivedDamaged { path, problem };
+                        listing.unindexed.push(entry.seq);
+                        listing
+                            .damaged_index
+                            .push((entry.seq, capsule_store::error::chain(&e)));
+                        continue;
+                    }
+                }
+            }
+            SegmentState::Open => {
+                let path = dir.join(journal::journal_name(entry.seq));
+                let bytes = match capsule_store::fsx::read(&path, "read index journal") {
+                    Ok(b) => b,
+                    Err(e) if e.is_not_found() => {
+                        listing.unindexed.push(entry.seq);
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let read = journal::parse(&bytes);
+                // The blocks as the records describe them (the segment file is not read).
+                let n = read
+                    .records
+                    .iter()
+                    .map(|r| r.delta.block as usize + 1)
+                    .max()
+                    .unwrap_or(0);
+                let mut metas = vec![capsule_store::format::BlockMeta::default(); n];
+                for r in &read.records {
+                    let m = &mut metas[r.delta.block as usize];
+                    m.index = r.delta.block;
+                    m.packets = r.packets;
+                    m.first_ns = r.first_ns;
+                    m.last_ns = r.last_ns;
+                    m.frame_crc = r.frame_crc;
+                }
+                let live = journal::fold(entry.seq, &metas, entry.bytes, &read);
+                if !live.unseen.is_empty() {
+                    listing.unseen.push((entry.seq, live.unseen));
+                }
+                listing
+                    .journal_notes
+                    .extend(live.notes.into_iter().map(|n| (entry.seq, n)));
+                live.index
+            }
+        };
+        for f in &idx.flows {
+            listing.held = Some(match listing.held {
+                None => (f.first_ns, f.last_ns),
+                Some((a, b)) => (a.min(f.first_ns), b.max(f.last_ns)),
+            });
+        }
+        merge_segment(&mut out, idx.flows, q, from, to, keep_buckets);
+    }
+    // In first-seen order: the answers aggregate and rank on their own.
+    listing.flows = out.flows;
+    listing.flows.retain(|f| f.flow.total_packets() > 0);
+    Ok(listing)
+}
+
+/// Adds the flows of one segment's index that match `q` in [from, to) to `out`.
+fn merge_segment(
+    out: &mut Merged,
+    flows: Vec<FlowRecord>,
+    q: &Query,
+    from: u64,
+    to: u64,
+    keep_buckets: bool,
+) {
+    out.flows.reserve(flows.len());
+    for f in flows {
+        if f.last_ns < from || f.first_ns >= to {
+            continue;
+        }
+        let matches = (0..2).any(|d| {
+            f.packets[d] > 0 && q.filter.matches_side(&flow_side(&f, d, f.dscp[d])) != Tri::No
+        });
+        if !matches {
+            continue;
+        }
+        let key = f.key;
+        let part = windowed(f, from, to, keep_buckets);
+        match out.at.get(&key) {
+            Some(&i) => {
+                let s = &mut out.flows[i];
+                s.flow.absorb(&part.flow);
+                crate::sideindex::merge_buckets(&mut s.flow.buckets, &part.flow.buckets);
+                s.approximate |= part.approximate;
+            }
+            None => {
+                out.at.insert(key, out.flows.len());
+                out.flows.push(part);
+            }
+        }
+    }
+}
+
+/// Flows merged across segments: the records in first-seen order, and where each key is.
+/// (Records are large; a map of indexes moves none of them as it grows.)
+#[derive(Default)]
+struct Merged {
+    at: HashMap<FlowKey, usize>,
+    flows: Vec<FlowSummary>,
+}
+
+/// The merged flows with packets, largest first (sorted by index, each record moved once).
+fn finish(out: Merged) -> Vec<FlowSummary> {
+    let mut order: Vec<(u64, FlowKey, usize)> = out
+        .flows
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.flow.total_packets() > 0)
+        .map(|(i, f)| (f.flow.total_bytes(), f.flow.key, i))
+        .collect();
+    order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut slots: Vec<Option<FlowSummary>> = out.flows.into_iter().map(Some).collect();
+    order
+        .into_iter()
+        .filter_map(|(_, _, i)| slots[i].take())
+        .collect()
 }
 
 /// Lists the flows of `q` (filter and window) from the side index of `segments`.
 pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<FlowListing> {
     let from = q.from_ns.unwrap_or(0);
     let to = q.to_ns.unwrap_or(u64::MAX);
-    let mut out: HashMap<FlowKey, FlowSummary> = HashMap::new();
+    let mut out = Merged::default();
     let mut unindexed = Vec::new();
     let mut damaged_index = Vec::new();
     let mut unseen = Vec::new();
@@ -86,76 +260,63 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
             }
             Err(e) => return Err(e),
         };
-        for f in &idx.flows {
-            if f.last_ns < from || f.first_ns >= to {
-                continue;
-            }
-            let sides: Vec<bool> = (0..2)
-                .map(|d| {
-                    f.packets[d] > 0
-                        && q.filter.matches_side(&flow_side(f, d, f.dscp[d])) != Tri::No
-                })
-                .collect();
-            if !sides.iter().any(|&s| s) {
-                continue;
-            }
-            let part = windowed(f, from, to);
-            match out.get_mut(&f.key) {
-                Some(s) => {
-                    s.flow.absorb(&part.flow);
-                    s.approximate |= part.approximate;
-                }
-                None => {
-                    out.insert(f.key, part);
-                }
-            }
-        }
+        merge_segment(&mut out, idx.flows, q, from, to, false);
     }
-    let mut flows: Vec<FlowSummary> = out
-        .into_values()
-        .filter(|f| f.flow.total_packets() > 0)
-        .collect();
-    flows.sort_by(|a, b| {
-        b.flow
-            .total_bytes()
-            .cmp(&a.flow.total_bytes())
-            .then(a.flow.key.cmp(&b.flow.key))
-    });
+    let flows = finish(out);
     Ok(FlowListing {
         flows,
         unindexed,
         damaged_index,
         unseen,
         journal_notes,
+        held: None,
     })
 }
 
-/// A flow record's counters over [from, to).
-fn windowed(f: &FlowRecord, from: u64, to: u64) -> FlowSummary {
-    let mut flow = FlowRecord {
-        first_ns: f.first_ns.max(from),
-        last_ns: f.last_ns.min(to.saturating_sub(1)),
-        blocks: Vec::new(),
-        buckets: Vec::new(),
-        ..f.clone()
+/// A flow record's counters over [from, to), with its buckets in the window if
+/// `keep_buckets`. A flow the window cuts has its packet, byte and TCP counters summed from
+/// the buckets; its per-DSCP counters, DSCP change, zero-window duration and handshake bits
+/// stay the whole record's (the summary is `approximate`).
+fn windowed(mut f: FlowRecord, from: u64, to: u64, keep_buckets: bool) -> FlowSummary {
+    let in_window = |b: &crate::sideindex::Bucket| {
+        let start = b.second.saturating_mul(1_000_000_000);
+        start.saturating_add(1_000_000_000) > from && start < to
     };
-    if f.first_ns >= from && f.last_ns < to {
+    let whole = f.first_ns >= from && f.last_ns < to;
+    f.blocks = Vec::new();
+    if !keep_buckets && whole {
+        f.buckets = Vec::new();
+    }
+    if whole {
         return FlowSummary {
-            flow,
+            flow: f,
             approximate: false,
         };
     }
+    let buckets = std::mem::take(&mut f.buckets);
+    let mut flow = FlowRecord {
+        first_ns: f.first_ns.max(from),
+        last_ns: f.last_ns.min(to.saturating_sub(1)),
+        ..f
+    };
     flow.packets = [0; 2];
     flow.bytes = [0; 2];
-    for b in &f.buckets {
-        let start = b.second.saturating_mul(1_000_000_000);
-        let end = start.saturating_add(1_000_000_000);
-        if end > from && start < to {
-            for d in 0..2 {
-                flow.packets[d] += b.packets[d];
-                flow.bytes[d] += b.bytes[d];
-            }
+    flow.data = [0; 2];
+    flow.retransmissions = [0; 2];
+    flow.zero_windows = [0; 2];
+    flow.resets = [0; 2];
+    for b in buckets.iter().filter(|b| in_window(b)) {
+        for d in 0..2 {
+            flow.packets[d] += b.packets[d];
+            flow.bytes[d] += b.bytes[d];
+            flow.data[d] += b.data[d];
+            flow.retransmissions[d] += b.retransmissions[d];
+            flow.zero_windows[d] += b.zero_windows[d];
+            flow.resets[d] += b.resets[d];
         }
+    }
+    if keep_buckets {
+        flow.buckets = buckets.into_iter().filter(in_window).collect();
     }
     FlowSummary {
         flow,

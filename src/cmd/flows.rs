@@ -32,6 +32,13 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let q = args.query()?;
+    if q.filter.beyond_index() {
+        eprintln!(
+            "capsule: note: the flow index keeps no MAC addresses or packet lengths, and \
+             of the TCP flags only those seen in each direction: these flows may have \
+             packets that match (`capsule query` checks each packet)"
+        );
+    }
     let store = Store::open(args.store())?;
     let (segments, unreadable) = store.open_segments_checked()?;
     let listing = list(&store, &segments, &q, sort)?;

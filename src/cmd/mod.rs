@@ -16,16 +16,65 @@ mod capture;
 pub mod check_bpf;
 mod compact;
 mod config;
+mod dscp;
 mod flows;
 mod import;
+mod matrix;
 mod query;
 mod reindex;
 mod remote;
 mod segments;
 mod serve;
 mod status;
+mod stragglers;
 mod synth;
+mod tcp;
+mod top;
 mod verify;
+
+/// Prints one JSON document on stdout, with an RFC 3339 string beside every instant.
+fn print_json(mut v: serde_json::Value) {
+    with_times(&mut v);
+    println!("{v}");
+}
+
+/// Keys ending in `_ns` that hold durations, not instants (matched inside the name).
+const DURATION_KEYS: &[&str] = &["horizon", "span", "duration", "age", "elapsed", "interval"];
+
+/// Beside every `NAME_ns` key holding an instant (nanoseconds since the epoch), `NAME` as
+/// RFC 3339 text, in every object of `v`: jq and JavaScript read integers above 2^53 as
+/// doubles and round them to about 256 ns. A null instant gets a null beside it; a key that
+/// already has its `NAME` is left as it is.
+fn with_times(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            let add: Vec<(String, Value)> = m
+                .iter()
+                .filter_map(|(k, v)| {
+                    let stem = k.strip_suffix("_ns")?;
+                    if stem.is_empty()
+                        || m.contains_key(stem)
+                        || DURATION_KEYS.iter().any(|d| stem.contains(d))
+                    {
+                        return None;
+                    }
+                    match v {
+                        Value::Null => Some((stem.to_string(), Value::Null)),
+                        v => Some((
+                            stem.to_string(),
+                            capsule_query::format_instant(v.as_u64()?).into(),
+                        )),
+                    }
+                })
+                .collect();
+            m.values_mut().for_each(with_times);
+            m.extend(add);
+        }
+        Value::Array(a) => a.iter_mut().for_each(with_times),
+        _ => {}
+    }
+}
 
 /// The exit status of an answer that is partial: the command worked, but damaged data in
 /// the store was skipped (what was skipped is printed).
@@ -43,7 +92,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Capture(a) => capture::run(&a),
         Cmd::Query(a) => query::run(&a),
         Cmd::Flows(a) => flows::run(&a),
-        Cmd::Reindex(a) => reindex::run(&a.store),
+        Cmd::Top(a) => top::run(&a),
+        Cmd::Tcp(a) => tcp::run(&a),
+        Cmd::Dscp(a) => dscp::run(&a),
+        Cmd::Matrix(a) => matrix::run(&a),
+        Cmd::Stragglers(a) => stragglers::run(&a),
+        Cmd::Reindex(a) => reindex::run(&a),
         Cmd::Compact(a) => compact::run(&a),
         Cmd::Status(a) => status::run(&a),
         Cmd::Segments(a) => segments::run(&a),
@@ -146,7 +200,13 @@ fn mb_per_s(bytes: u64, secs: f64) -> f64 {
 }
 
 /// Says what opening the store for writing found: recovered torn segments and retention.
-fn print_open_report(opened: &capsule_store::OpenReport) {
+/// On standard error with `--json` (standard output holds the one JSON document).
+fn print_open_report(opened: &capsule_store::OpenReport, json: bool) {
+    macro_rules! println {
+        ($($t:tt)*) => {
+            if json { eprintln!($($t)*) } else { std::println!($($t)*) }
+        };
+    }
     for r in &opened.recovered {
         println!("{r}");
     }
@@ -179,7 +239,12 @@ fn print_open_report(opened: &capsule_store::OpenReport) {
 
 /// Says what a full disk cost a writer, if anything: segments deleted for space, and
 /// packets dropped when nothing was left to delete.
-fn print_disk_full(w: &capsule_store::WriteReport) {
+fn print_disk_full(w: &capsule_store::WriteReport, json: bool) {
+    macro_rules! println {
+        ($($t:tt)*) => {
+            if json { eprintln!($($t)*) } else { std::println!($($t)*) }
+        };
+    }
     if !w.deleted_for_space.is_empty() {
         let bytes: u64 = w.deleted_for_space.iter().map(|d| d.bytes).sum();
         println!(
@@ -288,4 +353,166 @@ fn note_if_window_misses(segments: &[capsule_store::SegmentReader], q: &capsule_
             fmt(last)
         );
     }
+}
+
+/// What an analytics command starts from: the window's flows from the index, and the
+/// config when one was given (or is `required` by the command).
+struct Answer {
+    input: capsule_analytics::Input,
+    config: Option<capsule_config::Config>,
+}
+
+impl Answer {
+    fn policy(&self) -> Option<&dyn capsule_analytics::Policy> {
+        self.config
+            .as_ref()
+            .map(|c| c as &dyn capsule_analytics::Policy)
+    }
+}
+
+/// Loads the config (when given; `need` names the command that cannot go without one) and
+/// the window's flows from the side index, with the capture's drops as a limit.
+fn answer(a: &crate::cli::AnswerArgs, need: Option<&str>) -> Result<Answer> {
+    let config = match (&a.config, need) {
+        (Some(path), _) => Some(config::load(path)?),
+        (None, Some(what)) => {
+            return Err(Usage(format!(
+                "{what} needs --config FILE: the host groups (and policy) it answers with"
+            ))
+            .into())
+        }
+        (None, None) => None,
+    };
+    if let Some(url) = &a.q.server {
+        return Err(Usage(format!(
+            "the analytics commands are not served yet: not with --server {url} (run it on \
+             the capture server, or pull the flows with `capsule flows --server`)"
+        ))
+        .into());
+    }
+    let q = a.q.query()?;
+    let filter = a.q.filter.join(" ");
+    let mut input = capsule_analytics::load(a.q.store(), &q, &filter)?;
+    input.limits.drops = Some(drops_note(a.q.store(), input.from_ns, input.to_ns));
+    Ok(Answer { input, config })
+}
+
+/// What the capture status says of drops in [from, to).
+fn drops_note(store: &std::path::Path, from: u64, to: u64) -> String {
+    let fmt = capsule_query::format_instant;
+    match capsule_capture::status::read_status(store) {
+        Ok(Some(s)) if s.started_ns < to && s.updated_ns >= from => {
+            if s.drops == 0 {
+                format!(
+                    "capture on {} ({} to {}) dropped no packets",
+                    s.iface,
+                    fmt(s.started_ns),
+                    fmt(s.updated_ns)
+                )
+            } else {
+                format!(
+                    "capture on {} ({} to {}) dropped {} of {} packets; they are missing \
+                     from this answer (when, within the run, is not recorded)",
+                    s.iface,
+                    fmt(s.started_ns),
+                    fmt(s.updated_ns),
+                    s.drops,
+                    s.seen
+                )
+            }
+        }
+        Ok(Some(s)) => format!(
+            "drops: the last capture run ({} to {}) is outside the window; no drop counts \
+             are held for it",
+            fmt(s.started_ns),
+            fmt(s.updated_ns)
+        ),
+        Ok(None) => "drops: no capture status in the store (imported traffic is stored \
+                     whole; a capture's drops are recorded while it runs)"
+            .to_string(),
+        Err(e) => format!("drops: unknown, the capture status cannot be read: {e}"),
+    }
+}
+
+/// Prints an analytics answer: JSON (`answer`'s fields, the window and the limits, one
+/// document) or the table lines and then the limits; returns the exit status (partial when
+/// damaged index data was skipped).
+fn print_answer(
+    ans: &Answer,
+    json: bool,
+    command: &str,
+    value: serde_json::Value,
+    table: Vec<String>,
+) -> Result<ExitCode> {
+    use std::io::Write;
+    let input = &ans.input;
+    let limits = &input.limits;
+    let mut out = std::io::stdout().lock();
+    if json {
+        let mut doc = serde_json::json!({
+            "command": command,
+            "store": input.store,
+            "filter": input.filter,
+            "from_ns": input.from_ns,
+            "from": capsule_query::format_instant(input.from_ns),
+            "to_ns": input.to_ns,
+            "to": capsule_query::format_instant(input.to_ns),
+        });
+        if let (Some(d), serde_json::Value::Object(v)) = (doc.as_object_mut(), value) {
+            d.extend(v);
+            d.insert("limits".into(), serde_json::to_value(limits)?);
+        }
+        writeln!(out, "{doc}")?;
+    } else {
+        writeln!(
+            out,
+            "{command} {} to {}{}",
+            capsule_query::format_instant(input.from_ns),
+            capsule_query::format_instant(input.to_ns),
+            if input.filter.is_empty() {
+                String::new()
+            } else {
+                format!(", filter {}", input.filter)
+            }
+        )?;
+        for line in table {
+            writeln!(out, "{line}")?;
+        }
+        for line in limits.lines() {
+            writeln!(out, "note: {line}")?;
+        }
+    }
+    if limits.damaged_indexes.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "capsule: the answer is partial: damaged index data was skipped (exit status {PARTIAL})"
+        );
+        Ok(ExitCode::from(PARTIAL))
+    }
+}
+
+/// A ratio as a percentage with one decimal.
+fn percent(x: f64) -> String {
+    format!("{:.1}%", x * 100.0)
+}
+
+/// Bits per second, with a unit.
+fn bps(x: f64) -> String {
+    let (v, u) = if x >= 1e9 {
+        (x / 1e9, "Gbit/s")
+    } else if x >= 1e6 {
+        (x / 1e6, "Mbit/s")
+    } else if x >= 1e3 {
+        (x / 1e3, "kbit/s")
+    } else {
+        (x, "bit/s")
+    };
+    format!("{v:.1} {u}")
+}
+
+/// An instant to the millisecond, for tables.
+fn ms(ns: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns - ns % 1_000_000);
+    humantime::format_rfc3339_millis(t).to_string()
 }

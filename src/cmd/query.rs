@@ -20,6 +20,12 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     if args.server.is_some() {
         return remote(a);
     }
+    if a.json && !explain && !count {
+        return Err(super::Usage(
+            "--json goes with --count or --explain (an export writes packets, not JSON)".into(),
+        )
+        .into());
+    }
     let query = args.query()?;
     let store = Store::open(args.store())?;
     if let (Some(expr), false) = (&bpf, explain) {
@@ -39,7 +45,11 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     };
     if explain {
         let plan = capsule_replay::export::explain(&store, &opts)?;
-        print_plan(&plan);
+        if a.json {
+            super::print_json(plan_json(&plan));
+        } else {
+            print_plan(&plan);
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let t0 = Instant::now();
@@ -51,7 +61,10 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
             // or half-written pcap looks like an answer).
             let existed = std::path::Path::new(path).exists();
             let f = create(path, existed)?;
-            match capsule_replay::export(&store, &opts, f) {
+            let progress = crate::progress::Progress::bytes(path, None);
+            let done = capsule_replay::export(&store, &opts, progress.writer(f));
+            progress.finish();
+            match done {
                 Ok(r) => r,
                 Err(e) => {
                     if !existed {
@@ -84,7 +97,18 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         report.segments_total,
         t0.elapsed().as_secs_f64(),
     );
-    if count {
+    if count && a.json {
+        super::print_json(serde_json::json!({
+            "packets": report.packets, "bytes": report.captured_bytes,
+            "blocks_read": report.blocks_read, "blocks_total": report.blocks_total,
+            "segments_touched": report.segments_touched,
+            "segments_total": report.segments_total,
+            "seconds": t0.elapsed().as_secs_f64(),
+            "drops_in_window": report.drops_in_window,
+            "from_ns": opts.query.from_ns, "to_ns": opts.query.to_ns,
+            "partial": report.is_partial(),
+        }));
+    } else if count {
         println!("{summary}");
     } else {
         eprintln!("exported {summary}");
@@ -200,6 +224,21 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
         t0.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+fn plan_json(plan: &capsule_index::plan::Plan) -> serde_json::Value {
+    serde_json::json!({
+        "segments": plan.segments.iter().map(|s| serde_json::json!({
+            "seq": s.seq, "blocks_total": s.blocks_total, "blocks_in_window": s.blocks_in_window,
+            "blocks_to_read": s.blocks.len(), "indexed": s.indexed,
+            "unjournaled_blocks": s.unjournaled,
+        })).collect::<Vec<_>>(),
+        "blocks_read": plan.blocks_read(), "blocks_total": plan.blocks_total(),
+        "segments_touched": plan.segments_touched(),
+        "unindexed": plan.unindexed,
+        "journal_notes": plan.journal_notes.iter().map(|(seq, why)| serde_json::json!({
+            "seq": seq, "note": why.to_string()})).collect::<Vec<_>>(),
+    })
 }
 
 fn print_plan(plan: &capsule_index::plan::Plan) {

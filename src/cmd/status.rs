@@ -175,9 +175,11 @@ struct Gathered {
 fn gather(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<Gathered> {
     let a_level = level;
     let a_max_bytes = max_bytes;
-    let st = capsule_capture::status::read_status(store_dir)?;
+    // The store first, then the capture's status file at once: listing the segments of a
+    // big store takes a while, and the two snapshots should be of the same moment.
     let store = Store::open(store_dir)?;
     let (segs, unreadable) = store.open_segments_checked()?;
+    let st = capsule_capture::status::read_status(store_dir)?;
     super::warn_unreadable(&unreadable, "");
     let packets: u64 = segs
         .iter()
@@ -236,7 +238,9 @@ fn gather(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<Gath
 /// The `capsule status --json` document (also `GET /v1/status` of `capsule serve`).
 pub fn json(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<serde_json::Value> {
     let g = gather(store_dir, level, max_bytes)?;
-    Ok(json_of(&g))
+    let mut v = json_of(&g);
+    super::with_times(&mut v);
+    Ok(v)
 }
 
 fn json_of(g: &Gathered) -> serde_json::Value {
@@ -259,6 +263,14 @@ fn json_of(g: &Gathered) -> serde_json::Value {
 pub fn run(a: &StatusArgs) -> Result<ExitCode> {
     let (store_dir, json, watch) = (a.store.as_path(), a.json, a.watch);
     loop {
+        // The text, wrapped to the terminal, printed at once (redrawn in place by --watch).
+        let width = crate::table::output_width();
+        let mut out: Vec<String> = Vec::new();
+        macro_rules! say {
+            ($($t:tt)*) => {
+                out.extend(crate::table::wrap(&format!($($t)*), width))
+            };
+        }
         let g = gather(store_dir, a.level, a.max_bytes)?;
         let Gathered {
             st,
@@ -276,11 +288,12 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
         let (live, packets, bytes, first, last, span, rate) =
             (*live, *packets, *bytes, *first, *last, *span, *rate);
         let running = st.as_ref().filter(|_| live);
+        let now = capsule_store::now_ns();
         if json {
-            println!("{}", json_of(&g));
+            super::print_json(json_of(&g));
         } else {
             match &st {
-                None => println!("capture: none has run on this store"),
+                None => say!("capture: none has run on this store"),
                 Some(s) => {
                     let state = if live {
                         "running"
@@ -289,32 +302,58 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     } else {
                         "stopped"
                     };
-                    println!(
+                    say!(
                         "capture: {state}, pid {}, on {} since {}",
                         s.pid,
                         s.iface,
                         capsule_query::format_instant(s.started_ns)
                     );
-                    println!("  mode: {}", s.mode);
-                    println!(
+                    // The mode in one short line; the setup's details and why auto
+                    // fell back only with --verbose.
+                    let (mode, why) = match s.mode.split_once("; ") {
+                        Some((m, why)) => (m, Some(why)),
+                        None => (s.mode.as_str(), None),
+                    };
+                    if a.verbose {
+                        say!("  mode: {mode}");
+                        if let Some(why) = why {
+                            say!("  fallback: {why}");
+                        }
+                    } else {
+                        let short = mode.split(", queues").next().unwrap_or(mode);
+                        let more = if why.is_some() {
+                            " (fell back; --verbose says why)"
+                        } else {
+                            ""
+                        };
+                        say!("  mode: {short}{more}");
+                    }
+                    say!(
                         "  stored {} packets ({} bytes) of {} seen; dropped {}",
-                        s.packets, s.wire_bytes, s.seen, s.drops
+                        s.packets,
+                        s.wire_bytes,
+                        s.seen,
+                        s.drops
                     );
                     let c = &s.drop_causes;
-                    println!(
-                        "  drops by cause: packet ring full {}, AF_XDP RX ring full {}, AF_XDP \
-                         dropped {}, queue without socket {}, store behind {}, invalid {}, \
-                         disk full {}",
-                        c.packet_ring_full,
-                        c.xsk_ring_full,
-                        c.xsk_dropped,
-                        c.no_socket,
-                        c.pipeline,
-                        c.invalid,
-                        c.disk_full
-                    );
+                    // The causes the active mode can have, and any other that counted.
+                    let xdp = s.mode.starts_with("XDP");
+                    let causes: Vec<String> = [
+                        ("packet ring full", c.packet_ring_full, !xdp),
+                        ("AF_XDP RX ring full", c.xsk_ring_full, xdp),
+                        ("AF_XDP dropped", c.xsk_dropped, xdp),
+                        ("queue without socket", c.no_socket, xdp),
+                        ("store behind", c.pipeline, xdp),
+                        ("invalid descriptors", c.invalid, xdp),
+                        ("disk full", c.disk_full, true),
+                    ]
+                    .into_iter()
+                    .filter(|&(_, n, active)| active || n > 0)
+                    .map(|(what, n, _)| format!("{what} {n}"))
+                    .collect();
+                    say!("  drops by cause: {}", causes.join(", "));
                     if live {
-                        println!(
+                        say!(
                             "  rate: {:.0} packets/s, {:.1} Mbit/s, {:.0} drops/s",
                             s.packets_per_s,
                             s.bits_per_s / 1e6,
@@ -323,7 +362,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     }
                     let p = &s.store;
                     let [level, fast, fastest, stored] = p.blocks_by_rung;
-                    println!(
+                    say!(
                         "  blocks written: {level} at the configured level, {fast} at -10, \
                          {fastest} at -1000, {stored} stored uncompressed; {}{}",
                         if p.disk_bound {
@@ -337,35 +376,37 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                         }
                     );
                     if p.segments_deleted_for_space > 0 {
-                        println!(
+                        say!(
                             "  disk full: deleted {} oldest segment(s) ({} bytes) to make room",
-                            p.segments_deleted_for_space, p.bytes_deleted_for_space
+                            p.segments_deleted_for_space,
+                            p.bytes_deleted_for_space
                         );
                     }
-                    println!(
+                    say!(
                         "  VLAN tags restored {}, packets cut at 256 KiB {}, NIC timestamps {}; \
-                         updated {}",
+                         updated {} ({} ago)",
                         s.vlan_restored,
                         s.truncated,
                         s.hw_timestamps,
-                        capsule_query::format_instant(s.updated_ns)
+                        capsule_query::format_instant(s.updated_ns),
+                        crate::units::format_duration_ns(now.saturating_sub(s.updated_ns))
                     );
                 }
             }
-            println!(
-                "store: {} segment(s), {} packets, {} bytes, {} .. {}",
+            say!(
+                "store: {} segment(s), {} packets, {}, {} .. {}",
                 segs.len(),
                 packets,
-                bytes,
+                crate::units::format_bytes(bytes),
                 first.map(capsule_query::format_instant).unwrap_or_default(),
                 last.map(capsule_query::format_instant).unwrap_or_default()
             );
-            let after = cp
-                .after
-                .map_or("unknown".to_string(), |b| format!("about {b} bytes"));
-            println!(
-                "compaction: {} bytes of blocks below level {}; compacted, the store would be {after}{}",
-                cp.pending,
+            let after = cp.after.map_or("unknown".to_string(), |b| {
+                format!("about {}", crate::units::format_bytes(b))
+            });
+            say!(
+                "compaction: {} of blocks below level {}; compacted, the store would be {after}{}",
+                crate::units::format_bytes(cp.pending),
                 cp.target,
                 match (rate, running.map(|s| s.store)) {
                     (Some(r), Some(p)) => format!(
@@ -374,23 +415,45 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                         p.compacted_segments,
                         p.compacted_bytes_before,
                         p.compacted_bytes_after,
-                        if p.compactor_paused { ", paused for capture" } else { "" }
+                        if p.compactor_paused {
+                            ", paused for capture"
+                        } else {
+                            ""
+                        }
                     ),
                     _ => String::new(),
                 }
             );
             println!("budgets: {}", describe_budgets(saved.as_ref()));
             match (cp.budget, cp.horizon_now_ns) {
-                (Some(b), Some(h)) => println!(
+                (Some(b), Some(h)) => say!(
                     "retention: a budget of {b} bytes holds {} of packets at the ratio now, {} \
                      after compaction",
                     secs(h),
                     cp.horizon_after_ns.map_or("unknown".into(), secs)
                 ),
-                _ => println!(
+                _ => say!(
                     "retention: no byte budget (the store holds {} of packets)",
                     secs(span)
                 ),
+            }
+            if watch && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                // Redraw in place: home, each line cleared to its end, the rest cleared.
+                let mut frame = String::from("\x1b[H");
+                for l in &out {
+                    frame.push_str(l);
+                    frame.push_str("\x1b[K\n");
+                }
+                frame.push_str("\x1b[J");
+                print!("{frame}");
+                std::io::Write::flush(&mut std::io::stdout())?;
+            } else {
+                for l in &out {
+                    println!("{l}");
+                }
+                if watch {
+                    println!();
+                }
             }
         }
         if !watch {

@@ -17,6 +17,7 @@ use capsule_wire::{dissect, L4};
 
 use super::{
     index_name, BlockSummary, Bucket, FlowKey, FlowRecord, SegmentIndex, TcpCarry, TcpState,
+    SENT_SYN, SENT_SYN_ACK,
 };
 
 /// One block's share of the index: what the journal records for it.
@@ -136,11 +137,18 @@ impl IndexBuilder {
                 self.delta_of.push(i);
             }
             let f = &mut self.delta.flows[self.slot[i] as usize];
+            let st = &mut self.tcp[i];
             f.first_ns = f.first_ns.min(p.ts_ns);
             f.last_ns = f.last_ns.max(p.ts_ns);
             f.packets[dir] += 1;
             f.bytes[dir] += wire;
-            f.dscp[dir] |= 1u64 << (ip.dscp & 63);
+            let dscp = ip.dscp & 63;
+            f.dscp[dir] |= 1u64 << dscp;
+            f.count_dscp(dir, dscp, 1, wire);
+            st.packets[dir] += 1;
+            if st.dscp[dir].packet(p.ts_ns, dscp, st.packets[dir]) {
+                f.dscp_change[dir] = st.dscp[dir].change;
+            }
             let second = p.ts_ns / 1_000_000_000;
             let bucket = match f.buckets.iter().rposition(|b| b.second == second) {
                 Some(b) => b,
@@ -158,38 +166,38 @@ impl IndexBuilder {
                     at
                 }
             };
-            f.buckets[bucket].packets[dir] += 1;
-            f.buckets[bucket].bytes[dir] += wire;
+            let bk = &mut f.buckets[bucket];
+            bk.packets[dir] += 1;
+            bk.bytes[dir] += wire;
             if let L4::Tcp(t) = d.l4 {
                 f.tcp_flags[dir] |= t.flags;
+                match t.flags & 0x12 {
+                    0x02 => f.handshake[dir] |= SENT_SYN,
+                    0x12 => f.handshake[dir] |= SENT_SYN_ACK,
+                    _ => {}
+                }
                 if t.flags & 0x04 != 0 {
                     f.resets[dir] += 1;
+                    bk.resets[dir] += 1;
                 } else if t.window == 0 {
                     f.zero_windows[dir] += 1;
+                    bk.zero_windows[dir] += 1;
+                    st.zero_since[dir].get_or_insert(p.ts_ns);
+                } else if let Some(since) = st.zero_since[dir].take() {
+                    f.zero_window_ns[dir] += p.ts_ns.saturating_sub(since);
                 }
-                let track = &mut self.tcp[i];
-                let len = t.payload_len;
-                if len > 0 {
-                    let end = t.seq.wrapping_add(len);
-                    match track.high[dir] {
-                        // Serial-number arithmetic (RFC 1982): `end` not after `high`.
-                        Some(high)
-                            if (high.wrapping_sub(end) as i32) >= 0 && t.flags & 0x02 == 0 =>
-                        {
-                            f.retransmissions[dir] += 1;
-                        }
-                        Some(high) if (end.wrapping_sub(high) as i32) > 0 => {
-                            track.high[dir] = Some(end)
-                        }
-                        Some(_) => {}
-                        None => track.high[dir] = Some(end),
+                match classify(st, dir, p.ts_ns, t.seq, t.payload_len, t.flags) {
+                    Segment::Data => {
+                        f.data[dir] += 1;
+                        bk.data[dir] += 1;
                     }
-                } else if t.flags & 0x03 != 0 {
-                    // SYN and FIN take one sequence number.
-                    let end = t.seq.wrapping_add(1);
-                    if track.high[dir].is_none_or(|h| (end.wrapping_sub(h) as i32) > 0) {
-                        track.high[dir] = Some(end);
+                    Segment::Retransmission => {
+                        f.data[dir] += 1;
+                        bk.data[dir] += 1;
+                        f.retransmissions[dir] += 1;
+                        bk.retransmissions[dir] += 1;
                     }
+                    Segment::Other => {}
                 }
             }
         }
@@ -211,6 +219,82 @@ impl IndexBuilder {
             blocks: self.blocks,
             flows: self.flows,
         }
+    }
+}
+
+/// What a TCP segment is, for the health counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Segment {
+    /// Data beyond what the direction carried before.
+    Data,
+    /// Data whose sequence range the direction has already carried.
+    Retransmission,
+    /// No data, a keepalive, or a zero-window probe.
+    Other,
+}
+
+/// Whether `a` is after `b` in RFC 1982 serial-number order (32 bits).
+fn serial_gt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+/// Classifies a TCP segment of direction `dir` (`seq`, `len` payload bytes, `flags`) and
+/// advances the direction's high mark in `st`. A retransmission is a data segment whose end
+/// (seq + len) is not after the high mark (serial-number arithmetic, so a wrap of the
+/// sequence space is no retransmission); a keepalive (at most 1 byte at high - 1) and a
+/// zero-window probe (1 byte while the peer advertises a zero window) are neither data nor
+/// retransmissions. A SYN carrying data is data.
+///
+/// A data segment older than the packet that set the high mark was indexed late (it sits in
+/// another lane's block, see [`TcpState`]): it is data, and moves nothing.
+pub(crate) fn classify(
+    st: &mut TcpState,
+    dir: usize,
+    ts: u64,
+    seq: u32,
+    len: u32,
+    flags: u8,
+) -> Segment {
+    let syn = flags & 0x02 != 0;
+    if st.high[dir].is_some() && ts < st.high_ts[dir] {
+        return if len > 0 {
+            Segment::Data
+        } else {
+            Segment::Other
+        };
+    }
+    if len == 0 {
+        if flags & 0x03 != 0 {
+            // SYN and FIN take one sequence number.
+            let end = seq.wrapping_add(1);
+            if st.high[dir].is_none_or(|h| serial_gt(end, h)) {
+                st.high[dir] = Some(end);
+                st.high_ts[dir] = ts;
+            }
+        }
+        return Segment::Other;
+    }
+    let end = seq.wrapping_add(len);
+    let Some(high) = st.high[dir] else {
+        st.high[dir] = Some(end);
+        st.high_ts[dir] = ts;
+        return Segment::Data;
+    };
+    if len == 1 && seq == high.wrapping_sub(1) {
+        return Segment::Other; // keepalive
+    }
+    if len == 1 && st.zero_since[1 - dir].is_some() {
+        // The peer's window is closed: a probe (its byte counts once the window opens).
+        return Segment::Other;
+    }
+    if serial_gt(end, high) {
+        st.high[dir] = Some(end);
+        st.high_ts[dir] = ts;
+        Segment::Data
+    } else if syn {
+        Segment::Data
+    } else {
+        Segment::Retransmission
     }
 }
 
@@ -257,4 +341,249 @@ pub fn rebuild_seeded(seg: &SegmentReader, seed: TcpCarry) -> Result<SegmentInde
         b.add_block(&meta, &data);
     }
     Ok(b.finish(seg.bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{block, tcp4, A, B};
+    use super::super::DscpCount;
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    /// Ethernet + IPv6 + TCP frame with `payload` bytes and traffic class `tclass`, from
+    /// fd00::`src` to fd00::`dst` (the lower host on port 40000, the other on 443).
+    fn tcp6(src: u16, dst: u16, seq: u32, flags: u8, payload: usize, tclass: u8) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x86, 0xdd];
+        let vtf = (6u32 << 28) | (u32::from(tclass) << 20);
+        f.extend_from_slice(&vtf.to_be_bytes());
+        f.extend_from_slice(&((20 + payload) as u16).to_be_bytes());
+        f.extend_from_slice(&[6, 64]);
+        for host in [src, dst] {
+            let a: std::net::Ipv6Addr = format!("fd00::{host:x}").parse().unwrap();
+            f.extend_from_slice(&a.octets());
+        }
+        let (sport, dport) = if src < dst {
+            (40000u16, 443u16)
+        } else {
+            (443, 40000)
+        };
+        f.extend_from_slice(&sport.to_be_bytes());
+        f.extend_from_slice(&dport.to_be_bytes());
+        f.extend_from_slice(&seq.to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0, 0, 0x50, flags, 0x10, 0, 0, 0, 0, 0]);
+        f.resize(f.len() + payload, 0xcd);
+        f
+    }
+
+    fn index_of(packets: &[(u64, Vec<u8>)]) -> SegmentIndex {
+        let mut ix = IndexBuilder::new(1);
+        let (m, d) = block(packets, true);
+        ix.add_block(&m, &d);
+        ix.finish(1)
+    }
+
+    #[test]
+    fn more_than_255_retransmissions_are_counted_exactly() {
+        let mut p = vec![(S, tcp4(None, A, B, 40000, 443, 1000, 0x18, 1000, 100, 0))];
+        for n in 0..300u64 {
+            p.push((
+                S + 1 + n,
+                tcp4(None, A, B, 40000, 443, 1000, 0x18, 1000, 100, 0),
+            ));
+        }
+        let idx = index_of(&p);
+        let f = &idx.flows[0];
+        assert_eq!(f.retransmissions, [300, 0]);
+        assert_eq!(f.data, [301, 0]);
+        assert_eq!(f.buckets[0].retransmissions, [300, 0]);
+        let back = SegmentIndex::decode(&idx.encode()).unwrap();
+        assert_eq!(back.flows[0].retransmissions, [300, 0]);
+    }
+
+    #[test]
+    fn a_dscp_change_at_packet_20_is_recorded_with_exact_counts_per_value() {
+        let p: Vec<_> = (0..30u32)
+            .map(|n| {
+                let dscp = if n < 19 { 0 } else { 46 };
+                let seq = 1 + n * 100;
+                (
+                    S + u64::from(n),
+                    tcp4(None, A, B, 40000, 443, seq, 0x18, 1000, 100, dscp),
+                )
+            })
+            .collect();
+        let idx = index_of(&p);
+        let f = &idx.flows[0];
+        let c = f.dscp_change[0].expect("a change");
+        assert_eq!((c.ordinal, c.ts_ns, c.from, c.to), (20, S + 19, 0, 46));
+        assert_eq!(f.dscp_change[1], None);
+        let frame = p[0].1.len() as u64;
+        assert_eq!(
+            f.dscp_counts[0],
+            vec![
+                DscpCount {
+                    dscp: 0,
+                    packets: 19,
+                    bytes: 19 * frame
+                },
+                DscpCount {
+                    dscp: 46,
+                    packets: 11,
+                    bytes: 11 * frame
+                }
+            ]
+        );
+        assert_eq!(f.retransmissions, [0, 0]);
+        assert_eq!(SegmentIndex::decode(&idx.encode()).unwrap(), idx);
+    }
+
+    #[test]
+    fn the_change_ordinal_and_the_high_mark_carry_across_segments() {
+        // Packets 1-10 in segment 1 (DSCP 0), 11-25 in segment 2 (DSCP 10 from packet 12),
+        // and a resend in segment 3 of data sent in segment 1.
+        let pkt = |n: u32, dscp: u8| tcp4(None, A, B, 40000, 443, 1 + n * 10, 0x18, 9, 10, dscp);
+        let mut merged: Option<FlowRecord> = None;
+        let mut carry = TcpCarry::new();
+        let segments: [Vec<(u64, Vec<u8>)>; 3] = [
+            (0..10).map(|n| (S + u64::from(n), pkt(n, 0))).collect(),
+            (10..25)
+                .map(|n| (5 * S + u64::from(n), pkt(n, if n == 10 { 0 } else { 10 })))
+                .collect(),
+            vec![(9 * S, pkt(3, 10))],
+        ];
+        for (seq, p) in segments.iter().enumerate() {
+            let mut ix = IndexBuilder::with_seed(seq as u64, carry);
+            let (m, d) = block(p, true);
+            ix.add_block(&m, &d);
+            let idx = ix.finish(1);
+            carry = idx.carry_out();
+            let f = &idx.flows[0];
+            match merged.as_mut() {
+                Some(x) => x.absorb(f),
+                None => merged = Some(f.clone()),
+            }
+        }
+        let f = merged.unwrap();
+        assert_eq!(f.packets, [26, 0], "one row, exact counts");
+        assert_eq!(f.retransmissions, [1, 0]);
+        let c = f.dscp_change[0].unwrap();
+        assert_eq!((c.ordinal, c.from, c.to), (12, 0, 10));
+        assert_eq!(f.dscp_counts[0].len(), 2);
+        assert_eq!(f.dscp_counts[0][0].packets, 11);
+        assert_eq!(f.dscp_counts[0][1].packets, 15);
+    }
+
+    #[test]
+    fn sequence_wraparound_is_no_retransmission() {
+        let start = u32::MAX - 250;
+        let mut p = Vec::new();
+        for n in 0..6u32 {
+            let seq = start.wrapping_add(n * 100);
+            p.push((
+                S + u64::from(n),
+                tcp4(None, A, B, 40000, 443, seq, 0x18, 1000, 100, 0),
+            ));
+        }
+        // One real resend after the wrap: the segment that started at start + 300.
+        p.push((
+            S + 9,
+            tcp4(
+                None,
+                A,
+                B,
+                40000,
+                443,
+                start.wrapping_add(300),
+                0x18,
+                1000,
+                100,
+                0,
+            ),
+        ));
+        let f = &index_of(&p).flows[0];
+        assert_eq!(f.retransmissions, [1, 0]);
+        assert_eq!(f.data, [7, 0]);
+    }
+
+    #[test]
+    fn keepalives_and_zero_window_probes_are_not_retransmissions() {
+        let p = vec![
+            (S, tcp4(None, A, B, 40000, 443, 1000, 0x18, 1000, 100, 0)),
+            // Keepalive: one byte at high mark - 1, twice; an empty one too.
+            (S + 1, tcp4(None, A, B, 40000, 443, 1099, 0x10, 1000, 1, 0)),
+            (S + 2, tcp4(None, A, B, 40000, 443, 1099, 0x10, 1000, 1, 0)),
+            (S + 3, tcp4(None, A, B, 40000, 443, 1099, 0x10, 1000, 0, 0)),
+            // B closes its window; A probes with the next byte, twice; B opens after 2 s.
+            (S + 4, tcp4(None, B, A, 443, 40000, 1, 0x10, 0, 0, 0)),
+            (S + 5, tcp4(None, A, B, 40000, 443, 1100, 0x10, 1000, 1, 0)),
+            (S + 6, tcp4(None, A, B, 40000, 443, 1100, 0x10, 1000, 1, 0)),
+            (S + 7, tcp4(None, B, A, 443, 40000, 1, 0x10, 0, 0, 0)),
+            (3 * S + 4, tcp4(None, B, A, 443, 40000, 1, 0x10, 500, 0, 0)),
+            (
+                3 * S + 5,
+                tcp4(None, A, B, 40000, 443, 1100, 0x18, 1000, 100, 0),
+            ),
+            // A real resend.
+            (
+                3 * S + 6,
+                tcp4(None, A, B, 40000, 443, 1100, 0x18, 1000, 100, 0),
+            ),
+        ];
+        let f = &index_of(&p).flows[0];
+        assert_eq!(f.retransmissions, [1, 0]);
+        assert_eq!(f.data, [3, 0]);
+        assert_eq!(f.zero_windows, [0, 2]);
+        assert_eq!(f.zero_window_ns, [0, 2 * S]);
+    }
+
+    #[test]
+    fn ipv6_traffic_class_gives_the_dscp_and_unanswered_syns_are_seen() {
+        let p = vec![
+            (S, tcp6(1, 2, 10, 0x02, 0, 46 << 2)),
+            (S + 1, tcp6(1, 2, 10, 0x02, 0, 46 << 2)),
+            (S + 2, tcp6(3, 4, 10, 0x02, 0, 0)),
+            (S + 3, tcp6(4, 3, 99, 0x12, 0, 0)),
+        ];
+        let idx = index_of(&p);
+        let f = &idx.flows[0];
+        assert_eq!(f.key.ip_version, 6);
+        assert_eq!(f.dscp[0], 1 << 46);
+        assert_eq!(f.dscp_counts[0][0].dscp, 46);
+        assert!(f.syn_unanswered(0) && !f.syn_unanswered(1));
+        let g = &idx.flows[1];
+        assert!(!g.syn_unanswered(0) && !g.syn_unanswered(1));
+    }
+
+    /// The store writes a block per DSCP class: a remarked flow's later packets (EF) may be
+    /// indexed before its earlier ones (CS0). The change and the retransmission count come
+    /// out as if the packets had come in time order.
+    #[test]
+    fn blocks_of_other_lanes_indexed_out_of_time_order_give_the_same_answers() {
+        let pkt = |n: u32| {
+            let dscp = if n < 19 { 0 } else { 46 };
+            let seq = 1 + n * 100;
+            (
+                S + u64::from(n),
+                tcp4(None, A, B, 40000, 443, seq, 0x18, 1000, 100, dscp),
+            )
+        };
+        let all: Vec<_> = (0..30).map(pkt).collect();
+        let mut ix = IndexBuilder::new(1);
+        let (m, d) = block(&all[19..], true);
+        ix.add_block(&m, &d);
+        let (m, d) = block(&all[..19], false);
+        ix.add_block(&m, &d);
+        let idx = ix.finish(1);
+        let f = &idx.flows[0];
+        let c = f.dscp_change[0].expect("a change");
+        assert_eq!((c.ordinal, c.ts_ns, c.from, c.to), (20, S + 19, 0, 46));
+        assert_eq!(
+            f.retransmissions,
+            [0, 0],
+            "late packets are no retransmissions"
+        );
+        assert_eq!(f.data, [30, 0]);
+        assert_eq!(SegmentIndex::decode(&idx.encode()).unwrap(), idx);
+    }
 }

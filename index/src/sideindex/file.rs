@@ -9,13 +9,27 @@ use capsule_store::fsx;
 use capsule_store::{Result, SegmentReader, StoreError};
 use capsule_wire::view::{Reader, Short, VarintError};
 
-use super::{index_name, BlockSummary, Bucket, FlowKey, FlowRecord, SegmentIndex};
+use super::{
+    index_name, BlockSummary, Bucket, DscpChange, DscpCount, DscpState, FlowKey, FlowRecord,
+    SegmentIndex, TcpState,
+};
 
 /// Index format version written by this build, and the only one it reads.
-pub const INDEX_VERSION: u16 = 2;
+pub const INDEX_VERSION: u16 = 3;
 const INDEX_MAGIC: [u8; 8] = *b"CPSLIDX\0";
-pub(super) const HEADER_LEN: usize = 64;
+pub(super) const HEADER_LEN: usize = 80;
 const NO_VLAN: u16 = 0xFFFF;
+/// Where the header's body CRC is.
+const BODY_CRC_AT: usize = 56;
+
+/// What [`SegmentIndex::peek`] reads of an index file's header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexHeader {
+    pub seq: u64,
+    pub segment_len: u64,
+    /// First and last packet time of the flows.
+    pub span: Option<(u64, u64)>,
+}
 
 // ---- encoding ----------------------------------------------------------------------------
 
@@ -99,25 +113,28 @@ pub(super) fn put_flow(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool) {
         body.extend_from_slice(&f.bytes[d].to_le_bytes());
         body.extend_from_slice(&f.dscp[d].to_le_bytes());
         body.push(f.tcp_flags[d]);
+        put_varint(body, f.data[d]);
         put_varint(body, f.retransmissions[d]);
         put_varint(body, f.zero_windows[d]);
         put_varint(body, f.resets[d]);
+        put_varint(body, f.zero_window_ns[d]);
+        body.push(f.handshake[d]);
+        put_varint(body, f.dscp_counts[d].len() as u64);
+        for c in &f.dscp_counts[d] {
+            body.push(c.dscp);
+            put_varint(body, c.packets);
+            put_varint(body, c.bytes);
+        }
+        match f.dscp_change[d] {
+            None => body.push(0),
+            Some(c) => {
+                body.push(1);
+                put_change(body, &c);
+            }
+        }
     }
-    // TCP state carried in and out: a presence bit per value, then the values present.
-    let states = [
-        f.tcp_in.high[0],
-        f.tcp_in.high[1],
-        f.tcp_out.high[0],
-        f.tcp_out.high[1],
-    ];
-    let mut bits = 0u8;
-    for (n, v) in states.iter().enumerate() {
-        bits |= u8::from(v.is_some()) << n;
-    }
-    body.push(bits);
-    for v in states.into_iter().flatten() {
-        body.extend_from_slice(&v.to_le_bytes());
-    }
+    put_state(body, &f.tcp_in);
+    put_state(body, &f.tcp_out);
     if with_blocks {
         put_varint(body, f.blocks.len() as u64);
         let mut prev = 0u32;
@@ -132,10 +149,107 @@ pub(super) fn put_flow(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool) {
         put_varint(body, b.second - prev);
         prev = b.second;
         for d in 0..2 {
-            put_varint(body, b.packets[d]);
-            put_varint(body, b.bytes[d]);
+            for v in [
+                b.packets[d],
+                b.bytes[d],
+                b.data[d],
+                b.retransmissions[d],
+                b.zero_windows[d],
+                b.resets[d],
+            ] {
+                put_varint(body, v);
+            }
         }
     }
+}
+
+/// Encodes a flow's carried state (docs/format.md, "flow state"): a presence byte, the high
+/// marks with the time of the packet that set them, the open stall starts, then per
+/// direction the packets counted and the DSCP state.
+fn put_state(body: &mut Vec<u8>, st: &TcpState) {
+    let mut bits = 0u8;
+    for d in 0..2 {
+        bits |= u8::from(st.high[d].is_some()) << d;
+        bits |= u8::from(st.zero_since[d].is_some()) << (2 + d);
+        bits |= u8::from(st.dscp[d].first.is_some()) << (4 + d);
+        bits |= u8::from(st.dscp[d].change.is_some()) << (6 + d);
+    }
+    body.push(bits);
+    for d in 0..2 {
+        if let Some(v) = st.high[d] {
+            body.extend_from_slice(&v.to_le_bytes());
+            body.extend_from_slice(&st.high_ts[d].to_le_bytes());
+        }
+    }
+    for v in st.zero_since.into_iter().flatten() {
+        body.extend_from_slice(&v.to_le_bytes());
+    }
+    for d in 0..2 {
+        put_varint(body, st.packets[d]);
+        if let Some((ts, v)) = st.dscp[d].first {
+            body.extend_from_slice(&ts.to_le_bytes());
+            body.push(v);
+        }
+        if let Some(c) = st.dscp[d].change {
+            put_change(body, &c);
+        }
+    }
+}
+
+fn put_change(body: &mut Vec<u8>, c: &DscpChange) {
+    put_varint(body, c.ordinal);
+    body.extend_from_slice(&c.ts_ns.to_le_bytes());
+    body.push(c.from);
+    body.push(c.to);
+}
+
+fn get_change(c: &mut Reader<'_>) -> std::result::Result<DscpChange, DecodeError> {
+    let ch = DscpChange {
+        ordinal: c.varint().map_err(bad_varint)?,
+        ts_ns: c.u64_le().map_err(short)?,
+        from: c.u8().map_err(short)?,
+        to: c.u8().map_err(short)?,
+    };
+    if ch.from > 63 || ch.to > 63 {
+        return Err(invalid(format!(
+            "DSCP change from {} to {}: values above 63",
+            ch.from, ch.to
+        )));
+    }
+    Ok(ch)
+}
+
+fn get_state(c: &mut Reader<'_>) -> std::result::Result<TcpState, DecodeError> {
+    let bits = c.u8().map_err(short)?;
+    let mut st = TcpState::default();
+    for d in 0..2 {
+        if bits & (1 << d) != 0 {
+            st.high[d] = Some(c.u32_le().map_err(short)?);
+            st.high_ts[d] = c.u64_le().map_err(short)?;
+        }
+    }
+    for d in 0..2 {
+        if bits & (1 << (2 + d)) != 0 {
+            st.zero_since[d] = Some(c.u64_le().map_err(short)?);
+        }
+    }
+    for d in 0..2 {
+        st.packets[d] = c.varint().map_err(bad_varint)?;
+        let mut ds = DscpState::default();
+        if bits & (1 << (4 + d)) != 0 {
+            let ts = c.u64_le().map_err(short)?;
+            let v = c.u8().map_err(short)?;
+            if v > 63 {
+                return Err(invalid(format!("first DSCP {v} is above 63")));
+            }
+            ds.first = Some((ts, v));
+        }
+        if bits & (1 << (6 + d)) != 0 {
+            ds.change = Some(get_change(c)?);
+        }
+        st.dscp[d] = ds;
+    }
+    Ok(st)
 }
 
 /// Decodes one flow record written by [`put_flow`]: with its block list (checked against
@@ -179,22 +293,41 @@ pub(super) fn get_flow(
         f.bytes[d] = c.u64_le().map_err(short)?;
         f.dscp[d] = c.u64_le().map_err(short)?;
         f.tcp_flags[d] = c.u8().map_err(short)?;
+        f.data[d] = c.varint().map_err(bad_varint)?;
         f.retransmissions[d] = c.varint().map_err(bad_varint)?;
         f.zero_windows[d] = c.varint().map_err(bad_varint)?;
         f.resets[d] = c.varint().map_err(bad_varint)?;
-    }
-    let bits = c.u8().map_err(short)?;
-    if bits & 0xF0 != 0 {
-        return Err(invalid(format!("TCP state presence bits {bits:#04x}")));
-    }
-    let mut states = [None; 4];
-    for (n, v) in states.iter_mut().enumerate() {
-        if bits & (1 << n) != 0 {
-            *v = Some(c.u32_le().map_err(short)?);
+        f.zero_window_ns[d] = c.varint().map_err(bad_varint)?;
+        f.handshake[d] = c.u8().map_err(short)?;
+        let n = c.varint().map_err(bad_varint)?;
+        if n > 64 {
+            return Err(invalid(format!("flow lists {n} DSCP values")));
         }
+        let mut prev: Option<u8> = None;
+        for _ in 0..n {
+            let dscp = c.u8().map_err(short)?;
+            if dscp > 63 || prev.is_some_and(|p| p >= dscp) {
+                return Err(invalid(format!(
+                    "DSCP counter for value {dscp} out of order or range"
+                )));
+            }
+            prev = Some(dscp);
+            let packets = c.varint().map_err(bad_varint)?;
+            let bytes = c.varint().map_err(bad_varint)?;
+            f.dscp_counts[d].push(DscpCount {
+                dscp,
+                packets,
+                bytes,
+            });
+        }
+        f.dscp_change[d] = match c.u8().map_err(short)? {
+            0 => None,
+            1 => Some(get_change(c)?),
+            v => return Err(invalid(format!("DSCP change presence byte {v}"))),
+        };
     }
-    f.tcp_in.high = [states[0], states[1]];
-    f.tcp_out.high = [states[2], states[3]];
+    f.tcp_in = get_state(c)?;
+    f.tcp_out = get_state(c)?;
     if let Some(n_blocks) = n_blocks {
         let nb = c.varint().map_err(bad_varint)?;
         if nb > n_blocks as u64 {
@@ -214,6 +347,8 @@ pub(super) fn get_flow(
         return Err(invalid(format!("flow lists {nbk} buckets")));
     }
     let mut second = first_ns / 1_000_000_000;
+    // Each bucket takes at least 13 bytes: no more are reserved than the body could hold.
+    f.buckets.reserve_exact((nbk as usize).min(body_len / 13));
     for _ in 0..nbk {
         second = second.saturating_add(c.varint().map_err(bad_varint)?);
         let mut bk = Bucket {
@@ -223,6 +358,10 @@ pub(super) fn get_flow(
         for d in 0..2 {
             bk.packets[d] = c.varint().map_err(bad_varint)?;
             bk.bytes[d] = c.varint().map_err(bad_varint)?;
+            bk.data[d] = c.varint().map_err(bad_varint)?;
+            bk.retransmissions[d] = c.varint().map_err(bad_varint)?;
+            bk.zero_windows[d] = c.varint().map_err(bad_varint)?;
+            bk.resets[d] = c.varint().map_err(bad_varint)?;
         }
         f.buckets.push(bk);
     }
@@ -230,7 +369,7 @@ pub(super) fn get_flow(
 }
 
 impl SegmentIndex {
-    /// Encodes the index file: a 64-byte header, then the zstd-compressed body.
+    /// Encodes the index file: an 80-byte header, then the zstd-compressed body.
     pub fn encode(&self) -> Vec<u8> {
         let mut body = Vec::with_capacity(self.blocks.len() * 16 + self.flows.len() * 160);
         for b in &self.blocks {
@@ -256,11 +395,42 @@ impl SegmentIndex {
         out.extend_from_slice(&(compressed.len() as u64).to_le_bytes());
         out.extend_from_slice(&(body.len() as u64).to_le_bytes());
         out.extend_from_slice(&crc32c::crc32c(&compressed).to_le_bytes());
+        let (first, last) = self.span().unwrap_or((u64::MAX, 0));
+        out.extend_from_slice(&first.to_le_bytes());
+        out.extend_from_slice(&last.to_le_bytes());
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         debug_assert_eq!(out.len(), HEADER_LEN);
         out.extend_from_slice(&compressed);
         out
+    }
+
+    /// The first and last packet time of the index's flows, if it has any.
+    pub fn span(&self) -> Option<(u64, u64)> {
+        let first = self.flows.iter().map(|f| f.first_ns).min()?;
+        let last = self.flows.iter().map(|f| f.last_ns).max()?;
+        Some((first, last))
+    }
+
+    /// Reads an index file's header only (magic, version and header CRC checked): its
+    /// segment, segment length and flows' span (`None` for no flows), so that a reader can
+    /// skip an index outside its window without decompressing the body.
+    pub fn peek(b: &[u8]) -> Option<IndexHeader> {
+        let h = b.first_chunk::<HEADER_LEN>()?;
+        if h[..8] != INDEX_MAGIC
+            || u16::from_le_bytes([h[8], h[9]]) != INDEX_VERSION
+            || crc32c::crc32c(&h[..HEADER_LEN - 4])
+                != u32::from_le_bytes(h[HEADER_LEN - 4..].try_into().ok()?)
+        {
+            return None;
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap_or_default());
+        let (first, last) = (u64_at(60), u64_at(68));
+        Some(IndexHeader {
+            seq: u64_at(16),
+            segment_len: u64_at(24),
+            span: (first <= last).then_some((first, last)),
+        })
     }
 
     /// Decodes an index file. Never panics; every failure names what was wrong.
@@ -297,6 +467,7 @@ impl SegmentIndex {
         let clen = h.u64_le().map_err(short)?;
         let ulen = h.u64_le().map_err(short)?;
         let body_crc = h.u32_le().map_err(short)?;
+        h.skip(16).map_err(short)?; // the span, derived from the flows
         let stored = h.u32_le().map_err(short)?;
         let computed = crc32c::crc32c(&b[..HEADER_LEN - 4]);
         if stored != computed {
@@ -386,7 +557,7 @@ impl SegmentIndex {
                 c.u64_le().map_err(short)?,
                 c.u32_le().map_err(short)?,
             );
-            let body_crc = c.at(HEADER_LEN - 8).u32_le().map_err(short)?;
+            let body_crc = c.at(BODY_CRC_AT).u32_le().map_err(short)?;
             let stored = c.at(HEADER_LEN - 4).u32_le().map_err(short)?;
             // The body too: a damaged body behind an intact header is not current.
             Ok(version == INDEX_VERSION

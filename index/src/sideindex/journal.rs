@@ -29,7 +29,7 @@ use super::{BlockDelta, BlockSummary, FlowKey, FlowRecord, SegmentIndex};
 /// Magic opening every journal record.
 pub const RECORD_MAGIC: [u8; 4] = *b"CPJR";
 /// Journal record format version written by this build, and the only one it reads.
-pub const JOURNAL_VERSION: u16 = 1;
+pub const JOURNAL_VERSION: u16 = 2;
 /// Magic, payload length, payload crc32c.
 pub const FRAME_LEN: usize = 12;
 /// Fixed part of a payload, before the compressed body.

@@ -27,7 +27,7 @@ mod file;
 pub mod journal;
 
 pub use build::{rebuild, rebuild_seeded, BlockDelta, IndexBuilder};
-pub use file::INDEX_VERSION;
+pub use file::{IndexHeader, INDEX_VERSION};
 pub use journal::{journal_name, LiveIndex};
 
 /// Name of segment `seq`'s index file.
@@ -134,14 +134,60 @@ impl FlowKey {
     }
 }
 
-/// One second of a flow: packets and wire bytes each way.
+/// One second of a flow, each way: packets, wire bytes, and the TCP health counters (so that
+/// per-interval TCP answers are exact to the second).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Bucket {
     /// Seconds since the Unix epoch.
     pub second: u64,
     pub packets: [u64; 2],
     pub bytes: [u64; 2],
+    /// TCP segments carrying data (keepalives and zero-window probes excluded).
+    pub data: [u64; 2],
+    /// Of those, retransmissions (see [`FlowRecord::retransmissions`]).
+    pub retransmissions: [u64; 2],
+    /// TCP segments advertising a zero receive window (RSTs excluded).
+    pub zero_windows: [u64; 2],
+    pub resets: [u64; 2],
 }
+
+impl Bucket {
+    /// Adds another bucket's counters (of the same second) to this one.
+    pub fn add(&mut self, o: &Bucket) {
+        for d in 0..2 {
+            self.packets[d] += o.packets[d];
+            self.bytes[d] += o.bytes[d];
+            self.data[d] += o.data[d];
+            self.retransmissions[d] += o.retransmissions[d];
+            self.zero_windows[d] += o.zero_windows[d];
+            self.resets[d] += o.resets[d];
+        }
+    }
+}
+
+/// Packets and wire bytes of one DSCP value in one direction of a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DscpCount {
+    pub dscp: u8,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// The first DSCP change in one direction of a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct DscpChange {
+    /// The packet that carried the new value: its ordinal within that direction, 1-based,
+    /// counted from the flow's first packet (carried across segments).
+    pub ordinal: u64,
+    pub ts_ns: u64,
+    pub from: u8,
+    pub to: u8,
+}
+
+/// [`FlowRecord::handshake`] bit: a SYN without ACK was sent in that direction.
+pub const SENT_SYN: u8 = 1;
+/// [`FlowRecord::handshake`] bit: a SYN-ACK was sent in that direction.
+pub const SENT_SYN_ACK: u8 = 2;
 
 /// Everything the index knows of one flow within one segment. Arrays are per direction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,11 +202,25 @@ pub struct FlowRecord {
     pub dscp: [u64; 2],
     /// Union of the TCP flags seen.
     pub tcp_flags: [u8; 2],
-    /// TCP segments carrying data that ends at or before data already seen.
+    /// TCP segments carrying data (keepalives and zero-window probes excluded).
+    pub data: [u64; 2],
+    /// TCP data segments whose sequence range that direction has already carried: the end
+    /// (seq + length) is not after the highest end seen (RFC 1982 serial arithmetic), and
+    /// the segment is neither a keepalive (at most 1 byte at high mark - 1) nor a
+    /// zero-window probe (1 byte while the peer advertises a zero window).
     pub retransmissions: [u64; 2],
     /// TCP segments advertising a zero receive window (RSTs excluded).
     pub zero_windows: [u64; 2],
     pub resets: [u64; 2],
+    /// Nanoseconds from a zero-window advert in that direction until the window opened
+    /// again (stalls still open at the end of the record are not counted yet).
+    pub zero_window_ns: [u64; 2],
+    /// [`SENT_SYN`] / [`SENT_SYN_ACK`] bits: what of a handshake each direction sent.
+    pub handshake: [u8; 2],
+    /// Exact per-DSCP-value counters, ascending by value.
+    pub dscp_counts: [Vec<DscpCount>; 2],
+    /// The first DSCP change in each direction, if any.
+    pub dscp_change: [Option<DscpChange>; 2],
     /// Indexes of the blocks holding the flow's packets, ascending.
     pub blocks: Vec<u32>,
     /// Per-second counters, ascending by second.
@@ -174,11 +234,120 @@ pub struct FlowRecord {
     pub tcp_out: TcpState,
 }
 
-/// What retransmission detection keeps of a TCP flow: per direction, the highest sequence
-/// number + payload seen (serial-number order), if any.
+/// What a flow's counting carries from one packet to the next, and from one segment's
+/// build to the next: per direction, the TCP high mark (the highest sequence number +
+/// payload seen, serial-number order) and the time of the packet that set it, since when the
+/// sender has advertised a zero window, the packets counted so far, and the DSCP state.
+///
+/// The store writes a block per DSCP class (lane), so the index may see a flow's packets out
+/// of time order when they fall in several lanes (a remarked flow, ties of timestamps). The
+/// state is kept by timestamps where that matters: a data segment older than the packet
+/// that set the high mark is no retransmission (it was indexed late), and the DSCP change is
+/// the earliest packet whose value differs from the earliest packet's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct TcpState {
     pub high: [Option<u32>; 2],
+    /// Timestamp of the packet that set `high`.
+    pub high_ts: [u64; 2],
+    /// Timestamp of the zero-window advert that started a stall still open.
+    pub zero_since: [Option<u64>; 2],
+    /// Packets of that direction counted before.
+    pub packets: [u64; 2],
+    pub dscp: [DscpState; 2],
+}
+
+/// The DSCP state of one direction of a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct DscpState {
+    /// The earliest packet seen: (timestamp, DSCP).
+    pub first: Option<(u64, u8)>,
+    /// The earliest packet whose DSCP differs from the earliest packet's, with the packets
+    /// before it (its ordinal - 1).
+    pub change: Option<DscpChange>,
+}
+
+impl DscpState {
+    /// Counts a packet of DSCP `v` at `ts`, the `n`th of its direction in processing order;
+    /// returns whether the change moved or its ordinal grew.
+    pub fn packet(&mut self, ts: u64, v: u8, n: u64) -> bool {
+        let Some((fts, fv)) = self.first else {
+            self.first = Some((ts, v));
+            return false;
+        };
+        if ts < fts {
+            // Earlier than every packet seen (indexed late): the new first packet.
+            self.first = Some((ts, v));
+            if v != fv {
+                // Everything seen so far carried fv from fts on: the change is at fts.
+                self.change = Some(DscpChange {
+                    ordinal: 2,
+                    ts_ns: fts,
+                    from: v,
+                    to: fv,
+                });
+                return true;
+            }
+            return match &mut self.change {
+                Some(c) => {
+                    c.ordinal += 1;
+                    true
+                }
+                None => false,
+            };
+        }
+        match &mut self.change {
+            Some(c) if ts < c.ts_ns => {
+                if v != fv {
+                    // An earlier change (indexed late): its ordinal is not known exactly.
+                    *c = DscpChange {
+                        ordinal: c.ordinal,
+                        ts_ns: ts,
+                        from: fv,
+                        to: v,
+                    };
+                } else {
+                    c.ordinal += 1;
+                }
+                true
+            }
+            None if v != fv => {
+                self.change = Some(DscpChange {
+                    ordinal: n,
+                    ts_ns: ts,
+                    from: fv,
+                    to: v,
+                });
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl FlowRecord {
+    /// Whether a SYN was sent in direction `d` and no SYN-ACK came back.
+    pub fn syn_unanswered(&self, d: usize) -> bool {
+        self.handshake[d] & SENT_SYN != 0 && self.handshake[1 - d] & SENT_SYN_ACK == 0
+    }
+
+    /// Adds `packets` packets of DSCP `dscp` and `wire` bytes to the per-value counters.
+    pub fn count_dscp(&mut self, d: usize, dscp: u8, packets: u64, wire: u64) {
+        let v = &mut self.dscp_counts[d];
+        match v.binary_search_by_key(&dscp, |c| c.dscp) {
+            Ok(i) => {
+                v[i].packets += packets;
+                v[i].bytes += wire;
+            }
+            Err(i) => v.insert(
+                i,
+                DscpCount {
+                    dscp,
+                    packets,
+                    bytes: wire,
+                },
+            ),
+        }
+    }
 }
 
 impl FlowRecord {
@@ -195,6 +364,11 @@ impl FlowRecord {
             retransmissions: [0; 2],
             zero_windows: [0; 2],
             resets: [0; 2],
+            data: [0; 2],
+            zero_window_ns: [0; 2],
+            handshake: [0; 2],
+            dscp_counts: [Vec::new(), Vec::new()],
+            dscp_change: [None; 2],
             blocks: Vec::new(),
             buckets: Vec::new(),
             tcp_in: TcpState::default(),
@@ -236,9 +410,22 @@ impl FlowRecord {
             self.bytes[d] += o.bytes[d];
             self.dscp[d] |= o.dscp[d];
             self.tcp_flags[d] |= o.tcp_flags[d];
+            self.data[d] += o.data[d];
             self.retransmissions[d] += o.retransmissions[d];
             self.zero_windows[d] += o.zero_windows[d];
             self.resets[d] += o.resets[d];
+            self.zero_window_ns[d] += o.zero_window_ns[d];
+            self.handshake[d] |= o.handshake[d];
+            for c in &o.dscp_counts[d] {
+                self.count_dscp(d, c.dscp, c.packets, c.bytes);
+            }
+            // The earliest change wins; of two reports of one change, the later one (it
+            // has counted more of the packets before it).
+            match (&self.dscp_change[d], &o.dscp_change[d]) {
+                (Some(a), Some(b)) if b.ts_ns <= a.ts_ns => self.dscp_change[d] = Some(*b),
+                (None, Some(b)) => self.dscp_change[d] = Some(*b),
+                _ => {}
+            }
         }
     }
 }
@@ -253,10 +440,7 @@ pub fn merge_buckets(dst: &mut Vec<Bucket>, src: &[Bucket]) {
             _ => dst.partition_point(|x| x.second < b.second),
         };
         if at < dst.len() && dst[at].second == b.second {
-            for d in 0..2 {
-                dst[at].packets[d] += b.packets[d];
-                dst[at].bytes[d] += b.bytes[d];
-            }
+            dst[at].add(b);
         } else {
             dst.insert(at, *b);
         }
@@ -289,7 +473,8 @@ pub type TcpCarry = std::collections::HashMap<FlowKey, TcpState>;
 
 impl SegmentIndex {
     /// What the next segment's build carries in: every flow's state after this segment.
-    /// Flows idle for a whole segment are not in it, so they start fresh after it.
+    /// Flows idle for a whole segment are not in it, so they start fresh after it (their
+    /// DSCP change ordinals then count from there).
     pub fn carry_out(&self) -> TcpCarry {
         self.flows
             .iter()
@@ -448,6 +633,21 @@ pub(crate) mod tests {
 
         let back = SegmentIndex::decode(&idx.encode()).unwrap();
         assert_eq!(back, idx);
+        // The header alone gives the segment and the flows' span.
+        let h = SegmentIndex::peek(&idx.encode()).unwrap();
+        assert_eq!(
+            (h.seq, h.segment_len, h.span),
+            (7, 12345, Some((s, 2 * s + 4)))
+        );
+        let mut bad = idx.encode();
+        bad[62] ^= 1;
+        assert_eq!(
+            SegmentIndex::peek(&bad),
+            None,
+            "the header CRC covers the span"
+        );
+        let empty = SegmentIndex::default().encode();
+        assert_eq!(SegmentIndex::peek(&empty).unwrap().span, None);
     }
 
     #[test]
@@ -479,27 +679,88 @@ pub(crate) mod tests {
                 bytes: [100, 120],
                 dscp: [1 << 46, 1],
                 tcp_flags: [0, 0],
-                retransmissions: [0, 0],
-                zero_windows: [0, 0],
+                data: [3, 0],
+                retransmissions: [300, 0],
+                zero_windows: [0, 2],
                 resets: [0, 0],
+                zero_window_ns: [0, 1_500_000_000],
+                handshake: [SENT_SYN, 0],
+                dscp_counts: [
+                    vec![
+                        DscpCount {
+                            dscp: 0,
+                            packets: 19,
+                            bytes: 1900,
+                        },
+                        DscpCount {
+                            dscp: 46,
+                            packets: 1,
+                            bytes: 100,
+                        },
+                    ],
+                    vec![],
+                ],
+                dscp_change: [
+                    Some(DscpChange {
+                        ordinal: 20,
+                        ts_ns: 6_000_000_001,
+                        from: 0,
+                        to: 46,
+                    }),
+                    None,
+                ],
                 blocks: vec![0, 2],
                 buckets: vec![
                     Bucket {
                         second: 5,
                         packets: [1, 0],
                         bytes: [100, 0],
+                        data: [1, 0],
+                        retransmissions: [1, 0],
+                        ..Bucket::default()
                     },
                     Bucket {
                         second: 9,
                         packets: [0, 1],
                         bytes: [0, 120],
+                        zero_windows: [0, 1],
+                        resets: [0, 1],
+                        ..Bucket::default()
                     },
                 ],
                 tcp_in: TcpState {
                     high: [Some(7), None],
+                    high_ts: [9, 0],
+                    zero_since: [None, Some(u64::MAX)],
+                    packets: [0, 0],
+                    dscp: [
+                        DscpState::default(),
+                        DscpState {
+                            first: Some((5, 63)),
+                            change: None,
+                        },
+                    ],
                 },
                 tcp_out: TcpState {
                     high: [Some(u32::MAX), Some(0)],
+                    high_ts: [u64::MAX, 7],
+                    zero_since: [Some(1), None],
+                    packets: [20, 1],
+                    dscp: [
+                        DscpState {
+                            first: Some((1, 0)),
+                            change: Some(DscpChange {
+                                ordinal: 20,
+                                ts_ns: 6_000_000_001,
+                                from: 0,
+                                to: 46,
+                            }),
+                        },
+                        DscpState {
+                            first: Some((2, 0)),
+                            change: None,
+                        },
+                    ],
                 },
             }],
         };

@@ -1,0 +1,267 @@
+//! `capsule dscp`: every DSCP value seen in the window (EF and CS5 apart, every packet
+//! counted, not a sample), the senders whose packets carry a value the policy does not allow
+//! them (`violations`), and the flows whose marking changed mid-flow (`remarked`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::top::flow_label;
+use crate::{dscp_in_window, dscp_name, rfc, side_filter, Input, Policy};
+
+/// A sender of one value.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sender {
+    pub host: String,
+    pub bytes: u64,
+    pub packets: u64,
+}
+
+/// One DSCP value seen.
+#[derive(Debug, Clone, Serialize)]
+pub struct Value {
+    pub dscp: u8,
+    pub name: String,
+    pub bytes: u64,
+    pub packets: u64,
+    /// Flow directions carrying it.
+    pub flows: u64,
+    /// The largest senders of the value, at most 5.
+    pub top_senders: Vec<Sender>,
+    pub query: String,
+}
+
+/// A sender's packets to one destination carrying a value it may not send.
+#[derive(Debug, Clone, Serialize)]
+pub struct Violation {
+    pub src: String,
+    pub src_group: Option<String>,
+    pub dst: String,
+    pub dscp: u8,
+    pub name: String,
+    pub bytes: u64,
+    pub packets: u64,
+    /// First and last packet of the flows carrying it (either direction).
+    pub first_ns: u64,
+    pub first: String,
+    pub last_ns: u64,
+    pub last: String,
+    pub mean_packet_size: f64,
+    pub flows: u64,
+    pub query: String,
+}
+
+/// A flow direction whose DSCP changed mid-flow: the first change.
+#[derive(Debug, Clone, Serialize)]
+pub struct Remark {
+    pub flow: String,
+    pub src: String,
+    pub dst: String,
+    /// The packet carrying the new value: its ordinal in that direction (1-based, from the
+    /// flow's first packet) and time.
+    pub packet: u64,
+    pub at_ns: u64,
+    pub at: String,
+    pub from_dscp: u8,
+    pub from_name: String,
+    pub to_dscp: u8,
+    pub to_name: String,
+    /// Exports that direction of the flow, the changed packet among them.
+    pub query: String,
+}
+
+/// The answer of `capsule dscp`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Dscp {
+    pub values: Vec<Value>,
+    /// Absent without a policy (`--config`).
+    pub violations: Option<Vec<Violation>>,
+    pub remarked: Vec<Remark>,
+}
+
+#[derive(Default)]
+struct ValueAcc {
+    bytes: u64,
+    packets: u64,
+    flows: u64,
+    senders: HashMap<IpAddr, (u64, u64)>,
+}
+
+#[derive(Default)]
+struct ViolationAcc {
+    bytes: u64,
+    packets: u64,
+    flows: u64,
+    first: u64,
+    last: u64,
+}
+
+/// Audits the window's DSCP marks (against `policy` when given).
+pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
+    let mut values: BTreeMap<u8, ValueAcc> = BTreeMap::new();
+    let mut violations: BTreeMap<(IpAddr, IpAddr, u8), ViolationAcc> = BTreeMap::new();
+    let mut remarked = Vec::new();
+    for s in &input.flows {
+        let f = &s.flow;
+        for d in 0..2 {
+            let (src, dst, _) = f.key.side(d);
+            for c in dscp_in_window(s, d) {
+                if c.packets == 0 {
+                    continue;
+                }
+                let v = values.entry(c.dscp).or_default();
+                v.bytes += c.bytes;
+                v.packets += c.packets;
+                v.flows += 1;
+                let e = v.senders.entry(src).or_default();
+                e.0 += c.bytes;
+                e.1 += c.packets;
+                if let Some(p) = policy {
+                    if !p.dscp_allowed(c.dscp, src) {
+                        let x = violations
+                            .entry((src, dst, c.dscp))
+                            .or_insert(ViolationAcc {
+                                first: f.first_ns,
+                                last: f.last_ns,
+                                ..ViolationAcc::default()
+                            });
+                        x.bytes += c.bytes;
+                        x.packets += c.packets;
+                        x.flows += 1;
+                        x.first = x.first.min(f.first_ns);
+                        x.last = x.last.max(f.last_ns);
+                    }
+                }
+            }
+            if let Some(ch) = f.dscp_change[d] {
+                if ch.ts_ns >= input.from_ns && ch.ts_ns < input.to_ns {
+                    remarked.push(Remark {
+                        flow: flow_label(f),
+                        src: src.to_string(),
+                        dst: dst.to_string(),
+                        packet: ch.ordinal,
+                        at_ns: ch.ts_ns,
+                        at: rfc(ch.ts_ns),
+                        from_dscp: ch.from,
+                        from_name: dscp_name(ch.from),
+                        to_dscp: ch.to,
+                        to_name: dscp_name(ch.to),
+                        query: input.query(f.first_ns, f.last_ns + 1, &side_filter(f, d)),
+                    });
+                }
+            }
+        }
+    }
+    remarked.sort_by(|a, b| a.at_ns.cmp(&b.at_ns).then(a.flow.cmp(&b.flow)));
+    let values = values
+        .into_iter()
+        .map(|(dscp, v)| {
+            let mut senders: Vec<Sender> = v
+                .senders
+                .into_iter()
+                .map(|(h, (bytes, packets))| Sender {
+                    host: h.to_string(),
+                    bytes,
+                    packets,
+                })
+                .collect();
+            senders.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.host.cmp(&b.host)));
+            senders.truncate(5);
+            Value {
+                dscp,
+                name: dscp_name(dscp),
+                bytes: v.bytes,
+                packets: v.packets,
+                flows: v.flows,
+                top_senders: senders,
+                query: input.query(input.from_ns, input.to_ns, &format!("dscp {dscp}")),
+            }
+        })
+        .collect();
+    let violations = policy.map(|p| {
+        let mut out: Vec<Violation> = violations
+            .into_iter()
+            .map(|((src, dst, dscp), v)| Violation {
+                src: src.to_string(),
+                src_group: p.group_of(src),
+                dst: dst.to_string(),
+                dscp,
+                name: dscp_name(dscp),
+                bytes: v.bytes,
+                packets: v.packets,
+                first_ns: v.first,
+                first: rfc(v.first),
+                last_ns: v.last,
+                last: rfc(v.last),
+                mean_packet_size: v.bytes as f64 / v.packets.max(1) as f64,
+                flows: v.flows,
+                query: input.query(
+                    v.first,
+                    v.last + 1,
+                    &format!("src host {src} and dst host {dst} and dscp {dscp}"),
+                ),
+            })
+            .collect();
+        out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.src.cmp(&b.src)));
+        out
+    });
+    Dscp {
+        values,
+        violations,
+        remarked,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::{flow, input, Groups};
+    use capsule_index::sideindex::{DscpChange, DscpCount};
+
+    #[test]
+    fn values_violations_and_remarks() {
+        let mut ef = flow([10, 0, 0, 2], [10, 0, 0, 9], &[(0, 1000), (1, 1000)]);
+        let d = usize::from(ef.flow.key.a != IpAddr::from([10, 0, 0, 2]));
+        ef.flow.dscp_counts[d] = vec![
+            DscpCount {
+                dscp: 0,
+                packets: 4,
+                bytes: 400,
+            },
+            DscpCount {
+                dscp: 46,
+                packets: 16,
+                bytes: 1600,
+            },
+        ];
+        ef.flow.dscp_change[d] = Some(DscpChange {
+            ordinal: 5,
+            ts_ns: 400_000_000,
+            from: 0,
+            to: 46,
+        });
+        let mut allowed = flow([10, 0, 0, 1], [10, 0, 0, 9], &[(0, 500)]);
+        let d1 = usize::from(allowed.flow.key.a != IpAddr::from([10, 0, 0, 1]));
+        allowed.flow.dscp_counts[d1] = vec![DscpCount {
+            dscp: 46,
+            packets: 5,
+            bytes: 500,
+        }];
+        let i = input(vec![ef, allowed], 0, 2_000_000_000);
+        let a = dscp(&i, Some(&Groups));
+        let v46 = a.values.iter().find(|v| v.dscp == 46).unwrap();
+        assert_eq!((v46.bytes, v46.packets, v46.flows), (2100, 21, 2));
+        assert_eq!(v46.name, "ef");
+        let v = a.violations.unwrap();
+        assert_eq!(v.len(), 1);
+        assert_eq!(
+            (v[0].src.as_str(), v[0].bytes, v[0].dscp),
+            ("10.0.0.2", 1600, 46)
+        );
+        assert_eq!(a.remarked.len(), 1);
+        assert_eq!((a.remarked[0].packet, a.remarked[0].to_dscp), (5, 46));
+        // Without a policy: no violations list at all.
+        assert!(dscp(&i, None).violations.is_none());
+    }
+}

@@ -1,0 +1,469 @@
+//! Answers to an operator's questions, from the side index alone: top talkers (`top`), the
+//! DSCP audit (`dscp`), TCP health per interval and host (`tcp`), the group matrix
+//! (`matrix`) and stragglers in a group (`stragglers`).
+//!
+//! ```text
+//! STORE/index/seg-N.idx (sealed) + seg-N.journal (open)   capsule_index::flows::list_index_only
+//!   -> each flow merged across segments, cut to [from, to) by its 1-second buckets,
+//!      filtered with the query language          -> Input { flows, window, limits }
+//!   -> top.rs / dscp.rs / tcp.rs / matrix.rs / stragglers.rs: one answer each, every
+//!      finding with the `capsule query` command that exports its packets
+//!   -> the binary (src/cmd/) prints a table or one JSON document
+//! ```
+//!
+//! No segment file is opened and no packet is decompressed: the cost of an answer grows with
+//! the flows and seconds in the window, not with the bytes captured. Host groups and policy
+//! come in through [`Policy`], implemented here for the `--config` file's
+//! `capsule_config::Config`.
+#![forbid(unsafe_code)]
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use capsule_index::flows::FlowSummary;
+use capsule_index::sideindex::{DscpCount, FlowRecord};
+use capsule_query::Query;
+use capsule_store::Store;
+use serde::Serialize;
+
+pub mod dscp;
+pub mod matrix;
+pub mod stragglers;
+pub mod tcp;
+pub mod top;
+
+/// What went wrong reading the index.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalyticsError {
+    #[error("reading the side index of {store}")]
+    Store {
+        store: String,
+        #[source]
+        source: capsule_store::StoreError,
+    },
+    /// An argument the answer cannot use (an interval that is not whole seconds, ...).
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Host groups and the policy over them, as the `--config` file states them.
+pub trait Policy {
+    /// The group of an address (the most specific prefix), if any.
+    fn group_of(&self, ip: IpAddr) -> Option<String>;
+    /// Every group's name, in the file's order.
+    fn groups(&self) -> Vec<String>;
+    /// Whether `src` may send packets marked `dscp`.
+    fn dscp_allowed(&self, dscp: u8, src: IpAddr) -> bool;
+    /// Whether `src` may send to `dst`.
+    fn egress_allowed(&self, src: IpAddr, dst: IpAddr) -> bool;
+}
+
+impl Policy for capsule_config::Config {
+    fn group_of(&self, ip: IpAddr) -> Option<String> {
+        let g = self.groups();
+        g.group_of(ip).map(|id| g.name(id).to_string())
+    }
+
+    fn groups(&self) -> Vec<String> {
+        capsule_config::Config::groups(self)
+            .iter()
+            .map(|g| g.name.clone())
+            .collect()
+    }
+
+    fn dscp_allowed(&self, dscp: u8, src: IpAddr) -> bool {
+        capsule_config::Config::dscp_allowed(self, dscp, self.groups().group_of(src))
+    }
+
+    fn egress_allowed(&self, src: IpAddr, dst: IpAddr) -> bool {
+        capsule_config::Config::egress_allowed(self, self.groups().group_of(src), dst)
+    }
+}
+
+/// What every answer states about what it could not see.
+pub const INVISIBLE: &str = "capture sees only what reaches its interface: RDMA over \
+InfiniBand never does, RoCEv2 only where a switch mirrors it";
+
+/// An instant as RFC 3339 with nanoseconds: the JSON puts it beside every `*_ns` field.
+pub fn rfc(ns: u64) -> String {
+    capsule_query::format_instant(ns)
+}
+
+/// The limits of an answer: what the window reaches past, and what is missing from it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Limits {
+    /// The first and last packet time the index holds.
+    pub held_from_ns: Option<u64>,
+    pub held_from: Option<String>,
+    pub held_to_ns: Option<u64>,
+    pub held_to: Option<String>,
+    /// Set when the window starts before the oldest packet held (retention deleted it, or
+    /// capture had not started): the answer covers only from here.
+    pub horizon_ns: Option<u64>,
+    pub horizon: Option<String>,
+    /// Segments in the store without a current index (their flows are missing).
+    pub unindexed_segments: Vec<u64>,
+    /// Indexes that do not decode, with what is wrong.
+    pub damaged_indexes: Vec<(u64, String)>,
+    /// Open segments' blocks their journal has no record of yet: (segment, blocks).
+    pub unseen_blocks: Vec<(u64, Vec<usize>)>,
+    /// Damaged journal records skipped.
+    pub journal_notes: Vec<(u64, String)>,
+    /// Packets dropped by capture, as the binary found them (capture status), with when.
+    pub drops: Option<String>,
+    /// Flows the window cuts, whose per-value DSCP counters are scaled from the whole record.
+    pub approximate_flows: usize,
+    pub invisible: &'static str,
+}
+
+impl Limits {
+    /// One line per limit that applies, for the human table.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(h) = &self.horizon {
+            out.push(format!(
+                "the window starts before the oldest packet held ({h}): the answer covers \
+                 only from there"
+            ));
+        }
+        if self.held_from_ns.is_none() {
+            out.push("the index holds no flows".into());
+        }
+        if !self.unindexed_segments.is_empty() {
+            out.push(format!(
+                "segment(s) {:?} have no current side index and are missing (`capsule \
+                 reindex` builds it)",
+                self.unindexed_segments
+            ));
+        }
+        for (seq, why) in &self.damaged_indexes {
+            out.push(format!("segment {seq}: damaged index: {why}"));
+        }
+        for (seq, blocks) in &self.unseen_blocks {
+            out.push(format!(
+                "open segment {seq}: block(s) {blocks:?} are not in its index journal yet"
+            ));
+        }
+        for (seq, why) in &self.journal_notes {
+            out.push(format!("open segment {seq}: index journal: {why}"));
+        }
+        if let Some(d) = &self.drops {
+            out.push(d.clone());
+        }
+        if self.approximate_flows > 0 {
+            out.push(format!(
+                "{} flow(s) cross the window's edges: counted from whole seconds",
+                self.approximate_flows
+            ));
+        }
+        out.push(self.invisible.to_string());
+        out
+    }
+}
+
+/// The flows of a window, from the index, and the limits of what they say.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub flows: Vec<FlowSummary>,
+    /// The window answered: the query's, bounded by what the index holds.
+    pub from_ns: u64,
+    pub to_ns: u64,
+    /// The filter text, for the `query` of findings ("" for none).
+    pub filter: String,
+    /// The store directory as given, for the `query` of findings.
+    pub store: String,
+    pub limits: Limits,
+}
+
+/// Reads the flows of `q` from `store`'s side index (no segment file is opened).
+/// `filter` is `q`'s filter as the user wrote it.
+pub fn load(store_dir: &Path, q: &Query, filter: &str) -> Result<Input, AnalyticsError> {
+    let err = |source| AnalyticsError::Store {
+        store: store_dir.display().to_string(),
+        source,
+    };
+    let store = Store::open(store_dir).map_err(err)?;
+    let listing = capsule_index::flows::list_index_only(&store, q, true).map_err(err)?;
+    let (qf, qt) = q.window();
+    let (held_from, held_to) = match listing.held {
+        Some((a, b)) => (Some(a), Some(b)),
+        None => (None, None),
+    };
+    let from_ns = held_from.map_or(qf, |h| qf.max(h / 1_000_000_000 * 1_000_000_000));
+    let to_ns = held_to.map_or(qt, |h| qt.min(h.saturating_add(1)));
+    let horizon = held_from.filter(|&h| q.from_ns.is_some_and(|f| f < h));
+    let limits = Limits {
+        held_from_ns: held_from,
+        held_from: held_from.map(rfc),
+        held_to_ns: held_to,
+        held_to: held_to.map(rfc),
+        horizon_ns: horizon,
+        horizon: horizon.map(rfc),
+        unindexed_segments: listing.unindexed,
+        damaged_indexes: listing.damaged_index,
+        unseen_blocks: listing.unseen,
+        journal_notes: listing.journal_notes,
+        drops: None,
+        approximate_flows: listing.flows.iter().filter(|f| f.approximate).count(),
+        invisible: INVISIBLE,
+    };
+    Ok(Input {
+        flows: listing.flows,
+        from_ns,
+        to_ns: to_ns.max(from_ns),
+        filter: filter.trim().to_string(),
+        store: store_dir.display().to_string(),
+        limits,
+    })
+}
+
+impl Input {
+    /// The `capsule query` command line exporting the packets of `filter` (combined with the
+    /// answer's own filter) in [from, to).
+    pub fn query(&self, from_ns: u64, to_ns: u64, filter: &str) -> String {
+        let f = match (self.filter.is_empty(), filter.is_empty()) {
+            (true, _) => filter.to_string(),
+            (false, true) => self.filter.clone(),
+            (false, false) => format!("({}) and {filter}", self.filter),
+        };
+        let mut cmd = format!(
+            "capsule query --store {} --from {} --to {}",
+            shell_quote(&self.store),
+            capsule_query::format_instant(from_ns),
+            capsule_query::format_instant(to_ns.max(from_ns + 1)),
+        );
+        if !f.is_empty() {
+            cmd.push(' ');
+            cmd.push_str(&shell_quote(&f));
+        }
+        cmd
+    }
+
+    /// Length of the answered window, in seconds (at least 1).
+    pub fn seconds(&self) -> f64 {
+        ((self.to_ns - self.from_ns) as f64 / 1e9).max(1.0)
+    }
+}
+
+/// `s` quoted for a POSIX shell when it needs it.
+pub fn shell_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:@%+=,".contains(&b));
+    if plain {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The filter selecting a flow's packets (both directions).
+pub fn flow_filter(f: &FlowRecord) -> String {
+    flow_filter_of(&f.key)
+}
+
+/// The filter selecting the packets of the flow with key `k` (both directions).
+pub fn flow_filter_of(k: &capsule_index::sideindex::FlowKey) -> String {
+    let mut parts = Vec::new();
+    for v in k.vlans.iter().flatten() {
+        parts.push(format!("vlan {v}"));
+    }
+    parts.push(match k.proto {
+        6 => "tcp".to_string(),
+        17 => "udp".to_string(),
+        132 => "sctp".to_string(),
+        p => format!("proto {p}"),
+    });
+    match k.ports {
+        Some((pa, pb)) => {
+            parts.push(format!("host {} and port {pa}", k.a));
+            parts.push(format!("host {} and port {pb}", k.b));
+        }
+        None => {
+            parts.push(format!("host {}", k.a));
+            parts.push(format!("host {}", k.b));
+        }
+    }
+    parts.join(" and ")
+}
+
+/// The filter selecting direction `d` of a flow.
+pub fn side_filter(f: &FlowRecord, d: usize) -> String {
+    let (src, dst, ports) = f.key.side(d);
+    let mut parts = Vec::new();
+    for v in f.key.vlans.iter().flatten() {
+        parts.push(format!("vlan {v}"));
+    }
+    parts.push(match f.key.proto {
+        6 => "tcp".to_string(),
+        17 => "udp".to_string(),
+        132 => "sctp".to_string(),
+        p => format!("proto {p}"),
+    });
+    match ports {
+        Some((sp, dp)) => {
+            parts.push(format!("src host {src} and src port {sp}"));
+            parts.push(format!("dst host {dst} and dst port {dp}"));
+        }
+        None => {
+            parts.push(format!("src host {src}"));
+            parts.push(format!("dst host {dst}"));
+        }
+    }
+    parts.join(" and ")
+}
+
+/// A DSCP value's name (EF is 46, CS5 40: never merged), or its number.
+pub fn dscp_name(v: u8) -> String {
+    capsule_query::filter::dscp_name(v).map_or_else(|| v.to_string(), str::to_string)
+}
+
+/// The per-value DSCP counters of direction `d` in the window: the record's own when the
+/// flow lies wholly inside it, else scaled to the direction's bytes and packets in the
+/// window (largest remainder, so they sum exactly).
+pub fn dscp_in_window(s: &FlowSummary, d: usize) -> Vec<DscpCount> {
+    let f = &s.flow;
+    let counts = &f.dscp_counts[d];
+    if !s.approximate || counts.is_empty() {
+        return counts.clone();
+    }
+    let (tp, tb): (u64, u64) = counts
+        .iter()
+        .fold((0, 0), |(p, b), c| (p + c.packets, b + c.bytes));
+    let scale = |x: u64, part: u64, whole: u64| -> u64 {
+        if whole == 0 {
+            0
+        } else {
+            (u128::from(x) * u128::from(part) / u128::from(whole)) as u64
+        }
+    };
+    let mut out: Vec<DscpCount> = counts
+        .iter()
+        .map(|c| DscpCount {
+            dscp: c.dscp,
+            packets: scale(f.packets[d], c.packets, tp),
+            bytes: scale(f.bytes[d], c.bytes, tb),
+        })
+        .collect();
+    // The rounding remainder to the largest value, so the parts sum to the whole.
+    let (sp, sb): (u64, u64) = out
+        .iter()
+        .fold((0, 0), |(p, b), c| (p + c.packets, b + c.bytes));
+    if let Some(big) = out.iter_mut().max_by_key(|c| c.bytes) {
+        big.packets += f.packets[d] - sp;
+        big.bytes += f.bytes[d] - sb;
+    }
+    out
+}
+
+/// The median of `v` (sorted in place); 0 for none. An even count takes the mean of the two
+/// middle values.
+pub fn median(v: &mut [u64]) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    v.sort_unstable();
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2
+    }
+}
+
+/// Checks an interval (ns) is whole seconds and not zero.
+pub fn check_interval(ns: u64, what: &str) -> Result<u64, AnalyticsError> {
+    if ns == 0 || !ns.is_multiple_of(1_000_000_000) {
+        return Err(AnalyticsError::Usage(format!(
+            "{what} must be a whole number of seconds (the index counts 1-second buckets), \
+             got {ns} ns"
+        )));
+    }
+    Ok(ns)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use capsule_index::sideindex::{Bucket, FlowKey};
+
+    /// Every 10.0.0.0/24 address is in group "g"; "g" may send only to 10.0.0.0/24 and EF is
+    /// for 10.0.0.1 alone.
+    pub(crate) struct Groups;
+
+    impl Policy for Groups {
+        fn group_of(&self, ip: IpAddr) -> Option<String> {
+            match ip {
+                IpAddr::V4(v4) if v4.octets()[..3] == [10, 0, 0] => Some("g".into()),
+                _ => None,
+            }
+        }
+        fn groups(&self) -> Vec<String> {
+            vec!["g".into()]
+        }
+        fn dscp_allowed(&self, dscp: u8, src: IpAddr) -> bool {
+            dscp != 46 || src == IpAddr::from([10, 0, 0, 1])
+        }
+        fn egress_allowed(&self, src: IpAddr, dst: IpAddr) -> bool {
+            self.group_of(src).is_none() || self.group_of(dst).is_some()
+        }
+    }
+
+    /// A UDP flow from `src` to `dst` sending `bytes` in each (second, bytes) of `per`, one
+    /// 100-byte packet per 100 bytes, DSCP 0.
+    pub(crate) fn flow(src: [u8; 4], dst: [u8; 4], per: &[(u64, u64)]) -> FlowSummary {
+        let (key, d) = FlowKey::of(
+            [None, None],
+            4,
+            17,
+            IpAddr::from(src),
+            IpAddr::from(dst),
+            Some((5000, 6000)),
+        );
+        let first = per.first().map_or(0, |p| p.0) * 1_000_000_000;
+        let last = per.last().map_or(0, |p| p.0) * 1_000_000_000 + 1;
+        let mut f = FlowRecord::new(key, first, last);
+        for &(second, bytes) in per {
+            let mut b = Bucket {
+                second,
+                ..Bucket::default()
+            };
+            b.bytes[d] = bytes;
+            b.packets[d] = bytes.div_ceil(100);
+            f.packets[d] += b.packets[d];
+            f.bytes[d] += bytes;
+            f.buckets.push(b);
+        }
+        f.dscp[d] = 1;
+        let (p, b) = (f.packets[d], f.bytes[d]);
+        f.count_dscp(d, 0, p, b);
+        FlowSummary {
+            flow: f,
+            approximate: false,
+        }
+    }
+
+    pub(crate) fn input(flows: Vec<FlowSummary>, from_ns: u64, to_ns: u64) -> Input {
+        Input {
+            flows,
+            from_ns,
+            to_ns,
+            filter: String::new(),
+            store: "/s".into(),
+            limits: Limits::default(),
+        }
+    }
+
+    #[test]
+    fn quoting_and_median() {
+        assert_eq!(shell_quote("/tmp/s"), "/tmp/s");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(median(&mut [5, 1, 3]), 3);
+        assert_eq!(median(&mut [4, 1, 3, 2]), 2);
+        assert_eq!(median(&mut []), 0);
+        assert!(check_interval(1_500_000_000, "--interval").is_err());
+        assert_eq!(dscp_name(46), "ef");
+        assert_eq!(dscp_name(40), "cs5");
+    }
+}

@@ -1,0 +1,194 @@
+//! `capsule matrix`: traffic from group to group (an `unassigned` row and column for hosts in
+//! no group), each cell's bytes, packets and flows, and the cells the egress policy does not
+//! allow flagged with their flows.
+//!
+//! Bytes and packets are counted in the cell of the direction that carried them (sender's
+//! group to receiver's group). A flow is counted once, in the cell of its opening direction:
+//! the one that sent the SYN, else the one that sent more packets (then direction a -> b);
+//! so the cells sum to the window's flow, byte and packet totals.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::top::flow_label;
+use crate::{rfc, side_filter, Input, Policy};
+
+/// What the table shows in its cells (JSON carries all three).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum By {
+    Bytes,
+    Packets,
+    Flows,
+}
+
+/// The row and column of hosts in no group.
+pub const UNASSIGNED: &str = "unassigned";
+
+/// A flow direction the egress policy does not allow.
+#[derive(Debug, Clone, Serialize)]
+pub struct Flagged {
+    pub flow: String,
+    pub src: String,
+    pub dst: String,
+    pub bytes: u64,
+    pub packets: u64,
+    pub first_ns: u64,
+    pub first: String,
+    pub last_ns: u64,
+    pub last: String,
+    pub query: String,
+}
+
+/// One cell with traffic.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub src_group: String,
+    pub dst_group: String,
+    pub bytes: u64,
+    pub packets: u64,
+    pub flows: u64,
+    /// Some traffic in the cell is not allowed by `[egress]`.
+    pub flagged: bool,
+    /// Those flow directions, largest first.
+    pub flagged_flows: Vec<Flagged>,
+}
+
+/// Totals of the window.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    pub bytes: u64,
+    pub packets: u64,
+    pub flows: u64,
+}
+
+/// The answer of `capsule matrix`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Matrix {
+    pub by: By,
+    /// Rows and columns: the groups with traffic, in the file's order, then `unassigned`.
+    pub groups: Vec<String>,
+    /// Cells with traffic, by row then column.
+    pub cells: Vec<Cell>,
+    pub total: Totals,
+}
+
+/// The group-by-group matrix of the window.
+pub fn matrix(input: &Input, policy: &dyn Policy, by: By) -> Matrix {
+    let order: Vec<String> = policy.groups();
+    let pos = |g: &str| order.iter().position(|x| x == g).unwrap_or(order.len());
+    let mut cells: BTreeMap<(usize, usize), Cell> = BTreeMap::new();
+    let mut total = Totals::default();
+    for s in &input.flows {
+        let f = &s.flow;
+        use capsule_index::sideindex::SENT_SYN;
+        let syn = |d: usize| f.handshake[d] & SENT_SYN != 0;
+        let opener = if syn(0) {
+            0
+        } else {
+            usize::from(syn(1) || f.packets[1] > f.packets[0])
+        };
+        total.flows += 1;
+        for d in 0..2 {
+            if f.packets[d] == 0 && d != opener {
+                continue;
+            }
+            let (src, dst, _) = f.key.side(d);
+            let gs = policy.group_of(src).unwrap_or_else(|| UNASSIGNED.into());
+            let gd = policy.group_of(dst).unwrap_or_else(|| UNASSIGNED.into());
+            let c = cells.entry((pos(&gs), pos(&gd))).or_insert_with(|| Cell {
+                src_group: gs.clone(),
+                dst_group: gd.clone(),
+                bytes: 0,
+                packets: 0,
+                flows: 0,
+                flagged: false,
+                flagged_flows: Vec::new(),
+            });
+            c.bytes += f.bytes[d];
+            c.packets += f.packets[d];
+            total.bytes += f.bytes[d];
+            total.packets += f.packets[d];
+            if d == opener {
+                c.flows += 1;
+            }
+            if f.packets[d] > 0 && !policy.egress_allowed(src, dst) {
+                c.flagged = true;
+                c.flagged_flows.push(Flagged {
+                    flow: flow_label(f),
+                    src: src.to_string(),
+                    dst: dst.to_string(),
+                    bytes: f.bytes[d],
+                    packets: f.packets[d],
+                    first_ns: f.first_ns,
+                    first: rfc(f.first_ns),
+                    last_ns: f.last_ns,
+                    last: rfc(f.last_ns),
+                    query: input.query(f.first_ns, f.last_ns + 1, &side_filter(f, d)),
+                });
+            }
+        }
+    }
+    let mut used: Vec<usize> = cells.keys().flat_map(|&(a, b)| [a, b]).collect();
+    used.sort_unstable();
+    used.dedup();
+    let groups = used
+        .into_iter()
+        .map(|i| order.get(i).cloned().unwrap_or_else(|| UNASSIGNED.into()))
+        .collect();
+    let cells = cells
+        .into_values()
+        .map(|mut c| {
+            c.flagged_flows
+                .sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.flow.cmp(&b.flow)));
+            c
+        })
+        .collect();
+    Matrix {
+        by,
+        groups,
+        cells,
+        total,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::{flow, input, Groups};
+
+    #[test]
+    fn cells_sum_to_the_totals_and_forbidden_egress_is_flagged() {
+        let i = input(
+            vec![
+                flow([10, 0, 0, 1], [10, 0, 0, 2], &[(0, 500), (1, 700)]),
+                flow([10, 0, 0, 3], [192, 0, 2, 1], &[(0, 300)]),
+                flow([192, 0, 2, 9], [10, 0, 0, 1], &[(1, 100)]),
+            ],
+            0,
+            2_000_000_000,
+        );
+        let m = matrix(&i, &Groups, By::Bytes);
+        assert_eq!(m.groups, vec!["g".to_string(), UNASSIGNED.to_string()]);
+        assert_eq!((m.total.bytes, m.total.flows), (1600, 3));
+        let cell = |a: &str, b: &str| {
+            m.cells
+                .iter()
+                .find(|c| c.src_group == a && c.dst_group == b)
+                .unwrap()
+        };
+        assert_eq!(cell("g", "g").bytes, 1200);
+        assert!(!cell("g", "g").flagged);
+        let out = cell("g", UNASSIGNED);
+        assert!(out.flagged);
+        assert_eq!(out.flagged_flows[0].dst, "192.0.2.1");
+        assert!(out.flagged_flows[0].query.contains("dst host 192.0.2.1"));
+        assert!(
+            !cell(UNASSIGNED, "g").flagged,
+            "unassigned senders have no egress rule"
+        );
+        let sum: u64 = m.cells.iter().map(|c| c.flows).sum();
+        assert_eq!(sum, 3);
+    }
+}

@@ -1,0 +1,256 @@
+//! `capsule tcp`: TCP health per interval and per host, exact to the second from the index's
+//! per-second counters: data segments, retransmissions (a data segment whose sequence range
+//! that direction already carried, RFC 1982 arithmetic; keepalives and zero-window probes
+//! excluded), the retransmission rate, zero-window segments and stall time, RSTs by side and
+//! SYNs never answered; then the worst hosts and sessions.
+//!
+//! Per-second counters are attributed to the second they happened in. What the index keeps
+//! per flow only (zero-window stall time, unanswered SYNs) goes to the interval of the
+//! direction's first zero-window segment and of the flow's first packet in the window.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+
+use serde::Serialize;
+
+use crate::top::flow_label;
+use crate::{check_interval, flow_filter, rfc, AnalyticsError, Input};
+
+/// TCP counters of one host (or of everything).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Health {
+    /// Data segments the host sent.
+    pub data_segments: u64,
+    pub retransmissions: u64,
+    /// Retransmissions per data segment (0..=1).
+    pub retransmission_rate: f64,
+    /// Segments the host sent advertising a zero window (it could not take more).
+    pub zero_window_segments: u64,
+    /// Time the host's window stayed closed, ns.
+    pub zero_window_ns: u64,
+    pub rsts_sent: u64,
+    pub rsts_received: u64,
+    /// Connections the host opened with a SYN that got no SYN-ACK.
+    pub syns_unanswered: u64,
+}
+
+impl Health {
+    fn add(&mut self, o: &Health) {
+        self.data_segments += o.data_segments;
+        self.retransmissions += o.retransmissions;
+        self.zero_window_segments += o.zero_window_segments;
+        self.zero_window_ns += o.zero_window_ns;
+        self.rsts_sent += o.rsts_sent;
+        self.rsts_received += o.rsts_received;
+        self.syns_unanswered += o.syns_unanswered;
+    }
+
+    fn rate(&mut self) {
+        self.retransmission_rate = if self.data_segments == 0 {
+            0.0
+        } else {
+            self.retransmissions as f64 / self.data_segments as f64
+        };
+    }
+
+    fn is_empty(&self) -> bool {
+        self.data_segments == 0
+            && self.zero_window_segments == 0
+            && self.rsts_sent == 0
+            && self.rsts_received == 0
+            && self.syns_unanswered == 0
+    }
+}
+
+/// A host's counters, in an interval or over the window.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostHealth {
+    pub host: String,
+    #[serde(flatten)]
+    pub health: Health,
+    pub query: String,
+}
+
+/// One interval.
+#[derive(Debug, Clone, Serialize)]
+pub struct Interval {
+    pub from_ns: u64,
+    pub from: String,
+    pub to_ns: u64,
+    pub to: String,
+    #[serde(flatten)]
+    pub total: Health,
+    /// Every host with TCP activity in the interval, most retransmissions first.
+    pub hosts: Vec<HostHealth>,
+}
+
+/// A TCP connection with trouble.
+#[derive(Debug, Clone, Serialize)]
+pub struct Session {
+    pub flow: String,
+    /// Per direction (a -> b, b -> a, as in `flow`).
+    pub data_segments: [u64; 2],
+    pub retransmissions: [u64; 2],
+    pub zero_window_segments: [u64; 2],
+    pub zero_window_ns: [u64; 2],
+    pub rsts: [u64; 2],
+    pub syn_unanswered: bool,
+    pub query: String,
+}
+
+/// The answer of `capsule tcp`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Tcp {
+    pub interval_ns: u64,
+    pub total: Health,
+    pub intervals: Vec<Interval>,
+    /// At most 10, most retransmissions first.
+    pub worst_hosts: Vec<HostHealth>,
+    /// At most 10, most retransmissions first (then stall time, RSTs).
+    pub worst_sessions: Vec<Session>,
+}
+
+/// TCP health of the window, per `interval_ns` (whole seconds).
+pub fn tcp(input: &Input, interval_ns: u64) -> Result<Tcp, AnalyticsError> {
+    let interval_ns = check_interval(interval_ns, "--interval")?;
+    let n = (input.to_ns - input.from_ns).div_ceil(interval_ns).max(1) as usize;
+    let slot = |ns: u64| -> usize {
+        ((ns.saturating_sub(input.from_ns) / interval_ns) as usize).min(n - 1)
+    };
+    let mut per: Vec<HashMap<IpAddr, Health>> = vec![HashMap::new(); n];
+    let mut hosts: BTreeMap<IpAddr, Health> = BTreeMap::new();
+    let mut sessions = Vec::new();
+    for s in input.flows.iter().filter(|s| s.flow.key.proto == 6) {
+        let f = &s.flow;
+        for b in &f.buckets {
+            let i = slot(b.second * 1_000_000_000);
+            for d in 0..2 {
+                let (src, dst, _) = f.key.side(d);
+                let h = per[i].entry(src).or_default();
+                h.data_segments += b.data[d];
+                h.retransmissions += b.retransmissions[d];
+                h.zero_window_segments += b.zero_windows[d];
+                h.rsts_sent += b.resets[d];
+                if b.resets[d] > 0 {
+                    per[i].entry(dst).or_default().rsts_received += b.resets[d];
+                }
+            }
+        }
+        for d in 0..2 {
+            let (src, _, _) = f.key.side(d);
+            if f.zero_window_ns[d] > 0 {
+                let at = f
+                    .buckets
+                    .iter()
+                    .find(|b| b.zero_windows[d] > 0)
+                    .map_or(f.first_ns, |b| b.second * 1_000_000_000);
+                per[slot(at)].entry(src).or_default().zero_window_ns += f.zero_window_ns[d];
+            }
+            if f.syn_unanswered(d) {
+                per[slot(f.first_ns)]
+                    .entry(src)
+                    .or_default()
+                    .syns_unanswered += 1;
+            }
+        }
+        let bad = f.retransmissions.iter().sum::<u64>()
+            + f.zero_windows.iter().sum::<u64>()
+            + f.resets.iter().sum::<u64>()
+            + u64::from(f.syn_unanswered(0) || f.syn_unanswered(1));
+        if bad > 0 {
+            sessions.push(Session {
+                flow: flow_label(f),
+                data_segments: f.data,
+                retransmissions: f.retransmissions,
+                zero_window_segments: f.zero_windows,
+                zero_window_ns: f.zero_window_ns,
+                rsts: f.resets,
+                syn_unanswered: f.syn_unanswered(0) || f.syn_unanswered(1),
+                query: input.query(f.first_ns, f.last_ns + 1, &flow_filter(f)),
+            });
+        }
+    }
+    let host_query =
+        |h: &IpAddr, from: u64, to: u64| input.query(from, to, &format!("tcp and host {h}"));
+    let mut total = Health::default();
+    let mut intervals = Vec::with_capacity(n);
+    for (i, m) in per.into_iter().enumerate() {
+        let from = input.from_ns + i as u64 * interval_ns;
+        let to = (from + interval_ns).min(input.to_ns.max(from + 1));
+        let mut t = Health::default();
+        let mut rows: Vec<HostHealth> = m
+            .into_iter()
+            .filter(|(_, h)| !h.is_empty())
+            .map(|(host, mut h)| {
+                t.add(&h);
+                hosts.entry(host).or_default().add(&h);
+                h.rate();
+                HostHealth {
+                    host: host.to_string(),
+                    health: h,
+                    query: host_query(&host, from, to),
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            b.health
+                .retransmissions
+                .cmp(&a.health.retransmissions)
+                .then(a.host.cmp(&b.host))
+        });
+        total.add(&t);
+        t.rate();
+        intervals.push(Interval {
+            from_ns: from,
+            from: rfc(from),
+            to_ns: to,
+            to: rfc(to),
+            total: t,
+            hosts: rows,
+        });
+    }
+    total.rate();
+    let mut worst_hosts: Vec<HostHealth> = hosts
+        .into_iter()
+        .map(|(host, mut h)| {
+            h.rate();
+            HostHealth {
+                host: host.to_string(),
+                health: h,
+                query: host_query(&host, input.from_ns, input.to_ns),
+            }
+        })
+        .filter(|h| {
+            h.health.retransmissions
+                + h.health.zero_window_segments
+                + h.health.rsts_sent
+                + h.health.syns_unanswered
+                > 0
+        })
+        .collect();
+    worst_hosts.sort_by(|a, b| {
+        b.health
+            .retransmissions
+            .cmp(&a.health.retransmissions)
+            .then(b.health.zero_window_ns.cmp(&a.health.zero_window_ns))
+            .then(a.host.cmp(&b.host))
+    });
+    worst_hosts.truncate(10);
+    sessions.sort_by(|a, b| {
+        let r = |s: &Session| s.retransmissions[0] + s.retransmissions[1];
+        let z = |s: &Session| s.zero_window_ns[0] + s.zero_window_ns[1];
+        let x = |s: &Session| s.rsts[0] + s.rsts[1];
+        r(b).cmp(&r(a))
+            .then(z(b).cmp(&z(a)))
+            .then(x(b).cmp(&x(a)))
+            .then(a.flow.cmp(&b.flow))
+    });
+    sessions.truncate(10);
+    Ok(Tcp {
+        interval_ns,
+        total,
+        intervals,
+        worst_hosts,
+        worst_sessions: sessions,
+    })
+}

@@ -1,0 +1,89 @@
+//! `capsule stragglers`: members of a group sending under its median, from the index alone.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use capsule_analytics::stragglers;
+
+use crate::cli::StragglersArgs;
+use crate::table::{Column, Table};
+use crate::units;
+
+pub fn run(a: &StragglersArgs) -> Result<ExitCode> {
+    let ans = super::answer(&a.a, Some("stragglers"))?;
+    let policy = ans.policy().expect("answer() requires the config");
+    let s = stragglers::stragglers(
+        &ans.input,
+        policy,
+        &a.group,
+        a.interval,
+        a.ratio,
+        a.min_bytes,
+    )
+    .map_err(|e| match e {
+        capsule_analytics::AnalyticsError::Usage(m) => anyhow::Error::new(super::Usage(m)),
+        e => e.into(),
+    })?;
+    let mut lines = Vec::new();
+    lines.push(format!(
+        "group {} ({} members seen), interval {}, ratio {}, idle under {} sent by the median member",
+        s.group,
+        s.members.len(),
+        units::format_duration_ns(s.interval_ns),
+        s.ratio,
+        units::format_bytes(s.min_bytes)
+    ));
+    let mut t = Table::new(vec![
+        Column::left("interval", 9),
+        Column::right("median", 8),
+        Column::right("active", 5),
+        Column::left("lowest", u8::MAX),
+    ]);
+    for i in &s.intervals {
+        let mut m: Vec<_> = i
+            .members
+            .iter()
+            .filter_map(|m| m.ratio.map(|r| (r, m)))
+            .collect();
+        m.sort_by(|a, b| a.0.total_cmp(&b.0));
+        t.push(vec![
+            super::ms(i.from_ns),
+            units::format_bytes(i.median_bytes),
+            i.active_members.to_string(),
+            if i.judged {
+                m.iter()
+                    .take(3)
+                    .map(|(r, m)| format!("{} {:.2}", m.host, r))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            } else {
+                "not judged (idle, or fewer than 3 members active)".into()
+            },
+        ]);
+    }
+    lines.extend(t.render(crate::table::output_width()));
+    lines.push(String::new());
+    if s.stragglers.is_empty() {
+        lines.push("stragglers: none".into());
+    } else {
+        lines.push(format!("stragglers: {}", s.stragglers.len()));
+        for x in &s.stragglers {
+            lines.push(format!(
+                "  {} from {} to {} ({} intervals), {:.2} of the median",
+                x.host,
+                super::ms(x.from_ns),
+                super::ms(x.to_ns),
+                x.intervals,
+                x.ratio_to_median
+            ));
+            lines.push(format!("    {}", x.query));
+        }
+    }
+    super::print_answer(
+        &ans,
+        a.a.json,
+        "stragglers",
+        serde_json::to_value(&s)?,
+        lines,
+    )
+}
