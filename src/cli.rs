@@ -203,6 +203,12 @@ usage; 3 some segments were skipped (damaged: each is named on standard error)."
 problems remain, each printed with its file, byte offset, and what was expected and found."
     )]
     Verify(VerifyArgs),
+    /// Serve the store over HTTPS to holders of a bearer token: packets, flows, status and
+    /// metrics (docs/api.md). Reads the store only; runs beside a capture.
+    Serve(ServeArgs),
+    /// Manage the bearer tokens of `capsule serve`.
+    #[command(subcommand)]
+    Token(TokenCmd),
     /// Work with the config file (`--config FILE`: host groups, DSCP and egress policy, work
     /// hours; docs/config.md).
     #[command(subcommand)]
@@ -235,6 +241,67 @@ pub enum ConfigCmd {
 error is printed with its line and key."
     )]
     Check(ConfigCheckArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TokenCmd {
+    /// Make a new random token for USER, print it once, and store only its SHA-256 in FILE
+    /// (created 0600). A running server picks it up at its next request.
+    Add(TokenAddArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TokenAddArgs {
+    /// The token file (JSON lines of user and SHA-256).
+    #[arg(long)]
+    pub tokens: PathBuf,
+    /// Who the token is for (recorded in the audit log).
+    #[arg(long)]
+    pub user: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The store directory (read only: the writer lock is never taken).
+    #[arg(long)]
+    pub store: PathBuf,
+    /// Address to listen on, e.g. 0.0.0.0:8443 (port 0 picks a free one; the address bound
+    /// is printed on standard error).
+    #[arg(long)]
+    pub listen: String,
+    /// The server's certificate chain (PEM).
+    #[arg(long)]
+    pub cert: PathBuf,
+    /// The server's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long)]
+    pub key: PathBuf,
+    /// The token file made by `capsule token add` (re-read when it changes).
+    #[arg(long)]
+    pub tokens: PathBuf,
+    /// Mutual TLS: require a client certificate signed by a CA in this PEM file (on top of
+    /// the bearer token); its SHA-256 is recorded in the audit log. Re-read when it changes.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca: Option<PathBuf>,
+    /// With --client-ca: certificate revocation lists (PEM) whose certificates are refused.
+    /// Re-read when they change.
+    #[arg(long, value_name = "FILE", requires = "client_ca")]
+    pub crl: Vec<PathBuf>,
+    /// Append one JSON line per request here, fsynced (who, from where, what, outcome).
+    #[arg(long)]
+    pub audit_log: Option<PathBuf>,
+    /// Queries (packets or flows) running at once, all users together; more get 429.
+    #[arg(long, default_value_t = 8)]
+    pub max_queries: usize,
+    /// Queries running at once for one user; more get 429.
+    #[arg(long, default_value_t = 2)]
+    pub max_queries_per_user: usize,
+    /// Bytes one packet export may send (e.g. 10G); over it the answer is refused (413) or,
+    /// once streaming, cut.
+    #[arg(long, default_value = "64G", value_parser = units::parse_size)]
+    pub max_bytes_per_query: u64,
+    /// Time one query may run (e.g. 10m); over it the query is stopped.
+    #[arg(long, default_value = "30m", value_parser = capsule_query::parse_duration)]
+    pub max_query_time: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -674,8 +741,26 @@ pub struct SynthArgs {
 #[derive(Args, Debug)]
 pub struct Selection {
     /// The store directory.
-    #[arg(long)]
-    pub store: PathBuf,
+    #[arg(long, required_unless_present = "server", conflicts_with = "server")]
+    pub store: Option<PathBuf>,
+    /// Ask a `capsule serve` (https://HOST:PORT) instead of a local store: the same answer
+    /// as the local command (docs/api.md).
+    #[arg(long, value_name = "URL", requires = "token_file")]
+    pub server: Option<String>,
+    /// With --server: a file holding the bearer token (`capsule token add` printed it).
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub token_file: Option<PathBuf>,
+    /// With --server: CA certificates (PEM) to verify the server with. Default: the
+    /// system's.
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub ca: Option<PathBuf>,
+    /// With --server: a client certificate (PEM) for a server that asks for one (mutual
+    /// TLS, `serve --client-ca`).
+    #[arg(long, value_name = "FILE", requires_all = ["server", "key"])]
+    pub cert: Option<PathBuf>,
+    /// With --cert: its private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
     /// Start of the window (inclusive): RFC 3339 (`2026-11-30T02:00:00.5Z`), a date
     /// (`2026-11-30`, midnight UTC), Unix seconds, `@NANOS`, `now`, or a duration before now
     /// (`-10m`). Default: the oldest packet held.

@@ -12,6 +12,7 @@ mod cmd;
 mod metrics;
 mod progress;
 mod table;
+mod tokens;
 mod units;
 
 use std::process::ExitCode;

@@ -22,7 +22,9 @@ mod import;
 mod matrix;
 mod query;
 mod reindex;
+mod remote;
 mod segments;
+mod serve;
 mod status;
 mod stragglers;
 mod synth;
@@ -102,6 +104,18 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Synth(a) => synth::run(&a),
         Cmd::Verify(a) => verify::run(&a),
         Cmd::Config(c) => config::run(&c),
+        Cmd::Serve(a) => serve::run(&a),
+        Cmd::Token(crate::cli::TokenCmd::Add(a)) => {
+            let token = crate::tokens::add(&a.tokens, &a.user)?;
+            println!("{token}");
+            eprintln!(
+                "capsule: added a token for {} to {} (only its SHA-256 is stored: keep the token \
+                 now, it cannot be shown again)",
+                a.user,
+                a.tokens.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Completions(a) => {
             // Into a buffer first: clap_complete panics on a failed write, and a closed pipe
             // (`| head`) must end quietly like every other command's output.
@@ -122,17 +136,29 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 impl Selection {
+    /// The local store (clap requires `--store` unless `--server` is given).
+    pub fn store(&self) -> &std::path::Path {
+        self.store.as_deref().unwrap_or(std::path::Path::new("."))
+    }
+
     /// The query these arguments ask for.
     pub fn query(&self) -> Result<capsule_query::Query> {
-        let text = self.filter.join(" ");
+        make_query(&self.filter.join(" "), self.from, self.to)
+    }
+}
+
+/// The query of a filter text and a window, as `query` and `flows` (and `serve`) take them;
+/// a bad filter or a window that ends before it starts is a [`Usage`] error.
+pub fn make_query(
+    text: &str,
+    from: Option<u64>,
+    to: Option<capsule_query::TimeArg>,
+) -> Result<capsule_query::Query> {
+    {
         let filter =
-            capsule_query::Filter::parse(&text).map_err(|e| Usage(format!("bad filter:\n{e}")))?;
-        let to = self
-            .to
-            .map(|t| t.resolve(self.from))
-            .transpose()
-            .map_err(Usage)?;
-        if let (Some(f), Some(t)) = (self.from, to) {
+            capsule_query::Filter::parse(text).map_err(|e| Usage(format!("bad filter:\n{e}")))?;
+        let to = to.map(|t| t.resolve(from)).transpose().map_err(Usage)?;
+        if let (Some(f), Some(t)) = (from, to) {
             if f > t {
                 return Err(Usage(format!(
                     "--from {} is after --to {}",
@@ -144,7 +170,7 @@ impl Selection {
         }
         Ok(capsule_query::Query {
             filter,
-            from_ns: self.from,
+            from_ns: from,
             to_ns: to,
         })
     }
@@ -357,10 +383,17 @@ fn answer(a: &crate::cli::AnswerArgs, need: Option<&str>) -> Result<Answer> {
         }
         (None, None) => None,
     };
+    if let Some(url) = &a.q.server {
+        return Err(Usage(format!(
+            "the analytics commands are not served yet: not with --server {url} (run it on \
+             the capture server, or pull the flows with `capsule flows --server`)"
+        ))
+        .into());
+    }
     let q = a.q.query()?;
     let filter = a.q.filter.join(" ");
-    let mut input = capsule_analytics::load(&a.q.store, &q, &filter)?;
-    input.limits.drops = Some(drops_note(&a.q.store, input.from_ns, input.to_ns));
+    let mut input = capsule_analytics::load(a.q.store(), &q, &filter)?;
+    input.limits.drops = Some(drops_note(a.q.store(), input.from_ns, input.to_ns));
     Ok(Answer { input, config })
 }
 

@@ -157,6 +157,109 @@ fn describe_budgets(b: Option<&capsule_store::budget::Budgets>) -> String {
     format!("{} (saved in the store)", parts.join(", "))
 }
 
+/// What one look at a store finds: the capture's status file and the store's figures.
+struct Gathered {
+    st: Option<capsule_capture::status::CaptureStatus>,
+    live: bool,
+    segs: Vec<SegmentReader>,
+    packets: u64,
+    bytes: u64,
+    first: Option<u64>,
+    last: Option<u64>,
+    span: u64,
+    cp: Compaction,
+    rate: Option<f64>,
+    saved: Option<capsule_store::budget::Budgets>,
+}
+
+fn gather(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<Gathered> {
+    let a_level = level;
+    let a_max_bytes = max_bytes;
+    // The store first, then the capture's status file at once: listing the segments of a
+    // big store takes a while, and the two snapshots should be of the same moment.
+    let store = Store::open(store_dir)?;
+    let (segs, unreadable) = store.open_segments_checked()?;
+    let st = capsule_capture::status::read_status(store_dir)?;
+    super::warn_unreadable(&unreadable, "");
+    let packets: u64 = segs
+        .iter()
+        .flat_map(|s| s.blocks())
+        .map(|b| u64::from(b.packets))
+        .sum();
+    let bytes: u64 = segs.iter().map(|s| s.bytes()).sum();
+    let first = segs
+        .iter()
+        .flat_map(|s| s.blocks())
+        .map(|b| b.first_ns)
+        .min();
+    let last = segs
+        .iter()
+        .flat_map(|s| s.blocks())
+        .map(|b| b.last_ns)
+        .max();
+    let now = capsule_store::now_ns();
+    // Live: the capture says it runs, its process exists, and it wrote within 5 s.
+    let live = st.as_ref().is_some_and(|s| {
+        s.running
+            && Path::new(&format!("/proc/{}", s.pid)).exists()
+            && now.saturating_sub(s.updated_ns) < 5_000_000_000
+    });
+    // A running capture's compactor target and budget win over the flags.
+    let running = st.as_ref().filter(|_| live);
+    let target = running
+        .and_then(|s| s.store.compact_target)
+        .map_or(a_level, Level::Zstd);
+    let saved = capsule_store::budget::load(store.root()).unwrap_or_else(|e| {
+        eprintln!("capsule: warning: {e}");
+        None
+    });
+    let budget = running
+        .and_then(|s| s.store.budget_bytes)
+        .or(a_max_bytes)
+        .or(saved.and_then(|b| b.max_bytes));
+    let span = last.zip(first).map_or(0, |(l, f)| l.saturating_sub(f));
+    let cp = Compaction::of(&segs, target, budget, span);
+    let rate = running.map(|s| s.compactor_bytes_per_s);
+    Ok(Gathered {
+        st,
+        live,
+        segs,
+        packets,
+        bytes,
+        first,
+        last,
+        span,
+        cp,
+        rate,
+        saved,
+    })
+}
+
+/// The `capsule status --json` document (also `GET /v1/status` of `capsule serve`).
+pub fn json(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<serde_json::Value> {
+    let g = gather(store_dir, level, max_bytes)?;
+    let mut v = json_of(&g);
+    super::with_times(&mut v);
+    Ok(v)
+}
+
+fn json_of(g: &Gathered) -> serde_json::Value {
+    let cp = &g.cp;
+    serde_json::json!({
+        "capture": g.st, "live": g.live,
+        "store": {"segments": g.segs.len(), "packets": g.packets, "bytes": g.bytes,
+                  "first_ns": g.first, "last_ns": g.last,
+                  "compaction_target": cp.target.to_string(),
+                  "pending_compaction_bytes": cp.pending,
+                  "bytes_after_compaction": cp.after,
+                  "compactor_bytes_per_s": g.rate,
+                  "budget_bytes": cp.budget,
+                  "retention_horizon_ns": cp.horizon_now_ns,
+                  "retention_horizon_after_compaction_ns": cp.horizon_after_ns,
+                  "budgets": g.saved},
+    })
+}
+
 pub fn run(a: &StatusArgs) -> Result<ExitCode> {
     let (store_dir, json, watch) = (a.store.as_path(), a.json, a.watch);
     loop {
@@ -168,66 +271,26 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                 out.extend(crate::table::wrap(&format!($($t)*), width))
             };
         }
-        // The store first, then the capture's status file at once: listing the segments of
-        // a big store takes a while, and the two snapshots should be of the same moment.
-        let store = Store::open(store_dir)?;
-        let (segs, unreadable) = store.open_segments_checked()?;
-        let st = capsule_capture::status::read_status(store_dir)?;
-        super::warn_unreadable(&unreadable, "");
-        let packets: u64 = segs
-            .iter()
-            .flat_map(|s| s.blocks())
-            .map(|b| u64::from(b.packets))
-            .sum();
-        let bytes: u64 = segs.iter().map(|s| s.bytes()).sum();
-        let first = segs
-            .iter()
-            .flat_map(|s| s.blocks())
-            .map(|b| b.first_ns)
-            .min();
-        let last = segs
-            .iter()
-            .flat_map(|s| s.blocks())
-            .map(|b| b.last_ns)
-            .max();
-        let now = capsule_store::now_ns();
-        // Live: the capture says it runs, its process exists, and it wrote within 5 s.
-        let live = st.as_ref().is_some_and(|s| {
-            s.running
-                && Path::new(&format!("/proc/{}", s.pid)).exists()
-                && now.saturating_sub(s.updated_ns) < 5_000_000_000
-        });
-        // A running capture's compactor target and budget win over the flags.
+        let g = gather(store_dir, a.level, a.max_bytes)?;
+        let Gathered {
+            st,
+            live,
+            segs,
+            packets,
+            bytes,
+            first,
+            last,
+            span,
+            cp,
+            rate,
+            saved,
+        } = &g;
+        let (live, packets, bytes, first, last, span, rate) =
+            (*live, *packets, *bytes, *first, *last, *span, *rate);
         let running = st.as_ref().filter(|_| live);
-        let target = running
-            .and_then(|s| s.store.compact_target)
-            .map_or(a.level, Level::Zstd);
-        let saved = capsule_store::budget::load(store.root()).unwrap_or_else(|e| {
-            eprintln!("capsule: warning: {e}");
-            None
-        });
-        let budget = running
-            .and_then(|s| s.store.budget_bytes)
-            .or(a.max_bytes)
-            .or(saved.and_then(|b| b.max_bytes));
-        let span = last.zip(first).map_or(0, |(l, f)| l.saturating_sub(f));
-        let cp = Compaction::of(&segs, target, budget, span);
-        let rate = running.map(|s| s.compactor_bytes_per_s);
+        let now = capsule_store::now_ns();
         if json {
-            let v = serde_json::json!({
-                "capture": st, "live": live,
-                "store": {"segments": segs.len(), "packets": packets, "bytes": bytes,
-                          "first_ns": first, "last_ns": last,
-                          "compaction_target": cp.target.to_string(),
-                          "pending_compaction_bytes": cp.pending,
-                          "bytes_after_compaction": cp.after,
-                          "compactor_bytes_per_s": rate,
-                          "budget_bytes": cp.budget,
-                          "retention_horizon_ns": cp.horizon_now_ns,
-                          "retention_horizon_after_compaction_ns": cp.horizon_after_ns,
-                          "budgets": saved},
-            });
-            super::print_json(v);
+            super::print_json(json_of(&g));
         } else {
             match &st {
                 None => say!("capture: none has run on this store"),
