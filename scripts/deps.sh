@@ -21,6 +21,7 @@ declare -A need=(
   [ethtool]=ethtool
   [strace]=strace
   [curl]=curl
+  [openssl]=openssl
   [systemd-analyze]=systemd
   [chromium]=chromium
 )

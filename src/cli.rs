@@ -183,7 +183,7 @@ pub enum Cmd {
     #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
     Triage(TriageArgs),
     /// Rebuild the side index of every sealed segment from the segments alone.
-    Reindex(StoreArg),
+    Reindex(ReindexArgs),
     /// Recompress at a target level every block of the sealed segments written below it.
     ///
     /// Blocks stored, or compressed at a cheaper level by live capture while it was short
@@ -210,6 +210,12 @@ usage; 3 some segments were skipped (damaged: each is named on standard error)."
 problems remain, each printed with its file, byte offset, and what was expected and found."
     )]
     Verify(VerifyArgs),
+    /// Serve the store over HTTPS to holders of a bearer token: packets, flows, status and
+    /// metrics (docs/api.md). Reads the store only; runs beside a capture.
+    Serve(ServeArgs),
+    /// Manage the bearer tokens of `capsule serve`.
+    #[command(subcommand)]
+    Token(TokenCmd),
     /// Work with the config file (`--config FILE`: host groups, DSCP and egress policy, work
     /// hours; docs/config.md).
     #[command(subcommand)]
@@ -242,6 +248,67 @@ pub enum ConfigCmd {
 error is printed with its line and key."
     )]
     Check(ConfigCheckArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TokenCmd {
+    /// Make a new random token for USER, print it once, and store only its SHA-256 in FILE
+    /// (created 0600). A running server picks it up at its next request.
+    Add(TokenAddArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TokenAddArgs {
+    /// The token file (JSON lines of user and SHA-256).
+    #[arg(long)]
+    pub tokens: PathBuf,
+    /// Who the token is for (recorded in the audit log).
+    #[arg(long)]
+    pub user: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The store directory (read only: the writer lock is never taken).
+    #[arg(long)]
+    pub store: PathBuf,
+    /// Address to listen on, e.g. 0.0.0.0:8443 (port 0 picks a free one; the address bound
+    /// is printed on standard error).
+    #[arg(long)]
+    pub listen: String,
+    /// The server's certificate chain (PEM).
+    #[arg(long)]
+    pub cert: PathBuf,
+    /// The server's private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long)]
+    pub key: PathBuf,
+    /// The token file made by `capsule token add` (re-read when it changes).
+    #[arg(long)]
+    pub tokens: PathBuf,
+    /// Mutual TLS: require a client certificate signed by a CA in this PEM file (on top of
+    /// the bearer token); its SHA-256 is recorded in the audit log. Re-read when it changes.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca: Option<PathBuf>,
+    /// With --client-ca: certificate revocation lists (PEM) whose certificates are refused.
+    /// Re-read when they change.
+    #[arg(long, value_name = "FILE", requires = "client_ca")]
+    pub crl: Vec<PathBuf>,
+    /// Append one JSON line per request here, fsynced (who, from where, what, outcome).
+    #[arg(long)]
+    pub audit_log: Option<PathBuf>,
+    /// Queries (packets or flows) running at once, all users together; more get 429.
+    #[arg(long, default_value_t = 8)]
+    pub max_queries: usize,
+    /// Queries running at once for one user; more get 429.
+    #[arg(long, default_value_t = 2)]
+    pub max_queries_per_user: usize,
+    /// Bytes one packet export may send (e.g. 10G); over it the answer is refused (413) or,
+    /// once streaming, cut.
+    #[arg(long, default_value = "64G", value_parser = units::parse_size)]
+    pub max_bytes_per_query: u64,
+    /// Time one query may run (e.g. 10m); over it the query is stopped.
+    #[arg(long, default_value = "30m", value_parser = capsule_query::parse_duration)]
+    pub max_query_time: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -284,33 +351,51 @@ pub const FILTERS_HELP: &str = filters_help!();
 macro_rules! filters_help {
     () => {
         "\
-FILTERS select packets by what their headers say; the words after the flags form one filter.
-The empty filter selects every packet.
+FILTERS select packets by what their headers say; the words after the flags
+form one filter. The empty filter selects every packet.
 
-  host ADDR                 IP source or destination (IPv4 or IPv6 literal)
-  net ADDR/LEN              address inside a prefix (10.1.0.0/16, fd00::/64)
-  port N, portrange A-B     TCP, UDP or SCTP source or destination port
-  src ..., dst ...          one side only: src host 10.0.0.1, dst port 443
+  host ADDR             IP source or destination (IPv4 or IPv6 literal)
+  net ADDR/LEN          address inside a prefix (10.1.0.0/16, fd00::/64);
+  net 10.50             a short prefix, as tcpdump: 10.50 = 10.50.0.0/16
+  port N|NAME           TCP, UDP or SCTP source or destination port; names
+                        from a built-in table (http, https, domain, ssh, ...)
+  portrange A-B         a port from A to B
+  src ..., dst ...      one side only: src host 10.0.0.1, dst port 443;
+                        src or dst ..., src and dst ... (both sides)
   tcp, udp, sctp, icmp, icmp6, ip, ip6
-                            the protocol; `tcp port 80` means `tcp and port 80`
-  proto N|NAME              IP protocol by number or name (gre, esp, ah, ...)
-  vlan [ID]                 an 802.1Q/802.1ad tag (any of up to two) is ID
-  dscp N|NAME               DS field: 0-63, ef, va, le, df (be, default), cs0-cs7, af11-af43
+                        the protocol; `tcp port 80` is `tcp and port 80`
+  proto N|NAME          IP protocol by number or name (gre, esp, ah, ...)
+  vlan [ID]             an 802.1Q/802.1ad tag (any of up to two) is ID
+  dscp N|NAME           DS field: 0-63, ef, va, le, df (be, default), cs0-cs7,
+                        af11-af43
+  tcpflags FLAG         the TCP flag is set: fin, syn, rst, push, ack, urg,
+                        ece, cwr
+  tcp[tcpflags] & MASK OP VALUE
+                        tcpdump's form (also tcp[13]); MASK and VALUE are
+                        numbers or tcp-syn, tcp-ack, ... joined by |:
+                        tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn
+  ether host|src|dst MAC
+                        an Ethernet address (00:1b:21:0a:0b:0c)
+  arp                   ARP frames
+  greater N, less N     length on the wire >= N, <= N bytes
   and (&&), or (||), not (!), ( )
-                            not binds tighter than and, and tighter than or
+                        not binds tighter than and, and tighter than or;
+                        after and/or a bare value repeats the last
+                        qualifiers: tcp port 80 or 443
 
 Examples:
   capsule query --store S --from -10m -w out.pcap host 10.1.2.3 and tcp port 443
   capsule flows --store S dscp ef and not net 10.4.0.0/24
   capsule query --store S --count 'udp and (dst port 53 or dst port 5353)'
+  capsule query --store S --count 'tcpflags rst and port https or 8443'
 
-Not supported (use --bpf with a tcpdump expression for these): host names, service names
-(port https), `port 80 or 443` without the second `port`, ether, arp, less/greater,
-byte offsets such as tcp[13] & 2 != 0. `vlan 100 and vlan 200` means both tags, in any
-order; every primitive looks through VLAN tags.
+Not supported (use --bpf with a tcpdump expression for these): host names,
+byte offsets other than the TCP flags (ip[1] & 0xfc), icmptype, broadcast,
+multicast, ether proto, rarp. `vlan 100 and vlan 200` means both tags, in any
+order; every primitive looks through VLAN tags, and tcp[tcpflags] covers IPv6.
 
 TIMES (--from inclusive, --to exclusive; both optional):
-  2026-11-30T02:00:00.123456789Z   RFC 3339, up to 9 fractional digits, any offset
+  2026-11-30T02:00:00.123456789Z   RFC 3339, up to 9 fraction digits, any offset
   2026-11-30 02:00:00+01:00        a space instead of T
   2026-11-30                       a date: its midnight, UTC
   1796004000.5                     Unix seconds, with a fraction
@@ -338,13 +423,6 @@ use exit_status;
 /// `query --help` and `flows --help`: the filter language, then the exit statuses.
 const QUERY_LONG_AFTER: &str = concat!(filters_help!(), "\n", exit_status!());
 #[derive(Args, Debug)]
-pub struct StoreArg {
-    /// The store directory.
-    #[arg(long)]
-    pub store: PathBuf,
-}
-
-#[derive(Args, Debug)]
 pub struct ImportArgs {
     /// The store directory (created if missing).
     #[arg(long)]
@@ -354,6 +432,19 @@ pub struct ImportArgs {
     /// Input files; `-` reads standard input.
     #[arg(required = true)]
     pub files: Vec<String>,
+    /// Print one JSON document (per input and in total) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ReindexArgs {
+    /// The store directory.
+    #[arg(long)]
+    pub store: PathBuf,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -406,6 +497,9 @@ pub struct CaptureArgs {
     /// of two of frames per queue (16384 at least).
     #[arg(long, default_value = "256M", value_parser = units::parse_size)]
     pub ring_size: u64,
+    /// Print the summary at exit as one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub writer: WriterArgs,
 }
@@ -433,6 +527,9 @@ pub struct QueryArgs {
     /// Print how many packets and bytes the query would export, and write nothing.
     #[arg(long, conflicts_with = "explain")]
     pub count: bool,
+    /// With --count or --explain: print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -596,9 +693,12 @@ pub struct StatusArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Print again every second until interrupted.
+    /// Print again every second until interrupted (redrawn in place on a terminal).
     #[arg(long)]
     pub watch: bool,
+    /// Also print the capture's whole setup and why `auto` fell back, if it did.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// The compaction target for `pending_compaction_bytes` when no running capture says
     /// (a running capture's `--level` wins).
     #[arg(long, default_value = "1", allow_negative_numbers = true)]
@@ -666,8 +766,26 @@ pub struct SynthArgs {
 #[derive(Args, Debug)]
 pub struct Selection {
     /// The store directory.
-    #[arg(long)]
-    pub store: PathBuf,
+    #[arg(long, required_unless_present = "server", conflicts_with = "server")]
+    pub store: Option<PathBuf>,
+    /// Ask a `capsule serve` (https://HOST:PORT) instead of a local store: the same answer
+    /// as the local command (docs/api.md).
+    #[arg(long, value_name = "URL", requires = "token_file")]
+    pub server: Option<String>,
+    /// With --server: a file holding the bearer token (`capsule token add` printed it).
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub token_file: Option<PathBuf>,
+    /// With --server: CA certificates (PEM) to verify the server with. Default: the
+    /// system's.
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub ca: Option<PathBuf>,
+    /// With --server: a client certificate (PEM) for a server that asks for one (mutual
+    /// TLS, `serve --client-ca`).
+    #[arg(long, value_name = "FILE", requires_all = ["server", "key"])]
+    pub cert: Option<PathBuf>,
+    /// With --cert: its private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
     /// Start of the window (inclusive): RFC 3339 (`2026-11-30T02:00:00.5Z`), a date
     /// (`2026-11-30`, midnight UTC), Unix seconds, `@NANOS`, `now`, or a duration before now
     /// (`-10m`). Default: the oldest packet held.
@@ -733,7 +851,7 @@ pub struct WriterArgs {
     /// A block older than this is cut even if not full (live capture).
     #[arg(long, default_value = "100ms", value_parser = capsule_query::parse_duration)]
     pub block_age: Duration,
-    /// On-disk size after which a segment is sealed (e.g. 1G).
+    /// On-disk size after which a segment is sealed (e.g. 1G); at least the block size.
     #[arg(long, default_value = "1G", value_parser = units::parse_size)]
     pub segment_size: u64,
     /// Age (wall clock or packet time spanned) after which a segment is sealed.
@@ -1055,5 +1173,41 @@ mod tests {
             e.starts_with(&format!("{f}:4:1: capture.ringsize: unknown key")),
             "{e}"
         );
+    }
+}
+
+#[cfg(test)]
+mod help_audit {
+    use clap::CommandFactory;
+
+    /// Every subcommand (at any depth) and every one of its arguments, flags and positionals
+    /// alike, has a description in `--help`.
+    #[test]
+    fn every_subcommand_and_argument_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>, args: &mut usize) {
+            let here = format!("{path} {}", cmd.get_name()).trim().to_string();
+            if cmd.get_about().is_none() && cmd.get_long_about().is_none() && !path.is_empty() {
+                missing.push(format!("`{here}` has no description"));
+            }
+            for a in cmd.get_arguments() {
+                if matches!(a.get_id().as_str(), "help" | "version") {
+                    continue;
+                }
+                *args += 1;
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("`{here}` argument {} has no help", a.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_name() != "help" {
+                    walk(sub, &here, missing, args);
+                }
+            }
+        }
+        let cmd = super::Cli::command();
+        let (mut missing, mut args) = (Vec::new(), 0);
+        walk(&cmd, "", &mut missing, &mut args);
+        assert!(args > 50, "the walk saw only {args} arguments");
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
     }
 }

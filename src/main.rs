@@ -10,7 +10,9 @@
 mod cli;
 mod cmd;
 mod metrics;
+mod progress;
 mod table;
+mod tokens;
 mod units;
 
 use std::process::ExitCode;

@@ -150,6 +150,32 @@ impl Table {
     }
 }
 
+/// `line` cut at spaces into lines of at most `width` characters (a word longer than the
+/// width stays whole); continuation lines are indented four more than the line's own
+/// indent. `None`: the line as it is.
+pub fn wrap(line: &str, width: Option<usize>) -> Vec<String> {
+    let Some(width) = width else {
+        return vec![line.to_string()];
+    };
+    let indent = line.len() - line.trim_start_matches(' ').len();
+    let mut lines = Vec::new();
+    let mut cur = " ".repeat(indent);
+    let mut empty = true;
+    for word in line.split(' ').filter(|w| !w.is_empty()) {
+        if !empty && width_of(&cur) + 1 + width_of(word) > width {
+            lines.push(std::mem::replace(&mut cur, " ".repeat(indent + 4)));
+            empty = true;
+        }
+        if !empty {
+            cur.push(' ');
+        }
+        cur.push_str(word);
+        empty = false;
+    }
+    lines.push(cur);
+    lines
+}
+
 /// The width to fit tables to: `COLUMNS` when set to a number, else the terminal's width
 /// when standard output is one, else none (no limit).
 pub fn output_width() -> Option<usize> {
@@ -172,6 +198,22 @@ pub fn output_width() -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wrap_cuts_at_spaces_and_indents_the_rest() {
+        assert_eq!(wrap("a b c", None), vec!["a b c"]);
+        assert_eq!(
+            wrap("  aaa bbb ccc", Some(9)),
+            vec!["  aaa bbb", "      ccc"]
+        );
+        assert_eq!(
+            wrap("x longerthanwidth y", Some(5)),
+            vec!["x", "    longerthanwidth", "    y"]
+        );
+        for l in wrap(&"word ".repeat(50), Some(20)) {
+            assert!(l.chars().count() <= 20, "{l:?}");
+        }
+    }
 
     fn table() -> Table {
         let mut t = Table::new(vec![

@@ -2480,3 +2480,29 @@ fn a_locked_store_is_refused_before_the_interface_is_touched() {
     assert!(took < Duration::from_secs(3), "refused after {took:?}");
     assert_clean_exit(&first.stop());
 }
+
+/// `--json`: the summary at exit is one JSON document on stdout, with the figures of the
+/// text summary, drop causes by name, and nothing else on stdout.
+#[test]
+fn the_capture_summary_is_one_json_document_with_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("traffic.pcap");
+    synth(&input, &tmp.path().join("truth.json"), 9, "1s", "10M", None);
+    let link = Link::new();
+    let store = tmp.path().join("store");
+    let (mut cap, desc) = start_capture(&link, &store, Mode::Afpacket, &["--json"]);
+    let sent = link.send(&input, "50");
+    std::thread::sleep(Duration::from_millis(500));
+    let stopped = cap.stop();
+    assert_clean_exit(&stopped);
+    let v: serde_json::Value = serde_json::from_str(&stopped.stdout)
+        .unwrap_or_else(|e| panic!("not one JSON document: {e}: {:?}", stopped.stdout));
+    let packets = v["packets"].as_u64().expect("packets");
+    assert!(packets >= sent, "{packets} stored of {sent} sent: {v}");
+    assert_eq!(v["mode"], desc.as_str(), "{v}");
+    assert_eq!(v["iface"], link.if_b.as_str(), "{v}");
+    assert_eq!(v["dropped"], 0, "{v}");
+    assert_eq!(v["drop_causes"]["packet_ring_full"], 0, "{v}");
+    assert!(v["sealed"].as_u64().unwrap() >= 1, "{v}");
+    assert_all_sealed(&store, packets);
+}

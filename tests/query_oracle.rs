@@ -773,6 +773,97 @@ fn vlans_dscp_and_ipv6_select_what_tshark_selects() {
     assert_eq!(found, planted, "the sources of rogue EF packets");
 }
 
+/// The Ethernet source address of the first IPv4 packet of the original, as text.
+fn some_mac(fx: &Fx) -> String {
+    let frame = fx
+        .packets
+        .iter()
+        .find(|k| ipv4_src(&k.data).is_some())
+        .map(|k| &k.data[6..12])
+        .expect("an IPv4 packet");
+    frame
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+#[test]
+fn tcpdump_forms_select_what_tcpdump_selects() {
+    let fx = fx();
+    let straggler = fx.fact_str("straggler");
+    let mac = some_mac(fx);
+    // Each tcpdump expression has a branch behind one VLAN tag (its `vlan` shifts the
+    // offsets); libpcap's `tcp[]` reads IPv4 only, so the TCP flag cases name `ip`, and the
+    // IPv6 case reads the flags at their fixed offset (synth's IPv6 TCP has no extension
+    // headers: next header 6 at ip6[6]).
+    let both = |e: &str| format!("({e}) or (vlan and ({e}))");
+    let cases = [
+        tcpdump_case(
+            format!("src or dst host {straggler}"),
+            both(&format!("ip and src or dst host {straggler}")),
+            Expect::Some,
+        ),
+        tcpdump_case(
+            "src and dst net 10.10",
+            both("ip and src and dst net 10.10"),
+            Expect::Some,
+        ),
+        tcpdump_case("net 10.50", both("ip and net 10.50"), Expect::Some),
+        tcpdump_case("port https", both("port 443"), Expect::Some),
+        tcpdump_case(
+            "tcp port 443 or 2049",
+            both("tcp port 443 or 2049"),
+            Expect::Some,
+        ),
+        tcpdump_case(
+            "ip and tcp[tcpflags] & tcp-rst != 0",
+            both("tcp[tcpflags] & tcp-rst != 0"),
+            Expect::Some,
+        ),
+        tcpdump_case(
+            "ip and tcp[13] & (tcp-syn|tcp-ack) == tcp-syn",
+            both("tcp[13] & (tcp-syn|tcp-ack) == tcp-syn"),
+            Expect::Some,
+        ),
+        tcpdump_case(
+            "ip6 and tcpflags syn",
+            both("ip6 and ip6[6] == 6 and ip6[53] & 2 != 0"),
+            Expect::Some,
+        ),
+        tcpdump_case(
+            format!("ether host {mac}"),
+            format!("ether host {mac}"),
+            Expect::Some,
+        ),
+        tcpdump_case(
+            format!("ether dst {mac} and tcp"),
+            format!("ether dst {mac} and (tcp or (vlan and tcp))"),
+            Expect::Some,
+        ),
+        tcpdump_case("arp", both("arp"), Expect::Some),
+        tcpdump_case("greater 1400", "greater 1400", Expect::Some),
+        tcpdump_case(
+            "less 80 and not arp",
+            "less 80 and not (arp or (vlan and arp))",
+            Expect::Some,
+        ),
+    ];
+    run_cases(fx, &cases);
+    // The index keeps each direction's union of TCP flags: a RST filter reads only the
+    // blocks of flows that saw one, far fewer than all TCP.
+    let read = |filter: &str| {
+        let o = run_ok(capsule().args(["query", "--store", p(&fx.store), "--explain", filter]));
+        let text = stdout_str(&o);
+        parse_read_of(text.lines().find(|l| l.starts_with("plan:")).unwrap()).0
+    };
+    let (rst, tcp) = (read("tcpflags rst"), read("tcp"));
+    assert!(
+        rst > 0 && rst * 2 < tcp,
+        "tcpflags rst reads {rst} blocks, tcp {tcp}"
+    );
+}
+
 #[test]
 fn five_tuples_of_truth_flows_select_both_directions_and_read_few_blocks() {
     let fx = fx();

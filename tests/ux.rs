@@ -281,3 +281,463 @@ fn import_into_a_directory_that_is_not_a_store_is_refused() {
     import_ok(&empty, &[], &[p(&input)]);
     import_ok(&empty, &[], &[p(&input)]);
 }
+
+/// RFC 3339 with nine fractional digits in UTC, by `date` (not by capsule's own code).
+fn rfc3339_by_date(ns: u64) -> String {
+    let out = std::process::Command::new("date")
+        .args([
+            "-u",
+            "-d",
+            &format!("@{}", ns / 1_000_000_000),
+            "+%Y-%m-%dT%H:%M:%S",
+        ])
+        .output()
+        .expect("run date");
+    assert!(out.status.success());
+    format!(
+        "{}.{:09}Z",
+        String::from_utf8(out.stdout).unwrap().trim(),
+        ns % 1_000_000_000
+    )
+}
+
+/// Checks that every `NAME_ns` instant in `v` has `NAME` beside it, as RFC 3339; returns
+/// how many it checked.
+fn check_times(v: &serde_json::Value, what: &str) -> usize {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut n = 0;
+            for (k, x) in m {
+                n += check_times(x, what);
+                let Some(stem) = k.strip_suffix("_ns") else {
+                    continue;
+                };
+                if ["horizon", "span", "duration"]
+                    .iter()
+                    .any(|d| stem.contains(d))
+                {
+                    continue;
+                }
+                match x.as_u64() {
+                    Some(ns) => {
+                        assert_eq!(
+                            m.get(stem).and_then(|s| s.as_str()),
+                            Some(rfc3339_by_date(ns).as_str()),
+                            "{what}: {k} = {ns} has no RFC 3339 {stem} beside it: {v}"
+                        );
+                        n += 1;
+                    }
+                    None => assert!(m.contains_key(stem), "{what}: {k} without {stem}"),
+                }
+            }
+            n
+        }
+        serde_json::Value::Array(a) => a.iter().map(|x| check_times(x, what)).sum(),
+        _ => 0,
+    }
+}
+
+/// The whole of standard output as one JSON document.
+fn one_json(o: &std::process::Output, what: &str) -> serde_json::Value {
+    let text = stdout_str(o);
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{what}: not one JSON document: {e}: {text:?}"))
+}
+
+#[test]
+fn json_everywhere_with_rfc3339_beside_every_instant() {
+    let d = tempfile::tempdir().unwrap();
+    let t0 = 1_796_004_000_000_000_000u64;
+    let packets: Vec<_> = (0..10u64)
+        .map(|i| (t0 + i * 100_000_123, 100, udp_frame(i as u8 + 1, 100)))
+        .collect();
+    let input = d.path().join("in.pcap");
+    std::fs::write(&input, write_pcap_ns(1, 0, &packets)).unwrap();
+    let store = d.path().join("store");
+    let s = p(&store);
+
+    let imp = one_json(
+        &run_ok(capsule().args(["import", "--store", s, "--json", p(&input)])),
+        "import",
+    );
+    assert_eq!(imp["packets"], 10);
+    assert_eq!(imp["inputs"][0]["packets"], 10);
+    assert_eq!(imp["inputs"][0]["first_ns"], t0);
+    assert_eq!(imp["inputs"][0]["last_ns"], packets[9].0);
+    assert_eq!(imp["sealed"].as_array().unwrap().len(), 1);
+    assert!(check_times(&imp, "import") >= 4);
+
+    let c = one_json(
+        &run_ok(capsule().args(["query", "--store", s, "--count", "--json", "host 10.0.0.3"])),
+        "count",
+    );
+    assert_eq!(
+        (c["packets"].as_u64(), c["bytes"].as_u64()),
+        (Some(1), Some(100))
+    );
+    let c = one_json(
+        &run_ok(capsule().args([
+            "query",
+            "--store",
+            s,
+            "--count",
+            "--json",
+            "--from",
+            &format!("@{}", packets[2].0),
+        ])),
+        "count in a window",
+    );
+    assert_eq!(c["packets"], 8);
+    assert_eq!(c["from_ns"], packets[2].0);
+    assert!(check_times(&c, "count") >= 1);
+
+    let e = one_json(
+        &run_ok(capsule().args(["query", "--store", s, "--explain", "--json", "udp"])),
+        "explain",
+    );
+    assert_eq!(e["segments"].as_array().unwrap().len(), 1);
+    // The same plan as the text.
+    let text = stdout_str(&run_ok(capsule().args([
+        "query",
+        "--store",
+        s,
+        "--explain",
+        "udp",
+    ])));
+    let (read, total) = parse_read_of(text.lines().find(|l| l.starts_with("plan:")).unwrap());
+    assert_eq!(
+        (e["blocks_read"].as_u64(), e["blocks_total"].as_u64()),
+        (Some(read), Some(total)),
+        "{text}"
+    );
+    assert!(read >= 1);
+
+    let r = one_json(
+        &run_ok(capsule().args(["reindex", "--store", s, "--json"])),
+        "reindex",
+    );
+    assert_eq!(r["segments"], 1);
+    assert_eq!(r["indexed"].as_array().unwrap().len(), 1);
+    assert_eq!(r["failed"], 0);
+
+    let st = one_json(
+        &run_ok(capsule().args(["status", "--store", s, "--json"])),
+        "status",
+    );
+    assert_eq!(st["store"]["first_ns"], t0);
+    assert!(check_times(&st, "status") >= 2);
+    let v = one_json(
+        &run_ok(capsule().args(["verify", "--store", s, "--json"])),
+        "verify",
+    );
+    assert_eq!(v["segments"], 1);
+    check_times(&v, "verify");
+    // segments and flows print JSON lines: one document per line.
+    let seg = stdout_str(&run_ok(
+        capsule().args(["segments", "--store", s, "--json"]),
+    ));
+    let lines: Vec<serde_json::Value> = seg
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(check_times(&lines[0], "segments"), 2);
+
+    // --json with an export is refused: the packets go there, not JSON.
+    let out = run(capsule().args(["query", "--store", s, "--json", "-w", "-"]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_str(&out));
+    assert!(stderr_str(&out).contains("--count or --explain"));
+}
+
+#[test]
+fn status_and_segments_fit_80_columns_and_status_says_the_mode_in_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("t.pcap");
+    synth(&pcap, &d.path().join("t.json"), 4, "1s", "20M", None);
+    let store = d.path().join("store");
+    import_ok(
+        &store,
+        &["--block-size", "64K", "--segment-size", "256K"],
+        &[p(&pcap)],
+    );
+    // What a stopped AF_PACKET capture that fell back from AF_XDP leaves in the store.
+    let why = "AF_XDP was not possible: attaching the XDP program to eth9 in native mode \
+               failed: Operation not supported (os error 95); generic mode failed too";
+    let status = serde_json::json!({
+        "pid": 1, "iface": "eth9", "running": false,
+        "mode": format!("AF_PACKET (TPACKET_V3 ring of 256 MiB); {why}"),
+        "started_ns": 1_796_004_000_000_000_000u64, "updated_ns": 1_796_004_001_000_000_000u64,
+        "packets": 1000, "wire_bytes": 1_000_000, "seen": 1010, "drops": 10,
+        "drop_causes": {"packet_ring_full": 10, "xsk_ring_full": 0, "xsk_dropped": 0,
+                        "no_socket": 0, "pipeline": 0, "invalid": 0, "disk_full": 0},
+        "vlan_restored": 0, "truncated": 0, "hw_timestamps": 0,
+        "packets_per_s": 0.0, "bits_per_s": 0.0, "drops_per_s": 0.0,
+    });
+    std::fs::write(store.join("capture-status.json"), status.to_string()).unwrap();
+    let fits = |args: &[&str]| {
+        let out = run_ok(
+            capsule()
+                .args(args)
+                .args(["--store", p(&store)])
+                .env("COLUMNS", "80"),
+        );
+        let text = stdout_str(&out);
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 80,
+                "{args:?}: {} columns: {line}",
+                line.chars().count()
+            );
+        }
+        text
+    };
+    let segs = fits(&["segments"]);
+    assert!(segs.lines().count() >= 3, "several segments: {segs}");
+    for col in ["seq", "state", "packets", "first", "last"] {
+        assert!(segs.lines().next().unwrap().contains(col), "{segs}");
+    }
+    assert!(segs.lines().skip(1).all(|l| l.contains("sealed")), "{segs}");
+
+    let st = fits(&["status"]);
+    let mode: Vec<&str> = st.lines().filter(|l| l.contains("mode:")).collect();
+    assert_eq!(mode.len(), 1, "{st}");
+    assert!(
+        mode[0].contains("AF_PACKET") && mode[0].contains("--verbose"),
+        "{st}"
+    );
+    assert!(
+        !st.contains("Operation not supported"),
+        "the fallback only with --verbose: {st}"
+    );
+    // Drop causes of AF_PACKET only.
+    assert!(st.contains("packet ring full 10"), "{st}");
+    assert!(!st.contains("AF_XDP RX ring"), "{st}");
+    assert!(st.contains("store:") && st.contains("retention:"), "{st}");
+    let verbose = fits(&["status", "--verbose"]);
+    assert!(verbose.contains("Operation not supported"), "{verbose}");
+    // Not a terminal and no COLUMNS: lines are not wrapped.
+    let out = run_ok(
+        capsule()
+            .args(["status", "--verbose", "--store", p(&store)])
+            .env_remove("COLUMNS"),
+    );
+    assert!(
+        stdout_str(&out)
+            .lines()
+            .any(|l| l.contains("fallback:") && l.contains("generic mode")),
+        "{}",
+        stdout_str(&out)
+    );
+}
+
+#[test]
+fn a_segment_size_below_the_block_size_is_refused_naming_the_minimum() {
+    let d = tempfile::tempdir().unwrap();
+    let input = d.path().join("in.pcap");
+    std::fs::write(&input, write_pcap_ns(1, 0, &[(1, 100, udp_frame(1, 100))])).unwrap();
+    let store = d.path().join("store");
+    let out = import(&store, &["--segment-size", "10"], &[p(&input)]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = stderr_str(&out);
+    assert!(
+        err.contains("segment size 10 bytes") && err.contains("minimum") && err.contains("1048576"),
+        "{err}"
+    );
+    let out = import(
+        &store,
+        &["--segment-size", "4K", "--block-size", "4K"],
+        &[p(&input)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_str(&out));
+}
+
+#[test]
+fn an_unreadable_input_is_named_and_leaves_no_store_behind() {
+    let d = tempfile::tempdir().unwrap();
+    let missing = d.path().join("missing.pcap");
+    // Into a new directory: it is not created.
+    let store = d.path().join("new-store");
+    let out = import(&store, &[], &[p(&missing)]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr_str(&out);
+    assert!(
+        err.contains(&format!("cannot read {}: No such file", p(&missing))),
+        "{err}"
+    );
+    assert!(!err.contains("damaged"), "{err}");
+    assert!(
+        !store.exists(),
+        "no store is created for an input that cannot be read"
+    );
+    // Into an existing empty directory: it stays empty.
+    let empty = d.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = import(&empty, &[], &[p(&missing)]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+    // A directory as input, after a good file: nothing is imported.
+    let good = d.path().join("good.pcap");
+    std::fs::write(&good, write_pcap_ns(1, 0, &[(1, 100, udp_frame(1, 100))])).unwrap();
+    let out = import(&store, &[], &[p(&good), p(&empty)]);
+    let err = stderr_str(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("cannot read {}: it is a directory", p(&empty))),
+        "{err}"
+    );
+    assert!(!store.exists());
+}
+
+#[test]
+fn compressed_inputs_are_read_directly_and_foreign_link_types_are_named() {
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("t.pcap");
+    let truth = synth(&pcap, &d.path().join("t.json"), 5, "1s", "10M", None);
+    // Compressed by the stock tools; names that do not say so: the magic bytes decide.
+    let zst = d.path().join("t.zst-without-extension");
+    sh_ok(&format!("zstd -q -c {} > {}", p(&pcap), p(&zst)));
+    let gz = d.path().join("t.pcap.gz");
+    sh_ok(&format!("gzip -c {} > {}", p(&pcap), p(&gz)));
+    for (what, input) in [("zstd", &zst), ("gzip", &gz)] {
+        let store = d.path().join(format!("store-{what}"));
+        import_ok(&store, &[], &[p(input)]);
+        let (code, out, err) = count(&store, &[]);
+        assert_eq!(code, Some(0), "{what}: {err}");
+        assert_eq!(
+            parse_packets_bytes(&out).0,
+            truth.packets,
+            "{what}: every packet"
+        );
+    }
+    // 802.11 radiotap: stored, and named in a warning with its count.
+    let radio: Vec<_> = (0..7u64)
+        .map(|i| (1_796_004_000_000_000_000 + i, 60, vec![0u8; 60]))
+        .collect();
+    let input = d.path().join("radio.pcap");
+    std::fs::write(&input, write_pcap_ns(127, 0, &radio)).unwrap();
+    let store = d.path().join("store-radio");
+    let out = import_ok(&store, &[], &[p(&input)]);
+    let err = stderr_str(&out);
+    assert!(
+        err.contains("7 packets of link type 127 (IEEE 802.11 radiotap)"),
+        "{err}"
+    );
+    let (code, out, _) = count(&store, &[]);
+    assert_eq!(code, Some(0));
+    assert_eq!(parse_packets_bytes(&out).0, 7);
+    // Ethernet imports say nothing of the kind.
+    let out = import_ok(&d.path().join("store-eth"), &[], &[p(&pcap)]);
+    assert!(
+        !stderr_str(&out).contains("link type"),
+        "{}",
+        stderr_str(&out)
+    );
+}
+
+#[test]
+fn progress_shows_on_a_terminal_only() {
+    need_tool("script");
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("t.pcap");
+    synth(&pcap, &d.path().join("t.json"), 6, "1s", "20M", None);
+    let store = d.path().join("store");
+    let s = p(&store);
+    let out = d.path().join("out.pcap");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["import", "--store", s, p(&pcap)],
+        vec!["reindex", "--store", s],
+        vec!["compact", "--store", s, "--level", "3"],
+        vec!["query", "--store", s, "-w", p(&out)],
+    ];
+    // Not a terminal: no bar, no control characters.
+    for args in &commands {
+        let o = run_ok(capsule().args(args));
+        let err = stderr_str(&o);
+        assert!(
+            !err.contains('\r') && !err.contains('\x1b') && !err.contains("ETA"),
+            "{args:?}: {err:?}"
+        );
+    }
+    // On a terminal (script(1) gives the command a pty): the bar with its bytes and rate.
+    for (args, want) in [
+        (&commands[0], "ETA"),
+        (&commands[1], "ETA"),
+        (&commands[3], "B/s"),
+    ] {
+        let line = std::iter::once(bin())
+            .chain(args.iter().copied())
+            .map(|a| format!("'{a}'"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let o = run_ok(std::process::Command::new("script").args(["-qec", &line, "/dev/null"]));
+        let text = stdout_str(&o);
+        assert!(text.contains(want), "{args:?} on a terminal: {text:?}");
+    }
+}
+
+#[test]
+fn log_colours_only_on_a_terminal_and_never_with_no_color() {
+    need_tool("script");
+    let d = tempfile::tempdir().unwrap();
+    let store = small_store(d.path());
+    // A segment whose head is damaged: reading the store logs a warning about it.
+    std::fs::write(
+        store.join("segments").join("seg-000000000099.pcapng.zst"),
+        noise(5000, 99),
+    )
+    .unwrap();
+    let cmd = format!("'{}' compact --store '{}'", bin(), p(&store));
+    let on_tty = |env: &str| {
+        let o = run(std::process::Command::new("script").args([
+            "-qc",
+            &format!("{env} {cmd}"),
+            "/dev/null",
+        ]));
+        let text = stdout_str(&o);
+        let line = text
+            .lines()
+            .find(|l| l.contains("skipping segment 99"))
+            .unwrap_or_else(|| panic!("no warning about segment 99: {text:?}"))
+            .to_string();
+        line
+    };
+    assert!(on_tty("").contains('\x1b'), "colour on a terminal");
+    assert!(!on_tty("NO_COLOR=1").contains('\x1b'), "NO_COLOR");
+    let o = run(capsule().args(["compact", "--store", p(&store)]));
+    let err = stderr_str(&o);
+    assert!(err.contains("skipping segment 99"), "{err}");
+    assert!(!err.contains('\x1b'), "no colour into a pipe: {err:?}");
+}
+
+#[test]
+fn the_filter_help_fits_80_columns_and_names_the_tcpdump_forms() {
+    let text = stdout_str(&run_ok(capsule().arg("filters")));
+    for line in text.lines() {
+        assert!(line.chars().count() <= 80, "{line}");
+    }
+    for form in [
+        "src and dst",
+        "port N|NAME",
+        "tcp port 80 or 443",
+        "tcp[tcpflags]",
+        "tcpflags FLAG",
+        "ether host",
+        "arp",
+        "greater N",
+        "net 10.50",
+        "--bpf",
+    ] {
+        assert!(text.contains(form), "{form} is not in the filter help");
+    }
+    // The help's new example runs as a filter.
+    let d = tempfile::tempdir().unwrap();
+    let store = small_store(d.path());
+    let out = run_ok(capsule().args([
+        "query",
+        "--store",
+        p(&store),
+        "--count",
+        "tcpflags rst and port https or 8443",
+    ]));
+    assert_eq!(parse_packets_bytes(&stdout_str(&out)).0, 0);
+}

@@ -274,16 +274,21 @@ impl XdpProgram {
 /// `BPF_F_XDP_DEV_BOUND_ONLY` (Linux 6.3; Debian 12's headers predate it).
 const BPF_F_XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
 
-/// Sends libbpf's messages to `tracing` instead of stderr: warnings stay visible in the
-/// daemon's log, the verifier's chatter goes to debug.
+/// Sends libbpf's messages to `tracing` instead of stderr, each as one line (libbpf's own
+/// line breaks become ` | `). Its warnings are debug lines: they come from the probes and
+/// attach attempts of the capture's fallback ladder (native XDP on a driver without it, a
+/// kernel without a feature), whose outcome capsule reports itself in one line, so a
+/// working fallback prints no libbpf noise; `CAPSULE_LOG=libbpf=debug` shows them. The
+/// verifier's chatter goes to trace.
 fn route_libbpf_logs() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         fn log(level: libbpf_rs::PrintLevel, msg: String) {
-            let msg = msg.trim_end();
+            let msg = one_line(&msg);
             match level {
-                libbpf_rs::PrintLevel::Warn => tracing::warn!(target: "libbpf", "{msg}"),
-                libbpf_rs::PrintLevel::Info => tracing::debug!(target: "libbpf", "{msg}"),
+                libbpf_rs::PrintLevel::Warn | libbpf_rs::PrintLevel::Info => {
+                    tracing::debug!(target: "libbpf", "{msg}")
+                }
                 libbpf_rs::PrintLevel::Debug => tracing::trace!(target: "libbpf", "{msg}"),
             }
         }
@@ -291,9 +296,28 @@ fn route_libbpf_logs() {
     });
 }
 
+/// A libbpf message on one line: trimmed, inner line breaks as ` | `.
+fn one_line(msg: &str) -> String {
+    msg.trim()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn libbpf_messages_become_one_line() {
+        assert_eq!(
+            one_line("libbpf: prog 'x': failed\n  reason: -95\n\n"),
+            "libbpf: prog 'x': failed | reason: -95"
+        );
+        assert_eq!(one_line("plain\n"), "plain");
+    }
 
     #[test]
     fn object_holds_all_four_programs() {

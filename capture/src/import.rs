@@ -32,6 +32,9 @@ pub struct FileReport {
     pub out_of_order: u64,
     /// Where and why reading stopped early; the packets counted above were kept.
     pub error: Option<FileProblem>,
+    /// Packets stored whose link type capsule cannot dissect (802.11 radiotap, ...), by
+    /// link type: the side index and the filter see nothing inside them.
+    pub undissected: Vec<(capsule_wire::linktype::LinkType, u64)>,
 }
 
 impl FileReport {
@@ -46,6 +49,7 @@ impl FileReport {
             last_ns: None,
             out_of_order: 0,
             error: None,
+            undissected: Vec::new(),
         }
     }
 
@@ -105,6 +109,8 @@ struct Importer<'w> {
     source: &'w str,
     /// File interface id -> store interface id.
     ids: Vec<u32>,
+    /// File interface id -> its link type.
+    linktypes: Vec<u16>,
     rep: FileReport,
 }
 
@@ -114,11 +120,13 @@ impl<'w> Importer<'w> {
             writer,
             source,
             ids: Vec::new(),
+            linktypes: Vec::new(),
             rep: FileReport::new(source),
         }
     }
 
     fn interface(&mut self, iface: capsule_pcap::Interface) {
+        self.linktypes.push(iface.linktype);
         self.ids.push(self.writer.add_interface(iface));
     }
 
@@ -166,6 +174,13 @@ impl<'w> Importer<'w> {
         match self.writer.append(id, ts_ns, orig_len, data) {
             Ok(()) => {
                 self.rep.count(ts_ns, orig_len, data.len());
+                let lt = self.linktypes[iface as usize];
+                if !capsule_wire::linktype::is_dissected(lt) {
+                    match self.rep.undissected.iter_mut().find(|(l, _)| *l == lt) {
+                        Some((_, n)) => *n += 1,
+                        None => self.rep.undissected.push((lt, 1)),
+                    }
+                }
                 Ok(true)
             }
             Err(e) if e.is_packet_refused() => {

@@ -47,6 +47,7 @@ pub const CAPTURE_KEYS: &[(&str, &str, CaptureType)] = &[
     ("max_age", "--max-age", CaptureType::Text),
     ("level", "--level", CaptureType::TextOrCount),
     ("threads", "--threads", CaptureType::Count),
+    ("json", "--json", CaptureType::Switch),
 ];
 
 /// One `[capture]` key: the flag it sets and the value as that flag's text.

@@ -78,6 +78,7 @@ pub fn flow_side(f: &FlowRecord, dir: usize, dscp_mask: u64) -> FlowSide {
         dst,
         ports,
         dscp_mask,
+        tcp_flags: f.tcp_flags[dir],
     }
 }
 

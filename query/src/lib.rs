@@ -9,7 +9,8 @@
 //! "host 10.1.2.3 and tcp port 443"  -> filter::Filter::parse -> Filter (canonical, Display)
 //! "--from -10m" "--to now"          -> time::parse_time(text, now) -> ns since the epoch
 //! Filter + [from, to)               -> Query
-//!   used per packet:       Filter::matches(&capsule_wire::Dissected)          exact
+//!   used per packet:       Filter::matches_packet(&Dissected, linktype, bytes, wire len)
+//!                                                                             exact
 //!   used over flow records: Filter::matches_side(&FlowSide) -> Tri (yes/no/maybe), planning
 //! ```
 //!

@@ -249,7 +249,14 @@ fn load(
             .interfaces()
             .get(pkt.iface as usize)
             .map_or(0, |i| i.linktype);
-        if !query.filter.is_all() && !query.filter.matches(&dissect(linktype, pkt.data)) {
+        if !query.filter.is_all()
+            && !query.filter.matches_packet(
+                &dissect(linktype, pkt.data),
+                linktype,
+                pkt.data,
+                pkt.orig_len,
+            )
+        {
             continue;
         }
         if let Some(bpf) = bpf.as_deref_mut() {

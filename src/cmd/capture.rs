@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use capsule_capture::live::{self, CaptureConfig, Mode};
 
-use super::{print_disk_full, print_open_report};
+use super::{print_disk_full, print_json, print_open_report};
 use crate::cli::{CaptureArgs, CaptureMode};
 
 impl CaptureArgs {
@@ -56,7 +56,7 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     if let Some(n) = note {
         eprintln!("{n}");
     }
-    print_open_report(&opened);
+    print_open_report(&opened, a.json);
     // Live alerts when the config names a sink: loaded before the interface is touched, so
     // a bad file fails early.
     let alert_config = a.config.as_deref().map(super::config::load).transpose();
@@ -134,22 +134,34 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     }
     let rep = result?;
     let written = finished?;
-    println!(
-        "captured {} packets ({} bytes) on {iface} in {:.1} s; seen {}, dropped {}{}; \
-         {} VLAN tags restored, {} packets over 256 KiB cut; {} segment(s) sealed, \
-         store now {} bytes",
-        rep.packets,
-        rep.wire_bytes,
-        t0.elapsed().as_secs_f64(),
-        rep.seen(),
-        rep.drops() + written.disk_full_drops,
-        capsule_capture::status::drop_causes(&rep),
-        rep.vlan_restored,
-        rep.truncated,
-        written.sealed.len(),
-        written.store_bytes
-    );
+    let secs = t0.elapsed().as_secs_f64();
+    if a.json {
+        let mut causes = serde_json::to_value(capsule_capture::status::DropCauses::of(&rep))?;
+        causes["disk_full"] = written.disk_full_drops.into();
+        print_json(serde_json::json!({
+            "iface": iface, "mode": desc, "packets": rep.packets, "bytes": rep.wire_bytes,
+            "seconds": secs, "seen": rep.seen(),
+            "dropped": rep.drops() + written.disk_full_drops, "drop_causes": causes,
+            "vlan_restored": rep.vlan_restored, "truncated": rep.truncated,
+            "sealed": written.sealed.len(), "store_bytes": written.store_bytes,
+        }));
+    } else {
+        println!(
+            "captured {} packets ({} bytes) on {iface} in {secs:.1} s; seen {}, dropped {}{}; \
+             {} VLAN tags restored, {} packets over 256 KiB cut; {} segment(s) sealed, \
+             store now {} bytes",
+            rep.packets,
+            rep.wire_bytes,
+            rep.seen(),
+            rep.drops() + written.disk_full_drops,
+            capsule_capture::status::drop_causes(&rep),
+            rep.vlan_restored,
+            rep.truncated,
+            written.sealed.len(),
+            written.store_bytes
+        );
+    }
     // Packets dropped for a full disk were captured (counted above) but not stored.
-    print_disk_full(&written);
+    print_disk_full(&written, a.json);
     Ok(ExitCode::SUCCESS)
 }

@@ -16,14 +16,22 @@ use crate::cli::CompactArgs;
 
 pub fn run(a: &CompactArgs) -> Result<ExitCode> {
     // An existing store only: compaction creates nothing.
-    Store::open(&a.store)?;
+    let store = Store::open(&a.store)?;
+    // Progress over the sealed segments' bytes (those already at the level pass quickly).
+    let total: u64 = store
+        .open_segments()?
+        .iter()
+        .filter(|s| s.state() == capsule_store::SegmentState::Sealed)
+        .map(|s| s.bytes())
+        .sum();
+    drop(store);
     let cfg = WriterConfig {
         threads: 1,
         ..WriterConfig::default()
     };
     let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;
     if !a.json {
-        super::print_open_report(&opened);
+        super::print_open_report(&opened, false);
         for p in &opened.compaction_leftovers {
             println!(
                 "removed {} (left by a compaction a crash interrupted)",
@@ -33,19 +41,25 @@ pub fn run(a: &CompactArgs) -> Result<ExitCode> {
     }
     let t0 = Instant::now();
     let json = a.json;
+    let progress = crate::progress::Progress::bytes("compact", Some(total));
     let report = writer.compact_all(a.level, &mut |c| {
+        progress.add(c.bytes_before);
+        progress.message(format!("segment {}", c.seq));
         if !json {
-            println!(
-                "segment {}: {} -> {} bytes ({} of {} blocks recompressed) in {:.2} s",
-                c.seq,
-                c.bytes_before,
-                c.bytes_after,
-                c.recompressed,
-                c.blocks,
-                c.busy.as_secs_f64()
-            );
+            progress.suspend(|| {
+                println!(
+                    "segment {}: {} -> {} bytes ({} of {} blocks recompressed) in {:.2} s",
+                    c.seq,
+                    c.bytes_before,
+                    c.bytes_after,
+                    c.recompressed,
+                    c.blocks,
+                    c.busy.as_secs_f64()
+                );
+            });
         }
     })?;
+    progress.finish();
     writer.finish()?;
     let secs = t0.elapsed().as_secs_f64();
     let before: u64 = report.compacted.iter().map(|c| c.bytes_before).sum();
@@ -71,7 +85,7 @@ pub fn run(a: &CompactArgs) -> Result<ExitCode> {
             "bytes_before": before, "bytes_after": after, "seconds": secs,
             "compacted": segs, "skipped": skipped, "deleted_meanwhile": report.vanished,
         });
-        println!("{v}");
+        super::print_json(v);
     } else {
         println!(
             "compacted {} segment(s) at level {}: {before} -> {after} bytes ({:.1}%) in {secs:.2} s \

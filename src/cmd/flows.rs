@@ -12,17 +12,36 @@ use crate::units;
 
 pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     let (args, sort, limit, json) = (&a.q, a.sort, a.limit, a.json);
-    let q = args.query()?;
-    let store = Store::open(&args.store)?;
-    let (segments, unreadable) = store.open_segments_checked()?;
-    let mut listing = capsule_index::flows::list(&store, &segments, &q)?;
-    match sort {
-        FlowSort::Bytes => {}
-        FlowSort::Packets => listing
-            .flows
-            .sort_by_key(|f| std::cmp::Reverse(f.flow.total_packets())),
-        FlowSort::First => listing.flows.sort_by_key(|f| f.flow.first_ns),
+    if let Some(url) = &args.server {
+        if !json {
+            return Err(super::Usage(format!(
+                "flows --server {url} answers JSON lines only: add --json"
+            ))
+            .into());
+        }
+        let sort = match sort {
+            FlowSort::Bytes => "bytes",
+            FlowSort::Packets => "packets",
+            FlowSort::First => "first",
+        };
+        let path = format!(
+            "/v1/flows?{}&sort={sort}&limit={limit}",
+            super::remote::selection_params(args)?
+        );
+        super::remote::get(args, &path, &mut std::io::stdout().lock(), false)?;
+        return Ok(ExitCode::SUCCESS);
     }
+    let q = args.query()?;
+    if q.filter.beyond_index() {
+        eprintln!(
+            "capsule: note: the flow index keeps no MAC addresses or packet lengths, and \
+             of the TCP flags only those seen in each direction: these flows may have \
+             packets that match (`capsule query` checks each packet)"
+        );
+    }
+    let store = Store::open(args.store())?;
+    let (segments, unreadable) = store.open_segments_checked()?;
+    let listing = list(&store, &segments, &q, sort)?;
     let mut out = std::io::stdout().lock();
     let dscps = |mask: u64| -> String {
         (0..64u8)
@@ -34,23 +53,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     let shown: Vec<_> = listing.flows.iter().take(limit).collect();
     if json {
         for s in &shown {
-            let f = &s.flow;
-            let k = &f.key;
-            let v = serde_json::json!({
-                "vlans": k.vlans.iter().flatten().collect::<Vec<_>>(),
-                "ip_version": k.ip_version, "proto": k.proto,
-                "proto_name": capsule_query::filter::proto_name(k.proto),
-                "a": k.a.to_string(), "a_port": k.ports.map(|p| p.0),
-                "b": k.b.to_string(), "b_port": k.ports.map(|p| p.1),
-                "client": client_side(f).map(|d| if d == 0 { "a" } else { "b" }),
-                "first_ns": f.first_ns, "first": capsule_query::format_instant(f.first_ns),
-                "last_ns": f.last_ns, "last": capsule_query::format_instant(f.last_ns),
-                "packets": f.packets, "bytes": f.bytes,
-                "dscp": [(0..64).filter(|d| f.dscp[0] & (1u64 << d) != 0).collect::<Vec<u8>>(),
-                         (0..64).filter(|d| f.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
-                "tcp_flags": f.tcp_flags, "retransmissions": f.retransmissions,
-                "zero_windows": f.zero_windows, "resets": f.resets, "approximate": s.approximate,
-            });
+            let v = json_line(s);
             writeln!(out, "{v}")?;
         }
     } else {
@@ -154,6 +157,46 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         );
         Ok(ExitCode::from(super::PARTIAL))
     }
+}
+
+/// The flows of `q`'s window in `segments`, in `sort` order.
+pub fn list(
+    store: &Store,
+    segments: &[capsule_store::SegmentReader],
+    q: &capsule_query::Query,
+    sort: FlowSort,
+) -> Result<capsule_index::flows::FlowListing> {
+    let mut listing = capsule_index::flows::list(store, segments, q)?;
+    match sort {
+        FlowSort::Bytes => {}
+        FlowSort::Packets => listing
+            .flows
+            .sort_by_key(|f| std::cmp::Reverse(f.flow.total_packets())),
+        FlowSort::First => listing.flows.sort_by_key(|f| f.flow.first_ns),
+    }
+    Ok(listing)
+}
+
+/// One flow as the JSON object of `capsule flows --json` (one line each; also
+/// `GET /v1/flows` of `capsule serve`).
+pub fn json_line(s: &capsule_index::flows::FlowSummary) -> serde_json::Value {
+    let f = &s.flow;
+    let k = &f.key;
+    serde_json::json!({
+        "vlans": k.vlans.iter().flatten().collect::<Vec<_>>(),
+        "ip_version": k.ip_version, "proto": k.proto,
+        "proto_name": capsule_query::filter::proto_name(k.proto),
+        "a": k.a.to_string(), "a_port": k.ports.map(|p| p.0),
+        "b": k.b.to_string(), "b_port": k.ports.map(|p| p.1),
+        "client": client_side(f).map(|d| if d == 0 { "a" } else { "b" }),
+        "first_ns": f.first_ns, "first": capsule_query::format_instant(f.first_ns),
+        "last_ns": f.last_ns, "last": capsule_query::format_instant(f.last_ns),
+        "packets": f.packets, "bytes": f.bytes,
+        "dscp": [(0..64).filter(|d| f.dscp[0] & (1u64 << d) != 0).collect::<Vec<u8>>(),
+                 (0..64).filter(|d| f.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
+        "tcp_flags": f.tcp_flags, "retransmissions": f.retransmissions,
+        "zero_windows": f.zero_windows, "resets": f.resets, "approximate": s.approximate,
+    })
 }
 
 /// Which side (0: a, 1: b) is the client, judged by the ports: the side whose port is a

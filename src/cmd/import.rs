@@ -1,37 +1,110 @@
 //! `capsule import`: pcap and pcapng files, or a pipe, into a store.
 
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
 
-use super::{mb_per_s, print_disk_full, print_open_report};
+use super::{mb_per_s, print_disk_full, print_json, print_open_report};
 use crate::cli::ImportArgs;
+use crate::progress::Progress;
+
+/// How an input file is compressed, from its first bytes (whatever its name).
+#[derive(Clone, Copy)]
+enum Packing {
+    Plain,
+    Zstd,
+    Gzip,
+}
+
+/// Opens `path` for import, before the store is opened, so that a file that cannot be read
+/// fails the import before anything is created. Returns the file (at its start), how it is
+/// compressed, and its size.
+fn open_input(path: &str) -> Result<(std::fs::File, Packing, u64)> {
+    let cannot = |why: String| anyhow::anyhow!("cannot read {path}: {why}");
+    let meta = std::fs::metadata(path).map_err(|e| cannot(e.to_string()))?;
+    if meta.is_dir() {
+        return Err(cannot("it is a directory".into()));
+    }
+    let mut file = std::fs::File::open(path).map_err(|e| cannot(e.to_string()))?;
+    let mut head = [0u8; 4];
+    let mut n = 0;
+    while n < head.len() {
+        match file.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(cannot(e.to_string())),
+        }
+    }
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| cannot(e.to_string()))?;
+    let packing = if head[..n].starts_with(&ZSTD_MAGIC) {
+        Packing::Zstd
+    } else if head[..n].starts_with(&GZIP_MAGIC) {
+        Packing::Gzip
+    } else {
+        Packing::Plain
+    };
+    Ok((file, packing, meta.len()))
+}
+
+/// The reader of an opened input: through its decompressor, with the bytes read from the
+/// file counted for the progress display.
+fn input_reader(
+    path: &str,
+    file: std::fs::File,
+    packing: Packing,
+    progress: &Progress,
+) -> Result<Box<dyn Read>> {
+    let buf = BufReader::with_capacity(1 << 20, progress.reader(file));
+    Ok(match packing {
+        Packing::Plain => Box::new(buf),
+        Packing::Zstd => Box::new(
+            zstd::stream::read::Decoder::with_buffer(buf)
+                .map_err(|e| anyhow::anyhow!("cannot read {path}: {e}"))?,
+        ),
+        Packing::Gzip => Box::new(flate2::read::MultiGzDecoder::new(buf)),
+    })
+}
+
+/// The first bytes of a zstd frame and of a gzip member.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     let (store, args, files) = (&a.store, &a.writer, &a.files);
     let (cfg, note) = args.config(store)?;
+    // Every input is opened first: one that cannot be read stops the import before the
+    // store is created or touched.
+    let mut opened_inputs = Vec::with_capacity(files.len());
+    for f in files {
+        opened_inputs.push(if f == "-" { None } else { Some(open_input(f)?) });
+    }
     let t0 = Instant::now();
     let (mut writer, opened) = capsule_index::open_writer(store, cfg)?;
     if let Some(n) = note {
         eprintln!("{n}");
     }
-    print_open_report(&opened);
+    print_open_report(&opened, a.json);
+    let mut inputs = Vec::new();
     let mut damaged = Vec::new();
     // A store failure stops the import, but what was written is still sealed below.
     let mut failed = None;
-    for f in files {
-        let rep = if f == "-" {
+    for (f, input) in files.iter().zip(opened_inputs) {
+        let rep = match input {
             // A pipe may stay open and idle: read it on a thread and cut blocks by age.
-            capsule_capture::import_live(&mut writer, "<stdin>", std::io::stdin())
-        } else {
-            match std::fs::File::open(f) {
-                Ok(file) => capsule_capture::import_reader(&mut writer, f, file),
-                Err(e) => {
-                    eprintln!("capsule: error: cannot open {f}: {e}");
-                    damaged.push(f.clone());
-                    continue;
-                }
+            None => capsule_capture::import_live(&mut writer, "<stdin>", std::io::stdin()),
+            Some((file, packing, size)) => {
+                let progress = Progress::bytes(f, Some(size));
+                let rep = capsule_capture::import_reader(
+                    &mut writer,
+                    f,
+                    input_reader(f, file, packing, &progress)?,
+                );
+                progress.finish();
+                rep
             }
         };
         let rep = match rep {
@@ -41,18 +114,39 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
                 break;
             }
         };
-        let disorder = if rep.out_of_order > 0 {
-            format!(
-                ", {} out of timestamp order (sorted within blocks)",
-                rep.out_of_order
-            )
+        if a.json {
+            inputs.push(serde_json::json!({
+                "source": rep.source, "packets": rep.packets, "bytes": rep.wire_bytes,
+                "interfaces": rep.interfaces, "out_of_order": rep.out_of_order,
+                "first_ns": rep.first_ns, "last_ns": rep.last_ns,
+                "error": rep.error.as_ref().map(|e| capsule_store::error::chain(e)),
+                "undissected": rep.undissected.iter().map(|(lt, n)| serde_json::json!({
+                    "linktype": lt, "name": capsule_pcap::name(*lt), "packets": n,
+                })).collect::<Vec<_>>(),
+            }));
         } else {
-            String::new()
-        };
-        println!(
-            "{}: {} packets, {} bytes, {} interface(s){disorder}",
-            rep.source, rep.packets, rep.wire_bytes, rep.interfaces
-        );
+            let disorder = if rep.out_of_order > 0 {
+                format!(
+                    ", {} out of timestamp order (sorted within blocks)",
+                    rep.out_of_order
+                )
+            } else {
+                String::new()
+            };
+            println!(
+                "{}: {} packets, {} bytes, {} interface(s){disorder}",
+                rep.source, rep.packets, rep.wire_bytes, rep.interfaces
+            );
+        }
+        for &(lt, n) in &rep.undissected {
+            let name = capsule_pcap::name(lt).map_or(String::new(), |n| format!(" ({n})"));
+            eprintln!(
+                "capsule: warning: {}: {n} packets of link type {lt}{name} were stored, but \
+                 capsule cannot dissect that link type: the index and the filter see nothing \
+                 inside them (they are found by time, with an empty filter or with --bpf)",
+                rep.source
+            );
+        }
         if let Some(e) = rep.error {
             eprintln!(
                 "capsule: error: {}; the {} packets before it were kept",
@@ -76,20 +170,40 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     }
     let report = finished?;
     let secs = t0.elapsed().as_secs_f64();
-    println!(
-        "stored {} packets ({} bytes) in {:.2} s, {:.0} MB/s; {} blocks, compression {:.2}x; \
-         {} segment(s) sealed, {} deleted by retention; store now {} bytes",
-        report.packets,
-        report.wire_bytes,
-        secs,
-        mb_per_s(report.uncompressed_bytes, secs),
-        report.blocks,
-        report.uncompressed_bytes as f64 / report.compressed_bytes.max(1) as f64,
-        report.sealed.len(),
-        report.deleted.len(),
-        report.store_bytes
-    );
-    print_disk_full(&report);
+    let ratio = report.uncompressed_bytes as f64 / report.compressed_bytes.max(1) as f64;
+    if a.json {
+        print_json(serde_json::json!({
+            "inputs": inputs,
+            "packets": report.packets, "bytes": report.wire_bytes, "seconds": secs,
+            "mb_per_s": mb_per_s(report.uncompressed_bytes, secs), "blocks": report.blocks,
+            "compression": ratio,
+            "sealed": report.sealed.iter().map(|s| serde_json::json!({
+                "seq": s.seq, "path": s.path, "bytes": s.bytes, "packets": s.packets,
+                "blocks": s.blocks, "first_ns": s.first_ns, "last_ns": s.last_ns,
+            })).collect::<Vec<_>>(),
+            "deleted": report.deleted.iter().map(|d| serde_json::json!({
+                "seq": d.seq, "bytes": d.bytes})).collect::<Vec<_>>(),
+            "deleted_for_space": report.deleted_for_space.iter().map(|d| serde_json::json!({
+                "seq": d.seq, "bytes": d.bytes})).collect::<Vec<_>>(),
+            "disk_full_drops": report.disk_full_drops,
+            "store_bytes": report.store_bytes,
+            "damaged_inputs": damaged,
+        }));
+    } else {
+        println!(
+            "stored {} packets ({} bytes) in {:.2} s, {:.0} MB/s; {} blocks, compression \
+             {ratio:.2}x; {} segment(s) sealed, {} deleted by retention; store now {} bytes",
+            report.packets,
+            report.wire_bytes,
+            secs,
+            mb_per_s(report.uncompressed_bytes, secs),
+            report.blocks,
+            report.sealed.len(),
+            report.deleted.len(),
+            report.store_bytes
+        );
+    }
+    print_disk_full(&report, a.json);
     if damaged.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {

@@ -24,7 +24,9 @@ mod live_alerts;
 mod matrix;
 mod query;
 mod reindex;
+mod remote;
 mod segments;
+mod serve;
 mod status;
 mod stragglers;
 mod synth;
@@ -32,6 +34,50 @@ mod tcp;
 mod top;
 mod triage;
 mod verify;
+
+/// Prints one JSON document on stdout, with an RFC 3339 string beside every instant.
+fn print_json(mut v: serde_json::Value) {
+    with_times(&mut v);
+    println!("{v}");
+}
+
+/// Keys ending in `_ns` that hold durations, not instants (matched inside the name).
+const DURATION_KEYS: &[&str] = &["horizon", "span", "duration", "age", "elapsed", "interval"];
+
+/// Beside every `NAME_ns` key holding an instant (nanoseconds since the epoch), `NAME` as
+/// RFC 3339 text, in every object of `v`: jq and JavaScript read integers above 2^53 as
+/// doubles and round them to about 256 ns. A null instant gets a null beside it; a key that
+/// already has its `NAME` is left as it is.
+fn with_times(v: &mut serde_json::Value) {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            let add: Vec<(String, Value)> = m
+                .iter()
+                .filter_map(|(k, v)| {
+                    let stem = k.strip_suffix("_ns")?;
+                    if stem.is_empty()
+                        || m.contains_key(stem)
+                        || DURATION_KEYS.iter().any(|d| stem.contains(d))
+                    {
+                        return None;
+                    }
+                    match v {
+                        Value::Null => Some((stem.to_string(), Value::Null)),
+                        v => Some((
+                            stem.to_string(),
+                            capsule_query::format_instant(v.as_u64()?).into(),
+                        )),
+                    }
+                })
+                .collect();
+            m.values_mut().for_each(with_times);
+            m.extend(add);
+        }
+        Value::Array(a) => a.iter_mut().for_each(with_times),
+        _ => {}
+    }
+}
 
 /// The exit status of an answer that is partial: the command worked, but damaged data in
 /// the store was skipped (what was skipped is printed).
@@ -56,13 +102,25 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Stragglers(a) => stragglers::run(&a),
         Cmd::Alerts(a) => alerts::run(&a),
         Cmd::Triage(a) => triage::run(&a),
-        Cmd::Reindex(a) => reindex::run(&a.store),
+        Cmd::Reindex(a) => reindex::run(&a),
         Cmd::Compact(a) => compact::run(&a),
         Cmd::Status(a) => status::run(&a),
         Cmd::Segments(a) => segments::run(&a),
         Cmd::Synth(a) => synth::run(&a),
         Cmd::Verify(a) => verify::run(&a),
         Cmd::Config(c) => config::run(&c),
+        Cmd::Serve(a) => serve::run(&a),
+        Cmd::Token(crate::cli::TokenCmd::Add(a)) => {
+            let token = crate::tokens::add(&a.tokens, &a.user)?;
+            println!("{token}");
+            eprintln!(
+                "capsule: added a token for {} to {} (only its SHA-256 is stored: keep the token \
+                 now, it cannot be shown again)",
+                a.user,
+                a.tokens.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Completions(a) => {
             // Into a buffer first: clap_complete panics on a failed write, and a closed pipe
             // (`| head`) must end quietly like every other command's output.
@@ -83,17 +141,29 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 impl Selection {
+    /// The local store (clap requires `--store` unless `--server` is given).
+    pub fn store(&self) -> &std::path::Path {
+        self.store.as_deref().unwrap_or(std::path::Path::new("."))
+    }
+
     /// The query these arguments ask for.
     pub fn query(&self) -> Result<capsule_query::Query> {
-        let text = self.filter.join(" ");
+        make_query(&self.filter.join(" "), self.from, self.to)
+    }
+}
+
+/// The query of a filter text and a window, as `query` and `flows` (and `serve`) take them;
+/// a bad filter or a window that ends before it starts is a [`Usage`] error.
+pub fn make_query(
+    text: &str,
+    from: Option<u64>,
+    to: Option<capsule_query::TimeArg>,
+) -> Result<capsule_query::Query> {
+    {
         let filter =
-            capsule_query::Filter::parse(&text).map_err(|e| Usage(format!("bad filter:\n{e}")))?;
-        let to = self
-            .to
-            .map(|t| t.resolve(self.from))
-            .transpose()
-            .map_err(Usage)?;
-        if let (Some(f), Some(t)) = (self.from, to) {
+            capsule_query::Filter::parse(text).map_err(|e| Usage(format!("bad filter:\n{e}")))?;
+        let to = to.map(|t| t.resolve(from)).transpose().map_err(Usage)?;
+        if let (Some(f), Some(t)) = (from, to) {
             if f > t {
                 return Err(Usage(format!(
                     "--from {} is after --to {}",
@@ -105,7 +175,7 @@ impl Selection {
         }
         Ok(capsule_query::Query {
             filter,
-            from_ns: self.from,
+            from_ns: from,
             to_ns: to,
         })
     }
@@ -135,7 +205,13 @@ fn mb_per_s(bytes: u64, secs: f64) -> f64 {
 }
 
 /// Says what opening the store for writing found: recovered torn segments and retention.
-fn print_open_report(opened: &capsule_store::OpenReport) {
+/// On standard error with `--json` (standard output holds the one JSON document).
+fn print_open_report(opened: &capsule_store::OpenReport, json: bool) {
+    macro_rules! println {
+        ($($t:tt)*) => {
+            if json { eprintln!($($t)*) } else { std::println!($($t)*) }
+        };
+    }
     for r in &opened.recovered {
         println!("{r}");
     }
@@ -168,7 +244,12 @@ fn print_open_report(opened: &capsule_store::OpenReport) {
 
 /// Says what a full disk cost a writer, if anything: segments deleted for space, and
 /// packets dropped when nothing was left to delete.
-fn print_disk_full(w: &capsule_store::WriteReport) {
+fn print_disk_full(w: &capsule_store::WriteReport, json: bool) {
+    macro_rules! println {
+        ($($t:tt)*) => {
+            if json { eprintln!($($t)*) } else { std::println!($($t)*) }
+        };
+    }
     if !w.deleted_for_space.is_empty() {
         let bytes: u64 = w.deleted_for_space.iter().map(|d| d.bytes).sum();
         println!(
@@ -307,10 +388,17 @@ fn answer(a: &crate::cli::AnswerArgs, need: Option<&str>) -> Result<Answer> {
         }
         (None, None) => None,
     };
+    if let Some(url) = &a.q.server {
+        return Err(Usage(format!(
+            "the analytics commands are not served yet: not with --server {url} (run it on \
+             the capture server, or pull the flows with `capsule flows --server`)"
+        ))
+        .into());
+    }
     let q = a.q.query()?;
     let filter = a.q.filter.join(" ");
-    let mut input = capsule_analytics::load(&a.q.store, &q, &filter)?;
-    input.limits.drops = Some(drops_note(&a.q.store, input.from_ns, input.to_ns));
+    let mut input = capsule_analytics::load(a.q.store(), &q, &filter)?;
+    input.limits.drops = Some(drops_note(a.q.store(), input.from_ns, input.to_ns));
     Ok(Answer { input, config })
 }
 

@@ -17,19 +17,23 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         a.explain,
         a.count,
     );
+    if args.server.is_some() {
+        return remote(a);
+    }
+    if a.json && !explain && !count {
+        return Err(super::Usage(
+            "--json goes with --count or --explain (an export writes packets, not JSON)".into(),
+        )
+        .into());
+    }
     let query = args.query()?;
-    let store = Store::open(&args.store)?;
+    let store = Store::open(args.store())?;
     if let (Some(expr), false) = (&bpf, explain) {
         // Before any output: compiled in a child process with a time and memory limit.
         let linktypes = capsule_replay::bpf_linktypes(&store.open_segments()?);
         super::check_bpf::check(expr, &linktypes)?;
     }
-    let format = format.unwrap_or(match write {
-        Some(w) if w.ends_with(".pcapng") || w.ends_with(".ntar") => OutFormat::Pcapng,
-        // A count writes nothing; pcapng holds every link type a store may mix.
-        _ if count => OutFormat::Pcapng,
-        _ => OutFormat::Pcap,
-    });
+    let format = out_format(format, write, count);
     let opts = capsule_replay::ExportOptions {
         format: match format {
             OutFormat::Pcap => capsule_replay::Format::Pcap,
@@ -41,7 +45,11 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     };
     if explain {
         let plan = capsule_replay::export::explain(&store, &opts)?;
-        print_plan(&plan);
+        if a.json {
+            super::print_json(plan_json(&plan));
+        } else {
+            print_plan(&plan);
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let t0 = Instant::now();
@@ -72,7 +80,18 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         report.segments_total,
         t0.elapsed().as_secs_f64(),
     );
-    if count {
+    if count && a.json {
+        super::print_json(serde_json::json!({
+            "packets": report.packets, "bytes": report.captured_bytes,
+            "blocks_read": report.blocks_read, "blocks_total": report.blocks_total,
+            "segments_touched": report.segments_touched,
+            "segments_total": report.segments_total,
+            "seconds": t0.elapsed().as_secs_f64(),
+            "drops_in_window": report.drops_in_window,
+            "from_ns": opts.query.from_ns, "to_ns": opts.query.to_ns,
+            "partial": report.is_partial(),
+        }));
+    } else if count {
         println!("{summary}");
     } else {
         eprintln!("exported {summary}");
@@ -109,6 +128,100 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         super::PARTIAL
     );
     Ok(ExitCode::from(super::PARTIAL))
+}
+
+/// The format of `-w FILE` unless `--format` says: from the file's extension.
+fn out_format(format: Option<OutFormat>, write: Option<&str>, count: bool) -> OutFormat {
+    format.unwrap_or(match write {
+        Some(w) if w.ends_with(".pcapng") || w.ends_with(".ntar") => OutFormat::Pcapng,
+        // A count writes nothing; pcapng holds every link type a store may mix.
+        _ if count => OutFormat::Pcapng,
+        _ => OutFormat::Pcap,
+    })
+}
+
+/// Creates (or truncates) the output file. Packet data: owner and group only (0640), like
+/// the store's own files; a file that existed keeps its mode.
+fn create(path: &str, existed: bool) -> Result<std::fs::File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(capsule_store::fsx::FILE_MODE)
+        .open(path)
+        .with_context(|| format!("cannot create {path}"))?;
+    if !existed {
+        f.set_permissions(std::fs::Permissions::from_mode(
+            capsule_store::fsx::FILE_MODE,
+        ))
+        .with_context(|| format!("cannot set the mode of {path}"))?;
+    }
+    Ok(f)
+}
+
+/// `query --server`: the packets from a `capsule serve`, into `-w` as they arrive.
+fn remote(a: &QueryArgs) -> Result<ExitCode> {
+    let url = a.q.server.as_deref().unwrap_or_default();
+    for (given, flag) in [
+        (a.bpf.is_some(), "--bpf"),
+        (a.explain, "--explain"),
+        (a.count, "--count"),
+    ] {
+        if given {
+            return Err(
+                super::Usage(format!("{flag} is not served: not with --server {url}")).into(),
+            );
+        }
+    }
+    let write = a.write.as_deref().unwrap_or("-");
+    let format = match out_format(a.format, Some(write), false) {
+        OutFormat::Pcap => "pcap",
+        OutFormat::Pcapng => "pcapng",
+    };
+    let path = format!(
+        "/v1/packets?{}&format={format}",
+        super::remote::selection_params(&a.q)?
+    );
+    let t0 = Instant::now();
+    let n = if write == "-" {
+        super::remote::get(&a.q, &path, &mut std::io::stdout().lock(), false)?
+    } else {
+        let existed = std::path::Path::new(write).exists();
+        let mut f = std::io::BufWriter::with_capacity(1 << 20, create(write, existed)?);
+        // A progress line only for a person watching: stderr on a terminal.
+        let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        match super::remote::get(&a.q, &path, &mut f, progress) {
+            Ok(n) => n,
+            Err(e) => {
+                drop(f);
+                if !existed {
+                    let _ = std::fs::remove_file(write);
+                }
+                return Err(e);
+            }
+        }
+    };
+    eprintln!(
+        "received {n} bytes from {url} in {:.3} s",
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn plan_json(plan: &capsule_index::plan::Plan) -> serde_json::Value {
+    serde_json::json!({
+        "segments": plan.segments.iter().map(|s| serde_json::json!({
+            "seq": s.seq, "blocks_total": s.blocks_total, "blocks_in_window": s.blocks_in_window,
+            "blocks_to_read": s.blocks.len(), "indexed": s.indexed,
+            "unjournaled_blocks": s.unjournaled,
+        })).collect::<Vec<_>>(),
+        "blocks_read": plan.blocks_read(), "blocks_total": plan.blocks_total(),
+        "segments_touched": plan.segments_touched(),
+        "unindexed": plan.unindexed,
+        "journal_notes": plan.journal_notes.iter().map(|(seq, why)| serde_json::json!({
+            "seq": seq, "note": why.to_string()})).collect::<Vec<_>>(),
+    })
 }
 
 fn print_plan(plan: &capsule_index::plan::Plan) {
@@ -162,26 +275,11 @@ pub(super) fn write_file(
     // A failed export leaves no file behind that was not there before (an empty
     // or half-written pcap looks like an answer).
     let existed = std::path::Path::new(path).exists();
-    // Packet data: owner and group only (0640), like the store's own files; a file
-    // that existed keeps its mode.
-    let f = {
-        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(capsule_store::fsx::FILE_MODE)
-            .open(path)
-            .with_context(|| format!("cannot create {path}"))?;
-        if !existed {
-            f.set_permissions(std::fs::Permissions::from_mode(
-                capsule_store::fsx::FILE_MODE,
-            ))
-            .with_context(|| format!("cannot set the mode of {path}"))?;
-        }
-        f
-    };
-    match capsule_replay::export(store, opts, f) {
+    let f = create(path, existed)?;
+    let progress = crate::progress::Progress::bytes(path, None);
+    let done = capsule_replay::export(store, opts, progress.writer(f));
+    progress.finish();
+    match done {
         Ok(r) => Ok(r),
         Err(e) => {
             if !existed {

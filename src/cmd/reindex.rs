@@ -1,14 +1,16 @@
 //! `capsule reindex`: rebuild the side index of every sealed segment.
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Result;
 use capsule_store::Store;
 
-pub fn run(store: &Path) -> Result<ExitCode> {
-    let store = Store::open(store)?;
+use crate::cli::ReindexArgs;
+
+pub fn run(a: &ReindexArgs) -> Result<ExitCode> {
+    let store = Store::open(&a.store)?;
+    let mut indexed = Vec::new();
     // No writer lock: a running capture may hold it, and an index file is derived data
     // replaced by an atomic rename, so a capture writing the same index writes the same bytes.
     let t0 = Instant::now();
@@ -17,7 +19,12 @@ pub fn run(store: &Path) -> Result<ExitCode> {
     let (segs, unreadable) = store.open_segments_checked()?;
     let mut failed = unreadable.len();
     super::warn_unreadable(&unreadable, "so it gets no index");
+    let sealed =
+        |s: &&capsule_store::SegmentReader| s.state() == capsule_store::SegmentState::Sealed;
+    let total: u64 = segs.iter().filter(sealed).map(|s| s.bytes()).sum();
+    let progress = crate::progress::Progress::bytes("reindex", Some(total));
     for seg in &segs {
+        progress.message(format!("segment {}", seg.seq()));
         if seg.state() != capsule_store::SegmentState::Sealed {
             continue;
         }
@@ -36,24 +43,41 @@ pub fn run(store: &Path) -> Result<ExitCode> {
             }
         };
         let path = idx.write(&store.index_dir())?;
+        progress.add(seg.bytes());
         bytes += seg.bytes();
         idx_bytes += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        if a.json {
+            indexed.push(serde_json::json!({
+                "seq": seg.seq(), "blocks": idx.blocks.len(), "flows": idx.flows.len(),
+                "path": path,
+            }));
+        } else {
+            println!(
+                "segment {}: {} blocks, {} flows -> {}",
+                seg.seq(),
+                idx.blocks.len(),
+                idx.flows.len(),
+                path.display()
+            );
+        }
+    }
+    progress.finish();
+    let secs = t0.elapsed().as_secs_f64();
+    if a.json {
+        super::print_json(serde_json::json!({
+            "segments": segs.len(), "indexed": indexed, "failed": failed, "seconds": secs,
+            "index_bytes": idx_bytes, "stored_bytes": bytes,
+        }));
+    } else {
         println!(
-            "segment {}: {} blocks, {} flows -> {}",
-            seg.seq(),
-            idx.blocks.len(),
-            idx.flows.len(),
-            path.display()
+            "reindexed {} segment(s) in {secs:.2} s; index is {} bytes, {:.3}% of {} stored \
+             bytes",
+            segs.len(),
+            idx_bytes,
+            100.0 * idx_bytes as f64 / bytes.max(1) as f64,
+            bytes
         );
     }
-    println!(
-        "reindexed {} segment(s) in {:.2} s; index is {} bytes, {:.3}% of {} stored bytes",
-        segs.len(),
-        t0.elapsed().as_secs_f64(),
-        idx_bytes,
-        100.0 * idx_bytes as f64 / bytes.max(1) as f64,
-        bytes
-    );
     if failed > 0 {
         eprintln!(
             "capsule: {failed} segment(s) could not be indexed (exit status {})",

@@ -7,6 +7,8 @@ use anyhow::Result;
 use capsule_store::Store;
 
 use crate::cli::SegmentsArgs;
+use crate::table::{Column, Table};
+use crate::units;
 
 pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
     let json = a.json;
@@ -15,13 +17,24 @@ pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
     let (segs, unreadable) = store.open_segments_checked()?;
     super::warn_unreadable(&unreadable, "");
     let mut out = std::io::stdout().lock();
-    if !json {
-        writeln!(
-            out,
-            "{:>6}  {:<6}  {:>6}  {:>10}  {:>12}  {:<30}  {:<30}",
-            "seq", "state", "blocks", "packets", "bytes", "first", "last"
-        )?;
-    }
+    // Times to the second and sizes in SI units for people (--json has nanoseconds and
+    // bytes); the block count goes first when the terminal is narrow.
+    let mut table = Table::new(vec![
+        Column::right("seq", 9),
+        Column::left("state", 6),
+        Column::right("blocks", 2),
+        Column::right("packets", 5),
+        Column::right("size", 7),
+        Column::left("first", 8),
+        Column::left("last", 4),
+    ]);
+    let to_second = |ns: Option<u64>| {
+        ns.map(|ns| {
+            let t = capsule_query::format_instant(ns);
+            format!("{}Z", &t[..t.len().min(19)])
+        })
+        .unwrap_or_default()
+    };
     for s in &segs {
         let packets: u64 = s.blocks().iter().map(|b| u64::from(b.packets)).sum();
         let first = s.blocks().iter().map(|b| b.first_ns).min();
@@ -37,19 +50,24 @@ pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
                 "interfaces": s.interfaces().iter().map(|i| serde_json::json!({
                     "linktype": i.linktype, "snaplen": i.snaplen, "name": i.name })).collect::<Vec<_>>(),
             });
+            let mut v = v;
+            super::with_times(&mut v);
             writeln!(out, "{v}")?;
         } else {
-            writeln!(
-                out,
-                "{:>6}  {:<6}  {:>6}  {:>10}  {:>12}  {:<30}  {:<30}",
-                s.seq(),
-                state,
-                s.blocks().len(),
-                packets,
-                s.bytes(),
-                first.map(capsule_query::format_instant).unwrap_or_default(),
-                last.map(capsule_query::format_instant).unwrap_or_default()
-            )?;
+            table.push(vec![
+                s.seq().to_string(),
+                state.to_string(),
+                s.blocks().len().to_string(),
+                packets.to_string(),
+                units::format_bytes(s.bytes()),
+                to_second(first),
+                to_second(last),
+            ]);
+        }
+    }
+    if !json {
+        for line in table.render(crate::table::output_width()) {
+            writeln!(out, "{line}")?;
         }
     }
     Ok(ExitCode::SUCCESS)

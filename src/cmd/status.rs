@@ -157,71 +157,144 @@ fn describe_budgets(b: Option<&capsule_store::budget::Budgets>) -> String {
     format!("{} (saved in the store)", parts.join(", "))
 }
 
+/// What one look at a store finds: the capture's status file and the store's figures.
+struct Gathered {
+    st: Option<capsule_capture::status::CaptureStatus>,
+    live: bool,
+    segs: Vec<SegmentReader>,
+    packets: u64,
+    bytes: u64,
+    first: Option<u64>,
+    last: Option<u64>,
+    span: u64,
+    cp: Compaction,
+    rate: Option<f64>,
+    saved: Option<capsule_store::budget::Budgets>,
+}
+
+fn gather(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<Gathered> {
+    let a_level = level;
+    let a_max_bytes = max_bytes;
+    // The store first, then the capture's status file at once: listing the segments of a
+    // big store takes a while, and the two snapshots should be of the same moment.
+    let store = Store::open(store_dir)?;
+    let (segs, unreadable) = store.open_segments_checked()?;
+    let st = capsule_capture::status::read_status(store_dir)?;
+    super::warn_unreadable(&unreadable, "");
+    let packets: u64 = segs
+        .iter()
+        .flat_map(|s| s.blocks())
+        .map(|b| u64::from(b.packets))
+        .sum();
+    let bytes: u64 = segs.iter().map(|s| s.bytes()).sum();
+    let first = segs
+        .iter()
+        .flat_map(|s| s.blocks())
+        .map(|b| b.first_ns)
+        .min();
+    let last = segs
+        .iter()
+        .flat_map(|s| s.blocks())
+        .map(|b| b.last_ns)
+        .max();
+    let now = capsule_store::now_ns();
+    // Live: the capture says it runs, its process exists, and it wrote within 5 s.
+    let live = st.as_ref().is_some_and(|s| {
+        s.running
+            && Path::new(&format!("/proc/{}", s.pid)).exists()
+            && now.saturating_sub(s.updated_ns) < 5_000_000_000
+    });
+    // A running capture's compactor target and budget win over the flags.
+    let running = st.as_ref().filter(|_| live);
+    let target = running
+        .and_then(|s| s.store.compact_target)
+        .map_or(a_level, Level::Zstd);
+    let saved = capsule_store::budget::load(store.root()).unwrap_or_else(|e| {
+        eprintln!("capsule: warning: {e}");
+        None
+    });
+    let budget = running
+        .and_then(|s| s.store.budget_bytes)
+        .or(a_max_bytes)
+        .or(saved.and_then(|b| b.max_bytes));
+    let span = last.zip(first).map_or(0, |(l, f)| l.saturating_sub(f));
+    let cp = Compaction::of(&segs, target, budget, span);
+    let rate = running.map(|s| s.compactor_bytes_per_s);
+    Ok(Gathered {
+        st,
+        live,
+        segs,
+        packets,
+        bytes,
+        first,
+        last,
+        span,
+        cp,
+        rate,
+        saved,
+    })
+}
+
+/// The `capsule status --json` document (also `GET /v1/status` of `capsule serve`).
+pub fn json(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<serde_json::Value> {
+    let g = gather(store_dir, level, max_bytes)?;
+    let mut v = json_of(&g, store_dir);
+    super::with_times(&mut v);
+    Ok(v)
+}
+
+fn json_of(g: &Gathered, store_dir: &Path) -> serde_json::Value {
+    let cp = &g.cp;
+    serde_json::json!({
+        "alerts": super::live_alerts::read_status(store_dir),
+        "capture": g.st, "live": g.live,
+        "store": {"segments": g.segs.len(), "packets": g.packets, "bytes": g.bytes,
+                  "first_ns": g.first, "last_ns": g.last,
+                  "compaction_target": cp.target.to_string(),
+                  "pending_compaction_bytes": cp.pending,
+                  "bytes_after_compaction": cp.after,
+                  "compactor_bytes_per_s": g.rate,
+                  "budget_bytes": cp.budget,
+                  "retention_horizon_ns": cp.horizon_now_ns,
+                  "retention_horizon_after_compaction_ns": cp.horizon_after_ns,
+                  "budgets": g.saved},
+    })
+}
+
 pub fn run(a: &StatusArgs) -> Result<ExitCode> {
     let (store_dir, json, watch) = (a.store.as_path(), a.json, a.watch);
     loop {
-        let st = capsule_capture::status::read_status(store_dir)?;
-        let store = Store::open(store_dir)?;
-        let (segs, unreadable) = store.open_segments_checked()?;
-        super::warn_unreadable(&unreadable, "");
-        let packets: u64 = segs
-            .iter()
-            .flat_map(|s| s.blocks())
-            .map(|b| u64::from(b.packets))
-            .sum();
-        let bytes: u64 = segs.iter().map(|s| s.bytes()).sum();
-        let first = segs
-            .iter()
-            .flat_map(|s| s.blocks())
-            .map(|b| b.first_ns)
-            .min();
-        let last = segs
-            .iter()
-            .flat_map(|s| s.blocks())
-            .map(|b| b.last_ns)
-            .max();
-        let now = capsule_store::now_ns();
-        // Live: the capture says it runs, its process exists, and it wrote within 5 s.
-        let live = st.as_ref().is_some_and(|s| {
-            s.running
-                && Path::new(&format!("/proc/{}", s.pid)).exists()
-                && now.saturating_sub(s.updated_ns) < 5_000_000_000
-        });
-        // A running capture's compactor target and budget win over the flags.
+        // The text, wrapped to the terminal, printed at once (redrawn in place by --watch).
+        let width = crate::table::output_width();
+        let mut out: Vec<String> = Vec::new();
+        macro_rules! say {
+            ($($t:tt)*) => {
+                out.extend(crate::table::wrap(&format!($($t)*), width))
+            };
+        }
+        let g = gather(store_dir, a.level, a.max_bytes)?;
+        let Gathered {
+            st,
+            live,
+            segs,
+            packets,
+            bytes,
+            first,
+            last,
+            span,
+            cp,
+            rate,
+            saved,
+        } = &g;
+        let (live, packets, bytes, first, last, span, rate) =
+            (*live, *packets, *bytes, *first, *last, *span, *rate);
         let running = st.as_ref().filter(|_| live);
-        let target = running
-            .and_then(|s| s.store.compact_target)
-            .map_or(a.level, Level::Zstd);
-        let saved = capsule_store::budget::load(store.root()).unwrap_or_else(|e| {
-            eprintln!("capsule: warning: {e}");
-            None
-        });
-        let budget = running
-            .and_then(|s| s.store.budget_bytes)
-            .or(a.max_bytes)
-            .or(saved.and_then(|b| b.max_bytes));
-        let span = last.zip(first).map_or(0, |(l, f)| l.saturating_sub(f));
-        let cp = Compaction::of(&segs, target, budget, span);
-        let rate = running.map(|s| s.compactor_bytes_per_s);
+        let now = capsule_store::now_ns();
         if json {
-            let v = serde_json::json!({
-                "capture": st, "live": live,
-                "store": {"segments": segs.len(), "packets": packets, "bytes": bytes,
-                          "first_ns": first, "last_ns": last,
-                          "compaction_target": cp.target.to_string(),
-                          "pending_compaction_bytes": cp.pending,
-                          "bytes_after_compaction": cp.after,
-                          "compactor_bytes_per_s": rate,
-                          "budget_bytes": cp.budget,
-                          "retention_horizon_ns": cp.horizon_now_ns,
-                          "retention_horizon_after_compaction_ns": cp.horizon_after_ns,
-                          "budgets": saved},
-                "alerts": super::live_alerts::read_status(store_dir),
-            });
-            println!("{v}");
+            super::print_json(json_of(&g, store_dir));
         } else {
             match &st {
-                None => println!("capture: none has run on this store"),
+                None => say!("capture: none has run on this store"),
                 Some(s) => {
                     let state = if live {
                         "running"
@@ -230,32 +303,58 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     } else {
                         "stopped"
                     };
-                    println!(
+                    say!(
                         "capture: {state}, pid {}, on {} since {}",
                         s.pid,
                         s.iface,
                         capsule_query::format_instant(s.started_ns)
                     );
-                    println!("  mode: {}", s.mode);
-                    println!(
+                    // The mode in one short line; the setup's details and why auto
+                    // fell back only with --verbose.
+                    let (mode, why) = match s.mode.split_once("; ") {
+                        Some((m, why)) => (m, Some(why)),
+                        None => (s.mode.as_str(), None),
+                    };
+                    if a.verbose {
+                        say!("  mode: {mode}");
+                        if let Some(why) = why {
+                            say!("  fallback: {why}");
+                        }
+                    } else {
+                        let short = mode.split(", queues").next().unwrap_or(mode);
+                        let more = if why.is_some() {
+                            " (fell back; --verbose says why)"
+                        } else {
+                            ""
+                        };
+                        say!("  mode: {short}{more}");
+                    }
+                    say!(
                         "  stored {} packets ({} bytes) of {} seen; dropped {}",
-                        s.packets, s.wire_bytes, s.seen, s.drops
+                        s.packets,
+                        s.wire_bytes,
+                        s.seen,
+                        s.drops
                     );
                     let c = &s.drop_causes;
-                    println!(
-                        "  drops by cause: packet ring full {}, AF_XDP RX ring full {}, AF_XDP \
-                         dropped {}, queue without socket {}, store behind {}, invalid {}, \
-                         disk full {}",
-                        c.packet_ring_full,
-                        c.xsk_ring_full,
-                        c.xsk_dropped,
-                        c.no_socket,
-                        c.pipeline,
-                        c.invalid,
-                        c.disk_full
-                    );
+                    // The causes the active mode can have, and any other that counted.
+                    let xdp = s.mode.starts_with("XDP");
+                    let causes: Vec<String> = [
+                        ("packet ring full", c.packet_ring_full, !xdp),
+                        ("AF_XDP RX ring full", c.xsk_ring_full, xdp),
+                        ("AF_XDP dropped", c.xsk_dropped, xdp),
+                        ("queue without socket", c.no_socket, xdp),
+                        ("store behind", c.pipeline, xdp),
+                        ("invalid descriptors", c.invalid, xdp),
+                        ("disk full", c.disk_full, true),
+                    ]
+                    .into_iter()
+                    .filter(|&(_, n, active)| active || n > 0)
+                    .map(|(what, n, _)| format!("{what} {n}"))
+                    .collect();
+                    say!("  drops by cause: {}", causes.join(", "));
                     if live {
-                        println!(
+                        say!(
                             "  rate: {:.0} packets/s, {:.1} Mbit/s, {:.0} drops/s",
                             s.packets_per_s,
                             s.bits_per_s / 1e6,
@@ -264,7 +363,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     }
                     let p = &s.store;
                     let [level, fast, fastest, stored] = p.blocks_by_rung;
-                    println!(
+                    say!(
                         "  blocks written: {level} at the configured level, {fast} at -10, \
                          {fastest} at -1000, {stored} stored uncompressed; {}{}",
                         if p.disk_bound {
@@ -278,35 +377,37 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                         }
                     );
                     if p.segments_deleted_for_space > 0 {
-                        println!(
+                        say!(
                             "  disk full: deleted {} oldest segment(s) ({} bytes) to make room",
-                            p.segments_deleted_for_space, p.bytes_deleted_for_space
+                            p.segments_deleted_for_space,
+                            p.bytes_deleted_for_space
                         );
                     }
-                    println!(
+                    say!(
                         "  VLAN tags restored {}, packets cut at 256 KiB {}, NIC timestamps {}; \
-                         updated {}",
+                         updated {} ({} ago)",
                         s.vlan_restored,
                         s.truncated,
                         s.hw_timestamps,
-                        capsule_query::format_instant(s.updated_ns)
+                        capsule_query::format_instant(s.updated_ns),
+                        crate::units::format_duration_ns(now.saturating_sub(s.updated_ns))
                     );
                 }
             }
-            println!(
-                "store: {} segment(s), {} packets, {} bytes, {} .. {}",
+            say!(
+                "store: {} segment(s), {} packets, {}, {} .. {}",
                 segs.len(),
                 packets,
-                bytes,
+                crate::units::format_bytes(bytes),
                 first.map(capsule_query::format_instant).unwrap_or_default(),
                 last.map(capsule_query::format_instant).unwrap_or_default()
             );
-            let after = cp
-                .after
-                .map_or("unknown".to_string(), |b| format!("about {b} bytes"));
-            println!(
-                "compaction: {} bytes of blocks below level {}; compacted, the store would be {after}{}",
-                cp.pending,
+            let after = cp.after.map_or("unknown".to_string(), |b| {
+                format!("about {}", crate::units::format_bytes(b))
+            });
+            say!(
+                "compaction: {} of blocks below level {}; compacted, the store would be {after}{}",
+                crate::units::format_bytes(cp.pending),
                 cp.target,
                 match (rate, running.map(|s| s.store)) {
                     (Some(r), Some(p)) => format!(
@@ -315,7 +416,11 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                         p.compacted_segments,
                         p.compacted_bytes_before,
                         p.compacted_bytes_after,
-                        if p.compactor_paused { ", paused for capture" } else { "" }
+                        if p.compactor_paused {
+                            ", paused for capture"
+                        } else {
+                            ""
+                        }
                     ),
                     _ => String::new(),
                 }
@@ -335,16 +440,34 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
             }
             println!("budgets: {}", describe_budgets(saved.as_ref()));
             match (cp.budget, cp.horizon_now_ns) {
-                (Some(b), Some(h)) => println!(
+                (Some(b), Some(h)) => say!(
                     "retention: a budget of {b} bytes holds {} of packets at the ratio now, {} \
                      after compaction",
                     secs(h),
                     cp.horizon_after_ns.map_or("unknown".into(), secs)
                 ),
-                _ => println!(
+                _ => say!(
                     "retention: no byte budget (the store holds {} of packets)",
                     secs(span)
                 ),
+            }
+            if watch && std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                // Redraw in place: home, each line cleared to its end, the rest cleared.
+                let mut frame = String::from("\x1b[H");
+                for l in &out {
+                    frame.push_str(l);
+                    frame.push_str("\x1b[K\n");
+                }
+                frame.push_str("\x1b[J");
+                print!("{frame}");
+                std::io::Write::flush(&mut std::io::stdout())?;
+            } else {
+                for l in &out {
+                    println!("{l}");
+                }
+                if watch {
+                    println!();
+                }
             }
         }
         if !watch {

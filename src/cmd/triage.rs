@@ -239,7 +239,7 @@ fn evidence(i: usize, al: &Alert, dir: &Path) -> Result<Evidence> {
             al.query
         );
     };
-    let store = capsule_store::Store::open(&q.q.store)?;
+    let store = capsule_store::Store::open(q.q.store())?;
     let opts = capsule_replay::ExportOptions {
         format: capsule_replay::Format::PcapNg,
         query: q.q.query()?,

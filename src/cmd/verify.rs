@@ -79,7 +79,7 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
             "problems": problems,
             "repaired": repaired,
         });
-        println!("{v}");
+        super::print_json(v);
     } else {
         for r in &repaired {
             println!("repaired {r}");

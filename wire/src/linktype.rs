@@ -29,3 +29,49 @@ pub const LINKTYPE_IPV4: LinkType = 228;
 pub const LINKTYPE_IPV6: LinkType = 229;
 /// `LINKTYPE_LINUX_SLL2`: Linux cooked capture v2.
 pub const LINKTYPE_LINUX_SLL2: LinkType = 276;
+
+/// True for the link types [`dissect`](crate::dissect) reads (the constants above).
+pub fn is_dissected(linktype: LinkType) -> bool {
+    matches!(
+        linktype,
+        LINKTYPE_NULL
+            | LINKTYPE_ETHERNET
+            | LINKTYPE_RAW_BSD
+            | LINKTYPE_RAW_OPENBSD
+            | LINKTYPE_RAW
+            | LINKTYPE_LOOP
+            | LINKTYPE_LINUX_SLL
+            | LINKTYPE_IPV4
+            | LINKTYPE_IPV6
+            | LINKTYPE_LINUX_SLL2
+    )
+}
+
+/// A short name for messages: the dissected link types and some common others (802.11 and
+/// its radio headers, PPP, USB, ...); `None` for the rest.
+pub fn name(linktype: LinkType) -> Option<&'static str> {
+    Some(match linktype {
+        LINKTYPE_NULL => "BSD loopback",
+        LINKTYPE_ETHERNET => "Ethernet",
+        LINKTYPE_RAW_BSD | LINKTYPE_RAW_OPENBSD | LINKTYPE_RAW => "raw IP",
+        LINKTYPE_LOOP => "OpenBSD loopback",
+        LINKTYPE_LINUX_SLL => "Linux cooked",
+        LINKTYPE_IPV4 => "raw IPv4",
+        LINKTYPE_IPV6 => "raw IPv6",
+        LINKTYPE_LINUX_SLL2 => "Linux cooked v2",
+        9 => "PPP",
+        50 => "PPP in HDLC framing",
+        104 => "Cisco HDLC",
+        105 => "IEEE 802.11",
+        119 => "IEEE 802.11 Prism",
+        127 => "IEEE 802.11 radiotap",
+        163 => "IEEE 802.11 AVS",
+        192 => "PPI",
+        189 | 220 => "Linux USB",
+        195 | 215 | 230 => "IEEE 802.15.4",
+        201 => "Bluetooth HCI H4",
+        253 => "Linux netlink",
+        147..=162 => "user-defined",
+        _ => return None,
+    })
+}

@@ -13,6 +13,9 @@
 //! vlan 100 && !icmp
 //! proto gre or proto 50
 //! udp portrange 16384-32767 and dscp af41
+//! tcp port 80 or 443 or https
+//! src and dst net 10.50 and tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn
+//! tcpflags rst or arp or ether host 00:1b:21:0a:0b:0c or greater 1500
 //! ```
 //!
 //! ```
@@ -36,22 +39,42 @@
 //! or_expr    = and_expr { ( "or" | "||" ) and_expr } ;
 //! and_expr   = unary { ( "and" | "&&" ) unary } ;
 //! unary      = ( "not" | "!" ) unary | "(" or_expr ")" | primitive ;
-//! primitive  = [ "src" | "dst" ] addressed
+//! primitive  = [ dir ] addressed
 //!            | proto_word [ follower ]             (* "tcp port 80" = "tcp and port 80" *)
 //!            | "proto" protocol
 //!            | "vlan" [ VLAN_ID ]
-//!            | "dscp" dscp ;
-//! addressed  = "host" ADDRESS | "net" CIDR | "port" PORT | "portrange" PORT "-" PORT ;
-//! follower   = [ "src" | "dst" ] addressed | "proto" protocol ;
+//!            | "dscp" dscp
+//!            | "tcpflags" FLAG                     (* = tcp[tcpflags] & tcp-FLAG != 0 *)
+//!            | RELATION                            (* tcp[tcpflags] & MASK OP VALUE *)
+//!            | "ether" ( [ dir ] "host" | dir ) MAC
+//!            | "arp" | "greater" LENGTH | "less" LENGTH
+//!            | OPERAND ;                           (* after and / or: see port lists *)
+//! dir        = "src" | "dst" | "src" "or" "dst" | "src" "and" "dst"   (* and dst/src swapped *)
+//! addressed  = "host" ADDRESS | "net" NETWORK | "port" PORT | "portrange" PORTNUM "-" PORTNUM ;
+//! follower   = [ dir ] addressed | "proto" protocol ;
 //! proto_word = "tcp" | "udp" | "sctp" | "icmp" | "icmp6" | "ip" | "ip6" ;
 //! protocol   = NUMBER (* 0-255 *) | "tcp" | "udp" | "sctp" | "icmp" | "icmp6" | "ipv6-icmp"
 //!            | "gre" | "esp" | "ah" ;
 //! dscp       = NUMBER (* 0-63 *) | "ef" | "va" | "le" | "default" | "be" | "df" | "cs0" .. "cs7"
 //!            | "af11" .. "af13" | "af21" .. "af23" | "af31" .. "af33" | "af41" .. "af43" ;
 //! ADDRESS    = an IPv4 or IPv6 literal (10.0.0.1, fd00::1) ;
-//! CIDR       = ADDRESS "/" NUMBER ;                (* prefix 0-32 or 0-128; host bits are masked *)
-//! PORT       = NUMBER (* 0-65535 *) ;   VLAN_ID = NUMBER (* 0-4095 *) ;
+//! NETWORK    = ( ADDRESS | SHORT ) [ "/" NUMBER ] ;  (* prefix 0-32 or 0-128; host bits are masked *)
+//! SHORT      = 1 to 3 dotted numbers: 10, 10.50, 10.50.1 (* /8, /16, /24 unless "/" says *)
+//! PORT       = PORTNUM | SERVICE ;   PORTNUM = NUMBER (* 0-65535 *) ;   VLAN_ID = NUMBER (* 0-4095 *) ;
+//! SERVICE    = an IANA service name from a built-in table: http, https, domain, ssh, ntp, ...
+//! FLAG       = "fin" | "syn" | "rst" | "push" | "psh" | "ack" | "urg" | "ece" | "cwr" ;
+//! RELATION   = "tcp[tcpflags]" | "tcp[13]", then [ "&" VALUE ] OP VALUE, lexed as one token ;
+//! OP         = "==" | "=" | "!=" | "<" | "<=" | ">" | ">=" ;
+//! VALUE      = NUMBER | 0xHEX | "tcp-" FLAG | "(" VALUE { "|" VALUE } ")" ;  (* 0-255 *)
+//! MAC        = six hex bytes separated by ":" or "-" (00:1b:21:0a:0b:0c) ;
+//! LENGTH     = NUMBER (* bytes on the wire *) ;
 //! ```
+//!
+//! Port lists, as in tcpdump: after `and` / `or`, a bare operand (a number, address, network,
+//! service name or MAC) takes the qualifiers of the last `host` / `net` / `port` /
+//! `portrange` / `ether` primitive, protocol word included: `tcp port 80 or 443` is
+//! `tcp port 80 or tcp port 443`, `host 10.0.0.1 or 10.0.0.2` is
+//! `host 10.0.0.1 or host 10.0.0.2`.
 //!
 //! Tokens are separated by white space; `(`, `)`, `!`, `&&` and `||` also end a word. Keywords
 //! and names are case-insensitive (`DSCP EF` works); numbers are plain decimal. Precedence is
@@ -83,6 +106,14 @@
 //! * `vlan`: the frame carries at least one 802.1Q / 802.1ad tag; `vlan N`: one of its (up to
 //!   two) tags is `N`.
 //! * `dscp N`: the IPv4 DS field / IPv6 traffic class carries code point `N`.
+//! * `src and dst host A`: both addresses are `A` (and likewise for `net`, `port`, ...).
+//! * `tcp[tcpflags] & M OP V`: the TCP flags byte of a TCP packet (IPv4 or IPv6) whose
+//!   header was dissected, masked with `M`, compared with `V`; `tcpflags rst` is
+//!   `tcp[tcpflags] & tcp-rst != 0`.
+//! * `ether host M` / `ether src M` / `ether dst M`: the Ethernet addresses (Ethernet link
+//!   type only; false for other link types).
+//! * `arp`: the EtherType after the VLAN tags is 0x0806.
+//! * `greater N` / `less N`: the packet's length on the wire is `>= N` / `<= N` (as tcpdump).
 //! * Every primitive about IP is false for a packet that is not IP (ARP, LLDP, ...).
 //!
 //! # Differences from tcpdump (pcap-filter)
@@ -92,12 +123,13 @@
 //!   follow it, so `vlan 100 and vlan 200` means "outer 100, inner 200" there, and `ip` without
 //!   a `vlan` does not match tagged frames; here `vlan 100 and vlan 200` means "tags 100 and
 //!   200 in either order" and `ip` matches tagged frames.
-//! * No qualifier omission: tcpdump reads `port 80 or 443` as `port 80 or port 443`; here it is
-//!   an error. No `src or dst` / `src and dst` qualifiers.
-//! * No names: host names, service names (`port http`) and protocol names other than those
-//!   listed above are errors.
-//! * No `ether`, `arp`, `less`/`greater`, byte-offset expressions (`tcp[13] & 2 != 0`),
-//!   `tcpflags`, `icmptype`, `broadcast`, `gateway`.
+//! * No host names; service names come from a built-in table (not /etc/services), the same
+//!   for TCP and UDP; protocol names other than those listed above are errors.
+//! * Byte-offset expressions only for the TCP flags (`tcp[13]` / `tcp[tcpflags]`, with an
+//!   optional mask); `tcp[13]` also matches IPv6 packets here (libpcap's `tcp[]` only reads
+//!   IPv4). No `icmptype`, `broadcast`, `multicast`, `gateway`, `ether proto`, `rarp`,
+//!   `len`, ...: the error for those says to use `--bpf`, which takes any tcpdump expression.
+//! * `arp` and `ether` look through VLAN tags like every other primitive.
 //! * `host` and `net` do not match ARP / RARP payloads.
 //! * `proto N` on IPv6 looks at the next header after the extension headers (tcpdump's
 //!   `ip6 proto` only looks at the fixed header's next header).
@@ -119,9 +151,16 @@
 //! packets without ports (non-first fragments) apart from the side of their flow that has
 //! ports, or give up exactness for them.
 //!
+//! The side index keeps no MAC addresses or packet lengths: `ether`, `greater` and `less`
+//! are `Maybe` on a side. Of the TCP flags it keeps the union seen on the side
+//! ([`FlowSide::tcp_flags`]): a flags test is `No` if no subset of that union passes it (so
+//! `tcpflags rst` skips every flow that never saw a RST), `Yes` if every subset does, and
+//! `Maybe` otherwise; it is `No` on a side that is not TCP with ports. A filter naming these
+//! is narrowed by what the index knows and decided exactly per packet.
+//!
 //! [`Filter::matches_non_ip`] evaluates a filter for non-IP packets, whose VLAN tags the
-//! planner does not know: IP primitives (including `dscp`) are `No`, VLAN primitives `Maybe`,
-//! combined with Kleene logic.
+//! planner does not know: IP primitives (including `dscp` and TCP flags) are `No`, VLAN,
+//! `arp`, `ether`, `greater` and `less` primitives `Maybe`, combined with Kleene logic.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -159,6 +198,9 @@ pub struct FlowSide {
     pub ports: Option<(u16, u16)>,
     /// Bit `n` set: DSCP `n` was seen on at least one packet of this side.
     pub dscp_mask: u64,
+    /// The union of the TCP flags of the side's packets (0 for other protocols): the flags
+    /// of each packet are a subset of it.
+    pub tcp_flags: u8,
 }
 
 impl FlowSide {
@@ -174,6 +216,10 @@ impl FlowSide {
             dst: ip.dst,
             ports: d.l4.ports(),
             dscp_mask: 1u64.checked_shl(u32::from(ip.dscp)).unwrap_or(0),
+            tcp_flags: match d.l4 {
+                capsule_wire::L4::Tcp(t) => t.flags,
+                _ => 0,
+            },
         })
     }
 }
@@ -307,9 +353,12 @@ fn proto_by_name(name: &str) -> Option<u8> {
 /// Which address or port of the packet a primitive looks at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Dir {
+    /// `src or dst` (also written without a qualifier).
     Any,
     Src,
     Dst,
+    /// `src and dst`.
+    Both,
 }
 
 impl Dir {
@@ -318,8 +367,119 @@ impl Dir {
             Dir::Any => src || dst,
             Dir::Src => src,
             Dir::Dst => dst,
+            Dir::Both => src && dst,
         }
     }
+}
+
+/// A comparison of the TCP flags byte (`tcp[tcpflags] & MASK OP VALUE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Cmp {
+    fn test(self, a: u8, b: u8) -> bool {
+        match self {
+            Cmp::Eq => a == b,
+            Cmp::Ne => a != b,
+            Cmp::Lt => a < b,
+            Cmp::Le => a <= b,
+            Cmp::Gt => a > b,
+            Cmp::Ge => a >= b,
+        }
+    }
+
+    fn symbol(self) -> &'static str {
+        match self {
+            Cmp::Eq => "==",
+            Cmp::Ne => "!=",
+            Cmp::Lt => "<",
+            Cmp::Le => "<=",
+            Cmp::Gt => ">",
+            Cmp::Ge => ">=",
+        }
+    }
+}
+
+/// TCP flag bits by the names `tcpflags NAME` and `tcp-NAME` use, in bit order.
+const TCP_FLAGS: [(&str, u8); 8] = [
+    ("fin", 0x01),
+    ("syn", 0x02),
+    ("rst", 0x04),
+    ("push", 0x08),
+    ("ack", 0x10),
+    ("urg", 0x20),
+    ("ece", 0x40),
+    ("cwr", 0x80),
+];
+
+/// The bit of a TCP flag name (`syn`, `rst`, ...; `psh` is an alias of `push`).
+fn tcp_flag_by_name(name: &str) -> Option<u8> {
+    let name = name.to_ascii_lowercase();
+    let name = if name == "psh" { "push" } else { name.as_str() };
+    TCP_FLAGS.iter().find(|(n, _)| *n == name).map(|&(_, b)| b)
+}
+
+/// Well-known service names (IANA) accepted where a port number is, so that `port https`
+/// works on a machine without /etc/services. Names that tcpdump resolves only for one of TCP
+/// and UDP are accepted for both here (a port number is the same for both).
+const SERVICES: &[(&str, u16)] = &[
+    ("ftp-data", 20),
+    ("ftp", 21),
+    ("ssh", 22),
+    ("telnet", 23),
+    ("smtp", 25),
+    ("domain", 53),
+    ("dns", 53),
+    ("bootps", 67),
+    ("bootpc", 68),
+    ("tftp", 69),
+    ("http", 80),
+    ("www", 80),
+    ("kerberos", 88),
+    ("pop3", 110),
+    ("sunrpc", 111),
+    ("ntp", 123),
+    ("netbios-ns", 137),
+    ("netbios-dgm", 138),
+    ("netbios-ssn", 139),
+    ("imap", 143),
+    ("snmp", 161),
+    ("snmp-trap", 162),
+    ("bgp", 179),
+    ("ldap", 389),
+    ("https", 443),
+    ("microsoft-ds", 445),
+    ("syslog", 514),
+    ("submission", 587),
+    ("ldaps", 636),
+    ("imaps", 993),
+    ("pop3s", 995),
+    ("openvpn", 1194),
+    ("ms-sql-s", 1433),
+    ("radius", 1812),
+    ("nfs", 2049),
+    ("mysql", 3306),
+    ("ms-wbt-server", 3389),
+    ("rdp", 3389),
+    ("sip", 5060),
+    ("sips", 5061),
+    ("postgresql", 5432),
+    ("amqp", 5672),
+    ("redis", 6379),
+    ("http-alt", 8080),
+];
+
+/// The port of a service name (case-insensitive), from [`SERVICES`].
+pub(crate) fn service_port(name: &str) -> Option<u16> {
+    let name = name.to_ascii_lowercase();
+    SERVICES.iter().find(|(n, _)| *n == name).map(|&(_, p)| p)
 }
 
 /// An IP prefix with its host bits cleared.
@@ -383,6 +543,20 @@ enum Prim {
     Ip6,
     Vlan(Option<u16>),
     Dscp(u8),
+    /// `tcp[tcpflags] & mask OP value`: a TCP packet (with its header) whose flags byte,
+    /// masked, compares so.
+    TcpFlags {
+        mask: u8,
+        op: Cmp,
+        value: u8,
+    },
+    /// The Ethernet source or destination address (Ethernet link type only).
+    Ether(Dir, [u8; 6]),
+    /// EtherType 0x0806 after the VLAN tags.
+    Arp,
+    /// The packet's length on the wire is at least (`greater`) / at most (`less`) this.
+    Greater(u32),
+    Less(u32),
 }
 
 /// The expression tree. `And` and `Or` hold at least two items, none of them of the same
@@ -476,6 +650,19 @@ impl Expr {
         }
     }
 
+    /// True if the expression names a field the side index does not keep (TCP flags, MAC
+    /// addresses, lengths), so that planning may answer `Maybe` for a single packet's side.
+    fn beyond_index(&self) -> bool {
+        match self {
+            Expr::Prim(p) => matches!(
+                p,
+                Prim::TcpFlags { .. } | Prim::Ether(..) | Prim::Greater(_) | Prim::Less(_)
+            ),
+            Expr::Not(e) => e.beyond_index(),
+            Expr::And(v) | Expr::Or(v) => v.iter().any(Expr::beyond_index),
+        }
+    }
+
     /// Binding strength, for printing with the fewest parentheses.
     fn level(&self) -> u8 {
         match self {
@@ -529,6 +716,7 @@ impl fmt::Display for Dir {
             Dir::Any => "",
             Dir::Src => "src ",
             Dir::Dst => "dst ",
+            Dir::Both => "src and dst ",
         })
     }
 }
@@ -553,6 +741,22 @@ impl fmt::Display for Prim {
                 Some(name) => write!(f, "dscp {name}"),
                 None => write!(f, "dscp {n}"),
             },
+            Prim::TcpFlags { mask, op, value } => {
+                let one = TCP_FLAGS.iter().find(|&&(_, b)| b == mask && value == 0);
+                match (one, op) {
+                    (Some((name, _)), Cmp::Ne) => write!(f, "tcpflags {name}"),
+                    _ if mask == 0xff => write!(f, "tcp[tcpflags] {} {value}", op.symbol()),
+                    _ => write!(f, "tcp[tcpflags] & {mask} {} {value}", op.symbol()),
+                }
+            }
+            Prim::Ether(d, m) => write!(
+                f,
+                "ether {d}host {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                m[0], m[1], m[2], m[3], m[4], m[5]
+            ),
+            Prim::Arp => f.write_str("arp"),
+            Prim::Greater(n) => write!(f, "greater {n}"),
+            Prim::Less(n) => write!(f, "less {n}"),
         }
     }
 }
@@ -561,6 +765,19 @@ impl fmt::Display for Prim {
 struct View {
     vlans: [Option<u16>; 2],
     ip: Option<IpView>,
+    /// The frame's own fields; `None` for a flow side, where they are unknown.
+    frame: Option<FrameView>,
+}
+
+/// What a packet has and a flow side does not.
+struct FrameView {
+    ethertype: u16,
+    /// Source and destination MAC (Ethernet link type only).
+    macs: Option<([u8; 6], [u8; 6])>,
+    /// The packet's length on the wire.
+    wire_len: Option<u32>,
+    /// The TCP flags byte, for a TCP packet whose header was read.
+    tcp_flags: Option<u8>,
 }
 
 struct IpView {
@@ -571,28 +788,80 @@ struct IpView {
     ports: Option<(u16, u16)>,
     /// `None`: unknown (a flow side with an empty DSCP set); `dscp N` is false.
     dscp: Option<u8>,
+    /// A flow side's union of TCP flags (unused for a packet, whose flags are exact).
+    flags_union: u8,
 }
 
 impl View {
-    fn prim(&self, p: &Prim) -> bool {
+    /// Exact for a packet; `Maybe` on a flow side only for what the side index does not keep
+    /// (TCP flags, MAC addresses, lengths).
+    fn prim(&self, p: &Prim) -> Tri {
+        let frame = self.frame.as_ref();
         match (*p, &self.ip) {
-            (Prim::Vlan(None), _) => self.vlans.iter().any(Option::is_some),
-            (Prim::Vlan(Some(n)), _) => self.vlans.contains(&Some(n)),
-            (_, None) => false,
-            (Prim::Host(d, a), Some(ip)) => d.pick(ip.src == a, ip.dst == a),
-            (Prim::Net(d, n), Some(ip)) => d.pick(n.contains(ip.src), n.contains(ip.dst)),
-            (Prim::Port(d, port), Some(ip)) => {
-                ip.ports.is_some_and(|(s, t)| d.pick(s == port, t == port))
-            }
+            (Prim::Vlan(None), _) => self.vlans.iter().any(Option::is_some).into(),
+            (Prim::Vlan(Some(n)), _) => self.vlans.contains(&Some(n)).into(),
+            (Prim::Arp, _) => frame.map_or(Tri::from(self.ip.is_none()), |f| {
+                Tri::from(f.ethertype == 0x0806)
+            }),
+            (Prim::Ether(d, mac), _) => frame.map_or(Tri::Maybe, |f| {
+                Tri::from(f.macs.is_some_and(|(s, t)| d.pick(s == mac, t == mac)))
+            }),
+            (Prim::Greater(n), _) => frame.map_or(Tri::Maybe, |f| {
+                Tri::from(f.wire_len.is_some_and(|l| l >= n))
+            }),
+            (Prim::Less(n), _) => frame.map_or(Tri::Maybe, |f| {
+                Tri::from(f.wire_len.is_some_and(|l| l <= n))
+            }),
+            (_, None) => Tri::No,
+            (Prim::TcpFlags { mask, op, value }, Some(ip)) => match frame {
+                Some(f) => Tri::from(
+                    ip.proto == 6 && f.tcp_flags.is_some_and(|b| op.test(b & mask, value)),
+                ),
+                // A side: what each packet's flags may be, from the union seen.
+                None if ip.proto == 6 && ip.ports.is_some() => {
+                    flags_possible(ip.flags_union & mask, op, value)
+                }
+                None => Tri::No,
+            },
+            (Prim::Host(d, a), Some(ip)) => d.pick(ip.src == a, ip.dst == a).into(),
+            (Prim::Net(d, n), Some(ip)) => d.pick(n.contains(ip.src), n.contains(ip.dst)).into(),
+            (Prim::Port(d, port), Some(ip)) => ip
+                .ports
+                .is_some_and(|(s, t)| d.pick(s == port, t == port))
+                .into(),
             (Prim::PortRange(d, lo, hi), Some(ip)) => ip
                 .ports
-                .is_some_and(|(s, t)| d.pick((lo..=hi).contains(&s), (lo..=hi).contains(&t))),
-            (Prim::Proto(n), Some(ip)) => ip.proto == n,
-            (Prim::Ip4, Some(ip)) => ip.version == 4,
-            (Prim::Ip6, Some(ip)) => ip.version == 6,
-            (Prim::Dscp(n), Some(ip)) => ip.dscp == Some(n),
+                .is_some_and(|(s, t)| d.pick((lo..=hi).contains(&s), (lo..=hi).contains(&t)))
+                .into(),
+            (Prim::Proto(n), Some(ip)) => (ip.proto == n).into(),
+            (Prim::Ip4, Some(ip)) => (ip.version == 4).into(),
+            (Prim::Ip6, Some(ip)) => (ip.version == 6).into(),
+            (Prim::Dscp(n), Some(ip)) => (ip.dscp == Some(n)).into(),
         }
     }
+}
+
+/// Whether `flags & mask OP value` holds for packets whose masked flags are subsets of
+/// `union` (already masked): `Yes` if it holds for every subset, `No` if for none.
+fn flags_possible(union: u8, op: Cmp, value: u8) -> Tri {
+    let (mut yes, mut no) = (false, false);
+    // Every subset of `union`, from `union` down to 0.
+    let mut sub = union;
+    loop {
+        if op.test(sub, value) {
+            yes = true;
+        } else {
+            no = true;
+        }
+        if yes && no {
+            return Tri::Maybe;
+        }
+        if sub == 0 {
+            break;
+        }
+        sub = (sub - 1) & union;
+    }
+    Tri::from(yes)
 }
 
 impl Filter {
@@ -601,6 +870,13 @@ impl Filter {
         Ok(Filter {
             expr: parse::parse(src)?,
         })
+    }
+
+    /// True if the filter names what the side index does not keep (TCP flags, MAC
+    /// addresses, packet lengths): planning then narrows by the rest of the filter only, and
+    /// only the per-packet check decides.
+    pub fn beyond_index(&self) -> bool {
+        self.expr.as_ref().is_some_and(Expr::beyond_index)
     }
 
     /// The filter that matches every packet.
@@ -614,8 +890,32 @@ impl Filter {
         self.expr.is_none()
     }
 
-    /// Exact evaluation for one packet.
+    /// Exact evaluation for one packet known only by its dissection. The primitives about
+    /// the frame itself (`ether host`, `greater`, `less`) need the frame: they are false here
+    /// (use [`Filter::matches_packet`]).
     pub fn matches(&self, d: &Dissected) -> bool {
+        self.matches_view(d, None, None)
+    }
+
+    /// Exact evaluation for one captured packet: its dissection `d`, its bytes `data` as
+    /// captured with link type `linktype`, and its length on the wire `orig_len`.
+    pub fn matches_packet(&self, d: &Dissected, linktype: u16, data: &[u8], orig_len: u32) -> bool {
+        let macs = (linktype == 1 && data.len() >= 12).then(|| {
+            let mut dst = [0u8; 6];
+            let mut src = [0u8; 6];
+            dst.copy_from_slice(&data[..6]);
+            src.copy_from_slice(&data[6..12]);
+            (src, dst)
+        });
+        self.matches_view(d, macs, Some(orig_len))
+    }
+
+    fn matches_view(
+        &self,
+        d: &Dissected,
+        macs: Option<([u8; 6], [u8; 6])>,
+        wire_len: Option<u32>,
+    ) -> bool {
         let Some(expr) = &self.expr else {
             return true;
         };
@@ -628,9 +928,19 @@ impl Filter {
                 dst: ip.dst,
                 ports: d.l4.ports(),
                 dscp: Some(ip.dscp),
+                flags_union: 0,
+            }),
+            frame: Some(FrameView {
+                ethertype: d.ethertype,
+                macs,
+                wire_len,
+                tcp_flags: match d.l4 {
+                    capsule_wire::L4::Tcp(t) => Some(t.flags),
+                    _ => None,
+                },
             }),
         };
-        expr.eval(&|p| view.prim(p))
+        expr.eval(&|p| view.prim(p) == Tri::Yes)
     }
 
     /// Planning for one direction of one flow: `Yes` if every packet of the side matches, `No`
@@ -648,7 +958,9 @@ impl Filter {
                 dst: s.dst,
                 ports: s.ports,
                 dscp: None,
+                flags_union: s.tcp_flags,
             }),
+            frame: None,
         };
         let set_dscp = |view: &mut View, dscp: Option<u8>| {
             if let Some(ip) = &mut view.ip {
@@ -656,7 +968,7 @@ impl Filter {
             }
         };
         if s.dscp_mask == 0 {
-            return Tri::from(expr.eval(&|p| view.prim(p)));
+            return expr.eval_tri(&|p| view.prim(p));
         }
         // Code points the filter does not name all give the same answer: try each named one
         // in the set, and one unnamed one if the set has any.
@@ -671,10 +983,10 @@ impl Filter {
             let bit = tries.trailing_zeros();
             tries &= tries - 1;
             set_dscp(&mut view, Some(bit as u8));
-            if expr.eval(&|p| view.prim(p)) {
-                seen_yes = true;
-            } else {
-                seen_no = true;
+            match expr.eval_tri(&|p| view.prim(p)) {
+                Tri::Yes => seen_yes = true,
+                Tri::No => seen_no = true,
+                Tri::Maybe => return Tri::Maybe,
             }
             if seen_yes && seen_no {
                 return Tri::Maybe;
@@ -690,7 +1002,9 @@ impl Filter {
             return Tri::Yes;
         };
         expr.eval_tri(&|p| match p {
-            Prim::Vlan(_) => Tri::Maybe,
+            Prim::Vlan(_) | Prim::Arp | Prim::Ether(..) | Prim::Greater(_) | Prim::Less(_) => {
+                Tri::Maybe
+            }
             _ => Tri::No,
         })
     }
@@ -813,9 +1127,13 @@ mod tests {
     fn m(f: &str, d: &Dissected) -> bool {
         let filter = Filter::parse(f).unwrap_or_else(|e| panic!("{e}"));
         let r = filter.matches(d);
-        // Every IP packet's own side agrees exactly.
+        // Every IP packet's own side agrees exactly, but for what the side index does not
+        // keep (TCP flags, MACs, lengths), where it may only be unsure.
         if let Some(side) = FlowSide::from_dissected(d) {
-            assert_eq!(filter.matches_side(&side), Tri::from(r), "side of {f:?}");
+            let plan = filter.matches_side(&side);
+            if plan != Tri::Maybe || !filter.expr.as_ref().is_some_and(Expr::beyond_index) {
+                assert_eq!(plan, Tri::from(r), "side of {f:?}");
+            }
         } else if r {
             assert_ne!(filter.matches_non_ip(), Tri::No, "non-ip {f:?}");
         } else {
@@ -839,6 +1157,93 @@ mod tests {
         assert_eq!(f.matches_side(&side), Tri::Yes);
         assert!(!Filter::parse("tcp").unwrap().is_all());
         assert!(!Filter::parse("vlan or not vlan").unwrap().is_all());
+    }
+
+    #[test]
+    fn filter_match_tcpdump_forms() {
+        let mut d = tcp("10.0.0.1", 40000, "10.0.0.1", 443);
+        if let L4::Tcp(t) = &mut d.l4 {
+            t.flags = 0x12; // SYN ACK
+        }
+        assert!(m("src and dst host 10.0.0.1", &d));
+        assert!(!m("src and dst port 443", &d));
+        assert!(m("src or dst port https", &d));
+        assert!(m("tcpflags syn and tcpflags ack", &d));
+        assert!(!m("tcpflags rst", &d));
+        assert!(m(
+            "tcp[tcpflags] & (tcp-syn|tcp-ack) == (tcp-syn|tcp-ack)",
+            &d
+        ));
+        assert!(!m("tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn", &d));
+        assert!(m("tcp[13] > 0x11 and tcp[13] <= 18 and tcp[13] = 18", &d));
+        assert!(!m("tcp[13] < 18 or tcp[13] >= 19", &d));
+        // Flags only of TCP packets with a header.
+        assert!(!m("tcp[13] & 0 == 0", &udp("10.0.0.1", 1, "10.0.0.2", 2)));
+        assert!(!m("tcp[13] & 0 == 0", &arp([None, None])));
+        assert!(m("arp", &arp([Some(5), None])));
+        assert!(!m("arp", &d));
+        assert!(m("net 10 and net 10.0 and net 10.0.0", &d));
+        assert!(m("port 22 or 443", &d));
+
+        // The frame's own fields: Ethernet addresses and the length on the wire.
+        let mut frame = vec![0u8; 60];
+        frame[..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xbb]);
+        frame[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xaa]);
+        let f = |s: &str, linktype: u16, orig_len: u32| {
+            Filter::parse(s)
+                .unwrap()
+                .matches_packet(&d, linktype, &frame, orig_len)
+        };
+        assert!(f("ether src 02:00:00:00:00:aa", 1, 60));
+        assert!(f("ether dst host 2:0:0:0:0:bb", 1, 60));
+        assert!(f(
+            "ether host 02:00:00:00:00:bb and not ether src 02:00:00:00:00:bb",
+            1,
+            60
+        ));
+        assert!(!f("ether src and dst host 02:00:00:00:00:aa", 1, 60));
+        // Not an Ethernet frame: no Ethernet addresses.
+        assert!(!f("ether host 02:00:00:00:00:aa", 101, 60));
+        assert!(f("greater 1500 and less 1500", 1, 1500));
+        assert!(!f("greater 1501", 1, 1500));
+        assert!(!f("less 1499", 1, 1500));
+        // Without the frame, those are false.
+        assert!(!Filter::parse("greater 0").unwrap().matches(&d));
+
+        // Planning: the side index keeps no MACs or lengths, and of the TCP flags only
+        // their union (here SYN ACK).
+        let side = FlowSide::from_dissected(&d).unwrap();
+        let plan = |s: &str| Filter::parse(s).unwrap().matches_side(&side);
+        assert_eq!(plan("tcpflags rst"), Tri::No);
+        assert_eq!(plan("tcpflags syn"), Tri::Maybe);
+        assert_eq!(plan("tcp[tcpflags] & tcp-rst == 0"), Tri::Yes);
+        assert_eq!(plan("tcp[tcpflags] & (tcp-syn|tcp-ack) != 0x20"), Tri::Yes);
+        assert_eq!(plan("tcp[13] > 18"), Tri::No);
+        assert_eq!(plan("tcpflags rst and port 80"), Tri::No);
+        assert_eq!(plan("tcpflags rst or port 443"), Tri::Yes);
+        assert_eq!(plan("ether host 02:00:00:00:00:aa"), Tri::Maybe);
+        assert_eq!(plan("greater 100 or less 50"), Tri::Maybe);
+        assert_eq!(plan("arp"), Tri::No);
+        assert_eq!(plan("not arp"), Tri::Yes);
+        let udp_side = FlowSide::from_dissected(&udp("10.0.0.1", 1, "10.0.0.2", 2)).unwrap();
+        assert_eq!(
+            Filter::parse("tcp[13] & 0 == 0")
+                .unwrap()
+                .matches_side(&udp_side),
+            Tri::No
+        );
+        let mut many = side;
+        many.dscp_mask = 0b11;
+        assert_eq!(
+            Filter::parse("dscp 0 and tcpflags ack")
+                .unwrap()
+                .matches_side(&many),
+            Tri::Maybe
+        );
+        let non_ip = |s: &str| Filter::parse(s).unwrap().matches_non_ip();
+        assert_eq!(non_ip("arp"), Tri::Maybe);
+        assert_eq!(non_ip("tcpflags syn"), Tri::No);
+        assert_eq!(non_ip("ether src 02:00:00:00:00:aa or less 60"), Tri::Maybe);
     }
 
     #[test]
@@ -1073,6 +1478,7 @@ mod tests {
                 dst: ip4("fd00::2"),
                 ports: Some((1000, 22)),
                 dscp_mask: 1 << 63,
+                tcp_flags: 0x02,
             }
         );
         // An impossible DSCP (dissect never produces one) gives an empty set, not a panic.

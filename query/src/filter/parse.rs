@@ -2,7 +2,9 @@
 
 use std::net::IpAddr;
 
-use super::{dscp_by_name, proto_by_name, Dir, Expr, Net, Prim};
+use super::{
+    dscp_by_name, proto_by_name, service_port, tcp_flag_by_name, Cmp, Dir, Expr, Net, Prim,
+};
 
 /// Nesting limit for parentheses and `not`, so that hostile input cannot overflow the stack.
 const MAX_DEPTH: usize = 200;
@@ -115,6 +117,11 @@ fn lex(src: &str) -> Vec<Token<'_>> {
             }
             _ => {
                 let end = src[start..].find(is_delim).map_or(src.len(), |i| start + i);
+                // `tcp[tcpflags] & tcp-rst != 0` is one token: a byte-offset relation.
+                let end = match src[start..end].find('[') {
+                    Some(_) => relation_end(src, start),
+                    None => end,
+                };
                 let word = &src[start..end];
                 let kind = if word.eq_ignore_ascii_case("and") {
                     Kind::And
@@ -145,11 +152,127 @@ fn lex(src: &str) -> Vec<Token<'_>> {
     toks
 }
 
+/// Where a byte-offset relation starting at `start` (a word with a `[`) ends: after
+/// `NAME[...]`, an optional `& OPERAND`, a comparison and its right operand. Stops early
+/// (leaving the rest to the parser's error) where the text does not have that shape.
+fn relation_end(src: &str, start: usize) -> usize {
+    let b = src.as_bytes();
+    let skip_ws = |mut i: usize| {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    // An operand: a parenthesised group without nesting, or a run of word characters.
+    let operand = |i: usize| -> usize {
+        if b.get(i) == Some(&b'(') {
+            return src[i..].find(')').map_or(i, |j| i + j + 1);
+        }
+        let mut j = i;
+        while j < b.len() && !b[j].is_ascii_whitespace() && !b"()!&|=<>".contains(&b[j]) {
+            j += 1;
+        }
+        j
+    };
+    let word_end = src[start..]
+        .find(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .map_or(src.len(), |i| start + i);
+    let Some(close) = src[start..word_end].find(']') else {
+        return src[start..].find(is_delim).map_or(src.len(), |i| start + i);
+    };
+    let mut end = start + close + 1;
+    let mut i = skip_ws(end);
+    if b.get(i) == Some(&b'&') && b.get(i + 1) != Some(&b'&') {
+        let j = operand(skip_ws(i + 1));
+        if j == skip_ws(i + 1) {
+            return end;
+        }
+        end = j;
+        i = skip_ws(end);
+    }
+    let op_len = match (b.get(i), b.get(i + 1)) {
+        (Some(b'!' | b'=' | b'<' | b'>'), Some(b'=')) => 2,
+        (Some(b'=' | b'<' | b'>'), _) => 1,
+        _ => return end,
+    };
+    let k = skip_ws(i + op_len);
+    let j = operand(k);
+    if j == k {
+        i + op_len
+    } else {
+        j
+    }
+}
+
 const EXPECTED_PRIMITIVE: &str = "a primitive (host, net, port, portrange, src, dst, tcp, \
-     udp, sctp, icmp, icmp6, ip, ip6, proto, vlan, dscp), \"not\" or \"(\"";
+     udp, sctp, icmp, icmp6, ip, ip6, proto, vlan, dscp, tcpflags, tcp[tcpflags], ether, arp, \
+     greater, less), \"not\" or \"(\"";
 const EXPECTED_ADDRESS: &str = "an IPv4 or IPv6 address";
-const EXPECTED_NET: &str = "a network ADDRESS/PREFIX such as 10.1.0.0/16 or fd00::/8";
-const EXPECTED_PORT: &str = "a port number 0-65535";
+const EXPECTED_NET: &str =
+    "a network ADDRESS/PREFIX such as 10.1.0.0/16 or fd00::/8, or a short prefix such as 10.50";
+const EXPECTED_PORT: &str = "a port number 0-65535 or service name (http, https, domain, ...)";
+const EXPECTED_MAC: &str = "a MAC address such as 00:1b:21:0a:0b:0c";
+const EXPECTED_LEN: &str = "a length in bytes 0-4294967295";
+const EXPECTED_TCPFLAG: &str = "a TCP flag (fin, syn, rst, push, ack, urg, ece, cwr)";
+const EXPECTED_RELATION: &str = "tcp[tcpflags] (or tcp[13]), an optional \"& MASK\", a \
+     comparison (==, !=, <, <=, >, >=) and a value, such as tcp[tcpflags] & tcp-rst != 0; \
+     MASK and value are numbers (decimal or 0x hex) or tcp-fin, tcp-syn, tcp-rst, tcp-push, \
+     tcp-ack, tcp-urg, tcp-ece, tcp-cwr joined by |";
+/// Appended where a tcpdump form has no equivalent in the filter language.
+const USE_BPF: &str = "; tcpdump expressions capsule's filter does not know work with --bpf";
+/// tcpdump (pcap-filter) keywords capsule's filter does not have.
+const TCPDUMP_ONLY: &[&str] = &[
+    "rarp",
+    "broadcast",
+    "multicast",
+    "gateway",
+    "len",
+    "icmptype",
+    "icmpcode",
+    "icmp6type",
+    "icmp6code",
+    "inbound",
+    "outbound",
+    "ifname",
+    "on",
+    "mpls",
+    "pppoed",
+    "pppoes",
+    "geneve",
+    "vxlan",
+    "llc",
+    "iso",
+    "decnet",
+    "atalk",
+    "aarp",
+    "ipx",
+    "netbeui",
+    "stp",
+    "igmp",
+    "igrp",
+    "pim",
+    "vrrp",
+    "carp",
+    "wlan",
+    "type",
+    "subtype",
+    "dir",
+    "protochain",
+    "mask",
+    "fddi",
+    "tr",
+    "ppp",
+    "slip",
+    "link",
+    "lat",
+    "moprc",
+    "mopdl",
+    "sca",
+    "isis",
+    "clnp",
+    "esis",
+    "atm",
+];
 const EXPECTED_RANGE: &str = "a port range LOW-HIGH with 0 <= LOW <= HIGH <= 65535";
 const EXPECTED_PROTO: &str =
     "an IP protocol number 0-255 or name (tcp, udp, sctp, icmp, icmp6, gre, esp, ah)";
@@ -163,6 +286,7 @@ pub(super) fn parse(src: &str) -> Result<Option<Expr>, FilterError> {
         src,
         toks: lex(src),
         i: 0,
+        last: None,
     };
     if p.peek().kind == Kind::End {
         return Ok(None);
@@ -184,6 +308,10 @@ struct Parser<'a> {
     src: &'a str,
     toks: Vec<Token<'a>>,
     i: usize,
+    /// The qualifiers of the last `host` / `net` / `port` / `portrange` / `ether host`
+    /// primitive: its protocol word, direction and keyword, which a bare operand after
+    /// `and` / `or` inherits (`tcp port 80 or 443`).
+    last: Option<(Option<Prim>, Dir, &'static str)>,
 }
 
 impl<'a> Parser<'a> {
@@ -254,16 +382,25 @@ impl<'a> Parser<'a> {
 
     /// A primitive starting with the word `t` (already consumed).
     fn primitive(&mut self, t: Token<'a>) -> Result<Expr, FilterError> {
+        self.primitive_in(t, None)
+    }
+
+    /// A primitive starting with `t`, after the protocol word `proto` if any (`tcp port 80`).
+    fn primitive_in(&mut self, t: Token<'a>, proto: Option<Prim>) -> Result<Expr, FilterError> {
         let w = t.text.to_ascii_lowercase();
         let prim = match w.as_str() {
-            "host" | "net" | "port" | "portrange" => self.addressed(Dir::Any, &w)?,
+            "host" => self.addressed(proto, Dir::Any, "host")?,
+            "net" => self.addressed(proto, Dir::Any, "net")?,
+            "port" => self.addressed(proto, Dir::Any, "port")?,
+            "portrange" => self.addressed(proto, Dir::Any, "portrange")?,
             "src" | "dst" => {
-                let dir = if w == "src" { Dir::Src } else { Dir::Dst };
+                let dir = self.direction(&w);
                 let k = self.next();
                 match k.word().as_deref() {
-                    Some(kw @ ("host" | "net" | "port" | "portrange")) => {
-                        self.addressed(dir, kw)?
-                    }
+                    Some("host") => self.addressed(proto, dir, "host")?,
+                    Some("net") => self.addressed(proto, dir, "net")?,
+                    Some("port") => self.addressed(proto, dir, "port")?,
+                    Some("portrange") => self.addressed(proto, dir, "portrange")?,
                     _ => {
                         return Err(self.error(
                             k,
@@ -301,9 +438,102 @@ impl<'a> Parser<'a> {
                 };
                 Prim::Dscp(v.ok_or_else(|| self.error(n, EXPECTED_DSCP))?)
             }
-            _ => return Err(self.error(t, EXPECTED_PRIMITIVE)),
+            "tcpflags" => {
+                let n = self.next();
+                let bit = n
+                    .word()
+                    .and_then(|w| tcp_flag_by_name(&w))
+                    .ok_or_else(|| self.error(n, EXPECTED_TCPFLAG))?;
+                Prim::TcpFlags {
+                    mask: bit,
+                    op: Cmp::Ne,
+                    value: 0,
+                }
+            }
+            "ether" => {
+                let k = self.peek();
+                let dir = match k.word().as_deref() {
+                    Some(d @ ("src" | "dst")) => {
+                        self.next();
+                        self.direction(d)
+                    }
+                    _ => Dir::Any,
+                };
+                let k = self.peek();
+                if k.word().as_deref() == Some("host") {
+                    self.next();
+                } else if dir == Dir::Any {
+                    let k = self.next();
+                    return Err(self.error(
+                        k,
+                        &format!("\"host\", \"src\" or \"dst\" after \"ether\"{USE_BPF}"),
+                    ));
+                }
+                self.addressed(None, dir, "ether")?
+            }
+            "arp" => Prim::Arp,
+            "greater" | "less" => {
+                let n = self.next();
+                let len = number(n.text, u32::MAX)
+                    .filter(|_| n.kind == Kind::Word)
+                    .ok_or_else(|| self.error(n, EXPECTED_LEN))?;
+                if w == "greater" {
+                    Prim::Greater(len)
+                } else {
+                    Prim::Less(len)
+                }
+            }
+            _ if w.starts_with("tcp[") => {
+                relation(t.text).ok_or_else(|| self.error(t, EXPECTED_RELATION))?
+            }
+            _ if w.contains('[') || TCPDUMP_ONLY.contains(&w.as_str()) => {
+                return Err(self.error(t, &format!("{EXPECTED_PRIMITIVE}{USE_BPF}")))
+            }
+            _ => match self.last {
+                // A bare operand after `and` / `or` inherits the last qualifiers, as in
+                // tcpdump: `tcp port 80 or 443` is `tcp port 80 or tcp port 443`.
+                // A word that is not such an operand either is an unknown primitive.
+                Some((proto, dir, kw)) => {
+                    let second = match self.operand(t, proto, dir, kw) {
+                        Ok(p) => Expr::Prim(p),
+                        Err(_) => return Err(self.error(t, EXPECTED_PRIMITIVE)),
+                    };
+                    return Ok(match proto {
+                        Some(first) => Expr::and(vec![Expr::Prim(first), second]),
+                        None => second,
+                    });
+                }
+                None => return Err(self.error(t, EXPECTED_PRIMITIVE)),
+            },
         };
+        if !matches!(
+            prim,
+            Prim::Host(..) | Prim::Net(..) | Prim::Port(..) | Prim::PortRange(..) | Prim::Ether(..)
+        ) {
+            self.last = None;
+        }
         Ok(Expr::Prim(prim))
+    }
+
+    /// The direction after `src` / `dst` (`w`, consumed), including `src or dst` and
+    /// `src and dst` (the `or` / `and` and the second word are consumed here).
+    fn direction(&mut self, w: &str) -> Dir {
+        let one = if w == "src" { Dir::Src } else { Dir::Dst };
+        let other = if w == "src" { "dst" } else { "src" };
+        let op = self.peek();
+        let then = self.toks.get(self.i + 1).copied();
+        match (op.kind, then.and_then(|t| t.word())) {
+            (Kind::Or | Kind::And, Some(t)) if t == other => {
+                self.next();
+                self.next();
+                if op.kind == Kind::Or {
+                    Dir::Any
+                } else {
+                    Dir::Both
+                }
+            }
+            _ => one,
+        }
     }
 
     /// `proto_word [follower]`: a protocol word directly followed by an address, port or
@@ -313,51 +543,67 @@ impl<'a> Parser<'a> {
         match n.word().as_deref() {
             Some("host" | "net" | "port" | "portrange" | "src" | "dst" | "proto") => {
                 self.next();
-                let second = self.primitive(n)?;
+                let second = self.primitive_in(n, Some(first))?;
                 Ok(Expr::and(vec![Expr::Prim(first), second]))
             }
-            _ => Ok(Expr::Prim(first)),
+            _ => {
+                self.last = None;
+                Ok(Expr::Prim(first))
+            }
         }
     }
 
-    /// The operand of `host`, `net`, `port` or `portrange` (`kw`, lowercase, consumed).
-    fn addressed(&mut self, dir: Dir, kw: &str) -> Result<Prim, FilterError> {
+    /// The operand of `host`, `net`, `port`, `portrange` or `ether host` (`kw`), read from the
+    /// next token; remembers the qualifiers for a bare operand after `and` / `or`.
+    fn addressed(
+        &mut self,
+        proto: Option<Prim>,
+        dir: Dir,
+        kw: &'static str,
+    ) -> Result<Prim, FilterError> {
         let t = self.next();
+        self.operand(t, proto, dir, kw)
+    }
+
+    fn operand(
+        &mut self,
+        t: Token<'a>,
+        proto: Option<Prim>,
+        dir: Dir,
+        kw: &'static str,
+    ) -> Result<Prim, FilterError> {
         let text = if t.kind == Kind::Word { t.text } else { "" };
-        match kw {
+        let prim = match kw {
             "host" => text
                 .parse::<IpAddr>()
                 .map(|a| Prim::Host(dir, a))
-                .map_err(|_| self.error(t, EXPECTED_ADDRESS)),
-            "net" => {
-                let net = text.split_once('/').and_then(|(a, p)| {
-                    let addr = a.parse::<IpAddr>().ok()?;
-                    let prefix = number(p, 255)? as u8;
-                    Some(Net::new(addr, prefix).ok_or(addr))
-                });
-                match net {
-                    Some(Ok(n)) => Ok(Prim::Net(dir, n)),
-                    Some(Err(IpAddr::V4(_))) => {
-                        Err(self.error(t, "a prefix length 0-32 for an IPv4 network"))
-                    }
-                    Some(Err(IpAddr::V6(_))) => {
-                        Err(self.error(t, "a prefix length 0-128 for an IPv6 network"))
-                    }
-                    None => Err(self.error(t, EXPECTED_NET)),
+                .map_err(|_| self.error(t, EXPECTED_ADDRESS))?,
+            "net" => match net(text) {
+                Some(Ok(n)) => Prim::Net(dir, n),
+                Some(Err(IpAddr::V4(_))) => {
+                    return Err(self.error(t, "a prefix length 0-32 for an IPv4 network"))
                 }
-            }
-            "port" => number(text, 65535)
-                .map(|p| Prim::Port(dir, p as u16))
-                .ok_or_else(|| self.error(t, EXPECTED_PORT)),
+                Some(Err(IpAddr::V6(_))) => {
+                    return Err(self.error(t, "a prefix length 0-128 for an IPv6 network"))
+                }
+                None => return Err(self.error(t, EXPECTED_NET)),
+            },
+            "port" => port(text)
+                .map(|p| Prim::Port(dir, p))
+                .ok_or_else(|| self.error(t, EXPECTED_PORT))?,
+            "ether" => mac(text)
+                .map(|m| Prim::Ether(dir, m))
+                .ok_or_else(|| self.error(t, EXPECTED_MAC))?,
             _ => text
                 .split_once('-')
                 .and_then(|(a, b)| Some((number(a, 65535)?, number(b, 65535)?)))
                 .filter(|(a, b)| a <= b)
                 .map(|(a, b)| Prim::PortRange(dir, a as u16, b as u16))
-                .ok_or_else(|| self.error(t, EXPECTED_RANGE)),
-        }
+                .ok_or_else(|| self.error(t, EXPECTED_RANGE))?,
+        };
+        self.last = Some((proto, dir, kw));
+        Ok(prim)
     }
-
     /// The operand of `proto` (consumed).
     fn proto(&mut self) -> Result<Prim, FilterError> {
         let t = self.next();
@@ -371,6 +617,117 @@ impl<'a> Parser<'a> {
         n.map(Prim::Proto)
             .ok_or_else(|| self.error(t, EXPECTED_PROTO))
     }
+}
+
+/// A port number or a service name.
+fn port(s: &str) -> Option<u16> {
+    match number(s, 65535) {
+        Some(n) => Some(n as u16),
+        None => service_port(s),
+    }
+}
+
+/// A network: `ADDRESS/PREFIX`, a whole address (a /32 or /128), or as in tcpdump an IPv4
+/// prefix of one to three numbers (`10`, `10.50`, `10.50.1`: /8, /16, /24; with `/N`, that
+/// prefix length instead). `Some(Err(addr))` when the prefix is too long for the address.
+fn net(text: &str) -> Option<Result<Net, IpAddr>> {
+    let (a, p) = match text.split_once('/') {
+        Some((a, p)) => (a, Some(number(p, 255)? as u8)),
+        None => (text, None),
+    };
+    let (addr, implied) = match a.parse::<IpAddr>() {
+        Ok(addr @ IpAddr::V4(_)) => (addr, 32),
+        Ok(addr @ IpAddr::V6(_)) => (addr, 128),
+        Err(_) => {
+            let parts: Vec<&str> = a.split('.').collect();
+            if parts.len() > 3 {
+                return None;
+            }
+            let mut octets = [0u8; 4];
+            for (o, part) in octets.iter_mut().zip(&parts) {
+                *o = number(part, 255)? as u8;
+            }
+            (IpAddr::from(octets), 8 * parts.len() as u8)
+        }
+    };
+    let prefix = p.unwrap_or(implied);
+    Some(Net::new(addr, prefix).ok_or(addr))
+}
+
+/// A MAC address: six hex bytes separated by `:` or `-` (`0:1b:21:a:b:c` too).
+fn mac(s: &str) -> Option<[u8; 6]> {
+    let sep = if s.contains('-') { '-' } else { ':' };
+    let mut m = [0u8; 6];
+    let mut parts = s.split(sep);
+    for b in &mut m {
+        let part = parts.next()?;
+        if part.is_empty() || part.len() > 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(part, 16).ok()?;
+    }
+    parts.next().is_none().then_some(m)
+}
+
+/// A number in a relation: decimal, `0x` hex, or TCP flag constants (`tcp-syn`) joined by
+/// `|`, optionally in parentheses.
+fn flag_value(s: &str) -> Option<u8> {
+    let s = s.trim();
+    let s = s
+        .strip_prefix('(')
+        .and_then(|s| s.strip_suffix(')'))
+        .unwrap_or(s);
+    let mut v = 0u8;
+    for part in s.split('|') {
+        let part = part.trim().to_ascii_lowercase();
+        let n = if let Some(hex) = part.strip_prefix("0x") {
+            if hex.is_empty() || hex.len() > 2 {
+                return None;
+            }
+            u8::from_str_radix(hex, 16).ok()?
+        } else if let Some(name) = part.strip_prefix("tcp-") {
+            tcp_flag_by_name(name)?
+        } else {
+            number(&part, 255)? as u8
+        };
+        v |= n;
+    }
+    Some(v)
+}
+
+/// `tcp[tcpflags] [& MASK] OP VALUE` (or `tcp[13]`), as lexed into one token.
+fn relation(text: &str) -> Option<Prim> {
+    let rest = text.get(4..)?;
+    let (index, rest) = rest.split_once(']')?;
+    if !matches!(
+        index.trim().to_ascii_lowercase().as_str(),
+        "tcpflags" | "13"
+    ) {
+        return None;
+    }
+    let mut rest = rest.trim_start();
+    let mut mask = 0xff;
+    if let Some(r) = rest.strip_prefix('&') {
+        let at = r.find(['!', '=', '<', '>'])?;
+        mask = flag_value(&r[..at])?;
+        rest = &r[at..];
+    }
+    let (op, value) = [
+        ("!=", Cmp::Ne),
+        ("==", Cmp::Eq),
+        ("<=", Cmp::Le),
+        (">=", Cmp::Ge),
+        ("=", Cmp::Eq),
+        ("<", Cmp::Lt),
+        (">", Cmp::Gt),
+    ]
+    .iter()
+    .find_map(|&(sym, op)| rest.strip_prefix(sym).map(|v| (op, v)))?;
+    Some(Prim::TcpFlags {
+        mask,
+        op,
+        value: flag_value(value)?,
+    })
 }
 
 /// A plain decimal number (ASCII digits only, no sign) no greater than `max`.
@@ -696,8 +1053,57 @@ mod tests {
         err_at("hots 10.0.0.1", 0, 4, "a primitive", "\"hots\"");
         err_at("tcp and hots", 8, 4, "a primitive", "\"hots\"");
         err_at("443", 0, 3, "a primitive", "\"443\"");
-        err_at("port 80 or 443", 11, 3, "a primitive", "\"443\"");
-        err_at("ether host 1", 0, 5, "a primitive", "\"ether\"");
+        err_at("port 80 or tcp or 443", 18, 3, "a primitive", "\"443\"");
+        err_at("port 80 or hots", 11, 4, "a primitive", "\"hots\"");
+        err_at("ether host 1", 11, 1, EXPECTED_MAC, "\"1\"");
+        err_at("ether proto 1", 6, 5, "--bpf", "\"proto\"");
+        err_at("icmptype 3", 0, 8, "--bpf", "\"icmptype\"");
+        err_at(
+            "ip[1] & 0xfc == 184",
+            0,
+            19,
+            "--bpf",
+            "\"ip[1] & 0xfc == 184\"",
+        );
+        err_at(
+            "tcp[14] & 2 != 0",
+            0,
+            16,
+            "tcp[tcpflags]",
+            "\"tcp[14] & 2 != 0\"",
+        );
+        err_at(
+            "tcp[tcpflags] & tcp-bad != 0",
+            0,
+            28,
+            "tcp[tcpflags]",
+            "\"tcp[tcpflags] & tcp-bad != 0\"",
+        );
+        err_at(
+            "tcp[tcpflags] & 2",
+            0,
+            17,
+            "comparison",
+            "\"tcp[tcpflags] & 2\"",
+        );
+        err_at("tcpflags", 8, 0, EXPECTED_TCPFLAG, "end of input");
+        err_at("tcpflags bogus", 9, 5, EXPECTED_TCPFLAG, "\"bogus\"");
+        err_at("greater", 7, 0, EXPECTED_LEN, "end of input");
+        err_at("less -1", 5, 2, EXPECTED_LEN, "\"-1\"");
+        err_at(
+            "ether src 00:11:22:33:44",
+            10,
+            14,
+            EXPECTED_MAC,
+            "\"00:11:22:33:44\"",
+        );
+        err_at(
+            "ether 00:11:22:33:44:55",
+            6,
+            17,
+            "after \"ether\"",
+            "\"00:11:22:33:44:55\"",
+        );
         // Missing operands.
         err_at("host", 4, 0, EXPECTED_ADDRESS, "end of input");
         err_at("host and tcp", 5, 3, EXPECTED_ADDRESS, "\"and\"");
@@ -757,7 +1163,7 @@ mod tests {
             EXPECTED_PORT,
             "\"99999999999999999999999\"",
         );
-        err_at("port http", 5, 4, EXPECTED_PORT, "\"http\"");
+        err_at("port htp", 5, 3, EXPECTED_PORT, "\"htp\"");
         err_at("portrange 10-5", 10, 4, EXPECTED_RANGE, "\"10-5\"");
         err_at("portrange 10", 10, 2, EXPECTED_RANGE, "\"10\"");
         err_at("portrange 1-70000", 10, 7, EXPECTED_RANGE, "\"1-70000\"");
@@ -786,9 +1192,9 @@ mod tests {
             "\"fe80::1%eth0\"",
         );
         err_at("host 10.0.0.0/8", 5, 10, EXPECTED_ADDRESS, "\"10.0.0.0/8\"");
-        err_at("net 10.0.0.0", 4, 8, EXPECTED_NET, "\"10.0.0.0\"");
         err_at("net 10.0.0.0/", 4, 9, EXPECTED_NET, "\"10.0.0.0/\"");
-        err_at("net 10.0.0/8", 4, 8, EXPECTED_NET, "\"10.0.0/8\"");
+        err_at("net 10.0.0.0.0", 4, 10, EXPECTED_NET, "\"10.0.0.0.0\"");
+        err_at("net 10.256", 4, 6, EXPECTED_NET, "\"10.256\"");
         err_at("net 10.0.0.0/x", 4, 10, EXPECTED_NET, "\"10.0.0.0/x\"");
         err_at(
             "net 10.0.0.0/33",
@@ -819,6 +1225,95 @@ mod tests {
             "0-32",
             "\"10.0.0.0/40\"",
         );
+    }
+
+    #[test]
+    fn filter_parse_tcpdump_forms() {
+        let h = |s: &str| p(Prim::Host(Dir::Any, a(s)));
+        // src or dst / src and dst.
+        assert_eq!(expr("src or dst host 10.0.0.1"), h("10.0.0.1"));
+        assert_eq!(
+            expr("src and dst host 10.0.0.1"),
+            p(Prim::Host(Dir::Both, a("10.0.0.1")))
+        );
+        assert_eq!(canon("src and dst port 53"), "src and dst port 53");
+        assert_eq!(canon("dst or src net 10.0.0.0/8"), "net 10.0.0.0/8");
+        assert_eq!(
+            canon("tcp and src and dst host 10.0.0.1"),
+            "tcp and src and dst host 10.0.0.1"
+        );
+        // Service names.
+        assert_eq!(expr("port https"), p(Prim::Port(Dir::Any, 443)));
+        assert_eq!(expr("dst port DOMAIN"), p(Prim::Port(Dir::Dst, 53)));
+        assert_eq!(canon("tcp port http"), "tcp and port 80");
+        // Port lists: a bare operand inherits the last qualifiers.
+        assert_eq!(
+            canon("tcp port 80 or 443"),
+            "tcp and port 80 or tcp and port 443"
+        );
+        assert_eq!(
+            canon("src port 80 or 443 or https"),
+            "src port 80 or src port 443 or src port 443"
+        );
+        assert_eq!(
+            canon("host 10.0.0.1 or 10.0.0.2 and port 22 or 23"),
+            "host 10.0.0.1 or host 10.0.0.2 and port 22 or port 23"
+        );
+        assert_eq!(
+            canon("net 10.1 or 10.2"),
+            "net 10.1.0.0/16 or net 10.2.0.0/16"
+        );
+        assert_eq!(canon("(port 1 or 2) and udp"), "(port 1 or port 2) and udp");
+        // Short prefixes and whole addresses as networks.
+        assert_eq!(canon("net 10"), "net 10.0.0.0/8");
+        assert_eq!(canon("net 10.50"), "net 10.50.0.0/16");
+        assert_eq!(canon("net 10.50.1"), "net 10.50.1.0/24");
+        assert_eq!(canon("net 10.50.1.7"), "net 10.50.1.7/32");
+        assert_eq!(canon("net 172.16/12"), "net 172.16.0.0/12");
+        assert_eq!(canon("net fd00::1"), "net fd00::1/128");
+        // TCP flags.
+        let flags = |mask, op, value| p(Prim::TcpFlags { mask, op, value });
+        assert_eq!(expr("tcpflags rst"), flags(4, Cmp::Ne, 0));
+        assert_eq!(expr("tcp[tcpflags] & tcp-rst != 0"), flags(4, Cmp::Ne, 0));
+        assert_eq!(expr("tcp[tcpflags]&tcp-rst!=0"), flags(4, Cmp::Ne, 0));
+        assert_eq!(expr("tcp[13] & 4 != 0"), flags(4, Cmp::Ne, 0));
+        assert_eq!(
+            expr("tcp[tcpflags] & (tcp-syn|tcp-ack) == tcp-syn"),
+            flags(0x12, Cmp::Eq, 2)
+        );
+        assert_eq!(expr("tcp[13] = 0x12"), flags(0xff, Cmp::Eq, 0x12));
+        assert_eq!(expr("tcp[13] & 0x3f > 16"), flags(0x3f, Cmp::Gt, 16));
+        assert_eq!(canon("tcp[tcpflags] & tcp-syn != 0"), "tcpflags syn");
+        assert_eq!(
+            canon("tcp[tcpflags] & (tcp-syn | tcp-ack) == tcp-syn and port 80"),
+            "tcp[tcpflags] & 18 == 2 and port 80"
+        );
+        assert_eq!(canon("TCP[13] >= 2"), "tcp[tcpflags] >= 2");
+        assert_eq!(
+            canon("not tcp[13] & 1 != 0 or tcpflags PSH"),
+            "not tcpflags fin or tcpflags push"
+        );
+        // Ethernet, ARP, lengths.
+        let mac = [0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c];
+        assert_eq!(
+            expr("ether host 00:1b:21:0a:0b:0c"),
+            p(Prim::Ether(Dir::Any, mac))
+        );
+        assert_eq!(
+            expr("ether src 0:1B:21:a:b:c"),
+            p(Prim::Ether(Dir::Src, mac))
+        );
+        assert_eq!(
+            expr("ether dst host 00-1b-21-0a-0b-0c"),
+            p(Prim::Ether(Dir::Dst, mac))
+        );
+        assert_eq!(
+            canon("ether src 00:1b:21:0a:0b:0c or 00:1b:21:0a:0b:0d"),
+            "ether src host 00:1b:21:0a:0b:0c or ether src host 00:1b:21:0a:0b:0d"
+        );
+        assert_eq!(expr("arp"), p(Prim::Arp));
+        assert_eq!(expr("greater 1000"), p(Prim::Greater(1000)));
+        assert_eq!(canon("less 64 and arp"), "less 64 and arp");
     }
 
     #[test]

@@ -339,6 +339,14 @@ impl StoreWriter {
                 cfg.block_bytes
             )));
         }
+        // A segment holds whole blocks: one is the least it can hold.
+        if cfg.segment_bytes < cfg.block_bytes as u64 {
+            return Err(StoreError::Config(format!(
+                "segment size {} bytes is below the minimum, the block size of {} bytes (a \
+                 segment holds at least one block; blocks are 4 KiB..64 MiB)",
+                cfg.segment_bytes, cfg.block_bytes
+            )));
+        }
         if let Some(max) = cfg.max_bytes {
             let min = 16 * cfg.block_bytes as u64;
             if max < min {

@@ -1,0 +1,289 @@
+//! `query --server` and `flows --server`: the same answers from a `capsule serve` over
+//! HTTPS (docs/api.md). One GET on a fresh connection (rustls, hyper's HTTP/1.1 client on a
+//! single-threaded tokio runtime); the body is written out as it arrives. Relative times
+//! are resolved here, before the request, so the window is the one the local command would
+//! use.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use http_body::Body as _;
+
+use crate::cli::Selection;
+
+/// The query string of a selection: filter and the window as absolute `@NANOS`.
+pub fn selection_params(s: &Selection) -> Result<String> {
+    let q = s.query()?;
+    let mut out = format!("filter={}", encode(&s.filter.join(" ")));
+    if let Some(f) = q.from_ns {
+        out += &format!("&from=%40{f}");
+    }
+    if let Some(t) = q.to_ns {
+        out += &format!("&to=%40{t}");
+    }
+    Ok(out)
+}
+
+/// Percent-encodes a query-string value.
+pub fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `https://HOST[:PORT]` as host and port (443 by default).
+fn split_url(url: &str) -> Result<(String, u16)> {
+    let rest = url.strip_prefix("https://").with_context(|| {
+        format!("--server {url:?}: expected https://HOST:PORT (only HTTPS is served)")
+    })?;
+    let rest = rest.trim_end_matches('/');
+    if rest.contains('/') {
+        bail!("--server {url:?}: expected https://HOST:PORT without a path");
+    }
+    let (host, port) = if let Some(r) = rest.strip_prefix('[') {
+        let (h, after) = r
+            .split_once(']')
+            .with_context(|| format!("--server {url:?}: an IPv6 address needs its `]`"))?;
+        (h.to_string(), after.strip_prefix(':'))
+    } else {
+        match rest.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), Some(p)),
+            None => (rest.to_string(), None),
+        }
+    };
+    let port = match port {
+        None => 443,
+        Some(p) => p.parse().with_context(|| {
+            format!("--server {url:?}: expected a port number after `:`, found {p:?}")
+        })?,
+    };
+    if host.is_empty() {
+        bail!("--server {url:?}: no host");
+    }
+    Ok((host, port))
+}
+
+fn tls(sel: &Selection) -> Result<tokio_rustls::rustls::ClientConfig> {
+    let ca = sel.ca.as_deref();
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::CertificateDer;
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    match ca {
+        Some(p) => {
+            let certs = CertificateDer::pem_file_iter(p)
+                .with_context(|| format!("cannot read the CA file {}", p.display()))?
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("{}: expected PEM certificates", p.display()))?;
+            if certs.is_empty() {
+                bail!("{}: expected PEM certificates, found none", p.display());
+            }
+            for c in certs {
+                roots
+                    .add(c)
+                    .with_context(|| format!("{}: a certificate is not valid", p.display()))?;
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            for c in found.certs {
+                let _ = roots.add(c);
+            }
+            if roots.is_empty() {
+                bail!("no system CA certificates found: give the server's CA with --ca");
+            }
+        }
+    }
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let builder = tokio_rustls::rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("the TLS protocol versions")?
+        .with_root_certificates(roots);
+    match (&sel.cert, &sel.key) {
+        (Some(cert), Some(key)) => {
+            let certs = CertificateDer::pem_file_iter(cert)
+                .with_context(|| format!("cannot read the certificate {}", cert.display()))?
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("{}: expected PEM certificates", cert.display()))?;
+            let key = rustls_pki_types::PrivateKeyDer::from_pem_file(key)
+                .with_context(|| format!("{}: expected a PEM private key", key.display()))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .context("the client certificate and key do not make a TLS identity")
+        }
+        _ => Ok(builder.with_no_client_auth()),
+    }
+}
+
+/// GETs `path_and_query` from the server of `sel` and writes the body into `out` as it
+/// arrives. An error answer becomes an error carrying the server's message (a 400 is a
+/// usage error, as the local command's would be).
+///
+/// With `progress`, bytes received and the rate are shown on standard error (rewritten in
+/// place every 250 ms, cleared at the end): for a person at a terminal.
+pub fn get(
+    sel: &Selection,
+    path_and_query: &str,
+    out: &mut dyn Write,
+    progress: bool,
+) -> Result<u64> {
+    let url = sel.server.as_deref().expect("called with --server");
+    let token_file = sel
+        .token_file
+        .as_deref()
+        .expect("clap requires --token-file");
+    let token = std::fs::read_to_string(token_file)
+        .with_context(|| format!("cannot read the token file {}", token_file.display()))?;
+    let token = token.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        bail!(
+            "{}: expected one token (64 hex digits), found {} characters",
+            token_file.display(),
+            token.len()
+        );
+    }
+    let (host, port) = split_url(url)?;
+    let cfg = Arc::new(tls(sel)?);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the client runtime")?;
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+            .await
+            .with_context(|| format!("cannot connect to {url}"))?;
+        let name = rustls_pki_types::ServerName::try_from(host.clone())
+            .with_context(|| format!("--server {url:?}: {host:?} is not a host name"))?;
+        let stream = tokio_rustls::TlsConnector::from(cfg)
+            .connect(name, tcp)
+            .await
+            .with_context(|| format!("TLS with {url} failed"))?;
+        let (mut send, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .with_context(|| format!("HTTP with {url} failed"))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let authority = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let req = hyper::Request::get(path_and_query)
+            .header(hyper::header::HOST, authority)
+            .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(http_body_util_empty())
+            .context("cannot make the request")?;
+        let resp = send
+            .send_request(req)
+            .await
+            .with_context(|| format!("{url} did not answer"))?;
+        let status = resp.status();
+        let mut body = resp.into_body();
+        let mut n = 0u64;
+        let t0 = std::time::Instant::now();
+        let mut last_shown = t0;
+        if !status.is_success() {
+            let mut text = Vec::new();
+            while let Some(f) =
+                std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
+            {
+                if let Ok(Ok(d)) = f.map(|f| f.into_data()) {
+                    text.extend_from_slice(&d);
+                }
+                if text.len() > 1 << 20 {
+                    break;
+                }
+            }
+            let msg = serde_json::from_slice::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["error"].as_str().map(str::to_string))
+                .unwrap_or_else(|| String::from_utf8_lossy(&text).trim().to_string());
+            if status == hyper::StatusCode::BAD_REQUEST {
+                return Err(super::Usage(msg).into());
+            }
+            bail!("{url} answered {status}: {msg}");
+        }
+        while let Some(f) =
+            std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
+        {
+            let f = f.with_context(|| {
+                format!(
+                    "the answer from {url} was cut after {n} bytes (a server limit or a \
+                     failure: the server's audit log says which)"
+                )
+            })?;
+            if let Ok(d) = f.into_data() {
+                out.write_all(&d).context("cannot write the answer")?;
+                n += d.len() as u64;
+                if progress && last_shown.elapsed() >= std::time::Duration::from_millis(250) {
+                    last_shown = std::time::Instant::now();
+                    let secs = t0.elapsed().as_secs_f64().max(1e-3);
+                    eprint!(
+                        "\r{} received, {}/s   ",
+                        crate::units::format_bytes(n),
+                        crate::units::format_bytes((n as f64 / secs) as u64)
+                    );
+                }
+            }
+        }
+        if progress {
+            eprint!("\r\x1b[2K");
+        }
+        out.flush().context("cannot write the answer")?;
+        Ok(n)
+    })
+}
+
+/// An empty request body.
+fn http_body_util_empty() -> EmptyBody {
+    EmptyBody
+}
+
+/// The body of a GET: nothing.
+#[derive(Debug)]
+struct EmptyBody;
+
+impl http_body::Body for EmptyBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_urls_split_into_host_and_port() {
+        assert_eq!(
+            split_url("https://10.0.0.1:8443").unwrap(),
+            ("10.0.0.1".into(), 8443)
+        );
+        assert_eq!(
+            split_url("https://cap.example/").unwrap(),
+            ("cap.example".into(), 443)
+        );
+        assert_eq!(split_url("https://[::1]:9").unwrap(), ("::1".into(), 9));
+        assert!(split_url("http://x:1").is_err());
+        assert!(split_url("https://x:port").is_err());
+        assert!(split_url("https://x:1/v1").is_err());
+    }
+}

@@ -1,0 +1,1024 @@
+//! `capsule serve`: the store over HTTPS to holders of a bearer token (docs/api.md).
+//!
+//! One tokio runtime; each connection is a TLS handshake (rustls) then HTTP/1.1 (hyper).
+//! The answers are made by the same code as the CLI's: `GET /v1/packets` runs
+//! `capsule_replay::export` on a blocking thread whose writer hands 64 KiB chunks to a
+//! bounded channel (4 chunks) read by the response body, so a slow client slows the export
+//! and a client that goes away ends it at its next chunk (the channel's receiver is
+//! dropped). `GET /v1/flows` and `/v1/status` give the lines of `capsule flows --json` and
+//! `capsule status --json`. The store is opened read-only for each request; the writer
+//! lock is never taken, so a capture runs beside the server.
+//!
+//! Limits: queries (packets, flows) running at once in total and per user (429 over
+//! them), bytes and time per export (413 before the answer starts, else the stream is cut
+//! and the audit record says why). Every request, refused ones too, is one JSON line of the
+//! audit log, fsynced.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http_body::Frame;
+use hyper::{Request, Response, StatusCode};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::cli::{FlowSort, ServeArgs};
+use crate::tokens::Tokens;
+
+/// Bytes of one chunk of a packet export, and how many chunks wait for the client at most.
+const CHUNK: usize = 64 * 1024;
+const CHUNKS_QUEUED: usize = 4;
+
+/// A response body: a whole buffer, or the chunks of an export as they come.
+#[derive(Debug)]
+enum Body {
+    Full(Option<Bytes>),
+    Stream {
+        /// The chunk read before the response started.
+        first: Option<Bytes>,
+        rx: mpsc::Receiver<Msg>,
+        /// Set by the export when it stops on a limit or a failure: the body ends at once
+        /// with an error, without the chunks still queued.
+        abort: Arc<AtomicBool>,
+    },
+}
+
+/// What the export thread hands the response.
+#[derive(Debug)]
+enum Msg {
+    Data(Bytes),
+    /// The export failed or hit a limit: the HTTP status (when nothing was sent yet) and
+    /// the message.
+    Fail(StatusCode, String),
+}
+
+impl http_body::Body for Body {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        match self.get_mut() {
+            Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Body::Stream { first, rx, abort } => {
+                if abort.load(Ordering::Acquire) {
+                    return Poll::Ready(Some(Err(std::io::Error::other("the export stopped"))));
+                }
+                if let Some(b) = first.take() {
+                    return Poll::Ready(Some(Ok(Frame::data(b))));
+                }
+                rx.poll_recv(cx).map(|m| {
+                    m.map(|m| match m {
+                        Msg::Data(b) => Ok(Frame::data(b)),
+                        // Ending the body with an error makes hyper close the connection
+                        // without the last chunk: the client sees a cut transfer, not a file
+                        // that looks whole.
+                        Msg::Fail(_, why) => Err(std::io::Error::other(why)),
+                    })
+                })
+            }
+        }
+    }
+}
+
+/// The append-only audit log.
+#[derive(Debug)]
+struct Audit {
+    file: Option<Mutex<std::fs::File>>,
+    path: Option<PathBuf>,
+}
+
+impl Audit {
+    fn open(path: Option<&Path>) -> Result<Audit> {
+        let file = match path {
+            None => None,
+            Some(p) => {
+                use std::os::unix::fs::OpenOptionsExt;
+                let f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .mode(0o600)
+                    .open(p)
+                    .with_context(|| format!("cannot open the audit log {}", p.display()))?;
+                Some(Mutex::new(f))
+            }
+        };
+        Ok(Audit {
+            file,
+            path: path.map(Path::to_path_buf),
+        })
+    }
+
+    /// Appends `rec` as one line and fsyncs it. A failure is said on stderr (the answer
+    /// has gone already).
+    fn record(&self, rec: &serde_json::Value) {
+        let Some(f) = &self.file else { return };
+        let mut line = rec.to_string();
+        line.push('\n');
+        let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = f.write_all(line.as_bytes()).and_then(|()| f.sync_data()) {
+            eprintln!(
+                "capsule serve: error: cannot write the audit log {}: {e}",
+                self.path.as_deref().unwrap_or(Path::new("?")).display()
+            );
+        }
+    }
+}
+
+/// Queries running now: in total and per user.
+#[derive(Debug, Default)]
+struct Running {
+    total: usize,
+    per_user: HashMap<String, usize>,
+}
+
+/// The shared state of the server.
+#[derive(Debug)]
+struct Server {
+    store: PathBuf,
+    tokens: Tokens,
+    audit: Audit,
+    running: Mutex<Running>,
+    max_queries: usize,
+    max_queries_per_user: usize,
+    max_bytes: u64,
+    max_time: Duration,
+}
+
+/// A query's place under the concurrency limits, given back when dropped.
+#[derive(Debug)]
+struct Slot {
+    server: Arc<Server>,
+    user: String,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut r = self
+            .server
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        r.total = r.total.saturating_sub(1);
+        if let Some(n) = r.per_user.get_mut(&self.user) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                r.per_user.remove(&self.user);
+            }
+        }
+    }
+}
+
+impl Server {
+    fn acquire(self: &Arc<Self>, user: &str) -> Result<Slot, String> {
+        let mut r = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = r.per_user.get(user).copied().unwrap_or(0);
+        if mine >= self.max_queries_per_user {
+            return Err(format!(
+                "too many queries: {user} has {mine} running, the limit per user is {} \
+                 (--max-queries-per-user); retry when one ends",
+                self.max_queries_per_user
+            ));
+        }
+        if r.total >= self.max_queries {
+            return Err(format!(
+                "too many queries: {} running, the limit is {} (--max-queries); retry when \
+                 one ends",
+                r.total, self.max_queries
+            ));
+        }
+        r.total += 1;
+        *r.per_user.entry(user.to_string()).or_insert(0) += 1;
+        Ok(Slot {
+            server: Arc::clone(self),
+            user: user.to_string(),
+        })
+    }
+}
+
+/// What one request did, for the audit log.
+#[derive(Debug)]
+struct Record {
+    started: SystemTime,
+    t0: Instant,
+    peer: SocketAddr,
+    /// SHA-256 of the client certificate (mutual TLS).
+    client_cert: Option<String>,
+    method: String,
+    endpoint: String,
+    user: Option<String>,
+    params: serde_json::Value,
+}
+
+impl Record {
+    fn finish(
+        &self,
+        status: StatusCode,
+        outcome: &str,
+        packets: Option<u64>,
+        bytes: u64,
+    ) -> serde_json::Value {
+        json!({
+            "time": humantime::format_rfc3339_micros(self.started).to_string(),
+            "user": self.user,
+            "peer": self.peer.to_string(),
+            "client_cert_sha256": self.client_cert,
+            "method": self.method,
+            "endpoint": self.endpoint,
+            "params": self.params,
+            "status": status.as_u16(),
+            "outcome": outcome,
+            "packets": packets,
+            "bytes": bytes,
+            "duration_s": self.t0.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+fn json_response(status: StatusCode, v: &serde_json::Value) -> Response<Body> {
+    let mut text = v.to_string();
+    text.push('\n');
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Body::Full(Some(Bytes::from(text))))
+        .expect("a valid response")
+}
+
+fn error_response(status: StatusCode, msg: &str) -> Response<Body> {
+    let mut r = json_response(status, &json!({ "error": msg }));
+    if status == StatusCode::UNAUTHORIZED {
+        r.headers_mut().insert(
+            "www-authenticate",
+            hyper::header::HeaderValue::from_static("Bearer realm=\"capsule\""),
+        );
+    }
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        r.headers_mut()
+            .insert("retry-after", hyper::header::HeaderValue::from_static("1"));
+    }
+    r
+}
+
+/// Decodes one `application/x-www-form-urlencoded` component (`+` is a space, `%XX` a
+/// byte); `None` for a bad escape or bytes that are not UTF-8.
+fn url_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let h = b.get(i + 1..i + 3)?;
+                let h = std::str::from_utf8(h).ok()?;
+                out.push(u8::from_str_radix(h, 16).ok()?);
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The query string as (name, value) pairs, refusing names not in `allowed` and repeats.
+fn params(query: Option<&str>, allowed: &[&str]) -> Result<HashMap<String, String>, String> {
+    let mut out = HashMap::new();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let k = url_decode(k).ok_or_else(|| format!("bad escape in parameter name {k:?}"))?;
+        let v = url_decode(v).ok_or_else(|| format!("bad escape in the value of {k}"))?;
+        if !allowed.contains(&k.as_str()) {
+            return Err(format!(
+                "unknown parameter {k:?}: this endpoint takes {}",
+                allowed.join(", ")
+            ));
+        }
+        if out.insert(k.clone(), v).is_some() {
+            return Err(format!("parameter {k} given twice"));
+        }
+    }
+    Ok(out)
+}
+
+/// The query of `filter`, `from` and `to` with the CLI's syntax and messages.
+fn query_of(p: &HashMap<String, String>) -> Result<capsule_query::Query, String> {
+    let now = capsule_store::now_ns();
+    let from = p
+        .get("from")
+        .map(|s| capsule_query::parse_time(s, now))
+        .transpose()
+        .map_err(|e| format!("invalid value for from: {e}"))?;
+    let to = p
+        .get("to")
+        .map(|s| capsule_query::TimeArg::parse_end(s, now))
+        .transpose()
+        .map_err(|e| format!("invalid value for to: {e}"))?;
+    super::make_query(p.get("filter").map_or("", String::as_str), from, to)
+        .map_err(|e| format!("{e:#}"))
+}
+
+/// The writer of a packet export: chunks into the channel, limits checked at each.
+#[derive(Debug)]
+struct ChunkWriter {
+    tx: mpsc::Sender<Msg>,
+    abort: Arc<AtomicBool>,
+    buf: Vec<u8>,
+    sent: u64,
+    max_bytes: u64,
+    deadline: Instant,
+    max_time: Duration,
+    /// Why the writer stopped the export, when it did.
+    stopped: Option<(StatusCode, String)>,
+}
+
+impl ChunkWriter {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let mut all = Bytes::from(std::mem::take(&mut self.buf));
+        // In pieces of at most CHUNK: what waits in the channel stays bounded.
+        while !all.is_empty() {
+            let chunk = all.split_to(all.len().min(CHUNK));
+            let n = chunk.len() as u64;
+            if self.tx.blocking_send(Msg::Data(chunk)).is_err() {
+                self.stopped = Some((
+                    StatusCode::from_u16(499).expect("a valid code"),
+                    "the client went away".into(),
+                ));
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::BrokenPipe,
+                    "the client went away",
+                ));
+            }
+            self.sent += n;
+        }
+        Ok(())
+    }
+
+    fn check(&mut self, more: usize) -> std::io::Result<()> {
+        let total = self.sent + self.buf.len() as u64 + more as u64;
+        let why = if total > self.max_bytes {
+            Some((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the answer is larger than the limit of {} bytes per query \
+                     (--max-bytes-per-query): narrow the filter or the window",
+                    self.max_bytes
+                ),
+            ))
+        } else if Instant::now() > self.deadline {
+            Some((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the query ran longer than the limit of {} (--max-query-time): narrow \
+                     the filter or the window",
+                    humantime::format_duration(self.max_time)
+                ),
+            ))
+        } else {
+            None
+        };
+        match why {
+            None => Ok(()),
+            Some(w) => {
+                let msg = w.1.clone();
+                self.stopped = Some(w);
+                if self.sent > 0 {
+                    self.abort.store(true, Ordering::Release);
+                }
+                Err(std::io::Error::other(msg))
+            }
+        }
+    }
+}
+
+impl Write for ChunkWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.check(data.len())?;
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs the export of `opts` on this (blocking) thread into `w`, then writes the audit
+/// record. `slot` is held until the export ends.
+fn export_thread(
+    server: Arc<Server>,
+    opts: capsule_replay::ExportOptions,
+    mut w: ChunkWriter,
+    rec: Record,
+    slot: Slot,
+) {
+    let result = capsule_store::Store::open(&server.store)
+        .map_err(capsule_replay::ExportError::from)
+        .and_then(|store| capsule_replay::export(&store, &opts, &mut w));
+    let (status, outcome, packets) = match result {
+        Ok(report) => match w.send() {
+            Ok(()) => (
+                StatusCode::OK,
+                if report.is_partial() {
+                    "partial: damaged data was skipped".to_string()
+                } else {
+                    "ok".to_string()
+                },
+                Some(report.packets),
+            ),
+            Err(_) => {
+                let (s, m) = w.stopped.clone().expect("send failures say why");
+                (s, m, None)
+            }
+        },
+        Err(e) => {
+            let (s, m) = match w.stopped.clone() {
+                Some(why) => why,
+                None if matches!(
+                    e,
+                    capsule_replay::ExportError::MixedLinkTypes(_)
+                        | capsule_replay::ExportError::Bpf { .. }
+                        | capsule_replay::ExportError::BpfTooLong { .. }
+                ) =>
+                {
+                    (StatusCode::BAD_REQUEST, format!("{e}"))
+                }
+                None => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("{:#}", anyhow::Error::from(e)),
+                ),
+            };
+            if s.as_u16() != 499 {
+                if w.sent > 0 {
+                    w.abort.store(true, Ordering::Release);
+                }
+                // Nothing sent yet: the response is this error; else the stream is cut.
+                let _ = w.tx.blocking_send(Msg::Fail(s, m.clone()));
+            }
+            (s, m, None)
+        }
+    };
+    drop(slot);
+    let outcome = if status == StatusCode::OK || w.sent == 0 {
+        outcome
+    } else {
+        format!("stopped after {} bytes: {outcome}", w.sent)
+    };
+    server
+        .audit
+        .record(&rec.finish(status, &outcome, packets, w.sent));
+}
+
+async fn handle(
+    server: Arc<Server>,
+    peer: SocketAddr,
+    client_cert: Option<String>,
+    req: Request<hyper::body::Incoming>,
+) -> Response<Body> {
+    let mut rec = Record {
+        started: SystemTime::now(),
+        t0: Instant::now(),
+        peer,
+        client_cert,
+        method: req.method().to_string(),
+        endpoint: req.uri().path().to_string(),
+        user: None,
+        params: req
+            .uri()
+            .query()
+            .map(|q| {
+                let m: serde_json::Map<String, serde_json::Value> = q
+                    .split('&')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| {
+                        let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                        (
+                            url_decode(k).unwrap_or_else(|| k.to_string()),
+                            json!(url_decode(v).unwrap_or_else(|| v.to_string())),
+                        )
+                    })
+                    .collect();
+                serde_json::Value::Object(m)
+            })
+            .unwrap_or(json!({})),
+    };
+    let path = req.uri().path().to_string();
+    let done = |rec: &Record, resp: Response<Body>, outcome: &str| {
+        let r = rec.finish(resp.status(), outcome, None, 0);
+        tokio::task::block_in_place(|| server.audit.record(&r));
+        resp
+    };
+    if req.method() != hyper::Method::GET {
+        let r = error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "only GET is served (docs/api.md)",
+        );
+        return done(&rec, r, "method not allowed");
+    }
+    if path == "/healthz" {
+        // No authentication and no audit line: load balancers poll it.
+        return json_response(StatusCode::OK, &json!({"status": "ok"}));
+    }
+    // Everything else needs a token.
+    let token = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let user = match token {
+        None => {
+            let r = error_response(
+                StatusCode::UNAUTHORIZED,
+                "authentication required: send `Authorization: Bearer TOKEN` (capsule token add)",
+            );
+            return done(&rec, r, "unauthorized: no bearer token");
+        }
+        Some(t) => match tokio::task::block_in_place(|| server.tokens.user_of(t)) {
+            Some(u) => u,
+            None => {
+                let r = error_response(StatusCode::UNAUTHORIZED, "the bearer token is not valid");
+                return done(&rec, r, "unauthorized: unknown token");
+            }
+        },
+    };
+    rec.user = Some(user.clone());
+    let q = req.uri().query();
+    match path.as_str() {
+        "/metrics" => {
+            let store = server.store.clone();
+            let text = tokio::task::spawn_blocking(move || crate::metrics::render(&store))
+                .await
+                .unwrap_or_default();
+            let r = Response::builder()
+                .header(
+                    "content-type",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )
+                .body(Body::Full(Some(Bytes::from(text))))
+                .expect("a valid response");
+            done(&rec, r, "ok")
+        }
+        "/v1/status" => {
+            if let Err(e) = params(q, &[]) {
+                return done(&rec, error_response(StatusCode::BAD_REQUEST, &e), &e);
+            }
+            let store = server.store.clone();
+            let v = tokio::task::spawn_blocking(move || {
+                super::status::json(&store, capsule_store::writer::Level::Zstd(1), None)
+            })
+            .await;
+            match v {
+                Ok(Ok(v)) => done(&rec, json_response(StatusCode::OK, &v), "ok"),
+                Ok(Err(e)) => {
+                    let m = format!("{e:#}");
+                    done(
+                        &rec,
+                        error_response(StatusCode::INTERNAL_SERVER_ERROR, &m),
+                        &m,
+                    )
+                }
+                Err(e) => {
+                    let m = format!("the status task failed: {e}");
+                    done(
+                        &rec,
+                        error_response(StatusCode::INTERNAL_SERVER_ERROR, &m),
+                        &m,
+                    )
+                }
+            }
+        }
+        "/v1/flows" => flows(server.clone(), q, rec, &user).await,
+        "/v1/packets" => packets(server.clone(), q, rec, &user).await,
+        _ => {
+            let r = error_response(
+                StatusCode::NOT_FOUND,
+                &format!(
+                    "no such endpoint {path}: the API has /healthz, /metrics, /v1/status, \
+                     /v1/flows and /v1/packets (docs/api.md)"
+                ),
+            );
+            done(&rec, r, "not found")
+        }
+    }
+}
+
+async fn flows(server: Arc<Server>, q: Option<&str>, rec: Record, user: &str) -> Response<Body> {
+    let done = |resp: Response<Body>, outcome: &str| {
+        let r = rec.finish(resp.status(), outcome, None, 0);
+        tokio::task::block_in_place(|| server.audit.record(&r));
+        resp
+    };
+    let parsed = params(q, &["filter", "from", "to", "sort", "limit"]).and_then(|p| {
+        let query = query_of(&p)?;
+        let sort = match p.get("sort").map(String::as_str) {
+            None | Some("bytes") => FlowSort::Bytes,
+            Some("packets") => FlowSort::Packets,
+            Some("first") => FlowSort::First,
+            Some(other) => {
+                return Err(format!(
+                    "invalid value for sort: expected bytes, packets or first, found {other:?}"
+                ))
+            }
+        };
+        let limit = match p.get("limit") {
+            None => 50,
+            Some(l) => l.parse::<usize>().map_err(|_| {
+                format!("invalid value for limit: expected a whole number, found {l:?}")
+            })?,
+        };
+        Ok((query, sort, limit))
+    });
+    let (query, sort, limit) = match parsed {
+        Ok(x) => x,
+        Err(e) => return done(error_response(StatusCode::BAD_REQUEST, &e), &e),
+    };
+    let slot = match server.acquire(user) {
+        Ok(s) => s,
+        Err(e) => return done(error_response(StatusCode::TOO_MANY_REQUESTS, &e), &e),
+    };
+    let store = server.store.clone();
+    let answer = tokio::task::spawn_blocking(move || -> Result<(String, u64)> {
+        let _slot = slot;
+        let store = capsule_store::Store::open(&store)?;
+        let (segments, _unreadable) = store.open_segments_checked()?;
+        let listing = super::flows::list(&store, &segments, &query, sort)?;
+        let mut out = String::new();
+        let mut n = 0;
+        for s in listing.flows.iter().take(limit) {
+            out.push_str(&super::flows::json_line(s).to_string());
+            out.push('\n');
+            n += 1;
+        }
+        Ok((out, n))
+    })
+    .await;
+    match answer {
+        Ok(Ok((text, n))) => {
+            let len = text.len() as u64;
+            let resp = Response::builder()
+                .header("content-type", "application/x-ndjson")
+                .body(Body::Full(Some(Bytes::from(text))))
+                .expect("a valid response");
+            let r = rec.finish(StatusCode::OK, "ok", Some(n), len);
+            tokio::task::block_in_place(|| server.audit.record(&r));
+            resp
+        }
+        Ok(Err(e)) => {
+            let m = format!("{e:#}");
+            done(error_response(StatusCode::INTERNAL_SERVER_ERROR, &m), &m)
+        }
+        Err(e) => {
+            let m = format!("the flows task failed: {e}");
+            done(error_response(StatusCode::INTERNAL_SERVER_ERROR, &m), &m)
+        }
+    }
+}
+
+async fn packets(server: Arc<Server>, q: Option<&str>, rec: Record, user: &str) -> Response<Body> {
+    let done = |resp: Response<Body>, outcome: &str| {
+        let r = rec.finish(resp.status(), outcome, None, 0);
+        tokio::task::block_in_place(|| server.audit.record(&r));
+        resp
+    };
+    let parsed = params(q, &["filter", "from", "to", "format"]).and_then(|p| {
+        let query = query_of(&p)?;
+        let format = match p.get("format").map(String::as_str) {
+            None | Some("pcap") => capsule_replay::Format::Pcap,
+            Some("pcapng") => capsule_replay::Format::PcapNg,
+            Some(other) => {
+                return Err(format!(
+                    "invalid value for format: expected pcap or pcapng, found {other:?}"
+                ))
+            }
+        };
+        Ok((query, format))
+    });
+    let (query, format) = match parsed {
+        Ok(x) => x,
+        Err(e) => return done(error_response(StatusCode::BAD_REQUEST, &e), &e),
+    };
+    let slot = match server.acquire(user) {
+        Ok(s) => s,
+        Err(e) => return done(error_response(StatusCode::TOO_MANY_REQUESTS, &e), &e),
+    };
+    let opts = capsule_replay::ExportOptions {
+        format,
+        query,
+        ..Default::default()
+    };
+    let (tx, mut rx) = mpsc::channel(CHUNKS_QUEUED);
+    let abort = Arc::new(AtomicBool::new(false));
+    let w = ChunkWriter {
+        tx,
+        abort: abort.clone(),
+        buf: Vec::with_capacity(CHUNK),
+        sent: 0,
+        max_bytes: server.max_bytes,
+        deadline: Instant::now() + server.max_time,
+        max_time: server.max_time,
+        stopped: None,
+    };
+    let s2 = server.clone();
+    tokio::task::spawn_blocking(move || export_thread(s2, opts, w, rec, slot));
+    // The status waits for the first chunk (or the failure before it): an error found
+    // before any byte is an error response, not a cut file.
+    let (ctype, name) = match format {
+        capsule_replay::Format::Pcap => ("application/vnd.tcpdump.pcap", "capsule.pcap"),
+        capsule_replay::Format::PcapNg => ("application/x-pcapng", "capsule.pcapng"),
+    };
+    match rx.recv().await {
+        Some(Msg::Data(first)) => Response::builder()
+            .header("content-type", ctype)
+            .header(
+                "content-disposition",
+                format!("attachment; filename=\"{name}\""),
+            )
+            .body(Body::Stream {
+                first: Some(first),
+                rx,
+                abort,
+            })
+            .expect("a valid response"),
+        Some(Msg::Fail(status, msg)) => error_response(status, &msg),
+        None => error_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the export ended without an answer",
+        ),
+    }
+}
+
+/// Modification time and length of each file, to tell when one changed.
+type Stamps = Vec<Option<(SystemTime, u64)>>;
+
+/// The TLS identity and client policy, rebuilt when one of its files changes.
+#[derive(Debug)]
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    client_ca: Option<PathBuf>,
+    crls: Vec<PathBuf>,
+}
+
+impl TlsFiles {
+    fn stamps(&self) -> Stamps {
+        std::iter::once(&self.cert)
+            .chain(std::iter::once(&self.key))
+            .chain(self.client_ca.iter())
+            .chain(self.crls.iter())
+            .map(|p| {
+                let m = std::fs::metadata(p).ok()?;
+                Some((m.modified().ok()?, m.len()))
+            })
+            .collect()
+    }
+
+    fn build(&self) -> Result<tokio_rustls::rustls::ServerConfig> {
+        tls_config(&self.cert, &self.key, self.client_ca.as_deref(), &self.crls)
+    }
+}
+
+/// The TLS config in force, and the files' stamps it was built from.
+#[derive(Debug)]
+struct Tls {
+    files: TlsFiles,
+    current: Mutex<(Stamps, Arc<tokio_rustls::rustls::ServerConfig>)>,
+}
+
+impl Tls {
+    /// The config for a new connection: rebuilt first if a file changed; a file that
+    /// became invalid keeps the last good config (said on stderr).
+    fn config(&self) -> Arc<tokio_rustls::rustls::ServerConfig> {
+        let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.files.stamps();
+        if now != cur.0 {
+            match self.files.build() {
+                Ok(c) => *cur = (now, Arc::new(c)),
+                Err(e) => {
+                    eprintln!(
+                        "capsule serve: warning: keeping the TLS settings read before: {e:#}"
+                    );
+                    cur.0 = now;
+                }
+            }
+        }
+        cur.1.clone()
+    }
+}
+
+fn pem_certs(path: &Path) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>> {
+    use rustls_pki_types::pem::PemObject;
+    let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("cannot read the certificates {}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("{}: expected PEM certificates", path.display()))?;
+    if certs.is_empty() {
+        anyhow::bail!(
+            "{}: expected at least one PEM certificate, found none",
+            path.display()
+        );
+    }
+    Ok(certs)
+}
+
+fn tls_config(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+    crls: &[PathBuf],
+) -> Result<tokio_rustls::rustls::ServerConfig> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(cert)
+        .with_context(|| format!("cannot read the certificate {}", cert.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("{}: expected PEM certificates", cert.display()))?;
+    if certs.is_empty() {
+        anyhow::bail!(
+            "{}: expected at least one PEM certificate, found none",
+            cert.display()
+        );
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("{}: expected a PEM private key", key.display()))?;
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let builder = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .context("the TLS protocol versions")?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+            for c in pem_certs(ca)? {
+                roots
+                    .add(c)
+                    .with_context(|| format!("{}: a CA certificate is not valid", ca.display()))?;
+            }
+            let mut lists = Vec::new();
+            for p in crls {
+                let l = rustls_pki_types::CertificateRevocationListDer::pem_file_iter(p)
+                    .with_context(|| format!("cannot read the CRL {}", p.display()))?
+                    .collect::<Result<Vec<_>, _>>()
+                    .with_context(|| format!("{}: expected PEM CRLs", p.display()))?;
+                if l.is_empty() {
+                    anyhow::bail!("{}: expected a PEM CRL, found none", p.display());
+                }
+                lists.extend(l);
+            }
+            let v = tokio_rustls::rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .with_crls(lists)
+            .build()
+            .context("the client CA and CRLs do not make a verifier")?;
+            builder.with_client_cert_verifier(v)
+        }
+    };
+    let mut cfg = builder
+        .with_single_cert(certs, key)
+        .context("the certificate and the key do not make a TLS identity")?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+pub fn run(a: &ServeArgs) -> Result<ExitCode> {
+    // Checked at start: a store that does not open is an error now, not at the first pull.
+    capsule_store::Store::open(&a.store)?;
+    let files = TlsFiles {
+        cert: a.cert.clone(),
+        key: a.key.clone(),
+        client_ca: a.client_ca.clone(),
+        crls: a.crl.clone(),
+    };
+    let first = Arc::new(files.build()?);
+    let tls = Arc::new(Tls {
+        current: Mutex::new((files.stamps(), first)),
+        files,
+    });
+    let server = Arc::new(Server {
+        store: a.store.clone(),
+        tokens: Tokens::open(&a.tokens)?,
+        audit: Audit::open(a.audit_log.as_deref())?,
+        running: Mutex::new(Running::default()),
+        max_queries: a.max_queries.max(1),
+        max_queries_per_user: a.max_queries_per_user.max(1),
+        max_bytes: a.max_bytes_per_query,
+        max_time: a.max_query_time,
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("capsule-serve")
+        .build()
+        .context("cannot start the server's runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&a.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", a.listen))?;
+        let bound = listener.local_addr()?;
+        eprintln!("capsule serve: listening on https://{bound}");
+        loop {
+            let (tcp, peer) = match listener.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("capsule serve: warning: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
+            let server = server.clone();
+            tokio::spawn(async move {
+                let tls =
+                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
+                    {
+                        Ok(Ok(s)) => s,
+                        // Plain HTTP, a bad client hello, or a client that said nothing.
+                        Ok(Err(e)) => {
+                            let r = json!({
+                                "time": humantime::format_rfc3339_micros(SystemTime::now())
+                                    .to_string(),
+                                "user": null, "peer": peer.to_string(), "endpoint": null,
+                                "status": null,
+                                "outcome": format!("TLS handshake failed: {e}"),
+                                "packets": null, "bytes": 0,
+                            });
+                            tokio::task::block_in_place(|| server.audit.record(&r));
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                let client_cert = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| {
+                    use sha2::Digest;
+                    sha2::Sha256::digest(c.as_ref())
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
+                });
+                let svc = hyper::service::service_fn(move |req| {
+                    let server = server.clone();
+                    let cc = client_cert.clone();
+                    async move { Ok::<_, std::convert::Infallible>(handle(server, peer, cc, req).await) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .header_read_timeout(Duration::from_secs(30))
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
+                if let Err(e) = conn.await {
+                    tracing::info!("connection from {peer}: {e}");
+                }
+            });
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_components_decode_and_bad_escapes_are_refused() {
+        assert_eq!(url_decode("host+10.0.0.1").unwrap(), "host 10.0.0.1");
+        assert_eq!(url_decode("a%20b%2Bc").unwrap(), "a b+c");
+        assert_eq!(url_decode("%"), None);
+        assert_eq!(url_decode("%zz"), None);
+        assert_eq!(url_decode("%ff"), None);
+        assert_eq!(url_decode("%e2%82%ac").unwrap(), "\u{20ac}");
+    }
+
+    #[test]
+    fn parameters_not_taken_are_refused() {
+        let p = params(Some("filter=tcp&from=-1m"), &["filter", "from"]).unwrap();
+        assert_eq!(p["filter"], "tcp");
+        let e = params(Some("fliter=tcp"), &["filter"]).unwrap_err();
+        assert!(e.contains("unknown parameter"), "{e}");
+        let e = params(Some("filter=a&filter=b"), &["filter"]).unwrap_err();
+        assert!(e.contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_filter_gives_the_cli_message() {
+        let p = params(Some("filter=host+nope"), &["filter"]).unwrap();
+        let e = query_of(&p).unwrap_err();
+        assert!(e.starts_with("bad filter:"), "{e}");
+    }
+}

@@ -1,0 +1,893 @@
+//! `capsule serve` end to end: a CA and a server certificate made with the openssl tool at
+//! test time, the server started on 127.0.0.1:0, and pulls with curl over HTTPS. Answers
+//! must be byte-identical to the local commands'; refusals, limits and disconnects must
+//! show in the status, the body and the audit log.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A CA, a server certificate for 127.0.0.1 signed by it, and the server's key.
+struct Pki {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn make_pki(dir: &Path) -> Pki {
+    need_tool("openssl");
+    let d = p(dir);
+    sh_ok(&format!(
+        "cd {d}
+         openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+           -keyout ca.key -out ca.pem -days 2 -subj /CN=capsule-test-ca 2>/dev/null
+         openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+           -keyout srv.key -out srv.csr -subj /CN=localhost 2>/dev/null
+         printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ext
+         openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial \
+           -out srv.pem -days 2 -extfile ext 2>/dev/null"
+    ));
+    Pki {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("srv.pem"),
+        key: dir.join("srv.key"),
+    }
+}
+
+/// A store of synthetic traffic (2 s at `rate`), and the pcap it was made from.
+fn make_store(dir: &Path, rate: &str) -> PathBuf {
+    let pcap = dir.join("in.pcap");
+    synth(&pcap, &dir.join("truth.json"), 7, "2s", rate, None);
+    let store = dir.join("store");
+    import_ok(&store, &[], &[p(&pcap)]);
+    store
+}
+
+fn add_token(tokens: &Path, user: &str) -> String {
+    let out = run_ok(capsule().args(["token", "add", "--tokens", p(tokens), "--user", user]));
+    let t = stdout_str(&out).trim().to_string();
+    assert_eq!(t.len(), 64, "a token is 64 hex digits: {t:?}");
+    t
+}
+
+/// A running `capsule serve`, killed when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+    ca: PathBuf,
+    audit: PathBuf,
+    dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(dir: &Path, store: &Path, tokens: &Path, extra: &[&str]) -> Server {
+    let pki = make_pki(dir);
+    let audit = dir.join("audit.jsonl");
+    let mut child = capsule()
+        .args(["serve", "--store", p(store), "--listen", "127.0.0.1:0"])
+        .args(["--cert", p(&pki.cert), "--key", p(&pki.key)])
+        .args(["--tokens", p(tokens), "--audit-log", p(&audit)])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start capsule serve");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("capsule serve: listening on https://")
+        .unwrap_or_else(|| panic!("expected the bound address on stderr, found {line:?}"))
+        .to_string();
+    // Keep draining stderr so the server never blocks on it.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while err.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
+            sink.clear();
+        }
+    });
+    Server {
+        child,
+        addr,
+        ca: pki.ca,
+        audit,
+        dir: dir.to_path_buf(),
+    }
+}
+
+/// What one curl got: the HTTP status (0 for none), the body, and curl's exit status.
+struct Got {
+    status: u16,
+    body: Vec<u8>,
+    curl_exit: i32,
+}
+
+impl Server {
+    fn url(&self, path: &str) -> String {
+        format!("https://{}{path}", self.addr)
+    }
+
+    fn curl_cmd(&self, path: &str, token: Option<&str>, out: &Path) -> Command {
+        let mut c = Command::new(need_tool("curl"));
+        c.args([
+            "-sS",
+            "--cacert",
+            p(&self.ca),
+            "-o",
+            p(out),
+            "-w",
+            "%{http_code}",
+        ]);
+        if let Some(t) = token {
+            c.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        c.arg(self.url(path));
+        c
+    }
+
+    fn get(&self, path: &str, token: Option<&str>) -> Got {
+        let out = self.dir.join(format!(
+            "got-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let o = run(&mut self.curl_cmd(path, token, &out));
+        let body = std::fs::read(&out).unwrap_or_default();
+        let _ = std::fs::remove_file(&out);
+        Got {
+            status: stdout_str(&o).trim().parse().unwrap_or(0),
+            body,
+            curl_exit: o.status.code().unwrap_or(-1),
+        }
+    }
+
+    fn audit_lines(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.audit)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("each audit line is JSON"))
+            .collect()
+    }
+}
+
+fn error_of(g: &Got) -> String {
+    let v: serde_json::Value = serde_json::from_slice(&g.body).unwrap_or_else(|_| {
+        panic!(
+            "expected a JSON error body, found {:?}",
+            String::from_utf8_lossy(&g.body)
+        )
+    });
+    let obj = v.as_object().expect("an object");
+    assert_eq!(obj.len(), 1, "only the error is returned: {v}");
+    v["error"].as_str().expect("error is a string").to_string()
+}
+
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[test]
+fn packets_are_byte_identical_to_local_query_in_pcap_and_pcapng() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "50M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let s = start(d.path(), &store, &tokens, &[]);
+    let cases: &[(&str, Option<&str>, Option<&str>)] = &[
+        ("", None, None),
+        ("tcp", None, None),
+        ("udp or icmp", Some("2026-11-30T02:00:00.5Z"), Some("+1s")),
+        (
+            "not tcp port 443",
+            Some("1796004000.25"),
+            Some("2026-11-30T02:00:01.75Z"),
+        ),
+        ("host 10.255.255.1", None, None),
+    ];
+    for (filter, from, to) in cases {
+        for format in ["pcap", "pcapng"] {
+            let local = d.path().join(format!("local.{format}"));
+            let mut args: Vec<&str> = Vec::new();
+            if let Some(f) = from {
+                args.extend(["--from", f]);
+            }
+            if let Some(t) = to {
+                args.extend(["--to", t]);
+            }
+            args.extend(["--format", format]);
+            if !filter.is_empty() {
+                args.push(filter);
+            }
+            let want = query_ok(&store, &local, &args);
+            let mut path = format!("/v1/packets?format={format}&filter={}", enc(filter));
+            if let Some(f) = from {
+                path += &format!("&from={}", enc(f));
+            }
+            if let Some(t) = to {
+                path += &format!("&to={}", enc(t));
+            }
+            let got = s.get(&path, Some(&t));
+            assert_eq!(
+                got.status,
+                200,
+                "{path}: {}",
+                String::from_utf8_lossy(&got.body)
+            );
+            assert!(
+                got.body == want,
+                "{path}: the served file ({} bytes) differs from `capsule query` ({} bytes)",
+                got.body.len(),
+                want.len()
+            );
+            let remote = d.path().join(format!("remote.{format}"));
+            std::fs::write(&remote, &got.body).unwrap();
+            let n = run_ok(Command::new(need_tool("tshark")).args(["-r", p(&remote)]));
+            let lines = stdout_str(&n).lines().count();
+            let c = decode(&want);
+            assert!(c.error.is_none(), "{path}: {:?}", c.error);
+            assert_eq!(lines, c.packets.len(), "{path}: tshark reads every packet");
+        }
+    }
+    // Every pull is audited as alice, with its filter and the bytes sent.
+    let audit = s.audit_lines();
+    let pulls: Vec<_> = audit
+        .iter()
+        .filter(|r| r["endpoint"] == "/v1/packets")
+        .collect();
+    assert_eq!(pulls.len(), cases.len() * 2);
+    for r in &pulls {
+        assert_eq!(r["user"], "alice");
+        assert_eq!(r["status"], 200);
+        assert_eq!(r["outcome"], "ok");
+        assert!(r["bytes"].as_u64().unwrap() > 0);
+        assert!(r["packets"].as_u64().is_some());
+        assert!(r["peer"].as_str().unwrap().starts_with("127.0.0.1:"));
+    }
+    assert_eq!(pulls[2]["params"]["filter"], "tcp");
+}
+
+#[test]
+fn flows_and_status_are_the_cli_json() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "20M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let s = start(d.path(), &store, &tokens, &[]);
+    for (filter, extra) in [
+        ("", ""),
+        ("tcp", "&sort=packets&limit=7"),
+        ("udp", "&from=2026-11-30T02:00:01Z&sort=first&limit=1000"),
+    ] {
+        let mut cli = capsule();
+        cli.args(["flows", "--store", p(&store), "--json"]);
+        for kv in extra.split('&').filter(|x| !x.is_empty()) {
+            let (k, v) = kv.split_once('=').unwrap();
+            cli.args([format!("--{k}"), v.to_string()]);
+        }
+        if !filter.is_empty() {
+            cli.arg(filter);
+        }
+        let want = run_ok(&mut cli).stdout;
+        assert!(!want.is_empty());
+        let got = s.get(
+            &format!("/v1/flows?filter={}{extra}", enc(filter)),
+            Some(&t),
+        );
+        assert_eq!(got.status, 200);
+        assert!(
+            got.body == want,
+            "flows {filter} {extra}: differ from the CLI's"
+        );
+    }
+    let want = run_ok(capsule().args(["status", "--store", p(&store), "--json"])).stdout;
+    let got = s.get("/v1/status", Some(&t));
+    assert_eq!(got.status, 200);
+    assert_eq!(
+        String::from_utf8_lossy(&got.body),
+        String::from_utf8_lossy(&want)
+    );
+    // Metrics need the token too.
+    let m = s.get("/metrics", Some(&t));
+    assert_eq!(m.status, 200);
+    assert!(String::from_utf8_lossy(&m.body).contains("capsule_store_segments 1"));
+    assert_eq!(s.get("/metrics", None).status, 401);
+}
+
+#[test]
+fn refusals_return_nothing_but_the_error_and_are_audited() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "5M");
+    let tokens = d.path().join("tokens");
+    let alice = add_token(&tokens, "alice");
+    let s = start(d.path(), &store, &tokens, &[]);
+
+    // /healthz needs no token.
+    let h = s.get("/healthz", None);
+    assert_eq!(
+        (h.status, h.body.as_slice()),
+        (200, &b"{\"status\":\"ok\"}\n"[..])
+    );
+
+    let none = s.get("/v1/packets", None);
+    assert_eq!(none.status, 401);
+    assert!(error_of(&none).contains("Bearer"), "{}", error_of(&none));
+    let wrong = s.get("/v1/packets", Some(&alice.replace(|c: char| c != '0', "0")));
+    assert_eq!(wrong.status, 401);
+    assert_eq!(error_of(&wrong), "the bearer token is not valid");
+
+    // A token added while the server runs works at once, recorded as its user.
+    let bob = add_token(&tokens, "bob");
+    let b = s.get("/v1/flows?limit=1", Some(&bob));
+    assert_eq!(b.status, 200, "{}", String::from_utf8_lossy(&b.body));
+
+    // A bad filter or time: 400 with the CLI's message.
+    let bad = s.get("/v1/packets?filter=host+nope", Some(&alice));
+    assert_eq!(bad.status, 400);
+    let cli = run(capsule().args(["query", "--store", p(&store), "--count", "host", "nope"]));
+    assert_eq!(cli.status.code(), Some(2));
+    let cli_msg = stderr_str(&cli);
+    let msg = error_of(&bad);
+    assert!(msg.starts_with("bad filter:"), "{msg}");
+    assert!(
+        cli_msg.contains(&msg),
+        "CLI said {cli_msg:?}, server said {msg:?}"
+    );
+    let bad_time = s.get("/v1/packets?from=yesterday", Some(&alice));
+    assert_eq!(bad_time.status, 400);
+    assert!(
+        error_of(&bad_time).contains("from"),
+        "{}",
+        error_of(&bad_time)
+    );
+    let unknown = s.get("/v1/packets?fliter=tcp", Some(&alice));
+    assert_eq!(unknown.status, 400);
+    assert_eq!(s.get("/v2/packets", Some(&alice)).status, 404);
+
+    // Plain HTTP on the HTTPS port gets no answer.
+    let plain = run(Command::new(need_tool("curl")).args([
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &format!("http://{}/healthz", s.addr),
+    ]));
+    assert!(!plain.status.success(), "plain HTTP must fail");
+    assert_eq!(stdout_str(&plain).trim(), "000");
+
+    let audit = s.audit_lines();
+    let refused: Vec<_> = audit.iter().filter(|r| r["status"] == 401).collect();
+    assert_eq!(refused.len(), 2, "{audit:?}");
+    assert!(refused.iter().all(|r| r["user"].is_null()));
+    assert!(refused[0]["outcome"]
+        .as_str()
+        .unwrap()
+        .contains("no bearer token"));
+    assert!(refused[1]["outcome"]
+        .as_str()
+        .unwrap()
+        .contains("unknown token"));
+    assert!(audit
+        .iter()
+        .any(|r| r["user"] == "bob" && r["endpoint"] == "/v1/flows" && r["status"] == 200));
+    assert!(audit.iter().any(|r| r["user"] == "alice"
+        && r["status"] == 400
+        && r["params"]["filter"] == "host nope"));
+}
+
+/// Starts a slow pull (curl reading at `rate`) and waits until bytes arrive.
+fn slow_pull(s: &Server, token: &str, out: &Path, rate: &str, max_time: &str) -> Child {
+    let mut c = s.curl_cmd("/v1/packets", Some(token), out);
+    c.args(["--limit-rate", rate, "--max-time", max_time])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = c.spawn().expect("start curl");
+    let t0 = Instant::now();
+    while std::fs::metadata(out).map(|m| m.len()).unwrap_or(0) == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the slow pull never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+#[test]
+fn concurrency_limits_answer_429_and_a_gone_client_frees_its_query_at_once() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "200M");
+    let tokens = d.path().join("tokens");
+    let alice = add_token(&tokens, "alice");
+    let bob = add_token(&tokens, "bob");
+    let carol = add_token(&tokens, "carol");
+    let s = start(
+        d.path(),
+        &store,
+        &tokens,
+        &["--max-queries", "2", "--max-queries-per-user", "1"],
+    );
+    let mut a = slow_pull(&s, &alice, &d.path().join("slow-a"), "200K", "30");
+    let again = s.get("/v1/packets", Some(&alice));
+    assert_eq!(again.status, 429);
+    assert!(
+        error_of(&again).contains("--max-queries-per-user"),
+        "{}",
+        error_of(&again)
+    );
+    let mut b = slow_pull(&s, &bob, &d.path().join("slow-b"), "200K", "30");
+    let c = s.get("/v1/flows", Some(&carol));
+    assert_eq!(c.status, 429);
+    assert!(error_of(&c).contains("--max-queries)"), "{}", error_of(&c));
+
+    // Alice's client goes away: her query is freed at once.
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let t0 = Instant::now();
+    let next = loop {
+        let g = s.get("/v1/flows?limit=1", Some(&alice));
+        if g.status != 429 || t0.elapsed() > Duration::from_secs(1) {
+            break g;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(next.status, 200, "{}", String::from_utf8_lossy(&next.body));
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    b.kill().unwrap();
+    b.wait().unwrap();
+    // The server is healthy, and the audit says alice's pull ended with her client.
+    let t0 = Instant::now();
+    loop {
+        let gone = s
+            .audit_lines()
+            .into_iter()
+            .filter(|r| r["endpoint"] == "/v1/packets" && r["status"] == 499)
+            .count();
+        if gone == 2 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            s.audit_lines()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let audit = s.audit_lines();
+    let gone = audit
+        .iter()
+        .find(|r| r["user"] == "alice" && r["status"] == 499)
+        .unwrap();
+    assert!(gone["outcome"]
+        .as_str()
+        .unwrap()
+        .contains("the client went away"));
+    assert!(gone["bytes"].as_u64().unwrap() > 0);
+    assert_eq!(s.get("/healthz", None).status, 200);
+}
+
+#[test]
+fn a_client_that_times_out_frees_a_limit_of_one_at_once() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "200M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let s = start(d.path(), &store, &tokens, &["--max-queries", "1"]);
+    let out = d.path().join("cut.pcap");
+    let st = run(s.curl_cmd("/v1/packets", Some(&t), &out).args([
+        "--max-time",
+        "1",
+        "--limit-rate",
+        "1M",
+    ]));
+    assert_eq!(st.status.code(), Some(28), "curl timed out mid-stream");
+    let t0 = Instant::now();
+    let g = s.get("/v1/packets?filter=icmp", Some(&t));
+    assert_eq!(g.status, 200, "{}", String::from_utf8_lossy(&g.body));
+    assert!(t0.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn the_byte_limit_answers_413_or_cuts_the_stream() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "50M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let s = start(d.path(), &store, &tokens, &["--max-bytes-per-query", "3M"]);
+    // Over the limit before the first chunk went out is a 413.
+    let small = start(
+        &d.path().join("small").tap_mkdir(),
+        &store,
+        &tokens,
+        &["--max-bytes-per-query", "1000"],
+    );
+    let g = small.get("/v1/packets", Some(&t));
+    assert_eq!(g.status, 413);
+    assert!(
+        error_of(&g).contains("--max-bytes-per-query"),
+        "{}",
+        error_of(&g)
+    );
+    // Over it later: the stream is cut (curl sees a transfer that did not end), and the
+    // audit says why.
+    let g = s.get("/v1/packets", Some(&t));
+    assert_eq!(g.status, 200);
+    assert_eq!(
+        g.curl_exit, 18,
+        "a cut transfer, not a file that looks whole"
+    );
+    assert!(g.body.len() as u64 <= 3 << 20);
+    // A query that fits is whole.
+    let want = query_ok(&store, &d.path().join("icmp.pcap"), &["icmp"]);
+    assert!(want.len() < 3 << 20, "the icmp export must fit the limit");
+    let ok = s.get("/v1/packets?filter=icmp", Some(&t));
+    assert_eq!((ok.status, ok.curl_exit), (200, 0));
+    assert!(ok.body == want);
+    let audit = s.audit_lines();
+    assert!(audit.iter().any(|r| r["status"] == 413
+        && r["outcome"]
+            .as_str()
+            .unwrap()
+            .contains("larger than the limit")));
+    assert!(audit.iter().any(|r| r["status"] == 413
+        && r["outcome"]
+            .as_str()
+            .unwrap()
+            .contains("larger than the limit")));
+}
+
+#[test]
+fn the_time_limit_cuts_a_slow_pull() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "100M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let s = start(d.path(), &store, &tokens, &["--max-query-time", "1s"]);
+    let out = d.path().join("slow");
+    let t0 = Instant::now();
+    let st = run(s
+        .curl_cmd("/v1/packets?format=pcapng", Some(&t), &out)
+        .args(["--limit-rate", "1M", "--max-time", "60"]));
+    // Whole, the file would take about 25 s at 1 MB/s; cut after 1 s, only what the
+    // sockets already hold arrives.
+    assert!(
+        matches!(st.status.code(), Some(18 | 56)),
+        "cut by the time limit: {st:?}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    let audit = s.audit_lines();
+    assert!(
+        audit
+            .iter()
+            .any(|r| r["status"] == 413
+                && r["outcome"].as_str().unwrap().contains("ran longer than")),
+        "{audit:?}"
+    );
+}
+
+trait TapMkdir {
+    fn tap_mkdir(self) -> Self;
+}
+
+impl TapMkdir for PathBuf {
+    fn tap_mkdir(self) -> Self {
+        std::fs::create_dir_all(&self).unwrap();
+        self
+    }
+}
+
+#[test]
+fn query_and_flows_with_server_give_the_local_output() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "20M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let token_file = d.path().join("alice.token");
+    std::fs::write(&token_file, format!("{t}\n")).unwrap();
+    let s = start(d.path(), &store, &tokens, &[]);
+    let url = format!("https://{}", s.addr);
+    let remote = |cmd: &str| {
+        let mut c = capsule();
+        c.args([
+            cmd,
+            "--server",
+            &url,
+            "--token-file",
+            p(&token_file),
+            "--ca",
+            p(&s.ca),
+        ]);
+        c
+    };
+    let windows: &[&[&str]] = &[
+        &[],
+        &["--from", "2026-11-30T02:00:00.5Z", "--to", "+1s", "udp"],
+        &["--to", "1796004001", "tcp", "and", "not", "port", "443"],
+    ];
+    for w in windows {
+        for ext in ["pcap", "pcapng"] {
+            let local = d.path().join(format!("local.{ext}"));
+            let want = query_ok(&store, &local, w);
+            let out = d.path().join(format!("remote.{ext}"));
+            let o = run_ok(remote("query").args(["-w", p(&out)]).args(*w));
+            // No progress line when standard error is not a terminal.
+            assert!(!stderr_str(&o).contains('\r'), "{}", stderr_str(&o));
+            let got = std::fs::read(&out).unwrap();
+            assert!(
+                got == want,
+                "query --server {w:?} -w {ext}: differs from local"
+            );
+        }
+        let mut lf = capsule();
+        lf.args(["flows", "--store", p(&store), "--json", "--sort", "first"])
+            .args(*w);
+        let want = run_ok(&mut lf).stdout;
+        let got = run_ok(remote("flows").args(["--json", "--sort", "first"]).args(*w)).stdout;
+        assert!(got == want, "flows --server {w:?}: differs from local");
+    }
+    // To standard output too.
+    let want = query_ok(&store, &d.path().join("all.pcap"), &["icmp"]);
+    let got = run_ok(remote("query").args(["-w", "-", "icmp"])).stdout;
+    assert!(got == want);
+
+    // A bad filter is a usage error with the same message as locally; nothing is written.
+    let out = d.path().join("bad.pcap");
+    let bad = run(remote("query").args(["-w", p(&out), "host", "nope"]));
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr_str(&bad).contains("expected an IPv4 or IPv6 address"));
+    assert!(!out.exists());
+    // A wrong token: refused, nothing written.
+    std::fs::write(&token_file, "0".repeat(64)).unwrap();
+    let refused = run(remote("query").args(["-w", p(&out)]));
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr_str(&refused).contains("401"),
+        "{}",
+        stderr_str(&refused)
+    );
+    assert!(!out.exists());
+    // A server whose certificate another CA signed: TLS fails.
+    let other = make_pki(&d.path().join("other").tap_mkdir());
+    std::fs::write(&token_file, &t).unwrap();
+    let tls = run(capsule().args([
+        "query",
+        "--server",
+        &url,
+        "--token-file",
+        p(&token_file),
+        "--ca",
+        p(&other.ca),
+        "-w",
+        p(&out),
+    ]));
+    assert_eq!(tls.status.code(), Some(1));
+    assert!(stderr_str(&tls).contains("TLS"), "{}", stderr_str(&tls));
+    assert!(!out.exists());
+}
+
+#[test]
+fn twenty_concurrent_clients_pulling_different_windows_all_get_their_files() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "20M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let s = start(
+        d.path(),
+        &store,
+        &tokens,
+        &["--max-queries", "20", "--max-queries-per-user", "20"],
+    );
+    let t0 = 1_796_004_000_000_000_000u64;
+    let windows: Vec<(u64, u64)> = (0..20u64)
+        .map(|i| (t0 + i * 100_000_000, t0 + i * 100_000_000 + 150_000_000))
+        .collect();
+    let got: Vec<Got> = std::thread::scope(|sc| {
+        let hs: Vec<_> = windows
+            .iter()
+            .map(|(f, e)| {
+                let (s, t) = (&s, &t);
+                sc.spawn(move || {
+                    s.get(
+                        &format!("/v1/packets?from=%40{f}&to=%40{e}&format=pcapng"),
+                        Some(t),
+                    )
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for ((f, e), g) in windows.iter().zip(&got) {
+        let want = query_ok(
+            &store,
+            &d.path().join("w.pcapng"),
+            &["--from", &format!("@{f}"), "--to", &format!("@{e}")],
+        );
+        assert_eq!((g.status, g.curl_exit), (200, 0));
+        assert!(
+            g.body == want,
+            "window @{f}..@{e} differs from the local export"
+        );
+        assert!(!decode(&want).packets.is_empty());
+    }
+}
+
+#[test]
+fn a_cut_transfer_leaves_no_file_behind_with_query_server() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "50M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let token_file = d.path().join("alice.token");
+    std::fs::write(&token_file, &t).unwrap();
+    let s = start(d.path(), &store, &tokens, &["--max-bytes-per-query", "3M"]);
+    let out = d.path().join("cut.pcap");
+    let o = run(capsule().args([
+        "query",
+        "--server",
+        &format!("https://{}", s.addr),
+        "--token-file",
+        p(&token_file),
+        "--ca",
+        p(&s.ca),
+        "-w",
+        p(&out),
+    ]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr_str(&o).contains("was cut after"),
+        "{}",
+        stderr_str(&o)
+    );
+    assert!(!out.exists(), "a cut answer must not look like a file");
+}
+
+/// A client CA, two client certificates (`good`, `bad`) signed by it, and an openssl `ca`
+/// database so a CRL can be made and remade.
+fn make_client_pki(dir: &Path) {
+    sh_ok(&format!(
+        "cd {}
+         openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+           -keyout cca.key -out cca.pem -days 2 -subj /CN=capsule-clients 2>/dev/null
+         printf 'extendedKeyUsage=clientAuth\\n' > cext
+         for u in good bad; do
+           openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+             -keyout $u.key -out $u.csr -subj /CN=$u 2>/dev/null
+           openssl x509 -req -in $u.csr -CA cca.pem -CAkey cca.key -CAcreateserial \
+             -out $u.pem -days 2 -extfile cext 2>/dev/null
+         done
+         : > index.txt; echo 01 > crlnumber
+         printf '[ca]\\ndefault_ca=c\\n[c]\\ndatabase=index.txt\\ncrlnumber=crlnumber\\ndefault_md=sha256\\ndefault_crl_days=2\\n' > ca.cnf
+         openssl ca -config ca.cnf -gencrl -keyfile cca.key -cert cca.pem -out crl.pem 2>/dev/null",
+        p(dir)
+    ));
+}
+
+#[test]
+fn mutual_tls_refuses_no_certificate_another_ca_and_a_revoked_one_reloading_the_crl() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "5M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let c = d.path().join("clients").tap_mkdir();
+    make_client_pki(&c);
+    let s = start(
+        d.path(),
+        &store,
+        &tokens,
+        &[
+            "--client-ca",
+            p(&c.join("cca.pem")),
+            "--crl",
+            p(&c.join("crl.pem")),
+        ],
+    );
+    let get_with = |cert: Option<(&Path, &Path)>| {
+        let out = d.path().join("m.out");
+        let _ = std::fs::remove_file(&out);
+        let mut cmd = s.curl_cmd("/v1/status", Some(&t), &out);
+        if let Some((crt, key)) = cert {
+            cmd.args(["--cert", p(crt), "--key", p(key)]);
+        }
+        let o = run(&mut cmd);
+        let body = std::fs::read(&out).unwrap_or_default();
+        (stdout_str(&o).trim().to_string(), body)
+    };
+    let good = (c.join("good.pem"), c.join("good.key"));
+    let bad = (c.join("bad.pem"), c.join("bad.key"));
+    assert_eq!(get_with(Some((&good.0, &good.1))).0, "200");
+    assert_eq!(get_with(Some((&bad.0, &bad.1))).0, "200", "not revoked yet");
+    let (code, body) = get_with(None);
+    assert_eq!(
+        (code.as_str(), body.len()),
+        ("000", 0),
+        "no client certificate"
+    );
+    let other = make_pki(&d.path().join("other").tap_mkdir());
+    let (code, body) = get_with(Some((&other.cert, &other.key)));
+    assert_eq!(
+        (code.as_str(), body.len()),
+        ("000", 0),
+        "a certificate of another CA"
+    );
+    // Revoke `bad` and remake the CRL: refused from the next connection, no restart.
+    sh_ok(&format!(
+        "cd {}
+         openssl ca -config ca.cnf -revoke bad.pem -keyfile cca.key -cert cca.pem 2>/dev/null
+         openssl ca -config ca.cnf -gencrl -keyfile cca.key -cert cca.pem -out crl.new 2>/dev/null
+         mv crl.new crl.pem",
+        p(&c)
+    ));
+    let (code, body) = get_with(Some((&bad.0, &bad.1)));
+    assert_eq!(
+        (code.as_str(), body.len()),
+        ("000", 0),
+        "a revoked certificate"
+    );
+    assert_eq!(get_with(Some((&good.0, &good.1))).0, "200");
+
+    // `query --server --cert --key` pulls through mutual TLS: the local bytes.
+    let token_file = d.path().join("alice.token");
+    std::fs::write(&token_file, &t).unwrap();
+    let out = d.path().join("mtls.pcap");
+    run_ok(capsule().args([
+        "query",
+        "--server",
+        &format!("https://{}", s.addr),
+        "--token-file",
+        p(&token_file),
+        "--ca",
+        p(&s.ca),
+        "--cert",
+        p(&good.0),
+        "--key",
+        p(&good.1),
+        "-w",
+        p(&out),
+        "udp",
+    ]));
+    let want = query_ok(&store, &d.path().join("local.pcap"), &["udp"]);
+    assert!(std::fs::read(&out).unwrap() == want);
+
+    let audit = s.audit_lines();
+    let failed: Vec<_> = audit
+        .iter()
+        .filter_map(|r| r["outcome"].as_str())
+        .filter(|o| o.starts_with("TLS handshake failed"))
+        .collect();
+    assert_eq!(failed.len(), 3, "{failed:?}");
+    assert!(failed[0].contains("no certificates"), "{failed:?}");
+    assert!(failed[1].contains("UnknownIssuer"), "{failed:?}");
+    assert!(failed[2].contains("Revoked"), "{failed:?}");
+    let ok = audit
+        .iter()
+        .filter(|r| r["status"] == 200)
+        .collect::<Vec<_>>();
+    assert_eq!(ok.len(), 4);
+    assert!(ok.iter().all(|r| r["user"] == "alice"
+        && r["client_cert_sha256"]
+            .as_str()
+            .is_some_and(|h| h.len() == 64)));
+    assert_ne!(ok[0]["client_cert_sha256"], ok[1]["client_cert_sha256"]);
+}
