@@ -551,7 +551,7 @@ pub struct FlowsArgs {
 #[derive(Args, Debug)]
 pub struct AnswerArgs {
     #[command(flatten)]
-    pub q: Selection,
+    pub q: LocalSelection,
     /// The config file with `[groups]`, `[dscp]` and `[egress]` (the file `capsule capture
     /// --config` reads).
     #[arg(long)]
@@ -786,6 +786,26 @@ pub struct Selection {
     /// With --cert: its private key (PEM).
     #[arg(long, value_name = "FILE", requires = "cert")]
     pub key: Option<PathBuf>,
+    /// Start of the window (inclusive): RFC 3339 (`2026-11-30T02:00:00.5Z`), a date
+    /// (`2026-11-30`, midnight UTC), Unix seconds, `@NANOS`, `now`, or a duration before now
+    /// (`-10m`). Default: the oldest packet held.
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_time_now)]
+    pub from: Option<u64>,
+    /// End of the window (exclusive): any form `--from` takes, or a duration after `--from`
+    /// (`+1ms`, `+10m`). Default: after the newest packet.
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_end_now)]
+    pub to: Option<capsule_query::TimeArg>,
+    /// Filter, e.g. `host 10.1.2.3 and tcp port 443`, `dscp ef and not net 10.40.0.0/24`.
+    pub filter: Vec<String>,
+}
+
+/// The store, filter and window of the analytics commands: a local store only (no
+/// `--server` and its TLS options, whose `--key` would collide with `top --key`).
+#[derive(Args, Debug)]
+pub struct LocalSelection {
+    /// The store directory.
+    #[arg(long)]
+    pub store: PathBuf,
     /// Start of the window (inclusive): RFC 3339 (`2026-11-30T02:00:00.5Z`), a date
     /// (`2026-11-30`, midnight UTC), Unix seconds, `@NANOS`, `now`, or a duration before now
     /// (`-10m`). Default: the oldest packet held.
@@ -1182,6 +1202,14 @@ mod help_audit {
 
     /// Every subcommand (at any depth) and every one of its arguments, flags and positionals
     /// alike, has a description in `--help`.
+    /// clap checks its definitions (no two arguments of a command with one long name, valid
+    /// `requires`, ...) only in debug builds: run those checks here, since the tests run in
+    /// release. A flattened `--key` once hid `top --key` behind `query --server`'s TLS key.
+    #[test]
+    fn the_command_line_definitions_pass_clap_s_own_checks() {
+        super::Cli::command().debug_assert();
+    }
+
     #[test]
     fn every_subcommand_and_argument_has_help_text() {
         fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>, args: &mut usize) {

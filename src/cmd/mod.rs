@@ -388,17 +388,10 @@ fn answer(a: &crate::cli::AnswerArgs, need: Option<&str>) -> Result<Answer> {
         }
         (None, None) => None,
     };
-    if let Some(url) = &a.q.server {
-        return Err(Usage(format!(
-            "the analytics commands are not served yet: not with --server {url} (run it on \
-             the capture server, or pull the flows with `capsule flows --server`)"
-        ))
-        .into());
-    }
-    let q = a.q.query()?;
     let filter = a.q.filter.join(" ");
-    let mut input = capsule_analytics::load(a.q.store(), &q, &filter)?;
-    input.limits.drops = Some(drops_note(a.q.store(), input.from_ns, input.to_ns));
+    let q = make_query(&filter, a.q.from, a.q.to)?;
+    let mut input = capsule_analytics::load(&a.q.store, &q, &filter)?;
+    input.limits.drops = Some(drops_note(&a.q.store, input.from_ns, input.to_ns));
     Ok(Answer { input, config })
 }
 
