@@ -312,7 +312,8 @@ fn check_times(v: &serde_json::Value, what: &str) -> usize {
                 let Some(stem) = k.strip_suffix("_ns") else {
                     continue;
                 };
-                if ["horizon", "span", "duration"]
+                // Durations, not instants (as the binary's own list says).
+                if ["horizon", "span", "duration", "age", "elapsed", "interval"]
                     .iter()
                     .any(|d| stem.contains(d))
                 {

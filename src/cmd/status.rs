@@ -426,7 +426,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                 }
             );
             if let Some(al) = super::live_alerts::read_status(store_dir) {
-                println!(
+                say!(
                     "live alerts: {} evaluation(s), {} event(s) sent to {}, {} undelivered, {} \
                      engaged{}",
                     al.evaluations,
@@ -438,7 +438,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                         .map_or(String::new(), |e| format!("; last error: {e}"))
                 );
             }
-            println!("budgets: {}", describe_budgets(saved.as_ref()));
+            say!("budgets: {}", describe_budgets(saved.as_ref()));
             match (cp.budget, cp.horizon_now_ns) {
                 (Some(b), Some(h)) => say!(
                     "retention: a budget of {b} bytes holds {} of packets at the ratio now, {} \
