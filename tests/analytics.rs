@@ -531,3 +531,47 @@ fn the_open_segment_is_answered_from_its_journal() {
         .unwrap()
         .is_empty());
 }
+
+/// [ux] "top-style tables at 80 columns": at COLUMNS=80 every line of every analytics answer
+/// fits, but the `capsule query` command lines, kept whole so they can be copied.
+#[test]
+fn every_analytics_answer_fits_80_columns_but_its_command_lines() {
+    let f = fixture();
+    let cfg = p(&f.config);
+    for args in [
+        vec!["top", "--key", "flow"],
+        vec!["top", "--key", "src"],
+        vec!["top", "--key", "pair"],
+        vec!["top", "--key", "dscp"],
+        vec!["top", "--key", "group", "--config", cfg],
+        vec!["tcp"],
+        vec!["dscp", "--config", cfg],
+        vec!["matrix", "--config", cfg],
+        vec![
+            "stragglers",
+            "--config",
+            cfg,
+            "--group",
+            "gpu",
+            "--ratio",
+            "0.75",
+        ],
+        vec!["alerts", "--config", cfg],
+    ] {
+        let out = run_ok(
+            capsule()
+                .args(&args)
+                .args(["--store", f.store()])
+                .env("COLUMNS", "80"),
+        );
+        let text = stdout_str(&out);
+        assert!(text.lines().count() > 2, "{args:?}: {text}");
+        for line in text.lines().filter(|l| !l.contains("capsule query ")) {
+            assert!(
+                line.chars().count() <= 80,
+                "{args:?}: {} columns: {line}",
+                line.chars().count()
+            );
+        }
+    }
+}

@@ -473,11 +473,22 @@ fn print_answer(
                 format!(", filter {}", input.filter)
             }
         )?;
+        // Lines of text wrap to the terminal like the table (whose rows already fit);
+        // `capsule query` command lines stay whole, to be copied.
+        let width = crate::table::output_width();
         for line in table {
-            writeln!(out, "{line}")?;
+            if line.contains("capsule query ") {
+                writeln!(out, "{line}")?;
+            } else {
+                for l in crate::table::wrap(&line, width) {
+                    writeln!(out, "{l}")?;
+                }
+            }
         }
         for line in limits.lines() {
-            writeln!(out, "note: {line}")?;
+            for l in crate::table::wrap(&format!("note: {line}"), width) {
+                writeln!(out, "{l}")?;
+            }
         }
     }
     if limits.damaged_indexes.is_empty() {
