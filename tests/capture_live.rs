@@ -950,21 +950,6 @@ fn a_capture_keeps_its_budgets_across_a_restart_and_never_fills_the_disk() {
     );
     let link = Link::new();
     let store = fs.dir.join("store");
-    let df = |dir: &Path| -> (u64, u64) {
-        let out = std::process::Command::new("df")
-            .args(["--output=avail,size", "-B1"])
-            .arg(dir)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let mut it = text
-            .lines()
-            .nth(1)
-            .unwrap()
-            .split_whitespace()
-            .map(|v| v.parse::<u64>().unwrap());
-        (it.next().unwrap(), it.next().unwrap())
-    };
     let oldest = |store: &Path| segments(store).iter().filter_map(|s| s.first_ns).min();
     let mut horizons = Vec::new();
     for (round, flags) in [

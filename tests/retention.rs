@@ -6,22 +6,8 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::*;
-
-/// Bytes free on the file system holding `dir` (what `df` says), and its size.
-fn df(dir: &Path) -> (u64, u64) {
-    let out = Command::new("df")
-        .args(["--output=avail,size", "-B1"])
-        .arg(dir)
-        .output()
-        .expect("run df");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let line = text.lines().nth(1).expect("df prints a line");
-    let mut it = line.split_whitespace().map(|v| v.parse::<u64>().unwrap());
-    (it.next().unwrap(), it.next().unwrap())
-}
 
 const SMALL: [&str; 6] = [
     "--block-size",

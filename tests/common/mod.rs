@@ -966,6 +966,19 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Bytes available on the file system holding `dir`, and its size (what `df` says).
+pub fn df(dir: &Path) -> (u64, u64) {
+    let out = Command::new("df")
+        .args(["--output=avail,size", "-B1"])
+        .arg(dir)
+        .output()
+        .expect("run df");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text.lines().nth(1).expect("df prints a line");
+    let mut it = line.split_whitespace().map(|v| v.parse::<u64>().unwrap());
+    (it.next().unwrap(), it.next().unwrap())
+}
+
 /// Fills the file system of `dir` with `path` until at most `leave` bytes are free.
 pub fn fill(path: &Path, leave: u64) {
     let out = Command::new("df")

@@ -263,13 +263,14 @@ impl Retention {
                 return Some(Why::Age);
             }
         }
-        let dir = self.dir.clone();
-        let f = self.free.as_mut()?;
+        // Called before every block: borrow the directory beside the floor, no copy.
+        let Retention { dir, free, .. } = self;
+        let f = free.as_mut()?;
         let stale = f
             .read_at
             .is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
         if stale {
-            match budget::disk_space(&dir) {
+            match budget::disk_space(dir) {
                 Ok((size, avail)) => {
                     f.fs_bytes = size;
                     f.avail = avail;
