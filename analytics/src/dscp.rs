@@ -106,7 +106,7 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
         let f = &s.flow;
         for d in 0..2 {
             let (src, dst, _) = f.key.side(d);
-            for c in dscp_in_window(s, d) {
+            for c in dscp_in_window(s, d).iter() {
                 if c.packets == 0 {
                     continue;
                 }

@@ -323,11 +323,11 @@ pub fn dscp_name(v: u8) -> String {
 /// The per-value DSCP counters of direction `d` in the window: the record's own when the
 /// flow lies wholly inside it, else scaled to the direction's bytes and packets in the
 /// window (largest remainder, so they sum exactly).
-pub fn dscp_in_window(s: &FlowSummary, d: usize) -> Vec<DscpCount> {
+pub fn dscp_in_window(s: &FlowSummary, d: usize) -> std::borrow::Cow<'_, [DscpCount]> {
     let f = &s.flow;
     let counts = &f.dscp_counts[d];
     if !s.approximate || counts.is_empty() {
-        return counts.clone();
+        return std::borrow::Cow::Borrowed(counts);
     }
     let (tp, tb): (u64, u64) = counts
         .iter()
@@ -355,7 +355,7 @@ pub fn dscp_in_window(s: &FlowSummary, d: usize) -> Vec<DscpCount> {
         big.packets += f.packets[d] - sp;
         big.bytes += f.bytes[d] - sb;
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 /// The median of `v` (sorted in place); 0 for none. An even count takes the mean of the two

@@ -82,6 +82,111 @@ pub struct Top {
     pub total: Row,
 }
 
+/// A row's bytes per second, for its peak rate.
+enum PerSecond {
+    /// (second, bytes), unsorted, a second possibly repeated: summed when a row is made.
+    /// For one key's flows: few seconds each.
+    Sparse(Vec<(u64, u64)>),
+    /// One counter per second from `base`: the total and "other" rows, where every flow's
+    /// seconds land (a sorted copy of millions of pairs would cost more than the answer).
+    /// Seconds outside the counters (none, for flows cut to the window) go to `extra`.
+    Dense {
+        base: u64,
+        bytes: Vec<u64>,
+        extra: Vec<(u64, u64)>,
+    },
+}
+
+impl Default for PerSecond {
+    fn default() -> Self {
+        PerSecond::Sparse(Vec::new())
+    }
+}
+
+/// The longest window (in seconds) whose total row counts each second densely: 8 bytes a
+/// second, 32 MiB at most; a longer window uses the sparse list.
+const DENSE_SECONDS: u64 = 4 << 20;
+
+impl PerSecond {
+    /// Counters for every second of [from_ns, to_ns).
+    fn dense(from_ns: u64, to_ns: u64) -> PerSecond {
+        let base = from_ns / 1_000_000_000;
+        let end = to_ns.saturating_sub(1) / 1_000_000_000;
+        let n = end.saturating_sub(base).saturating_add(1);
+        if to_ns <= from_ns || n > DENSE_SECONDS {
+            return PerSecond::default();
+        }
+        PerSecond::Dense {
+            base,
+            bytes: vec![0; n as usize],
+            extra: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, second: u64, bytes: u64) {
+        match self {
+            PerSecond::Sparse(v) => v.push((second, bytes)),
+            PerSecond::Dense {
+                base,
+                bytes: b,
+                extra,
+            } => {
+                match second
+                    .checked_sub(*base)
+                    .and_then(|i| b.get_mut(i as usize))
+                {
+                    Some(slot) => *slot += bytes,
+                    None => extra.push((second, bytes)),
+                }
+            }
+        }
+    }
+
+    fn for_each(&self, mut f: impl FnMut(u64, u64)) {
+        match self {
+            PerSecond::Sparse(v) => v.iter().for_each(|&(s, b)| f(s, b)),
+            PerSecond::Dense { base, bytes, extra } => {
+                for (i, &b) in bytes.iter().enumerate() {
+                    if b > 0 {
+                        f(base + i as u64, b);
+                    }
+                }
+                extra.iter().for_each(|&(s, b)| f(s, b));
+            }
+        }
+    }
+
+    /// Bytes in the busiest second.
+    fn peak(&self) -> u64 {
+        let sparse_peak = |list: &[(u64, u64)]| {
+            let mut v = list.to_vec();
+            v.sort_unstable_by_key(|x| x.0);
+            let mut peak = 0;
+            let mut i = 0;
+            while i < v.len() {
+                let mut sum = 0;
+                let s = v[i].0;
+                while i < v.len() && v[i].0 == s {
+                    sum += v[i].1;
+                    i += 1;
+                }
+                peak = peak.max(sum);
+            }
+            peak
+        };
+        match self {
+            PerSecond::Sparse(v) => sparse_peak(v),
+            // `extra` never shares a second with the counters.
+            PerSecond::Dense { bytes, extra, .. } => bytes
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0)
+                .max(sparse_peak(extra)),
+        }
+    }
+}
+
 #[derive(Default)]
 struct Acc {
     bytes: u64,
@@ -89,8 +194,7 @@ struct Acc {
     flows: u64,
     first: u64,
     last: u64,
-    /// (second, bytes), unsorted, a second possibly repeated: summed when a row is made.
-    per_second: Vec<(u64, u64)>,
+    per_second: PerSecond,
     dscp: BTreeMap<u8, u64>,
     filter: Option<String>,
     hosts: Vec<IpAddr>,
@@ -115,7 +219,7 @@ impl Acc {
             any = true;
             self.bytes += bytes;
             self.packets += packets;
-            for c in &counts {
+            for c in counts.iter() {
                 if only_dscp.is_none_or(|v| v == c.dscp) {
                     *self.dscp.entry(c.dscp).or_default() += c.bytes;
                 }
@@ -128,7 +232,7 @@ impl Acc {
                         as u64
                 };
                 if part > 0 {
-                    self.per_second.push((b.second, part));
+                    self.per_second.push(b.second, part);
                 }
             }
         }
@@ -156,7 +260,7 @@ impl Acc {
         self.flows += o.flows;
         self.first = self.first.min(o.first);
         self.last = self.last.max(o.last);
-        self.per_second.extend_from_slice(&o.per_second);
+        o.per_second.for_each(|s, b| self.per_second.push(s, b));
         for (v, b) in &o.dscp {
             *self.dscp.entry(*v).or_default() += b;
         }
@@ -164,20 +268,15 @@ impl Acc {
 
     /// Bytes in the busiest second.
     fn peak(&self) -> u64 {
-        let mut v = self.per_second.clone();
-        v.sort_unstable_by_key(|x| x.0);
-        let mut peak = 0;
-        let mut i = 0;
-        while i < v.len() {
-            let mut sum = 0;
-            let s = v[i].0;
-            while i < v.len() && v[i].0 == s {
-                sum += v[i].1;
-                i += 1;
-            }
-            peak = peak.max(sum);
+        self.per_second.peak()
+    }
+
+    /// An empty accumulator counting every second of the window densely (total, "other").
+    fn window(input: &Input) -> Acc {
+        Acc {
+            per_second: PerSecond::dense(input.from_ns, input.to_ns),
+            ..Acc::default()
         }
-        peak
     }
 
     fn row(&self, rank: Option<usize>, key: String, total: u64, by: By, input: &Input) -> Row {
@@ -284,8 +383,87 @@ impl Id {
 
 /// Ranks the window's traffic by `key`, `limit` rows, the rest as "other".
 pub fn top(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn Policy>) -> Top {
-    let mut accs: HashMap<Id, (Acc, usize)> = HashMap::new();
-    let mut total = Acc::default();
+    if key == Key::Flow {
+        return top_flows(input, by, limit);
+    }
+    top_by_key(input, key, by, limit, policy)
+}
+
+/// `top --key flow`: the listing already holds one summary per flow, so the flows are
+/// ranked as they are and only the rows shown get an accumulator of their own; the rest go
+/// straight into "other" (a million flows would otherwise be a million accumulators).
+/// The same answer as [`top_by_key`] gives for [`Key::Flow`].
+fn top_flows(input: &Input, by: By, limit: usize) -> Top {
+    let measure = |f: &capsule_index::sideindex::FlowRecord| -> u64 {
+        (0..2)
+            .filter(|&d| f.packets[d] > 0)
+            .map(|d| match by {
+                By::Bytes => f.bytes[d],
+                By::Packets => f.packets[d],
+            })
+            .sum()
+    };
+    let mut total = Acc::window(input);
+    let mut order: Vec<(u64, usize)> = Vec::with_capacity(input.flows.len());
+    for (n, s) in input.flows.iter().enumerate() {
+        total.add(s, [true, true], None);
+        if s.flow.packets.iter().any(|&p| p > 0) {
+            order.push((measure(&s.flow), n));
+        }
+    }
+    let total_measure = match by {
+        By::Bytes => total.bytes,
+        By::Packets => total.packets,
+    };
+    let flows = &input.flows;
+    let rank = |a: &(u64, usize), b: &(u64, usize)| {
+        b.0.cmp(&a.0)
+            .then_with(|| flows[a.1].flow.key.cmp(&flows[b.1].flow.key))
+    };
+    // Only the rows shown need an order: the rest are summed into "other" in any order.
+    if limit < order.len() {
+        order.select_nth_unstable_by(limit, rank);
+        order[..limit].sort_unstable_by(rank);
+    } else {
+        order.sort_unstable_by(rank);
+    }
+    let mut rows = Vec::new();
+    let mut other = Acc::window(input);
+    for (i, &(_, n)) in order.iter().enumerate() {
+        let s = &flows[n];
+        if i < limit {
+            let mut a = Acc::default();
+            a.add(s, [true, true], None);
+            let id = Id::Flow(s.flow.key);
+            a.filter = id.filter(&a.hosts);
+            rows.push(a.row(
+                Some(i + 1),
+                id.label(Some(&s.flow)),
+                total_measure,
+                by,
+                input,
+            ));
+        } else {
+            other.add(s, [true, true], None);
+        }
+    }
+    let other =
+        (other.flows > 0).then(|| other.row(None, "other".into(), total_measure, by, input));
+    let mut total_row = total.row(None, "total".into(), total_measure, by, input);
+    total_row.query = Some(input.query(input.from_ns, input.to_ns, ""));
+    Top {
+        by,
+        key: Key::Flow,
+        rows,
+        other,
+        total: total_row,
+    }
+}
+
+/// Ranks by any key, an accumulator per key.
+fn top_by_key(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn Policy>) -> Top {
+    let mut accs: HashMap<Id, (Acc, usize), foldhash::fast::RandomState> = HashMap::default();
+    let mut total = Acc::window(input);
     for (n, s) in input.flows.iter().enumerate() {
         let f = &s.flow;
         total.add(s, [true, true], None);
@@ -326,7 +504,7 @@ pub fn top(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn Po
             }
             Key::Dscp => {
                 for d in 0..2 {
-                    for c in dscp_in_window(s, d) {
+                    for c in dscp_in_window(s, d).iter() {
                         add(Id::Dscp(c.dscp), [d == 0, d == 1], Some(c.dscp), None);
                     }
                 }
@@ -340,9 +518,18 @@ pub fn top(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn Po
     let total_measure = measure(&total);
     let mut ranked: Vec<(Id, (Acc, usize))> =
         accs.into_iter().filter(|(_, (a, _))| a.flows > 0).collect();
-    ranked.sort_by(|(ka, (a, _)), (kb, (b, _))| measure(b).cmp(&measure(a)).then(ka.cmp(kb)));
+    let rank = |(ka, (a, _)): &(Id, (Acc, usize)), (kb, (b, _)): &(Id, (Acc, usize))| {
+        measure(b).cmp(&measure(a)).then(ka.cmp(kb))
+    };
+    // Only the rows shown need an order: the rest are summed into "other" in any order.
+    if limit < ranked.len() {
+        ranked.select_nth_unstable_by(limit, rank);
+        ranked[..limit].sort_by(rank);
+    } else {
+        ranked.sort_by(rank);
+    }
     let mut rows = Vec::new();
-    let mut other = Acc::default();
+    let mut other = Acc::window(input);
     for (i, (id, (a, first))) in ranked.iter_mut().enumerate() {
         if i < limit {
             a.filter = id.filter(&a.hosts);
@@ -362,5 +549,53 @@ pub fn top(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn Po
         rows,
         other,
         total: total_row,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::{flow, input};
+
+    /// The ranking of flows without an accumulator per flow gives what the general one gives,
+    /// ties and "other" included, by bytes and by packets.
+    #[test]
+    fn top_flows_is_top_by_key_for_flows() {
+        let s = 1_796_004_000u64;
+        let mut flows = Vec::new();
+        for i in 0..40u8 {
+            let per: Vec<(u64, u64)> = (0..(u64::from(i) % 7 + 1))
+                .map(|k| (s + k * 3 + u64::from(i % 5), 100 * (u64::from(i % 9) + 1)))
+                .collect();
+            flows.push(flow([10, 0, 0, i % 6], [10, 0, 1, i], &per));
+        }
+        let inp = input(flows, s * 1_000_000_000, (s + 60) * 1_000_000_000);
+        for by in [By::Bytes, By::Packets] {
+            for limit in [0, 3, 10, 100] {
+                let a = serde_json::to_value(top_flows(&inp, by, limit)).unwrap();
+                let b = serde_json::to_value(top_by_key(&inp, Key::Flow, by, limit, None)).unwrap();
+                assert_eq!(a, b, "by {by:?} limit {limit}");
+            }
+        }
+    }
+
+    /// The dense per-second counters of a window give the peak the sparse list gives, also
+    /// for seconds outside the window's counters.
+    #[test]
+    fn dense_and_sparse_peaks_agree() {
+        let pairs = [(100u64, 5u64), (101, 7), (100, 4), (250, 3), (99, 20)];
+        let mut sparse = PerSecond::default();
+        let mut dense = PerSecond::dense(100_000_000_000, 200_000_000_000);
+        for &(s, b) in &pairs {
+            sparse.push(s, b);
+            dense.push(s, b);
+        }
+        assert_eq!(sparse.peak(), 20);
+        assert_eq!(dense.peak(), 20);
+        let mut seen = Vec::new();
+        dense.for_each(|s, b| seen.push((s, b)));
+        seen.sort_unstable();
+        assert_eq!(seen, vec![(99, 20), (100, 9), (101, 7), (250, 3)]);
+        assert!(matches!(PerSecond::dense(5, 5), PerSecond::Sparse(_)));
     }
 }

@@ -55,102 +55,164 @@ pub struct FlowListing {
 /// file is opened. With `keep_buckets`, each flow keeps its 1-second buckets in the window.
 /// The flows come in the order they were first seen (segment order), not ranked.
 pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<FlowListing> {
-    use crate::sideindex::{index_name, journal, SegmentIndex};
-    use capsule_store::SegmentState;
     let (from, to) = q.window();
+    let entries = store.list()?;
+    let dir = store.index_dir();
     let mut out = Merged::default();
     let mut listing = FlowListing::default();
-    let dir = store.index_dir();
-    for entry in store.list()? {
-        let idx = match entry.state {
-            SegmentState::Sealed => {
-                let path = dir.join(index_name(entry.seq));
-                let bytes = match capsule_store::fsx::read(&path, "read index") {
-                    Ok(b) => b,
-                    Err(e) if e.is_not_found() => {
-                        listing.unindexed.push(entry.seq);
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                // The header first: an index wholly outside the window is not decoded.
-                if let Some(h) = SegmentIndex::peek(&bytes) {
-                    if h.seq == entry.seq && h.segment_len == entry.bytes {
-                        let Some((a, b)) = h.span else { continue };
-                        listing.held = Some(match listing.held {
-                            None => (a, b),
-                            Some((x, y)) => (x.min(a), y.max(b)),
-                        });
-                        if b < from || a >= to {
-                            continue;
-                        }
-                    }
-                }
-                match SegmentIndex::decode(&bytes) {
-                    Ok(i) if i.seq == entry.seq && i.segment_len == entry.bytes => i,
-                    Ok(_) => {
-                        listing.unindexed.push(entry.seq); // stale: another file's index
-                        continue;
-                    }
-                    Err(problem) => {
-                        let e = StoreError::DerivedDamaged { path, problem };
-                        listing.unindexed.push(entry.seq);
-                        listing
-                            .damaged_index
-                            .push((entry.seq, capsule_store::error::chain(&e)));
-                        continue;
-                    }
+    // Reading and decoding an index (zstd, varints, one allocation per flow) and merging its
+    // flows into the listing (hash look-ups, bucket merges) take about equal time: a reader
+    // thread decodes the next segments' indexes while this one merges, a bounded queue
+    // between them (two indexes ahead: a 24-hour store's segment index decodes to tens of MB).
+    std::thread::scope(|scope| -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Loaded>>(2);
+        let dir = &dir;
+        let entries = &entries;
+        scope.spawn(move || {
+            for entry in entries {
+                let loaded = load_entry(dir, entry, from, to);
+                let failed = loaded.is_err();
+                if tx.send(loaded).is_err() || failed {
+                    return;
                 }
             }
-            SegmentState::Open => {
-                let path = dir.join(journal::journal_name(entry.seq));
-                let bytes = match capsule_store::fsx::read(&path, "read index journal") {
-                    Ok(b) => b,
-                    Err(e) if e.is_not_found() => {
-                        listing.unindexed.push(entry.seq);
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-                let read = journal::parse(&bytes);
-                // The blocks as the records describe them (the segment file is not read).
-                let n = read
-                    .records
-                    .iter()
-                    .map(|r| r.delta.block as usize + 1)
-                    .max()
-                    .unwrap_or(0);
-                let mut metas = vec![capsule_store::format::BlockMeta::default(); n];
-                for r in &read.records {
-                    let m = &mut metas[r.delta.block as usize];
-                    m.index = r.delta.block;
-                    m.packets = r.packets;
-                    m.first_ns = r.first_ns;
-                    m.last_ns = r.last_ns;
-                    m.frame_crc = r.frame_crc;
-                }
-                let live = journal::fold(entry.seq, &metas, entry.bytes, &read);
-                if !live.unseen.is_empty() {
-                    listing.unseen.push((entry.seq, live.unseen));
-                }
-                listing
-                    .journal_notes
-                    .extend(live.notes.into_iter().map(|n| (entry.seq, n)));
-                live.index
+        });
+        for loaded in rx {
+            let l = loaded?;
+            if let Some((a, b)) = l.held {
+                listing.held = Some(match listing.held {
+                    None => (a, b),
+                    Some((x, y)) => (x.min(a), y.max(b)),
+                });
             }
-        };
-        for f in &idx.flows {
-            listing.held = Some(match listing.held {
-                None => (f.first_ns, f.last_ns),
-                Some((a, b)) => (a.min(f.first_ns), b.max(f.last_ns)),
-            });
+            if l.unindexed {
+                listing.unindexed.push(l.seq);
+            }
+            if let Some(d) = l.damaged {
+                listing.damaged_index.push((l.seq, d));
+            }
+            if !l.unseen.is_empty() {
+                listing.unseen.push((l.seq, l.unseen));
+            }
+            listing
+                .journal_notes
+                .extend(l.notes.into_iter().map(|n| (l.seq, n)));
+            merge_segment(&mut out, l.flows, q, from, to, keep_buckets);
         }
-        merge_segment(&mut out, idx.flows, q, from, to, keep_buckets);
-    }
+        Ok(())
+    })?;
     // In first-seen order: the answers aggregate and rank on their own.
     listing.flows = out.flows;
     listing.flows.retain(|f| f.flow.total_packets() > 0);
     Ok(listing)
+}
+
+/// What one segment's index gave [`list_index_only`].
+#[derive(Default)]
+struct Loaded {
+    seq: u64,
+    /// The first and last packet time of the flows the index holds (whatever the window).
+    held: Option<(u64, u64)>,
+    /// No usable index (missing, stale or damaged): its flows are missing from the listing.
+    unindexed: bool,
+    damaged: Option<String>,
+    unseen: Vec<usize>,
+    notes: Vec<String>,
+    /// The flows, when the index overlaps the window.
+    flows: Vec<FlowRecord>,
+}
+
+/// Reads and decodes the index of one segment (`.idx` when sealed, the journal when open).
+fn load_entry(
+    dir: &std::path::Path,
+    entry: &capsule_store::SegmentEntry,
+    from: u64,
+    to: u64,
+) -> Result<Loaded> {
+    use crate::sideindex::{index_name, journal, SegmentIndex};
+    use capsule_store::SegmentState;
+    let mut l = Loaded {
+        seq: entry.seq,
+        ..Loaded::default()
+    };
+    let idx = match entry.state {
+        SegmentState::Sealed => {
+            let path = dir.join(index_name(entry.seq));
+            let bytes = match capsule_store::fsx::read(&path, "read index") {
+                Ok(b) => b,
+                Err(e) if e.is_not_found() => {
+                    l.unindexed = true;
+                    return Ok(l);
+                }
+                Err(e) => return Err(e),
+            };
+            // The header first: an index wholly outside the window is not decoded.
+            if let Some(h) = SegmentIndex::peek(&bytes) {
+                if h.seq == entry.seq && h.segment_len == entry.bytes {
+                    let Some((a, b)) = h.span else {
+                        return Ok(l);
+                    };
+                    l.held = Some((a, b));
+                    if b < from || a >= to {
+                        return Ok(l);
+                    }
+                }
+            }
+            match SegmentIndex::decode(&bytes) {
+                Ok(i) if i.seq == entry.seq && i.segment_len == entry.bytes => i,
+                Ok(_) => {
+                    l.unindexed = true; // stale: another file's index
+                    return Ok(l);
+                }
+                Err(problem) => {
+                    let e = StoreError::DerivedDamaged { path, problem };
+                    l.unindexed = true;
+                    l.damaged = Some(capsule_store::error::chain(&e));
+                    return Ok(l);
+                }
+            }
+        }
+        SegmentState::Open => {
+            let path = dir.join(journal::journal_name(entry.seq));
+            let bytes = match capsule_store::fsx::read(&path, "read index journal") {
+                Ok(b) => b,
+                Err(e) if e.is_not_found() => {
+                    l.unindexed = true;
+                    return Ok(l);
+                }
+                Err(e) => return Err(e),
+            };
+            let read = journal::parse(&bytes);
+            // The blocks as the records describe them (the segment file is not read).
+            let n = read
+                .records
+                .iter()
+                .map(|r| r.delta.block as usize + 1)
+                .max()
+                .unwrap_or(0);
+            let mut metas = vec![capsule_store::format::BlockMeta::default(); n];
+            for r in &read.records {
+                let m = &mut metas[r.delta.block as usize];
+                m.index = r.delta.block;
+                m.packets = r.packets;
+                m.first_ns = r.first_ns;
+                m.last_ns = r.last_ns;
+                m.frame_crc = r.frame_crc;
+            }
+            let live = journal::fold(entry.seq, &metas, entry.bytes, &read);
+            l.unseen = live.unseen;
+            l.notes = live.notes;
+            live.index
+        }
+    };
+    for f in &idx.flows {
+        l.held = Some(match l.held {
+            None => (f.first_ns, f.last_ns),
+            Some((a, b)) => (a.min(f.first_ns), b.max(f.last_ns)),
+        });
+    }
+    l.flows = idx.flows;
+    Ok(l)
 }
 
 /// Adds the flows of one segment's index that match `q` in [from, to) to `out`.
@@ -194,7 +256,9 @@ fn merge_segment(
 /// (Records are large; a map of indexes moves none of them as it grows.)
 #[derive(Default)]
 struct Merged {
-    at: HashMap<FlowKey, usize>,
+    /// foldhash: several times faster than SipHash on flow keys, and seeded per process, so
+    /// crafted traffic cannot aim collisions at it.
+    at: HashMap<FlowKey, usize, foldhash::fast::RandomState>,
     flows: Vec<FlowSummary>,
 }
 

@@ -335,7 +335,7 @@ fn dscp_over_time(input: &Input, interval_ns: u64) -> Vec<(u8, Vec<u64>)> {
                     continue;
                 }
                 let slot = (((ns - input.from_ns) / interval_ns) as usize).min(n - 1);
-                for c in &counts {
+                for c in counts.iter() {
                     let part =
                         (u128::from(b.bytes[d]) * u128::from(c.bytes) / u128::from(total)) as u64;
                     per.entry(c.dscp).or_insert_with(|| vec![0; n])[slot] += part;

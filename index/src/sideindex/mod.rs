@@ -433,18 +433,71 @@ impl FlowRecord {
 /// Merges `src` (ascending by second) into `dst` (ascending by second), summing buckets of
 /// the same second. The common case (`src` starts at or after `dst`'s last second) appends.
 pub fn merge_buckets(dst: &mut Vec<Bucket>, src: &[Bucket]) {
-    for b in src {
-        let at = match dst.last() {
-            Some(last) if last.second < b.second => dst.len(),
-            Some(last) if last.second == b.second => dst.len() - 1,
-            _ => dst.partition_point(|x| x.second < b.second),
+    let (Some(first), Some(last)) = (src.first(), dst.last()) else {
+        dst.extend_from_slice(src);
+        return;
+    };
+    // The common case (segments in time order): src starts at or after dst's last second.
+    if first.second >= last.second {
+        let mut rest = src;
+        if first.second == last.second {
+            let n = dst.len();
+            dst[n - 1].add(first);
+            rest = &src[1..];
+        }
+        if rest
+            .first()
+            .is_none_or(|b| b.second > dst[dst.len() - 1].second)
+        {
+            dst.extend_from_slice(rest);
+            return;
+        }
+        // src itself out of order: fall through to the general merge of what is left.
+        let old = std::mem::take(dst);
+        *dst = merge_sorted(&old, rest);
+        return;
+    }
+    let old = std::mem::take(dst);
+    *dst = merge_sorted(&old, src);
+}
+
+/// Two runs of buckets merged in one pass (O(n + m)); buckets of the same second are added.
+/// Each run is expected ascending; a run that is not is still merged without loss (its
+/// out-of-order buckets are added where they fall).
+fn merge_sorted(a: &[Bucket], b: &[Bucket]) -> Vec<Bucket> {
+    let mut out: Vec<Bucket> = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let next = match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) if x.second <= y.second => {
+                i += 1;
+                x
+            }
+            (Some(_), Some(y)) | (None, Some(y)) => {
+                j += 1;
+                y
+            }
+            (Some(x), None) => {
+                i += 1;
+                x
+            }
+            (None, None) => unreachable!("the loop condition holds one"),
         };
-        if at < dst.len() && dst[at].second == b.second {
-            dst[at].add(b);
-        } else {
-            dst.insert(at, *b);
+        match out.last_mut() {
+            Some(l) if l.second == next.second => l.add(next),
+            Some(l) if l.second > next.second => {
+                // Out of order within a run: place it where it belongs (rare, kept correct).
+                let at = out.partition_point(|x| x.second < next.second);
+                if at < out.len() && out[at].second == next.second {
+                    out[at].add(next);
+                } else {
+                    out.insert(at, *next);
+                }
+            }
+            _ => out.push(*next),
         }
     }
+    out
 }
 
 /// What one block holds, beyond its time range.
@@ -832,6 +885,29 @@ pub(crate) mod tests {
                 _ => {}
             }
             proptest::prop_assert_eq!(k1 == k2, hash_of(&k1) == hash_of(&k2), "{:?} {:?}", k1, k2);
+        }
+
+        /// merge_buckets gives what summing both runs per second gives, ascending, whatever
+        /// the runs' overlap (appended, interleaved, sharing the boundary second).
+        #[test]
+        fn merge_buckets_sums_per_second(
+            a in proptest::collection::btree_map(0u64..40, 1u64..5, 0..20),
+            b in proptest::collection::btree_map(0u64..40, 1u64..5, 0..20),
+        ) {
+            let run = |m: &std::collections::BTreeMap<u64, u64>| -> Vec<Bucket> {
+                m.iter()
+                    .map(|(&second, &p)| Bucket { second, packets: [p, 1], bytes: [p * 100, 7], ..Bucket::default() })
+                    .collect()
+            };
+            let mut dst = run(&a);
+            merge_buckets(&mut dst, &run(&b));
+            let mut want: std::collections::BTreeMap<u64, Bucket> = std::collections::BTreeMap::new();
+            for x in run(&a).iter().chain(run(&b).iter()) {
+                want.entry(x.second)
+                    .and_modify(|w| w.add(x))
+                    .or_insert(*x);
+            }
+            proptest::prop_assert_eq!(dst, want.into_values().collect::<Vec<_>>());
         }
 
         #[test]
