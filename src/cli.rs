@@ -342,7 +342,8 @@ pub struct ServeArgs {
     /// Append one JSON line per request here, fsynced (who, from where, what, outcome).
     #[arg(long)]
     pub audit_log: Option<PathBuf>,
-    /// Queries (packets or flows) running at once, all users together; more get 429.
+    /// Queries (packets, flows or analytics answers) running at once, all users together;
+    /// more get 429.
     #[arg(long, default_value_t = 8)]
     pub max_queries: usize,
     /// Queries running at once for one user; more get 429.
