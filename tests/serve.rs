@@ -441,6 +441,13 @@ fn concurrency_limits_answer_429_and_a_gone_client_frees_its_query_at_once() {
     let c = s.get("/v1/flows", Some(&carol));
     assert_eq!(c.status, 429);
     assert!(error_of(&c).contains("--max-queries)"), "{}", error_of(&c));
+    // The analytics answers count against the same limits.
+    let c = s.get("/v1/top", Some(&carol));
+    assert_eq!(c.status, 429);
+    assert!(error_of(&c).contains("--max-queries)"), "{}", error_of(&c));
+    let again = s.get("/v1/dscp", Some(&alice));
+    assert_eq!(again.status, 429);
+    assert!(error_of(&again).contains("--max-queries-per-user"));
 
     // Alice's client goes away: her query is freed at once.
     a.kill().unwrap();
