@@ -1048,6 +1048,16 @@ fn analytics_with_server_give_the_local_output_table_and_json() {
         let e = error_of(&g);
         assert!(e.contains(names), "{path}: the message names {names}: {e}");
     }
+    // The server's config edited into something invalid: the server's fault, 500, with
+    // the file's line; restored, answers come back.
+    let good = std::fs::read(&config).unwrap();
+    std::fs::write(&config, "[groups]\ngpu = [\"10.1.2.300\"]\n").unwrap();
+    let g = s.get("/v1/dscp", Some(&t));
+    assert_eq!(g.status, 500);
+    let e = error_of(&g);
+    assert!(e.contains("config") && e.contains(":2:"), "{e}");
+    std::fs::write(&config, &good).unwrap();
+    assert_eq!(s.get("/v1/dscp", Some(&t)).status, 200);
     // A flag value cannot smuggle in another flag.
     let g = s.get("/v1/top?limit=3+--config%3D%2Fetc%2Fpasswd", Some(&t));
     assert_eq!(g.status, 400);

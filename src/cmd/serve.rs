@@ -766,6 +766,13 @@ fn analytics_argv(
     Ok(argv)
 }
 
+/// The server's config file no longer loads.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the server's config file is not valid (the last start checked it; it was edited since): {0}"
+)]
+struct ServerConfig(String);
+
 /// clap's complaint about an analytics parameter, naming the parameter.
 fn clap_message(e: &clap::Error) -> String {
     use clap::error::{ContextKind, ContextValue};
@@ -858,9 +865,15 @@ async fn analytics(
         Ok(s) => s,
         Err(e) => return done(error_response(StatusCode::TOO_MANY_REQUESTS, &e), &e),
     };
+    let config = server.config.clone();
     let task = tokio::task::spawn_blocking(move || -> Result<super::Rendered> {
         // Held until the answer is made, even past a time limit already answered.
         let _slot = slot;
+        // A config edited into something invalid is the server's fault (500), not the
+        // client's, though the CLI calls it a usage error.
+        if let Some(c) = &config {
+            super::config::load(c).map_err(|e| ServerConfig(format!("{e:#}")))?;
+        }
         use crate::cli::Cmd;
         match cli.cmd {
             Cmd::Top(a) => super::top::render(&a, width),
@@ -919,7 +932,9 @@ async fn analytics(
         }
         Ok(Err(e)) => {
             let m = format!("{e:#}");
-            let status = if e.is::<super::Usage>() {
+            let status = if e.is::<ServerConfig>() {
+                StatusCode::INTERNAL_SERVER_ERROR
+            } else if e.is::<super::Usage>() {
                 StatusCode::BAD_REQUEST
             } else {
                 StatusCode::INTERNAL_SERVER_ERROR
