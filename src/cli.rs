@@ -47,8 +47,9 @@ pub fn parse_args(mut args: Vec<std::ffi::OsString>) -> Result<Cli, ArgsError> {
         .clone()
         .try_get_matches_from(&args)
         .map_err(ArgsError::Clap)?;
-    let Some(("capture", sub)) = m.subcommand() else {
-        return Cli::from_arg_matches(&m).map_err(ArgsError::Clap);
+    let (name, sub) = match m.subcommand() {
+        Some((name @ ("capture" | "serve"), sub)) => (name, sub),
+        _ => return Cli::from_arg_matches(&m).map_err(ArgsError::Clap),
     };
     let Some(path) = sub.get_one::<PathBuf>("config") else {
         return Cli::from_arg_matches(&m).map_err(ArgsError::Clap);
@@ -60,23 +61,30 @@ pub fn parse_args(mut args: Vec<std::ffi::OsString>) -> Result<Cli, ArgsError> {
         )),
         e => ArgsError::Config(e.to_string()),
     })?;
-    let capture = cmd
-        .find_subcommand("capture")
-        .expect("the capture subcommand exists");
-    let extra = capture_flags_from(capture, sub, &path.display().to_string(), config.capture())?;
+    let command = cmd.find_subcommand(name).expect("the subcommand exists");
+    let (settings, needed): (_, &[&str]) = if name == "capture" {
+        (config.capture(), &["iface", "store"])
+    } else {
+        (
+            config.serve(),
+            &["store", "listen", "cert", "key", "tokens"],
+        )
+    };
+    let extra = capture_flags_from(command, sub, &path.display().to_string(), settings)?;
     // After the subcommand's name: the file's flags are ones the command line lacks.
     let at = args
         .iter()
-        .position(|a| a == "capture")
+        .position(|a| a == name)
         .map_or(args.len(), |i| i + 1);
     args.splice(at..at, extra);
     let m = cmd.try_get_matches_from(&args).map_err(ArgsError::Clap)?;
-    if let Some(("capture", sub)) = m.subcommand() {
-        for (id, key) in [("iface", "iface"), ("store", "store")] {
+    if let Some((_, sub)) = m.subcommand() {
+        for id in needed {
             if !sub.contains_id(id) {
                 return Err(ArgsError::Config(format!(
-                    "--{id} is needed: on the command line, or as `{key}` in the [capture] \
+                    "--{} is needed: on the command line, or as `{id}` in the [{name}] \
                      section of {}",
+                    id.replace('_', "-"),
                     path.display()
                 )));
             }
@@ -104,9 +112,13 @@ fn capture_flags_from(
             .find(|a| a.get_id() == id.as_str())
             .ok_or_else(|| {
                 ArgsError::Config(format!(
-                    "{file}:{}:{}: {}: capture has no flag {} (a capsule-config key without \
+                    "{file}:{}:{}: {}: {} has no flag {} (a capsule-config key without \
                      a flag: a bug)",
-                    s.line, s.column, s.key, s.flag
+                    s.line,
+                    s.column,
+                    s.key,
+                    capture.get_name(),
+                    s.flag
                 ))
             })?;
         if !arg.get_action().takes_values() {
@@ -123,6 +135,11 @@ fn capture_flags_from(
             .clone()
             .no_binary_name(true)
             .try_get_matches_from([flag.as_str(), "--config=-"])
+            .or_else(|e| match e.kind() {
+                // `serve --crl` needs `--client-ca`: checked on the whole command line.
+                clap::error::ErrorKind::MissingRequiredArgument => Ok(Default::default()),
+                _ => Err(e),
+            })
             .map_err(|e| {
                 let text = e.to_string();
                 let first = text.lines().next().unwrap_or_default();
@@ -255,6 +272,32 @@ pub enum TokenCmd {
     /// Make a new random token for USER, print it once, and store only its SHA-256 in FILE
     /// (created 0600). A running server picks it up at its next request.
     Add(TokenAddArgs),
+    /// Remove every token of USER from FILE (a running server refuses them at its next
+    /// request, 401, and audits the attempt).
+    Revoke(TokenRevokeArgs),
+    /// List the tokens of FILE: user, id (the first 12 hex digits of the SHA-256; the hash
+    /// is never shown whole), creation and expiry.
+    List(TokenListArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TokenRevokeArgs {
+    /// The token file.
+    #[arg(long)]
+    pub tokens: PathBuf,
+    /// Whose tokens to remove (all of them).
+    #[arg(long)]
+    pub user: String,
+}
+
+#[derive(Args, Debug)]
+pub struct TokenListArgs {
+    /// The token file.
+    #[arg(long)]
+    pub tokens: PathBuf,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -265,25 +308,28 @@ pub struct TokenAddArgs {
     /// Who the token is for (recorded in the audit log).
     #[arg(long)]
     pub user: String,
+    /// The token stops working this long from now (`90d`, `12h`); default: until revoked.
+    #[arg(long, value_parser = capsule_query::parse_duration)]
+    pub expires: Option<Duration>,
 }
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// The store directory (read only: the writer lock is never taken).
-    #[arg(long)]
+    #[arg(long, required = false, required_unless_present = "config")]
     pub store: PathBuf,
     /// Address to listen on, e.g. 0.0.0.0:8443 (port 0 picks a free one; the address bound
     /// is printed on standard error).
-    #[arg(long)]
+    #[arg(long, required = false, required_unless_present = "config")]
     pub listen: String,
     /// The server's certificate chain (PEM).
-    #[arg(long)]
+    #[arg(long, required = false, required_unless_present = "config")]
     pub cert: PathBuf,
     /// The server's private key (PEM: PKCS#8, PKCS#1 or SEC1).
-    #[arg(long)]
+    #[arg(long, required = false, required_unless_present = "config")]
     pub key: PathBuf,
     /// The token file made by `capsule token add` (re-read when it changes).
-    #[arg(long)]
+    #[arg(long, required = false, required_unless_present = "config")]
     pub tokens: PathBuf,
     /// Mutual TLS: require a client certificate signed by a CA in this PEM file (on top of
     /// the bearer token); its SHA-256 is recorded in the audit log. Re-read when it changes.
@@ -296,7 +342,8 @@ pub struct ServeArgs {
     /// Append one JSON line per request here, fsynced (who, from where, what, outcome).
     #[arg(long)]
     pub audit_log: Option<PathBuf>,
-    /// Queries (packets or flows) running at once, all users together; more get 429.
+    /// Queries (packets, flows or analytics answers) running at once, all users together;
+    /// more get 429.
     #[arg(long, default_value_t = 8)]
     pub max_queries: usize,
     /// Queries running at once for one user; more get 429.
@@ -309,6 +356,11 @@ pub struct ServeArgs {
     /// Time one query may run (e.g. 10m); over it the query is stopped.
     #[arg(long, default_value = "30m", value_parser = capsule_query::parse_duration)]
     pub max_query_time: Duration,
+    /// The config file: its groups and policy answer /v1/top, /v1/matrix, /v1/alerts...
+    /// (never the client's), and its `[serve]` section sets these flags (flags given here
+    /// override it; docs/config.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -553,9 +605,11 @@ pub struct AnswerArgs {
     #[command(flatten)]
     pub q: LocalSelection,
     /// The config file with `[groups]`, `[dscp]` and `[egress]` (the file `capsule capture
-    /// --config` reads).
-    #[arg(long)]
+    /// --config` reads). With --server the server's config answers.
+    #[arg(long, conflicts_with = "server")]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
     /// Print one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -804,8 +858,8 @@ pub struct Selection {
 #[derive(Args, Debug)]
 pub struct LocalSelection {
     /// The store directory.
-    #[arg(long)]
-    pub store: PathBuf,
+    #[arg(long, required_unless_present = "server", conflicts_with = "server")]
+    pub store: Option<PathBuf>,
     /// Start of the window (inclusive): RFC 3339 (`2026-11-30T02:00:00.5Z`), a date
     /// (`2026-11-30`, midnight UTC), Unix seconds, `@NANOS`, `now`, or a duration before now
     /// (`-10m`). Default: the oldest packet held.
@@ -817,6 +871,30 @@ pub struct LocalSelection {
     pub to: Option<capsule_query::TimeArg>,
     /// Filter, e.g. `host 10.1.2.3 and tcp port 443`, `dscp ef and not net 10.40.0.0/24`.
     pub filter: Vec<String>,
+}
+
+/// `--server` and its options for the analytics commands. The client certificate is
+/// `--client-cert`/`--client-key` here: `top --key` is taken.
+#[derive(Args, Debug)]
+pub struct RemoteArgs {
+    /// Ask a `capsule serve` (https://HOST:PORT) instead of a local store: the same answer
+    /// as the local command, from the server's store and config (docs/api.md).
+    #[arg(long, value_name = "URL", requires = "token_file")]
+    pub server: Option<String>,
+    /// With --server: a file holding the bearer token (`capsule token add` printed it).
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub token_file: Option<PathBuf>,
+    /// With --server: CA certificates (PEM) to verify the server with. Default: the
+    /// system's.
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub ca: Option<PathBuf>,
+    /// With --server: a client certificate (PEM) for a server that asks for one (mutual
+    /// TLS, `serve --client-ca`).
+    #[arg(long, value_name = "FILE", requires_all = ["server", "client_key"])]
+    pub client_cert: Option<PathBuf>,
+    /// With --client-cert: its private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
 }
 
 /// A time on the command line, relative forms resolved against the wall clock now.
@@ -1034,6 +1112,90 @@ mod tests {
         let f = dir.path().join("capsule.toml");
         std::fs::write(&f, text).unwrap();
         f.display().to_string()
+    }
+
+    fn serve(list: &[&str]) -> Result<ServeArgs, String> {
+        match parse_args(args(list)) {
+            Ok(Cli { cmd: Cmd::Serve(a) }) => Ok(a),
+            Ok(other) => panic!("not serve: {other:?}"),
+            Err(ArgsError::Config(m)) => Err(m),
+            Err(ArgsError::Clap(e)) => Err(e.to_string()),
+        }
+    }
+
+    #[test]
+    fn every_serve_flag_has_a_config_key_and_every_key_a_flag() {
+        let cmd = Cli::command();
+        let serve = cmd.find_subcommand("serve").unwrap();
+        let mut flags: Vec<String> = serve
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .filter(|f| f != "--help" && f != "--config")
+            .collect();
+        let mut keys: Vec<String> = capsule_config::SERVE_KEYS
+            .iter()
+            .map(|(k, f, _)| {
+                assert_eq!(f.trim_start_matches("--").replace('-', "_"), *k);
+                f.to_string()
+            })
+            .collect();
+        flags.sort();
+        keys.sort();
+        assert_eq!(flags, keys);
+    }
+
+    #[test]
+    fn the_serve_section_fills_in_flags_and_the_command_line_overrides_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(
+            &dir,
+            "[groups]\na = []\n[serve]\nstore = \"/srv/capsule\"\nlisten = \"127.0.0.1:8443\"\n\
+             cert = \"srv.pem\"\nkey = \"srv.key\"\ntokens = \"tokens\"\n\
+             client_ca = \"ca.pem\"\ncrl = [\"a.crl\", \"b.crl\"]\nmax_queries = 3\n\
+             max_bytes_per_query = \"1G\"\nmax_query_time = \"5m\"\n",
+        );
+        let a = serve(&["serve", "--config", &f]).unwrap();
+        assert_eq!(a.store, PathBuf::from("/srv/capsule"));
+        assert_eq!(a.listen, "127.0.0.1:8443");
+        assert_eq!(a.crl, vec![PathBuf::from("a.crl"), PathBuf::from("b.crl")]);
+        assert_eq!(a.max_queries, 3);
+        assert_eq!(a.max_queries_per_user, 2);
+        assert_eq!(a.max_bytes_per_query, 1 << 30);
+        assert_eq!(a.max_query_time, Duration::from_secs(300));
+        assert_eq!(a.config.as_deref(), Some(Path::new(&f)));
+        let a = serve(&[
+            "serve",
+            "--config",
+            &f,
+            "--listen",
+            "[::1]:9",
+            "--max-queries=7",
+        ])
+        .unwrap();
+        assert_eq!(a.listen, "[::1]:9");
+        assert_eq!(a.max_queries, 7);
+        // A value its flag refuses names the file, line and key.
+        let bad = file(
+            &dir,
+            "[serve]\nlisten = \"x:1\"\nmax_query_time = \"soon\"\n",
+        );
+        let e = serve(&["serve", "--config", &bad]).unwrap_err();
+        assert!(
+            e.contains(":3:")
+                && e.contains("serve.max_query_time")
+                && e.contains("--max-query-time"),
+            "{e}"
+        );
+        // What neither gives is named with its key.
+        let part = file(&dir, "[serve]\nlisten = \"x:1\"\n");
+        let e = serve(&["serve", "--config", &part]).unwrap_err();
+        assert!(
+            e.contains("--store is needed") && e.contains("[serve]"),
+            "{e}"
+        );
+        let unknown = file(&dir, "[serve]\nlisten = \"x:1\"\nport = 3\n");
+        let e = serve(&["serve", "--config", &unknown]).unwrap_err();
+        assert!(e.contains(":3:") && e.contains("serve.port"), "{e}");
     }
 
     #[test]

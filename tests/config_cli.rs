@@ -322,3 +322,39 @@ fn capture_refuses_a_bad_file_value_with_its_line() {
     );
     assert!(err.contains("ring_size"), "{err}");
 }
+
+#[test]
+fn a_serve_section_is_listed_with_its_flags_and_a_bad_one_names_its_line() {
+    let d = tempfile::tempdir().unwrap();
+    let f = write(
+        d.path(),
+        "serve.toml",
+        "[serve]\nlisten = \"0.0.0.0:8443\"\ncrl = [\"a.crl\", \"b.crl\"]\nmax_queries = 4\n",
+    );
+    let (code, out, err) = check(&[], &f);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("serve (4 settings"), "{out}");
+    for flag in ["--listen", "--crl", "--max-queries"] {
+        assert!(out.contains(flag), "{out}");
+    }
+    let (code, out, _) = check(&["--json"], &f);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["serve"][2]["key"], "serve.crl[1]");
+    assert_eq!(v["serve"][2]["flag"], "--crl");
+    let bad = write(
+        d.path(),
+        "bad.toml",
+        "[serve]\nlisten = \"x\"\nmax_queries = -1\n",
+    );
+    let (code, _, err) = check(&[], &bad);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains(":3:") && err.contains("serve.max_queries"),
+        "{err}"
+    );
+    // A file without the section lists none (and its JSON has no `serve` key).
+    let plain = write(d.path(), "plain.toml", "[groups]\na = [\"10.0.0.0/8\"]\n");
+    let (_, out, _) = check(&[], &plain);
+    assert!(!out.contains("serve"), "{out}");
+}

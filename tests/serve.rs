@@ -441,6 +441,13 @@ fn concurrency_limits_answer_429_and_a_gone_client_frees_its_query_at_once() {
     let c = s.get("/v1/flows", Some(&carol));
     assert_eq!(c.status, 429);
     assert!(error_of(&c).contains("--max-queries)"), "{}", error_of(&c));
+    // The analytics answers count against the same limits.
+    let c = s.get("/v1/top", Some(&carol));
+    assert_eq!(c.status, 429);
+    assert!(error_of(&c).contains("--max-queries)"), "{}", error_of(&c));
+    let again = s.get("/v1/dscp", Some(&alice));
+    assert_eq!(again.status, 429);
+    assert!(error_of(&again).contains("--max-queries-per-user"));
 
     // Alice's client goes away: her query is freed at once.
     a.kill().unwrap();
@@ -890,4 +897,405 @@ fn mutual_tls_refuses_no_certificate_another_ca_and_a_revoked_one_reloading_the_
             .as_str()
             .is_some_and(|h| h.len() == 64)));
     assert_ne!(ok[0]["client_cert_sha256"], ok[1]["client_cert_sha256"]);
+}
+
+/// The config of synth's scenario (groups, DSCP and egress policy) from its truth file, as
+/// tests/analytics.rs writes it.
+fn scenario_config(dir: &Path) -> PathBuf {
+    let truth: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("truth.json")).unwrap()).unwrap();
+    let facts = &truth["facts"];
+    let gpu: Vec<String> = facts["gpu_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| format!("\"{}\"", h.as_str().unwrap()))
+        .collect();
+    let config = dir.join("capsule.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[groups]\nvoice = [\"{}\"]\ngpu = [{}]\nstorage = [\"{}\"]\n\
+             model-store = [\"{}\"]\n\n[dscp]\nef = [\"voice\"]\n\n\
+             [egress]\nmodel-store = [\"storage\"]\n",
+            facts["ef_allow_list"][0].as_str().unwrap(),
+            gpu.join(", "),
+            facts["storage_subnet"].as_str().unwrap(),
+            facts["exfil"]["src"].as_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    config
+}
+
+#[test]
+fn analytics_with_server_give_the_local_output_table_and_json() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "20M");
+    let config = scenario_config(d.path());
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let token_file = d.path().join("alice.token");
+    std::fs::write(&token_file, format!("{t}\n")).unwrap();
+    let s = start(d.path(), &store, &tokens, &["--config", p(&config)]);
+    let url = format!("https://{}", s.addr);
+    let cases: &[&[&str]] = &[
+        &["top"],
+        &[
+            "top", "--key", "src", "--by", "packets", "--limit", "3", "udp",
+        ],
+        &[
+            "top",
+            "--key",
+            "group",
+            "--from",
+            "2026-11-30T02:00:00.5Z",
+            "--to",
+            "+1s",
+        ],
+        &["top", "--key", "dscp", "--to", "1796004001"],
+        &["tcp"],
+        &[
+            "tcp",
+            "--interval",
+            "1s",
+            "tcp",
+            "and",
+            "not",
+            "port",
+            "443",
+        ],
+        &["dscp"],
+        &["dscp", "--from", "2026-11-30T02:00:01Z"],
+        &["matrix"],
+        &["matrix", "--by", "flows"],
+        &["stragglers", "--group", "gpu", "--interval", "1s"],
+        &[
+            "stragglers",
+            "--group",
+            "gpu",
+            "--interval",
+            "1s",
+            "--ratio",
+            "0.9",
+            "--min-bytes",
+            "1000",
+        ],
+        &["alerts"],
+    ];
+    for case in cases {
+        for (json, columns) in [(true, None), (false, None), (false, Some("80"))] {
+            let mut local = capsule();
+            local
+                .args(&case[..1])
+                .args(["--store", p(&store), "--config", p(&config)])
+                .args(&case[1..]);
+            let mut remote = capsule();
+            remote
+                .args(&case[..1])
+                .args(["--server", &url, "--token-file", p(&token_file)])
+                .args(["--ca", p(&s.ca)])
+                .args(&case[1..]);
+            for c in [&mut local, &mut remote] {
+                if json {
+                    c.arg("--json");
+                }
+                match columns {
+                    Some(w) => c.env("COLUMNS", w),
+                    None => c.env_remove("COLUMNS"),
+                };
+            }
+            let want = run_ok(&mut local);
+            let got = run_ok(&mut remote);
+            assert!(!want.stdout.is_empty());
+            assert!(
+                got.stdout == want.stdout,
+                "{case:?} json={json} columns={columns:?}: --server differs from local\n\
+                 local:\n{}\nremote:\n{}",
+                stdout_str(&want),
+                stdout_str(&got)
+            );
+        }
+    }
+    // The endpoint itself answers the --json document.
+    let g = s.get("/v1/dscp", Some(&t));
+    assert_eq!(g.status, 200);
+    let want = run_ok(capsule().args([
+        "dscp",
+        "--store",
+        p(&store),
+        "--config",
+        p(&config),
+        "--json",
+    ]));
+    assert!(g.body == want.stdout, "GET /v1/dscp is dscp --json");
+    // Bad parameters: 400 naming the parameter; the client's config is never taken.
+    for (path, names) in [
+        ("/v1/top?key=nope", "key"),
+        ("/v1/top?limit=-3", "limit"),
+        ("/v1/tcp?interval=1500ms", "interval"),
+        ("/v1/stragglers?group=gpu&ratio=half", "ratio"),
+        ("/v1/top?config=%2Fetc%2Fcapsule.toml", "config"),
+        ("/v1/top?store=%2Ftmp", "store"),
+        ("/v1/matrix?format=xml", "format"),
+        ("/v1/top?format=text&width=3", "width"),
+        ("/v1/dscp?filter=host+nope", "filter"),
+        ("/v1/stragglers?group=nosuch", "nosuch"),
+        ("/v1/stragglers", "group"),
+    ] {
+        let g = s.get(path, Some(&t));
+        assert_eq!(g.status, 400, "{path}");
+        let e = error_of(&g);
+        assert!(e.contains(names), "{path}: the message names {names}: {e}");
+    }
+    // The server's config edited into something invalid: the server's fault, 500, with
+    // the file's line; restored, answers come back.
+    let good = std::fs::read(&config).unwrap();
+    std::fs::write(&config, "[groups]\ngpu = [\"10.1.2.300\"]\n").unwrap();
+    let g = s.get("/v1/dscp", Some(&t));
+    assert_eq!(g.status, 500);
+    let e = error_of(&g);
+    assert!(e.contains("config") && e.contains(":2:"), "{e}");
+    std::fs::write(&config, &good).unwrap();
+    assert_eq!(s.get("/v1/dscp", Some(&t)).status, 200);
+    // A flag value cannot smuggle in another flag.
+    let g = s.get("/v1/top?limit=3+--config%3D%2Fetc%2Fpasswd", Some(&t));
+    assert_eq!(g.status, 400);
+    // No token: refused with nothing else.
+    let g = s.get("/v1/top", None);
+    assert_eq!(g.status, 401);
+    error_of(&g);
+    // Each answer is audited as the user, with its parameters and bytes.
+    let audit = s.audit_lines();
+    let tops: Vec<&serde_json::Value> = audit
+        .iter()
+        .filter(|r| r["endpoint"] == "/v1/top" && r["status"] == 200)
+        .collect();
+    assert!(
+        tops.len() >= 12,
+        "every top answered is audited: {}",
+        tops.len()
+    );
+    assert!(tops
+        .iter()
+        .all(|r| r["user"] == "alice" && r["bytes"].as_u64() > Some(0)));
+    assert!(tops
+        .iter()
+        .any(|r| r["params"]["key"] == "src" && r["params"]["limit"] == "3"));
+    assert!(audit
+        .iter()
+        .any(|r| r["endpoint"] == "/v1/top" && r["status"] == 400 && r["user"] == "alice"));
+    assert!(audit
+        .iter()
+        .any(|r| r["endpoint"] == "/v1/top" && r["status"] == 401 && r["user"].is_null()));
+}
+
+#[test]
+fn analytics_without_a_server_config_or_over_a_limit_are_refused_with_the_reason() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "5M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let s = start(d.path(), &store, &tokens, &["--max-bytes-per-query", "200"]);
+    for path in [
+        "/v1/matrix",
+        "/v1/alerts",
+        "/v1/stragglers?group=gpu",
+        "/v1/top?key=group",
+    ] {
+        let g = s.get(path, Some(&t));
+        assert_eq!(g.status, 400, "{path}");
+        let e = error_of(&g);
+        assert!(e.contains("no config"), "{path}: {e}");
+    }
+    let g = s.get("/v1/top", Some(&t));
+    assert_eq!(g.status, 413);
+    assert!(error_of(&g).contains("--max-bytes-per-query"));
+    let last = s.audit_lines().pop().unwrap();
+    assert_eq!(last["status"], 413);
+    assert_eq!(last["endpoint"], "/v1/top");
+}
+
+#[test]
+fn a_revoked_or_expired_token_gets_401_and_is_audited() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "5M");
+    let tokens = d.path().join("tokens");
+    let a = add_token(&tokens, "alice");
+    let a2 = add_token(&tokens, "alice");
+    let b = add_token(&tokens, "bob");
+    let e = stdout_str(&run_ok(capsule().args([
+        "token",
+        "add",
+        "--tokens",
+        p(&tokens),
+        "--user",
+        "carol",
+        "--expires",
+        "90d",
+    ])))
+    .trim()
+    .to_string();
+    let s = start(d.path(), &store, &tokens, &[]);
+    for tok in [&a, &a2, &b, &e] {
+        assert_eq!(s.get("/v1/status", Some(tok)).status, 200);
+    }
+    // The list: users, ids and times, never a hash in full.
+    let listed = run_ok(capsule().args(["token", "list", "--tokens", p(&tokens), "--json"]));
+    let v: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let list = v["tokens"].as_array().unwrap();
+    let users: Vec<&str> = list.iter().map(|x| x["user"].as_str().unwrap()).collect();
+    assert_eq!(users, ["alice", "alice", "bob", "carol"]);
+    assert!(list[3]["expires"].is_string() && list[0]["expires"].is_null());
+    let file = std::fs::read_to_string(&tokens).unwrap();
+    let text = stdout_str(&run_ok(capsule().args([
+        "token",
+        "list",
+        "--tokens",
+        p(&tokens),
+    ])));
+    for line in file.lines() {
+        let l: serde_json::Value = serde_json::from_str(line).unwrap();
+        let h = l["sha256"].as_str().unwrap();
+        assert!(text.contains(&h[..12]), "{text}");
+        assert!(
+            !text.contains(&h[..13]),
+            "no more of the hash than the id: {text}"
+        );
+        assert!(!stdout_str(&listed).contains(&h[..13]));
+    }
+    assert!(text.contains("never") && text.contains("carol"), "{text}");
+
+    // Revoked while the server runs: refused at the next request, audited.
+    let o = run_ok(capsule().args(["token", "revoke", "--tokens", p(&tokens), "--user", "alice"]));
+    assert!(
+        stdout_str(&o).contains("revoked 2 tokens of alice"),
+        "{}",
+        stdout_str(&o)
+    );
+    for tok in [&a, &a2] {
+        let g = s.get("/v1/status", Some(tok));
+        assert_eq!(g.status, 401);
+        assert_eq!(error_of(&g), "the bearer token is not valid");
+    }
+    assert_eq!(s.get("/v1/status", Some(&b)).status, 200);
+    let audit = s.audit_lines();
+    let refused: Vec<_> = audit.iter().filter(|r| r["status"] == 401).collect();
+    assert_eq!(refused.len(), 2);
+    assert!(refused
+        .iter()
+        .all(|r| r["outcome"].as_str().unwrap().contains("revoked") && r["user"].is_null()));
+    // Revoking a user with no token is an error.
+    let o = run(capsule().args(["token", "revoke", "--tokens", p(&tokens), "--user", "alice"]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr_str(&o).contains("no token of user \"alice\""));
+
+    // An expired line: refused, and the audit log says whose it was.
+    let old = "c".repeat(64);
+    let digest = sh_ok(&format!("printf %s {old} | sha256sum | cut -c1-64"));
+    let line = format!(
+        "{{\"user\":\"dave\",\"sha256\":\"{}\",\"expires\":\"2020-01-01T00:00:00Z\"}}\n",
+        String::from_utf8(digest).unwrap().trim()
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&tokens)
+        .unwrap();
+    std::io::Write::write_all(&mut f, line.as_bytes()).unwrap();
+    drop(f);
+    let g = s.get("/v1/status", Some(&old));
+    assert_eq!(g.status, 401);
+    let last = s.audit_lines().pop().unwrap();
+    assert_eq!(last["user"], "dave");
+    assert_eq!(last["outcome"], "unauthorized: expired token");
+    assert_eq!(
+        s.get("/v1/status", Some(&e)).status,
+        200,
+        "carol's has 90 days left"
+    );
+}
+
+#[test]
+fn serve_takes_its_flags_from_the_config_file_and_names_a_bad_key() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "5M");
+    let pki = make_pki(d.path());
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let audit = d.path().join("audit.jsonl");
+    let groups = std::fs::read_to_string(scenario_config(d.path())).unwrap();
+    let config = d.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{groups}\n[serve]\nstore = \"{}\"\nlisten = \"127.0.0.1:1\"\ncert = \"{}\"\n\
+             key = \"{}\"\ntokens = \"{}\"\naudit_log = \"{}\"\nmax_queries_per_user = 1\n",
+            p(&store),
+            p(&pki.cert),
+            p(&pki.key),
+            p(&tokens),
+            p(&audit)
+        ),
+    )
+    .unwrap();
+    // --listen on the command line overrides the file's.
+    let mut child = capsule()
+        .args(["serve", "--config", p(&config), "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("capsule serve: listening on https://")
+        .unwrap_or_else(|| panic!("expected the bound address, found {line:?}"))
+        .to_string();
+    let s = Server {
+        child,
+        addr,
+        ca: pki.ca.clone(),
+        audit,
+        dir: d.path().to_path_buf(),
+    };
+    // The groups of the same file answer the matrix.
+    let g = s.get("/v1/matrix", Some(&t));
+    assert_eq!(g.status, 200, "{}", String::from_utf8_lossy(&g.body));
+    let want = run_ok(capsule().args([
+        "matrix",
+        "--store",
+        p(&store),
+        "--config",
+        p(&config),
+        "--json",
+    ]));
+    assert!(g.body == want.stdout);
+    assert_eq!(s.audit_lines().len(), 1, "the file's audit_log is used");
+    drop(s);
+
+    // A bad value names the file, line and key; an unknown key too; exit 2 before serving.
+    for (text, want) in [
+        (
+            "[serve]\nstore = \"/x\"\nmax_queries = \"many\"\n",
+            "serve.max_queries",
+        ),
+        (
+            "[serve]\nstore = \"/x\"\nmax_query_time = \"soon\"\n",
+            "serve.max_query_time",
+        ),
+        (
+            "[serve]\nstore = \"/x\"\nlisen = \"127.0.0.1:0\"\n",
+            "serve.lisen",
+        ),
+    ] {
+        let bad = d.path().join("bad.toml");
+        std::fs::write(&bad, text).unwrap();
+        let o = run(capsule().args(["serve", "--config", p(&bad)]));
+        assert_eq!(o.status.code(), Some(2), "{text}");
+        let e = stderr_str(&o);
+        assert!(e.contains(":3:") && e.contains(want), "{text}: {e}");
+    }
 }

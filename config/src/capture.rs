@@ -24,6 +24,8 @@ pub enum CaptureType {
     Queues,
     /// A boolean (a switch such as `--take-interface`).
     Switch,
+    /// A string or an array of strings: the flag once per string (`serve --crl`).
+    TextList,
 }
 
 /// Every key of `[capture]`, with the flag it stands for and its type, in `--help` order.
@@ -50,7 +52,33 @@ pub const CAPTURE_KEYS: &[(&str, &str, CaptureType)] = &[
     ("json", "--json", CaptureType::Switch),
 ];
 
-/// One `[capture]` key: the flag it sets and the value as that flag's text.
+/// Every key of `[serve]`, with the `capsule serve` flag it stands for and its type.
+pub const SERVE_KEYS: &[(&str, &str, CaptureType)] = &[
+    ("store", "--store", CaptureType::Text),
+    ("listen", "--listen", CaptureType::Text),
+    ("cert", "--cert", CaptureType::Text),
+    ("key", "--key", CaptureType::Text),
+    ("tokens", "--tokens", CaptureType::Text),
+    ("client_ca", "--client-ca", CaptureType::Text),
+    ("crl", "--crl", CaptureType::TextList),
+    ("audit_log", "--audit-log", CaptureType::Text),
+    ("max_queries", "--max-queries", CaptureType::Count),
+    (
+        "max_queries_per_user",
+        "--max-queries-per-user",
+        CaptureType::Count,
+    ),
+    (
+        "max_bytes_per_query",
+        "--max-bytes-per-query",
+        CaptureType::TextOrCount,
+    ),
+    ("max_query_time", "--max-query-time", CaptureType::Text),
+];
+
+/// One `[capture]` (or `[serve]`) key: the flag it sets and the value as that flag's text.
+/// A `[serve]` list (`crl = ["a.pem", "b.pem"]`) is one setting per element
+/// (`serve.crl[0]`, ...).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CaptureSetting {
     /// The key's dotted path, `capture.ring_size`.
@@ -64,21 +92,53 @@ pub struct CaptureSetting {
     pub column: usize,
 }
 
-/// The `[capture]` table, in file order.
+/// A table of flag settings (`[capture]` with [`CAPTURE_KEYS`], `[serve]` with
+/// [`SERVE_KEYS`]), in file order.
 pub(crate) fn parse(
     src: &Src<'_>,
     path: &str,
     table: &DeTable<'_>,
+    keys: &[(&str, &'static str, CaptureType)],
 ) -> Result<Vec<CaptureSetting>, ConfigError> {
-    let names: Vec<&str> = CAPTURE_KEYS.iter().map(|(k, _, _)| *k).collect();
+    let names: Vec<&str> = keys.iter().map(|(k, _, _)| *k).collect();
     src.only_keys(path, table, &names)?;
     let mut out = Vec::new();
     for (k, v) in table {
         let name = k.get_ref().as_ref();
         let key = join(path, name);
-        let Some(&(_, flag, ty)) = CAPTURE_KEYS.iter().find(|(n, _, _)| *n == name) else {
+        let Some(&(_, flag, ty)) = keys.iter().find(|(n, _, _)| *n == name) else {
             continue;
         };
+        if ty == CaptureType::TextList {
+            let items: Vec<(String, &toml::Spanned<DeValue<'_>>)> = match v.get_ref() {
+                DeValue::Array(a) => a
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (format!("{key}[{i}]"), e))
+                    .collect(),
+                _ => vec![(key.clone(), v)],
+            };
+            for (key, e) in items {
+                let DeValue::String(s) = e.get_ref() else {
+                    return Err(src.err(
+                        e.span(),
+                        &key,
+                        ErrorKind::WrongType,
+                        "a string or an array of strings",
+                        src.found(e),
+                    ));
+                };
+                let (line, column) = line_col(src.text, e.span().start);
+                out.push(CaptureSetting {
+                    key,
+                    flag,
+                    value: s.to_string(),
+                    line,
+                    column,
+                });
+            }
+            continue;
+        }
         let wrong =
             |expected: &str| src.err(v.span(), &key, ErrorKind::WrongType, expected, src.found(v));
         let count = |v: &DeValue<'_>| -> Option<String> {
@@ -136,6 +196,7 @@ pub(crate) fn parse(
                 ))
             }
             (CaptureType::Switch, _) => return Err(wrong("true or false")),
+            (CaptureType::TextList, _) => return Err(wrong("a string or an array of strings")),
         };
         let (line, column) = line_col(src.text, v.span().start);
         out.push(CaptureSetting {

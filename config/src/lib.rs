@@ -11,6 +11,8 @@
 //!   -> [capture] capture.rs: one key per `capsule capture` flag, kept as the flag's text
 //!      with its line (the binary parses it with the flag's own parser)
 //!   -> [alerts] alerts.rs: AlertRules (each rule's thresholds, defaults for the rest)
+//!   -> [serve] capture.rs too: one key per `capsule serve` flag, kept as text like
+//!      [capture]
 //!   -> Config; any problem: ConfigError::Invalid naming file:line:column, the dotted key
 //!      (`groups.gpu[2]`), what was expected and what was found
 //! ```
@@ -38,7 +40,7 @@ use serde::Serialize;
 use toml::de::DeTable;
 
 pub use alerts::{AlertRules, RULES as ALERT_RULES};
-pub use capture::{CaptureSetting, CaptureType, CAPTURE_KEYS};
+pub use capture::{CaptureSetting, CaptureType, CAPTURE_KEYS, SERVE_KEYS};
 pub use dscp::{dscp_name, parse_dscp, DscpRule};
 pub use egress::EgressRule;
 pub use error::{line_col, ConfigError, ErrorKind, Invalid};
@@ -48,13 +50,14 @@ pub use hours::WorkHours;
 use walk::Src;
 
 /// The sections a config file may have, in the order they are read.
-pub const SECTIONS: [&str; 6] = [
+pub const SECTIONS: [&str; 7] = [
     "groups",
     "dscp",
     "egress",
     "work_hours",
     "capture",
     "alerts",
+    "serve",
 ];
 
 /// A validated config file.
@@ -66,6 +69,7 @@ pub struct Config {
     work_hours: Option<WorkHours>,
     capture: Vec<CaptureSetting>,
     alerts: AlertRules,
+    serve: Vec<CaptureSetting>,
 }
 
 impl Config {
@@ -112,7 +116,7 @@ impl Config {
                 v,
                 "a table of capture settings (iface, store, ...)",
             )?;
-            c.capture = capture::parse(&src, "capture", t)?;
+            c.capture = capture::parse(&src, "capture", t, CAPTURE_KEYS)?;
         }
         if let Some(v) = doc.get("alerts") {
             let t = src.table(
@@ -121,6 +125,10 @@ impl Config {
                 "a table of alert thresholds (egress_bytes, ...)",
             )?;
             c.alerts = AlertRules::parse(&src, "alerts", t, &c.groups)?;
+        }
+        if let Some(v) = doc.get("serve") {
+            let t = src.table("serve", v, "a table of serve settings (listen, cert, ...)")?;
+            c.serve = capture::parse(&src, "serve", t, SERVE_KEYS)?;
         }
         Ok(c)
     }
@@ -164,6 +172,12 @@ impl Config {
         &self.capture
     }
 
+    /// The `[serve]` settings, in file order: each a `capsule serve` flag and its value as
+    /// that flag's text (a list is one setting per element).
+    pub fn serve(&self) -> &[CaptureSetting] {
+        &self.serve
+    }
+
     /// The `[alerts]` thresholds (every one at its default when the file has no section).
     pub fn alerts(&self) -> &AlertRules {
         &self.alerts
@@ -179,6 +193,8 @@ struct ConfigJson<'a> {
     work_hours: Option<&'a WorkHours>,
     capture: &'a [CaptureSetting],
     alerts: &'a AlertRules,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    serve: &'a [CaptureSetting],
 }
 
 #[derive(Serialize)]
@@ -221,6 +237,7 @@ impl Serialize for Config {
             work_hours: self.work_hours.as_ref(),
             capture: &self.capture,
             alerts: &self.alerts,
+            serve: &self.serve,
         }
         .serialize(s)
     }

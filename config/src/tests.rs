@@ -697,3 +697,48 @@ mod never_panics {
         }
     }
 }
+
+#[test]
+fn serve_settings_keep_the_flag_text_and_a_list_is_one_setting_per_element() {
+    let c = ok("[serve]\nlisten = \"0.0.0.0:8443\"\nmax_queries = 4\nmax_bytes_per_query = \"10G\"\ncrl = [\"a.pem\", \"b.pem\"]\nclient_ca = \"ca.pem\"\n");
+    let got: Vec<(&str, &str, &str, usize)> = c
+        .serve()
+        .iter()
+        .map(|s| (s.key.as_str(), s.flag, s.value.as_str(), s.line))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("serve.listen", "--listen", "0.0.0.0:8443", 2),
+            ("serve.max_queries", "--max-queries", "4", 3),
+            (
+                "serve.max_bytes_per_query",
+                "--max-bytes-per-query",
+                "10G",
+                4
+            ),
+            ("serve.crl[0]", "--crl", "a.pem", 5),
+            ("serve.crl[1]", "--crl", "b.pem", 5),
+            ("serve.client_ca", "--client-ca", "ca.pem", 6),
+        ]
+    );
+    let c = ok("[serve]\ncrl = \"one.pem\"\n");
+    assert_eq!(c.serve()[0].key, "serve.crl");
+    assert!(ok("").serve().is_empty());
+}
+
+#[test]
+fn serve_keys_and_types_are_checked() {
+    let e = err("[serve]\nlisten = \"x:1\"\nmax-queries = 3\n");
+    let s = e.to_string();
+    assert!(s.contains(":3:") && s.contains("serve.max-queries"), "{s}");
+    let e = err("[serve]\nlisten = 8443\n");
+    let s = e.to_string();
+    assert!(
+        s.contains(":2:") && s.contains("serve.listen") && s.contains("a string"),
+        "{s}"
+    );
+    let e = err("[serve]\ncrl = [\"a.pem\", 3]\n");
+    let s = e.to_string();
+    assert!(s.contains("serve.crl[1]"), "{s}");
+}

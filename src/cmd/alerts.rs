@@ -10,16 +10,26 @@ use crate::cli::AlertsArgs;
 use crate::table::{Column, Table};
 
 pub fn run(a: &AlertsArgs) -> Result<ExitCode> {
+    if a.a.remote.server.is_some() {
+        let flags: Vec<(&str, String)> = vec![];
+        return super::remote_answer(&a.a, "alerts", &flags);
+    }
+    super::print_rendered(&render(a, crate::table::output_width())?)
+}
+
+/// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
+pub(super) fn render(a: &AlertsArgs, width: Option<usize>) -> Result<super::Rendered> {
     let ans = super::answer(&a.a, Some("alerts"))?;
     let config = ans.config.as_ref().expect("answer() requires the config");
     let list = evaluate(&ans.input, config)?;
-    let lines = table(&list);
-    super::print_answer(
+    let lines = table(&list, width);
+    super::render_answer(
         &ans,
         a.a.json,
         "alerts",
         serde_json::json!({ "alerts": list }),
         lines,
+        width,
     )
 }
 
@@ -37,7 +47,7 @@ pub(super) fn evaluate(
 }
 
 /// The human table: one row per alert, its summary and query under it.
-pub(super) fn table(list: &[Alert]) -> Vec<String> {
+pub(super) fn table(list: &[Alert], width: Option<usize>) -> Vec<String> {
     if list.is_empty() {
         return vec!["alerts: none".into()];
     }
@@ -58,7 +68,7 @@ pub(super) fn table(list: &[Alert]) -> Vec<String> {
         ]);
     }
     let mut lines = vec![format!("alerts: {}", list.len())];
-    lines.extend(t.render(crate::table::output_width()));
+    lines.extend(t.render(width));
     lines.push(String::new());
     for (i, x) in list.iter().enumerate() {
         lines.push(format!("{}. [{}] {}", i + 1, x.rule, x.summary));

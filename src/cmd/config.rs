@@ -133,5 +133,15 @@ fn summary(out: &mut impl Write, file: &str, c: &Config) -> std::io::Result<()> 
             writeln!(out, "  {:<16}  {}", s.flag, s.value)?;
         }
     }
+    if !c.serve().is_empty() {
+        writeln!(
+            out,
+            "serve ({} settings; flags on the command line override them):",
+            c.serve().len()
+        )?;
+        for s in c.serve() {
+            writeln!(out, "  {:<22}  {}", s.flag, s.value)?;
+        }
+    }
     Ok(())
 }

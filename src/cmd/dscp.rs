@@ -10,9 +10,17 @@ use crate::table::{Column, Table};
 use crate::units;
 
 pub fn run(a: &DscpArgs) -> Result<ExitCode> {
+    if a.a.remote.server.is_some() {
+        let flags: Vec<(&str, String)> = vec![];
+        return super::remote_answer(&a.a, "dscp", &flags);
+    }
+    super::print_rendered(&render(a, crate::table::output_width())?)
+}
+
+/// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
+pub(super) fn render(a: &DscpArgs, width: Option<usize>) -> Result<super::Rendered> {
     let ans = super::answer(&a.a, None)?;
     let d = dscp::dscp(&ans.input, ans.policy());
-    let width = crate::table::output_width();
     let mut t = Table::new(vec![
         Column::right("dscp", 9),
         Column::left("name", 9),
@@ -94,5 +102,12 @@ pub fn run(a: &DscpArgs) -> Result<ExitCode> {
         }
         lines.extend(t.render(width));
     }
-    super::print_answer(&ans, a.a.json, "dscp", serde_json::to_value(&d)?, lines)
+    super::render_answer(
+        &ans,
+        a.a.json,
+        "dscp",
+        serde_json::to_value(&d)?,
+        lines,
+        width,
+    )
 }

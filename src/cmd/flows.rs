@@ -28,7 +28,8 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             "/v1/flows?{}&sort={sort}&limit={limit}",
             super::remote::selection_params(args)?
         );
-        super::remote::get(args, &path, &mut std::io::stdout().lock(), false)?;
+        let remote = args.remote().expect("called with --server");
+        super::remote::get(&remote, &path, &mut std::io::stdout().lock(), false)?;
         return Ok(ExitCode::SUCCESS);
     }
     let q = args.query()?;

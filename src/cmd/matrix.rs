@@ -10,6 +10,15 @@ use crate::table::{Column, Table};
 use crate::units;
 
 pub fn run(a: &MatrixArgs) -> Result<ExitCode> {
+    if a.a.remote.server.is_some() {
+        let flags: Vec<(&str, String)> = vec![("by", super::value_name(&a.by))];
+        return super::remote_answer(&a.a, "matrix", &flags);
+    }
+    super::print_rendered(&render(a, crate::table::output_width())?)
+}
+
+/// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
+pub(super) fn render(a: &MatrixArgs, width: Option<usize>) -> Result<super::Rendered> {
     let ans = super::answer(&a.a, Some("matrix"))?;
     let by = match a.by {
         MatrixBy::Bytes => By::Bytes,
@@ -51,7 +60,7 @@ pub fn run(a: &MatrixArgs) -> Result<ExitCode> {
         }
         t.push(row);
     }
-    let mut lines = t.render(crate::table::output_width());
+    let mut lines = t.render(width);
     lines.push(format!(
         "total {} bytes, {} packets, {} flows; ! marks traffic the egress policy does not allow",
         m.total.bytes, m.total.packets, m.total.flows
@@ -74,5 +83,12 @@ pub fn run(a: &MatrixArgs) -> Result<ExitCode> {
             ));
         }
     }
-    super::print_answer(&ans, a.a.json, "matrix", serde_json::to_value(&m)?, lines)
+    super::render_answer(
+        &ans,
+        a.a.json,
+        "matrix",
+        serde_json::to_value(&m)?,
+        lines,
+        width,
+    )
 }

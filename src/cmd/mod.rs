@@ -8,7 +8,7 @@
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::cli::{Cli, Cmd, Selection};
 
@@ -110,8 +110,21 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Verify(a) => verify::run(&a),
         Cmd::Config(c) => config::run(&c),
         Cmd::Serve(a) => serve::run(&a),
+        Cmd::Token(crate::cli::TokenCmd::Revoke(a)) => {
+            let n = crate::tokens::revoke(&a.tokens, &a.user)?;
+            println!(
+                "revoked {n} token{} of {} in {} (a running server refuses {} at its next \
+                 request)",
+                if n == 1 { "" } else { "s" },
+                a.user,
+                a.tokens.display(),
+                if n == 1 { "it" } else { "them" }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Token(crate::cli::TokenCmd::List(a)) => token_list(&a),
         Cmd::Token(crate::cli::TokenCmd::Add(a)) => {
-            let token = crate::tokens::add(&a.tokens, &a.user)?;
+            let token = crate::tokens::add(&a.tokens, &a.user, a.expires)?;
             println!("{token}");
             eprintln!(
                 "capsule: added a token for {} to {} (only its SHA-256 is stored: keep the token \
@@ -138,6 +151,43 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::CheckBpf(a) => check_bpf::child(&a),
     }
+}
+
+/// `capsule token list`: a table (or one JSON document) of the file's tokens.
+fn token_list(a: &crate::cli::TokenListArgs) -> Result<ExitCode> {
+    use std::io::Write;
+    let list = crate::tokens::list(&a.tokens)?;
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        writeln!(out, "{}", serde_json::json!({ "tokens": list }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if list.is_empty() {
+        writeln!(out, "no tokens in {}", a.tokens.display())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = crate::table::Table::new(vec![
+        crate::table::Column::left("user", u8::MAX),
+        crate::table::Column::left("id", 9),
+        crate::table::Column::left("created", 5),
+        crate::table::Column::left("expires", 3),
+    ]);
+    for x in &list {
+        t.push(vec![
+            x.user.clone(),
+            x.id.clone(),
+            x.created.clone().unwrap_or_else(|| "-".into()),
+            match (&x.expires, x.expired) {
+                (None, _) => "never".into(),
+                (Some(e), true) => format!("{e} (expired)"),
+                (Some(e), false) => e.clone(),
+            },
+        ]);
+    }
+    for line in t.render(crate::table::output_width()) {
+        writeln!(out, "{line}")?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 impl Selection {
@@ -390,8 +440,9 @@ fn answer(a: &crate::cli::AnswerArgs, need: Option<&str>) -> Result<Answer> {
     };
     let filter = a.q.filter.join(" ");
     let q = make_query(&filter, a.q.from, a.q.to)?;
-    let mut input = capsule_analytics::load(&a.q.store, &q, &filter)?;
-    input.limits.drops = Some(drops_note(&a.q.store, input.from_ns, input.to_ns));
+    let store = a.q.store.as_deref().unwrap_or(std::path::Path::new("."));
+    let mut input = capsule_analytics::load(store, &q, &filter)?;
+    input.limits.drops = Some(drops_note(store, input.from_ns, input.to_ns));
     Ok(Answer { input, config })
 }
 
@@ -432,20 +483,29 @@ fn drops_note(store: &std::path::Path, from: u64, to: u64) -> String {
     }
 }
 
-/// Prints an analytics answer: JSON (`answer`'s fields, the window and the limits, one
-/// document) or the table lines and then the limits; returns the exit status (partial when
-/// damaged index data was skipped).
-fn print_answer(
+/// An analytics answer as the command prints it: the text of its standard output, and
+/// whether it is partial (damaged index data was skipped).
+pub struct Rendered {
+    pub text: String,
+    pub partial: bool,
+}
+
+/// Renders an analytics answer: JSON (`answer`'s fields, the window and the limits, one
+/// document) or the table lines and then the limits, wrapped to `width` (none: not
+/// wrapped). `capsule serve` renders with the same code, so a `--server` answer is the
+/// local one byte for byte.
+fn render_answer(
     ans: &Answer,
     json: bool,
     command: &str,
     value: serde_json::Value,
     table: Vec<String>,
-) -> Result<ExitCode> {
-    use std::io::Write;
+    width: Option<usize>,
+) -> Result<Rendered> {
+    use std::fmt::Write;
     let input = &ans.input;
     let limits = &input.limits;
-    let mut out = std::io::stdout().lock();
+    let mut out = String::new();
     if json {
         let mut doc = serde_json::json!({
             "command": command,
@@ -475,7 +535,6 @@ fn print_answer(
         )?;
         // Lines of text wrap to the terminal like the table (whose rows already fit);
         // `capsule query` command lines stay whole, to be copied.
-        let width = crate::table::output_width();
         for line in table {
             if line.contains("capsule query ") {
                 writeln!(out, "{line}")?;
@@ -491,14 +550,84 @@ fn print_answer(
             }
         }
     }
-    if limits.damaged_indexes.is_empty() {
-        Ok(ExitCode::SUCCESS)
-    } else {
+    Ok(Rendered {
+        text: out,
+        partial: !limits.damaged_indexes.is_empty(),
+    })
+}
+
+/// Prints a rendered analytics answer and returns the exit status (partial when damaged
+/// index data was skipped).
+fn print_rendered(r: &Rendered) -> Result<ExitCode> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(r.text.as_bytes())?;
+    out.flush()?;
+    if r.partial {
         eprintln!(
             "capsule: the answer is partial: damaged index data was skipped (exit status {PARTIAL})"
         );
         Ok(ExitCode::from(PARTIAL))
+    } else {
+        Ok(ExitCode::SUCCESS)
     }
+}
+
+/// The header of a `/v1/` analytics answer that is partial (`capsule-partial: true`).
+pub const PARTIAL_HEADER: &str = "capsule-partial";
+
+/// Runs analytics `command` on the server of `a` (`--server`): the filter, the window
+/// (relative times resolved here, to `@NANOS`) and the command's own flags (`flags`, the
+/// names of `/v1/COMMAND`'s parameters) go as the query string; `--json` asks for the
+/// JSON document, else the text at this terminal's width. Prints what comes back.
+fn remote_answer(
+    a: &crate::cli::AnswerArgs,
+    command: &str,
+    flags: &[(&str, String)],
+) -> Result<ExitCode> {
+    let remote = a.remote.remote().expect("called with --server");
+    let filter = a.q.filter.join(" ");
+    let q = make_query(&filter, a.q.from, a.q.to)?;
+    let mut path = format!("/v1/{command}?filter={}", remote::encode(&filter));
+    if let Some(f) = q.from_ns {
+        path += &format!("&from=%40{f}");
+    }
+    if let Some(t) = q.to_ns {
+        path += &format!("&to=%40{t}");
+    }
+    for (k, v) in flags {
+        path += &format!("&{k}={}", remote::encode(v));
+    }
+    if a.json {
+        path += "&format=json";
+    } else {
+        path += "&format=text";
+        if let Some(w) = crate::table::output_width() {
+            path += &format!("&width={w}");
+        }
+    }
+    let mut text = Vec::new();
+    let got = remote::get(&remote, &path, &mut text, false)?;
+    let partial = got
+        .headers
+        .get(PARTIAL_HEADER)
+        .is_some_and(|v| v.as_bytes() == b"true");
+    print_rendered(&Rendered {
+        text: String::from_utf8(text).context("the server's answer is not UTF-8")?,
+        partial,
+    })
+}
+
+/// The name of a clap value (`--by bytes`) as the command line spells it.
+fn value_name<T: clap::ValueEnum>(v: &T) -> String {
+    v.to_possible_value()
+        .map(|p| p.get_name().to_string())
+        .unwrap_or_default()
+}
+
+/// An interval in nanoseconds (whole seconds) as a flag value: `60s`.
+fn interval_text(ns: u64) -> String {
+    format!("{}s", ns / 1_000_000_000)
 }
 
 /// A ratio as a percentage with one decimal.

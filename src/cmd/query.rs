@@ -184,15 +184,16 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
         super::remote::selection_params(&a.q)?
     );
     let t0 = Instant::now();
+    let remote = a.q.remote().expect("called with --server");
     let n = if write == "-" {
-        super::remote::get(&a.q, &path, &mut std::io::stdout().lock(), false)?
+        super::remote::get(&remote, &path, &mut std::io::stdout().lock(), false)?.bytes
     } else {
         let existed = std::path::Path::new(write).exists();
         let mut f = std::io::BufWriter::with_capacity(1 << 20, create(write, existed)?);
         // A progress line only for a person watching: stderr on a terminal.
         let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
-        match super::remote::get(&a.q, &path, &mut f, progress) {
-            Ok(n) => n,
+        match super::remote::get(&remote, &path, &mut f, progress) {
+            Ok(got) => got.bytes,
             Err(e) => {
                 drop(f);
                 if !existed {

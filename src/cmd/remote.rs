@@ -5,13 +5,58 @@
 //! use.
 
 use std::io::Write;
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use http_body::Body as _;
 
-use crate::cli::Selection;
+use crate::cli::{RemoteArgs, Selection};
+
+/// Where and how to ask a server: from `query`/`flows`' [`Selection`] or the analytics
+/// commands' [`RemoteArgs`].
+#[derive(Debug, Clone, Copy)]
+pub struct Remote<'a> {
+    pub url: &'a str,
+    pub token_file: &'a Path,
+    pub ca: Option<&'a Path>,
+    pub cert: Option<&'a Path>,
+    pub key: Option<&'a Path>,
+}
+
+impl Selection {
+    /// The server to ask, with `--server` (clap requires `--token-file` with it).
+    pub fn remote(&self) -> Option<Remote<'_>> {
+        Some(Remote {
+            url: self.server.as_deref()?,
+            token_file: self.token_file.as_deref()?,
+            ca: self.ca.as_deref(),
+            cert: self.cert.as_deref(),
+            key: self.key.as_deref(),
+        })
+    }
+}
+
+impl RemoteArgs {
+    /// The server to ask, with `--server` (clap requires `--token-file` with it).
+    pub fn remote(&self) -> Option<Remote<'_>> {
+        Some(Remote {
+            url: self.server.as_deref()?,
+            token_file: self.token_file.as_deref()?,
+            ca: self.ca.as_deref(),
+            cert: self.client_cert.as_deref(),
+            key: self.client_key.as_deref(),
+        })
+    }
+}
+
+/// What a successful GET brought: the bytes written and the answer's headers.
+#[derive(Debug)]
+pub struct Got {
+    pub bytes: u64,
+    pub headers: hyper::HeaderMap,
+}
 
 /// The query string of a selection: filter and the window as absolute `@NANOS`.
 pub fn selection_params(s: &Selection) -> Result<String> {
@@ -70,8 +115,8 @@ fn split_url(url: &str) -> Result<(String, u16)> {
     Ok((host, port))
 }
 
-fn tls(sel: &Selection) -> Result<tokio_rustls::rustls::ClientConfig> {
-    let ca = sel.ca.as_deref();
+fn tls(sel: &Remote<'_>) -> Result<tokio_rustls::rustls::ClientConfig> {
+    let ca = sel.ca;
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::CertificateDer;
     let mut roots = tokio_rustls::rustls::RootCertStore::empty();
@@ -105,7 +150,7 @@ fn tls(sel: &Selection) -> Result<tokio_rustls::rustls::ClientConfig> {
         .with_safe_default_protocol_versions()
         .context("the TLS protocol versions")?
         .with_root_certificates(roots);
-    match (&sel.cert, &sel.key) {
+    match (sel.cert, sel.key) {
         (Some(cert), Some(key)) => {
             let certs = CertificateDer::pem_file_iter(cert)
                 .with_context(|| format!("cannot read the certificate {}", cert.display()))?
@@ -128,16 +173,13 @@ fn tls(sel: &Selection) -> Result<tokio_rustls::rustls::ClientConfig> {
 /// With `progress`, bytes received and the rate are shown on standard error (rewritten in
 /// place every 250 ms, cleared at the end): for a person at a terminal.
 pub fn get(
-    sel: &Selection,
+    sel: &Remote<'_>,
     path_and_query: &str,
     out: &mut dyn Write,
     progress: bool,
-) -> Result<u64> {
-    let url = sel.server.as_deref().expect("called with --server");
-    let token_file = sel
-        .token_file
-        .as_deref()
-        .expect("clap requires --token-file");
+) -> Result<Got> {
+    let url = sel.url;
+    let token_file = sel.token_file;
     let token = std::fs::read_to_string(token_file)
         .with_context(|| format!("cannot read the token file {}", token_file.display()))?;
     let token = token.trim();
@@ -186,6 +228,7 @@ pub fn get(
             .await
             .with_context(|| format!("{url} did not answer"))?;
         let status = resp.status();
+        let headers = resp.headers().clone();
         let mut body = resp.into_body();
         let mut n = 0u64;
         let t0 = std::time::Instant::now();
@@ -238,7 +281,7 @@ pub fn get(
             eprint!("\r\x1b[2K");
         }
         out.flush().context("cannot write the answer")?;
-        Ok(n)
+        Ok(Got { bytes: n, headers })
     })
 }
 

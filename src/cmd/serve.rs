@@ -148,6 +148,9 @@ struct Running {
 #[derive(Debug)]
 struct Server {
     store: PathBuf,
+    /// The config file whose groups and policy the analytics answers use (read at each
+    /// request, so an edit applies to the next one).
+    config: Option<PathBuf>,
     tokens: Tokens,
     audit: Audit,
     running: Mutex<Running>,
@@ -553,11 +556,17 @@ async fn handle(
             );
             return done(&rec, r, "unauthorized: no bearer token");
         }
-        Some(t) => match tokio::task::block_in_place(|| server.tokens.user_of(t)) {
-            Some(u) => u,
-            None => {
+        Some(t) => match tokio::task::block_in_place(|| server.tokens.check(t)) {
+            crate::tokens::Auth::User(u) => u,
+            crate::tokens::Auth::Expired(u) => {
+                // The same answer as an unknown token; the audit log says whose it was.
                 let r = error_response(StatusCode::UNAUTHORIZED, "the bearer token is not valid");
-                return done(&rec, r, "unauthorized: unknown token");
+                rec.user = Some(u);
+                return done(&rec, r, "unauthorized: expired token");
+            }
+            crate::tokens::Auth::Unknown => {
+                let r = error_response(StatusCode::UNAUTHORIZED, "the bearer token is not valid");
+                return done(&rec, r, "unauthorized: unknown token (or revoked)");
             }
         },
     };
@@ -608,13 +617,18 @@ async fn handle(
             }
         }
         "/v1/flows" => flows(server.clone(), q, rec, &user).await,
+        "/v1/top" | "/v1/tcp" | "/v1/dscp" | "/v1/matrix" | "/v1/stragglers" | "/v1/alerts" => {
+            let command = path.trim_start_matches("/v1/").to_string();
+            analytics(server.clone(), &command, q, rec, &user).await
+        }
         "/v1/packets" => packets(server.clone(), q, rec, &user).await,
         _ => {
             let r = error_response(
                 StatusCode::NOT_FOUND,
                 &format!(
                     "no such endpoint {path}: the API has /healthz, /metrics, /v1/status, \
-                     /v1/flows and /v1/packets (docs/api.md)"
+                     /v1/flows, /v1/packets, /v1/top, /v1/tcp, /v1/dscp, /v1/matrix, \
+                     /v1/stragglers and /v1/alerts (docs/api.md)"
                 ),
             );
             done(&rec, r, "not found")
@@ -689,6 +703,246 @@ async fn flows(server: Arc<Server>, q: Option<&str>, rec: Record, user: &str) ->
         }
         Err(e) => {
             let m = format!("the flows task failed: {e}");
+            done(error_response(StatusCode::INTERNAL_SERVER_ERROR, &m), &m)
+        }
+    }
+}
+
+/// The parameters of each analytics endpoint besides `filter`, `from`, `to`, `format` and
+/// `width`: the command's own flags, named as on the command line without `--`.
+const ANALYTICS_FLAGS: &[(&str, &[&str])] = &[
+    ("top", &["by", "key", "limit"]),
+    ("tcp", &["interval"]),
+    ("dscp", &[]),
+    ("matrix", &["by"]),
+    ("stragglers", &["group", "interval", "ratio", "min-bytes"]),
+    ("alerts", &[]),
+];
+
+/// The command line that asks the local command for the answer `p` asks for: the server's
+/// store and config, each parameter as its `--flag=value` (so a value can never become
+/// another flag), the filter after `--`. The CLI's own parser then checks every value.
+fn analytics_argv(
+    server: &Server,
+    command: &str,
+    flags: &[&str],
+    p: &HashMap<String, String>,
+) -> Result<Vec<String>, String> {
+    let needs_config = matches!(command, "matrix" | "stragglers" | "alerts")
+        || (command == "top" && p.get("key").map(String::as_str) == Some("group"));
+    if needs_config && server.config.is_none() {
+        return Err(format!(
+            "/v1/{command}{} needs host groups: this server has no config (capsule serve \
+             --config FILE)",
+            if command == "top" { "?key=group" } else { "" }
+        ));
+    }
+    let mut argv = vec![
+        "capsule".to_string(),
+        command.to_string(),
+        format!("--store={}", server.store.display()),
+    ];
+    if let Some(c) = &server.config {
+        argv.push(format!("--config={}", c.display()));
+    }
+    for name in ["from", "to"].iter().chain(flags) {
+        if let Some(v) = p.get(*name) {
+            argv.push(format!("--{name}={v}"));
+        }
+    }
+    match p.get("format").map(String::as_str) {
+        None | Some("json") => argv.push("--json".into()),
+        Some("text") => {}
+        Some(other) => {
+            return Err(format!(
+                "invalid value for format: expected json or text, found {other:?}"
+            ))
+        }
+    }
+    argv.push("--".into());
+    if let Some(f) = p.get("filter").filter(|f| !f.trim().is_empty()) {
+        argv.push(f.clone());
+    }
+    Ok(argv)
+}
+
+/// The server's config file no longer loads.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the server's config file is not valid (the last start checked it; it was edited since): {0}"
+)]
+struct ServerConfig(String);
+
+/// clap's complaint about an analytics parameter, naming the parameter.
+fn clap_message(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or_default();
+    let why = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    let arg = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => v.first().cloned(),
+        _ => None,
+    };
+    match arg {
+        Some(a) if e.kind() == clap::error::ErrorKind::MissingRequiredArgument => {
+            let name = a
+                .trim_start_matches("--")
+                .split([' ', '=', '<'])
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            format!("missing parameter {name}: this endpoint needs it")
+        }
+        Some(a) => {
+            let name = a
+                .trim_start_matches("--")
+                .split([' ', '=', '<'])
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let name = if name.is_empty() || name.starts_with('[') {
+                "filter".to_string()
+            } else {
+                name
+            };
+            format!("invalid value for {name}: {why}")
+        }
+        None => why,
+    }
+}
+
+/// `GET /v1/{top,tcp,dscp,matrix,stragglers,alerts}`: the analytics command's answer, from
+/// the same code as the CLI's, as its `--json` document (`format=json`, the default) or its
+/// text wrapped to `width` columns (`format=text`; what `--server` prints).
+async fn analytics(
+    server: Arc<Server>,
+    command: &str,
+    q: Option<&str>,
+    rec: Record,
+    user: &str,
+) -> Response<Body> {
+    let done = |resp: Response<Body>, outcome: &str| {
+        let r = rec.finish(resp.status(), outcome, None, 0);
+        tokio::task::block_in_place(|| server.audit.record(&r));
+        resp
+    };
+    let flags = ANALYTICS_FLAGS
+        .iter()
+        .find(|(c, _)| *c == command)
+        .map_or(&[][..], |(_, f)| *f);
+    let mut allowed = vec!["filter", "from", "to", "format", "width"];
+    allowed.extend_from_slice(flags);
+    let parsed = params(q, &allowed).and_then(|p| {
+        let width = match p.get("width") {
+            None => None,
+            Some(w) => Some(
+                w.parse::<usize>()
+                    .ok()
+                    .filter(|w| (20..=10_000).contains(w))
+                    .ok_or_else(|| {
+                        format!(
+                            "invalid value for width: expected a number of columns from 20 \
+                             to 10000, found {w:?}"
+                        )
+                    })?,
+            ),
+        };
+        let json = !matches!(p.get("format").map(String::as_str), Some("text"));
+        // The filter and the window with query's messages first (`bad filter:` and its
+        // caret), then the command's own flags through its parser.
+        query_of(&p)?;
+        let argv = analytics_argv(&server, command, flags, &p)?;
+        let cli = <crate::cli::Cli as clap::Parser>::try_parse_from(&argv)
+            .map_err(|e| clap_message(&e))?;
+        Ok((cli, width, json))
+    });
+    let (cli, width, json) = match parsed {
+        Ok(x) => x,
+        Err(e) => return done(error_response(StatusCode::BAD_REQUEST, &e), &e),
+    };
+    let slot = match server.acquire(user) {
+        Ok(s) => s,
+        Err(e) => return done(error_response(StatusCode::TOO_MANY_REQUESTS, &e), &e),
+    };
+    let config = server.config.clone();
+    let task = tokio::task::spawn_blocking(move || -> Result<super::Rendered> {
+        // Held until the answer is made, even past a time limit already answered.
+        let _slot = slot;
+        // A config edited into something invalid is the server's fault (500), not the
+        // client's, though the CLI calls it a usage error.
+        if let Some(c) = &config {
+            super::config::load(c).map_err(|e| ServerConfig(format!("{e:#}")))?;
+        }
+        use crate::cli::Cmd;
+        match cli.cmd {
+            Cmd::Top(a) => super::top::render(&a, width),
+            Cmd::Tcp(a) => super::tcp::render(&a, width),
+            Cmd::Dscp(a) => super::dscp::render(&a, width),
+            Cmd::Matrix(a) => super::matrix::render(&a, width),
+            Cmd::Stragglers(a) => super::stragglers::render(&a, width),
+            Cmd::Alerts(a) => super::alerts::render(&a, width),
+            _ => anyhow::bail!("not an analytics command"),
+        }
+    });
+    let answer = match tokio::time::timeout(server.max_time, task).await {
+        Ok(a) => a,
+        Err(_) => {
+            let m = format!(
+                "the query ran longer than the limit of {} (--max-query-time): narrow the \
+                 filter or the window",
+                humantime::format_duration(server.max_time)
+            );
+            return done(error_response(StatusCode::PAYLOAD_TOO_LARGE, &m), &m);
+        }
+    };
+    match answer {
+        Ok(Ok(r)) => {
+            let len = r.text.len() as u64;
+            if len > server.max_bytes {
+                let m = format!(
+                    "the answer is larger than the limit of {} bytes per query \
+                     (--max-bytes-per-query): narrow the filter or the window",
+                    server.max_bytes
+                );
+                return done(error_response(StatusCode::PAYLOAD_TOO_LARGE, &m), &m);
+            }
+            let mut resp = Response::builder().header(
+                "content-type",
+                if json {
+                    "application/json"
+                } else {
+                    "text/plain; charset=utf-8"
+                },
+            );
+            if r.partial {
+                resp = resp.header(super::PARTIAL_HEADER, "true");
+            }
+            let resp = resp
+                .body(Body::Full(Some(Bytes::from(r.text))))
+                .expect("a valid response");
+            let outcome = if r.partial {
+                "partial: damaged index data was skipped"
+            } else {
+                "ok"
+            };
+            let rec2 = rec.finish(StatusCode::OK, outcome, None, len);
+            tokio::task::block_in_place(|| server.audit.record(&rec2));
+            resp
+        }
+        Ok(Err(e)) => {
+            let m = format!("{e:#}");
+            let status = if e.is::<ServerConfig>() {
+                StatusCode::INTERNAL_SERVER_ERROR
+            } else if e.is::<super::Usage>() {
+                StatusCode::BAD_REQUEST
+            } else {
+                StatusCode::INTERNAL_SERVER_ERROR
+            };
+            done(error_response(status, &m), &m)
+        }
+        Err(e) => {
+            let m = format!("the {command} task failed: {e}");
             done(error_response(StatusCode::INTERNAL_SERVER_ERROR, &m), &m)
         }
     }
@@ -915,8 +1169,13 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
         current: Mutex::new((files.stamps(), first)),
         files,
     });
+    if let Some(c) = &a.config {
+        // A config that does not load is an error now, not at the first answer.
+        super::config::load(c)?;
+    }
     let server = Arc::new(Server {
         store: a.store.clone(),
+        config: a.config.clone(),
         tokens: Tokens::open(&a.tokens)?,
         audit: Audit::open(a.audit_log.as_deref())?,
         running: Mutex::new(Running::default()),

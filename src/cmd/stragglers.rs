@@ -10,6 +10,20 @@ use crate::table::{Column, Table};
 use crate::units;
 
 pub fn run(a: &StragglersArgs) -> Result<ExitCode> {
+    if a.a.remote.server.is_some() {
+        let flags: Vec<(&str, String)> = vec![
+            ("group", a.group.clone()),
+            ("interval", super::interval_text(a.interval)),
+            ("ratio", a.ratio.to_string()),
+            ("min-bytes", a.min_bytes.to_string()),
+        ];
+        return super::remote_answer(&a.a, "stragglers", &flags);
+    }
+    super::print_rendered(&render(a, crate::table::output_width())?)
+}
+
+/// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
+pub(super) fn render(a: &StragglersArgs, width: Option<usize>) -> Result<super::Rendered> {
     let ans = super::answer(&a.a, Some("stragglers"))?;
     let policy = ans.policy().expect("answer() requires the config");
     let s = stragglers::stragglers(
@@ -61,7 +75,7 @@ pub fn run(a: &StragglersArgs) -> Result<ExitCode> {
             },
         ]);
     }
-    lines.extend(t.render(crate::table::output_width()));
+    lines.extend(t.render(width));
     lines.push(String::new());
     if s.stragglers.is_empty() {
         lines.push("stragglers: none".into());
@@ -79,11 +93,12 @@ pub fn run(a: &StragglersArgs) -> Result<ExitCode> {
             lines.push(format!("    {}", x.query));
         }
     }
-    super::print_answer(
+    super::render_answer(
         &ans,
         a.a.json,
         "stragglers",
         serde_json::to_value(&s)?,
         lines,
+        width,
     )
 }

@@ -10,6 +10,15 @@ use crate::table::{Column, Table};
 use crate::units;
 
 pub fn run(a: &TcpArgs) -> Result<ExitCode> {
+    if a.a.remote.server.is_some() {
+        let flags: Vec<(&str, String)> = vec![("interval", super::interval_text(a.interval))];
+        return super::remote_answer(&a.a, "tcp", &flags);
+    }
+    super::print_rendered(&render(a, crate::table::output_width())?)
+}
+
+/// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
+pub(super) fn render(a: &TcpArgs, width: Option<usize>) -> Result<super::Rendered> {
     let ans = super::answer(&a.a, None)?;
     let t = tcp::tcp(&ans.input, a.interval)?;
     let cols = || {
@@ -55,7 +64,7 @@ pub fn run(a: &TcpArgs) -> Result<ExitCode> {
         }
     }
     table.push(cells("total".into(), "all", &t.total));
-    let mut lines = table.render(crate::table::output_width());
+    let mut lines = table.render(width);
     if !t.worst_hosts.is_empty() {
         lines.push(String::new());
         lines.push("worst hosts:".into());
@@ -63,7 +72,7 @@ pub fn run(a: &TcpArgs) -> Result<ExitCode> {
         for h in &t.worst_hosts {
             w.push(cells("window".into(), &h.host, &h.health));
         }
-        lines.extend(w.render(crate::table::output_width()));
+        lines.extend(w.render(width));
     }
     if !t.worst_sessions.is_empty() {
         lines.push(String::new());
@@ -91,8 +100,15 @@ pub fn run(a: &TcpArgs) -> Result<ExitCode> {
                 if s.syn_unanswered { "yes" } else { "" }.into(),
             ]);
         }
-        lines.extend(w.render(crate::table::output_width()));
+        lines.extend(w.render(width));
         lines.push(format!("export the worst: {}", t.worst_sessions[0].query));
     }
-    super::print_answer(&ans, a.a.json, "tcp", serde_json::to_value(&t)?, lines)
+    super::render_answer(
+        &ans,
+        a.a.json,
+        "tcp",
+        serde_json::to_value(&t)?,
+        lines,
+        width,
+    )
 }

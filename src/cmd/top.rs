@@ -10,6 +10,19 @@ use crate::table::{Column, Table};
 use crate::units;
 
 pub fn run(a: &TopArgs) -> Result<ExitCode> {
+    if a.a.remote.server.is_some() {
+        let flags: Vec<(&str, String)> = vec![
+            ("by", super::value_name(&a.by)),
+            ("key", super::value_name(&a.key)),
+            ("limit", a.limit.to_string()),
+        ];
+        return super::remote_answer(&a.a, "top", &flags);
+    }
+    super::print_rendered(&render(a, crate::table::output_width())?)
+}
+
+/// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
+pub(super) fn render(a: &TopArgs, width: Option<usize>) -> Result<super::Rendered> {
     let key = match a.key {
         TopKey::Flow => Key::Flow,
         TopKey::Src => Key::Src,
@@ -66,11 +79,18 @@ pub fn run(a: &TopArgs) -> Result<ExitCode> {
         table.push(row(o));
     }
     table.push(row(&t.total));
-    let mut lines = table.render(crate::table::output_width());
+    let mut lines = table.render(width);
     if let Some(r) = t.rows.first() {
         if let Some(q) = &r.query {
             lines.push(format!("export #1: {q}"));
         }
     }
-    super::print_answer(&ans, a.a.json, "top", serde_json::to_value(&t)?, lines)
+    super::render_answer(
+        &ans,
+        a.a.json,
+        "top",
+        serde_json::to_value(&t)?,
+        lines,
+        width,
+    )
 }

@@ -62,6 +62,15 @@ struct Finding<'a> {
 }
 
 pub fn run(a: &TriageArgs) -> Result<ExitCode> {
+    if a.a.remote.server.is_some() {
+        return Err(super::Usage(
+            "triage writes evidence from the packets of a local store: it takes no --server \
+             (pull the window with `capsule query --server` and import it, or run triage on \
+             the capture host)"
+                .into(),
+        )
+        .into());
+    }
     let t0 = std::time::Instant::now();
     let ans = super::answer(&a.a, Some("triage"))?;
     let config = ans.config.as_ref().expect("answer() requires the config");
