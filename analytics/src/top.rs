@@ -420,13 +420,7 @@ fn top_flows(input: &Input, by: By, limit: usize) -> Top {
         b.0.cmp(&a.0)
             .then_with(|| flows[a.1].flow.key.cmp(&flows[b.1].flow.key))
     };
-    // Only the rows shown need an order: the rest are summed into "other" in any order.
-    if limit < order.len() {
-        order.select_nth_unstable_by(limit, rank);
-        order[..limit].sort_unstable_by(rank);
-    } else {
-        order.sort_unstable_by(rank);
-    }
+    order_head(&mut order, limit, rank);
     let mut rows = Vec::new();
     let mut other = Acc::window(input);
     for (i, &(_, n)) in order.iter().enumerate() {
@@ -457,6 +451,17 @@ fn top_flows(input: &Input, by: By, limit: usize) -> Top {
         rows,
         other,
         total: total_row,
+    }
+}
+
+/// Puts the first `limit` items of `v` in `cmp` order, the smallest first; the rest follow
+/// in no order (they are summed into "other", where order does not matter).
+fn order_head<T>(v: &mut [T], limit: usize, cmp: impl Fn(&T, &T) -> std::cmp::Ordering) {
+    if limit < v.len() {
+        v.select_nth_unstable_by(limit, &cmp);
+        v[..limit].sort_unstable_by(&cmp);
+    } else {
+        v.sort_unstable_by(&cmp);
     }
 }
 
@@ -521,13 +526,7 @@ fn top_by_key(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn
     let rank = |(ka, (a, _)): &(Id, (Acc, usize)), (kb, (b, _)): &(Id, (Acc, usize))| {
         measure(b).cmp(&measure(a)).then(ka.cmp(kb))
     };
-    // Only the rows shown need an order: the rest are summed into "other" in any order.
-    if limit < ranked.len() {
-        ranked.select_nth_unstable_by(limit, rank);
-        ranked[..limit].sort_by(rank);
-    } else {
-        ranked.sort_by(rank);
-    }
+    order_head(&mut ranked, limit, rank);
     let mut rows = Vec::new();
     let mut other = Acc::window(input);
     for (i, (id, (a, first))) in ranked.iter_mut().enumerate() {
