@@ -639,6 +639,10 @@ pub struct TriageArgs {
     /// Do not print report.txt.
     #[arg(long)]
     pub quiet: bool,
+    /// The most bytes one finding's evidence file holds (default: `[alerts] evidence_max`,
+    /// 64M): past it the file keeps the finding's first packets and the report says so.
+    #[arg(long, value_name = "BYTES", value_parser = units::parse_size)]
+    pub evidence_max: Option<u64>,
 }
 
 #[derive(Args, Debug)]
