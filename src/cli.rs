@@ -451,7 +451,8 @@ pub struct ReindexArgs {
 pub struct CaptureArgs {
     /// A config file whose `[capture]` section gives any of these flags (`ring_size =
     /// "512M"` for `--ring-size 512M`, docs/config.md); a flag on the command line overrides
-    /// the file. A bad file exits 2 naming the line.
+    /// the file. A bad file exits 2 naming the line. Its `[alerts]` sinks (`live_file`,
+    /// `syslog_udp`, `syslog_socket`, `webhook_url`) turn live alerts on (docs/alerts.md).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// The interface to capture on (a dedicated SPAN/TAP port; it is put in promiscuous
