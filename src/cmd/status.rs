@@ -445,7 +445,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                         sk.undelivered,
                         sk.last_error.as_ref().map_or(String::new(), |e| format!(
                             "; last error{}: {e}",
-                            sk.last_error_ns.map_or(String::new(), |t| format!(
+                            sk.last_error_at_ns.map_or(String::new(), |t| format!(
                                 " at {}",
                                 capsule_query::format_instant(t)
                             ))

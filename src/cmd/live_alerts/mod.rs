@@ -69,7 +69,7 @@ pub struct SinkStatus {
     pub sent: u64,
     pub undelivered: u64,
     pub last_error: Option<String>,
-    pub last_error_ns: Option<u64>,
+    pub last_error_at_ns: Option<u64>,
 }
 
 /// Reads `STORE/alerts-status.json`, if live alerts ever ran there.
@@ -150,7 +150,7 @@ impl Sink {
                         Err(e) => {
                             s.undelivered += 1;
                             s.last_error = Some(e);
-                            s.last_error_ns = Some(now_ns());
+                            s.last_error_at_ns = Some(now_ns());
                         }
                     }
                     drop(s);
@@ -179,7 +179,7 @@ impl Sink {
         let mut s = lock(&self.status);
         s.undelivered += 1;
         s.last_error = Some(why);
-        s.last_error_ns = Some(now_ns());
+        s.last_error_at_ns = Some(now_ns());
         shared.changed.store(true, Ordering::Relaxed);
     }
 }
@@ -416,5 +416,114 @@ fn run(store: &Path, config: &Config, mut sinks: Sinks, stop: &AtomicBool) {
         if stopping {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sink that takes each event only when the test lets it (a slow receiver).
+    struct Gate(std::sync::mpsc::Receiver<()>);
+
+    impl Deliver for Gate {
+        fn deliver(&mut self, _ev: &Event, _abandon: &AtomicBool) -> Result<(), String> {
+            self.0.recv().map_err(|_| "gate closed".to_string())
+        }
+    }
+
+    fn event(seq: u64) -> Event {
+        Event {
+            state: "engaged",
+            rule: "dscp".into(),
+            severity: Some(Severity::Low),
+            seq,
+            at_ns: seq,
+            json: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn a_slow_sink_fills_its_own_queue_and_loses_only_its_own_events() {
+        let shared = Arc::new(Shared::default());
+        let (open, gate) = std::sync::mpsc::channel();
+        let slow = Sink::start("slow", "t".into(), 2, Box::new(Gate(gate)), &shared).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.jsonl");
+        let file = Sink::start(
+            "file",
+            "f".into(),
+            100,
+            Box::new(file::FileSink::new(path.clone())),
+            &shared,
+        )
+        .unwrap();
+        let mut sinks = Sinks {
+            sinks: vec![slow, file],
+            shared,
+        };
+        // The first event is taken by the slow sink's thread (and held at the gate)...
+        sinks.send(event(0));
+        std::thread::sleep(Duration::from_millis(300));
+        let t0 = Instant::now();
+        for i in 1..10 {
+            sinks.send(event(i));
+        }
+        // Offering never waits for the slow sink.
+        assert!(
+            t0.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t0.elapsed()
+        );
+        // Let the slow one take everything it holds, then close.
+        for _ in 0..10 {
+            let _ = open.send(());
+        }
+        sinks.close();
+        let st = sinks.statuses();
+        // ... two more queued: the other seven were counted at once.
+        assert_eq!((st[0].sent, st[0].undelivered), (3, 7), "{st:?}");
+        assert!(st[0]
+            .last_error
+            .as_deref()
+            .unwrap()
+            .starts_with("queue full (2 events"));
+        assert_eq!((st[1].sent, st[1].undelivered), (10, 0), "{st:?}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 10);
+    }
+
+    #[test]
+    fn at_stop_what_a_dead_sink_still_holds_is_counted_after_the_drain() {
+        let shared = Arc::new(Shared::default());
+        let (_never, gate) = std::sync::mpsc::channel::<()>();
+        // A sink that never finishes an event unless told to give up.
+        struct Stuck(std::sync::mpsc::Receiver<()>);
+        impl Deliver for Stuck {
+            fn deliver(&mut self, _ev: &Event, abandon: &AtomicBool) -> Result<(), String> {
+                while !abandon.load(Ordering::Relaxed) {
+                    if self.0.recv_timeout(Duration::from_millis(20)).is_ok() {
+                        return Ok(());
+                    }
+                }
+                Err("gave up".into())
+            }
+        }
+        let s = Sink::start("stuck", "t".into(), 10, Box::new(Stuck(gate)), &shared).unwrap();
+        let mut sinks = Sinks {
+            sinks: vec![s],
+            shared,
+        };
+        for i in 0..4 {
+            sinks.send(event(i));
+        }
+        let t0 = Instant::now();
+        sinks.close();
+        let took = t0.elapsed();
+        assert!(
+            took >= DRAIN && took < DRAIN + Duration::from_secs(2),
+            "{took:?}"
+        );
+        let st = sinks.statuses();
+        assert_eq!((st[0].sent, st[0].undelivered), (0, 4), "{st:?}");
     }
 }
