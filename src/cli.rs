@@ -503,7 +503,8 @@ pub struct ReindexArgs {
 pub struct CaptureArgs {
     /// A config file whose `[capture]` section gives any of these flags (`ring_size =
     /// "512M"` for `--ring-size 512M`, docs/config.md); a flag on the command line overrides
-    /// the file. A bad file exits 2 naming the line.
+    /// the file. A bad file exits 2 naming the line. Its `[alerts]` sinks (`live_file`,
+    /// `syslog_udp`, `syslog_socket`, `webhook_url`) turn live alerts on (docs/alerts.md).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// The interface to capture on (a dedicated SPAN/TAP port; it is put in promiscuous
@@ -693,6 +694,10 @@ pub struct TriageArgs {
     /// Do not print report.txt.
     #[arg(long)]
     pub quiet: bool,
+    /// The most bytes one finding's evidence file holds (default: `[alerts] evidence_max`,
+    /// 64M): past it the file keeps the finding's first packets and the report says so.
+    #[arg(long, value_name = "BYTES", value_parser = units::parse_size)]
+    pub evidence_max: Option<u64>,
 }
 
 #[derive(Args, Debug)]

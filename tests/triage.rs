@@ -252,3 +252,117 @@ fn report_html_renders_in_chromium_with_the_findings_and_a_chart_each_offline() 
         png.len()
     );
 }
+
+/// `tshark`'s (time, length) of every packet of `file`.
+fn frames(file: &Path) -> Vec<String> {
+    let out = run_ok(Command::new("tshark").args([
+        "-r",
+        p(file),
+        "-T",
+        "fields",
+        "-e",
+        "frame.time_epoch",
+        "-e",
+        "frame.len",
+    ]));
+    stdout_str(&out).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn an_evidence_cap_keeps_the_first_packets_and_says_so() {
+    let f = fixture();
+    let (full_dir, _, full) = report();
+    let (dir, stdout, doc) = triage(f, "capped", &["--evidence-max", "200K"]);
+    need_tool("tshark");
+    let mut cut = 0;
+    for (x, whole) in doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(full["findings"].as_array().unwrap())
+    {
+        let ev = &x["evidence"];
+        let file = dir.join(ev["pcap"].as_str().unwrap());
+        let packets = ev["packets"].as_u64().unwrap();
+        // capinfos agrees with the stated stored count, the file is within the cap.
+        assert_eq!(capinfos_packets(&file), packets, "{x}");
+        assert_eq!(ev["max_bytes"], 200 * 1024);
+        let size = std::fs::metadata(&file).unwrap().len();
+        assert!(size <= 200 * 1024, "{size}");
+        assert_eq!(ev["bytes"], size);
+        // The finding's own counts are those of the whole export.
+        let we = &whole["evidence"];
+        assert_eq!(ev["finding_packets"], we["packets"], "{x}");
+        assert_eq!(ev["finding_captured_bytes"], we["captured_bytes"], "{x}");
+        if ev["truncated"] == true {
+            cut += 1;
+            assert!(packets < we["packets"].as_u64().unwrap(), "{x}");
+            // The first packets of the finding, in order.
+            let all = frames(&full_dir.join(we["pcap"].as_str().unwrap()));
+            let got = frames(&file);
+            assert_eq!(got.len() as u64, packets);
+            assert_eq!(got[..], all[..got.len()]);
+            // The next one would not have fit.
+            let next_len: u64 = all[got.len()].split('\t').nth(1).unwrap().parse().unwrap();
+            assert!(size + next_len + 35 > 200 * 1024, "{size} + {next_len}");
+        } else {
+            assert_eq!(ev["truncated"], false, "{x}");
+            assert_eq!(ev["packets"], we["packets"], "{x}");
+            assert_eq!(ev["sha256"], we["sha256"], "an uncut file is the same file");
+        }
+    }
+    // The exfil's upload (tens of MB) is cut; the reports state it.
+    let e = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["kind"] == "egress")
+        .unwrap();
+    assert_eq!(e["evidence"]["truncated"], true);
+    assert!(cut >= 1);
+    let cuts = stdout
+        .matches("evidence cut at the cap of 204800 bytes")
+        .count();
+    assert_eq!(cuts, cut, "{stdout}");
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert_eq!(
+        html.matches("<p class=\"cut\">evidence cut at").count(),
+        cut
+    );
+    for line in stdout.lines() {
+        if line.contains("cut at") || line.contains("the command gives them all") {
+            assert!(line.chars().count() <= 80, "{line}");
+        }
+    }
+    // The config's `evidence_max` is the default the flag overrides.
+    let text = std::fs::read_to_string(&f.config).unwrap();
+    let cfg = f.dir.join("capped.toml");
+    std::fs::write(
+        &cfg,
+        text.replace("[alerts]\n", "[alerts]\nevidence_max = \"100K\"\n"),
+    )
+    .unwrap();
+    let out = f.dir.join("capped-config");
+    let _ = std::fs::remove_dir_all(&out);
+    run_ok(capsule().args([
+        "triage",
+        "--store",
+        p(&f.store),
+        "--config",
+        p(&cfg),
+        "-o",
+        p(&out),
+        "--quiet",
+    ]));
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(out.join("findings.json")).unwrap()).unwrap();
+    for x in doc["findings"].as_array().unwrap() {
+        assert_eq!(x["evidence"]["max_bytes"], 100 * 1024, "{x}");
+        let file = out.join(x["evidence"]["pcap"].as_str().unwrap());
+        assert!(std::fs::metadata(&file).unwrap().len() <= 100 * 1024);
+        assert_eq!(
+            capinfos_packets(&file),
+            x["evidence"]["packets"].as_u64().unwrap()
+        );
+    }
+}

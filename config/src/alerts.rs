@@ -9,6 +9,10 @@
 //! straggler_min_bytes = "1MB"  retransmission_rate = 0.05  retransmission_min_segments = 1000
 //! zero_windows = 10       disabled = ["tcp_zero_window"]
 //! live_file = "/var/log/capsule/alerts.jsonl"  live_every = "5s"  suppress = "1h"
+//! syslog_udp = "127.0.0.1:514"  syslog_socket = "/dev/log"  syslog_facility = "local0"
+//! webhook_url = "https://hooks.example/capsule"  webhook_secret_file = "/etc/capsule/hook.key"
+//! webhook_timeout = "5s"  webhook_retries = 3  webhook_ca = "/etc/capsule/ca.pem"
+//! sink_queue = 1000       evidence_max = "64M"
 //! ```
 //!
 //! Sizes are integers (bytes) or strings with a unit (`K`, `M`, `G`, `T`: powers of 1024;
@@ -34,8 +38,26 @@ pub const RULES: [&str; 7] = [
     "tcp_zero_window",
 ];
 
-const KEYS: [&str; 16] = [
+/// The syslog facilities by name (RFC 5424 section 6.2.1), in code order.
+pub const FACILITIES: [&str; 24] = [
+    "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv",
+    "ftp", "ntp", "audit", "alert", "clock", "local0", "local1", "local2", "local3", "local4",
+    "local5", "local6", "local7",
+];
+
+const KEYS: [&str; 27] = [
     "live_file",
+    "syslog_udp",
+    "syslog_socket",
+    "syslog_facility",
+    "webhook_url",
+    "webhook_secret",
+    "webhook_secret_file",
+    "webhook_timeout",
+    "webhook_retries",
+    "webhook_ca",
+    "sink_queue",
+    "evidence_max",
     "live_every",
     "suppress",
     "egress_bytes",
@@ -52,6 +74,47 @@ const KEYS: [&str; 16] = [
     "zero_windows",
     "disabled",
 ];
+
+/// The webhook's HMAC key, given in the file: never printed or serialized.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("(hidden)")
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// Where the webhook's HMAC key comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum SecretSource {
+    /// `webhook_secret`: the key itself.
+    Inline(Secret),
+    /// `webhook_secret_file`: a file holding it (read when capture starts; surrounding
+    /// white space is not part of the key).
+    File(String),
+}
+
+/// The HTTP webhook sink.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Webhook {
+    /// `http://HOST[:PORT]/PATH` or `https://...`.
+    pub url: String,
+    pub secret: SecretSource,
+    /// Per attempt: connecting, sending and the answer's status line (ns). Default 5 s.
+    pub timeout_ns: u64,
+    /// Attempts after the first one failed (a connection error, a timeout, a 5xx, 408 or
+    /// 429 answer), 0.5 s, 1 s, 2 s, ... apart (at most 30 s). Default 3, at most 10.
+    pub retries: u32,
+    /// PEM CA certificates an https URL is checked against (default: the system's).
+    pub ca: Option<String>,
+}
 
 /// The thresholds of every alert rule.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -96,6 +159,19 @@ pub struct AlertRules {
     /// An engaged alert is sent again after this long (ns); a released one is sent once.
     /// Default 1 hour.
     pub suppress_ns: u64,
+    /// Live alerts to syslog over UDP: `HOST:PORT` (RFC 5424 with a JSON body).
+    pub syslog_udp: Option<String>,
+    /// Live alerts to syslog over a unix datagram socket (`/dev/log`).
+    pub syslog_socket: Option<String>,
+    /// The syslog facility code (0-23; names in [`FACILITIES`]). Default `daemon` (3).
+    pub syslog_facility: u8,
+    /// Live alerts POSTed as JSON, HMAC-SHA256 signed.
+    pub webhook: Option<Webhook>,
+    /// Events each sink's queue holds while the sink is slow; past it they are counted
+    /// undelivered. Default 1000.
+    pub sink_queue: usize,
+    /// `capsule triage`: the most bytes one finding's evidence file holds. Default 64 MiB.
+    pub evidence_max: u64,
 }
 
 impl Default for AlertRules {
@@ -117,6 +193,12 @@ impl Default for AlertRules {
             live_file: None,
             live_every_ns: 5 * 1_000_000_000,
             suppress_ns: 3600 * 1_000_000_000,
+            syslog_udp: None,
+            syslog_socket: None,
+            syslog_facility: 3,
+            webhook: None,
+            sink_queue: 1000,
+            evidence_max: 64 << 20,
         }
     }
 }
@@ -127,6 +209,14 @@ impl AlertRules {
         !self.disabled.iter().any(|d| d == rule)
     }
 
+    /// Whether any live sink is configured (capture then evaluates the rules).
+    pub fn live(&self) -> bool {
+        self.live_file.is_some()
+            || self.syslog_udp.is_some()
+            || self.syslog_socket.is_some()
+            || self.webhook.is_some()
+    }
+
     pub(crate) fn parse(
         src: &Src<'_>,
         path: &str,
@@ -135,6 +225,7 @@ impl AlertRules {
     ) -> Result<AlertRules, ConfigError> {
         src.only_keys(path, table, &KEYS)?;
         let mut r = AlertRules::default();
+        let mut hook = HookKeys::default();
         for (k, v) in table {
             let name = k.get_ref().as_ref();
             let key = join(path, name);
@@ -176,6 +267,95 @@ impl AlertRules {
                     }
                     r.live_file = Some(f.to_string());
                 }
+                "syslog_udp" => {
+                    let t = nonempty(src, &key, v, "HOST:PORT (a string)")?;
+                    let port = t.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>()));
+                    match port {
+                        Some((h, Ok(p))) if !h.is_empty() && p != 0 => {}
+                        _ => {
+                            return Err(src.err(
+                                v.span(),
+                                &key,
+                                ErrorKind::BadValue,
+                                "HOST:PORT (\"127.0.0.1:514\", \"[::1]:514\", \"logs:514\")",
+                                src.found(v),
+                            ))
+                        }
+                    }
+                    r.syslog_udp = Some(t.to_string());
+                }
+                "syslog_socket" => {
+                    r.syslog_socket = Some(nonempty(src, &key, v, "a socket path (a string)")?)
+                }
+                "syslog_facility" => {
+                    let f = src.string(&key, v, "a facility name (a string)")?;
+                    r.syslog_facility =
+                        FACILITIES.iter().position(|n| *n == f).ok_or_else(|| {
+                            src.err(
+                                v.span(),
+                                &key,
+                                ErrorKind::BadValue,
+                                format!("one of {}", FACILITIES.join(", ")),
+                                src.found(v),
+                            )
+                        })? as u8;
+                }
+                "webhook_url" => {
+                    let u = nonempty(src, &key, v, "a URL (a string)")?;
+                    let rest = u
+                        .strip_prefix("http://")
+                        .or_else(|| u.strip_prefix("https://"));
+                    let host = rest.map(|r| r.split(['/', '?']).next().unwrap_or(""));
+                    if host.is_none_or(str::is_empty) || u.contains(char::is_whitespace) {
+                        return Err(src.err(
+                            v.span(),
+                            &key,
+                            ErrorKind::BadValue,
+                            "an http:// or https:// URL with a host",
+                            src.found(v),
+                        ));
+                    }
+                    hook.url = Some((u, v.span()));
+                }
+                "webhook_secret" => {
+                    let t = nonempty(src, &key, v, "the HMAC key (a string)")?;
+                    hook.secret = Some(SecretSource::Inline(Secret(t)));
+                    hook.both |= std::mem::replace(&mut hook.seen_secret, true);
+                }
+                "webhook_secret_file" => {
+                    let t = nonempty(src, &key, v, "a file path (a string)")?;
+                    hook.secret = Some(SecretSource::File(t));
+                    hook.both |= std::mem::replace(&mut hook.seen_secret, true);
+                }
+                "webhook_timeout" => hook.timeout_ns = Some(any_duration(src, &key, v)?),
+                "webhook_retries" => {
+                    let n = count(src, &key, v)?;
+                    if n > 10 {
+                        return Err(src.err(
+                            v.span(),
+                            &key,
+                            ErrorKind::BadValue,
+                            "0 to 10 retries",
+                            src.found(v),
+                        ));
+                    }
+                    hook.retries = Some(n as u32);
+                }
+                "webhook_ca" => hook.ca = Some(nonempty(src, &key, v, "a file path (a string)")?),
+                "sink_queue" => {
+                    let n = count(src, &key, v)?;
+                    if n == 0 || n > 1_000_000 {
+                        return Err(src.err(
+                            v.span(),
+                            &key,
+                            ErrorKind::BadValue,
+                            "1 to 1000000 events",
+                            src.found(v),
+                        ));
+                    }
+                    r.sink_queue = n as usize;
+                }
+                "evidence_max" => r.evidence_max = size(src, &key, v)?,
                 "live_every" => r.live_every_ns = duration(src, &key, v)?,
                 "suppress" => r.suppress_ns = duration(src, &key, v)?,
                 "disabled" => {
@@ -196,8 +376,112 @@ impl AlertRules {
                 _ => {}
             }
         }
+        r.webhook = hook.finish(src, path, table)?;
         Ok(r)
     }
+}
+
+/// The `webhook_*` keys as read, checked together once the table is read.
+#[derive(Default)]
+struct HookKeys {
+    url: Option<(String, std::ops::Range<usize>)>,
+    secret: Option<SecretSource>,
+    seen_secret: bool,
+    both: bool,
+    timeout_ns: Option<u64>,
+    retries: Option<u32>,
+    ca: Option<String>,
+}
+
+impl HookKeys {
+    fn finish(
+        self,
+        src: &Src<'_>,
+        path: &str,
+        table: &DeTable<'_>,
+    ) -> Result<Option<Webhook>, ConfigError> {
+        let span_of = |name: &str| {
+            table
+                .iter()
+                .find(|(k, _)| k.get_ref().as_ref() == name)
+                .map_or(0..0, |(_, v)| v.span())
+        };
+        if self.both {
+            return Err(src.err(
+                span_of("webhook_secret_file"),
+                &join(path, "webhook_secret_file"),
+                ErrorKind::BadValue,
+                "one of webhook_secret and webhook_secret_file",
+                "both",
+            ));
+        }
+        let Some((url, span)) = self.url else {
+            for name in ["webhook_secret", "webhook_secret_file", "webhook_timeout"]
+                .into_iter()
+                .chain(["webhook_retries", "webhook_ca"])
+            {
+                if table.iter().any(|(k, _)| k.get_ref().as_ref() == name) {
+                    return Err(src.err(
+                        span_of(name),
+                        &join(path, name),
+                        ErrorKind::MissingKey,
+                        "webhook_url beside it",
+                        "no webhook_url",
+                    ));
+                }
+            }
+            return Ok(None);
+        };
+        let Some(secret) = self.secret else {
+            return Err(src.err(
+                span,
+                &join(path, "webhook_secret"),
+                ErrorKind::MissingKey,
+                "webhook_secret or webhook_secret_file beside webhook_url (the HMAC key)",
+                "neither",
+            ));
+        };
+        Ok(Some(Webhook {
+            url,
+            secret,
+            timeout_ns: self.timeout_ns.unwrap_or(5_000_000_000),
+            retries: self.retries.unwrap_or(3),
+            ca: self.ca,
+        }))
+    }
+}
+
+/// A string that is not empty.
+fn nonempty(
+    src: &Src<'_>,
+    key: &str,
+    v: &Spanned<DeValue<'_>>,
+    expected: &str,
+) -> Result<String, ConfigError> {
+    let t = src.string(key, v, expected)?;
+    if t.is_empty() {
+        return Err(src.err(
+            v.span(),
+            key,
+            ErrorKind::BadValue,
+            expected,
+            "an empty string",
+        ));
+    }
+    Ok(t.to_string())
+}
+
+/// A duration string, not zero, at most an hour, any precision (`"500ms"`, `"5s"`), in ns.
+fn any_duration(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u64, ConfigError> {
+    const EXPECTED: &str = "a duration from 1ms to 1h (\"500ms\", \"5s\")";
+    let DeValue::String(s) = v.get_ref() else {
+        return Err(src.err(v.span(), key, ErrorKind::WrongType, EXPECTED, src.found(v)));
+    };
+    let ns = humantime::parse_duration(s)
+        .ok()
+        .and_then(|d| u64::try_from(d.as_nanos()).ok())
+        .filter(|&ns| (1_000_000..=3_600_000_000_000).contains(&ns));
+    ns.ok_or_else(|| src.err(v.span(), key, ErrorKind::BadValue, EXPECTED, src.found(v)))
 }
 
 /// A non-negative integer.
@@ -341,6 +625,110 @@ mod tests {
             (2_000_000_000, 600_000_000_000)
         );
         assert!(Config::parse("[alerts]\nlive_file = \"\"\n", "c.toml").is_err());
+    }
+
+    #[test]
+    fn sinks_and_the_evidence_cap() {
+        let c = Config::parse(
+            "[alerts]\nsyslog_udp = \"[::1]:514\"\nsyslog_socket = \"/dev/log\"\n\
+             syslog_facility = \"local3\"\nwebhook_url = \"https://h.example:8443/x\"\n\
+             webhook_secret_file = \"/etc/k\"\nwebhook_timeout = \"500ms\"\n\
+             webhook_retries = 0\nsink_queue = 5\nevidence_max = \"1M\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        let a = c.alerts();
+        assert!(a.live() && a.live_file.is_none());
+        assert_eq!(a.syslog_udp.as_deref(), Some("[::1]:514"));
+        assert_eq!(a.syslog_socket.as_deref(), Some("/dev/log"));
+        assert_eq!(a.syslog_facility, 19);
+        let w = a.webhook.as_ref().unwrap();
+        assert_eq!(w.url, "https://h.example:8443/x");
+        assert_eq!(w.secret, super::SecretSource::File("/etc/k".into()));
+        assert_eq!((w.timeout_ns, w.retries), (500_000_000, 0));
+        assert_eq!((a.sink_queue, a.evidence_max), (5, 1 << 20));
+        let d = Config::parse("", "c.toml").unwrap();
+        let d = d.alerts();
+        assert!(!d.live());
+        assert_eq!(
+            (d.syslog_facility, d.sink_queue, d.evidence_max),
+            (3, 1000, 64 << 20)
+        );
+        // An inline secret is never printed.
+        let c = Config::parse(
+            "[alerts]\nwebhook_url = \"http://127.0.0.1:9/\"\nwebhook_secret = \"s3cr3t\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        let w = c.alerts().webhook.as_ref().unwrap();
+        assert_eq!((w.timeout_ns, w.retries), (5_000_000_000, 3));
+        assert!(!format!("{:?}", c.alerts()).contains("s3cr3t"));
+        assert!(!serde_json::to_string(c.alerts())
+            .unwrap()
+            .contains("s3cr3t"));
+        for (text, key, kind) in [
+            (
+                "syslog_udp = \"nohost\"",
+                "alerts.syslog_udp",
+                ErrorKind::BadValue,
+            ),
+            (
+                "syslog_udp = \"h:0\"",
+                "alerts.syslog_udp",
+                ErrorKind::BadValue,
+            ),
+            (
+                "syslog_facility = \"local9\"",
+                "alerts.syslog_facility",
+                ErrorKind::BadValue,
+            ),
+            (
+                "webhook_url = \"ftp://h/\"",
+                "alerts.webhook_url",
+                ErrorKind::BadValue,
+            ),
+            (
+                "webhook_url = \"http:///x\"",
+                "alerts.webhook_url",
+                ErrorKind::BadValue,
+            ),
+            (
+                "webhook_url = \"http://h/\"",
+                "alerts.webhook_secret",
+                ErrorKind::MissingKey,
+            ),
+            (
+                "webhook_url = \"http://h/\"\nwebhook_secret = \"a\"\nwebhook_secret_file = \"b\"",
+                "alerts.webhook_secret_file",
+                ErrorKind::BadValue,
+            ),
+            (
+                "webhook_retries = 2",
+                "alerts.webhook_retries",
+                ErrorKind::MissingKey,
+            ),
+            (
+                "webhook_url = \"http://h/\"\nwebhook_secret = \"a\"\nwebhook_retries = 11",
+                "alerts.webhook_retries",
+                ErrorKind::BadValue,
+            ),
+            (
+                "webhook_url = \"http://h/\"\nwebhook_secret = \"a\"\nwebhook_timeout = \"0s\"",
+                "alerts.webhook_timeout",
+                ErrorKind::BadValue,
+            ),
+            ("sink_queue = 0", "alerts.sink_queue", ErrorKind::BadValue),
+            (
+                "evidence_max = \"lots\"",
+                "alerts.evidence_max",
+                ErrorKind::BadValue,
+            ),
+        ] {
+            let text = format!("[alerts]\n{text}\n");
+            let e = Config::parse(&text, "c.toml").unwrap_err();
+            let i = e.invalid().unwrap_or_else(|| panic!("{text}: {e}"));
+            assert_eq!((i.key.as_str(), i.kind), (key, kind), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -39,7 +39,10 @@ use std::path::Path;
 use serde::Serialize;
 use toml::de::DeTable;
 
-pub use alerts::{AlertRules, RULES as ALERT_RULES};
+pub use alerts::{
+    AlertRules, Secret, SecretSource, Webhook, FACILITIES as SYSLOG_FACILITIES,
+    RULES as ALERT_RULES,
+};
 pub use capture::{CaptureSetting, CaptureType, CAPTURE_KEYS, SERVE_KEYS};
 pub use dscp::{dscp_name, parse_dscp, DscpRule};
 pub use egress::EgressRule;

@@ -20,6 +20,8 @@ pub(crate) struct Encoder<W: Write> {
     out: W,
     buf: Vec<u8>,
     format: Format,
+    /// Bytes already handed to `out` (the file's size is this plus `buf`).
+    flushed: u64,
 }
 
 const FLUSH_AT: usize = 1 << 20;
@@ -57,7 +59,35 @@ impl<W: Write> Encoder<W> {
                 }
             }
         }
-        Ok(Encoder { out, buf, format })
+        Ok(Encoder {
+            out,
+            buf,
+            format,
+            flushed: 0,
+        })
+    }
+
+    /// Bytes encoded so far (header, records, statistics): the file's size if it ended now.
+    pub(crate) fn encoded(&self) -> u64 {
+        self.flushed + self.buf.len() as u64
+    }
+
+    /// The encoded size of one packet record carrying `caplen` captured bytes.
+    pub(crate) fn record_len(&self, caplen: usize) -> u64 {
+        match self.format {
+            Format::Pcap => 16 + caplen as u64,
+            Format::PcapNg => pw::pcapng_epb_len(caplen) as u64,
+        }
+    }
+
+    /// The encoded size of the interface statistics [`Encoder::stats`] would write.
+    pub(crate) fn stats_len(&self, iface: u32, st: &FragmentStat) -> u64 {
+        if self.format != Format::PcapNg {
+            return 0;
+        }
+        let mut scratch = Vec::new();
+        pw::pcapng_isb(&mut scratch, iface, st.ts_ns, st.received, st.dropped);
+        scratch.len() as u64
     }
 
     pub(crate) fn packet(
@@ -73,6 +103,7 @@ impl<W: Write> Encoder<W> {
         }
         if self.buf.len() >= FLUSH_AT {
             self.out.write_all(&self.buf).map_err(ExportError::Write)?;
+            self.flushed += self.buf.len() as u64;
             self.buf.clear();
         }
         Ok(())

@@ -28,6 +28,10 @@ pub struct ExportOptions {
     pub bpf: Option<String>,
     /// Decompression threads.
     pub threads: usize,
+    /// A cap on the output's size in bytes (header, packet records and interface statistics
+    /// together): the first packets that fit are written; later ones are only counted
+    /// ([`ExportReport::packets_over_cap`]). `None`: no cap.
+    pub max_bytes: Option<u64>,
 }
 
 impl Default for ExportOptions {
@@ -37,6 +41,7 @@ impl Default for ExportOptions {
             query: Query::all(),
             bpf: None,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            max_bytes: None,
         }
     }
 }
@@ -158,6 +163,20 @@ pub fn export<W: Write>(
     }
 
     let mut enc = Encoder::new(out, opts.format, &out_ifaces)?;
+    // With a cap, the statistics written at the end are kept room for: the file never
+    // grows past it. Once one packet does not fit, no later one is written (the file holds
+    // the first packets, in order, with no gap).
+    let mut room = opts.max_bytes.map(|cap| {
+        let trailer: u64 = window_stats
+            .iter()
+            .filter_map(|(si, _, st)| {
+                iface_map
+                    .get(&(*si, st.iface))
+                    .map(|&i| enc.stats_len(i, st))
+            })
+            .sum();
+        cap.saturating_sub(enc.encoded() + trailer)
+    });
     let filter = PacketFilter {
         query: opts.query.clone(),
         bpf: opts.bpf.clone(),
@@ -214,9 +233,25 @@ pub fn export<W: Write>(
         let p = block.packets[cur.packet];
         let out_iface = iface_map.get(&(block.seg, p.iface)).copied().unwrap_or(0);
         let data = &block.data[p.start as usize..p.end as usize];
-        enc.packet(out_iface, p.ts_ns, p.orig_len, data)?;
-        report.packets += 1;
-        report.captured_bytes += data.len() as u64;
+        let fits = match &mut room {
+            None => true,
+            Some(left) => {
+                let need = enc.record_len(data.len());
+                let fits = report.packets_over_cap == 0 && need <= *left;
+                if fits {
+                    *left -= need;
+                }
+                fits
+            }
+        };
+        if fits {
+            enc.packet(out_iface, p.ts_ns, p.orig_len, data)?;
+            report.packets += 1;
+            report.captured_bytes += data.len() as u64;
+        } else {
+            report.packets_over_cap += 1;
+            report.captured_bytes_over_cap += data.len() as u64;
+        }
         if let Some(next) = block.packets.get(cur.packet + 1) {
             heap.push(Reverse(Cursor {
                 ts_ns: next.ts_ns,
@@ -460,6 +495,78 @@ mod tests {
         )
         .unwrap();
         assert_eq!(rep.drops_in_window, None);
+    }
+
+    #[test]
+    fn a_size_cap_keeps_the_first_packets_that_fit_and_counts_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, _) = capsule_index::open_writer(dir.path(), cfg()).unwrap();
+        let i = w.add_interface(eth());
+        w.record_stats(i, 100, Some(0), Some(0)).unwrap();
+        let sizes: Vec<usize> = (0..200).map(|k| 40 + (k * 37) % 700).collect();
+        for (t, n) in sizes.iter().enumerate() {
+            w.append(i, 1000 + t as u64, *n as u32, &vec![t as u8; *n])
+                .unwrap();
+        }
+        w.record_stats(i, 5000, Some(200), Some(3)).unwrap();
+        w.finish().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        for format in [Format::Pcap, Format::PcapNg] {
+            let all = run(
+                dir.path(),
+                &ExportOptions {
+                    format,
+                    ..Default::default()
+                },
+            );
+            let (_, every) = decode(&all);
+            assert_eq!(every.len(), 200);
+            let total: u64 = sizes.iter().map(|&n| n as u64).sum();
+            for cap in [
+                1u64,
+                600,
+                5_000,
+                33_333,
+                all.len() as u64 - 1,
+                all.len() as u64,
+            ] {
+                let opts = ExportOptions {
+                    format,
+                    max_bytes: Some(cap),
+                    ..Default::default()
+                };
+                let mut out = Vec::new();
+                let rep = export(&store, &opts, &mut out).unwrap();
+                let (_, got) = decode(&out);
+                let n = got.len();
+                assert_eq!(rep.packets, n as u64);
+                assert_eq!(rep.packets + rep.packets_over_cap, 200, "{format:?} {cap}");
+                assert_eq!(rep.captured_bytes + rep.captured_bytes_over_cap, total);
+                // The first packets, in order, and not one more than fits.
+                assert_eq!(&got[..], &every[..n]);
+                // Header and statistics: the file holds them whatever the cap.
+                let records: usize = got.iter().map(|g| pw_len(format, g.3.len())).sum();
+                if cap as usize >= out.len() - records {
+                    assert!(out.len() as u64 <= cap, "{format:?} {cap}: {}", out.len());
+                }
+                if n < 200 {
+                    assert!(
+                        out.len() + pw_len(format, every[n].3.len()) > cap as usize,
+                        "{format:?} {cap}: packet {n} would have fit"
+                    );
+                }
+                if cap == all.len() as u64 {
+                    assert_eq!(out, all);
+                }
+            }
+        }
+    }
+
+    fn pw_len(format: Format, caplen: usize) -> usize {
+        match format {
+            Format::Pcap => 16 + caplen,
+            Format::PcapNg => capsule_pcap::write::pcapng_epb_len(caplen),
+        }
     }
 
     proptest! {

@@ -52,6 +52,11 @@ pub struct ExportReport {
     pub packets: u64,
     /// Captured bytes of the exported packets.
     pub captured_bytes: u64,
+    /// Packets the query selected that were not written: they came after the first one
+    /// that did not fit under [`crate::ExportOptions::max_bytes`] (0 without a cap).
+    pub packets_over_cap: u64,
+    /// Their captured bytes.
+    pub captured_bytes_over_cap: u64,
     pub segments_total: usize,
     pub segments_touched: usize,
     pub blocks_total: usize,

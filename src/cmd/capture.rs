@@ -59,7 +59,16 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     print_open_report(&opened, a.json);
     // Live alerts when the config names a sink: loaded before the interface is touched, so
     // a bad file fails early.
-    let alert_config = a.config.as_deref().map(super::config::load).transpose();
+    // Its sinks start here too: an unreadable secret or CA file fails before capture.
+    let alert_config = a
+        .config
+        .as_deref()
+        .map(super::config::load)
+        .transpose()
+        .and_then(|c| match c {
+            Some(c) => Ok(super::live_alerts::Sinks::open(&c)?.map(|s| (c, s))),
+            None => Ok(None),
+        });
     let alert_config = match alert_config {
         Ok(c) => c,
         Err(e) => {
@@ -87,7 +96,16 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     let desc = capturer.description().to_string();
     // The status file first: whoever sees the line below may read it at once.
     let mut status = capsule_capture::status::StatusFile::new(&a.store, iface, &desc);
-    let alerts = alert_config.and_then(|c| super::live_alerts::LiveAlerts::start(&a.store, c));
+    let alerts = match alert_config
+        .map(|(c, sinks)| super::live_alerts::LiveAlerts::start(&a.store, c, sinks))
+        .transpose()
+    {
+        Ok(al) => al,
+        Err(e) => {
+            let _ = writer.finish();
+            return Err(e);
+        }
+    };
     eprintln!("capsule: capturing on {iface} with {desc}");
     if alerts.is_some() {
         eprintln!("capsule: live alerts on, see `capsule status`");

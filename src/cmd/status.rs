@@ -427,16 +427,31 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
             );
             if let Some(al) = super::live_alerts::read_status(store_dir) {
                 say!(
-                    "live alerts: {} evaluation(s), {} event(s) sent to {}, {} undelivered, {} \
+                    "live alerts: {} evaluation(s), {} event(s) sent, {} undelivered, {} \
                      engaged{}",
                     al.evaluations,
                     al.sent,
-                    al.sink,
                     al.undelivered,
                     al.engaged,
                     al.last_error
                         .map_or(String::new(), |e| format!("; last error: {e}"))
                 );
+                for sk in &al.sinks {
+                    say!(
+                        "  alert sink {} {}: {} sent, {} undelivered{}",
+                        sk.sink,
+                        sk.target,
+                        sk.sent,
+                        sk.undelivered,
+                        sk.last_error.as_ref().map_or(String::new(), |e| format!(
+                            "; last error{}: {e}",
+                            sk.last_error_at_ns.map_or(String::new(), |t| format!(
+                                " at {}",
+                                capsule_query::format_instant(t)
+                            ))
+                        ))
+                    );
+                }
             }
             say!("budgets: {}", describe_budgets(saved.as_ref()));
             match (cp.budget, cp.horizon_now_ns) {

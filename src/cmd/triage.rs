@@ -42,6 +42,32 @@ struct Evidence {
     /// Captured bytes of its packets.
     captured_bytes: u64,
     sha256: String,
+    /// Whether the file holds only the finding's first packets (it would have been larger
+    /// than `max_bytes`).
+    truncated: bool,
+    /// The cap the file was written under.
+    max_bytes: u64,
+    /// All the packets of the finding's query and their captured bytes (equal to
+    /// `packets` and `captured_bytes` when not truncated).
+    finding_packets: u64,
+    finding_captured_bytes: u64,
+}
+
+impl Evidence {
+    /// The cut, in words, when the file holds only the finding's first packets.
+    fn cut(&self) -> Option<String> {
+        self.truncated.then(|| {
+            format!(
+                "cut at the cap of {} bytes (--evidence-max): the file holds the first {} \
+                 of the finding's {} packets ({} of {} captured); the command gives them all",
+                self.max_bytes,
+                self.packets,
+                self.finding_packets,
+                units::format_bytes(self.captured_bytes),
+                units::format_bytes(self.finding_captured_bytes)
+            )
+        })
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -79,6 +105,7 @@ pub fn run(a: &TriageArgs) -> Result<ExitCode> {
     let alerts = super::alerts::evaluate(input, config)?;
     let index_s = t0.elapsed().as_secs_f64();
     let dir = &a.out;
+    let cap = a.evidence_max.unwrap_or(config.alerts().evidence_max);
     std::fs::create_dir_all(dir.join("evidence"))
         .with_context(|| format!("cannot create {}", dir.join("evidence").display()))?;
     let mut findings = Vec::new();
@@ -89,7 +116,7 @@ pub fn run(a: &TriageArgs) -> Result<ExitCode> {
         let ev = match written.get(al.query.as_str()) {
             Some(ev) => ev.clone(),
             None => {
-                let ev = evidence(i, al, dir)?;
+                let ev = evidence(i, al, dir, cap)?;
                 written.insert(&al.query, ev.clone());
                 ev
             }
@@ -223,7 +250,8 @@ fn split_words(line: &str) -> Result<Vec<String>> {
 }
 
 /// Runs `al.query` as `capsule query -w DIR/evidence/NN-RULE.pcapng` does.
-fn evidence(i: usize, al: &Alert, dir: &Path) -> Result<Evidence> {
+/// At most `cap` bytes: the first packets that fit.
+fn evidence(i: usize, al: &Alert, dir: &Path, cap: u64) -> Result<Evidence> {
     let rel = format!("evidence/{:02}-{}.pcapng", i + 1, al.rule);
     let path = dir.join(&rel);
     let path_s = path.to_str().context("the report directory is not UTF-8")?;
@@ -252,6 +280,7 @@ fn evidence(i: usize, al: &Alert, dir: &Path) -> Result<Evidence> {
     let opts = capsule_replay::ExportOptions {
         format: capsule_replay::Format::PcapNg,
         query: q.q.query()?,
+        max_bytes: Some(cap),
         ..Default::default()
     };
     let report = super::query::write_file(&store, &opts, path_s)?;
@@ -268,6 +297,10 @@ fn evidence(i: usize, al: &Alert, dir: &Path) -> Result<Evidence> {
         bytes: data.len() as u64,
         captured_bytes: report.captured_bytes,
         sha256: hex,
+        truncated: report.packets_over_cap > 0,
+        max_bytes: cap,
+        finding_packets: report.packets + report.packets_over_cap,
+        finding_captured_bytes: report.captured_bytes + report.captured_bytes_over_cap,
     })
 }
 
@@ -304,6 +337,11 @@ fn report_text(input: &Input, alerts: &[Alert], findings: &[Finding<'_>]) -> Str
             units::format_bytes(f.evidence.bytes),
             f.evidence.sha256
         );
+        if let Some(cut) = f.evidence.cut() {
+            for line in crate::table::wrap(&format!("   evidence {cut}"), Some(80)) {
+                let _ = writeln!(s, "{line}");
+            }
+        }
         let _ = writeln!(s, "   command: {} -w FILE", f.query);
     }
     if alerts.len() > findings.len() {
@@ -627,7 +665,7 @@ fn report_html(input: &Input, alerts: &[Alert], findings: &[Finding<'_>], c: &Ch
             o,
             "<div class=\"finding\" data-kind=\"{}\"><p><span class=\"{sev}\">{}. {} [{}]</span> \
              <b>{}</b></p><p>{}</p><p>{} to {}</p>\
-             <p>evidence: <a href=\"{}\">{}</a>, {} packets, {}, sha256 <code>{}</code></p>\
+             <p>evidence: <a href=\"{}\">{}</a>, {} packets, {}, sha256 <code>{}</code></p>{}\
              <p>command: <code>{} -w FILE</code></p></div>",
             esc(f.kind),
             i + 1,
@@ -642,6 +680,10 @@ fn report_html(input: &Input, alerts: &[Alert], findings: &[Finding<'_>], c: &Ch
             f.evidence.packets,
             esc(&units::format_bytes(f.evidence.bytes)),
             esc(&f.evidence.sha256),
+            f.evidence.cut().map_or(String::new(), |c| format!(
+                "<p class=\"cut\">evidence {}</p>",
+                esc(&c)
+            )),
             esc(f.query)
         );
     }
