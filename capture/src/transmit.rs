@@ -95,15 +95,7 @@ impl Transmitter {
                 error,
             },
         };
-        let (mtu, hwtype) = mtu_and_hwtype(iface).map_err(|e| {
-            if e.raw_os_error() == Some(libc::ENODEV) {
-                TransmitError::NoInterface {
-                    iface: iface.to_string(),
-                }
-            } else {
-                open_err(e)
-            }
-        })?;
+        let (mtu, hwtype) = mtu_and_hwtype(iface).map_err(open_err)?;
         if hwtype != ARPHRD_ETHER && hwtype != ARPHRD_LOOPBACK {
             return Err(TransmitError::NotEthernet {
                 iface: iface.to_string(),

@@ -75,6 +75,8 @@ pub(crate) fn mtu_and_hwtype(iface: &str) -> io::Result<(u32, u16)> {
             format!("bad interface name {iface:?}"),
         ));
     }
+    // A missing interface is named as such (the ioctl would say only "No such device").
+    if_index(iface)?;
     let name = CString::new(iface).expect("checked: no NUL");
     let fd = socket(libc::AF_INET, libc::SOCK_DGRAM, "socket for SIOCGIFMTU")?;
     // SAFETY: ifreq is plain data (a name and a union of integers and sockaddrs); all-zero is
