@@ -49,7 +49,7 @@ pub fn run(a: &ReplayArgs) -> Result<ExitCode> {
     if a.json {
         super::print_json(json(a, &opts, &rep));
     } else {
-        print_report(a, mtu, &rep);
+        print_report(a, opts.pacing, mtu, &rep);
     }
     for s in &rep.read.skipped {
         eprintln!(
@@ -104,14 +104,14 @@ fn refuse_captured_interface(store: &std::path::Path, iface: &str) -> Result<()>
 
 fn pacing_text(p: Pacing) -> String {
     match p {
-        Pacing::Original { speed } if speed == 1.0 => "recorded gaps".into(),
+        Pacing::Original { speed: 1.0 } => "recorded gaps".into(),
         Pacing::Original { speed } => format!("recorded gaps at speed {speed}"),
         Pacing::Pps(pps) => format!("{pps} packets/s"),
         Pacing::Top => "top speed".into(),
     }
 }
 
-fn print_report(a: &ReplayArgs, mtu: u32, rep: &ReplayReport) {
+fn print_report(a: &ReplayArgs, pacing: Pacing, mtu: u32, rep: &ReplayReport) {
     println!(
         "sent {} of {} packets ({}) onto {} in {:.3} s",
         rep.sent,
@@ -121,9 +121,10 @@ fn print_report(a: &ReplayArgs, mtu: u32, rep: &ReplayReport) {
         rep.elapsed.as_secs_f64()
     );
     println!(
-        "rate {} packets/s, {}",
+        "rate {} packets/s, {} ({})",
         units::format_count(rep.packets_per_s() as u64),
-        super::bps(rep.bits_per_s())
+        super::bps(rep.bits_per_s()),
+        pacing_text(pacing)
     );
     if let (Some(max), Some(mean)) = (rep.lateness_max, rep.lateness_mean) {
         println!(
