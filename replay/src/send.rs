@@ -193,10 +193,6 @@ pub fn replay(
     let walked = window.merge(opts.threads, |iface, ts_ns, orig_len, data| {
         rep.first_ns.get_or_insert(ts_ns);
         rep.last_ns = Some(ts_ns);
-        // Due (and the clock started) for every packet of the window, sent or not: the
-        // schedule follows the recording, not what could be sent.
-        let due = schedule.due(ts_ns, || *t0.get_or_insert_with(Instant::now));
-        let start = *t0.get_or_insert_with(Instant::now);
         let n = &mut rep.not_sent;
         if (data.len() as u64) < u64::from(orig_len) {
             n.truncated += 1;
@@ -214,6 +210,10 @@ pub fn replay(
             n.over_mtu += 1;
             return Ok(());
         }
+        // Only packets that can be sent take a place in the schedule: `--pps` sends at its
+        // rate, and the recording's offsets count from the first packet sent.
+        let due = schedule.due(ts_ns, || *t0.get_or_insert_with(Instant::now));
+        let start = *t0.get_or_insert_with(Instant::now);
         if let Some(due) = due {
             let woke = wait_until(due);
             let late = woke - due;
