@@ -174,6 +174,16 @@ pub enum Cmd {
     /// Export packets from a store, in timestamp order.
     #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
     Query(QueryArgs),
+    /// Send a past window's packets onto an interface, with their recorded pacing.
+    ///
+    /// The packets are those `capsule query` exports for the same filter and window, in the
+    /// same order, sent through an AF_PACKET raw socket (needs CAP_NET_RAW) with their
+    /// recorded gaps (`--speed 2`: twice as fast), at a fixed rate (`--pps`), or unpaced
+    /// (`--topspeed`). Packets stored truncated, or longer than the interface's MTU, are
+    /// not sent and are counted by cause. Refuses an interface a running capture of the
+    /// same store is reading.
+    #[command(after_help = REPLAY_EXIT_STATUS)]
+    Replay(ReplayArgs),
     /// List flows from the side index alone.
     #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
     Flows(FlowsArgs),
@@ -585,6 +595,46 @@ pub struct QueryArgs {
     pub json: bool,
 }
 
+/// `capsule replay`'s exit statuses.
+const REPLAY_EXIT_STATUS: &str = "Exit status: 0 every packet of the window was sent; 1 an \
+error (nothing sent, or the interface went away midway); 2 bad usage; 3 some packets were \
+not sent (each cause counted in the report) or damaged blocks were skipped.";
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    pub q: StoredWindow,
+    /// The interface to send onto (an Ethernet interface; not one a capture of this store
+    /// is reading).
+    #[arg(long)]
+    pub iface: String,
+    /// Pace the packets at their recorded gaps divided by X (2: twice as fast, 0.5: half
+    /// as fast). The default, at 1.
+    #[arg(long, value_name = "X", value_parser = parse_positive, conflicts_with_all = ["pps", "topspeed"])]
+    pub speed: Option<f64>,
+    /// Send at a fixed N packets per second, whatever the recorded gaps.
+    #[arg(long, value_name = "N", value_parser = parse_positive, conflicts_with = "topspeed")]
+    pub pps: Option<f64>,
+    /// No pacing: each packet as soon as the interface takes it.
+    #[arg(long)]
+    pub topspeed: bool,
+    /// Print the report as one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A number above zero (`--speed`, `--pps`).
+fn parse_positive(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a number above 0, found {s:?}"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("expected a number above 0, found {s:?}"));
+    }
+    Ok(v)
+}
+
 #[derive(Args, Debug)]
 pub struct FlowsArgs {
     #[command(flatten)]
@@ -865,6 +915,25 @@ pub struct LocalSelection {
     /// The store directory.
     #[arg(long, required_unless_present = "server", conflicts_with = "server")]
     pub store: Option<PathBuf>,
+    /// Start of the window (inclusive): RFC 3339 (`2026-11-30T02:00:00.5Z`), a date
+    /// (`2026-11-30`, midnight UTC), Unix seconds, `@NANOS`, `now`, or a duration before now
+    /// (`-10m`). Default: the oldest packet held.
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_time_now)]
+    pub from: Option<u64>,
+    /// End of the window (exclusive): any form `--from` takes, or a duration after `--from`
+    /// (`+1ms`, `+10m`). Default: after the newest packet.
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_end_now)]
+    pub to: Option<capsule_query::TimeArg>,
+    /// Filter, e.g. `host 10.1.2.3 and tcp port 443`, `dscp ef and not net 10.40.0.0/24`.
+    pub filter: Vec<String>,
+}
+
+/// The store, filter and window of a command that only runs beside the store (`replay`).
+#[derive(Args, Debug)]
+pub struct StoredWindow {
+    /// The store directory.
+    #[arg(long)]
+    pub store: PathBuf,
     /// Start of the window (inclusive): RFC 3339 (`2026-11-30T02:00:00.5Z`), a date
     /// (`2026-11-30`, midnight UTC), Unix seconds, `@NANOS`, `now`, or a duration before now
     /// (`-10m`). Default: the oldest packet held.

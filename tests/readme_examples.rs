@@ -9,7 +9,7 @@
 //! `capsule` is found on PATH as the binary under test; the input files the examples name
 //! are made as a reader would make them (`traffic.pcap` by the synth example itself).
 //! `capture` needs a network interface and root, and runs until SIGTERM: it is listed, not
-//! run (tests/capture_live.rs covers it); `--watch` runs for two seconds.
+//! run (tests/capture_live.rs covers it); so does `replay` (tests/replay.rs covers it); `--watch` runs for two seconds.
 //!
 //! Run: `cargo test --release --test readme_examples`. Needs tshark and zstd.
 
@@ -147,8 +147,8 @@ fn every_readme_example_runs_and_returns_data() {
             .nth(1)
             .unwrap_or_default()
             .to_string();
-        if sub == "capture" {
-            eprintln!("not run (needs an interface and root): {example}");
+        if sub == "capture" || sub == "replay" {
+            eprintln!("not run (needs an interface and root; tests/capture_live.rs, tests/replay.rs): {example}");
             not_run += 1;
             continue;
         }
@@ -197,7 +197,11 @@ fn every_readme_example_runs_and_returns_data() {
         check_data(example, &cmd, &stdout, work);
         ran += 1;
     }
-    assert_eq!(ran + not_run, cmds.len(), "every example but capture ran");
+    assert_eq!(
+        ran + not_run,
+        cmds.len(),
+        "every example but capture and replay ran"
+    );
     assert!(ran > 10, "{ran} examples ran");
 }
 

@@ -313,9 +313,11 @@ fn check_times(v: &serde_json::Value, what: &str) -> usize {
                     continue;
                 };
                 // Durations, not instants (as the binary's own list says).
-                if ["horizon", "span", "duration", "age", "elapsed", "interval"]
-                    .iter()
-                    .any(|d| stem.contains(d))
+                if [
+                    "horizon", "span", "duration", "age", "elapsed", "interval", "lateness",
+                ]
+                .iter()
+                .any(|d| stem.contains(d))
                 {
                     continue;
                 }

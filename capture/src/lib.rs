@@ -30,6 +30,9 @@
 //!            second); counters once a second, stored as interface statistics
 //! ```
 //!
+//! **Transmit** ([`transmit`]): [`Transmitter`] sends whole frames onto an interface through
+//! an AF_PACKET raw socket bound to it; `capsule replay` paces a past window through it.
+//!
 //! **Status** ([`status`]): a running capture rewrites `capture-status.json` in the store
 //! about once a second (how it captures, counters, drops by cause, rates); `capsule status`
 //! reads it.
@@ -48,8 +51,10 @@
 pub mod import;
 pub mod live;
 pub mod status;
+pub mod transmit;
 // The one place with `unsafe` code: every system call and the rings shared with the kernel.
 #[allow(unsafe_code)]
 mod sys;
 
 pub use import::{import_live, import_reader, FileProblem, FileReport, ImportError};
+pub use transmit::{SendError, TransmitError, Transmitter};

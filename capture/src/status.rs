@@ -93,6 +93,28 @@ pub struct CaptureStatus {
     pub compactor_bytes_per_s: f64,
 }
 
+/// How recent a running capture's last update must be for it to count as live: it
+/// rewrites its status about once a second.
+pub const LIVE_WITHIN_NS: u64 = 5_000_000_000;
+
+impl CaptureStatus {
+    /// Whether this is the status of a capture running now: it says it runs, its process
+    /// exists, and it wrote within [`LIVE_WITHIN_NS`] of `now_ns` (a stale file of a capture
+    /// killed with -9 says "running" too, and its pid may have been reused).
+    pub fn is_live(&self, now_ns: u64) -> bool {
+        self.running
+            && Path::new(&format!("/proc/{}", self.pid)).exists()
+            && now_ns.saturating_sub(self.updated_ns) < LIVE_WITHIN_NS
+    }
+}
+
+/// The status of the capture running now into `store`, if one is (see
+/// [`CaptureStatus::is_live`]).
+pub fn live_capture(store: &Path) -> std::io::Result<Option<CaptureStatus>> {
+    let now = capsule_store::now_ns();
+    Ok(read_status(store)?.filter(|s| s.is_live(now)))
+}
+
 /// Writes the status file of a running capture.
 #[derive(Debug)]
 pub struct StatusFile {

@@ -16,7 +16,7 @@ use crate::encode::{Encoder, Format};
 use crate::error::ExportError;
 use crate::prefetch::{check_bpf_len, prefetch, Bpf, Loaded, PacketFilter, Planned};
 pub use crate::report::{ExportReport, SkippedBlock};
-use crate::stats::{drops_in_window, interface_stats};
+use crate::stats::{drops_in_window, interface_stats, Stat};
 
 /// What to export.
 #[derive(Debug, Clone)]
@@ -99,176 +99,251 @@ pub fn export<W: Write>(
     opts: &ExportOptions,
     out: W,
 ) -> Result<ExportReport, ExportError> {
-    let (segments, unreadable) = store.open_segments_checked()?;
-    let segments = Arc::new(segments);
-    let the_plan = plan(store, &segments, &opts.query)?;
-    let mut report = ExportReport {
-        segments_total: segments.len(),
-        segments_touched: the_plan.segments_touched(),
-        blocks_total: the_plan.blocks_total(),
-        blocks_read: the_plan.blocks_read(),
-        unindexed: the_plan.unindexed.clone(),
-        damaged_index: the_plan.damaged_index.clone(),
-        unreadable,
-        ..Default::default()
-    };
-    let mut plan: Vec<Planned> = the_plan
-        .segments
-        .iter()
-        .flat_map(|sp| {
-            let seg = &segments[sp.segment];
-            sp.blocks.iter().map(move |&b| Planned {
-                seg: sp.segment,
-                block: b,
-                first_ns: seg.blocks()[b].first_ns,
-            })
-        })
-        .collect();
-    plan.sort_by_key(|p| (p.first_ns, segments[p.seg].seq(), p.block));
-
-    let (window_stats, baselines) = interface_stats(&segments, &opts.query, &mut report.skipped)?;
-    report.drops_in_window = drops_in_window(&window_stats, &baselines);
-
-    // Output interfaces: equal interfaces of different segments become one.
-    let mut out_ifaces: Vec<Interface> = Vec::new();
-    let mut iface_map: HashMap<(usize, u32), u32> = HashMap::new();
-    let mut touched = vec![false; segments.len()];
-    plan.iter().for_each(|p| touched[p.seg] = true);
-    if opts.format == Format::PcapNg {
-        // Their interfaces must be declared for the ISBs (pcap carries no statistics).
-        window_stats
-            .iter()
-            .for_each(|(si, _, _)| touched[*si] = true);
-    }
-    for (si, seg) in segments.iter().enumerate().filter(|(i, _)| touched[*i]) {
-        for (li, iface) in seg.interfaces().iter().enumerate() {
-            let id = match out_ifaces.iter().position(|x| x == iface) {
-                Some(i) => i,
-                None => {
-                    out_ifaces.push(iface.clone());
-                    out_ifaces.len() - 1
-                }
-            };
-            iface_map.insert((si, li as u32), id as u32);
-        }
-    }
-    if let Some(expr) = &opts.bpf {
-        // Fail before any output if the expression does not compile for a link type of the
-        // store, whether or not the plan reads a packet.
-        check_bpf_len(expr)?;
-        let mut check = Bpf::new(expr.clone());
-        for t in bpf_linktypes(&segments) {
-            check.program(t)?;
-        }
-    }
-
-    let mut enc = Encoder::new(out, opts.format, &out_ifaces)?;
+    // pcapng declares the interfaces of the window's statistics too (pcap carries none).
+    let mut window = Window::open(
+        store,
+        &opts.query,
+        opts.bpf.as_deref(),
+        opts.format == Format::PcapNg,
+    )?;
+    let mut enc = Encoder::new(out, opts.format, &window.out_ifaces)?;
     // With a cap, the statistics written at the end are kept room for: the file never
     // grows past it. Once one packet does not fit, no later one is written (the file holds
     // the first packets, in order, with no gap).
     let mut room = opts.max_bytes.map(|cap| {
-        let trailer: u64 = window_stats
+        let trailer: u64 = window
+            .window_stats
             .iter()
             .filter_map(|(si, _, st)| {
-                iface_map
+                window
+                    .iface_map
                     .get(&(*si, st.iface))
                     .map(|&i| enc.stats_len(i, st))
             })
             .sum();
         cap.saturating_sub(enc.encoded() + trailer)
     });
-    let filter = PacketFilter {
-        query: opts.query.clone(),
-        bpf: opts.bpf.clone(),
-    };
-    // Decompressed blocks go back to the readers once merged: reusing them saves the page
-    // faults of a fresh megabyte per block (a fifth of a DSCP query's time, measured).
-    let (recycle, reuse) = bounded::<Vec<u8>>(opts.threads.clamp(1, 16) * 4 + 4);
-    let loaded = prefetch(segments.clone(), plan.clone(), opts.threads, filter, reuse);
-
-    // k-way merge. Invariant: every block not yet opened starts at or after the heap's top.
-    // Blocks arrive with only their selected packets (window, filter and --bpf applied).
-    let mut heap: BinaryHeap<Reverse<Cursor>> = BinaryHeap::new();
-    let mut open: HashMap<usize, Loaded> = HashMap::new();
-    let mut next_plan = 0usize;
-    loop {
-        while next_plan < plan.len()
-            && heap
-                .peek()
-                .is_none_or(|Reverse(top)| plan[next_plan].first_ns <= top.ts_ns)
-        {
-            let got = loaded.recv().map_err(|_| ExportError::ReaderStopped)?;
-            let slot = next_plan;
-            next_plan += 1;
-            let block = match got {
-                Ok(b) => b,
-                // Damage stays local: skip the block, say what was lost, go on.
-                Err(e) if e.is_damage() => {
-                    let p = plan[slot];
-                    let seg = &segments[p.seg];
-                    report
-                        .skipped
-                        .push(SkippedBlock::of(seg, &seg.blocks()[p.block], &e));
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            if let Some(first) = block.packets.first() {
-                heap.push(Reverse(Cursor {
-                    ts_ns: first.ts_ns,
-                    seq: segments[block.seg].seq(),
-                    block: block.block,
-                    packet: 0,
-                    slot,
-                }));
-                open.insert(slot, block);
-            } else {
-                let _ = recycle.try_send(block.data);
+    let (mut over_packets, mut over_bytes) = (0u64, 0u64);
+    window.merge(opts.threads, |iface, ts_ns, orig_len, data| {
+        if let Some(left) = &mut room {
+            let need = enc.record_len(data.len());
+            if over_packets > 0 || need > *left {
+                over_packets += 1;
+                over_bytes += data.len() as u64;
+                return Ok(());
             }
+            *left -= need;
         }
-        let Some(Reverse(cur)) = heap.pop() else {
-            break;
-        };
-        let block = &open[&cur.slot];
-        let p = block.packets[cur.packet];
-        let out_iface = iface_map.get(&(block.seg, p.iface)).copied().unwrap_or(0);
-        let data = &block.data[p.start as usize..p.end as usize];
-        let fits = match &mut room {
-            None => true,
-            Some(left) => {
-                let need = enc.record_len(data.len());
-                let fits = report.packets_over_cap == 0 && need <= *left;
-                if fits {
-                    *left -= need;
-                }
-                fits
-            }
-        };
-        if fits {
-            enc.packet(out_iface, p.ts_ns, p.orig_len, data)?;
-            report.packets += 1;
-            report.captured_bytes += data.len() as u64;
-        } else {
-            report.packets_over_cap += 1;
-            report.captured_bytes_over_cap += data.len() as u64;
-        }
-        if let Some(next) = block.packets.get(cur.packet + 1) {
-            heap.push(Reverse(Cursor {
-                ts_ns: next.ts_ns,
-                packet: cur.packet + 1,
-                ..cur
-            }));
-        } else if let Some(done) = open.remove(&cur.slot) {
-            let _ = recycle.try_send(done.data);
-        }
-    }
-    for (si, _, st) in &window_stats {
-        if let Some(&out_iface) = iface_map.get(&(*si, st.iface)) {
+        enc.packet(iface, ts_ns, orig_len, data)
+    })?;
+    // `merge` counts every packet it handed over; those past the cap were not written.
+    window.report.packets -= over_packets;
+    window.report.captured_bytes -= over_bytes;
+    window.report.packets_over_cap = over_packets;
+    window.report.captured_bytes_over_cap = over_bytes;
+    for (si, _, st) in &window.window_stats {
+        if let Some(&out_iface) = window.iface_map.get(&(*si, st.iface)) {
             enc.stats(out_iface, st);
         }
     }
     enc.finish()?;
-    Ok(report)
+    Ok(window.report)
+}
+
+/// A query's window made ready to read: its plan, the interfaces its packets are written
+/// with, and the report so far. [`Window::merge`] then hands over every selected packet in
+/// timestamp order; the export encodes them, the replay sends them.
+pub(crate) struct Window {
+    segments: Arc<Vec<SegmentReader>>,
+    plan: Vec<Planned>,
+    filter: PacketFilter,
+    /// What was read and skipped; `packets` and `captured_bytes` count what `merge` handed
+    /// over.
+    pub(crate) report: ExportReport,
+    /// The output interfaces: equal interfaces of different segments are one.
+    pub(crate) out_ifaces: Vec<Interface>,
+    /// (segment, its interface id) -> output interface id.
+    iface_map: HashMap<(usize, u32), u32>,
+    /// The interface statistics recorded in the window.
+    window_stats: Vec<Stat>,
+}
+
+impl Window {
+    /// Plans `query` over `store` and maps the interfaces of the segments it reads (and,
+    /// with `stats_ifaces`, of the segments holding statistics of the window). A `bpf`
+    /// expression that does not compile for a link type of the store fails here, before any
+    /// packet is handed over.
+    pub(crate) fn open(
+        store: &Store,
+        query: &Query,
+        bpf: Option<&str>,
+        stats_ifaces: bool,
+    ) -> Result<Window, ExportError> {
+        let (segments, unreadable) = store.open_segments_checked()?;
+        let segments = Arc::new(segments);
+        let the_plan = plan(store, &segments, query)?;
+        let mut report = ExportReport {
+            segments_total: segments.len(),
+            segments_touched: the_plan.segments_touched(),
+            blocks_total: the_plan.blocks_total(),
+            blocks_read: the_plan.blocks_read(),
+            unindexed: the_plan.unindexed.clone(),
+            damaged_index: the_plan.damaged_index.clone(),
+            unreadable,
+            ..Default::default()
+        };
+        let mut plan: Vec<Planned> = the_plan
+            .segments
+            .iter()
+            .flat_map(|sp| {
+                let seg = &segments[sp.segment];
+                sp.blocks.iter().map(move |&b| Planned {
+                    seg: sp.segment,
+                    block: b,
+                    first_ns: seg.blocks()[b].first_ns,
+                })
+            })
+            .collect();
+        plan.sort_by_key(|p| (p.first_ns, segments[p.seg].seq(), p.block));
+
+        let (window_stats, baselines) = interface_stats(&segments, query, &mut report.skipped)?;
+        report.drops_in_window = drops_in_window(&window_stats, &baselines);
+
+        let mut out_ifaces: Vec<Interface> = Vec::new();
+        let mut iface_map: HashMap<(usize, u32), u32> = HashMap::new();
+        let mut touched = vec![false; segments.len()];
+        plan.iter().for_each(|p| touched[p.seg] = true);
+        if stats_ifaces {
+            window_stats
+                .iter()
+                .for_each(|(si, _, _)| touched[*si] = true);
+        }
+        for (si, seg) in segments.iter().enumerate().filter(|(i, _)| touched[*i]) {
+            for (li, iface) in seg.interfaces().iter().enumerate() {
+                let id = match out_ifaces.iter().position(|x| x == iface) {
+                    Some(i) => i,
+                    None => {
+                        out_ifaces.push(iface.clone());
+                        out_ifaces.len() - 1
+                    }
+                };
+                iface_map.insert((si, li as u32), id as u32);
+            }
+        }
+        if let Some(expr) = bpf {
+            // Fail before any output if the expression does not compile for a link type of
+            // the store, whether or not the plan reads a packet.
+            check_bpf_len(expr)?;
+            let mut check = Bpf::new(expr.to_string());
+            for t in bpf_linktypes(&segments) {
+                check.program(t)?;
+            }
+        }
+        Ok(Window {
+            segments,
+            plan,
+            filter: PacketFilter {
+                query: query.clone(),
+                bpf: bpf.map(str::to_string),
+            },
+            report,
+            out_ifaces,
+            iface_map,
+            window_stats,
+        })
+    }
+
+    /// Reads the planned blocks ahead on `threads` threads and calls `visit(output
+    /// interface, timestamp, original length, captured bytes)` for every selected packet in
+    /// timestamp order (ties in write order). A damaged block is skipped and listed in the
+    /// report; an error of `visit` stops the walk and is returned.
+    pub(crate) fn merge<E: From<ExportError>>(
+        &mut self,
+        threads: usize,
+        mut visit: impl FnMut(u32, u64, u32, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let segments = &self.segments;
+        let plan = &self.plan;
+        let report = &mut self.report;
+        // Decompressed blocks go back to the readers once merged: reusing them saves the
+        // page faults of a fresh megabyte per block (a fifth of a DSCP query's time,
+        // measured).
+        let (recycle, reuse) = bounded::<Vec<u8>>(threads.clamp(1, 16) * 4 + 4);
+        let loaded = prefetch(
+            segments.clone(),
+            plan.clone(),
+            threads,
+            self.filter.clone(),
+            reuse,
+        );
+
+        // k-way merge. Invariant: every block not yet opened starts at or after the heap's
+        // top. Blocks arrive with only their selected packets (window, filter and --bpf
+        // applied).
+        let mut heap: BinaryHeap<Reverse<Cursor>> = BinaryHeap::new();
+        let mut open: HashMap<usize, Loaded> = HashMap::new();
+        let mut next_plan = 0usize;
+        loop {
+            while next_plan < plan.len()
+                && heap
+                    .peek()
+                    .is_none_or(|Reverse(top)| plan[next_plan].first_ns <= top.ts_ns)
+            {
+                let got = loaded.recv().map_err(|_| ExportError::ReaderStopped)?;
+                let slot = next_plan;
+                next_plan += 1;
+                let block = match got {
+                    Ok(b) => b,
+                    // Damage stays local: skip the block, say what was lost, go on.
+                    Err(e) if e.is_damage() => {
+                        let p = plan[slot];
+                        let seg = &segments[p.seg];
+                        report
+                            .skipped
+                            .push(SkippedBlock::of(seg, &seg.blocks()[p.block], &e));
+                        continue;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                if let Some(first) = block.packets.first() {
+                    heap.push(Reverse(Cursor {
+                        ts_ns: first.ts_ns,
+                        seq: segments[block.seg].seq(),
+                        block: block.block,
+                        packet: 0,
+                        slot,
+                    }));
+                    open.insert(slot, block);
+                } else {
+                    let _ = recycle.try_send(block.data);
+                }
+            }
+            let Some(Reverse(cur)) = heap.pop() else {
+                break;
+            };
+            let block = &open[&cur.slot];
+            let p = block.packets[cur.packet];
+            let out_iface = self
+                .iface_map
+                .get(&(block.seg, p.iface))
+                .copied()
+                .unwrap_or(0);
+            let data = &block.data[p.start as usize..p.end as usize];
+            visit(out_iface, p.ts_ns, p.orig_len, data)?;
+            report.packets += 1;
+            report.captured_bytes += data.len() as u64;
+            if let Some(next) = block.packets.get(cur.packet + 1) {
+                heap.push(Reverse(Cursor {
+                    ts_ns: next.ts_ns,
+                    packet: cur.packet + 1,
+                    ..cur
+                }));
+            } else if let Some(done) = open.remove(&cur.slot) {
+                let _ = recycle.try_send(done.data);
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -16,20 +16,34 @@
 //!      such)
 //! ```
 //!
-//! Replay of a window onto an interface (issue "serve") will live here too: it is the same read
-//! and merge with a paced sender at the end instead of an encoder.
+//! **Replay onto an interface** ([`send::replay`], `capsule replay`) is the same read and
+//! merge with a paced sender at the end instead of an encoder: each packet's due time is its
+//! recorded offset from the window's first packet (scaled by `--speed`), or `n / pps`, from
+//! one start instant (no drift); the wait sleeps, then yields for the last 100 µs; frames
+//! the interface cannot take (truncated in the store, over its MTU, not Ethernet) are
+//! counted by cause. The frames go to a [`Wire`]; the binary's is capsule-capture's
+//! `Transmitter` (an AF_PACKET raw socket), so this crate stays free of `unsafe` and of
+//! system calls:
+//!
+//! ```text
+//! plan -> prefetch -> k-way merge (as above) -> checks -> schedule -> wait -> Wire::send
+//! ```
 #![forbid(unsafe_code)]
 
 mod encode;
 mod error;
 pub mod export;
+mod pace;
 mod prefetch;
 #[cfg(test)]
 mod proptest_query;
 mod report;
+pub mod send;
 mod stats;
 
 pub use encode::Format;
 pub use error::ExportError;
 pub use export::{bpf_linktypes, export, ExportOptions, ExportReport, SkippedBlock};
+pub use pace::Pacing;
 pub use prefetch::{bpf_compiles, check_bpf_len, MAX_BPF_LEN};
+pub use send::{replay, NotSent, ReplayError, ReplayOptions, ReplayReport, Wire, WireError};

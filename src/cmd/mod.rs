@@ -25,6 +25,7 @@ mod matrix;
 mod query;
 mod reindex;
 mod remote;
+mod replay;
 mod segments;
 mod serve;
 mod status;
@@ -42,7 +43,9 @@ fn print_json(mut v: serde_json::Value) {
 }
 
 /// Keys ending in `_ns` that hold durations, not instants (matched inside the name).
-const DURATION_KEYS: &[&str] = &["horizon", "span", "duration", "age", "elapsed", "interval"];
+const DURATION_KEYS: &[&str] = &[
+    "horizon", "span", "duration", "age", "elapsed", "interval", "lateness",
+];
 
 /// Beside every `NAME_ns` key holding an instant (nanoseconds since the epoch), `NAME` as
 /// RFC 3339 text, in every object of `v`: jq and JavaScript read integers above 2^53 as
@@ -94,6 +97,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Import(a) => import::run(&a),
         Cmd::Capture(a) => capture::run(&a),
         Cmd::Query(a) => query::run(&a),
+        Cmd::Replay(a) => replay::run(&a),
         Cmd::Flows(a) => flows::run(&a),
         Cmd::Top(a) => top::run(&a),
         Cmd::Tcp(a) => tcp::run(&a),

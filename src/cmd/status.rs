@@ -199,11 +199,7 @@ fn gather(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<Gath
         .max();
     let now = capsule_store::now_ns();
     // Live: the capture says it runs, its process exists, and it wrote within 5 s.
-    let live = st.as_ref().is_some_and(|s| {
-        s.running
-            && Path::new(&format!("/proc/{}", s.pid)).exists()
-            && now.saturating_sub(s.updated_ns) < 5_000_000_000
-    });
+    let live = st.as_ref().is_some_and(|s| s.is_live(now));
     // A running capture's compactor target and budget win over the flags.
     let running = st.as_ref().filter(|_| live);
     let target = running

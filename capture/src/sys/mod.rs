@@ -7,6 +7,8 @@
 //!   the rings live in;
 //! * [`tpacket`]: the AF_PACKET TPACKET_V3 receive ring;
 //! * [`xsk`]: AF_XDP sockets (UMEM, fill and RX rings);
+//! * [`tx`]: the AF_PACKET raw socket `capsule replay` sends frames through, and the
+//!   interface's MTU and hardware type;
 //! * [`link`]: the `bpf_link` that attaches the XDP program (a raw `bpf(2)` call, which is why
 //!   it lives here and not in capsule-bpf).
 //!
@@ -24,6 +26,7 @@
 
 pub(crate) mod link;
 pub(crate) mod tpacket;
+pub(crate) mod tx;
 pub(crate) mod xsk;
 
 use std::ffi::CString;
