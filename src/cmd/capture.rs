@@ -20,6 +20,13 @@ impl CaptureArgs {
         if self.iface.is_empty() {
             return Err(Usage("--iface is needed: the interface to capture on".into()));
         }
+        for (i, iface) in self.iface.iter().enumerate() {
+            if self.iface[..i].contains(iface) {
+                return Err(Usage(format!(
+                    "--iface {iface} is given twice: name each interface once"
+                )));
+            }
+        }
         if let Some((i, _)) = self.iface_mode.iter().find(|(i, _)| !self.iface.contains(i)) {
             return Err(Usage(format!(
                 "--iface-mode {i}=...: {i} is not one of the interfaces captured (--iface {})",
