@@ -1136,6 +1136,67 @@ mod tests {
     }
 
     #[test]
+    fn several_interfaces_come_from_the_command_line_or_the_file_with_their_modes() {
+        let a = capture(&[
+            "capture",
+            "--iface",
+            "a",
+            "--iface",
+            "b",
+            "--store",
+            "s",
+            "--iface-mode",
+            "b=afpacket",
+        ])
+        .unwrap();
+        assert_eq!(a.iface, ["a", "b"]);
+        assert_eq!(a.iface_mode, [("b".to_string(), CaptureMode::Afpacket)]);
+        let e = capture(&[
+            "capture",
+            "--iface",
+            "a",
+            "--store",
+            "s",
+            "--iface-mode",
+            "a",
+        ])
+        .unwrap_err();
+        assert!(e.contains("IFACE=MODE"), "{e}");
+        let e = capture(&[
+            "capture",
+            "--iface",
+            "a",
+            "--store",
+            "s",
+            "--iface-mode",
+            "a=turbo",
+        ])
+        .unwrap_err();
+        assert!(
+            e.contains("\"turbo\" is not a mode") && e.contains("afpacket"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(
+            &dir,
+            "[capture]\niface = [\"eth1\", \"eth2\"]\nstore = \"s\"\n\
+             [capture.interfaces.eth2]\nmode = \"afpacket\"\n",
+        );
+        let a = capture(&["capture", "--config", &f]).unwrap();
+        assert_eq!(a.iface, ["eth1", "eth2"]);
+        assert_eq!(a.iface_mode, [("eth2".to_string(), CaptureMode::Afpacket)]);
+        // The command line's interfaces replace the file's.
+        let a = capture(&["capture", "--config", &f, "--iface", "x"]).unwrap();
+        assert_eq!(a.iface, ["x"]);
+        let f = file(&dir, "[capture.interfaces.eth2]\nmode = \"fast\"\n");
+        let e = capture(&["capture", "--config", &f, "--iface", "x", "--store", "s"]).unwrap_err();
+        assert!(
+            e.contains(":2:8: capture.interfaces.eth2.mode: bad value for --iface-mode"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn a_switch_set_false_in_the_file_stays_off() {
         let dir = tempfile::tempdir().unwrap();
         let f = file(

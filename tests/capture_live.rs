@@ -2581,7 +2581,14 @@ fn two_interfaces_feed_one_store_each_with_its_own_mode_and_counters() {
     let [ra, rb] = links.recv.clone();
     // A: synth's mix (VLAN tags, every size); B: probe frames of its own.
     let input_a = tmp.path().join("a.pcap");
-    synth(&input_a, &tmp.path().join("truth.json"), 7, "1s", "10M", None);
+    synth(
+        &input_a,
+        &tmp.path().join("truth.json"),
+        7,
+        "1s",
+        "10M",
+        None,
+    );
     let mut sent_a = decode_file(&input_a).whole("synth output").packets;
     let input_b = tmp.path().join("b.pcap");
     let marker = format!("capsule iface two {}", std::process::id());
@@ -2589,11 +2596,22 @@ fn two_interfaces_feed_one_store_each_with_its_own_mode_and_counters() {
     let during_flap = tmp.path().join("b-flap.pcap");
     sent_b.extend(probe_pcap(&during_flap, &format!("{marker} flap"), 50));
     let after_flap = tmp.path().join("a-after.pcap");
-    sent_a.extend(probe_pcap(&after_flap, "capsule iface one after the flap", 20));
+    sent_a.extend(probe_pcap(
+        &after_flap,
+        "capsule iface one after the flap",
+        20,
+    ));
 
     let store = tmp.path().join("store");
     let iface_mode = format!("{ra}=afpacket");
-    let mut extra = vec!["--iface", &rb, "--mode", "xdp-native", "--iface-mode", &iface_mode];
+    let mut extra = vec![
+        "--iface",
+        &rb,
+        "--mode",
+        "xdp-native",
+        "--iface-mode",
+        &iface_mode,
+    ];
     extra.extend(WRITER_OPTS);
     let mut cap = Capture::start(&links.b.name, &ra, &store, &extra);
     let desc = cap
@@ -2632,8 +2650,14 @@ fn two_interfaces_feed_one_store_each_with_its_own_mode_and_counters() {
         .unwrap_or_else(|| panic!("no capture.interfaces in status --json: {st}"));
     let names: Vec<&str> = ifs.iter().map(|i| i["iface"].as_str().unwrap()).collect();
     assert_eq!(names, [ra.as_str(), rb.as_str()], "{st}");
-    assert!(ifs[0]["mode"].as_str().unwrap().starts_with("AF_PACKET"), "{st}");
-    assert!(ifs[1]["mode"].as_str().unwrap().starts_with("XDP native"), "{st}");
+    assert!(
+        ifs[0]["mode"].as_str().unwrap().starts_with("AF_PACKET"),
+        "{st}"
+    );
+    assert!(
+        ifs[1]["mode"].as_str().unwrap().starts_with("XDP native"),
+        "{st}"
+    );
     for (i, sent) in [&sent_a, &sent_b].into_iter().enumerate() {
         assert_eq!(
             (ifs[i]["packets"].as_u64(), ifs[i]["drops"].as_u64()),
@@ -2650,7 +2674,8 @@ fn two_interfaces_feed_one_store_each_with_its_own_mode_and_counters() {
     let text = stdout_str(&run_ok(capsule().args(["status", "--store", p(&store)])));
     for name in [&ra, &rb] {
         assert!(
-            text.contains(&format!("  {name} mode: ")) && text.contains(&format!("  {name}: stored ")),
+            text.contains(&format!("  {name} mode: "))
+                && text.contains(&format!("  {name}: stored ")),
             "capsule status names no mode or counts of {name}:\n{text}"
         );
     }
@@ -2683,7 +2708,10 @@ fn two_interfaces_feed_one_store_each_with_its_own_mode_and_counters() {
     // The export: pcapng, both interfaces, timestamp order, each packet with its own.
     let out = tmp.path().join("out.pcapng");
     query_ok(&store, &out, &["--format", "pcapng"]);
-    let rows = tshark_fields(&out, &["frame.interface_name", "frame.len", "frame.time_epoch"]);
+    let rows = tshark_fields(
+        &out,
+        &["frame.interface_name", "frame.len", "frame.time_epoch"],
+    );
     let mut per: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
     let mut last_t = 0f64;
     for r in &rows {
@@ -2702,7 +2730,10 @@ fn two_interfaces_feed_one_store_each_with_its_own_mode_and_counters() {
             (n.clone(), (s.len() as u64, bytes))
         })
         .collect();
-    assert_eq!(per, want, "tshark's (packets, bytes) per interface name vs sent");
+    assert_eq!(
+        per, want,
+        "tshark's (packets, bytes) per interface name vs sent"
+    );
     // Identical bytes, in order, per interface.
     let got = decode_file(&out).whole("pcapng export of two interfaces");
     assert_eq!(got.packets.len(), rows.len());
@@ -2719,8 +2750,17 @@ fn two_interfaces_feed_one_store_each_with_its_own_mode_and_counters() {
     // Each interface's statistics (ISB): none dropped, its own packets received.
     let window = tmp.path().join("window.pcapng");
     let o = run_ok(capsule().args([
-        "query", "--store", p(&store), "--format", "pcapng", "-w", p(&window), "--from",
-        &format!("@{t_start}"), "--to", &format!("@{t_stop}"),
+        "query",
+        "--store",
+        p(&store),
+        "--format",
+        "pcapng",
+        "-w",
+        p(&window),
+        "--from",
+        &format!("@{t_start}"),
+        "--to",
+        &format!("@{t_stop}"),
     ]));
     assert!(
         stderr_str(&o).contains("the capture reported 0 packets dropped in this window"),
@@ -2738,9 +2778,13 @@ fn two_interfaces_feed_one_store_each_with_its_own_mode_and_counters() {
             .map(|(_, id)| id.parse().unwrap())
             .collect();
         idx.dedup();
-        assert!(!idx.is_empty(), "no packets of an interface named {name} in the window");
         assert!(
-            idx.iter().all(|&i| file.ifaces.get(i).is_some_and(|f| f.linktype == 1)),
+            !idx.is_empty(),
+            "no packets of an interface named {name} in the window"
+        );
+        assert!(
+            idx.iter()
+                .all(|&i| file.ifaces.get(i).is_some_and(|f| f.linktype == 1)),
             "interface blocks of {name}: {:?}",
             file.ifaces
         );
@@ -2782,8 +2826,14 @@ fn a_second_interface_failing_at_start_names_it_and_puts_the_first_back() {
         said.contains(&format!("cannot capture on {missing}")),
         "the error does not name {missing}:\n{said}"
     );
-    let shown = stdout_str(&run_ok(in_ns(&link.b.name, "ip").args(["link", "show", &link.if_b])));
-    assert!(!shown.contains("xdp"), "an XDP program stayed on {}:\n{shown}", link.if_b);
+    let shown = stdout_str(&run_ok(
+        in_ns(&link.b.name, "ip").args(["link", "show", &link.if_b]),
+    ));
+    assert!(
+        !shown.contains("xdp"),
+        "an XDP program stayed on {}:\n{shown}",
+        link.if_b
+    );
     assert_eq!(
         rx_vlan_offload_on(&link.b.name, &link.if_b),
         offload_before,
@@ -2794,8 +2844,18 @@ fn a_second_interface_failing_at_start_names_it_and_puts_the_first_back() {
     assert!(!store.join("interface-state.json").exists());
 
     let out = run(in_ns(&link.b.name, bin()).args([
-        "capture", "--iface", &link.if_b, "--iface", &link.if_b, "--store", p(&store),
+        "capture",
+        "--iface",
+        &link.if_b,
+        "--iface",
+        &link.if_b,
+        "--store",
+        p(&store),
     ]));
     assert_eq!(out.status.code(), Some(2), "{}", stderr_str(&out));
-    assert!(stderr_str(&out).contains("given twice"), "{}", stderr_str(&out));
+    assert!(
+        stderr_str(&out).contains("given twice"),
+        "{}",
+        stderr_str(&out)
+    );
 }

@@ -467,6 +467,76 @@ mod tests {
     }
 
     #[test]
+    fn several_interfaces_are_counted_each_and_summed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = StatusFile::new_many(
+            dir.path(),
+            &[
+                ("a", "AF_PACKET (ring); AF_XDP was not possible: x"),
+                ("b", "XDP native (p)"),
+            ],
+        );
+        let state = |iface: &str, packets: u64, drops: u64, error: Option<&str>| {
+            let mut report = LiveReport {
+                packets,
+                wire_bytes: packets * 10,
+                ..LiveReport::default()
+            };
+            report.kernel.packets = packets + drops;
+            report.kernel.drops = drops;
+            IfaceState {
+                iface: iface.into(),
+                description: String::new(),
+                report,
+                error: error.map(String::from),
+            }
+        };
+        let store = capsule_store::writer::Pressure {
+            disk_full_drops: 2,
+            ..Default::default()
+        };
+        f.update_many(
+            &[state("a", 10, 3, None), state("b", 20, 0, Some("gone"))],
+            store,
+        );
+        let s = read_status(dir.path()).unwrap().unwrap();
+        assert_eq!(s.iface, "a, b");
+        assert_eq!(s.mode, "a: AF_PACKET (ring) | b: XDP native (p)");
+        // Disk-full drops are store-wide: in the totals only.
+        assert_eq!((s.packets, s.seen, s.drops), (28, 33, 5));
+        assert_eq!(
+            (s.drop_causes.packet_ring_full, s.drop_causes.disk_full),
+            (3, 2)
+        );
+        let i = &s.interfaces;
+        assert_eq!(i.len(), 2);
+        assert_eq!(
+            (i[0].iface.as_str(), i[0].packets, i[0].drops),
+            ("a", 10, 3)
+        );
+        assert!(i[0].mode.starts_with("AF_PACKET (ring); AF_XDP"), "{i:?}");
+        assert_eq!(
+            (i[1].iface.as_str(), i[1].packets, i[1].seen),
+            ("b", 20, 20)
+        );
+        assert_eq!(i[1].error.as_deref(), Some("gone"));
+        assert_eq!(
+            (i[0].error.as_deref(), i[0].drop_causes.disk_full),
+            (None, 0)
+        );
+        // A status file of an earlier version has no interfaces: read as none.
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join(STATUS_FILE)).unwrap()).unwrap();
+        v.as_object_mut().unwrap().remove("interfaces").unwrap();
+        std::fs::write(dir.path().join(STATUS_FILE), v.to_string()).unwrap();
+        assert!(read_status(dir.path())
+            .unwrap()
+            .unwrap()
+            .interfaces
+            .is_empty());
+    }
+
+    #[test]
     fn a_status_file_without_the_store_part_still_reads() {
         let dir = tempfile::tempdir().unwrap();
         let mut f = StatusFile::new(dir.path(), "eth9", "test mode");

@@ -83,14 +83,20 @@ fn interfaces(
     out: &mut Vec<CaptureSetting>,
 ) -> Result<(), ConfigError> {
     let key = join(path, INTERFACES_KEY);
-    let t = src.table(&key, v, "a table of interfaces, e.g. [capture.interfaces.eth1]")?;
+    let t = src.table(
+        &key,
+        v,
+        "a table of interfaces, e.g. [capture.interfaces.eth1]",
+    )?;
     let names: Vec<&str> = INTERFACE_KEYS.iter().map(|(k, _)| *k).collect();
     for (name, per) in t {
         let ikey = join(&key, name.get_ref());
         let per = src.table(&ikey, per, "a table of settings of this interface (mode)")?;
         src.only_keys(&ikey, per, &names)?;
         for (k, v) in per {
-            let Some(&(_, flag)) = INTERFACE_KEYS.iter().find(|(n, _)| *n == k.get_ref().as_ref())
+            let Some(&(_, flag)) = INTERFACE_KEYS
+                .iter()
+                .find(|(n, _)| *n == k.get_ref().as_ref())
             else {
                 continue;
             };

@@ -18,7 +18,9 @@ impl CaptureArgs {
     /// usage error; an interface named twice is refused by `live::open_all`.
     fn configs(&self) -> Result<Vec<CaptureConfig>, Usage> {
         if self.iface.is_empty() {
-            return Err(Usage("--iface is needed: the interface to capture on".into()));
+            return Err(Usage(
+                "--iface is needed: the interface to capture on".into(),
+            ));
         }
         for (i, iface) in self.iface.iter().enumerate() {
             if self.iface[..i].contains(iface) {
@@ -27,7 +29,11 @@ impl CaptureArgs {
                 )));
             }
         }
-        if let Some((i, _)) = self.iface_mode.iter().find(|(i, _)| !self.iface.contains(i)) {
+        if let Some((i, _)) = self
+            .iface_mode
+            .iter()
+            .find(|(i, _)| !self.iface.contains(i))
+        {
             return Err(Usage(format!(
                 "--iface-mode {i}=...: {i} is not one of the interfaces captured (--iface {})",
                 self.iface.join(" --iface ")

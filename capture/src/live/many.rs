@@ -177,30 +177,32 @@ pub(crate) fn run_many(
         for (i, cap) in captures.into_iter().enumerate() {
             let (shared, halt, states, finished) = (&shared, &halt, &states, &done[i]);
             let name = format!("cap-{}", cap.iface);
-            let spawned = std::thread::Builder::new().name(name).spawn_scoped(scope, move || {
-                let mut sink = SharedSink::new(shared, i == 0);
-                let publish = |r: &LiveReport| {
-                    states.lock().unwrap_or_else(|e| e.into_inner())[i].report = r.clone();
-                };
-                let iface = cap.iface.clone();
-                let mut result = cap.run_into(&mut sink, halt, publish);
-                // What the reader gathered after its last tick.
-                if let Err(e) = sink.flush() {
-                    if result.is_ok() {
-                        result = Err(LiveError::store(&iface, e));
+            let spawned = std::thread::Builder::new()
+                .name(name)
+                .spawn_scoped(scope, move || {
+                    let mut sink = SharedSink::new(shared, i == 0);
+                    let publish = |r: &LiveReport| {
+                        states.lock().unwrap_or_else(|e| e.into_inner())[i].report = r.clone();
+                    };
+                    let iface = cap.iface.clone();
+                    let mut result = cap.run_into(&mut sink, halt, publish);
+                    // What the reader gathered after its last tick.
+                    if let Err(e) = sink.flush() {
+                        if result.is_ok() {
+                            result = Err(LiveError::store(&iface, e));
+                        }
                     }
-                }
-                if let Err(e) = &result {
-                    let text = capsule_store::error::chain(e);
-                    tracing::error!("capture on {iface} stopped: {text}");
-                    states.lock().unwrap_or_else(|e| e.into_inner())[i].error = Some(text);
-                    if matches!(e, LiveError::Store { .. }) {
-                        halt.store(true, Ordering::Relaxed);
+                    if let Err(e) = &result {
+                        let text = capsule_store::error::chain(e);
+                        tracing::error!("capture on {iface} stopped: {text}");
+                        states.lock().unwrap_or_else(|e| e.into_inner())[i].error = Some(text);
+                        if matches!(e, LiveError::Store { .. }) {
+                            halt.store(true, Ordering::Relaxed);
+                        }
                     }
-                }
-                finished.store(true, Ordering::Release);
-                result
-            });
+                    finished.store(true, Ordering::Release);
+                    result
+                });
             if spawned.is_err() {
                 done[i].store(true, Ordering::Release);
             }

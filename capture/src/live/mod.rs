@@ -339,8 +339,13 @@ pub struct IfaceState {
 /// share of it (several, module `many`).
 pub(crate) trait Sink {
     fn add_interface(&mut self, iface: Interface) -> u32;
-    fn append(&mut self, iface: u32, ts_ns: u64, orig_len: u32, data: &[u8])
-        -> Result<(), StoreError>;
+    fn append(
+        &mut self,
+        iface: u32,
+        ts_ns: u64,
+        orig_len: u32,
+        data: &[u8],
+    ) -> Result<(), StoreError>;
     /// Cuts blocks by age (and, shared, hands over what was gathered).
     fn tick(&mut self) -> Result<(), StoreError>;
     fn urgency(&self) -> Arc<AtomicU32>;
@@ -722,6 +727,27 @@ mod tests {
         assert_eq!(
             capsule_store::error::chain(&e),
             "cannot capture on eth9: no network interface named \"eth9\""
+        );
+    }
+
+    #[test]
+    fn an_interface_named_twice_is_refused_before_any_is_touched() {
+        let cfg = |iface: &str| CaptureConfig {
+            iface: iface.into(),
+            mode: Mode::Afpacket,
+            queues: Queues::All,
+            frame_size: 2048,
+            snaplen: 0,
+            fanout_group: 0,
+            ring_bytes: 1 << 20,
+            // A record an open would read: none, for nothing may be read or changed.
+            state_dir: Some("/nonexistent/capsule-test-store".into()),
+            take_interface: false,
+        };
+        let e = open_all(&[cfg("nosuch0"), cfg("nosuch1"), cfg("nosuch0")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "nosuch0 is named twice: give each interface once"
         );
     }
 
