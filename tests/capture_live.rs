@@ -2643,8 +2643,24 @@ fn two_interfaces_feed_one_store_each_with_its_own_mode_and_counters() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_still_running(&mut cap, "after its link came back up");
 
-    // Status while it runs: one entry per interface, in order, with its own mode and counts.
-    let st = status_json(&store);
+    // Status while it runs: one entry per interface, in order, with its own mode and counts
+    // (each reader reports about once a second: waited for up to 5 s).
+    let want_total = Some((sent_a.len() + sent_b.len()) as u64);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let st = loop {
+        let st = status_json(&store);
+        let ifs = st["capture"]["interfaces"].as_array();
+        let counts = |i: usize| {
+            ifs.and_then(|v| v.get(i))
+                .and_then(|x| x["packets"].as_u64())
+        };
+        let caught_up =
+            counts(0) == Some(sent_a.len() as u64) && counts(1) == Some(sent_b.len() as u64);
+        if caught_up || Instant::now() >= deadline {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let ifs = st["capture"]["interfaces"]
         .as_array()
         .unwrap_or_else(|| panic!("no capture.interfaces in status --json: {st}"));
@@ -2666,11 +2682,7 @@ fn two_interfaces_feed_one_store_each_with_its_own_mode_and_counters() {
             names[i]
         );
     }
-    assert_eq!(
-        st["capture"]["packets"].as_u64(),
-        Some((sent_a.len() + sent_b.len()) as u64),
-        "{st}"
-    );
+    assert_eq!(st["capture"]["packets"].as_u64(), want_total, "{st}");
     let text = stdout_str(&run_ok(capsule().args(["status", "--store", p(&store)])));
     for name in [&ra, &rb] {
         assert!(

@@ -16,7 +16,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -164,6 +164,10 @@ pub(crate) fn run_many(
     // The readers' own stop: the caller's, or a store error (the writer cannot go on).
     let halt = AtomicBool::new(false);
     let done: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(false)).collect();
+    // Counts the readers' reports: `on_stats` runs only when one came in since its last
+    // call, so a watchdog pinged from it stops when every reader is wedged (e.g. on a store
+    // that no longer takes packets), as it does with one interface.
+    let published = AtomicU64::new(0);
     let snapshot = |states: &Mutex<Vec<IfaceState>>| {
         states
             .lock()
@@ -176,6 +180,7 @@ pub(crate) fn run_many(
         let mut handles = Vec::with_capacity(n);
         for (i, cap) in captures.into_iter().enumerate() {
             let (shared, halt, states, finished) = (&shared, &halt, &states, &done[i]);
+            let published = &published;
             let name = format!("cap-{}", cap.iface);
             let spawned = std::thread::Builder::new()
                 .name(name)
@@ -183,6 +188,7 @@ pub(crate) fn run_many(
                     let mut sink = SharedSink::new(shared, i == 0);
                     let publish = |r: &LiveReport| {
                         states.lock().unwrap_or_else(|e| e.into_inner())[i].report = r.clone();
+                        published.fetch_add(1, Ordering::Relaxed);
                     };
                     let iface = cap.iface.clone();
                     let mut result = cap.run_into(&mut sink, halt, publish);
@@ -209,6 +215,7 @@ pub(crate) fn run_many(
             handles.push(spawned);
         }
         let mut last = Instant::now();
+        let mut seen = 0;
         loop {
             if stop.load(Ordering::Relaxed) {
                 halt.store(true, Ordering::Relaxed);
@@ -217,8 +224,12 @@ pub(crate) fn run_many(
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
-            if last.elapsed() >= Duration::from_secs(1) {
+            let now_published = published.load(Ordering::Relaxed);
+            // Each reader reports about once a second: pass on what came in, at most twice
+            // a second, so the status lags a reader's report by half a second at most.
+            if last.elapsed() >= Duration::from_millis(500) && now_published != seen {
                 last = Instant::now();
+                seen = now_published;
                 on_stats(&snapshot(&states));
             }
         }
