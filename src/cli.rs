@@ -518,9 +518,14 @@ pub struct CaptureArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// The interface to capture on (a dedicated SPAN/TAP port; it is put in promiscuous
-    /// mode).
+    /// mode). Repeat it for several interfaces into the one store (`--iface a --iface b`):
+    /// each gets its own interface block, counters and mode (the ladder walked for each).
     #[arg(long, required = false, required_unless_present = "config")]
-    pub iface: String,
+    pub iface: Vec<String>,
+    /// The mode of one interface, overriding --mode for it: `IFACE=MODE`, e.g. `--iface-mode
+    /// eth1=afpacket` (repeatable; IFACE must be one of the --iface).
+    #[arg(long, value_name = "IFACE=MODE", value_parser = parse_iface_mode)]
+    pub iface_mode: Vec<(String, CaptureMode)>,
     /// The store directory (created if missing).
     #[arg(long, required = false, required_unless_present = "config")]
     pub store: PathBuf,
@@ -982,7 +987,25 @@ fn parse_end_now(s: &str) -> Result<capsule_query::TimeArg, capsule_query::TimeE
     capsule_query::TimeArg::parse_end(s, capsule_store::now_ns())
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug)]
+/// `IFACE=MODE` of `--iface-mode`.
+fn parse_iface_mode(s: &str) -> Result<(String, CaptureMode), String> {
+    let (iface, mode) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s:?} is not IFACE=MODE (e.g. eth1=afpacket)"))?;
+    if iface.is_empty() {
+        return Err(format!("{s:?} names no interface before `=`"));
+    }
+    let mode = CaptureMode::from_str(mode, false).map_err(|_| {
+        let modes: Vec<String> = CaptureMode::value_variants()
+            .iter()
+            .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
+            .collect();
+        format!("{mode:?} is not a mode (one of {})", modes.join(", "))
+    })?;
+    Ok((iface.to_string(), mode))
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CaptureMode {
     /// XDP native, then XDP generic, then AF_PACKET: the first that works.
     Auto,
@@ -1303,7 +1326,7 @@ mod tests {
              take_interface = true\nmode = \"afpacket\"\nmax_bytes = \"2G\"\n",
         );
         let a = capture(&["capture", "--config", &f]).unwrap();
-        assert_eq!(a.iface, "eth9");
+        assert_eq!(a.iface, ["eth9"]);
         assert_eq!(a.store, PathBuf::from("/srv/capsule"));
         assert_eq!(a.ring_size, 64 << 20);
         assert_eq!(a.snaplen, 96);
@@ -1340,12 +1363,73 @@ mod tests {
             "auto",
         ])
         .unwrap();
-        assert_eq!(a.iface, "lo");
+        assert_eq!(a.iface, ["lo"]);
         assert_eq!(a.ring_size, 32 << 20);
         assert_eq!(a.snaplen, 0);
         assert!(matches!(a.mode, CaptureMode::Auto));
         assert_eq!(a.store, PathBuf::from("/srv/capsule"));
         assert_eq!(a.writer.max_bytes, Some(Setting::Set(2 << 30)));
+    }
+
+    #[test]
+    fn several_interfaces_come_from_the_command_line_or_the_file_with_their_modes() {
+        let a = capture(&[
+            "capture",
+            "--iface",
+            "a",
+            "--iface",
+            "b",
+            "--store",
+            "s",
+            "--iface-mode",
+            "b=afpacket",
+        ])
+        .unwrap();
+        assert_eq!(a.iface, ["a", "b"]);
+        assert_eq!(a.iface_mode, [("b".to_string(), CaptureMode::Afpacket)]);
+        let e = capture(&[
+            "capture",
+            "--iface",
+            "a",
+            "--store",
+            "s",
+            "--iface-mode",
+            "a",
+        ])
+        .unwrap_err();
+        assert!(e.contains("IFACE=MODE"), "{e}");
+        let e = capture(&[
+            "capture",
+            "--iface",
+            "a",
+            "--store",
+            "s",
+            "--iface-mode",
+            "a=turbo",
+        ])
+        .unwrap_err();
+        assert!(
+            e.contains("\"turbo\" is not a mode") && e.contains("afpacket"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let f = file(
+            &dir,
+            "[capture]\niface = [\"eth1\", \"eth2\"]\nstore = \"s\"\n\
+             [capture.interfaces.eth2]\nmode = \"afpacket\"\n",
+        );
+        let a = capture(&["capture", "--config", &f]).unwrap();
+        assert_eq!(a.iface, ["eth1", "eth2"]);
+        assert_eq!(a.iface_mode, [("eth2".to_string(), CaptureMode::Afpacket)]);
+        // The command line's interfaces replace the file's.
+        let a = capture(&["capture", "--config", &f, "--iface", "x"]).unwrap();
+        assert_eq!(a.iface, ["x"]);
+        let f = file(&dir, "[capture.interfaces.eth2]\nmode = \"fast\"\n");
+        let e = capture(&["capture", "--config", &f, "--iface", "x", "--store", "s"]).unwrap_err();
+        assert!(
+            e.contains(":2:8: capture.interfaces.eth2.mode: bad value for --iface-mode"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1411,7 +1495,7 @@ mod tests {
             capture(&["capture", "--config", &f, "--iface", "x"])
                 .unwrap()
                 .iface,
-            "x"
+            ["x"]
         );
         let e = capture(&["capture", "--iface", "x"]).unwrap_err();
         assert!(e.contains("--store"), "{e}");

@@ -2491,3 +2491,383 @@ fn the_capture_summary_is_one_json_document_with_json() {
     assert!(v["sealed"].as_u64().unwrap() >= 1, "{v}");
     assert_all_sealed(&store, packets);
 }
+
+/// Two veth pairs between one sending and one capturing namespace: `send[i]` in `a` is the
+/// peer of `recv[i]` in `b`. Names carry the test's pid, like [`Link`]'s.
+struct TwoLinks {
+    a: Netns,
+    b: Netns,
+    send: [String; 2],
+    recv: [String; 2],
+}
+
+impl TwoLinks {
+    fn new() -> TwoLinks {
+        need_root();
+        need_tool("ip");
+        sweep_stale_namespaces();
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let pid = std::process::id();
+        let a = Netns::new(format!("{NS_PREFIX}{pid}-2l{n}-a"));
+        let b = Netns::new(format!("{NS_PREFIX}{pid}-2l{n}-b"));
+        // At most 15 bytes: "c2a" + up to 7 pid digits + "x" + n + "y" + i.
+        let name = |end: &str, i: usize| format!("c2{end}{pid}x{n}y{i}");
+        let send = [name("a", 0), name("a", 1)];
+        let recv = [name("b", 0), name("b", 1)];
+        for i in 0..2 {
+            // Created directly inside the namespaces: the pairs never exist in the host's.
+            ip(&[
+                "link", "add", &send[i], "netns", &a.name, "type", "veth", "peer", "name",
+                &recv[i], "netns", &b.name,
+            ]);
+            for (ns, ifname) in [(&a.name, &send[i]), (&b.name, &recv[i])] {
+                run_ok(in_ns(ns, "sysctl").args([
+                    "-q",
+                    "-w",
+                    &format!("net.ipv6.conf.{ifname}.disable_ipv6=1"),
+                ]));
+                ip(&["-n", ns, "link", "set", ifname, "mtu", "1600"]);
+                ip(&["-n", ns, "link", "set", ifname, "up"]);
+            }
+        }
+        TwoLinks { a, b, send, recv }
+    }
+
+    /// Sends `file` on pair `i` with tcpreplay at `mbps`; fails unless every packet went.
+    fn send(&self, i: usize, file: &Path, mbps: &str) -> u64 {
+        need_tool("tcpreplay");
+        let out = run_ok(
+            in_ns(&self.a.name, "tcpreplay")
+                .args(["-i", &self.send[i], "--mbps", mbps])
+                .arg(file),
+        );
+        let text = stdout_str(&out);
+        let count = |key: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix(key))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {key:?} line in tcpreplay's output:\n{text}"))
+        };
+        assert_eq!(count("Failed packets:"), 0, "tcpreplay failed:\n{text}");
+        count("Successful packets:")
+    }
+}
+
+/// `count` probe frames of lengths 60 to 1514, their payload `marker`, as a pcap at `path`.
+fn probe_pcap(path: &Path, marker: &str, count: usize) -> Vec<Pkt> {
+    let t0 = now_ns();
+    let frames: Vec<(u64, u32, Vec<u8>)> = (0..count)
+        .map(|i| {
+            let f = probe_frame(&format!("{marker} {i} "), 60 + (i * 97) % 1455);
+            (t0 + i as u64 * 1000, f.len() as u32, f)
+        })
+        .collect();
+    std::fs::write(path, write_pcap_ns(1, 65535, &frames)).unwrap();
+    decode_file(path).whole("probe frames").packets
+}
+
+/// One capture, two interfaces (`--iface A --iface B`), one store: A by AF_PACKET
+/// (`--iface-mode A=afpacket`), B by native XDP (`--mode xdp-native`), different traffic on
+/// each, sent at the same time. The store holds each interface's packets exactly (tshark's
+/// per-interface counts and bytes of a pcapng export against what was sent; identical bytes
+/// in order per interface), the export is in timestamp order across both, each interface
+/// has its own pcapng interface block and statistics; status (text and JSON) and the exit
+/// summary count per interface; and A's link going down and up again does not stop B.
+#[test]
+fn two_interfaces_feed_one_store_each_with_its_own_mode_and_counters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let links = TwoLinks::new();
+    let [ra, rb] = links.recv.clone();
+    // A: synth's mix (VLAN tags, every size); B: probe frames of its own.
+    let input_a = tmp.path().join("a.pcap");
+    synth(
+        &input_a,
+        &tmp.path().join("truth.json"),
+        7,
+        "1s",
+        "10M",
+        None,
+    );
+    let mut sent_a = decode_file(&input_a).whole("synth output").packets;
+    let input_b = tmp.path().join("b.pcap");
+    let marker = format!("capsule iface two {}", std::process::id());
+    let mut sent_b = probe_pcap(&input_b, &marker, 400);
+    let during_flap = tmp.path().join("b-flap.pcap");
+    sent_b.extend(probe_pcap(&during_flap, &format!("{marker} flap"), 50));
+    let after_flap = tmp.path().join("a-after.pcap");
+    sent_a.extend(probe_pcap(
+        &after_flap,
+        "capsule iface one after the flap",
+        20,
+    ));
+
+    let store = tmp.path().join("store");
+    let iface_mode = format!("{ra}=afpacket");
+    let mut extra = vec![
+        "--iface",
+        &rb,
+        "--mode",
+        "xdp-native",
+        "--iface-mode",
+        &iface_mode,
+    ];
+    extra.extend(WRITER_OPTS);
+    let mut cap = Capture::start(&links.b.name, &ra, &store, &extra);
+    let desc = cap
+        .wait_ready_or_exit(&format!("{ra},{rb}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        desc.contains(&format!("{ra}: AF_PACKET (TPACKET_V3"))
+            && desc.contains(&format!("{rb}: XDP native (")),
+        "capture says it captures with {desc:?}: expected {ra} by AF_PACKET and {rb} by XDP"
+    );
+    let t_start = now_ns();
+    std::thread::scope(|s| {
+        let l = &links;
+        let (ia, ib) = (&input_a, &input_b);
+        let one = s.spawn(move || l.send(0, ia, "20"));
+        let two = s.spawn(move || l.send(1, ib, "5"));
+        assert_eq!(one.join().unwrap() + 20, sent_a.len() as u64);
+        assert_eq!(two.join().unwrap() + 50, sent_b.len() as u64);
+    });
+    // A's link flaps; B goes on meanwhile.
+    ip(&["-n", &links.b.name, "link", "set", &ra, "down"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(links.send(1, &during_flap, "5"), 50);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_still_running(&mut cap, "while one of its links was down");
+    ip(&["-n", &links.b.name, "link", "set", &ra, "up"]);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(links.send(0, &after_flap, "5"), 20);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_still_running(&mut cap, "after its link came back up");
+
+    // Status while it runs: one entry per interface, in order, with its own mode and counts
+    // (each reader reports about once a second: waited for up to 5 s).
+    let want_total = Some((sent_a.len() + sent_b.len()) as u64);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let st = loop {
+        let st = status_json(&store);
+        let ifs = st["capture"]["interfaces"].as_array();
+        let counts = |i: usize| {
+            ifs.and_then(|v| v.get(i))
+                .and_then(|x| x["packets"].as_u64())
+        };
+        let caught_up =
+            counts(0) == Some(sent_a.len() as u64) && counts(1) == Some(sent_b.len() as u64);
+        if caught_up || Instant::now() >= deadline {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let ifs = st["capture"]["interfaces"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no capture.interfaces in status --json: {st}"));
+    let names: Vec<&str> = ifs.iter().map(|i| i["iface"].as_str().unwrap()).collect();
+    assert_eq!(names, [ra.as_str(), rb.as_str()], "{st}");
+    assert!(
+        ifs[0]["mode"].as_str().unwrap().starts_with("AF_PACKET"),
+        "{st}"
+    );
+    assert!(
+        ifs[1]["mode"].as_str().unwrap().starts_with("XDP native"),
+        "{st}"
+    );
+    for (i, sent) in [&sent_a, &sent_b].into_iter().enumerate() {
+        assert_eq!(
+            (ifs[i]["packets"].as_u64(), ifs[i]["drops"].as_u64()),
+            (Some(sent.len() as u64), Some(0)),
+            "status of {}: {st}",
+            names[i]
+        );
+    }
+    assert_eq!(st["capture"]["packets"].as_u64(), want_total, "{st}");
+    let text = stdout_str(&run_ok(capsule().args(["status", "--store", p(&store)])));
+    for name in [&ra, &rb] {
+        assert!(
+            text.contains(&format!("  {name} mode: "))
+                && text.contains(&format!("  {name}: stored ")),
+            "capsule status names no mode or counts of {name}:\n{text}"
+        );
+    }
+
+    let stopped = cap.stop();
+    assert_clean_exit(&stopped);
+    let t_stop = now_ns();
+    let sum = parse_summary(&stopped.stdout);
+    assert_eq!(sum.iface, format!("{ra},{rb}"), "{}", stopped.stdout);
+    assert_eq!(
+        (sum.packets, sum.dropped),
+        ((sent_a.len() + sent_b.len()) as u64, 0),
+        "{}",
+        stopped.stdout
+    );
+    for (name, sent) in [(&ra, &sent_a), (&rb, &sent_b)] {
+        let bytes: u64 = sent.iter().map(|k| u64::from(k.orig_len)).sum();
+        let want = format!(
+            "  {name}: {} packets ({bytes} bytes), seen {}, dropped 0",
+            sent.len(),
+            sent.len()
+        );
+        assert!(
+            stopped.stdout.lines().any(|l| l.starts_with(&want)),
+            "no {want:?} in the summary:\n{}",
+            stopped.stdout
+        );
+    }
+
+    // The export: pcapng, both interfaces, timestamp order, each packet with its own.
+    let out = tmp.path().join("out.pcapng");
+    query_ok(&store, &out, &["--format", "pcapng"]);
+    let rows = tshark_fields(
+        &out,
+        &["frame.interface_name", "frame.len", "frame.time_epoch"],
+    );
+    let mut per: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    let mut last_t = 0f64;
+    for r in &rows {
+        let f: Vec<&str> = r.split('\t').collect();
+        let e = per.entry(f[0].to_string()).or_default();
+        e.0 += 1;
+        e.1 += f[1].parse::<u64>().unwrap();
+        let t: f64 = f[2].parse().unwrap();
+        assert!(t >= last_t, "the export is not in timestamp order at {r:?}");
+        last_t = t;
+    }
+    let want: std::collections::BTreeMap<String, (u64, u64)> = [(&ra, &sent_a), (&rb, &sent_b)]
+        .into_iter()
+        .map(|(n, s)| {
+            let bytes = s.iter().map(|k| u64::from(k.orig_len)).sum();
+            (n.clone(), (s.len() as u64, bytes))
+        })
+        .collect();
+    assert_eq!(
+        per, want,
+        "tshark's (packets, bytes) per interface name vs sent"
+    );
+    // Identical bytes, in order, per interface.
+    let got = decode_file(&out).whole("pcapng export of two interfaces");
+    assert_eq!(got.packets.len(), rows.len());
+    for (name, sent) in [(&ra, &sent_a), (&rb, &sent_b)] {
+        let mine: Vec<Pkt> = got
+            .packets
+            .iter()
+            .zip(&rows)
+            .filter(|(_, r)| r.split('\t').next() == Some(name.as_str()))
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_same_frames(sent, &mine);
+    }
+    // Each interface's statistics (ISB): none dropped, its own packets received.
+    let window = tmp.path().join("window.pcapng");
+    let o = run_ok(capsule().args([
+        "query",
+        "--store",
+        p(&store),
+        "--format",
+        "pcapng",
+        "-w",
+        p(&window),
+        "--from",
+        &format!("@{t_start}"),
+        "--to",
+        &format!("@{t_stop}"),
+    ]));
+    assert!(
+        stderr_str(&o).contains("the capture reported 0 packets dropped in this window"),
+        "{}",
+        stderr_str(&o)
+    );
+    let file = decode_file(&window).whole("window export");
+    // Interface ids by name, as tshark reads the interface blocks.
+    let ids = tshark_fields(&window, &["frame.interface_name", "frame.interface_id"]);
+    for (name, sent) in [(&ra, &sent_a), (&rb, &sent_b)] {
+        let mut idx: Vec<usize> = ids
+            .iter()
+            .filter_map(|r| r.split_once('\t'))
+            .filter(|(n, _)| *n == name.as_str())
+            .map(|(_, id)| id.parse().unwrap())
+            .collect();
+        idx.dedup();
+        assert!(
+            !idx.is_empty(),
+            "no packets of an interface named {name} in the window"
+        );
+        assert!(
+            idx.iter()
+                .all(|&i| file.ifaces.get(i).is_some_and(|f| f.linktype == 1)),
+            "interface blocks of {name}: {:?}",
+            file.ifaces
+        );
+        let last = file
+            .stats
+            .iter()
+            .filter(|s| idx.contains(&s.iface))
+            .max_by_key(|s| s.ts_ns)
+            .unwrap_or_else(|| panic!("no statistics of {name}: {:?}", file.stats));
+        assert_eq!(
+            (last.received, last.dropped),
+            (Some(sent.len() as u64), Some(0)),
+            "last statistics of {name}"
+        );
+    }
+}
+
+/// Starting on two interfaces, the second of which cannot be captured: an error naming
+/// it, and the first, already opened with XDP, is put back as it was (no XDP program left,
+/// receive VLAN offload on again); the store has no status of a capture that never ran.
+/// The same interface twice is a usage error (exit 2) before anything is touched.
+#[test]
+fn a_second_interface_failing_at_start_names_it_and_puts_the_first_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let link = Link::new();
+    let store = tmp.path().join("store");
+    let offload_before = rx_vlan_offload_on(&link.b.name, &link.if_b);
+    let missing = format!("nosuch{}", std::process::id());
+    let mut cap = Capture::start(
+        &link.b.name,
+        &link.if_b,
+        &store,
+        &["--iface", &missing, "--mode", "xdp-native"],
+    );
+    let said = cap
+        .wait_ready_or_exit(&link.if_b)
+        .expect_err("capture started with a missing second interface");
+    assert!(
+        said.contains(&format!("cannot capture on {missing}")),
+        "the error does not name {missing}:\n{said}"
+    );
+    let shown = stdout_str(&run_ok(
+        in_ns(&link.b.name, "ip").args(["link", "show", &link.if_b]),
+    ));
+    assert!(
+        !shown.contains("xdp"),
+        "an XDP program stayed on {}:\n{shown}",
+        link.if_b
+    );
+    assert_eq!(
+        rx_vlan_offload_on(&link.b.name, &link.if_b),
+        offload_before,
+        "receive VLAN offload of {} was not put back",
+        link.if_b
+    );
+    assert!(!store.join("capture-status.json").exists());
+    assert!(!store.join("interface-state.json").exists());
+
+    let out = run(in_ns(&link.b.name, bin()).args([
+        "capture",
+        "--iface",
+        &link.if_b,
+        "--iface",
+        &link.if_b,
+        "--store",
+        p(&store),
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_str(&out));
+    assert!(
+        stderr_str(&out).contains("given twice"),
+        "{}",
+        stderr_str(&out)
+    );
+}

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::live::LiveReport;
+use crate::live::{IfaceState, LiveReport};
 
 /// File name of the status, in the store's directory.
 pub const STATUS_FILE: &str = "capture-status.json";
@@ -91,6 +91,54 @@ pub struct CaptureStatus {
     /// The compactor's rate over the last interval: pending bytes recompressed per second.
     #[serde(default)]
     pub compactor_bytes_per_s: f64,
+    /// Each interface on its own, in the order given (one entry for a single interface; the
+    /// figures above are their sums). Absent in status files of earlier versions.
+    #[serde(default)]
+    pub interfaces: Vec<InterfaceStatus>,
+}
+
+/// One interface of a capture in `capture-status.json`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct InterfaceStatus {
+    pub iface: String,
+    /// How this interface is captured (its own ladder): mode, variant, queues, and in mode
+    /// auto after `; ` why XDP was not taken.
+    pub mode: String,
+    /// Packets stored from it (disk-full drops are store-wide: in the totals only).
+    pub packets: u64,
+    pub wire_bytes: u64,
+    pub seen: u64,
+    pub drops: u64,
+    pub drop_causes: DropCauses,
+    pub vlan_restored: u64,
+    pub truncated: u64,
+    pub hw_timestamps: u64,
+    pub packets_per_s: f64,
+    pub bits_per_s: f64,
+    pub drops_per_s: f64,
+    /// Why its reader stopped while the others went on (the error chain); none while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Packets, bytes and drops at an instant, for rates.
+type Mark = (Instant, u64, u64, u64);
+
+/// Rates from `last` to now; updates `last`.
+fn rates(last: &mut Option<Mark>, now: Instant, packets: u64, bytes: u64, drops: u64) -> [f64; 3] {
+    let mut r = [0.0; 3];
+    if let Some((at, p, b, d)) = *last {
+        let dt = now.duration_since(at).as_secs_f64();
+        if dt > 0.0 {
+            r = [
+                packets.saturating_sub(p) as f64 / dt,
+                bytes.saturating_sub(b) as f64 * 8.0 / dt,
+                drops.saturating_sub(d) as f64 / dt,
+            ];
+        }
+    }
+    *last = Some((now, packets, bytes, drops));
+    r
 }
 
 /// How recent a running capture's last update must be for it to count as live: it
@@ -120,7 +168,9 @@ pub fn live_capture(store: &Path) -> std::io::Result<Option<CaptureStatus>> {
 pub struct StatusFile {
     path: PathBuf,
     status: CaptureStatus,
-    last: Option<(Instant, u64, u64, u64)>,
+    last: Option<Mark>,
+    /// Per interface.
+    last_each: Vec<Option<Mark>>,
     /// When the compactor's count was last read, and what it was.
     last_compacted: Option<(Instant, u64)>,
     warned: bool,
@@ -128,20 +178,48 @@ pub struct StatusFile {
 
 impl StatusFile {
     pub fn new(store: &Path, iface: &str, mode: &str) -> StatusFile {
+        StatusFile::new_many(store, &[(iface, mode)])
+    }
+
+    /// The status of a capture on several interfaces: (name, mode) of each, in order. The
+    /// top-level `iface` lists them (`a, b`), `mode` gives each one's (`a: ..., b: ...`)
+    /// when there are several.
+    pub fn new_many(store: &Path, ifaces: &[(&str, &str)]) -> StatusFile {
         let now = capsule_store::now_ns();
+        let mode = match ifaces {
+            [(_, mode)] => mode.to_string(),
+            _ => ifaces
+                .iter()
+                .map(|(i, m)| format!("{i}: {}", m.split("; ").next().unwrap_or(m)))
+                .collect::<Vec<_>>()
+                .join(" | "),
+        };
         let mut f = StatusFile {
             // The store root may be a symlink (the operator's choice): resolved once.
             path: root(store).join(STATUS_FILE),
             status: CaptureStatus {
                 pid: std::process::id(),
-                iface: iface.to_string(),
-                mode: mode.to_string(),
+                iface: ifaces
+                    .iter()
+                    .map(|(i, _)| *i)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                mode,
                 started_ns: now,
                 updated_ns: now,
                 running: true,
+                interfaces: ifaces
+                    .iter()
+                    .map(|(i, m)| InterfaceStatus {
+                        iface: i.to_string(),
+                        mode: m.to_string(),
+                        ..InterfaceStatus::default()
+                    })
+                    .collect(),
                 ..CaptureStatus::default()
             },
             last: None,
+            last_each: vec![None; ifaces.len()],
             last_compacted: None,
             warned: false,
         };
@@ -151,32 +229,86 @@ impl StatusFile {
 
     /// Records the running totals and the store writer's state (call about once a second).
     pub fn update(&mut self, rep: &LiveReport, store: capsule_store::writer::Pressure) {
-        let s = &mut self.status;
+        let iface = self.status.interfaces.first().map(|i| i.iface.clone());
+        let state = IfaceState {
+            iface: iface.unwrap_or_default(),
+            description: String::new(),
+            report: rep.clone(),
+            error: None,
+        };
+        self.update_many(std::slice::from_ref(&state), store);
+    }
+
+    /// Records each interface's running totals (in the order of [`StatusFile::new_many`]),
+    /// their sums, and the store writer's state (call about once a second).
+    pub fn update_many(&mut self, states: &[IfaceState], store: capsule_store::writer::Pressure) {
         let now = Instant::now();
-        if let Some((at, packets, bytes, drops)) = self.last {
-            let dt = now.duration_since(at).as_secs_f64();
-            if dt > 0.0 {
-                s.packets_per_s = rep.packets.saturating_sub(packets) as f64 / dt;
-                s.bits_per_s = rep.wire_bytes.saturating_sub(bytes) as f64 * 8.0 / dt;
-                s.drops_per_s = rep.drops().saturating_sub(drops) as f64 / dt;
+        let mut rep = LiveReport::default();
+        let mut causes = DropCauses::default();
+        let (mut seen, mut drops, mut hw) = (0, 0, 0);
+        self.last_each.resize(states.len(), None);
+        self.status
+            .interfaces
+            .resize_with(states.len(), InterfaceStatus::default);
+        for ((st, out), last) in states
+            .iter()
+            .zip(&mut self.status.interfaces)
+            .zip(&mut self.last_each)
+        {
+            let r = &st.report;
+            let [pps, bps, dps] = rates(last, now, r.packets, r.wire_bytes, r.drops());
+            let c = DropCauses::of(r);
+            *out = InterfaceStatus {
+                iface: st.iface.clone(),
+                mode: std::mem::take(&mut out.mode),
+                packets: r.packets,
+                wire_bytes: r.wire_bytes,
+                seen: r.seen(),
+                drops: r.drops(),
+                drop_causes: c.clone(),
+                vlan_restored: r.vlan_restored,
+                truncated: r.truncated,
+                hw_timestamps: r.xdp.map_or(0, |x| x.program.hw_ts),
+                packets_per_s: pps,
+                bits_per_s: bps,
+                drops_per_s: dps,
+                error: st.error.clone(),
+            };
+            if out.mode.is_empty() {
+                out.mode = st.description.clone();
             }
+            rep.packets += r.packets;
+            rep.wire_bytes += r.wire_bytes;
+            rep.vlan_restored += r.vlan_restored;
+            rep.truncated += r.truncated;
+            seen += r.seen();
+            drops += r.drops();
+            hw += out.hw_timestamps;
+            causes.packet_ring_full += c.packet_ring_full;
+            causes.xsk_ring_full += c.xsk_ring_full;
+            causes.xsk_dropped += c.xsk_dropped;
+            causes.no_socket += c.no_socket;
+            causes.pipeline += c.pipeline;
+            causes.invalid += c.invalid;
         }
-        self.last = Some((now, rep.packets, rep.wire_bytes, rep.drops()));
+        let s = &mut self.status;
+        [s.packets_per_s, s.bits_per_s, s.drops_per_s] =
+            rates(&mut self.last, now, rep.packets, rep.wire_bytes, drops);
         s.updated_ns = capsule_store::now_ns();
         // Packets dropped for a full disk reached the writer, so capture counts them as
         // captured: here they move from stored to dropped.
         let disk_full = store.disk_full_drops;
         s.packets = rep.packets.saturating_sub(disk_full);
         s.wire_bytes = rep.wire_bytes;
-        s.seen = rep.seen();
-        s.drops = rep.drops() + disk_full;
+        s.seen = seen;
+        s.drops = drops + disk_full;
         s.drop_causes = DropCauses {
             disk_full,
-            ..DropCauses::of(rep)
+            ..causes
         };
         s.vlan_restored = rep.vlan_restored;
         s.truncated = rep.truncated;
-        s.hw_timestamps = rep.xdp.map_or(0, |x| x.program.hw_ts);
+        s.hw_timestamps = hw;
         if let Some((at, done)) = self.last_compacted {
             let dt = now.duration_since(at).as_secs_f64();
             if dt > 0.0 {
@@ -197,6 +329,11 @@ impl StatusFile {
         self.status.bits_per_s = 0.0;
         self.status.drops_per_s = 0.0;
         self.status.compactor_bytes_per_s = 0.0;
+        for i in &mut self.status.interfaces {
+            i.packets_per_s = 0.0;
+            i.bits_per_s = 0.0;
+            i.drops_per_s = 0.0;
+        }
         self.write();
     }
 
@@ -349,6 +486,76 @@ mod tests {
         f.finish();
         assert!(!read_status(dir.path()).unwrap().unwrap().running);
         assert_eq!(drop_causes(&rep), " (packet ring full 5)");
+    }
+
+    #[test]
+    fn several_interfaces_are_counted_each_and_summed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = StatusFile::new_many(
+            dir.path(),
+            &[
+                ("a", "AF_PACKET (ring); AF_XDP was not possible: x"),
+                ("b", "XDP native (p)"),
+            ],
+        );
+        let state = |iface: &str, packets: u64, drops: u64, error: Option<&str>| {
+            let mut report = LiveReport {
+                packets,
+                wire_bytes: packets * 10,
+                ..LiveReport::default()
+            };
+            report.kernel.packets = packets + drops;
+            report.kernel.drops = drops;
+            IfaceState {
+                iface: iface.into(),
+                description: String::new(),
+                report,
+                error: error.map(String::from),
+            }
+        };
+        let store = capsule_store::writer::Pressure {
+            disk_full_drops: 2,
+            ..Default::default()
+        };
+        f.update_many(
+            &[state("a", 10, 3, None), state("b", 20, 0, Some("gone"))],
+            store,
+        );
+        let s = read_status(dir.path()).unwrap().unwrap();
+        assert_eq!(s.iface, "a, b");
+        assert_eq!(s.mode, "a: AF_PACKET (ring) | b: XDP native (p)");
+        // Disk-full drops are store-wide: in the totals only.
+        assert_eq!((s.packets, s.seen, s.drops), (28, 33, 5));
+        assert_eq!(
+            (s.drop_causes.packet_ring_full, s.drop_causes.disk_full),
+            (3, 2)
+        );
+        let i = &s.interfaces;
+        assert_eq!(i.len(), 2);
+        assert_eq!(
+            (i[0].iface.as_str(), i[0].packets, i[0].drops),
+            ("a", 10, 3)
+        );
+        assert!(i[0].mode.starts_with("AF_PACKET (ring); AF_XDP"), "{i:?}");
+        assert_eq!(
+            (i[1].iface.as_str(), i[1].packets, i[1].seen),
+            ("b", 20, 20)
+        );
+        assert_eq!(i[1].error.as_deref(), Some("gone"));
+        assert_eq!(
+            (i[0].error.as_deref(), i[0].drop_causes.disk_full),
+            (None, 0)
+        );
+        // A status file of an earlier version has no interfaces: read as none.
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join(STATUS_FILE)).unwrap()).unwrap();
+        v.as_object_mut().unwrap().remove("interfaces").unwrap();
+        std::fs::write(dir.path().join(STATUS_FILE), v.to_string()).unwrap();
+        assert!(read_status(dir.path())
+            .unwrap()
+            .unwrap()
+            .interfaces
+            .is_empty());
     }
 
     #[test]

@@ -24,13 +24,15 @@ pub enum CaptureType {
     Queues,
     /// A boolean (a switch such as `--take-interface`).
     Switch,
-    /// A string or an array of strings: the flag once per string (`serve --crl`).
+    /// A flag that may be repeated: a string, or a non-empty array of strings (one flag
+    /// each, e.g. `iface = ["eth1", "eth2"]` for `--iface eth1 --iface eth2`, `serve.crl`).
     TextList,
 }
 
 /// Every key of `[capture]`, with the flag it stands for and its type, in `--help` order.
 pub const CAPTURE_KEYS: &[(&str, &str, CaptureType)] = &[
-    ("iface", "--iface", CaptureType::Text),
+    ("iface", "--iface", CaptureType::TextList),
+    ("iface_mode", "--iface-mode", CaptureType::TextList),
     ("store", "--store", CaptureType::Text),
     ("mode", "--mode", CaptureType::Text),
     ("take_interface", "--take-interface", CaptureType::Switch),
@@ -92,53 +94,79 @@ pub struct CaptureSetting {
     pub column: usize,
 }
 
-/// A table of flag settings (`[capture]` with [`CAPTURE_KEYS`], `[serve]` with
-/// [`SERVE_KEYS`]), in file order.
+/// The sub-table of per-interface settings, `[capture.interfaces.NAME]`.
+pub const INTERFACES_KEY: &str = "interfaces";
+
+/// The keys of `[capture.interfaces.NAME]`, each with the flag it becomes: `mode = "afpacket"`
+/// is `--iface-mode NAME=afpacket`.
+pub const INTERFACE_KEYS: &[(&str, &str)] = &[("mode", "--iface-mode")];
+
+/// `[capture.interfaces.NAME]` tables: one `--iface-mode NAME=MODE` setting per key.
+fn interfaces(
+    src: &Src<'_>,
+    path: &str,
+    v: &toml::Spanned<DeValue<'_>>,
+    out: &mut Vec<CaptureSetting>,
+) -> Result<(), ConfigError> {
+    let key = join(path, INTERFACES_KEY);
+    let t = src.table(
+        &key,
+        v,
+        "a table of interfaces, e.g. [capture.interfaces.eth1]",
+    )?;
+    let names: Vec<&str> = INTERFACE_KEYS.iter().map(|(k, _)| *k).collect();
+    for (name, per) in t {
+        let ikey = join(&key, name.get_ref());
+        let per = src.table(&ikey, per, "a table of settings of this interface (mode)")?;
+        src.only_keys(&ikey, per, &names)?;
+        for (k, v) in per {
+            let Some(&(_, flag)) = INTERFACE_KEYS
+                .iter()
+                .find(|(n, _)| *n == k.get_ref().as_ref())
+            else {
+                continue;
+            };
+            let skey = join(&ikey, k.get_ref());
+            let text = src.string(&skey, v, "a string")?;
+            let (line, column) = line_col(src.text, v.span().start);
+            out.push(CaptureSetting {
+                key: skey,
+                flag,
+                value: format!("{}={text}", name.get_ref()),
+                line,
+                column,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A table of flag settings (`[capture]` with [`CAPTURE_KEYS`] and its
+/// `[capture.interfaces.NAME]`, `[serve]` with [`SERVE_KEYS`]), in file order. A repeated
+/// flag's array gives one setting per element (keyed `capture.iface[1]`).
 pub(crate) fn parse(
     src: &Src<'_>,
     path: &str,
     table: &DeTable<'_>,
     keys: &[(&str, &'static str, CaptureType)],
 ) -> Result<Vec<CaptureSetting>, ConfigError> {
-    let names: Vec<&str> = keys.iter().map(|(k, _, _)| *k).collect();
+    let mut names: Vec<&str> = keys.iter().map(|(k, _, _)| *k).collect();
+    let per_interface = path == "capture";
+    if per_interface {
+        names.push(INTERFACES_KEY);
+    }
     src.only_keys(path, table, &names)?;
     let mut out = Vec::new();
     for (k, v) in table {
         let name = k.get_ref().as_ref();
         let key = join(path, name);
+        if per_interface && name == INTERFACES_KEY {
+            interfaces(src, path, v, &mut out)?;
+            continue;
+        }
         let Some(&(_, flag, ty)) = keys.iter().find(|(n, _, _)| *n == name) else {
             continue;
         };
-        if ty == CaptureType::TextList {
-            let items: Vec<(String, &toml::Spanned<DeValue<'_>>)> = match v.get_ref() {
-                DeValue::Array(a) => a
-                    .iter()
-                    .enumerate()
-                    .map(|(i, e)| (format!("{key}[{i}]"), e))
-                    .collect(),
-                _ => vec![(key.clone(), v)],
-            };
-            for (key, e) in items {
-                let DeValue::String(s) = e.get_ref() else {
-                    return Err(src.err(
-                        e.span(),
-                        &key,
-                        ErrorKind::WrongType,
-                        "a string or an array of strings",
-                        src.found(e),
-                    ));
-                };
-                let (line, column) = line_col(src.text, e.span().start);
-                out.push(CaptureSetting {
-                    key,
-                    flag,
-                    value: s.to_string(),
-                    line,
-                    column,
-                });
-            }
-            continue;
-        }
         let wrong =
             |expected: &str| src.err(v.span(), &key, ErrorKind::WrongType, expected, src.found(v));
         let count = |v: &DeValue<'_>| -> Option<String> {
@@ -147,9 +175,29 @@ pub(crate) fn parse(
                 .ok()
                 .map(|n| n.to_string())
         };
+        if let (CaptureType::TextList, DeValue::Array(_)) = (ty, v.get_ref()) {
+            let items = src.strings(&key, v, "strings")?;
+            if items.is_empty() {
+                return Err(wrong("a string or a non-empty array of strings"));
+            }
+            for it in items {
+                let (line, column) = line_col(src.text, it.span.start);
+                out.push(CaptureSetting {
+                    key: it.path,
+                    flag,
+                    value: it.text,
+                    line,
+                    column,
+                });
+            }
+            continue;
+        }
         let value = match (ty, v.get_ref()) {
             (
-                CaptureType::Text | CaptureType::TextOrCount | CaptureType::Queues,
+                CaptureType::Text
+                | CaptureType::TextList
+                | CaptureType::TextOrCount
+                | CaptureType::Queues,
                 DeValue::String(s),
             ) => s.to_string(),
             (
@@ -188,6 +236,9 @@ pub(crate) fn parse(
             }
             (CaptureType::Switch, DeValue::Boolean(b)) => b.to_string(),
             (CaptureType::Text, _) => return Err(wrong("a string")),
+            (CaptureType::TextList, _) => {
+                return Err(wrong("a string or a non-empty array of strings"))
+            }
             (CaptureType::Count, _) => return Err(wrong("a non-negative integer")),
             (CaptureType::TextOrCount, _) => return Err(wrong("a string or an integer")),
             (CaptureType::Queues, _) => {
@@ -196,7 +247,6 @@ pub(crate) fn parse(
                 ))
             }
             (CaptureType::Switch, _) => return Err(wrong("true or false")),
-            (CaptureType::TextList, _) => return Err(wrong("a string or an array of strings")),
         };
         let (line, column) = line_col(src.text, v.span().start);
         out.push(CaptureSetting {

@@ -742,3 +742,59 @@ fn serve_keys_and_types_are_checked() {
     let s = e.to_string();
     assert!(s.contains("serve.crl[1]"), "{s}");
 }
+
+#[test]
+fn several_interfaces_give_a_flag_each_and_their_own_modes() {
+    let c = ok("[capture]\niface = [\"eth1\", \"eth2\"]\nstore = \"s\"\n\n\
+                [capture.interfaces.eth2]\nmode = \"afpacket\"\n");
+    let got: Vec<(&str, &str, &str, usize)> = c
+        .capture()
+        .iter()
+        .map(|s| (s.key.as_str(), s.flag, s.value.as_str(), s.line))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("capture.iface[0]", "--iface", "eth1", 2),
+            ("capture.iface[1]", "--iface", "eth2", 2),
+            ("capture.store", "--store", "s", 3),
+            (
+                "capture.interfaces.eth2.mode",
+                "--iface-mode",
+                "eth2=afpacket",
+                6
+            ),
+        ]
+    );
+    // The single string still works, and iface_mode takes the flag's own text.
+    let c = ok("[capture]\niface = \"eth1\"\niface_mode = [\"eth1=xdp\"]\n");
+    assert_eq!(c.capture()[1].value, "eth1=xdp");
+    let e = err("[capture]\niface = []\n");
+    check(&e, ErrorKind::WrongType, 2, "capture.iface", &["non-empty"]);
+    let e = err("[capture]\niface = [\"eth1\", 2]\n");
+    check(&e, ErrorKind::WrongType, 2, "capture.iface[1]", &["string"]);
+    let e = err("[capture.interfaces.eth1]\nmode = \"afpacket\"\nring_size = \"1G\"\n");
+    check(
+        &e,
+        ErrorKind::UnknownKey,
+        3,
+        "capture.interfaces.eth1.ring_size",
+        &["mode"],
+    );
+    let e = err("[capture.interfaces.eth1]\nmode = 3\n");
+    check(
+        &e,
+        ErrorKind::WrongType,
+        2,
+        "capture.interfaces.eth1.mode",
+        &["a string"],
+    );
+    let e = err("[capture]\ninterfaces = 1\n");
+    check(
+        &e,
+        ErrorKind::WrongType,
+        2,
+        "capture.interfaces",
+        &["table"],
+    );
+}

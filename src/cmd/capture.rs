@@ -1,4 +1,5 @@
-//! `capsule capture`: a network interface into a store until SIGINT or SIGTERM.
+//! `capsule capture`: one or several network interfaces into a store until SIGINT or
+//! SIGTERM.
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -8,15 +9,56 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use capsule_capture::live::{self, CaptureConfig, Mode};
 
-use super::{print_disk_full, print_json, print_open_report};
+use super::{print_disk_full, print_json, print_open_report, Usage};
 use crate::cli::{CaptureArgs, CaptureMode};
 
 impl CaptureArgs {
-    /// The capture these arguments ask for.
-    fn config(&self) -> CaptureConfig {
+    /// The capture of each interface these arguments ask for, in order: `--mode`, or the
+    /// interface's own `--iface-mode`. An `--iface-mode` for an interface not captured is a
+    /// usage error; an interface named twice is refused by `live::open_all`.
+    fn configs(&self) -> Result<Vec<CaptureConfig>, Usage> {
+        if self.iface.is_empty() {
+            return Err(Usage(
+                "--iface is needed: the interface to capture on".into(),
+            ));
+        }
+        for (i, iface) in self.iface.iter().enumerate() {
+            if self.iface[..i].contains(iface) {
+                return Err(Usage(format!(
+                    "--iface {iface} is given twice: name each interface once"
+                )));
+            }
+        }
+        if let Some((i, _)) = self
+            .iface_mode
+            .iter()
+            .find(|(i, _)| !self.iface.contains(i))
+        {
+            return Err(Usage(format!(
+                "--iface-mode {i}=...: {i} is not one of the interfaces captured (--iface {})",
+                self.iface.join(" --iface ")
+            )));
+        }
+        Ok(self
+            .iface
+            .iter()
+            .map(|iface| {
+                let mode = self
+                    .iface_mode
+                    .iter()
+                    .rev()
+                    .find(|(i, _)| i == iface)
+                    .map_or(self.mode, |(_, m)| *m);
+                self.config(iface, mode)
+            })
+            .collect())
+    }
+
+    /// The capture of `iface` in `mode`.
+    fn config(&self, iface: &str, mode: CaptureMode) -> CaptureConfig {
         CaptureConfig {
-            iface: self.iface.clone(),
-            mode: match self.mode {
+            iface: iface.to_string(),
+            mode: match mode {
                 CaptureMode::Auto => Mode::Auto,
                 CaptureMode::Xdp => Mode::Xdp,
                 CaptureMode::XdpNative => Mode::XdpNative,
@@ -35,7 +77,9 @@ impl CaptureArgs {
 }
 
 pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
-    let iface = &a.iface;
+    let configs = a.configs()?;
+    // One word, so the summary line keeps its shape: `a,b`.
+    let iface = &a.iface.join(",");
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())
@@ -85,17 +129,30 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
             }
         }
     }
-    let capturer = match live::open(&a.config()) {
+    let captures = match live::open_all(&configs) {
         Ok(c) => c,
         Err(e) => {
-            // Nothing was captured; seal nothing, release the lock.
+            // Nothing was captured (every interface opened is put back); seal nothing,
+            // release the lock.
             let _ = writer.finish();
             return Err(e.into());
         }
     };
-    let desc = capturer.description().to_string();
+    let modes: Vec<(String, String)> = captures
+        .iter()
+        .map(|c| (c.iface().to_string(), c.description().to_string()))
+        .collect();
+    let desc = match &modes[..] {
+        [(_, d)] => d.to_string(),
+        _ => modes
+            .iter()
+            .map(|(i, d)| format!("{i}: {d}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+    };
     // The status file first: whoever sees the line below may read it at once.
-    let mut status = capsule_capture::status::StatusFile::new(&a.store, iface, &desc);
+    let names: Vec<(&str, &str)> = modes.iter().map(|(i, d)| (&i[..], &d[..])).collect();
+    let mut status = capsule_capture::status::StatusFile::new_many(&a.store, &names);
     let alerts = match alert_config
         .map(|(c, sinks)| super::live_alerts::LiveAlerts::start(&a.store, c, sinks))
         .transpose()
@@ -126,23 +183,27 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     let t0 = Instant::now();
     let mut last_log = Instant::now();
     let gauge = writer.pressure_gauge();
-    let on_stats = |r: &live::LiveReport| {
+    let on_stats = |states: &[live::IfaceState]| {
         if watchdog.is_some_and(|every| last_ping.elapsed() >= every) {
             let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
             last_ping = Instant::now();
         }
-        status.update(r, gauge.read());
+        status.update_many(states, gauge.read());
         if last_log.elapsed() >= Duration::from_secs(10) {
-            tracing::info!(
-                packets = r.packets,
-                bytes = r.wire_bytes,
-                drops = r.drops(),
-                "capturing"
-            );
+            for st in states {
+                let r = &st.report;
+                tracing::info!(
+                    iface = st.iface,
+                    packets = r.packets,
+                    bytes = r.wire_bytes,
+                    drops = r.drops(),
+                    "capturing"
+                );
+            }
             last_log = Instant::now();
         }
     };
-    let result = capturer.run(&mut writer, &stop, on_stats);
+    let results = live::run_all(captures, &mut writer, &stop, on_stats);
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     // Seal what was captured whether the capture ended well or not.
     let finished = writer.finish();
@@ -150,36 +211,105 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     if let Some(al) = alerts {
         al.finish();
     }
-    let rep = result?;
+    let mut reports = Vec::with_capacity(results.len());
+    let mut failed = Vec::new();
+    for (r, (name, mode)) in results.into_iter().zip(&modes) {
+        match r {
+            Ok(rep) => reports.push((&name[..], &mode[..], rep)),
+            Err(e) => failed.push(anyhow::Error::new(e)),
+        }
+    }
+    if reports.is_empty() {
+        return Err(failed.remove(0));
+    }
     let written = finished?;
+    // The sums over every interface that ran to the end.
+    let mut rep = live::LiveReport::default();
+    let (mut seen, mut drops) = (0, 0);
+    for (_, _, r) in &reports {
+        rep.packets += r.packets;
+        rep.wire_bytes += r.wire_bytes;
+        rep.vlan_restored += r.vlan_restored;
+        rep.truncated += r.truncated;
+        seen += r.seen();
+        drops += r.drops();
+    }
     let secs = t0.elapsed().as_secs_f64();
     if a.json {
-        let mut causes = serde_json::to_value(capsule_capture::status::DropCauses::of(&rep))?;
+        let mut causes = serde_json::to_value(drop_causes_of(&reports))?;
         causes["disk_full"] = written.disk_full_drops.into();
+        let interfaces: Vec<_> = reports
+            .iter()
+            .map(|(name, mode, r)| {
+                serde_json::json!({
+                    "iface": name, "mode": mode, "packets": r.packets, "bytes": r.wire_bytes,
+                    "seen": r.seen(), "dropped": r.drops(),
+                    "drop_causes": capsule_capture::status::DropCauses::of(r),
+                    "vlan_restored": r.vlan_restored, "truncated": r.truncated,
+                })
+            })
+            .collect();
         print_json(serde_json::json!({
             "iface": iface, "mode": desc, "packets": rep.packets, "bytes": rep.wire_bytes,
-            "seconds": secs, "seen": rep.seen(),
-            "dropped": rep.drops() + written.disk_full_drops, "drop_causes": causes,
+            "seconds": secs, "seen": seen,
+            "dropped": drops + written.disk_full_drops, "drop_causes": causes,
             "vlan_restored": rep.vlan_restored, "truncated": rep.truncated,
             "sealed": written.sealed.len(), "store_bytes": written.store_bytes,
+            "interfaces": interfaces,
+            "failed": failed.iter().map(|e| format!("{e:#}")).collect::<Vec<_>>(),
         }));
     } else {
+        let causes = match &reports[..] {
+            [(_, _, r)] => capsule_capture::status::drop_causes(r),
+            _ => String::new(),
+        };
         println!(
-            "captured {} packets ({} bytes) on {iface} in {secs:.1} s; seen {}, dropped {}{}; \
-             {} VLAN tags restored, {} packets over 256 KiB cut; {} segment(s) sealed, \
-             store now {} bytes",
+            "captured {} packets ({} bytes) on {iface} in {secs:.1} s; seen {seen}, dropped \
+             {}{causes}; {} VLAN tags restored, {} packets over 256 KiB cut; {} segment(s) \
+             sealed, store now {} bytes",
             rep.packets,
             rep.wire_bytes,
-            rep.seen(),
-            rep.drops() + written.disk_full_drops,
-            capsule_capture::status::drop_causes(&rep),
+            drops + written.disk_full_drops,
             rep.vlan_restored,
             rep.truncated,
             written.sealed.len(),
             written.store_bytes
         );
+        if reports.len() > 1 {
+            for (name, _, r) in &reports {
+                println!(
+                    "  {name}: {} packets ({} bytes), seen {}, dropped {}{}",
+                    r.packets,
+                    r.wire_bytes,
+                    r.seen(),
+                    r.drops(),
+                    capsule_capture::status::drop_causes(r)
+                );
+            }
+        }
     }
     // Packets dropped for a full disk were captured (counted above) but not stored.
     print_disk_full(&written, a.json);
+    // An interface whose reader failed while the others went on: its error, exit 1.
+    if let Some(e) = failed.into_iter().next() {
+        return Err(e);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Drops by cause summed over the interfaces.
+fn drop_causes_of(
+    reports: &[(&str, &str, live::LiveReport)],
+) -> capsule_capture::status::DropCauses {
+    let mut c = capsule_capture::status::DropCauses::default();
+    for (_, _, r) in reports {
+        let d = capsule_capture::status::DropCauses::of(r);
+        c.packet_ring_full += d.packet_ring_full;
+        c.xsk_ring_full += d.xsk_ring_full;
+        c.xsk_dropped += d.xsk_dropped;
+        c.no_socket += d.no_socket;
+        c.pipeline += d.pipeline;
+        c.invalid += d.invalid;
+    }
+    c
 }

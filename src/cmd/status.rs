@@ -306,24 +306,40 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                         capsule_query::format_instant(s.started_ns)
                     );
                     // The mode in one short line; the setup's details and why auto
-                    // fell back only with --verbose.
-                    let (mode, why) = match s.mode.split_once("; ") {
-                        Some((m, why)) => (m, Some(why)),
-                        None => (s.mode.as_str(), None),
-                    };
-                    if a.verbose {
-                        say!("  mode: {mode}");
-                        if let Some(why) = why {
-                            say!("  fallback: {why}");
-                        }
+                    // fell back only with --verbose. Several interfaces: a line each.
+                    let several = s.interfaces.len() > 1;
+                    let modes: Vec<(&str, &str)> = if several {
+                        s.interfaces
+                            .iter()
+                            .map(|i| (i.iface.as_str(), i.mode.as_str()))
+                            .collect()
                     } else {
-                        let short = mode.split(", queues").next().unwrap_or(mode);
-                        let more = if why.is_some() {
-                            " (fell back; --verbose says why)"
-                        } else {
-                            ""
+                        vec![("", s.mode.as_str())]
+                    };
+                    for (name, m) in modes {
+                        let (mode, why) = match m.split_once("; ") {
+                            Some((m, why)) => (m, Some(why)),
+                            None => (m, None),
                         };
-                        say!("  mode: {short}{more}");
+                        let head = if several {
+                            format!("{name} mode")
+                        } else {
+                            "mode".to_string()
+                        };
+                        if a.verbose {
+                            say!("  {head}: {mode}");
+                            if let Some(why) = why {
+                                say!("  {name}{}fallback: {why}", if several { " " } else { "" });
+                            }
+                        } else {
+                            let short = mode.split(", queues").next().unwrap_or(mode);
+                            let more = if why.is_some() {
+                                " (fell back; --verbose says why)"
+                            } else {
+                                ""
+                            };
+                            say!("  {head}: {short}{more}");
+                        }
                     }
                     say!(
                         "  stored {} packets ({} bytes) of {} seen; dropped {}",
@@ -349,6 +365,45 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     .map(|(what, n, _)| format!("{what} {n}"))
                     .collect();
                     say!("  drops by cause: {}", causes.join(", "));
+                    if several {
+                        for i in &s.interfaces {
+                            let c = &i.drop_causes;
+                            let xdp = i.mode.starts_with("XDP");
+                            let causes: Vec<String> = [
+                                ("packet ring full", c.packet_ring_full, !xdp),
+                                ("AF_XDP RX ring full", c.xsk_ring_full, xdp),
+                                ("AF_XDP dropped", c.xsk_dropped, xdp),
+                                ("queue without socket", c.no_socket, xdp),
+                                ("store behind", c.pipeline, xdp),
+                                ("invalid descriptors", c.invalid, xdp),
+                            ]
+                            .into_iter()
+                            .filter(|&(_, n, active)| active || n > 0)
+                            .map(|(what, n, _)| format!("{what} {n}"))
+                            .collect();
+                            let rate = if live {
+                                format!(
+                                    "; {:.0} packets/s, {:.1} Mbit/s",
+                                    i.packets_per_s,
+                                    i.bits_per_s / 1e6
+                                )
+                            } else {
+                                String::new()
+                            };
+                            say!(
+                                "  {}: stored {} packets ({} bytes) of {} seen; dropped {} ({}){rate}",
+                                i.iface,
+                                i.packets,
+                                i.wire_bytes,
+                                i.seen,
+                                i.drops,
+                                causes.join(", ")
+                            );
+                            if let Some(e) = &i.error {
+                                say!("  {}: stopped: {e}", i.iface);
+                            }
+                        }
+                    }
                     if live {
                         say!(
                             "  rate: {:.0} packets/s, {:.1} Mbit/s, {:.0} drops/s",

@@ -19,10 +19,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
-use capsule_store::{StoreError, StoreWriter};
+use capsule_store::StoreError;
 
 use super::{
-    record, with_vlan_tag, Behind, CaptureConfig, LiveError, LiveReport, Snap, StatsTimer,
+    record, with_vlan_tag, Behind, CaptureConfig, LiveError, LiveReport, Sink, Snap, StatsTimer,
 };
 use crate::sys::tpacket::{PacketRing, RingConfig};
 
@@ -76,7 +76,7 @@ impl PacketCapture {
     /// once a second (for live status and logs).
     pub(crate) fn run(
         mut self,
-        writer: &mut StoreWriter,
+        writer: &mut impl Sink,
         stop: &AtomicBool,
         mut on_stats: impl FnMut(&LiveReport),
     ) -> Result<LiveReport, LiveError> {
@@ -124,7 +124,7 @@ impl PacketCapture {
     /// Stores the packets of the next block the kernel hands over (waiting up to `timeout`).
     fn take_block(
         &mut self,
-        writer: &mut StoreWriter,
+        writer: &mut impl Sink,
         iface: u32,
         timeout: Duration,
         scratch: &mut Vec<u8>,

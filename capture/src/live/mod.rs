@@ -30,6 +30,7 @@
 #![forbid(unsafe_code)]
 
 mod afpacket;
+mod many;
 pub mod state;
 mod xdp;
 
@@ -37,6 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use capsule_pcap::Interface;
 use capsule_store::writer::MAX_PACKET;
 use capsule_store::{StoreError, StoreWriter};
 
@@ -139,6 +141,7 @@ impl std::str::FromStr for Queues {
 /// An open capture on one interface, AF_XDP or AF_PACKET, ready to run.
 #[derive(Debug)]
 pub struct Capture {
+    iface: String,
     description: String,
     backend: Backend,
 }
@@ -159,6 +162,38 @@ pub fn open(cfg: &CaptureConfig) -> Result<Capture, LiveError> {
         // Before touching the interface: what a capture killed earlier left changed.
         state::restore(dir);
     }
+    open_one(cfg)
+}
+
+/// Opens a capture on each interface of `cfgs`, in order, each walking its own fallback
+/// ladder (one may take XDP, another AF_PACKET). The settings a capture killed earlier left
+/// changed are put back first, once, for every interface. An interface named twice is an
+/// error before any is touched; one that cannot be captured is an error naming it, and
+/// the captures opened before it are closed again (their interfaces put back as they were).
+pub fn open_all(cfgs: &[CaptureConfig]) -> Result<Vec<Capture>, LiveError> {
+    for (i, c) in cfgs.iter().enumerate() {
+        if cfgs[..i].iter().any(|o| o.iface == c.iface) {
+            return Err(LiveError::Duplicate {
+                iface: c.iface.clone(),
+            });
+        }
+    }
+    let mut dirs: Vec<&std::path::Path> = Vec::new();
+    for dir in cfgs.iter().filter_map(|c| c.state_dir.as_deref()) {
+        if !dirs.contains(&dir) {
+            state::restore(dir);
+            dirs.push(dir);
+        }
+    }
+    // Dropped on an error: every capture opened so far is closed and put back.
+    let mut opened = Vec::with_capacity(cfgs.len());
+    for c in cfgs {
+        opened.push(open_one(c)?);
+    }
+    Ok(opened)
+}
+
+fn open_one(cfg: &CaptureConfig) -> Result<Capture, LiveError> {
     let mut attach = cfg.mode.xdp_attach();
     let mut why_not_xdp = None;
     // An interface the host itself talks through (it has an address) is left to the kernel
@@ -195,6 +230,7 @@ pub fn open(cfg: &CaptureConfig) -> Result<Capture, LiveError> {
         match XdpCapture::open(cfg, attach) {
             Ok(x) => {
                 return Ok(Capture {
+                    iface: cfg.iface.clone(),
                     description: x.setup().to_string(),
                     backend: Backend::Xdp(x),
                 })
@@ -214,6 +250,7 @@ pub fn open(cfg: &CaptureConfig) -> Result<Capture, LiveError> {
         description.push_str(&format!("; {why}"));
     }
     Ok(Capture {
+        iface: cfg.iface.clone(),
         description,
         backend: Backend::Afpacket(packet),
     })
@@ -236,10 +273,128 @@ impl Capture {
         stop: &AtomicBool,
         on_stats: impl FnMut(&LiveReport),
     ) -> Result<LiveReport, LiveError> {
+        self.run_into(writer, stop, on_stats)
+    }
+
+    /// The interface it captures.
+    pub fn iface(&self) -> &str {
+        &self.iface
+    }
+
+    fn run_into(
+        self,
+        writer: &mut impl Sink,
+        stop: &AtomicBool,
+        on_stats: impl FnMut(&LiveReport),
+    ) -> Result<LiveReport, LiveError> {
         match self.backend {
             Backend::Xdp(x) => x.run(writer, stop, on_stats),
             Backend::Afpacket(p) => p.run(writer, stop, on_stats),
         }
+    }
+}
+
+/// Runs `captures` (from [`open_all`]) into one store until `stop` is set, or until every one
+/// has ended; `on_stats` sees every interface's state, in order, about once a second. One
+/// capture runs on the calling thread, straight into `writer`; several run a thread each,
+/// sharing the writer (module `many`). A capture whose reader fails (its interface went
+/// away) ends alone and the others go on; a store error ends them all. Returns each
+/// capture's result, in order. The caller finishes the writer afterwards.
+pub fn run_all(
+    mut captures: Vec<Capture>,
+    writer: &mut StoreWriter,
+    stop: &AtomicBool,
+    mut on_stats: impl FnMut(&[IfaceState]),
+) -> Vec<Result<LiveReport, LiveError>> {
+    if captures.len() != 1 {
+        return many::run_many(captures, writer, stop, on_stats);
+    }
+    let cap = captures.pop().expect("one capture");
+    let mut state = IfaceState {
+        iface: cap.iface.clone(),
+        description: cap.description.clone(),
+        report: LiveReport::default(),
+        error: None,
+    };
+    let result = cap.run_into(writer, stop, |r| {
+        state.report = r.clone();
+        on_stats(std::slice::from_ref(&state));
+    });
+    vec![result]
+}
+
+/// One interface of a running capture, as `on_stats` of [`run_all`] sees it.
+#[derive(Debug, Clone)]
+pub struct IfaceState {
+    pub iface: String,
+    /// How it captures ([`Capture::description`]).
+    pub description: String,
+    /// Its running totals.
+    pub report: LiveReport,
+    /// Why its reader stopped, when it failed (the error chain).
+    pub error: Option<String>,
+}
+
+/// Where a backend puts packets: the store writer itself (one interface), or a reader's
+/// share of it (several, module `many`).
+pub(crate) trait Sink {
+    fn add_interface(&mut self, iface: Interface) -> u32;
+    fn append(
+        &mut self,
+        iface: u32,
+        ts_ns: u64,
+        orig_len: u32,
+        data: &[u8],
+    ) -> Result<(), StoreError>;
+    /// Cuts blocks by age (and, shared, hands over what was gathered).
+    fn tick(&mut self) -> Result<(), StoreError>;
+    fn urgency(&self) -> Arc<AtomicU32>;
+    /// The disk-full drops this reader's ISBs carry.
+    fn disk_full_drops(&self) -> u64;
+    fn record_stats(
+        &mut self,
+        iface: u32,
+        ts_ns: u64,
+        received: Option<u64>,
+        dropped: Option<u64>,
+    ) -> Result<(), StoreError>;
+}
+
+impl Sink for StoreWriter {
+    fn add_interface(&mut self, iface: Interface) -> u32 {
+        StoreWriter::add_interface(self, iface)
+    }
+
+    fn append(
+        &mut self,
+        iface: u32,
+        ts_ns: u64,
+        orig_len: u32,
+        data: &[u8],
+    ) -> Result<(), StoreError> {
+        StoreWriter::append(self, iface, ts_ns, orig_len, data)
+    }
+
+    fn tick(&mut self) -> Result<(), StoreError> {
+        StoreWriter::tick(self)
+    }
+
+    fn urgency(&self) -> Arc<AtomicU32> {
+        StoreWriter::urgency(self)
+    }
+
+    fn disk_full_drops(&self) -> u64 {
+        self.pressure_gauge().disk_full_drops()
+    }
+
+    fn record_stats(
+        &mut self,
+        iface: u32,
+        ts_ns: u64,
+        received: Option<u64>,
+        dropped: Option<u64>,
+    ) -> Result<(), StoreError> {
+        StoreWriter::record_stats(self, iface, ts_ns, received, dropped)
     }
 }
 
@@ -343,6 +498,8 @@ pub enum LiveError {
          afpacket (or auto), or add --take-interface if that is what you want"
     )]
     HostInterface { iface: String, addrs: String },
+    #[error("{iface} is named twice: give each interface once")]
+    Duplicate { iface: String },
     #[error("reading the packet ring of {iface}")]
     Ring {
         iface: String,
@@ -494,12 +651,12 @@ impl StatsTimer {
     /// minute has passed.
     pub(crate) fn record(
         &mut self,
-        writer: &mut StoreWriter,
+        writer: &mut impl Sink,
         iface: u32,
         rep: &LiveReport,
         now: Instant,
     ) -> Result<(), StoreError> {
-        let drops = rep.drops() + writer.pressure_gauge().disk_full_drops();
+        let drops = rep.drops() + writer.disk_full_drops();
         let due = self
             .recorded
             .is_none_or(|(at, d)| d != drops || now.duration_since(at) >= Duration::from_secs(60));
@@ -516,11 +673,11 @@ impl StatsTimer {
 /// nothing was left to delete: the kernel handed them over, but they are not stored, so an
 /// export of the window must count them as lost.
 pub(crate) fn record(
-    writer: &mut StoreWriter,
+    writer: &mut impl Sink,
     iface: u32,
     rep: &LiveReport,
 ) -> Result<(), StoreError> {
-    let disk_full = writer.pressure_gauge().disk_full_drops();
+    let disk_full = writer.disk_full_drops();
     writer.record_stats(
         iface,
         capsule_store::now_ns(),
@@ -570,6 +727,27 @@ mod tests {
         assert_eq!(
             capsule_store::error::chain(&e),
             "cannot capture on eth9: no network interface named \"eth9\""
+        );
+    }
+
+    #[test]
+    fn an_interface_named_twice_is_refused_before_any_is_touched() {
+        let cfg = |iface: &str| CaptureConfig {
+            iface: iface.into(),
+            mode: Mode::Afpacket,
+            queues: Queues::All,
+            frame_size: 2048,
+            snaplen: 0,
+            fanout_group: 0,
+            ring_bytes: 1 << 20,
+            // A record an open would read: none, for nothing may be read or changed.
+            state_dir: Some("/nonexistent/capsule-test-store".into()),
+            take_interface: false,
+        };
+        let e = open_all(&[cfg("nosuch0"), cfg("nosuch1"), cfg("nosuch0")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "nosuch0 is named twice: give each interface once"
         );
     }
 

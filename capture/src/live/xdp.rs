@@ -8,7 +8,7 @@
 //!                VLAN tag put back, snap length, copied into a Batch (frames go straight back)
 //!   -> bounded channel (full: the batch is dropped and counted as a pipeline drop, so a worker
 //!      never waits on the disk)
-//!   -> capture thread: StoreWriter::append, tick (blocks cut by age), counters once a second,
+//!   -> capture thread: Sink::append (the StoreWriter, or its share of it), tick (blocks cut by age), counters once a second,
 //!      stored as ISBs so a query can say what its window lost
 //! ```
 //!
@@ -27,13 +27,13 @@ use std::time::{Duration, Instant};
 
 use capsule_bpf::{Meta, Variant, XdpProgram};
 use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
-use capsule_store::{StoreError, StoreWriter};
+use capsule_store::StoreError;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 use super::state;
 use super::{
-    record, with_vlan_tag, Behind, CaptureConfig, LiveError, LiveReport, Queues, Snap, StatsTimer,
-    XdpCounters, XskStats,
+    record, with_vlan_tag, Behind, CaptureConfig, LiveError, LiveReport, Queues, Sink, Snap,
+    StatsTimer, XdpCounters, XskStats,
 };
 use crate::sys::link::{xdp_link, XdpAttach};
 use crate::sys::xsk::{XskConfig, XskMode, XskPacket, XskSocket};
@@ -291,7 +291,7 @@ impl XdpCapture {
     /// burst. With several queues a worker per queue reads its socket into batches.
     pub(crate) fn run(
         self,
-        writer: &mut StoreWriter,
+        writer: &mut impl Sink,
         stop: &AtomicBool,
         on_stats: impl FnMut(&LiveReport),
     ) -> Result<LiveReport, LiveError> {
@@ -317,7 +317,7 @@ impl XdpCapture {
 
     fn run_inline(
         mut self,
-        writer: &mut StoreWriter,
+        writer: &mut impl Sink,
         iface: u32,
         stop: &AtomicBool,
         mut on_stats: impl FnMut(&LiveReport),
@@ -401,7 +401,7 @@ impl XdpCapture {
 
     fn run_workers(
         mut self,
-        writer: &mut StoreWriter,
+        writer: &mut impl Sink,
         iface: u32,
         stop: &AtomicBool,
         mut on_stats: impl FnMut(&LiveReport),
@@ -660,7 +660,7 @@ impl Backoff {
 }
 
 fn store_batch(
-    writer: &mut StoreWriter,
+    writer: &mut impl Sink,
     iface: u32,
     batch: &Batch,
     rep: &mut LiveReport,
