@@ -47,6 +47,7 @@
 
 pub mod import;
 pub mod live;
+pub mod privs;
 pub mod status;
 // The one place with `unsafe` code: every system call and the rings shared with the kernel.
 #[allow(unsafe_code)]

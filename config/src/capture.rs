@@ -48,6 +48,10 @@ pub const CAPTURE_KEYS: &[(&str, &str, CaptureType)] = &[
     ("level", "--level", CaptureType::TextOrCount),
     ("threads", "--threads", CaptureType::Count),
     ("json", "--json", CaptureType::Switch),
+    ("user", "--user", CaptureType::Text),
+    ("group", "--group", CaptureType::Text),
+    ("log_format", "--log-format", CaptureType::Text),
+    ("log_level", "--log-level", CaptureType::Text),
 ];
 
 /// One `[capture]` key: the flag it sets and the value as that flag's text.

@@ -36,6 +36,8 @@ impl CaptureArgs {
 
 pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     let iface = &a.iface;
+    // Before anything is set up: the --user account and whether it can use the store.
+    let account = super::capture_privs::prepare(a)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())
@@ -54,7 +56,7 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     // interface is touched (XDP attach attempts, rings of hundreds of MiB).
     let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;
     if let Some(n) = note {
-        eprintln!("{n}");
+        crate::logging::note(&n);
     }
     print_open_report(&opened, a.json);
     // Live alerts when the config names a sink: loaded before the interface is touched, so
@@ -69,7 +71,9 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     };
     if let Some(addr) = &a.metrics {
         match crate::metrics::serve(addr, &a.store) {
-            Ok(bound) => eprintln!("capsule: metrics at http://{bound}/metrics"),
+            Ok(bound) => {
+                crate::logging::note(&format!("capsule: metrics at http://{bound}/metrics"))
+            }
             Err(e) => {
                 let _ = writer.finish();
                 return Err(e);
@@ -84,13 +88,18 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
             return Err(e.into());
         }
     };
+    // Set up: from here on only what the capture still needs.
+    if let Err(e) = super::capture_privs::drop(&capturer, account.as_ref()) {
+        let _ = writer.finish();
+        return Err(e);
+    }
     let desc = capturer.description().to_string();
     // The status file first: whoever sees the line below may read it at once.
     let mut status = capsule_capture::status::StatusFile::new(&a.store, iface, &desc);
     let alerts = alert_config.and_then(|c| super::live_alerts::LiveAlerts::start(&a.store, c));
-    eprintln!("capsule: capturing on {iface} with {desc}");
+    crate::logging::note(&format!("capsule: capturing on {iface} with {desc}"));
     if alerts.is_some() {
-        eprintln!("capsule: live alerts on, see `capsule status`");
+        crate::logging::note("capsule: live alerts on, see `capsule status`");
     }
     // Under systemd (Type=notify): ready now, and a watchdog ping from the capture loop
     // itself, so a wedged loop is restarted. Without NOTIFY_SOCKET these do nothing.

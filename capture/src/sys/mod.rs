@@ -8,7 +8,9 @@
 //! * [`tpacket`]: the AF_PACKET TPACKET_V3 receive ring;
 //! * [`xsk`]: AF_XDP sockets (UMEM, fill and RX rings);
 //! * [`link`]: the `bpf_link` that attaches the XDP program (a raw `bpf(2)` call, which is why
-//!   it lives here and not in capsule-bpf).
+//!   it lives here and not in capsule-bpf);
+//! * [`privs`]: user and group look-ups, the file-system identity the store is opened with,
+//!   and the privilege drop in every thread (credentials are per thread in Linux).
 //!
 //! A failed call is an `io::Error` (its kind kept) carrying a [`SyscallError`]: the call
 //! and what it was for, with the OS error as its source, so an error chain printed with
@@ -23,6 +25,7 @@
 //! and length is checked against the mapping before use.
 
 pub(crate) mod link;
+pub(crate) mod privs;
 pub(crate) mod tpacket;
 pub(crate) mod xsk;
 
