@@ -548,3 +548,138 @@ fn a_store_the_user_cannot_write_is_refused_before_set_up() {
         stderr_str(&out)
     );
 }
+
+/// The retention budgets saved in the store.
+fn saved_budgets(store: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(store.join("retention.json")).unwrap()).unwrap()
+}
+
+fn alerts_status(store: &Path) -> serde_json::Value {
+    std::fs::read(store.join("alerts-status.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Waits until `ok` holds of `what()`, failing after `timeout` with its last value.
+fn wait_until<T: std::fmt::Debug>(
+    timeout: Duration,
+    mut what: impl FnMut() -> T,
+    ok: impl Fn(&T) -> bool,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let v = what();
+        if ok(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "still {v:?} after {timeout:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn sighup_reloads_budgets_alert_rules_and_log_level_and_a_bad_file_changes_nothing() {
+    let (uid, gid) = test_user();
+    let link = Link::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = user_store(&tmp, uid, gid);
+    let sink = tmp.path().join("box").join("alerts.jsonl");
+    let conf = tmp.path().join("capsule.toml");
+    let write_conf = |extra_capture: &str, alerts: &str| {
+        let text = format!(
+            "[capture]\nmode = \"afpacket\"\nsegment_age = \"1s\"\n{extra_capture}\n\
+             [alerts]\nlive_file = \"{}\"\nlive_every = \"1s\"\n{alerts}\n",
+            sink.display()
+        );
+        std::fs::write(&conf, text).unwrap();
+        // Read after the drop: the user must be able to.
+        std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o644)).unwrap();
+    };
+    write_conf("", "");
+    let mut cap = Capture::start(&link, &store, &["--config", p(&conf), "--user", TEST_USER]);
+    assert_eq!(saved_budgets(&store)["max_age_ns"], serde_json::Value::Null);
+    wait_until(
+        Duration::from_secs(10),
+        || alerts_status(&store)["rules"].clone(),
+        |r| {
+            r.as_array()
+                .is_some_and(|r| r.iter().any(|n| n == "egress"))
+        },
+    );
+    link.send(tmp.path(), 100, "old-batch");
+    // Sealed by age (1 s) before the next batch, so it is a segment of its own.
+    std::thread::sleep(Duration::from_millis(2500));
+    link.send(tmp.path(), 100, "new-batch");
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = tmp.path().join("out.pcap");
+    assert_eq!(stored_with(&store, &out, "old-batch"), 100);
+
+    // A good file: max_age, an alert rule and the log level change; snaplen needs a restart.
+    write_conf(
+        "max_age = \"1s\"\nsnaplen = 100\nlog_level = \"info\"",
+        "disabled = [\"egress\"]",
+    );
+    cap.signal("-HUP");
+    cap.wait_for_line("reloaded", Duration::from_secs(10));
+    let err = cap.stderr();
+    assert!(
+        err.contains("capture.snaplen changed to 100: needs a restart; it stays 0"),
+        "{err}"
+    );
+    assert!(
+        err.contains("retention budgets") && err.contains("log level info"),
+        "{err}"
+    );
+    assert!(err.contains("alert rules and groups"), "{err}");
+    assert_eq!(saved_budgets(&store)["max_age_ns"], 1_000_000_000u64);
+    // The old batch is more than 1 s older than the newest packet: its segment goes.
+    wait_until(
+        Duration::from_secs(10),
+        || stored_with(&store, &out, "old-batch"),
+        |n| *n == 0,
+    );
+    assert_eq!(stored_with(&store, &out, "new-batch"), 100);
+    let st = wait_until(
+        Duration::from_secs(10),
+        || alerts_status(&store),
+        |s| s["reloads"] == 1,
+    );
+    assert!(
+        !st["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == "egress"),
+        "{st}"
+    );
+
+    // A bad file: logged with its line and key; capture goes on with what it had.
+    write_conf("max_age = \"soon\"", "");
+    let bad_line = std::fs::read_to_string(&conf)
+        .unwrap()
+        .lines()
+        .position(|l| l.starts_with("max_age"))
+        .unwrap()
+        + 1;
+    cap.signal("-HUP");
+    cap.wait_for_line("refused", Duration::from_secs(10));
+    let err = cap.stderr();
+    assert!(
+        err.contains(&format!(
+            "reload of {} refused, nothing changed: {}:{bad_line}:",
+            conf.display(),
+            conf.display()
+        )) && err.contains("capture.max_age"),
+        "{err}"
+    );
+    assert!(cap.running(), "{err}");
+    assert_eq!(saved_budgets(&store)["max_age_ns"], 1_000_000_000u64);
+    link.send(tmp.path(), 100, "after-bad-file");
+    std::thread::sleep(Duration::from_millis(800));
+    let (ok, stdout, lines) = cap.stop();
+    assert!(ok, "{lines:#?}");
+    assert!(stdout.contains("captured 300 packets"), "{stdout}");
+    assert_eq!(stored_with(&store, &out, "after-bad-file"), 100);
+    assert_owned(&store, uid, gid);
+}

@@ -43,6 +43,10 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         signal_hook::flag::register(sig, stop.clone())
             .context("cannot install a signal handler")?;
     }
+    // SIGHUP: the config file is read again at the next status turn (about a second).
+    let hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
+        .context("cannot install a signal handler")?;
     let (writer_cfg, note) = a.writer.config(&a.store)?;
     let cfg = capsule_store::WriterConfig {
         // Live packets cannot wait: compress faster rather than let the ring overflow.
@@ -55,6 +59,12 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     // The store first: a locked or unusable store fails in well under a second, before the
     // interface is touched (XDP attach attempts, rings of hundreds of MiB).
     let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;
+    let budgets = capsule_store::budget::Budgets {
+        max_bytes: writer.config().max_bytes,
+        min_free: writer.config().min_free,
+        max_age: writer.config().max_age,
+    };
+    let mut reload = super::reload::Reload::new(a, budgets, writer.budget_handle());
     if let Some(n) = note {
         crate::logging::note(&n);
     }
@@ -123,6 +133,12 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
             last_ping = Instant::now();
         }
         status.update(r, gauge.read());
+        if hup.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            match reload.as_mut() {
+                Some(reload) => reload.run(alerts.as_ref()),
+                None => crate::logging::note("capsule: SIGHUP: no --config file to reload"),
+            }
+        }
         if last_log.elapsed() >= Duration::from_secs(10) {
             tracing::info!(
                 packets = r.packets,

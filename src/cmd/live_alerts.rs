@@ -16,9 +16,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,12 @@ pub struct AlertStatus {
     pub engaged: usize,
     pub last_error: Option<String>,
     pub updated_ns: u64,
+    /// The rules evaluated (those the config does not disable).
+    #[serde(default)]
+    pub rules: Vec<String>,
+    /// Times the rules were replaced by a reload of the config file (SIGHUP).
+    #[serde(default)]
+    pub reloads: u64,
 }
 
 /// Reads `STORE/alerts-status.json`, if live alerts ever ran there.
@@ -51,6 +58,8 @@ pub fn read_status(store: &Path) -> Option<AlertStatus> {
 pub struct LiveAlerts {
     stop: Arc<AtomicBool>,
     handle: JoinHandle<()>,
+    /// A reloaded config for the evaluator to take at its next turn.
+    next: Arc<Mutex<Option<Config>>>,
 }
 
 impl LiveAlerts {
@@ -60,11 +69,21 @@ impl LiveAlerts {
         let stop = Arc::new(AtomicBool::new(false));
         let store = store.to_path_buf();
         let s = stop.clone();
+        let next = Arc::new(Mutex::new(None));
+        let n = next.clone();
         let handle = std::thread::Builder::new()
             .name("capsule-alerts".into())
-            .spawn(move || run(&store, &config, &sink, &s))
+            .spawn(move || run(&store, config, &sink, &s, &n))
             .ok()?;
-        Some(LiveAlerts { stop, handle })
+        Some(LiveAlerts { stop, handle, next })
+    }
+
+    /// Replaces the rules and groups (a reload of the config file) from the next
+    /// evaluation on; the sink stays the one the capture started with.
+    pub fn replace(&self, config: Config) {
+        if let Ok(mut n) = self.next.lock() {
+            *n = Some(config);
+        }
     }
 
     /// Evaluates once more (what the last seconds of capture raised) and stops.
@@ -84,22 +103,51 @@ struct Engaged {
     last_sent: Instant,
 }
 
-fn run(store: &Path, config: &Config, sink: &Path, stop: &AtomicBool) {
+/// How often to evaluate, how long to suppress a repeat, and the window each evaluation
+/// looks back over (long enough for every rule's own window).
+fn timing(config: &Config) -> (Duration, Duration, u64) {
     let rules = config.alerts();
-    let every = Duration::from_nanos(rules.live_every_ns);
-    let suppress = Duration::from_nanos(rules.suppress_ns);
-    // The window each evaluation looks back over: long enough for every rule's own window.
     let lookback = rules
         .egress_window_ns
         .max(rules.straggler_interval_ns * 3)
         .max(10 * 1_000_000_000);
+    (
+        Duration::from_nanos(rules.live_every_ns),
+        Duration::from_nanos(rules.suppress_ns),
+        lookback,
+    )
+}
+
+fn enabled_rules(config: &Config) -> Vec<String> {
+    capsule_config::ALERT_RULES
+        .iter()
+        .filter(|r| config.alerts().enabled(r))
+        .map(|r| r.to_string())
+        .collect()
+}
+
+fn run(
+    store: &Path,
+    mut config: Config,
+    sink: &Path,
+    stop: &AtomicBool,
+    next: &Mutex<Option<Config>>,
+) {
+    let (mut every, mut suppress, mut lookback) = timing(&config);
     let mut status = AlertStatus {
         sink: sink.display().to_string(),
+        rules: enabled_rules(&config),
         ..AlertStatus::default()
     };
     let mut engaged: BTreeMap<String, Engaged> = BTreeMap::new();
     let mut last = Instant::now();
     loop {
+        if let Some(c) = next.lock().ok().and_then(|mut n| n.take()) {
+            config = c;
+            (every, suppress, lookback) = timing(&config);
+            status.rules = enabled_rules(&config);
+            status.reloads += 1;
+        }
         let stopping = stop.load(Ordering::Relaxed);
         if !stopping && last.elapsed() < every {
             std::thread::sleep(Duration::from_millis(100));
@@ -113,7 +161,7 @@ fn run(store: &Path, config: &Config, sink: &Path, stop: &AtomicBool) {
             ..capsule_query::Query::all()
         };
         match capsule_analytics::load(store, &q, "")
-            .and_then(|input| capsule_analytics::alerts::evaluate(&input, config))
+            .and_then(|input| capsule_analytics::alerts::evaluate(&input, &config))
         {
             Ok(alerts) => {
                 status.evaluations += 1;
@@ -151,7 +199,16 @@ fn run(store: &Path, config: &Config, sink: &Path, stop: &AtomicBool) {
         status.updated_ns = now_ns();
         if let Ok(text) = serde_json::to_vec(&status) {
             let tmp = store.join(format!("{STATUS_FILE}.tmp"));
-            if std::fs::write(&tmp, text).is_ok() {
+            // 0640 like every store file, whatever the umask (the mode applies when the
+            // file is made; a leftover is made again).
+            let _ = std::fs::remove_file(&tmp);
+            let written = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o640)
+                .open(&tmp)
+                .and_then(|mut f| f.write_all(&text));
+            if written.is_ok() {
                 let _ = std::fs::rename(&tmp, store.join(STATUS_FILE));
             }
         }
@@ -180,6 +237,7 @@ fn deliver(
     let r = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o640)
         .open(sink)
         .and_then(|mut f| writeln!(f, "{line}").and_then(|()| f.flush()));
     match r {

@@ -25,6 +25,7 @@ mod live_alerts;
 mod matrix;
 mod query;
 mod reindex;
+mod reload;
 mod remote;
 mod segments;
 mod serve;
