@@ -16,7 +16,7 @@
 //!
 //! Without an account the drop still runs: a capture started as root (or with ambient
 //! capabilities from a service manager) keeps only `keep`. What a capture keeps, and why,
-//! is [`crate::live::Capture::kept_capabilities`]'s to say.
+//! is for the capture itself to say (`Capture::kept_capabilities` in the live module).
 
 #![forbid(unsafe_code)]
 

@@ -258,6 +258,8 @@ pub struct BudgetHandle {
     tx: Sender<crate::budget::Budgets>,
     root: std::path::PathBuf,
     block_bytes: usize,
+    /// The byte budget the pressure gauge reports.
+    gauge_budget: Arc<AtomicU64>,
 }
 
 impl BudgetHandle {
@@ -277,6 +279,8 @@ impl BudgetHandle {
             }
         }
         crate::budget::save(&self.root, &budgets)?;
+        self.gauge_budget
+            .store(budgets.max_bytes.unwrap_or(u64::MAX), Ordering::Relaxed);
         self.tx.send(budgets).map_err(|_| {
             StoreError::Config("the writer has stopped; the budgets were saved only".into())
         })
@@ -525,7 +529,7 @@ impl StoreWriter {
             urgent: urgent.clone(),
             space: Arc::default(),
             compact: compact_counters.clone(),
-            budget: cfg.max_bytes,
+            budget: Arc::new(AtomicU64::new(cfg.max_bytes.unwrap_or(u64::MAX))),
         };
         let ladder = Arc::new(std::sync::Mutex::new(Ladder::new(Instant::now())));
         for i in 0..cfg.threads {
@@ -672,6 +676,7 @@ impl StoreWriter {
             tx: self.budgets_tx.clone(),
             root: self.root.clone(),
             block_bytes: self.cfg.block_bytes,
+            gauge_budget: self.gauge.budget.clone(),
         }
     }
 

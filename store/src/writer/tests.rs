@@ -618,6 +618,15 @@ fn budgets_set_while_writing_are_saved_and_applied_at_once() {
         assert!(std::time::Instant::now() < deadline, "nothing deleted");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The gauge (status, metrics) reports the byte budget now in force.
+    assert_eq!(w.pressure_gauge().read().budget_bytes, None);
+    handle
+        .set(crate::budget::Budgets {
+            max_bytes: Some(10 << 20),
+            ..b
+        })
+        .unwrap();
+    assert_eq!(w.pressure_gauge().read().budget_bytes, Some(10 << 20));
     let report = w.finish().unwrap();
     assert!(!report.deleted.is_empty());
     let got = read_all(dir.path());
