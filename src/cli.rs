@@ -568,8 +568,36 @@ pub struct CaptureArgs {
     /// Print the summary at exit as one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+    /// After set-up (sockets, rings, XDP program, store, metrics listener) run as this user,
+    /// with only the capabilities capture still needs (docs/capture.md). Needs a capture
+    /// started as root; the store must be the user's (checked at start). Store files are
+    /// created owned by it.
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// With --user: the group to run as (and of the store's files), instead of the user's
+    /// primary group. The process keeps no other group.
+    #[arg(long, value_name = "NAME", requires = "user")]
+    pub group: Option<String>,
+    /// How log lines on standard error are written: `text`, or `json` (one JSON object a
+    /// line, the start and status lines included).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Which log lines are written: a tracing filter such as `info` or
+    /// `warn,capsule_store=debug` (default: $CAPSULE_LOG, else `warn`). A SIGHUP re-reads it
+    /// from the config file.
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
     #[command(flatten)]
     pub writer: WriterArgs,
+}
+
+/// How log lines are written.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line (tracing-subscriber's JSON format).
+    Json,
 }
 
 #[derive(Args, Debug)]

@@ -9,6 +9,7 @@
 
 mod cli;
 mod cmd;
+mod logging;
 mod metrics;
 mod progress;
 mod table;
@@ -26,26 +27,26 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // Colour only for a person at a terminal, and never when NO_COLOR is set (no-color.org).
-    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(colour)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("CAPSULE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    let (json_logs, level) = match &cli.cmd {
+        cli::Cmd::Capture(a) => (a.log_format == cli::LogFormat::Json, a.log_level.clone()),
+        _ => (false, None),
+    };
+    if let Some(l) = &level {
+        if let Err(e) = logging::filter(Some(l)) {
+            eprintln!("capsule: error: --log-level: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    logging::init(json_logs, level.as_deref());
     match cmd::run(cli) {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) if e.is::<cmd::Usage>() => {
-            eprintln!("capsule: error: {e:#}");
+            logging::line("ERROR", &format!("capsule: error: {e:#}"));
             ExitCode::from(2)
         }
         Err(e) => {
-            eprintln!("capsule: error: {e:#}");
+            logging::line("ERROR", &format!("capsule: error: {e:#}"));
             ExitCode::FAILURE
         }
     }

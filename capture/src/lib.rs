@@ -37,6 +37,11 @@
 //! about once a second (how it captures, counters, drops by cause, rates); `capsule status`
 //! reads it.
 //!
+//! **Least privilege** ([`privs`]): after set-up a capture drops, in every thread, to the
+//! `--user` account (if any) and the capabilities [`live::Capture::kept_capabilities`]
+//! names, with no_new_privs; the store is opened with the account's file-system identity so
+//! that its files are the account's.
+//!
 //! **Where the `unsafe` code is.** Only in the private module `sys`, the one door to the
 //! kernel: every system call capture makes (sockets, socket options, the ethtool ioctl,
 //! clocks, the `bpf_link`) and the two rings shared with the kernel (TPACKET_V3 and AF_XDP),
@@ -50,6 +55,7 @@
 
 pub mod import;
 pub mod live;
+pub mod privs;
 pub mod status;
 pub mod transmit;
 // The one place with `unsafe` code: every system call and the rings shared with the kernel.

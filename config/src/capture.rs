@@ -52,6 +52,10 @@ pub const CAPTURE_KEYS: &[(&str, &str, CaptureType)] = &[
     ("level", "--level", CaptureType::TextOrCount),
     ("threads", "--threads", CaptureType::Count),
     ("json", "--json", CaptureType::Switch),
+    ("user", "--user", CaptureType::Text),
+    ("group", "--group", CaptureType::Text),
+    ("log_format", "--log-format", CaptureType::Text),
+    ("log_level", "--log-level", CaptureType::Text),
 ];
 
 /// Every key of `[serve]`, with the `capsule serve` flag it stands for and its type.

@@ -80,11 +80,17 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     let configs = a.configs()?;
     // One word, so the summary line keeps its shape: `a,b`.
     let iface = &a.iface.join(",");
+    // Before anything is set up: the --user account and whether it can use the store.
+    let account = super::capture_privs::prepare(a)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())
             .context("cannot install a signal handler")?;
     }
+    // SIGHUP: the config file is read again at the next status turn (about a second).
+    let hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
+        .context("cannot install a signal handler")?;
     let (writer_cfg, note) = a.writer.config(&a.store)?;
     let cfg = capsule_store::WriterConfig {
         // Live packets cannot wait: compress faster rather than let the ring overflow.
@@ -97,8 +103,14 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     // The store first: a locked or unusable store fails in well under a second, before the
     // interface is touched (XDP attach attempts, rings of hundreds of MiB).
     let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;
+    let budgets = capsule_store::budget::Budgets {
+        max_bytes: writer.config().max_bytes,
+        min_free: writer.config().min_free,
+        max_age: writer.config().max_age,
+    };
+    let mut reload = super::reload::Reload::new(a, budgets, writer.budget_handle());
     if let Some(n) = note {
-        eprintln!("{n}");
+        crate::logging::note(&n);
     }
     print_open_report(&opened, a.json);
     // Live alerts when the config names a sink: loaded before the interface is touched, so
@@ -122,7 +134,9 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     };
     if let Some(addr) = &a.metrics {
         match crate::metrics::serve(addr, &a.store) {
-            Ok(bound) => eprintln!("capsule: metrics at http://{bound}/metrics"),
+            Ok(bound) => {
+                crate::logging::note(&format!("capsule: metrics at http://{bound}/metrics"))
+            }
             Err(e) => {
                 let _ = writer.finish();
                 return Err(e);
@@ -138,6 +152,11 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
             return Err(e.into());
         }
     };
+    // Set up: from here on only what the capture still needs.
+    if let Err(e) = super::capture_privs::drop(&captures, account.as_ref()) {
+        let _ = writer.finish();
+        return Err(e);
+    }
     let modes: Vec<(String, String)> = captures
         .iter()
         .map(|c| (c.iface().to_string(), c.description().to_string()))
@@ -163,9 +182,9 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
             return Err(e);
         }
     };
-    eprintln!("capsule: capturing on {iface} with {desc}");
+    crate::logging::note(&format!("capsule: capturing on {iface} with {desc}"));
     if alerts.is_some() {
-        eprintln!("capsule: live alerts on, see `capsule status`");
+        crate::logging::note("capsule: live alerts on, see `capsule status`");
     }
     // Under systemd (Type=notify): ready now, and a watchdog ping from the capture loop
     // itself, so a wedged loop is restarted. Without NOTIFY_SOCKET these do nothing.
@@ -189,6 +208,12 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
             last_ping = Instant::now();
         }
         status.update_many(states, gauge.read());
+        if hup.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            match reload.as_mut() {
+                Some(reload) => reload.run(alerts.as_ref()),
+                None => crate::logging::note("capsule: SIGHUP: no --config file to reload"),
+            }
+        }
         if last_log.elapsed() >= Duration::from_secs(10) {
             for st in states {
                 let r = &st.report;

@@ -14,6 +14,7 @@ use crate::cli::{Cli, Cmd, Selection};
 
 mod alerts;
 mod capture;
+mod capture_privs;
 pub mod check_bpf;
 mod compact;
 mod config;
@@ -24,6 +25,7 @@ mod live_alerts;
 mod matrix;
 mod query;
 mod reindex;
+mod reload;
 mod remote;
 mod replay;
 mod segments;
@@ -263,7 +265,7 @@ fn mb_per_s(bytes: u64, secs: f64) -> f64 {
 fn print_open_report(opened: &capsule_store::OpenReport, json: bool) {
     macro_rules! println {
         ($($t:tt)*) => {
-            if json { eprintln!($($t)*) } else { std::println!($($t)*) }
+            if json { crate::logging::note(&format!($($t)*)) } else { std::println!($($t)*) }
         };
     }
     for r in &opened.recovered {
@@ -301,7 +303,7 @@ fn print_open_report(opened: &capsule_store::OpenReport, json: bool) {
 fn print_disk_full(w: &capsule_store::WriteReport, json: bool) {
     macro_rules! println {
         ($($t:tt)*) => {
-            if json { eprintln!($($t)*) } else { std::println!($($t)*) }
+            if json { crate::logging::note(&format!($($t)*)) } else { std::println!($($t)*) }
         };
     }
     if !w.deleted_for_space.is_empty() {

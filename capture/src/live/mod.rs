@@ -264,6 +264,23 @@ impl Capture {
         &self.description
     }
 
+    /// The capabilities this capture still needs once it runs, with why; every other one can
+    /// be dropped (see [`crate::privs`]). Reading the rings, the sockets' and the XDP
+    /// program's counters (a BPF map read through a descriptor already open: no capability
+    /// on kernels since 6.5), closing the sockets and detaching the program (closing the
+    /// `bpf_link`) need none. Only an XDP capture that turned receive VLAN offload off keeps
+    /// CAP_NET_ADMIN, to turn it back on at exit (`ETHTOOL_SFLAGS`); without it the offload
+    /// would stay off until the next capture with the store restored it.
+    pub fn kept_capabilities(&self) -> (crate::privs::Caps, Option<&'static str>) {
+        match &self.backend {
+            Backend::Xdp(x) if x.changed_offload() => (
+                crate::privs::Caps::NONE.with(crate::privs::CAP_NET_ADMIN),
+                Some("to turn receive VLAN offload back on at exit"),
+            ),
+            _ => (crate::privs::Caps::NONE, None),
+        }
+    }
+
     /// Captures into `writer` until `stop` is set (SIGINT/SIGTERM in the CLI); `on_stats` sees
     /// the running totals about once a second (for live status and logs). The caller finishes
     /// the writer afterwards, also when this returns an error.

@@ -278,6 +278,11 @@ impl XdpCapture {
         ))))
     }
 
+    /// Whether capture turned receive VLAN offload off (and turns it back on when dropped).
+    pub(crate) fn changed_offload(&self) -> bool {
+        self._vlan_offload.is_some()
+    }
+
     pub(crate) fn setup(&self) -> &XdpSetup {
         &self.setup
     }

@@ -10,7 +10,9 @@
 //! * [`tx`]: the AF_PACKET raw socket `capsule replay` sends frames through, and the
 //!   interface's MTU and hardware type;
 //! * [`link`]: the `bpf_link` that attaches the XDP program (a raw `bpf(2)` call, which is why
-//!   it lives here and not in capsule-bpf).
+//!   it lives here and not in capsule-bpf);
+//! * [`privs`]: user and group look-ups, the file-system identity the store is opened with,
+//!   and the privilege drop in every thread (credentials are per thread in Linux).
 //!
 //! A failed call is an `io::Error` (its kind kept) carrying a [`SyscallError`]: the call
 //! and what it was for, with the OS error as its source, so an error chain printed with
@@ -25,6 +27,7 @@
 //! and length is checked against the mapping before use.
 
 pub(crate) mod link;
+pub(crate) mod privs;
 pub(crate) mod tpacket;
 pub(crate) mod tx;
 pub(crate) mod xsk;

@@ -1,7 +1,9 @@
 //! The JSON-lines file sink (`live_file`): one event a line, appended and flushed; the
-//! file is opened for each event, so a rotated or removed file is created anew.
+//! file is opened for each event, so a rotated or removed file is created anew (0640, like
+//! every store file, whatever the umask).
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
@@ -22,6 +24,7 @@ impl Deliver for FileSink {
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o640)
             .open(&self.path)
             .and_then(|mut f| writeln!(f, "{}", ev.json).and_then(|()| f.flush()))
             .map_err(|e| format!("{}: {e}", self.path.display()))

@@ -25,6 +25,8 @@ mod syslog;
 mod webhook;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -57,6 +59,12 @@ pub struct AlertStatus {
     #[serde(default)]
     pub sinks: Vec<SinkStatus>,
     pub updated_ns: u64,
+    /// The rules evaluated (those the config does not disable).
+    #[serde(default)]
+    pub rules: Vec<String>,
+    /// Times the rules were replaced by a reload of the config file (SIGHUP).
+    #[serde(default)]
+    pub reloads: u64,
 }
 
 /// One sink's counts.
@@ -274,6 +282,8 @@ impl Sinks {
 pub struct LiveAlerts {
     stop: Arc<AtomicBool>,
     handle: JoinHandle<()>,
+    /// A reloaded config for the evaluator to take at its next turn.
+    next: Arc<Mutex<Option<Config>>>,
 }
 
 impl std::fmt::Debug for LiveAlerts {
@@ -288,11 +298,22 @@ impl LiveAlerts {
         let stop = Arc::new(AtomicBool::new(false));
         let store = store.to_path_buf();
         let s = stop.clone();
+        let next = Arc::new(Mutex::new(None));
+        let n = next.clone();
         let handle = std::thread::Builder::new()
             .name("capsule-alerts".into())
-            .spawn(move || run(&store, &config, sinks, &s))
+            .spawn(move || run(&store, config, sinks, &s, &n))
             .context("cannot start the live alerts' thread")?;
-        Ok(LiveAlerts { stop, handle })
+        Ok(LiveAlerts { stop, handle, next })
+    }
+
+    /// Replaces the rules and groups (a reload of the config file) from the next
+    /// evaluation on; the sinks stay the ones the capture started with (a changed sink
+    /// needs a restart).
+    pub fn replace(&self, config: Config) {
+        if let Ok(mut n) = self.next.lock() {
+            *n = Some(config);
+        }
     }
 
     /// Evaluates once more (what the last seconds of capture raised), lets the sinks send
@@ -320,26 +341,67 @@ fn write_status(store: &Path, status: &mut AlertStatus, sinks: &Sinks) {
     status.updated_ns = now_ns();
     if let Ok(text) = serde_json::to_vec(status) {
         let tmp = store.join(format!("{STATUS_FILE}.tmp"));
-        if std::fs::write(&tmp, text).is_ok() {
+        // 0640 like every store file, whatever the umask (the mode applies when the file
+        // is made; a leftover is made again).
+        let _ = std::fs::remove_file(&tmp);
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o640)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(&text));
+        if written.is_ok() {
             let _ = std::fs::rename(&tmp, store.join(STATUS_FILE));
         }
     }
 }
 
-fn run(store: &Path, config: &Config, mut sinks: Sinks, stop: &AtomicBool) {
+/// How often to evaluate, how long to suppress a repeat, and the window each evaluation
+/// looks back over (long enough for every rule's own window).
+fn timing(config: &Config) -> (Duration, Duration, u64) {
     let rules = config.alerts();
-    let every = Duration::from_nanos(rules.live_every_ns);
-    let suppress = Duration::from_nanos(rules.suppress_ns);
-    // The window each evaluation looks back over: long enough for every rule's own window.
     let lookback = rules
         .egress_window_ns
         .max(rules.straggler_interval_ns * 3)
         .max(10 * 1_000_000_000);
-    let mut status = AlertStatus::default();
+    (
+        Duration::from_nanos(rules.live_every_ns),
+        Duration::from_nanos(rules.suppress_ns),
+        lookback,
+    )
+}
+
+fn enabled_rules(config: &Config) -> Vec<String> {
+    capsule_config::ALERT_RULES
+        .iter()
+        .filter(|r| config.alerts().enabled(r))
+        .map(|r| r.to_string())
+        .collect()
+}
+
+fn run(
+    store: &Path,
+    mut config: Config,
+    mut sinks: Sinks,
+    stop: &AtomicBool,
+    next: &Mutex<Option<Config>>,
+) {
+    let (mut every, mut suppress, mut lookback) = timing(&config);
+    let mut status = AlertStatus {
+        rules: enabled_rules(&config),
+        ..AlertStatus::default()
+    };
     let mut engaged: BTreeMap<String, Engaged> = BTreeMap::new();
     let mut seq = 0u64;
     let mut last = Instant::now();
     loop {
+        if let Some(c) = next.lock().ok().and_then(|mut n| n.take()) {
+            config = c;
+            (every, suppress, lookback) = timing(&config);
+            status.rules = enabled_rules(&config);
+            status.reloads += 1;
+            write_status(store, &mut status, &sinks);
+        }
         let stopping = stop.load(Ordering::Relaxed);
         if !stopping && last.elapsed() < every {
             std::thread::sleep(Duration::from_millis(100));
@@ -374,7 +436,7 @@ fn run(store: &Path, config: &Config, mut sinks: Sinks, stop: &AtomicBool) {
             }
         };
         match capsule_analytics::load(store, &q, "")
-            .and_then(|input| capsule_analytics::alerts::evaluate(&input, config))
+            .and_then(|input| capsule_analytics::alerts::evaluate(&input, &config))
         {
             Ok(alerts) => {
                 status.evaluations += 1;

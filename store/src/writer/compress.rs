@@ -184,7 +184,8 @@ pub struct PressureGauge {
     pub(super) urgent: Arc<AtomicU32>,
     pub(super) space: Arc<SpaceCounters>,
     pub(super) compact: Arc<super::compactor::CompactCounters>,
-    pub(super) budget: Option<u64>,
+    /// The byte budget, `u64::MAX` for none (a reload may change it while running).
+    pub(super) budget: Arc<AtomicU64>,
 }
 
 impl PressureGauge {
@@ -209,7 +210,7 @@ impl PressureGauge {
             compactor_busy_ns: c.busy_ns.load(Ordering::Relaxed),
             compactor_paused: c.paused.load(Ordering::Relaxed),
             compactor_pauses: c.pauses.load(Ordering::Relaxed),
-            budget_bytes: self.budget,
+            budget_bytes: Some(self.budget.load(Ordering::Relaxed)).filter(|&b| b != u64::MAX),
             blocks_by_rung: std::array::from_fn(|i| self.rungs[i].load(Ordering::Relaxed)),
             disk_bound: self.disk_bound.load(Ordering::Relaxed),
             readers_behind: self.urgent.load(Ordering::Relaxed),

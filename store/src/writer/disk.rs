@@ -29,6 +29,8 @@ pub(super) struct WriterThread {
     /// Compactions to commit (see compactor.rs): the rename happens here, where retention
     /// deletes, so the two never race.
     pub(super) compact_rx: Receiver<CompactRequest>,
+    /// New retention budgets while running ([`super::StoreWriter::set_budgets`]).
+    pub(super) budgets_rx: Receiver<crate::budget::Budgets>,
     pub(super) retention: Retention,
     pub(super) cfg: WriterConfig,
     pub(super) ratio: Arc<Ratio>,
@@ -92,6 +94,7 @@ impl WriterThread {
         let mut current: Option<SegmentFile> = None;
         let mut last_sync = Instant::now();
         let mut compact_rx = self.compact_rx.clone();
+        let mut budgets_rx = self.budgets_rx.clone();
         let result = (|| -> Result<()> {
             loop {
                 // With unsynced writes in the open segment, wait for the next block only
@@ -115,6 +118,19 @@ impl WriterThread {
                             }
                             // No compactor left: stop listening for one.
                             Err(_) => compact_rx = crossbeam_channel::never(),
+                        }
+                        None
+                    },
+                    recv(budgets_rx) -> b => {
+                        match b {
+                            Ok(b) => {
+                                // Applied at once: what the new budgets no longer keep goes
+                                // now, not at the next block.
+                                self.retention.set_budgets(&b);
+                                let deleted = self.retention.make_room(self.indexer.as_mut(), 0)?;
+                                self.report.deleted.extend(deleted);
+                            }
+                            Err(_) => budgets_rx = crossbeam_channel::never(),
                         }
                         None
                     },

@@ -252,6 +252,41 @@ impl OpenBlock {
     }
 }
 
+/// Replaces a running writer's retention budgets ([`StoreWriter::budget_handle`]).
+#[derive(Debug, Clone)]
+pub struct BudgetHandle {
+    tx: Sender<crate::budget::Budgets>,
+    root: std::path::PathBuf,
+    block_bytes: usize,
+    /// The byte budget the pressure gauge reports.
+    gauge_budget: Arc<AtomicU64>,
+}
+
+impl BudgetHandle {
+    /// Saves `budgets` in the store, like those given at open, and has the writer thread
+    /// apply them at once: the segments they no longer keep are deleted then, oldest first.
+    /// A byte budget below 16 blocks is refused, as at open; the segment size stays what it
+    /// was.
+    pub fn set(&self, budgets: crate::budget::Budgets) -> Result<()> {
+        if let Some(max) = budgets.max_bytes {
+            let min = 16 * self.block_bytes as u64;
+            if max < min {
+                return Err(StoreError::Config(format!(
+                    "byte budget {max} is too small: it must hold at least 16 blocks \
+                     ({min} bytes at the block size of {})",
+                    self.block_bytes
+                )));
+            }
+        }
+        crate::budget::save(&self.root, &budgets)?;
+        self.gauge_budget
+            .store(budgets.max_bytes.unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.tx.send(budgets).map_err(|_| {
+            StoreError::Config("the writer has stopped; the budgets were saved only".into())
+        })
+    }
+}
+
 /// Writes packets into a store. See the module docs for the pipeline.
 #[derive(Debug)]
 pub struct StoreWriter {
@@ -285,6 +320,10 @@ pub struct StoreWriter {
     writer: Option<JoinHandle<Result<WriteReport>>>,
     /// Where compactions go to the writer thread to be committed.
     compact_tx: Option<Sender<CompactRequest>>,
+    /// Where new retention budgets go to the writer thread.
+    budgets_tx: Sender<crate::budget::Budgets>,
+    /// The store's directory.
+    root: std::path::PathBuf,
     compact_counters: Arc<CompactCounters>,
     /// The background compactor, and what stops it.
     compactor: Option<JoinHandle<()>>,
@@ -490,7 +529,7 @@ impl StoreWriter {
             urgent: urgent.clone(),
             space: Arc::default(),
             compact: compact_counters.clone(),
-            budget: cfg.max_bytes,
+            budget: Arc::new(AtomicU64::new(cfg.max_bytes.unwrap_or(u64::MAX))),
         };
         let ladder = Arc::new(std::sync::Mutex::new(Ladder::new(Instant::now())));
         for i in 0..cfg.threads {
@@ -518,8 +557,10 @@ impl StoreWriter {
         }
         drop(done_tx);
         let (compact_tx, compact_rx) = bounded::<CompactRequest>(1);
+        let (budgets_tx, budgets_rx) = bounded::<crate::budget::Budgets>(4);
         let w = WriterThread {
             compact_rx,
+            budgets_rx,
             dir: dir.clone(),
             indexer,
             pool: pool_tx,
@@ -601,6 +642,8 @@ impl StoreWriter {
                 threads,
                 writer: Some(writer),
                 compact_tx: Some(compact_tx),
+                budgets_tx,
+                root: store.root().to_path_buf(),
                 compact_counters,
                 compactor,
                 compact_stop,
@@ -626,6 +669,17 @@ impl StoreWriter {
     }
 
     /// The configuration in force (after the budget capped the segment size).
+    /// A handle that replaces the retention budgets while the writer runs (a capture's
+    /// SIGHUP reload), from any thread.
+    pub fn budget_handle(&self) -> BudgetHandle {
+        BudgetHandle {
+            tx: self.budgets_tx.clone(),
+            root: self.root.clone(),
+            block_bytes: self.cfg.block_bytes,
+            gauge_budget: self.gauge.budget.clone(),
+        }
+    }
+
     pub fn config(&self) -> &WriterConfig {
         &self.cfg
     }

@@ -108,6 +108,37 @@ impl Retention {
         }
     }
 
+    /// Replaces the budgets (a reload while running). Segments whose last packet time was
+    /// not read (no age budget until now) get it read from their footers.
+    pub(super) fn set_budgets(&mut self, b: &budget::Budgets) {
+        self.max = b.max_bytes;
+        let same_floor = self.free.as_ref().map(|f| f.floor) == b.min_free;
+        if !same_floor {
+            self.free = b.min_free.map(|floor| FreeFloor {
+                floor,
+                fs_bytes: 0,
+                avail: 0,
+                read_at: None,
+                written: 0,
+            });
+        }
+        self.max_age = b.max_age;
+        if self.max_age.is_some() {
+            for h in self.sealed.iter_mut().filter(|h| h.last_ns.is_none()) {
+                h.last_ns = SegmentReader::open(&h.entry.path).ok().and_then(|r| {
+                    r.blocks()
+                        .iter()
+                        .filter(|b| b.packets > 0)
+                        .map(|b| b.last_ns)
+                        .max()
+                });
+                if let Some(t) = h.last_ns {
+                    self.newest_ns = self.newest_ns.max(t);
+                }
+            }
+        }
+    }
+
     /// The sealed segments, oldest first.
     pub(super) fn sealed(&self) -> impl Iterator<Item = &SegmentEntry> {
         self.sealed.iter().map(|h| &h.entry)

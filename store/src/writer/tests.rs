@@ -572,3 +572,64 @@ fn bad_configurations_and_packets_are_refused_with_reasons() {
     assert!(err.to_string().contains("exceed"), "{err}");
     w.finish().unwrap();
 }
+
+#[test]
+fn budgets_set_while_writing_are_saved_and_applied_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, _) = StoreWriter::open(dir.path(), small()).unwrap();
+    let i = w.add_interface(Interface {
+        linktype: 1,
+        snaplen: 0,
+        name: None,
+    });
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for k in 0..1500u64 {
+        let data: Vec<u8> = (0..1000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        w.append(i, k * 1_000_000_000, 1000, &data).unwrap();
+    }
+    w.flush().unwrap();
+    let handle = w.budget_handle();
+    // Too small a byte budget is refused, as at open, and nothing is saved.
+    assert!(handle
+        .set(crate::budget::Budgets {
+            max_bytes: Some(1000),
+            ..Default::default()
+        })
+        .is_err());
+    assert_eq!(crate::budget::load(dir.path()).unwrap(), None);
+    // An age budget of 100 s back from the newest packet (1499 s): the writer thread deletes
+    // every sealed segment older than that without another packet written.
+    let b = crate::budget::Budgets {
+        max_age: Some(Duration::from_secs(100)),
+        ..Default::default()
+    };
+    handle.set(b).unwrap();
+    assert_eq!(crate::budget::load(dir.path()).unwrap(), Some(b));
+    let store = Store::open(dir.path()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.list().unwrap()[0].seq == 1 {
+        assert!(std::time::Instant::now() < deadline, "nothing deleted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The gauge (status, metrics) reports the byte budget now in force.
+    assert_eq!(w.pressure_gauge().read().budget_bytes, None);
+    handle
+        .set(crate::budget::Budgets {
+            max_bytes: Some(10 << 20),
+            ..b
+        })
+        .unwrap();
+    assert_eq!(w.pressure_gauge().read().budget_bytes, Some(10 << 20));
+    let report = w.finish().unwrap();
+    assert!(!report.deleted.is_empty());
+    let got = read_all(dir.path());
+    assert!(got[0].1 >= 1300 * 1_000_000_000, "kept from {}", got[0].1);
+    assert_eq!(got.last().unwrap().1, 1499 * 1_000_000_000);
+}
