@@ -10,6 +10,8 @@
 //!   -> [work_hours] hours.rs: WorkHours (days, local times, IANA zone via jiff)
 //!   -> [capture] capture.rs: one key per `capsule capture` flag, kept as the flag's text
 //!      with its line (the binary parses it with the flag's own parser)
+//!   -> [cutoff] cutoff.rs: Cutoff (bytes and packets per flow direction, keep filters as
+//!      text with their lines, idle time)
 //!   -> [alerts] alerts.rs: AlertRules (each rule's thresholds, defaults for the rest)
 //!   -> Config; any problem: ConfigError::Invalid naming file:line:column, the dotted key
 //!      (`groups.gpu[2]`), what was expected and what was found
@@ -17,13 +19,14 @@
 //!
 //! The raw TOML types stay private: callers see only the typed model. Every section is
 //! optional; an unknown top-level key is an error listing the known sections, so a section
-//! added later (`[retention]`, `[cutoff]`) is one more arm in
+//! added later (`[retention]`) is one more arm in
 //! [`Config::parse`]. Parsing never panics, whatever the input (a proptest below and the
 //! `config` fuzz target check it). The reference of every key is docs/config.md.
 #![forbid(unsafe_code)]
 
 mod alerts;
 mod capture;
+mod cutoff;
 mod dscp;
 mod egress;
 mod error;
@@ -39,6 +42,7 @@ use toml::de::DeTable;
 
 pub use alerts::{AlertRules, RULES as ALERT_RULES};
 pub use capture::{CaptureSetting, CaptureType, CAPTURE_KEYS};
+pub use cutoff::{Cutoff, KeepRule, CUTOFF_KEYS, DEFAULT_IDLE_NS};
 pub use dscp::{dscp_name, parse_dscp, DscpRule};
 pub use egress::EgressRule;
 pub use error::{line_col, ConfigError, ErrorKind, Invalid};
@@ -48,12 +52,13 @@ pub use hours::WorkHours;
 use walk::Src;
 
 /// The sections a config file may have, in the order they are read.
-pub const SECTIONS: [&str; 6] = [
+pub const SECTIONS: [&str; 7] = [
     "groups",
     "dscp",
     "egress",
     "work_hours",
     "capture",
+    "cutoff",
     "alerts",
 ];
 
@@ -65,6 +70,7 @@ pub struct Config {
     egress: egress::Egress,
     work_hours: Option<WorkHours>,
     capture: Vec<CaptureSetting>,
+    cutoff: Cutoff,
     alerts: AlertRules,
 }
 
@@ -113,6 +119,14 @@ impl Config {
                 "a table of capture settings (iface, store, ...)",
             )?;
             c.capture = capture::parse(&src, "capture", t)?;
+        }
+        if let Some(v) = doc.get("cutoff") {
+            let t = src.table(
+                "cutoff",
+                v,
+                "a table of cut-off rules (bytes, packets, keep, idle)",
+            )?;
+            c.cutoff = cutoff::parse(&src, "cutoff", t)?;
         }
         if let Some(v) = doc.get("alerts") {
             let t = src.table(
@@ -164,6 +178,11 @@ impl Config {
         &self.capture
     }
 
+    /// The `[cutoff]` rules (no cut-off when the file has no section).
+    pub fn cutoff(&self) -> &Cutoff {
+        &self.cutoff
+    }
+
     /// The `[alerts]` thresholds (every one at its default when the file has no section).
     pub fn alerts(&self) -> &AlertRules {
         &self.alerts
@@ -178,6 +197,7 @@ struct ConfigJson<'a> {
     egress: Vec<EgressJson<'a>>,
     work_hours: Option<&'a WorkHours>,
     capture: &'a [CaptureSetting],
+    cutoff: &'a Cutoff,
     alerts: &'a AlertRules,
 }
 
@@ -220,6 +240,7 @@ impl Serialize for Config {
                 .collect(),
             work_hours: self.work_hours.as_ref(),
             capture: &self.capture,
+            cutoff: &self.cutoff,
             alerts: &self.alerts,
         }
         .serialize(s)

@@ -60,8 +60,17 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     // Live alerts when the config names a sink: loaded before the interface is touched, so
     // a bad file fails early.
     let alert_config = a.config.as_deref().map(super::config::load).transpose();
-    let alert_config = match alert_config {
-        Ok(c) => c,
+    let alert_config = match alert_config.and_then(|c| {
+        // The config's [cutoff] applies to what this capture stores.
+        let cut = super::cutoff_from(c.as_ref().zip(a.config.as_deref()), None)?;
+        Ok((c, cut))
+    }) {
+        Ok((c, cut)) => {
+            if let Some(cut) = cut {
+                writer.set_cut_policy(Box::new(cut));
+            }
+            c
+        }
         Err(e) => {
             let _ = writer.finish();
             return Err(e);
