@@ -138,13 +138,15 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
                 .filter_map(|s| s.flow.cut_at())
                 .min()
                 .unwrap_or(0);
-            writeln!(
-                out,
+            let note = format!(
                 "stored: what the cut-off kept of {} cut flow(s) (the first cut at {}); \
                  packets and bytes count every packet seen",
                 cut.len(),
                 format_instant_ms(from)
-            )?;
+            );
+            for line in crate::table::wrap(&note, crate::table::output_width()) {
+                writeln!(out, "{line}")?;
+            }
         }
         if shown.iter().any(|s| s.approximate) {
             writeln!(
