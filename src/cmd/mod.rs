@@ -101,7 +101,8 @@ pub fn cutoff_from(
     for k in &section.keep {
         let f = capsule_index::cutoff::parse_keep(&k.filter).map_err(|e| {
             Usage(format!(
-                "{file}:{}:{}: {}: bad filter (expected a filter in the query language or                  `tcp-control`):\n{e}",
+                "{file}:{}:{}: {}: bad filter (expected a filter in the query language or \
+                 `tcp-control`):\n{e}",
                 k.line, k.column, k.key
             ))
         })?;
