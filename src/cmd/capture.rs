@@ -153,6 +153,7 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
             "dropped": rep.drops() + written.disk_full_drops, "drop_causes": causes,
             "vlan_restored": rep.vlan_restored, "truncated": rep.truncated,
             "sealed": written.sealed.len(), "store_bytes": written.store_bytes,
+            "cut_packets": written.cut_packets,
         }));
     } else {
         println!(
@@ -168,6 +169,13 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
             rep.truncated,
             written.sealed.len(),
             written.store_bytes
+        );
+    }
+    if written.cut_packets > 0 && !a.json {
+        println!(
+            "cut-off: {} packets not stored (the index counts them; `capsule flows` shows \
+             which flows were cut)",
+            written.cut_packets
         );
     }
     // Packets dropped for a full disk were captured (counted above) but not stored.

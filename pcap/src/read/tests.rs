@@ -1121,7 +1121,14 @@ fn cut_packet_blocks_are_skipped_by_readers_and_yielded_by_fragment_records() {
             (p.ts_ns, p.orig_len, p.data.len(), cut)
         })
         .collect();
-    assert_eq!(all, [(10, 60, 60, false), (11, 1500, 54, true), (12, 61, 61, false)]);
+    assert_eq!(
+        all,
+        [
+            (10, 60, 60, false),
+            (11, 1500, 54, true),
+            (12, 61, 61, false)
+        ]
+    );
     // A pcapng file holding one is read by the checked reader, which skips it too.
     let mut file = Vec::new();
     pcapng_shb(&mut file, None);
