@@ -184,8 +184,8 @@ pub fn pcapng_epb(buf: &mut Vec<u8>, iface_id: u32, ts_ns: u64, orig_len: u32, d
 
 /// Appends a capsule cut-packet block ([`BLOCK_CUT`]): an EPB's layout under a local-use
 /// block type, holding `data` (the headers kept of a packet the cut-off did not store) and
-/// the packet's `orig_len`. pcapng readers and [`crate::read::fragment_packets`] skip it;
-/// [`crate::read::fragment_records`] yields it. Exactly [`pcapng_epb_len`]`(data.len())`
+/// the packet's `orig_len`. pcapng readers and the store's packet walker skip it; its
+/// record walker (`fragment_records`) yields it. Exactly [`pcapng_epb_len`]`(data.len())`
 /// bytes are appended.
 #[inline]
 pub fn pcapng_cut(buf: &mut Vec<u8>, iface_id: u32, ts_ns: u64, orig_len: u32, data: &[u8]) {
