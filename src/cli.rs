@@ -491,6 +491,16 @@ pub struct ImportArgs {
     pub store: PathBuf,
     #[command(flatten)]
     pub writer: WriterArgs,
+    /// A config file whose `[cutoff]` section (docs/config.md) applies to this import: of
+    /// each flow direction only the first `bytes` / `packets` are stored, packets matching
+    /// a `keep` filter whole. A bad file exits 2 naming the key and line.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Store only the first SIZE wire bytes of each flow direction (e.g. 64K; 0: no
+    /// cut-off); overrides `bytes` of the config's `[cutoff]`. The flow counters of the
+    /// index still count every packet seen.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
+    pub cutoff: Option<u64>,
     /// Input files; `-` reads standard input.
     #[arg(required = true)]
     pub files: Vec<String>,

@@ -2871,3 +2871,91 @@ fn a_second_interface_failing_at_start_names_it_and_puts_the_first_back() {
         stderr_str(&out)
     );
 }
+
+/// [ops] the per-class cut-off on a live capture: `capture --config` with `[cutoff] bytes =
+/// "32K"` (DNS kept whole) stores at most 32 KiB and one packet of each flow direction, and
+/// the flow counters of its index equal those of the same trace imported whole (packets and
+/// bytes per flow: what was seen, not what was stored).
+#[test]
+fn a_live_capture_with_a_cutoff_counts_every_packet_seen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("f.pcap");
+    let truth = synth(
+        &input,
+        &tmp.path().join("truth.json"),
+        13,
+        "2s",
+        "40M",
+        None,
+    );
+    let whole = tmp.path().join("whole");
+    import_ok(&whole, &[], &[p(&input)]);
+    let config = tmp.path().join("cut.toml");
+    std::fs::write(
+        &config,
+        "[cutoff]\nbytes = \"32K\"\nkeep = [\"udp port 53\"]\n",
+    )
+    .unwrap();
+    let link = Link::new();
+    let store = tmp.path().join("store");
+    let (mut cap, _) = start_capture(
+        &link,
+        &store,
+        Mode::Afpacket,
+        &["--config", p(&config), "--ring-size", "64M"],
+    );
+    assert_eq!(link.send(&input, "40"), truth.packets);
+    std::thread::sleep(Duration::from_millis(500));
+    let stopped = cap.stop();
+    assert_clean_exit(&stopped);
+    let sum = parse_summary(&stopped.stdout);
+    assert_eq!(
+        (sum.packets, sum.dropped),
+        (truth.packets, 0),
+        "{}",
+        stopped.stdout
+    );
+    assert!(
+        stopped.stdout.contains("packets not stored"),
+        "{}",
+        stopped.stdout
+    );
+    let flows = |store: &Path| -> std::collections::BTreeMap<String, serde_json::Value> {
+        let out =
+            run_ok(capsule().args(["flows", "--store", p(store), "--json", "--limit", "1000000"]));
+        stdout_str(&out)
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let key = format!(
+                    "{} {} {} {} {} {}",
+                    v["proto"], v["a"], v["a_port"], v["b"], v["b_port"], v["vlans"]
+                );
+                (key, v)
+            })
+            .collect()
+    };
+    let (want, got) = (flows(&whole), flows(&store));
+    assert_eq!(want.len(), got.len());
+    let mut cut = 0;
+    for (k, w) in &want {
+        let g = &got[k];
+        for field in ["packets", "bytes", "retransmissions", "resets", "dscp"] {
+            assert_eq!(w[field], g[field], "{k}: {field}");
+        }
+        if !g["cut"].is_null() {
+            cut += 1;
+            for d in 0..2 {
+                let stored = g["cut"]["stored_bytes"][d].as_u64().unwrap();
+                assert!(stored < 32 * 1024 + 1600, "{k}: {stored} bytes stored");
+            }
+        }
+    }
+    assert!(cut > 0, "some flow was cut");
+    eprintln!(
+        "live cut-off at 32 KiB: {cut} of {} flows cut, {} -> {} segment bytes",
+        want.len(),
+        segments_dir_bytes(&whole),
+        segments_dir_bytes(&store)
+    );
+}

@@ -485,7 +485,11 @@ fn any_duration(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u6
 }
 
 /// A non-negative integer.
-fn count(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u64, ConfigError> {
+pub(crate) fn count(
+    src: &Src<'_>,
+    key: &str,
+    v: &Spanned<DeValue<'_>>,
+) -> Result<u64, ConfigError> {
     let bad = |what: String| {
         src.err(
             v.span(),
@@ -538,7 +542,7 @@ fn fraction(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<f64, C
 }
 
 /// A byte size: an integer, or a string with a unit.
-fn size(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u64, ConfigError> {
+pub(crate) fn size(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u64, ConfigError> {
     const EXPECTED: &str = "a size in bytes (an integer, or a string such as \"100M\", \"1GB\")";
     let text = match v.get_ref() {
         DeValue::Integer(_) => return count(src, key, v),
@@ -550,7 +554,11 @@ fn size(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u64, Confi
 }
 
 /// A duration string, whole seconds and not zero, in ns.
-fn duration(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u64, ConfigError> {
+pub(crate) fn duration(
+    src: &Src<'_>,
+    key: &str,
+    v: &Spanned<DeValue<'_>>,
+) -> Result<u64, ConfigError> {
     const EXPECTED: &str = "a duration of whole seconds (\"10s\", \"5m\", \"1h\")";
     let DeValue::String(s) = v.get_ref() else {
         return Err(src.err(v.span(), key, ErrorKind::WrongType, EXPECTED, src.found(v)));

@@ -10,6 +10,8 @@
 //!   -> [work_hours] hours.rs: WorkHours (days, local times, IANA zone via jiff)
 //!   -> [capture] capture.rs: one key per `capsule capture` flag, kept as the flag's text
 //!      with its line (the binary parses it with the flag's own parser)
+//!   -> [cutoff] cutoff.rs: Cutoff (bytes and packets per flow direction, keep filters as
+//!      text with their lines, idle time)
 //!   -> [alerts] alerts.rs: AlertRules (each rule's thresholds, defaults for the rest)
 //!   -> [serve] capture.rs too: one key per `capsule serve` flag, kept as text like
 //!      [capture]
@@ -19,13 +21,14 @@
 //!
 //! The raw TOML types stay private: callers see only the typed model. Every section is
 //! optional; an unknown top-level key is an error listing the known sections, so a section
-//! added later (`[retention]`, `[cutoff]`) is one more arm in
+//! added later (`[retention]`) is one more arm in
 //! [`Config::parse`]. Parsing never panics, whatever the input (a proptest below and the
 //! `config` fuzz target check it). The reference of every key is docs/config.md.
 #![forbid(unsafe_code)]
 
 mod alerts;
 mod capture;
+mod cutoff;
 mod dscp;
 mod egress;
 mod error;
@@ -44,6 +47,7 @@ pub use alerts::{
     RULES as ALERT_RULES,
 };
 pub use capture::{CaptureSetting, CaptureType, CAPTURE_KEYS, SERVE_KEYS};
+pub use cutoff::{Cutoff, KeepRule, CUTOFF_KEYS, DEFAULT_IDLE_NS};
 pub use dscp::{dscp_name, parse_dscp, DscpRule};
 pub use egress::EgressRule;
 pub use error::{line_col, ConfigError, ErrorKind, Invalid};
@@ -53,12 +57,13 @@ pub use hours::WorkHours;
 use walk::Src;
 
 /// The sections a config file may have, in the order they are read.
-pub const SECTIONS: [&str; 7] = [
+pub const SECTIONS: [&str; 8] = [
     "groups",
     "dscp",
     "egress",
     "work_hours",
     "capture",
+    "cutoff",
     "alerts",
     "serve",
 ];
@@ -71,6 +76,7 @@ pub struct Config {
     egress: egress::Egress,
     work_hours: Option<WorkHours>,
     capture: Vec<CaptureSetting>,
+    cutoff: Cutoff,
     alerts: AlertRules,
     serve: Vec<CaptureSetting>,
 }
@@ -120,6 +126,14 @@ impl Config {
                 "a table of capture settings (iface, store, ...)",
             )?;
             c.capture = capture::parse(&src, "capture", t, CAPTURE_KEYS)?;
+        }
+        if let Some(v) = doc.get("cutoff") {
+            let t = src.table(
+                "cutoff",
+                v,
+                "a table of cut-off rules (bytes, packets, keep, idle)",
+            )?;
+            c.cutoff = cutoff::parse(&src, "cutoff", t)?;
         }
         if let Some(v) = doc.get("alerts") {
             let t = src.table(
@@ -181,6 +195,11 @@ impl Config {
         &self.serve
     }
 
+    /// The `[cutoff]` rules (no cut-off when the file has no section).
+    pub fn cutoff(&self) -> &Cutoff {
+        &self.cutoff
+    }
+
     /// The `[alerts]` thresholds (every one at its default when the file has no section).
     pub fn alerts(&self) -> &AlertRules {
         &self.alerts
@@ -195,6 +214,7 @@ struct ConfigJson<'a> {
     egress: Vec<EgressJson<'a>>,
     work_hours: Option<&'a WorkHours>,
     capture: &'a [CaptureSetting],
+    cutoff: &'a Cutoff,
     alerts: &'a AlertRules,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     serve: &'a [CaptureSetting],
@@ -239,6 +259,7 @@ impl Serialize for Config {
                 .collect(),
             work_hours: self.work_hours.as_ref(),
             capture: &self.capture,
+            cutoff: &self.cutoff,
             alerts: &self.alerts,
             serve: &self.serve,
         }

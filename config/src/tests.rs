@@ -798,3 +798,44 @@ fn several_interfaces_give_a_flag_each_and_their_own_modes() {
         &["table"],
     );
 }
+
+#[test]
+fn the_cutoff_section_reads_sizes_counts_filters_and_durations() {
+    let c = ok("[cutoff]\nbytes = \"64K\"\npackets = 20\n\
+                keep = [\"dscp ef\", \"tcp-control\"]\nidle = \"2m\"\n");
+    let cut = c.cutoff();
+    assert!(cut.enabled());
+    assert_eq!(
+        (cut.bytes, cut.packets, cut.idle_ns),
+        (65536, 20, 120_000_000_000)
+    );
+    let keep: Vec<_> = cut.keep.iter().map(|k| (k.key.as_str(), k.line)).collect();
+    assert_eq!(keep, [("cutoff.keep[0]", 4), ("cutoff.keep[1]", 4)]);
+    assert_eq!(cut.keep[1].filter, "tcp-control");
+    let none = ok("");
+    assert!(!none.cutoff().enabled());
+    assert_eq!(none.cutoff().idle_ns, crate::DEFAULT_IDLE_NS);
+    assert!(!ok("[cutoff]\nbytes = 0\n").cutoff().enabled());
+}
+
+#[test]
+fn cutoff_errors_name_key_and_line() {
+    let e = err("[cutoff]\nbytes = \"64Q\"\n");
+    check(&e, ErrorKind::BadValue, 2, "cutoff.bytes", &["64Q", "size"]);
+    let e = err("[cutoff]\nbytes = \"64K\"\npackets = -1\n");
+    check(&e, ErrorKind::BadValue, 3, "cutoff.packets", &["count"]);
+    let e = err("[cutoff]\n\nkeep = \"udp\"\n");
+    check(&e, ErrorKind::WrongType, 3, "cutoff.keep", &["array"]);
+    let e = err("[cutoff]\nkeep = [\"udp\",\n  \"\"]\n");
+    check(&e, ErrorKind::BadValue, 3, "cutoff.keep[1]", &["empty"]);
+    let e = err("[cutoff]\nidle = \"soon\"\n");
+    check(&e, ErrorKind::BadValue, 2, "cutoff.idle", &["duration"]);
+    let e = err("[cutoff]\nbytes = 1\nsnap = 1\n");
+    check(
+        &e,
+        ErrorKind::UnknownKey,
+        3,
+        "cutoff.snap",
+        &["bytes, packets, keep, idle"],
+    );
+}

@@ -340,7 +340,9 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
 /// A flow record's counters over [from, to), with its buckets in the window if
 /// `keep_buckets`. A flow the window cuts has its packet, byte and TCP counters summed from
 /// the buckets; its per-DSCP counters, DSCP change, zero-window duration and handshake bits
-/// stay the whole record's (the summary is `approximate`).
+/// stay the whole record's, and so do its cut-off counters (none when the window ends
+/// before the first packet cut; at most the window's packets and bytes) (the summary is
+/// `approximate`).
 fn windowed(mut f: FlowRecord, from: u64, to: u64, keep_buckets: bool) -> FlowSummary {
     let in_window = |b: &crate::sideindex::Bucket| {
         let start = b.second.saturating_mul(1_000_000_000);
@@ -379,6 +381,17 @@ fn windowed(mut f: FlowRecord, from: u64, to: u64, keep_buckets: bool) -> FlowSu
             flow.resets[d] += b.resets[d];
         }
     }
+    // What the cut-off did not store has no buckets: none of it is in a window that ends
+    // before the first cut packet; else the whole record's, at most what the window holds.
+    for d in 0..2 {
+        if flow.cut_at_ns[d].is_none_or(|t| t >= to) {
+            flow.cut_packets[d] = 0;
+            flow.cut_bytes[d] = 0;
+            flow.cut_at_ns[d] = None;
+        }
+        flow.cut_packets[d] = flow.cut_packets[d].min(flow.packets[d]);
+        flow.cut_bytes[d] = flow.cut_bytes[d].min(flow.bytes[d]);
+    }
     if keep_buckets {
         flow.buckets = buckets.into_iter().filter(in_window).collect();
     }
@@ -386,4 +399,29 @@ fn windowed(mut f: FlowRecord, from: u64, to: u64, keep_buckets: bool) -> FlowSu
         flow,
         approximate: true,
     }
+}
+
+/// The flows of a window the cut-off did not store whole (see [`crate::cutoff`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CutSummary {
+    /// Flows of the window (and filter) with packets not stored.
+    pub flows: usize,
+    /// The earliest packet of those flows not stored.
+    pub first_cut_ns: Option<u64>,
+}
+
+/// How many flows of `q` (filter and window) were cut, and from when, from the side index of
+/// `segments` (as [`list`] lists them). What `capsule query` says after an export.
+pub fn cut_summary(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<CutSummary> {
+    let listing = list(store, segments, q)?;
+    let cut = listing.flows.iter().filter(|f| f.flow.is_cut());
+    let mut out = CutSummary::default();
+    for f in cut {
+        out.flows += 1;
+        out.first_cut_ns = match (out.first_cut_ns, f.flow.cut_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(out)
 }

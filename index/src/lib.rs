@@ -21,6 +21,7 @@
 //! byte of an index file is specified in docs/format.md.
 #![forbid(unsafe_code)]
 
+pub mod cutoff;
 pub mod flows;
 pub mod indexer;
 pub mod plan;

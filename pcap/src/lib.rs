@@ -22,8 +22,9 @@ pub mod read;
 pub mod write;
 
 pub use read::{
-    fragment_packets, fragment_stats, CaptureReader, FileFormat, FragmentError, FragmentErrorKind,
-    FragmentPackets, FragmentStat, ReadError, ReadErrorKind, Record,
+    fragment_packets, fragment_records, fragment_stats, CaptureReader, FileFormat, FragmentError,
+    FragmentErrorKind, FragmentPackets, FragmentRecords, FragmentStat, ReadError, ReadErrorKind,
+    Record,
 };
 
 /// Link-layer header types (`LinkType`, `LINKTYPE_*`), from the one list in

@@ -28,6 +28,10 @@ pub(crate) const BLOCK_SPB: u32 = 3;
 pub(crate) const BLOCK_ISB: u32 = 5;
 /// pcapng Enhanced Packet Block type.
 pub(crate) const BLOCK_EPB: u32 = 6;
+/// capsule's *cut packet* block (local use: most significant bit set, so pcapng readers
+/// skip it): the headers of a packet the per-class cut-off did not store, laid out like an
+/// EPB, so the side index counts what was seen (docs/format.md, "Block frame").
+pub const BLOCK_CUT: u32 = 0x8000_0CA6;
 /// pcapng byte-order magic, as written in the Section Header Block.
 pub(crate) const BYTE_ORDER_MAGIC: u32 = 0x1a2b_3c4d;
 
@@ -175,6 +179,28 @@ pub fn pcapng_idb(buf: &mut Vec<u8>, iface: &Interface) {
 /// appended, with a single `reserve`.
 #[inline]
 pub fn pcapng_epb(buf: &mut Vec<u8>, iface_id: u32, ts_ns: u64, orig_len: u32, data: &[u8]) {
+    epb_shaped(buf, BLOCK_EPB, iface_id, ts_ns, orig_len, data);
+}
+
+/// Appends a capsule cut-packet block ([`BLOCK_CUT`]): an EPB's layout under a local-use
+/// block type, holding `data` (the headers kept of a packet the cut-off did not store) and
+/// the packet's `orig_len`. pcapng readers and the store's packet walker skip it; its
+/// record walker (`fragment_records`) yields it. Exactly [`pcapng_epb_len`]`(data.len())`
+/// bytes are appended.
+#[inline]
+pub fn pcapng_cut(buf: &mut Vec<u8>, iface_id: u32, ts_ns: u64, orig_len: u32, data: &[u8]) {
+    epb_shaped(buf, BLOCK_CUT, iface_id, ts_ns, orig_len, data);
+}
+
+#[inline]
+fn epb_shaped(
+    buf: &mut Vec<u8>,
+    block_type: u32,
+    iface_id: u32,
+    ts_ns: u64,
+    orig_len: u32,
+    data: &[u8],
+) {
     let caplen = data.len();
     debug_assert!(
         caplen < (u32::MAX - 35) as usize,
@@ -184,7 +210,7 @@ pub fn pcapng_epb(buf: &mut Vec<u8>, iface_id: u32, ts_ns: u64, orig_len: u32, d
     let total = size as u32;
     let cap32 = caplen as u32;
     let header: [[u8; 4]; 7] = [
-        BLOCK_EPB.to_le_bytes(),
+        block_type.to_le_bytes(),
         total.to_le_bytes(),
         iface_id.to_le_bytes(),
         ((ts_ns >> 32) as u32).to_le_bytes(),

@@ -115,18 +115,28 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     print_open_report(&opened, a.json);
     // Live alerts when the config names a sink: loaded before the interface is touched, so
     // a bad file fails early.
-    // Its sinks start here too: an unreadable secret or CA file fails before capture.
+    // The config's [cutoff] applies to what this capture stores; its sinks start here too:
+    // an unreadable secret or CA file fails before capture.
     let alert_config = a
         .config
         .as_deref()
         .map(super::config::load)
         .transpose()
-        .and_then(|c| match c {
-            Some(c) => Ok(super::live_alerts::Sinks::open(&c)?.map(|s| (c, s))),
-            None => Ok(None),
+        .and_then(|c| {
+            let cut = super::cutoff_from(c.as_ref().zip(a.config.as_deref()), None)?;
+            let live = match c {
+                Some(c) => super::live_alerts::Sinks::open(&c)?.map(|s| (c, s)),
+                None => None,
+            };
+            Ok((live, cut))
         });
     let alert_config = match alert_config {
-        Ok(c) => c,
+        Ok((live, cut)) => {
+            if let Some(cut) = cut {
+                writer.set_cut_policy(Box::new(cut));
+            }
+            live
+        }
         Err(e) => {
             let _ = writer.finish();
             return Err(e);
@@ -282,6 +292,7 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
             "sealed": written.sealed.len(), "store_bytes": written.store_bytes,
             "interfaces": interfaces,
             "failed": failed.iter().map(|e| format!("{e:#}")).collect::<Vec<_>>(),
+            "cut_packets": written.cut_packets,
         }));
     } else {
         let causes = match &reports[..] {
@@ -312,6 +323,13 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
                 );
             }
         }
+    }
+    if written.cut_packets > 0 && !a.json {
+        println!(
+            "cut-off: {} packets not stored (the index counts them; `capsule flows` shows \
+             which flows were cut)",
+            written.cut_packets
+        );
     }
     // Packets dropped for a full disk were captured (counted above) but not stored.
     print_disk_full(&written, a.json);

@@ -19,6 +19,9 @@ pub fn run(c: &ConfigCmd) -> Result<ExitCode> {
 
 fn check(a: &ConfigCheckArgs) -> Result<ExitCode> {
     let config = load(&a.file)?;
+    // The [cutoff] keep filters are parsed with the query language here, as capture and
+    // import parse them: a bad one names its key and line.
+    super::cutoff_from(Some((&config, &a.file)), None)?;
     let mut out = std::io::stdout().lock();
     if a.json {
         // To text first: a closed pipe must reach `main` as an io::Error (a normal end).
@@ -117,6 +120,27 @@ fn summary(out: &mut impl Write, file: &str, c: &Config) -> std::io::Result<()> 
     match c.work_hours() {
         Some(w) => writeln!(out, "work hours: {}", w.describe())?,
         None => writeln!(out, "work hours: none")?,
+    }
+    let cut = c.cutoff();
+    if cut.enabled() {
+        let mut limits = Vec::new();
+        if cut.bytes > 0 {
+            limits.push(format!("{} bytes", cut.bytes));
+        }
+        if cut.packets > 0 {
+            limits.push(format!("{} packets", cut.packets));
+        }
+        writeln!(
+            out,
+            "cutoff: first {} of each flow direction stored, afresh after {} s idle",
+            limits.join(" and "),
+            cut.idle_ns / 1_000_000_000
+        )?;
+        for k in &cut.keep {
+            writeln!(out, "  kept whole: {}", k.filter)?;
+        }
+    } else {
+        writeln!(out, "cutoff: none (every packet stored)")?;
     }
     if c.capture().is_empty() {
         writeln!(

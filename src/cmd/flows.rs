@@ -74,6 +74,10 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         if any_vlan {
             cols.insert(1, Column::left("vlan", 2));
         }
+        let any_cut = shown.iter().any(|s| s.flow.is_cut());
+        if any_cut {
+            cols.insert(if any_vlan { 5 } else { 4 }, Column::right("stored", 6));
+        }
         let mut t = Table::new(cols);
         for s in &shown {
             let f = &s.flow;
@@ -105,6 +109,14 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
                 (f.zero_windows[0] + f.zero_windows[1]).to_string(),
                 (f.resets[0] + f.resets[1]).to_string(),
             ];
+            if any_cut {
+                let stored = if f.is_cut() {
+                    units::format_bytes(f.stored_bytes())
+                } else {
+                    "all".to_string()
+                };
+                row.insert(4, stored);
+            }
             if any_vlan {
                 let vlan = k
                     .vlans
@@ -119,6 +131,23 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         }
         for line in t.render(crate::table::output_width()) {
             writeln!(out, "{line}")?;
+        }
+        if any_cut {
+            let cut: Vec<_> = shown.iter().filter(|s| s.flow.is_cut()).collect();
+            let from = cut
+                .iter()
+                .filter_map(|s| s.flow.cut_at())
+                .min()
+                .unwrap_or(0);
+            let note = format!(
+                "stored: what the cut-off kept of {} cut flow(s) (the first cut at {}); \
+                 packets and bytes count every packet seen",
+                cut.len(),
+                format_instant_ms(from)
+            );
+            for line in crate::table::wrap(&note, crate::table::output_width()) {
+                writeln!(out, "{line}")?;
+            }
         }
         if shown.iter().any(|s| s.approximate) {
             writeln!(
@@ -197,6 +226,15 @@ pub fn json_line(s: &capsule_index::flows::FlowSummary) -> serde_json::Value {
                  (0..64).filter(|d| f.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
         "tcp_flags": f.tcp_flags, "retransmissions": f.retransmissions,
         "zero_windows": f.zero_windows, "resets": f.resets, "approximate": s.approximate,
+        // What the cut-off stored of a cut flow (packets and bytes above count what was
+        // seen); null for a flow stored whole.
+        "cut": f.is_cut().then(|| serde_json::json!({
+            "stored_packets": [f.packets[0] - f.cut_packets[0], f.packets[1] - f.cut_packets[1]],
+            "stored_bytes": [f.bytes[0] - f.cut_bytes[0], f.bytes[1] - f.cut_bytes[1]],
+            "cut_packets": f.cut_packets, "cut_bytes": f.cut_bytes,
+            "cut_at_ns": f.cut_at_ns,
+            "cut_at": f.cut_at().map(capsule_query::format_instant),
+        })),
     })
 }
 

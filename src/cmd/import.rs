@@ -76,6 +76,8 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     let (store, args, files) = (&a.store, &a.writer, &a.files);
     let (cfg, note) = args.config(store)?;
+    let config = a.config.as_deref().map(super::config::load).transpose()?;
+    let cutoff = super::cutoff_from(config.as_ref().zip(a.config.as_deref()), a.cutoff)?;
     // Every input is opened first: one that cannot be read stops the import before the
     // store is created or touched.
     let mut opened_inputs = Vec::with_capacity(files.len());
@@ -84,6 +86,9 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     }
     let t0 = Instant::now();
     let (mut writer, opened) = capsule_index::open_writer(store, cfg)?;
+    if let Some(c) = cutoff {
+        writer.set_cut_policy(Box::new(c));
+    }
     if let Some(n) = note {
         eprintln!("{n}");
     }
@@ -175,6 +180,7 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
         print_json(serde_json::json!({
             "inputs": inputs,
             "packets": report.packets, "bytes": report.wire_bytes, "seconds": secs,
+            "cut_packets": report.cut_packets,
             "mb_per_s": mb_per_s(report.uncompressed_bytes, secs), "blocks": report.blocks,
             "compression": ratio,
             "sealed": report.sealed.iter().map(|s| serde_json::json!({
@@ -201,6 +207,13 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
             report.sealed.len(),
             report.deleted.len(),
             report.store_bytes
+        );
+    }
+    if report.cut_packets > 0 && !a.json {
+        println!(
+            "cut-off: {} packets not stored (their flows' counters in the index still count \
+             them; `capsule flows` shows which flows were cut)",
+            report.cut_packets
         );
     }
     print_disk_full(&report, a.json);

@@ -93,6 +93,39 @@ pub const PARTIAL: u8 = 3;
 #[error("{0}")]
 pub struct Usage(pub String);
 
+/// The per-class cut-off of a config file's `[cutoff]` section (`file` names it in
+/// errors), with `bytes` overriding its byte limit; `None` when nothing would be cut. A keep
+/// filter that does not parse is a [`Usage`] error naming the file, line, column and key.
+pub fn cutoff_from(
+    config: Option<(&capsule_config::Config, &std::path::Path)>,
+    bytes: Option<u64>,
+) -> Result<Option<capsule_index::cutoff::Cutoff>> {
+    let section = config.map(|(c, _)| c.cutoff().clone()).unwrap_or_default();
+    let file = config.map_or(String::new(), |(_, p)| p.display().to_string());
+    let mut keep = Vec::with_capacity(section.keep.len());
+    for k in &section.keep {
+        let f = capsule_index::cutoff::parse_keep(&k.filter).map_err(|e| {
+            Usage(format!(
+                "{file}:{}:{}: {}: bad filter (expected a filter in the query language or \
+                 `tcp-control`):\n{e}",
+                k.line, k.column, k.key
+            ))
+        })?;
+        keep.push(f);
+    }
+    let rules = capsule_index::cutoff::Rules {
+        bytes: bytes.unwrap_or(section.bytes),
+        packets: section.packets,
+        keep,
+        idle_ns: section.idle_ns,
+        max_directions: capsule_index::cutoff::MAX_DIRECTIONS,
+    };
+    if rules.bytes == 0 && rules.packets == 0 {
+        return Ok(None);
+    }
+    Ok(Some(capsule_index::cutoff::Cutoff::new(rules)))
+}
+
 /// Runs the subcommand.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.cmd {

@@ -80,8 +80,12 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         report.segments_total,
         t0.elapsed().as_secs_f64(),
     );
+    // Which flows of the window the cut-off did not store whole (from the side index).
+    let segments = store.open_segments_checked()?.0;
+    let cut = capsule_index::flows::cut_summary(&store, &segments, &opts.query)?;
     if count && a.json {
         super::print_json(serde_json::json!({
+            "cut_flows": cut.flows, "cut_from_ns": cut.first_cut_ns,
             "packets": report.packets, "bytes": report.captured_bytes,
             "blocks_read": report.blocks_read, "blocks_total": report.blocks_total,
             "segments_touched": report.segments_touched,
@@ -96,14 +100,17 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     } else {
         eprintln!("exported {summary}");
     }
+    if let (n @ 1.., Some(from)) = (cut.flows, cut.first_cut_ns) {
+        eprintln!(
+            "capsule: note: {n} flow(s) of this window were cut by the cut-off (only their \
+             first packets were stored), the first from {}; `capsule flows` shows them",
+            capsule_query::format_instant(from)
+        );
+    }
     for (seq, why) in &report.damaged_index {
         eprintln!("capsule: note: segment {seq} was read whole: {why}");
     }
-    super::note_window(
-        &store.open_segments_checked()?.0,
-        &opts.query,
-        report.packets == 0,
-    );
+    super::note_window(&segments, &opts.query, report.packets == 0);
     if !report.is_partial() {
         return Ok(ExitCode::SUCCESS);
     }

@@ -10,8 +10,9 @@
 //! * `log_level`: the log filter is replaced;
 //! * `[alerts]` rules and `[groups]`, `[dscp]`, `[egress]`, `[work_hours]`: the live alert
 //!   evaluator takes the new config at its next turn;
-//! * every other `[capture]` key (interface, mode, rings, blocks, segments, user...) needs a
-//!   restart: a change is logged as such and the running value stays.
+//! * every other `[capture]` key (interface, mode, rings, blocks, segments, user...), the
+//!   `[cutoff]` section and the alert sinks need a restart: a change is logged as such and
+//!   the running value stays.
 //!
 //! A file that does not parse or check is logged with its line and key, and nothing changes.
 
@@ -33,6 +34,29 @@ pub struct Reload {
     handle: BudgetHandle,
     level: Option<String>,
     restart: Vec<(&'static str, String)>,
+    /// The file's `[cutoff]` section and alert sinks at start, to say that a change of them
+    /// needs a restart.
+    cutoff: String,
+    sinks: String,
+}
+
+/// The `[cutoff]` section and the alert sinks of `path` as text to compare (empty when the
+/// file does not load: the reload then says why).
+fn restart_sections(path: &std::path::Path) -> (String, String) {
+    match capsule_config::Config::load(path) {
+        Ok(c) => {
+            let r = c.alerts();
+            let sinks = format!(
+                "{:?} {:?} {:?} {:?}",
+                r.live_file,
+                r.syslog_udp,
+                r.syslog_socket,
+                r.webhook.as_ref().map(|w| &w.url)
+            );
+            (format!("{:?}", c.cutoff()), sinks)
+        }
+        Err(_) => (String::new(), String::new()),
+    }
 }
 
 /// The `[capture]` keys a running capture cannot change, with their values.
@@ -40,6 +64,7 @@ fn restart_only(a: &CaptureArgs) -> Vec<(&'static str, String)> {
     let w = &a.writer;
     vec![
         ("iface", format!("{:?}", a.iface)),
+        ("iface_mode", format!("{:?}", a.iface_mode)),
         ("store", format!("{:?}", a.store)),
         ("mode", format!("{:?}", a.mode)),
         ("take_interface", format!("{:?}", a.take_interface)),
@@ -65,9 +90,13 @@ fn restart_only(a: &CaptureArgs) -> Vec<(&'static str, String)> {
 impl Reload {
     /// For a capture started with `--config`; `budgets`: those the writer runs with.
     pub fn new(a: &CaptureArgs, budgets: Budgets, handle: BudgetHandle) -> Option<Reload> {
+        let path = a.config.clone()?;
+        let (cutoff, sinks) = restart_sections(&path);
         Some(Reload {
             argv: std::env::args_os().collect(),
-            path: a.config.clone()?,
+            path,
+            cutoff,
+            sinks,
             budgets,
             handle,
             level: a.log_level.clone(),
@@ -137,7 +166,7 @@ impl Reload {
                 al.replace(c);
                 changed.push("alert rules and groups".into());
             }
-            (None, Ok(c)) if c.alerts().live_file.is_some() => logging::line(
+            (None, Ok(c)) if c.alerts().live() => logging::line(
                 "WARN",
                 &format!(
                     "capsule: reload of {file}: live alerts were off at start; starting them \
@@ -145,6 +174,21 @@ impl Reload {
                 ),
             ),
             _ => {}
+        }
+        let (cutoff, sinks) = restart_sections(&self.path);
+        for (what, old, now) in [
+            ("the [cutoff] section", &self.cutoff, &cutoff),
+            ("the alert sinks", &self.sinks, &sinks),
+        ] {
+            if !now.is_empty() && old != now {
+                logging::line(
+                    "WARN",
+                    &format!(
+                        "capsule: reload of {file}: {what} changed: needs a restart; the \
+                         running one stays"
+                    ),
+                );
+            }
         }
         for ((key, old), (_, now)) in self.restart.iter().zip(restart_only(&new)) {
             if *old != now {

@@ -54,4 +54,4 @@ pub use error::{Result, StoreError};
 pub use indexer::{Indexer, NoIndex};
 pub use segment::{SegmentReader, SegmentState};
 pub use store::{now_ns, SegmentEntry, Store, Unreadable};
-pub use writer::{OpenReport, StoreWriter, WriteReport, WriterConfig};
+pub use writer::{CutPolicy, OpenReport, StoreWriter, WriteReport, WriterConfig};

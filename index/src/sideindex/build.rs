@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use capsule_pcap::read::fragment_packets;
+use capsule_pcap::read::fragment_records;
 use capsule_store::format::BlockMeta;
 use capsule_store::{Result, SegmentReader, StoreError};
 use capsule_wire::{dissect, L4};
@@ -91,9 +91,11 @@ impl IndexBuilder {
         self.delta_of.clear();
         let mut summary = BlockSummary::default();
         let mut last_flow: Option<(FlowKey, usize)> = None;
-        for p in fragment_packets(data) {
+        // Stored packets and cut-packet records (the headers of packets the cut-off did not
+        // store) alike: the index counts what was seen; a cut record is counted as cut too.
+        for p in fragment_records(data) {
             // The block was written (or verified) by the store: a bad record ends the block.
-            let Ok(p) = p else { break };
+            let Ok((p, cut)) = p else { break };
             let linktype = self.linktypes.get(p.iface as usize).copied().unwrap_or(0);
             let d = dissect(linktype, p.data);
             if d.malformed.is_some() {
@@ -142,6 +144,11 @@ impl IndexBuilder {
             f.last_ns = f.last_ns.max(p.ts_ns);
             f.packets[dir] += 1;
             f.bytes[dir] += wire;
+            if cut {
+                f.cut_packets[dir] += 1;
+                f.cut_bytes[dir] += wire;
+                f.cut_at_ns[dir] = Some(f.cut_at_ns[dir].map_or(p.ts_ns, |t| t.min(p.ts_ns)));
+            }
             let dscp = ip.dscp & 63;
             f.dscp[dir] |= 1u64 << dscp;
             f.count_dscp(dir, dscp, 1, wire);

@@ -14,8 +14,11 @@ use super::{
     SegmentIndex, TcpState,
 };
 
-/// Index format version written by this build, and the only one it reads.
-pub const INDEX_VERSION: u16 = 3;
+/// Index format version written by this build.
+pub const INDEX_VERSION: u16 = 4;
+/// The oldest index format version this build reads: version 3 is version 4 without the
+/// cut-off's counters (no packet of its segment was cut), so it is read as is.
+pub const INDEX_VERSION_MIN: u16 = 3;
 const INDEX_MAGIC: [u8; 8] = *b"CPSLIDX\0";
 pub(super) const HEADER_LEN: usize = 80;
 const NO_VLAN: u16 = 0xFFFF;
@@ -93,6 +96,12 @@ fn vlan_in(v: u16) -> Option<u16> {
 /// Encodes one flow record as the index body holds it (docs/format.md, "Side index"); the
 /// journal leaves out the block list (`with_blocks` false: it is the record's own block).
 pub(super) fn put_flow(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool) {
+    put_flow_as(body, f, with_blocks, INDEX_VERSION);
+}
+
+/// [`put_flow`] in the layout of index version `version` (3: without the cut-off's
+/// counters, which it drops; for tests that older files still read).
+pub(super) fn put_flow_as(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool, version: u16) {
     let k = &f.key;
     for v in k.vlans {
         body.extend_from_slice(&v.unwrap_or(NO_VLAN).to_le_bytes());
@@ -130,6 +139,14 @@ pub(super) fn put_flow(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool) {
             Some(c) => {
                 body.push(1);
                 put_change(body, &c);
+            }
+        }
+        // Version 4: what the cut-off did not store of this direction.
+        if version >= 4 {
+            put_varint(body, f.cut_packets[d]);
+            put_varint(body, f.cut_bytes[d]);
+            if f.cut_packets[d] > 0 {
+                body.extend_from_slice(&f.cut_at_ns[d].unwrap_or(0).to_le_bytes());
             }
         }
     }
@@ -259,6 +276,7 @@ pub(super) fn get_flow(
     c: &mut Reader<'_>,
     n_blocks: Option<usize>,
     body_len: usize,
+    version: u16,
 ) -> std::result::Result<FlowRecord, DecodeError> {
     let vlans = [
         vlan_in(c.u16_le().map_err(short)?),
@@ -325,6 +343,19 @@ pub(super) fn get_flow(
             1 => Some(get_change(c)?),
             v => return Err(invalid(format!("DSCP change presence byte {v}"))),
         };
+        if version >= 4 {
+            f.cut_packets[d] = c.varint().map_err(bad_varint)?;
+            f.cut_bytes[d] = c.varint().map_err(bad_varint)?;
+            if f.cut_packets[d] > f.packets[d] || f.cut_bytes[d] > f.bytes[d] {
+                return Err(invalid(format!(
+                    "flow direction {d} has {} packets ({} bytes) cut of {} ({} bytes) seen",
+                    f.cut_packets[d], f.cut_bytes[d], f.packets[d], f.bytes[d]
+                )));
+            }
+            if f.cut_packets[d] > 0 {
+                f.cut_at_ns[d] = Some(c.u64_le().map_err(short)?);
+            }
+        }
     }
     f.tcp_in = get_state(c)?;
     f.tcp_out = get_state(c)?;
@@ -371,6 +402,12 @@ pub(super) fn get_flow(
 impl SegmentIndex {
     /// Encodes the index file: an 80-byte header, then the zstd-compressed body.
     pub fn encode(&self) -> Vec<u8> {
+        self.encode_as(INDEX_VERSION)
+    }
+
+    /// Encodes the index file in the layout of `version` (3 or 4), for tests that files of
+    /// an older version still read.
+    pub(crate) fn encode_as(&self, version: u16) -> Vec<u8> {
         let mut body = Vec::with_capacity(self.blocks.len() * 16 + self.flows.len() * 160);
         for b in &self.blocks {
             body.extend_from_slice(&b.dscp.to_le_bytes());
@@ -379,13 +416,13 @@ impl SegmentIndex {
             body.extend_from_slice(&b.malformed_packets.to_le_bytes());
         }
         for f in &self.flows {
-            put_flow(&mut body, f, true);
+            put_flow_as(&mut body, f, true, version);
         }
         let compressed =
             zstd::bulk::compress(&body, 3).expect("compressing into a Vec cannot fail");
         let mut out = Vec::with_capacity(HEADER_LEN + compressed.len());
         out.extend_from_slice(&INDEX_MAGIC);
-        out.extend_from_slice(&INDEX_VERSION.to_le_bytes());
+        out.extend_from_slice(&version.to_le_bytes());
         out.extend_from_slice(&0u16.to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
         out.extend_from_slice(&self.seq.to_le_bytes());
@@ -418,7 +455,7 @@ impl SegmentIndex {
     pub fn peek(b: &[u8]) -> Option<IndexHeader> {
         let h = b.first_chunk::<HEADER_LEN>()?;
         if h[..8] != INDEX_MAGIC
-            || u16::from_le_bytes([h[8], h[9]]) != INDEX_VERSION
+            || !(INDEX_VERSION_MIN..=INDEX_VERSION).contains(&u16::from_le_bytes([h[8], h[9]]))
             || crc32c::crc32c(&h[..HEADER_LEN - 4])
                 != u32::from_le_bytes(h[HEADER_LEN - 4..].try_into().ok()?)
         {
@@ -452,7 +489,7 @@ impl SegmentIndex {
         }
         let mut h = Reader::new(&b[..HEADER_LEN]).at(8);
         let version = h.u16_le().map_err(short)?;
-        if version != INDEX_VERSION {
+        if !(INDEX_VERSION_MIN..=INDEX_VERSION).contains(&version) {
             return Err(DecodeError::Version {
                 what: W,
                 expected: INDEX_VERSION,
@@ -511,7 +548,7 @@ impl SegmentIndex {
         }
         let mut flows = Vec::with_capacity(n_flows.min(1 << 20));
         for _ in 0..n_flows {
-            flows.push(get_flow(&mut c, Some(n_blocks), body.len())?);
+            flows.push(get_flow(&mut c, Some(n_blocks), body.len(), version)?);
         }
         if c.position() != body.len() {
             return Err(invalid(format!(
@@ -560,7 +597,7 @@ impl SegmentIndex {
             let body_crc = c.at(BODY_CRC_AT).u32_le().map_err(short)?;
             let stored = c.at(HEADER_LEN - 4).u32_le().map_err(short)?;
             // The body too: a damaged body behind an intact header is not current.
-            Ok(version == INDEX_VERSION
+            Ok((INDEX_VERSION_MIN..=INDEX_VERSION).contains(&version)
                 && body_crc == crc32c::crc32c(&file[HEADER_LEN..])
                 && stored == crc32c::crc32c(&h[..HEADER_LEN - 4])
                 && seq == seg.seq()

@@ -28,8 +28,10 @@ use super::{BlockDelta, BlockSummary, FlowKey, FlowRecord, SegmentIndex};
 
 /// Magic opening every journal record.
 pub const RECORD_MAGIC: [u8; 4] = *b"CPJR";
-/// Journal record format version written by this build, and the only one it reads.
-pub const JOURNAL_VERSION: u16 = 2;
+/// Journal record format version written by this build (its flow records are the side
+/// index's version 4). Version 2 records (index version 3 flow records, without the
+/// cut-off's counters) are still read.
+pub const JOURNAL_VERSION: u16 = 3;
 /// Magic, payload length, payload crc32c.
 pub const FRAME_LEN: usize = 12;
 /// Fixed part of a payload, before the compressed body.
@@ -270,7 +272,7 @@ fn find_magic(b: &[u8]) -> Option<usize> {
 fn decode_payload(p: &[u8]) -> std::result::Result<JournalRecord, DecodeError> {
     let mut c = Reader::new(p);
     let version = c.u16_le().map_err(short)?;
-    if version != JOURNAL_VERSION {
+    if !(2..=JOURNAL_VERSION).contains(&version) {
         return Err(DecodeError::Version {
             what: "index journal record",
             expected: JOURNAL_VERSION,
@@ -311,7 +313,8 @@ fn decode_payload(p: &[u8]) -> std::result::Result<JournalRecord, DecodeError> {
     }
     let mut flows = Vec::with_capacity(n as usize);
     for _ in 0..n {
-        flows.push(get_flow(&mut c, None, body.len())?);
+        let flow_version = if version >= 3 { 4 } else { 3 };
+        flows.push(get_flow(&mut c, None, body.len(), flow_version)?);
     }
     if c.position() != body.len() {
         return Err(invalid(format!(

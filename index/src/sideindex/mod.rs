@@ -221,6 +221,13 @@ pub struct FlowRecord {
     pub dscp_counts: [Vec<DscpCount>; 2],
     /// The first DSCP change in each direction, if any.
     pub dscp_change: [Option<DscpChange>; 2],
+    /// Of `packets`, those the per-class cut-off did not store (their headers only were
+    /// kept, for this record): stored packets are `packets - cut_packets`.
+    pub cut_packets: [u64; 2],
+    /// Of `bytes`, the wire bytes of the packets not stored.
+    pub cut_bytes: [u64; 2],
+    /// The earliest packet of each direction the cut-off did not store.
+    pub cut_at_ns: [Option<u64>; 2],
     /// Indexes of the blocks holding the flow's packets, ascending.
     pub blocks: Vec<u32>,
     /// Per-second counters, ascending by second.
@@ -369,6 +376,9 @@ impl FlowRecord {
             handshake: [0; 2],
             dscp_counts: [Vec::new(), Vec::new()],
             dscp_change: [None; 2],
+            cut_packets: [0; 2],
+            cut_bytes: [0; 2],
+            cut_at_ns: [None; 2],
             blocks: Vec::new(),
             buckets: Vec::new(),
             tcp_in: TcpState::default(),
@@ -384,6 +394,26 @@ impl FlowRecord {
 
     pub fn total_bytes(&self) -> u64 {
         self.bytes[0] + self.bytes[1]
+    }
+
+    /// Whether the cut-off left some of this flow's packets unstored.
+    pub fn is_cut(&self) -> bool {
+        self.cut_packets != [0, 0]
+    }
+
+    /// The earliest packet of the flow not stored, either direction.
+    pub fn cut_at(&self) -> Option<u64> {
+        self.cut_at_ns.iter().flatten().copied().min()
+    }
+
+    /// Wire bytes stored, both directions (seen minus cut).
+    pub fn stored_bytes(&self) -> u64 {
+        self.total_bytes() - (self.cut_bytes[0] + self.cut_bytes[1])
+    }
+
+    /// Packets stored, both directions (seen minus cut).
+    pub fn stored_packets(&self) -> u64 {
+        self.total_packets() - (self.cut_packets[0] + self.cut_packets[1])
     }
 
     /// Adds one block's record of this flow (`d`, from a [`BlockDelta`]; its own block list
@@ -416,6 +446,12 @@ impl FlowRecord {
             self.resets[d] += o.resets[d];
             self.zero_window_ns[d] += o.zero_window_ns[d];
             self.handshake[d] |= o.handshake[d];
+            self.cut_packets[d] += o.cut_packets[d];
+            self.cut_bytes[d] += o.cut_bytes[d];
+            self.cut_at_ns[d] = match (self.cut_at_ns[d], o.cut_at_ns[d]) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             for c in &o.dscp_counts[d] {
                 self.count_dscp(d, c.dscp, c.packets, c.bytes);
             }
@@ -762,6 +798,9 @@ pub(crate) mod tests {
                     }),
                     None,
                 ],
+                cut_packets: [1, 0],
+                cut_bytes: [100, 0],
+                cut_at_ns: [Some(5_000_000_000), None],
                 blocks: vec![0, 2],
                 buckets: vec![
                     Bucket {
@@ -819,6 +858,19 @@ pub(crate) mod tests {
         };
         let bytes = idx.encode();
         assert_eq!(SegmentIndex::decode(&bytes).unwrap(), idx);
+        // Version 3 (before the cut-off) still reads: the same record, nothing cut.
+        let v3 = idx.encode_as(3);
+        assert_eq!(u16::from_le_bytes([v3[8], v3[9]]), 3);
+        let mut uncut = idx.clone();
+        uncut.flows[0].cut_packets = [0; 2];
+        uncut.flows[0].cut_bytes = [0; 2];
+        uncut.flows[0].cut_at_ns = [None; 2];
+        assert_eq!(SegmentIndex::decode(&v3).unwrap(), uncut);
+        assert!(SegmentIndex::peek(&v3).is_some());
+        // More cut than seen is refused.
+        let mut over = idx.clone();
+        over.flows[0].cut_packets = [2, 0];
+        assert!(SegmentIndex::decode(&over.encode()).is_err());
         for cut in [0, 10, 63, 64, bytes.len() - 1] {
             assert!(SegmentIndex::decode(&bytes[..cut]).is_err());
         }

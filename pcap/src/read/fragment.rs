@@ -7,7 +7,7 @@ use std::iter::FusedIterator;
 use capsule_wire::view::{Endian, Reader, View};
 
 use super::parse_isb_options;
-use crate::write::{BLOCK_EPB, BLOCK_ISB};
+use crate::write::{BLOCK_CUT, BLOCK_EPB, BLOCK_ISB};
 use crate::PacketRef;
 
 /// Interface statistics found in a fragment by [`fragment_stats`].
@@ -66,8 +66,50 @@ pub fn fragment_stats(buf: &[u8]) -> Vec<FragmentStat> {
 /// always writes `if_tsresol = 9`) and `iface` set to the interface id as written; all other
 /// blocks are skipped by their length. Packets borrow `buf`. After an error the iterator ends.
 pub fn fragment_packets(buf: &[u8]) -> FragmentPackets<'_> {
-    FragmentPackets { buf, pos: 0 }
+    FragmentPackets {
+        buf,
+        pos: 0,
+        cut: false,
+        last_cut: false,
+    }
 }
+
+/// Like [`fragment_packets`], but also yields capsule's cut-packet blocks
+/// ([`crate::write::BLOCK_CUT`]: the headers of packets the per-class cut-off did not
+/// store), in file order with the packets; [`FragmentRecords::last_was_cut`] tells which
+/// the last item was. For the side index, which counts what was seen.
+pub fn fragment_records(buf: &[u8]) -> FragmentRecords<'_> {
+    FragmentRecords(FragmentPackets {
+        buf,
+        pos: 0,
+        cut: true,
+        last_cut: false,
+    })
+}
+
+/// Iterator returned by [`fragment_records`]: stored packets and cut-packet records, each
+/// with whether it is a cut record.
+#[derive(Debug, Clone)]
+pub struct FragmentRecords<'a>(FragmentPackets<'a>);
+
+impl FragmentRecords<'_> {
+    /// Whether the last item yielded was a cut-packet record (headers only).
+    pub fn last_was_cut(&self) -> bool {
+        self.0.last_cut
+    }
+}
+
+impl<'a> Iterator for FragmentRecords<'a> {
+    type Item = Result<(PacketRef<'a>, bool), FragmentError>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let r = self.0.next()?;
+        Some(r.map(|p| (p, self.0.last_cut)))
+    }
+}
+
+impl FusedIterator for FragmentRecords<'_> {}
 
 /// Iterator returned by [`fragment_packets`].
 #[derive(Debug, Clone)]
@@ -76,6 +118,10 @@ pub struct FragmentPackets<'a> {
     buf: &'a [u8],
     /// Offset of the next block in `buf`.
     pos: usize,
+    /// Yield cut-packet blocks too (as packets).
+    cut: bool,
+    /// Whether the last block yielded was a cut-packet block.
+    last_cut: bool,
 }
 
 /// An error in a fragment passed to [`fragment_packets`].
@@ -173,16 +219,14 @@ impl<'a> Iterator for FragmentPackets<'a> {
             let block_type = h.u32_le::<0>();
             let len = h.u32_le::<4>();
             let len_us = len as usize;
-            let min = if block_type == BLOCK_EPB { 32 } else { 12 };
+            let is_cut = self.cut && block_type == BLOCK_CUT;
+            let epb = block_type == BLOCK_EPB || is_cut;
+            let min = if epb { 32 } else { 12 };
             if len % 4 != 0 {
                 return self.fail(FragmentErrorKind::LengthNotAligned { len });
             }
             if len < min {
-                let block = if block_type == BLOCK_EPB {
-                    "EPB"
-                } else {
-                    "pcapng block"
-                };
+                let block = if epb { "EPB" } else { "pcapng block" };
                 return self.fail(FragmentErrorKind::BlockTooShort { block, len, min });
             }
             // The block is its body and its trailing length (`len_us >= 12`).
@@ -195,10 +239,11 @@ impl<'a> Iterator for FragmentPackets<'a> {
             if end != len {
                 return self.fail(FragmentErrorKind::LengthMismatch { start: len, end });
             }
-            if block_type != BLOCK_EPB {
+            if !epb {
                 self.pos += len_us;
                 continue;
             }
+            self.last_cut = is_cut;
             // Type, length, interface, timestamp, captured and original length; the data.
             let mut b = Reader::new(body);
             let Ok(e) = b.view::<28>() else {

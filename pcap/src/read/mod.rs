@@ -46,8 +46,8 @@ mod fragment;
 mod tests;
 
 pub use fragment::{
-    fragment_packets, fragment_stats, FragmentError, FragmentErrorKind, FragmentPackets,
-    FragmentStat,
+    fragment_packets, fragment_records, fragment_stats, FragmentError, FragmentErrorKind,
+    FragmentPackets, FragmentRecords, FragmentStat,
 };
 
 use std::fmt;

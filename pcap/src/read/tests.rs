@@ -1105,3 +1105,48 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn cut_packet_blocks_are_skipped_by_readers_and_yielded_by_fragment_records() {
+    use crate::write::pcapng_cut;
+    let mut frag = Vec::new();
+    pcapng_epb(&mut frag, 0, 10, 60, &[1u8; 60]);
+    pcapng_cut(&mut frag, 0, 11, 1500, &[2u8; 54]);
+    pcapng_epb(&mut frag, 0, 12, 61, &[3u8; 61]);
+    let stored: Vec<_> = fragment_packets(&frag).map(|p| p.unwrap().ts_ns).collect();
+    assert_eq!(stored, [10, 12]);
+    let all: Vec<_> = fragment_records(&frag)
+        .map(|r| {
+            let (p, cut) = r.unwrap();
+            (p.ts_ns, p.orig_len, p.data.len(), cut)
+        })
+        .collect();
+    assert_eq!(
+        all,
+        [
+            (10, 60, 60, false),
+            (11, 1500, 54, true),
+            (12, 61, 61, false)
+        ]
+    );
+    // A pcapng file holding one is read by the checked reader, which skips it too.
+    let mut file = Vec::new();
+    pcapng_shb(&mut file, None);
+    pcapng_idb(
+        &mut file,
+        &crate::Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+        },
+    );
+    file.extend_from_slice(&frag);
+    let mut r = CaptureReader::new("t.pcapng", &file[..]).unwrap();
+    let mut n = 0;
+    while let Some(rec) = r.next_record().unwrap() {
+        if let Record::Packet(_) = rec {
+            n += 1;
+        }
+    }
+    assert_eq!(n, 2);
+}

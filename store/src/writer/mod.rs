@@ -82,6 +82,16 @@ fn lane_of(linktype: u16, data: &[u8]) -> usize {
     capsule_wire::dscp_of(linktype, data).map_or(0, |dscp| usize::from(dscp >> 3) & (LANES - 1))
 }
 
+/// The per-class cut-off's decision for each packet the writer is given (capsule-index
+/// implements it from the config's `[cutoff]` rules). Called on the producer's thread, in
+/// arrival order, with the whole packet, before it is stored.
+pub trait CutPolicy: Send + std::fmt::Debug {
+    /// `None`: store the packet whole. `Some(n)`: do not store it; keep its first `n` bytes
+    /// (its headers) in a cut-packet record, which exports skip and the side index counts,
+    /// so flow counters stay those of what was seen.
+    fn decide(&mut self, linktype: u16, ts_ns: u64, orig_len: u32, data: &[u8]) -> Option<usize>;
+}
+
 /// How the writer cuts blocks and segments and how much disk it may use.
 #[derive(Debug, Clone)]
 pub struct WriterConfig {
@@ -170,7 +180,10 @@ pub struct DeletedSegment {
 /// Totals of one writer's life.
 #[derive(Debug, Default, Clone)]
 pub struct WriteReport {
+    /// Packets stored.
     pub packets: u64,
+    /// Packets the cut-off did not store (counted by the side index from their headers).
+    pub cut_packets: u64,
     pub wire_bytes: u64,
     pub blocks: u64,
     pub uncompressed_bytes: u64,
@@ -212,6 +225,8 @@ struct Compressed {
 #[derive(Debug, Default)]
 struct OpenBlock {
     buf: Vec<u8>,
+    /// Records in `buf`: stored packets and cut-packet records.
+    records: u32,
     packets: u32,
     wire_bytes: u64,
     first_ns: u64,
@@ -236,15 +251,22 @@ impl OpenBlock {
     /// Swapping keeps both buffers' memory: a fresh megabyte for every sorted block cost a
     /// page fault per 4 KiB written, and out-of-order input sorts most blocks (the producer
     /// spent about 16.5 instead of 14 ms on 64 MB, `store/append_cpu_unsorted`).
+    ///
+    /// Cut-packet records (the cut-off's, see [`CutPolicy`]) are sorted with the packets, so
+    /// the side index counts every packet seen in the order an uncut store would hold it.
     fn sort(&mut self, spare: &mut Vec<u8>) {
-        let mut pkts: Vec<_> = capsule_pcap::read::fragment_packets(&self.buf)
+        let mut pkts: Vec<_> = capsule_pcap::read::fragment_records(&self.buf)
             .filter_map(|r| r.ok())
             .collect();
-        pkts.sort_by_key(|p| p.ts_ns);
+        pkts.sort_by_key(|(p, _)| p.ts_ns);
         spare.clear();
         spare.reserve(self.buf.len());
-        for p in &pkts {
-            pw::pcapng_epb(spare, p.iface, p.ts_ns, p.orig_len, p.data);
+        for (p, cut) in &pkts {
+            if *cut {
+                pw::pcapng_cut(spare, p.iface, p.ts_ns, p.orig_len, p.data);
+            } else {
+                pw::pcapng_epb(spare, p.iface, p.ts_ns, p.orig_len, p.data);
+            }
         }
         drop(pkts);
         std::mem::swap(&mut self.buf, spare);
@@ -330,6 +352,10 @@ pub struct StoreWriter {
     compact_stop: Arc<AtomicBool>,
     /// The store's segment directory.
     seg_dir: std::path::PathBuf,
+    /// The per-class cut-off, when one is set ([`StoreWriter::set_cut_policy`]).
+    cut: Option<Box<dyn CutPolicy>>,
+    /// Packets the cut-off did not store (their headers went into cut-packet records).
+    cut_packets: u64,
     packets: u64,
     wire_bytes: u64,
     blocks: u64,
@@ -648,6 +674,8 @@ impl StoreWriter {
                 compactor,
                 compact_stop,
                 seg_dir: dir,
+                cut: None,
+                cut_packets: 0,
                 packets: 0,
                 wire_bytes: 0,
                 blocks: 0,
@@ -710,12 +738,21 @@ impl StoreWriter {
             _ => lane_of(linktype, data),
         };
         self.last = Some((ts_ns, lane));
-        let epb_len = pw::pcapng_epb_len(data.len());
+        // The cut-off decides on the whole packet; a cut packet keeps only its headers.
+        let kept = match self.cut.as_mut() {
+            Some(c) => c.decide(linktype, ts_ns, orig_len, data),
+            None => None,
+        };
+        let stored = match kept {
+            Some(n) => &data[..n.min(data.len())],
+            None => data,
+        };
+        let epb_len = pw::pcapng_epb_len(stored.len());
         let open = &self.lanes[lane];
-        if open.packets > 0 && open.buf.len() + epb_len > self.cfg.block_bytes {
+        if open.records > 0 && open.buf.len() + epb_len > self.cfg.block_bytes {
             self.cut_block(lane)?;
         }
-        if self.lanes[lane].packets == 0 {
+        if self.lanes[lane].records == 0 {
             self.maybe_rotate_segment(ts_ns)?;
             self.lanes[lane].opened = Some(Instant::now());
         }
@@ -724,8 +761,7 @@ impl StoreWriter {
             None => self.declare_interface(iface, ts_ns)?,
         };
         let b = &mut self.lanes[lane];
-        pw::pcapng_epb(&mut b.buf, local, ts_ns, orig_len, data);
-        if b.packets == 0 {
+        if b.records == 0 {
             b.first_ns = ts_ns;
             b.last_ns = ts_ns;
         } else {
@@ -736,11 +772,24 @@ impl StoreWriter {
             b.last_ns = b.last_ns.max(ts_ns);
         }
         b.prev_ns = ts_ns;
-        b.packets += 1;
-        let wire = u64::from(orig_len.max(data.len() as u32));
-        b.wire_bytes += wire;
-        self.packets += 1;
-        self.wire_bytes += wire;
+        b.records += 1;
+        if kept.is_some() {
+            pw::pcapng_cut(
+                &mut b.buf,
+                local,
+                ts_ns,
+                orig_len.max(data.len() as u32),
+                stored,
+            );
+            self.cut_packets += 1;
+        } else {
+            pw::pcapng_epb(&mut b.buf, local, ts_ns, orig_len, data);
+            b.packets += 1;
+            let wire = u64::from(orig_len.max(data.len() as u32));
+            b.wire_bytes += wire;
+            self.packets += 1;
+            self.wire_bytes += wire;
+        }
         if self.seg_first_ns.is_none() {
             self.seg_first_ns = Some(ts_ns);
         }
@@ -816,7 +865,7 @@ impl StoreWriter {
     pub fn tick(&mut self) -> Result<()> {
         for lane in 0..LANES {
             let b = &self.lanes[lane];
-            if b.packets > 0 && b.opened.is_some_and(|t| t.elapsed() >= self.cfg.block_age) {
+            if b.records > 0 && b.opened.is_some_and(|t| t.elapsed() >= self.cfg.block_age) {
                 self.cut_block(lane)?;
             }
         }
@@ -826,16 +875,30 @@ impl StoreWriter {
     /// Cuts every open block now, so its packets reach the disk.
     pub fn flush(&mut self) -> Result<()> {
         for lane in 0..LANES {
-            if self.lanes[lane].packets > 0 {
+            if self.lanes[lane].records > 0 {
                 self.cut_block(lane)?;
             }
         }
         Ok(())
     }
 
-    /// Packets appended so far.
+    /// Packets appended and stored so far (cut packets are not counted: see
+    /// [`StoreWriter::cut_packets`]).
     pub fn packets(&self) -> u64 {
         self.packets
+    }
+
+    /// Packets appended so far that the cut-off did not store (only their headers, in
+    /// cut-packet records, for the side index).
+    pub fn cut_packets(&self) -> u64 {
+        self.cut_packets
+    }
+
+    /// Sets the per-class cut-off: from now on `policy` decides, for every packet appended,
+    /// whether it is stored whole or only its headers are kept for the side index (see
+    /// [`CutPolicy`]). Its state lives as long as the writer, across segments.
+    pub fn set_cut_policy(&mut self, policy: Box<dyn CutPolicy>) {
+        self.cut = Some(policy);
     }
 
     /// Starts a new segment when the current one is big or old enough. All lanes' open
@@ -974,6 +1037,7 @@ impl StoreWriter {
             _ => return Err(StoreError::PipelineBroken("the writer thread panicked")),
         };
         report.packets = self.packets;
+        report.cut_packets = self.cut_packets;
         report.wire_bytes = self.wire_bytes;
         report.blocks = self.blocks;
         Ok(report)
