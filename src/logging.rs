@@ -80,7 +80,7 @@ pub fn line(level: &str, msg: &str) {
     }
 }
 
-/// [`line`] at level INFO.
+/// [`line()`] at level INFO.
 pub fn note(msg: &str) {
     line("INFO", msg)
 }

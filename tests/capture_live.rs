@@ -966,15 +966,40 @@ fn a_capture_keeps_its_budgets_across_a_restart_and_never_fills_the_disk() {
         let mut least_free = u64::MAX;
         let mut most_stored = 0;
         let size = df(&fs.dir).1;
+        // The disk-usage curve: (seconds into the round, bytes used on the file system,
+        // bytes of segments), one sample every 100 ms.
+        let mut curve: Vec<(f64, u64, u64)> = Vec::new();
+        let t0 = std::time::Instant::now();
         std::thread::scope(|s| {
             let sending = s.spawn(|| link.send(&input, "150"));
             while !sending.is_finished() {
-                least_free = least_free.min(df(&fs.dir).0);
-                most_stored = most_stored.max(segments_dir_bytes(&store));
+                let free = df(&fs.dir).0;
+                let stored = segments_dir_bytes(&store);
+                least_free = least_free.min(free);
+                most_stored = most_stored.max(stored);
+                curve.push((t0.elapsed().as_secs_f64(), size - free.min(size), stored));
                 std::thread::sleep(Duration::from_millis(100));
             }
             sending.join().unwrap();
         });
+        // Printed about every 1.5 s (`--nocapture`): the note's disk-usage curve.
+        let step = (curve.len() / 12).max(1);
+        let points: Vec<String> = curve
+            .iter()
+            .step_by(step)
+            .map(|(t, used, stored)| {
+                format!(
+                    "{t:.1}s {:.1}/{:.1}",
+                    *used as f64 / 1048576.0,
+                    *stored as f64 / 1048576.0
+                )
+            })
+            .collect();
+        eprintln!(
+            "round {round} disk curve (MiB used on the {:.0} MiB tmpfs / MiB of segments): {}",
+            size as f64 / 1048576.0,
+            points.join(", ")
+        );
         assert_still_running(&mut cap, "after several disks' worth of traffic");
         let stopped = cap.stop();
         assert_clean_exit(&stopped);

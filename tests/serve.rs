@@ -784,15 +784,20 @@ fn make_client_pki(dir: &Path) {
            openssl x509 -req -in $u.csr -CA cca.pem -CAkey cca.key -CAcreateserial \
              -out $u.pem -days 2 -extfile cext 2>/dev/null
          done
-         : > index.txt; echo 01 > crlnumber
-         printf '[ca]\\ndefault_ca=c\\n[c]\\ndatabase=index.txt\\ncrlnumber=crlnumber\\ndefault_md=sha256\\ndefault_crl_days=2\\n' > ca.cnf
+         : > index.txt; echo 01 > crlnumber; echo 1000 > serial
+         printf '[ca]\\ndefault_ca=c\\n[c]\\ndatabase=index.txt\\ncrlnumber=crlnumber\\ndefault_md=sha256\\ndefault_crl_days=2\\nnew_certs_dir=.\\nserial=serial\\npolicy=pol\\n[pol]\\ncommonName=supplied\\n' > ca.cnf
+         # `old`: issued by the same CA, valid for one day in 2020.
+         openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+           -keyout old.key -out old.csr -subj /CN=old 2>/dev/null
+         openssl ca -batch -notext -config ca.cnf -keyfile cca.key -cert cca.pem -in old.csr \
+           -out old.pem -startdate 20200101000000Z -enddate 20200102000000Z -extfile cext 2>/dev/null
          openssl ca -config ca.cnf -gencrl -keyfile cca.key -cert cca.pem -out crl.pem 2>/dev/null",
         p(dir)
     ));
 }
 
 #[test]
-fn mutual_tls_refuses_no_certificate_another_ca_and_a_revoked_one_reloading_the_crl() {
+fn mutual_tls_refuses_no_certificate_another_ca_an_expired_and_a_revoked_one_reloading_the_crl() {
     let d = tempfile::tempdir().unwrap();
     let store = make_store(d.path(), "5M");
     let tokens = d.path().join("tokens");
@@ -837,6 +842,12 @@ fn mutual_tls_refuses_no_certificate_another_ca_and_a_revoked_one_reloading_the_
         (code.as_str(), body.len()),
         ("000", 0),
         "a certificate of another CA"
+    );
+    let (code, body) = get_with(Some((&c.join("old.pem"), &c.join("old.key"))));
+    assert_eq!(
+        (code.as_str(), body.len()),
+        ("000", 0),
+        "an expired certificate of the right CA"
     );
     // Revoke `bad` and remake the CRL: refused from the next connection, no restart.
     sh_ok(&format!(
@@ -883,10 +894,11 @@ fn mutual_tls_refuses_no_certificate_another_ca_and_a_revoked_one_reloading_the_
         .filter_map(|r| r["outcome"].as_str())
         .filter(|o| o.starts_with("TLS handshake failed"))
         .collect();
-    assert_eq!(failed.len(), 3, "{failed:?}");
+    assert_eq!(failed.len(), 4, "{failed:?}");
     assert!(failed[0].contains("no certificates"), "{failed:?}");
     assert!(failed[1].contains("UnknownIssuer"), "{failed:?}");
-    assert!(failed[2].contains("Revoked"), "{failed:?}");
+    assert!(failed[2].contains("certificate expired"), "{failed:?}");
+    assert!(failed[3].contains("Revoked"), "{failed:?}");
     let ok = audit
         .iter()
         .filter(|r| r["status"] == 200)

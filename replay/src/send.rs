@@ -1,7 +1,7 @@
 //! Replay of a window onto an interface: the export's read and merge (the same plan,
 //! read-ahead and k-way merge, so the packets and their order are exactly those `capsule
 //! query` writes), then each packet checked and handed to a [`Wire`] when the
-//! [`Pacing`](crate::Pacing) says it is due.
+//! [`Pacing`] says it is due.
 //!
 //! ```text
 //! Window::open (plan) -> Window::merge (prefetch, k-way merge)

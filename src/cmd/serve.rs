@@ -1195,6 +1195,15 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
             .with_context(|| format!("cannot listen on {}", a.listen))?;
         let bound = listener.local_addr()?;
         eprintln!("capsule serve: listening on https://{bound}");
+        // Under systemd (Type=notify, dist/capsule-serve.service): ready once the port is
+        // bound. Without NOTIFY_SOCKET this does nothing.
+        let _ = sd_notify::notify(
+            false,
+            &[
+                sd_notify::NotifyState::Ready,
+                sd_notify::NotifyState::Status(&format!("serving on https://{bound}")),
+            ],
+        );
         loop {
             let (tcp, peer) = match listener.accept().await {
                 Ok(x) => x,

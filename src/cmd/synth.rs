@@ -15,6 +15,8 @@ pub fn run(a: &SynthArgs) -> Result<ExitCode> {
         rate_bps: a.rate,
         start_ns: a.start,
     };
+    // Checked before the output is created: a bad config leaves no empty file behind.
+    cfg.validate()?;
     let t0 = Instant::now();
     let truth = if write == "-" {
         capsule_synth::generate(&cfg, std::io::stdout().lock())?

@@ -123,7 +123,9 @@ impl SynthConfig {
         (u128::from(self.rate_bps) * u128::from(self.duration_ns) / 8 / 1_000_000_000) as u64
     }
 
-    fn validate(&self) -> Result<(), SynthError> {
+    /// Checks the config (duration, rate and the bytes they give) before anything is
+    /// generated; [`generate`] checks it too.
+    pub fn validate(&self) -> Result<(), SynthError> {
         let bad = |m: String| Err(SynthError::InvalidConfig(m));
         if self.duration_ns < MIN_DURATION_NS {
             return bad(format!(
