@@ -454,7 +454,7 @@ impl Paced {
         if self.p50 >= 200_000 {
             return Err(format!("gap error p50 {} ns", self.p50));
         }
-        if self.p99 >= 2_000_000 {
+        if self.p99 >= 10_000_000 {
             return Err(format!("gap error p99 {} ns", self.p99));
         }
         if self.drift >= 2_000_000 {
@@ -524,7 +524,12 @@ fn paced_run(
 /// within 25 µs of the recording (no drift). Now and then the machine stalls the sender for
 /// tens of milliseconds (seen once in four runs: 49 ms); a run that misses a bound is
 /// repeated once, and both figures are printed. The bounds asserted are generous: p50
-/// under 200 µs, p99 under 2 ms, drift under 2 ms.
+/// under 200 µs, p99 under 10 ms, drift under 2 ms. An unpaced sender misses the p50 bound
+/// by ten times (its gap errors are the gaps themselves, 2 ms on average) and the elapsed
+/// time check; the p99 bound only catches a scheduler gone wrong, because under the load of
+/// a full test run the sender itself was seen woken 3 ms late for 1% of its packets (p99 3.2
+/// ms in two runs back to back, 0.2-0.7 ms a minute later): the tolerance is what the
+/// figures printed say, not what a loaded CI machine can promise.
 #[test]
 fn paced_replay_keeps_the_recorded_gaps() {
     need_tool("chrt");
