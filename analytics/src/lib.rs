@@ -22,7 +22,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use capsule_index::flows::FlowSummary;
-use capsule_index::sideindex::{DscpCount, FlowRecord};
+use capsule_index::sideindex::{DscpCount, FlowCounts};
 use capsule_query::Query;
 use capsule_store::Store;
 use serde::Serialize;
@@ -260,7 +260,7 @@ pub fn shell_quote(s: &str) -> String {
 }
 
 /// The filter selecting a flow's packets (both directions).
-pub fn flow_filter(f: &FlowRecord) -> String {
+pub fn flow_filter(f: &FlowCounts) -> String {
     flow_filter_of(&f.key)
 }
 
@@ -290,7 +290,7 @@ pub fn flow_filter_of(k: &capsule_index::sideindex::FlowKey) -> String {
 }
 
 /// The filter selecting direction `d` of a flow.
-pub fn side_filter(f: &FlowRecord, d: usize) -> String {
+pub fn side_filter(f: &FlowCounts, d: usize) -> String {
     let (src, dst, ports) = f.key.side(d);
     let mut parts = Vec::new();
     for v in f.key.vlans.iter().flatten() {
@@ -424,7 +424,7 @@ pub(crate) mod tests {
         );
         let first = per.first().map_or(0, |p| p.0) * 1_000_000_000;
         let last = per.last().map_or(0, |p| p.0) * 1_000_000_000 + 1;
-        let mut f = FlowRecord::new(key, first, last);
+        let mut f = capsule_index::sideindex::FlowRecord::new(key, first, last);
         for &(second, bytes) in per {
             let mut b = Bucket {
                 second,
@@ -440,7 +440,7 @@ pub(crate) mod tests {
         let (p, b) = (f.packets[d], f.bytes[d]);
         f.count_dscp(d, 0, p, b);
         FlowSummary {
-            flow: f,
+            flow: FlowCounts::from(f),
             approximate: false,
         }
     }
