@@ -178,14 +178,22 @@ pub struct Input {
 }
 
 /// Reads the flows of `q` from `store`'s side index (no segment file is opened).
-/// `filter` is `q`'s filter as the user wrote it.
-pub fn load(store_dir: &Path, q: &Query, filter: &str) -> Result<Input, AnalyticsError> {
+/// `filter` is `q`'s filter as the user wrote it. With `buckets`, each flow keeps its
+/// 1-second buckets in the window (what `top`, `tcp`, `stragglers` and `alerts` read); an
+/// answer that only reads flow totals (`dscp`, `matrix`) passes false and the listing
+/// holds none.
+pub fn load(
+    store_dir: &Path,
+    q: &Query,
+    filter: &str,
+    buckets: bool,
+) -> Result<Input, AnalyticsError> {
     let err = |source| AnalyticsError::Store {
         store: store_dir.display().to_string(),
         source,
     };
     let store = Store::open(store_dir).map_err(err)?;
-    let listing = capsule_index::flows::list_index_only(&store, q, true).map_err(err)?;
+    let listing = capsule_index::flows::list_index_only(&store, q, buckets).map_err(err)?;
     let (qf, qt) = q.window();
     let (held_from, held_to) = match listing.held {
         Some((a, b)) => (Some(a), Some(b)),

@@ -70,7 +70,7 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
         let entries = &entries;
         scope.spawn(move || {
             for entry in entries {
-                let loaded = load_entry(dir, entry, from, to);
+                let loaded = load_entry(dir, entry, from, to, keep_buckets);
                 let failed = loaded.is_err();
                 if tx.send(loaded).is_err() || failed {
                     return;
@@ -128,6 +128,7 @@ fn load_entry(
     entry: &capsule_store::SegmentEntry,
     from: u64,
     to: u64,
+    keep_buckets: bool,
 ) -> Result<Loaded> {
     use crate::sideindex::{index_name, journal, SegmentIndex};
     use capsule_store::SegmentState;
@@ -160,7 +161,9 @@ fn load_entry(
             }
             // Counts only: the carried TCP state and block lists (more than half of a
             // decoded record) are checked and dropped.
-            match SegmentIndex::decode_counts(&bytes) {
+            // Without `keep_buckets`, a flow wholly in the window needs none (windowed).
+            let drop_within = (!keep_buckets).then_some((from, to));
+            match SegmentIndex::decode_counts(&bytes, drop_within) {
                 Ok(i) if i.seq == entry.seq && i.segment_len == entry.bytes => i.flows,
                 Ok(_) => {
                     l.unindexed = true; // stale: another file's index

@@ -285,17 +285,19 @@ pub(super) fn get_flow(
     if let Some(n_blocks) = n_blocks {
         get_blocks(c, n_blocks, Some(&mut blocks))?;
     }
-    get_buckets(c, head.first_ns, body_len, &mut head.buckets)?;
+    get_buckets(c, head.first_ns, body_len, Some(&mut head.buckets))?;
     Ok(FlowRecord::from_counts(head, blocks, tcp_in, tcp_out))
 }
 
 /// Decodes one flow record as [`get_flow`] does, checks everything it checks, and keeps
-/// only the counts: the carried TCP state and the block list are read and dropped.
+/// only the counts: the carried TCP state and the block list are read and dropped, and so
+/// are the buckets of a flow wholly inside `drop_buckets_within` (from, to).
 pub(super) fn get_counts(
     c: &mut Reader<'_>,
     n_blocks: Option<usize>,
     body_len: usize,
     version: u16,
+    drop_buckets_within: Option<(u64, u64)>,
 ) -> std::result::Result<FlowCounts, DecodeError> {
     let mut head = get_head(c, version)?;
     get_state(c)?;
@@ -303,7 +305,10 @@ pub(super) fn get_counts(
     if let Some(n_blocks) = n_blocks {
         get_blocks(c, n_blocks, None)?;
     }
-    get_buckets(c, head.first_ns, body_len, &mut head.buckets)?;
+    let keep =
+        drop_buckets_within.is_none_or(|(from, to)| head.first_ns < from || head.last_ns >= to);
+    let first_ns = head.first_ns;
+    get_buckets(c, first_ns, body_len, keep.then_some(&mut head.buckets))?;
     Ok(head)
 }
 
@@ -325,7 +330,7 @@ fn get_head(c: &mut Reader<'_>, version: u16) -> std::result::Result<FlowCounts,
     let (pa, pb) = (c.u16_le().map_err(short)?, c.u16_le().map_err(short)?);
     let first_ns = c.u64_le().map_err(short)?;
     let last_ns = c.u64_le().map_err(short)?;
-    let mut f = FlowCounts::from(FlowRecord::new(
+    let mut f = FlowCounts::new(
         FlowKey {
             vlans,
             ip_version,
@@ -336,7 +341,7 @@ fn get_head(c: &mut Reader<'_>, version: u16) -> std::result::Result<FlowCounts,
         },
         first_ns,
         last_ns,
-    ));
+    );
     for d in 0..2 {
         f.packets[d] = c.u64_le().map_err(short)?;
         f.bytes[d] = c.u64_le().map_err(short)?;
@@ -414,12 +419,13 @@ fn get_blocks(
     Ok(())
 }
 
-/// A flow record's 1-second buckets (the first relative to `first_ns`'s second), into `out`.
+/// A flow record's 1-second buckets (the first relative to `first_ns`'s second), into `out`
+/// (checked and dropped without it).
 fn get_buckets(
     c: &mut Reader<'_>,
     first_ns: u64,
     body_len: usize,
-    out: &mut Vec<Bucket>,
+    mut out: Option<&mut Vec<Bucket>>,
 ) -> std::result::Result<(), DecodeError> {
     let nbk = c.varint().map_err(bad_varint)?;
     if nbk > body_len as u64 {
@@ -427,7 +433,9 @@ fn get_buckets(
     }
     let mut second = first_ns / 1_000_000_000;
     // Each bucket takes at least 13 bytes: no more are reserved than the body could hold.
-    out.reserve_exact((nbk as usize).min(body_len / 13));
+    if let Some(o) = out.as_deref_mut() {
+        o.reserve_exact((nbk as usize).min(body_len / 13));
+    }
     for _ in 0..nbk {
         second = second.saturating_add(c.varint().map_err(bad_varint)?);
         let mut bk = Bucket {
@@ -442,7 +450,9 @@ fn get_buckets(
             bk.zero_windows[d] = c.varint().map_err(bad_varint)?;
             bk.resets[d] = c.varint().map_err(bad_varint)?;
         }
-        out.push(bk);
+        if let Some(o) = out.as_deref_mut() {
+            o.push(bk);
+        }
     }
     Ok(())
 }
@@ -581,14 +591,24 @@ impl SegmentIndex {
 
     /// Decodes an index file as [`SegmentIndex::decode`] does (the same checks, the same
     /// errors) into the flows' counts only: no block summaries, block lists or carried TCP
-    /// state are kept. What the analytics listing reads.
-    pub fn decode_counts(b: &[u8]) -> std::result::Result<CountsIndex, DecodeError> {
+    /// state are kept, nor the buckets of flows wholly inside `drop_buckets_within`
+    /// ([from, to) in nanoseconds), when given. What the analytics listing reads.
+    pub fn decode_counts(
+        b: &[u8],
+        drop_buckets_within: Option<(u64, u64)>,
+    ) -> std::result::Result<CountsIndex, DecodeError> {
         let (h, body) = Self::open_body(b)?;
         let mut c = Reader::new(&body);
         get_block_summaries(&mut c, h.n_blocks)?;
         let mut flows = Vec::with_capacity(h.n_flows.min(1 << 20));
         for _ in 0..h.n_flows {
-            flows.push(get_counts(&mut c, Some(h.n_blocks), body.len(), h.version)?);
+            flows.push(get_counts(
+                &mut c,
+                Some(h.n_blocks),
+                body.len(),
+                h.version,
+                drop_buckets_within,
+            )?);
         }
         all_read(&c, body.len())?;
         Ok(CountsIndex {

@@ -540,6 +540,31 @@ impl From<FlowRecord> for FlowCounts {
 }
 
 impl FlowCounts {
+    /// A flow with no packets counted yet.
+    pub fn new(key: FlowKey, first_ns: u64, last_ns: u64) -> Self {
+        FlowCounts {
+            key,
+            first_ns,
+            last_ns,
+            packets: [0; 2],
+            bytes: [0; 2],
+            dscp: [0; 2],
+            tcp_flags: [0; 2],
+            data: [0; 2],
+            retransmissions: [0; 2],
+            zero_windows: [0; 2],
+            resets: [0; 2],
+            zero_window_ns: [0; 2],
+            handshake: [0; 2],
+            dscp_counts: [Vec::new(), Vec::new()],
+            dscp_change: [None; 2],
+            cut_packets: [0; 2],
+            cut_bytes: [0; 2],
+            cut_at_ns: [None; 2],
+            buckets: Vec::new(),
+        }
+    }
+
     pub fn total_packets(&self) -> u64 {
         self.packets[0] + self.packets[1]
     }
