@@ -907,6 +907,21 @@ pub(crate) mod tests {
 
         let back = SegmentIndex::decode(&idx.encode()).unwrap();
         assert_eq!(back, idx);
+        // The analytics decode keeps each record's counts and buckets, nothing else.
+        let counts: Vec<FlowCounts> = idx.flows.iter().cloned().map(FlowCounts::from).collect();
+        let lean = SegmentIndex::decode_counts(&idx.encode(), None).unwrap();
+        assert_eq!((lean.seq, lean.segment_len), (7, 12345));
+        assert_eq!(lean.flows, counts);
+        // Flows wholly inside the window lose their buckets; a flow the window cuts keeps them.
+        let all = SegmentIndex::decode_counts(&idx.encode(), Some((0, u64::MAX))).unwrap();
+        assert!(all.flows.iter().all(|f| f.buckets.is_empty()));
+        let cut = SegmentIndex::decode_counts(&idx.encode(), Some((0, 2 * s))).unwrap();
+        assert_eq!(cut.flows[0].buckets, idx.flows[0].buckets);
+        // Merging counts is merging records, minus what counts do not carry.
+        let (mut r, mut c) = (idx.flows[0].clone(), counts[0].clone());
+        r.absorb(&idx.flows[1]);
+        c.absorb(&counts[1]);
+        assert_eq!(c, FlowCounts::from(r));
         // The header alone gives the segment and the flows' span.
         let h = SegmentIndex::peek(&idx.encode()).unwrap();
         assert_eq!(
@@ -1059,6 +1074,18 @@ pub(crate) mod tests {
         for cut in [0, 10, 63, 64, bytes.len() - 1] {
             assert!(SegmentIndex::decode(&bytes[..cut]).is_err());
         }
+        // The counts-only decode reads the carried state and cut counters the same way
+        // and refuses what the full decode refuses, with the same words.
+        let lean = SegmentIndex::decode_counts(&bytes, None).unwrap();
+        assert_eq!(lean.flows, vec![FlowCounts::from(idx.flows[0].clone())]);
+        let lean3 = SegmentIndex::decode_counts(&v3, None).unwrap();
+        assert_eq!(lean3.flows, vec![FlowCounts::from(uncut.flows[0].clone())]);
+        let over = over.encode();
+        for b in [&over[..], &bytes[..bytes.len() - 1], &bytes[..70]] {
+            let full = SegmentIndex::decode(b).unwrap_err().to_string();
+            let counts = SegmentIndex::decode_counts(b, None).unwrap_err().to_string();
+            assert_eq!(full, counts);
+        }
         let mut bad = bytes.clone();
         bad[30] ^= 1;
         assert!(matches!(
@@ -1154,6 +1181,14 @@ pub(crate) mod tests {
             with_header.truncate(HEADER_LEN);
             with_header.extend_from_slice(&bytes);
             let _ = SegmentIndex::decode(&with_header);
+            let full = SegmentIndex::decode(&with_header).map(|i| {
+                i.flows.into_iter().map(FlowCounts::from).collect::<Vec<_>>()
+            });
+            let lean = SegmentIndex::decode_counts(&with_header, None).map(|i| i.flows);
+            proptest::prop_assert_eq!(
+                full.map_err(|e| e.to_string()),
+                lean.map_err(|e| e.to_string())
+            );
         }
     }
 }
