@@ -1083,7 +1083,9 @@ pub(crate) mod tests {
         let over = over.encode();
         for b in [&over[..], &bytes[..bytes.len() - 1], &bytes[..70]] {
             let full = SegmentIndex::decode(b).unwrap_err().to_string();
-            let counts = SegmentIndex::decode_counts(b, None).unwrap_err().to_string();
+            let counts = SegmentIndex::decode_counts(b, None)
+                .unwrap_err()
+                .to_string();
             assert_eq!(full, counts);
         }
         let mut bad = bytes.clone();
