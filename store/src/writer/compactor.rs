@@ -228,6 +228,9 @@ struct Rounds {
     skip: HashSet<(u64, u64)>,
 }
 
+/// A segment picked for a round: its key (number, length), path and target level.
+type Picked = ((u64, u64), PathBuf, Level);
+
 /// Which sealed segment a round compacts, and at what level: the newest with blocks below
 /// the base level first (an old one at the tier's level, so it is rewritten once); once no
 /// segment has any, the newest old segment with blocks below the tier's level. Also returns
@@ -236,7 +239,7 @@ fn pick(
     sealed: &[(u64, PathBuf, u64)],
     plan: &Plan,
     rounds: &Rounds,
-) -> (Option<((u64, u64), PathBuf, Level)>, u64, u64) {
+) -> (Option<Picked>, u64, u64) {
     let newest = sealed
         .iter()
         .filter_map(|(s, _, l)| rounds.info.get(&(*s, *l)))
