@@ -445,11 +445,27 @@ def syscalls(cmd, out):
     return preads, total
 
 
+def cpu_of(runs, cmd, out):
+    """Least CPU time (user + system, of the process and its threads) of `runs` runs."""
+    import resource
+    best = None
+    for _ in range(runs):
+        if os.path.exists(out):
+            os.remove(out)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        run(cmd)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        best = cpu if best is None else min(best, cpu)
+    return best
+
+
 def time_capsule(args, store, q, out):
     r = {}
     r["blocks"], r["blocks_total"] = explain(args.capsule, store, q)
     cmd = [args.capsule, "query", "--store", store, *q["capsule"], "-w", out]
     r["s"] = best_of(args.runs, cmd, out)
+    r["cpu"] = cpu_of(args.runs, cmd, out)
     r["n"] = count_pcap(out)
     r["sys"] = syscalls(cmd, out)
     os.remove(out)
@@ -547,12 +563,13 @@ def live_bench(args):
               f"{s['blocks']:>6}/{s['blocks_total']:<6} {o['n']:10d} {s['n']:11d}"
               + ("" if same else "  *MISMATCH*"))
     if all(o["sys"] for o in opened) and all(s["sys"] for s in sealed):
-        print("system calls of one run (strace -c -f), open vs sealed:")
+        print("system calls of one run (strace -c -f), and CPU ms (user + system, best of "
+              f"{args.runs}), open vs sealed:")
         print(f"{'query':<12} {'pread64 open':>12} {'pread64 sealed':>14} "
-              f"{'all open':>9} {'all sealed':>10}")
+              f"{'all open':>9} {'all sealed':>10} {'cpu open':>9} {'cpu sealed':>10}")
         for q, o, s in zip(qs, opened, sealed):
             print(f"{q['name']:<12} {o['sys'][0]:12d} {s['sys'][0]:14d} {o['sys'][1]:9d} "
-                  f"{s['sys'][1]:10d}")
+                  f"{s['sys'][1]:10d} {1e3 * o['cpu']:9.1f} {1e3 * s['cpu']:10.1f}")
     for q in qs:
         if "detail" in q:
             print(f"{q['name']}: {q['detail']}")
