@@ -33,7 +33,9 @@ once every packet is stored and while the segment is still open (its side index 
 journal), each capsule query is timed (best of --runs), then capture is stopped (SIGTERM
 seals the segment and writes its index) and each is timed again. It prints both times, the
 open/sealed ratio against the target (open within 1.5x of sealed), the blocks each plan
-reads, and the packet counts (open and sealed must agree). Traffic goes only over that veth.
+reads, and the packet counts (open and sealed must agree); with strace installed, also the
+pread64 and system calls of one run of each query (a figure the machine's load does not
+move). Traffic goes only over that veth.
 """
 import argparse
 import datetime
@@ -423,12 +425,49 @@ def live_queries(capsule, store, pcap, truth, out):
     ]
 
 
+def syscalls(cmd, out):
+    """(pread64 calls, all system calls) of one run of `cmd` under `strace -c -f`: a figure
+    the machine's load does not move. None without strace."""
+    if shutil.which("strace") is None:
+        return None
+    if os.path.exists(out):
+        os.remove(out)
+    with tempfile.NamedTemporaryFile(mode="r", suffix=".strace") as log:
+        subprocess.run(["strace", "-c", "-f", "-o", log.name, *cmd], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        preads = total = 0
+        for line in log.read().splitlines():
+            f = line.split()
+            if len(f) >= 5 and f[-1] == "pread64":
+                preads = int(f[3])
+            if len(f) >= 4 and f[-1] == "total":
+                total = int(f[3])
+    return preads, total
+
+
+def cpu_of(runs, cmd, out):
+    """Least CPU time (user + system, of the process and its threads) of `runs` runs."""
+    import resource
+    best = None
+    for _ in range(runs):
+        if os.path.exists(out):
+            os.remove(out)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        run(cmd)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        best = cpu if best is None else min(best, cpu)
+    return best
+
+
 def time_capsule(args, store, q, out):
     r = {}
     r["blocks"], r["blocks_total"] = explain(args.capsule, store, q)
-    r["s"] = best_of(args.runs, [args.capsule, "query", "--store", store, *q["capsule"],
-                                 "-w", out], out)
+    cmd = [args.capsule, "query", "--store", store, *q["capsule"], "-w", out]
+    r["s"] = best_of(args.runs, cmd, out)
+    r["cpu"] = cpu_of(args.runs, cmd, out)
     r["n"] = count_pcap(out)
+    r["sys"] = syscalls(cmd, out)
     os.remove(out)
     return r
 
@@ -523,6 +562,14 @@ def live_bench(args):
               f"{mark(ratio <= 1.5):<8} {o['blocks']:>5}/{o['blocks_total']:<6} "
               f"{s['blocks']:>6}/{s['blocks_total']:<6} {o['n']:10d} {s['n']:11d}"
               + ("" if same else "  *MISMATCH*"))
+    if all(o["sys"] for o in opened) and all(s["sys"] for s in sealed):
+        print("system calls of one run (strace -c -f), and CPU ms (user + system, best of "
+              f"{args.runs}), open vs sealed:")
+        print(f"{'query':<12} {'pread64 open':>12} {'pread64 sealed':>14} "
+              f"{'all open':>9} {'all sealed':>10} {'cpu open':>9} {'cpu sealed':>10}")
+        for q, o, s in zip(qs, opened, sealed):
+            print(f"{q['name']:<12} {o['sys'][0]:12d} {s['sys'][0]:14d} {o['sys'][1]:9d} "
+                  f"{s['sys'][1]:10d} {1e3 * o['cpu']:9.1f} {1e3 * s['cpu']:10.1f}")
     for q in qs:
         if "detail" in q:
             print(f"{q['name']}: {q['detail']}")

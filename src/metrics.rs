@@ -234,6 +234,12 @@ impl Collector for Figures {
                 "Bytes of blocks written below the configured level, waiting for the compactor.",
                 &one(p.pending_compaction_bytes as f64),
             )?;
+            gauge(
+                &mut enc,
+                "capsule_compaction_age_tier_pending_bytes",
+                "Bytes of old segments' blocks below the age tier's level (0 without a tier).",
+                &one(p.tier_pending_bytes as f64),
+            )?;
             counter(
                 &mut enc,
                 "capsule_compacted_segments",

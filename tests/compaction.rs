@@ -297,3 +297,113 @@ fn a_store_written_before_blocks_recorded_their_compression_is_left_alone() {
         before
     );
 }
+
+/// The age tier done offline: `capsule compact --older-than 3s --level 9` on a store imported
+/// at level 1 rewrites exactly the segments whose newest packet is more than 3 s before the
+/// store's newest (their files replaced, the others untouched), the export stays byte for
+/// byte what it was (capinfos counts every packet), `capsule status` shows the bytes at
+/// each level, and a second run rewrites nothing.
+#[test]
+fn compact_older_than_rewrites_only_old_segments_at_the_tier_level_and_keeps_the_export() {
+    use std::os::unix::fs::MetadataExt;
+    need_tool("capinfos");
+    let d = tempfile::tempdir().unwrap();
+    let input = d.path().join("in.pcap");
+    let truth = synth(&input, &d.path().join("truth.json"), 5, "6s", "40M", None);
+    let store = d.path().join("s");
+    import_ok(
+        &store,
+        &["--level", "1", "--segment-size", "4M"],
+        &[p(&input)],
+    );
+    let before_pcap = d.path().join("before.pcap");
+    let before = query_ok(&store, &before_pcap, &[]);
+    assert_eq!(capinfos_packets(&before_pcap), truth.packets);
+    let segs = segments(&store);
+    assert!(segs.len() >= 4, "{} segments", segs.len());
+    let newest = segs.iter().filter_map(|s| s.last_ns).max().unwrap();
+    let old: Vec<u64> = segs
+        .iter()
+        .filter(|s| newest - s.last_ns.unwrap() > 3_000_000_000)
+        .map(|s| s.seq)
+        .collect();
+    assert!(!old.is_empty() && old.len() < segs.len(), "{old:?}");
+    let ino = |path: &Path| std::fs::metadata(path).unwrap().ino();
+    let inodes: Vec<u64> = segs.iter().map(|s| ino(&s.path)).collect();
+
+    let o = run_ok(capsule().args([
+        "compact",
+        "--store",
+        p(&store),
+        "--older-than",
+        "3s",
+        "--level",
+        "9",
+        "--json",
+    ]));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut done: Vec<u64> = r["compacted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["seq"].as_u64().unwrap())
+        .collect();
+    done.sort();
+    assert_eq!(done, old, "{r}");
+    assert_eq!(r["older_than_ns"], 3_000_000_000u64, "{r}");
+    let after = segments(&store);
+    for (s, (a, i)) in segs.iter().zip(after.iter().zip(&inodes)) {
+        assert_eq!((s.seq, s.packets, s.blocks), (a.seq, a.packets, a.blocks));
+        if old.contains(&s.seq) {
+            assert_ne!(ino(&a.path), *i, "old segment {} not rewritten", s.seq);
+            assert!(a.bytes < s.bytes, "{} -> {} bytes", s.bytes, a.bytes);
+        } else {
+            assert_eq!(ino(&a.path), *i, "young segment {} rewritten", s.seq);
+            assert_eq!(a.bytes, s.bytes);
+        }
+    }
+    let after_pcap = d.path().join("after.pcap");
+    assert!(
+        query_ok(&store, &after_pcap, &[]) == before,
+        "the export changed"
+    );
+    assert_eq!(capinfos_packets(&after_pcap), truth.packets);
+    run_ok(capsule().args(["verify", "--store", p(&store)]));
+
+    // Status: the bytes at levels 1 and 9, as many as the old segments' blocks hold at 9.
+    let o = run_ok(capsule().args(["status", "--store", p(&store), "--json"]));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let levels = s["store"]["bytes_by_level"].as_array().unwrap().clone();
+    let names: Vec<&str> = levels
+        .iter()
+        .map(|l| l["level"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["1", "9"], "{s}");
+    let old_blocks: u64 = after
+        .iter()
+        .filter(|a| old.contains(&a.seq))
+        .map(|a| a.blocks)
+        .sum();
+    assert_eq!(levels[1]["blocks"], old_blocks, "{s}");
+    let text = stdout_str(&run_ok(capsule().args(["status", "--store", p(&store)])));
+    assert!(text.contains("bytes by level: 1: "), "{text}");
+
+    // Again: every old block already holds level 9, nothing is rewritten.
+    let o = run_ok(capsule().args([
+        "compact",
+        "--store",
+        p(&store),
+        "--older-than",
+        "3s",
+        "--level",
+        "9",
+        "--json",
+    ]));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["segments_rewritten"], 0, "{r}");
+    let again: Vec<u64> = segments(&store).iter().map(|s| ino(&s.path)).collect();
+    assert_eq!(
+        again,
+        after.iter().map(|a| ino(&a.path)).collect::<Vec<_>>()
+    );
+}

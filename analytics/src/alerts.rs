@@ -246,7 +246,7 @@ fn clamp(input: &Input, first: u64, last: u64) -> (u64, u64) {
 }
 
 /// The label of direction `d` of a flow: `tcp 10.60.0.5:40000 -> 203.0.113.77:443`.
-fn side_label(f: &capsule_index::sideindex::FlowRecord, d: usize) -> String {
+fn side_label(f: &capsule_index::sideindex::FlowCounts, d: usize) -> String {
     let label = flow_label(f);
     let proto = label.split(' ').next().unwrap_or("");
     let (src, dst, ports) = f.key.side(d);

@@ -22,7 +22,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use capsule_index::flows::FlowSummary;
-use capsule_index::sideindex::{DscpCount, FlowRecord};
+use capsule_index::sideindex::{DscpCount, FlowCounts};
 use capsule_query::Query;
 use capsule_store::Store;
 use serde::Serialize;
@@ -178,14 +178,22 @@ pub struct Input {
 }
 
 /// Reads the flows of `q` from `store`'s side index (no segment file is opened).
-/// `filter` is `q`'s filter as the user wrote it.
-pub fn load(store_dir: &Path, q: &Query, filter: &str) -> Result<Input, AnalyticsError> {
+/// `filter` is `q`'s filter as the user wrote it. With `buckets`, each flow keeps its
+/// 1-second buckets in the window (what `top`, `tcp`, `stragglers` and `alerts` read); an
+/// answer that only reads flow totals (`dscp`, `matrix`) passes false and the listing
+/// holds none.
+pub fn load(
+    store_dir: &Path,
+    q: &Query,
+    filter: &str,
+    buckets: bool,
+) -> Result<Input, AnalyticsError> {
     let err = |source| AnalyticsError::Store {
         store: store_dir.display().to_string(),
         source,
     };
     let store = Store::open(store_dir).map_err(err)?;
-    let listing = capsule_index::flows::list_index_only(&store, q, true).map_err(err)?;
+    let listing = capsule_index::flows::list_index_only(&store, q, buckets).map_err(err)?;
     let (qf, qt) = q.window();
     let (held_from, held_to) = match listing.held {
         Some((a, b)) => (Some(a), Some(b)),
@@ -260,7 +268,7 @@ pub fn shell_quote(s: &str) -> String {
 }
 
 /// The filter selecting a flow's packets (both directions).
-pub fn flow_filter(f: &FlowRecord) -> String {
+pub fn flow_filter(f: &FlowCounts) -> String {
     flow_filter_of(&f.key)
 }
 
@@ -290,7 +298,7 @@ pub fn flow_filter_of(k: &capsule_index::sideindex::FlowKey) -> String {
 }
 
 /// The filter selecting direction `d` of a flow.
-pub fn side_filter(f: &FlowRecord, d: usize) -> String {
+pub fn side_filter(f: &FlowCounts, d: usize) -> String {
     let (src, dst, ports) = f.key.side(d);
     let mut parts = Vec::new();
     for v in f.key.vlans.iter().flatten() {
@@ -424,7 +432,7 @@ pub(crate) mod tests {
         );
         let first = per.first().map_or(0, |p| p.0) * 1_000_000_000;
         let last = per.last().map_or(0, |p| p.0) * 1_000_000_000 + 1;
-        let mut f = FlowRecord::new(key, first, last);
+        let mut f = capsule_index::sideindex::FlowRecord::new(key, first, last);
         for &(second, bytes) in per {
             let mut b = Bucket {
                 second,
@@ -440,7 +448,7 @@ pub(crate) mod tests {
         let (p, b) = (f.packets[d], f.bytes[d]);
         f.count_dscp(d, 0, p, b);
         FlowSummary {
-            flow: f,
+            flow: FlowCounts::from(f),
             approximate: false,
         }
     }

@@ -319,7 +319,7 @@ impl Acc {
 }
 
 /// A flow's text: protocol, VLANs and endpoints, `a <-> b` in canonical order.
-pub fn flow_label(f: &capsule_index::sideindex::FlowRecord) -> String {
+pub fn flow_label(f: &capsule_index::sideindex::FlowCounts) -> String {
     let k = &f.key;
     let ep = |addr: std::net::IpAddr, port: Option<u16>| match (addr, port) {
         (std::net::IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
@@ -353,7 +353,7 @@ enum Id {
 }
 
 impl Id {
-    fn label(&self, f: Option<&capsule_index::sideindex::FlowRecord>) -> String {
+    fn label(&self, f: Option<&capsule_index::sideindex::FlowCounts>) -> String {
         match self {
             Id::Flow(_) => f.map(flow_label).unwrap_or_default(),
             Id::Pair(a, b) => format!("{a} <-> {b}"),
@@ -394,7 +394,7 @@ pub fn top(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn Po
 /// straight into "other" (a million flows would otherwise be a million accumulators).
 /// The same answer as [`top_by_key`] gives for [`Key::Flow`].
 fn top_flows(input: &Input, by: By, limit: usize) -> Top {
-    let measure = |f: &capsule_index::sideindex::FlowRecord| -> u64 {
+    let measure = |f: &capsule_index::sideindex::FlowCounts| -> u64 {
         (0..2)
             .filter(|&d| f.packets[d] > 0)
             .map(|d| match by {

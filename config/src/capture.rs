@@ -56,6 +56,7 @@ pub const CAPTURE_KEYS: &[(&str, &str, CaptureType)] = &[
     ("group", "--group", CaptureType::Text),
     ("log_format", "--log-format", CaptureType::Text),
     ("log_level", "--log-level", CaptureType::Text),
+    ("age_tier", "--age-tier", CaptureType::Text),
 ];
 
 /// Every key of `[serve]`, with the `capsule serve` flag it stands for and its type.

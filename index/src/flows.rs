@@ -19,15 +19,15 @@ use std::collections::HashMap;
 use capsule_query::{Query, Tri};
 use capsule_store::{Result, SegmentReader, Store, StoreError};
 
-use crate::plan::flow_side;
+use crate::plan::key_side;
 use crate::sideindex::journal::load_any;
-use crate::sideindex::{FlowKey, FlowRecord};
+use crate::sideindex::{FlowCounts, FlowKey};
 
-/// One flow over the queried window, both directions (0: a -> b, 1: b -> a): its record,
-/// merged across segments, with no block list or buckets.
+/// One flow over the queried window, both directions (0: a -> b, 1: b -> a): its counts,
+/// merged across segments (no block list, no carried TCP state; buckets only when asked).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlowSummary {
-    pub flow: FlowRecord,
+    pub flow: FlowCounts,
     /// Packets and bytes come from 1-second buckets cut by the window.
     pub approximate: bool,
 }
@@ -70,7 +70,7 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
         let entries = &entries;
         scope.spawn(move || {
             for entry in entries {
-                let loaded = load_entry(dir, entry, from, to);
+                let loaded = load_entry(dir, entry, from, to, keep_buckets);
                 let failed = loaded.is_err();
                 if tx.send(loaded).is_err() || failed {
                     return;
@@ -119,7 +119,7 @@ struct Loaded {
     unseen: Vec<usize>,
     notes: Vec<String>,
     /// The flows, when the index overlaps the window.
-    flows: Vec<FlowRecord>,
+    flows: Vec<FlowCounts>,
 }
 
 /// Reads and decodes the index of one segment (`.idx` when sealed, the journal when open).
@@ -128,6 +128,7 @@ fn load_entry(
     entry: &capsule_store::SegmentEntry,
     from: u64,
     to: u64,
+    keep_buckets: bool,
 ) -> Result<Loaded> {
     use crate::sideindex::{index_name, journal, SegmentIndex};
     use capsule_store::SegmentState;
@@ -135,7 +136,7 @@ fn load_entry(
         seq: entry.seq,
         ..Loaded::default()
     };
-    let idx = match entry.state {
+    let flows: Vec<FlowCounts> = match entry.state {
         SegmentState::Sealed => {
             let path = dir.join(index_name(entry.seq));
             let bytes = match capsule_store::fsx::read(&path, "read index") {
@@ -158,8 +159,12 @@ fn load_entry(
                     }
                 }
             }
-            match SegmentIndex::decode(&bytes) {
-                Ok(i) if i.seq == entry.seq && i.segment_len == entry.bytes => i,
+            // Counts only: the carried TCP state and block lists (more than half of a
+            // decoded record) are checked and dropped.
+            // Without `keep_buckets`, a flow wholly in the window needs none (windowed).
+            let drop_within = (!keep_buckets).then_some((from, to));
+            match SegmentIndex::decode_counts(&bytes, drop_within) {
+                Ok(i) if i.seq == entry.seq && i.segment_len == entry.bytes => i.flows,
                 Ok(_) => {
                     l.unindexed = true; // stale: another file's index
                     return Ok(l);
@@ -202,23 +207,23 @@ fn load_entry(
             let live = journal::fold(entry.seq, &metas, entry.bytes, &read);
             l.unseen = live.unseen;
             l.notes = live.notes;
-            live.index
+            live.index.flows.into_iter().map(FlowCounts::from).collect()
         }
     };
-    for f in &idx.flows {
+    for f in &flows {
         l.held = Some(match l.held {
             None => (f.first_ns, f.last_ns),
             Some((a, b)) => (a.min(f.first_ns), b.max(f.last_ns)),
         });
     }
-    l.flows = idx.flows;
+    l.flows = flows;
     Ok(l)
 }
 
 /// Adds the flows of one segment's index that match `q` in [from, to) to `out`.
 fn merge_segment(
     out: &mut Merged,
-    flows: Vec<FlowRecord>,
+    flows: Vec<FlowCounts>,
     q: &Query,
     from: u64,
     to: u64,
@@ -230,7 +235,10 @@ fn merge_segment(
             continue;
         }
         let matches = (0..2).any(|d| {
-            f.packets[d] > 0 && q.filter.matches_side(&flow_side(&f, d, f.dscp[d])) != Tri::No
+            f.packets[d] > 0
+                && q.filter
+                    .matches_side(&key_side(&f.key, f.tcp_flags[d], d, f.dscp[d]))
+                    != Tri::No
         });
         if !matches {
             continue;
@@ -324,7 +332,8 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
             }
             Err(e) => return Err(e),
         };
-        merge_segment(&mut out, idx.flows, q, from, to, false);
+        let flows = idx.flows.into_iter().map(FlowCounts::from).collect();
+        merge_segment(&mut out, flows, q, from, to, false);
     }
     let flows = finish(out);
     Ok(FlowListing {
@@ -343,13 +352,12 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
 /// stay the whole record's, and so do its cut-off counters (none when the window ends
 /// before the first packet cut; at most the window's packets and bytes) (the summary is
 /// `approximate`).
-fn windowed(mut f: FlowRecord, from: u64, to: u64, keep_buckets: bool) -> FlowSummary {
+fn windowed(mut f: FlowCounts, from: u64, to: u64, keep_buckets: bool) -> FlowSummary {
     let in_window = |b: &crate::sideindex::Bucket| {
         let start = b.second.saturating_mul(1_000_000_000);
         start.saturating_add(1_000_000_000) > from && start < to
     };
     let whole = f.first_ns >= from && f.last_ns < to;
-    f.blocks = Vec::new();
     if !keep_buckets && whole {
         f.buckets = Vec::new();
     }
@@ -360,7 +368,7 @@ fn windowed(mut f: FlowRecord, from: u64, to: u64, keep_buckets: bool) -> FlowSu
         };
     }
     let buckets = std::mem::take(&mut f.buckets);
-    let mut flow = FlowRecord {
+    let mut flow = FlowCounts {
         first_ns: f.first_ns.max(from),
         last_ns: f.last_ns.min(to.saturating_sub(1)),
         ..f

@@ -458,6 +458,76 @@ mod tests {
         assert!(!jpath.exists() && !store.index_dir().join(index_name(1)).exists());
     }
 
+    /// The open segment's block table comes from its journal (no header walk), and equals
+    /// what the walk over its block headers finds; once sealed, the footer's.
+    #[test]
+    fn the_open_segment_block_table_comes_from_the_journal() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let (mut w, _) = open_writer(root, cfg()).unwrap();
+        let i = w.add_interface(eth());
+        for n in 0..400u32 {
+            let ts = S + u64::from(n) * 1000;
+            let iface = if n >= 200 {
+                // A second interface half way: its block header declares it.
+                if n == 200 {
+                    let j = w.add_interface(Interface {
+                        linktype: 1,
+                        snaplen: 0,
+                        name: Some("second".into()),
+                    });
+                    assert_eq!(j, 1);
+                }
+                1
+            } else {
+                i
+            };
+            put(
+                &mut w,
+                iface,
+                ts,
+                tcp4(None, A, B, 40000, 80, 1 + 100 * n, 0x18, 9, 100, 0),
+            );
+        }
+        w.flush().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let (open_blocks, open_ifaces) = loop {
+            let (_, segs) = readers(root);
+            let seg = &segs[0];
+            assert_eq!(seg.state(), capsule_store::SegmentState::Open);
+            let packets: u32 = seg.blocks().iter().map(|b| b.packets).sum();
+            if packets == 400 && seg.blocks_from_journal() == seg.blocks().len() {
+                // The walk over the block headers finds the same blocks.
+                let file = std::fs::File::open(seg.path()).unwrap();
+                let walk = capsule_store::segment::scan(seg.path(), &file, false).unwrap();
+                assert_eq!(walk.blocks, seg.blocks());
+                assert_eq!(walk.interfaces, seg.interfaces());
+                assert!(seg.blocks().len() > 2, "{} blocks", seg.blocks().len());
+                break (seg.blocks().to_vec(), seg.interfaces().to_vec());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the journal never covered the blocks ({} of {} from it, {packets} packets)",
+                seg.blocks_from_journal(),
+                seg.blocks().len()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(open_ifaces.len(), 2);
+        w.finish().unwrap();
+        let (_, segs) = readers(root);
+        let sealed = &segs[0];
+        assert_eq!(sealed.state(), capsule_store::SegmentState::Sealed);
+        // The footer's entries leave the interfaces to its own list.
+        let mut from_journal = open_blocks;
+        for b in &mut from_journal {
+            b.new_interfaces.clear();
+        }
+        assert_eq!(sealed.blocks(), &from_journal[..]);
+        assert_eq!(sealed.interfaces(), &open_ifaces[..]);
+        assert_eq!(sealed.blocks_from_journal(), 0);
+    }
+
     #[test]
     fn the_thread_rebuilds_while_the_writer_is_open() {
         let d = tempfile::tempdir().unwrap();

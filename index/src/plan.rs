@@ -18,7 +18,7 @@ use capsule_query::{Filter, FlowSide, Query, Tri};
 use capsule_store::{Result, SegmentReader, Store, StoreError};
 
 use crate::sideindex::journal::load_any;
-use crate::sideindex::{FlowRecord, SegmentIndex};
+use crate::sideindex::{FlowKey, FlowRecord, SegmentIndex};
 
 /// The blocks to read from one segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,16 +69,21 @@ impl Plan {
 
 /// The side of a flow record as the filter sees it.
 pub fn flow_side(f: &FlowRecord, dir: usize, dscp_mask: u64) -> FlowSide {
-    let (src, dst, ports) = f.key.side(dir);
+    key_side(&f.key, f.tcp_flags[dir], dir, dscp_mask)
+}
+
+/// [`flow_side`] of a flow given by its key and the TCP flags of direction `dir`.
+pub fn key_side(key: &FlowKey, tcp_flags: u8, dir: usize, dscp_mask: u64) -> FlowSide {
+    let (src, dst, ports) = key.side(dir);
     FlowSide {
-        vlans: f.key.vlans,
-        ip_version: f.key.ip_version,
-        proto: f.key.proto,
+        vlans: key.vlans,
+        ip_version: key.ip_version,
+        proto: key.proto,
         src,
         dst,
         ports,
         dscp_mask,
-        tcp_flags: f.tcp_flags[dir],
+        tcp_flags,
     }
 }
 

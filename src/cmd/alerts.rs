@@ -19,7 +19,7 @@ pub fn run(a: &AlertsArgs) -> Result<ExitCode> {
 
 /// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
 pub(super) fn render(a: &AlertsArgs, width: Option<usize>) -> Result<super::Rendered> {
-    let ans = super::answer(&a.a, Some("alerts"))?;
+    let ans = super::answer(&a.a, Some("alerts"), true)?;
     let config = ans.config.as_ref().expect("answer() requires the config");
     let list = evaluate(&ans.input, config)?;
     let lines = table(&list, width);

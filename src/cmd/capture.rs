@@ -98,6 +98,8 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         // What the ladder wrote below `--level` is recompressed in the background, at the
         // lowest priority, pausing while capture is short of CPU.
         compact: true,
+        // And, with --age-tier, old segments at the tier's level after that.
+        age_tier: a.age_tier,
         ..writer_cfg
     };
     // The store first: a locked or unusable store fails in well under a second, before the

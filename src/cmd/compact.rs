@@ -5,6 +5,9 @@
 //! capture runs: the capture's own compactor does this work then), then each segment goes
 //! through `StoreWriter::compact_all`: rewritten beside itself, synced, renamed into place,
 //! its index updated.
+//!
+//! With `--older-than D` only the segments the age tier holds old (newest packet more than D
+//! before the store's newest) are brought to `--level`; the others are left as they are.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -42,7 +45,17 @@ pub fn run(a: &CompactArgs) -> Result<ExitCode> {
     let t0 = Instant::now();
     let json = a.json;
     let progress = crate::progress::Progress::bytes("compact", Some(total));
-    let report = writer.compact_all(a.level, &mut |c| {
+    let plan = match a.older_than {
+        None => capsule_store::compact::Plan::all(a.level),
+        Some(age) => capsule_store::compact::Plan {
+            base: None,
+            tier: Some(capsule_store::compact::AgeTier {
+                age,
+                level: a.level,
+            }),
+        },
+    };
+    let report = writer.compact_plan(&plan, &mut |c| {
         progress.add(c.bytes_before);
         progress.message(format!("segment {}", c.seq));
         if !json {
@@ -81,15 +94,20 @@ pub fn run(a: &CompactArgs) -> Result<ExitCode> {
             .collect();
         let v = serde_json::json!({
             "level": a.level.to_string(),
+            "older_than_ns": a.older_than.map(|d| d.as_nanos() as u64),
             "segments_rewritten": report.compacted.len(),
             "bytes_before": before, "bytes_after": after, "seconds": secs,
             "compacted": segs, "skipped": skipped, "deleted_meanwhile": report.vanished,
         });
         super::print_json(v);
     } else {
+        let older = a
+            .older_than
+            .map(|d| format!(" older than {}", humantime::format_duration(d)))
+            .unwrap_or_default();
         println!(
-            "compacted {} segment(s) at level {}: {before} -> {after} bytes ({:.1}%) in {secs:.2} s \
-             ({:.1} MB/s)",
+            "compacted {} segment(s){older} at level {}: {before} -> {after} bytes ({:.1}%) in \
+             {secs:.2} s ({:.1} MB/s)",
             report.compacted.len(),
             a.level,
             100.0 * after as f64 / before.max(1) as f64,

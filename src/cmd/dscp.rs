@@ -19,7 +19,7 @@ pub fn run(a: &DscpArgs) -> Result<ExitCode> {
 
 /// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
 pub(super) fn render(a: &DscpArgs, width: Option<usize>) -> Result<super::Rendered> {
-    let ans = super::answer(&a.a, None)?;
+    let ans = super::answer(&a.a, None, false)?;
     let d = dscp::dscp(&ans.input, ans.policy());
     let mut t = Table::new(vec![
         Column::right("dscp", 9),

@@ -245,7 +245,7 @@ pub fn json_line(s: &capsule_index::flows::FlowSummary) -> serde_json::Value {
 ///
 /// The side index keeps the union of each direction's TCP flags, which cannot tell a SYN
 /// from the SYN-ACK's ACK after the handshake, so the ports are the evidence used here.
-fn client_side(f: &capsule_index::sideindex::FlowRecord) -> Option<usize> {
+fn client_side(f: &capsule_index::sideindex::FlowCounts) -> Option<usize> {
     let (pa, pb) = f.key.ports?;
     let class = |p: u16| match p {
         0..=1023 => 0,

@@ -19,7 +19,7 @@ pub fn run(a: &MatrixArgs) -> Result<ExitCode> {
 
 /// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
 pub(super) fn render(a: &MatrixArgs, width: Option<usize>) -> Result<super::Rendered> {
-    let ans = super::answer(&a.a, Some("matrix"))?;
+    let ans = super::answer(&a.a, Some("matrix"), false)?;
     let by = match a.by {
         MatrixBy::Bytes => By::Bytes,
         MatrixBy::Packets => By::Packets,

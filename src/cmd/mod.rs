@@ -465,8 +465,9 @@ impl Answer {
 }
 
 /// Loads the config (when given; `need` names the command that cannot go without one) and
-/// the window's flows from the side index, with the capture's drops as a limit.
-fn answer(a: &crate::cli::AnswerArgs, need: Option<&str>) -> Result<Answer> {
+/// the window's flows from the side index, with the capture's drops as a limit; with
+/// `buckets`, each flow's 1-second buckets in the window (see [`capsule_analytics::load`]).
+fn answer(a: &crate::cli::AnswerArgs, need: Option<&str>, buckets: bool) -> Result<Answer> {
     let config = match (&a.config, need) {
         (Some(path), _) => Some(config::load(path)?),
         (None, Some(what)) => {
@@ -480,7 +481,7 @@ fn answer(a: &crate::cli::AnswerArgs, need: Option<&str>) -> Result<Answer> {
     let filter = a.q.filter.join(" ");
     let q = make_query(&filter, a.q.from, a.q.to)?;
     let store = a.q.store.as_deref().unwrap_or(std::path::Path::new("."));
-    let mut input = capsule_analytics::load(store, &q, &filter)?;
+    let mut input = capsule_analytics::load(store, &q, &filter, buckets)?;
     input.limits.drops = Some(drops_note(store, input.from_ns, input.to_ns));
     Ok(Answer { input, config })
 }

@@ -76,6 +76,34 @@ impl Compaction {
     }
 }
 
+/// Compressed bytes and blocks of the store at each compression it holds: `store`, then the
+/// zstd levels from the lowest, then blocks from before blocks recorded it (`unrecorded`).
+fn bytes_by_level(segs: &[SegmentReader]) -> Vec<(String, u64, u64)> {
+    let mut m: std::collections::BTreeMap<(u8, i32), (u64, u64)> = Default::default();
+    for b in segs.iter().flat_map(|s| s.blocks()) {
+        let k = match b.compression {
+            Compression::Stored => (0, 0),
+            Compression::Zstd(l) => (1, l),
+            Compression::NotRecorded => (2, 0),
+            Compression::Unknown(c) => (3, i32::from(c)),
+        };
+        let e = m.entry(k).or_default();
+        e.0 += u64::from(b.compressed_len);
+        e.1 += 1;
+    }
+    m.into_iter()
+        .map(|((kind, l), (bytes, blocks))| {
+            let name = match kind {
+                0 => "store".to_string(),
+                1 => l.to_string(),
+                2 => "unrecorded".to_string(),
+                _ => format!("unknown code {l}"),
+            };
+            (name, bytes, blocks)
+        })
+        .collect()
+}
+
 /// Compressed and uncompressed bytes of up to 16 pending blocks, spread over the store,
 /// compressed at `target`.
 fn sample_ratio(segs: &[SegmentReader], target: Level) -> (u64, u64) {
@@ -241,6 +269,18 @@ pub fn json(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<se
 
 fn json_of(g: &Gathered, store_dir: &Path) -> serde_json::Value {
     let cp = &g.cp;
+    let levels: Vec<_> = bytes_by_level(&g.segs)
+        .into_iter()
+        .map(|(level, bytes, blocks)| serde_json::json!({"level": level, "bytes": bytes, "blocks": blocks}))
+        .collect();
+    // The running capture's age tier (`--age-tier`), if it has one.
+    let tier = g.st.as_ref().filter(|_| g.live).and_then(|s| {
+        let p = s.store;
+        Some(
+            serde_json::json!({"level": p.tier_level?.to_string(), "age_ns": p.tier_age_ns,
+            "pending_bytes": p.tier_pending_bytes}),
+        )
+    });
     serde_json::json!({
         "alerts": super::live_alerts::read_status(store_dir),
         "capture": g.st, "live": g.live,
@@ -250,6 +290,8 @@ fn json_of(g: &Gathered, store_dir: &Path) -> serde_json::Value {
                   "pending_compaction_bytes": cp.pending,
                   "bytes_after_compaction": cp.after,
                   "compactor_bytes_per_s": g.rate,
+                  "bytes_by_level": levels,
+                  "age_tier": tier,
                   "budget_bytes": cp.budget,
                   "retention_horizon_ns": cp.horizon_now_ns,
                   "retention_horizon_after_compaction_ns": cp.horizon_after_ns,
@@ -476,6 +518,22 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     _ => String::new(),
                 }
             );
+            let levels: Vec<String> = bytes_by_level(segs)
+                .iter()
+                .map(|(l, b, _)| format!("{l}: {}", crate::units::format_bytes(*b)))
+                .collect();
+            if !levels.is_empty() {
+                say!("bytes by level: {}", levels.join(", "));
+            }
+            if let Some(p) = running.map(|s| s.store) {
+                if let (Some(l), Some(age)) = (p.tier_level, p.tier_age_ns) {
+                    say!(
+                        "age tier: segments older than {} at level {l}, {} below it",
+                        crate::units::format_duration_ns(age),
+                        crate::units::format_bytes(p.tier_pending_bytes)
+                    );
+                }
+            }
             if let Some(al) = super::live_alerts::read_status(store_dir) {
                 say!(
                     "live alerts: {} evaluation(s), {} event(s) sent, {} undelivered, {} \

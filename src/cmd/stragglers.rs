@@ -24,7 +24,7 @@ pub fn run(a: &StragglersArgs) -> Result<ExitCode> {
 
 /// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
 pub(super) fn render(a: &StragglersArgs, width: Option<usize>) -> Result<super::Rendered> {
-    let ans = super::answer(&a.a, Some("stragglers"))?;
+    let ans = super::answer(&a.a, Some("stragglers"), true)?;
     let policy = ans.policy().expect("answer() requires the config");
     let s = stragglers::stragglers(
         &ans.input,

@@ -19,7 +19,7 @@ pub fn run(a: &TcpArgs) -> Result<ExitCode> {
 
 /// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
 pub(super) fn render(a: &TcpArgs, width: Option<usize>) -> Result<super::Rendered> {
-    let ans = super::answer(&a.a, None)?;
+    let ans = super::answer(&a.a, None, true)?;
     let t = tcp::tcp(&ans.input, a.interval)?;
     let cols = || {
         vec![

@@ -36,7 +36,7 @@ pub(super) fn render(a: &TopArgs, width: Option<usize>) -> Result<super::Rendere
         TopBy::Packets => By::Packets,
     };
     let need = (key == Key::Group).then_some("top --key group");
-    let ans = super::answer(&a.a, need)?;
+    let ans = super::answer(&a.a, need, true)?;
     let t = top::top(&ans.input, key, by, a.limit, ans.policy());
     let mut table = Table::new(vec![
         Column::right("#", 9),

@@ -98,7 +98,7 @@ pub fn run(a: &TriageArgs) -> Result<ExitCode> {
         .into());
     }
     let t0 = std::time::Instant::now();
-    let ans = super::answer(&a.a, Some("triage"))?;
+    let ans = super::answer(&a.a, Some("triage"), true)?;
     let config = ans.config.as_ref().expect("answer() requires the config");
     let policy: &dyn Policy = config;
     let input = &ans.input;

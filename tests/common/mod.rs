@@ -204,11 +204,16 @@ pub fn segment_files(store: &Path) -> Vec<String> {
     v
 }
 
-/// Total size of the files in STORE/segments.
+/// Total size of the files in STORE/segments. A file retention deletes between the listing
+/// and its stat counts 0 (a running capture deletes segments while this samples).
 pub fn segments_dir_bytes(store: &Path) -> u64 {
     std::fs::read_dir(store.join("segments"))
         .expect("list segments dir")
-        .map(|e| e.unwrap().metadata().unwrap().len())
+        .map(|e| match e.and_then(|e| e.metadata()) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => panic!("stat in {}: {e}", store.display()),
+        })
         .sum()
 }
 

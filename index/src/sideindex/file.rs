@@ -10,8 +10,8 @@ use capsule_store::{Result, SegmentReader, StoreError};
 use capsule_wire::view::{Reader, Short, VarintError};
 
 use super::{
-    index_name, BlockSummary, Bucket, DscpChange, DscpCount, DscpState, FlowKey, FlowRecord,
-    SegmentIndex, TcpState,
+    index_name, BlockSummary, Bucket, DscpChange, DscpCount, DscpState, FlowCounts, FlowKey,
+    FlowRecord, SegmentIndex, TcpState,
 };
 
 /// Index format version written by this build.
@@ -278,6 +278,42 @@ pub(super) fn get_flow(
     body_len: usize,
     version: u16,
 ) -> std::result::Result<FlowRecord, DecodeError> {
+    let mut head = get_head(c, version)?;
+    let tcp_in = get_state(c)?;
+    let tcp_out = get_state(c)?;
+    let mut blocks = Vec::new();
+    if let Some(n_blocks) = n_blocks {
+        get_blocks(c, n_blocks, Some(&mut blocks))?;
+    }
+    get_buckets(c, head.first_ns, body_len, Some(&mut head.buckets))?;
+    Ok(FlowRecord::from_counts(head, blocks, tcp_in, tcp_out))
+}
+
+/// Decodes one flow record as [`get_flow`] does, checks everything it checks, and keeps
+/// only the counts: the carried TCP state and the block list are read and dropped, and so
+/// are the buckets of a flow wholly inside `drop_buckets_within` (from, to).
+pub(super) fn get_counts(
+    c: &mut Reader<'_>,
+    n_blocks: Option<usize>,
+    body_len: usize,
+    version: u16,
+    drop_buckets_within: Option<(u64, u64)>,
+) -> std::result::Result<FlowCounts, DecodeError> {
+    let mut head = get_head(c, version)?;
+    get_state(c)?;
+    get_state(c)?;
+    if let Some(n_blocks) = n_blocks {
+        get_blocks(c, n_blocks, None)?;
+    }
+    let keep =
+        drop_buckets_within.is_none_or(|(from, to)| head.first_ns < from || head.last_ns >= to);
+    let first_ns = head.first_ns;
+    get_buckets(c, first_ns, body_len, keep.then_some(&mut head.buckets))?;
+    Ok(head)
+}
+
+/// A flow record's key, times and counters, up to its carried state (no buckets yet).
+fn get_head(c: &mut Reader<'_>, version: u16) -> std::result::Result<FlowCounts, DecodeError> {
     let vlans = [
         vlan_in(c.u16_le().map_err(short)?),
         vlan_in(c.u16_le().map_err(short)?),
@@ -294,7 +330,7 @@ pub(super) fn get_flow(
     let (pa, pb) = (c.u16_le().map_err(short)?, c.u16_le().map_err(short)?);
     let first_ns = c.u64_le().map_err(short)?;
     let last_ns = c.u64_le().map_err(short)?;
-    let mut f = FlowRecord::new(
+    let mut f = FlowCounts::new(
         FlowKey {
             vlans,
             ip_version,
@@ -357,29 +393,49 @@ pub(super) fn get_flow(
             }
         }
     }
-    f.tcp_in = get_state(c)?;
-    f.tcp_out = get_state(c)?;
-    if let Some(n_blocks) = n_blocks {
-        let nb = c.varint().map_err(bad_varint)?;
-        if nb > n_blocks as u64 {
-            return Err(invalid(format!("flow lists {nb} blocks of {n_blocks}")));
+    Ok(f)
+}
+
+/// A flow record's block list, checked against `n_blocks`; kept in `keep` if given.
+fn get_blocks(
+    c: &mut Reader<'_>,
+    n_blocks: usize,
+    mut keep: Option<&mut Vec<u32>>,
+) -> std::result::Result<(), DecodeError> {
+    let nb = c.varint().map_err(bad_varint)?;
+    if nb > n_blocks as u64 {
+        return Err(invalid(format!("flow lists {nb} blocks of {n_blocks}")));
+    }
+    let mut prev = 0u64;
+    for _ in 0..nb {
+        prev += c.varint().map_err(bad_varint)?;
+        if prev >= n_blocks as u64 {
+            return Err(invalid(format!("flow names block {prev} of {n_blocks}")));
         }
-        let mut prev = 0u64;
-        for _ in 0..nb {
-            prev += c.varint().map_err(bad_varint)?;
-            if prev >= n_blocks as u64 {
-                return Err(invalid(format!("flow names block {prev} of {n_blocks}")));
-            }
-            f.blocks.push(prev as u32);
+        if let Some(k) = keep.as_deref_mut() {
+            k.push(prev as u32);
         }
     }
+    Ok(())
+}
+
+/// A flow record's 1-second buckets (the first relative to `first_ns`'s second), into `out`
+/// (checked and dropped without it).
+fn get_buckets(
+    c: &mut Reader<'_>,
+    first_ns: u64,
+    body_len: usize,
+    mut out: Option<&mut Vec<Bucket>>,
+) -> std::result::Result<(), DecodeError> {
     let nbk = c.varint().map_err(bad_varint)?;
     if nbk > body_len as u64 {
         return Err(invalid(format!("flow lists {nbk} buckets")));
     }
     let mut second = first_ns / 1_000_000_000;
     // Each bucket takes at least 13 bytes: no more are reserved than the body could hold.
-    f.buckets.reserve_exact((nbk as usize).min(body_len / 13));
+    if let Some(o) = out.as_deref_mut() {
+        o.reserve_exact((nbk as usize).min(body_len / 13));
+    }
     for _ in 0..nbk {
         second = second.saturating_add(c.varint().map_err(bad_varint)?);
         let mut bk = Bucket {
@@ -394,9 +450,54 @@ pub(super) fn get_flow(
             bk.zero_windows[d] = c.varint().map_err(bad_varint)?;
             bk.resets[d] = c.varint().map_err(bad_varint)?;
         }
-        f.buckets.push(bk);
+        if let Some(o) = out.as_deref_mut() {
+            o.push(bk);
+        }
     }
-    Ok(f)
+    Ok(())
+}
+
+/// An index decoded by [`SegmentIndex::decode_counts`]: its segment and its flows' counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CountsIndex {
+    pub seq: u64,
+    pub segment_len: u64,
+    pub flows: Vec<FlowCounts>,
+}
+
+/// What the header says of a checked index body.
+struct BodyHeader {
+    version: u16,
+    seq: u64,
+    segment_len: u64,
+    n_blocks: usize,
+    n_flows: usize,
+}
+
+fn get_block_summaries(
+    c: &mut Reader<'_>,
+    n_blocks: usize,
+) -> std::result::Result<Vec<BlockSummary>, DecodeError> {
+    let mut blocks = Vec::with_capacity(n_blocks.min(1 << 20));
+    for _ in 0..n_blocks {
+        blocks.push(BlockSummary {
+            dscp: c.u64_le().map_err(short)?,
+            ip_packets: c.u32_le().map_err(short)?,
+            non_ip_packets: c.u32_le().map_err(short)?,
+            malformed_packets: c.u32_le().map_err(short)?,
+        });
+    }
+    Ok(blocks)
+}
+
+fn all_read(c: &Reader<'_>, len: usize) -> std::result::Result<(), DecodeError> {
+    if c.position() != len {
+        return Err(invalid(format!(
+            "{} bytes left over after the flows",
+            len - c.position()
+        )));
+    }
+    Ok(())
 }
 
 impl SegmentIndex {
@@ -472,6 +573,53 @@ impl SegmentIndex {
 
     /// Decodes an index file. Never panics; every failure names what was wrong.
     pub fn decode(b: &[u8]) -> std::result::Result<Self, DecodeError> {
+        let (h, body) = Self::open_body(b)?;
+        let mut c = Reader::new(&body);
+        let blocks = get_block_summaries(&mut c, h.n_blocks)?;
+        let mut flows = Vec::with_capacity(h.n_flows.min(1 << 20));
+        for _ in 0..h.n_flows {
+            flows.push(get_flow(&mut c, Some(h.n_blocks), body.len(), h.version)?);
+        }
+        all_read(&c, body.len())?;
+        Ok(SegmentIndex {
+            seq: h.seq,
+            segment_len: h.segment_len,
+            blocks,
+            flows,
+        })
+    }
+
+    /// Decodes an index file as [`SegmentIndex::decode`] does (the same checks, the same
+    /// errors) into the flows' counts only: no block summaries, block lists or carried TCP
+    /// state are kept, nor the buckets of flows wholly inside `drop_buckets_within`
+    /// ([from, to) in nanoseconds), when given. What the analytics listing reads.
+    pub fn decode_counts(
+        b: &[u8],
+        drop_buckets_within: Option<(u64, u64)>,
+    ) -> std::result::Result<CountsIndex, DecodeError> {
+        let (h, body) = Self::open_body(b)?;
+        let mut c = Reader::new(&body);
+        get_block_summaries(&mut c, h.n_blocks)?;
+        let mut flows = Vec::with_capacity(h.n_flows.min(1 << 20));
+        for _ in 0..h.n_flows {
+            flows.push(get_counts(
+                &mut c,
+                Some(h.n_blocks),
+                body.len(),
+                h.version,
+                drop_buckets_within,
+            )?);
+        }
+        all_read(&c, body.len())?;
+        Ok(CountsIndex {
+            seq: h.seq,
+            segment_len: h.segment_len,
+            flows,
+        })
+    }
+
+    /// Checks an index file's header and body checksum and decompresses the body.
+    fn open_body(b: &[u8]) -> std::result::Result<(BodyHeader, Vec<u8>), DecodeError> {
         const W: &str = "segment index";
         if b.len() < HEADER_LEN {
             return Err(DecodeError::Short {
@@ -536,32 +684,16 @@ impl SegmentIndex {
         }
         let body = zstd::bulk::decompress(compressed, ulen as usize)
             .map_err(|e| invalid(format!("body does not decompress: {e}")))?;
-        let mut c = Reader::new(&body);
-        let mut blocks = Vec::with_capacity(n_blocks.min(1 << 20));
-        for _ in 0..n_blocks {
-            blocks.push(BlockSummary {
-                dscp: c.u64_le().map_err(short)?,
-                ip_packets: c.u32_le().map_err(short)?,
-                non_ip_packets: c.u32_le().map_err(short)?,
-                malformed_packets: c.u32_le().map_err(short)?,
-            });
-        }
-        let mut flows = Vec::with_capacity(n_flows.min(1 << 20));
-        for _ in 0..n_flows {
-            flows.push(get_flow(&mut c, Some(n_blocks), body.len(), version)?);
-        }
-        if c.position() != body.len() {
-            return Err(invalid(format!(
-                "{} bytes left over after the flows",
-                body.len() - c.position()
-            )));
-        }
-        Ok(SegmentIndex {
-            seq,
-            segment_len,
-            blocks,
-            flows,
-        })
+        Ok((
+            BodyHeader {
+                version,
+                seq,
+                segment_len,
+                n_blocks,
+                n_flows,
+            },
+            body,
+        ))
     }
 
     /// Writes the index for its segment into `dir` (tmp file with an unpredictable name,

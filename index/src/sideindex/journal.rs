@@ -26,23 +26,14 @@ use capsule_wire::view::Reader;
 use super::file::{bad_varint, get_flow, invalid, put_flow, put_varint, short};
 use super::{BlockDelta, BlockSummary, FlowKey, FlowRecord, SegmentIndex};
 
-/// Magic opening every journal record.
-pub const RECORD_MAGIC: [u8; 4] = *b"CPJR";
-/// Journal record format version written by this build (its flow records are the side
-/// index's version 4). Version 2 records (index version 3 flow records, without the
-/// cut-off's counters) are still read.
-pub const JOURNAL_VERSION: u16 = 3;
-/// Magic, payload length, payload crc32c.
-pub const FRAME_LEN: usize = 12;
-/// Fixed part of a payload, before the compressed body.
-const FIXED_LEN: usize = 44;
-/// No record is larger (a block holds at most 64 MiB of packets).
-const MAX_PAYLOAD: u32 = 256 << 20;
+use capsule_store::segment::journal::{self as framing, FIXED_LEN, MAX_PAYLOAD};
+pub use capsule_store::segment::journal::{journal_name, FRAME_LEN, RECORD_MAGIC};
 
-/// Name of segment `seq`'s index journal.
-pub fn journal_name(seq: u64) -> String {
-    format!("seg-{seq:012}.journal")
-}
+/// Journal record format version written by this build: its flow records are the side
+/// index's version 4, and it carries the block's frame offset and header frame (the open
+/// segment's block table, read by the store's SegmentReader). Versions 2 (index version 3
+/// flow records, without the cut-off's counters) and 3 (no block table) are still read.
+pub const JOURNAL_VERSION: u16 = 4;
 
 /// The sequence number of a journal file name, if it is one.
 pub fn parse_journal_name(name: &str) -> Option<u64> {
@@ -153,6 +144,14 @@ pub fn encode_record(
     out.extend_from_slice(&meta.frame_crc.to_le_bytes());
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     debug_assert_eq!(out.len(), FRAME_LEN + FIXED_LEN);
+    // Version 4: the block's place in the segment and its header frame, as the segment
+    // holds them (the store's reader builds the open segment's block table from these).
+    out.extend_from_slice(&meta.frame_offset.to_le_bytes());
+    let hlen_at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    meta.encode_header(out);
+    let hlen = (out.len() - hlen_at - 4) as u32;
+    out[hlen_at..hlen_at + 4].copy_from_slice(&hlen.to_le_bytes());
     let at = out.len();
     out.resize(at + zstd::zstd_safe::compress_bound(body.len()), 0);
     let n = zstd.compress_to_buffer(body, &mut out[at..])?;
@@ -191,85 +190,40 @@ pub struct JournalRead {
 /// skipped with a note (reading resumes at the next record magic), and a last record cut
 /// short is a torn tail.
 pub fn parse(bytes: &[u8]) -> JournalRead {
-    let mut out = JournalRead::default();
-    let mut at = 0usize;
-    while at < bytes.len() {
-        let rest = &bytes[at..];
-        if rest.len() < FRAME_LEN {
-            if RECORD_MAGIC.starts_with(&rest[..rest.len().min(4)]) {
-                out.torn_tail = Some(at);
-            } else {
-                out.notes.push(format!(
-                    "offset {at}: {} bytes that are no record",
-                    rest.len()
-                ));
-            }
-            break;
-        }
-        if rest[..4] != RECORD_MAGIC {
-            let skip = find_magic(&rest[1..]).map_or(rest.len(), |n| n + 1);
-            out.notes.push(format!(
-                "offset {at}: expected record magic CPJR, found {:02x?}; skipped {skip} bytes",
-                &rest[..4]
-            ));
-            at += skip;
-            continue;
-        }
-        let len = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-        let stored = u32::from_le_bytes([rest[8], rest[9], rest[10], rest[11]]);
-        let end = FRAME_LEN as u64 + u64::from(len);
-        if len > MAX_PAYLOAD || end > rest.len() as u64 {
-            // Cut short: the tail being written, or a length that was damaged. Whatever
-            // whole records follow (a damaged length) are still read.
-            match find_magic(&rest[4..]) {
-                Some(n) if len <= MAX_PAYLOAD => {
-                    out.notes.push(format!(
-                        "offset {at}: record of {len} bytes runs past the end ({} bytes \
-                         left); skipped to the next record",
-                        rest.len() - FRAME_LEN
-                    ));
-                    at += 4 + n;
-                }
-                Some(n) => {
-                    out.notes.push(format!(
-                        "offset {at}: record length {len} is implausible; skipped to the \
-                         next record"
-                    ));
-                    at += 4 + n;
-                }
-                None => {
-                    out.torn_tail = Some(at);
-                    break;
-                }
-            }
-            continue;
-        }
-        let payload = &rest[FRAME_LEN..end as usize];
-        let computed = crc32c::crc32c(payload);
-        if computed != stored {
-            out.notes.push(format!(
-                "offset {at}: record of {len} bytes fails its crc32c (stored {stored:#010x}, \
-                 computed {computed:#010x}); skipped"
-            ));
-            at += end as usize;
-            continue;
-        }
-        match decode_payload(payload) {
+    let f = framing::frames(bytes);
+    let mut out = JournalRead {
+        records: Vec::with_capacity(f.records.len()),
+        notes: f.notes,
+        torn_tail: f.torn_tail,
+    };
+    // One decompression context for every record: making one per record (what
+    // `zstd::bulk::decompress` does) costs an allocation of ~100 KiB and its page faults
+    // each time, most of the fold's time on a journal of hundreds of records.
+    let mut dctx = zstd::bulk::Decompressor::new().ok();
+    for (at, payload) in f.records {
+        match decode_payload(payload, dctx.as_mut()) {
             Ok(r) => out.records.push(r),
             Err(e) => out
                 .notes
                 .push(format!("offset {at}: record does not decode: {e}; skipped")),
         }
-        at += end as usize;
     }
+    // The framing's notes come first in file order; keep the whole list in file order.
+    out.notes.sort_by_key(|n| note_offset(n));
     out
 }
 
-fn find_magic(b: &[u8]) -> Option<usize> {
-    b.windows(4).position(|w| w == RECORD_MAGIC)
+fn note_offset(n: &str) -> usize {
+    n.strip_prefix("offset ")
+        .and_then(|r| r.split(':').next())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(usize::MAX)
 }
 
-fn decode_payload(p: &[u8]) -> std::result::Result<JournalRecord, DecodeError> {
+fn decode_payload(
+    p: &[u8],
+    dctx: Option<&mut zstd::bulk::Decompressor<'static>>,
+) -> std::result::Result<JournalRecord, DecodeError> {
     let mut c = Reader::new(p);
     let version = c.u16_le().map_err(short)?;
     if !(2..=JOURNAL_VERSION).contains(&version) {
@@ -292,8 +246,24 @@ fn decode_payload(p: &[u8]) -> std::result::Result<JournalRecord, DecodeError> {
             "body of {ulen} bytes is implausibly large"
         )));
     }
-    let body = zstd::bulk::decompress(&p[FIXED_LEN..], ulen as usize)
-        .map_err(|e| invalid(format!("body does not decompress: {e}")))?;
+    // Version 4 puts the block's place and header between the fixed part and the body.
+    let body_at = if version >= framing::BLOCK_TABLE_VERSION {
+        match framing::placed(p)? {
+            Some(b) if b.meta.index == block && b.seq == seq => b.body_at,
+            _ => {
+                return Err(invalid(format!(
+                    "its block part does not describe block {block} of segment {seq}"
+                )))
+            }
+        }
+    } else {
+        FIXED_LEN
+    };
+    let body = match dctx {
+        Some(d) => d.decompress(&p[body_at..], ulen as usize),
+        None => zstd::bulk::decompress(&p[body_at..], ulen as usize),
+    }
+    .map_err(|e| invalid(format!("body does not decompress: {e}")))?;
     if body.len() != ulen as usize {
         return Err(invalid(format!(
             "body is {} bytes, the record says {ulen}",
@@ -622,6 +592,33 @@ mod tests {
         let live = fold(6, &metas(&b), 777, &read);
         assert_eq!(live.unseen, vec![0, 1, 2]);
         assert_ne!(live.index, sealed);
+    }
+
+    /// A version 3 record (written before records carried their block's place and header)
+    /// is read as the same record: its blocks' headers are walked by the segment reader.
+    #[test]
+    fn version_3_records_are_still_read() {
+        let b = blocks();
+        let (bytes, _, sealed) = journal_of(&b);
+        let v4 = parse(&bytes);
+        let mut old = Vec::new();
+        for (_, p) in framing::frames(&bytes).records {
+            let placed = framing::placed(p).unwrap().unwrap();
+            let mut q = p[..FIXED_LEN].to_vec();
+            q[..2].copy_from_slice(&3u16.to_le_bytes());
+            q.extend_from_slice(&p[placed.body_at..]);
+            old.extend_from_slice(&RECORD_MAGIC);
+            old.extend_from_slice(&(q.len() as u32).to_le_bytes());
+            old.extend_from_slice(&crc32c::crc32c(&q).to_le_bytes());
+            old.extend_from_slice(&q);
+        }
+        let v3 = parse(&old);
+        assert!(v3.notes.is_empty(), "{:?}", v3.notes);
+        assert_eq!(v3.records, v4.records);
+        assert_eq!(fold(5, &metas(&b), 777, &v3).index, sealed);
+        // The store finds no block table in them.
+        assert!(framing::block_table(&old, 5).is_empty());
+        assert_eq!(framing::block_table(&bytes, 5).len(), 3);
     }
 
     #[test]

@@ -27,7 +27,7 @@ mod file;
 pub mod journal;
 
 pub use build::{rebuild, rebuild_seeded, BlockDelta, IndexBuilder};
-pub use file::{IndexHeader, INDEX_VERSION};
+pub use file::{CountsIndex, IndexHeader, INDEX_VERSION};
 pub use journal::{journal_name, LiveIndex};
 
 /// Name of segment `seq`'s index file.
@@ -339,21 +339,7 @@ impl FlowRecord {
 
     /// Adds `packets` packets of DSCP `dscp` and `wire` bytes to the per-value counters.
     pub fn count_dscp(&mut self, d: usize, dscp: u8, packets: u64, wire: u64) {
-        let v = &mut self.dscp_counts[d];
-        match v.binary_search_by_key(&dscp, |c| c.dscp) {
-            Ok(i) => {
-                v[i].packets += packets;
-                v[i].bytes += wire;
-            }
-            Err(i) => v.insert(
-                i,
-                DscpCount {
-                    dscp,
-                    packets,
-                    bytes: wire,
-                },
-            ),
-        }
+        count_dscp_into(&mut self.dscp_counts[d], dscp, packets, wire);
     }
 }
 
@@ -388,6 +374,39 @@ impl FlowRecord {
 }
 
 impl FlowRecord {
+    /// A record from its counts, block list and carried TCP state.
+    pub fn from_counts(
+        c: FlowCounts,
+        blocks: Vec<u32>,
+        tcp_in: TcpState,
+        tcp_out: TcpState,
+    ) -> Self {
+        FlowRecord {
+            key: c.key,
+            first_ns: c.first_ns,
+            last_ns: c.last_ns,
+            packets: c.packets,
+            bytes: c.bytes,
+            dscp: c.dscp,
+            tcp_flags: c.tcp_flags,
+            data: c.data,
+            retransmissions: c.retransmissions,
+            zero_windows: c.zero_windows,
+            resets: c.resets,
+            zero_window_ns: c.zero_window_ns,
+            handshake: c.handshake,
+            dscp_counts: c.dscp_counts,
+            dscp_change: c.dscp_change,
+            cut_packets: c.cut_packets,
+            cut_bytes: c.cut_bytes,
+            cut_at_ns: c.cut_at_ns,
+            blocks,
+            buckets: c.buckets,
+            tcp_in,
+            tcp_out,
+        }
+    }
+
     pub fn total_packets(&self) -> u64 {
         self.packets[0] + self.packets[1]
     }
@@ -463,6 +482,172 @@ impl FlowRecord {
                 _ => {}
             }
         }
+    }
+}
+
+/// What the analytics answers need of a flow: a [`FlowRecord`] without its block list and
+/// its carried TCP state (`tcp_in`, `tcp_out`: 384 of the record's 744 bytes in memory, used
+/// only by rebuilds and by the next segment's build). [`SegmentIndex::decode_counts`]
+/// decodes an index straight into these, so a listing of a day of flows holds and moves
+/// half the bytes. The fields mean what [`FlowRecord`]'s of the same name mean.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowCounts {
+    pub key: FlowKey,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub packets: [u64; 2],
+    pub bytes: [u64; 2],
+    pub dscp: [u64; 2],
+    pub tcp_flags: [u8; 2],
+    pub data: [u64; 2],
+    pub retransmissions: [u64; 2],
+    pub zero_windows: [u64; 2],
+    pub resets: [u64; 2],
+    pub zero_window_ns: [u64; 2],
+    pub handshake: [u8; 2],
+    pub dscp_counts: [Vec<DscpCount>; 2],
+    pub dscp_change: [Option<DscpChange>; 2],
+    pub cut_packets: [u64; 2],
+    pub cut_bytes: [u64; 2],
+    pub cut_at_ns: [Option<u64>; 2],
+    pub buckets: Vec<Bucket>,
+}
+
+impl From<FlowRecord> for FlowCounts {
+    fn from(f: FlowRecord) -> Self {
+        FlowCounts {
+            key: f.key,
+            first_ns: f.first_ns,
+            last_ns: f.last_ns,
+            packets: f.packets,
+            bytes: f.bytes,
+            dscp: f.dscp,
+            tcp_flags: f.tcp_flags,
+            data: f.data,
+            retransmissions: f.retransmissions,
+            zero_windows: f.zero_windows,
+            resets: f.resets,
+            zero_window_ns: f.zero_window_ns,
+            handshake: f.handshake,
+            dscp_counts: f.dscp_counts,
+            dscp_change: f.dscp_change,
+            cut_packets: f.cut_packets,
+            cut_bytes: f.cut_bytes,
+            cut_at_ns: f.cut_at_ns,
+            buckets: f.buckets,
+        }
+    }
+}
+
+impl FlowCounts {
+    /// A flow with no packets counted yet.
+    pub fn new(key: FlowKey, first_ns: u64, last_ns: u64) -> Self {
+        FlowCounts {
+            key,
+            first_ns,
+            last_ns,
+            packets: [0; 2],
+            bytes: [0; 2],
+            dscp: [0; 2],
+            tcp_flags: [0; 2],
+            data: [0; 2],
+            retransmissions: [0; 2],
+            zero_windows: [0; 2],
+            resets: [0; 2],
+            zero_window_ns: [0; 2],
+            handshake: [0; 2],
+            dscp_counts: [Vec::new(), Vec::new()],
+            dscp_change: [None; 2],
+            cut_packets: [0; 2],
+            cut_bytes: [0; 2],
+            cut_at_ns: [None; 2],
+            buckets: Vec::new(),
+        }
+    }
+
+    pub fn total_packets(&self) -> u64 {
+        self.packets[0] + self.packets[1]
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.bytes[0] + self.bytes[1]
+    }
+
+    /// Whether the cut-off left some of this flow's packets unstored.
+    pub fn is_cut(&self) -> bool {
+        self.cut_packets != [0, 0]
+    }
+
+    /// The earliest packet of the flow not stored, either direction.
+    pub fn cut_at(&self) -> Option<u64> {
+        self.cut_at_ns.iter().flatten().copied().min()
+    }
+
+    /// Whether a SYN was sent in direction `d` and no SYN-ACK came back.
+    pub fn syn_unanswered(&self, d: usize) -> bool {
+        self.handshake[d] & SENT_SYN != 0 && self.handshake[1 - d] & SENT_SYN_ACK == 0
+    }
+
+    /// Wire bytes stored, both directions (seen minus cut).
+    pub fn stored_bytes(&self) -> u64 {
+        self.total_bytes() - (self.cut_bytes[0] + self.cut_bytes[1])
+    }
+
+    /// Packets stored, both directions (seen minus cut).
+    pub fn stored_packets(&self) -> u64 {
+        self.total_packets() - (self.cut_packets[0] + self.cut_packets[1])
+    }
+
+    /// Adds another segment's counts of the same flow, as [`FlowRecord::absorb`] does
+    /// (buckets are not merged here; see [`merge_buckets`]).
+    pub fn absorb(&mut self, o: &FlowCounts) {
+        self.first_ns = self.first_ns.min(o.first_ns);
+        self.last_ns = self.last_ns.max(o.last_ns);
+        for d in 0..2 {
+            self.packets[d] += o.packets[d];
+            self.bytes[d] += o.bytes[d];
+            self.dscp[d] |= o.dscp[d];
+            self.tcp_flags[d] |= o.tcp_flags[d];
+            self.data[d] += o.data[d];
+            self.retransmissions[d] += o.retransmissions[d];
+            self.zero_windows[d] += o.zero_windows[d];
+            self.resets[d] += o.resets[d];
+            self.zero_window_ns[d] += o.zero_window_ns[d];
+            self.handshake[d] |= o.handshake[d];
+            self.cut_packets[d] += o.cut_packets[d];
+            self.cut_bytes[d] += o.cut_bytes[d];
+            self.cut_at_ns[d] = match (self.cut_at_ns[d], o.cut_at_ns[d]) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            for c in &o.dscp_counts[d] {
+                count_dscp_into(&mut self.dscp_counts[d], c.dscp, c.packets, c.bytes);
+            }
+            match (&self.dscp_change[d], &o.dscp_change[d]) {
+                (Some(a), Some(b)) if b.ts_ns <= a.ts_ns => self.dscp_change[d] = Some(*b),
+                (None, Some(b)) => self.dscp_change[d] = Some(*b),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Adds `packets` packets of DSCP `dscp` and `wire` bytes to per-value counters kept
+/// ascending by value.
+fn count_dscp_into(v: &mut Vec<DscpCount>, dscp: u8, packets: u64, wire: u64) {
+    match v.binary_search_by_key(&dscp, |c| c.dscp) {
+        Ok(i) => {
+            v[i].packets += packets;
+            v[i].bytes += wire;
+        }
+        Err(i) => v.insert(
+            i,
+            DscpCount {
+                dscp,
+                packets,
+                bytes: wire,
+            },
+        ),
     }
 }
 
@@ -722,6 +907,21 @@ pub(crate) mod tests {
 
         let back = SegmentIndex::decode(&idx.encode()).unwrap();
         assert_eq!(back, idx);
+        // The analytics decode keeps each record's counts and buckets, nothing else.
+        let counts: Vec<FlowCounts> = idx.flows.iter().cloned().map(FlowCounts::from).collect();
+        let lean = SegmentIndex::decode_counts(&idx.encode(), None).unwrap();
+        assert_eq!((lean.seq, lean.segment_len), (7, 12345));
+        assert_eq!(lean.flows, counts);
+        // Flows wholly inside the window lose their buckets; a flow the window cuts keeps them.
+        let all = SegmentIndex::decode_counts(&idx.encode(), Some((0, u64::MAX))).unwrap();
+        assert!(all.flows.iter().all(|f| f.buckets.is_empty()));
+        let cut = SegmentIndex::decode_counts(&idx.encode(), Some((0, 2 * s))).unwrap();
+        assert_eq!(cut.flows[0].buckets, idx.flows[0].buckets);
+        // Merging counts is merging records, minus what counts do not carry.
+        let (mut r, mut c) = (idx.flows[0].clone(), counts[0].clone());
+        r.absorb(&idx.flows[1]);
+        c.absorb(&counts[1]);
+        assert_eq!(c, FlowCounts::from(r));
         // The header alone gives the segment and the flows' span.
         let h = SegmentIndex::peek(&idx.encode()).unwrap();
         assert_eq!(
@@ -874,6 +1074,20 @@ pub(crate) mod tests {
         for cut in [0, 10, 63, 64, bytes.len() - 1] {
             assert!(SegmentIndex::decode(&bytes[..cut]).is_err());
         }
+        // The counts-only decode reads the carried state and cut counters the same way
+        // and refuses what the full decode refuses, with the same words.
+        let lean = SegmentIndex::decode_counts(&bytes, None).unwrap();
+        assert_eq!(lean.flows, vec![FlowCounts::from(idx.flows[0].clone())]);
+        let lean3 = SegmentIndex::decode_counts(&v3, None).unwrap();
+        assert_eq!(lean3.flows, vec![FlowCounts::from(uncut.flows[0].clone())]);
+        let over = over.encode();
+        for b in [&over[..], &bytes[..bytes.len() - 1], &bytes[..70]] {
+            let full = SegmentIndex::decode(b).unwrap_err().to_string();
+            let counts = SegmentIndex::decode_counts(b, None)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(full, counts);
+        }
         let mut bad = bytes.clone();
         bad[30] ^= 1;
         assert!(matches!(
@@ -969,6 +1183,14 @@ pub(crate) mod tests {
             with_header.truncate(HEADER_LEN);
             with_header.extend_from_slice(&bytes);
             let _ = SegmentIndex::decode(&with_header);
+            let full = SegmentIndex::decode(&with_header).map(|i| {
+                i.flows.into_iter().map(FlowCounts::from).collect::<Vec<_>>()
+            });
+            let lean = SegmentIndex::decode_counts(&with_header, None).map(|i| i.flows);
+            proptest::prop_assert_eq!(
+                full.map_err(|e| e.to_string()),
+                lean.map_err(|e| e.to_string())
+            );
         }
     }
 }

@@ -435,7 +435,7 @@ fn run(
                 json: json.to_string(),
             }
         };
-        match capsule_analytics::load(store, &q, "")
+        match capsule_analytics::load(store, &q, "", true)
             .and_then(|input| capsule_analytics::alerts::evaluate(&input, &config))
         {
             Ok(alerts) => {

@@ -37,6 +37,7 @@ use crate::format::{self, BlockMeta, Footer, SegmentHeader};
 use crate::fsx;
 
 mod direct;
+pub mod journal;
 mod reader;
 mod recover;
 mod scan;
@@ -457,6 +458,13 @@ impl SegmentFile {
         };
         self.scratch = header;
         r
+    }
+
+    /// The `back`-th block appended so far, counting from the last (0): as its header and
+    /// the footer record it, with its index and frame offset in the file.
+    pub fn appended(&self, back: usize) -> Option<&BlockMeta> {
+        let n = self.footer.blocks.len();
+        n.checked_sub(back + 1).map(|i| &self.footer.blocks[i])
     }
 
     /// Current length of the file in bytes.

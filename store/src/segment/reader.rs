@@ -1,5 +1,6 @@
 //! Read access to one segment: a sealed one through its footer, the open one (being
-//! written, or torn) through a walk over its block headers.
+//! written, or torn) through its index journal's block table (see journal.rs) and a walk
+//! over the headers of the blocks the journal does not vouch for.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -7,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use capsule_pcap::Interface;
 
-use super::scan::{corrupt, head_and_header_len, read_at, scan, Damage};
+use super::scan::{corrupt, head_and_header_len, read_at, scan, scan_known, Damage};
 use super::{parse_name, SegmentState};
 use crate::error::{BlockProblem, Result, StoreError};
 use crate::format::{self, BlockMeta, DecodeError, Footer, TRAILER_LEN};
@@ -28,6 +29,8 @@ pub struct SegmentReader {
     /// What the walk over block headers went past (open segments, and sealed ones read
     /// without their footer).
     damaged: Vec<Damage>,
+    /// Blocks of an open segment taken from its index journal (the first ones).
+    from_journal: usize,
 }
 
 impl SegmentReader {
@@ -50,6 +53,7 @@ impl SegmentReader {
             .len();
         let mut footer_problem = None;
         let mut damaged = Vec::new();
+        let mut from_journal = 0;
         let (blocks, interfaces) = match state {
             SegmentState::Sealed => match read_footer(path, &file, bytes) {
                 Ok(footer) => (footer.blocks, footer.interfaces),
@@ -66,7 +70,14 @@ impl SegmentReader {
             // written in one write right after the file is created): no blocks yet.
             SegmentState::Open if bytes < head_and_header_len() => (Vec::new(), Vec::new()),
             SegmentState::Open => {
-                let s = scan(path, &file, false)?;
+                // The block table from the index journal, as far as the file confirms it;
+                // the headers of the blocks after it are walked.
+                let known = super::journal::journal_path(path, seq)
+                    .and_then(|j| crate::fsx::read(&j, "read index journal").ok())
+                    .map(|b| super::journal::block_table(&b, seq))
+                    .unwrap_or_default();
+                let (s, n) = scan_known(path, &file, false, &known)?;
+                from_journal = n;
                 damaged = s.damaged;
                 (s.blocks, s.interfaces)
             }
@@ -81,7 +92,14 @@ impl SegmentReader {
             bytes,
             footer_problem,
             damaged,
+            from_journal,
         })
+    }
+
+    /// How many of an open segment's blocks (the first ones) were taken from its index
+    /// journal's block table rather than by reading their headers.
+    pub fn blocks_from_journal(&self) -> usize {
+        self.from_journal
     }
 
     /// Why the footer of this sealed segment could not be used, if it could not: its blocks

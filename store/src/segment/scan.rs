@@ -73,6 +73,24 @@ pub(super) fn corrupt(path: &Path, offset: u64, problem: DecodeError) -> StoreEr
 /// less than a page of zero bytes after the last block is direct-I/O padding, not a problem.
 /// A damaged head or segment header is an error.
 pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
+    Ok(scan_known(path, file, verify, &[])?.0)
+}
+
+/// [`scan`] that takes the first blocks from `known` (the open segment's block table from
+/// its index journal: each block and its header frame) instead of reading their headers,
+/// as far as they can be trusted: they must follow each other from the segment header on
+/// and lie within the file, and the header of the last one used is read back from the file
+/// and must be the journaled one byte for byte (a journal record is written when its block
+/// is handed to the disk, which can be before the bytes are in the file; blocks are written
+/// in order, so the last one on disk vouches for those before it). When it is not, the one
+/// before it is tried, and so on. The walk goes on after the last block used. Also returns
+/// how many blocks came from `known`.
+pub(super) fn scan_known(
+    path: &Path,
+    file: &File,
+    verify: bool,
+    known: &[(BlockMeta, Vec<u8>)],
+) -> Result<(Scan, usize)> {
     let file_len = file
         .metadata()
         .map_err(|e| StoreError::io("stat segment", path, e))?
@@ -106,6 +124,17 @@ pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
     // The index the next block header must carry: one more than the last header read,
     // whether its frame was whole or not.
     let mut next_index = 0u32;
+    let trusted = if verify {
+        0
+    } else {
+        trusted_prefix(path, file, pos, file_len, known)?
+    };
+    for (meta, _) in &known[..trusted] {
+        interfaces.extend(meta.new_interfaces.iter().cloned());
+        next_index = meta.index + 1;
+        pos = meta.frame_offset + u64::from(meta.compressed_len);
+        blocks.push(meta.clone());
+    }
     while pos < file_len {
         match next_block(path, file, pos, file_len, verify, next_index)? {
             Step::Block(meta, next) => {
@@ -167,16 +196,53 @@ pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
     let good_len = blocks.last().map_or(head_len + header_frame_len(), |b| {
         b.frame_offset + u64::from(b.compressed_len)
     });
-    Ok(Scan {
-        header,
-        blocks,
-        interfaces,
-        good_len,
-        file_len,
-        problem,
-        damaged,
-        footer_at,
-    })
+    Ok((
+        Scan {
+            header,
+            blocks,
+            interfaces,
+            good_len,
+            file_len,
+            problem,
+            damaged,
+            footer_at,
+        },
+        trusted,
+    ))
+}
+
+/// How many of the `known` blocks a reader may use without reading their headers (see
+/// [`scan_known`]); `first` is where block 0's header starts.
+fn trusted_prefix(
+    path: &Path,
+    file: &File,
+    first: u64,
+    file_len: u64,
+    known: &[(BlockMeta, Vec<u8>)],
+) -> Result<usize> {
+    // The chain: each block's header right after the previous block's frame, within the file.
+    let mut chain = 0;
+    let mut at = first;
+    for (i, (m, header)) in known.iter().enumerate() {
+        let end = m.frame_offset.checked_add(u64::from(m.compressed_len));
+        let fits = m.index as usize == i
+            && at.checked_add(header.len() as u64) == Some(m.frame_offset)
+            && end.is_some_and(|e| e <= file_len);
+        if !fits {
+            break;
+        }
+        chain += 1;
+        at = end.expect("checked above");
+    }
+    // The last block of the chain whose header the file holds, byte for byte.
+    for n in (1..=chain).rev() {
+        let (m, header) = &known[n - 1];
+        let at = m.frame_offset - header.len() as u64;
+        if read_at(file, path, at, header.len())? == *header {
+            return Ok(n);
+        }
+    }
+    Ok(0)
 }
 
 /// Looks for the next block header after damage at `from`: the block-header magic, then a

@@ -64,6 +64,76 @@ pub fn pending_bytes(blocks: &[BlockMeta], target: Level) -> u64 {
         .sum()
 }
 
+/// The age tier: sealed segments whose newest packet is more than `age` older than the
+/// store's newest packet are recompressed at `level`, a higher level than live capture's.
+///
+/// Age is packet time, back from the newest packet of the store's sealed segments, as
+/// retention's `--max-age` counts it: a store whose capture stopped, or an imported trace,
+/// keeps its last `age` of traffic at the fast level rather than having all of it
+/// recompressed because the wall clock moved on (docs/decisions.md, "The age tier").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgeTier {
+    pub age: Duration,
+    pub level: Level,
+}
+
+/// What a compaction brings each sealed segment to: every segment to `base`, and those the
+/// age tier holds old to the tier's level (or `base`, if that is higher).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// The level for every sealed segment (`None`: only the tier's old segments).
+    pub base: Option<Level>,
+    pub tier: Option<AgeTier>,
+}
+
+/// Of two levels, the one that compresses more (`store` is the lowest).
+pub fn costlier(a: Level, b: Level) -> Level {
+    match (a, b) {
+        (Level::Store, x) | (x, Level::Store) => x,
+        (Level::Zstd(a), Level::Zstd(b)) => Level::Zstd(a.max(b)),
+    }
+}
+
+impl Plan {
+    /// Every sealed segment to `level` (`capsule compact --level N`).
+    pub fn all(level: Level) -> Plan {
+        Plan {
+            base: Some(level),
+            tier: None,
+        }
+    }
+
+    /// Whether a segment whose newest packet is at `last_ns` is old for the tier, the
+    /// store's newest packet being at `newest_ns`: more than the tier's age before it.
+    pub fn is_old(&self, last_ns: u64, newest_ns: u64) -> bool {
+        self.tier.is_some_and(|t| {
+            let age = u64::try_from(t.age.as_nanos()).unwrap_or(u64::MAX);
+            newest_ns.saturating_sub(last_ns) > age
+        })
+    }
+
+    /// The level such a segment is brought to, `None` when it is left alone.
+    pub fn target(&self, last_ns: u64, newest_ns: u64) -> Option<Level> {
+        match (self.base, self.tier) {
+            (b, Some(t)) if self.is_old(last_ns, newest_ns) => {
+                Some(b.map_or(t.level, |b| costlier(b, t.level)))
+            }
+            (b, _) => b,
+        }
+    }
+
+    /// The tier's level as applied to old segments (`None`: no tier).
+    pub fn tier_level(&self) -> Option<Level> {
+        let t = self.tier?;
+        Some(self.base.map_or(t.level, |b| costlier(b, t.level)))
+    }
+
+    /// Whether the plan has any valid level to bring a segment to.
+    pub fn is_valid(&self) -> bool {
+        self.base.is_none_or(|b| b.is_valid()) && self.tier.is_none_or(|t| t.level.is_valid())
+    }
+}
+
 /// A compacted segment written to its temporary file, synced, not yet in place.
 #[derive(Debug)]
 pub struct Prepared {
@@ -437,6 +507,47 @@ mod tests {
             block(Compression::Zstd(3), 40_000, 100_000),
         ];
         assert_eq!(pending_bytes(&blocks, t), u64::from(raw));
+    }
+
+    #[test]
+    fn the_age_tier_holds_old_the_segments_more_than_its_age_before_the_newest_packet() {
+        let s = 1_000_000_000u64;
+        let tier = AgeTier {
+            age: Duration::from_secs(3600),
+            level: Level::Zstd(9),
+        };
+        let plan = Plan {
+            base: Some(Level::Zstd(1)),
+            tier: Some(tier),
+        };
+        let newest = 10_000 * s;
+        // Exactly the age before the newest packet is not older than it.
+        assert!(!plan.is_old(newest - 3600 * s, newest));
+        assert!(plan.is_old(newest - 3600 * s - 1, newest));
+        assert!(!plan.is_old(newest, newest));
+        // A segment newer than the store's newest (clock steps) is not old.
+        assert!(!plan.is_old(newest + s, newest));
+        assert_eq!(plan.target(0, newest), Some(Level::Zstd(9)));
+        assert_eq!(plan.target(newest - s, newest), Some(Level::Zstd(1)));
+        // Without a base, young segments are left alone.
+        let only = Plan { base: None, ..plan };
+        assert_eq!(only.target(newest - s, newest), None);
+        assert_eq!(only.target(0, newest), Some(Level::Zstd(9)));
+        // A tier below the base never lowers a segment; nothing is old without a tier.
+        let low = Plan {
+            base: Some(Level::Zstd(12)),
+            ..plan
+        };
+        assert_eq!(low.target(0, newest), Some(Level::Zstd(12)));
+        assert_eq!(low.tier_level(), Some(Level::Zstd(12)));
+        let none = Plan::all(Level::Zstd(3));
+        assert!(!none.is_old(0, newest));
+        assert_eq!(none.target(0, newest), Some(Level::Zstd(3)));
+        assert_eq!(costlier(Level::Store, Level::Zstd(-10)), Level::Zstd(-10));
+        assert!(!Plan::all(Level::Zstd(99)).is_valid());
+        // A block the tier brought to 9 is not pending at 9 again.
+        let b = block(Compression::Zstd(9), 40_000, 100_000);
+        assert!(!is_pending(&b, plan.target(0, newest).unwrap()));
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, Sender};
 
-use super::compact::{self, Control, Outcome, Prepared};
+use super::compact::{self, Control, Outcome, Plan, Prepared};
 use super::{Level, RawBlock};
 use crate::error::{Result, StoreError};
 use crate::fsx;
@@ -59,6 +59,12 @@ pub(crate) struct CompactCounters {
     pub(super) paused: AtomicBool,
     /// The zstd target (a compactor runs).
     pub(super) target: AtomicU32,
+    /// Compressed bytes of the age tier's old segments below the tier's level (last count).
+    pub(super) tier_pending_bytes: AtomicU64,
+    /// The age tier's zstd level and age (ns), while a compactor with a tier runs.
+    pub(super) tier_level: AtomicU32,
+    pub(super) tier_age_ns: AtomicU64,
+    pub(super) tier: AtomicBool,
     pub(super) running: AtomicBool,
 }
 
@@ -70,6 +76,8 @@ pub struct CompactedSegment {
     pub bytes_after: u64,
     pub blocks: usize,
     pub recompressed: usize,
+    /// The level its blocks were brought to.
+    pub level: Level,
     /// Time spent on it, pauses excluded.
     pub busy: Duration,
 }
@@ -166,24 +174,111 @@ impl Control for Yielding<'_> {
 /// What one round found or did.
 enum Step {
     Compacted(CompactedSegment),
-    /// Nothing is pending (that is not skipped).
+    /// A segment was picked but not compacted (nothing pending after all, damage, deleted
+    /// meanwhile): another round may find more.
     Idle,
+    /// Nothing is pending (that is not skipped).
+    Done,
     Stopped,
 }
 
-/// The compactor's memory between rounds: pending bytes of each segment (by number and
-/// length), and segments left alone.
+/// What a round needs of a sealed segment, read once from its footer.
+#[derive(Debug, Clone, Copy)]
+struct SegInfo {
+    /// Newest packet time (0: no packet).
+    last_ns: u64,
+    /// Bytes pending for the plan's base level, and for the tier's level.
+    pending_base: u64,
+    pending_tier: u64,
+}
+
+impl SegInfo {
+    fn read(path: &Path, plan: &Plan) -> SegInfo {
+        match SegmentReader::open(path) {
+            Ok(r) => SegInfo {
+                last_ns: r
+                    .blocks()
+                    .iter()
+                    .filter(|b| b.packets > 0)
+                    .map(|b| b.last_ns)
+                    .max()
+                    .unwrap_or(0),
+                pending_base: plan
+                    .base
+                    .map_or(0, |l| compact::pending_bytes(r.blocks(), l)),
+                pending_tier: plan
+                    .tier_level()
+                    .map_or(0, |l| compact::pending_bytes(r.blocks(), l)),
+            },
+            // Deleted meanwhile, or unreadable (named by other commands): none.
+            Err(_) => SegInfo {
+                last_ns: 0,
+                pending_base: 0,
+                pending_tier: 0,
+            },
+        }
+    }
+}
+
+/// The compactor's memory between rounds: what each segment (by number and length) has
+/// pending, and segments left alone.
 #[derive(Default)]
 struct Rounds {
-    pending: HashMap<(u64, u64), u64>,
+    info: HashMap<(u64, u64), SegInfo>,
     skip: HashSet<(u64, u64)>,
 }
 
-/// One round over segment directory `dir`: counts what is pending, compacts the newest
-/// segment with pending blocks and has the writer thread commit it.
+/// A segment picked for a round: its key (number, length), path and target level.
+type Picked = ((u64, u64), PathBuf, Level);
+
+/// Which sealed segment a round compacts, and at what level: the newest with blocks below
+/// the base level first (an old one at the tier's level, so it is rewritten once); once no
+/// segment has any, the newest old segment with blocks below the tier's level. Also returns
+/// the bytes below the base level, and the old segments' bytes below the tier's level.
+fn pick(
+    sealed: &[(u64, PathBuf, u64)],
+    plan: &Plan,
+    rounds: &Rounds,
+) -> (Option<Picked>, u64, u64) {
+    let newest = sealed
+        .iter()
+        .filter_map(|(s, _, l)| rounds.info.get(&(*s, *l)))
+        .map(|i| i.last_ns)
+        .max()
+        .unwrap_or(0);
+    let (mut base_total, mut tier_total) = (0, 0);
+    let (mut first, mut second) = (None, None);
+    // `sealed` is newest first.
+    for (seq, path, len) in sealed {
+        let key = (*seq, *len);
+        let Some(i) = rounds.info.get(&key) else {
+            continue;
+        };
+        let old = plan.is_old(i.last_ns, newest);
+        base_total += i.pending_base;
+        if old {
+            tier_total += i.pending_tier;
+        }
+        if rounds.skip.contains(&key) {
+            continue;
+        }
+        let Some(target) = plan.target(i.last_ns, newest) else {
+            continue;
+        };
+        if i.pending_base > 0 && first.is_none() {
+            first = Some((key, path.clone(), target));
+        } else if old && i.pending_tier > 0 && second.is_none() {
+            second = Some((key, path.clone(), target));
+        }
+    }
+    (first.or(second), base_total, tier_total)
+}
+
+/// One round over segment directory `dir`: counts what is pending, compacts the segment
+/// [`pick`] chooses and has the writer thread commit it.
 fn step(
     dir: &Path,
-    target: Level,
+    plan: &Plan,
     ctl: &mut dyn Control,
     to_writer: &Sender<CompactRequest>,
     rounds: &mut Rounds,
@@ -202,37 +297,30 @@ fn step(
     // that retention deletes.
     sealed.sort_by_key(|s| std::cmp::Reverse(s.0));
     rounds
-        .pending
+        .info
         .retain(|k, _| sealed.iter().any(|(s, _, l)| (*s, *l) == *k));
-    let mut total = 0;
-    let mut pick = None;
     for (seq, path, len) in &sealed {
-        let key = (*seq, *len);
-        let pending = match rounds.pending.get(&key) {
-            Some(&p) => p,
-            None => {
-                let p = match SegmentReader::open(path) {
-                    Ok(r) => compact::pending_bytes(r.blocks(), target),
-                    // Deleted meanwhile, or unreadable (named by other commands): none.
-                    Err(_) => 0,
-                };
-                rounds.pending.insert(key, p);
-                p
-            }
-        };
-        total += pending;
-        if pending > 0 && pick.is_none() && !rounds.skip.contains(&key) {
-            pick = Some((key, path.clone()));
-        }
+        rounds
+            .info
+            .entry((*seq, *len))
+            .or_insert_with(|| SegInfo::read(path, plan));
     }
-    counters.pending_bytes.store(total, Ordering::Relaxed);
-    let Some((key, path)) = pick else {
-        return Ok(Step::Idle);
+    let (picked, base_total, tier_total) = pick(&sealed, plan, rounds);
+    counters.pending_bytes.store(base_total, Ordering::Relaxed);
+    counters
+        .tier_pending_bytes
+        .store(tier_total, Ordering::Relaxed);
+    let Some((key, path, target)) = picked else {
+        return Ok(Step::Done);
     };
     let p = match compact::prepare(&path, target, ctl) {
         Ok(Outcome::Prepared(p)) => p,
         Ok(Outcome::Nothing) => {
-            rounds.pending.insert(key, 0);
+            // Nothing below `target` after all: nothing below any lower level either.
+            if let Some(i) = rounds.info.get_mut(&key) {
+                i.pending_tier = 0;
+                i.pending_base = 0;
+            }
             return Ok(Step::Idle);
         }
         Ok(Outcome::Skipped(why)) => {
@@ -243,7 +331,7 @@ fn step(
         }
         Ok(Outcome::Stopped) => return Ok(Step::Stopped),
         Err(e) if e.is_not_found() => {
-            rounds.pending.remove(&key);
+            rounds.info.remove(&key);
             report.vanished.push(key.0);
             return Ok(Step::Idle);
         }
@@ -263,6 +351,7 @@ fn step(
         bytes_after: p.bytes_after,
         blocks: p.blocks,
         recompressed: p.recompressed,
+        level: target,
         busy: p.busy,
     };
     let (processed, busy) = (p.pending_before, p.busy);
@@ -287,12 +376,12 @@ fn step(
     counters
         .busy_ns
         .fetch_add(busy.as_nanos() as u64, Ordering::Relaxed);
-    rounds.pending.remove(&key);
+    // The new file (a new length) is read again next round.
+    rounds.info.remove(&key);
     if !committed {
         report.vanished.push(key.0);
         return Ok(Step::Idle);
     }
-    rounds.pending.insert((done.seq, done.bytes_after), 0);
     counters.segments.fetch_add(1, Ordering::Relaxed);
     counters
         .bytes_before
@@ -305,6 +394,7 @@ fn step(
         before = done.bytes_before,
         after = done.bytes_after,
         blocks = done.recompressed,
+        level = %target,
         "compacted"
     );
     report.compacted.push(done.clone());
@@ -316,7 +406,7 @@ fn step(
 /// each segment compacted.
 pub(super) fn run_all(
     dir: &Path,
-    target: Level,
+    plan: &Plan,
     to_writer: &Sender<CompactRequest>,
     counters: &CompactCounters,
     on_each: &mut dyn FnMut(&CompactedSegment),
@@ -327,7 +417,7 @@ pub(super) fn run_all(
     loop {
         let s = step(
             dir,
-            target,
+            plan,
             &mut ctl,
             to_writer,
             &mut rounds,
@@ -336,14 +426,7 @@ pub(super) fn run_all(
         )?;
         match s {
             Step::Compacted(c) => on_each(&c),
-            Step::Idle
-                if rounds
-                    .pending
-                    .iter()
-                    .all(|(k, &p)| p == 0 || rounds.skip.contains(k)) =>
-            {
-                return Ok(report)
-            }
+            Step::Done => return Ok(report),
             Step::Idle => {}
             Step::Stopped => {
                 return Err(StoreError::PipelineBroken(
@@ -369,7 +452,7 @@ pub fn lower_thread_priority(what: &str) {
 /// second when nothing is pending.
 pub(super) fn run_background(
     dir: PathBuf,
-    target: Level,
+    plan: Plan,
     mut busy: Busy,
     stop: Arc<AtomicBool>,
     to_writer: Sender<CompactRequest>,
@@ -394,7 +477,7 @@ pub(super) fn run_background(
         };
         match step(
             &dir,
-            target,
+            &plan,
             &mut ctl,
             &to_writer,
             &mut rounds,
@@ -402,7 +485,8 @@ pub(super) fn run_background(
             &mut report,
         ) {
             Ok(Step::Compacted(_)) => report.compacted.clear(),
-            Ok(Step::Idle) => idle(1),
+            Ok(Step::Idle) => {}
+            Ok(Step::Done) => idle(1),
             Ok(Step::Stopped) => break,
             Err(e) => {
                 // The segment directory could not be listed, or a commit failed: again
@@ -546,6 +630,186 @@ mod tests {
         assert_eq!(rep.store_bytes, seg_bytes(root));
         let (_, comps) = contents(root);
         assert!(comps.contains(&Compression::Zstd(3)));
+    }
+
+    /// Compressions of each sealed segment's blocks, by segment number.
+    fn levels_by_segment(root: &std::path::Path) -> Vec<(u64, Vec<Compression>)> {
+        let store = Store::open(root).unwrap();
+        let mut v: Vec<_> = store
+            .open_segments()
+            .unwrap()
+            .iter()
+            .map(|s| (s.seq(), s.blocks().iter().map(|b| b.compression).collect()))
+            .collect();
+        v.sort_by_key(|x: &(u64, Vec<Compression>)| x.0);
+        v
+    }
+
+    /// The segments (by number) whose newest packet is more than `age` before the store's
+    /// newest packet: a block is cut, and a segment sealed, a little after the packet time
+    /// it spans passes the segment age, so this is read from the segments, not assumed.
+    fn old_segments(root: &std::path::Path, age: Duration) -> Vec<u64> {
+        let store = Store::open(root).unwrap();
+        let last: Vec<(u64, u64)> = store
+            .open_segments()
+            .unwrap()
+            .iter()
+            .map(|s| (s.seq(), s.blocks().iter().map(|b| b.last_ns).max().unwrap()))
+            .collect();
+        let newest = last.iter().map(|l| l.1).max().unwrap();
+        let mut old: Vec<u64> = last
+            .iter()
+            .filter(|l| newest - l.1 > age.as_nanos() as u64)
+            .map(|l| l.0)
+            .collect();
+        old.sort();
+        old
+    }
+
+    #[test]
+    fn the_age_tier_recompresses_only_old_segments_and_never_twice_at_one_level() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let s = 1_000_000_000u64;
+        // Four segments of packet time 0 s, 100 s, 200 s, 300 s (a segment is sealed when
+        // its packets span 10 s), written at level 1.
+        let (mut w, _) = StoreWriter::open(
+            root,
+            WriterConfig {
+                segment_age: Duration::from_secs(10),
+                segment_bytes: 1 << 30,
+                ..cfg(Level::Zstd(1))
+            },
+        )
+        .unwrap();
+        for k in 0..4 {
+            fill(&mut w, 100, k * 100 * s);
+        }
+        w.finish().unwrap();
+        let (before, _) = contents(root);
+        let levels = levels_by_segment(root);
+        assert_eq!(levels.len(), 4, "{levels:?}");
+        assert!(levels
+            .iter()
+            .all(|(_, c)| c.iter().all(|c| *c == Compression::Zstd(1))));
+        // Older than 150 s before the newest packet (about 300 s): the first, at least.
+        let old = old_segments(root, Duration::from_secs(150));
+        assert!(!old.is_empty() && old.len() < 4, "{old:?}");
+        let plan = compact::Plan {
+            base: None,
+            tier: Some(compact::AgeTier {
+                age: Duration::from_secs(150),
+                level: Level::Zstd(9),
+            }),
+        };
+        let (mut w, _) = StoreWriter::open(root, cfg(Level::Zstd(1))).unwrap();
+        let rep = w.compact_plan(&plan, &mut |_| {}).unwrap();
+        let mut seqs: Vec<u64> = rep.compacted.iter().map(|c| c.seq).collect();
+        seqs.sort();
+        assert_eq!(seqs, old, "{rep:?}");
+        assert!(rep.compacted.iter().all(|c| c.level == Level::Zstd(9)));
+        // Again, and with the base level too: every block already holds its level.
+        let rep = w.compact_plan(&plan, &mut |_| {}).unwrap();
+        assert!(rep.compacted.is_empty(), "recompressed twice: {rep:?}");
+        let both = compact::Plan {
+            base: Some(Level::Zstd(1)),
+            ..plan
+        };
+        let rep = w.compact_plan(&both, &mut |_| {}).unwrap();
+        assert!(rep.compacted.is_empty(), "recompressed twice: {rep:?}");
+        w.finish().unwrap();
+        let after = levels_by_segment(root);
+        for (seq, c) in &after {
+            let want = if old.contains(seq) { 9 } else { 1 };
+            assert!(
+                c.iter().all(|c| *c == Compression::Zstd(want)),
+                "segment {seq}: {c:?}"
+            );
+        }
+        assert_eq!(contents(root).0, before);
+        // A higher tier level later recompresses the old ones once more, at that level.
+        let (mut w, _) = StoreWriter::open(root, cfg(Level::Zstd(1))).unwrap();
+        let higher = compact::Plan {
+            base: None,
+            tier: Some(compact::AgeTier {
+                age: Duration::from_secs(150),
+                level: Level::Zstd(12),
+            }),
+        };
+        let rep = w.compact_plan(&higher, &mut |_| {}).unwrap();
+        assert_eq!(rep.compacted.len(), old.len(), "{rep:?}");
+        w.finish().unwrap();
+        for e in Store::open(root).unwrap().list().unwrap() {
+            let problems = crate::verify::verify_segment(&e.path);
+            assert!(problems.is_empty(), "{problems:?}");
+        }
+    }
+
+    #[test]
+    fn the_background_compactor_does_the_age_tier_after_the_base_level() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let s = 1_000_000_000u64;
+        let (mut w, _) = StoreWriter::open(
+            root,
+            WriterConfig {
+                segment_age: Duration::from_secs(10),
+                segment_bytes: 1 << 30,
+                ..cfg(Level::Store)
+            },
+        )
+        .unwrap();
+        for k in 0..4 {
+            fill(&mut w, 100, k * 100 * s);
+        }
+        w.finish().unwrap();
+        let (before, _) = contents(root);
+        let old = old_segments(root, Duration::from_secs(150));
+        assert!(!old.is_empty() && old.len() < 4, "{old:?}");
+        let (w, _) = StoreWriter::open(
+            root,
+            WriterConfig {
+                compact: true,
+                age_tier: Some(compact::AgeTier {
+                    age: Duration::from_secs(150),
+                    level: Level::Zstd(9),
+                }),
+                ..cfg(Level::Zstd(1))
+            },
+        )
+        .unwrap();
+        let gauge = w.pressure_gauge();
+        let t0 = Instant::now();
+        loop {
+            let p = gauge.read();
+            if p.compacted_segments >= 4
+                && p.pending_compaction_bytes == 0
+                && p.tier_pending_bytes == 0
+            {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "{p:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let p = gauge.read();
+        assert_eq!(
+            (p.tier_level, p.compact_target),
+            (Some(9), Some(1)),
+            "{p:?}"
+        );
+        assert_eq!(p.tier_age_ns, Some(150 * s));
+        // Each segment was rewritten once: the old ones straight at the tier's level.
+        assert_eq!(p.compacted_segments, 4, "{p:?}");
+        w.finish().unwrap();
+        let after = levels_by_segment(root);
+        for (seq, c) in &after {
+            let want = if old.contains(seq) { 9 } else { 1 };
+            assert!(
+                c.iter().all(|c| *c == Compression::Zstd(want)),
+                "segment {seq}: {c:?}"
+            );
+        }
+        assert_eq!(contents(root).0, before);
     }
 
     /// The nice value of this process's thread named `name`, from /proc.

@@ -166,6 +166,15 @@ pub struct Pressure {
     /// The store's byte budget, if any.
     #[serde(default)]
     pub budget_bytes: Option<u64>,
+    /// The age tier's zstd level and age (ns), while a compactor with one runs
+    /// (`--age-tier AGE:LEVEL`).
+    #[serde(default)]
+    pub tier_level: Option<i32>,
+    #[serde(default)]
+    pub tier_age_ns: Option<u64>,
+    /// Compressed bytes of the tier's old segments below its level (last count).
+    #[serde(default)]
+    pub tier_pending_bytes: u64,
 }
 
 /// What a full disk cost so far, counted by the writer thread (see [`Pressure`]).
@@ -203,6 +212,15 @@ impl PressureGauge {
                 .load(Ordering::Relaxed)
                 .then(|| c.target.load(Ordering::Relaxed) as i32),
             pending_compaction_bytes: c.pending_bytes.load(Ordering::Relaxed),
+            tier_level: c
+                .tier
+                .load(Ordering::Relaxed)
+                .then(|| c.tier_level.load(Ordering::Relaxed) as i32),
+            tier_age_ns: c
+                .tier
+                .load(Ordering::Relaxed)
+                .then(|| c.tier_age_ns.load(Ordering::Relaxed)),
+            tier_pending_bytes: c.tier_pending_bytes.load(Ordering::Relaxed),
             compacted_segments: c.segments.load(Ordering::Relaxed),
             compacted_bytes_before: c.bytes_before.load(Ordering::Relaxed),
             compacted_bytes_after: c.bytes_after.load(Ordering::Relaxed),

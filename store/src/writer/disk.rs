@@ -431,10 +431,20 @@ impl WriterThread {
         });
         self.retention.grew(seg.len() - before);
         if self.or_make_room(seg, r, SegmentFile::flush)? {
+            // The indexer gets each block as the segment placed it (its index and frame
+            // offset, which the index journal records for readers of the open segment).
+            let placed = |m: &format::BlockMeta, back: usize| {
+                let mut m = m.clone();
+                if let Some(p) = seg.appended(back) {
+                    m.index = p.index;
+                    m.frame_offset = p.frame_offset;
+                }
+                m
+            };
             if let Some((meta, data)) = idb {
-                self.indexer.block(&meta, &data);
+                self.indexer.block(&placed(&meta, 1), &data);
             }
-            self.indexer.block(&c.meta, &c.data);
+            self.indexer.block(&placed(&c.meta, 0), &c.data);
         }
         if c.frame.capacity() > 0 {
             let _ = self.frames.try_send(c.frame);

@@ -126,8 +126,12 @@ pub struct WriterConfig {
     pub adaptive: bool,
     /// Run the compactor in the background: blocks of sealed segments written below `level`
     /// (the ladder stepped down) are recompressed at `level`, at the lowest CPU priority,
-    /// pausing while capture is short of CPU (see compactor.rs). No effect at `store`.
+    /// pausing while capture is short of CPU (see compactor.rs). No effect at `store`
+    /// without an age tier.
     pub compact: bool,
+    /// With `compact`: once nothing is below `level`, sealed segments older than the tier's
+    /// age are recompressed at its level too ([`compact::AgeTier`]).
+    pub age_tier: Option<compact::AgeTier>,
 }
 
 impl Default for WriterConfig {
@@ -146,6 +150,7 @@ impl Default for WriterConfig {
             sync_interval: Duration::from_secs(1),
             adaptive: false,
             compact: false,
+            age_tier: None,
         }
     }
 }
@@ -607,34 +612,47 @@ impl StoreWriter {
             .spawn(move || w.run(done_rx))
             .map_err(|e| StoreError::io("start writer thread", &dir, e))?;
         let compact_stop = Arc::new(AtomicBool::new(false));
-        let compactor = match cfg.level {
-            Level::Zstd(target) if cfg.compact => {
+        let plan = compact::Plan {
+            base: matches!(cfg.level, Level::Zstd(_)).then_some(cfg.level),
+            tier: cfg.age_tier,
+        };
+        let compactor = if cfg.compact && (plan.base.is_some() || plan.tier.is_some()) {
+            if let Level::Zstd(target) = cfg.level {
                 compact_counters
                     .target
                     .store(target as u32, Ordering::Relaxed);
+                // `compact_target` shows only a base level being brought up.
                 compact_counters.running.store(true, Ordering::Relaxed);
-                let busy = compactor::Busy::new(
-                    urgent.clone(),
-                    disk_bound.clone(),
-                    gauge.rungs.clone(),
-                    tx.clone(),
-                );
-                let (d, stop, to_writer, counters) = (
-                    dir.clone(),
-                    compact_stop.clone(),
-                    compact_tx.clone(),
-                    compact_counters.clone(),
-                );
-                let level = cfg.level;
-                let h = std::thread::Builder::new()
-                    .name("capsule-compact".into())
-                    .spawn(move || {
-                        compactor::run_background(d, level, busy, stop, to_writer, counters)
-                    })
-                    .map_err(|e| StoreError::io("start compactor thread", &dir, e))?;
-                Some(h)
             }
-            _ => None,
+            if let (Some(t), Some(Level::Zstd(l))) = (plan.tier, plan.tier_level()) {
+                compact_counters
+                    .tier_level
+                    .store(l as u32, Ordering::Relaxed);
+                compact_counters.tier_age_ns.store(
+                    u64::try_from(t.age.as_nanos()).unwrap_or(u64::MAX),
+                    Ordering::Relaxed,
+                );
+                compact_counters.tier.store(true, Ordering::Relaxed);
+            }
+            let busy = compactor::Busy::new(
+                urgent.clone(),
+                disk_bound.clone(),
+                gauge.rungs.clone(),
+                tx.clone(),
+            );
+            let (d, stop, to_writer, counters) = (
+                dir.clone(),
+                compact_stop.clone(),
+                compact_tx.clone(),
+                compact_counters.clone(),
+            );
+            let h = std::thread::Builder::new()
+                .name("capsule-compact".into())
+                .spawn(move || compactor::run_background(d, plan, busy, stop, to_writer, counters))
+                .map_err(|e| StoreError::io("start compactor thread", &dir, e))?;
+            Some(h)
+        } else {
+            None
         };
 
         let lanes = (0..LANES)
@@ -978,15 +996,26 @@ impl StoreWriter {
         target: Level,
         on_each: &mut dyn FnMut(&CompactedSegment),
     ) -> Result<CompactReport> {
-        if !target.is_valid() {
+        self.compact_plan(&compact::Plan::all(target), on_each)
+    }
+
+    /// As [`StoreWriter::compact_all`], each sealed segment brought to the level `plan`
+    /// gives it (`capsule compact --older-than D --level N`: only segments the age tier
+    /// holds old, at N).
+    pub fn compact_plan(
+        &mut self,
+        plan: &compact::Plan,
+        on_each: &mut dyn FnMut(&CompactedSegment),
+    ) -> Result<CompactReport> {
+        if !plan.is_valid() {
             return Err(StoreError::Config(format!(
-                "compaction level {target} is not valid"
+                "compaction levels {plan:?} are not valid"
             )));
         }
         let Some(tx) = self.compact_tx.clone() else {
             return Err(self.stopped());
         };
-        compactor::run_all(&self.seg_dir, target, &tx, &self.compact_counters, on_each)
+        compactor::run_all(&self.seg_dir, plan, &tx, &self.compact_counters, on_each)
     }
 
     /// Stops the background compactor (it removes a temporary file it was writing).
