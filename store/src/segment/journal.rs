@@ -11,8 +11,8 @@
 //! ```
 //! The records' index content (flows, summaries) is capsule-index's (its sideindex/journal.rs
 //! writes and folds them); the store only splits the records and reads their block table.
-//! A reader never trusts that table alone: [`super::reader`] checks that the blocks follow
-//! each other from the segment header on and lie within the file, and reads the header of
+//! A reader never trusts that table alone: the segment reader (reader.rs) checks that the
+//! blocks follow each other from the segment header on and lie within the file, and reads the header of
 //! the last one it uses back from the file (the journal record is written when the block is
 //! handed to the disk, which with direct I/O is before its bytes are written).
 //! Byte layout: docs/format.md, "Index journal".
