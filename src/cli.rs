@@ -1296,16 +1296,17 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_serve_flag_has_a_config_key_and_every_key_a_flag() {
+    /// Every long flag of `sub` (but --help and --config) has a key in `keys`, named like
+    /// the flag with `_` for `-`, and every key a flag.
+    fn flags_match_keys(sub: &str, keys: &[(&str, &str, capsule_config::CaptureType)]) {
         let cmd = Cli::command();
-        let serve = cmd.find_subcommand("serve").unwrap();
-        let mut flags: Vec<String> = serve
+        let sub = cmd.find_subcommand(sub).unwrap();
+        let mut flags: Vec<String> = sub
             .get_arguments()
             .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
             .filter(|f| f != "--help" && f != "--config")
             .collect();
-        let mut keys: Vec<String> = capsule_config::SERVE_KEYS
+        let mut keys: Vec<String> = keys
             .iter()
             .map(|(k, f, _)| {
                 assert_eq!(f.trim_start_matches("--").replace('-', "_"), *k);
@@ -1315,6 +1316,11 @@ mod tests {
         flags.sort();
         keys.sort();
         assert_eq!(flags, keys);
+    }
+
+    #[test]
+    fn every_serve_flag_has_a_config_key_and_every_key_a_flag() {
+        flags_match_keys("serve", capsule_config::SERVE_KEYS);
     }
 
     #[test]
@@ -1373,23 +1379,7 @@ mod tests {
 
     #[test]
     fn every_capture_flag_has_a_config_key_and_every_key_a_flag() {
-        let cmd = Cli::command();
-        let capture = cmd.find_subcommand("capture").unwrap();
-        let mut flags: Vec<String> = capture
-            .get_arguments()
-            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
-            .filter(|f| f != "--help" && f != "--config")
-            .collect();
-        let mut keys: Vec<String> = capsule_config::CAPTURE_KEYS
-            .iter()
-            .map(|(k, f, _)| {
-                assert_eq!(f.trim_start_matches("--").replace('-', "_"), *k);
-                f.to_string()
-            })
-            .collect();
-        flags.sort();
-        keys.sort();
-        assert_eq!(flags, keys);
+        flags_match_keys("capture", capsule_config::CAPTURE_KEYS);
     }
 
     #[test]

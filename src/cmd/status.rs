@@ -390,39 +390,12 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                         s.seen,
                         s.drops
                     );
-                    let c = &s.drop_causes;
-                    // The causes the active mode can have, and any other that counted.
-                    let xdp = s.mode.starts_with("XDP");
-                    let causes: Vec<String> = [
-                        ("packet ring full", c.packet_ring_full, !xdp),
-                        ("AF_XDP RX ring full", c.xsk_ring_full, xdp),
-                        ("AF_XDP dropped", c.xsk_dropped, xdp),
-                        ("queue without socket", c.no_socket, xdp),
-                        ("store behind", c.pipeline, xdp),
-                        ("invalid descriptors", c.invalid, xdp),
-                        ("disk full", c.disk_full, true),
-                    ]
-                    .into_iter()
-                    .filter(|&(_, n, active)| active || n > 0)
-                    .map(|(what, n, _)| format!("{what} {n}"))
-                    .collect();
-                    say!("  drops by cause: {}", causes.join(", "));
+                    let causes = drop_causes(&s.drop_causes, &s.mode, true);
+                    say!("  drops by cause: {causes}");
                     if several {
                         for i in &s.interfaces {
-                            let c = &i.drop_causes;
-                            let xdp = i.mode.starts_with("XDP");
-                            let causes: Vec<String> = [
-                                ("packet ring full", c.packet_ring_full, !xdp),
-                                ("AF_XDP RX ring full", c.xsk_ring_full, xdp),
-                                ("AF_XDP dropped", c.xsk_dropped, xdp),
-                                ("queue without socket", c.no_socket, xdp),
-                                ("store behind", c.pipeline, xdp),
-                                ("invalid descriptors", c.invalid, xdp),
-                            ]
-                            .into_iter()
-                            .filter(|&(_, n, active)| active || n > 0)
-                            .map(|(what, n, _)| format!("{what} {n}"))
-                            .collect();
+                            // The disk is the store's, counted once above.
+                            let causes = drop_causes(&i.drop_causes, &i.mode, false);
                             let rate = if live {
                                 format!(
                                     "; {:.0} packets/s, {:.1} Mbit/s",
@@ -439,7 +412,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                                 i.wire_bytes,
                                 i.seen,
                                 i.drops,
-                                causes.join(", ")
+                                causes
                             );
                             if let Some(e) = &i.error {
                                 say!("  {}: stopped: {e}", i.iface);
@@ -599,4 +572,25 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
         }
         std::thread::sleep(std::time::Duration::from_secs(1));
     }
+}
+
+/// The drop causes the capture mode `mode` can have, and any other that counted, as
+/// `"packet ring full 0, disk full 0"`; `disk` lists the store's disk-full drops.
+fn drop_causes(c: &capsule_capture::status::DropCauses, mode: &str, disk: bool) -> String {
+    let xdp = mode.starts_with("XDP");
+    [
+        ("packet ring full", c.packet_ring_full, !xdp),
+        ("AF_XDP RX ring full", c.xsk_ring_full, xdp),
+        ("AF_XDP dropped", c.xsk_dropped, xdp),
+        ("queue without socket", c.no_socket, xdp),
+        ("store behind", c.pipeline, xdp),
+        ("invalid descriptors", c.invalid, xdp),
+        ("disk full", c.disk_full, true),
+    ]
+    .into_iter()
+    .filter(|&(what, _, _)| disk || what != "disk full")
+    .filter(|&(_, n, active)| active || n > 0)
+    .map(|(what, n, _)| format!("{what} {n}"))
+    .collect::<Vec<_>>()
+    .join(", ")
 }

@@ -331,6 +331,44 @@ impl DscpState {
     }
 }
 
+/// The counters one record of a flow adds to another of the same flow (another segment's),
+/// for [`FlowRecord::absorb`] and [`FlowCounts::absorb`] alike: both types have these fields,
+/// and the two merges must never drift apart.
+macro_rules! absorb_counts {
+    ($s:ident, $o:ident) => {
+        $s.first_ns = $s.first_ns.min($o.first_ns);
+        $s.last_ns = $s.last_ns.max($o.last_ns);
+        for d in 0..2 {
+            $s.packets[d] += $o.packets[d];
+            $s.bytes[d] += $o.bytes[d];
+            $s.dscp[d] |= $o.dscp[d];
+            $s.tcp_flags[d] |= $o.tcp_flags[d];
+            $s.data[d] += $o.data[d];
+            $s.retransmissions[d] += $o.retransmissions[d];
+            $s.zero_windows[d] += $o.zero_windows[d];
+            $s.resets[d] += $o.resets[d];
+            $s.zero_window_ns[d] += $o.zero_window_ns[d];
+            $s.handshake[d] |= $o.handshake[d];
+            $s.cut_packets[d] += $o.cut_packets[d];
+            $s.cut_bytes[d] += $o.cut_bytes[d];
+            $s.cut_at_ns[d] = match ($s.cut_at_ns[d], $o.cut_at_ns[d]) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            for c in &$o.dscp_counts[d] {
+                count_dscp_into(&mut $s.dscp_counts[d], c.dscp, c.packets, c.bytes);
+            }
+            // The earliest change wins; of two reports of one change, the later one (it
+            // has counted more of the packets before it).
+            match (&$s.dscp_change[d], &$o.dscp_change[d]) {
+                (Some(a), Some(b)) if b.ts_ns <= a.ts_ns => $s.dscp_change[d] = Some(*b),
+                (None, Some(b)) => $s.dscp_change[d] = Some(*b),
+                _ => {}
+            }
+        }
+    };
+}
+
 impl FlowRecord {
     /// Whether a SYN was sent in direction `d` and no SYN-ACK came back.
     pub fn syn_unanswered(&self, d: usize) -> bool {
@@ -452,36 +490,7 @@ impl FlowRecord {
     /// Adds another record of the same flow (another segment's) to this one. Block lists and
     /// buckets are not merged: their indexes belong to their own segments.
     pub fn absorb(&mut self, o: &FlowRecord) {
-        self.first_ns = self.first_ns.min(o.first_ns);
-        self.last_ns = self.last_ns.max(o.last_ns);
-        for d in 0..2 {
-            self.packets[d] += o.packets[d];
-            self.bytes[d] += o.bytes[d];
-            self.dscp[d] |= o.dscp[d];
-            self.tcp_flags[d] |= o.tcp_flags[d];
-            self.data[d] += o.data[d];
-            self.retransmissions[d] += o.retransmissions[d];
-            self.zero_windows[d] += o.zero_windows[d];
-            self.resets[d] += o.resets[d];
-            self.zero_window_ns[d] += o.zero_window_ns[d];
-            self.handshake[d] |= o.handshake[d];
-            self.cut_packets[d] += o.cut_packets[d];
-            self.cut_bytes[d] += o.cut_bytes[d];
-            self.cut_at_ns[d] = match (self.cut_at_ns[d], o.cut_at_ns[d]) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            for c in &o.dscp_counts[d] {
-                self.count_dscp(d, c.dscp, c.packets, c.bytes);
-            }
-            // The earliest change wins; of two reports of one change, the later one (it
-            // has counted more of the packets before it).
-            match (&self.dscp_change[d], &o.dscp_change[d]) {
-                (Some(a), Some(b)) if b.ts_ns <= a.ts_ns => self.dscp_change[d] = Some(*b),
-                (None, Some(b)) => self.dscp_change[d] = Some(*b),
-                _ => {}
-            }
-        }
+        absorb_counts!(self, o);
     }
 }
 
@@ -601,34 +610,7 @@ impl FlowCounts {
     /// Adds another segment's counts of the same flow, as [`FlowRecord::absorb`] does
     /// (buckets are not merged here; see [`merge_buckets`]).
     pub fn absorb(&mut self, o: &FlowCounts) {
-        self.first_ns = self.first_ns.min(o.first_ns);
-        self.last_ns = self.last_ns.max(o.last_ns);
-        for d in 0..2 {
-            self.packets[d] += o.packets[d];
-            self.bytes[d] += o.bytes[d];
-            self.dscp[d] |= o.dscp[d];
-            self.tcp_flags[d] |= o.tcp_flags[d];
-            self.data[d] += o.data[d];
-            self.retransmissions[d] += o.retransmissions[d];
-            self.zero_windows[d] += o.zero_windows[d];
-            self.resets[d] += o.resets[d];
-            self.zero_window_ns[d] += o.zero_window_ns[d];
-            self.handshake[d] |= o.handshake[d];
-            self.cut_packets[d] += o.cut_packets[d];
-            self.cut_bytes[d] += o.cut_bytes[d];
-            self.cut_at_ns[d] = match (self.cut_at_ns[d], o.cut_at_ns[d]) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            for c in &o.dscp_counts[d] {
-                count_dscp_into(&mut self.dscp_counts[d], c.dscp, c.packets, c.bytes);
-            }
-            match (&self.dscp_change[d], &o.dscp_change[d]) {
-                (Some(a), Some(b)) if b.ts_ns <= a.ts_ns => self.dscp_change[d] = Some(*b),
-                (None, Some(b)) => self.dscp_change[d] = Some(*b),
-                _ => {}
-            }
-        }
+        absorb_counts!(self, o);
     }
 }
 
