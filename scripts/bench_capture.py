@@ -46,7 +46,11 @@ does not change what runs).
     python3 scripts/bench_capture.py [--dir /tmp/capsule-bench-capture] [--runs 1]
                                      [--seconds 8] [--loop N] [--capsule PATH]
                                      [--only capsule,stenographer,...]
-                                     [--capsule-opt=--threads=1 ...]
+                                     [--capsule-opt=--threads=1 ...] [--senders 2]
+
+With --senders 2 two tcpreplay processes send the file at once (packets sent is their sum):
+on this 2-core machine that leaves the capturer no idle core, the "loaded server" of issue 10
+where compressing in the capture path costs packets.
 """
 import argparse
 import ctypes
@@ -92,7 +96,14 @@ def parse_args():
                     help="capturers to run, comma-separated (default: all)")
     ap.add_argument("--capsule-opt", action="append", default=[], metavar="OPT",
                     help="extra option for capsule capture, repeatable")
-    return ap.parse_args()
+    ap.add_argument("--senders", type=int, default=1,
+                    help="tcpreplay processes sending at once (default %(default)s); on a "
+                         "2-core machine 2 keep both cores busy beside the capturer: a loaded "
+                         "server, where a capturer that compresses or writes slowly drops")
+    args = ap.parse_args()
+    if args.senders < 1:
+        ap.error("--senders must be at least 1")
+    return args
 
 
 # ---------------------------------------------------------------- processes and cleanup
@@ -465,7 +476,8 @@ def run_one(args, link, pcap, loops, capturer, rep):
     if setup_ticks is None:
         raise RuntimeError(f"{capturer} exited before the traffic:\n{proc.log()}")
     drops0 = softnet_drops()
-    sent, send_wall, retries, sender_cpu = send(ns_a, if_a, pcap, loops, 1, workdir)
+    sent, send_wall, retries, sender_cpu = send(ns_a, if_a, pcap, loops, args.senders,
+                                                workdir)
     # stenotype hands a block to disk when it is full or 10 s old (--blockage_sec): wait
     # for its last one.
     wait_idle(proc, min_wait=11.0 if capturer == "stenographer" else 2.5)
@@ -572,10 +584,10 @@ def main():
 
     cal = os.path.join(args.dir, "calibrate")
     os.makedirs(cal, exist_ok=True)
-    sent, wall, _, _ = send(ns_a, if_a, pcap, 3, 1, cal)
-    per_file = sent // 3
+    sent, wall, _, _ = send(ns_a, if_a, pcap, 3, args.senders, cal)
+    per_file = sent // (3 * args.senders)
     rate = sent / wall
-    loops = args.loop or max(1, math.ceil(args.seconds * rate / per_file))
+    loops = args.loop or max(1, math.ceil(args.seconds * rate / (per_file * args.senders)))
     shutil.rmtree(cal, ignore_errors=True)
     print(f"calibration (no capturer): {rate / 1e3:.0f} kpps; {per_file} packets a loop, "
           f"--loop {loops}", flush=True)
@@ -603,7 +615,8 @@ def main():
             best[c] = better(best[c], r)
 
     print()
-    print(f"sender: tcpreplay --topspeed --loop {loops}, {per_file} packets a loop (capsule "
+    print(f"sender: {args.senders} x tcpreplay --topspeed --loop {loops}, {per_file} packets a "
+          f"loop (capsule "
           f"synth --seed 5 --duration 2s --rate 400M); {args.ring_mib} MiB kernel buffers; "
           f"best of {args.runs} run(s) per row (fewest drops, then least CPU per packet)")
     if args.capsule_opt:
