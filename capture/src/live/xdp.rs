@@ -606,12 +606,13 @@ const RECV_BATCH: u32 = 256;
 /// Sleeps once a socket's RX ring is drained, instead of spinning (a whole core) or blocking
 /// in poll (a wake-up for every few packets, and the capture thread must tick the writer
 /// anyway). While packets flow (the passes since the last nap read some), the nap is the time
-/// [`RECV_BATCH`] packets take to arrive at the rate of the last cycle, from 200 µs to 2 ms:
+/// [`NAP_PACKETS`] packets take to arrive at the rate of the last cycle, from 200 µs to 2 ms:
 /// a wake-up is paid per batch, not per few packets. Measured: at 330 kpps, 50 µs naps spent
 /// more CPU in wake-ups than in reading; at 90 kpps, fixed 200 µs naps woke for 18 packets
 /// each and cost about 8% of a store-rung capture's CPU (sleep, switch and wake-up), 1 ms
-/// naps still about 5%. While idle, 100 µs doubling to 1 ms. At 1 Mpps the nap is 256 µs;
-/// a rate that jumps during a 2 ms nap overflows a ring of 16384 only beyond 8 Mpps.
+/// naps still about 5% (naps for 256 packets: 1 ms at 250 kpps). While idle, 100 µs
+/// doubling to 1 ms. At 1 Mpps the nap is 1 ms; a rate that jumps during a 2 ms nap
+/// overflows a ring of 16384 only beyond 8 Mpps.
 #[derive(Debug)]
 struct Backoff {
     idle: u32,
@@ -630,6 +631,9 @@ impl Default for Backoff {
         }
     }
 }
+
+/// Packets a nap lets gather while packets flow (read [`RECV_BATCH`] at a time after it).
+const NAP_PACKETS: u32 = 1024;
 
 /// Shortest and longest nap while packets flow.
 const FLOW_NAP: (Duration, Duration) = (Duration::from_micros(200), Duration::from_millis(2));
@@ -654,7 +658,7 @@ impl Backoff {
         if self.gathered > 0 {
             self.idle = 0;
             let cycle = now.duration_since(self.cycle);
-            let ns = cycle.as_nanos() * u128::from(RECV_BATCH) / u128::from(self.gathered);
+            let ns = cycle.as_nanos() * u128::from(NAP_PACKETS) / u128::from(self.gathered);
             let batch = Duration::from_nanos(ns.min(u128::from(u64::MAX)) as u64);
             batch.clamp(FLOW_NAP.0, FLOW_NAP.1)
         } else {
@@ -934,14 +938,14 @@ mod tests {
         };
         // 90 packets in 1 ms (90 kpps): a batch takes longer than the longest nap.
         assert_eq!(b.nap(at(1000)), Duration::from_millis(2));
-        // 200 in 1 ms: 1.28 ms gathers a batch.
-        b.gathered = 200;
+        // 800 in 1 ms: 1.28 ms gathers a batch.
+        b.gathered = 800;
         assert_eq!(b.nap(at(1000)), Duration::from_micros(1280));
-        // 512 in 1 ms (512 kpps): half a millisecond gathers a batch.
-        b.gathered = 512;
+        // 2048 in 1 ms (2 Mpps): half a millisecond gathers a batch.
+        b.gathered = 2048;
         assert_eq!(b.nap(at(1000)), Duration::from_micros(500));
-        // 5000 in 1 ms: never below 200 µs.
-        b.gathered = 5000;
+        // 20000 in 1 ms: never below 200 µs.
+        b.gathered = 20000;
         assert_eq!(b.nap(at(1000)), Duration::from_micros(200));
         // Idle: 100 µs doubling up to 1 ms.
         b.gathered = 0;

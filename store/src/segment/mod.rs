@@ -460,6 +460,55 @@ impl SegmentFile {
         r
     }
 
+    /// Appends a stored block: `content` in a raw zstd frame ([`format::put_raw_frame`]),
+    /// laid out around it without joining the pieces first (the frame's heads go in
+    /// `heads`). `meta` must carry the frame's lengths; its checksum is computed here, with
+    /// direct I/O in the same pass as the copy into the write buffer.
+    pub fn append_raw(
+        &mut self,
+        mut meta: BlockMeta,
+        content: &[u8],
+        heads: &mut Vec<u8>,
+    ) -> Result<()> {
+        format::raw_frame_heads(content.len(), heads);
+        let parts = format::raw_frame_parts(content, heads);
+        if self.direct.is_none() {
+            meta.frame_crc = parts.iter().fold(0, |crc, p| crc32c::crc32c_append(crc, p));
+            return self.append_parts(meta, &parts);
+        }
+        meta.index = self.footer.blocks.len() as u32;
+        let mut header = std::mem::take(&mut self.scratch);
+        header.clear();
+        meta.frame_crc = 0;
+        meta.encode_header(&mut header);
+        meta.frame_offset = self.len + header.len() as u64;
+        let d = self.direct.as_mut().expect("checked above");
+        let at = d.fill;
+        d.stage(&[&header]);
+        meta.frame_crc = d.stage_crc(&parts, 0);
+        // The same length: the checksum is a fixed-width field.
+        header.clear();
+        meta.encode_header(&mut header);
+        d.patch(at, &header);
+        let frame_len: usize = parts.iter().map(|p| p.len()).sum();
+        self.unsynced = true;
+        self.len += (header.len() + frame_len) as u64;
+        self.scratch = header;
+        // Recorded as append_parts does: a failed flush leaves the block pending.
+        self.footer
+            .interfaces
+            .extend(meta.new_interfaces.iter().cloned());
+        add_to_footer(&mut self.footer, &meta);
+        if self
+            .direct
+            .as_ref()
+            .is_some_and(|d| d.fill >= DIRECT_FLUSH_BYTES)
+        {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
     /// The `back`-th block appended so far, counting from the last (0): as its header and
     /// the footer record it, with its index and frame offset in the file.
     pub fn appended(&self, back: usize) -> Option<&BlockMeta> {
@@ -708,6 +757,66 @@ pub(crate) mod tests {
         for (i, p) in payloads.iter().enumerate() {
             r.read_frame(i, &mut frame).unwrap();
             assert_eq!(&zstd::bulk::decompress(&frame, p.len()).unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn stored_blocks_carry_their_raw_frames_checksum_direct_or_buffered() {
+        for direct in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut seg = SegmentFile::create(dir.path(), 1, 0).unwrap();
+            assert!(seg.direct.is_some(), "O_DIRECT refused");
+            if !direct {
+                seg.direct = None;
+                seg.file.set_len(seg.len).unwrap(); // cut the head's page padding
+            }
+            let path = dir.path().join(open_name(1));
+            // Around the raw frame's 128 KiB blocks and the checksum's 8 KiB pieces, and
+            // past the first flush size.
+            let sizes = [0, 100, 8192, 128 << 10, (128 << 10) + 1, 300_001, 9 << 20];
+            let mut heads = Vec::new();
+            let mut contents = Vec::new();
+            for (i, &n) in sizes.iter().enumerate() {
+                let content: Vec<u8> = (0..n).map(|k| (k * 31 + i * 7) as u8).collect();
+                let meta = BlockMeta {
+                    first_ns: i as u64,
+                    last_ns: i as u64,
+                    packets: 1,
+                    compressed_len: format::raw_frame_len(n) as u32,
+                    uncompressed_len: n as u32,
+                    compression: format::Compression::Stored,
+                    frame_crc: 0xdead_beef, // replaced
+                    ..BlockMeta::default()
+                };
+                seg.append_raw(meta, &content, &mut heads).unwrap();
+                let mut frame = Vec::new();
+                format::put_raw_frame(&mut frame, &content);
+                let got = seg.appended(0).unwrap();
+                assert_eq!(got.frame_crc, crc32c::crc32c(&frame), "{n} bytes");
+                assert_eq!(got.compressed_len as usize, frame.len());
+                contents.push((content, frame));
+            }
+            seg.flush().unwrap();
+            // The headers written agree with the footer's entries (a live reader checks
+            // each header's own checksum and the frames' against them).
+            let file = File::open(&path).unwrap();
+            let s = scan(&path, &file, true).unwrap();
+            assert_eq!(s.problem, None);
+            assert_eq!(s.blocks.len(), sizes.len());
+            for (b, (_, frame)) in s.blocks.iter().zip(&contents) {
+                assert_eq!(b.frame_crc, crc32c::crc32c(frame));
+            }
+            let sealed = seg.seal().unwrap().unwrap();
+            let r = SegmentReader::open(&sealed.path).unwrap();
+            let mut frame = Vec::new();
+            for (i, (content, raw)) in contents.iter().enumerate() {
+                r.read_frame(i, &mut frame).unwrap();
+                assert_eq!(&frame, raw, "direct {direct}, block {i}");
+                assert_eq!(
+                    &zstd::bulk::decompress(&frame, content.len()).unwrap(),
+                    content
+                );
+            }
         }
     }
 

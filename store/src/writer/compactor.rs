@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Sender};
 
 use super::compact::{self, Control, Outcome, Plan, Prepared};
-use super::{Level, RawBlock};
+use super::Level;
 use crate::error::{Result, StoreError};
 use crate::fsx;
 use crate::segment::{self, SegmentReader, SegmentState};
@@ -98,8 +98,9 @@ pub(super) struct Busy {
     pub(super) urgent: Arc<AtomicU32>,
     pub(super) disk_bound: Arc<AtomicBool>,
     pub(super) rungs: Arc<[AtomicU64; 4]>,
-    /// The compressors' input queue (only its length is read).
-    pub(super) raw: Sender<RawBlock>,
+    /// The producer's output queue: the compressors' input, or at the store level the
+    /// writer thread's (only its length is read).
+    pub(super) raw: super::QueueLen,
     lowered: u64,
     lowered_at: Option<Instant>,
 }
@@ -109,7 +110,7 @@ impl Busy {
         urgent: Arc<AtomicU32>,
         disk_bound: Arc<AtomicBool>,
         rungs: Arc<[AtomicU64; 4]>,
-        raw: Sender<RawBlock>,
+        raw: super::QueueLen,
     ) -> Self {
         Busy {
             urgent,
@@ -133,10 +134,10 @@ impl Busy {
             self.lowered = lowered;
             self.lowered_at = Some(Instant::now());
         }
-        let cap = self.raw.capacity().unwrap_or(1).max(1);
+        let (len, cap) = self.raw.len_cap();
         self.urgent.load(Ordering::Relaxed) > 0
             || self.disk_bound.load(Ordering::Relaxed)
-            || self.raw.len() * 4 >= cap
+            || len * 4 >= cap.max(1)
             || self
                 .lowered_at
                 .is_some_and(|t| t.elapsed() < Duration::from_secs(1))

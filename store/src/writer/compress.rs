@@ -5,8 +5,8 @@
 //! RawBlock (producer) -> compress_loop (N threads): rung = Ladder::pick(queue, reader
 //!   behind, disk bound; live capture starts at store and climbs while calm)
 //!   -> zstd frame with checksum at that rung's level -> crc32c of the frame
-//!   -> or, at the store rung, only the crc32c of the raw frame the writer thread lays out
-//!      around the block's bytes (no copy here)
+//!   -> or, at the store rung, nothing: the writer thread lays the raw frame out around
+//!      the block's bytes and takes its crc32c as it copies them
 //!   -> Compressed (to the writer thread)
 //! ```
 
@@ -265,15 +265,10 @@ impl Rung {
     }
 
     /// Makes the frame of `data` and returns its length and crc32c: a zstd frame into
-    /// `frame`; at the store rung nothing is copied (`frame` stays empty, and the writer
-    /// thread lays the raw frame out around `data`, see [`format::raw_frame_parts`]): only
-    /// the checksum of that frame is computed, from its heads (kept in `heads`) and `data`.
-    fn compress(
-        &mut self,
-        data: &[u8],
-        frame: &mut Vec<u8>,
-        heads: &mut Vec<u8>,
-    ) -> std::io::Result<(u32, u32)> {
+    /// `frame`; at the store rung nothing is done here (`frame` stays empty, and the writer
+    /// thread lays the raw frame out around `data` and takes its checksum as it copies it,
+    /// see [`crate::segment::SegmentFile::append_raw`]): the checksum returned is 0.
+    fn compress(&mut self, data: &[u8], frame: &mut Vec<u8>) -> std::io::Result<(u32, u32)> {
         frame.clear();
         match self {
             Rung::Zstd(c) => {
@@ -281,13 +276,7 @@ impl Rung {
                 c.compress_to_buffer(data, frame)?;
                 Ok((frame.len() as u32, crc32c::crc32c(frame)))
             }
-            Rung::Store => {
-                format::raw_frame_heads(data.len(), heads);
-                let crc = format::raw_frame_parts(data, heads)
-                    .iter()
-                    .fold(0, |crc, p| crc32c::crc32c_append(crc, p));
-                Ok((format::raw_frame_len(data.len()) as u32, crc))
-            }
+            Rung::Store => Ok((format::raw_frame_len(data.len()) as u32, 0)),
         }
     }
 
@@ -398,7 +387,6 @@ pub(super) fn compress_loop(
         ladder.push(r);
     }
     let raw_cap = rx.capacity().unwrap_or(0).max(1);
-    let mut heads = Vec::new();
     for mut raw in rx.iter() {
         let rung = if adaptive {
             let behind = signals.urgent.load(Ordering::Relaxed) > 0;
@@ -414,7 +402,7 @@ pub(super) fn compress_loop(
             true => Vec::new(),
             false => frames.try_recv().unwrap_or_default(),
         };
-        let Ok((len, crc)) = ladder[rung].compress(&raw.data, &mut frame, &mut heads) else {
+        let Ok((len, crc)) = ladder[rung].compress(&raw.data, &mut frame) else {
             return; // drops `out`: the writer sees the pipeline end early
         };
         raw.meta.compressed_len = len;

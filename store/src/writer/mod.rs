@@ -46,7 +46,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 
 use crate::budget::FreeSpace;
 use crate::error::{Result, StoreError};
-use crate::format::BlockMeta;
+use crate::format::{self, BlockMeta};
 use crate::indexer::{Indexer, NoIndex};
 use crate::segment::{self, Recovery, SealedSegment, SegmentState};
 use crate::store::Store;
@@ -337,7 +337,7 @@ pub struct StoreWriter {
     seg_uncompressed: u64,
     seg_opened: Instant,
     seg_first_ns: Option<u64>,
-    tx: Option<Sender<RawBlock>>,
+    tx: Option<Pipe>,
     pool: Receiver<Vec<u8>>,
     ratio: Arc<Ratio>,
     /// Set by capture while its kernel rings fill up (see [`StoreWriter::urgency`]).
@@ -365,6 +365,36 @@ pub struct StoreWriter {
     wire_bytes: u64,
     blocks: u64,
     _lock: std::fs::File,
+}
+
+/// Where the producer's finished blocks go.
+#[derive(Debug)]
+enum Pipe {
+    /// To the compressor threads.
+    Compress(Sender<RawBlock>),
+    /// At [`Level::Store`]: straight to the writer thread, which lays the raw frame out
+    /// around the block and takes its checksum as it copies it
+    /// ([`SegmentFile::append_raw`](crate::segment::SegmentFile::append_raw)). There is
+    /// nothing to compress, so no compressor threads: a hop, and two thread wake-ups a
+    /// block, fewer. Counts the blocks on the pressure gauge, at the configured level.
+    Store(Sender<Compressed>, Arc<[AtomicU64; 4]>),
+}
+
+/// The length and capacity of the queue a [`Pipe`] feeds, for the background compactor.
+/// A clone of its sender: the pipeline ends only once the compactor has stopped too.
+#[derive(Debug)]
+enum QueueLen {
+    Raw(Sender<RawBlock>),
+    Stored(Sender<Compressed>),
+}
+
+impl QueueLen {
+    fn len_cap(&self) -> (usize, usize) {
+        match self {
+            QueueLen::Raw(s) => (s.len(), s.capacity().unwrap_or(1)),
+            QueueLen::Stored(s) => (s.len(), s.capacity().unwrap_or(1)),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -551,6 +581,12 @@ impl StoreWriter {
         let (frames_tx, frames_rx) = bounded::<Vec<u8>>(depth + cfg.threads);
         let ratio = Arc::new(Ratio::default());
         let mut threads = Vec::new();
+        // At the store rung there is nothing to compress (see [`Pipe::Store`]).
+        let compressors = if cfg.level == Level::Store {
+            0
+        } else {
+            cfg.threads
+        };
         let urgent = Arc::new(AtomicU32::new(0));
         let disk_bound = Arc::new(AtomicBool::new(false));
         let compact_counters = Arc::new(CompactCounters::default());
@@ -563,7 +599,7 @@ impl StoreWriter {
             budget: Arc::new(AtomicU64::new(cfg.max_bytes.unwrap_or(u64::MAX))),
         };
         let ladder = Arc::new(std::sync::Mutex::new(Ladder::new(Instant::now())));
-        for i in 0..cfg.threads {
+        for i in 0..compressors {
             let rx = raw_rx.clone();
             let ladder = ladder.clone();
             let urgent_c = urgent.clone();
@@ -586,7 +622,12 @@ impl StoreWriter {
                 .map_err(|e| StoreError::io("start compressor thread", &dir, e))?;
             threads.push(h);
         }
-        drop(done_tx);
+        let pipe = if compressors == 0 {
+            Pipe::Store(done_tx, gauge.rungs.clone())
+        } else {
+            drop(done_tx);
+            Pipe::Compress(tx)
+        };
         let (compact_tx, compact_rx) = bounded::<CompactRequest>(1);
         let (budgets_tx, budgets_rx) = bounded::<crate::budget::Budgets>(4);
         let w = WriterThread {
@@ -606,6 +647,7 @@ impl StoreWriter {
             redeclare_seq: next_seq,
             index_stale: false,
             heads: Vec::new(),
+            small_writes: false,
         };
         let writer = std::thread::Builder::new()
             .name("capsule-writer".into())
@@ -634,11 +676,15 @@ impl StoreWriter {
                 );
                 compact_counters.tier.store(true, Ordering::Relaxed);
             }
+            let queue = match &pipe {
+                Pipe::Compress(tx) => QueueLen::Raw(tx.clone()),
+                Pipe::Store(tx, _) => QueueLen::Stored(tx.clone()),
+            };
             let busy = compactor::Busy::new(
                 urgent.clone(),
                 disk_bound.clone(),
                 gauge.rungs.clone(),
-                tx.clone(),
+                queue,
             );
             let (d, stop, to_writer, counters) = (
                 dir.clone(),
@@ -678,7 +724,7 @@ impl StoreWriter {
                 seg_uncompressed: 0,
                 seg_opened: Instant::now(),
                 seg_first_ns: None,
-                tx: Some(tx),
+                tx: Some(pipe),
                 pool,
                 ratio,
                 urgent,
@@ -966,21 +1012,38 @@ impl StoreWriter {
         self.send(meta, data)
     }
 
-    /// Hands a finished block to the compressors.
-    fn send(&mut self, meta: BlockMeta, data: Vec<u8>) -> Result<()> {
-        let raw = RawBlock {
-            order: self.order,
-            segment: self.segment,
-            meta,
-            data,
-        };
+    /// Hands a finished block to the compressors (at the store level, to the writer thread).
+    fn send(&mut self, mut meta: BlockMeta, data: Vec<u8>) -> Result<()> {
+        let (order, segment) = (self.order, self.segment);
         self.order += 1;
         self.blocks += 1;
-        let sent = self
-            .tx
-            .as_ref()
-            .map(|tx| tx.send(raw).is_ok())
-            .unwrap_or(false);
+        let sent = match &self.tx {
+            Some(Pipe::Compress(tx)) => tx
+                .send(RawBlock {
+                    order,
+                    segment,
+                    meta,
+                    data,
+                })
+                .is_ok(),
+            Some(Pipe::Store(tx, rungs)) => {
+                // At the configured level, as a compressor that does not follow the ladder
+                // counts it.
+                rungs[0].fetch_add(1, Ordering::Relaxed);
+                meta.compressed_len = format::raw_frame_len(data.len()) as u32;
+                meta.compression = format::Compression::Stored;
+                tx.send(Compressed {
+                    order,
+                    segment,
+                    meta,
+                    frame: Vec::new(),
+                    raw_frame: true,
+                    data,
+                })
+                .is_ok()
+            }
+            None => false,
+        };
         if !sent {
             return Err(self.stopped());
         }
