@@ -198,6 +198,8 @@ struct Acc {
     dscp: BTreeMap<u8, u64>,
     filter: Option<String>,
     hosts: Vec<IpAddr>,
+    /// [`Acc::span`] has set `first` and `last`.
+    spanned: bool,
 }
 
 impl Acc {
@@ -269,6 +271,62 @@ impl Acc {
     /// Bytes in the busiest second.
     fn peak(&self) -> u64 {
         self.per_second.peak()
+    }
+
+    /// A copy of this (dense) accumulator's counts to subtract rows from, without its first
+    /// and last packet ([`Acc::span`] sets them) or its filter and hosts.
+    fn minus_start(&self) -> Acc {
+        Acc {
+            bytes: self.bytes,
+            packets: self.packets,
+            flows: self.flows,
+            first: 0,
+            last: 0,
+            per_second: match &self.per_second {
+                PerSecond::Dense { base, bytes, extra } => PerSecond::Dense {
+                    base: *base,
+                    bytes: bytes.clone(),
+                    extra: extra.clone(),
+                },
+                PerSecond::Sparse(v) => PerSecond::Sparse(v.clone()),
+            },
+            dscp: self.dscp.clone(),
+            filter: None,
+            hosts: Vec::new(),
+            spanned: false,
+        }
+    }
+
+    /// Takes away what `o` (one flow's row, added to this one before) counted; the first and
+    /// last packet are left to [`Acc::span`]. Only for a dense accumulator without extras.
+    fn subtract(&mut self, o: &Acc) {
+        self.bytes -= o.bytes;
+        self.packets -= o.packets;
+        self.flows -= o.flows;
+        for (v, b) in &o.dscp {
+            if let Some(x) = self.dscp.get_mut(v) {
+                *x -= b;
+            }
+        }
+        if let PerSecond::Dense { base, bytes, .. } = &mut self.per_second {
+            o.per_second.for_each(|s, b| {
+                if let Some(slot) = s.checked_sub(*base).and_then(|i| bytes.get_mut(i as usize)) {
+                    *slot -= b;
+                }
+            });
+        }
+    }
+
+    /// Widens the first and last packet to a flow's (as [`Acc::add`] does for a flow with
+    /// packets; the first such flow sets them).
+    fn span(&mut self, f: &capsule_index::sideindex::FlowCounts) {
+        if !self.spanned {
+            self.first = f.first_ns;
+            self.last = f.last_ns;
+            self.spanned = true;
+        }
+        self.first = self.first.min(f.first_ns);
+        self.last = self.last.max(f.last_ns);
     }
 
     /// An empty accumulator counting every second of the window densely (total, "other").
@@ -422,12 +480,22 @@ fn top_flows(input: &Input, by: By, limit: usize) -> Top {
     };
     order_head(&mut order, limit, rank);
     let mut rows = Vec::new();
-    let mut other = Acc::window(input);
+    // "Other" is the total less the rows shown (every count adds up, so the difference is
+    // exact), unless the total's seconds are not all in its dense counters: then summed.
+    let subtract = matches!(&total.per_second, PerSecond::Dense { extra, .. } if extra.is_empty());
+    let mut other = if subtract {
+        total.minus_start()
+    } else {
+        Acc::window(input)
+    };
     for (i, &(_, n)) in order.iter().enumerate() {
         let s = &flows[n];
         if i < limit {
             let mut a = Acc::default();
             a.add(s, [true, true], None);
+            if subtract {
+                other.subtract(&a);
+            }
             let id = Id::Flow(s.flow.key);
             a.filter = id.filter(&a.hosts);
             rows.push(a.row(
@@ -437,6 +505,8 @@ fn top_flows(input: &Input, by: By, limit: usize) -> Top {
                 by,
                 input,
             ));
+        } else if subtract {
+            other.span(&s.flow);
         } else {
             other.add(s, [true, true], None);
         }
