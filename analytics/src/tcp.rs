@@ -178,7 +178,7 @@ pub fn tcp(input: &Input, interval_ns: u64) -> Result<Tcp, AnalyticsError> {
     }
     // The worst sessions: ranked by their counts, and only those that can be among the first
     // 10 (ties with the 10th included, which their labels then order) are made sessions.
-    troubled.sort_unstable_by(|a, b| (b.0, b.1, b.2).cmp(&(a.0, a.1, a.2)));
+    troubled.sort_unstable_by_key(|t| std::cmp::Reverse((t.0, t.1, t.2)));
     if let Some(tenth) = troubled.get(9).map(|t| (t.0, t.1, t.2)) {
         let keep = troubled.partition_point(|t| (t.0, t.1, t.2) >= tenth);
         troubled.truncate(keep);

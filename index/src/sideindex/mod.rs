@@ -831,6 +831,30 @@ pub(crate) mod tests {
     use capsule_store::format::{BlockMeta, DecodeError};
     use std::net::Ipv6Addr;
 
+    /// A listing bucket holds a record's bucket exactly while its counters fit 32 bits, and
+    /// saturates beyond (as merged buckets of one second do).
+    #[test]
+    fn counts_bucket_narrows_and_saturates() {
+        let mut b = Bucket {
+            second: 7,
+            ..Bucket::default()
+        };
+        b.packets = [3, u64::from(u32::MAX)];
+        b.bytes = [1 << 40, 5];
+        b.data = [2, 1 << 33];
+        let c = CountsBucket::from(&b);
+        assert_eq!(c.second, 7);
+        assert_eq!(c.bytes, [1 << 40, 5]);
+        assert_eq!(c.packets, [3, u32::MAX]);
+        assert_eq!(c.data, [2, u32::MAX]);
+        let mut v = vec![c];
+        merge_buckets(&mut v, &[c, CountsBucket { second: 8, ..c }]);
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].packets, [6, u32::MAX]);
+        assert_eq!(v[0].bytes, [2 << 40, 10]);
+        assert_eq!(v[1].second, 8);
+    }
+
     /// Ethernet (optionally 802.1Q) + IPv4 + TCP frame with `payload` bytes of data.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn tcp4(
