@@ -380,9 +380,9 @@ fn tcp_rules(input: &Input, rules: &AlertRules, out: &mut Vec<Alert>) {
             let (src, _, _) = f.key.side(d);
             let h = hosts.entry(src).or_default();
             for b in &f.buckets {
-                h.data += b.data[d];
-                h.retrans += b.retransmissions[d];
-                h.zero += b.zero_windows[d];
+                h.data += u64::from(b.data[d]);
+                h.retrans += u64::from(b.retransmissions[d]);
+                h.zero += u64::from(b.zero_windows[d]);
             }
             if f.packets[d] > 0 {
                 if !h.seen {

@@ -94,11 +94,18 @@ pub fn stragglers(
     let slot = |ns: u64| ((ns.saturating_sub(input.from_ns) / interval_ns) as usize).min(n - 1);
     let mut members: BTreeSet<IpAddr> = BTreeSet::new();
     let mut sent: BTreeMap<IpAddr, Vec<u64>> = BTreeMap::new();
+    // Whether each sender is in the group, asked of the policy once per address (it names
+    // the group, a new string each time: a day of flows asks millions of times).
+    let mut in_group: std::collections::HashMap<IpAddr, bool, foldhash::fast::RandomState> =
+        Default::default();
     for s in &input.flows {
         let f = &s.flow;
         for d in 0..2 {
             let (src, _, _) = f.key.side(d);
-            if policy.group_of(src).as_deref() != Some(group) {
+            let member = *in_group
+                .entry(src)
+                .or_insert_with(|| policy.group_of(src).as_deref() == Some(group));
+            if !member {
                 continue;
             }
             members.insert(src);

@@ -117,22 +117,32 @@ pub fn tcp(input: &Input, interval_ns: u64) -> Result<Tcp, AnalyticsError> {
     let slot = |ns: u64| -> usize {
         ((ns.saturating_sub(input.from_ns) / interval_ns) as usize).min(n - 1)
     };
-    let mut per: Vec<HashMap<IpAddr, Health>> = vec![HashMap::new(); n];
+    let mut per: Vec<HashMap<IpAddr, Health, foldhash::fast::RandomState>> =
+        vec![HashMap::default(); n];
     let mut hosts: BTreeMap<IpAddr, Health> = BTreeMap::new();
-    let mut sessions = Vec::new();
+    let mut troubled = Vec::new();
     for s in input.flows.iter().filter(|s| s.flow.key.proto == 6) {
         let f = &s.flow;
         for b in &f.buckets {
             let i = slot(b.second * 1_000_000_000);
             for d in 0..2 {
+                // A second with none of the counters adds nothing (empty hosts are not
+                // listed): no entry for it.
+                if b.data[d] == 0
+                    && b.retransmissions[d] == 0
+                    && b.zero_windows[d] == 0
+                    && b.resets[d] == 0
+                {
+                    continue;
+                }
                 let (src, dst, _) = f.key.side(d);
                 let h = per[i].entry(src).or_default();
-                h.data_segments += b.data[d];
-                h.retransmissions += b.retransmissions[d];
-                h.zero_window_segments += b.zero_windows[d];
-                h.rsts_sent += b.resets[d];
+                h.data_segments += u64::from(b.data[d]);
+                h.retransmissions += u64::from(b.retransmissions[d]);
+                h.zero_window_segments += u64::from(b.zero_windows[d]);
+                h.rsts_sent += u64::from(b.resets[d]);
                 if b.resets[d] > 0 {
-                    per[i].entry(dst).or_default().rsts_received += b.resets[d];
+                    per[i].entry(dst).or_default().rsts_received += u64::from(b.resets[d]);
                 }
             }
         }
@@ -158,18 +168,34 @@ pub fn tcp(input: &Input, interval_ns: u64) -> Result<Tcp, AnalyticsError> {
             + f.resets.iter().sum::<u64>()
             + u64::from(f.syn_unanswered(0) || f.syn_unanswered(1));
         if bad > 0 {
-            sessions.push(Session {
-                flow: flow_label(f),
-                data_segments: f.data,
-                retransmissions: f.retransmissions,
-                zero_window_segments: f.zero_windows,
-                zero_window_ns: f.zero_window_ns,
-                rsts: f.resets,
-                syn_unanswered: f.syn_unanswered(0) || f.syn_unanswered(1),
-                query: input.query(f.first_ns, f.last_ns + 1, &flow_filter(f)),
-            });
+            troubled.push((
+                f.retransmissions[0] + f.retransmissions[1],
+                f.zero_window_ns[0] + f.zero_window_ns[1],
+                f.resets[0] + f.resets[1],
+                f,
+            ));
         }
     }
+    // The worst sessions: ranked by their counts, and only those that can be among the first
+    // 10 (ties with the 10th included, which their labels then order) are made sessions.
+    troubled.sort_unstable_by_key(|t| std::cmp::Reverse((t.0, t.1, t.2)));
+    if let Some(tenth) = troubled.get(9).map(|t| (t.0, t.1, t.2)) {
+        let keep = troubled.partition_point(|t| (t.0, t.1, t.2) >= tenth);
+        troubled.truncate(keep);
+    }
+    let mut sessions: Vec<Session> = troubled
+        .iter()
+        .map(|&(_, _, _, f)| Session {
+            flow: flow_label(f),
+            data_segments: f.data,
+            retransmissions: f.retransmissions,
+            zero_window_segments: f.zero_windows,
+            zero_window_ns: f.zero_window_ns,
+            rsts: f.resets,
+            syn_unanswered: f.syn_unanswered(0) || f.syn_unanswered(1),
+            query: input.query(f.first_ns, f.last_ns + 1, &flow_filter(f)),
+        })
+        .collect();
     let host_query =
         |h: &IpAddr, from: u64, to: u64| input.query(from, to, &format!("tcp and host {h}"));
     let mut total = Health::default();

@@ -198,10 +198,25 @@ struct Acc {
     dscp: BTreeMap<u8, u64>,
     filter: Option<String>,
     hosts: Vec<IpAddr>,
+    /// [`Acc::span`] has set `first` and `last`.
+    spanned: bool,
 }
 
 impl Acc {
     fn add(&mut self, s: &FlowSummary, dirs: [bool; 2], only_dscp: Option<u8>) {
+        self.add_parts(s, dirs, only_dscp, true, true);
+    }
+
+    /// [`Acc::add`] in parts: with `counts`, the bytes, packets, flows, span and DSCP mix;
+    /// with `seconds`, the bytes per second.
+    fn add_parts(
+        &mut self,
+        s: &FlowSummary,
+        dirs: [bool; 2],
+        only_dscp: Option<u8>,
+        counts_too: bool,
+        seconds: bool,
+    ) {
         let f = &s.flow;
         let mut any = false;
         for d in (0..2).filter(|&d| dirs[d] && f.packets[d] > 0) {
@@ -217,12 +232,17 @@ impl Acc {
                 continue;
             }
             any = true;
-            self.bytes += bytes;
-            self.packets += packets;
-            for c in counts.iter() {
-                if only_dscp.is_none_or(|v| v == c.dscp) {
-                    *self.dscp.entry(c.dscp).or_default() += c.bytes;
+            if counts_too {
+                self.bytes += bytes;
+                self.packets += packets;
+                for c in counts.iter() {
+                    if only_dscp.is_none_or(|v| v == c.dscp) {
+                        *self.dscp.entry(c.dscp).or_default() += c.bytes;
+                    }
                 }
+            }
+            if !seconds {
+                continue;
             }
             for b in &f.buckets {
                 let part = if bytes == f.bytes[d] {
@@ -236,7 +256,7 @@ impl Acc {
                 }
             }
         }
-        if any {
+        if any && counts_too {
             if self.flows == 0 {
                 self.first = f.first_ns;
                 self.last = f.last_ns;
@@ -269,6 +289,67 @@ impl Acc {
     /// Bytes in the busiest second.
     fn peak(&self) -> u64 {
         self.per_second.peak()
+    }
+
+    /// A copy of this (dense) accumulator's counts to subtract rows from, without its first
+    /// and last packet ([`Acc::span`] sets them) or its filter and hosts.
+    fn minus_start(&self) -> Acc {
+        Acc {
+            bytes: self.bytes,
+            packets: self.packets,
+            flows: self.flows,
+            first: 0,
+            last: 0,
+            per_second: match &self.per_second {
+                PerSecond::Dense { base, bytes, extra } => PerSecond::Dense {
+                    base: *base,
+                    bytes: bytes.clone(),
+                    extra: extra.clone(),
+                },
+                PerSecond::Sparse(v) => PerSecond::Sparse(v.clone()),
+            },
+            dscp: self.dscp.clone(),
+            filter: None,
+            hosts: Vec::new(),
+            spanned: false,
+        }
+    }
+
+    /// Takes away what `o` (one flow's row, added to this one before) counted; the first and
+    /// last packet are left to [`Acc::span`]. Only for a dense accumulator without extras.
+    fn subtract(&mut self, o: &Acc) {
+        self.bytes -= o.bytes;
+        self.packets -= o.packets;
+        self.flows -= o.flows;
+        for (v, b) in &o.dscp {
+            if let Some(x) = self.dscp.get_mut(v) {
+                *x -= b;
+            }
+        }
+        self.subtract_seconds(o);
+    }
+
+    /// Takes away `o`'s per-second bytes (added to this dense accumulator before).
+    fn subtract_seconds(&mut self, o: &Acc) {
+        if let PerSecond::Dense { base, bytes, .. } = &mut self.per_second {
+            o.per_second.for_each(|s, b| {
+                if let Some(slot) = s.checked_sub(*base).and_then(|i| bytes.get_mut(i as usize)) {
+                    *slot -= b;
+                }
+            });
+        }
+    }
+
+    /// Widens the first and last packet to a flow's (as [`Acc::add`] does for a flow with
+    /// packets; the first such flow sets them).
+    fn span(&mut self, f: &capsule_index::sideindex::FlowCounts) {
+        if !self.spanned {
+            self.first = f.first_ns;
+            self.last = f.last_ns;
+            self.spanned = true;
+        }
+        self.first = self.first.min(f.first_ns);
+        self.last = self.last.max(f.last_ns);
     }
 
     /// An empty accumulator counting every second of the window densely (total, "other").
@@ -422,12 +503,22 @@ fn top_flows(input: &Input, by: By, limit: usize) -> Top {
     };
     order_head(&mut order, limit, rank);
     let mut rows = Vec::new();
-    let mut other = Acc::window(input);
+    // "Other" is the total less the rows shown (every count adds up, so the difference is
+    // exact), unless the total's seconds are not all in its dense counters: then summed.
+    let subtract = matches!(&total.per_second, PerSecond::Dense { extra, .. } if extra.is_empty());
+    let mut other = if subtract {
+        total.minus_start()
+    } else {
+        Acc::window(input)
+    };
     for (i, &(_, n)) in order.iter().enumerate() {
         let s = &flows[n];
         if i < limit {
             let mut a = Acc::default();
             a.add(s, [true, true], None);
+            if subtract {
+                other.subtract(&a);
+            }
             let id = Id::Flow(s.flow.key);
             a.filter = id.filter(&a.hosts);
             rows.push(a.row(
@@ -437,6 +528,8 @@ fn top_flows(input: &Input, by: By, limit: usize) -> Top {
                 by,
                 input,
             ));
+        } else if subtract {
+            other.span(&s.flow);
         } else {
             other.add(s, [true, true], None);
         }
@@ -465,56 +558,69 @@ fn order_head<T>(v: &mut [T], limit: usize, cmp: impl Fn(&T, &T) -> std::cmp::Or
     }
 }
 
-/// Ranks by any key, an accumulator per key.
+/// Calls `visit` with each row a flow counts in under `key`: the row, the directions it
+/// takes, the DSCP value it is limited to, and the sender it names (groups).
+fn rows_of(
+    s: &FlowSummary,
+    key: Key,
+    policy: Option<&dyn Policy>,
+    mut visit: impl FnMut(Id, [bool; 2], Option<u8>, Option<IpAddr>),
+) {
+    let f = &s.flow;
+    match key {
+        Key::Flow => visit(Id::Flow(f.key), [true, true], None, None),
+        Key::Pair => visit(Id::Pair(f.key.a, f.key.b), [true, true], None, None),
+        Key::Src | Key::Dst => {
+            for d in 0..2 {
+                let (src, dst, _) = f.key.side(d);
+                let id = if key == Key::Src {
+                    Id::Src(src)
+                } else {
+                    Id::Dst(dst)
+                };
+                visit(id, [d == 0, d == 1], None, None);
+            }
+        }
+        Key::Group => {
+            for d in 0..2 {
+                if f.packets[d] == 0 {
+                    continue;
+                }
+                let (src, _, _) = f.key.side(d);
+                let g = policy
+                    .and_then(|p| p.group_of(src))
+                    .unwrap_or_else(|| "unassigned".into());
+                visit(Id::Group(g), [d == 0, d == 1], None, Some(src));
+            }
+        }
+        Key::Dscp => {
+            for d in 0..2 {
+                for c in dscp_in_window(s, d).iter() {
+                    visit(Id::Dscp(c.dscp), [d == 0, d == 1], Some(c.dscp), None);
+                }
+            }
+        }
+    }
+}
+
+/// Ranks by any key, an accumulator per key. The per-second bytes (for the peak rate) are
+/// what costs: a first pass counts every row without them, a second adds them to the rows
+/// shown only, and "other" has the total's less the rows' when they add up to it (every key
+/// but DSCP, whose per-second parts are scaled and rounded), else its own.
 fn top_by_key(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn Policy>) -> Top {
     let mut accs: HashMap<Id, (Acc, usize), foldhash::fast::RandomState> = HashMap::default();
     let mut total = Acc::window(input);
     for (n, s) in input.flows.iter().enumerate() {
-        let f = &s.flow;
         total.add(s, [true, true], None);
-        let mut add = |id: Id, dirs: [bool; 2], only: Option<u8>, host: Option<IpAddr>| {
+        rows_of(s, key, policy, |id, dirs, only, host| {
             let (a, _) = accs.entry(id).or_insert_with(|| (Acc::default(), n));
             if let Some(h) = host {
                 if !a.hosts.contains(&h) {
                     a.hosts.push(h);
                 }
             }
-            a.add(s, dirs, only);
-        };
-        match key {
-            Key::Flow => add(Id::Flow(f.key), [true, true], None, None),
-            Key::Pair => add(Id::Pair(f.key.a, f.key.b), [true, true], None, None),
-            Key::Src | Key::Dst => {
-                for d in 0..2 {
-                    let (src, dst, _) = f.key.side(d);
-                    let id = if key == Key::Src {
-                        Id::Src(src)
-                    } else {
-                        Id::Dst(dst)
-                    };
-                    add(id, [d == 0, d == 1], None, None);
-                }
-            }
-            Key::Group => {
-                for d in 0..2 {
-                    if f.packets[d] == 0 {
-                        continue;
-                    }
-                    let (src, _, _) = f.key.side(d);
-                    let g = policy
-                        .and_then(|p| p.group_of(src))
-                        .unwrap_or_else(|| "unassigned".into());
-                    add(Id::Group(g), [d == 0, d == 1], None, Some(src));
-                }
-            }
-            Key::Dscp => {
-                for d in 0..2 {
-                    for c in dscp_in_window(s, d).iter() {
-                        add(Id::Dscp(c.dscp), [d == 0, d == 1], Some(c.dscp), None);
-                    }
-                }
-            }
-        }
+            a.add_parts(s, dirs, only, true, false);
+        });
     }
     let measure = |a: &Acc| match by {
         By::Bytes => a.bytes,
@@ -527,17 +633,53 @@ fn top_by_key(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn
         measure(b).cmp(&measure(a)).then(ka.cmp(kb))
     };
     order_head(&mut ranked, limit, rank);
+    let shown = limit.min(ranked.len());
+    let subtract = key != Key::Dscp
+        && matches!(&total.per_second, PerSecond::Dense { extra, .. } if extra.is_empty());
+    let mut other = if subtract {
+        total.minus_start()
+    } else {
+        Acc::window(input)
+    };
+    // The second pass: per-second bytes of the rows shown (and of the rest, for "other",
+    // unless it is the total less the rows).
+    let at: HashMap<&Id, usize, foldhash::fast::RandomState> = ranked[..shown]
+        .iter()
+        .enumerate()
+        .map(|(i, (id, _))| (id, i))
+        .collect();
+    let mut seconds: Vec<Acc> = (0..shown).map(|_| Acc::default()).collect();
+    for s in &input.flows {
+        rows_of(s, key, policy, |id, dirs, only, _| match at.get(&id) {
+            Some(&i) => seconds[i].add_parts(s, dirs, only, false, true),
+            None if !subtract => other.add_parts(s, dirs, only, false, true),
+            None => {}
+        });
+    }
+    drop(at);
     let mut rows = Vec::new();
-    let mut other = Acc::window(input);
+    let mut rest = Acc::default();
     for (i, (id, (a, first))) in ranked.iter_mut().enumerate() {
         if i < limit {
+            a.per_second = std::mem::take(&mut seconds[i].per_second);
+            if subtract {
+                other.subtract_seconds(a);
+            }
             a.filter = id.filter(&a.hosts);
             let label = id.label(input.flows.get(*first).map(|s| &s.flow));
             rows.push(a.row(Some(i + 1), label, total_measure, by, input));
         } else {
-            other.merge(a);
+            rest.merge(a);
         }
     }
+    // "Other"'s counts are the rest's (rows share flows, so they are not the total's less
+    // the rows'); its seconds were made above.
+    other.bytes = rest.bytes;
+    other.packets = rest.packets;
+    other.flows = rest.flows;
+    other.first = rest.first;
+    other.last = rest.last;
+    other.dscp = rest.dscp;
     let other =
         (other.flows > 0).then(|| other.row(None, "other".into(), total_measure, by, input));
     let mut total_row = total.row(None, "total".into(), total_measure, by, input);
@@ -576,6 +718,51 @@ mod tests {
                 assert_eq!(a, b, "by {by:?} limit {limit}");
             }
         }
+    }
+
+    /// Every row's and "other"'s peak (from the two passes, and "other" as the total less
+    /// the rows) is the busiest second of the flows they count, summed directly; by
+    /// source (each direction its own row) and by DSCP (no subtraction).
+    #[test]
+    fn two_pass_peaks_are_direct_sums() {
+        let s = 1_796_004_000u64;
+        let mut flows = Vec::new();
+        for i in 0..30u8 {
+            let per: Vec<(u64, u64)> = (0..(u64::from(i) % 5 + 1))
+                .map(|k| (s + k * 2 + u64::from(i % 4), 100 * (u64::from(i % 7) + 1)))
+                .collect();
+            flows.push(flow([10, 0, 0, i % 5], [10, 0, 1, i % 3], &per));
+        }
+        let inp = input(flows, s * 1_000_000_000, (s + 60) * 1_000_000_000);
+        let peak_of = |hosts: &dyn Fn(&str) -> bool| -> u64 {
+            let mut per: BTreeMap<u64, u64> = BTreeMap::new();
+            for f in &inp.flows {
+                if hosts(&f.flow.key.a.to_string()) {
+                    for b in &f.flow.buckets {
+                        *per.entry(b.second).or_default() += b.bytes[0];
+                    }
+                }
+            }
+            per.values().copied().max().unwrap_or(0) * 8
+        };
+        for limit in [1, 2, 3] {
+            let t = top(&inp, Key::Src, By::Bytes, limit, None);
+            assert_eq!(t.rows.len(), limit);
+            let shown: Vec<String> = t.rows.iter().map(|r| r.key.clone()).collect();
+            for r in &t.rows {
+                assert_eq!(r.peak_bps, peak_of(&|h| h == r.key), "row {}", r.key);
+            }
+            let other = t.other.expect("five senders, at most three shown");
+            assert_eq!(other.peak_bps, peak_of(&|h| !shown.iter().any(|x| x == h)));
+            assert_eq!(t.total.peak_bps, peak_of(&|_| true));
+            assert_eq!(
+                other.bytes + t.rows.iter().map(|r| r.bytes).sum::<u64>(),
+                t.total.bytes
+            );
+        }
+        let d = top(&inp, Key::Dscp, By::Bytes, 1, None);
+        assert_eq!(d.rows[0].peak_bps, peak_of(&|_| true));
+        assert!(d.other.is_none());
     }
 
     /// The dense per-second counters of a window give the peak the sparse list gives, also

@@ -14,14 +14,12 @@
 //! open segment's journal is folded against the blocks its own records describe. It keeps
 //! each flow's 1-second buckets, cut to the window and merged across segments.
 
-use std::collections::HashMap;
-
 use capsule_query::{Query, Tri};
 use capsule_store::{Result, SegmentReader, Store, StoreError};
 
 use crate::plan::key_side;
 use crate::sideindex::journal::load_any;
-use crate::sideindex::{FlowCounts, FlowKey};
+use crate::sideindex::{index_name, FlowCounts, FlowKey, SegmentIndex};
 
 /// One flow over the queried window, both directions (0: a -> b, 1: b -> a): its counts,
 /// merged across segments (no block list, no carried TCP state; buckets only when asked).
@@ -58,26 +56,46 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
     let (from, to) = q.window();
     let entries = store.list()?;
     let dir = store.index_dir();
-    let mut out = Merged::default();
+    // Room for every flow record the sealed indexes of the window hold (headers only: one
+    // read of 80 bytes each), so neither the listing nor its table grows while merging.
+    let hint: usize = entries
+        .iter()
+        .filter(|e| e.state == capsule_store::SegmentState::Sealed)
+        .filter_map(|e| SegmentIndex::peek_file(&dir.join(index_name(e.seq))))
+        .filter(|h| h.span.is_some_and(|(a, b)| b >= from && a < to))
+        .map(|h| h.flows as usize)
+        .sum();
+    let mut out = Merged::with_capacity(hint.min(1 << 26));
     let mut listing = FlowListing::default();
-    // Reading and decoding an index (zstd, varints, one allocation per flow) and merging its
-    // flows into the listing (hash look-ups, bucket merges) take about equal time: a reader
-    // thread decodes the next segments' indexes while this one merges, a bounded queue
-    // between them (two indexes ahead: a 24-hour store's segment index decodes to tens of MB).
+    // Reading and decoding an index (zstd, varints, one allocation per flow), cutting its
+    // flows to the window and filter, and merging them into the listing (hash look-ups,
+    // bucket merges): two reader threads decode segments in turn (one takes the even ones,
+    // the other the odd) while this one merges them in segment order, a bounded queue from
+    // each (one index ahead: a 24-hour store's segment index decodes to tens of MB).
+    const READERS: usize = 2;
     std::thread::scope(|scope| -> Result<()> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Loaded>>(2);
         let dir = &dir;
         let entries = &entries;
-        scope.spawn(move || {
-            for entry in entries {
-                let loaded = load_entry(dir, entry, from, to, keep_buckets);
-                let failed = loaded.is_err();
-                if tx.send(loaded).is_err() || failed {
-                    return;
+        let mut queues = Vec::with_capacity(READERS);
+        for k in 0..READERS {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Loaded>>(1);
+            queues.push(rx);
+            scope.spawn(move || {
+                for entry in entries.iter().skip(k).step_by(READERS) {
+                    let loaded = load_entry(dir, entry, q, keep_buckets);
+                    let failed = loaded.is_err();
+                    if tx.send(loaded).is_err() || failed {
+                        return;
+                    }
                 }
-            }
-        });
-        for loaded in rx {
+            });
+        }
+        for i in 0..entries.len() {
+            // A reader that stopped sent its error first; one that panicked is reported
+            // when the scope ends.
+            let Ok(loaded) = queues[i % READERS].recv() else {
+                break;
+            };
             let l = loaded?;
             if let Some((a, b)) = l.held {
                 listing.held = Some(match listing.held {
@@ -97,7 +115,9 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
             listing
                 .journal_notes
                 .extend(l.notes.into_iter().map(|n| (l.seq, n)));
-            merge_segment(&mut out, l.flows, q, from, to, keep_buckets);
+            for part in l.flows {
+                out.add(part);
+            }
         }
         Ok(())
     })?;
@@ -118,19 +138,19 @@ struct Loaded {
     damaged: Option<String>,
     unseen: Vec<usize>,
     notes: Vec<String>,
-    /// The flows, when the index overlaps the window.
-    flows: Vec<FlowCounts>,
+    /// The flows of the window and filter, cut to the window, when the index overlaps it.
+    flows: Vec<FlowSummary>,
 }
 
 /// Reads and decodes the index of one segment (`.idx` when sealed, the journal when open).
 fn load_entry(
     dir: &std::path::Path,
     entry: &capsule_store::SegmentEntry,
-    from: u64,
-    to: u64,
+    q: &Query,
     keep_buckets: bool,
 ) -> Result<Loaded> {
-    use crate::sideindex::{index_name, journal, SegmentIndex};
+    let (from, to) = q.window();
+    use crate::sideindex::journal;
     use capsule_store::SegmentState;
     let mut l = Loaded {
         seq: entry.seq,
@@ -216,7 +236,7 @@ fn load_entry(
             Some((a, b)) => (a.min(f.first_ns), b.max(f.last_ns)),
         });
     }
-    l.flows = flows;
+    l.flows = select(flows, q, from, to, keep_buckets);
     Ok(l)
 }
 
@@ -230,6 +250,20 @@ fn merge_segment(
     keep_buckets: bool,
 ) {
     out.flows.reserve(flows.len());
+    for part in select(flows, q, from, to, keep_buckets) {
+        out.add(part);
+    }
+}
+
+/// The flows of one segment's index that match `q` in [from, to), cut to the window.
+fn select(
+    flows: Vec<FlowCounts>,
+    q: &Query,
+    from: u64,
+    to: u64,
+    keep_buckets: bool,
+) -> Vec<FlowSummary> {
+    let mut out = Vec::with_capacity(flows.len());
     for f in flows {
         if f.last_ns < from || f.first_ns >= to {
             continue;
@@ -243,31 +277,57 @@ fn merge_segment(
         if !matches {
             continue;
         }
-        let key = f.key;
-        let part = windowed(f, from, to, keep_buckets);
-        match out.at.get(&key) {
-            Some(&i) => {
-                let s = &mut out.flows[i];
+        out.push(windowed(f, from, to, keep_buckets));
+    }
+    out
+}
+
+/// Flows merged across segments: the records in first-seen order, and where each key is.
+/// (Records are large; a table of indexes moves none of them as it grows, and holds 8 bytes
+/// a slot where a map from key to index held 64: the key is kept once, in its record.)
+#[derive(Default)]
+struct Merged {
+    /// Indexes into `flows`, by the hash of their key.
+    at: hashbrown::HashTable<usize>,
+    /// foldhash: several times faster than SipHash on flow keys, and seeded per process, so
+    /// crafted traffic cannot aim collisions at it.
+    hasher: foldhash::fast::RandomState,
+    flows: Vec<FlowSummary>,
+}
+
+impl Merged {
+    /// Room for `n` flows without growing (the table rehashes every key as it grows).
+    fn with_capacity(n: usize) -> Merged {
+        Merged {
+            at: hashbrown::HashTable::with_capacity(n),
+            hasher: foldhash::fast::RandomState::default(),
+            flows: Vec::with_capacity(n),
+        }
+    }
+
+    /// Adds one segment's record of a flow: merged into the flow's summary if it has one.
+    fn add(&mut self, part: FlowSummary) {
+        use std::hash::BuildHasher;
+        let hash = self.hasher.hash_one(part.flow.key);
+        let (flows, hasher) = (&self.flows, &self.hasher);
+        let entry = self.at.entry(
+            hash,
+            |&i| flows[i].flow.key == part.flow.key,
+            |&i| hasher.hash_one(flows[i].flow.key),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(e) => {
+                let s = &mut self.flows[*e.get()];
                 s.flow.absorb(&part.flow);
                 crate::sideindex::merge_buckets(&mut s.flow.buckets, &part.flow.buckets);
                 s.approximate |= part.approximate;
             }
-            None => {
-                out.at.insert(key, out.flows.len());
-                out.flows.push(part);
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                e.insert(self.flows.len());
+                self.flows.push(part);
             }
         }
     }
-}
-
-/// Flows merged across segments: the records in first-seen order, and where each key is.
-/// (Records are large; a map of indexes moves none of them as it grows.)
-#[derive(Default)]
-struct Merged {
-    /// foldhash: several times faster than SipHash on flow keys, and seeded per process, so
-    /// crafted traffic cannot aim collisions at it.
-    at: HashMap<FlowKey, usize, foldhash::fast::RandomState>,
-    flows: Vec<FlowSummary>,
 }
 
 /// The merged flows with packets, largest first (sorted by index, each record moved once).
@@ -353,7 +413,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
 /// before the first packet cut; at most the window's packets and bytes) (the summary is
 /// `approximate`).
 fn windowed(mut f: FlowCounts, from: u64, to: u64, keep_buckets: bool) -> FlowSummary {
-    let in_window = |b: &crate::sideindex::Bucket| {
+    let in_window = |b: &crate::sideindex::CountsBucket| {
         let start = b.second.saturating_mul(1_000_000_000);
         start.saturating_add(1_000_000_000) > from && start < to
     };
@@ -381,12 +441,12 @@ fn windowed(mut f: FlowCounts, from: u64, to: u64, keep_buckets: bool) -> FlowSu
     flow.resets = [0; 2];
     for b in buckets.iter().filter(|b| in_window(b)) {
         for d in 0..2 {
-            flow.packets[d] += b.packets[d];
+            flow.packets[d] += u64::from(b.packets[d]);
             flow.bytes[d] += b.bytes[d];
-            flow.data[d] += b.data[d];
-            flow.retransmissions[d] += b.retransmissions[d];
-            flow.zero_windows[d] += b.zero_windows[d];
-            flow.resets[d] += b.resets[d];
+            flow.data[d] += u64::from(b.data[d]);
+            flow.retransmissions[d] += u64::from(b.retransmissions[d]);
+            flow.zero_windows[d] += u64::from(b.zero_windows[d]);
+            flow.resets[d] += u64::from(b.resets[d]);
         }
     }
     // What the cut-off did not store has no buckets: none of it is in a window that ends

@@ -30,6 +30,8 @@ const BODY_CRC_AT: usize = 56;
 pub struct IndexHeader {
     pub seq: u64,
     pub segment_len: u64,
+    /// Flow records in the body.
+    pub flows: u32,
     /// First and last packet time of the flows.
     pub span: Option<(u64, u64)>,
 }
@@ -237,21 +239,38 @@ fn get_change(c: &mut Reader<'_>) -> std::result::Result<DscpChange, DecodeError
 }
 
 fn get_state(c: &mut Reader<'_>) -> std::result::Result<TcpState, DecodeError> {
-    let bits = c.u8().map_err(short)?;
     let mut st = TcpState::default();
+    read_state(c, Some(&mut st))?;
+    Ok(st)
+}
+
+/// Reads a flow's carried state (checked), into `st` if given: the analytics decode checks
+/// and drops it without building one (a copy of 200 bytes a record).
+fn read_state(
+    c: &mut Reader<'_>,
+    mut st: Option<&mut TcpState>,
+) -> std::result::Result<(), DecodeError> {
+    let bits = c.u8().map_err(short)?;
     for d in 0..2 {
         if bits & (1 << d) != 0 {
-            st.high[d] = Some(c.u32_le().map_err(short)?);
-            st.high_ts[d] = c.u64_le().map_err(short)?;
+            let high = c.u32_le().map_err(short)?;
+            let ts = c.u64_le().map_err(short)?;
+            if let Some(st) = st.as_deref_mut() {
+                st.high[d] = Some(high);
+                st.high_ts[d] = ts;
+            }
         }
     }
     for d in 0..2 {
         if bits & (1 << (2 + d)) != 0 {
-            st.zero_since[d] = Some(c.u64_le().map_err(short)?);
+            let since = c.u64_le().map_err(short)?;
+            if let Some(st) = st.as_deref_mut() {
+                st.zero_since[d] = Some(since);
+            }
         }
     }
     for d in 0..2 {
-        st.packets[d] = c.varint().map_err(bad_varint)?;
+        let packets = c.varint().map_err(bad_varint)?;
         let mut ds = DscpState::default();
         if bits & (1 << (4 + d)) != 0 {
             let ts = c.u64_le().map_err(short)?;
@@ -264,9 +283,12 @@ fn get_state(c: &mut Reader<'_>) -> std::result::Result<TcpState, DecodeError> {
         if bits & (1 << (6 + d)) != 0 {
             ds.change = Some(get_change(c)?);
         }
-        st.dscp[d] = ds;
+        if let Some(st) = st.as_deref_mut() {
+            st.packets[d] = packets;
+            st.dscp[d] = ds;
+        }
     }
-    Ok(st)
+    Ok(())
 }
 
 /// Decodes one flow record written by [`put_flow`]: with its block list (checked against
@@ -278,15 +300,18 @@ pub(super) fn get_flow(
     body_len: usize,
     version: u16,
 ) -> std::result::Result<FlowRecord, DecodeError> {
-    let mut head = get_head(c, version)?;
+    let head = get_head(c, version)?;
     let tcp_in = get_state(c)?;
     let tcp_out = get_state(c)?;
     let mut blocks = Vec::new();
     if let Some(n_blocks) = n_blocks {
         get_blocks(c, n_blocks, Some(&mut blocks))?;
     }
-    get_buckets(c, head.first_ns, body_len, Some(&mut head.buckets))?;
-    Ok(FlowRecord::from_counts(head, blocks, tcp_in, tcp_out))
+    let mut buckets = Vec::new();
+    get_buckets(c, head.first_ns, body_len, Some(&mut buckets))?;
+    Ok(FlowRecord::from_counts(
+        head, blocks, buckets, tcp_in, tcp_out,
+    ))
 }
 
 /// Decodes one flow record as [`get_flow`] does, checks everything it checks, and keeps
@@ -300,8 +325,8 @@ pub(super) fn get_counts(
     drop_buckets_within: Option<(u64, u64)>,
 ) -> std::result::Result<FlowCounts, DecodeError> {
     let mut head = get_head(c, version)?;
-    get_state(c)?;
-    get_state(c)?;
+    read_state(c, None)?;
+    read_state(c, None)?;
     if let Some(n_blocks) = n_blocks {
         get_blocks(c, n_blocks, None)?;
     }
@@ -420,12 +445,12 @@ fn get_blocks(
 }
 
 /// A flow record's 1-second buckets (the first relative to `first_ns`'s second), into `out`
-/// (checked and dropped without it).
-fn get_buckets(
+/// as [`Bucket`]s or [`super::CountsBucket`]s (checked and dropped without it).
+fn get_buckets<B: From<Bucket>>(
     c: &mut Reader<'_>,
     first_ns: u64,
     body_len: usize,
-    mut out: Option<&mut Vec<Bucket>>,
+    mut out: Option<&mut Vec<B>>,
 ) -> std::result::Result<(), DecodeError> {
     let nbk = c.varint().map_err(bad_varint)?;
     if nbk > body_len as u64 {
@@ -451,7 +476,7 @@ fn get_buckets(
             bk.resets[d] = c.varint().map_err(bad_varint)?;
         }
         if let Some(o) = out.as_deref_mut() {
-            o.push(bk);
+            o.push(B::from(bk));
         }
     }
     Ok(())
@@ -567,8 +592,18 @@ impl SegmentIndex {
         Some(IndexHeader {
             seq: u64_at(16),
             segment_len: u64_at(24),
+            flows: u32::from_le_bytes([h[36], h[37], h[38], h[39]]),
             span: (first <= last).then_some((first, last)),
         })
+    }
+
+    /// [`SegmentIndex::peek`] of the index file at `path`, reading its header only; `None`
+    /// when it cannot be read or is not an index header.
+    pub fn peek_file(path: &Path) -> Option<IndexHeader> {
+        use std::io::Read;
+        let mut h = [0u8; HEADER_LEN];
+        std::fs::File::open(path).ok()?.read_exact(&mut h).ok()?;
+        Self::peek(&h)
     }
 
     /// Decodes an index file. Never panics; every failure names what was wrong.

@@ -165,6 +165,78 @@ impl Bucket {
     }
 }
 
+/// One second of a flow as the analytics listing holds it ([`FlowCounts::buckets`]): a
+/// [`Bucket`] in 64 bytes instead of 104, its packet and TCP counters in 32 bits. A listing
+/// of a day holds millions of buckets, so they are most of its memory (and the page faults
+/// of touching it). A flow direction would have to carry more than 4 billion packets in one
+/// second to exceed them (800 Gbit/s Ethernet carries at most 1.2 billion a second); an
+/// index that says so (crafted, or from traffic with forged timestamps) saturates there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CountsBucket {
+    /// Seconds since the Unix epoch.
+    pub second: u64,
+    pub bytes: [u64; 2],
+    pub packets: [u32; 2],
+    pub data: [u32; 2],
+    pub retransmissions: [u32; 2],
+    pub zero_windows: [u32; 2],
+    pub resets: [u32; 2],
+}
+
+impl From<&Bucket> for CountsBucket {
+    fn from(b: &Bucket) -> Self {
+        let n = |v: [u64; 2]| v.map(|x| u32::try_from(x).unwrap_or(u32::MAX));
+        CountsBucket {
+            second: b.second,
+            bytes: b.bytes,
+            packets: n(b.packets),
+            data: n(b.data),
+            retransmissions: n(b.retransmissions),
+            zero_windows: n(b.zero_windows),
+            resets: n(b.resets),
+        }
+    }
+}
+
+impl From<Bucket> for CountsBucket {
+    fn from(b: Bucket) -> Self {
+        CountsBucket::from(&b)
+    }
+}
+
+/// A 1-second bucket as [`merge_buckets`] merges it: its second, and how another of the
+/// same second is added to it.
+pub trait SecondBucket: Copy {
+    fn second(&self) -> u64;
+    fn add_same_second(&mut self, o: &Self);
+}
+
+impl SecondBucket for Bucket {
+    fn second(&self) -> u64 {
+        self.second
+    }
+    fn add_same_second(&mut self, o: &Self) {
+        self.add(o);
+    }
+}
+
+impl SecondBucket for CountsBucket {
+    fn second(&self) -> u64 {
+        self.second
+    }
+    /// Sums, the 32-bit counters saturating (see [`CountsBucket`]).
+    fn add_same_second(&mut self, o: &Self) {
+        for d in 0..2 {
+            self.bytes[d] = self.bytes[d].saturating_add(o.bytes[d]);
+            self.packets[d] = self.packets[d].saturating_add(o.packets[d]);
+            self.data[d] = self.data[d].saturating_add(o.data[d]);
+            self.retransmissions[d] = self.retransmissions[d].saturating_add(o.retransmissions[d]);
+            self.zero_windows[d] = self.zero_windows[d].saturating_add(o.zero_windows[d]);
+            self.resets[d] = self.resets[d].saturating_add(o.resets[d]);
+        }
+    }
+}
+
 /// Packets and wire bytes of one DSCP value in one direction of a flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DscpCount {
@@ -412,10 +484,12 @@ impl FlowRecord {
 }
 
 impl FlowRecord {
-    /// A record from its counts, block list and carried TCP state.
+    /// A record from its counts (their buckets are not used: `buckets` are the record's,
+    /// at full width), block list and carried TCP state.
     pub fn from_counts(
         c: FlowCounts,
         blocks: Vec<u32>,
+        buckets: Vec<Bucket>,
         tcp_in: TcpState,
         tcp_out: TcpState,
     ) -> Self {
@@ -439,7 +513,7 @@ impl FlowRecord {
             cut_bytes: c.cut_bytes,
             cut_at_ns: c.cut_at_ns,
             blocks,
-            buckets: c.buckets,
+            buckets,
             tcp_in,
             tcp_out,
         }
@@ -519,7 +593,7 @@ pub struct FlowCounts {
     pub cut_packets: [u64; 2],
     pub cut_bytes: [u64; 2],
     pub cut_at_ns: [Option<u64>; 2],
-    pub buckets: Vec<Bucket>,
+    pub buckets: Vec<CountsBucket>,
 }
 
 impl From<FlowRecord> for FlowCounts {
@@ -543,7 +617,7 @@ impl From<FlowRecord> for FlowCounts {
             cut_packets: f.cut_packets,
             cut_bytes: f.cut_bytes,
             cut_at_ns: f.cut_at_ns,
-            buckets: f.buckets,
+            buckets: f.buckets.iter().map(CountsBucket::from).collect(),
         }
     }
 }
@@ -635,22 +709,22 @@ fn count_dscp_into(v: &mut Vec<DscpCount>, dscp: u8, packets: u64, wire: u64) {
 
 /// Merges `src` (ascending by second) into `dst` (ascending by second), summing buckets of
 /// the same second. The common case (`src` starts at or after `dst`'s last second) appends.
-pub fn merge_buckets(dst: &mut Vec<Bucket>, src: &[Bucket]) {
+pub fn merge_buckets<B: SecondBucket>(dst: &mut Vec<B>, src: &[B]) {
     let (Some(first), Some(last)) = (src.first(), dst.last()) else {
         dst.extend_from_slice(src);
         return;
     };
     // The common case (segments in time order): src starts at or after dst's last second.
-    if first.second >= last.second {
+    if first.second() >= last.second() {
         let mut rest = src;
-        if first.second == last.second {
+        if first.second() == last.second() {
             let n = dst.len();
-            dst[n - 1].add(first);
+            dst[n - 1].add_same_second(first);
             rest = &src[1..];
         }
         if rest
             .first()
-            .is_none_or(|b| b.second > dst[dst.len() - 1].second)
+            .is_none_or(|b| b.second() > dst[dst.len() - 1].second())
         {
             dst.extend_from_slice(rest);
             return;
@@ -667,12 +741,12 @@ pub fn merge_buckets(dst: &mut Vec<Bucket>, src: &[Bucket]) {
 /// Two runs of buckets merged in one pass (O(n + m)); buckets of the same second are added.
 /// Each run is expected ascending; a run that is not is still merged without loss (its
 /// out-of-order buckets are added where they fall).
-fn merge_sorted(a: &[Bucket], b: &[Bucket]) -> Vec<Bucket> {
-    let mut out: Vec<Bucket> = Vec::with_capacity(a.len() + b.len());
+fn merge_sorted<B: SecondBucket>(a: &[B], b: &[B]) -> Vec<B> {
+    let mut out: Vec<B> = Vec::with_capacity(a.len() + b.len());
     let (mut i, mut j) = (0, 0);
     while i < a.len() || j < b.len() {
         let next = match (a.get(i), b.get(j)) {
-            (Some(x), Some(y)) if x.second <= y.second => {
+            (Some(x), Some(y)) if x.second() <= y.second() => {
                 i += 1;
                 x
             }
@@ -687,12 +761,12 @@ fn merge_sorted(a: &[Bucket], b: &[Bucket]) -> Vec<Bucket> {
             (None, None) => unreachable!("the loop condition holds one"),
         };
         match out.last_mut() {
-            Some(l) if l.second == next.second => l.add(next),
-            Some(l) if l.second > next.second => {
+            Some(l) if l.second() == next.second() => l.add_same_second(next),
+            Some(l) if l.second() > next.second() => {
                 // Out of order within a run: place it where it belongs (rare, kept correct).
-                let at = out.partition_point(|x| x.second < next.second);
-                if at < out.len() && out[at].second == next.second {
-                    out[at].add(next);
+                let at = out.partition_point(|x| x.second() < next.second());
+                if at < out.len() && out[at].second() == next.second() {
+                    out[at].add_same_second(next);
                 } else {
                     out.insert(at, *next);
                 }
@@ -756,6 +830,30 @@ pub(crate) mod tests {
     use capsule_pcap::{write as pw, Interface};
     use capsule_store::format::{BlockMeta, DecodeError};
     use std::net::Ipv6Addr;
+
+    /// A listing bucket holds a record's bucket exactly while its counters fit 32 bits, and
+    /// saturates beyond (as merged buckets of one second do).
+    #[test]
+    fn counts_bucket_narrows_and_saturates() {
+        let mut b = Bucket {
+            second: 7,
+            ..Bucket::default()
+        };
+        b.packets = [3, u64::from(u32::MAX)];
+        b.bytes = [1 << 40, 5];
+        b.data = [2, 1 << 33];
+        let c = CountsBucket::from(&b);
+        assert_eq!(c.second, 7);
+        assert_eq!(c.bytes, [1 << 40, 5]);
+        assert_eq!(c.packets, [3, u32::MAX]);
+        assert_eq!(c.data, [2, u32::MAX]);
+        let mut v = vec![c];
+        merge_buckets(&mut v, &[c, CountsBucket { second: 8, ..c }]);
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].packets, [6, u32::MAX]);
+        assert_eq!(v[0].bytes, [2 << 40, 10]);
+        assert_eq!(v[1].second, 8);
+    }
 
     /// Ethernet (optionally 802.1Q) + IPv4 + TCP frame with `payload` bytes of data.
     #[allow(clippy::too_many_arguments)]
@@ -898,7 +996,12 @@ pub(crate) mod tests {
         let all = SegmentIndex::decode_counts(&idx.encode(), Some((0, u64::MAX))).unwrap();
         assert!(all.flows.iter().all(|f| f.buckets.is_empty()));
         let cut = SegmentIndex::decode_counts(&idx.encode(), Some((0, 2 * s))).unwrap();
-        assert_eq!(cut.flows[0].buckets, idx.flows[0].buckets);
+        let wide: Vec<CountsBucket> = idx.flows[0]
+            .buckets
+            .iter()
+            .map(CountsBucket::from)
+            .collect();
+        assert_eq!(cut.flows[0].buckets, wide);
         // Merging counts is merging records, minus what counts do not carry.
         let (mut r, mut c) = (idx.flows[0].clone(), counts[0].clone());
         r.absorb(&idx.flows[1]);
