@@ -207,24 +207,10 @@ fn load_entry(
                 }
                 Err(e) => return Err(e),
             };
-            let read = journal::parse(&bytes);
-            // The blocks as the records describe them (the segment file is not read).
-            let n = read
-                .records
-                .iter()
-                .map(|r| r.delta.block as usize + 1)
-                .max()
-                .unwrap_or(0);
-            let mut metas = vec![capsule_store::format::BlockMeta::default(); n];
-            for r in &read.records {
-                let m = &mut metas[r.delta.block as usize];
-                m.index = r.delta.block;
-                m.packets = r.packets;
-                m.first_ns = r.first_ns;
-                m.last_ns = r.last_ns;
-                m.frame_crc = r.frame_crc;
-            }
-            let live = journal::fold(entry.seq, &metas, entry.bytes, &read);
+            // The blocks as the records describe them (the segment file is not read), the
+            // ones a fold checkpoint covers taken from it.
+            let ck = journal::checkpoint::load(dir, entry.seq);
+            let live = journal::fold_journal(entry.seq, None, entry.bytes, &bytes, ck);
             l.unseen = live.unseen;
             l.notes = live.notes;
             live.index.flows.into_iter().map(FlowCounts::from).collect()

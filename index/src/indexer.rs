@@ -21,6 +21,7 @@ use capsule_store::{
 };
 
 use crate::scrub::{self, Scrubber};
+use crate::sideindex::journal::checkpoint::{self, Checkpointer};
 use crate::sideindex::journal::{self, JournalWriter};
 use crate::sideindex::{index_name, rebuild, IndexBuilder, SegmentIndex, TcpCarry};
 
@@ -39,6 +40,9 @@ pub struct SideIndexer {
     /// The open segment's journal (`None` once a write to it failed: readers then plan the
     /// blocks it lacks as a scan).
     journal: Option<(u64, JournalWriter)>,
+    /// The open segment's fold checkpoints (while its journal is written: a checkpoint is
+    /// what folding the journal's first records gives).
+    checkpoints: Option<Checkpointer>,
     /// TCP state after segment `.0`, for the build of segment `.0 + 1`.
     carry: Option<(u64, TcpCarry)>,
     /// Held while an index is written or deleted here, so the scrubber never overwrites a
@@ -108,11 +112,16 @@ impl Indexer for SideIndexer {
             .collect();
         if self.dir.exists() {
             for e in capsule_store::fsx::list(&self.dir)? {
-                let Some(seq) = e.name.to_str().and_then(journal::parse_journal_name) else {
-                    continue;
-                };
-                if !open.contains(&seq) {
-                    journal::remove(&self.dir, seq)?;
+                let name = e.name.to_str().unwrap_or_default();
+                if let Some(seq) = journal::parse_journal_name(name) {
+                    if !open.contains(&seq) {
+                        journal::remove(&self.dir, seq)?;
+                    }
+                } else if let Some(seq) = checkpoint::parse_checkpoint_name(name) {
+                    // Fold checkpoints (and a temporary one a crash left) go with them.
+                    if !open.contains(&seq) || name.starts_with('.') {
+                        checkpoint::remove_file(&self.dir, name)?;
+                    }
                 }
             }
         }
@@ -139,8 +148,14 @@ impl Indexer for SideIndexer {
         // be rebuilt) goes.
         if let Some((old, j)) = self.journal.take() {
             drop(j);
-            if let Err(e) = journal::remove(&self.dir, old) {
-                tracing::warn!("{}", capsule_store::error::chain(&e));
+            self.checkpoints = None;
+            for r in [
+                journal::remove(&self.dir, old),
+                checkpoint::remove(&self.dir, old),
+            ] {
+                if let Err(e) = r {
+                    tracing::warn!("{}", capsule_store::error::chain(&e));
+                }
             }
         }
         // Flows idle for a whole segment start fresh: only the previous segment's state.
@@ -161,6 +176,19 @@ impl Indexer for SideIndexer {
                 None
             }
         };
+        self.checkpoints = match self.journal {
+            Some(_) => Checkpointer::create(&self.dir, seq)
+                .map_err(|e| {
+                    tracing::warn!(
+                        seq,
+                        "no fold checkpoints for the open segment (readers fold its whole \
+                         journal): {}",
+                        capsule_store::error::chain(&e)
+                    )
+                })
+                .ok(),
+            None => None,
+        };
     }
 
     fn block(&mut self, meta: &BlockMeta, data: &[u8]) {
@@ -177,7 +205,33 @@ impl Indexer for SideIndexer {
                     capsule_store::error::chain(&e)
                 );
                 self.journal = None;
+                self.checkpoints = None;
             }
+        }
+        if let Some(c) = self.checkpoints.as_mut() {
+            c.block(meta);
+        }
+    }
+
+    fn deferred(&self) -> Option<Duration> {
+        self.checkpoints.as_ref()?.due_in(std::time::Instant::now())
+    }
+
+    /// Writes the open segment's fold checkpoint. One that cannot be written is no harm
+    /// (readers fold the journal; the old checkpoint, if any, still holds): no more are
+    /// tried for this segment.
+    fn catch_up(&mut self) {
+        let (Some(c), Some(b)) = (self.checkpoints.as_mut(), self.building.as_ref()) else {
+            return;
+        };
+        if let Err(e) = c.write(b) {
+            tracing::warn!(
+                seq = b.seq(),
+                "cannot write the fold checkpoint (readers fold the rest of the open \
+                 segment's journal): {}",
+                capsule_store::error::chain(&e)
+            );
+            self.checkpoints = None;
         }
     }
 
@@ -190,9 +244,18 @@ impl Indexer for SideIndexer {
             }
             self.carry = Some((idx.seq, idx.carry_out()));
         }
-        // The index is in place: the journal is no longer needed.
+        // The index is in place: the journal and its checkpoint are no longer needed.
         self.journal = None;
-        journal::remove(&self.dir, sealed.seq)
+        if let Some(c) = self.checkpoints.take() {
+            tracing::debug!(
+                seq = sealed.seq,
+                written = c.written,
+                ms = c.spent.as_secs_f64() * 1e3,
+                "fold checkpoints of the segment"
+            );
+        }
+        journal::remove(&self.dir, sealed.seq)?;
+        checkpoint::remove(&self.dir, sealed.seq)
     }
 
     /// The blocks are the same, recompressed: the index is rewritten with the segment's new
@@ -224,7 +287,8 @@ impl Indexer for SideIndexer {
             Err(e) if !e.is_not_found() => return Err(e),
             _ => {}
         }
-        journal::remove(&self.dir, seq)
+        journal::remove(&self.dir, seq)?;
+        checkpoint::remove(&self.dir, seq)
     }
 }
 
@@ -402,13 +466,9 @@ mod tests {
         }
     }
 
-    /// While a segment is open its journal grows a record per block and folds to what the
-    /// index says once it is sealed; sealing removes it, and retention removes a deleted
-    /// segment's journal and index.
-    #[test]
-    fn the_open_segment_is_journaled_until_it_is_sealed() {
-        let d = tempfile::tempdir().unwrap();
-        let root = d.path();
+    /// A writer of store `root` given 200 packets of one TCP flow, flushed (its segment
+    /// still open).
+    fn two_hundred_packets(root: &Path) -> StoreWriter {
         let (mut w, _) = open_writer(root, cfg()).unwrap();
         let i = w.add_interface(eth());
         for n in 0..200u32 {
@@ -421,6 +481,17 @@ mod tests {
             );
         }
         w.flush().unwrap();
+        w
+    }
+
+    /// While a segment is open its journal grows a record per block and folds to what the
+    /// index says once it is sealed; sealing removes it, and retention removes a deleted
+    /// segment's journal and index.
+    #[test]
+    fn the_open_segment_is_journaled_until_it_is_sealed() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let w = two_hundred_packets(root);
         let jpath = Store::open(root).unwrap().index_dir().join(journal_name(1));
         let deadline = Instant::now() + Duration::from_secs(5);
         let live = loop {
@@ -456,6 +527,61 @@ mod tests {
         std::fs::write(&jpath, b"CPJR").unwrap();
         ix.deleted(1).unwrap();
         assert!(!jpath.exists() && !store.index_dir().join(index_name(1)).exists());
+    }
+
+    /// A writer gone quiet checkpoints the open segment's fold (the writer thread calls
+    /// `catch_up` with no block coming); readers then fold only the records after it, to
+    /// the same index as the journal alone. Sealing removes the checkpoint with the journal;
+    /// so do reconcile (a stale one, and a temporary one a crash left) and retention.
+    #[test]
+    fn a_quiet_writer_checkpoints_the_open_segments_fold() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let w = two_hundred_packets(root);
+        let dir = Store::open(root).unwrap().index_dir();
+        let cpath = dir.join(checkpoint::checkpoint_name(1));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let ck = loop {
+            if let Some(ck) = checkpoint::load(&dir, 1) {
+                let (_, segs) = readers(root);
+                if ck.covered() == segs[0].blocks().len() {
+                    break ck;
+                }
+            }
+            assert!(Instant::now() < deadline, "no checkpoint of every block");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(ck.covered() > 1);
+        let (store, segs) = readers(root);
+        let with = journal::load_open(&store.index_dir(), &segs[0])
+            .unwrap()
+            .unwrap();
+        let bytes = std::fs::read(dir.join(journal_name(1))).unwrap();
+        let read = journal::parse(&bytes);
+        let alone = journal::fold(1, segs[0].blocks(), segs[0].bytes(), &read);
+        assert_eq!(with, alone);
+        assert_eq!(with.index.flows[0].total_packets(), 200);
+        w.finish().unwrap();
+        assert!(!cpath.exists(), "sealing removes the checkpoint");
+        let (store, segs) = readers(root);
+        let sealed = SegmentIndex::load(&store.index_dir(), &segs[0])
+            .unwrap()
+            .unwrap();
+        assert_eq!(with.index.flows, sealed.flows);
+
+        // Left beside a segment no longer open (and a temporary one): reconcile removes them.
+        let tmp = dir.join(".seg-000000000001.fold.0123456789abcdef.tmp");
+        std::fs::write(&cpath, b"CPSLFOLD").unwrap();
+        std::fs::write(&tmp, b"CPSLFOLD").unwrap();
+        let mut ix = SideIndexer::default();
+        ix.reconcile(&store, &store.list().unwrap()).unwrap();
+        assert!(!cpath.exists() && !tmp.exists(), "reconcile removes them");
+        std::fs::write(&cpath, b"CPSLFOLD").unwrap();
+        ix.deleted(1).unwrap();
+        assert!(
+            !cpath.exists(),
+            "retention's delete takes the checkpoint too"
+        );
     }
 
     /// The open segment's block table comes from its journal (no header walk), and equals

@@ -44,6 +44,17 @@ pub trait Indexer: Send {
         let _ = (compacted, old_bytes);
         Ok(())
     }
+
+    /// Work put off while blocks come (the side index's: the open segment's fold
+    /// checkpoint), as the time until it is due (`Some(ZERO)`: now); `None`: none. Once it
+    /// is due and every block handed over is in the file, the writer thread calls
+    /// [`Indexer::catch_up`], also when no block follows. The default: none.
+    fn deferred(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Does the work [`Indexer::deferred`] said is due.
+    fn catch_up(&mut self) {}
 }
 
 /// An [`Indexer`] that keeps nothing.

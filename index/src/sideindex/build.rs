@@ -80,6 +80,18 @@ impl IndexBuilder {
         self.blocks.len()
     }
 
+    /// The segment number being indexed.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The index of the blocks added so far, borrowed: their summaries and the flows'
+    /// records, as [`IndexBuilder::finish`] would return them now (the fold checkpoint is
+    /// encoded from these).
+    pub fn so_far(&self) -> (&[BlockSummary], &[FlowRecord]) {
+        (&self.blocks, &self.flows)
+    }
+
     /// Indexes the next block of the segment. `meta.new_interfaces` extends the segment's
     /// interface list (as in the block header); `data` is the block's decompressed content.
     /// The block's own counts are then [`IndexBuilder::last_delta`].

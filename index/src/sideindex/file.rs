@@ -525,6 +525,53 @@ fn all_read(c: &Reader<'_>, len: usize) -> std::result::Result<(), DecodeError> 
     Ok(())
 }
 
+/// Encodes an index file of segment `seq` (`segment_len` bytes) from its block summaries and
+/// flows, in the layout of index `version`, its body compressed at zstd `level`: what
+/// [`SegmentIndex::encode`] writes (level 3), and what the open segment's fold checkpoint
+/// holds (from the builder's records, without copying them).
+pub(super) fn encode_index(
+    seq: u64,
+    segment_len: u64,
+    blocks: &[BlockSummary],
+    flows: &[FlowRecord],
+    version: u16,
+    level: i32,
+) -> Vec<u8> {
+    let mut body = Vec::with_capacity(blocks.len() * 16 + flows.len() * 160);
+    for b in blocks {
+        body.extend_from_slice(&b.dscp.to_le_bytes());
+        body.extend_from_slice(&b.ip_packets.to_le_bytes());
+        body.extend_from_slice(&b.non_ip_packets.to_le_bytes());
+        body.extend_from_slice(&b.malformed_packets.to_le_bytes());
+    }
+    for f in flows {
+        put_flow_as(&mut body, f, true, version);
+    }
+    let compressed =
+        zstd::bulk::compress(&body, level).expect("compressing into a Vec cannot fail");
+    let mut out = Vec::with_capacity(HEADER_LEN + compressed.len());
+    out.extend_from_slice(&INDEX_MAGIC);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&segment_len.to_le_bytes());
+    out.extend_from_slice(&(blocks.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(flows.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(compressed.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&compressed).to_le_bytes());
+    let first = flows.iter().map(|f| f.first_ns).min().unwrap_or(u64::MAX);
+    let last = flows.iter().map(|f| f.last_ns).max().unwrap_or(0);
+    out.extend_from_slice(&first.to_le_bytes());
+    out.extend_from_slice(&last.to_le_bytes());
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    debug_assert_eq!(out.len(), HEADER_LEN);
+    out.extend_from_slice(&compressed);
+    out
+}
+
 impl SegmentIndex {
     /// Encodes the index file: an 80-byte header, then the zstd-compressed body.
     pub fn encode(&self) -> Vec<u8> {
@@ -534,38 +581,14 @@ impl SegmentIndex {
     /// Encodes the index file in the layout of `version` (3 or 4), for tests that files of
     /// an older version still read.
     pub(crate) fn encode_as(&self, version: u16) -> Vec<u8> {
-        let mut body = Vec::with_capacity(self.blocks.len() * 16 + self.flows.len() * 160);
-        for b in &self.blocks {
-            body.extend_from_slice(&b.dscp.to_le_bytes());
-            body.extend_from_slice(&b.ip_packets.to_le_bytes());
-            body.extend_from_slice(&b.non_ip_packets.to_le_bytes());
-            body.extend_from_slice(&b.malformed_packets.to_le_bytes());
-        }
-        for f in &self.flows {
-            put_flow_as(&mut body, f, true, version);
-        }
-        let compressed =
-            zstd::bulk::compress(&body, 3).expect("compressing into a Vec cannot fail");
-        let mut out = Vec::with_capacity(HEADER_LEN + compressed.len());
-        out.extend_from_slice(&INDEX_MAGIC);
-        out.extend_from_slice(&version.to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&self.seq.to_le_bytes());
-        out.extend_from_slice(&self.segment_len.to_le_bytes());
-        out.extend_from_slice(&(self.blocks.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(self.flows.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(compressed.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-        out.extend_from_slice(&crc32c::crc32c(&compressed).to_le_bytes());
-        let (first, last) = self.span().unwrap_or((u64::MAX, 0));
-        out.extend_from_slice(&first.to_le_bytes());
-        out.extend_from_slice(&last.to_le_bytes());
-        let crc = crc32c::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        debug_assert_eq!(out.len(), HEADER_LEN);
-        out.extend_from_slice(&compressed);
-        out
+        encode_index(
+            self.seq,
+            self.segment_len,
+            &self.blocks,
+            &self.flows,
+            version,
+            3,
+        )
     }
 
     /// The first and last packet time of the index's flows, if it has any.

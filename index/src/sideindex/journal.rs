@@ -26,6 +26,9 @@ use capsule_wire::view::Reader;
 use super::file::{bad_varint, get_flow, invalid, put_flow, put_varint, short};
 use super::{BlockDelta, BlockSummary, FlowKey, FlowRecord, SegmentIndex};
 
+pub mod checkpoint;
+use checkpoint::{BlockMatch, Checkpoint};
+
 use capsule_store::segment::journal::{self as framing, FIXED_LEN, MAX_PAYLOAD};
 pub use capsule_store::segment::journal::{journal_name, FRAME_LEN, RECORD_MAGIC};
 
@@ -37,7 +40,12 @@ pub const JOURNAL_VERSION: u16 = 4;
 
 /// The sequence number of a journal file name, if it is one.
 pub fn parse_journal_name(name: &str) -> Option<u64> {
-    let digits = name.strip_prefix("seg-")?.strip_suffix(".journal")?;
+    seq_of(name, ".journal")
+}
+
+/// The sequence number of `seg-<12 digits><suffix>`, if `name` is one.
+fn seq_of(name: &str, suffix: &str) -> Option<u64> {
+    let digits = name.strip_prefix("seg-")?.strip_suffix(suffix)?;
     (digits.len() == 12 && digits.bytes().all(|b| b.is_ascii_digit()))
         .then(|| digits.parse().ok())
         .flatten()
@@ -45,7 +53,12 @@ pub fn parse_journal_name(name: &str) -> Option<u64> {
 
 /// Removes segment `seq`'s journal from `dir`, if there is one.
 pub fn remove(dir: &Path, seq: u64) -> Result<()> {
-    match fsx::remove(&dir.join(journal_name(seq)), "remove index journal") {
+    remove_if_there(&dir.join(journal_name(seq)), "remove index journal")
+}
+
+/// Removes `path`; one already gone is no error.
+fn remove_if_there(path: &Path, op: &'static str) -> Result<()> {
+    match fsx::remove(path, op) {
         Err(e) if !e.is_not_found() => Err(e),
         _ => Ok(()),
     }
@@ -184,25 +197,37 @@ pub struct JournalRead {
     /// Offset of a cut-short last record (a writer stopped mid-write, or one being written
     /// right now), ignored.
     pub torn_tail: Option<usize>,
+    /// Records of blocks below [`parse_from`]'s `from` (a checkpoint covers them): their
+    /// fixed part only (segment, block, and what the block is), the body not decompressed.
+    pub skipped: Vec<(u64, u32, BlockMatch)>,
 }
 
 /// Reads the records of a journal's bytes. Never panics: a record that fails its checks is
 /// skipped with a note (reading resumes at the next record magic), and a last record cut
 /// short is a torn tail.
 pub fn parse(bytes: &[u8]) -> JournalRead {
+    parse_from(bytes, 0)
+}
+
+/// Reads the records of a journal's bytes as [`parse`] does, but decodes only those of
+/// blocks `from` and after: the others' fixed part is read (into `skipped`), their body is
+/// not decompressed.
+pub fn parse_from(bytes: &[u8], from: u32) -> JournalRead {
     let f = framing::frames(bytes);
     let mut out = JournalRead {
         records: Vec::with_capacity(f.records.len()),
         notes: f.notes,
         torn_tail: f.torn_tail,
+        skipped: Vec::new(),
     };
     // One decompression context for every record: making one per record (what
     // `zstd::bulk::decompress` does) costs an allocation of ~100 KiB and its page faults
     // each time, most of the fold's time on a journal of hundreds of records.
     let mut dctx = zstd::bulk::Decompressor::new().ok();
     for (at, payload) in f.records {
-        match decode_payload(payload, dctx.as_mut()) {
-            Ok(r) => out.records.push(r),
+        match decode_payload(payload, from, dctx.as_mut()) {
+            Ok(Decoded::Record(r)) => out.records.push(r),
+            Ok(Decoded::Skipped(seq, block, m)) => out.skipped.push((seq, block, m)),
             Err(e) => out
                 .notes
                 .push(format!("offset {at}: record does not decode: {e}; skipped")),
@@ -220,10 +245,17 @@ fn note_offset(n: &str) -> usize {
         .unwrap_or(usize::MAX)
 }
 
+enum Decoded {
+    Record(JournalRecord),
+    /// A record of a block below the first one decoded: segment, block, the block's match.
+    Skipped(u64, u32, BlockMatch),
+}
+
 fn decode_payload(
     p: &[u8],
+    from: u32,
     dctx: Option<&mut zstd::bulk::Decompressor<'static>>,
-) -> std::result::Result<JournalRecord, DecodeError> {
+) -> std::result::Result<Decoded, DecodeError> {
     let mut c = Reader::new(p);
     let version = c.u16_le().map_err(short)?;
     if !(2..=JOURNAL_VERSION).contains(&version) {
@@ -241,6 +273,15 @@ fn decode_payload(
     let last_ns = c.u64_le().map_err(short)?;
     let frame_crc = c.u32_le().map_err(short)?;
     let ulen = c.u32_le().map_err(short)?;
+    if block < from {
+        let m = BlockMatch {
+            packets,
+            first_ns,
+            last_ns,
+            frame_crc,
+        };
+        return Ok(Decoded::Skipped(seq, block, m));
+    }
     if ulen > MAX_PAYLOAD {
         return Err(invalid(format!(
             "body of {ulen} bytes is implausibly large"
@@ -292,7 +333,7 @@ fn decode_payload(
             body.len() - c.position()
         )));
     }
-    Ok(JournalRecord {
+    Ok(Decoded::Record(JournalRecord {
         seq,
         packets,
         first_ns,
@@ -303,7 +344,7 @@ fn decode_payload(
             summary,
             flows,
         },
-    })
+    }))
 }
 
 /// An open segment's index, folded from its journal.
@@ -324,10 +365,28 @@ pub struct LiveIndex {
 /// the block of its index when the two agree on packets, times and frame crc32c; records
 /// for blocks not yet in the file are ignored.
 pub fn fold(seq: u64, blocks: &[BlockMeta], segment_len: u64, read: &JournalRead) -> LiveIndex {
+    fold_onto(None, seq, blocks, segment_len, read)
+}
+
+/// [`fold`], starting from `base`, the index of the first `base.blocks.len()` blocks (a
+/// checkpoint's, which the caller has matched to `blocks`): only the records of the blocks
+/// after those are folded. Folding goes block by block, so the index of the first k blocks
+/// folded on is what folding the records of those k blocks gives: the result is the same.
+fn fold_onto(
+    base: Option<SegmentIndex>,
+    seq: u64,
+    blocks: &[BlockMeta],
+    segment_len: u64,
+    read: &JournalRead,
+) -> LiveIndex {
     let mut notes = read.notes.clone();
+    let covered = base.as_ref().map_or(0, |b| b.blocks.len());
     let mut used: Vec<Option<&JournalRecord>> = vec![None; blocks.len()];
     for r in &read.records {
         let b = r.delta.block as usize;
+        if b < covered {
+            continue; // the checkpoint's
+        }
         let Some(meta) = blocks.get(b) else {
             continue; // not yet visible in the file
         };
@@ -348,15 +407,22 @@ pub fn fold(seq: u64, blocks: &[BlockMeta], segment_len: u64, read: &JournalRead
             used[b] = Some(r);
         }
     }
-    let mut index = SegmentIndex {
+    let mut index = base.unwrap_or_else(|| SegmentIndex {
         seq,
         segment_len,
-        blocks: vec![BlockSummary::default(); blocks.len()],
+        blocks: Vec::new(),
         flows: Vec::new(),
-    };
+    });
+    index.seq = seq;
+    index.segment_len = segment_len;
+    index.blocks.resize(blocks.len(), BlockSummary::default());
     let mut by_key: std::collections::HashMap<FlowKey, usize> = Default::default();
+    if used[covered..].iter().any(Option::is_some) {
+        by_key.reserve(index.flows.len());
+        by_key.extend(index.flows.iter().enumerate().map(|(i, f)| (f.key, i)));
+    }
     let mut unseen = Vec::new();
-    for (b, r) in used.iter().enumerate() {
+    for (b, r) in used.iter().enumerate().skip(covered) {
         let Some(r) = r else {
             unseen.push(b);
             continue;
@@ -379,6 +445,74 @@ pub fn fold(seq: u64, blocks: &[BlockMeta], segment_len: u64, read: &JournalRead
     }
 }
 
+/// Folds the journal `bytes` of segment `seq` (`segment_len` bytes), onto checkpoint `ck`
+/// when it describes the segment's first blocks: the records it covers are not decoded.
+/// `blocks`: the segment's blocks as a reader of the file sees them, or `None` to take them
+/// from the journal's own records (a listing that does not open the file). A checkpoint
+/// that does not describe them is ignored: the journal alone is folded.
+pub fn fold_journal(
+    seq: u64,
+    blocks: Option<&[BlockMeta]>,
+    segment_len: u64,
+    bytes: &[u8],
+    ck: Option<Checkpoint>,
+) -> LiveIndex {
+    let ck = ck.filter(|c| blocks.is_none_or(|b| c.describes(seq, b)));
+    let from = ck.as_ref().map_or(0, |c| c.covered() as u32);
+    let read = parse_from(bytes, from);
+    let own: Vec<BlockMeta>;
+    let blocks = match blocks {
+        Some(b) => b,
+        None => {
+            let metas = metas_of(&read);
+            if from > 0 && !ck.as_ref().is_some_and(|c| c.describes(seq, &metas)) {
+                // The journal's records are not the blocks it covers: without it.
+                let read = parse(bytes);
+                return fold(seq, &metas_of(&read), segment_len, &read);
+            }
+            own = metas;
+            &own
+        }
+    };
+    fold_onto(ck.map(|c| c.index), seq, blocks, segment_len, &read)
+}
+
+/// The blocks as a journal's records describe them (block numbers no record names get a
+/// default meta, which no checkpoint or record matches).
+fn metas_of(read: &JournalRead) -> Vec<BlockMeta> {
+    let n = read
+        .records
+        .iter()
+        .map(|r| r.delta.block)
+        .chain(read.skipped.iter().map(|s| s.1))
+        .map(|b| b as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut metas = vec![BlockMeta::default(); n];
+    let heads = read
+        .skipped
+        .iter()
+        .map(|&(_, b, m)| (b, m))
+        .chain(read.records.iter().map(|r| {
+            let m = BlockMatch {
+                packets: r.packets,
+                first_ns: r.first_ns,
+                last_ns: r.last_ns,
+                frame_crc: r.frame_crc,
+            };
+            (r.delta.block, m)
+        }));
+    for (b, m) in heads {
+        let meta = &mut metas[b as usize];
+        meta.index = b;
+        meta.packets = m.packets;
+        meta.first_ns = m.first_ns;
+        meta.last_ns = m.last_ns;
+        meta.frame_crc = m.frame_crc;
+    }
+    metas
+}
+
 /// The index of open segment `seg` from its journal in `dir`. `Ok(None)`: it has none
 /// (written by a writer without a side index, or by an older build).
 pub fn load_open(dir: &Path, seg: &SegmentReader) -> Result<Option<LiveIndex>> {
@@ -387,11 +521,12 @@ pub fn load_open(dir: &Path, seg: &SegmentReader) -> Result<Option<LiveIndex>> {
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e),
     };
-    Ok(Some(fold(
+    Ok(Some(fold_journal(
         seg.seq(),
-        seg.blocks(),
+        Some(seg.blocks()),
         seg.bytes(),
-        &parse(&bytes),
+        &bytes,
+        checkpoint::load(dir, seg.seq()),
     )))
 }
 
@@ -644,6 +779,154 @@ mod tests {
         remove(&dir, 9).unwrap();
         remove(&dir, 9).unwrap();
         assert!(!dir.join(journal_name(9)).exists());
+    }
+
+    /// The checkpoint of the first `k` blocks, as the writer thread writes it.
+    fn checkpoint_of(blocks: &[(BlockMeta, Vec<u8>)], k: usize) -> Vec<u8> {
+        let mut ix = IndexBuilder::new(5);
+        let mut m = Vec::new();
+        for (meta, d) in &blocks[..k] {
+            ix.add_block(meta, d);
+            m.push(BlockMatch::of(meta));
+        }
+        checkpoint::encode(&ix, &m)
+    }
+
+    /// Folding the journal onto a checkpoint of its first k blocks (every k, so the TCP
+    /// conversation that spans all three blocks, with its retransmission in the third judged
+    /// against the state carried from the first two, crosses each boundary) equals folding
+    /// the journal alone, and the sealed index; the same with the blocks taken from the
+    /// journal's records (the listing that does not open the segment file).
+    #[test]
+    fn folding_onto_a_checkpoint_equals_folding_the_journal_alone() {
+        let b = blocks();
+        let (bytes, _, sealed) = journal_of(&b);
+        let alone = fold(5, &metas(&b), 777, &parse(&bytes));
+        assert_eq!(alone.index, sealed);
+        for k in 0..=b.len() {
+            let ck = checkpoint::decode(&checkpoint_of(&b, k)).unwrap();
+            assert_eq!(ck.covered(), k);
+            assert!(ck.describes(5, &metas(&b)));
+            let live = fold_journal(5, Some(&metas(&b)), 777, &bytes, Some(ck.clone()));
+            assert_eq!(live, alone, "checkpoint of {k} blocks");
+            assert_eq!(live.index.flows[0].retransmissions, [1, 0], "k = {k}");
+            let listed = fold_journal(5, None, 777, &bytes, Some(ck));
+            assert_eq!(
+                listed, alone,
+                "checkpoint of {k} blocks, blocks from the records"
+            );
+            // The covered records are read for their fixed part only.
+            let read = parse_from(&bytes, k as u32);
+            assert_eq!(read.records.len(), b.len() - k);
+            assert_eq!(read.skipped.len(), k);
+        }
+        // A journal that has not caught up with the file: the blocks after it are unseen
+        // either way.
+        let ck = checkpoint::decode(&checkpoint_of(&b, 1)).unwrap();
+        let cut = &bytes[..bytes.len() - 1];
+        assert_eq!(
+            fold_journal(5, Some(&metas(&b)), 777, cut, Some(ck)),
+            fold(5, &metas(&b), 777, &parse(cut))
+        );
+    }
+
+    /// A record the checkpoint covers is not decompressed: a body that would not decode
+    /// (framed with a good crc32c) is no note once a checkpoint covers its block.
+    #[test]
+    fn records_a_checkpoint_covers_are_not_decoded() {
+        let b = blocks();
+        let (bytes, ends, _) = journal_of(&b);
+        let mut bad = bytes[..ends[0]].to_vec();
+        let body_end = bad.len();
+        bad[body_end - 3..].copy_from_slice(&[0xff; 3]);
+        let crc = crc32c::crc32c(&bad[FRAME_LEN..]);
+        bad[8..12].copy_from_slice(&crc.to_le_bytes());
+        bad.extend_from_slice(&bytes[ends[0]..]);
+        let read = parse(&bad);
+        assert!(
+            read.notes[0].contains("does not decode"),
+            "{:?}",
+            read.notes
+        );
+        let alone = fold(5, &metas(&b), 777, &read);
+        assert_eq!(alone.unseen, vec![0]);
+        let ck = checkpoint::decode(&checkpoint_of(&b, 1)).unwrap();
+        let live = fold_journal(5, Some(&metas(&b)), 777, &bad, Some(ck));
+        assert!(live.notes.is_empty() && live.unseen.is_empty(), "{live:?}");
+        assert_eq!(live, fold(5, &metas(&b), 777, &parse(&bytes)));
+    }
+
+    /// A checkpoint that does not describe the file is ignored: the journal alone is
+    /// folded. Damaged (every byte flipped in turn), of another segment number, of another
+    /// file with that number (a block differs), covering more blocks than the file has.
+    #[test]
+    fn a_checkpoint_that_does_not_describe_the_file_is_ignored() {
+        let b = blocks();
+        let (bytes, _, _) = journal_of(&b);
+        let alone = fold(5, &metas(&b), 777, &parse(&bytes));
+        let good = checkpoint_of(&b, 2);
+        for at in 0..good.len() {
+            let mut bad = good.clone();
+            bad[at] ^= 0x04;
+            assert!(
+                checkpoint::decode(&bad).is_err(),
+                "flip at {at} went unnoticed"
+            );
+        }
+        for cut in 0..good.len() {
+            assert!(checkpoint::decode(&good[..cut]).is_err(), "cut at {cut}");
+        }
+        let ck = checkpoint::decode(&good).unwrap();
+        // Another segment's.
+        assert!(!ck.describes(6, &metas(&b)));
+        let live = fold_journal(6, Some(&metas(&b)), 777, &bytes, Some(ck.clone()));
+        assert_eq!(live, fold(6, &metas(&b), 777, &parse(&bytes)));
+        // Another file's: its second block is not this file's.
+        let mut other = metas(&b);
+        other[1].frame_crc ^= 1;
+        assert!(!ck.describes(5, &other));
+        let live = fold_journal(5, Some(&other), 777, &bytes, Some(ck.clone()));
+        assert_eq!(live, fold(5, &other, 777, &parse(&bytes)));
+        assert_eq!(live.unseen, vec![1]);
+        // Ahead of the file.
+        assert!(!ck.describes(5, &metas(&b[..1])));
+        let live = fold_journal(5, Some(&metas(&b[..1])), 10, &bytes, Some(ck.clone()));
+        assert_eq!(live, fold(5, &metas(&b[..1]), 10, &parse(&bytes)));
+        // From the records alone: a journal whose records are other blocks.
+        let (theirs, _, _) = journal_of(&b[1..]);
+        let live = fold_journal(5, None, 777, &theirs, Some(ck));
+        let read = parse(&theirs);
+        assert_eq!(live, fold(5, &metas_of(&read), 777, &read));
+        assert_ne!(live.index, alone.index);
+    }
+
+    #[test]
+    fn checkpoints_are_written_beside_the_journal_and_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("index");
+        let b = blocks();
+        let mut w = JournalWriter::create(&dir, 5).unwrap();
+        let mut c = checkpoint::Checkpointer::create(&dir, 5).unwrap();
+        let mut ix = IndexBuilder::new(5);
+        for (m, data) in &b {
+            ix.add_block(m, data);
+            w.append(m, ix.last_delta()).unwrap();
+            c.block(m);
+        }
+        assert!(c.due_in(std::time::Instant::now()).is_some());
+        assert_eq!(checkpoint::load(&dir, 5), None, "none written yet");
+        c.write(&ix).unwrap();
+        assert_eq!(c.due_in(std::time::Instant::now()), None, "all covered");
+        assert_eq!(c.path(), dir.join("seg-000000000005.fold"));
+        let ck = checkpoint::load(&dir, 5).unwrap();
+        assert_eq!(ck.covered(), 3);
+        assert_eq!(ck.index, ix.finish(0));
+        assert_eq!(checkpoint::load(&dir, 6), None);
+        // A new writer for the number starts without one.
+        drop(c);
+        let _c = checkpoint::Checkpointer::create(&dir, 5).unwrap();
+        assert!(!dir.join(checkpoint::checkpoint_name(5)).exists());
+        checkpoint::remove(&dir, 5).unwrap();
     }
 
     proptest::proptest! {

@@ -120,7 +120,19 @@ impl WriterThread {
                     .as_ref()
                     .and_then(|s| s.unflushed_for())
                     .map(|t| GATHER.saturating_sub(t));
-                let wait = [due, gather]
+                // And until the indexer's deferred work is due, if it has some (not in a
+                // spin while a block is staged: it waits for the flush).
+                let staged = current
+                    .as_ref()
+                    .is_some_and(|s| s.unflushed_for().is_some());
+                let deferred = self.indexer.deferred().map(|d| {
+                    if staged {
+                        d.max(Duration::from_millis(10))
+                    } else {
+                        d
+                    }
+                });
+                let wait = [due, gather, deferred]
                     .into_iter()
                     .flatten()
                     .min()
@@ -164,6 +176,7 @@ impl WriterThread {
                             last_sync = Instant::now();
                             self.disk.add(io.elapsed());
                         }
+                        self.catch_up_index(current.as_ref());
                         None
                     },
                 };
@@ -190,6 +203,7 @@ impl WriterThread {
                         self.disk.add(io.elapsed());
                     }
                 }
+                self.catch_up_index(current.as_ref());
             }
             if !pending.is_empty() {
                 return Err(StoreError::CompressorStopped {
@@ -207,6 +221,15 @@ impl WriterThread {
         sealed?;
         self.report.store_bytes = self.retention.total();
         Ok(self.report)
+    }
+
+    /// The indexer's deferred work, when it is due and the open segment holds every block
+    /// handed to the indexer (none staged): what it covers is then in the file.
+    fn catch_up_index(&mut self, open: Option<&SegmentFile>) {
+        let flushed = open.is_none_or(|s| s.unflushed_for().is_none());
+        if flushed && self.indexer.deferred() == Some(Duration::ZERO) {
+            self.indexer.catch_up();
+        }
     }
 
     /// Commits a compaction (compact.rs) when retention still keeps its segment: rename over
