@@ -14,6 +14,11 @@
 //!                                                                   rename; Indexer::sealed
 //! ```
 //!
+//! At [`Level::Store`] there are no compressor threads: the producer hands its blocks
+//! straight to the writer thread, which lays each raw frame out around the block and takes
+//! its crc32c as it copies it into the segment's write buffer (as it does for blocks the
+//! ladder stores).
+//!
 //! The producer never touches the disk. Each lane (DSCP class, see [`LANES`]) fills its own
 //! block, so a query for one class reads only that class's blocks. Blocks are cut at a size
 //! (`block_bytes`) or an age (`block_age`, checked by [`StoreWriter::tick`]); segments at an
