@@ -122,11 +122,8 @@ impl WriterThread {
                     .map(|t| GATHER.saturating_sub(t));
                 // And until the indexer's deferred work is due, if it has some (not in a
                 // spin while a block is staged: it waits for the flush).
-                let staged = current
-                    .as_ref()
-                    .is_some_and(|s| s.unflushed_for().is_some());
                 let deferred = self.indexer.deferred().map(|d| {
-                    if staged {
+                    if gather.is_some() {
                         d.max(Duration::from_millis(10))
                     } else {
                         d
