@@ -303,9 +303,13 @@ pub(super) const CLIMB_AFTER_MAX: Duration = Duration::from_secs(64);
 /// a level tries it rarely; a full [`CLIMB_AFTER_MAX`] at the configured level resets it.
 /// What the weaker rungs cost in disk, the compactor takes back later.
 ///
-/// Disk short (the writer spends half its time writing): the configured level, whatever
-/// else, because fewer bytes is then what helps, and storing would make the disk fall further
-/// behind.
+/// Disk short (the writer spends half its time writing *and* three quarters of its own queue
+/// wait): the configured level, whatever else, because fewer bytes is then what helps, and
+/// storing would make the disk fall further behind. A busy disk whose writer keeps up is not
+/// short: there a reader behind its ring means the CPU is, and compressing would cost packets
+/// (issue 10: a disk taking 650 MB/s of direct writes kept the writer busy more than half the
+/// time, and the old rule, busy alone, compressed a third of the blocks at level 1 while the
+/// reader dropped 10% of the packets that the store rung kept whole).
 #[derive(Debug)]
 pub(super) struct Ladder {
     rung: usize,
@@ -324,22 +328,14 @@ impl Ladder {
         }
     }
 
-    /// The rung for the next block, given the blocks waiting for a compressor (`queued` of
-    /// `cap`), whether a capture reader is behind its ring, and whether the disk is what
-    /// limits the writer thread.
-    pub(super) fn pick(
-        &mut self,
-        queued: usize,
-        cap: usize,
-        reader_behind: bool,
-        disk_bound: bool,
-        now: Instant,
-    ) -> usize {
-        if disk_bound {
+    /// The rung for the next block, given the pipeline's [`Load`].
+    pub(super) fn pick(&mut self, load: Load, now: Instant) -> usize {
+        if load.disk_short() {
             return 0;
         }
+        let Load { queued, cap, .. } = load;
         let calm_for = now.saturating_duration_since(self.since);
-        if reader_behind || queued * 4 >= cap {
+        if load.reader_behind || queued * 4 >= cap {
             if self.rung < 3 {
                 if calm_for < self.wait * 2 {
                     // The last climb did not hold: try less often.
@@ -360,6 +356,29 @@ impl Ladder {
             self.wait = CLIMB_AFTER;
         }
         self.rung
+    }
+}
+
+/// What the live ladder reads before each block.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Load {
+    /// Blocks waiting for a compressor, of `cap`.
+    pub(super) queued: usize,
+    pub(super) cap: usize,
+    /// Compressed blocks waiting for the writer thread, of `write_cap`.
+    pub(super) writing: usize,
+    pub(super) write_cap: usize,
+    /// A capture reader is behind its kernel ring.
+    pub(super) reader_behind: bool,
+    /// The writer thread spent half of its last quarter second in writes (`DiskLoad`).
+    pub(super) disk_bound: bool,
+}
+
+impl Load {
+    /// The disk is what holds the pipeline back: the writer is busy writing and its queue
+    /// backs up behind it.
+    fn disk_short(&self) -> bool {
+        self.disk_bound && self.writing * 4 >= self.write_cap.max(1) * 3
     }
 }
 
@@ -387,12 +406,19 @@ pub(super) fn compress_loop(
         ladder.push(r);
     }
     let raw_cap = rx.capacity().unwrap_or(0).max(1);
+    let write_cap = out.capacity().unwrap_or(0).max(1);
     for mut raw in rx.iter() {
         let rung = if adaptive {
-            let behind = signals.urgent.load(Ordering::Relaxed) > 0;
-            let disk_bound = signals.disk_bound.load(Ordering::Relaxed);
+            let load = Load {
+                queued: rx.len(),
+                cap: raw_cap,
+                writing: out.len(),
+                write_cap,
+                reader_behind: signals.urgent.load(Ordering::Relaxed) > 0,
+                disk_bound: signals.disk_bound.load(Ordering::Relaxed),
+            };
             let mut l = signals.ladder.lock().unwrap_or_else(|p| p.into_inner());
-            l.pick(rx.len(), raw_cap, behind, disk_bound, Instant::now())
+            l.pick(load, Instant::now())
         } else {
             0
         };
@@ -426,35 +452,63 @@ pub(super) fn compress_loop(
 mod tests {
     use super::*;
 
+    /// `queued` of `cap` blocks waiting for a compressor, the writer's queue empty.
+    fn ld(queued: usize, cap: usize, reader_behind: bool, disk_bound: bool) -> Load {
+        Load {
+            queued,
+            cap,
+            writing: 0,
+            write_cap: 16,
+            reader_behind,
+            disk_bound,
+        }
+    }
+
     #[test]
     fn the_live_ladder_starts_at_store_falls_at_once_and_climbs_only_after_calm() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let mut l = Ladder::new(t0);
         // Startup: store, and still store before the first climb is due.
-        assert_eq!(l.pick(0, 16, false, false, t0), 3);
-        assert_eq!(l.pick(1, 16, false, false, at(1999)), 3);
+        assert_eq!(l.pick(ld(0, 16, false, false), t0), 3);
+        assert_eq!(l.pick(ld(1, 16, false, false), at(1999)), 3);
         // Calm: one rung every 2 s up to the configured level.
-        assert_eq!(l.pick(0, 16, false, false, at(2000)), 2);
-        assert_eq!(l.pick(0, 16, false, false, at(3000)), 2);
-        assert_eq!(l.pick(1, 16, false, false, at(4000)), 1);
-        assert_eq!(l.pick(0, 16, false, false, at(6000)), 0);
+        assert_eq!(l.pick(ld(0, 16, false, false), at(2000)), 2);
+        assert_eq!(l.pick(ld(0, 16, false, false), at(3000)), 2);
+        assert_eq!(l.pick(ld(1, 16, false, false), at(4000)), 1);
+        assert_eq!(l.pick(ld(0, 16, false, false), at(6000)), 0);
         // Two blocks waiting: one rung down, and one more at each block while they do.
-        assert_eq!(l.pick(2, 16, false, false, at(6100)), 1);
-        assert_eq!(l.pick(3, 16, false, false, at(6200)), 2);
+        assert_eq!(l.pick(ld(2, 16, false, false), at(6100)), 1);
+        assert_eq!(l.pick(ld(3, 16, false, false), at(6200)), 2);
         // A quarter of the queue, or a reader behind its ring: store at once.
-        assert_eq!(l.pick(4, 16, false, false, at(6300)), 3);
+        assert_eq!(l.pick(ld(4, 16, false, false), at(6300)), 3);
         // That climb failed within twice the wait: the next climb waits 4 s.
-        assert_eq!(l.pick(0, 16, false, false, at(8300)), 3);
-        assert_eq!(l.pick(0, 16, false, false, at(10300)), 2);
-        assert_eq!(l.pick(0, 16, true, false, at(10400)), 3, "reader behind");
+        assert_eq!(l.pick(ld(0, 16, false, false), at(8300)), 3);
+        assert_eq!(l.pick(ld(0, 16, false, false), at(10300)), 2);
+        assert_eq!(
+            l.pick(ld(0, 16, true, false), at(10400)),
+            3,
+            "reader behind"
+        );
         // Failed again: 8 s now.
-        assert_eq!(l.pick(0, 16, false, false, at(14400)), 3);
-        assert_eq!(l.pick(0, 16, false, false, at(18400)), 2);
-        // The disk is the limit: compress as configured, even with the queue full and a
-        // reader behind, without changing where the CPU ladder stands.
-        assert_eq!(l.pick(16, 16, true, true, at(18500)), 0);
-        assert_eq!(l.pick(0, 16, false, false, at(18600)), 2);
+        assert_eq!(l.pick(ld(0, 16, false, false), at(14400)), 3);
+        assert_eq!(l.pick(ld(0, 16, false, false), at(18400)), 2);
+        // The disk is the limit (busy, and the writer's own queue backs up): compress as
+        // configured, even with the queue full and a reader behind, without changing where
+        // the CPU ladder stands.
+        let disk_short = Load {
+            writing: 12,
+            ..ld(16, 16, true, true)
+        };
+        assert_eq!(l.pick(disk_short, at(18500)), 0);
+        assert_eq!(l.pick(ld(0, 16, false, false), at(18600)), 2);
+        // A busy disk whose writer keeps up (its queue short) is not the limit: a reader
+        // behind means the CPU is short, and the block is stored.
+        let busy_disk = Load {
+            writing: 11,
+            ..ld(0, 16, true, true)
+        };
+        assert_eq!(l.pick(busy_disk, at(18700)), 3);
     }
 
     #[test]
@@ -465,18 +519,18 @@ mod tests {
         // Climb and fall over and over: the wait doubles up to its cap.
         for _ in 0..10 {
             t += l.wait;
-            assert_eq!(l.pick(0, 16, false, false, t), 2);
+            assert_eq!(l.pick(ld(0, 16, false, false), t), 2);
             t += Duration::from_millis(10);
-            assert_eq!(l.pick(0, 16, true, false, t), 3);
+            assert_eq!(l.pick(ld(0, 16, true, false), t), 3);
         }
         assert_eq!(l.wait, CLIMB_AFTER_MAX);
         // Three climbs to the configured level, then a long calm there: back to 2 s.
         for rung in [2, 1, 0] {
             t += l.wait;
-            assert_eq!(l.pick(0, 16, false, false, t), rung);
+            assert_eq!(l.pick(ld(0, 16, false, false), t), rung);
         }
         t += CLIMB_AFTER_MAX;
-        assert_eq!(l.pick(0, 16, false, false, t), 0);
+        assert_eq!(l.pick(ld(0, 16, false, false), t), 0);
         assert_eq!(l.wait, CLIMB_AFTER);
     }
 }
