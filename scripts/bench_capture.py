@@ -492,8 +492,12 @@ def run_one(args, link, pcap, loops, capturer, rep):
         while "Wrote all index files" not in proc.log() and time.monotonic() < deadline \
                 and not proc.poll():
             time.sleep(0.1)
+        ticks = proc.cpu_ticks()  # its index is written: the CPU it took to get there
+        cpu_indexed = None if ticks is None else (ticks - setup_ticks) / CLK_TCK
         time.sleep(0.5)
         proc.stop(timeout=1)  # SIGTERM again, then SIGKILL by pid
+        if cpu_indexed is None:
+            cpu_indexed = proc.rusage.ru_utime + proc.rusage.ru_stime - setup_ticks / CLK_TCK
         stats = count_stenotype(output, proc.log())
     else:
         if not proc.stop():
@@ -502,6 +506,8 @@ def run_one(args, link, pcap, loops, capturer, rep):
         text = proc.log()
         if proc.status != 0:
             raise RuntimeError(f"{capturer} exited {proc.status}:\n{text}")
+        # Through its exit: capsule seals the open segment and writes its side index then.
+        cpu_indexed = proc.rusage.ru_utime + proc.rusage.ru_stime - setup_ticks / CLK_TCK
         stats = parse_tcpdump(text, output) if capturer == "tcpdump" else parse_capsule(text)
     out_bytes = tree_bytes(output) if os.path.isdir(output) else os.path.getsize(output)
     compact_s = compact_bytes = None
@@ -521,6 +527,8 @@ def run_one(args, link, pcap, loops, capturer, rep):
         "dropped": sent - captured, "own_drops": stats["own_drops"], "backlog": backlog,
         "setup": setup_ticks / CLK_TCK, "cpu": cpu,
         "us_per_pkt": cpu * 1e6 / captured if captured else float("inf"),
+        "cpu_indexed": cpu_indexed,
+        "us_per_pkt_indexed": cpu_indexed * 1e6 / captured if captured else float("inf"),
         "bytes": stats["bytes"], "out_bytes": out_bytes,
         "per_byte": out_bytes / stats["bytes"] if stats["bytes"] else float("inf"),
         "compact_s": compact_s,
@@ -622,8 +630,8 @@ def main():
     if args.capsule_opt:
         print("capsule capture options: " + " ".join(args.capsule_opt))
     print(f"{'capturer':<14} {'sent':>9} {'send s':>6} {'kpps':>5} {'captured':>9} "
-          f"{'dropped':>8} {'drop %':>6} {'CPU s':>6} {'us/pkt':>6} {'disk/B':>6} "
-          f"{'compacted':>9} {'compact s':>9} {'run':>3}")
+          f"{'dropped':>8} {'drop %':>6} {'CPU s':>6} {'us/pkt':>6} {'+index':>6} "
+          f"{'us/pkt':>6} {'disk/B':>6} {'compacted':>9} {'compact s':>9} {'run':>3}")
     for c in only:
         r = best[c]
         comp = "n/a" if r["compact_per_byte"] is None else f"{r['compact_per_byte']:.3f}"
@@ -633,7 +641,8 @@ def main():
         print(f"{c:<14} {r['sent']:>9} {r['send_s']:>6.2f} "
               f"{r['sent'] / r['send_s'] / 1e3:>5.0f} {r['captured']:>9} {r['dropped']:>8} "
               f"{100 * r['dropped'] / max(r['sent'], 1):>6.2f} {r['cpu']:>6.2f} "
-              f"{r['us_per_pkt']:>6.2f} {r['per_byte']:>6.3f} {comp:>9} {comp_s:>9} "
+              f"{r['us_per_pkt']:>6.2f} {r['cpu_indexed']:>6.2f} "
+              f"{r['us_per_pkt_indexed']:>6.2f} {r['per_byte']:>6.3f} {comp:>9} {comp_s:>9} "
               f"{r['rep']:>3}")
     for c in (x for x in only if x.startswith("capsule")):
         r = best[c]
@@ -642,7 +651,10 @@ def main():
             if base in best:
                 b = best[base]
                 parts.append(f"CPU / {base} {ratio(r['cpu'], b['cpu'])} "
-                             f"(per packet {ratio(r['us_per_pkt'], b['us_per_pkt'])})")
+                             f"(per packet {ratio(r['us_per_pkt'], b['us_per_pkt'])}; "
+                             f"index written {ratio(r['cpu_indexed'], b['cpu_indexed'])}, "
+                             f"per packet "
+                             f"{ratio(r['us_per_pkt_indexed'], b['us_per_pkt_indexed'])})")
         print(f"{c}: " + "; ".join(parts))
     for c in (x for x in only if x.startswith("capsule")):
         r = best[c]
@@ -659,6 +671,9 @@ def main():
             k = r["cpu"] / s["cpu"] if s["cpu"] else float("inf")
             verdicts.append(f"CPU <= 1.5x Stenographer's {'met' if k <= 1.5 else 'MISSED'} "
                             f"({k:.2f}x)")
+            k = r["cpu_indexed"] / s["cpu_indexed"] if s["cpu_indexed"] else float("inf")
+            verdicts.append(f"the same through the index written "
+                            f"{'met' if k <= 1.5 else 'MISSED'} ({k:.2f}x)")
         if r["compact_per_byte"] is None:
             verdicts.append("disk per captured byte after compaction <= 0.70 n/a")
         else:
@@ -670,7 +685,11 @@ def main():
 sent: tcpreplay's "Successful packets". send s: the sender's wall time. captured: the
 capturer's own count (Stenographer: packets in its packet files). dropped: sent - captured.
 CPU s: the capturer process's user + system time from the traffic's start until it went idle
-after it (setup and exit not counted). us/pkt: CPU s per captured packet. disk/B: bytes the
+after it (setup and exit not counted). us/pkt: CPU s per captured packet. +index: the same
+from the traffic's start until the capturer's index is written (capsule and tcpdump: their
+exit, where capsule seals the open segment and writes its side index; Stenographer: its
+"Wrote all index files", which it does at each file rotation (4 GiB or a minute by
+default) and on SIGTERM: CPU s leaves out its last file's index), with us/pkt beside it. disk/B: bytes the
 capturer wrote (pcap; Stenographer's packet and index files; capsule's store) over the
 captured packets' bytes. compacted: the same after `capsule compact`; compact s: its wall time.
 The kernel's copy of each packet into a capturer's ring runs in the sender's softirq on veth

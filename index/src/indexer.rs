@@ -161,7 +161,7 @@ impl Indexer for SideIndexer {
         // Flows idle for a whole segment start fresh: only the previous segment's state.
         let seed = match self.carry.take() {
             Some((prev, carry)) if prev.checked_add(1) == Some(seq) => carry,
-            _ => TcpCarry::new(),
+            _ => TcpCarry::default(),
         };
         self.building = Some(IndexBuilder::with_seed(seq, seed));
         self.journal = match JournalWriter::create(&self.dir, seq) {

@@ -433,7 +433,8 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                         "  blocks written: {level} at the configured level, {fast} at -10, \
                          {fastest} at -1000, {stored} stored uncompressed; {}{}",
                         if p.disk_bound {
-                            "the disk is the limit (compression kept at the configured level)"
+                            "the disk is busy (the writer spends half its time writing; \
+                             blocks that queue for it are compressed at the configured level)"
                         } else {
                             "the disk keeps up"
                         },

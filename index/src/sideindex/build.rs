@@ -42,7 +42,9 @@ pub struct IndexBuilder {
     linktypes: Vec<u16>,
     blocks: Vec<BlockSummary>,
     flows: Vec<FlowRecord>,
-    by_key: HashMap<FlowKey, usize>,
+    /// foldhash, not SipHash: one look-up for every packet train on the capture path, and
+    /// seeded per process like std's.
+    by_key: HashMap<FlowKey, usize, foldhash::fast::RandomState>,
     /// Per flow: the live TCP state.
     tcp: Vec<TcpState>,
     /// Per flow: where its record is in `delta.flows` while a block is counted, or NONE.
@@ -57,7 +59,7 @@ pub struct IndexBuilder {
 impl IndexBuilder {
     /// Starts the index of segment `seq` with no TCP state carried in.
     pub fn new(seq: u64) -> Self {
-        Self::with_seed(seq, TcpCarry::new())
+        Self::with_seed(seq, TcpCarry::default())
     }
 
     /// Starts the index of segment `seq`, with the TCP state each flow had at the end of
@@ -463,7 +465,7 @@ mod tests {
         // and a resend in segment 3 of data sent in segment 1.
         let pkt = |n: u32, dscp: u8| tcp4(None, A, B, 40000, 443, 1 + n * 10, 0x18, 9, 10, dscp);
         let mut merged: Option<FlowRecord> = None;
-        let mut carry = TcpCarry::new();
+        let mut carry = TcpCarry::default();
         let segments: [Vec<(u64, Vec<u8>)>; 3] = [
             (0..10).map(|n| (S + u64::from(n), pkt(n, 0))).collect(),
             (10..25)

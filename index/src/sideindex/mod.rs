@@ -798,8 +798,9 @@ pub struct SegmentIndex {
     pub flows: Vec<FlowRecord>,
 }
 
-/// Per flow, the TCP state handed from one segment's build to the next.
-pub type TcpCarry = std::collections::HashMap<FlowKey, TcpState>;
+/// Per flow, the TCP state handed from one segment's build to the next (foldhash: the
+/// builder looks every new flow up here, on the capture path).
+pub type TcpCarry = std::collections::HashMap<FlowKey, TcpState, foldhash::fast::RandomState>;
 
 impl SegmentIndex {
     /// What the next segment's build carries in: every flow's state after this segment.

@@ -124,7 +124,8 @@ pub struct Pressure {
     /// Blocks written at each rung of the ladder: the configured level, [`Level::FAST`],
     /// [`Level::FASTEST`], stored.
     pub blocks_by_rung: [u64; 4],
-    /// The disk is what limits the writer (compression stays at the configured level).
+    /// The disk is busy: the writer thread spent half of its last quarter second writing.
+    /// (The ladder keeps the configured level only while blocks also queue for the writer.)
     pub disk_bound: bool,
     /// Capture readers currently behind their kernel ring.
     pub readers_behind: u32,

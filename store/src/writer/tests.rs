@@ -168,8 +168,8 @@ fn a_reader_behind_makes_adaptive_compression_store_blocks() {
         adaptive: true,
         ..small()
     };
-    // Blocks are stored unless the disk is the limit (then compressed, see the ladder
-    // test); the first ones always are, before the first verdict on the disk.
+    // Blocks are stored unless the disk is the limit (busy, and blocks queue for the writer:
+    // then compressed, see the ladder test); the first ones always are.
     let (raw, packed) = raw_and_compressed_blocks(live.clone(), 1);
     assert!(raw > 0, "urgent: {raw} raw, {packed} compressed");
     // Not adaptive (import): urgency is ignored.
