@@ -123,7 +123,9 @@ pub(super) fn scan_known(
     let mut footer_at = None;
     // The index the next block header must carry: one more than the last header read,
     // whether its frame was whole or not.
-    let mut next_index = 0u32;
+    // (u64: a damaged file may hold a block header of index u32::MAX, after which no block
+    // can follow, rather than an index that wraps to 0.)
+    let mut next_index = 0u64;
     let trusted = if verify {
         0
     } else {
@@ -131,7 +133,7 @@ pub(super) fn scan_known(
     };
     for (meta, _) in &known[..trusted] {
         interfaces.extend(meta.new_interfaces.iter().cloned());
-        next_index = meta.index + 1;
+        next_index = u64::from(meta.index) + 1;
         pos = meta.frame_offset + u64::from(meta.compressed_len);
         blocks.push(meta.clone());
     }
@@ -139,7 +141,7 @@ pub(super) fn scan_known(
         match next_block(path, file, pos, file_len, verify, next_index)? {
             Step::Block(meta, next) => {
                 interfaces.extend(meta.new_interfaces.iter().cloned());
-                next_index = meta.index + 1;
+                next_index = u64::from(meta.index) + 1;
                 blocks.push(meta);
                 pos = next;
             }
@@ -149,7 +151,7 @@ pub(super) fn scan_known(
             }
             Step::BadFrame(meta, next, why) => {
                 interfaces.extend(meta.new_interfaces.iter().cloned());
-                next_index = meta.index + 1;
+                next_index = u64::from(meta.index) + 1;
                 damaged.push(Damage {
                     offset: pos,
                     len: next - pos,
@@ -253,7 +255,7 @@ fn resync(
     file: &File,
     from: u64,
     file_len: u64,
-    min_index: u32,
+    min_index: u64,
 ) -> Result<Option<u64>> {
     // The magic sits after the frame's 9-byte prefix, its 3-byte raw block header and the
     // pcapng block's type and length.
@@ -276,7 +278,7 @@ fn resync(
             }
             if let Ok(m) = read_meta(path, file, start, file_len, "block header")? {
                 if let Ok(b) = BlockMeta::decode_header(&m.payload) {
-                    if b.index >= min_index {
+                    if u64::from(b.index) >= min_index {
                         return Ok(Some(start));
                     }
                 }
@@ -358,7 +360,7 @@ fn next_block(
     pos: u64,
     file_len: u64,
     verify: bool,
-    index: u32,
+    index: u64,
 ) -> Result<Step> {
     let meta = match read_meta(path, file, pos, file_len, "block header")? {
         Ok(m) => m,
@@ -376,7 +378,7 @@ fn next_block(
         }
     };
     // After damage the walk resynchronises on a later block: its index may be higher.
-    if block.index < index {
+    if u64::from(block.index) < index {
         return Ok(Step::Unreadable(format!(
             "block header at offset {pos}: expected block {index} or later, found block {}",
             block.index
