@@ -34,7 +34,7 @@ same run: the listing decodes segment indexes on two threads, so CPU can exceed 
 
     python3 scripts/bench_analytics.py [--dir /tmp/capsule-bench-analytics] [--hours 2]
                                        [--rate 1M] [--runs 3] [--capsule PATH] [--keep]
-                                       [--x10-cutoff 64K]
+                                       [--x10-rate 16M] [--x10-cutoff 64K]
 """
 import argparse
 import json

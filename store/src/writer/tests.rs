@@ -137,8 +137,8 @@ fn raw_and_compressed_blocks_with(
     w.urgency().store(urgent, Ordering::Relaxed);
     let busy = w.pressure_gauge().disk_bound.clone();
     busy.store(disk_busy, Ordering::Relaxed);
-    let stop = Arc::new(AtomicBool::new(!disk_busy));
-    let holder = {
+    let stop = Arc::new(AtomicBool::new(false));
+    let holder = disk_busy.then(|| {
         let stop = stop.clone();
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
@@ -146,7 +146,7 @@ fn raw_and_compressed_blocks_with(
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         })
-    };
+    });
     let mut want = Vec::new();
     for k in 0..2000u64 {
         let data = eth(200 + (k as usize * 7) % 700, k);
@@ -155,7 +155,9 @@ fn raw_and_compressed_blocks_with(
     }
     w.flush().unwrap();
     stop.store(true, Ordering::Relaxed);
-    holder.join().unwrap();
+    if let Some(h) = holder {
+        h.join().unwrap();
+    }
     w.finish().unwrap();
     let got: Vec<Vec<u8>> = read_all(dir.path()).into_iter().map(|p| p.3).collect();
     assert_eq!(got, want);
