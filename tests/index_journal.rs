@@ -178,7 +178,7 @@ fn kill_9_with_a_fold_checkpoint_present_recovers_to_a_correct_index() {
     let (at, end) = (starts[starts.len() / 2], starts[starts.len() / 2 + 1]);
     let mut broken = j.clone();
     broken[end - 3..end].copy_from_slice(&[0xff; 3]);
-    let crc = crc32c::crc32c(&broken[at + 12..end]);
+    let crc = capsule_store::crc::crc32c(&broken[at + 12..end]);
     broken[at + 8..at + 12].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&journal, &broken).unwrap();
     assert_eq!(flows(&store), (0, with.clone(), String::new()), "covered");

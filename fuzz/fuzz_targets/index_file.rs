@@ -30,8 +30,8 @@ fn wrap(input: &[u8]) -> Option<Vec<u8>> {
     out[36..40].copy_from_slice(&n_flows.to_le_bytes());
     out[40..48].copy_from_slice(&(compressed.len() as u64).to_le_bytes());
     out[48..56].copy_from_slice(&(body.len() as u64).to_le_bytes());
-    out[56..60].copy_from_slice(&crc32c::crc32c(&compressed).to_le_bytes());
-    let crc = crc32c::crc32c(&out[..HEADER_LEN - 4]);
+    out[56..60].copy_from_slice(&capsule_store::crc::crc32c(&compressed).to_le_bytes());
+    let crc = capsule_store::crc::crc32c(&out[..HEADER_LEN - 4]);
     out[60..64].copy_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&compressed);
     Some(out)

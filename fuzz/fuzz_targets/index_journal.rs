@@ -31,7 +31,7 @@ fn wrap(body: &[u8]) -> Option<Vec<u8>> {
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     out.extend_from_slice(&compressed);
     let len = (out.len() - FRAME_LEN) as u32;
-    let crc = crc32c::crc32c(&out[FRAME_LEN..]);
+    let crc = capsule_store::crc::crc32c(&out[FRAME_LEN..]);
     out[4..8].copy_from_slice(&len.to_le_bytes());
     out[8..12].copy_from_slice(&crc.to_le_bytes());
     Some(out)

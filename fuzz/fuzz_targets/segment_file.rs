@@ -58,7 +58,7 @@ fn fix_footer_crc(f: &mut [u8]) {
     };
     let (body, crc_at) = (start + 20, n - 20);
     if body <= crc_at {
-        let crc = crc32c::crc32c(&f[body..crc_at]);
+        let crc = capsule_store::crc::crc32c(&f[body..crc_at]);
         f[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
     }
 }
@@ -98,16 +98,16 @@ fn fix_block_crcs(f: &mut [u8]) {
         let next = end;
         match &f[payload..payload + 8] {
             b"CPSLSEG\0" if len >= 40 => {
-                let crc = crc32c::crc32c(&f[payload..payload + 36]);
+                let crc = capsule_store::crc::crc32c(&f[payload..payload + 36]);
                 put_crc(f, payload + 36, crc);
                 at = next;
             }
             b"CPSLBLK\0" if len >= 64 => {
                 let Some(clen) = u32_at(f, payload + 36) else { return };
                 let frame_end = next.saturating_add(clen).min(f.len());
-                let crc = crc32c::crc32c(&f[next..frame_end]);
+                let crc = capsule_store::crc::crc32c(&f[next..frame_end]);
                 put_crc(f, payload + 44, crc);
-                let crc = crc32c::crc32c(&f[payload..payload + len - 4]);
+                let crc = capsule_store::crc::crc32c(&f[payload..payload + len - 4]);
                 put_crc(f, payload + len - 4, crc);
                 at = frame_end;
             }

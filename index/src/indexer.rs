@@ -191,11 +191,20 @@ impl Indexer for SideIndexer {
         };
     }
 
-    fn block(&mut self, meta: &BlockMeta, data: &[u8]) {
+    fn wants_records(&self) -> bool {
+        true
+    }
+
+    fn block(
+        &mut self,
+        meta: &BlockMeta,
+        data: &[&[u8]],
+        records: Option<&[capsule_store::indexer::Record]>,
+    ) {
         let Some(b) = self.building.as_mut() else {
             return;
         };
-        b.add_block(meta, data);
+        b.add_block_pieces(meta, data, records);
         if let Some((seq, j)) = self.journal.as_mut() {
             if let Err(e) = j.append(meta, b.last_delta()) {
                 tracing::warn!(

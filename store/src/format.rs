@@ -22,6 +22,8 @@ use capsule_wire::view::{Reader, Short, View};
 pub const FORMAT_VERSION: u16 = 1;
 /// pcapng block type of capsule's metadata blocks (local use: most significant bit set).
 pub const CAPSULE_BLOCK_TYPE: u32 = 0x8000_0CA5;
+/// A block header's padding is less than this (a page: all a direct-I/O writer needs).
+pub const MAX_HEADER_PAD: usize = 4096;
 /// Magic of a zstd frame.
 pub const ZSTD_MAGIC: u32 = 0xFD2F_B528;
 /// Frame header descriptor of a metadata frame: 4-byte content size, single segment, no
@@ -30,7 +32,7 @@ pub const META_FHD: u8 = 0xA0;
 /// Bytes before the first raw block of a metadata frame: magic, descriptor, content size.
 pub const META_PREFIX_LEN: usize = 9;
 /// The largest raw block zstd allows.
-const RAW_BLOCK_MAX: usize = 128 * 1024;
+pub const RAW_BLOCK_MAX: usize = 128 * 1024;
 
 pub const SEGMENT_HEADER_MAGIC: [u8; 8] = *b"CPSLSEG\0";
 pub const BLOCK_HEADER_MAGIC: [u8; 8] = *b"CPSLBLK\0";
@@ -123,6 +125,12 @@ pub struct BlockMeta {
     pub compression: Compression,
     /// Interfaces this block adds to the segment's list, in order.
     pub new_interfaces: Vec<Interface>,
+    /// Zero bytes after the block header's checksum, inside its pcapng block (a multiple of
+    /// 4, below [`MAX_HEADER_PAD`]): room a writer put there so that the frame lands at the
+    /// file offset its buffer needs for direct I/O (a stored block written from the buffer
+    /// its packets were written into: the segment writer's `append_framed`). Counted in
+    /// [`BlockMeta::header_frame_len`]; not in the footer.
+    pub header_pad: u32,
 }
 
 /// How a block's frame was compressed, as its block header (bytes 58..60) and footer entry
@@ -244,7 +252,7 @@ fn check_version(what: &'static str, found: u16) -> Result<(), DecodeError> {
 }
 
 fn check_crc(what: &'static str, covered: &[u8], stored: u32) -> Result<(), DecodeError> {
-    let computed = crc32c::crc32c(covered);
+    let computed = crate::crc::crc32c(covered);
     if computed != stored {
         return Err(DecodeError::Checksum {
             what,
@@ -298,6 +306,50 @@ pub fn put_raw_frame(out: &mut Vec<u8>, content: &[u8]) {
         out.extend_from_slice(&bh.to_le_bytes()[..3]);
         out.extend_from_slice(chunk);
     }
+}
+
+/// The 3-byte header of a raw zstd block of `size` bytes (at most [`RAW_BLOCK_MAX`]),
+/// `last` when it ends its frame.
+pub fn raw_block_header(size: usize, last: bool) -> [u8; 3] {
+    debug_assert!(size <= RAW_BLOCK_MAX);
+    let bh = ((size as u32) << 3) | u32::from(last); // block type 0 = raw
+    let b = bh.to_le_bytes();
+    [b[0], b[1], b[2]]
+}
+
+/// The head of a raw frame of `content_len` bytes whose raw blocks follow it, preceded by
+/// `empty` empty raw blocks (3 bytes each; what a writer adds to move the blocks after them
+/// by 3 bytes at a time, see the segment writer's `append_framed`):
+/// magic, descriptor [`META_FHD`], content size, then the empty blocks. Appended to `out`.
+pub fn put_raw_frame_head(out: &mut Vec<u8>, content_len: usize, empty: usize) {
+    out.extend_from_slice(&ZSTD_MAGIC.to_le_bytes());
+    out.push(META_FHD);
+    out.extend_from_slice(&(content_len as u32).to_le_bytes());
+    for _ in 0..empty {
+        out.extend_from_slice(&raw_block_header(0, false));
+    }
+}
+
+/// The contents of the raw blocks that make up `body` (the raw blocks of a frame, after its
+/// head), in order; empty blocks are skipped, and a header that claims more than `body`
+/// holds ends the walk. A stored block built in its frame (live
+/// capture at the store level) holds whole pcapng blocks in each raw block, so these are
+/// the runs of records the side index reads.
+pub fn raw_blocks(body: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut at = 0usize;
+    std::iter::from_fn(move || loop {
+        let h = body.get(at..at + 3)?;
+        let bh = u32::from_le_bytes([h[0], h[1], h[2], 0]);
+        let size = (bh >> 3) as usize;
+        let chunk = body.get(at + 3..at + 3 + size)?;
+        at += 3 + size;
+        if bh & 6 != 0 {
+            return None; // not a raw block
+        }
+        if size > 0 {
+            return Some(chunk);
+        }
+    })
 }
 
 /// The bytes of the raw zstd frame [`put_raw_frame`] makes of `content_len` bytes that are
@@ -493,7 +545,7 @@ impl SegmentHeader {
         p.extend_from_slice(&self.seq.to_le_bytes());
         p.extend_from_slice(&self.created_ns.to_le_bytes());
         p.extend_from_slice(&0u32.to_le_bytes());
-        let crc = crc32c::crc32c(&p);
+        let crc = crate::crc::crc32c(&p);
         p.extend_from_slice(&crc.to_le_bytes());
         put_meta_frame(out, &p);
     }
@@ -528,13 +580,15 @@ impl BlockMeta {
 
     /// Length of the metadata frame holding the header.
     pub fn header_frame_len(&self) -> usize {
-        meta_frame_len(self.header_payload_len())
+        meta_frame_len(self.header_payload_len() + self.header_pad as usize)
     }
 
-    /// Appends the block header as a metadata frame.
+    /// Appends the block header as a metadata frame, followed inside its pcapng block by
+    /// [`BlockMeta::header_pad`] zero bytes.
     pub fn encode_header(&self, out: &mut Vec<u8>) {
+        debug_assert_eq!(self.header_pad % 4, 0, "header padding is whole words");
         let len = self.header_payload_len();
-        let mut p = Vec::with_capacity(len);
+        let mut p = Vec::with_capacity(len + self.header_pad as usize);
         p.extend_from_slice(&BLOCK_HEADER_MAGIC);
         p.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         p.extend_from_slice(&(len as u16).to_le_bytes());
@@ -551,8 +605,9 @@ impl BlockMeta {
         for iface in &self.new_interfaces {
             put_iface(&mut p, iface);
         }
-        let crc = crc32c::crc32c(&p);
+        let crc = crate::crc::crc32c(&p);
         p.extend_from_slice(&crc.to_le_bytes());
+        p.resize(len + self.header_pad as usize, 0);
         put_meta_frame(out, &p);
     }
 
@@ -565,12 +620,24 @@ impl BlockMeta {
         check_magic(W, h.array::<0, 8>(), &BLOCK_HEADER_MAGIC)?;
         check_version(W, h.u16_le::<8>())?;
         let len = usize::from(h.u16_le::<10>());
-        if len != p.len() {
+        // What follows the header in its block is padding ([`BlockMeta::header_pad`]):
+        // whole words of zeros, less than a page.
+        let pad = p
+            .len()
+            .checked_sub(len)
+            .filter(|&n| n < MAX_HEADER_PAD && n % 4 == 0 && p[len..].iter().all(|&b| b == 0));
+        let (Some(pad), true) = (pad, len >= BLOCK_HEADER_FIXED_LEN + 4) else {
             return Err(DecodeError::Invalid {
                 what: W,
-                detail: format!("header says {len} bytes, its block holds {}", p.len()),
+                detail: format!(
+                    "header says {len} bytes, its block holds {} (what follows a header is \
+                     zero padding, whole words, less than {} bytes)",
+                    p.len(),
+                    MAX_HEADER_PAD
+                ),
             });
-        }
+        };
+        let p = &p[..len];
         let crc = Reader::new(p)
             .at(len - 4)
             .u32_le()
@@ -599,6 +666,7 @@ impl BlockMeta {
             frame_offset: 0,
             compression: Compression::from_code(h.u16_le::<58>()),
             new_interfaces,
+            header_pad: pad as u32,
         };
         meta.validate(W)?;
         Ok(meta)
@@ -651,7 +719,7 @@ impl Footer {
         for i in &self.interfaces {
             put_iface(&mut p, i);
         }
-        let crc = crc32c::crc32c(&p);
+        let crc = crate::crc::crc32c(&p);
         p.extend_from_slice(&crc.to_le_bytes());
         // The payload ends with: crc (above), frame length, magic; the pcapng block's closing
         // length follows, so the file's last 16 bytes are frame length, magic, block length.
@@ -735,6 +803,7 @@ impl Footer {
                 wire_bytes: e.u64_le::<40>(),
                 compression,
                 new_interfaces: Vec::new(),
+                header_pad: 0,
             };
             meta.validate(W)?;
             blocks.push(meta);
@@ -781,7 +850,36 @@ mod tests {
                 snaplen: 65535,
                 name: Some("eth0".into()),
             }],
+            header_pad: 0,
         }
+    }
+
+    #[test]
+    fn a_padded_block_header_round_trips_and_only_zero_words_pad() {
+        for pad in [4u32, 8, 1000, 4092] {
+            let m = BlockMeta {
+                header_pad: pad,
+                ..meta()
+            };
+            let mut out = Vec::new();
+            m.encode_header(&mut out);
+            assert_eq!(out.len(), m.header_frame_len());
+            assert_eq!(out.len(), meta().header_frame_len() + pad as usize);
+            assert_eq!(meta_frame_len_from_prefix("t", &out).unwrap(), out.len());
+            let payload = decode_meta_frame("h", &out).unwrap();
+            assert_eq!(BlockMeta::decode_header(&payload).unwrap(), m);
+            // A non-zero byte in the padding, or a page of it, is damage.
+            let mut bad = payload.clone();
+            *bad.last_mut().unwrap() = 1;
+            assert!(BlockMeta::decode_header(&bad).is_err());
+        }
+        let mut p = {
+            let mut out = Vec::new();
+            meta().encode_header(&mut out);
+            decode_meta_frame("h", &out).unwrap()
+        };
+        p.resize(p.len() + MAX_HEADER_PAD, 0);
+        assert!(BlockMeta::decode_header(&p).is_err());
     }
 
     /// Found by the `segment_meta` fuzz target: a footer whose interface name was longer
@@ -951,7 +1049,7 @@ mod tests {
         let mut p = decode_meta_frame("t", &out).unwrap();
         p[58..60].copy_from_slice(&[0, 0]);
         let n = p.len();
-        let crc = crc32c::crc32c(&p[..n - 4]);
+        let crc = crate::crc::crc32c(&p[..n - 4]);
         p[n - 4..].copy_from_slice(&crc.to_le_bytes());
         let old = BlockMeta::decode_header(&p).unwrap();
         assert_eq!(old.compression, Compression::NotRecorded);
@@ -981,7 +1079,7 @@ mod tests {
         }
         body.extend_from_slice(&3000u64.to_le_bytes());
         assert_eq!(body.len(), FOOTER_FIXED_LEN + FOOTER_ENTRY_LEN_V1);
-        let crc = crc32c::crc32c(&body);
+        let crc = crate::crc::crc32c(&body);
         body.extend_from_slice(&crc.to_le_bytes());
         body.extend_from_slice(&0u32.to_le_bytes());
         body.extend_from_slice(&TRAILER_MAGIC);
@@ -997,7 +1095,7 @@ mod tests {
         let mut bad = body.clone();
         bad[10] = 2;
         let n = bad.len() - 16;
-        let crc = crc32c::crc32c(&bad[..n]);
+        let crc = crate::crc::crc32c(&bad[..n]);
         bad[n..n + 4].copy_from_slice(&crc.to_le_bytes());
         assert!(Footer::decode(&bad).is_err());
     }
@@ -1030,6 +1128,32 @@ mod tests {
                 Ok(frame.len() - 1)
             );
             assert_eq!(zstd::bulk::decompress(&frame[1..], n).unwrap(), content);
+        }
+    }
+
+    #[test]
+    fn a_frame_of_uneven_raw_blocks_after_empty_ones_is_a_zstd_frame_of_its_content() {
+        let content: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let cuts = [0, 1000, 131_072 + 1000, 200_000, 300_000];
+        for empty in 0..4 {
+            let mut frame = Vec::new();
+            put_raw_frame_head(&mut frame, content.len(), empty);
+            let body_at = frame.len();
+            for w in cuts.windows(2) {
+                let last = w[1] == content.len();
+                frame.extend_from_slice(&raw_block_header(w[1] - w[0], last));
+                frame.extend_from_slice(&content[w[0]..w[1]]);
+            }
+            assert_eq!(frame.len(), 9 + 3 * empty + 3 * 4 + content.len());
+            let plain = zstd::bulk::decompress(&frame, content.len()).unwrap();
+            assert_eq!(plain, content, "{empty} empty blocks");
+            assert_eq!(zstd::stream::decode_all(&frame[..]).unwrap(), content);
+            let pieces: Vec<&[u8]> = raw_blocks(&frame[body_at..]).collect();
+            assert_eq!(pieces.len(), 4);
+            assert_eq!(pieces.concat(), content);
+            // The empty blocks are walked over, too.
+            let all: Vec<&[u8]> = raw_blocks(&frame[9..]).collect();
+            assert_eq!(all.concat(), content);
         }
     }
 

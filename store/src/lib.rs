@@ -39,6 +39,7 @@
 
 pub use writer::compact;
 pub mod budget;
+pub mod crc;
 mod durable;
 pub mod error;
 pub mod format;

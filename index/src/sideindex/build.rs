@@ -13,7 +13,7 @@ use std::path::Path;
 use capsule_pcap::read::fragment_records;
 use capsule_store::format::BlockMeta;
 use capsule_store::{Result, SegmentReader, StoreError};
-use capsule_wire::{dissect, L4};
+use capsule_wire::{dissect, Dissected, L4};
 
 use super::{
     index_name, BlockSummary, Bucket, FlowKey, FlowRecord, SegmentIndex, TcpCarry, TcpState,
@@ -98,6 +98,20 @@ impl IndexBuilder {
     /// interface list (as in the block header); `data` is the block's decompressed content.
     /// The block's own counts are then [`IndexBuilder::last_delta`].
     pub fn add_block(&mut self, meta: &BlockMeta, data: &[u8]) {
+        self.add_block_pieces(meta, &[data], None);
+    }
+
+    /// [`IndexBuilder::add_block`] of a block whose content comes in pieces, each a run of
+    /// whole pcapng blocks (a stored block built in its frame: one per raw zstd block).
+    ///
+    /// With `records` (what the store's producer took of each record as it stored it, see
+    /// [`capsule_store::indexer::Record`]), those are counted and `data` is not read.
+    pub fn add_block_pieces(
+        &mut self,
+        meta: &BlockMeta,
+        data: &[&[u8]],
+        records: Option<&[capsule_store::indexer::Record]>,
+    ) {
         self.linktypes
             .extend(meta.new_interfaces.iter().map(|i| i.linktype));
         let block = self.blocks.len() as u32;
@@ -107,118 +121,23 @@ impl IndexBuilder {
         let mut last_flow: Option<(FlowKey, usize)> = None;
         // Stored packets and cut-packet records (the headers of packets the cut-off did not
         // store) alike: the index counts what was seen; a cut record is counted as cut too.
-        for p in fragment_records(data) {
-            // The block was written (or verified) by the store: a bad record ends the block.
-            let Ok((p, cut)) = p else { break };
-            let linktype = self.linktypes.get(p.iface as usize).copied().unwrap_or(0);
-            let d = dissect(linktype, p.data);
-            if d.malformed.is_some() {
-                summary.malformed_packets += 1;
-            }
-            let Some(ip) = d.ip else {
-                summary.non_ip_packets += 1;
-                continue;
-            };
-            summary.ip_packets += 1;
-            summary.dscp |= 1u64 << (ip.dscp & 63);
-            let ports = d.l4.ports();
-            let (key, dir) = FlowKey::of(d.vlans, ip.version, ip.proto, ip.src, ip.dst, ports);
-            let wire = u64::from(p.orig_len.max(p.data.len() as u32));
-            // Packets come in trains of one flow: the last flow found is compared first,
-            // which saves hashing the key for most packets of a train.
-            let i = match last_flow {
-                Some((k, i)) if k == key => i,
-                _ => {
-                    let i = match self.by_key.get(&key) {
-                        Some(&i) => i,
-                        None => {
-                            let mut f = FlowRecord::new(key, p.ts_ns, p.ts_ns);
-                            f.tcp_in = self.seed.remove(&key).unwrap_or_default();
-                            self.tcp.push(f.tcp_in);
-                            self.flows.push(f);
-                            self.slot.push(NONE);
-                            self.by_key.insert(key, self.flows.len() - 1);
-                            self.flows.len() - 1
-                        }
-                    };
-                    last_flow = Some((key, i));
-                    i
+        match records {
+            Some(records) => {
+                for r in records {
+                    let wire = u64::from(r.orig_len.max(r.caplen));
+                    let (ts_ns, cut) = (r.ts_ns, r.cut);
+                    self.count(&mut summary, &mut last_flow, ts_ns, wire, cut, &r.dissected);
                 }
-            };
-            if self.slot[i] == NONE {
-                self.slot[i] = self.delta.flows.len() as u32;
-                let mut f = FlowRecord::new(key, p.ts_ns, p.ts_ns);
-                f.tcp_in = self.flows[i].tcp_in;
-                self.delta.flows.push(f);
-                self.delta_of.push(i);
             }
-            let f = &mut self.delta.flows[self.slot[i] as usize];
-            let st = &mut self.tcp[i];
-            f.first_ns = f.first_ns.min(p.ts_ns);
-            f.last_ns = f.last_ns.max(p.ts_ns);
-            f.packets[dir] += 1;
-            f.bytes[dir] += wire;
-            if cut {
-                f.cut_packets[dir] += 1;
-                f.cut_bytes[dir] += wire;
-                f.cut_at_ns[dir] = Some(f.cut_at_ns[dir].map_or(p.ts_ns, |t| t.min(p.ts_ns)));
-            }
-            let dscp = ip.dscp & 63;
-            f.dscp[dir] |= 1u64 << dscp;
-            f.count_dscp(dir, dscp, 1, wire);
-            st.packets[dir] += 1;
-            if st.dscp[dir].packet(p.ts_ns, dscp, st.packets[dir]) {
-                f.dscp_change[dir] = st.dscp[dir].change;
-            }
-            let second = p.ts_ns / 1_000_000_000;
-            let bucket = match f.buckets.iter().rposition(|b| b.second == second) {
-                Some(b) => b,
-                None => {
-                    // Packets arrive in time order within a block, but a lane's packets
-                    // may interleave with others': keep the buckets sorted.
-                    let at = f.buckets.partition_point(|b| b.second < second);
-                    f.buckets.insert(
-                        at,
-                        Bucket {
-                            second,
-                            ..Bucket::default()
-                        },
-                    );
-                    at
-                }
-            };
-            let bk = &mut f.buckets[bucket];
-            bk.packets[dir] += 1;
-            bk.bytes[dir] += wire;
-            if let L4::Tcp(t) = d.l4 {
-                f.tcp_flags[dir] |= t.flags;
-                match t.flags & 0x12 {
-                    0x02 => f.handshake[dir] |= SENT_SYN,
-                    0x12 => f.handshake[dir] |= SENT_SYN_ACK,
-                    _ => {}
-                }
-                if t.flags & 0x04 != 0 {
-                    f.resets[dir] += 1;
-                    bk.resets[dir] += 1;
-                } else if t.window == 0 {
-                    f.zero_windows[dir] += 1;
-                    bk.zero_windows[dir] += 1;
-                    st.zero_since[dir].get_or_insert(p.ts_ns);
-                } else if let Some(since) = st.zero_since[dir].take() {
-                    f.zero_window_ns[dir] += p.ts_ns.saturating_sub(since);
-                }
-                match classify(st, dir, p.ts_ns, t.seq, t.payload_len, t.flags) {
-                    Segment::Data => {
-                        f.data[dir] += 1;
-                        bk.data[dir] += 1;
-                    }
-                    Segment::Retransmission => {
-                        f.data[dir] += 1;
-                        bk.data[dir] += 1;
-                        f.retransmissions[dir] += 1;
-                        bk.retransmissions[dir] += 1;
-                    }
-                    Segment::Other => {}
+            None => {
+                for p in data.iter().flat_map(|piece| fragment_records(piece)) {
+                    // The block was written (or verified) by the store: a bad record ends
+                    // the block.
+                    let Ok((p, cut)) = p else { break };
+                    let linktype = self.linktypes.get(p.iface as usize).copied().unwrap_or(0);
+                    let d = dissect(linktype, p.data);
+                    let wire = u64::from(p.orig_len.max(p.data.len() as u32));
+                    self.count(&mut summary, &mut last_flow, p.ts_ns, wire, cut, &d);
                 }
             }
         }
@@ -230,6 +149,128 @@ impl IndexBuilder {
         self.delta.block = block;
         self.delta.summary = summary;
         self.blocks.push(summary);
+    }
+
+    /// Counts one record of the block being added: a stored packet, or a cut one (`cut`),
+    /// of `wire` bytes on the wire at `ts_ns`, dissected as `d`.
+    fn count(
+        &mut self,
+        summary: &mut BlockSummary,
+        last_flow: &mut Option<(FlowKey, usize)>,
+        ts_ns: u64,
+        wire: u64,
+        cut: bool,
+        d: &Dissected,
+    ) {
+        if d.malformed.is_some() {
+            summary.malformed_packets += 1;
+        }
+        let Some(ip) = d.ip else {
+            summary.non_ip_packets += 1;
+            return;
+        };
+        summary.ip_packets += 1;
+        summary.dscp |= 1u64 << (ip.dscp & 63);
+        let ports = d.l4.ports();
+        let (key, dir) = FlowKey::of(d.vlans, ip.version, ip.proto, ip.src, ip.dst, ports);
+
+        // Packets come in trains of one flow: the last flow found is compared first,
+        // which saves hashing the key for most packets of a train.
+        let i = match *last_flow {
+            Some((k, i)) if k == key => i,
+            _ => {
+                let i = match self.by_key.get(&key) {
+                    Some(&i) => i,
+                    None => {
+                        let mut f = FlowRecord::new(key, ts_ns, ts_ns);
+                        f.tcp_in = self.seed.remove(&key).unwrap_or_default();
+                        self.tcp.push(f.tcp_in);
+                        self.flows.push(f);
+                        self.slot.push(NONE);
+                        self.by_key.insert(key, self.flows.len() - 1);
+                        self.flows.len() - 1
+                    }
+                };
+                *last_flow = Some((key, i));
+                i
+            }
+        };
+        if self.slot[i] == NONE {
+            self.slot[i] = self.delta.flows.len() as u32;
+            let mut f = FlowRecord::new(key, ts_ns, ts_ns);
+            f.tcp_in = self.flows[i].tcp_in;
+            self.delta.flows.push(f);
+            self.delta_of.push(i);
+        }
+        let f = &mut self.delta.flows[self.slot[i] as usize];
+        let st = &mut self.tcp[i];
+        f.first_ns = f.first_ns.min(ts_ns);
+        f.last_ns = f.last_ns.max(ts_ns);
+        f.packets[dir] += 1;
+        f.bytes[dir] += wire;
+        if cut {
+            f.cut_packets[dir] += 1;
+            f.cut_bytes[dir] += wire;
+            f.cut_at_ns[dir] = Some(f.cut_at_ns[dir].map_or(ts_ns, |t| t.min(ts_ns)));
+        }
+        let dscp = ip.dscp & 63;
+        f.dscp[dir] |= 1u64 << dscp;
+        f.count_dscp(dir, dscp, 1, wire);
+        st.packets[dir] += 1;
+        if st.dscp[dir].packet(ts_ns, dscp, st.packets[dir]) {
+            f.dscp_change[dir] = st.dscp[dir].change;
+        }
+        let second = ts_ns / 1_000_000_000;
+        let bucket = match f.buckets.iter().rposition(|b| b.second == second) {
+            Some(b) => b,
+            None => {
+                // Packets arrive in time order within a block, but a lane's packets
+                // may interleave with others': keep the buckets sorted.
+                let at = f.buckets.partition_point(|b| b.second < second);
+                f.buckets.insert(
+                    at,
+                    Bucket {
+                        second,
+                        ..Bucket::default()
+                    },
+                );
+                at
+            }
+        };
+        let bk = &mut f.buckets[bucket];
+        bk.packets[dir] += 1;
+        bk.bytes[dir] += wire;
+        if let L4::Tcp(t) = d.l4 {
+            f.tcp_flags[dir] |= t.flags;
+            match t.flags & 0x12 {
+                0x02 => f.handshake[dir] |= SENT_SYN,
+                0x12 => f.handshake[dir] |= SENT_SYN_ACK,
+                _ => {}
+            }
+            if t.flags & 0x04 != 0 {
+                f.resets[dir] += 1;
+                bk.resets[dir] += 1;
+            } else if t.window == 0 {
+                f.zero_windows[dir] += 1;
+                bk.zero_windows[dir] += 1;
+                st.zero_since[dir].get_or_insert(ts_ns);
+            } else if let Some(since) = st.zero_since[dir].take() {
+                f.zero_window_ns[dir] += ts_ns.saturating_sub(since);
+            }
+            match classify(st, dir, ts_ns, t.seq, t.payload_len, t.flags) {
+                Segment::Data => {
+                    f.data[dir] += 1;
+                    bk.data[dir] += 1;
+                }
+                Segment::Retransmission => {
+                    f.data[dir] += 1;
+                    bk.data[dir] += 1;
+                    f.retransmissions[dir] += 1;
+                    bk.retransmissions[dir] += 1;
+                }
+                Segment::Other => {}
+            }
+        }
     }
 
     /// The finished index of a segment of `segment_len` bytes.

@@ -560,12 +560,12 @@ pub(super) fn encode_index(
     out.extend_from_slice(&(flows.len() as u32).to_le_bytes());
     out.extend_from_slice(&(compressed.len() as u64).to_le_bytes());
     out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c(&compressed).to_le_bytes());
+    out.extend_from_slice(&capsule_store::crc::crc32c(&compressed).to_le_bytes());
     let first = flows.iter().map(|f| f.first_ns).min().unwrap_or(u64::MAX);
     let last = flows.iter().map(|f| f.last_ns).max().unwrap_or(0);
     out.extend_from_slice(&first.to_le_bytes());
     out.extend_from_slice(&last.to_le_bytes());
-    let crc = crc32c::crc32c(&out);
+    let crc = capsule_store::crc::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     debug_assert_eq!(out.len(), HEADER_LEN);
     out.extend_from_slice(&compressed);
@@ -605,7 +605,7 @@ impl SegmentIndex {
         let h = b.first_chunk::<HEADER_LEN>()?;
         if h[..8] != INDEX_MAGIC
             || !(INDEX_VERSION_MIN..=INDEX_VERSION).contains(&u16::from_le_bytes([h[8], h[9]]))
-            || crc32c::crc32c(&h[..HEADER_LEN - 4])
+            || capsule_store::crc::crc32c(&h[..HEADER_LEN - 4])
                 != u32::from_le_bytes(h[HEADER_LEN - 4..].try_into().ok()?)
         {
             return None;
@@ -712,7 +712,7 @@ impl SegmentIndex {
         let body_crc = h.u32_le().map_err(short)?;
         h.skip(16).map_err(short)?; // the span, derived from the flows
         let stored = h.u32_le().map_err(short)?;
-        let computed = crc32c::crc32c(&b[..HEADER_LEN - 4]);
+        let computed = capsule_store::crc::crc32c(&b[..HEADER_LEN - 4]);
         if stored != computed {
             return Err(DecodeError::Checksum {
                 what: "segment index header",
@@ -727,7 +727,7 @@ impl SegmentIndex {
                 compressed.len()
             )));
         }
-        let computed = crc32c::crc32c(compressed);
+        let computed = capsule_store::crc::crc32c(compressed);
         if computed != body_crc {
             return Err(DecodeError::Checksum {
                 what: "segment index body",
@@ -788,8 +788,8 @@ impl SegmentIndex {
             let stored = c.at(HEADER_LEN - 4).u32_le().map_err(short)?;
             // The body too: a damaged body behind an intact header is not current.
             Ok((INDEX_VERSION_MIN..=INDEX_VERSION).contains(&version)
-                && body_crc == crc32c::crc32c(&file[HEADER_LEN..])
-                && stored == crc32c::crc32c(&h[..HEADER_LEN - 4])
+                && body_crc == capsule_store::crc::crc32c(&file[HEADER_LEN..])
+                && stored == capsule_store::crc::crc32c(&h[..HEADER_LEN - 4])
                 && seq == seg.seq()
                 && len == seg.bytes()
                 && blocks as usize == seg.blocks().len())

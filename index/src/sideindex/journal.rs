@@ -170,7 +170,7 @@ pub fn encode_record(
     let n = zstd.compress_to_buffer(body, &mut out[at..])?;
     out.truncate(at + n);
     let len = (out.len() - FRAME_LEN) as u32;
-    let crc = crc32c::crc32c(&out[FRAME_LEN..]);
+    let crc = capsule_store::crc::crc32c(&out[FRAME_LEN..]);
     out[4..8].copy_from_slice(&len.to_le_bytes());
     out[8..12].copy_from_slice(&crc.to_le_bytes());
     Ok(())
@@ -595,7 +595,7 @@ mod tests {
             m.packets = capsule_pcap::read::fragment_packets(d).count() as u32;
             m.first_ns = (i as u64 + 1) * S;
             m.last_ns = (i as u64 + 1) * S + 9;
-            m.frame_crc = crc32c::crc32c(d);
+            m.frame_crc = capsule_store::crc::crc32c(d);
         }
         out
     }
@@ -744,7 +744,7 @@ mod tests {
             q.extend_from_slice(&p[placed.body_at..]);
             old.extend_from_slice(&RECORD_MAGIC);
             old.extend_from_slice(&(q.len() as u32).to_le_bytes());
-            old.extend_from_slice(&crc32c::crc32c(&q).to_le_bytes());
+            old.extend_from_slice(&capsule_store::crc::crc32c(&q).to_le_bytes());
             old.extend_from_slice(&q);
         }
         let v3 = parse(&old);
@@ -839,7 +839,7 @@ mod tests {
         let mut bad = bytes[..ends[0]].to_vec();
         let body_end = bad.len();
         bad[body_end - 3..].copy_from_slice(&[0xff; 3]);
-        let crc = crc32c::crc32c(&bad[FRAME_LEN..]);
+        let crc = capsule_store::crc::crc32c(&bad[FRAME_LEN..]);
         bad[8..12].copy_from_slice(&crc.to_le_bytes());
         bad.extend_from_slice(&bytes[ends[0]..]);
         let read = parse(&bad);
@@ -935,7 +935,7 @@ mod tests {
             let _ = parse(&bytes);
             let mut framed = RECORD_MAGIC.to_vec();
             framed.extend_from_slice(&((bytes.len()) as u32).to_le_bytes());
-            framed.extend_from_slice(&crc32c::crc32c(&bytes).to_le_bytes());
+            framed.extend_from_slice(&capsule_store::crc::crc32c(&bytes).to_le_bytes());
             framed.extend_from_slice(&bytes);
             let _ = parse(&framed);
         }

@@ -2,7 +2,8 @@
 //! leaves on disk goes through here.
 //!
 //! ```text
-//! file data   append_all, write_vectored (buffered, O_APPEND), write_at (direct I/O),
+//! file data   append_all, write_vectored (buffered, O_APPEND), write_at and
+//!             write_vectored_at (direct I/O),
 //!             set_len, sync_data (fdatasync), sync_all (fsync)      <- segment/, fsx.rs
 //! directory   create (O_CREAT), mkdir, rename, unlink, sync_dir     <- fsx.rs
 //! ```
@@ -58,6 +59,23 @@ pub(crate) fn write_at(file: &File, buf: &[u8], offset: u64) -> std::io::Result<
     let n = file.write_at(buf, offset)?;
     #[cfg(test)]
     sim::wrote(file, offset, &buf[..n]);
+    Ok(n)
+}
+
+/// One `pwritev` of `parts` at `offset` (the direct-I/O writer's, when framed blocks are
+/// queued behind its window); returns the bytes written.
+pub(crate) fn write_vectored_at(
+    file: &File,
+    parts: &[IoSlice<'_>],
+    offset: u64,
+) -> std::io::Result<usize> {
+    let n = rustix::io::pwritev(file, parts, offset)?;
+    #[cfg(test)]
+    {
+        let mut bytes: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+        bytes.truncate(n);
+        sim::wrote(file, offset, &bytes);
+    }
     Ok(n)
 }
 

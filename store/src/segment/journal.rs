@@ -114,7 +114,7 @@ pub fn frames(bytes: &[u8]) -> Frames<'_> {
             continue;
         }
         let payload = &rest[FRAME_LEN..end as usize];
-        let computed = crc32c::crc32c(payload);
+        let computed = crate::crc::crc32c(payload);
         if computed != stored {
             out.notes.push(format!(
                 "offset {at}: record of {len} bytes fails its crc32c (stored {stored:#010x}, \
@@ -257,7 +257,7 @@ mod tests {
         }
         let mut out = RECORD_MAGIC.to_vec();
         out.extend_from_slice(&(p.len() as u32).to_le_bytes());
-        out.extend_from_slice(&crc32c::crc32c(&p).to_le_bytes());
+        out.extend_from_slice(&crate::crc::crc32c(&p).to_le_bytes());
         out.extend_from_slice(&p);
         out
     }

@@ -43,10 +43,11 @@ mod recover;
 mod scan;
 
 use direct::Direct;
-pub use direct::{DIRECT_ALIGN, DIRECT_FLUSH_BYTES};
+pub use direct::{DIRECT_ALIGN, DIRECT_FLUSH_BYTES, FRAMED_HEAD};
 pub use reader::SegmentReader;
 pub use recover::{recover, resume_rebuilds, MovedDamage, Recovery, RecoveryOutcome};
 pub use scan::{scan, Damage, Scan};
+use std::sync::Arc;
 
 use capsule_pcap::Interface;
 
@@ -114,6 +115,11 @@ pub fn head_frame() -> Vec<u8> {
     c.compress(&shb)
         .expect("compressing a few bytes into a Vec cannot fail")
 }
+
+/// The smallest body [`SegmentFile::append_framed`] writes from its own buffer: a smaller
+/// one is copied into the write window, where it costs less than its header's padding (up
+/// to a page) would on disk.
+pub const FRAMED_MIN: usize = 64 << 10;
 
 /// A segment being written. Consumed by [`SegmentFile::seal`].
 #[derive(Debug)]
@@ -285,9 +291,8 @@ impl SegmentFile {
         self.len = ck.len;
         self.retry.clear();
         if let Some(d) = &mut self.direct {
-            // The window still holds the durable partial page in front of what was staged.
-            d.fill = (ck.len - d.base) as usize;
-            d.pending_since = None;
+            // The durable partial page is in front of what was staged or queued.
+            d.rollback(ck.len);
         }
         // Cutting frees blocks; it needs none. What a failed write put past the durable
         // length goes, so a reader of the open file sees a clean end.
@@ -303,7 +308,7 @@ impl SegmentFile {
         if let Some(d) = &mut self.direct {
             d.stage(parts);
             self.len += parts.iter().map(|p| p.len() as u64).sum::<u64>();
-            if d.fill >= DIRECT_FLUSH_BYTES {
+            if d.queue_full() {
                 self.flush()?;
             }
             return Ok(());
@@ -350,7 +355,9 @@ impl SegmentFile {
                     "{}: direct I/O refused ({e}); buffered writes",
                     self.path.display()
                 );
-                let staged = d.mem[d.start..d.start + d.fill].to_vec();
+                // Nothing was written, so what waits starts at the file's start.
+                debug_assert_eq!(d.unwritten_from(), 0);
+                let staged = d.unwritten_bytes();
                 self.direct = None;
                 self.len -= staged.len() as u64;
                 self.put(&[&staged])
@@ -473,7 +480,9 @@ impl SegmentFile {
         format::raw_frame_heads(content.len(), heads);
         let parts = format::raw_frame_parts(content, heads);
         if self.direct.is_none() {
-            meta.frame_crc = parts.iter().fold(0, |crc, p| crc32c::crc32c_append(crc, p));
+            meta.frame_crc = parts
+                .iter()
+                .fold(0, |crc, p| crate::crc::crc32c_append(crc, p));
             return self.append_parts(meta, &parts);
         }
         meta.index = self.footer.blocks.len() as u32;
@@ -499,14 +508,92 @@ impl SegmentFile {
             .interfaces
             .extend(meta.new_interfaces.iter().cloned());
         add_to_footer(&mut self.footer, &meta);
-        if self
-            .direct
-            .as_ref()
-            .is_some_and(|d| d.fill >= DIRECT_FLUSH_BYTES)
-        {
+        if self.direct.as_ref().is_some_and(|d| d.queue_full()) {
             self.flush()?;
         }
         Ok(())
+    }
+
+    /// Appends a stored block built in its frame: `buf[body_start..]` holds the frame's raw
+    /// blocks (the last one flagged last), `body_crc` is their crc32c, and `buf` keeps
+    /// [`FRAMED_HEAD`] bytes free in front of them. `meta` carries the block's packets and
+    /// content length; the frame's lengths and checksum are set here.
+    ///
+    /// With direct I/O, and a body of at least [`FRAMED_MIN`] bytes, the block is written
+    /// from `buf` itself, never copied: in front of the body go the window's last partial
+    /// page, the block header, the frame's head and up to three empty raw blocks, with the
+    /// header padded ([`BlockMeta::header_pad`], whole words) and the empty blocks (3 bytes
+    /// each) chosen so that the body lies in memory at its file offset modulo
+    /// [`DIRECT_ALIGN`]; the pages from the partial page's start to the body's last whole
+    /// page are queued for the next write, and the body's last partial page becomes the
+    /// window. Otherwise the frame is written like [`SegmentFile::append_parts`]'s.
+    ///
+    /// Returns the buffer (shared with the write queue until the block is written: the side
+    /// index reads the body from it) and whether the append succeeded; a failed one leaves
+    /// the block recorded and pending, like [`SegmentFile::append`].
+    pub fn append_framed(
+        &mut self,
+        mut meta: BlockMeta,
+        mut buf: Vec<u8>,
+        body_start: usize,
+        body_crc: u32,
+    ) -> (Arc<Vec<u8>>, Result<()>) {
+        let body_end = buf.len();
+        let body_len = body_end - body_start;
+        let content_len = meta.uncompressed_len as usize;
+        meta.index = self.footer.blocks.len() as u32;
+        meta.header_pad = 0;
+        let mut fh = Vec::with_capacity(format::META_PREFIX_LEN + 9);
+        let place = match &self.direct {
+            Some(d) if body_len >= FRAMED_MIN && meta.new_interfaces.is_empty() => {
+                let t = d.fill % DIRECT_ALIGN;
+                let c = (buf.as_ptr() as usize + body_start) % DIRECT_ALIGN;
+                let h0 = meta.header_frame_len();
+                // lead = t + h0 + pad + 9 + 3j must be c modulo the alignment: pad (whole
+                // words) and j (0..=3 empty raw blocks) make up what the rest leaves.
+                let need = (c + DIRECT_ALIGN - (t + h0 + format::META_PREFIX_LEN) % DIRECT_ALIGN)
+                    % DIRECT_ALIGN;
+                let j = (3 * need) % 4;
+                let pad = (need + DIRECT_ALIGN - 3 * j) % DIRECT_ALIGN;
+                let lead = t + h0 + pad + format::META_PREFIX_LEN + 3 * j;
+                (lead <= body_start).then_some((t, pad, j, lead))
+            }
+            _ => None,
+        };
+        let Some((t, pad, j, lead)) = place else {
+            format::put_raw_frame_head(&mut fh, content_len, 0);
+            meta.compressed_len = (fh.len() + body_len) as u32;
+            meta.frame_crc =
+                crate::crc::crc32c_combine(crate::crc::crc32c(&fh), body_crc, body_len as u64);
+            let r = self.append_parts(meta, &[&fh, &buf[body_start..]]);
+            return (Arc::new(buf), r);
+        };
+        format::put_raw_frame_head(&mut fh, content_len, j);
+        meta.header_pad = pad as u32;
+        meta.compressed_len = (fh.len() + body_len) as u32;
+        meta.frame_crc =
+            crate::crc::crc32c_combine(crate::crc::crc32c(&fh), body_crc, body_len as u64);
+        meta.frame_offset = self.len + meta.header_frame_len() as u64;
+        let mut header = std::mem::take(&mut self.scratch);
+        header.clear();
+        meta.encode_header(&mut header);
+        let d = self.direct.as_mut().expect("placed above");
+        let from = body_start - lead;
+        buf[from..from + t].copy_from_slice(d.tail());
+        buf[from + t..from + t + header.len()].copy_from_slice(&header);
+        buf[from + t + header.len()..body_start].copy_from_slice(&fh);
+        self.len += (header.len() + fh.len() + body_len) as u64;
+        self.scratch = header;
+        self.unsynced = true;
+        let shared = d.queue_framed(buf, from, body_end);
+        // Recorded as append_parts does: a failed flush leaves the block pending.
+        add_to_footer(&mut self.footer, &meta);
+        let r = if self.direct.as_ref().is_some_and(|d| d.queue_full()) {
+            self.flush()
+        } else {
+            Ok(())
+        };
+        (shared, r)
     }
 
     /// The `back`-th block appended so far, counting from the last (0): as its header and
@@ -692,7 +779,7 @@ pub(crate) mod tests {
             wire_bytes: payload.len() as u64,
             compressed_len: frame.len() as u32,
             uncompressed_len: payload.len() as u32,
-            frame_crc: crc32c::crc32c(&frame),
+            frame_crc: crate::crc::crc32c(&frame),
             ..BlockMeta::default()
         };
         (meta, frame)
@@ -792,7 +879,7 @@ pub(crate) mod tests {
                 let mut frame = Vec::new();
                 format::put_raw_frame(&mut frame, &content);
                 let got = seg.appended(0).unwrap();
-                assert_eq!(got.frame_crc, crc32c::crc32c(&frame), "{n} bytes");
+                assert_eq!(got.frame_crc, crate::crc::crc32c(&frame), "{n} bytes");
                 assert_eq!(got.compressed_len as usize, frame.len());
                 contents.push((content, frame));
             }
@@ -804,7 +891,7 @@ pub(crate) mod tests {
             assert_eq!(s.problem, None);
             assert_eq!(s.blocks.len(), sizes.len());
             for (b, (_, frame)) in s.blocks.iter().zip(&contents) {
-                assert_eq!(b.frame_crc, crc32c::crc32c(frame));
+                assert_eq!(b.frame_crc, crate::crc::crc32c(frame));
             }
             let sealed = seg.seal().unwrap().unwrap();
             let r = SegmentReader::open(&sealed.path).unwrap();
@@ -818,6 +905,183 @@ pub(crate) mod tests {
                 );
             }
         }
+    }
+
+    /// A block built in its frame ([`SegmentFile::append_framed`]): `content` in raw blocks
+    /// of at most `cut` bytes, behind `FRAMED_HEAD + shift` free bytes; and the checksum of
+    /// its raw blocks.
+    fn framed(content: &[u8], cut: usize, shift: usize) -> (Vec<u8>, usize, u32) {
+        let body = FRAMED_HEAD + shift;
+        let mut buf = vec![0u8; body];
+        let mut crc = crate::crc::Crc32c::default();
+        let n = content.len().div_ceil(cut);
+        for (i, c) in content.chunks(cut).enumerate() {
+            let at = buf.len();
+            buf.extend_from_slice(&format::raw_block_header(c.len(), i + 1 == n));
+            buf.extend_from_slice(c);
+            crc.update(&buf[at..]);
+        }
+        (buf, body, crc.value())
+    }
+
+    fn noise(n: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                (x >> 56) as u8
+            })
+            .collect()
+    }
+
+    /// Blocks built in their frames, between blocks copied into the write window, direct
+    /// and buffered: the file holds each frame whole (its checksum and lengths as recorded,
+    /// zstd decodes it to its content), a scan of the open file agrees with the footer, and
+    /// direct writes padded some headers to put bodies where their buffers lie.
+    #[test]
+    fn framed_blocks_are_written_from_their_buffers_between_copied_ones() {
+        for direct in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut seg = SegmentFile::create(dir.path(), 1, 0).unwrap();
+            assert!(seg.direct.is_some(), "O_DIRECT refused");
+            if !direct {
+                seg.direct = None;
+                seg.file.set_len(seg.len).unwrap(); // cut the head's page padding
+            }
+            let path = dir.path().join(open_name(1));
+            // (content bytes, raw block size, framed): past the flush size several times,
+            // small framed ones copied, and every residue of the body's address.
+            let mut plan = vec![
+                (300_001, 100_000, true),
+                (5000, 0, false),
+                (70_000, 65_536, true),
+            ];
+            for i in 0..24 {
+                plan.push((1_048_000 + 4099 * i, 131_072 - 13 * i, true));
+                if i % 5 == 0 {
+                    plan.push((3000 + i, 0, false));
+                    plan.push((20_000, 8192, true));
+                }
+            }
+            let mut want = Vec::new();
+            let mut shared = Vec::new();
+            for (i, &(n, cut, is_framed)) in plan.iter().enumerate() {
+                let content = noise(n, i as u64);
+                let meta = BlockMeta {
+                    first_ns: i as u64,
+                    last_ns: i as u64,
+                    packets: 1,
+                    uncompressed_len: n as u32,
+                    compression: format::Compression::Stored,
+                    ..BlockMeta::default()
+                };
+                if is_framed {
+                    let (buf, body, crc) = framed(&content, cut, i % 7);
+                    let (buf, r) = seg.append_framed(meta, buf, body, crc);
+                    r.unwrap();
+                    shared.push(buf);
+                } else {
+                    let (meta, frame) = block(i as u64, &content);
+                    seg.append(meta, &frame).unwrap();
+                }
+                let got = seg.appended(0).unwrap().clone();
+                want.push((content, got));
+            }
+            seg.flush().unwrap();
+            // The queue has let go of every buffer.
+            assert!(shared.iter().all(|b| Arc::strong_count(b) == 1));
+            if direct {
+                let padded = want.iter().filter(|(_, m)| m.header_pad > 0).count();
+                assert!(padded > 10, "only {padded} headers padded");
+            }
+            let file = File::open(&path).unwrap();
+            let s = scan(&path, &file, true).unwrap();
+            assert_eq!(s.problem, None, "direct {direct}");
+            assert_eq!(s.blocks.len(), plan.len());
+            for (b, (_, m)) in s.blocks.iter().zip(&want) {
+                assert_eq!(
+                    (b.frame_offset, b.compressed_len, b.frame_crc, b.header_pad),
+                    (m.frame_offset, m.compressed_len, m.frame_crc, m.header_pad)
+                );
+            }
+            let sealed = seg.seal().unwrap().unwrap();
+            let r = SegmentReader::open(&sealed.path).unwrap();
+            let mut frame = Vec::new();
+            for (i, (content, m)) in want.iter().enumerate() {
+                r.read_frame(i, &mut frame).unwrap();
+                assert_eq!(frame.len(), m.compressed_len as usize);
+                assert_eq!(crate::crc::crc32c(&frame), m.frame_crc, "block {i}");
+                let plain = zstd::bulk::decompress(&frame, content.len()).unwrap();
+                assert!(plain == *content, "direct {direct}, block {i}");
+            }
+            let file = File::open(&sealed.path).unwrap();
+            let s = scan(&sealed.path, &file, true).unwrap();
+            assert_eq!((s.problem, s.blocks.len()), (None, plan.len()));
+        }
+    }
+
+    /// A full disk under framed blocks queued for one write: the rollback gives the queue
+    /// up, keeps what the last write put on disk, and writing goes on behind it.
+    #[test]
+    fn a_failed_write_of_queued_framed_blocks_rolls_back_to_the_last_write() {
+        let Some(fs) = SmallFs::mount("4m") else {
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return;
+        };
+        let dir = fs.0.path();
+        std::fs::write(dir.join("filler"), vec![1u8; 1 << 20]).unwrap();
+        let mut seg = SegmentFile::create(dir, 1, 0).unwrap();
+        assert!(seg.direct.is_some(), "tmpfs refused O_DIRECT");
+        let meta = |i: usize, n: usize| BlockMeta {
+            first_ns: i as u64,
+            last_ns: i as u64,
+            packets: 1,
+            uncompressed_len: n as u32,
+            compression: format::Compression::Stored,
+            ..BlockMeta::default()
+        };
+        let mut kept = Vec::new();
+        let mut i = 0;
+        loop {
+            let content = noise(200_000, i as u64);
+            let (buf, body, crc) = framed(&content, 120_000, i % 5);
+            let (_, r) = seg.append_framed(meta(i, content.len()), buf, body, crc);
+            let r = r.and_then(|()| if i % 2 == 1 { seg.flush() } else { Ok(()) });
+            i += 1;
+            match r {
+                Ok(()) => {
+                    assert!(i < 100, "the disk never filled");
+                    kept.push(content);
+                }
+                Err(e) => {
+                    assert!(e.is_disk_full(), "{e}");
+                    let gone = seg.rollback().unwrap();
+                    // Flushed every second block: one or two were waiting.
+                    assert!((1..=2).contains(&gone.blocks), "{gone:?}");
+                    kept.truncate(seg.footer.blocks.len());
+                    break;
+                }
+            }
+        }
+        assert!(kept.len() > 3, "only {} blocks fit", kept.len());
+        std::fs::remove_file(dir.join("filler")).unwrap();
+        let content = noise(150_000, 999);
+        let (buf, body, crc) = framed(&content, 100_000, 3);
+        seg.append_framed(meta(999, content.len()), buf, body, crc)
+            .1
+            .unwrap();
+        kept.push(content);
+        let sealed = seg.seal().unwrap().unwrap();
+        let r = SegmentReader::open(&sealed.path).unwrap();
+        assert_eq!(r.blocks().len(), kept.len());
+        let mut frame = Vec::new();
+        for (i, content) in kept.iter().enumerate() {
+            r.read_frame(i, &mut frame).unwrap();
+            assert!(zstd::bulk::decompress(&frame, content.len()).unwrap() == *content);
+        }
+        let file = File::open(&sealed.path).unwrap();
+        let s = scan(&sealed.path, &file, true).unwrap();
+        assert_eq!((s.problem, s.blocks.len()), (None, kept.len()));
     }
 
     #[test]

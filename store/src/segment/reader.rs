@@ -144,7 +144,7 @@ impl SegmentReader {
         self.file
             .read_exact_at(frame, meta.frame_offset)
             .map_err(|e| StoreError::io("read segment", &self.path, e))?;
-        let crc = crc32c::crc32c(frame);
+        let crc = crate::crc::crc32c(frame);
         if crc != meta.frame_crc {
             return Err(StoreError::BadBlock {
                 path: self.path.clone(),

@@ -318,7 +318,7 @@ fn declare(seg: &mut SegmentFile, lost: &BlockMeta) -> Result<()> {
         last_ns: lost.first_ns,
         uncompressed_len: data.len() as u32,
         compressed_len: frame.len() as u32,
-        frame_crc: crc32c::crc32c(&frame),
+        frame_crc: crate::crc::crc32c(&frame),
         compression: format::Compression::Stored,
         new_interfaces: lost.new_interfaces.clone(),
         ..BlockMeta::default()

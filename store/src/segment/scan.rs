@@ -396,7 +396,7 @@ fn next_block(
     }
     if verify {
         let frame = read_at(file, path, frame_at, block.compressed_len as usize)?;
-        let crc = crc32c::crc32c(&frame);
+        let crc = crate::crc::crc32c(&frame);
         if crc != block.frame_crc {
             block.frame_offset = frame_at;
             let why = format!(

@@ -325,7 +325,7 @@ pub fn prepare(path: &Path, target: Level, ctl: &mut dyn Control) -> Result<Outc
                     });
                 }
                 meta.compressed_len = z.len() as u32;
-                meta.frame_crc = crc32c::crc32c(&z);
+                meta.frame_crc = crate::crc::crc32c(&z);
                 meta.compression = Compression::Zstd(level);
                 recompressed += 1;
                 pending_after += z.len() as u64;

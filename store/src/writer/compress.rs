@@ -275,7 +275,7 @@ impl Rung {
             Rung::Zstd(c) => {
                 frame.reserve(zstd::zstd_safe::compress_bound(data.len()));
                 c.compress_to_buffer(data, frame)?;
-                Ok((frame.len() as u32, crc32c::crc32c(frame)))
+                Ok((frame.len() as u32, crate::crc::crc32c(frame)))
             }
             Rung::Store => Ok((format::raw_frame_len(data.len()) as u32, 0)),
         }
@@ -439,9 +439,11 @@ pub(super) fn compress_loop(
             order: raw.order,
             segment: raw.segment,
             meta: raw.meta,
+            framed: None,
             frame,
             raw_frame,
             data: raw.data,
+            records: raw.records,
         };
         if out.send(done).is_err() {
             return;

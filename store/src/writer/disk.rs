@@ -19,7 +19,7 @@ use super::{CompactRequest, Compressed, Ratio, SpaceCounters, WriteReport, Write
 use crate::error::{Result, StoreError};
 use crate::format;
 use crate::indexer::Indexer;
-use crate::segment::{SegmentFile, SegmentState};
+use crate::segment::{self, SegmentFile, SegmentState};
 use crate::store::{now_ns, SegmentEntry};
 
 /// The writer thread: puts compressed blocks in order and appends them to the open
@@ -39,6 +39,8 @@ pub(super) struct WriterThread {
     pub(super) indexer: Box<dyn Indexer>,
     /// Where block buffers go back to the producer.
     pub(super) pool: Sender<Vec<u8>>,
+    /// Where record lists go back to the producer.
+    pub(super) records_pool: Sender<Vec<crate::indexer::Record>>,
     /// Where frame buffers go back to the compressors.
     pub(super) frames: Sender<Vec<u8>>,
     /// Whether writing takes most of this thread's time (see [`DiskLoad`]).
@@ -58,6 +60,9 @@ pub(super) struct WriterThread {
     /// comes rather than gathered (see [`GATHER`]), so that what still fits is kept instead
     /// of failing with a large write and being given up with it.
     pub(super) small_writes: bool,
+    /// Buffers of blocks written from where they were built, until the segment's write
+    /// queue lets go of them; then back to the producer.
+    pub(super) lent: Vec<Arc<Vec<u8>>>,
 }
 
 /// Tells the compressors whether the disk is what limits the store: the writer thread spent
@@ -403,10 +408,27 @@ impl WriterThread {
         }
     }
 
+    /// Gives the producer back the buffers of blocks written from where they were built,
+    /// once the segment's write queue has let go of them.
+    fn give_back_lent(&mut self) {
+        let mut i = 0;
+        while i < self.lent.len() {
+            if Arc::strong_count(&self.lent[i]) == 1 {
+                if let Ok(buf) = Arc::try_unwrap(self.lent.swap_remove(i)) {
+                    // Not cleared: a lane starting a framed block keeps its free room as it
+                    // is (OpenBlock::reset).
+                    let _ = self.pool.try_send(buf);
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+
     fn write_block(
         &mut self,
         current: &mut Option<SegmentFile>,
-        c: Compressed,
+        mut c: Compressed,
         last_sync: &mut Instant,
     ) -> Result<()> {
         if current.as_ref().is_some_and(|s| s.seq() != c.segment) {
@@ -418,7 +440,13 @@ impl WriterThread {
             self.redeclare.clear();
             self.redeclare_seq = c.segment;
         }
-        let need = u64::from(c.meta.compressed_len) + c.meta.header_frame_len() as u64;
+        // A block written from where it was built may pad its header by up to a page.
+        let pad = if c.framed.is_some() {
+            segment::DIRECT_ALIGN as u64
+        } else {
+            0
+        };
+        let need = u64::from(c.meta.compressed_len) + c.meta.header_frame_len() as u64 + pad;
         // Room for the block, the footer that sealing will add, and for a new segment its
         // head and header (a few hundred bytes; 4 KiB covers interface records too).
         let reserve = match current.as_ref() {
@@ -465,15 +493,28 @@ impl WriterThread {
             r = seg.append(meta.clone(), &frame);
             idb = Some((meta, data));
         }
-        let r = r.and(if c.raw_frame {
+        let mut shared = None;
+        let r = r.and(if let Some((body, crc)) = c.framed {
+            let (buf, r) =
+                seg.append_framed(c.meta.clone(), std::mem::take(&mut c.data), body, crc);
+            shared = Some((buf, body));
+            r
+        } else if c.raw_frame {
             seg.append_raw(c.meta.clone(), &c.data, &mut self.heads)
         } else {
             seg.append(c.meta.clone(), &c.frame)
         });
         self.retention.grew(seg.len() - before);
+        if let Some(p) = seg.appended(0).filter(|_| shared.is_some()) {
+            // Its frame's length was settled as it was placed.
+            let d = u64::from(p.compressed_len).wrapping_sub(u64::from(c.meta.compressed_len));
+            self.ratio.compressed.fetch_add(d, Ordering::Relaxed);
+            self.report.compressed_bytes = self.report.compressed_bytes.wrapping_add(d);
+        }
         if self.or_make_room(seg, r, SegmentFile::flush)? {
             // The indexer gets each block as the segment placed it (its index, frame offset
-            // and, for a stored block, the checksum taken as it was copied), which the
+            // and, for a stored block, the checksum taken as it was copied; for one written
+            // from where it was built, its frame's length and header padding), which the
             // index journal records for readers of the open segment.
             let placed = |m: &format::BlockMeta, back: usize| {
                 let mut m = m.clone();
@@ -481,14 +522,31 @@ impl WriterThread {
                     m.index = p.index;
                     m.frame_offset = p.frame_offset;
                     m.frame_crc = p.frame_crc;
+                    m.compressed_len = p.compressed_len;
+                    m.header_pad = p.header_pad;
                 }
                 m
             };
             if let Some((meta, data)) = idb {
-                self.indexer.block(&placed(&meta, 1), &data);
+                self.indexer.block(&placed(&meta, 1), &[&data], None);
             }
-            self.indexer.block(&placed(&c.meta, 0), &c.data);
+            let records = c.records.as_deref();
+            match &shared {
+                Some((buf, body)) => {
+                    let pieces: Vec<&[u8]> = format::raw_blocks(&buf[*body..]).collect();
+                    self.indexer.block(&placed(&c.meta, 0), &pieces, records);
+                }
+                None => self.indexer.block(&placed(&c.meta, 0), &[&c.data], records),
+            }
         }
+        if let Some(mut records) = c.records.take() {
+            records.clear();
+            let _ = self.records_pool.try_send(records);
+        }
+        if let Some((buf, _)) = shared {
+            self.lent.push(buf);
+        }
+        self.give_back_lent();
         if c.frame.capacity() > 0 {
             let _ = self.frames.try_send(c.frame);
         }
@@ -532,7 +590,7 @@ fn interface_block(
         last_ns: ts_ns,
         uncompressed_len: data.len() as u32,
         compressed_len: frame.len() as u32,
-        frame_crc: crc32c::crc32c(&frame),
+        frame_crc: crate::crc::crc32c(&frame),
         compression: crate::format::Compression::Zstd(1),
         new_interfaces: ifaces,
         ..crate::format::BlockMeta::default()

@@ -327,7 +327,7 @@ fn torn_segment(dir: &std::path::Path, blocks: u32) -> (PathBuf, Vec<u64>) {
             wire_bytes: 5000,
             compressed_len: frame.len() as u32,
             uncompressed_len: data.len() as u32,
-            frame_crc: crc32c::crc32c(&frame),
+            frame_crc: crate::crc::crc32c(&frame),
             new_interfaces,
             ..BlockMeta::default()
         };
@@ -719,4 +719,98 @@ fn cut_packets_leave_header_records_sorted_with_the_packets_across_segments() {
         }
     }
     assert_eq!(cut, 1000);
+}
+
+/// Counts the packets and pieces of the blocks it is given, as the side index reads them.
+#[derive(Debug, Default, Clone)]
+struct CountingIndexer {
+    packets: Arc<AtomicU64>,
+    pieces: Arc<AtomicU64>,
+}
+
+impl crate::indexer::Indexer for CountingIndexer {
+    fn reconcile(&mut self, _: &Store, _: &[crate::store::SegmentEntry]) -> Result<Vec<u64>> {
+        Ok(Vec::new())
+    }
+    fn begin(&mut self, _: u64) {}
+    fn block(&mut self, meta: &BlockMeta, data: &[&[u8]], _: Option<&[crate::indexer::Record]>) {
+        let n = data
+            .iter()
+            .flat_map(|piece| fragment_packets(piece))
+            .inspect(|p| assert!(p.is_ok(), "a bad record"))
+            .count();
+        assert_eq!(n, meta.packets as usize, "block {}", meta.index);
+        self.packets.fetch_add(n as u64, Ordering::Relaxed);
+        self.pieces.fetch_add(data.len() as u64, Ordering::Relaxed);
+    }
+    fn sealed(&mut self, _: &SealedSegment) -> Result<()> {
+        Ok(())
+    }
+    fn deleted(&mut self, _: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// At the store level, blocks of the default size are built in their frames and written from
+/// the producer's buffers: every packet comes back, the side index is handed each block in
+/// its raw blocks (whole records in each), headers are padded to place the bodies, and a
+/// packet larger than a raw block, or a block that needs sorting, takes the copying path.
+#[test]
+fn store_level_blocks_built_in_their_frames_come_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = WriterConfig {
+        level: Level::Store,
+        block_bytes: 1 << 20,
+        segment_bytes: 16 << 20,
+        ..WriterConfig::default()
+    };
+    let ix = CountingIndexer::default();
+    let (mut w, _) = StoreWriter::open_with(dir.path(), cfg, Box::new(ix.clone())).unwrap();
+    let i = w.add_interface(Interface {
+        linktype: 1,
+        snaplen: 0,
+        name: None,
+    });
+    let mut want = Vec::new();
+    let mut ts = 1_000u64;
+    for k in 0..40_000u64 {
+        let n = match k {
+            5_000 => MAX_PACKET, // larger than a raw block
+            _ => 60 + (k as usize * 7919) % 1455,
+        };
+        let data = eth(n, k);
+        // Two equal timestamps now and then: a tie stays in its lane.
+        ts += u64::from(k % 50 != 0);
+        w.append(i, ts, data.len() as u32, &data).unwrap();
+        want.push((ts, data));
+    }
+    w.finish().unwrap();
+    let got: Vec<(u64, Vec<u8>)> = read_all(dir.path())
+        .into_iter()
+        .map(|p| (p.1, p.3))
+        .collect();
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "packets differ");
+    assert_eq!(ix.packets.load(Ordering::Relaxed), want.len() as u64);
+    let mut padded = 0;
+    let mut stored = 0;
+    for e in Store::open(dir.path()).unwrap().list().unwrap() {
+        let file = std::fs::File::open(&e.path).unwrap();
+        let s = crate::segment::scan(&e.path, &file, false).unwrap();
+        assert_eq!(s.problem, None);
+        stored += s
+            .blocks
+            .iter()
+            .filter(|b| b.compression == format::Compression::Stored)
+            .count();
+        padded += s.blocks.iter().filter(|b| b.header_pad > 0).count();
+        assert!(crate::verify::verify_segment(&e.path).is_empty());
+    }
+    // 30 MB of packets in 1 MiB blocks: most were written from their buffers.
+    assert!(
+        stored > 20 && padded > stored / 2,
+        "{stored} stored, {padded} padded"
+    );
+    // Each block came to the index in raw blocks of at most 128 KiB.
+    assert!(ix.pieces.load(Ordering::Relaxed) > 8 * stored as u64);
 }

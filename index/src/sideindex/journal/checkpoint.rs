@@ -157,7 +157,7 @@ pub fn encode(b: &IndexBuilder, matches: &[BlockMatch]) -> Vec<u8> {
         out.extend_from_slice(&m.frame_crc.to_le_bytes());
     }
     out.extend_from_slice(&index);
-    let crc = crc32c::crc32c(&out);
+    let crc = capsule_store::crc::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }
@@ -174,7 +174,7 @@ pub fn decode(b: &[u8]) -> std::result::Result<Checkpoint, DecodeError> {
     }
     let (body, crc) = b.split_at(b.len() - 4);
     let stored = u32::from_le_bytes(crc.try_into().map_err(|_| invalid("no crc32c"))?);
-    let computed = crc32c::crc32c(body);
+    let computed = capsule_store::crc::crc32c(body);
     if stored != computed {
         return Err(DecodeError::Checksum {
             what: W,
