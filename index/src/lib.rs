@@ -6,7 +6,9 @@
 //!
 //! ```text
 //! store writer thread, per block (raw bytes)    -> SideIndexer (indexer.rs, the store's
-//!   -> capsule_wire::dissect every packet           Indexer) -> IndexBuilder (sideindex/)
+//!   -> each packet's capsule_wire::dissect          Indexer) -> IndexBuilder (sideindex/)
+//!      (the writer's producer hands it over with the block, taken while the packet was in
+//!      its cache; a block read back from a segment is dissected here)
 //!   -> FlowRecord per flow (both directions), BlockSummary per block, 1 s buckets
 //!   -> each block's delta -> STORE/index/seg-N.journal while the segment is open
 //! segment sealed -> SegmentIndex -> STORE/index/seg-N.idx (tmp, fsync, rename), journal gone

@@ -81,8 +81,9 @@ pub const LANES: usize = 8;
 /// The lane of a packet: its DSCP class; non-IP packets go to lane 0 with best effort.
 ///
 /// Reads only the DSCP ([`dscp_of`](capsule_wire::dscp_of), which agrees with the full
-/// dissection the side index makes later on the writer thread): this runs on the producer,
-/// for every packet live capture hands over.
+/// dissection): this runs on the producer, for every packet live capture hands over, when
+/// the indexer takes no [`Record`]s (with one that does, the lane comes from the packet's
+/// full dissection, made for its record).
 fn lane_of(linktype: u16, data: &[u8]) -> usize {
     capsule_wire::dscp_of(linktype, data).map_or(0, |dscp| usize::from(dscp >> 3) & (LANES - 1))
 }
