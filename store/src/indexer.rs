@@ -15,6 +15,8 @@ use crate::error::Result;
 use crate::format::BlockMeta;
 use crate::segment::SealedSegment;
 use crate::store::{SegmentEntry, Store};
+use capsule_wire::{Dissected, L4};
+use std::net::IpAddr;
 
 /// Data derived from the segments, kept current by the store writer. Called on the writer
 /// thread only, in file order.
@@ -71,19 +73,132 @@ pub trait Indexer: Send {
 /// still in its cache: the index of a live capture then reads these, one after the other,
 /// instead of each record's headers from a block another core wrote (cache misses that were
 /// a fifth of a store-rung capture's CPU).
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Compact (72 bytes, where a record holding a whole [`Dissected`] took 152): it crosses
+/// from the producer's core to the writer's, so every byte is a cache line's share moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Record {
     pub ts_ns: u64,
-    /// The original length the record holds (a cut record's: the packet's, at least its
-    /// captured length).
-    pub orig_len: u32,
-    /// Bytes the record holds of the packet.
-    pub caplen: u32,
-    /// A cut-packet record (the cut-off kept only the headers).
-    pub cut: bool,
-    /// The packet's dissection: the same as of the bytes the record holds (a cut record's
-    /// headers dissect as the whole packet).
-    pub dissected: capsule_wire::Dissected,
+    /// Bytes on the wire: the original length, at least the captured length.
+    pub wire: u32,
+    /// TCP only: sequence number, and payload bytes by the IP length fields.
+    pub seq: u32,
+    pub tcp_payload: u32,
+    /// VLAN ids, outermost first, where [`Record::flags`] marks them present.
+    pub vlan_ids: [u16; 2],
+    pub src_port: u16,
+    pub dst_port: u16,
+    /// TCP only: the window field.
+    pub window: u16,
+    /// IP addresses, an IPv4 one in the first four bytes.
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    /// 4 or 6; 0 when the packet is not IP.
+    pub ip_version: u8,
+    pub proto: u8,
+    pub dscp: u8,
+    /// TCP only: the flags byte.
+    pub tcp_flags: u8,
+    /// [`Record::CUT`], [`Record::MALFORMED`], [`Record::PORTS`], [`Record::TCP`],
+    /// [`Record::VLAN0`], [`Record::VLAN1`].
+    pub flags: u8,
+}
+
+impl Record {
+    /// A cut-packet record.
+    pub const CUT: u8 = 1;
+    /// Dissection stopped before the end of the headers it expected.
+    pub const MALFORMED: u8 = 2;
+    /// The transport has ports (TCP, UDP, SCTP).
+    pub const PORTS: u8 = 4;
+    /// The transport is TCP (`seq`, `tcp_payload`, `window`, `tcp_flags` hold its fields).
+    pub const TCP: u8 = 8;
+    /// The outer and the inner VLAN id are present.
+    pub const VLAN0: u8 = 16;
+    pub const VLAN1: u8 = 32;
+
+    /// The record of a packet of `orig_len` bytes on the wire and `caplen` stored, at
+    /// `ts_ns`, dissected as `d` (for a cut record: its headers, which dissect as the whole
+    /// packet).
+    pub fn of(ts_ns: u64, orig_len: u32, caplen: u32, cut: bool, d: &Dissected) -> Record {
+        let mut r = Record {
+            ts_ns,
+            wire: orig_len.max(caplen),
+            flags: if cut { Record::CUT } else { 0 },
+            ..Record::default()
+        };
+        if d.malformed.is_some() {
+            r.flags |= Record::MALFORMED;
+        }
+        for (k, v) in d.vlans.iter().enumerate() {
+            if let Some(id) = v {
+                r.vlan_ids[k] = *id;
+                r.flags |= Record::VLAN0 << k;
+            }
+        }
+        if let Some(ip) = d.ip {
+            r.ip_version = ip.version;
+            r.proto = ip.proto;
+            r.dscp = ip.dscp;
+            r.src = addr_bytes(ip.src);
+            r.dst = addr_bytes(ip.dst);
+        }
+        if let Some((sp, dp)) = d.l4.ports() {
+            (r.src_port, r.dst_port) = (sp, dp);
+            r.flags |= Record::PORTS;
+        }
+        if let L4::Tcp(t) = d.l4 {
+            r.flags |= Record::TCP;
+            r.seq = t.seq;
+            r.tcp_payload = t.payload_len;
+            r.window = t.window;
+            r.tcp_flags = t.flags;
+        }
+        r
+    }
+
+    pub fn cut(&self) -> bool {
+        self.flags & Record::CUT != 0
+    }
+
+    pub fn malformed(&self) -> bool {
+        self.flags & Record::MALFORMED != 0
+    }
+
+    /// The VLAN ids as [`Dissected::vlans`] has them.
+    pub fn vlans(&self) -> [Option<u16>; 2] {
+        [0, 1].map(|k| (self.flags & (Record::VLAN0 << k) != 0).then_some(self.vlan_ids[k]))
+    }
+
+    /// Source and destination address; `None` when the packet is not IP.
+    pub fn addrs(&self) -> Option<(IpAddr, IpAddr)> {
+        let addr = |b: &[u8; 16]| match self.ip_version {
+            4 => Some(IpAddr::from([b[0], b[1], b[2], b[3]])),
+            6 => Some(IpAddr::from(*b)),
+            _ => None,
+        };
+        Some((addr(&self.src)?, addr(&self.dst)?))
+    }
+
+    /// Source and destination port, as [`L4::ports`] gives them.
+    pub fn ports(&self) -> Option<(u16, u16)> {
+        (self.flags & Record::PORTS != 0).then_some((self.src_port, self.dst_port))
+    }
+
+    pub fn is_tcp(&self) -> bool {
+        self.flags & Record::TCP != 0
+    }
+}
+
+fn addr_bytes(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v4) => {
+            let mut b = [0; 16];
+            b[..4].copy_from_slice(&v4.octets());
+            b
+        }
+        IpAddr::V6(v6) => v6.octets(),
+    }
 }
 
 /// An [`Indexer`] that keeps nothing.
@@ -101,5 +216,58 @@ impl Indexer for NoIndex {
     }
     fn deleted(&mut self, _: u64) -> Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record keeps of a dissection what the side index reads.
+    #[test]
+    fn a_record_gives_back_what_the_index_reads_of_a_dissection() {
+        // Ethernet, a VLAN tag, IPv6 with DSCP 46, TCP, 10 bytes of payload.
+        let mut f = vec![0u8; 18 + 40 + 20 + 10];
+        f[12..14].copy_from_slice(&[0x81, 0x00]);
+        f[14..16].copy_from_slice(&0x0123u16.to_be_bytes());
+        f[16..18].copy_from_slice(&[0x86, 0xdd]);
+        let ip = &mut f[18..58];
+        ip[0] = 0x60 | (46 >> 2);
+        ip[1] = (46 & 3) << 6;
+        ip[4..6].copy_from_slice(&30u16.to_be_bytes());
+        ip[6] = 6;
+        ip[7] = 64;
+        ip[8..24].copy_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        ip[24..40].copy_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        let t = &mut f[58..78];
+        t[0..2].copy_from_slice(&4000u16.to_be_bytes());
+        t[2..4].copy_from_slice(&80u16.to_be_bytes());
+        t[4..8].copy_from_slice(&77u32.to_be_bytes());
+        t[12] = 5 << 4;
+        t[13] = 0x18;
+        t[14..16].copy_from_slice(&512u16.to_be_bytes());
+        let d = capsule_wire::dissect(1, &f);
+        let r = Record::of(9, 60, f.len() as u32, true, &d);
+        let ip = d.ip.unwrap();
+        assert_eq!(r.addrs(), Some((ip.src, ip.dst)));
+        assert_eq!(r.vlans(), d.vlans);
+        assert_eq!(r.ports(), d.l4.ports());
+        assert_eq!(
+            (r.ip_version, r.proto, r.dscp),
+            (ip.version, ip.proto, ip.dscp)
+        );
+        assert_eq!(r.wire, f.len() as u32);
+        assert!(r.cut() && r.is_tcp() && r.malformed() == d.malformed.is_some());
+        let L4::Tcp(t) = d.l4 else {
+            panic!("not TCP: {d:?}")
+        };
+        assert_eq!(
+            (r.seq, r.tcp_payload, r.window, r.tcp_flags),
+            (t.seq, t.payload_len, t.window, t.flags)
+        );
+        assert_eq!(std::mem::size_of::<Record>(), 72);
+        // Not IP: no addresses.
+        let arp = Record::of(1, 60, 60, false, &capsule_wire::dissect(1, &[0u8; 60]));
+        assert_eq!(arp.addrs(), None);
     }
 }

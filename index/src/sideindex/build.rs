@@ -12,8 +12,9 @@ use std::path::Path;
 
 use capsule_pcap::read::fragment_records;
 use capsule_store::format::BlockMeta;
+use capsule_store::indexer::Record;
 use capsule_store::{Result, SegmentReader, StoreError};
-use capsule_wire::{dissect, Dissected, L4};
+use capsule_wire::dissect;
 
 use super::{
     index_name, BlockSummary, Bucket, FlowKey, FlowRecord, SegmentIndex, TcpCarry, TcpState,
@@ -110,7 +111,7 @@ impl IndexBuilder {
         &mut self,
         meta: &BlockMeta,
         data: &[&[u8]],
-        records: Option<&[capsule_store::indexer::Record]>,
+        records: Option<&[Record]>,
     ) {
         self.linktypes
             .extend(meta.new_interfaces.iter().map(|i| i.linktype));
@@ -124,9 +125,7 @@ impl IndexBuilder {
         match records {
             Some(records) => {
                 for r in records {
-                    let wire = u64::from(r.orig_len.max(r.caplen));
-                    let (ts_ns, cut) = (r.ts_ns, r.cut);
-                    self.count(&mut summary, &mut last_flow, ts_ns, wire, cut, &r.dissected);
+                    self.count(&mut summary, &mut last_flow, r);
                 }
             }
             None => {
@@ -136,8 +135,8 @@ impl IndexBuilder {
                     let Ok((p, cut)) = p else { break };
                     let linktype = self.linktypes.get(p.iface as usize).copied().unwrap_or(0);
                     let d = dissect(linktype, p.data);
-                    let wire = u64::from(p.orig_len.max(p.data.len() as u32));
-                    self.count(&mut summary, &mut last_flow, p.ts_ns, wire, cut, &d);
+                    let r = Record::of(p.ts_ns, p.orig_len, p.data.len() as u32, cut, &d);
+                    self.count(&mut summary, &mut last_flow, &r);
                 }
             }
         }
@@ -151,28 +150,24 @@ impl IndexBuilder {
         self.blocks.push(summary);
     }
 
-    /// Counts one record of the block being added: a stored packet, or a cut one (`cut`),
-    /// of `wire` bytes on the wire at `ts_ns`, dissected as `d`.
+    /// Counts one record of the block being added: a stored packet, or a cut one.
     fn count(
         &mut self,
         summary: &mut BlockSummary,
         last_flow: &mut Option<(FlowKey, usize)>,
-        ts_ns: u64,
-        wire: u64,
-        cut: bool,
-        d: &Dissected,
+        r: &Record,
     ) {
-        if d.malformed.is_some() {
+        let (ts_ns, wire, cut) = (r.ts_ns, u64::from(r.wire), r.cut());
+        if r.malformed() {
             summary.malformed_packets += 1;
         }
-        let Some(ip) = d.ip else {
+        let Some((src, dst)) = r.addrs() else {
             summary.non_ip_packets += 1;
             return;
         };
         summary.ip_packets += 1;
-        summary.dscp |= 1u64 << (ip.dscp & 63);
-        let ports = d.l4.ports();
-        let (key, dir) = FlowKey::of(d.vlans, ip.version, ip.proto, ip.src, ip.dst, ports);
+        summary.dscp |= 1u64 << (r.dscp & 63);
+        let (key, dir) = FlowKey::of(r.vlans(), r.ip_version, r.proto, src, dst, r.ports());
 
         // Packets come in trains of one flow: the last flow found is compared first,
         // which saves hashing the key for most packets of a train.
@@ -213,7 +208,7 @@ impl IndexBuilder {
             f.cut_bytes[dir] += wire;
             f.cut_at_ns[dir] = Some(f.cut_at_ns[dir].map_or(ts_ns, |t| t.min(ts_ns)));
         }
-        let dscp = ip.dscp & 63;
+        let dscp = r.dscp & 63;
         f.dscp[dir] |= 1u64 << dscp;
         f.count_dscp(dir, dscp, 1, wire);
         st.packets[dir] += 1;
@@ -240,24 +235,25 @@ impl IndexBuilder {
         let bk = &mut f.buckets[bucket];
         bk.packets[dir] += 1;
         bk.bytes[dir] += wire;
-        if let L4::Tcp(t) = d.l4 {
-            f.tcp_flags[dir] |= t.flags;
-            match t.flags & 0x12 {
+        if r.is_tcp() {
+            let (flags, window) = (r.tcp_flags, r.window);
+            f.tcp_flags[dir] |= flags;
+            match flags & 0x12 {
                 0x02 => f.handshake[dir] |= SENT_SYN,
                 0x12 => f.handshake[dir] |= SENT_SYN_ACK,
                 _ => {}
             }
-            if t.flags & 0x04 != 0 {
+            if flags & 0x04 != 0 {
                 f.resets[dir] += 1;
                 bk.resets[dir] += 1;
-            } else if t.window == 0 {
+            } else if window == 0 {
                 f.zero_windows[dir] += 1;
                 bk.zero_windows[dir] += 1;
                 st.zero_since[dir].get_or_insert(ts_ns);
             } else if let Some(since) = st.zero_since[dir].take() {
                 f.zero_window_ns[dir] += ts_ns.saturating_sub(since);
             }
-            match classify(st, dir, ts_ns, t.seq, t.payload_len, t.flags) {
+            match classify(st, dir, ts_ns, r.seq, r.tcp_payload, flags) {
                 Segment::Data => {
                     f.data[dir] += 1;
                     bk.data[dir] += 1;

@@ -1012,18 +1012,17 @@ impl StoreWriter {
         b.prev_ns = ts_ns;
         b.records += 1;
         b.room_for(epb_len);
-        if let Some(d) = dissected {
-            b.infos.push(Record {
-                ts_ns,
-                orig_len: if kept.is_some() {
-                    orig_len.max(data.len() as u32)
-                } else {
-                    orig_len
-                },
-                caplen: stored.len() as u32,
-                cut: kept.is_some(),
-                dissected: d,
-            });
+        if let Some(d) = &dissected {
+            // As the record will hold it: a cut record's original length is at least the
+            // packet's captured length.
+            let orig = if kept.is_some() {
+                orig_len.max(data.len() as u32)
+            } else {
+                orig_len
+            };
+            let cut = kept.is_some();
+            b.infos
+                .push(Record::of(ts_ns, orig, stored.len() as u32, cut, d));
         }
         if kept.is_some() {
             pw::pcapng_cut(
