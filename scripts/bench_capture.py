@@ -589,7 +589,9 @@ def main():
     print(f"link: {ns_a}/{if_a} -> {ns_b}/{if_b} (veth, MTU 1600, IPv6 off); "
           f"pcap {pcap}, {os.path.getsize(pcap) / 1e6:.0f} MB; {os.cpu_count()} CPUs, "
           f"load average {loadavg()} before the benchmark; kernel buffers {args.ring_mib} MiB; "
-          f"capsule compact: {'yes' if args.compact else 'n/a (no such subcommand)'}",
+          "capsule compact: " + ("yes" if args.compact else
+                                 "no (--no-compact)" if args.no_compact else
+                                 "n/a (no such subcommand)"),
           flush=True)
 
     cal = os.path.join(args.dir, "calibrate")
