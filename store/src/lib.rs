@@ -9,6 +9,7 @@
 //!   -> pcapng Enhanced Packet Block into its lane's open block (one lane per DSCP class)
 //!   -> block cut by size or age, sorted by time, sent to a compressor thread
 //!   -> zstd frame at the rung the ladder picks, crc32c over it    (writer/compress.rs)
+//!      (at --level store: the block built as its raw frame, written from its buffer)
 //!   -> writer thread: retention (delete oldest segments under the    (writer/disk.rs,
 //!      byte budget), block header frame + frame appended to the       writer/retention.rs,
 //!      open segment, the block handed to the Indexer (derived data:   segment/)

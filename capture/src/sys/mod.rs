@@ -172,9 +172,56 @@ impl Mapping {
         Mapping::new(len, libc::MAP_SHARED, fd.as_raw_fd(), pgoff, what)
     }
 
-    /// `len` bytes of fresh private anonymous memory (an AF_XDP UMEM).
+    /// `len` bytes of fresh private anonymous memory (an AF_XDP UMEM), on 2 MiB boundaries
+    /// and advised to use transparent huge pages before it is touched (where the kernel has
+    /// them; otherwise 4 KiB pages). The reader walks thousands of UMEM frames, and with
+    /// 4 KiB pages every other one was a TLB miss: huge pages took 10% off a store-rung
+    /// capture's samples at the sender's ceiling (`perf record`, 5.18 M packets: 5,417 and
+    /// 5,523 before, 4,928 and 4,911 after).
     fn anonymous(len: usize, what: &str) -> io::Result<Mapping> {
-        Mapping::new(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0, what)
+        const HUGE: usize = 2 << 20;
+        let total = len + HUGE;
+        // SAFETY: a new private anonymous mapping at an address of the kernel's choosing
+        // (null hint, no MAP_FIXED): no existing memory is affected. Checked against
+        // MAP_FAILED.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                total,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            return Err(syscall_error(&format!("mmap of {what}"), e));
+        }
+        let start = raw as usize;
+        let aligned = start.next_multiple_of(HUGE);
+        let head = aligned - start;
+        let tail = total - head - len;
+        // SAFETY: both ranges lie inside the mapping just made, which nothing else refers
+        // to yet; what stays mapped is `aligned..aligned + len`, owned by the result.
+        unsafe {
+            if head > 0 {
+                libc::munmap(raw, head);
+            }
+            if tail > 0 {
+                libc::munmap((aligned + len) as *mut libc::c_void, tail);
+            }
+        }
+        let ptr = aligned as *mut u8;
+        // SAFETY: advice on the mapping this function owns; a kernel without transparent
+        // huge pages refuses it (EINVAL), which leaves 4 KiB pages. MADV_POPULATE_WRITE
+        // (Linux 5.14) faults the pages in now, as MAP_POPULATE did; refused, the kernel
+        // faults them in as the UMEM is registered (it pins them).
+        unsafe {
+            libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE);
+            libc::madvise(ptr.cast(), len, libc::MADV_POPULATE_WRITE);
+        }
+        Ok(Mapping { ptr, len })
     }
 
     fn new(

@@ -22,7 +22,9 @@
 //! Blocks are written with direct I/O (`O_DIRECT`) where the file system takes it: each
 //! block is copied into a 4 KiB-aligned buffer behind the unwritten tail of the previous one
 //! and written in one aligned `pwrite`, the last page zero-padded (the next block rewrites
-//! that page; sealing cuts the padding). This keeps a capture's terabytes out of the page
+//! that page; sealing cuts the padding). A stored block built in its frame is not copied:
+//! it is written from its own buffer ([`SegmentFile::append_framed`], one `pwritev` for 8 MiB
+//! of them), its header padded so that its pages are aligned where they lie. This keeps a capture's terabytes out of the page
 //! cache, and saves the kernel's copy into it, which was a third of capture's CPU (see
 //! docs/decisions.md). A file system that refuses direct I/O gets buffered writes.
 

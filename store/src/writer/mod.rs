@@ -14,10 +14,16 @@
 //!                                                                   rename; Indexer::sealed
 //! ```
 //!
-//! At [`Level::Store`] there are no compressor threads: the producer hands its blocks
-//! straight to the writer thread, which lays each raw frame out around the block and takes
-//! its crc32c as it copies it into the segment's write buffer (as it does for blocks the
-//! ladder stores).
+//! At [`Level::Store`] there are no compressor threads: the producer builds each block as
+//! its raw zstd frame (`OpenBlock`: raw blocks of whole records, their crc32c taken
+//! while in the cache) and hands it straight to the writer thread, which writes it from that
+//! buffer with direct I/O ([`SegmentFile::append_framed`](crate::segment::SegmentFile::append_framed)):
+//! the block is never copied. Blocks the ladder stores are laid out around their bytes as
+//! they are copied into the segment's write buffer, with their crc32c taken there.
+//!
+//! With an indexer that asks for them ([`Indexer::wants_records`]), the producer dissects
+//! each packet as it stores it and sends a [`Record`] of each record with the block: the
+//! side index counts those instead of reading the block back from another core's cache.
 //!
 //! The producer never touches the disk. Each lane (DSCP class, see [`LANES`]) fills its own
 //! block, so a query for one class reads only that class's blocks. Blocks are cut at a size
