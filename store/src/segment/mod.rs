@@ -853,12 +853,7 @@ pub(crate) mod tests {
     fn stored_blocks_carry_their_raw_frames_checksum_direct_or_buffered() {
         for direct in [true, false] {
             let dir = tempfile::tempdir().unwrap();
-            let mut seg = SegmentFile::create(dir.path(), 1, 0).unwrap();
-            assert!(seg.direct.is_some(), "O_DIRECT refused");
-            if !direct {
-                seg.direct = None;
-                seg.file.set_len(seg.len).unwrap(); // cut the head's page padding
-            }
+            let mut seg = create_direct_or_buffered(dir.path(), direct);
             let path = dir.path().join(open_name(1));
             // Around the raw frame's 128 KiB blocks and the checksum's 8 KiB pieces, and
             // past the first flush size.
@@ -909,6 +904,17 @@ pub(crate) mod tests {
         }
     }
 
+    /// Segment 1 in `dir`, written with direct I/O, or `direct` false, buffered.
+    fn create_direct_or_buffered(dir: &Path, direct: bool) -> SegmentFile {
+        let mut seg = SegmentFile::create(dir, 1, 0).unwrap();
+        assert!(seg.direct.is_some(), "O_DIRECT refused");
+        if !direct {
+            seg.direct = None;
+            seg.file.set_len(seg.len).unwrap(); // cut the head's page padding
+        }
+        seg
+    }
+
     /// A block built in its frame ([`SegmentFile::append_framed`]): `content` in raw blocks
     /// of at most `cut` bytes, behind `FRAMED_HEAD + shift` free bytes; and the checksum of
     /// its raw blocks.
@@ -944,12 +950,7 @@ pub(crate) mod tests {
     fn framed_blocks_are_written_from_their_buffers_between_copied_ones() {
         for direct in [true, false] {
             let dir = tempfile::tempdir().unwrap();
-            let mut seg = SegmentFile::create(dir.path(), 1, 0).unwrap();
-            assert!(seg.direct.is_some(), "O_DIRECT refused");
-            if !direct {
-                seg.direct = None;
-                seg.file.set_len(seg.len).unwrap(); // cut the head's page padding
-            }
+            let mut seg = create_direct_or_buffered(dir.path(), direct);
             let path = dir.path().join(open_name(1));
             // (content bytes, raw block size, framed): past the flush size several times,
             // small framed ones copied, and every residue of the body's address.

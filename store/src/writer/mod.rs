@@ -1211,86 +1211,59 @@ impl StoreWriter {
             ..BlockMeta::default()
         };
         self.seg_uncompressed += content as u64;
-        match framed {
-            Some(framed) => self.send_framed(meta, data, framed, records),
-            None => self.send_with(meta, data, records),
-        }
-    }
-
-    /// Hands a block built in its frame to the writer thread (the store pipe only).
-    fn send_framed(
-        &mut self,
-        mut meta: BlockMeta,
-        data: Vec<u8>,
-        framed: (usize, u32),
-        records: Option<Vec<Record>>,
-    ) -> Result<()> {
-        let (order, segment) = (self.order, self.segment);
-        self.order += 1;
-        self.blocks += 1;
-        let Some(Pipe::Store(tx, rungs)) = &self.tx else {
-            return Err(self.stopped());
-        };
-        rungs[0].fetch_add(1, Ordering::Relaxed);
-        // The frame's head and empty blocks are the writer's: the most they can add.
-        meta.compressed_len = (data.len() - framed.0 + format::META_PREFIX_LEN + 9) as u32;
-        meta.compression = format::Compression::Stored;
-        let sent = tx
-            .send(Compressed {
-                order,
-                segment,
-                meta,
-                framed: Some(framed),
-                frame: Vec::new(),
-                raw_frame: false,
-                data,
-                records,
-            })
-            .is_ok();
-        if !sent {
-            return Err(self.stopped());
-        }
-        Ok(())
+        self.send_with(meta, data, framed, records)
     }
 
     /// Hands a finished block to the compressors (at the store level, to the writer thread).
     fn send(&mut self, meta: BlockMeta, data: Vec<u8>) -> Result<()> {
-        self.send_with(meta, data, None)
+        self.send_with(meta, data, None, None)
     }
 
-    /// [`StoreWriter::send`] of a block with what the side index reads of its records.
+    /// [`StoreWriter::send`] of a block that may be built in its frame (`framed`: where its
+    /// body starts and the body's checksum; the store pipe only, see [`OpenBlock`]), with
+    /// what the side index reads of its records.
     fn send_with(
         &mut self,
         mut meta: BlockMeta,
         data: Vec<u8>,
+        framed: Option<(usize, u32)>,
         records: Option<Vec<Record>>,
     ) -> Result<()> {
         let (order, segment) = (self.order, self.segment);
         self.order += 1;
         self.blocks += 1;
         let sent = match &self.tx {
-            Some(Pipe::Compress(tx)) => tx
-                .send(RawBlock {
+            Some(Pipe::Compress(tx)) => {
+                debug_assert!(
+                    framed.is_none(),
+                    "only the store pipe builds blocks in frames"
+                );
+                tx.send(RawBlock {
                     order,
                     segment,
                     meta,
                     data,
                     records,
                 })
-                .is_ok(),
+                .is_ok()
+            }
             Some(Pipe::Store(tx, rungs)) => {
                 // At the configured level, as a compressor that does not follow the ladder
                 // counts it.
                 rungs[0].fetch_add(1, Ordering::Relaxed);
-                meta.compressed_len = format::raw_frame_len(data.len()) as u32;
+                meta.compressed_len = match framed {
+                    // The frame's head and empty blocks are the writer's: the most they add.
+                    Some((body, _)) => (data.len() - body + format::META_PREFIX_LEN + 9) as u32,
+                    None => format::raw_frame_len(data.len()) as u32,
+                };
                 meta.compression = format::Compression::Stored;
                 tx.send(Compressed {
                     order,
                     segment,
                     meta,
-                    framed: None,
+                    framed,
                     frame: Vec::new(),
-                    raw_frame: true,
+                    raw_frame: framed.is_none(),
                     data,
                     records,
                 })
