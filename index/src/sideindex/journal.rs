@@ -33,10 +33,16 @@ use capsule_store::segment::journal::{self as framing, FIXED_LEN, MAX_PAYLOAD};
 pub use capsule_store::segment::journal::{journal_name, FRAME_LEN, RECORD_MAGIC};
 
 /// Journal record format version written by this build: its flow records are the side
-/// index's version 4, and it carries the block's frame offset and header frame (the open
-/// segment's block table, read by the store's SegmentReader). Versions 2 (index version 3
-/// flow records, without the cut-off's counters) and 3 (no block table) are still read.
-pub const JOURNAL_VERSION: u16 = 4;
+/// index's version 4, it carries the block's frame offset and header frame (the open
+/// segment's block table, read by the store's SegmentReader), and its body is stored as it
+/// is. Versions 2 (index version 3 flow records, without the cut-off's counters), 3 (no
+/// block table) and 4 (a zstd-compressed body) are still read.
+pub const JOURNAL_VERSION: u16 = 5;
+/// The first record version whose body is not compressed. Compressing a record's body (a
+/// few KiB: 2.6 KiB a 1 MiB block on the capture benchmark's traffic) with zstd level 1 cost
+/// 15 µs a block on the writer thread, 3.7% of a store-rung capture's CPU, to save 0.2% of
+/// the open segment's size in a file that lives only until the seal.
+pub const RAW_BODY_VERSION: u16 = 5;
 
 /// The sequence number of a journal file name, if it is one.
 pub fn parse_journal_name(name: &str) -> Option<u64> {
@@ -71,7 +77,6 @@ pub struct JournalWriter {
     seq: u64,
     body: Vec<u8>,
     out: Vec<u8>,
-    zstd: zstd::bulk::Compressor<'static>,
 }
 
 impl std::fmt::Debug for JournalWriter {
@@ -90,15 +95,12 @@ impl JournalWriter {
         remove(dir, seq)?;
         let path = dir.join(journal_name(seq));
         let file = fsx::open(&path, fsx::Open::CreateNew, "create index journal")?;
-        let zstd = zstd::bulk::Compressor::new(1)
-            .map_err(|e| StoreError::io("create a zstd compressor for", &path, e))?;
         Ok(JournalWriter {
             file,
             path,
             seq,
             body: Vec::new(),
             out: Vec::new(),
-            zstd,
         })
     }
 
@@ -109,15 +111,7 @@ impl JournalWriter {
     /// Appends the record of the block `meta` (as the writer appended it) whose counts are
     /// `delta`, in one write.
     pub fn append(&mut self, meta: &BlockMeta, delta: &BlockDelta) -> Result<()> {
-        encode_record(
-            self.seq,
-            meta,
-            delta,
-            &mut self.zstd,
-            &mut self.body,
-            &mut self.out,
-        )
-        .map_err(|e| StoreError::io("compress an index journal record for", &self.path, e))?;
+        encode_record(self.seq, meta, delta, &mut self.body, &mut self.out);
         // O_APPEND and one write(2): a reader sees the record whole, or a torn tail.
         self.file
             .write_all(&self.out)
@@ -130,10 +124,9 @@ pub fn encode_record(
     seq: u64,
     meta: &BlockMeta,
     delta: &BlockDelta,
-    zstd: &mut zstd::bulk::Compressor<'static>,
     body: &mut Vec<u8>,
     out: &mut Vec<u8>,
-) -> std::io::Result<()> {
+) {
     body.clear();
     let s = &delta.summary;
     body.extend_from_slice(&s.dscp.to_le_bytes());
@@ -165,15 +158,11 @@ pub fn encode_record(
     meta.encode_header(out);
     let hlen = (out.len() - hlen_at - 4) as u32;
     out[hlen_at..hlen_at + 4].copy_from_slice(&hlen.to_le_bytes());
-    let at = out.len();
-    out.resize(at + zstd::zstd_safe::compress_bound(body.len()), 0);
-    let n = zstd.compress_to_buffer(body, &mut out[at..])?;
-    out.truncate(at + n);
+    out.extend_from_slice(body);
     let len = (out.len() - FRAME_LEN) as u32;
     let crc = capsule_store::crc::crc32c(&out[FRAME_LEN..]);
     out[4..8].copy_from_slice(&len.to_le_bytes());
     out[8..12].copy_from_slice(&crc.to_le_bytes());
-    Ok(())
 }
 
 /// One record of a journal: the block it describes and its counts.
@@ -220,12 +209,13 @@ pub fn parse_from(bytes: &[u8], from: u32) -> JournalRead {
         torn_tail: f.torn_tail,
         skipped: Vec::new(),
     };
-    // One decompression context for every record: making one per record (what
-    // `zstd::bulk::decompress` does) costs an allocation of ~100 KiB and its page faults
-    // each time, most of the fold's time on a journal of hundreds of records.
-    let mut dctx = zstd::bulk::Decompressor::new().ok();
+    // Records of version 4 and older have compressed bodies: one decompression context
+    // for all of them, made at the first (one per record, what `zstd::bulk::decompress`
+    // does, costs an allocation of ~100 KiB and its page faults each time, most of the
+    // fold's time on a journal of hundreds of records).
+    let mut dctx = None;
     for (at, payload) in f.records {
-        match decode_payload(payload, from, dctx.as_mut()) {
+        match decode_payload(payload, from, &mut dctx) {
             Ok(Decoded::Record(r)) => out.records.push(r),
             Ok(Decoded::Skipped(seq, block, m)) => out.skipped.push((seq, block, m)),
             Err(e) => out
@@ -254,7 +244,7 @@ enum Decoded {
 fn decode_payload(
     p: &[u8],
     from: u32,
-    dctx: Option<&mut zstd::bulk::Decompressor<'static>>,
+    dctx: &mut Option<zstd::bulk::Decompressor<'static>>,
 ) -> std::result::Result<Decoded, DecodeError> {
     let mut c = Reader::new(p);
     let version = c.u16_le().map_err(short)?;
@@ -300,11 +290,19 @@ fn decode_payload(
     } else {
         FIXED_LEN
     };
-    let body = match dctx {
-        Some(d) => d.decompress(&p[body_at..], ulen as usize),
-        None => zstd::bulk::decompress(&p[body_at..], ulen as usize),
-    }
-    .map_err(|e| invalid(format!("body does not decompress: {e}")))?;
+    let body: std::borrow::Cow<'_, [u8]> = if version >= RAW_BODY_VERSION {
+        std::borrow::Cow::Borrowed(&p[body_at..])
+    } else {
+        if dctx.is_none() {
+            *dctx = zstd::bulk::Decompressor::new().ok();
+        }
+        match dctx {
+            Some(d) => d.decompress(&p[body_at..], ulen as usize),
+            None => zstd::bulk::decompress(&p[body_at..], ulen as usize),
+        }
+        .map_err(|e| invalid(format!("body does not decompress: {e}")))?
+        .into()
+    };
     if body.len() != ulen as usize {
         return Err(invalid(format!(
             "body is {} bytes, the record says {ulen}",
@@ -603,13 +601,12 @@ mod tests {
     /// The journal of `blocks` and the index built from them.
     fn journal_of(blocks: &[(BlockMeta, Vec<u8>)]) -> (Vec<u8>, Vec<usize>, SegmentIndex) {
         let mut ix = IndexBuilder::new(5);
-        let mut z = zstd::bulk::Compressor::new(1).unwrap();
         let (mut body, mut rec) = (Vec::new(), Vec::new());
         let mut bytes = Vec::new();
         let mut ends = Vec::new();
         for (m, d) in blocks {
             ix.add_block(m, d);
-            encode_record(5, m, ix.last_delta(), &mut z, &mut body, &mut rec).unwrap();
+            encode_record(5, m, ix.last_delta(), &mut body, &mut rec);
             bytes.extend_from_slice(&rec);
             ends.push(bytes.len());
         }
@@ -729,31 +726,70 @@ mod tests {
         assert_ne!(live.index, sealed);
     }
 
-    /// A version 3 record (written before records carried their block's place and header)
-    /// is read as the same record: its blocks' headers are walked by the segment reader.
-    #[test]
-    fn version_3_records_are_still_read() {
-        let b = blocks();
-        let (bytes, _, sealed) = journal_of(&b);
-        let v4 = parse(&bytes);
+    /// `bytes` (version 5 records) rewritten as records of `version` 3 (no block part) or 4
+    /// (a block part), both with a zstd-compressed body, as earlier builds wrote them.
+    fn as_older(bytes: &[u8], version: u16) -> Vec<u8> {
         let mut old = Vec::new();
-        for (_, p) in framing::frames(&bytes).records {
+        for (_, p) in framing::frames(bytes).records {
             let placed = framing::placed(p).unwrap().unwrap();
-            let mut q = p[..FIXED_LEN].to_vec();
-            q[..2].copy_from_slice(&3u16.to_le_bytes());
-            q.extend_from_slice(&p[placed.body_at..]);
+            let end = if version >= framing::BLOCK_TABLE_VERSION {
+                placed.body_at
+            } else {
+                FIXED_LEN
+            };
+            let mut q = p[..end].to_vec();
+            q[..2].copy_from_slice(&version.to_le_bytes());
+            q.extend_from_slice(&zstd::bulk::compress(&p[placed.body_at..], 1).unwrap());
             old.extend_from_slice(&RECORD_MAGIC);
             old.extend_from_slice(&(q.len() as u32).to_le_bytes());
             old.extend_from_slice(&capsule_store::crc::crc32c(&q).to_le_bytes());
             old.extend_from_slice(&q);
         }
-        let v3 = parse(&old);
-        assert!(v3.notes.is_empty(), "{:?}", v3.notes);
-        assert_eq!(v3.records, v4.records);
-        assert_eq!(fold(5, &metas(&b), 777, &v3).index, sealed);
-        // The store finds no block table in them.
-        assert!(framing::block_table(&old, 5).is_empty());
+        old
+    }
+
+    /// Version 3 records (written before records carried their block's place and header)
+    /// and version 4 ones (a compressed body) are read as the same records: the version 3
+    /// blocks' headers are walked by the segment reader.
+    #[test]
+    fn version_3_and_4_records_are_still_read() {
+        let b = blocks();
+        let (bytes, _, sealed) = journal_of(&b);
+        let v5 = parse(&bytes);
+        assert!(v5.notes.is_empty(), "{:?}", v5.notes);
+        for version in [3, 4] {
+            let old = as_older(&bytes, version);
+            let read = parse(&old);
+            assert!(read.notes.is_empty(), "version {version}: {:?}", read.notes);
+            assert_eq!(read.records, v5.records, "version {version}");
+            assert_eq!(fold(5, &metas(&b), 777, &read).index, sealed);
+            // The store finds a block table in version 4 records only.
+            let table = framing::block_table(&old, 5).len();
+            assert_eq!(table, if version == 4 { 3 } else { 0 });
+        }
         assert_eq!(framing::block_table(&bytes, 5).len(), 3);
+    }
+
+    /// A version 5 body is the record's bytes as they are: one whose length disagrees with
+    /// the record's U is refused with a note naming both.
+    #[test]
+    fn a_raw_body_of_the_wrong_length_is_refused() {
+        let b = blocks();
+        let (bytes, ends, _) = journal_of(&b);
+        let mut p = bytes[FRAME_LEN..ends[0]].to_vec();
+        let ulen = u32::from_le_bytes(p[40..44].try_into().unwrap());
+        p[40..44].copy_from_slice(&(ulen + 1).to_le_bytes());
+        let mut one = RECORD_MAGIC.to_vec();
+        one.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        one.extend_from_slice(&capsule_store::crc::crc32c(&p).to_le_bytes());
+        one.extend_from_slice(&p);
+        let read = parse(&one);
+        assert!(read.records.is_empty());
+        assert!(
+            read.notes[0].contains(&format!("the record says {}", ulen + 1)),
+            "{:?}",
+            read.notes
+        );
     }
 
     #[test]
