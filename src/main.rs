@@ -18,6 +18,11 @@ mod units;
 
 use std::process::ExitCode;
 
+/// Large allocations (the store's block buffers above all) on transparent huge pages: see
+/// capture's `sys::huge` and docs/decisions.md.
+#[global_allocator]
+static ALLOC: capsule_capture::HugeAlloc = capsule_capture::HugeAlloc;
+
 fn main() -> ExitCode {
     let cli = match cli::parse_args(std::env::args_os().collect()) {
         Ok(cli) => cli,

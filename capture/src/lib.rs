@@ -63,4 +63,10 @@ pub mod transmit;
 mod sys;
 
 pub use import::{import_live, import_reader, FileProblem, FileReport, ImportError};
+pub use sys::huge::HugeAlloc;
 pub use transmit::{SendError, TransmitError, Transmitter};
+
+/// The unit tests run on the allocator the binary installs.
+#[cfg(test)]
+#[global_allocator]
+static TEST_ALLOC: HugeAlloc = HugeAlloc;

@@ -12,20 +12,24 @@
 //! * [`link`]: the `bpf_link` that attaches the XDP program (a raw `bpf(2)` call, which is why
 //!   it lives here and not in capsule-bpf);
 //! * [`privs`]: user and group look-ups, the file-system identity the store is opened with,
-//!   and the privilege drop in every thread (credentials are per thread in Linux).
+//!   and the privilege drop in every thread (credentials are per thread in Linux);
+//! * [`huge`]: the binary's global allocator, large allocations on transparent huge pages
+//!   (the one item re-exported from here, as `capsule_capture::HugeAlloc`: a
+//!   `#[global_allocator]` is a safe static to install).
 //!
 //! A failed call is an `io::Error` (its kind kept) carrying a [`SyscallError`]: the call
 //! and what it was for, with the OS error as its source, so an error chain printed with
 //! `: ` between causes (anyhow's `{:#}`, [`capsule_store::error::chain`]) reads
 //! `bind to eth1: No such device (os error 19)`.
 //!
-//! Everything here is `pub(crate)`: the live backends (the `live` module) call it, nothing outside
-//! the crate can. Every `unsafe` block carries a `// SAFETY:` comment, and every access to a
+//! Everything else here is `pub(crate)`: the live backends (the `live` module) call it,
+//! nothing outside the crate can. Every `unsafe` block carries a `// SAFETY:` comment, and every access to a
 //! ring shared with the kernel says which kernel-side barrier its memory ordering pairs with
 //! (module docs of [`tpacket`] and [`xsk`]). The parsing of what the kernel wrote into a
 //! ring (`tpacket::parse_block`, the descriptor checks of `xsk`) is safe code: every offset
 //! and length is checked against the mapping before use.
 
+pub(crate) mod huge;
 pub(crate) mod link;
 pub(crate) mod privs;
 pub(crate) mod tpacket;
@@ -179,46 +183,12 @@ impl Mapping {
     /// capture's samples at the sender's ceiling (`perf record`, 5.18 M packets: 5,417 and
     /// 5,523 before, 4,928 and 4,911 after).
     fn anonymous(len: usize, what: &str) -> io::Result<Mapping> {
-        const HUGE: usize = 2 << 20;
-        let total = len + HUGE;
-        // SAFETY: a new private anonymous mapping at an address of the kernel's choosing
-        // (null hint, no MAP_FIXED): no existing memory is affected. Checked against
-        // MAP_FAILED.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                total,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            let e = io::Error::last_os_error();
-            return Err(syscall_error(&format!("mmap of {what}"), e));
-        }
-        let start = raw as usize;
-        let aligned = start.next_multiple_of(HUGE);
-        let head = aligned - start;
-        let tail = total - head - len;
-        // SAFETY: both ranges lie inside the mapping just made, which nothing else refers
-        // to yet; what stays mapped is `aligned..aligned + len`, owned by the result.
+        let ptr =
+            huge::map_aligned(len).map_err(|e| syscall_error(&format!("mmap of {what}"), e))?;
+        // SAFETY: advice on the mapping just made, which this function owns.
+        // MADV_POPULATE_WRITE (Linux 5.14) faults the pages in now, as MAP_POPULATE did;
+        // refused, the kernel faults them in as the UMEM is registered (it pins them).
         unsafe {
-            if head > 0 {
-                libc::munmap(raw, head);
-            }
-            if tail > 0 {
-                libc::munmap((aligned + len) as *mut libc::c_void, tail);
-            }
-        }
-        let ptr = aligned as *mut u8;
-        // SAFETY: advice on the mapping this function owns; a kernel without transparent
-        // huge pages refuses it (EINVAL), which leaves 4 KiB pages. MADV_POPULATE_WRITE
-        // (Linux 5.14) faults the pages in now, as MAP_POPULATE did; refused, the kernel
-        // faults them in as the UMEM is registered (it pins them).
-        unsafe {
-            libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE);
             libc::madvise(ptr.cast(), len, libc::MADV_POPULATE_WRITE);
         }
         Ok(Mapping { ptr, len })
