@@ -115,11 +115,23 @@ impl Cutoff {
         orig_len: u32,
         data: &[u8],
     ) -> Option<usize> {
+        self.decide_dissected(linktype, ts_ns, orig_len, data, &dissect(linktype, data))
+    }
+
+    /// [`Cutoff::decide`] of a packet already dissected as `d` (the store writer's
+    /// dissection, which the side index's record of the packet is made from too).
+    pub fn decide_dissected(
+        &mut self,
+        linktype: u16,
+        ts_ns: u64,
+        orig_len: u32,
+        data: &[u8],
+        d: &Dissected,
+    ) -> Option<usize> {
         if self.rules.bytes == 0 && self.rules.packets == 0 {
             self.stats.stored += 1;
             return None;
         }
-        let d = dissect(linktype, data);
         let Some(ip) = d.ip else {
             self.stats.stored += 1;
             return None;
@@ -128,7 +140,7 @@ impl Cutoff {
             .rules
             .keep
             .iter()
-            .any(|f| f.matches_packet(&d, linktype, data, orig_len))
+            .any(|f| f.matches_packet(d, linktype, data, orig_len))
         {
             self.stats.kept += 1;
             return None;
@@ -161,7 +173,7 @@ impl Cutoff {
             return None;
         }
         self.stats.cut += 1;
-        Some(header_len(linktype, data, &d))
+        Some(header_len(linktype, data, d))
     }
 
     /// Every `idle` of packet time, drops the directions idle that long.
@@ -199,8 +211,15 @@ impl Cutoff {
 }
 
 impl capsule_store::CutPolicy for Cutoff {
-    fn decide(&mut self, linktype: u16, ts_ns: u64, orig_len: u32, data: &[u8]) -> Option<usize> {
-        Cutoff::decide(self, linktype, ts_ns, orig_len, data)
+    fn decide(
+        &mut self,
+        linktype: u16,
+        ts_ns: u64,
+        orig_len: u32,
+        data: &[u8],
+        dissected: &Dissected,
+    ) -> Option<usize> {
+        self.decide_dissected(linktype, ts_ns, orig_len, data, dissected)
     }
 }
 

@@ -562,19 +562,15 @@ impl SegmentFile {
             }
             _ => None,
         };
-        let Some((t, pad, j, lead)) = place else {
-            format::put_raw_frame_head(&mut fh, content_len, 0);
-            meta.compressed_len = (fh.len() + body_len) as u32;
-            meta.frame_crc =
-                crate::crc::crc32c_combine(crate::crc::crc32c(&fh), body_crc, body_len as u64);
-            let r = self.append_parts(meta, &[&fh, &buf[body_start..]]);
-            return (Arc::new(buf), r);
-        };
-        format::put_raw_frame_head(&mut fh, content_len, j);
-        meta.header_pad = pad as u32;
+        format::put_raw_frame_head(&mut fh, content_len, place.map_or(0, |p| p.2));
         meta.compressed_len = (fh.len() + body_len) as u32;
         meta.frame_crc =
             crate::crc::crc32c_combine(crate::crc::crc32c(&fh), body_crc, body_len as u64);
+        let Some((t, pad, _, lead)) = place else {
+            let r = self.append_parts(meta, &[&fh, &buf[body_start..]]);
+            return (Arc::new(buf), r);
+        };
+        meta.header_pad = pad as u32;
         meta.frame_offset = self.len + meta.header_frame_len() as u64;
         let mut header = std::mem::take(&mut self.scratch);
         header.clear();

@@ -103,12 +103,20 @@ fn lane_of(linktype: u16, data: &[u8]) -> usize {
 
 /// The per-class cut-off's decision for each packet the writer is given (capsule-index
 /// implements it from the config's `[cutoff]` rules). Called on the producer's thread, in
-/// arrival order, with the whole packet, before it is stored.
+/// arrival order, with the whole packet and its dissection (the one the side index's record
+/// is made from: the packet is dissected once), before it is stored.
 pub trait CutPolicy: Send + std::fmt::Debug {
     /// `None`: store the packet whole. `Some(n)`: do not store it; keep its first `n` bytes
     /// (its headers) in a cut-packet record, which exports skip and the side index counts,
     /// so flow counters stay those of what was seen.
-    fn decide(&mut self, linktype: u16, ts_ns: u64, orig_len: u32, data: &[u8]) -> Option<usize>;
+    fn decide(
+        &mut self,
+        linktype: u16,
+        ts_ns: u64,
+        orig_len: u32,
+        data: &[u8],
+        dissected: &capsule_wire::Dissected,
+    ) -> Option<usize>;
 }
 
 /// How the writer cuts blocks and segments and how much disk it may use.
@@ -752,21 +760,18 @@ impl StoreWriter {
         // when a write hands a batch back: a dropped buffer is a fresh one later, and a
         // fresh one is page faults on the capture thread (with the binary's allocator a
         // 2 MiB huge page zeroed, 5% of a store-rung capture's CPU when 2 of every 8 were).
-        let in_flight = 2 * depth
-            + cfg.threads
-            + LANES
-            + segment::DIRECT_FLUSH_BYTES / cfg.block_bytes.max(1)
-            + 2;
+        // The steady state: one open block per lane, a write queue's worth lent to the
+        // segment, two on their way.
+        let steady = LANES + segment::DIRECT_FLUSH_BYTES / cfg.block_bytes.max(1) + 2;
+        let in_flight = steady + 2 * depth + cfg.threads;
         let (pool_tx, pool) = bounded::<Vec<u8>>(in_flight);
         if cfg.adaptive {
-            // Live capture: the buffers of the steady state (one open block per lane, a
-            // write queue's worth lent to the segment, two on their way) are made and
-            // touched now, before the first packet. Made as blocks are cut, each new one
+            // Live capture: the buffers of the steady state are made and touched now,
+            // before the first packet. Made as blocks are cut, each new one
             // stopped the capture thread for its page faults (a 2 MiB huge page is zeroed
             // at its first touch; on a virtual machine the host backs it then too): 7,000
             // packets dropped at the start of a 5 s capture.
-            let warm = LANES + segment::DIRECT_FLUSH_BYTES / cfg.block_bytes.max(1) + 2;
-            for _ in 0..warm.min(in_flight) {
+            for _ in 0..steady {
                 // Written, not allocated zeroed: `vec![0; n]` maps fresh zero pages and
                 // touches none of them.
                 #[allow(clippy::slow_vector_initialization)]
@@ -1006,9 +1011,10 @@ impl StoreWriter {
             self.flush()?;
             self.disordered = true;
         }
-        // With an indexer that wants records, the packet is dissected here, once, while it
-        // is in this thread's cache; the lane comes from the same dissection.
-        let dissected = self.collect.then(|| capsule_wire::dissect(linktype, data));
+        // With an indexer that wants records, or a cut-off, the packet is dissected here,
+        // once, while it is in this thread's cache; the lane comes from the same dissection.
+        let dissected =
+            (self.collect || self.cut.is_some()).then(|| capsule_wire::dissect(linktype, data));
         let lane = match self.last {
             _ if self.disordered => 0,
             Some((ts, lane)) if ts == ts_ns => lane,
@@ -1019,9 +1025,9 @@ impl StoreWriter {
         };
         self.last = Some((ts_ns, lane));
         // The cut-off decides on the whole packet; a cut packet keeps only its headers.
-        let kept = match self.cut.as_mut() {
-            Some(c) => c.decide(linktype, ts_ns, orig_len, data),
-            None => None,
+        let kept = match (self.cut.as_mut(), &dissected) {
+            (Some(c), Some(d)) => c.decide(linktype, ts_ns, orig_len, data, d),
+            _ => None,
         };
         let stored = match kept {
             Some(n) => &data[..n.min(data.len())],
@@ -1054,7 +1060,7 @@ impl StoreWriter {
         b.prev_ns = ts_ns;
         b.records += 1;
         b.room_for(epb_len);
-        if let Some(d) = &dissected {
+        if let Some(d) = dissected.as_ref().filter(|_| self.collect) {
             // As the record will hold it: a cut record's original length is at least the
             // packet's captured length.
             let orig = if kept.is_some() {

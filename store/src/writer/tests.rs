@@ -671,7 +671,14 @@ fn budgets_set_while_writing_are_saved_and_applied_at_once() {
 struct OddCut;
 
 impl CutPolicy for OddCut {
-    fn decide(&mut self, _: u16, ts_ns: u64, _: u32, _: &[u8]) -> Option<usize> {
+    fn decide(
+        &mut self,
+        _: u16,
+        ts_ns: u64,
+        _: u32,
+        _: &[u8],
+        _: &capsule_wire::Dissected,
+    ) -> Option<usize> {
         (ts_ns % 2 == 1).then_some(20)
     }
 }
