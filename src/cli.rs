@@ -229,6 +229,15 @@ usage; 3 some segments were skipped (damaged: each is named on standard error)."
     Status(StatusArgs),
     /// List the segments of a store: state, blocks, packets, bytes and time span.
     Segments(SegmentsArgs),
+    /// Which XDP program variants this kernel loads (capture probes the same way at start
+    /// and takes the best): each carrier of the packet's arrival time, accepted or refused
+    /// with the verifier's reason. Needs root (CAP_BPF).
+    #[command(
+        name = "xdp-probe",
+        after_help = "Exit status: 0 some variant loads (AF_XDP capture is possible); 1 none \
+loads (capture falls back to AF_PACKET); 2 bad usage."
+    )]
+    XdpProbe(XdpProbeArgs),
     /// Write deterministic synthetic traffic (AI cluster beside an enterprise network).
     Synth(SynthArgs),
     /// Check every checksum, header, footer and index of a store, naming each problem.
@@ -520,6 +529,13 @@ pub struct ReindexArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct XdpProbeArgs {
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct CaptureArgs {
     /// A config file whose `[capture]` section gives any of these flags (`ring_size =
     /// "512M"` for `--ring-size 512M`, docs/config.md); a flag on the command line overrides
@@ -549,6 +565,14 @@ pub struct CaptureArgs {
     /// connections on it while capture runs (a warning is printed).
     #[arg(long)]
     pub take_interface: bool,
+    /// XDP: which program variant carries each packet's arrival time to capsule. `auto`
+    /// probes the kernel once and takes the best it accepts: `metadata` (the XDP metadata
+    /// area), else `headroom` (16 bytes claimed in front of the packet, stripped before it
+    /// is stored: the same times, the same stored bytes), else `plain` (no record: capsule
+    /// stamps packets as it reads its ring, coarser). Naming one this kernel refuses is an
+    /// error with the verifier's reason (docs/capture.md).
+    #[arg(long, value_enum, default_value_t = XdpVariant::Auto)]
+    pub xdp_variant: XdpVariant,
     /// Serve Prometheus metrics at http://ADDR/metrics while capturing (e.g.
     /// 127.0.0.1:9108; port 0 picks a free one, printed at start): packets, drops by cause,
     /// store and disk use, retention horizon, freshness lag. No authentication: bind it to
@@ -1093,6 +1117,18 @@ pub enum CaptureMode {
     XdpGeneric,
     /// AF_PACKET TPACKET_V3 ring (no XDP).
     Afpacket,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XdpVariant {
+    /// The best this kernel accepts: metadata, else headroom, else plain.
+    Auto,
+    /// The record in the XDP metadata area (bpf_xdp_adjust_meta).
+    Metadata,
+    /// The record in headroom in front of the packet (bpf_xdp_adjust_head), stripped.
+    Headroom,
+    /// No record; timestamps taken at ring read.
+    Plain,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]

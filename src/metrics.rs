@@ -130,6 +130,7 @@ impl Collector for Figures {
                 ("xsk_ring_full", c.xsk_ring_full),
                 ("xsk_dropped", c.xsk_dropped),
                 ("no_socket", c.no_socket),
+                ("no_headroom", c.no_room),
                 ("store_behind", c.pipeline),
                 ("invalid", c.invalid),
                 ("disk_full", c.disk_full),
@@ -178,6 +179,7 @@ impl Collector for Figures {
                     ("xsk_ring_full", c.xsk_ring_full),
                     ("xsk_dropped", c.xsk_dropped),
                     ("no_socket", c.no_socket),
+                    ("no_headroom", c.no_room),
                     ("store_behind", c.pipeline),
                     ("invalid", c.invalid),
                 ] {
@@ -208,6 +210,41 @@ impl Collector for Figures {
                 "capsule_interface_capturing",
                 "1 while the capture reads this interface (0: stopped, or its reader failed).",
                 &up,
+            )?;
+            // An info series: the labels say how each interface is captured, the value is 1.
+            let how: Vec<_> = s
+                .interfaces
+                .iter()
+                .filter_map(|i| {
+                    let m = i.method.as_ref()?;
+                    let opt = |v: Option<String>| v.unwrap_or_default();
+                    let labels = vec![
+                        ("iface".to_string(), i.iface.clone()),
+                        ("backend".to_string(), m.backend.clone()),
+                        ("xdp_mode".to_string(), opt(m.xdp_mode.clone())),
+                        ("xdp_program".to_string(), opt(m.xdp_program.clone())),
+                        (
+                            "xdp_carrier".to_string(),
+                            opt(m.xdp_carrier.map(|c| c.name().to_string())),
+                        ),
+                        ("socket_mode".to_string(), opt(m.socket_mode.clone())),
+                        (
+                            "timestamps".to_string(),
+                            serde_json::to_value(m.timestamps)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_string))
+                                .unwrap_or_default(),
+                        ),
+                    ];
+                    Some((labels, 1.0))
+                })
+                .collect();
+            gauge(
+                &mut enc,
+                "capsule_interface_capture_info",
+                "How each interface is captured (labels: backend, XDP mode, program variant, \
+                 carrier, socket mode, timestamp source); the value is always 1.",
+                &how,
             )?;
             let p = &s.store;
             let rungs = ["level", "-10", "-1000", "store"];
@@ -431,9 +468,23 @@ mod tests {
             };
             report.kernel.packets = packets + drops;
             report.kernel.drops = drops;
+            let method = if iface == "a" {
+                serde_json::from_value(serde_json::json!({
+                    "backend": "af_xdp", "xdp_mode": "native",
+                    "xdp_program": "capsule_xdp_head", "xdp_carrier": "headroom",
+                    "socket_mode": "copy", "timestamps": "xdp-entry"
+                }))
+                .unwrap()
+            } else {
+                serde_json::from_value(
+                    serde_json::json!({"backend": "af_packet", "timestamps": "kernel"}),
+                )
+                .unwrap()
+            };
             IfaceState {
                 iface: iface.into(),
                 description: String::new(),
+                method: Some(method),
                 report,
                 error: None,
             }
@@ -450,6 +501,11 @@ mod tests {
             "capsule_interface_packets_dropped_total{iface=\"b\",cause=\"packet_ring_full\"} 0\n",
             "capsule_packets_dropped_total{cause=\"packet_ring_full\"} 1\n",
             "capsule_interface_capturing{iface=\"b\"} 1",
+            "capsule_interface_capture_info{iface=\"a\",backend=\"af_xdp\",xdp_mode=\"native\",\
+             xdp_program=\"capsule_xdp_head\",xdp_carrier=\"headroom\",socket_mode=\"copy\",\
+             timestamps=\"xdp-entry\"} 1.0\n",
+            "capsule_interface_capture_info{iface=\"b\",backend=\"af_packet\",xdp_mode=\"\",\
+             xdp_program=\"\",xdp_carrier=\"\",socket_mode=\"\",timestamps=\"kernel\"} 1.0\n",
         ] {
             assert!(text.contains(want), "no {want:?} in\n{text}");
         }

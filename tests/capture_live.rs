@@ -786,16 +786,21 @@ fn assert_clean_exit(st: &Stopped) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Afpacket,
+    /// XDP in the driver, the program variant the probe picks (`--xdp-variant auto`).
     XdpNative,
+    /// XDP in the generic path, the variant the probe picks.
     XdpGeneric,
+    /// XDP (native when true) with the program variant of this carrier forced
+    /// (`--xdp-variant CARRIER`).
+    Variant(bool, &'static str),
 }
 
 impl Mode {
     fn arg(self) -> &'static str {
         match self {
             Mode::Afpacket => "afpacket",
-            Mode::XdpNative => "xdp-native",
-            Mode::XdpGeneric => "xdp-generic",
+            Mode::XdpNative | Mode::Variant(true, _) => "xdp-native",
+            Mode::XdpGeneric | Mode::Variant(false, _) => "xdp-generic",
         }
     }
 
@@ -803,13 +808,70 @@ impl Mode {
     fn described_as(self) -> &'static str {
         match self {
             Mode::Afpacket => "AF_PACKET (TPACKET_V3",
-            Mode::XdpNative => "XDP native (",
-            Mode::XdpGeneric => "XDP generic (",
+            Mode::XdpNative | Mode::Variant(true, _) => "XDP native (",
+            Mode::XdpGeneric | Mode::Variant(false, _) => "XDP generic (",
         }
     }
 
     fn is_xdp(self) -> bool {
         self != Mode::Afpacket
+    }
+
+    /// The carrier the capture must end up with: the forced one, or the probe's best.
+    fn expected_carrier(self) -> Option<String> {
+        match self {
+            Mode::Afpacket => None,
+            Mode::Variant(_, c) => Some(c.to_string()),
+            Mode::XdpNative | Mode::XdpGeneric => Some(
+                xdp_probe()["best"]
+                    .as_str()
+                    .unwrap_or_else(|| {
+                        panic!("capsule xdp-probe names no best variant: {}", xdp_probe())
+                    })
+                    .to_string(),
+            ),
+        }
+    }
+}
+
+/// What `capsule xdp-probe --json` says of this kernel, asked once per test binary.
+fn xdp_probe() -> &'static serde_json::Value {
+    static PROBE: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    PROBE.get_or_init(|| {
+        let o = run(capsule().args(["xdp-probe", "--json"]));
+        let text = stdout_str(&o);
+        let v: serde_json::Value = serde_json::from_str(text.trim())
+            .unwrap_or_else(|e| panic!("capsule xdp-probe --json printed no JSON ({e}):\n{text}"));
+        eprintln!("XDP probe of this kernel: {v}");
+        v
+    })
+}
+
+/// Why this kernel refuses the program variants of `carrier` (the verifier's reason), as
+/// the probe found; `None` when it accepts them.
+fn carrier_refused(carrier: &str) -> Option<String> {
+    let all = xdp_probe()["carriers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let c = all
+        .iter()
+        .find(|c| c["carrier"] == carrier)
+        .unwrap_or_else(|| {
+            panic!(
+                "capsule xdp-probe says nothing of {carrier}: {}",
+                xdp_probe()
+            )
+        });
+    (c["accepted"] != true).then(|| c["refused"].as_str().unwrap_or("refused").to_string())
+}
+
+/// The timestamp source capsule must report for a carrier's program variant.
+fn timestamps_of(carrier: &str, program: &str) -> &'static str {
+    match carrier {
+        "plain" => "ring-read",
+        _ if program.contains("_dev") => "nic-or-xdp-entry",
+        _ => "xdp-entry",
     }
 }
 
@@ -1216,6 +1278,9 @@ fn under_a_service_manager_capture_says_ready_and_pings_the_watchdog() {
 /// Returns the capture and its mode description.
 fn start_capture(link: &Link, store: &Path, mode: Mode, more: &[&str]) -> (Capture, String) {
     let mut extra = vec!["--mode", mode.arg()];
+    if let Mode::Variant(_, carrier) = mode {
+        extra.extend(["--xdp-variant", carrier]);
+    }
     extra.extend(WRITER_OPTS);
     extra.extend_from_slice(more);
     let mut cap = Capture::start(&link.b.name, &link.if_b, store, &extra);
@@ -1234,8 +1299,41 @@ fn start_capture(link: &Link, store: &Path, mode: Mode, more: &[&str]) -> (Captu
             "--mode {}: no AF_XDP socket in {desc:?}",
             mode.arg()
         );
+        let carrier = mode.expected_carrier().expect("an XDP mode");
+        assert_xdp_method(
+            store,
+            mode.arg().trim_start_matches("xdp-"),
+            &carrier,
+            &link.if_b,
+        );
     }
     (cap, desc)
+}
+
+/// The running capture's status names the XDP mode, the program variant the probe picked
+/// (or the one forced), its carrier and its timestamp source.
+fn assert_xdp_method(store: &Path, xdp_mode: &str, carrier: &str, iface: &str) {
+    let st = status_json(store);
+    let m = &st["capture"]["interfaces"][0]["method"];
+    let program = m["xdp_program"].as_str().unwrap_or_default();
+    assert_eq!(
+        (
+            m["backend"].as_str(),
+            m["xdp_mode"].as_str(),
+            m["xdp_carrier"].as_str()
+        ),
+        (Some("af_xdp"), Some(xdp_mode), Some(carrier)),
+        "{iface}: status --json method (backend, XDP mode, carrier): {st}"
+    );
+    assert!(
+        program.starts_with("capsule_xdp"),
+        "{iface}: status --json names no program variant: {st}"
+    );
+    assert_eq!(
+        m["timestamps"].as_str(),
+        Some(timestamps_of(carrier, program)),
+        "{iface}: the timestamp source of {program}: {st}"
+    );
 }
 
 /// Exports the window `[from_ns, to_ns)` as pcapng and checks its drop accounting: the query
@@ -1881,6 +1979,182 @@ mod xdp_generic_queues {
     fn every_queue_is_captured() {
         super::every_queue_is_captured(super::Mode::XdpGeneric);
     }
+}
+
+/// Each program variant forced (`--xdp-variant`), natively and in generic mode: every packet
+/// stored with identical bytes and VLAN tags, jumbo frames whole, and status naming the
+/// variant. A carrier this kernel refuses is reported as skipped with the verifier's reason
+/// (and capture must refuse it the same way, naming it), never passed.
+macro_rules! in_every_variant {
+    ($($carrier:ident),+ $(,)?) => {
+        $(mod $carrier {
+            use super::Mode;
+            fn run(native: bool, test_name: &str, test: fn(Mode)) {
+                let carrier = stringify!($carrier);
+                let name = format!("xdp_variant::{carrier}::{test_name}");
+                if let Some(why) = super::carrier_refused(carrier) {
+                    super::assert_refused_by_capture(native, carrier, &why);
+                    super::skip(&name, &format!("this kernel refuses the {carrier} variant: {why}"));
+                    return;
+                }
+                test(Mode::Variant(native, carrier));
+            }
+            #[test]
+            fn native_stores_every_packet_with_identical_bytes_and_vlan_tags() {
+                run(true, "native_stores_every_packet_with_identical_bytes_and_vlan_tags", super::stores_every_packet_with_identical_bytes_and_vlan_tags);
+            }
+            #[test]
+            fn generic_stores_every_packet_with_identical_bytes_and_vlan_tags() {
+                run(false, "generic_stores_every_packet_with_identical_bytes_and_vlan_tags", super::stores_every_packet_with_identical_bytes_and_vlan_tags);
+            }
+            #[test]
+            fn native_jumbo_frames_arrive_whole() {
+                run(true, "native_jumbo_frames_arrive_whole", super::jumbo_frames_arrive_whole);
+            }
+        })+
+    };
+}
+
+mod xdp_variant {
+    use super::*;
+    in_every_variant!(metadata, headroom, plain);
+}
+
+/// A carrier the probe says this kernel refuses: capture asked for it exits 1 before it
+/// captures, naming the variant and the same reason.
+fn assert_refused_by_capture(native: bool, carrier: &str, why: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let link = Link::new();
+    let store = tmp.path().join("store");
+    let mode = if native { "xdp-native" } else { "xdp-generic" };
+    let mut cap = Capture::start(
+        &link.b.name,
+        &link.if_b,
+        &store,
+        &["--mode", mode, "--xdp-variant", carrier],
+    );
+    let said = cap
+        .wait_ready_or_exit(&link.if_b)
+        .expect_err("capture with a variant the probe says is refused");
+    let want = format!("this kernel refuses the XDP program variant {carrier}: {why}");
+    assert!(
+        said.contains(&want),
+        "capture did not say {want:?}:\n{said}"
+    );
+}
+
+/// On a veth without addresses, `--mode auto` captures with AF_XDP in the driver, with the
+/// best variant the probe finds (not AF_PACKET), and stores every packet as sent.
+#[test]
+fn auto_mode_on_a_bare_veth_captures_with_af_xdp() {
+    auto_mode_captures(
+        &[],
+        "native",
+        xdp_probe()["best"].as_str().expect("a variant loads"),
+    );
+}
+
+/// Where the kernel refuses bpf_xdp_adjust_meta (as 6.18 kernels of this project's machines
+/// did), auto takes the headroom variant: the same kernel time at XDP entry, and the stored
+/// bytes still the wire's. The refusal is simulated with CAPSULE_XDP_PROBE_DENY where this
+/// kernel accepts the helper, and is real where it does not.
+#[test]
+fn auto_mode_takes_the_headroom_variant_where_metadata_is_refused() {
+    if let Some(why) = carrier_refused("headroom") {
+        skip(
+            "auto_mode_takes_the_headroom_variant_where_metadata_is_refused",
+            &format!("this kernel refuses the headroom variant too: {why}"),
+        );
+        return;
+    }
+    auto_mode_captures(
+        &["env", "CAPSULE_XDP_PROBE_DENY=metadata"],
+        "native",
+        "headroom",
+    );
+}
+
+fn auto_mode_captures(wrapper: &[&str], xdp_mode: &str, carrier: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("f.pcap");
+    synth(
+        &input,
+        &tmp.path().join("truth.json"),
+        11,
+        "1s",
+        "10M",
+        None,
+    );
+    let sent = decode_file(&input).whole("synth output").packets;
+    let link = Link::new();
+    let store = tmp.path().join("store");
+    let mut extra = vec!["--mode", "auto"];
+    extra.extend(WRITER_OPTS);
+    let mut cap = Capture::start_wrapped(&link.b.name, wrapper, &link.if_b, &store, &extra);
+    let desc = cap
+        .wait_ready_or_exit(&link.if_b)
+        .unwrap_or_else(|exited| panic!("{exited}"));
+    assert!(
+        desc.starts_with(&format!("XDP {xdp_mode} (")) && desc.contains("AF_XDP"),
+        "--mode auto on a bare veth: capture says {desc:?}"
+    );
+    assert_xdp_method(&store, xdp_mode, carrier, &link.if_b);
+    assert_eq!(
+        link.send(&input, "50"),
+        sent.len() as u64,
+        "tcpreplay's successful packets"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let stopped = cap.stop();
+    assert_clean_exit(&stopped);
+    let got = export(&store, &tmp.path().join("out.pcap"));
+    assert_same_frames(&sent, &got);
+}
+
+/// When no variant loads, auto captures with AF_PACKET and says why in one line: the
+/// simplest program's refusal, not one line per attempt.
+#[test]
+fn auto_mode_falls_back_to_af_packet_saying_why_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let link = Link::new();
+    let store = tmp.path().join("store");
+    let mut cap = Capture::start_wrapped(
+        &link.b.name,
+        &["env", "CAPSULE_XDP_PROBE_DENY=metadata,headroom,plain"],
+        &link.if_b,
+        &store,
+        &["--mode", "auto"],
+    );
+    let desc = cap
+        .wait_ready_or_exit(&link.if_b)
+        .unwrap_or_else(|exited| panic!("{exited}"));
+    assert!(
+        desc.starts_with("AF_PACKET (TPACKET_V3"),
+        "no variant loads, yet capture says {desc:?}"
+    );
+    let why = desc
+        .split_once("; AF_XDP was not possible: ")
+        .map(|(_, w)| w);
+    assert!(
+        why.is_some_and(|w| w.contains(
+            "this kernel loads no XDP program: refused by \
+                                          CAPSULE_XDP_PROBE_DENY"
+        ) && w.matches("capsule_xdp").count() == 0),
+        "the fallback does not say why in one line: {desc:?}"
+    );
+    let st = status_json(&store);
+    let m = &st["capture"]["interfaces"][0]["method"];
+    assert_eq!(
+        (m["backend"].as_str(), m["timestamps"].as_str()),
+        (Some("af_packet"), Some("kernel")),
+        "status --json of an AF_PACKET capture: {st}"
+    );
+    let stderr = cap.stderr_so_far();
+    assert!(
+        !stderr.contains("verifier") && stderr.lines().count() < 6,
+        "capture's stderr is noisy about the refused variants:\n{stderr}"
+    );
+    assert_clean_exit(&cap.stop());
 }
 
 /// SIGTERM must stop capture while packets keep arriving (a busy SPAN port never goes quiet):

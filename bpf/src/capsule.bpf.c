@@ -2,11 +2,15 @@
 // (The kernel runs metadata kfuncs only for GPL-compatible programs, hence the licence.)
 //
 // capsule's XDP program: hands every packet of an RX queue to the AF_XDP socket that
-// capsule bound to that queue, with a 16-byte metadata record in front of the packet
-// saying when it arrived.
+// capsule bound to that queue, with a 16-byte record in front of the packet saying when it
+// arrived.
 //
 //   packet -> count SEEN
-//          -> grow the metadata area by 16 bytes (bpf_xdp_adjust_meta)
+//          -> make room for the record, as the variant's carrier says:
+//             metadata: grow the XDP metadata area by 16 bytes (bpf_xdp_adjust_meta)
+//             headroom: claim 16 bytes of headroom (bpf_xdp_adjust_head); user space strips
+//                       them, so the stored bytes are the wire's
+//             none:     no record (kernels that refuse both; user space stamps at ring read)
 //             -> ts_ns = kernel monotonic time now (bpf_ktime_get_ns)
 //             -> device-bound variants only: the NIC's receive timestamp and the VLAN tag
 //                the NIC stripped, through the XDP metadata kfuncs, where the driver has them
@@ -15,9 +19,10 @@
 // The layout of the metadata record and the counter indices are mirrored in
 // bpf/src/lib.rs (struct Meta, enum Counter); change both together.
 //
-// Four programs are built from one body: {kernel time, device kfuncs} x {single buffer,
-// multi-buffer (xdp.frags, for MTUs above one page)}. The loader tries the richest one
-// the kernel and driver accept and keeps only that one.
+// Ten programs are built from one body: {metadata, headroom} x {kernel time, device kfuncs}
+// x {single buffer, multi-buffer (xdp.frags, for MTUs above one page)}, and the plain
+// redirect x {single, multi-buffer}. The loader probes which carrier the kernel accepts,
+// then tries the richest program of that carrier the driver accepts and keeps only that.
 
 #include <linux/bpf.h>
 #include <linux/types.h>
@@ -47,6 +52,7 @@ enum {
 	C_META_FAILED = 3,
 	C_HW_TS = 4,
 	C_VLAN_META = 5,
+	C_NO_ROOM = 6,
 	C_MAX = 8,
 };
 
@@ -77,70 +83,99 @@ static __always_inline void count(__u32 idx)
 		*c += 1; /* per-CPU slot: no other CPU writes it */
 }
 
-static __always_inline int capsule(struct xdp_md *ctx, const int device_bound)
+/* How the record reaches user space (the variant's carrier). */
+#define CARRIER_META 0 /* in the XDP metadata area, before the packet (bpf_xdp_adjust_meta) */
+#define CARRIER_HEAD 1 /* in headroom claimed in front of the packet (bpf_xdp_adjust_head) */
+#define CARRIER_NONE 2 /* no record: user space stamps the packet when it reads the ring */
+
+static __always_inline void fill(struct xdp_md *ctx, struct capsule_meta *m, const int device_bound)
+{
+	__u16 flags = 0;
+	m->ts_ns = bpf_ktime_get_ns();
+	m->vlan_tci = 0;
+	m->vlan_proto = 0;
+	if (device_bound) {
+		__u64 hw = 0;
+		__be16 proto = 0;
+		__u16 tci = 0;
+		if (bpf_ksym_exists(bpf_xdp_metadata_rx_timestamp) &&
+		    bpf_xdp_metadata_rx_timestamp(ctx, &hw) == 0 && hw != 0) {
+			m->ts_ns = hw;
+			flags |= META_HW_TS;
+			count(C_HW_TS);
+		}
+		if (bpf_ksym_exists(bpf_xdp_metadata_rx_vlan_tag) &&
+		    bpf_xdp_metadata_rx_vlan_tag(ctx, &proto, &tci) == 0) {
+			m->vlan_proto = proto;
+			m->vlan_tci = tci;
+			flags |= META_VLAN;
+			count(C_VLAN_META);
+		}
+	}
+	m->flags = flags;
+	m->magic = CAPSULE_META_MAGIC;
+}
+
+// `device_bound` and `carrier` are constants in each program below, so clang drops the
+// branches a variant does not take: a headroom or plain program never names
+// bpf_xdp_adjust_meta, which some kernels refuse in XDP programs.
+static __always_inline int capsule(struct xdp_md *ctx, const int device_bound, const int carrier)
 {
 	count(C_SEEN);
-	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct capsule_meta)) == 0) {
-		void *data = (void *)(long)ctx->data;
-		struct capsule_meta *m = (void *)(long)ctx->data_meta;
-		if ((void *)(m + 1) <= data) {
-			__u16 flags = 0;
-			m->ts_ns = bpf_ktime_get_ns();
-			m->vlan_tci = 0;
-			m->vlan_proto = 0;
-			if (device_bound) {
-				__u64 hw = 0;
-				__be16 proto = 0;
-				__u16 tci = 0;
-				if (bpf_ksym_exists(bpf_xdp_metadata_rx_timestamp) &&
-				    bpf_xdp_metadata_rx_timestamp(ctx, &hw) == 0 && hw != 0) {
-					m->ts_ns = hw;
-					flags |= META_HW_TS;
-					count(C_HW_TS);
-				}
-				if (bpf_ksym_exists(bpf_xdp_metadata_rx_vlan_tag) &&
-				    bpf_xdp_metadata_rx_vlan_tag(ctx, &proto, &tci) == 0) {
-					m->vlan_proto = proto;
-					m->vlan_tci = tci;
-					flags |= META_VLAN;
-					count(C_VLAN_META);
-				}
-			}
-			m->flags = flags;
-			m->magic = CAPSULE_META_MAGIC;
+	if (carrier == CARRIER_META) {
+		if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct capsule_meta)) == 0) {
+			void *data = (void *)(long)ctx->data;
+			struct capsule_meta *m = (void *)(long)ctx->data_meta;
+			if ((void *)(m + 1) <= data)
+				fill(ctx, m, device_bound);
+			else
+				count(C_META_FAILED);
 		} else {
 			count(C_META_FAILED);
 		}
-	} else {
-		count(C_META_FAILED);
+	} else if (carrier == CARRIER_HEAD) {
+		// The record goes in front of the packet's first byte, inside the frame: user space
+		// strips these 16 bytes before it stores the packet. Without room for them the
+		// packet cannot be told from one that has a record, so it is not redirected: it is
+		// counted (NO_ROOM, a drop in capsule's status) and passed to the kernel stack.
+		if (bpf_xdp_adjust_head(ctx, -(int)sizeof(struct capsule_meta)) != 0) {
+			count(C_NO_ROOM);
+			return XDP_PASS;
+		}
+		void *end = (void *)(long)ctx->data_end;
+		struct capsule_meta *m = (void *)(long)ctx->data;
+		if ((void *)(m + 1) > end) {
+			bpf_xdp_adjust_head(ctx, (int)sizeof(struct capsule_meta));
+			count(C_NO_ROOM);
+			return XDP_PASS;
+		}
+		fill(ctx, m, device_bound);
 	}
 	long action = bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+	if (carrier == CARRIER_HEAD && action != XDP_REDIRECT)
+		// No socket on this queue: the kernel stack gets the packet as it arrived.
+		bpf_xdp_adjust_head(ctx, (int)sizeof(struct capsule_meta));
 	count(action == XDP_REDIRECT ? C_REDIRECTED : C_NO_SOCKET);
 	return (int)action;
 }
 
-SEC("xdp")
-int capsule_xdp(struct xdp_md *ctx)
-{
-	return capsule(ctx, 0);
-}
+/* Ten programs: carrier x {kernel time, device kfuncs} x {single buffer, multi-buffer}. */
+#define PROGRAM(name, section, device_bound, carrier)                                    \
+	SEC(section)                                                                     \
+	int name(struct xdp_md *ctx)                                                     \
+	{                                                                                \
+		return capsule(ctx, device_bound, carrier);                              \
+	}
 
-SEC("xdp.frags")
-int capsule_xdp_frags(struct xdp_md *ctx)
-{
-	return capsule(ctx, 0);
-}
-
-SEC("xdp")
-int capsule_xdp_dev(struct xdp_md *ctx)
-{
-	return capsule(ctx, 1);
-}
-
-SEC("xdp.frags")
-int capsule_xdp_dev_frags(struct xdp_md *ctx)
-{
-	return capsule(ctx, 1);
-}
+PROGRAM(capsule_xdp, "xdp", 0, CARRIER_META)
+PROGRAM(capsule_xdp_frags, "xdp.frags", 0, CARRIER_META)
+PROGRAM(capsule_xdp_dev, "xdp", 1, CARRIER_META)
+PROGRAM(capsule_xdp_dev_frags, "xdp.frags", 1, CARRIER_META)
+PROGRAM(capsule_xdp_head, "xdp", 0, CARRIER_HEAD)
+PROGRAM(capsule_xdp_head_frags, "xdp.frags", 0, CARRIER_HEAD)
+PROGRAM(capsule_xdp_head_dev, "xdp", 1, CARRIER_HEAD)
+PROGRAM(capsule_xdp_head_dev_frags, "xdp.frags", 1, CARRIER_HEAD)
+PROGRAM(capsule_xdp_plain, "xdp", 0, CARRIER_NONE)
+PROGRAM(capsule_xdp_plain_frags, "xdp.frags", 0, CARRIER_NONE)
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

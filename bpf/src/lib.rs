@@ -71,10 +71,56 @@ impl Meta {
     }
 }
 
-/// Which of the four programs to load.
+/// How the program hands its per-packet record to user space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Carrier {
+    /// In the XDP metadata area just before the packet (`bpf_xdp_adjust_meta`): nothing to
+    /// strip, the cheapest. Some kernels refuse the helper in XDP programs.
+    Metadata,
+    /// In 16 bytes of headroom claimed in front of the packet (`bpf_xdp_adjust_head`): the
+    /// same record, stripped by the socket reader before the packet is stored.
+    Headroom,
+    /// No record: the plain redirect. The reader stamps each packet when it takes it off the
+    /// RX ring (later than the kernel saw it, and by as much as the ring is behind), and a
+    /// VLAN tag the NIC stripped cannot come back.
+    #[serde(rename = "plain")]
+    None,
+}
+
+impl Carrier {
+    /// Every carrier, best first.
+    pub const ALL: [Carrier; 3] = [Carrier::Metadata, Carrier::Headroom, Carrier::None];
+
+    /// The name used on the command line, in status and in the docs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Carrier::Metadata => "metadata",
+            Carrier::Headroom => "headroom",
+            Carrier::None => "plain",
+        }
+    }
+
+    /// Whether the socket reader must strip [`META_LEN`] bytes from the front of each
+    /// packet's first frame (the record is there, not before the packet).
+    pub fn in_headroom(self) -> bool {
+        self == Carrier::Headroom
+    }
+}
+
+impl std::fmt::Display for Carrier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which of the ten programs to load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Variant {
+    /// How the record reaches user space.
+    pub carrier: Carrier,
     /// Bound to the device, calling the receive-metadata kfuncs (hardware timestamp, VLAN).
+    /// Never with [`Carrier::None`]: there is no record to put their answers in.
     pub device_bound: bool,
     /// `xdp.frags`: accepts multi-buffer frames (jumbo MTUs); the sockets must bind with
     /// `XDP_USE_SG`.
@@ -82,35 +128,44 @@ pub struct Variant {
 }
 
 impl Variant {
-    fn program_name(self) -> &'static str {
-        match (self.device_bound, self.frags) {
-            (false, false) => "capsule_xdp",
-            (false, true) => "capsule_xdp_frags",
-            (true, false) => "capsule_xdp_dev",
-            (true, true) => "capsule_xdp_dev_frags",
+    /// The program's function name in `capsule.bpf.c`.
+    pub fn program_name(self) -> &'static str {
+        match (self.carrier, self.device_bound, self.frags) {
+            (Carrier::Metadata, false, false) => "capsule_xdp",
+            (Carrier::Metadata, false, true) => "capsule_xdp_frags",
+            (Carrier::Metadata, true, false) => "capsule_xdp_dev",
+            (Carrier::Metadata, true, true) => "capsule_xdp_dev_frags",
+            (Carrier::Headroom, false, false) => "capsule_xdp_head",
+            (Carrier::Headroom, false, true) => "capsule_xdp_head_frags",
+            (Carrier::Headroom, true, false) => "capsule_xdp_head_dev",
+            (Carrier::Headroom, true, true) => "capsule_xdp_head_dev_frags",
+            (Carrier::None, _, false) => "capsule_xdp_plain",
+            (Carrier::None, _, true) => "capsule_xdp_plain_frags",
         }
     }
 
-    /// The variants in the order worth trying: richest first.
-    pub fn preference() -> [Variant; 4] {
-        [
-            Variant {
-                device_bound: true,
-                frags: true,
-            },
-            Variant {
-                device_bound: false,
-                frags: true,
-            },
-            Variant {
-                device_bound: true,
-                frags: false,
-            },
-            Variant {
-                device_bound: false,
-                frags: false,
-            },
-        ]
+    /// The variants of `carrier` in the order worth trying: richest first (device kfuncs
+    /// and multi-buffer, down to the single-buffer kernel-time program).
+    pub fn preference(carrier: Carrier) -> Vec<Variant> {
+        let all = [(true, true), (false, true), (true, false), (false, false)];
+        all.into_iter()
+            .filter(|&(device_bound, _)| !(device_bound && carrier == Carrier::None))
+            .map(|(device_bound, frags)| Variant {
+                carrier,
+                device_bound,
+                frags,
+            })
+            .collect()
+    }
+
+    /// The single-buffer kernel-time program of `carrier`: what the probe loads to learn
+    /// whether this kernel accepts the carrier at all.
+    pub fn probe(carrier: Carrier) -> Variant {
+        Variant {
+            carrier,
+            device_bound: false,
+            frags: false,
+        }
     }
 }
 
@@ -118,6 +173,54 @@ impl std::fmt::Display for Variant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.program_name())
     }
+}
+
+/// What this kernel said of one carrier when [`probe`] loaded its plain program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarrierProbe {
+    pub carrier: Carrier,
+    /// `None`: the kernel accepts it. Otherwise why not, in one line (the verifier's last
+    /// word, or the loader's error).
+    pub refused: Option<String>,
+}
+
+/// The environment variable that makes [`probe`] treat carriers as refused: a list such as
+/// `metadata,headroom`. For tests and diagnosis: it shows on a kernel that accepts every
+/// carrier what capture does on one that refuses some (the ladder, the fallback message).
+pub const PROBE_DENY_ENV: &str = "CAPSULE_XDP_PROBE_DENY";
+
+/// Learns which carriers this kernel accepts in XDP programs, by loading (not attaching)
+/// each carrier's single-buffer program once; the answer is kept for the life of the
+/// process (it is a property of the running kernel, not of an interface). Needs CAP_BPF or
+/// CAP_SYS_ADMIN; without them every carrier comes back refused, with the kernel's error.
+pub fn probe() -> &'static [CarrierProbe] {
+    static PROBED: std::sync::OnceLock<Vec<CarrierProbe>> = std::sync::OnceLock::new();
+    PROBED.get_or_init(|| {
+        let deny = std::env::var(PROBE_DENY_ENV).unwrap_or_default();
+        Carrier::ALL
+            .into_iter()
+            .map(|carrier| {
+                let denied = deny.split(',').any(|d| d.trim() == carrier.name());
+                let refused = if denied {
+                    Some(format!("refused by {PROBE_DENY_ENV}={deny}"))
+                } else {
+                    match XdpProgram::load(0, Variant::probe(carrier)) {
+                        Ok(_) => None,
+                        Err(e) => Some(e.one_line()),
+                    }
+                };
+                match &refused {
+                    None => tracing::debug!("XDP probe: this kernel accepts the {carrier} carrier"),
+                    Some(why) => {
+                        tracing::debug!(
+                            "XDP probe: this kernel refuses the {carrier} carrier: {why}"
+                        )
+                    }
+                }
+                CarrierProbe { carrier, refused }
+            })
+            .collect()
+    })
 }
 
 /// The program's per-CPU counters, summed over CPUs.
@@ -136,6 +239,9 @@ pub struct Counters {
     pub hw_ts: u64,
     /// Packets whose stripped VLAN tag the driver reported.
     pub vlan_meta: u64,
+    /// Headroom carrier: packets without 16 bytes of headroom for the record, passed to the
+    /// kernel stack instead of stored (a drop; no driver seen so far gives so little).
+    pub no_room: u64,
 }
 
 const COUNTERS: u32 = 8;
@@ -143,9 +249,12 @@ const COUNTERS: u32 = 8;
 /// Why the program could not be loaded or used.
 #[derive(Debug, thiserror::Error)]
 pub enum BpfError {
-    #[error("loading XDP program {program}")]
+    #[error("loading XDP program {program}{}", verifier.as_ref().map(|v| format!(": the verifier says {v:?}")).unwrap_or_default())]
     Load {
         program: &'static str,
+        /// The verifier log's last line that says why (not its statistics), when it wrote
+        /// one.
+        verifier: Option<String>,
         #[source]
         error: libbpf_rs::Error,
     },
@@ -183,6 +292,7 @@ impl XdpProgram {
         let name = variant.program_name();
         let err = |error: libbpf_rs::Error| BpfError::Load {
             program: name,
+            verifier: None,
             error,
         };
         let mut open = ObjectBuilder::default()
@@ -205,7 +315,12 @@ impl XdpProgram {
         if !found {
             return Err(BpfError::NotInObject { program: name });
         }
-        let obj = open.load().map_err(err)?;
+        let (obj, log) = with_log_capture(|| open.load());
+        let obj = obj.map_err(|error| BpfError::Load {
+            program: name,
+            verifier: verifier_reason(&log),
+            error,
+        })?;
         Ok(XdpProgram { obj, variant })
     }
 
@@ -260,6 +375,7 @@ impl XdpProgram {
             meta_failed: sums[3],
             hw_ts: sums[4],
             vlan_meta: sums[5],
+            no_room: sums[6],
         })
     }
 
@@ -284,6 +400,11 @@ fn route_libbpf_logs() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         fn log(level: libbpf_rs::PrintLevel, msg: String) {
+            CAPTURED.with(|c| {
+                if let Some(lines) = c.borrow_mut().as_mut() {
+                    lines.extend(msg.lines().map(str::to_string));
+                }
+            });
             let msg = one_line(&msg);
             match level {
                 libbpf_rs::PrintLevel::Warn | libbpf_rs::PrintLevel::Info => {
@@ -294,6 +415,60 @@ fn route_libbpf_logs() {
         }
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, log)));
     });
+}
+
+thread_local! {
+    /// libbpf's messages on this thread while [`with_log_capture`] runs (libbpf calls its
+    /// print callback on the thread that called it).
+    static CAPTURED: std::cell::RefCell<Option<Vec<String>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` and returns with its result the lines libbpf printed meanwhile.
+fn with_log_capture<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    CAPTURED.with(|c| *c.borrow_mut() = Some(Vec::new()));
+    let out = f();
+    let lines = CAPTURED.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    (out, lines)
+}
+
+/// The verifier's reason for refusing a program, from libbpf's messages: the last line of
+/// the program load log that is not the verifier's statistics (`processed N insns ...`,
+/// `verification time ...`, `stack depth ...`), e.g. `program of this type cannot use
+/// helper bpf_xdp_adjust_meta#54`.
+fn verifier_reason(lines: &[String]) -> Option<String> {
+    let begin = lines
+        .iter()
+        .rposition(|l| l.contains("-- BEGIN PROG LOAD LOG --"))?;
+    let end = lines[begin..]
+        .iter()
+        .position(|l| l.contains("-- END PROG LOAD LOG --"))
+        .map_or(lines.len(), |e| begin + e);
+    lines[begin + 1..end]
+        .iter()
+        .map(|l| l.trim())
+        .filter(|l| !l.is_empty())
+        .rfind(|l| {
+            !(l.starts_with("processed ")
+                || l.starts_with("verification time")
+                || l.starts_with("stack depth")
+                || l.starts_with("mark_precise")
+                || l.starts_with("libbpf:"))
+        })
+        .map(str::to_string)
+}
+
+impl BpfError {
+    /// The error and its causes on one line.
+    pub fn one_line(&self) -> String {
+        let mut s = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(e) = source {
+            s.push_str(": ");
+            s.push_str(&e.to_string());
+            source = e.source();
+        }
+        s
+    }
 }
 
 /// A libbpf message on one line: trimmed, inner line breaks as ` | `.
@@ -320,15 +495,84 @@ mod tests {
     }
 
     #[test]
-    fn object_holds_all_four_programs() {
+    fn object_holds_every_variant() {
         let open = ObjectBuilder::default().open_memory(OBJECT).unwrap();
         let names: Vec<String> = open
             .progs()
             .map(|p| p.name().to_string_lossy().into_owned())
             .collect();
-        for v in Variant::preference() {
-            assert!(names.contains(&v.program_name().to_string()), "{names:?}");
+        let mut wanted = 0;
+        for c in Carrier::ALL {
+            for v in Variant::preference(c) {
+                assert!(names.contains(&v.program_name().to_string()), "{names:?}");
+                wanted += 1;
+            }
         }
+        assert_eq!(wanted, 10);
+        assert_eq!(names.len(), 10, "{names:?}");
+    }
+
+    #[test]
+    fn the_plain_carrier_has_no_device_bound_variant() {
+        assert!(Variant::preference(Carrier::None)
+            .iter()
+            .all(|v| !v.device_bound));
+        assert_eq!(Variant::preference(Carrier::Headroom).len(), 4);
+        assert_eq!(
+            Variant::preference(Carrier::Metadata)[0],
+            Variant {
+                carrier: Carrier::Metadata,
+                device_bound: true,
+                frags: true
+            }
+        );
+    }
+
+    /// Only the metadata programs may call bpf_xdp_adjust_meta: a kernel that refuses the
+    /// helper must still accept the headroom and plain ones. The ELF's relocation-free
+    /// helper calls are `call imm` with imm = 54 (BPF_FUNC_xdp_adjust_meta).
+    #[test]
+    fn only_metadata_programs_call_adjust_meta() {
+        let open = ObjectBuilder::default().open_memory(OBJECT).unwrap();
+        for p in open.progs() {
+            let name = p.name().to_string_lossy().into_owned();
+            let calls_meta = p
+                .insns()
+                .iter()
+                .any(|i| i.code == 0x85 && i.src_reg() == 0 && i.imm == 54);
+            let calls_head = p
+                .insns()
+                .iter()
+                .any(|i| i.code == 0x85 && i.src_reg() == 0 && i.imm == 44);
+            let metadata = !name.contains("_head") && !name.contains("_plain");
+            assert_eq!(calls_meta, metadata, "{name}: calls bpf_xdp_adjust_meta");
+            assert_eq!(
+                calls_head,
+                name.contains("_head"),
+                "{name}: calls bpf_xdp_adjust_head"
+            );
+        }
+    }
+
+    #[test]
+    fn the_verifiers_reason_is_its_last_word_before_the_statistics() {
+        let log: Vec<String> = [
+            "libbpf: prog 'capsule_xdp': BPF program load failed: Invalid argument",
+            "libbpf: prog 'capsule_xdp': -- BEGIN PROG LOAD LOG --",
+            "0: R1=ctx() R10=fp0",
+            "15: (85) call bpf_xdp_adjust_meta#54",
+            "program of this type cannot use helper bpf_xdp_adjust_meta#54",
+            "processed 16 insns (limit 1000000) max_states_per_insn 0 total_states 1",
+            "-- END PROG LOAD LOG --",
+            "libbpf: prog 'capsule_xdp': failed to load: -22",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            verifier_reason(&log).as_deref(),
+            Some("program of this type cannot use helper bpf_xdp_adjust_meta#54")
+        );
+        assert_eq!(verifier_reason(&log[..1]), None);
     }
 
     #[test]

@@ -29,6 +29,10 @@ pub struct DropCauses {
     pub xsk_dropped: u64,
     /// XDP: packets on RX queues capsule does not read (passed to the kernel stack).
     pub no_socket: u64,
+    /// XDP, headroom carrier: packets without 16 bytes of headroom for the record (passed
+    /// to the kernel stack).
+    #[serde(default)]
+    pub no_room: u64,
     /// The store fell behind and a worker dropped a batch.
     pub pipeline: u64,
     /// Invalid descriptors (kernel's count plus capsule's).
@@ -46,6 +50,7 @@ impl DropCauses {
                 xsk_ring_full: x.sockets.rx_ring_full,
                 xsk_dropped: x.sockets.rx_dropped,
                 no_socket: x.program.no_socket,
+                no_room: x.program.no_room,
                 pipeline: x.pipeline_drops,
                 invalid: x.sockets.rx_invalid_descs + x.bad_descs,
                 disk_full: 0,
@@ -104,6 +109,10 @@ pub struct InterfaceStatus {
     /// How this interface is captured (its own ladder): mode, variant, queues, and in mode
     /// auto after `; ` why XDP was not taken.
     pub mode: String,
+    /// The same, typed: backend, XDP mode, program variant and carrier, socket mode,
+    /// timestamp source. Absent in status files of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<crate::live::CaptureMethod>,
     /// Packets stored from it (disk-full drops are store-wide: in the totals only).
     pub packets: u64,
     pub wire_bytes: u64,
@@ -227,12 +236,29 @@ impl StatusFile {
         f
     }
 
+    /// Like [`StatusFile::new_many`], with each interface's typed capture method (in the
+    /// same order), so that the first status written already names the XDP mode, program
+    /// variant and timestamp source.
+    pub fn with_methods(
+        store: &Path,
+        ifaces: &[(&str, &str)],
+        methods: &[crate::live::CaptureMethod],
+    ) -> StatusFile {
+        let mut f = StatusFile::new_many(store, ifaces);
+        for (i, m) in f.status.interfaces.iter_mut().zip(methods) {
+            i.method = Some(m.clone());
+        }
+        f.write();
+        f
+    }
+
     /// Records the running totals and the store writer's state (call about once a second).
     pub fn update(&mut self, rep: &LiveReport, store: capsule_store::writer::Pressure) {
         let iface = self.status.interfaces.first().map(|i| i.iface.clone());
         let state = IfaceState {
             iface: iface.unwrap_or_default(),
             description: String::new(),
+            method: None,
             report: rep.clone(),
             error: None,
         };
@@ -261,6 +287,7 @@ impl StatusFile {
             *out = InterfaceStatus {
                 iface: st.iface.clone(),
                 mode: std::mem::take(&mut out.mode),
+                method: st.method.clone().or_else(|| out.method.take()),
                 packets: r.packets,
                 wire_bytes: r.wire_bytes,
                 seen: r.seen(),
@@ -288,6 +315,7 @@ impl StatusFile {
             causes.xsk_ring_full += c.xsk_ring_full;
             causes.xsk_dropped += c.xsk_dropped;
             causes.no_socket += c.no_socket;
+            causes.no_room += c.no_room;
             causes.pipeline += c.pipeline;
             causes.invalid += c.invalid;
         }
@@ -509,6 +537,7 @@ mod tests {
             IfaceState {
                 iface: iface.into(),
                 description: String::new(),
+                method: None,
                 report,
                 error: error.map(String::from),
             }

@@ -36,6 +36,7 @@ pub const CAPTURE_KEYS: &[(&str, &str, CaptureType)] = &[
     ("store", "--store", CaptureType::Text),
     ("mode", "--mode", CaptureType::Text),
     ("take_interface", "--take-interface", CaptureType::Switch),
+    ("xdp_variant", "--xdp-variant", CaptureType::Text),
     ("metrics", "--metrics", CaptureType::Text),
     ("queues", "--queues", CaptureType::Queues),
     ("frame_size", "--frame-size", CaptureType::Count),

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use capsule_capture::live::{self, CaptureConfig, Mode};
 
 use super::{print_disk_full, print_json, print_open_report, Usage};
-use crate::cli::{CaptureArgs, CaptureMode};
+use crate::cli::{CaptureArgs, CaptureMode, XdpVariant};
 
 impl CaptureArgs {
     /// The capture of each interface these arguments ask for, in order: `--mode`, or the
@@ -72,6 +72,12 @@ impl CaptureArgs {
             ring_bytes: self.ring_size,
             state_dir: Some(self.store.clone()),
             take_interface: self.take_interface,
+            xdp_carrier: match self.xdp_variant {
+                XdpVariant::Auto => None,
+                XdpVariant::Metadata => Some(live::Carrier::Metadata),
+                XdpVariant::Headroom => Some(live::Carrier::Headroom),
+                XdpVariant::Plain => Some(live::Carrier::None),
+            },
         }
     }
 }
@@ -183,7 +189,8 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     };
     // The status file first: whoever sees the line below may read it at once.
     let names: Vec<(&str, &str)> = modes.iter().map(|(i, d)| (&i[..], &d[..])).collect();
-    let mut status = capsule_capture::status::StatusFile::new_many(&a.store, &names);
+    let methods: Vec<live::CaptureMethod> = captures.iter().map(|c| c.method().clone()).collect();
+    let mut status = capsule_capture::status::StatusFile::with_methods(&a.store, &names, &methods);
     let alerts = match alert_config
         .map(|(c, sinks)| super::live_alerts::LiveAlerts::start(&a.store, c, sinks))
         .transpose()
@@ -353,6 +360,7 @@ fn drop_causes_of(
         c.xsk_ring_full += d.xsk_ring_full;
         c.xsk_dropped += d.xsk_dropped;
         c.no_socket += d.no_socket;
+        c.no_room += d.no_room;
         c.pipeline += d.pipeline;
         c.invalid += d.invalid;
     }

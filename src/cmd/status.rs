@@ -584,6 +584,7 @@ fn drop_causes(c: &capsule_capture::status::DropCauses, mode: &str, disk: bool) 
         ("AF_XDP RX ring full", c.xsk_ring_full, xdp),
         ("AF_XDP dropped", c.xsk_dropped, xdp),
         ("queue without socket", c.no_socket, xdp),
+        ("no headroom", c.no_room, false),
         ("store behind", c.pipeline, xdp),
         ("invalid descriptors", c.invalid, xdp),
         ("disk full", c.disk_full, true),

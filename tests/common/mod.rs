@@ -1011,3 +1011,26 @@ pub const ONE_BIG_SEGMENT: [&str; 8] = [
     "--min-free",
     "0",
 ];
+
+/// The file where tests that could not run here say so, a line each (`TEST: why`);
+/// scripts/test.sh empties it before the tests and counts and lists it in its summary.
+pub fn skipped_ledger() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("capsule-skipped.txt")
+}
+
+/// Reports the test `test` as skipped, with why: on standard error and in
+/// [`skipped_ledger`]. A skip is never a pass in disguise: call it only for a reason this
+/// machine gives (a kernel that refuses a feature), and name that reason.
+pub fn skip(test: &str, why: &str) {
+    use std::io::Write;
+    eprintln!("SKIPPED {test}: {why}");
+    let path = skipped_ledger();
+    let _ = std::fs::create_dir_all(path.parent().expect("a directory"));
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+    writeln!(f, "{test}: {}", why.replace('\n', " "))
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}

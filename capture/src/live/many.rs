@@ -155,6 +155,7 @@ pub(crate) fn run_many(
             .map(|c| IfaceState {
                 iface: c.iface.clone(),
                 description: c.description.clone(),
+                method: Some(c.method.clone()),
                 report: LiveReport::default(),
                 error: None,
             })

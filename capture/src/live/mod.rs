@@ -42,6 +42,14 @@ use capsule_pcap::Interface;
 use capsule_store::writer::MAX_PACKET;
 use capsule_store::{StoreError, StoreWriter};
 
+pub use capsule_bpf::{Carrier, CarrierProbe};
+
+/// Which XDP program carriers this kernel accepts, as capture's ladder sees them (probed
+/// once per process; see [`capsule_bpf::probe`]).
+pub fn probe_xdp() -> &'static [CarrierProbe] {
+    capsule_bpf::probe()
+}
+
 use crate::sys::link::XdpAttach;
 use afpacket::PacketCapture;
 use xdp::XdpCapture;
@@ -73,6 +81,9 @@ pub struct CaptureConfig {
     /// modes refuse it: AF_XDP takes every packet away from the kernel, so the host's own
     /// connections on that interface would stop.
     pub take_interface: bool,
+    /// XDP: the program variant's carrier to use (`--xdp-variant`); `None` takes the best
+    /// one the probe finds this kernel accepts (metadata, then headroom, then plain).
+    pub xdp_carrier: Option<capsule_bpf::Carrier>,
 }
 
 /// How to capture.
@@ -138,11 +149,76 @@ impl std::str::FromStr for Queues {
     }
 }
 
+/// Where a stored packet's time comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimestampSource {
+    /// The kernel's receive time of the packet (AF_PACKET: the socket buffer's time stamp,
+    /// taken as the kernel's receive path starts).
+    Kernel,
+    /// The kernel's monotonic clock read by the XDP program as the packet enters it (before
+    /// any socket buffer exists), turned into wall-clock time by capsule.
+    XdpEntry,
+    /// The NIC's receive time where the driver reports one (device-bound program), else
+    /// [`TimestampSource::XdpEntry`]; `hw_timestamps` in status counts the first.
+    NicOrXdpEntry,
+    /// capsule's wall clock when it takes the packet off the AF_XDP ring: later than the
+    /// packet arrived, by as much as the ring is behind (the plain program carries no time).
+    RingRead,
+}
+
+impl TimestampSource {
+    /// How status and the start line say it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            TimestampSource::Kernel => "kernel receive time",
+            TimestampSource::XdpEntry => "kernel time at XDP entry",
+            TimestampSource::NicOrXdpEntry => "NIC time, else kernel time at XDP entry",
+            TimestampSource::RingRead => "capsule's time at ring read (coarser)",
+        }
+    }
+}
+
+/// How one interface is captured, typed: for status (`capsule status --json`), the metrics
+/// endpoint and tests. [`Capture::description`] is its sentence.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CaptureMethod {
+    /// `af_xdp` or `af_packet`.
+    pub backend: String,
+    /// XDP only: `native` or `generic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp_mode: Option<String>,
+    /// XDP only: the program variant that runs (its function name in capsule.bpf.c).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp_program: Option<String>,
+    /// XDP only: how the program hands its record over (`metadata`, `headroom`, `plain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp_carrier: Option<capsule_bpf::Carrier>,
+    /// XDP only: `zero-copy` or `copy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket_mode: Option<String>,
+    pub timestamps: TimestampSource,
+}
+
+impl CaptureMethod {
+    pub(crate) fn afpacket() -> CaptureMethod {
+        CaptureMethod {
+            backend: "af_packet".into(),
+            xdp_mode: None,
+            xdp_program: None,
+            xdp_carrier: None,
+            socket_mode: None,
+            timestamps: TimestampSource::Kernel,
+        }
+    }
+}
+
 /// An open capture on one interface, AF_XDP or AF_PACKET, ready to run.
 #[derive(Debug)]
 pub struct Capture {
     iface: String,
     description: String,
+    method: CaptureMethod,
     backend: Backend,
 }
 
@@ -232,6 +308,7 @@ fn open_one(cfg: &CaptureConfig) -> Result<Capture, LiveError> {
                 return Ok(Capture {
                     iface: cfg.iface.clone(),
                     description: x.setup().to_string(),
+                    method: x.setup().method(),
                     backend: Backend::Xdp(x),
                 })
             }
@@ -252,6 +329,7 @@ fn open_one(cfg: &CaptureConfig) -> Result<Capture, LiveError> {
     Ok(Capture {
         iface: cfg.iface.clone(),
         description,
+        method: CaptureMethod::afpacket(),
         backend: Backend::Afpacket(packet),
     })
 }
@@ -262,6 +340,11 @@ impl Capture {
     /// of 256 MiB); AF_XDP was not possible: ...`.
     pub fn description(&self) -> &str {
         &self.description
+    }
+
+    /// How it captures, typed (backend, XDP mode and program, timestamp source).
+    pub fn method(&self) -> &CaptureMethod {
+        &self.method
     }
 
     /// The capabilities this capture still needs once it runs, with why; every other one can
@@ -330,6 +413,7 @@ pub fn run_all(
     let mut state = IfaceState {
         iface: cap.iface.clone(),
         description: cap.description.clone(),
+        method: Some(cap.method.clone()),
         report: LiveReport::default(),
         error: None,
     };
@@ -346,6 +430,8 @@ pub struct IfaceState {
     pub iface: String,
     /// How it captures ([`Capture::description`]).
     pub description: String,
+    /// The same, typed ([`Capture::method`]); `None` where the caller does not know it.
+    pub method: Option<CaptureMethod>,
     /// Its running totals.
     pub report: LiveReport,
     /// Why its reader stopped, when it failed (the error chain).
@@ -493,6 +579,7 @@ impl XdpCounters {
         self.sockets.rx_dropped
             + self.sockets.rx_ring_full
             + self.program.no_socket
+            + self.program.no_room
             + self.pipeline_drops
             + self.bad_descs
     }
@@ -760,6 +847,7 @@ mod tests {
             // A record an open would read: none, for nothing may be read or changed.
             state_dir: Some("/nonexistent/capsule-test-store".into()),
             take_interface: false,
+            xdp_carrier: None,
         };
         let e = open_all(&[cfg("nosuch0"), cfg("nosuch1"), cfg("nosuch0")]).unwrap_err();
         assert_eq!(

@@ -25,18 +25,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use capsule_bpf::{Meta, Variant, XdpProgram};
+use capsule_bpf::{Carrier, Meta, Variant, XdpProgram};
 use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
 use capsule_store::StoreError;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
 use super::state;
 use super::{
-    record, with_vlan_tag, Behind, CaptureConfig, LiveError, LiveReport, Queues, Sink, Snap,
-    StatsTimer, XdpCounters, XskStats,
+    record, with_vlan_tag, Behind, CaptureConfig, CaptureMethod, LiveError, LiveReport, Queues,
+    Sink, Snap, StatsTimer, TimestampSource, XdpCounters, XskStats,
 };
 use crate::sys::link::{xdp_link, XdpAttach};
-use crate::sys::xsk::{XskConfig, XskMode, XskPacket, XskSocket};
+use crate::sys::xsk::{RecordAt, XskConfig, XskMode, XskPacket, XskSocket};
 use crate::sys::{clock_ns, if_index, promiscuous, rx_vlan_offload};
 use capsule_store::error::chain as error_chain;
 
@@ -65,13 +65,42 @@ pub(crate) struct XdpSetup {
     frames: u32,
 }
 
+impl XdpSetup {
+    /// Where packet times come from with this program variant.
+    pub(crate) fn timestamps(&self) -> TimestampSource {
+        match (self.variant.carrier, self.variant.device_bound) {
+            (Carrier::None, _) => TimestampSource::RingRead,
+            (_, true) => TimestampSource::NicOrXdpEntry,
+            (_, false) => TimestampSource::XdpEntry,
+        }
+    }
+
+    pub(crate) fn method(&self) -> CaptureMethod {
+        CaptureMethod {
+            backend: "af_xdp".into(),
+            xdp_mode: Some(self.attach.to_string()),
+            xdp_program: Some(self.variant.program_name().to_string()),
+            xdp_carrier: Some(self.variant.carrier),
+            socket_mode: Some(self.socket_mode.to_string()),
+            timestamps: self.timestamps(),
+        }
+    }
+}
+
 impl std::fmt::Display for XdpSetup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "XDP {} ({}), AF_XDP {} mode, queues {:?}, {} x {}-byte frames ({} MiB) a queue{}",
+            "XDP {} ({}: {}, timestamps: {}), AF_XDP {} mode, queues {:?}, {} x {}-byte frames \
+             ({} MiB) a queue{}",
             self.attach,
             self.variant,
+            match self.variant.carrier {
+                Carrier::Metadata => "record in the metadata area",
+                Carrier::Headroom => "record in headroom",
+                Carrier::None => "no record",
+            },
+            self.timestamps().describe(),
             self.socket_mode,
             self.queues,
             self.frames,
@@ -232,49 +261,69 @@ impl XdpCapture {
             rx_size: frames,
             ..XskConfig::default()
         };
+        let carriers = carriers_to_try(cfg.xdp_carrier).map_err(open_err)?;
         let mut attempts = Vec::new();
         for &attach in attach_modes {
-            for variant in Variant::preference() {
-                // The kernel attaches device-bound programs natively only.
-                if variant.device_bound && attach == XdpAttach::Generic {
-                    continue;
-                }
-                match try_open(ifindex, &queues, attach, variant, &sock_cfg) {
-                    Ok((program, sockets, link)) => {
-                        let promisc = promiscuous(ifindex).map_err(open_err)?;
-                        let vlan_offload =
-                            VlanOffload::turn_off(&cfg.iface, variant, cfg.state_dir.as_deref());
-                        let setup = XdpSetup {
-                            attach,
-                            variant,
-                            socket_mode: sockets[0].1.mode(),
-                            queues,
-                            frame_size: sock_cfg.frame_size,
-                            frames: sock_cfg.frames,
-                        };
-                        for a in &attempts {
-                            tracing::debug!("XDP attempt refused: {a}");
-                        }
-                        return Ok(XdpCapture {
-                            iface: cfg.iface.clone(),
-                            snaplen: cfg.snaplen,
-                            snap: Snap::new(cfg.snaplen),
-                            setup,
-                            program,
-                            sockets,
-                            shared: Vec::new(),
-                            _link: link,
-                            _promisc: promisc,
-                            _vlan_offload: vlan_offload,
-                        });
+            for &carrier in &carriers {
+                for variant in Variant::preference(carrier) {
+                    // The kernel attaches device-bound programs natively only.
+                    if variant.device_bound && attach == XdpAttach::Generic {
+                        continue;
                     }
-                    Err(e) => attempts.push(format!("{attach} {variant}: {e}")),
+                    let sock_cfg = XskConfig {
+                        record: match carrier {
+                            Carrier::Metadata => RecordAt::Before,
+                            Carrier::Headroom => RecordAt::Front,
+                            Carrier::None => RecordAt::Nowhere,
+                        },
+                        ..sock_cfg
+                    };
+                    match try_open(ifindex, &queues, attach, variant, &sock_cfg) {
+                        Ok((program, sockets, link)) => {
+                            let promisc = promiscuous(ifindex).map_err(open_err)?;
+                            let vlan_offload = VlanOffload::turn_off(
+                                &cfg.iface,
+                                variant,
+                                cfg.state_dir.as_deref(),
+                            );
+                            let setup = XdpSetup {
+                                attach,
+                                variant,
+                                socket_mode: sockets[0].1.mode(),
+                                queues,
+                                frame_size: sock_cfg.frame_size,
+                                frames: sock_cfg.frames,
+                            };
+                            for (what, e) in &attempts {
+                                tracing::debug!("XDP attempt refused: {what}: {e}");
+                            }
+                            return Ok(XdpCapture {
+                                iface: cfg.iface.clone(),
+                                snaplen: cfg.snaplen,
+                                snap: Snap::new(cfg.snaplen),
+                                setup,
+                                program,
+                                sockets,
+                                shared: Vec::new(),
+                                _link: link,
+                                _promisc: promisc,
+                                _vlan_offload: vlan_offload,
+                            });
+                        }
+                        Err(e) => attempts.push((format!("{attach} {variant}"), e)),
+                    }
                 }
             }
         }
+        for (what, e) in &attempts {
+            tracing::debug!("XDP attempt refused: {what}: {e}");
+        }
+        // One line: the last attempt is the simplest program of the last mode, so its reason
+        // is the one that matters (a richer variant failing says less).
+        let (what, why) = attempts.pop().unwrap_or_default();
         Err(open_err(std::io::Error::other(format!(
-            "no XDP mode worked: {}",
-            attempts.join("; ")
+            "no XDP program attached ({} tried; the last, {what}: {why})",
+            attempts.len() + 1
         ))))
     }
 
@@ -683,6 +732,35 @@ fn store_batch(
     rep.vlan_restored += batch.vlan_restored;
     rep.truncated += batch.truncated;
     Ok(())
+}
+
+/// The carriers to try, best first: the one asked for, or every one this kernel accepts
+/// (probed once per process, so a refused carrier costs no attempt per interface or mode).
+/// An error names the carrier asked for, or every refusal, with the verifier's reason.
+fn carriers_to_try(asked: Option<Carrier>) -> Result<Vec<Carrier>, std::io::Error> {
+    let probed = capsule_bpf::probe();
+    let refusal = |c: Carrier| probed.iter().find(|p| p.carrier == c)?.refused.clone();
+    if let Some(c) = asked {
+        return match refusal(c) {
+            None => Ok(vec![c]),
+            Some(why) => Err(std::io::Error::other(format!(
+                "this kernel refuses the XDP program variant {c}: {why}"
+            ))),
+        };
+    }
+    let accepted: Vec<Carrier> = probed
+        .iter()
+        .filter(|p| p.refused.is_none())
+        .map(|p| p.carrier)
+        .collect();
+    if accepted.is_empty() {
+        // The plain program is the simplest: its refusal says why none loads.
+        let why = refusal(Carrier::None).unwrap_or_default();
+        return Err(std::io::Error::other(format!(
+            "this kernel loads no XDP program: {why}"
+        )));
+    }
+    Ok(accepted)
 }
 
 /// Number of RX queues of `iface` (from sysfs; 1 when it cannot tell).

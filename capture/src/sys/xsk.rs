@@ -65,6 +65,20 @@ pub(crate) struct XskConfig {
     /// Bind with `XDP_USE_SG`: frames larger than one UMEM frame arrive as fragments, which
     /// capsule joins. Needs the `xdp.frags` program and Linux 6.6.
     pub(crate) multi_buffer: bool,
+    /// Where the XDP program puts its record (the program variant's carrier).
+    pub(crate) record: RecordAt,
+}
+
+/// Where the XDP program's per-packet record is, relative to the packet's first frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecordAt {
+    /// The `META_LEN` bytes before the packet (the XDP metadata area, copied with it).
+    Before,
+    /// The first `META_LEN` bytes of the frame's data (headroom the program claimed): split
+    /// off before the packet is handed on, so the packet is the wire's bytes.
+    Front,
+    /// Nowhere: the program writes none.
+    Nowhere,
 }
 
 impl Default for XskConfig {
@@ -75,6 +89,7 @@ impl Default for XskConfig {
             rx_size: 32768,
             zero_copy: true,
             multi_buffer: true,
+            record: RecordAt::Before,
         }
     }
 }
@@ -106,6 +121,21 @@ pub(crate) struct XskPacket<'a> {
     pub(crate) meta: Option<[u8; META_LEN]>,
     /// The packet was longer than capsule joins (256 KiB); `data` is its head.
     pub(crate) cut: bool,
+}
+
+/// Splits the headroom carrier's record off the front of a packet's first frame: `(packet,
+/// record)`. The program redirects only packets it wrote a record into, whose last two bytes
+/// are the magic; a frame without it (never expected) is handed on whole, with no record,
+/// rather than losing 16 bytes of a packet.
+fn split_front_record(data: &[u8]) -> (&[u8], Option<[u8; META_LEN]>) {
+    match data.split_first_chunk::<META_LEN>() {
+        Some((record, packet))
+            if record[META_LEN - 2..] == capsule_bpf::META_MAGIC.to_ne_bytes() =>
+        {
+            (packet, Some(*record))
+        }
+        _ => (data, None),
+    }
 }
 
 /// A mapped ring: producer and consumer indexes, flags, and `size` entries of `T`.
@@ -217,6 +247,7 @@ pub(crate) struct XskSocket {
     frame_size: u32,
     mode: XskMode,
     multi_buffer: bool,
+    record: RecordAt,
     need_wakeup: bool,
     /// Our copies of the ring indexes we own (the kernel never writes them).
     rx_consumer: u32,
@@ -379,6 +410,7 @@ impl XskSocket {
             frame_size: cfg.frame_size,
             mode,
             multi_buffer: cfg.multi_buffer,
+            record: cfg.record,
             need_wakeup: true,
             rx_consumer: 0,
             fill_producer: 0,
@@ -451,22 +483,27 @@ impl XskSocket {
             let data =
                 unsafe { std::slice::from_raw_parts(self.umem.ptr().add(addr as usize), len) };
             let in_frame = (addr & !frame_mask) as usize;
-            let meta = if in_frame >= META_LEN && !self.joining {
-                // SAFETY: the META_LEN bytes before `addr` are in the same frame (its offset in
-                // the frame is at least META_LEN), hence inside the mapping and owned by capsule
-                // as above. The kernel copied the XDP metadata area there with the packet.
-                let m = unsafe { self.umem.ptr().add(addr as usize - META_LEN) };
-                // SAFETY: as above; reads the record, then clears its last byte so that a later
-                // packet in this frame that gets no record of its own is not taken to carry this
-                // one's (the XDP program writes the magic last, right before the packet).
-                let bytes = unsafe {
-                    let b = m.cast::<[u8; META_LEN]>().read_unaligned();
-                    m.add(META_LEN - 1).write(0);
-                    b
-                };
-                Some(bytes)
-            } else {
-                None
+            let (data, meta) = match self.record {
+                _ if self.joining => (data, None),
+                RecordAt::Before if in_frame >= META_LEN => {
+                    // SAFETY: the META_LEN bytes before `addr` are in the same frame (its offset
+                    // in the frame is at least META_LEN), hence inside the mapping and owned by
+                    // capsule as above. The kernel copied the XDP metadata area there with the
+                    // packet.
+                    let m = unsafe { self.umem.ptr().add(addr as usize - META_LEN) };
+                    // SAFETY: as above; reads the record, then clears its last byte so that a
+                    // later packet in this frame that gets no record of its own is not taken to
+                    // carry this one's (the XDP program writes the magic last, right before
+                    // the packet).
+                    let bytes = unsafe {
+                        let b = m.cast::<[u8; META_LEN]>().read_unaligned();
+                        m.add(META_LEN - 1).write(0);
+                        b
+                    };
+                    (data, Some(bytes))
+                }
+                RecordAt::Front => split_front_record(data),
+                RecordAt::Before | RecordAt::Nowhere => (data, None),
             };
             if !self.joining && !more {
                 f(XskPacket {
@@ -480,14 +517,15 @@ impl XskSocket {
                     self.joined.clear();
                     self.joined_meta = meta;
                 }
+                // `data`, not the descriptor's `len`: a record in front is already split off.
                 let room = MAX_JOINED.saturating_sub(self.joined.len());
-                self.joined.extend_from_slice(&data[..len.min(room)]);
+                self.joined.extend_from_slice(&data[..data.len().min(room)]);
                 if !more {
                     self.joining = false;
                     f(XskPacket {
                         data: &self.joined,
                         meta: self.joined_meta,
-                        cut: self.joined.len() >= MAX_JOINED && room < len,
+                        cut: self.joined.len() >= MAX_JOINED && room < data.len(),
                     });
                 }
             }
@@ -625,5 +663,25 @@ mod tests {
             let e = XskSocket::open(1, 0, &cfg).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{cfg:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_front_record_is_split_off_and_the_packet_kept_whole() {
+        let mut frame = vec![0u8; META_LEN];
+        frame[..8].copy_from_slice(&42u64.to_ne_bytes());
+        frame[META_LEN - 2..].copy_from_slice(&capsule_bpf::META_MAGIC.to_ne_bytes());
+        let packet = [0xffu8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0x08, 0x00];
+        frame.extend_from_slice(&packet);
+        let (p, r) = split_front_record(&frame);
+        assert_eq!(p, packet);
+        let meta = capsule_bpf::Meta::parse(&r.unwrap()).unwrap();
+        assert_eq!(meta.ts_ns, 42);
+        // No magic: the frame is the packet, nothing is cut off.
+        frame[META_LEN - 1] = 0;
+        let (p, r) = split_front_record(&frame);
+        assert_eq!((p.len(), r), (frame.len(), None));
+        // Shorter than a record: handed on whole.
+        let (p, r) = split_front_record(&packet[..4]);
+        assert_eq!((p.len(), r), (4, None));
     }
 }

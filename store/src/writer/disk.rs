@@ -31,6 +31,8 @@ pub(super) struct WriterThread {
     pub(super) compact_rx: Receiver<CompactRequest>,
     /// New retention budgets while running ([`super::StoreWriter::set_budgets`]).
     pub(super) budgets_rx: Receiver<crate::budget::Budgets>,
+    /// Segments the producer left while the link was idle ([`super::StoreWriter::tick`]).
+    pub(super) seal_rx: Receiver<super::SealRequest>,
     pub(super) retention: Retention,
     pub(super) cfg: WriterConfig,
     pub(super) ratio: Arc<Ratio>,
@@ -111,6 +113,8 @@ impl WriterThread {
         let mut last_sync = Instant::now();
         let mut compact_rx = self.compact_rx.clone();
         let mut budgets_rx = self.budgets_rx.clone();
+        let mut seal_rx = self.seal_rx.clone();
+        let mut seal_after: Option<super::SealRequest> = None;
         let result = (|| -> Result<()> {
             loop {
                 // With unsynced writes in the open segment, wait for the next block only
@@ -168,6 +172,13 @@ impl WriterThread {
                         }
                         None
                     },
+                    recv(seal_rx) -> r => {
+                        match r {
+                            Ok(r) => seal_after = Some(r),
+                            Err(_) => seal_rx = crossbeam_channel::never(),
+                        }
+                        None
+                    },
                     default(wait) => {
                         if let Some(seg) = current.as_mut().filter(|s| s.needs_sync()) {
                             let io = Instant::now();
@@ -187,6 +198,15 @@ impl WriterThread {
                     while let Some(c) = pending.remove(&next) {
                         next += 1;
                         self.write_block(&mut current, c, &mut last_sync)?;
+                    }
+                }
+                // An idle seal, once every block of its segment is written (a later block
+                // of the next segment may already have sealed it).
+                if seal_after.as_ref().is_some_and(|r| next >= r.after_order) {
+                    let r = seal_after.take().expect("checked above");
+                    if current.as_ref().is_some_and(|s| s.seq() == r.segment) {
+                        let seg = current.take().expect("checked above");
+                        self.seal(seg)?;
                     }
                 }
                 // Staged blocks go to disk once the oldest has waited GATHER (or at

@@ -159,6 +159,9 @@ pub struct WriterConfig {
     /// With `compact`: once nothing is below `level`, sealed segments older than the tier's
     /// age are recompressed at its level too ([`compact::AgeTier`]).
     pub age_tier: Option<compact::AgeTier>,
+    /// How long the link must be quiet before [`StoreWriter::tick`] seals a sizeable open
+    /// segment ([`IDLE_SEAL`]).
+    pub idle_seal: Duration,
 }
 
 impl Default for WriterConfig {
@@ -178,6 +181,7 @@ impl Default for WriterConfig {
             adaptive: false,
             compact: false,
             age_tier: None,
+            idle_seal: IDLE_SEAL,
         }
     }
 }
@@ -240,6 +244,22 @@ struct RawBlock {
     /// What the side index reads of each record (see [`Indexer::wants_records`]).
     records: Option<Vec<Record>>,
 }
+
+/// The producer moved on from `segment` while the link was idle ([`StoreWriter::tick`]):
+/// the writer thread seals it once every block sent before `after_order` is written, so the
+/// compactor can take its blocks (and retention count it) without waiting for traffic.
+struct SealRequest {
+    segment: u64,
+    after_order: u64,
+}
+
+/// How long the link must be quiet, by default ([`WriterConfig::idle_seal`]), before
+/// [`StoreWriter::tick`] seals an open segment that holds at least 1/[`IDLE_SEAL_FRACTION`]
+/// of the segment size (or is older than the segment age).
+pub const IDLE_SEAL: Duration = Duration::from_secs(10);
+/// The share of `segment_bytes` an open segment must hold to be sealed early when idle: a
+/// trickle of packets with long pauses does not make a segment per pause.
+pub const IDLE_SEAL_FRACTION: u64 = 8;
 
 struct Compressed {
     order: u64,
@@ -512,6 +532,10 @@ pub struct StoreWriter {
     seg_uncompressed: u64,
     seg_opened: Instant,
     seg_first_ns: Option<u64>,
+    /// When the last packet was appended (the idle seal's clock).
+    last_append: Instant,
+    /// Where idle seals go to the writer thread.
+    seal_tx: Sender<SealRequest>,
     tx: Option<Pipe>,
     pool: Receiver<Vec<u8>>,
     /// Where emptied record lists come back from the writer thread.
@@ -838,9 +862,11 @@ impl StoreWriter {
         };
         let (compact_tx, compact_rx) = bounded::<CompactRequest>(1);
         let (budgets_tx, budgets_rx) = bounded::<crate::budget::Budgets>(4);
+        let (seal_tx, seal_rx) = bounded::<SealRequest>(4);
         let w = WriterThread {
             compact_rx,
             budgets_rx,
+            seal_rx,
             dir: dir.clone(),
             indexer,
             pool: pool_tx,
@@ -937,6 +963,8 @@ impl StoreWriter {
                 seg_uncompressed: 0,
                 seg_opened: Instant::now(),
                 seg_first_ns: None,
+                last_append: Instant::now(),
+                seal_tx,
                 tx: Some(pipe),
                 pool,
                 records_pool,
@@ -1042,6 +1070,7 @@ impl StoreWriter {
             self.maybe_rotate_segment(ts_ns)?;
             self.lanes[lane].opened = Some(Instant::now());
         }
+        self.last_append = Instant::now();
         let local = match self.local[iface as usize] {
             Some(l) => l,
             None => self.declare_interface(iface, ts_ns)?,
@@ -1164,12 +1193,32 @@ impl StoreWriter {
     }
 
     /// Cuts every lane's block that is older than the block age. Capture calls this often.
+    ///
+    /// After [`IDLE_SEAL`] without a packet, it also seals the open segment when that holds
+    /// at least 1/[`IDLE_SEAL_FRACTION`] of the segment size or is older than the segment
+    /// age: its raw blocks (stored while the compressors were behind) would otherwise sit
+    /// uncompressed, and its packets outside any sealed segment, until traffic came back.
     pub fn tick(&mut self) -> Result<()> {
         for lane in 0..LANES {
             let b = &self.lanes[lane];
             if b.records > 0 && b.opened.is_some_and(|t| t.elapsed() >= self.cfg.block_age) {
                 self.cut_block(lane)?;
             }
+        }
+        if self.seg_uncompressed > 0
+            && self.last_append.elapsed() >= self.cfg.idle_seal
+            && (self.ratio.estimate(self.seg_uncompressed)
+                >= self.cfg.segment_bytes / IDLE_SEAL_FRACTION
+                || self.seg_opened.elapsed() >= self.cfg.segment_age)
+        {
+            let segment = self.segment;
+            self.rotate_segment()?;
+            // A full queue (never expected: one request per idle period) only delays the
+            // seal to the next segment's first block, which seals it as before.
+            let _ = self.seal_tx.try_send(SealRequest {
+                segment,
+                after_order: self.order,
+            });
         }
         Ok(())
     }
@@ -1215,15 +1264,21 @@ impl StoreWriter {
             || self.seg_opened.elapsed() >= age
             || span >= age.as_nanos() as u64
         {
-            self.flush()?;
-            self.disordered = false;
-            self.segment += 1;
-            self.seg_uncompressed = 0;
-            self.seg_opened = Instant::now();
-            self.seg_first_ns = None;
-            self.local.iter_mut().for_each(|l| *l = None);
-            self.local_count = 0;
+            self.rotate_segment()?;
         }
+        Ok(())
+    }
+
+    /// Cuts every open block into the current segment and starts the next one.
+    fn rotate_segment(&mut self) -> Result<()> {
+        self.flush()?;
+        self.disordered = false;
+        self.segment += 1;
+        self.seg_uncompressed = 0;
+        self.seg_opened = Instant::now();
+        self.seg_first_ns = None;
+        self.local.iter_mut().for_each(|l| *l = None);
+        self.local_count = 0;
         Ok(())
     }
 

@@ -4,9 +4,21 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::format;
-use crate::segment::SegmentFile;
+use crate::segment::{SegmentFile, SegmentState};
 use crate::store::Store;
 use capsule_pcap::read::fragment_packets;
+
+/// `n` pseudo-random bytes (xorshift from `state`): payloads that do not compress.
+fn incompressible(n: usize, state: &mut u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            *state ^= *state << 13;
+            *state ^= *state >> 7;
+            *state ^= *state << 17;
+            *state as u8
+        })
+        .collect()
+}
 
 fn eth(n: usize, seed: u64) -> Vec<u8> {
     (0..n)
@@ -493,15 +505,7 @@ fn retention_keeps_the_store_under_its_budget_and_deletes_oldest_first() {
     // Incompressible payloads so the disk really fills.
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
     for k in 0..3000u64 {
-        let data: Vec<u8> = (0..1000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
-        w.append(i, k, 1000, &data).unwrap();
+        w.append(i, k, 1000, &incompressible(1000, &mut x)).unwrap();
     }
     let report = w.finish().unwrap();
     assert!(!report.deleted.is_empty());
@@ -581,6 +585,68 @@ fn tick_cuts_a_block_once_it_is_old_enough() {
     w.tick().unwrap();
     assert_eq!(w.blocks, 2, "an empty block is never cut");
     w.finish().unwrap();
+}
+
+/// An idle link seals a sizeable open segment (so its raw blocks reach the compactor), and a
+/// small one stays open; traffic after the seal goes into the next segment, and nothing is
+/// lost or duplicated.
+#[test]
+fn an_idle_link_seals_a_sizeable_open_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = WriterConfig {
+        block_age: Duration::from_millis(10),
+        segment_bytes: 64 * 1024,
+        idle_seal: Duration::from_millis(100),
+        ..small()
+    };
+    let (mut w, i) = open_eth(dir.path(), cfg);
+    let sealed = |dir: &std::path::Path| {
+        Store::open(dir)
+            .unwrap()
+            .list()
+            .unwrap()
+            .iter()
+            .filter(|e| e.state == SegmentState::Sealed)
+            .count()
+    };
+    // A few packets: under an eighth of the segment size, so idle time leaves it open.
+    for t in 0..4u64 {
+        w.append(i, t, 200, &eth(200, t)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    w.tick().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        sealed(dir.path()),
+        0,
+        "a small open segment was sealed when idle"
+    );
+    // Past an eighth of the segment (in what it takes on disk: random bytes, which do not
+    // compress): the next idle tick seals it.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for t in 4..100u64 {
+        w.append(i, t, 1000, &incompressible(1000, &mut x)).unwrap();
+    }
+    w.tick().unwrap();
+    assert_eq!(sealed(dir.path()), 0, "sealed while packets still arrive");
+    std::thread::sleep(Duration::from_millis(150));
+    w.tick().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while sealed(dir.path()) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle segment was not sealed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Traffic again: a new segment, sealed at finish.
+    for t in 100..110u64 {
+        w.append(i, t, 200, &eth(200, t)).unwrap();
+    }
+    let rep = w.finish().unwrap();
+    assert_eq!(rep.sealed.len(), 2, "{:?}", rep.sealed);
+    assert_eq!(rep.packets, 110);
+    assert_eq!(sealed(dir.path()), 2);
 }
 
 #[test]
