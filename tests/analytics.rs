@@ -575,3 +575,68 @@ fn every_analytics_answer_fits_80_columns_but_its_command_lines() {
         }
     }
 }
+
+/// A store with no packets (a capture that just started on a quiet port, or an import of an
+/// empty capture) is answered by every analytics command and by triage: exit 0, the note
+/// that the index holds no flows, and no window reaching from 1970 to 2554. Before, `tcp`,
+/// `stragglers`, `alerts` and `triage` tried to allocate a bucket per second of that window
+/// and aborted (exit 134).
+#[test]
+fn every_answer_of_an_empty_store_is_empty_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = tmp.path().join("empty.pcap");
+    std::fs::write(&empty, write_pcap_ns(1, 65535, &[])).unwrap();
+    let store = tmp.path().join("store");
+    import_ok(&store, &[], &[p(&empty)]);
+    let cfg = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/capsule.toml");
+    let s = p(&store);
+    let out_dir = tmp.path().join("triage");
+    let o = p(&out_dir);
+    for args in [
+        &["top", "--store", s][..],
+        &["top", "--store", s, "--key", "src"],
+        &["tcp", "--store", s],
+        &["dscp", "--store", s, "--config", cfg],
+        &["matrix", "--store", s, "--config", cfg],
+        &[
+            "stragglers",
+            "--store",
+            s,
+            "--config",
+            cfg,
+            "--group",
+            "gpu",
+        ],
+        &["alerts", "--store", s, "--config", cfg],
+        &["triage", "--store", s, "--config", cfg, "-o", o],
+        &["tcp", "--store", s, "--from", "-1h"],
+    ] {
+        let out = run(capsule().args(args));
+        let (text, err) = (stdout_str(&out), stderr_str(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?} on an empty store:\n{text}\n{err}"
+        );
+        for year in ["1970-01-01", "2554-"] {
+            assert!(
+                !text.contains(year) && !err.contains(year),
+                "{args:?} on an empty store prints a window of {year}:\n{text}\n{err}"
+            );
+        }
+        let said = format!("{text}{err}");
+        let report = std::fs::read_to_string(out_dir.join("report.txt")).unwrap_or_default();
+        assert!(
+            said.contains("holds no flows") || report.contains("holds no flows"),
+            "{args:?} does not say the store holds nothing:\n{said}"
+        );
+    }
+    // JSON too: an empty window, not the whole of time.
+    let out = run_ok(capsule().args(["tcp", "--store", s, "--json"]));
+    let v: Value = serde_json::from_str(stdout_str(&out).trim()).unwrap();
+    assert_eq!(v["from_ns"], v["to_ns"], "{v}");
+    assert!(
+        v["intervals"].as_array().is_some_and(|i| i.is_empty()),
+        "{v}"
+    );
+}

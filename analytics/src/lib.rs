@@ -199,8 +199,19 @@ pub fn load(
         Some((a, b)) => (Some(a), Some(b)),
         None => (None, None),
     };
-    let from_ns = held_from.map_or(qf, |h| qf.max(h / 1_000_000_000 * 1_000_000_000));
-    let to_ns = held_to.map_or(qt, |h| qt.min(h.saturating_add(1)));
+    let (from_ns, to_ns) = match (held_from, held_to) {
+        (Some(f), Some(t)) => (
+            qf.max(f / 1_000_000_000 * 1_000_000_000),
+            qt.min(t.saturating_add(1)),
+        ),
+        // Nothing held (a store that has no packets yet: a capture just started on a
+        // quiet port): an empty window at the query's edge, or now, never the whole of
+        // time (1970 to 2554), which per-second answers would allocate buckets for.
+        _ => {
+            let at = q.from_ns.or(q.to_ns).unwrap_or_else(capsule_store::now_ns);
+            (at, at)
+        }
+    };
     let horizon = held_from.filter(|&h| q.from_ns.is_some_and(|f| f < h));
     let limits = Limits {
         held_from_ns: held_from,

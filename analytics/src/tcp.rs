@@ -113,9 +113,15 @@ pub struct Tcp {
 /// TCP health of the window, per `interval_ns` (whole seconds).
 pub fn tcp(input: &Input, interval_ns: u64) -> Result<Tcp, AnalyticsError> {
     let interval_ns = check_interval(interval_ns, "--interval")?;
-    let n = (input.to_ns - input.from_ns).div_ceil(interval_ns).max(1) as usize;
+    // An empty window with no flow (a store with nothing in it) has no interval at all;
+    // any other has at least one, which every flow's seconds fall into.
+    let n = if input.flows.is_empty() && input.to_ns == input.from_ns {
+        0
+    } else {
+        (input.to_ns - input.from_ns).div_ceil(interval_ns).max(1) as usize
+    };
     let slot = |ns: u64| -> usize {
-        ((ns.saturating_sub(input.from_ns) / interval_ns) as usize).min(n - 1)
+        ((ns.saturating_sub(input.from_ns) / interval_ns) as usize).min(n.saturating_sub(1))
     };
     let mut per: Vec<HashMap<IpAddr, Health, foldhash::fast::RandomState>> =
         vec![HashMap::default(); n];

@@ -63,8 +63,17 @@ pub(super) fn render(a: &TopArgs, width: Option<usize>) -> Result<super::Rendere
             super::bps(r.mean_bps),
             super::bps(r.peak_bps as f64),
             format!("{:.0}", r.mean_packet_size),
-            super::ms(r.first_ns),
-            super::ms(r.last_ns),
+            // No packet, no time (not 1970).
+            if r.packets == 0 {
+                "-".into()
+            } else {
+                super::ms(r.first_ns)
+            },
+            if r.packets == 0 {
+                "-".into()
+            } else {
+                super::ms(r.last_ns)
+            },
             r.dscp_mix
                 .iter()
                 .map(|d| format!("{} {}", d.name, super::percent(d.share)))
