@@ -450,7 +450,9 @@ form one filter. The empty filter selects every packet.
   arp                   ARP frames
   greater N, less N     length on the wire >= N, <= N bytes
   and (&&), or (||), not (!), ( )
-                        not binds tighter than and, and tighter than or;
+                        not binds tightest; and and or bind equally,
+                        from the left, as in tcpdump: tcp or udp and
+                        port 53 is (tcp or udp) and port 53;
                         after and/or a bare value repeats the last
                         qualifiers: tcp port 80 or 443
 

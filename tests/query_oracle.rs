@@ -675,6 +675,27 @@ fn hosts_and_nets_select_what_tshark_selects() {
     run_cases(fx, &cases);
 }
 
+/// `and` and `or` bind equally and group from the left, as tcpdump reads them: each mixed
+/// chain is handed to `tcpdump -r` as written (inside the VLAN branch every tcpdump oracle
+/// here needs), and capsule must select the same packets. With `and` binding tighter, the
+/// first case selected every TCP packet (118,720 of them on the store, against
+/// tcpdump's 199).
+#[test]
+fn and_and_or_group_from_the_left_as_tcpdump_reads_them() {
+    let fx = fx();
+    let chains = [
+        "tcp or udp and port 53",
+        "udp and port 53 or tcp and port 443",
+        "not tcp and udp or icmp",
+        "udp or tcp and not port 443 and greater 1000",
+    ];
+    let cases: Vec<Case> = chains
+        .iter()
+        .map(|c| tcpdump_case(*c, format!("({c}) or (vlan and ({c}))"), Expect::Some))
+        .collect();
+    run_cases(fx, &cases);
+}
+
 #[test]
 fn ports_and_protocols_select_what_tshark_selects() {
     let fx = fx();

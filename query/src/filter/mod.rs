@@ -22,7 +22,7 @@
 //! use capsule_query::filter::Filter;
 //!
 //! let f = Filter::parse("tcp port 443 or dscp EF").unwrap();
-//! assert_eq!(f.to_string(), "tcp and port 443 or dscp ef"); // canonical, re-parsable
+//! assert_eq!(f.to_string(), "(tcp and port 443) or dscp ef"); // canonical, re-parsable
 //! assert!(Filter::parse("").unwrap().is_all());
 //!
 //! let err = Filter::parse("host 10.0.0.300 and tcp").unwrap_err();
@@ -78,15 +78,16 @@
 //!
 //! Tokens are separated by white space; `(`, `)`, `!`, `&&` and `||` also end a word. Keywords
 //! and names are case-insensitive (`DSCP EF` works); numbers are plain decimal. Precedence is
-//! `not` > `and` > `or`; `and` and `or` are associative. Two primitives side by side without an
+//! tcpdump's: `not` binds tightest, `and` and `or` bind equally and group from the left
+//! (`tcp or udp and port 53` is `(tcp or udp) and port 53`, as `tcpdump -r` reads it). Two primitives side by side without an
 //! operator are an error ("expected 'and' or 'or'"), except the shorthand of a protocol word
 //! directly followed by a `host` / `net` / `port` / `portrange` / `src` / `dst` / `proto`
 //! primitive, which means `and` and binds like a single primitive: `not tcp port 80` is
 //! `not (tcp and port 80)`.
 //!
 //! The empty filter (or only white space) matches everything ([`Filter::all`]). `Display`
-//! prints a canonical form: lowercase keywords, explicit `and`, the fewest parentheses, `and`
-//! / `or` chains flattened, networks with their host bits cleared, protocol and DSCP numbers
+//! prints a canonical form: lowercase keywords, explicit `and`, an `and` or `or` inside
+//! another in parentheses, `and` / `or` chains flattened, networks with their host bits cleared, protocol and DSCP numbers
 //! by name where one exists (`tcp`, `proto gre`, `dscp ef`); it parses back to an equal
 //! `Filter`. Parentheses and `not` nest at most 200 deep (an error beyond, not a stack
 //! overflow).
@@ -673,8 +674,7 @@ impl Expr {
         }
     }
 
-    /// Prints `self`, in parentheses if it binds less tightly than `min` (or, defensively,
-    /// as tightly for `and` / `or`, which never nest in a well-formed tree).
+    /// Prints `self`, in parentheses if it binds less tightly than `min`.
     fn fmt_at(&self, f: &mut fmt::Formatter<'_>, min: u8) -> fmt::Result {
         if self.level() < min {
             write!(f, "({self})")
@@ -693,16 +693,19 @@ impl fmt::Display for Expr {
                 e.fmt_at(f, 3)
             }
             Expr::And(v) | Expr::Or(v) => {
-                let (op, min) = if matches!(self, Expr::And(_)) {
-                    (" and ", 3)
+                // `and` and `or` bind equally (tcpdump's rule), so an operand that is itself
+                // an `and` or an `or` is printed in parentheses: the text parses back to the
+                // same tree.
+                let op = if matches!(self, Expr::And(_)) {
+                    " and "
                 } else {
-                    (" or ", 2)
+                    " or "
                 };
                 for (i, e) in v.iter().enumerate() {
                     if i > 0 {
                         f.write_str(op)?;
                     }
-                    e.fmt_at(f, min)?;
+                    e.fmt_at(f, 3)?;
                 }
                 Ok(())
             }

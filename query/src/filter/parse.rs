@@ -337,22 +337,25 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// A chain of operands joined by `and` / `or`, which bind equally and group from the
+    /// left, as in tcpdump and libpcap: `tcp or udp and port 53` is `(tcp or udp) and port
+    /// 53`. (`&&` and `||` are the same words.) `not` binds tighter than both.
     fn or_expr(&mut self, depth: usize) -> Result<Expr, FilterError> {
-        let mut items = vec![self.and_expr(depth)?];
-        while self.peek().kind == Kind::Or {
+        let mut e = self.unary(depth)?;
+        loop {
+            let and = match self.peek().kind {
+                Kind::And => true,
+                Kind::Or => false,
+                _ => return Ok(e),
+            };
             self.next();
-            items.push(self.and_expr(depth)?);
+            let rhs = self.unary(depth)?;
+            e = if and {
+                Expr::and(vec![e, rhs])
+            } else {
+                Expr::or(vec![e, rhs])
+            };
         }
-        Ok(Expr::or(items))
-    }
-
-    fn and_expr(&mut self, depth: usize) -> Result<Expr, FilterError> {
-        let mut items = vec![self.unary(depth)?];
-        while self.peek().kind == Kind::And {
-            self.next();
-            items.push(self.unary(depth)?);
-        }
-        Ok(Expr::and(items))
     }
 
     fn unary(&mut self, depth: usize) -> Result<Expr, FilterError> {
@@ -931,7 +934,7 @@ mod tests {
         assert_eq!(canon("not tcp port 80"), "not (tcp and port 80)");
         assert_eq!(
             canon("tcp port 80 or udp port 53"),
-            "tcp and port 80 or udp and port 53"
+            "(tcp and port 80) or (udp and port 53)"
         );
         // Only address, port and proto primitives follow a protocol word.
         err_at("tcp udp", 4, 3, EXPECTED_OP, "\"udp\"");
@@ -942,10 +945,17 @@ mod tests {
     #[test]
     fn filter_parse_precedence() {
         let (t, u, s) = (p(Prim::Proto(6)), p(Prim::Proto(17)), p(Prim::Proto(132)));
-        // not > and > or
+        // not binds tightest; and / or bind equally, from the left (tcpdump's rule).
         assert_eq!(
             expr("tcp or udp and sctp"),
-            Expr::Or(vec![t.clone(), Expr::And(vec![u.clone(), s.clone()])])
+            Expr::And(vec![Expr::Or(vec![t.clone(), u.clone()]), s.clone()])
+        );
+        assert_eq!(
+            expr("tcp and udp or sctp and tcp"),
+            Expr::And(vec![
+                Expr::Or(vec![Expr::And(vec![t.clone(), u.clone()]), s.clone()]),
+                t.clone()
+            ])
         );
         assert_eq!(
             expr("tcp and udp or sctp"),
@@ -976,7 +986,8 @@ mod tests {
         );
         assert_eq!(expr("(tcp || udp) || sctp"), Expr::Or(vec![t, u, s]));
         // Canonical forms.
-        assert_eq!(canon("tcp&&udp||!sctp"), "tcp and udp or not sctp");
+        assert_eq!(canon("tcp&&udp||!sctp"), "(tcp and udp) or not sctp");
+        assert_eq!(canon("tcp or udp and sctp"), "(tcp or udp) and sctp");
         assert_eq!(
             canon("(tcp or udp) and not (sctp or icmp)"),
             "(tcp or udp) and not (sctp or icmp)"
@@ -1249,15 +1260,16 @@ mod tests {
         // Port lists: a bare operand inherits the last qualifiers.
         assert_eq!(
             canon("tcp port 80 or 443"),
-            "tcp and port 80 or tcp and port 443"
+            "(tcp and port 80) or (tcp and port 443)"
         );
         assert_eq!(
             canon("src port 80 or 443 or https"),
             "src port 80 or src port 443 or src port 443"
         );
         assert_eq!(
+            // Left to right, as tcpdump reads it.
             canon("host 10.0.0.1 or 10.0.0.2 and port 22 or 23"),
-            "host 10.0.0.1 or host 10.0.0.2 and port 22 or port 23"
+            "((host 10.0.0.1 or host 10.0.0.2) and port 22) or port 23"
         );
         assert_eq!(
             canon("net 10.1 or 10.2"),
