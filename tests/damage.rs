@@ -250,3 +250,49 @@ fn a_running_writer_rebuilds_a_damaged_or_deleted_index_in_the_background() {
     let v = run(capsule().args(["verify", "--store", p(&store)]));
     assert_eq!(v.status.code(), Some(0), "{}", stdout_str(&v));
 }
+
+/// A segment file under another segment's name (copied or restored: `cp seg-2 seg-3`) is
+/// not served as that segment: its header's number must match the name. `query` answers
+/// exit 3 naming segment 3 and returns the other segments' packets once each; `verify`
+/// reports the mismatch; the analytics, whose index of segment 3 no longer matches the file,
+/// answer partial (exit 3) instead of presenting segment 3's old flows as complete.
+#[test]
+fn a_segment_under_another_segments_name_is_not_served_as_it() {
+    let d = tempfile::tempdir().unwrap();
+    let (store, _input, total) = store(d.path());
+    let segs = segments(&store);
+    let (second, third) = (&segs[1], &segs[2]);
+    let third_packets = third.packets;
+    std::fs::copy(&second.path, &third.path).unwrap();
+    let (code, packets, err) = count(&store, &[]);
+    assert_eq!(code, Some(3), "a renamed segment answered as whole: {err}");
+    assert_eq!(
+        packets,
+        total - third_packets,
+        "segment 2's packets twice, or segment 3's copy served: {err}"
+    );
+    assert!(
+        err.contains("segment 3")
+            && err.contains("it is segment 2 but the file is named for segment 3"),
+        "the mismatch is not named: {err}"
+    );
+    let out = run(capsule().args(["verify", "--store", p(&store)]));
+    let text = format!("{}{}", stdout_str(&out), stderr_str(&out));
+    assert_eq!(out.status.code(), Some(1), "verify: {text}");
+    assert!(
+        text.contains("it is segment 2 but the file is named for segment 3"),
+        "verify does not name the mismatch: {text}"
+    );
+    let out = run(capsule().args(["top", "--store", p(&store)]));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "top over a segment whose index is stale: {}",
+        stderr_str(&out)
+    );
+    assert!(
+        stderr_str(&out).contains("segment(s) [3] have no current side index"),
+        "{}",
+        stderr_str(&out)
+    );
+}

@@ -119,6 +119,32 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// Why the answer misses flows, if it does: segments whose index is missing, stale or
+    /// damaged, and damaged journal records of open segments. Such an answer is partial
+    /// (exit status 3, `capsule-partial` over HTTP), never a plain success. (Blocks of an
+    /// open segment not yet in its journal are not counted: they are the last few
+    /// hundred milliseconds of a live capture, indexed within a second.)
+    pub fn missing(&self) -> Vec<String> {
+        let mut why = Vec::new();
+        if !self.unindexed_segments.is_empty() {
+            why.push(format!(
+                "segment(s) {:?} have no current side index",
+                self.unindexed_segments
+            ));
+        }
+        if !self.damaged_indexes.is_empty() {
+            let segs: Vec<u64> = self.damaged_indexes.iter().map(|(s, _)| *s).collect();
+            why.push(format!("the index of segment(s) {segs:?} is damaged"));
+        }
+        if !self.journal_notes.is_empty() {
+            let segs: Vec<u64> = self.journal_notes.iter().map(|(s, _)| *s).collect();
+            why.push(format!(
+                "damaged index journal records of segment(s) {segs:?}"
+            ));
+        }
+        why
+    }
+
     /// One line per limit that applies, for the human table.
     pub fn lines(&self) -> Vec<String> {
         let mut out = Vec::new();

@@ -582,10 +582,12 @@ fn drops_note(store: &std::path::Path, from: u64, to: u64) -> String {
 }
 
 /// An analytics answer as the command prints it: the text of its standard output, and
-/// whether it is partial (damaged index data was skipped).
+/// whether it is partial (flows are missing: an index missing, stale or damaged), with why.
 pub struct Rendered {
     pub text: String,
     pub partial: bool,
+    /// Why it is partial ([`capsule_analytics::Limits::missing`]).
+    pub why: Vec<String>,
 }
 
 /// Renders an analytics answer: JSON (`answer`'s fields, the window and the limits, one
@@ -648,9 +650,11 @@ fn render_answer(
             }
         }
     }
+    let why = limits.missing();
     Ok(Rendered {
         text: out,
-        partial: !limits.damaged_indexes.is_empty(),
+        partial: !why.is_empty(),
+        why,
     })
 }
 
@@ -662,8 +666,14 @@ fn print_rendered(r: &Rendered) -> Result<ExitCode> {
     out.write_all(r.text.as_bytes())?;
     out.flush()?;
     if r.partial {
+        let why = if r.why.is_empty() {
+            "flows are missing".to_string()
+        } else {
+            r.why.join("; ")
+        };
         eprintln!(
-            "capsule: the answer is partial: damaged index data was skipped (exit status {PARTIAL})"
+            "capsule: the answer is partial: {why}; their flows are missing (exit status \
+             {PARTIAL})"
         );
         Ok(ExitCode::from(PARTIAL))
     } else {
@@ -713,6 +723,11 @@ fn remote_answer(
     print_rendered(&Rendered {
         text: String::from_utf8(text).context("the server's answer is not UTF-8")?,
         partial,
+        why: if partial {
+            vec!["the server says flows are missing (its notes above name them)".into()]
+        } else {
+            Vec::new()
+        },
     })
 }
 

@@ -922,7 +922,7 @@ async fn analytics(
                 .body(Body::Full(Some(Bytes::from(r.text))))
                 .expect("a valid response");
             let outcome = if r.partial {
-                "partial: damaged index data was skipped"
+                "partial: flows are missing (an index missing, stale or damaged)"
             } else {
                 "ok"
             };

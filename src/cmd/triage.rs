@@ -193,9 +193,15 @@ pub fn run(a: &TriageArgs) -> Result<ExitCode> {
         written.len(),
         t0.elapsed().as_secs_f64()
     );
-    if input.limits.damaged_indexes.is_empty() {
+    let missing = input.limits.missing();
+    if missing.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
+        eprintln!(
+            "capsule: the report is partial: {}; their flows are missing (exit status {})",
+            missing.join("; "),
+            super::PARTIAL
+        );
         Ok(ExitCode::from(super::PARTIAL))
     }
 }

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use capsule_pcap::Interface;
 
-use super::scan::{corrupt, head_and_header_len, read_at, scan, scan_known, Damage};
+use super::scan::{
+    check_header_seq, corrupt, head_and_header_len, read_at, scan, scan_known, Damage,
+};
 use super::{parse_name, SegmentState};
 use crate::error::{BlockProblem, Result, StoreError};
 use crate::format::{self, BlockMeta, DecodeError, Footer, TRAILER_LEN};
@@ -51,6 +53,7 @@ impl SegmentReader {
             .metadata()
             .map_err(|e| StoreError::io("stat segment", path, e))?
             .len();
+        check_header_seq(path, &file, bytes, seq)?;
         let mut footer_problem = None;
         let mut damaged = Vec::new();
         let mut from_journal = 0;
