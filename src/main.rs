@@ -24,6 +24,7 @@ use std::process::ExitCode;
 static ALLOC: capsule_capture::HugeAlloc = capsule_capture::HugeAlloc;
 
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = match cli::parse_args(std::env::args_os().collect()) {
         Ok(cli) => cli,
         Err(cli::ArgsError::Clap(e)) => e.exit(),
@@ -55,6 +56,27 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `print!` and `println!` panic when standard output is a pipe whose reader went away
+/// (`capsule status | head`); a CLI should end quietly there, as it does when the same
+/// happens on a `write!` whose error reaches `main` (see [`is_broken_pipe`]). The hook
+/// recognises that one panic by std's message and exits 0 at once; every other panic is
+/// reported as before.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
 
 /// Whether the reader of standard output went away: a normal end for a CLI. Every library

@@ -744,3 +744,42 @@ fn the_filter_help_fits_80_columns_and_names_the_tcpdump_forms() {
     ]));
     assert_eq!(parse_packets_bytes(&stdout_str(&out)).0, 0);
 }
+
+/// A reader that goes away (`capsule status | head -1`) ends the command quietly with exit
+/// 0, for every command that prints: before, `status`, `query --count`, `query --explain`
+/// and `verify` panicked (exit 101) when standard output closed early.
+#[test]
+fn a_closed_output_pipe_ends_every_command_quietly() {
+    let d = tempfile::tempdir().unwrap();
+    let store = small_store(d.path());
+    let s = store.to_str().unwrap();
+    for args in [
+        &["status", "--store", s][..],
+        &["status", "--store", s, "--json"],
+        &["segments", "--store", s],
+        &["query", "--store", s, "--count"],
+        &["query", "--store", s, "--explain", "udp"],
+        &["verify", "--store", s],
+        &["flows", "--store", s],
+        &["top", "--store", s],
+        &["help", "filters"],
+    ] {
+        let mut child = capsule()
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader is gone before the command writes anything.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?} with its output pipe closed: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
