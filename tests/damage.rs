@@ -296,3 +296,54 @@ fn a_segment_under_another_segments_name_is_not_served_as_it() {
         stderr_str(&out)
     );
 }
+
+/// Segment numbers never wrap: a `last-seq` near u64::MAX (damaged, or written by hand) is
+/// ignored with a warning naming it, and the next imports number on from the segment files,
+/// overwriting nothing; a segment file numbered past the largest number makes an import
+/// refuse (exit 1, saying why) with every stored packet kept. Before, the number wrapped
+/// to 0 and the next imports overwrote each other (3 imports, 2 packets left, all exit 0).
+#[test]
+fn segment_numbers_never_wrap_and_nothing_is_overwritten() {
+    let d = tempfile::tempdir().unwrap();
+    let (store, input, total) = store(d.path());
+    let last = store.join("segments").join("last-seq");
+    std::fs::write(&last, format!("{}\n", u64::MAX - 1)).unwrap();
+    for round in 1..=2u64 {
+        let out = import(&store, &["--segment-size", "2M"], &[p(&input)]);
+        assert!(out.status.success(), "import {round}: {}", stderr_str(&out));
+        if round == 1 {
+            assert!(
+                stderr_str(&out).contains("last-seq: damaged"),
+                "the damaged last-seq is not named: {}",
+                stderr_str(&out)
+            );
+        }
+        let (code, packets, err) = count(&store, &[]);
+        assert_eq!(
+            (code, packets),
+            (Some(0), total * (round + 1)),
+            "after import {round}: {err}"
+        );
+    }
+    let seqs: Vec<u64> = segments(&store).iter().map(|s| s.seq).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]) && *seqs.last().unwrap() < 1000,
+        "{seqs:?}"
+    );
+    // A segment copied in under the largest number: no number is left after it.
+    let top = store.join("segments").join("seg-999999999999.pcapng.zst");
+    std::fs::copy(&segments(&store)[0].path, &top).unwrap();
+    let before = segments(&store).len();
+    let out = import(&store, &[], &[p(&input)]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_str(&out));
+    assert!(
+        stderr_str(&out).contains("999999999999 is the last one"),
+        "{}",
+        stderr_str(&out)
+    );
+    assert_eq!(
+        segments(&store).len(),
+        before,
+        "an import past the last number wrote"
+    );
+}

@@ -712,7 +712,7 @@ impl StoreWriter {
             .list()?
             .into_iter()
             .partition(|e| e.state == SegmentState::Sealed);
-        let next_seq = store.highest_seq()? + 1;
+        let next_seq = crate::seq::next(&dir, store.highest_seq()?)?;
         let mut retention = Retention::new(&dir, sealed, &budgets);
         open.iter().for_each(|e| retention.grew(e.bytes));
         // Derived data: rebuild what a crash (or an older build) left without it. It can
