@@ -595,7 +595,9 @@ fn an_idle_link_seals_a_sizeable_open_segment() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = WriterConfig {
         block_age: Duration::from_millis(10),
-        segment_bytes: 64 * 1024,
+        // 96 KB of traffic below: past an eighth (64 KiB), far from a size rotation even
+        // when the compression ratio is still guessed.
+        segment_bytes: 512 * 1024,
         idle_seal: Duration::from_millis(100),
         ..small()
     };
