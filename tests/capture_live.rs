@@ -2502,6 +2502,14 @@ fn with_nothing_left_to_delete_a_capture_drops_for_disk_full_and_resumes() {
     let all = tmp.path().join("all.pcapng");
     query_ok(&store, &all, &[]);
     let file = decode_file(&all).whole("capsule query export");
+    // The summary's "captured" is what was stored: disk-full drops are not counted in it.
+    let sum = parse_summary(&stopped.stdout);
+    assert_eq!(
+        sum.packets,
+        file.packets.len() as u64,
+        "the capture summary counts packets dropped for disk full as captured: {}",
+        stopped.stdout
+    );
     let stored_drops = file
         .stats
         .iter()

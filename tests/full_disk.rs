@@ -133,9 +133,15 @@ fn with_nothing_left_to_delete_packets_are_dropped_counted_and_writing_resumes()
     assert!(truth.bytes > 8 << 20);
 
     // One segment bigger than the room: it fills the disk with no sealed segment to delete.
+    // The import says so and exits 1 (before: exit 0 and "stored" every packet read).
     let big = ONE_BIG_SEGMENT;
-    let out = import_ok(&store, &big, &[p(&input)]);
-    let so = stdout_str(&out);
+    let out = import(&store, &big, &[p(&input)]);
+    let (so, se) = (stdout_str(&out), stderr_str(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "an import that dropped packets: {so}{se}"
+    );
     let dropped: u64 = so
         .split("disk full: dropped ")
         .nth(1)
@@ -143,6 +149,21 @@ fn with_nothing_left_to_delete_packets_are_dropped_counted_and_writing_resumes()
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("the drops are reported: {so}"));
     assert!(dropped > 0 && dropped < truth.packets, "{so}");
+    assert!(
+        se.contains(&format!(
+            "the disk was full: {dropped} of {} packets read were not stored",
+            truth.packets
+        )),
+        "the error does not say what was dropped: {se}"
+    );
+    assert!(
+        so.contains(&format!(
+            "stored {} of {} packets read",
+            truth.packets - dropped,
+            truth.packets
+        )),
+        "the summary counts dropped packets as stored: {so}"
+    );
     // What was written is readable (the segment is open: no room for its footer).
     let before = decode(&query_ok(&store, &tmp.path().join("before.pcap"), &[])).whole("before");
     assert!(!before.packets.is_empty());

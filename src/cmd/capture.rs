@@ -279,6 +279,9 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         drops += r.drops();
     }
     let secs = t0.elapsed().as_secs_f64();
+    // Packets dropped for a full disk reached the writer, so the readers counted them as
+    // captured: they were not stored.
+    let stored = rep.packets.saturating_sub(written.disk_full_drops);
     if a.json {
         let mut causes = serde_json::to_value(drop_causes_of(&reports))?;
         causes["disk_full"] = written.disk_full_drops.into();
@@ -294,7 +297,7 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
             })
             .collect();
         print_json(serde_json::json!({
-            "iface": iface, "mode": desc, "packets": rep.packets, "bytes": rep.wire_bytes,
+            "iface": iface, "mode": desc, "packets": stored, "bytes": rep.wire_bytes,
             "seconds": secs, "seen": seen,
             "dropped": drops + written.disk_full_drops, "drop_causes": causes,
             "vlan_restored": rep.vlan_restored, "truncated": rep.truncated,
@@ -312,7 +315,7 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
             "captured {} packets ({} bytes) on {iface} in {secs:.1} s; seen {seen}, dropped \
              {}{causes}; {} VLAN tags restored, {} packets over 256 KiB cut; {} segment(s) \
              sealed, store now {} bytes",
-            rep.packets,
+            stored,
             rep.wire_bytes,
             drops + written.disk_full_drops,
             rep.vlan_restored,

@@ -175,11 +175,13 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     }
     let report = finished?;
     let secs = t0.elapsed().as_secs_f64();
+    // Packets dropped for a full disk were read, not stored.
+    let stored = report.packets.saturating_sub(report.disk_full_drops);
     let ratio = report.uncompressed_bytes as f64 / report.compressed_bytes.max(1) as f64;
     if a.json {
         print_json(serde_json::json!({
             "inputs": inputs,
-            "packets": report.packets, "bytes": report.wire_bytes, "seconds": secs,
+            "packets": stored, "bytes": report.wire_bytes, "seconds": secs,
             "cut_packets": report.cut_packets,
             "mb_per_s": mb_per_s(report.uncompressed_bytes, secs), "blocks": report.blocks,
             "compression": ratio,
@@ -196,11 +198,18 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
             "damaged_inputs": damaged,
         }));
     } else {
+        // With disk-full drops the byte count is of what was read, not of what was stored.
+        let what = if report.disk_full_drops > 0 {
+            format!(
+                "{stored} of {} packets read ({} bytes read)",
+                report.packets, report.wire_bytes
+            )
+        } else {
+            format!("{stored} packets ({} bytes)", report.wire_bytes)
+        };
         println!(
-            "stored {} packets ({} bytes) in {:.2} s, {:.0} MB/s; {} blocks, compression \
-             {ratio:.2}x; {} segment(s) sealed, {} deleted by retention; store now {} bytes",
-            report.packets,
-            report.wire_bytes,
+            "stored {what} in {:.2} s, {:.0} MB/s; {} blocks, compression {ratio:.2}x; {} \
+             segment(s) sealed, {} deleted by retention; store now {} bytes",
             secs,
             mb_per_s(report.uncompressed_bytes, secs),
             report.blocks,
@@ -217,6 +226,24 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
         );
     }
     print_disk_full(&report, a.json);
+    if report.disk_full_drops > 0 {
+        bail!(
+            "the disk was full: {} of {} packets read were not stored (no sealed segment was \
+             left to delete); free space or give the store a smaller --max-bytes, then import \
+             again{}",
+            report.disk_full_drops,
+            report.packets,
+            if damaged.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} input(s) were also damaged: {}",
+                    damaged.len(),
+                    damaged.join(", ")
+                )
+            }
+        )
+    }
     if damaged.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
