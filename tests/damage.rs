@@ -347,3 +347,36 @@ fn segment_numbers_never_wrap_and_nothing_is_overwritten() {
         "an import past the last number wrote"
     );
 }
+
+/// A sealed segment that lost its tail (truncated to half: the blocks after the cut and the
+/// footer are gone) is not read as whole: a query over its span answers exit 3 and names
+/// the segment and the stretch lost; a window that ends before the cut is whole (exit 0).
+/// Before, `query --count` returned what was left with exit 0 and no word.
+#[test]
+fn a_sealed_segment_cut_short_makes_every_answer_over_it_partial() {
+    let d = tempfile::tempdir().unwrap();
+    let (store, _input, total) = store(d.path());
+    let segs = segments(&store);
+    let second = &segs[1];
+    let len = std::fs::metadata(&second.path).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&second.path)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let (code, packets, err) = count(&store, &[]);
+    assert_eq!(code, Some(3), "a cut segment answered as whole: {err}");
+    assert!(packets < total, "{packets} of {total}");
+    assert!(
+        err.contains(&format!("segment {} (", second.seq))
+            && err.contains("without its footer (cut short?)"),
+        "the loss is not named: {err}"
+    );
+    // The first segment's window alone does not reach the cut.
+    let first = &segs[0];
+    let to = format!("@{}", first.last_ns.unwrap());
+    let (code, packets, err) = count(&store, &["--to", &to]);
+    assert_eq!(code, Some(0), "a window before the cut: {err}");
+    assert!(packets > 0);
+}

@@ -168,6 +168,41 @@ pub(crate) struct Window {
     window_stats: Vec<Stat>,
 }
 
+/// The stretches of segments lost where the window reaches them: a damage the walk over a
+/// segment's blocks found with no block header to say what it held (`block: None`; a
+/// damaged block with a readable header is planned, and skipped by `merge`, on its own).
+/// What such a stretch held lies after the segment's last block before it, and before the
+/// next segment's first packet: the window reaches it when it overlaps that span.
+fn lost_in_window(segments: &[SegmentReader], query: &Query) -> Vec<capsule_store::Unreadable> {
+    let (from, to) = query.window();
+    let mut lost = Vec::new();
+    for (i, seg) in segments.iter().enumerate() {
+        for d in seg.damaged().iter().filter(|d| d.block.is_none()) {
+            let start = seg
+                .blocks()
+                .iter()
+                .filter(|b| b.frame_offset < d.offset && b.packets > 0)
+                .map(|b| b.first_ns)
+                .max()
+                .unwrap_or(0);
+            let end = segments[i + 1..]
+                .iter()
+                .flat_map(|s| s.blocks().iter().filter(|b| b.packets > 0))
+                .map(|b| b.first_ns)
+                .min()
+                .map_or(u64::MAX, |n| n.saturating_add(1));
+            if start < to && from < end {
+                lost.push(capsule_store::Unreadable {
+                    seq: seg.seq(),
+                    path: seg.path().to_path_buf(),
+                    problem: format!("bytes {}..{}: {}", d.offset, d.offset + d.len, d.problem),
+                });
+            }
+        }
+    }
+    lost
+}
+
 impl Window {
     /// Plans `query` over `store` and maps the interfaces of the segments it reads (and,
     /// with `stats_ifaces`, of the segments holding statistics of the window). A `bpf`
@@ -206,6 +241,7 @@ impl Window {
             .collect();
         plan.sort_by_key(|p| (p.first_ns, segments[p.seg].seq(), p.block));
 
+        report.lost = lost_in_window(&segments, query);
         let (window_stats, baselines) = interface_stats(&segments, query, &mut report.skipped)?;
         report.drops_in_window = drops_in_window(&window_stats, &baselines);
 

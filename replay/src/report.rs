@@ -42,7 +42,7 @@ impl SkippedBlock {
 impl ExportReport {
     /// Whether the answer is partial: damaged data inside the query was skipped.
     pub fn is_partial(&self) -> bool {
-        !self.skipped.is_empty() || !self.unreadable.is_empty()
+        !self.skipped.is_empty() || !self.unreadable.is_empty() || !self.lost.is_empty()
     }
 }
 
@@ -69,6 +69,10 @@ pub struct ExportReport {
     pub skipped: Vec<SkippedBlock>,
     /// Segments that could not be opened at all: whatever they held is missing.
     pub unreadable: Vec<capsule_store::Unreadable>,
+    /// Segments the window reaches whose file lost a stretch the walk over their blocks
+    /// could not read past (a sealed segment cut short: the blocks after the cut and its
+    /// footer): what was there is missing.
+    pub lost: Vec<capsule_store::Unreadable>,
     /// Packets the capture interfaces reported dropped inside the window, from the interface
     /// statistics stored with the data; `None` when the store has none for the window.
     pub drops_in_window: Option<u64>,

@@ -130,6 +130,15 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         );
     }
     super::warn_unreadable(&report.unreadable, "whatever it holds is missing");
+    for l in &report.lost {
+        eprintln!(
+            "capsule: warning: segment {} ({}) lost a stretch this window reaches, whatever \
+             it held is missing: {}",
+            l.seq,
+            l.path.display(),
+            l.problem
+        );
+    }
     eprintln!(
         "capsule: the answer is partial: damaged data was skipped (exit status {})",
         super::PARTIAL

@@ -65,6 +65,15 @@ pub fn run(a: &ReplayArgs) -> Result<ExitCode> {
         );
     }
     super::warn_unreadable(&rep.read.unreadable, "whatever it holds was not sent");
+    for l in &rep.read.lost {
+        eprintln!(
+            "capsule: warning: segment {} ({}) lost a stretch this window reaches, whatever \
+             it held was not sent: {}",
+            l.seq,
+            l.path.display(),
+            l.problem
+        );
+    }
     super::note_window(
         &store.open_segments_checked()?.0,
         &opts.query,

@@ -65,6 +65,26 @@ impl SegmentReader {
                     let s = scan(path, &file, false)?;
                     footer_problem = Some(crate::error::chain(&e));
                     damaged = s.damaged;
+                    if s.footer_at.is_none() && !footer_starts_at(&file, s.good_len, s.file_len) {
+                        // A sealed segment whose walk found no footer was cut short: what
+                        // followed the last whole block (blocks, then the footer) is lost,
+                        // and every answer over it must say so.
+                        damaged.push(Damage {
+                            offset: s.good_len,
+                            len: s.file_len - s.good_len,
+                            block: None,
+                            problem: format!(
+                                "the sealed segment ends at byte {} without its footer (cut \
+                                 short?): whatever followed byte {} is lost{}",
+                                s.file_len,
+                                s.good_len,
+                                s.problem
+                                    .as_ref()
+                                    .map(|p| format!(" ({p})"))
+                                    .unwrap_or_default()
+                            ),
+                        });
+                    }
                     (s.blocks, s.interfaces)
                 }
                 Err(e) => return Err(e),
@@ -210,6 +230,20 @@ impl SegmentReader {
         }
         Ok(())
     }
+}
+
+/// Whether the bytes at `at` (just past a sealed segment's last whole block) begin a
+/// footer's metadata frame, cut short: then only the footer was lost, every block is there.
+/// The footer's magic is the first payload bytes of its frame (after the frame's 9-byte
+/// prefix, the raw block's 3-byte header, and the pcapng block type and length).
+fn footer_starts_at(file: &File, at: u64, file_len: u64) -> bool {
+    const MAGIC_AT: usize = format::META_PREFIX_LEN + 3 + 8;
+    const NEED: usize = MAGIC_AT + format::FOOTER_MAGIC.len();
+    if file_len.saturating_sub(at) < NEED as u64 {
+        return false;
+    }
+    let mut b = [0u8; NEED];
+    file.read_exact_at(&mut b, at).is_ok() && b[MAGIC_AT..] == format::FOOTER_MAGIC
 }
 
 fn read_footer(path: &Path, file: &File, len: u64) -> Result<Footer> {
