@@ -783,3 +783,27 @@ fn a_closed_output_pipe_ends_every_command_quietly() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// A damaged `capture-status.json` (a report of the capture, rewritten every second) does
+/// not stop `capsule status`: it warns, naming the file, and shows the store (exit 0; the
+/// JSON form too). Before, status exited 1.
+#[test]
+fn a_damaged_capture_status_file_does_not_stop_status() {
+    let d = tempfile::tempdir().unwrap();
+    let store = small_store(d.path());
+    std::fs::write(store.join("capture-status.json"), b"{ not json").unwrap();
+    for json in [false, true] {
+        let mut args = vec!["status", "--store", store.to_str().unwrap()];
+        if json {
+            args.push("--json");
+        }
+        let out = run(capsule().args(&args));
+        let (text, err) = (stdout_str(&out), stderr_str(&out));
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(err.contains("capture-status.json"), "{args:?}: {err}");
+        assert!(
+            text.contains("10"),
+            "{args:?} does not show the store: {text}"
+        );
+    }
+}

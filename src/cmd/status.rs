@@ -207,7 +207,19 @@ fn gather(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<Gath
     // big store takes a while, and the two snapshots should be of the same moment.
     let store = Store::open(store_dir)?;
     let (segs, unreadable) = store.open_segments_checked()?;
-    let st = capsule_capture::status::read_status(store_dir)?;
+    // The status file is a report of the capture, rewritten every second: a damaged one
+    // (not JSON) says nothing of the store, so the rest is still shown.
+    let st = match capsule_capture::status::read_status(store_dir) {
+        Ok(st) => st,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            eprintln!(
+                "capsule: warning: the capture's status cannot be read, shown as if no capture \
+                 had run (a running capture rewrites it within a second): {e}"
+            );
+            None
+        }
+        Err(e) => return Err(e.into()),
+    };
     super::warn_unreadable(&unreadable, "");
     let packets: u64 = segs
         .iter()
