@@ -47,7 +47,7 @@ fn main() -> ExitCode {
     match cmd::run(cli) {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) if e.is::<cmd::Usage>() => {
+        Err(e) if is_usage(&e) => {
             logging::line("ERROR", &format!("capsule: error: {e:#}"));
             ExitCode::from(2)
         }
@@ -77,6 +77,22 @@ fn quiet_on_closed_stdout() {
         }
         default(info);
     }));
+}
+
+/// Whether the error is the user's input, not the store's or the machine's: a usage error
+/// found after parsing, or a `--bpf` expression that does not compile or is too long (a bad
+/// filter of capsule's own language is a `Usage` already; the two must exit alike, 2).
+fn is_usage(e: &anyhow::Error) -> bool {
+    e.is::<cmd::Usage>()
+        || e.chain().any(|c| {
+            matches!(
+                c.downcast_ref::<capsule_replay::ExportError>(),
+                Some(
+                    capsule_replay::ExportError::Bpf { .. }
+                        | capsule_replay::ExportError::BpfTooLong { .. }
+                )
+            )
+        })
 }
 
 /// Whether the reader of standard output went away: a normal end for a CLI. Every library

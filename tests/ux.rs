@@ -807,3 +807,26 @@ fn a_damaged_capture_status_file_does_not_stop_status() {
         );
     }
 }
+
+/// A `--bpf` expression that does not compile is the user's input, like a bad filter: exit
+/// 2 with libpcap's word, not 1 (an error of the store or the machine).
+#[test]
+fn a_bad_bpf_expression_is_a_usage_error_like_a_bad_filter() {
+    let d = tempfile::tempdir().unwrap();
+    let store = small_store(d.path());
+    let s = store.to_str().unwrap();
+    for (args, what) in [
+        (
+            &["query", "--store", s, "--count", "--bpf", "tcp[["][..],
+            "--bpf",
+        ),
+        (
+            &["query", "--store", s, "--count", "tcp and and"],
+            "bad filter",
+        ),
+    ] {
+        let out = run(capsule().args(args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr_str(&out));
+        assert!(stderr_str(&out).contains(what), "{}", stderr_str(&out));
+    }
+}
