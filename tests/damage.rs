@@ -380,3 +380,42 @@ fn a_sealed_segment_cut_short_makes_every_answer_over_it_partial() {
     assert_eq!(code, Some(0), "a window before the cut: {err}");
     assert!(packets > 0);
 }
+
+/// A missing side index is a named problem of `verify` (every answer from the index misses
+/// the segment's flows meanwhile), `verify --repair` rebuilds it, and the analytics answer
+/// partial (exit 3) until then. Before, verify said "0 problem(s)" and --repair left it.
+#[test]
+fn verify_names_a_missing_index_and_repair_rebuilds_it() {
+    let d = tempfile::tempdir().unwrap();
+    let (store, _input, _total) = store(d.path());
+    let second = segments(&store)[1].seq;
+    let idx = std::fs::read_dir(store.join("index"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .contains(&format!("{second:012}"))
+        })
+        .expect("the second segment's index file");
+    std::fs::remove_file(&idx).unwrap();
+    let out = run(capsule().args(["top", "--store", p(&store)]));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_str(&out));
+    let v = run(capsule().args(["verify", "--store", p(&store)]));
+    let text = stdout_str(&v);
+    assert_eq!(v.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("missing: the segment's flows are absent") && text.contains("1 problem"),
+        "{text}"
+    );
+    let r = run_ok(capsule().args(["verify", "--store", p(&store), "--repair"]));
+    assert!(
+        stdout_str(&r).contains("rebuilt (missing"),
+        "{}",
+        stdout_str(&r)
+    );
+    assert!(idx.exists(), "--repair did not rebuild {}", idx.display());
+    run_ok(capsule().args(["verify", "--store", p(&store)]));
+    run_ok(capsule().args(["top", "--store", p(&store)]));
+}

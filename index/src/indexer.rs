@@ -303,20 +303,31 @@ impl Indexer for SideIndexer {
 
 /// Checks the side index of sealed segment `seg` against the segment itself: it must
 /// decode, describe this file, and equal the index rebuilt from the blocks (so an index that
-/// decodes but says something else is caught too). `None`: it is right, or there is none
-/// yet (a writer killed between sealing and indexing leaves none; the next one builds it),
-/// or it is stale: it describes an earlier state of the file (a capture killed between a
-/// compaction's rename and its index update leaves one). Planning never uses a stale index
-/// (the segment is read whole) and the next writer rebuilds it, so it is a transition a
-/// crash may leave, not damage. Reads every block.
+/// decodes but says something else is caught too). `None`: it is right. A missing index (a
+/// writer killed between sealing and indexing leaves none) and a stale one (it describes an
+/// earlier state of the file: a capture killed between a compaction's rename and its index
+/// update leaves one) are reported too: planning never uses them (the segment is read
+/// whole) and the next writer rebuilds them, but until then every answer from the index
+/// misses the segment's flows, so `capsule verify` names them and `--repair` rebuilds them.
+/// Reads every block.
 pub fn verify_index(store: &Store, seg: &SegmentReader) -> Option<String> {
     let dir = store.index_dir();
+    // A missing or stale index is a problem too: every answer from the index (flows, the
+    // analytics) misses the segment's flows until it is rebuilt.
     if !dir.join(index_name(seg.seq())).exists() {
-        return None;
+        return Some(
+            "missing: the segment's flows are absent from every answer from the index".into(),
+        );
     }
     let stored = match SegmentIndex::load(&dir, seg) {
         Ok(Some(idx)) => idx,
-        Ok(None) => return None,
+        Ok(None) => {
+            return Some(
+                "stale: it describes another state of the segment's file, so the segment's \
+                 flows are absent from every answer from the index"
+                    .into(),
+            )
+        }
         Err(e) => return Some(capsule_store::error::chain(&e)),
     };
     match rebuild(&dir, seg) {
