@@ -157,6 +157,8 @@ for pair in "$ns_a cdemo-a" "$ns_b cdemo-b"; do
   ip -n "$1" link set "$2" mtu 1600 up
 done
 $capsule synth --seed 11 --duration 2s --rate 100M -w "$out/live.pcap" >/dev/null
+echo "== which XDP program variant this kernel loads (capture probes the same way)"
+$capsule xdp-probe || echo "(no XDP variant loads here: capture falls back to AF_PACKET and says why)"
 ip netns exec "$ns_b" $capsule capture --iface cdemo-b --store "$out/live-store" \
   >"$out/capture.out" 2>"$out/capture.err" &
 cap_pid=$!
