@@ -154,7 +154,8 @@ impl Table {
 /// width stays whole); continuation lines are indented four more than the line's own
 /// indent. `None`: the line as it is.
 pub fn wrap(line: &str, width: Option<usize>) -> Vec<String> {
-    let Some(width) = width else {
+    // A line that fits stays as it is: a table row's runs of spaces are its columns.
+    let Some(width) = width.filter(|&w| width_of(line) > w) else {
         return vec![line.to_string()];
     };
     let indent = line.len() - line.trim_start_matches(' ').len();
@@ -198,6 +199,17 @@ pub fn output_width() -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A table row that fits keeps its runs of spaces: before, every line went through the
+    /// word wrapper whenever a width was known, and tables collapsed to single spaces.
+    #[test]
+    fn a_line_that_fits_is_left_as_it_is() {
+        let row = "1  tcp 10.0.0.1     101 MB    98.9k";
+        assert_eq!(wrap(row, Some(240)), vec![row]);
+        assert_eq!(wrap(row, Some(row.len())), vec![row]);
+        // A longer one is wrapped at its spaces.
+        assert_ne!(wrap(row, Some(row.len() - 1)), vec![row]);
+    }
 
     #[test]
     fn wrap_cuts_at_spaces_and_indents_the_rest() {

@@ -640,3 +640,33 @@ fn every_answer_of_an_empty_store_is_empty_and_says_so() {
         "{v}"
     );
 }
+
+/// With a known width the analytics tables stay tables: at `COLUMNS=240`, where they fit,
+/// `top`, `tcp`, `dscp`, `matrix` and `stragglers` print exactly what they print with no
+/// width at all (output to a pipe, `COLUMNS` unset). Before, every line was re-wrapped
+/// whenever a width was known, and the columns collapsed to single spaces.
+#[test]
+fn tables_keep_their_columns_when_the_width_is_known() {
+    let f = fixture();
+    let (s, c) = (f.store(), p(&f.config));
+    for args in [
+        &["top", "--store", s, "--limit", "5"][..],
+        &["tcp", "--store", s],
+        &["dscp", "--store", s, "--config", c],
+        &["matrix", "--store", s, "--config", c],
+        &["stragglers", "--store", s, "--config", c, "--group", "gpu"],
+    ] {
+        let free = stdout_str(&run_ok(capsule().env_remove("COLUMNS").args(args)));
+        let at240 = stdout_str(&run_ok(capsule().env("COLUMNS", "240").args(args)));
+        if free.lines().all(|l| l.chars().count() <= 240) {
+            assert_eq!(
+                at240, free,
+                "{args:?}: COLUMNS=240 changed a table that fits in 240 columns"
+            );
+        }
+        assert!(
+            at240.lines().any(|l| l.contains("   ")),
+            "{args:?}: no aligned columns at COLUMNS=240:\n{at240}"
+        );
+    }
+}
