@@ -101,10 +101,13 @@ impl Carrier {
         }
     }
 
-    /// Whether the socket reader must strip [`META_LEN`] bytes from the front of each
-    /// packet's first frame (the record is there, not before the packet).
-    pub fn in_headroom(self) -> bool {
-        self == Carrier::Headroom
+    /// Where the record is, as the start line and `capsule xdp-probe` say it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Carrier::Metadata => "record in the metadata area",
+            Carrier::Headroom => "record in headroom, stripped before storing",
+            Carrier::None => "no record",
+        }
     }
 }
 
@@ -158,8 +161,8 @@ impl Variant {
             .collect()
     }
 
-    /// The single-buffer kernel-time program of `carrier`: what the probe loads to learn
-    /// whether this kernel accepts the carrier at all.
+    /// The single-buffer kernel-time program of `carrier`: what capture's probe loads to
+    /// learn whether this kernel accepts the carrier at all.
     pub fn probe(carrier: Carrier) -> Variant {
         Variant {
             carrier,
@@ -173,54 +176,6 @@ impl std::fmt::Display for Variant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.program_name())
     }
-}
-
-/// What this kernel said of one carrier when [`probe`] loaded its plain program.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CarrierProbe {
-    pub carrier: Carrier,
-    /// `None`: the kernel accepts it. Otherwise why not, in one line (the verifier's last
-    /// word, or the loader's error).
-    pub refused: Option<String>,
-}
-
-/// The environment variable that makes [`probe`] treat carriers as refused: a list such as
-/// `metadata,headroom`. For tests and diagnosis: it shows on a kernel that accepts every
-/// carrier what capture does on one that refuses some (the ladder, the fallback message).
-pub const PROBE_DENY_ENV: &str = "CAPSULE_XDP_PROBE_DENY";
-
-/// Learns which carriers this kernel accepts in XDP programs, by loading (not attaching)
-/// each carrier's single-buffer program once; the answer is kept for the life of the
-/// process (it is a property of the running kernel, not of an interface). Needs CAP_BPF or
-/// CAP_SYS_ADMIN; without them every carrier comes back refused, with the kernel's error.
-pub fn probe() -> &'static [CarrierProbe] {
-    static PROBED: std::sync::OnceLock<Vec<CarrierProbe>> = std::sync::OnceLock::new();
-    PROBED.get_or_init(|| {
-        let deny = std::env::var(PROBE_DENY_ENV).unwrap_or_default();
-        Carrier::ALL
-            .into_iter()
-            .map(|carrier| {
-                let denied = deny.split(',').any(|d| d.trim() == carrier.name());
-                let refused = if denied {
-                    Some(format!("refused by {PROBE_DENY_ENV}={deny}"))
-                } else {
-                    match XdpProgram::load(0, Variant::probe(carrier)) {
-                        Ok(_) => None,
-                        Err(e) => Some(e.one_line()),
-                    }
-                };
-                match &refused {
-                    None => tracing::debug!("XDP probe: this kernel accepts the {carrier} carrier"),
-                    Some(why) => {
-                        tracing::debug!(
-                            "XDP probe: this kernel refuses the {carrier} carrier: {why}"
-                        )
-                    }
-                }
-                CarrierProbe { carrier, refused }
-            })
-            .collect()
-    })
 }
 
 /// The program's per-CPU counters, summed over CPUs.
@@ -455,20 +410,6 @@ fn verifier_reason(lines: &[String]) -> Option<String> {
                 || l.starts_with("libbpf:"))
         })
         .map(str::to_string)
-}
-
-impl BpfError {
-    /// The error and its causes on one line.
-    pub fn one_line(&self) -> String {
-        let mut s = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(e) = source {
-            s.push_str(": ");
-            s.push_str(&e.to_string());
-            source = e.source();
-        }
-        s
-    }
 }
 
 /// A libbpf message on one line: trimmed, inner line breaks as ` | `.

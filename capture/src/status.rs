@@ -194,6 +194,17 @@ impl StatusFile {
     /// top-level `iface` lists them (`a, b`), `mode` gives each one's (`a: ..., b: ...`)
     /// when there are several.
     pub fn new_many(store: &Path, ifaces: &[(&str, &str)]) -> StatusFile {
+        StatusFile::with_methods(store, ifaces, &[])
+    }
+
+    /// Like [`StatusFile::new_many`], with each interface's typed capture method (in the
+    /// same order), so that the first status written already names the XDP mode, program
+    /// variant and timestamp source.
+    pub fn with_methods(
+        store: &Path,
+        ifaces: &[(&str, &str)],
+        methods: &[crate::live::CaptureMethod],
+    ) -> StatusFile {
         let now = capsule_store::now_ns();
         let mode = match ifaces {
             [(_, mode)] => mode.to_string(),
@@ -219,9 +230,11 @@ impl StatusFile {
                 running: true,
                 interfaces: ifaces
                     .iter()
-                    .map(|(i, m)| InterfaceStatus {
+                    .enumerate()
+                    .map(|(k, (i, m))| InterfaceStatus {
                         iface: i.to_string(),
                         mode: m.to_string(),
+                        method: methods.get(k).cloned(),
                         ..InterfaceStatus::default()
                     })
                     .collect(),
@@ -232,22 +245,6 @@ impl StatusFile {
             last_compacted: None,
             warned: false,
         };
-        f.write();
-        f
-    }
-
-    /// Like [`StatusFile::new_many`], with each interface's typed capture method (in the
-    /// same order), so that the first status written already names the XDP mode, program
-    /// variant and timestamp source.
-    pub fn with_methods(
-        store: &Path,
-        ifaces: &[(&str, &str)],
-        methods: &[crate::live::CaptureMethod],
-    ) -> StatusFile {
-        let mut f = StatusFile::new_many(store, ifaces);
-        for (i, m) in f.status.interfaces.iter_mut().zip(methods) {
-            i.method = Some(m.clone());
-        }
         f.write();
         f
     }

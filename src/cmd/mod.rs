@@ -225,13 +225,9 @@ fn xdp_probe(a: &crate::cli::XdpProbeArgs) -> Result<ExitCode> {
         match best {
             Some(c) => writeln!(
                 out,
-                "capture takes the {} variant (record: {})",
+                "capture takes the {} variant ({})",
                 c.name(),
-                match c {
-                    capsule_capture::live::Carrier::Metadata => "XDP metadata area",
-                    capsule_capture::live::Carrier::Headroom => "headroom, stripped",
-                    capsule_capture::live::Carrier::None => "none; timestamps at ring read",
-                }
+                c.describe()
             )?,
             None => writeln!(out, "no variant loads: capture falls back to AF_PACKET")?,
         }
@@ -585,9 +581,14 @@ fn drops_note(store: &std::path::Path, from: u64, to: u64) -> String {
 /// whether it is partial (flows are missing: an index missing, stale or damaged), with why.
 pub struct Rendered {
     pub text: String,
-    pub partial: bool,
-    /// Why it is partial ([`capsule_analytics::Limits::missing`]).
+    /// Why it is partial ([`capsule_analytics::Limits::missing`]); empty: it is whole.
     pub why: Vec<String>,
+}
+
+impl Rendered {
+    pub fn partial(&self) -> bool {
+        !self.why.is_empty()
+    }
 }
 
 /// Renders an analytics answer: JSON (`answer`'s fields, the window and the limits, one
@@ -650,11 +651,9 @@ fn render_answer(
             }
         }
     }
-    let why = limits.missing();
     Ok(Rendered {
         text: out,
-        partial: !why.is_empty(),
-        why,
+        why: limits.missing(),
     })
 }
 
@@ -665,15 +664,11 @@ fn print_rendered(r: &Rendered) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     out.write_all(r.text.as_bytes())?;
     out.flush()?;
-    if r.partial {
-        let why = if r.why.is_empty() {
-            "flows are missing".to_string()
-        } else {
-            r.why.join("; ")
-        };
+    if r.partial() {
         eprintln!(
-            "capsule: the answer is partial: {why}; their flows are missing (exit status \
-             {PARTIAL})"
+            "capsule: the answer is partial: {}; their flows are missing (exit status \
+             {PARTIAL})",
+            r.why.join("; ")
         );
         Ok(ExitCode::from(PARTIAL))
     } else {
@@ -722,7 +717,6 @@ fn remote_answer(
         .is_some_and(|v| v.as_bytes() == b"true");
     print_rendered(&Rendered {
         text: String::from_utf8(text).context("the server's answer is not UTF-8")?,
-        partial,
         why: if partial {
             vec!["the server says flows are missing (its notes above name them)".into()]
         } else {

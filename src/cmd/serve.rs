@@ -915,13 +915,14 @@ async fn analytics(
                     "text/plain; charset=utf-8"
                 },
             );
-            if r.partial {
+            let partial = r.partial();
+            if partial {
                 resp = resp.header(super::PARTIAL_HEADER, "true");
             }
             let resp = resp
                 .body(Body::Full(Some(Bytes::from(r.text))))
                 .expect("a valid response");
-            let outcome = if r.partial {
+            let outcome = if partial {
                 "partial: flows are missing (an index missing, stale or damaged)"
             } else {
                 "ok"

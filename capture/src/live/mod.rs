@@ -42,13 +42,8 @@ use capsule_pcap::Interface;
 use capsule_store::writer::MAX_PACKET;
 use capsule_store::{StoreError, StoreWriter};
 
-pub use capsule_bpf::{Carrier, CarrierProbe};
-
-/// Which XDP program carriers this kernel accepts, as capture's ladder sees them (probed
-/// once per process; see [`capsule_bpf::probe`]).
-pub fn probe_xdp() -> &'static [CarrierProbe] {
-    capsule_bpf::probe()
-}
+pub use capsule_bpf::Carrier;
+pub use xdp::{probe_xdp, CarrierProbe};
 
 use crate::sys::link::XdpAttach;
 use afpacket::PacketCapture;

@@ -36,7 +36,7 @@ use super::{
     Sink, Snap, StatsTimer, TimestampSource, XdpCounters, XskStats,
 };
 use crate::sys::link::{xdp_link, XdpAttach};
-use crate::sys::xsk::{RecordAt, XskConfig, XskMode, XskPacket, XskSocket};
+use crate::sys::xsk::{XskConfig, XskMode, XskPacket, XskSocket};
 use crate::sys::{clock_ns, if_index, promiscuous, rx_vlan_offload};
 use capsule_store::error::chain as error_chain;
 
@@ -95,11 +95,7 @@ impl std::fmt::Display for XdpSetup {
              ({} MiB) a queue{}",
             self.attach,
             self.variant,
-            match self.variant.carrier {
-                Carrier::Metadata => "record in the metadata area",
-                Carrier::Headroom => "record in headroom",
-                Carrier::None => "no record",
-            },
+            self.variant.carrier.describe(),
             self.timestamps().describe(),
             self.socket_mode,
             self.queues,
@@ -237,7 +233,8 @@ impl Drop for VlanOffload {
 
 impl XdpCapture {
     /// Loads and attaches the program and opens a socket per queue, trying the modes in
-    /// `attach` and the program variants richest first. The error lists every attempt.
+    /// `attach` and, within each, the variants of the carriers this kernel accepts, richest
+    /// first. The error names the last (simplest) attempt; `--log-level debug` lists all.
     pub(crate) fn open(
         cfg: &CaptureConfig,
         attach_modes: &[XdpAttach],
@@ -262,58 +259,51 @@ impl XdpCapture {
             ..XskConfig::default()
         };
         let carriers = carriers_to_try(cfg.xdp_carrier).map_err(open_err)?;
+        // Each attach mode, each accepted carrier, each of its programs richest first; the
+        // kernel attaches device-bound programs natively only.
+        let ladder = attach_modes.iter().flat_map(|&attach| {
+            carriers.iter().flat_map(move |&carrier| {
+                Variant::preference(carrier)
+                    .into_iter()
+                    .filter(move |v| !(v.device_bound && attach == XdpAttach::Generic))
+                    .map(move |v| (attach, v))
+            })
+        });
         let mut attempts = Vec::new();
-        for &attach in attach_modes {
-            for &carrier in &carriers {
-                for variant in Variant::preference(carrier) {
-                    // The kernel attaches device-bound programs natively only.
-                    if variant.device_bound && attach == XdpAttach::Generic {
+        for (attach, variant) in ladder {
+            let (program, sockets, link) =
+                match try_open(ifindex, &queues, attach, variant, &sock_cfg) {
+                    Ok(opened) => opened,
+                    Err(e) => {
+                        attempts.push((format!("{attach} {variant}"), e));
                         continue;
                     }
-                    let sock_cfg = XskConfig {
-                        record: match carrier {
-                            Carrier::Metadata => RecordAt::Before,
-                            Carrier::Headroom => RecordAt::Front,
-                            Carrier::None => RecordAt::Nowhere,
-                        },
-                        ..sock_cfg
-                    };
-                    match try_open(ifindex, &queues, attach, variant, &sock_cfg) {
-                        Ok((program, sockets, link)) => {
-                            let promisc = promiscuous(ifindex).map_err(open_err)?;
-                            let vlan_offload = VlanOffload::turn_off(
-                                &cfg.iface,
-                                variant,
-                                cfg.state_dir.as_deref(),
-                            );
-                            let setup = XdpSetup {
-                                attach,
-                                variant,
-                                socket_mode: sockets[0].1.mode(),
-                                queues,
-                                frame_size: sock_cfg.frame_size,
-                                frames: sock_cfg.frames,
-                            };
-                            for (what, e) in &attempts {
-                                tracing::debug!("XDP attempt refused: {what}: {e}");
-                            }
-                            return Ok(XdpCapture {
-                                iface: cfg.iface.clone(),
-                                snaplen: cfg.snaplen,
-                                snap: Snap::new(cfg.snaplen),
-                                setup,
-                                program,
-                                sockets,
-                                shared: Vec::new(),
-                                _link: link,
-                                _promisc: promisc,
-                                _vlan_offload: vlan_offload,
-                            });
-                        }
-                        Err(e) => attempts.push((format!("{attach} {variant}"), e)),
-                    }
-                }
+                };
+            for (what, e) in &attempts {
+                tracing::debug!("XDP attempt refused: {what}: {e}");
             }
+            let promisc = promiscuous(ifindex).map_err(open_err)?;
+            let vlan_offload = VlanOffload::turn_off(&cfg.iface, variant, cfg.state_dir.as_deref());
+            let setup = XdpSetup {
+                attach,
+                variant,
+                socket_mode: sockets[0].1.mode(),
+                queues,
+                frame_size: sock_cfg.frame_size,
+                frames: sock_cfg.frames,
+            };
+            return Ok(XdpCapture {
+                iface: cfg.iface.clone(),
+                snaplen: cfg.snaplen,
+                snap: Snap::new(cfg.snaplen),
+                setup,
+                program,
+                sockets,
+                shared: Vec::new(),
+                _link: link,
+                _promisc: promisc,
+                _vlan_offload: vlan_offload,
+            });
         }
         for (what, e) in &attempts {
             tracing::debug!("XDP attempt refused: {what}: {e}");
@@ -734,11 +724,58 @@ fn store_batch(
     Ok(())
 }
 
+/// What this kernel said of one carrier when [`probe_xdp`] loaded its simplest program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CarrierProbe {
+    pub carrier: Carrier,
+    /// `None`: the kernel accepts it. Otherwise why not, in one line (the verifier's last
+    /// word, or the loader's error).
+    pub refused: Option<String>,
+}
+
+/// The environment variable that makes [`probe_xdp`] treat carriers as refused: a list such
+/// as `metadata,headroom`. For tests and diagnosis: it shows on a kernel that accepts every
+/// carrier what capture does on one that refuses some (the ladder, the fallback message).
+const PROBE_DENY_ENV: &str = "CAPSULE_XDP_PROBE_DENY";
+
+/// Learns which carriers this kernel accepts in XDP programs, by loading (not attaching)
+/// each carrier's single-buffer program once ([`Variant::probe`]); the answer is kept for
+/// the life of the process (it is a property of the running kernel, not of an interface).
+/// Needs CAP_BPF or CAP_SYS_ADMIN; without them every carrier comes back refused, with the
+/// kernel's error. `capsule xdp-probe` prints it.
+pub fn probe_xdp() -> &'static [CarrierProbe] {
+    static PROBED: std::sync::OnceLock<Vec<CarrierProbe>> = std::sync::OnceLock::new();
+    PROBED.get_or_init(|| {
+        let deny = std::env::var(PROBE_DENY_ENV).unwrap_or_default();
+        Carrier::ALL
+            .into_iter()
+            .map(|carrier| {
+                let refused = if deny.split(',').any(|d| d.trim() == carrier.name()) {
+                    Some(format!("refused by {PROBE_DENY_ENV}={deny}"))
+                } else {
+                    XdpProgram::load(0, Variant::probe(carrier))
+                        .err()
+                        .map(|e| error_chain(&e))
+                };
+                match &refused {
+                    None => tracing::debug!("XDP probe: this kernel accepts the {carrier} carrier"),
+                    Some(why) => {
+                        tracing::debug!(
+                            "XDP probe: this kernel refuses the {carrier} carrier: {why}"
+                        )
+                    }
+                }
+                CarrierProbe { carrier, refused }
+            })
+            .collect()
+    })
+}
+
 /// The carriers to try, best first: the one asked for, or every one this kernel accepts
 /// (probed once per process, so a refused carrier costs no attempt per interface or mode).
 /// An error names the carrier asked for, or every refusal, with the verifier's reason.
 fn carriers_to_try(asked: Option<Carrier>) -> Result<Vec<Carrier>, std::io::Error> {
-    let probed = capsule_bpf::probe();
+    let probed = probe_xdp();
     let refusal = |c: Carrier| probed.iter().find(|p| p.carrier == c)?.refused.clone();
     if let Some(c) = asked {
         return match refusal(c) {
@@ -785,8 +822,10 @@ fn try_open(
     sock_cfg: &XskConfig,
 ) -> Result<Opened, String> {
     let program = XdpProgram::load(ifindex, variant).map_err(|e| error_chain(&e))?;
+    // The sockets follow the program: multi-buffer frames, and where its record is.
     let cfg = XskConfig {
         multi_buffer: variant.frags,
+        record: variant.carrier,
         ..*sock_cfg
     };
     // Sockets first, then the link: no packet is redirected before its socket exists.

@@ -39,7 +39,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use capsule_bpf::META_LEN;
+use capsule_bpf::{Carrier, META_LEN};
 
 use super::{check, getsockopt, setsockopt, socket, syscall_error, take_socket_error, Mapping};
 
@@ -65,20 +65,10 @@ pub(crate) struct XskConfig {
     /// Bind with `XDP_USE_SG`: frames larger than one UMEM frame arrive as fragments, which
     /// capsule joins. Needs the `xdp.frags` program and Linux 6.6.
     pub(crate) multi_buffer: bool,
-    /// Where the XDP program puts its record (the program variant's carrier).
-    pub(crate) record: RecordAt,
-}
-
-/// Where the XDP program's per-packet record is, relative to the packet's first frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RecordAt {
-    /// The `META_LEN` bytes before the packet (the XDP metadata area, copied with it).
-    Before,
-    /// The first `META_LEN` bytes of the frame's data (headroom the program claimed): split
-    /// off before the packet is handed on, so the packet is the wire's bytes.
-    Front,
-    /// Nowhere: the program writes none.
-    Nowhere,
+    /// Where the XDP program puts its record (its variant's carrier): the `META_LEN` bytes
+    /// before the packet (metadata, copied with it), the first `META_LEN` bytes of the
+    /// frame's data (headroom, split off before the packet is handed on), or nowhere.
+    pub(crate) record: Carrier,
 }
 
 impl Default for XskConfig {
@@ -89,7 +79,7 @@ impl Default for XskConfig {
             rx_size: 32768,
             zero_copy: true,
             multi_buffer: true,
-            record: RecordAt::Before,
+            record: Carrier::Metadata,
         }
     }
 }
@@ -247,7 +237,7 @@ pub(crate) struct XskSocket {
     frame_size: u32,
     mode: XskMode,
     multi_buffer: bool,
-    record: RecordAt,
+    record: Carrier,
     need_wakeup: bool,
     /// Our copies of the ring indexes we own (the kernel never writes them).
     rx_consumer: u32,
@@ -485,7 +475,7 @@ impl XskSocket {
             let in_frame = (addr & !frame_mask) as usize;
             let (data, meta) = match self.record {
                 _ if self.joining => (data, None),
-                RecordAt::Before if in_frame >= META_LEN => {
+                Carrier::Metadata if in_frame >= META_LEN => {
                     // SAFETY: the META_LEN bytes before `addr` are in the same frame (its offset
                     // in the frame is at least META_LEN), hence inside the mapping and owned by
                     // capsule as above. The kernel copied the XDP metadata area there with the
@@ -502,8 +492,8 @@ impl XskSocket {
                     };
                     (data, Some(bytes))
                 }
-                RecordAt::Front => split_front_record(data),
-                RecordAt::Before | RecordAt::Nowhere => (data, None),
+                Carrier::Headroom => split_front_record(data),
+                Carrier::Metadata | Carrier::None => (data, None),
             };
             if !self.joining && !more {
                 f(XskPacket {

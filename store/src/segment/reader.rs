@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use capsule_pcap::Interface;
 
 use super::scan::{
-    check_header_seq, corrupt, head_and_header_len, read_at, scan, scan_known, Damage,
+    check_header_seq, corrupt, head_and_header_len, read_at, read_header, scan, scan_known, Damage,
 };
 use super::{parse_name, SegmentState};
 use crate::error::{BlockProblem, Result, StoreError};
@@ -53,16 +53,19 @@ impl SegmentReader {
             .metadata()
             .map_err(|e| StoreError::io("stat segment", path, e))?
             .len();
-        check_header_seq(path, &file, bytes, seq)?;
         let mut footer_problem = None;
         let mut damaged = Vec::new();
         let mut from_journal = 0;
         let (blocks, interfaces) = match state {
             SegmentState::Sealed => match read_footer(path, &file, bytes) {
-                Ok(footer) => (footer.blocks, footer.interfaces),
+                Ok(footer) => {
+                    check_header_seq(path, &read_header(path, &file, bytes)?, seq)?;
+                    (footer.blocks, footer.interfaces)
+                }
                 Err(e @ StoreError::Corrupt { .. }) => {
                     // Damage stays local: the blocks are still there, each with its header.
                     let s = scan(path, &file, false)?;
+                    check_header_seq(path, &s.header, seq)?;
                     footer_problem = Some(crate::error::chain(&e));
                     damaged = s.damaged;
                     if s.footer_at.is_none() && !footer_starts_at(&file, s.good_len, s.file_len) {
@@ -100,6 +103,7 @@ impl SegmentReader {
                     .map(|b| super::journal::block_table(&b, seq))
                     .unwrap_or_default();
                 let (s, n) = scan_known(path, &file, false, &known)?;
+                check_header_seq(path, &s.header, seq)?;
                 from_journal = n;
                 damaged = s.damaged;
                 (s.blocks, s.interfaces)

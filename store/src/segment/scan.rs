@@ -304,35 +304,35 @@ pub(super) fn head_and_header_len() -> u64 {
     *LEN.get_or_init(|| head_frame().len() as u64 + header_frame_len())
 }
 
-/// Checks that the segment header of `file` names segment `seq`, as its file name does: a
-/// segment copied or restored under another segment's name must not be served as that
-/// one (its packets twice, the other's missing). The header sits right after the fixed head
-/// frame: one small read. A file too short to hold it is left to the walk (an open
-/// segment just created).
-pub(super) fn check_header_seq(path: &Path, file: &File, file_len: u64, seq: u64) -> Result<()> {
+/// Reads the segment header of `file`, right after the fixed head frame: one small read,
+/// for a sealed segment read through its footer (a walk reads it on its way).
+pub(super) fn read_header(path: &Path, file: &File, file_len: u64) -> Result<SegmentHeader> {
     let at = head_frame_len();
-    if file_len < head_and_header_len() {
+    match read_meta(path, file, at, file_len, "segment header")? {
+        Ok(m) => SegmentHeader::decode(&m.payload).map_err(|e| corrupt(path, at, e)),
+        Err(e) => Err(corrupt(path, at, e)),
+    }
+}
+
+/// Checks that `header` names segment `seq`, as its file's name does: a segment copied or
+/// restored under another segment's name must not be served as that one (its packets
+/// twice, the other's missing).
+pub(super) fn check_header_seq(path: &Path, header: &SegmentHeader, seq: u64) -> Result<()> {
+    if header.seq == seq {
         return Ok(());
     }
-    let header = match read_meta(path, file, at, file_len, "segment header")? {
-        Ok(m) => SegmentHeader::decode(&m.payload).map_err(|e| corrupt(path, at, e))?,
-        Err(e) => return Err(corrupt(path, at, e)),
-    };
-    if header.seq != seq {
-        return Err(corrupt(
-            path,
-            at,
-            DecodeError::Invalid {
-                what: "segment header",
-                detail: format!(
-                    "it is segment {} but the file is named for segment {seq} (a copy or a \
-                     restore under another segment's name?); it is not read as segment {seq}",
-                    header.seq
-                ),
-            },
-        ));
-    }
-    Ok(())
+    Err(corrupt(
+        path,
+        head_frame_len(),
+        DecodeError::Invalid {
+            what: "segment header",
+            detail: format!(
+                "it is segment {} but the file is named for segment {seq} (a copy or a restore \
+                 under another segment's name?); it is not read as segment {seq}",
+                header.seq
+            ),
+        },
+    ))
 }
 
 fn head_frame_len() -> u64 {

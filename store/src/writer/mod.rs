@@ -532,8 +532,9 @@ pub struct StoreWriter {
     seg_uncompressed: u64,
     seg_opened: Instant,
     seg_first_ns: Option<u64>,
-    /// When the last packet was appended (the idle seal's clock).
-    last_append: Instant,
+    /// When a lane last opened a block (the idle seal's clock: read where a block opens,
+    /// not for every packet).
+    last_opened: Instant,
     /// Where idle seals go to the writer thread.
     seal_tx: Sender<SealRequest>,
     tx: Option<Pipe>,
@@ -963,7 +964,7 @@ impl StoreWriter {
                 seg_uncompressed: 0,
                 seg_opened: Instant::now(),
                 seg_first_ns: None,
-                last_append: Instant::now(),
+                last_opened: Instant::now(),
                 seal_tx,
                 tx: Some(pipe),
                 pool,
@@ -1068,9 +1069,10 @@ impl StoreWriter {
         }
         if self.lanes[lane].records == 0 {
             self.maybe_rotate_segment(ts_ns)?;
-            self.lanes[lane].opened = Some(Instant::now());
+            let now = Instant::now();
+            self.lanes[lane].opened = Some(now);
+            self.last_opened = now;
         }
-        self.last_append = Instant::now();
         let local = match self.local[iface as usize] {
             Some(l) => l,
             None => self.declare_interface(iface, ts_ns)?,
@@ -1194,9 +1196,9 @@ impl StoreWriter {
 
     /// Cuts every lane's block that is older than the block age. Capture calls this often.
     ///
-    /// After [`IDLE_SEAL`] without a packet, it also seals the open segment when that holds
-    /// at least 1/[`IDLE_SEAL_FRACTION`] of the segment size or is older than the segment
-    /// age: its raw blocks (stored while the compressors were behind) would otherwise sit
+    /// Once every block is cut and none has opened for [`WriterConfig::idle_seal`] (no
+    /// packet for that long), it also seals the open segment when that holds at least
+    /// 1/[`IDLE_SEAL_FRACTION`] of the segment size or is older than the segment age: its raw blocks (stored while the compressors were behind) would otherwise sit
     /// uncompressed, and its packets outside any sealed segment, until traffic came back.
     pub fn tick(&mut self) -> Result<()> {
         for lane in 0..LANES {
@@ -1206,7 +1208,10 @@ impl StoreWriter {
             }
         }
         if self.seg_uncompressed > 0
-            && self.last_append.elapsed() >= self.cfg.idle_seal
+            // Idle: every block cut (by age, so no packet came for a block age) and none
+            // opened for the idle time.
+            && self.lanes.iter().all(|l| l.records == 0)
+            && self.last_opened.elapsed() >= self.cfg.idle_seal
             && (self.ratio.estimate(self.seg_uncompressed)
                 >= self.cfg.segment_bytes / IDLE_SEAL_FRACTION
                 || self.seg_opened.elapsed() >= self.cfg.segment_age)
