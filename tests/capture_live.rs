@@ -2320,12 +2320,25 @@ fn kill_9_rounds_keep_every_packet_queryable_before_the_kill() {
             measured += 1;
         }
         kept = after;
+        // Nothing is damaged. A kill between a segment's seal and its side index leaves the
+        // index missing, which verify names (answers from the index miss those flows until
+        // the next writer rebuilds it, as the next round's capture does).
         let v = run(capsule().args(["verify", "--store", p(&store)]));
+        let text = stdout_str(&v);
+        let problems: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with("verified "))
+            .collect();
+        assert!(
+            problems
+                .iter()
+                .all(|l| l.contains("index: missing: the segment's flows")),
+            "round {round}: {text}"
+        );
         assert_eq!(
             v.status.code(),
-            Some(0),
-            "round {round}: {}",
-            stdout_str(&v)
+            Some(if problems.is_empty() { 0 } else { 1 }),
+            "round {round}: {text}"
         );
     }
     // The store opens and the last round's packets are all still there after a clean run.
