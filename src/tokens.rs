@@ -292,19 +292,23 @@ impl Tokens {
     }
 
     /// What `token` is: a user's token in force, an expired one, or none of the file's,
-    /// re-reading the file first if it changed. A file that became unreadable or invalid
-    /// keeps the last good list (and says so on stderr).
+    /// re-reading the file first if it changed. A file that was removed, or became
+    /// unreadable or invalid, admits no token until it is readable again (and says so on
+    /// stderr, once per change): a revocation by deleting or breaking the file never fails
+    /// open.
     pub fn check(&self, token: &str) -> Auth {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let now = stamp(&self.path);
         if now != st.stamp {
+            st.stamp = now;
             match load(&self.path) {
-                Ok(entries) => {
-                    st.entries = entries;
-                    st.stamp = now;
-                }
+                Ok(entries) => st.entries = entries,
                 Err(e) => {
-                    eprintln!("capsule serve: warning: keeping the tokens read before: {e:#}")
+                    st.entries.clear();
+                    eprintln!(
+                        "capsule serve: error: no token is accepted until the token file \
+                         reads again: {e:#}"
+                    )
                 }
             }
         }
@@ -397,6 +401,30 @@ mod tests {
             1,
             "no temporary left"
         );
+    }
+
+    #[test]
+    fn a_removed_or_broken_file_admits_no_token_until_it_reads_again() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("tokens");
+        let a = add(&p, "alice", None).unwrap();
+        let t = Tokens::open(&p).unwrap();
+        assert_eq!(t.user_of(&a).as_deref(), Some("alice"));
+        let good = std::fs::read_to_string(&p).unwrap();
+        // Revoking by deleting the file.
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(t.check(&a), Auth::Unknown);
+        // An edit that breaks the file (a stray character) also refuses.
+        std::fs::write(&p, format!("{good}x\n")).unwrap();
+        assert_eq!(t.check(&a), Auth::Unknown);
+        assert_eq!(
+            t.check(&a),
+            Auth::Unknown,
+            "still refused on the next request"
+        );
+        // Mended: admitted again.
+        std::fs::write(&p, &good).unwrap();
+        assert_eq!(t.user_of(&a).as_deref(), Some("alice"));
     }
 
     #[test]

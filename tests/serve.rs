@@ -156,10 +156,21 @@ impl Server {
         }
     }
 
+    /// The audit log's lines once it is still for 150 ms (the line of a streamed answer is
+    /// written when its body is done, a moment after the client has the last byte).
     fn audit_lines(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.audit)
-            .unwrap_or_default()
-            .lines()
+        let read = || std::fs::read_to_string(&self.audit).unwrap_or_default();
+        let t0 = Instant::now();
+        let mut text = read();
+        loop {
+            std::thread::sleep(Duration::from_millis(150));
+            let now = read();
+            if now == text || t0.elapsed() > Duration::from_secs(5) {
+                break;
+            }
+            text = now;
+        }
+        text.lines()
             .map(|l| serde_json::from_str(l).expect("each audit line is JSON"))
             .collect()
     }
@@ -1225,6 +1236,146 @@ fn a_revoked_or_expired_token_gets_401_and_is_audited() {
         200,
         "carol's has 90 days left"
     );
+
+    // Revoked by deleting the file, or by an edit that breaks it: no token is accepted
+    // (before, the server kept the last good list: a removed token still got 200).
+    let good = std::fs::read_to_string(&tokens).unwrap();
+    std::fs::remove_file(&tokens).unwrap();
+    assert_eq!(s.get("/v1/status", Some(&b)).status, 401, "deleted file");
+    std::fs::write(&tokens, format!("{good}{{not json\n")).unwrap();
+    assert_eq!(s.get("/v1/status", Some(&b)).status, 401, "broken file");
+    std::fs::write(&tokens, &good).unwrap();
+    assert_eq!(s.get("/v1/status", Some(&b)).status, 200, "mended file");
+}
+
+/// The audit log never holds a token, whatever a client puts in the URL, and a request
+/// without a valid token writes a short line however long its URL. Before, `?token=...`
+/// was written in clear and each anonymous request appended up to about 60 KB.
+#[test]
+fn the_audit_log_holds_no_secret_and_little_of_an_anonymous_request() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "5M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let s = start(d.path(), &store, &tokens, &[]);
+    // A client that put its token in the URL (refused: no endpoint takes `token`).
+    let g = s.get(&format!("/v1/status?token={t}"), Some(&t));
+    assert_eq!(g.status, 400);
+    let g = s.get(&format!("/v1/flows?filter=tcp&access_token={t}"), None);
+    assert_eq!(g.status, 401);
+    let g = s.get(&format!("/v1/flows?filter={t}"), Some(&t));
+    assert_eq!(g.status, 400);
+    // Anonymous requests with 30 KB of URL.
+    let long = "a".repeat(30_000);
+    for path in [
+        format!("/{long}"),
+        format!("/v1/flows?filter={long}&x={long}"),
+    ] {
+        assert_eq!(s.get(&path, None).status, 401);
+    }
+    let text = std::fs::read_to_string(&s.audit).unwrap();
+    assert!(!text.contains(&t), "a token in the audit log: {text}");
+    assert!(!text.contains(&t[..32]), "half a token in the audit log");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    for l in &lines[3..] {
+        assert!(l.len() < 1024, "an anonymous line of {} bytes", l.len());
+    }
+    let first: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(first["user"], "alice");
+    assert_eq!(first["params"]["token"], "(not recorded: 64 bytes)");
+}
+
+/// A pull over damaged data says it is partial in-band: an HTTP trailer the CLI turns into
+/// exit 3, and (pcapng) a last section whose comment names what is missing, as a local
+/// export's file does. Before, the server's pcap looked whole and `query --server` exited 0.
+#[test]
+fn a_partial_pull_says_so_in_a_trailer_and_in_the_file() {
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("in.pcap");
+    synth(&pcap, &d.path().join("truth.json"), 7, "2s", "50M", None);
+    let store = d.path().join("store");
+    import_ok(&store, &["--segment-size", "1M"], &[p(&pcap)]);
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(store.join("segments"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("seg-"))
+        .collect();
+    segs.sort();
+    assert!(segs.len() >= 3, "{segs:?}");
+    let len = std::fs::metadata(&segs[1]).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segs[1])
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let token_file = d.path().join("alice.token");
+    std::fs::write(&token_file, format!("{t}\n")).unwrap();
+    let s = start(d.path(), &store, &tokens, &[]);
+    let url = format!("https://{}", s.addr);
+    let comment = |f: &Path| {
+        let o = run_ok(Command::new(need_tool("capinfos")).arg(p(f)));
+        stdout_str(&o)
+            .lines()
+            .find(|l| l.contains("comment"))
+            .map(str::to_string)
+    };
+    // Locally: exit 3, and the pcapng file says it too.
+    let local = d.path().join("local.pcapng");
+    let o = run(capsule().args(["query", "--store", p(&store), "-w", p(&local)]));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr_str(&o));
+    let note = comment(&local).expect("a local partial pcapng names its gap");
+    assert!(
+        note.contains("this answer is partial") && note.contains("segment"),
+        "{note}"
+    );
+    let pull = |out: &Path, window: &[&str]| {
+        run(capsule()
+            .args(["query", "--server", &url, "--token-file", p(&token_file)])
+            .args(["--ca", p(&s.ca), "-w", p(out)])
+            .args(window))
+    };
+    for ext in ["pcap", "pcapng"] {
+        let out = d.path().join(format!("remote.{ext}"));
+        let o = pull(&out, &[]);
+        assert_eq!(o.status.code(), Some(3), "{ext}: {}", stderr_str(&o));
+        assert!(
+            stderr_str(&o).contains("this answer is partial"),
+            "{}",
+            stderr_str(&o)
+        );
+        let local = d.path().join(format!("local2.{ext}"));
+        let _ = run(capsule().args(["query", "--store", p(&store), "-w", p(&local)]));
+        assert!(
+            std::fs::read(&out).unwrap() == std::fs::read(&local).unwrap(),
+            "{ext}: the pull differs from the local export"
+        );
+        if ext == "pcapng" {
+            assert!(comment(&out).is_some_and(|c| c.contains("this answer is partial")));
+        }
+    }
+    // A whole answer has neither.
+    let before = d.path().join("first.pcapng");
+    let first_end = run_ok(capsule().args(["segments", "--store", p(&store), "--json"]));
+    let line = stdout_str(&first_end).lines().next().unwrap().to_string();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let to = format!("@{}", v["last_ns"]);
+    let o = pull(&before, &["--to", &to]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr_str(&o));
+    assert_eq!(comment(&before), None);
+    let audit = s.audit_lines();
+    let pulls: Vec<_> = audit
+        .iter()
+        .filter(|r| r["endpoint"] == "/v1/packets")
+        .collect();
+    assert_eq!(pulls.len(), 3);
+    assert!(pulls[..2]
+        .iter()
+        .all(|r| r["outcome"].as_str().unwrap().starts_with("partial: ")));
+    assert_eq!(pulls[2]["outcome"], "ok");
 }
 
 #[test]

@@ -37,6 +37,8 @@ pub(crate) const BYTE_ORDER_MAGIC: u32 = 0x1a2b_3c4d;
 
 /// `opt_endofopt`.
 const OPT_ENDOFOPT: u16 = 0;
+/// `opt_comment`.
+const OPT_COMMENT: u16 = 1;
 /// `shb_userappl`.
 const OPT_SHB_USERAPPL: u16 = 4;
 /// `if_name`.
@@ -127,9 +129,33 @@ fn put_endofopt(buf: &mut Vec<u8>) {
 /// The options list (and its `opt_endofopt`) is written only when there is an option, as the
 /// pcapng specification allows.
 pub fn pcapng_shb(buf: &mut Vec<u8>, shb_userappl: Option<&str>) {
-    let appl = shb_userappl.map(option_str);
-    let opts = match appl {
-        Some(a) => option_len(a.len()) + 4,
+    shb_with(buf, shb_userappl.map(|a| (OPT_SHB_USERAPPL, option_str(a))));
+}
+
+/// Appends a pcapng Section Header Block that opens an empty section whose `opt_comment` is
+/// `note`: how a finished file says something about itself at its end (an export that
+/// learned only while writing that it is partial). Readers see a second section with no
+/// interfaces and no packets; `capinfos` and Wireshark's capture-file properties show the
+/// comment. Exactly [`pcapng_section_note_len`]`(note.len())` bytes are appended (a note
+/// past 65,535 bytes is cut at a character boundary).
+pub fn pcapng_section_note(buf: &mut Vec<u8>, note: &str) {
+    shb_with(buf, Some((OPT_COMMENT, option_str(note))));
+}
+
+/// Encoded size of [`pcapng_section_note`] for a note of `len` bytes.
+pub const fn pcapng_section_note_len(len: usize) -> usize {
+    let len = if len > u16::MAX as usize {
+        u16::MAX as usize
+    } else {
+        len
+    };
+    28 + option_len(len) + 4
+}
+
+/// An SHB with at most one option (and then its `opt_endofopt`).
+fn shb_with(buf: &mut Vec<u8>, opt: Option<(u16, &[u8])>) {
+    let opts = match opt {
+        Some((_, v)) => option_len(v.len()) + 4,
         None => 0,
     };
     let total = (28 + opts) as u32;
@@ -140,8 +166,8 @@ pub fn pcapng_shb(buf: &mut Vec<u8>, shb_userappl: Option<&str>) {
     buf.extend_from_slice(&1u16.to_le_bytes()); // major version
     buf.extend_from_slice(&0u16.to_le_bytes()); // minor version
     buf.extend_from_slice(&(-1i64).to_le_bytes()); // section length: unknown
-    if let Some(a) = appl {
-        put_option(buf, OPT_SHB_USERAPPL, a);
+    if let Some((code, v)) = opt {
+        put_option(buf, code, v);
         put_endofopt(buf);
     }
     buf.extend_from_slice(&total.to_le_bytes());
@@ -272,6 +298,41 @@ mod tests {
                 0, 0
             ]
         );
+    }
+
+    #[test]
+    fn a_section_note_is_an_empty_section_with_a_comment_that_readers_step_over() {
+        let mut buf = Vec::new();
+        pcapng_shb(&mut buf, None);
+        let eth = Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+        };
+        pcapng_idb(&mut buf, &eth);
+        pcapng_epb(&mut buf, 0, 5, 3, &[1, 2, 3]);
+        let before = buf.len();
+        pcapng_section_note(&mut buf, "partial: é");
+        assert_eq!(
+            buf.len() - before,
+            pcapng_section_note_len("partial: é".len())
+        );
+        #[rustfmt::skip]
+        let note: [u8; 48] = [
+            0x0a, 0x0d, 0x0d, 0x0a, 48, 0, 0, 0, 0x4d, 0x3c, 0x2b, 0x1a, 1, 0, 0, 0,
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            1, 0, 11, 0, b'p', b'a', b'r', b't', b'i', b'a', b'l', b':', b' ', 0xc3, 0xa9, 0,
+            0, 0, 0, 0, // opt_endofopt
+            48, 0, 0, 0,
+        ];
+        assert_eq!(&buf[before..], &note);
+        // The reader yields the one packet and ends cleanly after the empty section.
+        let mut r = crate::CaptureReader::new("t", &buf[..]).unwrap();
+        let mut packets = 0;
+        while let Some(rec) = r.next_record().unwrap() {
+            packets += usize::from(matches!(rec, crate::Record::Packet(_)));
+        }
+        assert_eq!(packets, 1);
     }
 
     #[test]

@@ -116,6 +116,14 @@ impl<W: Write> Encoder<W> {
         }
     }
 
+    /// Ends a pcapng file with `note` as the comment of an empty last section; pcap has no
+    /// place for it.
+    pub(crate) fn note(&mut self, note: &str) {
+        if self.format == Format::PcapNg {
+            pw::pcapng_section_note(&mut self.buf, note);
+        }
+    }
+
     pub(crate) fn finish(mut self) -> Result<(), ExportError> {
         self.out.write_all(&self.buf).map_err(ExportError::Write)?;
         self.out.flush().map_err(ExportError::Write)

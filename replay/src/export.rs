@@ -30,7 +30,8 @@ pub struct ExportOptions {
     pub threads: usize,
     /// A cap on the output's size in bytes (header, packet records and interface statistics
     /// together): the first packets that fit are written; later ones are only counted
-    /// ([`ExportReport::packets_over_cap`]). `None`: no cap.
+    /// ([`ExportReport::packets_over_cap`]). `None`: no cap. A partial pcapng answer's
+    /// closing note ([`ExportReport::partial_note`], at most about 1 KiB) may pass it.
     pub max_bytes: Option<u64>,
 }
 
@@ -145,6 +146,12 @@ pub fn export<W: Write>(
         if let Some(&out_iface) = window.iface_map.get(&(*si, st.iface)) {
             enc.stats(out_iface, st);
         }
+    }
+    // A partial pcapng answer says so in the file itself: the evidence carries its gaps.
+    // The note (at most about 1 KiB) may pass a cap: what it says matters more than the
+    // cap's last KiB, and no packet is written after it.
+    if let Some(note) = window.report.partial_note() {
+        enc.note(&note);
     }
     enc.finish()?;
     Ok(window.report)

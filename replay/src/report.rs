@@ -44,7 +44,59 @@ impl ExportReport {
     pub fn is_partial(&self) -> bool {
         !self.skipped.is_empty() || !self.unreadable.is_empty() || !self.lost.is_empty()
     }
+
+    /// What a partial answer misses, in one line of at most [`NOTE_MAX`] bytes (`None` when
+    /// the answer is whole): the note a pcapng export ends with and the server's
+    /// `capsule-partial` trailer carries.
+    pub fn partial_note(&self) -> Option<String> {
+        if !self.is_partial() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if !self.skipped.is_empty() {
+            let packets: u64 = self.skipped.iter().map(|s| u64::from(s.packets)).sum();
+            let first = self.skipped.iter().map(|s| s.first_ns).min().unwrap_or(0);
+            let last = self.skipped.iter().map(|s| s.last_ns).max().unwrap_or(0);
+            let which: Vec<String> = self
+                .skipped
+                .iter()
+                .map(|s| format!("{}/{}", s.seq, s.block))
+                .collect();
+            parts.push(format!(
+                "{packets} packets from {} to {} in {} damaged block(s) (segment/block {})",
+                capsule_query::format_instant(first),
+                capsule_query::format_instant(last),
+                self.skipped.len(),
+                which.join(", ")
+            ));
+        }
+        for u in &self.unreadable {
+            parts.push(format!(
+                "segment {} could not be read ({})",
+                u.seq, u.problem
+            ));
+        }
+        for l in &self.lost {
+            parts.push(format!("segment {} lost a stretch ({})", l.seq, l.problem));
+        }
+        let mut note = format!(
+            "capsule: this answer is partial, it misses {}",
+            parts.join("; ")
+        );
+        if note.len() > NOTE_MAX {
+            let mut end = NOTE_MAX - 3;
+            while !note.is_char_boundary(end) {
+                end -= 1;
+            }
+            note.truncate(end);
+            note.push_str("...");
+        }
+        Some(note)
+    }
 }
+
+/// The longest [`ExportReport::partial_note`], in bytes.
+pub const NOTE_MAX: usize = 1024;
 
 /// What an export did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -201,15 +201,15 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
     );
     let t0 = Instant::now();
     let remote = a.q.remote().expect("called with --server");
-    let n = if write == "-" {
-        super::remote::get(&remote, &path, &mut std::io::stdout().lock(), false)?.bytes
+    let got = if write == "-" {
+        super::remote::get(&remote, &path, &mut std::io::stdout().lock(), false)?
     } else {
         let existed = std::path::Path::new(write).exists();
         let mut f = std::io::BufWriter::with_capacity(1 << 20, create(write, existed)?);
         // A progress line only for a person watching: stderr on a terminal.
         let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
         match super::remote::get(&remote, &path, &mut f, progress) {
-            Ok(got) => got.bytes,
+            Ok(got) => got,
             Err(e) => {
                 drop(f);
                 if !existed {
@@ -220,10 +220,21 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
         }
     };
     eprintln!(
-        "received {n} bytes from {url} in {:.3} s",
+        "received {} bytes from {url} in {:.3} s",
+        got.bytes,
         t0.elapsed().as_secs_f64()
     );
-    Ok(ExitCode::SUCCESS)
+    match got.partial() {
+        None => Ok(ExitCode::SUCCESS),
+        Some(why) => {
+            eprintln!("capsule: warning: {url} says: {why}");
+            eprintln!(
+                "capsule: the answer is partial: damaged data was skipped (exit status {})",
+                super::PARTIAL
+            );
+            Ok(ExitCode::from(super::PARTIAL))
+        }
+    }
 }
 
 fn plan_json(plan: &capsule_index::plan::Plan) -> serde_json::Value {

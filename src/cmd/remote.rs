@@ -51,11 +51,23 @@ impl RemoteArgs {
     }
 }
 
-/// What a successful GET brought: the bytes written and the answer's headers.
+/// What a successful GET brought: the bytes written, the answer's headers and its
+/// trailers (a streamed answer that turned out partial says so there).
 #[derive(Debug)]
 pub struct Got {
     pub bytes: u64,
     pub headers: hyper::HeaderMap,
+    pub trailers: hyper::HeaderMap,
+}
+
+impl Got {
+    /// The server's word that the answer is partial, from a header or a trailer.
+    pub fn partial(&self) -> Option<String> {
+        self.headers
+            .get(super::PARTIAL_HEADER)
+            .or_else(|| self.trailers.get(super::PARTIAL_HEADER))
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    }
 }
 
 /// The query string of a selection: filter and the window as absolute `@NANOS`.
@@ -221,6 +233,8 @@ pub fn get(
         let req = hyper::Request::get(path_and_query)
             .header(hyper::header::HOST, authority)
             .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
+            // A streamed answer that turns out partial says so in a trailer.
+            .header(hyper::header::TE, "trailers")
             .body(http_body_util_empty())
             .context("cannot make the request")?;
         let resp = send
@@ -231,6 +245,7 @@ pub fn get(
         let headers = resp.headers().clone();
         let mut body = resp.into_body();
         let mut n = 0u64;
+        let mut trailers = hyper::HeaderMap::new();
         let t0 = std::time::Instant::now();
         let mut last_shown = t0;
         if !status.is_success() {
@@ -263,7 +278,16 @@ pub fn get(
                      failure: the server's audit log says which)"
                 )
             })?;
-            if let Ok(d) = f.into_data() {
+            let d = match f.into_data() {
+                Ok(d) => d,
+                Err(f) => {
+                    if let Ok(t) = f.into_trailers() {
+                        trailers.extend(t);
+                    }
+                    continue;
+                }
+            };
+            {
                 out.write_all(&d).context("cannot write the answer")?;
                 n += d.len() as u64;
                 if progress && last_shown.elapsed() >= std::time::Duration::from_millis(250) {
@@ -281,7 +305,11 @@ pub fn get(
             eprint!("\r\x1b[2K");
         }
         out.flush().context("cannot write the answer")?;
-        Ok(Got { bytes: n, headers })
+        Ok(Got {
+            bytes: n,
+            headers,
+            trailers,
+        })
     })
 }
 

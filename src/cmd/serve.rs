@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant, SystemTime};
@@ -50,7 +50,46 @@ enum Body {
         /// Set by the export when it stops on a limit or a failure: the body ends at once
         /// with an error, without the chunks still queued.
         abort: Arc<AtomicBool>,
+        /// Counts what the body hands the connection; its line is written when the body
+        /// and the export are both done.
+        audit: Arc<StreamAudit>,
     },
+}
+
+/// The audit line of a streamed answer. The export says how it ended, the body counts the
+/// bytes it handed to the connection and whether it reached its end; the line is written
+/// when the last of the two lets go (on drop), so a client that went away is recorded with
+/// what it was given, not with what the export produced.
+#[derive(Debug)]
+struct StreamAudit {
+    server: Arc<Server>,
+    rec: Record,
+    /// How the export ended: status, outcome, packets.
+    end: Mutex<Option<(StatusCode, String, Option<u64>)>>,
+    delivered: AtomicU64,
+    /// The body was read to its end (its last chunk, or its trailers, handed over).
+    finished: AtomicBool,
+}
+
+impl Drop for StreamAudit {
+    fn drop(&mut self) {
+        let end = self.end.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        let (mut status, mut outcome, packets) = end.unwrap_or((
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the export ended without saying how".into(),
+            None,
+        ));
+        let bytes = self.delivered.load(Ordering::Acquire);
+        let finished = self.finished.load(Ordering::Acquire);
+        if status.is_success() && !finished && bytes > 0 {
+            status = StatusCode::from_u16(499).expect("a valid code");
+            outcome = format!("the client went away after {bytes} bytes");
+        } else if !status.is_success() && bytes > 0 {
+            outcome = format!("stopped after {bytes} bytes: {outcome}");
+        }
+        let r = self.rec.finish(status, &outcome, packets, bytes);
+        self.server.audit.record(&r);
+    }
 }
 
 /// What the export thread hands the response.
@@ -60,6 +99,9 @@ enum Msg {
     /// The export failed or hit a limit: the HTTP status (when nothing was sent yet) and
     /// the message.
     Fail(StatusCode, String),
+    /// The export ended partial: the trailers that say so (`capsule-partial`), sent to a
+    /// client that asked for trailers (`TE: trailers`).
+    Trailers(hyper::HeaderMap),
 }
 
 impl http_body::Body for Body {
@@ -72,21 +114,36 @@ impl http_body::Body for Body {
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         match self.get_mut() {
             Body::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
-            Body::Stream { first, rx, abort } => {
+            Body::Stream {
+                first,
+                rx,
+                abort,
+                audit,
+            } => {
                 if abort.load(Ordering::Acquire) {
                     return Poll::Ready(Some(Err(std::io::Error::other("the export stopped"))));
                 }
+                let data = |b: Bytes| {
+                    audit.delivered.fetch_add(b.len() as u64, Ordering::AcqRel);
+                    Ok(Frame::data(b))
+                };
                 if let Some(b) = first.take() {
-                    return Poll::Ready(Some(Ok(Frame::data(b))));
+                    return Poll::Ready(Some(data(b)));
                 }
-                rx.poll_recv(cx).map(|m| {
-                    m.map(|m| match m {
-                        Msg::Data(b) => Ok(Frame::data(b)),
-                        // Ending the body with an error makes hyper close the connection
-                        // without the last chunk: the client sees a cut transfer, not a file
-                        // that looks whole.
-                        Msg::Fail(_, why) => Err(std::io::Error::other(why)),
-                    })
+                rx.poll_recv(cx).map(|m| match m {
+                    None => {
+                        audit.finished.store(true, Ordering::Release);
+                        None
+                    }
+                    Some(Msg::Data(b)) => Some(data(b)),
+                    Some(Msg::Trailers(t)) => {
+                        audit.finished.store(true, Ordering::Release);
+                        Some(Ok(Frame::trailers(t)))
+                    }
+                    // Ending the body with an error makes hyper close the connection
+                    // without the last chunk: the client sees a cut transfer, not a file
+                    // that looks whole.
+                    Some(Msg::Fail(_, why)) => Some(Err(std::io::Error::other(why))),
                 })
             }
         }
@@ -124,11 +181,24 @@ impl Audit {
     /// Appends `rec` as one line and fsyncs it. A failure is said on stderr (the answer
     /// has gone already).
     fn record(&self, rec: &serde_json::Value) {
+        self.append(rec, true);
+    }
+
+    /// Appends `rec` without an fsync of its own (the next synced line, or the system,
+    /// makes it durable): for requests that carried no valid token.
+    fn record_unsynced(&self, rec: &serde_json::Value) {
+        self.append(rec, false);
+    }
+
+    fn append(&self, rec: &serde_json::Value, sync: bool) {
         let Some(f) = &self.file else { return };
         let mut line = rec.to_string();
         line.push('\n');
         let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = f.write_all(line.as_bytes()).and_then(|()| f.sync_data()) {
+        let written =
+            f.write_all(line.as_bytes())
+                .and_then(|()| if sync { f.sync_data() } else { Ok(()) });
+        if let Err(e) = written {
             eprintln!(
                 "capsule serve: error: cannot write the audit log {}: {e}",
                 self.path.as_deref().unwrap_or(Path::new("?")).display()
@@ -225,7 +295,124 @@ struct Record {
     params: serde_json::Value,
 }
 
+/// The parameter names some endpoint takes: only their values are written to the audit
+/// log as sent.
+const KNOWN_PARAMS: &[&str] = &[
+    "filter",
+    "from",
+    "to",
+    "format",
+    "width",
+    "sort",
+    "limit",
+    "by",
+    "key",
+    "interval",
+    "group",
+    "ratio",
+    "min-bytes",
+];
+
+/// The longest parameter value the audit log keeps whole, in bytes; a longer one is cut
+/// and says how long it was.
+const AUDIT_VALUE_MAX: usize = 4096;
+
+/// Whether `v` holds what looks like a secret: a run of 32 or more hex digits (a capsule
+/// token is 64).
+fn looks_like_secret(v: &str) -> bool {
+    let mut run = 0;
+    for b in v.bytes() {
+        run = if b.is_ascii_hexdigit() { run + 1 } else { 0 };
+        if run >= 32 {
+            return true;
+        }
+    }
+    false
+}
+
+/// `text` with every run of 32 or more hex digits replaced by `(hidden: N hex digits)`:
+/// an outcome may quote what the client sent (a bad filter names its text).
+fn hide_secrets(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut run = String::new();
+    let flush = |run: &mut String, out: &mut String| {
+        if run.len() >= 32 {
+            out.push_str(&format!("(hidden: {} hex digits)", run.len()));
+        } else {
+            out.push_str(run);
+        }
+        run.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_hexdigit() {
+            run.push(c);
+        } else {
+            flush(&mut run, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
+/// The query parameters of a request as the audit log records them. A parameter no
+/// endpoint takes (`token=...`, `access_token=...`: a client that put its secret in the
+/// URL) and any value that looks like a token are written as `(not recorded: N bytes)`;
+/// a long value is cut. The request itself is refused or answered as it would be.
+fn audit_params(query: Option<&str>) -> serde_json::Value {
+    let Some(q) = query else {
+        return json!({});
+    };
+    let m: serde_json::Map<String, serde_json::Value> = q
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            let k = url_decode(k).unwrap_or_else(|| k.to_string());
+            let v = url_decode(v).unwrap_or_else(|| v.to_string());
+            let v = if !KNOWN_PARAMS.contains(&k.as_str()) || looks_like_secret(&v) {
+                format!("(not recorded: {} bytes)", v.len())
+            } else if v.len() > AUDIT_VALUE_MAX {
+                let mut end = AUDIT_VALUE_MAX;
+                while !v.is_char_boundary(end) {
+                    end -= 1;
+                }
+                format!("{}... (cut: {} bytes)", &v[..end], v.len())
+            } else {
+                v
+            };
+            let k = if k.len() > 64 || looks_like_secret(&k) {
+                "(a long or secret-like name)".to_string()
+            } else {
+                k
+            };
+            (k, json!(v))
+        })
+        .collect();
+    serde_json::Value::Object(m)
+}
+
 impl Record {
+    /// What is kept of a request that carried no valid token: the endpoint cut to 128
+    /// bytes and only the number and size of its parameters.
+    fn bound_for_anonymous(&mut self) {
+        if self.method.len() > 16 {
+            self.method = format!("{}... (cut)", &self.method[..16]);
+        }
+        if self.endpoint.len() > 128 {
+            let mut end = 128;
+            while !self.endpoint.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.endpoint = format!("{}... (cut)", &self.endpoint[..end]);
+        }
+        if let Some(m) = self.params.as_object() {
+            if !m.is_empty() {
+                self.params = json!({ "(not recorded)": format!("{} parameter(s)", m.len()) });
+            }
+        }
+    }
+
     fn finish(
         &self,
         status: StatusCode,
@@ -242,7 +429,7 @@ impl Record {
             "endpoint": self.endpoint,
             "params": self.params,
             "status": status.as_u16(),
-            "outcome": outcome,
+            "outcome": hide_secrets(outcome),
             "packets": packets,
             "bytes": bytes,
             "duration_s": self.t0.elapsed().as_secs_f64(),
@@ -425,13 +612,14 @@ impl Write for ChunkWriter {
     }
 }
 
-/// Runs the export of `opts` on this (blocking) thread into `w`, then writes the audit
-/// record. `slot` is held until the export ends.
+/// Runs the export of `opts` on this (blocking) thread into `w`, then says how it ended to
+/// `audit` (whose line is written once the response body is done too). `slot` is held until
+/// the export ends.
 fn export_thread(
     server: Arc<Server>,
     opts: capsule_replay::ExportOptions,
     mut w: ChunkWriter,
-    rec: Record,
+    audit: Arc<StreamAudit>,
     slot: Slot,
 ) {
     let result = capsule_store::Store::open(&server.store)
@@ -439,15 +627,26 @@ fn export_thread(
         .and_then(|store| capsule_replay::export(&store, &opts, &mut w));
     let (status, outcome, packets) = match result {
         Ok(report) => match w.send() {
-            Ok(()) => (
-                StatusCode::OK,
-                if report.is_partial() {
-                    "partial: damaged data was skipped".to_string()
-                } else {
-                    "ok".to_string()
-                },
-                Some(report.packets),
-            ),
+            Ok(()) => {
+                let note = report.partial_note();
+                if let Some(note) = &note {
+                    // In-band for a streaming client: a trailer after the last chunk (pcapng
+                    // answers also end with the note as a section comment).
+                    let mut t = hyper::HeaderMap::new();
+                    if let Ok(v) = hyper::header::HeaderValue::from_str(&header_text(note)) {
+                        t.insert(super::PARTIAL_HEADER, v);
+                    }
+                    let _ = w.tx.blocking_send(Msg::Trailers(t));
+                }
+                (
+                    StatusCode::OK,
+                    match note {
+                        Some(n) => format!("partial: {n}"),
+                        None => "ok".to_string(),
+                    },
+                    Some(report.packets),
+                )
+            }
             Err(_) => {
                 let (s, m) = w.stopped.clone().expect("send failures say why");
                 (s, m, None)
@@ -475,20 +674,27 @@ fn export_thread(
                     w.abort.store(true, Ordering::Release);
                 }
                 // Nothing sent yet: the response is this error; else the stream is cut.
+                *audit.end.lock().unwrap_or_else(|p| p.into_inner()) = Some((s, m.clone(), None));
                 let _ = w.tx.blocking_send(Msg::Fail(s, m.clone()));
             }
             (s, m, None)
         }
     };
     drop(slot);
-    let outcome = if status == StatusCode::OK || w.sent == 0 {
-        outcome
-    } else {
-        format!("stopped after {} bytes: {outcome}", w.sent)
-    };
-    server
-        .audit
-        .record(&rec.finish(status, &outcome, packets, w.sent));
+    *audit.end.lock().unwrap_or_else(|p| p.into_inner()) = Some((status, outcome, packets));
+}
+
+/// `text` as an HTTP header value: printable ASCII, anything else as `?`.
+fn header_text(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
 }
 
 async fn handle(
@@ -505,24 +711,7 @@ async fn handle(
         method: req.method().to_string(),
         endpoint: req.uri().path().to_string(),
         user: None,
-        params: req
-            .uri()
-            .query()
-            .map(|q| {
-                let m: serde_json::Map<String, serde_json::Value> = q
-                    .split('&')
-                    .filter(|p| !p.is_empty())
-                    .map(|p| {
-                        let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                        (
-                            url_decode(k).unwrap_or_else(|| k.to_string()),
-                            json!(url_decode(v).unwrap_or_else(|| v.to_string())),
-                        )
-                    })
-                    .collect();
-                serde_json::Value::Object(m)
-            })
-            .unwrap_or(json!({})),
+        params: audit_params(req.uri().query()),
     };
     let path = req.uri().path().to_string();
     let done = |rec: &Record, resp: Response<Body>, outcome: &str| {
@@ -530,12 +719,20 @@ async fn handle(
         tokio::task::block_in_place(|| server.audit.record(&r));
         resp
     };
+    // A request without a valid token writes a bounded line, not fsynced on its own: an
+    // anonymous peer can neither grow the log by what it sends nor make it sync per request.
+    let refused = |rec: &mut Record, resp: Response<Body>, outcome: &str| {
+        rec.bound_for_anonymous();
+        let r = rec.finish(resp.status(), outcome, None, 0);
+        tokio::task::block_in_place(|| server.audit.record_unsynced(&r));
+        resp
+    };
     if req.method() != hyper::Method::GET {
         let r = error_response(
             StatusCode::METHOD_NOT_ALLOWED,
             "only GET is served (docs/api.md)",
         );
-        return done(&rec, r, "method not allowed");
+        return refused(&mut rec, r, "method not allowed");
     }
     if path == "/healthz" {
         // No authentication and no audit line: load balancers poll it.
@@ -554,7 +751,7 @@ async fn handle(
                 StatusCode::UNAUTHORIZED,
                 "authentication required: send `Authorization: Bearer TOKEN` (capsule token add)",
             );
-            return done(&rec, r, "unauthorized: no bearer token");
+            return refused(&mut rec, r, "unauthorized: no bearer token");
         }
         Some(t) => match tokio::task::block_in_place(|| server.tokens.check(t)) {
             crate::tokens::Auth::User(u) => u,
@@ -562,11 +759,11 @@ async fn handle(
                 // The same answer as an unknown token; the audit log says whose it was.
                 let r = error_response(StatusCode::UNAUTHORIZED, "the bearer token is not valid");
                 rec.user = Some(u);
-                return done(&rec, r, "unauthorized: expired token");
+                return refused(&mut rec, r, "unauthorized: expired token");
             }
             crate::tokens::Auth::Unknown => {
                 let r = error_response(StatusCode::UNAUTHORIZED, "the bearer token is not valid");
-                return done(&rec, r, "unauthorized: unknown token (or revoked)");
+                return refused(&mut rec, r, "unauthorized: unknown token (or revoked)");
             }
         },
     };
@@ -993,8 +1190,15 @@ async fn packets(server: Arc<Server>, q: Option<&str>, rec: Record, user: &str) 
         max_time: server.max_time,
         stopped: None,
     };
-    let s2 = server.clone();
-    tokio::task::spawn_blocking(move || export_thread(s2, opts, w, rec, slot));
+    let audit = Arc::new(StreamAudit {
+        server: server.clone(),
+        rec,
+        end: Mutex::new(None),
+        delivered: AtomicU64::new(0),
+        finished: AtomicBool::new(false),
+    });
+    let (s2, a2) = (server.clone(), audit.clone());
+    tokio::task::spawn_blocking(move || export_thread(s2, opts, w, a2, slot));
     // The status waits for the first chunk (or the failure before it): an error found
     // before any byte is an error response, not a cut file.
     let (ctype, name) = match format {
@@ -1004,6 +1208,8 @@ async fn packets(server: Arc<Server>, q: Option<&str>, rec: Record, user: &str) 
     match rx.recv().await {
         Some(Msg::Data(first)) => Response::builder()
             .header("content-type", ctype)
+            // Declared, as HTTP/1.1 asks, so a partial answer can say so at its end.
+            .header(hyper::header::TRAILER, super::PARTIAL_HEADER)
             .header(
                 "content-disposition",
                 format!("attachment; filename=\"{name}\""),
@@ -1012,10 +1218,11 @@ async fn packets(server: Arc<Server>, q: Option<&str>, rec: Record, user: &str) 
                 first: Some(first),
                 rx,
                 abort,
+                audit,
             })
             .expect("a valid response"),
         Some(Msg::Fail(status, msg)) => error_response(status, &msg),
-        None => error_response(
+        Some(Msg::Trailers(_)) | None => error_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the export ended without an answer",
         ),
