@@ -7,8 +7,13 @@
 //! waits for a scrape: `STORE/capture-status.json` (rewritten each second), the segment
 //! directory's listing, the oldest segment's footer and the open segment's block headers
 //! (for the retention horizon and the freshness lag), the saved budgets, and statvfs of the
-//! store's file system. The server is one thread (tiny_http) answering one request at a
-//! time; a scrape costs a few small reads.
+//! store's file system. A scrape costs a few small reads.
+//!
+//! The server is one thread running a single-threaded tokio runtime: every connection is a
+//! task, not a thread, at most [`Limits::connections`] of them at once (one more is closed
+//! unanswered); a connection has [`Limits::request_time`] to send its request and is closed
+//! after the answer. So whoever can reach the port can hold at most that many of capture's
+//! file descriptors, for at most that long each, and never a thread.
 
 use std::path::{Path, PathBuf};
 
@@ -393,54 +398,232 @@ pub fn render(store: &Path) -> String {
     out
 }
 
+/// How much of the process the metrics endpoint may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections open at once; one past them is closed at once, unanswered.
+    pub connections: usize,
+    /// Time a connection has to send its request head; it is then closed.
+    pub request_time: std::time::Duration,
+    /// Time the answer may take to be written.
+    pub write_time: std::time::Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            connections: 32,
+            request_time: std::time::Duration::from_secs(5),
+            write_time: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+/// The longest request head read, in bytes (a scrape's is a few hundred).
+const MAX_HEAD: usize = 8192;
+
 /// Binds `addr` and serves `GET /metrics` for the store at `store` on a thread of its own,
-/// for the life of the process. Returns the address bound (port 0 picks one).
+/// for the life of the process. Returns the address bound (port 0 picks one). An address
+/// on every interface (`0.0.0.0`, `[::]`) is served with a warning: anyone who reaches the
+/// port reads the figures.
 pub fn serve(addr: &str, store: &Path) -> Result<std::net::SocketAddr> {
-    let server = tiny_http::Server::http(addr)
-        .map_err(|e| anyhow::anyhow!("{e}"))
+    serve_with(addr, store, Limits::default())
+}
+
+/// [`serve`] with other limits (the tests' short timeouts).
+pub fn serve_with(addr: &str, store: &Path, limits: Limits) -> Result<std::net::SocketAddr> {
+    let listener = std::net::TcpListener::bind(addr)
         .with_context(|| format!("cannot listen for metrics on {addr}"))?;
-    let bound = server
-        .server_addr()
-        .to_ip()
-        .context("the metrics listener has no IP address")?;
+    listener
+        .set_nonblocking(true)
+        .context("cannot make the metrics listener non-blocking")?;
+    let bound = listener
+        .local_addr()
+        .context("the metrics listener has no address")?;
+    if bound.ip().is_unspecified() {
+        crate::logging::note(&format!(
+            "capsule: warning: --metrics {addr} listens on every interface: anyone who \
+             reaches port {} reads the store's figures (interfaces, traffic, disk); give a \
+             loopback or management address",
+            bound.port()
+        ));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .max_blocking_threads(1)
+        .build()
+        .context("cannot start the metrics runtime")?;
     let store = store.to_path_buf();
     std::thread::Builder::new()
         .name("capsule-metrics".into())
-        .spawn(move || {
-            for req in server.incoming_requests() {
-                let (code, body, ctype) = match (req.method(), req.url()) {
-                    (tiny_http::Method::Get, "/metrics") => (
-                        200,
-                        render(&store),
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    ),
-                    (tiny_http::Method::Get, _) => (
-                        404,
-                        "not found: the metrics are at /metrics\n".to_string(),
-                        "text/plain; charset=utf-8",
-                    ),
-                    _ => (
-                        405,
-                        "only GET is served\n".to_string(),
-                        "text/plain; charset=utf-8",
-                    ),
-                };
-                let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes())
-                    .expect("a valid header");
-                let resp = tiny_http::Response::from_string(body)
-                    .with_status_code(code)
-                    .with_header(header);
-                // A client gone mid-answer is its own problem.
-                let _ = req.respond(resp);
-            }
-        })
+        .spawn(move || rt.block_on(accept_loop(listener, store, limits)))
         .context("cannot start the metrics thread")?;
     Ok(bound)
+}
+
+async fn accept_loop(listener: std::net::TcpListener, store: PathBuf, limits: Limits) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            crate::logging::note(&format!("capsule: error: the metrics listener: {e}"));
+            return;
+        }
+    };
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.connections));
+    loop {
+        let conn = match listener.accept().await {
+            Ok((conn, _)) => conn,
+            Err(e) => {
+                // Out of descriptors or a connection reset before it was taken: the
+                // listener stays; try again shortly.
+                let _ = e;
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            drop(conn); // over the cap: closed, unanswered
+            continue;
+        };
+        let store = store.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            answer(conn, &store, limits).await;
+        });
+    }
+}
+
+/// Reads one request head within the limits, answers it and closes the connection.
+async fn answer(mut conn: tokio::net::TcpStream, store: &Path, limits: Limits) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = Vec::with_capacity(512);
+    let read = tokio::time::timeout(limits.request_time, async {
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_HEAD {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        true
+    })
+    .await;
+    if read != Ok(true) {
+        return; // too slow, gone, or no request: closed
+    }
+    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
+    let mut words = line.split(|&b| b == b' ');
+    let (method, target) = (
+        words.next().unwrap_or_default(),
+        words.next().unwrap_or_default(),
+    );
+    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+    let (status, body, ctype) = match (method, path) {
+        (b"GET", b"/metrics") => {
+            let store = store.to_path_buf();
+            let text = tokio::task::spawn_blocking(move || render(&store))
+                .await
+                .unwrap_or_default();
+            (
+                "200 OK",
+                text,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )
+        }
+        (b"GET", _) => (
+            "404 Not Found",
+            "not found: the metrics are at /metrics\n".to_string(),
+            "text/plain; charset=utf-8",
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "only GET is served\n".to_string(),
+            "text/plain; charset=utf-8",
+        ),
+    };
+    let resp = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    // A client gone or too slow mid-answer is its own problem.
+    let _ = tokio::time::timeout(limits.write_time, async {
+        conn.write_all(resp.as_bytes()).await?;
+        conn.shutdown().await
+    })
+    .await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// GETs `/metrics` on a fresh connection: the status line, or `None` when the server
+    /// closed it unanswered.
+    fn scrape(addr: std::net::SocketAddr) -> Option<String> {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let _ = c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        let mut text = String::new();
+        let _ = c.read_to_string(&mut text);
+        text.lines().next().map(str::to_string)
+    }
+
+    /// Idle connections hold at most the cap, for at most the request time; one past the
+    /// cap is closed unanswered and a scrape is answered again once the idle ones are shut.
+    /// Before, every connection got a thread and an fd for as long as it stayed open.
+    #[test]
+    fn idle_connections_are_capped_and_timed_out() {
+        use std::io::Read;
+        let d = tempfile::tempdir().unwrap();
+        capsule_store::Store::create_or_open(d.path()).unwrap();
+        let limits = Limits {
+            connections: 4,
+            request_time: std::time::Duration::from_millis(700),
+            write_time: std::time::Duration::from_secs(5),
+        };
+        let addr = serve_with("127.0.0.1:0", d.path(), limits).unwrap();
+        assert!(scrape(addr).unwrap().starts_with("HTTP/1.1 200"));
+        let mut idle: Vec<_> = (0..4)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let t0 = std::time::Instant::now();
+        assert_eq!(
+            scrape(addr),
+            None,
+            "a fifth connection must be closed unanswered"
+        );
+        assert!(t0.elapsed() < std::time::Duration::from_millis(600));
+        // The server shuts the idle ones after the request time.
+        for c in &mut idle {
+            c.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            let mut b = [0u8; 16];
+            let n = c.read(&mut b).unwrap_or(0);
+            assert_eq!(n, 0, "an idle connection was answered");
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(3));
+        let mut status = scrape(addr);
+        for _ in 0..20 {
+            if status.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            status = scrape(addr);
+        }
+        assert!(status.unwrap().starts_with("HTTP/1.1 200"));
+        // Other paths and methods are answered, and closed.
+        use std::io::Write;
+        let mut c = std::net::TcpStream::connect(addr).unwrap();
+        c.write_all(b"POST /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut text = String::new();
+        c.read_to_string(&mut text).unwrap();
+        assert!(text.starts_with("HTTP/1.1 405"), "{text}");
+    }
 
     #[test]
     fn an_empty_store_still_renders_build_info_and_disk() {
