@@ -988,6 +988,71 @@ fn a_capture_on_a_full_disk_keeps_running_and_its_status_stays_current() {
     );
 }
 
+/// What a disk looked like while `input` was sent at `mbps`: the least free space, the
+/// most bytes of segments, and the curve (seconds, bytes used on the file system, bytes of
+/// segments), one sample every 100 ms.
+struct DiskCurve {
+    size: u64,
+    least_free: u64,
+    most_stored: u64,
+    curve: Vec<(f64, u64, u64)>,
+}
+
+impl DiskCurve {
+    fn sample_while_sending(
+        link: &Link,
+        input: &Path,
+        mbps: &str,
+        fs: &Path,
+        store: &Path,
+    ) -> Self {
+        let size = df(fs).1;
+        let (mut least_free, mut most_stored) = (u64::MAX, 0);
+        let mut curve = Vec::new();
+        let t0 = std::time::Instant::now();
+        std::thread::scope(|s| {
+            let sending = s.spawn(|| link.send(input, mbps));
+            while !sending.is_finished() {
+                let free = df(fs).0;
+                let stored = segments_dir_bytes(store);
+                least_free = least_free.min(free);
+                most_stored = most_stored.max(stored);
+                curve.push((t0.elapsed().as_secs_f64(), size - free.min(size), stored));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            sending.join().unwrap();
+        });
+        DiskCurve {
+            size,
+            least_free,
+            most_stored,
+            curve,
+        }
+    }
+
+    /// Printed about every 1.5 s (`--nocapture`): the note's disk-usage curve.
+    fn print(&self, what: &str) {
+        let step = (self.curve.len() / 12).max(1);
+        let points: Vec<String> = self
+            .curve
+            .iter()
+            .step_by(step)
+            .map(|(t, used, stored)| {
+                format!(
+                    "{t:.1}s {:.1}/{:.1}",
+                    *used as f64 / 1048576.0,
+                    *stored as f64 / 1048576.0
+                )
+            })
+            .collect();
+        eprintln!(
+            "{what} disk curve (MiB used on the {:.0} MiB tmpfs / MiB of segments): {}",
+            self.size as f64 / 1048576.0,
+            points.join(", ")
+        );
+    }
+}
+
 /// [ops] retention budgets on a live capture: onto a 32 MiB tmpfs, several times its size of
 /// traffic, first with `--min-free 40%`, then (restarted without any budget flag) with the
 /// saved budget, then with `--max-bytes 8M`: capture never stops, the free space never falls
@@ -1025,43 +1090,9 @@ fn a_capture_keeps_its_budgets_across_a_restart_and_never_fills_the_disk() {
         let mut more = vec!["--level", "store"];
         more.extend_from_slice(flags);
         let (mut cap, _) = start_capture(&link, &store, Mode::Afpacket, &more);
-        let mut least_free = u64::MAX;
-        let mut most_stored = 0;
-        let size = df(&fs.dir).1;
-        // The disk-usage curve: (seconds into the round, bytes used on the file system,
-        // bytes of segments), one sample every 100 ms.
-        let mut curve: Vec<(f64, u64, u64)> = Vec::new();
-        let t0 = std::time::Instant::now();
-        std::thread::scope(|s| {
-            let sending = s.spawn(|| link.send(&input, "150"));
-            while !sending.is_finished() {
-                let free = df(&fs.dir).0;
-                let stored = segments_dir_bytes(&store);
-                least_free = least_free.min(free);
-                most_stored = most_stored.max(stored);
-                curve.push((t0.elapsed().as_secs_f64(), size - free.min(size), stored));
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            sending.join().unwrap();
-        });
-        // Printed about every 1.5 s (`--nocapture`): the note's disk-usage curve.
-        let step = (curve.len() / 12).max(1);
-        let points: Vec<String> = curve
-            .iter()
-            .step_by(step)
-            .map(|(t, used, stored)| {
-                format!(
-                    "{t:.1}s {:.1}/{:.1}",
-                    *used as f64 / 1048576.0,
-                    *stored as f64 / 1048576.0
-                )
-            })
-            .collect();
-        eprintln!(
-            "round {round} disk curve (MiB used on the {:.0} MiB tmpfs / MiB of segments): {}",
-            size as f64 / 1048576.0,
-            points.join(", ")
-        );
+        let c = DiskCurve::sample_while_sending(&link, &input, "150", &fs.dir, &store);
+        c.print(&format!("round {round}"));
+        let (size, least_free, most_stored) = (c.size, c.least_free, c.most_stored);
         assert_still_running(&mut cap, "after several disks' worth of traffic");
         let stopped = cap.stop();
         assert_clean_exit(&stopped);
@@ -1093,6 +1124,95 @@ fn a_capture_keeps_its_budgets_across_a_restart_and_never_fills_the_disk() {
         horizons.windows(2).all(|w| w[0] < w[1]),
         "the retention horizon moves forward: {horizons:?}"
     );
+}
+
+/// A small disk never wedges capture, whatever the budget (issue [mend-store] 5): onto a
+/// 64 MiB tmpfs, at the default segment size (1 GiB), about four disks' worth of traffic
+/// per round, with `--min-free 25%`, with no budget (the default floor) and with
+/// `--max-bytes 40M` in turn: the disk never passes the budget (free space and store size
+/// sampled every 100 ms), nothing is dropped for a full disk, and the newest packets are
+/// stored. Before, the one open segment filled the disk with nothing sealed to delete:
+/// 183,521 of 256,900 packets dropped as "disk full", for as long as traffic flowed.
+#[test]
+fn a_small_disk_never_wedges_capture_whatever_the_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = Tmpfs::mount(&tmp.path().join("fs"), "64m");
+    let input = tmp.path().join("f.pcap");
+    let truth = synth(
+        &input,
+        &tmp.path().join("truth.json"),
+        15,
+        "2s",
+        "1000M",
+        None,
+    );
+    assert!(
+        truth.bytes > 3 * (64 << 20),
+        "the traffic must be several disks' worth"
+    );
+    let link = Link::new();
+    for (round, flags) in [
+        &["--min-free", "25%"][..],
+        &[][..],
+        &["--min-free", "none", "--max-bytes", "40M"][..],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let store = fs.dir.join(format!("store{round}"));
+        let mut extra = vec!["--mode", Mode::Afpacket.arg()];
+        extra.extend_from_slice(flags);
+        let mut cap = Capture::start(&link.b.name, &link.if_b, &store, &extra);
+        cap.wait_ready_or_exit(&link.if_b)
+            .unwrap_or_else(|exited| panic!("{exited}"));
+        let c = DiskCurve::sample_while_sending(&link, &input, "300", &fs.dir, &store);
+        let sent_until = now_ns();
+        std::thread::sleep(Duration::from_millis(1500));
+        c.print(&format!("round {round} {flags:?}"));
+        let (size, least_free, most_stored) = (c.size, c.least_free, c.most_stored);
+        assert_still_running(&mut cap, "after four disks' worth of traffic");
+        let stopped = cap.stop();
+        assert_clean_exit(&stopped);
+        assert!(
+            !stopped.stdout.contains("disk full") && !stopped.stderr.contains("disk full"),
+            "round {round} {flags:?}: the disk filled: {}{}",
+            stopped.stdout,
+            stopped.stderr
+        );
+        match round {
+            // The floor (25%, or the default 10% of a small disk), less what is written
+            // between two reads of the free space (a second apart: blocks are counted as
+            // written, the side index's files are not) and tmpfs's own accounting.
+            0 | 1 => {
+                let floor = size * if round == 0 { 25 } else { 10 } / 100;
+                assert!(
+                    least_free + (2 << 20) >= floor,
+                    "round {round}: {least_free} bytes free at the least, floor {floor}"
+                );
+            }
+            _ => assert!(
+                most_stored <= (40 << 20) + (1 << 20),
+                "round {round}: the store held {most_stored} bytes, budget 40 MiB"
+            ),
+        }
+        // The newest packets are stored: the last packet held is from the end of sending.
+        let newest = segments(&store)
+            .iter()
+            .filter_map(|s| s.last_ns)
+            .max()
+            .unwrap();
+        assert!(
+            newest + 2_000_000_000 > sent_until,
+            "round {round}: the newest packet held is {} ms before sending ended",
+            (sent_until - newest) / 1_000_000
+        );
+        eprintln!(
+            "round {round} {flags:?}: least free {least_free} of {size} bytes, store at most \
+             {most_stored} bytes, {} segments",
+            segments(&store).len()
+        );
+        std::fs::remove_dir_all(&store).unwrap();
+    }
 }
 
 /// [ops] observability: `capture --metrics 127.0.0.1:0` serves Prometheus metrics; scraped

@@ -419,3 +419,78 @@ fn verify_names_a_missing_index_and_repair_rebuilds_it() {
     run_ok(capsule().args(["verify", "--store", p(&store)]));
     run_ok(capsule().args(["top", "--store", p(&store)]));
 }
+
+/// A segment deleted from the middle (an `rm`, a restore that missed a file) is a named gap:
+/// the store's ledger of sealed segments still records it, so `query`, `flows` and the
+/// analytics answer exit 3 over its span naming it, `verify` reports it, and a window
+/// that misses its span is whole. Segments retention deleted are never named (the ledger
+/// records those deletions), and a store made before the ledger gets one at the next write.
+/// Before, `query --count` answered without the segment's packets, exit 0, and `verify`
+/// said "0 problem(s)".
+#[test]
+fn a_segment_deleted_from_the_middle_is_a_named_gap() {
+    let d = tempfile::tempdir().unwrap();
+    let (store, input, total) = store(d.path());
+    let segs = segments(&store);
+    let second = &segs[1];
+    std::fs::remove_file(&second.path).unwrap();
+    let (code, packets, err) = count(&store, &[]);
+    assert_eq!(code, Some(3), "a deleted segment answered as whole: {err}");
+    assert_eq!(packets, total - second.packets);
+    assert!(
+        err.contains(&format!("segment {} (", second.seq))
+            && err.contains("the file is missing")
+            && err.contains(&format!("sealed with {} packets", second.packets)),
+        "the gap is not named: {err}"
+    );
+    for cmd in ["flows", "top", "tcp", "dscp"] {
+        let out = run(capsule().args([cmd, "--store", p(&store)]));
+        assert_eq!(out.status.code(), Some(3), "{cmd}: {}", stderr_str(&out));
+    }
+    let out = run(capsule().args(["verify", "--store", p(&store)]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout_str(&out).contains("the file is missing"),
+        "{}",
+        stdout_str(&out)
+    );
+    // A window that ends before the gap is whole.
+    let to = format!("@{}", segs[0].last_ns.unwrap());
+    let (code, _, err) = count(&store, &["--to", &to]);
+    assert_eq!(code, Some(0), "{err}");
+
+    // Retention's deletions are not gaps: import into a store with a byte budget that
+    // keeps about two segments.
+    let kept = d.path().join("kept");
+    import_ok(
+        &kept,
+        &[
+            "--block-size",
+            "64K",
+            "--segment-size",
+            "2M",
+            "--max-bytes",
+            "5M",
+        ],
+        &[p(&input)],
+    );
+    assert!(
+        segments(&kept).first().unwrap().seq > 1,
+        "retention deleted none"
+    );
+    let (code, _, err) = count(&kept, &[]);
+    assert_eq!(code, Some(0), "retention's deletions named as gaps: {err}");
+    run_ok(capsule().args(["verify", "--store", p(&kept)]));
+
+    // A store without a ledger (made before it): the next write records what is there.
+    let old = d.path().join("old");
+    import_ok(&old, &["--segment-size", "2M"], &[p(&input)]);
+    std::fs::remove_file(old.join("segments/ledger")).unwrap();
+    import_ok(&old, &["--segment-size", "2M"], &[p(&input)]);
+    let ledger = std::fs::read_to_string(old.join("segments/ledger")).unwrap();
+    assert_eq!(
+        ledger.lines().count(),
+        segments(&old).len(),
+        "one line per segment: {ledger}"
+    );
+}

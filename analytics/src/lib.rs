@@ -111,6 +111,9 @@ pub struct Limits {
     pub unseen_blocks: Vec<(u64, Vec<usize>)>,
     /// Damaged journal records skipped.
     pub journal_notes: Vec<(u64, String)>,
+    /// Segments the store's ledger records whose files are gone, in the window: what
+    /// they held is missing (segment, what the ledger says).
+    pub missing_segments: Vec<(u64, String)>,
     /// Packets dropped by capture, as the binary found them (capture status), with when.
     pub drops: Option<String>,
     /// Flows the window cuts, whose per-value DSCP counters are scaled from the whole record.
@@ -141,6 +144,10 @@ impl Limits {
             why.push(format!(
                 "damaged index journal records of segment(s) {segs:?}"
             ));
+        }
+        if !self.missing_segments.is_empty() {
+            let segs: Vec<u64> = self.missing_segments.iter().map(|(s, _)| *s).collect();
+            why.push(format!("the file of segment(s) {segs:?} is missing"));
         }
         why
     }
@@ -174,6 +181,9 @@ impl Limits {
         }
         for (seq, why) in &self.journal_notes {
             out.push(format!("open segment {seq}: index journal: {why}"));
+        }
+        for (seq, why) in &self.missing_segments {
+            out.push(format!("segment {seq}: {why}"));
         }
         if let Some(d) = &self.drops {
             out.push(d.clone());
@@ -238,6 +248,14 @@ pub fn load(
             (at, at)
         }
     };
+    let listed = store.list().map_err(err)?;
+    let missing_segments = store
+        .missing_segments(&listed)
+        .map_err(err)?
+        .into_iter()
+        .filter(|m| m.overlaps(qf, qt))
+        .map(|m| (m.sealed.seq, m.problem()))
+        .collect();
     let horizon = held_from.filter(|&h| q.from_ns.is_some_and(|f| f < h));
     let limits = Limits {
         held_from_ns: held_from,
@@ -250,6 +268,7 @@ pub fn load(
         damaged_indexes: listing.damaged_index,
         unseen_blocks: listing.unseen,
         journal_notes: listing.journal_notes,
+        missing_segments,
         drops: None,
         approximate_flows: listing.flows.iter().filter(|f| f.approximate).count(),
         invisible: INVISIBLE,

@@ -203,6 +203,7 @@ fn lost_in_window(segments: &[SegmentReader], query: &Query) -> Vec<capsule_stor
                     seq: seg.seq(),
                     path: seg.path().to_path_buf(),
                     problem: format!("bytes {}..{}: {}", d.offset, d.offset + d.len, d.problem),
+                    span: Some((start, end.saturating_sub(1))),
                 });
             }
         }
@@ -231,7 +232,15 @@ impl Window {
             blocks_read: the_plan.blocks_read(),
             unindexed: the_plan.unindexed.clone(),
             damaged_index: the_plan.damaged_index.clone(),
-            unreadable,
+            // A segment whose span is known (a missing one, from the ledger) counts only
+            // when the window reaches it.
+            unreadable: unreadable
+                .into_iter()
+                .filter(|u| {
+                    let (from, to) = query.window();
+                    u.reaches(from, to)
+                })
+                .collect(),
             ..Default::default()
         };
         let mut plan: Vec<Planned> = the_plan

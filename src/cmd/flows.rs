@@ -182,7 +182,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     } else {
         eprintln!(
-            "capsule: the answer is partial: damaged data was skipped (exit status {})",
+            "capsule: the answer is partial: damaged or missing data was skipped (exit status {})",
             super::PARTIAL
         );
         Ok(ExitCode::from(super::PARTIAL))

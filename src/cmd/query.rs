@@ -140,7 +140,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         );
     }
     eprintln!(
-        "capsule: the answer is partial: damaged data was skipped (exit status {})",
+        "capsule: the answer is partial: damaged or missing data was skipped (exit status {})",
         super::PARTIAL
     );
     Ok(ExitCode::from(super::PARTIAL))
@@ -229,7 +229,7 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
         Some(why) => {
             eprintln!("capsule: warning: {url} says: {why}");
             eprintln!(
-                "capsule: the answer is partial: damaged data was skipped (exit status {})",
+                "capsule: the answer is partial: damaged or missing data was skipped (exit status {})",
                 super::PARTIAL
             );
             Ok(ExitCode::from(super::PARTIAL))

@@ -444,11 +444,17 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     say!(
                         "  blocks written: {level} at the configured level, {fast} at -10, \
                          {fastest} at -1000, {stored} stored uncompressed; {}{}",
-                        if p.disk_bound {
+                        if s.drop_causes.disk_full > 0 {
+                            format!(
+                                "the disk filled: {} packets were dropped for want of room",
+                                s.drop_causes.disk_full
+                            )
+                        } else if p.disk_bound {
                             "the disk is busy (the writer spends half its time writing; \
                              blocks that queue for it are compressed at the configured level)"
+                                .to_string()
                         } else {
-                            "the disk keeps up"
+                            "the disk keeps up".to_string()
                         },
                         match p.readers_behind {
                             0 => String::new(),

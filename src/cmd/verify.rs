@@ -72,6 +72,18 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
             }
         }
     }
+    // Segments the ledger records as sealed whose files are gone: nothing can rebuild
+    // them, so --repair leaves them named (the store's retention forgets them once it
+    // has deleted every segment before them).
+    for m in store.missing_segments(&entries)? {
+        problems.push(Problem {
+            detail: m.problem(),
+            path: m.path,
+            what: "segment",
+            offset: None,
+            len: None,
+        });
+    }
     drop(lock);
     if a.json {
         let v = serde_json::json!({

@@ -46,6 +46,7 @@ pub mod error;
 pub mod format;
 pub mod fsx;
 pub mod indexer;
+pub mod ledger;
 pub mod segment;
 mod seq;
 pub mod store;

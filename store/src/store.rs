@@ -257,6 +257,17 @@ impl Store {
         Ok(max)
     }
 
+    /// The segments the ledger records as sealed (and capsule did not delete) that are not
+    /// in `listed`, a listing of the segment directory made just before; none for a store
+    /// without a ledger.
+    pub fn missing_segments(&self, listed: &[SegmentEntry]) -> Result<Vec<crate::ledger::Missing>> {
+        let dir = self.segments_dir();
+        Ok(match crate::ledger::read(&dir)? {
+            Some(l) => crate::ledger::missing(&dir, &l, listed),
+            None => Vec::new(),
+        })
+    }
+
     /// Opens every segment for reading. Segments that vanish while being opened (retention)
     /// are skipped; an open segment sealed meanwhile is opened under its sealed name. A
     /// segment that cannot be read at all (its head is damaged) is skipped with a warning in
@@ -271,10 +282,23 @@ impl Store {
 
     /// Opens every segment for reading, and names those that cannot be read: damage in one
     /// segment never stops a command from reading the others.
+    ///
+    /// A segment the store's ledger records as sealed whose file is gone (removed outside
+    /// capsule) is named too, with the span it held ([`Unreadable::span`]).
     pub fn open_segments_checked(&self) -> Result<(Vec<SegmentReader>, Vec<Unreadable>)> {
         let mut out = Vec::new();
         let mut unreadable = Vec::new();
-        for e in self.list()? {
+        let listed = self.list()?;
+        // Read after the listing: retention records a deletion before it unlinks.
+        for m in self.missing_segments(&listed)? {
+            unreadable.push(Unreadable {
+                seq: m.sealed.seq,
+                problem: m.problem(),
+                span: Some((m.sealed.first_ns, m.sealed.last_ns)),
+                path: m.path,
+            });
+        }
+        for e in listed {
             match SegmentReader::open(&e.path) {
                 Ok(r) => out.push(r),
                 Err(err) if err.is_not_found() => {
@@ -304,6 +328,10 @@ pub struct Unreadable {
     pub path: PathBuf,
     /// The error and its causes, as one line.
     pub problem: String,
+    /// The first and last packet time it held, when known (a missing segment's, from the
+    /// ledger): an answer whose window misses the span is whole. `None`: unknown, so every
+    /// answer may miss what it held.
+    pub span: Option<(u64, u64)>,
 }
 
 impl Unreadable {
@@ -312,7 +340,13 @@ impl Unreadable {
             seq,
             path,
             problem: crate::error::chain(err),
+            span: None,
         }
+    }
+
+    /// Whether the window `[from_ns, to_ns)` may reach what the segment held.
+    pub fn reaches(&self, from_ns: u64, to_ns: u64) -> bool {
+        self.span.is_none_or(|(a, b)| a < to_ns && b >= from_ns)
     }
 }
 

@@ -327,6 +327,14 @@ impl WriterThread {
                 crate::error::chain(&e)
             );
         }
+        if let Err(e) = crate::ledger::record_sealed(&self.dir, &(&s).into()) {
+            // The next writer's open adds the line from the segment's footer.
+            tracing::warn!(
+                seq = s.seq,
+                "cannot record the seal in the ledger: {}",
+                crate::error::chain(&e)
+            );
+        }
         self.retention.grew(s.bytes - before);
         self.retention.sealed_one(
             SegmentEntry {

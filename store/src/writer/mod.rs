@@ -474,6 +474,10 @@ impl OpenBlock {
     }
 }
 
+/// A segment is sealed at most at this fraction of the room the free-space floor leaves the
+/// store when it opens (and at a quarter of a byte budget).
+const SEGMENTS_IN_ROOM: u64 = 8;
+
 /// Replaces a running writer's retention budgets ([`StoreWriter::budget_handle`]).
 #[derive(Debug, Clone)]
 pub struct BudgetHandle {
@@ -716,6 +720,25 @@ impl StoreWriter {
         let next_seq = crate::seq::next(&dir, store.highest_seq()?)?;
         let mut retention = Retention::new(&dir, sealed, &budgets);
         open.iter().for_each(|e| retention.grew(e.bytes));
+        // A segment must stay a small part of what the free-space floor leaves the store:
+        // retention can only delete sealed segments, so an open segment as large as the
+        // room would fill the disk with nothing to delete (a 64 MiB disk and 1 GiB
+        // segments wedged capture). An eighth: the open segment, one being compacted and
+        // its copy, and the sealed ones retention deletes from all fit.
+        if let Some(room) = retention.room_above_floor() {
+            let cap = (room / SEGMENTS_IN_ROOM).max(cfg.block_bytes as u64);
+            if cap < cfg.segment_bytes {
+                tracing::info!(
+                    "segments are sealed at {cap} bytes instead of {}: the store has room \
+                     for {room} bytes above its free-space floor",
+                    cfg.segment_bytes
+                );
+                cfg.segment_bytes = cap;
+            }
+        }
+        if cfg.compact && (matches!(cfg.level, Level::Zstd(_)) || cfg.age_tier.is_some()) {
+            retention.reserve(cfg.segment_bytes);
+        }
         // Derived data: rebuild what a crash (or an older build) left without it. It can
         // always be rebuilt later (`capsule reindex`, or the next writer): an error here is
         // logged, and writing goes on.
@@ -766,6 +789,15 @@ impl StoreWriter {
                     Err(err) => return Err(err),
                 }
             }
+        }
+        // The ledger: a line for every sealed segment it lacks (a store older than the
+        // ledger, a segment recovered now, a crash between a seal and its line).
+        let sealed_now: Vec<_> = retention.sealed().cloned().collect();
+        if let Err(e) = crate::ledger::reconcile(&dir, &sealed_now) {
+            tracing::warn!(
+                "cannot bring the ledger of sealed segments up to date: {}",
+                crate::error::chain(&e)
+            );
         }
         report.existing_segments = retention.sealed().count() + report.left_open.len();
         report.deleted = retention.make_room(indexer.as_mut(), 0)?;

@@ -66,6 +66,9 @@ pub(super) struct Retention {
     max_age: Option<Duration>,
     /// The newest packet time written or held.
     newest_ns: u64,
+    /// Room kept beside the budgets for what the writer's own threads write outside them:
+    /// the compactor's temporary copy of a segment ([`Retention::reserve`]).
+    reserve: u64,
 }
 
 impl Retention {
@@ -105,6 +108,7 @@ impl Retention {
             }),
             max_age: b.max_age,
             newest_ns,
+            reserve: 0,
         }
     }
 
@@ -219,12 +223,25 @@ impl Retention {
         let Some(held) = self.sealed.pop_front() else {
             return Ok(None);
         };
+        // The ledger first: a reader never sees the file gone and the segment still
+        // recorded. On a full disk the line may not fit until the file is gone: then after.
+        let recorded = crate::ledger::record_deleted(&self.dir, held.entry.seq);
         match crate::fsx::remove(&held.entry.path, "delete old segment") {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
             Err(e) => {
                 self.sealed.push_front(held);
                 return Err(e);
+            }
+        }
+        if recorded.is_err() {
+            if let Err(e) = crate::ledger::record_deleted(&self.dir, held.entry.seq) {
+                tracing::warn!(
+                    seq = held.entry.seq,
+                    "cannot record the deletion in the ledger (readers will name the \
+                     segment missing): {}",
+                    crate::error::chain(&e)
+                );
             }
         }
         let seg = held.entry;
@@ -275,10 +292,30 @@ impl Retention {
         Ok(deleted)
     }
 
+    /// Keeps `bytes` of room beside the budgets: the compactor writes a segment's new copy
+    /// before the old one goes, bytes retention does not see written.
+    pub(super) fn reserve(&mut self, bytes: u64) {
+        self.reserve = bytes;
+    }
+
+    /// The most the store can hold under its free-space floor: its bytes now plus the free
+    /// space above the floor, read now (`None` without a floor, or when the file system
+    /// cannot be read).
+    pub(super) fn room_above_floor(&self) -> Option<u64> {
+        let f = self.free.as_ref()?;
+        let (size, avail) = budget::disk_space(&self.dir).ok()?;
+        Some(
+            self.total
+                .saturating_add(avail)
+                .saturating_sub(f.floor.bytes(size)),
+        )
+    }
+
     /// Which budget writing `need` more bytes would break, if any and if a sealed segment
     /// is left to delete.
     fn over_budget(&mut self, need: u64) -> Option<Why> {
         let front = self.sealed.front()?;
+        let need = need.saturating_add(self.reserve);
         if self.max.is_some_and(|max| self.total + need > max) {
             return Some(Why::Bytes);
         }

@@ -1,0 +1,343 @@
+//! The ledger of sealed segments, `segments/ledger`: a durable record of every segment the
+//! store sealed and every one capsule deleted, so that a segment whose file is gone without
+//! capsule deleting it (an `rm`, a restore that missed a file) is a named gap in every
+//! answer over its span, not a silent one.
+//!
+//! One line per event, appended and fdatasynced when it happens:
+//!
+//! ```text
+//! sealed SEQ FIRST_NS LAST_NS PACKETS BYTES
+//! deleted SEQ
+//! ```
+//!
+//! A writer appends `sealed` when it seals a segment (capture, import, recovery), and
+//! `deleted` before retention unlinks a file: a reader that lists the directory first and
+//! reads the ledger after never takes a segment retention is deleting for a missing one.
+//! A line that does not parse (torn by a crash) is skipped. When a writer opens the store
+//! it adds a line for every sealed segment it finds without one (a store made before the
+//! ledger, or a crash between a seal and its line), records as deleted the missing ones
+//! older than every segment kept (retention would have deleted them by now), and rewrites
+//! the file without deleted segments once they make more than half of it.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Result, StoreError};
+use crate::fsx;
+use crate::segment::{self, SegmentReader, SegmentState};
+use crate::store::SegmentEntry;
+
+/// In `segments/`: the ledger.
+pub const LEDGER_FILE: &str = "ledger";
+
+/// A sealed segment as the ledger records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sealed {
+    pub seq: u64,
+    /// Time of its first and last packet (both 0 for a segment of no packets).
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+impl From<&segment::SealedSegment> for Sealed {
+    fn from(s: &segment::SealedSegment) -> Self {
+        Sealed {
+            seq: s.seq,
+            first_ns: s.first_ns,
+            last_ns: s.last_ns,
+            packets: s.packets,
+            bytes: s.bytes,
+        }
+    }
+}
+
+/// What the ledger holds: the sealed segments not deleted since, by number.
+#[derive(Debug, Clone, Default)]
+pub struct Ledger {
+    pub live: BTreeMap<u64, Sealed>,
+    /// Lines in the file, and of them the ones that did not parse.
+    pub lines: usize,
+    pub bad_lines: usize,
+}
+
+/// A segment the ledger records as sealed and not deleted whose file is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    pub path: PathBuf,
+    pub sealed: Sealed,
+}
+
+impl Missing {
+    /// Whether the window `[from_ns, to_ns)` reaches what the segment held.
+    pub fn overlaps(&self, from_ns: u64, to_ns: u64) -> bool {
+        self.sealed.packets > 0 && self.sealed.first_ns < to_ns && self.sealed.last_ns >= from_ns
+    }
+
+    /// What is wrong, in one line.
+    pub fn problem(&self) -> String {
+        let at = |ns: u64| {
+            humantime::format_rfc3339_nanos(
+                std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns),
+            )
+        };
+        format!(
+            "the file is missing: the store's ledger records segment {} sealed with {} \
+             packets ({} bytes) from {} to {}, and capsule did not delete it (removed or \
+             lost outside capsule?)",
+            self.sealed.seq,
+            self.sealed.packets,
+            self.sealed.bytes,
+            at(self.sealed.first_ns),
+            at(self.sealed.last_ns)
+        )
+    }
+}
+
+fn path_of(segments_dir: &Path) -> PathBuf {
+    segments_dir.join(LEDGER_FILE)
+}
+
+/// Reads the ledger of `segments_dir`; `None` when the store has none (made before it).
+pub fn read(segments_dir: &Path) -> Result<Option<Ledger>> {
+    let bytes = match fsx::read(&path_of(segments_dir), "read the ledger") {
+        Ok(b) => b,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut l = Ledger::default();
+    for line in String::from_utf8_lossy(&bytes).lines() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        l.lines += 1;
+        let w: Vec<&str> = line.split_ascii_whitespace().collect();
+        let num = |i: usize| w.get(i).and_then(|s| s.parse::<u64>().ok());
+        match (w.first().copied(), w.len()) {
+            (Some("sealed"), 6) => match (num(1), num(2), num(3), num(4), num(5)) {
+                (Some(seq), Some(first_ns), Some(last_ns), Some(packets), Some(bytes)) => {
+                    l.live.insert(
+                        seq,
+                        Sealed {
+                            seq,
+                            first_ns,
+                            last_ns,
+                            packets,
+                            bytes,
+                        },
+                    );
+                }
+                _ => l.bad_lines += 1,
+            },
+            (Some("deleted"), 2) => match num(1) {
+                Some(seq) => {
+                    l.live.remove(&seq);
+                }
+                None => l.bad_lines += 1,
+            },
+            _ => l.bad_lines += 1,
+        }
+    }
+    if l.bad_lines > 0 {
+        tracing::warn!(
+            "{}: {} line(s) do not parse (a crash mid-append?); skipped",
+            path_of(segments_dir).display(),
+            l.bad_lines
+        );
+    }
+    Ok(Some(l))
+}
+
+fn sealed_line(s: &Sealed) -> String {
+    format!(
+        "sealed {} {} {} {} {}\n",
+        s.seq, s.first_ns, s.last_ns, s.packets, s.bytes
+    )
+}
+
+/// Appends `text` to the ledger (created if missing) and syncs it. A line torn by an
+/// earlier crash is ended first, so it never swallows this one.
+fn append(segments_dir: &Path, text: &str) -> Result<()> {
+    let path = path_of(segments_dir);
+    let mut f = match fsx::open(&path, fsx::Open::Append, "append to the ledger") {
+        Ok(f) => f,
+        Err(e) if e.is_not_found() => {
+            let f = fsx::open(&path, fsx::Open::CreateNew, "create the ledger")?;
+            fsx::sync_dir(segments_dir)?;
+            f
+        }
+        Err(e) => return Err(e),
+    };
+    let len = f
+        .metadata()
+        .map_err(|e| StoreError::io("append to the ledger", &path, e))?
+        .len();
+    let mut text = text.to_string();
+    if len > 0 {
+        use std::os::unix::fs::FileExt;
+        let r = fsx::open(&path, fsx::Open::Read, "read the ledger")?;
+        let mut last = [0u8; 1];
+        r.read_exact_at(&mut last, len - 1)
+            .map_err(|e| StoreError::io("read the ledger", &path, e))?;
+        if last[0] != b'\n' {
+            text.insert(0, '\n');
+        }
+    }
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.sync_data())
+        .map_err(|e| StoreError::io("append to the ledger", &path, e))
+}
+
+/// Records that segment `s` was sealed.
+pub(crate) fn record_sealed(segments_dir: &Path, s: &Sealed) -> Result<()> {
+    append(segments_dir, &sealed_line(s))
+}
+
+/// Records that capsule is deleting segment `seq`: called before its file is unlinked.
+pub(crate) fn record_deleted(segments_dir: &Path, seq: u64) -> Result<()> {
+    append(segments_dir, &format!("deleted {seq}\n"))
+}
+
+/// The ledger entry of sealed segment `e`, from its footer (its block table).
+fn entry_of(e: &SegmentEntry) -> Result<Sealed> {
+    let r = SegmentReader::open(&e.path)?;
+    let with = || r.blocks().iter().filter(|b| b.packets > 0);
+    Ok(Sealed {
+        seq: e.seq,
+        first_ns: with().map(|b| b.first_ns).min().unwrap_or(0),
+        last_ns: with().map(|b| b.last_ns).max().unwrap_or(0),
+        packets: r.blocks().iter().map(|b| u64::from(b.packets)).sum(),
+        bytes: e.bytes,
+    })
+}
+
+/// At a writer's open: adds a line for each of the sealed segments `present` the ledger
+/// lacks, and rewrites it without deleted segments when they are most of it. Returns how
+/// many lines were added. A segment that cannot be read is left out (it is named by the
+/// readers as unreadable; nothing would be gained by recording a guess).
+pub(crate) fn reconcile(segments_dir: &Path, present: &[SegmentEntry]) -> Result<usize> {
+    let ledger = read(segments_dir)?.unwrap_or_default();
+    let mut added = Vec::new();
+    for e in present {
+        if e.state != SegmentState::Sealed || ledger.live.contains_key(&e.seq) {
+            continue;
+        }
+        match entry_of(e) {
+            Ok(s) => added.push(s),
+            Err(err) => tracing::warn!(
+                seq = e.seq,
+                "the ledger cannot record this segment: {}",
+                crate::error::chain(&err)
+            ),
+        }
+    }
+    // Missing segments older than every segment kept: retention would have deleted them
+    // by now, so their gap is no longer news (an operator's deliberate `rm` of the oldest
+    // is named until the store has moved past it).
+    let oldest = present
+        .iter()
+        .filter(|e| e.state == SegmentState::Sealed)
+        .map(|e| e.seq)
+        .min();
+    let have: std::collections::HashSet<u64> = present.iter().map(|e| e.seq).collect();
+    let expired: Vec<u64> = match oldest {
+        Some(o) => ledger
+            .live
+            .keys()
+            .copied()
+            .filter(|q| *q < o && !have.contains(q))
+            .collect(),
+        None => Vec::new(),
+    };
+    let live = ledger.live.len() + added.len() - expired.len();
+    if ledger.lines > 64 && ledger.lines > 2 * live {
+        let mut all: Vec<Sealed> = ledger
+            .live
+            .values()
+            .filter(|s| !expired.contains(&s.seq))
+            .copied()
+            .collect();
+        all.extend(added.iter().copied());
+        all.sort_by_key(|s| s.seq);
+        let text: String = all.iter().map(sealed_line).collect();
+        fsx::write_atomic(&path_of(segments_dir), text.as_bytes())?;
+    } else if !added.is_empty() || !expired.is_empty() {
+        let mut text: String = added.iter().map(sealed_line).collect();
+        text.extend(expired.iter().map(|q| format!("deleted {q}\n")));
+        append(segments_dir, &text)?;
+    }
+    Ok(added.len())
+}
+
+/// The segments `ledger` records as sealed whose files are not among `listed` (a listing
+/// of the directory made before the ledger was read).
+pub fn missing(segments_dir: &Path, ledger: &Ledger, listed: &[SegmentEntry]) -> Vec<Missing> {
+    let have: std::collections::HashSet<u64> = listed.iter().map(|e| e.seq).collect();
+    ledger
+        .live
+        .values()
+        .filter(|s| !have.contains(&s.seq))
+        .map(|s| Missing {
+            path: segments_dir.join(segment::sealed_name(s.seq)),
+            sealed: *s,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(seq: u64) -> Sealed {
+        Sealed {
+            seq,
+            first_ns: seq * 10,
+            last_ns: seq * 10 + 5,
+            packets: 3,
+            bytes: 100,
+        }
+    }
+
+    #[test]
+    fn seals_and_deletions_read_back_and_a_torn_line_is_skipped_not_joined() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(read(d.path()).unwrap().is_none());
+        record_sealed(d.path(), &s(1)).unwrap();
+        record_sealed(d.path(), &s(2)).unwrap();
+        // A crash mid-append leaves a torn line; the next append starts on its own line.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(d.path().join(LEDGER_FILE))
+            .unwrap();
+        f.write_all(b"sealed 3 30 3").unwrap();
+        drop(f);
+        record_deleted(d.path(), 1).unwrap();
+        let l = read(d.path()).unwrap().unwrap();
+        assert_eq!(l.live.keys().copied().collect::<Vec<_>>(), [2]);
+        assert_eq!(l.live[&2], s(2));
+        assert_eq!((l.lines, l.bad_lines), (4, 1));
+    }
+
+    #[test]
+    fn a_missing_segment_is_one_the_ledger_holds_and_the_listing_lacks() {
+        let d = tempfile::tempdir().unwrap();
+        for q in 1..=3 {
+            record_sealed(d.path(), &s(q)).unwrap();
+        }
+        record_deleted(d.path(), 1).unwrap();
+        let l = read(d.path()).unwrap().unwrap();
+        let listed = vec![SegmentEntry {
+            seq: 3,
+            state: SegmentState::Sealed,
+            path: d.path().join(segment::sealed_name(3)),
+            bytes: 100,
+        }];
+        let m = missing(d.path(), &l, &listed);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].sealed.seq, 2);
+        assert!(m[0].overlaps(0, 21) && m[0].overlaps(25, 26) && !m[0].overlaps(26, 99));
+        assert!(m[0].problem().contains("segment 2 sealed with 3 packets"));
+    }
+}
