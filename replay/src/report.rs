@@ -125,6 +125,9 @@ pub struct ExportReport {
     /// could not read past (a sealed segment cut short: the blocks after the cut and its
     /// footer): what was there is missing.
     pub lost: Vec<capsule_store::Unreadable>,
+    /// The most decompressed blocks the merge held at once (blocks that overlap in time
+    /// must be held together; blocks that only touch, or share one timestamp, are not).
+    pub most_blocks_open: usize,
     /// Packets the capture interfaces reported dropped inside the window, from the interface
     /// statistics stored with the data; `None` when the store has none for the window.
     pub drops_in_window: Option<u64>,

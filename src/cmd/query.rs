@@ -54,7 +54,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     }
     let t0 = Instant::now();
     let report = match write {
-        _ if count => capsule_replay::export(&store, &opts, std::io::sink())?,
+        _ if count => capsule_replay::count(&store, &opts)?,
         Some("-") => capsule_replay::export(&store, &opts, std::io::stdout().lock())?,
         Some(path) => write_file(&store, &opts, path)?,
         None => unreachable!("clap requires -w unless --explain or --count"),
