@@ -12,6 +12,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use common::*;
@@ -574,6 +575,73 @@ fn every_analytics_answer_fits_80_columns_but_its_command_lines() {
             );
         }
     }
+}
+
+/// Every `capsule query` line an analytics answer prints runs as pasted into a shell (with
+/// capsule on the PATH): it names its output file, exits 0, and the file holds packets
+/// that tshark reads. Before, the lines lacked `-w` and pasting one was a usage error.
+#[test]
+fn every_printed_command_line_runs_as_pasted() {
+    let f = fixture();
+    let cfg = p(&f.config);
+    let work = f.dir.join("pasted");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let bin_dir = Path::new(bin()).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut ran = 0;
+    for args in [
+        vec!["top"],
+        vec!["tcp"],
+        vec!["dscp", "--config", cfg],
+        vec!["matrix", "--config", cfg],
+        vec![
+            "stragglers",
+            "--config",
+            cfg,
+            "--group",
+            "gpu",
+            "--interval",
+            "1s",
+            "--ratio",
+            "0.75",
+        ],
+        vec!["alerts", "--config", cfg],
+    ] {
+        let out = run_ok(capsule().args(&args).args(["--store", f.store()]));
+        let text = stdout_str(&out);
+        let line = text
+            .lines()
+            .find_map(|l| l.find("capsule query ").map(|i| l[i..].to_string()))
+            .unwrap_or_else(|| panic!("{args:?} prints no command line: {text}"));
+        let file = line
+            .split_whitespace()
+            .skip_while(|w| *w != "-w")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{args:?}: no -w in {line}"))
+            .to_string();
+        let o = run(Command::new("sh")
+            .args(["-c", &line])
+            .current_dir(&work)
+            .env("PATH", &path));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{args:?}: {line}: {}",
+            stderr_str(&o)
+        );
+        let got = work.join(&file);
+        assert!(
+            capinfos_packets(&got) > 0,
+            "{args:?}: {line} wrote no packet"
+        );
+        ran += 1;
+    }
+    assert_eq!(ran, 6);
 }
 
 /// A store with no packets (a capture that just started on a quiet port, or an import of an

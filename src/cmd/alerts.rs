@@ -72,7 +72,10 @@ pub(super) fn table(list: &[Alert], width: Option<usize>) -> Vec<String> {
     lines.push(String::new());
     for (i, x) in list.iter().enumerate() {
         lines.push(format!("{}. [{}] {}", i + 1, x.rule, x.summary));
-        lines.push(format!("   {}", x.query));
+        lines.push(format!(
+            "   {}",
+            super::pasteable(&x.query, &format!("alert-{}.pcap", i + 1))
+        ));
     }
     lines
 }

@@ -76,7 +76,10 @@ pub(super) fn render(a: &DscpArgs, width: Option<usize>) -> Result<super::Render
                 ]);
             }
             lines.extend(t.render(width));
-            lines.push(format!("export the first: {}", v[0].query));
+            lines.push(format!(
+                "export the first: {}",
+                super::pasteable(&v[0].query, "dscp-first.pcap")
+            ));
         }
     }
     lines.push(String::new());

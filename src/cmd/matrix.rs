@@ -73,7 +73,7 @@ pub(super) fn render(a: &MatrixArgs, width: Option<usize>) -> Result<super::Rend
                 f.src,
                 f.dst,
                 units::format_bytes(f.bytes),
-                f.query
+                super::pasteable(&f.query, "matrix-flow.pcap")
             ));
         }
         if c.flagged_flows.len() > 5 {

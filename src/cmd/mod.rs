@@ -676,6 +676,15 @@ fn print_rendered(r: &Rendered) -> Result<ExitCode> {
     }
 }
 
+/// `query` (a `capsule query ...` command line of an answer) with `-w FILE` after `capsule
+/// query`, so the printed line runs as pasted.
+pub fn pasteable(query: &str, file: &str) -> String {
+    match query.strip_prefix("capsule query ") {
+        Some(rest) => format!("capsule query -w {file} {rest}"),
+        None => query.to_string(),
+    }
+}
+
 /// The header of a `/v1/` analytics answer that is partial (`capsule-partial: true`).
 pub const PARTIAL_HEADER: &str = "capsule-partial";
 

@@ -81,7 +81,7 @@ pub(super) fn render(a: &StragglersArgs, width: Option<usize>) -> Result<super::
         lines.push("stragglers: none".into());
     } else {
         lines.push(format!("stragglers: {}", s.stragglers.len()));
-        for x in &s.stragglers {
+        for (i, x) in s.stragglers.iter().enumerate() {
             lines.push(format!(
                 "  {} from {} to {} ({} intervals), {:.2} of the median",
                 x.host,
@@ -90,7 +90,10 @@ pub(super) fn render(a: &StragglersArgs, width: Option<usize>) -> Result<super::
                 x.intervals,
                 x.ratio_to_median
             ));
-            lines.push(format!("    {}", x.query));
+            lines.push(format!(
+                "    {}",
+                super::pasteable(&x.query, &format!("straggler-{}.pcap", i + 1))
+            ));
         }
     }
     super::render_answer(

@@ -101,7 +101,10 @@ pub(super) fn render(a: &TcpArgs, width: Option<usize>) -> Result<super::Rendere
             ]);
         }
         lines.extend(w.render(width));
-        lines.push(format!("export the worst: {}", t.worst_sessions[0].query));
+        lines.push(format!(
+            "export the worst: {}",
+            super::pasteable(&t.worst_sessions[0].query, "tcp-worst.pcap")
+        ));
     }
     super::render_answer(
         &ans,

@@ -91,7 +91,7 @@ pub(super) fn render(a: &TopArgs, width: Option<usize>) -> Result<super::Rendere
     let mut lines = table.render(width);
     if let Some(r) = t.rows.first() {
         if let Some(q) = &r.query {
-            lines.push(format!("export #1: {q}"));
+            lines.push(format!("export #1: {}", super::pasteable(q, "top-1.pcap")));
         }
     }
     super::render_answer(
