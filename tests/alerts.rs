@@ -239,7 +239,10 @@ fn the_table_lists_each_alert_with_its_query_and_the_limits() {
     for rule in ["egress", "off_hours", "dscp", "straggler"] {
         assert!(text.contains(&format!("[{rule}]")), "{rule}: {text}");
     }
-    assert!(text.contains("capsule query -w alert-1.pcap --store "), "{text}");
+    assert!(
+        text.contains("capsule query -w alert-1.pcap --store "),
+        "{text}"
+    );
     assert!(text.contains("note: capture sees only"), "{text}");
 }
 

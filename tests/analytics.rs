@@ -709,6 +709,57 @@ fn every_answer_of_an_empty_store_is_empty_and_says_so() {
     );
 }
 
+/// A window that misses the data is never an "all clear": every analytics command and
+/// triage say the window ends before (or starts after) what the store holds and give the
+/// store's span, and the answered window is the asked one's edge, not 1970. Before,
+/// `alerts --from -1h` on older data printed `alerts: none` with no note, and `top --to`
+/// before the data printed a window inside the data.
+#[test]
+fn a_window_that_misses_the_data_says_so_in_every_answer() {
+    let f = fixture();
+    let cfg = p(&f.config);
+    let s = f.store();
+    let out_dir = f.dir.join("triage-misses");
+    let o = p(&out_dir);
+    for (edge, window) in [
+        (
+            "starts after the newest",
+            ["--from", "2030-01-01T00:00:00Z"],
+        ),
+        ("ends before the oldest", ["--to", "2020-01-01T00:00:00Z"]),
+    ] {
+        for args in [
+            &["top", "--store", s][..],
+            &["tcp", "--store", s],
+            &["dscp", "--store", s, "--config", cfg],
+            &["matrix", "--store", s, "--config", cfg],
+            &[
+                "stragglers",
+                "--store",
+                s,
+                "--config",
+                cfg,
+                "--group",
+                "gpu",
+            ],
+            &["alerts", "--store", s, "--config", cfg],
+            &["triage", "--store", s, "--config", cfg, "-o", o],
+        ] {
+            let out = run(capsule().args(args).args(window));
+            let (text, err) = (stdout_str(&out), stderr_str(&out));
+            let report = std::fs::read_to_string(out_dir.join("report.txt")).unwrap_or_default();
+            let said = format!("{text}{err}{report}");
+            assert!(
+                said.contains(&format!("the window {edge} packet held"))
+                    && said.contains("the store spans 2026-11-30T02:00:00"),
+                "{args:?} {window:?} does not say the window misses the data:\n{said}"
+            );
+            assert!(!said.contains("1970-01-01"), "{args:?} {window:?}:\n{said}");
+            let _ = std::fs::remove_dir_all(&out_dir);
+        }
+    }
+}
+
 /// With a known width the analytics tables stay tables: at `COLUMNS=240`, where they fit,
 /// `top`, `tcp`, `dscp`, `matrix` and `stragglers` print exactly what they print with no
 /// width at all (output to a pipe, `COLUMNS` unset). Before, every line was re-wrapped

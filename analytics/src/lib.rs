@@ -103,6 +103,10 @@ pub struct Limits {
     /// capture had not started): the answer covers only from here.
     pub horizon_ns: Option<u64>,
     pub horizon: Option<String>,
+    /// Set when the window misses every packet held (it ends before the oldest or starts
+    /// after the newest): an empty answer that says so and gives the store's span, never
+    /// an "all clear".
+    pub window_misses: Option<String>,
     /// Segments in the store without a current index (their flows are missing).
     pub unindexed_segments: Vec<u64>,
     /// Indexes that do not decode, with what is wrong.
@@ -155,6 +159,9 @@ impl Limits {
     /// One line per limit that applies, for the human table.
     pub fn lines(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if let Some(m) = &self.window_misses {
+            out.push(m.clone());
+        }
         if let Some(h) = &self.horizon {
             out.push(format!(
                 "the window starts before the oldest packet held ({h}): the answer covers \
@@ -235,7 +242,33 @@ pub fn load(
         Some((a, b)) => (Some(a), Some(b)),
         None => (None, None),
     };
+    let window_misses = match (held_from, held_to) {
+        (Some(f), Some(t)) if qt <= f => Some((
+            qt,
+            format!(
+                "the window ends before the oldest packet held ({}): the store spans {} to {}",
+                rfc(f),
+                rfc(f),
+                rfc(t)
+            ),
+        )),
+        (Some(f), Some(t)) if qf > t => Some((
+            qf,
+            format!(
+                "the window starts after the newest packet held ({}): the store spans {} to {}",
+                rfc(t),
+                rfc(f),
+                rfc(t)
+            ),
+        )),
+        _ => None,
+    };
     let (from_ns, to_ns) = match (held_from, held_to) {
+        // A window that misses the data: empty, at its own edge nearest the data.
+        _ if window_misses.is_some() => {
+            let at = window_misses.as_ref().map_or(qf, |(at, _)| *at);
+            (at, at)
+        }
         (Some(f), Some(t)) => (
             qf.max(f / 1_000_000_000 * 1_000_000_000),
             qt.min(t.saturating_add(1)),
@@ -264,6 +297,7 @@ pub fn load(
         held_to: held_to.map(rfc),
         horizon_ns: horizon,
         horizon: horizon.map(rfc),
+        window_misses: window_misses.map(|(_, m)| m),
         unindexed_segments: listing.unindexed,
         damaged_indexes: listing.damaged_index,
         unseen_blocks: listing.unseen,
