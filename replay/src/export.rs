@@ -188,11 +188,20 @@ pub(crate) struct Window {
 /// segment's blocks found with no block header to say what it held (`block: None`; a
 /// damaged block with a readable header is planned, and skipped by `merge`, on its own).
 /// What such a stretch held lies after the segment's last block before it, and before the
-/// next segment's first packet: the window reaches it when it overlaps that span.
-fn lost_in_window(segments: &[SegmentReader], query: &Query) -> Vec<capsule_store::Unreadable> {
+/// next segment's first packet: the window reaches it when it overlaps that span. The
+/// store's ledger, when it records the segment, bounds the span by the segment's own first
+/// and last packet.
+fn lost_in_window(
+    segments: &[SegmentReader],
+    query: &Query,
+    ledger: Option<&capsule_store::ledger::Ledger>,
+) -> Vec<capsule_store::Unreadable> {
     let (from, to) = query.window();
     let mut lost = Vec::new();
     for (i, seg) in segments.iter().enumerate() {
+        let recorded = ledger
+            .and_then(|l| l.live.get(&seg.seq()))
+            .filter(|r| r.packets > 0);
         for d in seg.damaged().iter().filter(|d| d.block.is_none()) {
             let start = seg
                 .blocks()
@@ -200,13 +209,15 @@ fn lost_in_window(segments: &[SegmentReader], query: &Query) -> Vec<capsule_stor
                 .filter(|b| b.frame_offset < d.offset && b.packets > 0)
                 .map(|b| b.first_ns)
                 .max()
-                .unwrap_or(0);
+                .unwrap_or(0)
+                .max(recorded.map_or(0, |r| r.first_ns));
             let end = segments[i + 1..]
                 .iter()
                 .flat_map(|s| s.blocks().iter().filter(|b| b.packets > 0))
                 .map(|b| b.first_ns)
                 .min()
-                .map_or(u64::MAX, |n| n.saturating_add(1));
+                .map_or(u64::MAX, |n| n.saturating_add(1))
+                .min(recorded.map_or(u64::MAX, |r| r.last_ns.saturating_add(1)));
             if start < to && from < end {
                 lost.push(capsule_store::Unreadable {
                     seq: seg.seq(),
@@ -266,7 +277,10 @@ impl Window {
             .collect();
         plan.sort_by_key(|p| (p.first_ns, segments[p.seg].seq(), p.block));
 
-        report.lost = lost_in_window(&segments, query);
+        let ledger = capsule_store::ledger::read(&store.segments_dir())
+            .ok()
+            .flatten();
+        report.lost = lost_in_window(&segments, query, ledger.as_ref());
         let (window_stats, baselines) = interface_stats(&segments, query, &mut report.skipped)?;
         report.drops_in_window = drops_in_window(&window_stats, &baselines);
 

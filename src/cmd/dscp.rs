@@ -20,6 +20,7 @@ pub fn run(a: &DscpArgs) -> Result<ExitCode> {
 /// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
 pub(super) fn render(a: &DscpArgs, width: Option<usize>) -> Result<super::Rendered> {
     let ans = super::answer(&a.a, None, false)?;
+    let clock = super::Clock::of(&ans.input);
     let d = dscp::dscp(&ans.input, ans.policy());
     let mut t = Table::new(vec![
         Column::right("dscp", 9),
@@ -71,8 +72,8 @@ pub(super) fn render(a: &DscpArgs, width: Option<usize>) -> Result<super::Render
                     units::format_bytes(x.bytes),
                     units::format_count(x.packets),
                     format!("{:.0}", x.mean_packet_size),
-                    super::ms(x.first_ns),
-                    super::ms(x.last_ns),
+                    clock.ms(x.first_ns),
+                    clock.ms(x.last_ns),
                 ]);
             }
             lines.extend(t.render(width));
@@ -99,7 +100,7 @@ pub(super) fn render(a: &DscpArgs, width: Option<usize>) -> Result<super::Render
                 r.flow.clone(),
                 format!("{} -> {}", r.src, r.dst),
                 r.packet.to_string(),
-                super::ms(r.at_ns),
+                clock.ms(r.at_ns),
                 format!("{} -> {}", r.from_name, r.to_name),
             ]);
         }

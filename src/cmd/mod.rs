@@ -766,6 +766,31 @@ fn bps(x: f64) -> String {
 }
 
 /// An instant to the millisecond, for tables.
+/// Times in an answer's tables: the time of day to the millisecond (`02:00:01.956`) when
+/// the answer's window lies within one UTC day (its header line gives the date), else the
+/// full RFC 3339 time. Keeps the time columns narrow enough for an 80-column terminal.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    one_day: bool,
+}
+
+impl Clock {
+    fn of(input: &capsule_analytics::Input) -> Clock {
+        const DAY: u64 = 86_400_000_000_000;
+        Clock {
+            one_day: input.from_ns / DAY == input.to_ns.saturating_sub(1).max(input.from_ns) / DAY,
+        }
+    }
+
+    fn ms(self, ns: u64) -> String {
+        let full = ms(ns);
+        match (self.one_day, full.find('T')) {
+            (true, Some(t)) => full[t + 1..].to_string(),
+            _ => full,
+        }
+    }
+}
+
 fn ms(ns: u64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns - ns % 1_000_000);
     humantime::format_rfc3339_millis(t).to_string()

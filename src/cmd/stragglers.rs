@@ -25,6 +25,7 @@ pub fn run(a: &StragglersArgs) -> Result<ExitCode> {
 /// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
 pub(super) fn render(a: &StragglersArgs, width: Option<usize>) -> Result<super::Rendered> {
     let ans = super::answer(&a.a, Some("stragglers"), true)?;
+    let clock = super::Clock::of(&ans.input);
     let policy = ans.policy().expect("answer() requires the config");
     let s = stragglers::stragglers(
         &ans.input,
@@ -61,7 +62,7 @@ pub(super) fn render(a: &StragglersArgs, width: Option<usize>) -> Result<super::
             .collect();
         m.sort_by(|a, b| a.0.total_cmp(&b.0));
         t.push(vec![
-            super::ms(i.from_ns),
+            clock.ms(i.from_ns),
             units::format_bytes(i.median_bytes),
             i.active_members.to_string(),
             if i.judged {
@@ -85,8 +86,8 @@ pub(super) fn render(a: &StragglersArgs, width: Option<usize>) -> Result<super::
             lines.push(format!(
                 "  {} from {} to {} ({} intervals), {:.2} of the median",
                 x.host,
-                super::ms(x.from_ns),
-                super::ms(x.to_ns),
+                clock.ms(x.from_ns),
+                clock.ms(x.to_ns),
                 x.intervals,
                 x.ratio_to_median
             ));

@@ -20,6 +20,7 @@ pub fn run(a: &TcpArgs) -> Result<ExitCode> {
 /// The answer as `run` prints it, wrapped to `width` (also what `capsule serve` sends).
 pub(super) fn render(a: &TcpArgs, width: Option<usize>) -> Result<super::Rendered> {
     let ans = super::answer(&a.a, None, true)?;
+    let clock = super::Clock::of(&ans.input);
     let t = tcp::tcp(&ans.input, a.interval)?;
     let cols = || {
         vec![
@@ -51,7 +52,7 @@ pub(super) fn render(a: &TcpArgs, width: Option<usize>) -> Result<super::Rendere
     };
     let mut table = Table::new(cols());
     for i in &t.intervals {
-        table.push(cells(super::ms(i.from_ns), "all", &i.total));
+        table.push(cells(clock.ms(i.from_ns), "all", &i.total));
         // The hosts with trouble in the interval (all of them in --json).
         for h in i.hosts.iter().filter(|h| {
             h.health.retransmissions

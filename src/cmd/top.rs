@@ -37,6 +37,7 @@ pub(super) fn render(a: &TopArgs, width: Option<usize>) -> Result<super::Rendere
     };
     let need = (key == Key::Group).then_some("top --key group");
     let ans = super::answer(&a.a, need, true)?;
+    let clock = super::Clock::of(&ans.input);
     let t = top::top(&ans.input, key, by, a.limit, ans.policy());
     let mut table = Table::new(vec![
         Column::right("#", 9),
@@ -67,12 +68,12 @@ pub(super) fn render(a: &TopArgs, width: Option<usize>) -> Result<super::Rendere
             if r.packets == 0 {
                 "-".into()
             } else {
-                super::ms(r.first_ns)
+                clock.ms(r.first_ns)
             },
             if r.packets == 0 {
                 "-".into()
             } else {
-                super::ms(r.last_ns)
+                clock.ms(r.last_ns)
             },
             r.dscp_mix
                 .iter()
