@@ -1210,7 +1210,19 @@ impl WriterArgs {
     ) -> anyhow::Result<(capsule_store::WriterConfig, Option<String>)> {
         let flags = self.budget_flags();
         let saved = if store.join(capsule_store::budget::BUDGET_FILE).exists() {
-            capsule_store::budget::load(store)?
+            match capsule_store::budget::load(store) {
+                Ok(b) => b,
+                // A damaged budget file never stops a writer: it is named, the defaults
+                // (and the flags given) apply and are saved over it.
+                Err(e @ capsule_store::StoreError::BadBudgets { .. }) => {
+                    eprintln!(
+                        "capsule: warning: {e}; ignored: the budgets given (or the default \
+                         floor of free space) apply and are saved in its place"
+                    );
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            }
         } else {
             None
         };

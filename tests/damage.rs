@@ -494,3 +494,51 @@ fn a_segment_deleted_from_the_middle_is_a_named_gap() {
         "one line per segment: {ledger}"
     );
 }
+
+/// Small metadata files never stop the store (issue [mend-store] 8): a damaged
+/// `capsule-store.json` (in a directory laid out as a store) is read past with a named
+/// warning, a garbage `retention.json` is named and replaced by the next writer, and
+/// `verify` names both while `verify --repair` rebuilds them. Before, an 83-byte damaged
+/// identity file made every command refuse the store and a garbage budget file stopped
+/// every writer, with no repair path.
+#[test]
+fn damaged_metadata_files_are_named_and_repaired_not_fatal() {
+    let d = tempfile::tempdir().unwrap();
+    let (store, input, total) = store(d.path());
+    let meta = store.join("capsule-store.json");
+    let text = std::fs::read_to_string(&meta).unwrap();
+    std::fs::write(&meta, &text[..text.len() / 2]).unwrap();
+    std::fs::write(store.join("retention.json"), "{\"max_bytes\": tr").unwrap();
+    let (code, packets, err) = count(&store, &[]);
+    assert_eq!((code, packets), (Some(0), total), "{err}");
+    assert!(err.contains("capsule-store.json: damaged"), "{err}");
+    let v = run(capsule().args(["verify", "--store", p(&store)]));
+    let text = stdout_str(&v);
+    assert_eq!(v.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("store identity: damaged") && text.contains("retention budgets:"),
+        "{text}"
+    );
+    // A writer goes on: the budget file is named and replaced.
+    let out = import_ok(&store, &[], &[p(&input)]);
+    assert!(
+        stderr_str(&out).contains("retention.json: the saved retention budgets cannot be read"),
+        "{}",
+        stderr_str(&out)
+    );
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(store.join("retention.json")).unwrap()).unwrap();
+    assert!(saved.is_object(), "{saved}");
+    std::fs::write(store.join("retention.json"), "garbage").unwrap();
+    let r = run_ok(capsule().args(["verify", "--store", p(&store), "--repair"]));
+    assert!(stdout_str(&r).contains("2 repaired"), "{}", stdout_str(&r));
+    let v = run_ok(capsule().args(["verify", "--store", p(&store)]));
+    assert!(
+        stdout_str(&v).contains("0 problem(s)"),
+        "{}",
+        stdout_str(&v)
+    );
+    let (code, packets, err) = count(&store, &[]);
+    assert_eq!((code, packets), (Some(0), 2 * total), "{err}");
+    assert!(!err.contains("damaged"), "{err}");
+}

@@ -72,6 +72,48 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
             }
         }
     }
+    // The store's small metadata files: a damaged one is named, and --repair rebuilds it.
+    if let Some(why) = store.identity_problem() {
+        if a.repair {
+            store.rewrite_identity()?;
+            repaired.push(format!(
+                "{}: rewritten ({why})",
+                store.identity_path().display()
+            ));
+        } else {
+            problems.push(Problem {
+                path: store.identity_path(),
+                what: "store identity",
+                offset: None,
+                len: None,
+                detail: format!("{why}; `capsule verify --repair` rewrites it"),
+            });
+        }
+    }
+    let budgets = store.root().join(capsule_store::budget::BUDGET_FILE);
+    if let Err(e @ capsule_store::StoreError::BadBudgets { .. }) =
+        capsule_store::budget::load(store.root())
+    {
+        if a.repair {
+            capsule_store::fsx::remove(&budgets, "remove damaged retention budgets")?;
+            repaired.push(format!(
+                "{}: removed ({e}); the default floor of free space applies until budgets \
+                 are given again",
+                budgets.display()
+            ));
+        } else {
+            problems.push(Problem {
+                path: budgets,
+                what: "retention budgets",
+                offset: None,
+                len: None,
+                detail: format!(
+                    "{e}; writers ignore it and save the budgets they are given; `capsule \
+                     verify --repair` removes it"
+                ),
+            });
+        }
+    }
     // Segments the ledger records as sealed whose files are gone: nothing can rebuild
     // them, so --repair leaves them named (the store's retention forgets them once it
     // has deleted every segment before them).

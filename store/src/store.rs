@@ -85,11 +85,31 @@ impl Store {
             }
             Err(e) => return Err(e),
         };
-        let meta: StoreMeta =
-            serde_json::from_str(&text).map_err(|error| StoreError::BadIdentity {
-                path: meta_path.clone(),
-                error,
-            })?;
+        let meta: StoreMeta = match serde_json::from_str(&text) {
+            Ok(m) => m,
+            // A damaged identity file in a directory laid out as a store (its `segments/`
+            // is there) does not make the packets unreadable: the store is read as the
+            // format this build writes, with a warning; `capsule verify --repair`
+            // rewrites the file.
+            Err(error) if fsx::check_dir(&root.join(SEGMENTS_DIR)).is_ok() => {
+                tracing::warn!(
+                    "{}: damaged ({error}); the store is read as format {FORMAT_VERSION} from \
+                     its segments (`capsule verify --repair` rewrites the file)",
+                    meta_path.display()
+                );
+                StoreMeta {
+                    magic: MAGIC.into(),
+                    format: FORMAT_VERSION,
+                    created_ns: 0,
+                }
+            }
+            Err(error) => {
+                return Err(StoreError::BadIdentity {
+                    path: meta_path.clone(),
+                    error,
+                })
+            }
+        };
         if meta.magic != MAGIC {
             return Err(StoreError::NotAStore {
                 path: meta_path,
@@ -108,6 +128,43 @@ impl Store {
         Ok(Store {
             root: root.to_path_buf(),
         })
+    }
+
+    /// What is wrong with the store's identity file, when it does not parse (a store
+    /// opened anyway, see [`Store::open`]).
+    pub fn identity_problem(&self) -> Option<String> {
+        let bytes = fsx::read(&self.root.join(META_FILE), "read").ok()?;
+        serde_json::from_slice::<StoreMeta>(&bytes)
+            .err()
+            .map(|e| format!("damaged: expected JSON with magic, format and created_ns: {e}"))
+    }
+
+    /// Rewrites a damaged identity file: the format this build writes, created at the
+    /// oldest packet held (now when there is none). Only the writer-lock holder calls it.
+    pub fn rewrite_identity(&self) -> Result<()> {
+        let created_ns = self
+            .open_segments()?
+            .iter()
+            .flat_map(|s| {
+                s.blocks()
+                    .iter()
+                    .filter(|b| b.packets > 0)
+                    .map(|b| b.first_ns)
+            })
+            .min()
+            .unwrap_or_else(now_ns);
+        let meta = StoreMeta {
+            magic: MAGIC.into(),
+            format: FORMAT_VERSION,
+            created_ns,
+        };
+        let body = serde_json::to_string_pretty(&meta).expect("plain struct serializes");
+        fsx::write_atomic(&self.root.join(META_FILE), (body + "\n").as_bytes())
+    }
+
+    /// The path of the store's identity file.
+    pub fn identity_path(&self) -> PathBuf {
+        self.root.join(META_FILE)
     }
 
     /// Opens a store, creating the directory and its identity file if absent.
