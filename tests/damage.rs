@@ -542,3 +542,41 @@ fn damaged_metadata_files_are_named_and_repaired_not_fatal() {
     assert_eq!((code, packets), (Some(0), 2 * total), "{err}");
     assert!(!err.contains("damaged"), "{err}");
 }
+
+/// Temporary files a kill -9 left between writing and renaming (the side index's,
+/// `last-seq`'s, the budgets') are removed by the next writer once they are old enough that
+/// no process can still be writing them; a fresh one (a `reindex` running without the lock)
+/// stays. Before, they stayed forever.
+#[test]
+fn stale_temporary_files_are_removed_by_the_next_writer() {
+    let d = tempfile::tempdir().unwrap();
+    let (store, input, _) = store(d.path());
+    let hex = "0123456789abcdef";
+    let stale = [
+        store.join(format!("index/.seg-000000000001.idx.{hex}.tmp")),
+        store.join(format!("segments/.last-seq.{hex}.tmp")),
+        store.join(format!(".retention.json.{hex}.tmp")),
+    ];
+    let fresh = store.join("index/.seg-000000000002.idx.fedcba9876543210.tmp");
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    for f in &stale {
+        std::fs::write(f, b"partial").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(f)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+    }
+    std::fs::write(&fresh, b"being written").unwrap();
+    let out = import_ok(&store, &[], &[p(&input)]);
+    for f in &stale {
+        assert!(!f.exists(), "{} was left", f.display());
+    }
+    assert!(fresh.exists(), "a fresh temporary file was removed");
+    assert!(
+        stdout_str(&out).contains("a temporary file a killed process left"),
+        "{}",
+        stdout_str(&out)
+    );
+}

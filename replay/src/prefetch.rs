@@ -45,7 +45,6 @@ pub(crate) type Reply = crossbeam_channel::Sender<Result<Loaded, ExportError>>;
 #[derive(Debug, Clone)]
 pub(crate) struct PacketFilter {
     pub(crate) query: Query,
-    pub(crate) bpf: Option<String>,
 }
 
 /// Longest `--bpf` expression accepted, in bytes: a tcpdump filter a person writes is a
@@ -86,6 +85,10 @@ pub(crate) struct Bpf {
     through_tags: bool,
     untagged: Vec<u8>,
 }
+
+/// Every expression compiled in this process, once per compile (the tests count them).
+#[cfg(test)]
+pub(crate) static COMPILED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 /// Whether `expr` uses a libpcap keyword that shifts the offsets of what follows it.
 fn manages_tags(expr: &str) -> bool {
@@ -152,6 +155,11 @@ impl Bpf {
                 error,
             };
             let dead = pcap::Capture::dead(pcap::Linktype(i32::from(linktype))).map_err(err)?;
+            #[cfg(test)]
+            COMPILED
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(self.expr.clone());
             let prog = dead.compile(&self.expr, true).map_err(err)?;
             self.programs.insert(linktype, prog);
         }
@@ -182,20 +190,11 @@ pub(crate) fn prefetch(
             let Ok(mut dctx) = zstd::bulk::Decompressor::new() else {
                 return;
             };
-            let mut bpf = filter.bpf.clone().map(Bpf::new);
             let mut frame = Vec::new();
             for (p, reply) in job_rx {
                 let data = reuse.try_recv().unwrap_or_default();
                 let seg = &segments[p.seg];
-                let r = load(
-                    seg,
-                    p,
-                    &mut dctx,
-                    &mut frame,
-                    data,
-                    &filter.query,
-                    bpf.as_mut(),
-                );
+                let r = load(seg, p, &mut dctx, &mut frame, data, &filter.query);
                 let _ = reply.send(r);
             }
         });
@@ -223,7 +222,8 @@ pub(crate) fn prefetch(
     out_rx
 }
 
-/// Reads block `p`, and keeps the packets in the window that pass the filter and `--bpf`.
+/// Reads block `p`, and keeps the packets in the window that pass the filter (`--bpf` is
+/// applied after, by the one thread that merges: see `Window`).
 fn load(
     seg: &SegmentReader,
     p: Planned,
@@ -231,7 +231,6 @@ fn load(
     frame: &mut Vec<u8>,
     mut data: Vec<u8>,
     query: &Query,
-    mut bpf: Option<&mut Bpf>,
 ) -> Result<Loaded, ExportError> {
     seg.read_block(p.block, dctx, frame, &mut data)?;
     let mut packets = Vec::new();
@@ -258,11 +257,6 @@ fn load(
             )
         {
             continue;
-        }
-        if let Some(bpf) = bpf.as_deref_mut() {
-            if !bpf.matches(linktype, pkt.data)? {
-                continue;
-            }
         }
         let start = pkt.data.as_ptr() as usize - base;
         packets.push(PacketLoc {

@@ -358,6 +358,12 @@ fn print_open_report(opened: &capsule_store::OpenReport, json: bool) {
     for r in &opened.recovered {
         println!("{r}");
     }
+    for t in &opened.stale_temps {
+        println!(
+            "removed {} (a temporary file a killed process left)",
+            t.display()
+        );
+    }
     if !opened.reindexed.is_empty() {
         println!(
             "rebuilt the side index of segment(s) {:?}",

@@ -279,6 +279,47 @@ pub fn is_temp_of(name: &str, of: &str) -> bool {
         .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
+/// Removes from `dir` the temporary files of [`create_temp`] (`.NAME.<16 hex digits>.tmp`)
+/// last modified more than `older_than` ago: what a writer killed between writing and
+/// renaming one left. A younger one may belong to a process still writing it (`capsule
+/// reindex` needs no lock), so it stays. Returns the paths removed.
+pub fn remove_stale_temps(dir: &Path, older_than: std::time::Duration) -> Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    let entries = match list(dir) {
+        Ok(e) => e,
+        Err(e) if e.is_not_found() => return Ok(removed),
+        Err(e) => return Err(e),
+    };
+    for e in entries {
+        let name = e.name.to_string_lossy();
+        let temp = name
+            .strip_suffix(".tmp")
+            .and_then(|n| n.rsplit_once('.'))
+            .is_some_and(|(of, hex)| {
+                of.starts_with('.') && is_temp_of(&name, &of[1..]) && hex.len() == 16
+            });
+        if !temp || e.kind != Kind::File {
+            continue;
+        }
+        let old = std::fs::symlink_metadata(&e.path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > older_than);
+        if old {
+            match remove(&e.path, "remove a stale temporary file") {
+                Ok(()) => removed.push(e.path),
+                Err(err) if err.is_not_found() => {}
+                Err(err) => return Err(err),
+            }
+        }
+    }
+    if !removed.is_empty() {
+        sync_dir(dir)?;
+    }
+    Ok(removed)
+}
+
 /// Replaces file `path` with `bytes` atomically and durably: a temporary file created
 /// exclusively under an unpredictable name, written, fsynced, renamed into place, then the
 /// directory fsynced. A symlink at `path` is refused (and would only be replaced, never

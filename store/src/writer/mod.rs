@@ -204,6 +204,8 @@ pub struct OpenReport {
     /// Temporary files of compactions a crash interrupted, removed (the segments they were
     /// to replace are whole under their sealed names).
     pub compaction_leftovers: Vec<std::path::PathBuf>,
+    /// Other temporary files a killed process left (older than ten minutes), removed.
+    pub stale_temps: Vec<std::path::PathBuf>,
 }
 
 /// A segment removed by retention.
@@ -474,6 +476,9 @@ impl OpenBlock {
     }
 }
 
+/// A temporary file older than this, found when a writer opens the store, is a leftover.
+const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// A segment is sealed at most at this fraction of the room the free-space floor leaves the
 /// store when it opens (and at a quarter of a byte budget).
 const SEGMENTS_IN_ROOM: u64 = 8;
@@ -701,6 +706,19 @@ impl StoreWriter {
         // Only a holder of the writer lock compacts: a temporary file found now is left
         // from a crash, and the segment it was to replace is whole.
         report.compaction_leftovers = compact::remove_leftovers(&dir)?;
+        // Temporary files a killed process left between writing and renaming them (the
+        // side index's, `last-seq`'s, the budgets'): old ones only, since `capsule reindex`
+        // writes without the lock.
+        for d in [store.root().to_path_buf(), dir.clone(), store.index_dir()] {
+            match crate::fsx::remove_stale_temps(&d, STALE_TEMP_AGE) {
+                Ok(gone) => report.stale_temps.extend(gone),
+                Err(e) => tracing::warn!(
+                    "cannot remove stale temporary files in {}: {}",
+                    d.display(),
+                    crate::error::chain(&e)
+                ),
+            }
+        }
         // Recovery writes a footer: on a full disk it is tried again below, once the
         // retention (and the indexer, for deleting derived data) is set up.
         let mut full = Vec::new();
