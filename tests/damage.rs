@@ -402,6 +402,9 @@ fn verify_names_a_missing_index_and_repair_rebuilds_it() {
     std::fs::remove_file(&idx).unwrap();
     let out = run(capsule().args(["top", "--store", p(&store)]));
     assert_eq!(out.status.code(), Some(3), "{}", stderr_str(&out));
+    // `flows` too (before, a note on stderr and exit 0).
+    let out = run(capsule().args(["flows", "--store", p(&store)]));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_str(&out));
     let v = run(capsule().args(["verify", "--store", p(&store)]));
     let text = stdout_str(&v);
     assert_eq!(v.status.code(), Some(1), "{text}");

@@ -1357,6 +1357,22 @@ fn a_partial_pull_says_so_in_a_trailer_and_in_the_file() {
             assert!(comment(&out).is_some_and(|c| c.contains("this answer is partial")));
         }
     }
+    // Flows over a segment whose index is gone: the header, and `flows --server` exits 3.
+    let idx: Vec<PathBuf> = std::fs::read_dir(store.join("index"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".idx"))
+        .collect();
+    std::fs::remove_file(&idx[0]).unwrap();
+    let o = run(capsule()
+        .args(["flows", "--server", &url, "--token-file", p(&token_file)])
+        .args(["--ca", p(&s.ca), "--json"]));
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "flows --server: {}",
+        stderr_str(&o)
+    );
     // A whole answer has neither.
     let before = d.path().join("first.pcapng");
     let first_end = run_ok(capsule().args(["segments", "--store", p(&store), "--json"]));
@@ -1372,6 +1388,10 @@ fn a_partial_pull_says_so_in_a_trailer_and_in_the_file() {
         .filter(|r| r["endpoint"] == "/v1/packets")
         .collect();
     assert_eq!(pulls.len(), 3);
+    assert!(audit
+        .iter()
+        .any(|r| r["endpoint"] == "/v1/flows"
+            && r["outcome"].as_str().unwrap().starts_with("partial: ")));
     assert!(pulls[..2]
         .iter()
         .all(|r| r["outcome"].as_str().unwrap().starts_with("partial: ")));

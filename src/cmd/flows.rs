@@ -29,7 +29,15 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             super::remote::selection_params(args)?
         );
         let remote = args.remote().expect("called with --server");
-        super::remote::get(&remote, &path, &mut std::io::stdout().lock(), false)?;
+        let got = super::remote::get(&remote, &path, &mut std::io::stdout().lock(), false)?;
+        if got.partial().is_some() {
+            eprintln!(
+                "capsule: the answer is partial: the server says flows are missing (its audit \
+                 log names them; exit status {})",
+                super::PARTIAL
+            );
+            return Ok(ExitCode::from(super::PARTIAL));
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let q = args.query()?;
@@ -178,7 +186,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         eprintln!("capsule: warning: the flows of segment {seq} are missing: {why}");
     }
     super::warn_unreadable(&unreadable, "its flows are missing");
-    if listing.damaged_index.is_empty() && unreadable.is_empty() {
+    if missing(&listing, &unreadable, &q).is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
         eprintln!(
@@ -187,6 +195,34 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         );
         Ok(ExitCode::from(super::PARTIAL))
     }
+}
+
+/// Why a flow listing misses flows of `q`'s window, if it does: segments without an index,
+/// with a damaged one, or unreadable (where the window reaches them), damaged journal
+/// records. Such an answer is partial (exit 3, `capsule-partial` over HTTP).
+pub fn missing(
+    listing: &capsule_index::flows::FlowListing,
+    unreadable: &[capsule_store::Unreadable],
+    q: &capsule_query::Query,
+) -> Vec<String> {
+    let mut why = Vec::new();
+    if !listing.unindexed.is_empty() {
+        why.push(format!(
+            "segment(s) {:?} have no side index",
+            listing.unindexed
+        ));
+    }
+    for (seq, _) in &listing.damaged_index {
+        why.push(format!("the index of segment {seq} is damaged"));
+    }
+    for (seq, _) in &listing.journal_notes {
+        why.push(format!("damaged index journal records of segment {seq}"));
+    }
+    let (from, to) = q.window();
+    for u in unreadable.iter().filter(|u| u.reaches(from, to)) {
+        why.push(format!("segment {} cannot be read", u.seq));
+    }
+    why
 }
 
 /// The flows of `q`'s window in `segments`, in `sort` order.

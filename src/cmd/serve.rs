@@ -868,11 +868,12 @@ async fn flows(server: Arc<Server>, q: Option<&str>, rec: Record, user: &str) ->
         Err(e) => return done(error_response(StatusCode::TOO_MANY_REQUESTS, &e), &e),
     };
     let store = server.store.clone();
-    let answer = tokio::task::spawn_blocking(move || -> Result<(String, u64)> {
+    let answer = tokio::task::spawn_blocking(move || -> Result<(String, u64, Vec<String>)> {
         let _slot = slot;
         let store = capsule_store::Store::open(&store)?;
-        let (segments, _unreadable) = store.open_segments_checked()?;
+        let (segments, unreadable) = store.open_segments_checked()?;
         let listing = super::flows::list(&store, &segments, &query, sort)?;
+        let missing = super::flows::missing(&listing, &unreadable, &query);
         let mut out = String::new();
         let mut n = 0;
         for s in listing.flows.iter().take(limit) {
@@ -880,17 +881,25 @@ async fn flows(server: Arc<Server>, q: Option<&str>, rec: Record, user: &str) ->
             out.push('\n');
             n += 1;
         }
-        Ok((out, n))
+        Ok((out, n, missing))
     })
     .await;
     match answer {
-        Ok(Ok((text, n))) => {
+        Ok(Ok((text, n, missing))) => {
             let len = text.len() as u64;
-            let resp = Response::builder()
-                .header("content-type", "application/x-ndjson")
+            let mut resp = Response::builder().header("content-type", "application/x-ndjson");
+            if !missing.is_empty() {
+                resp = resp.header(super::PARTIAL_HEADER, "true");
+            }
+            let resp = resp
                 .body(Body::Full(Some(Bytes::from(text))))
                 .expect("a valid response");
-            let r = rec.finish(StatusCode::OK, "ok", Some(n), len);
+            let outcome = if missing.is_empty() {
+                "ok".to_string()
+            } else {
+                format!("partial: {}", missing.join("; "))
+            };
+            let r = rec.finish(StatusCode::OK, &outcome, Some(n), len);
             tokio::task::block_in_place(|| server.audit.record(&r));
             resp
         }
