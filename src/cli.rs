@@ -428,11 +428,15 @@ form one filter. The empty filter selects every packet.
   host ADDR             IP source or destination (IPv4 or IPv6 literal)
   net ADDR/LEN          address inside a prefix (10.1.0.0/16, fd00::/64);
   net 10.50             a short prefix, as tcpdump: 10.50 = 10.50.0.0/16
+  net ADDR mask MASK    the same with a netmask: net 10.1.0.0 mask 255.255.0.0
   port N|NAME           TCP, UDP or SCTP source or destination port; names
                         from a built-in table (http, https, domain, ssh, ...)
   portrange A-B         a port from A to B
-  src ..., dst ...      one side only: src host 10.0.0.1, dst port 443;
+  src ..., dst ...      one side only: src host 10.0.0.1, dst port 443,
+                        src 10.0.0.1 (an address alone is a host);
                         src or dst ..., src and dst ... (both sides)
+  port (80 or 443)      a list of values for one qualifier, as tcpdump:
+                        tcp dst port (80 or 443), host (10.0.0.1 or 10.0.0.2)
   tcp, udp, sctp, icmp, icmp6, ip, ip6
                         the protocol; `tcp port 80` is `tcp and port 80`
   proto N|NAME          IP protocol by number or name (gre, esp, ah, ...)
@@ -449,6 +453,7 @@ form one filter. The empty filter selects every packet.
                         an Ethernet address (00:1b:21:0a:0b:0c)
   arp                   ARP frames
   greater N, less N     length on the wire >= N, <= N bytes
+  len > N               the same as a comparison: len >, >=, <, <=, ==, != N
   and (&&), or (||), not (!), ( )
                         not binds tightest; and and or bind equally,
                         from the left, as in tcpdump: tcp or udp and

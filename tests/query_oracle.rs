@@ -696,6 +696,29 @@ fn and_and_or_group_from_the_left_as_tcpdump_reads_them() {
     run_cases(fx, &cases);
 }
 
+/// More of tcpdump's language, each form given to capsule and to `tcpdump -r` as the same
+/// text: an address after a direction, a list of values for one qualifier, a netmask,
+/// and packet lengths. Before, each was a bad filter.
+#[test]
+fn more_of_tcpdumps_language_selects_what_tcpdump_selects() {
+    let fx = fx();
+    let forms = [
+        "src 10.50.100.10",
+        "dst 10.50.100.20 and tcp",
+        "tcp port (443 or 29500)",
+        "udp and not port (53 or 123)",
+        "ip and net 10.50.0.0 mask 255.255.0.0",
+        "len > 1000",
+        "len <= 100 and tcp",
+        "udp and len != 60",
+    ];
+    let cases: Vec<Case> = forms
+        .iter()
+        .map(|c| tcpdump_case(*c, format!("({c}) or (vlan and ({c}))"), Expect::Some))
+        .collect();
+    run_cases(fx, &cases);
+}
+
 #[test]
 fn ports_and_protocols_select_what_tshark_selects() {
     let fx = fx();

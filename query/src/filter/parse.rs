@@ -391,26 +391,53 @@ impl<'a> Parser<'a> {
     /// A primitive starting with `t`, after the protocol word `proto` if any (`tcp port 80`).
     fn primitive_in(&mut self, t: Token<'a>, proto: Option<Prim>) -> Result<Expr, FilterError> {
         let w = t.text.to_ascii_lowercase();
+        let keyword = |w: &str| -> Option<&'static str> {
+            ["host", "net", "port", "portrange"]
+                .into_iter()
+                .find(|k| *k == w)
+        };
         let prim = match w.as_str() {
-            "host" => self.addressed(proto, Dir::Any, "host")?,
-            "net" => self.addressed(proto, Dir::Any, "net")?,
-            "port" => self.addressed(proto, Dir::Any, "port")?,
-            "portrange" => self.addressed(proto, Dir::Any, "portrange")?,
+            "host" | "net" | "port" | "portrange" => {
+                let kw = keyword(&w).expect("one of the four");
+                // `port (80 or 443)`: tcpdump's list of values for one qualifier.
+                if self.peek().kind == Kind::LParen {
+                    return self.values(proto, Dir::Any, kw, 0);
+                }
+                self.addressed(proto, Dir::Any, kw)?
+            }
             "src" | "dst" => {
                 let dir = self.direction(&w);
                 let k = self.next();
-                match k.word().as_deref() {
-                    Some("host") => self.addressed(proto, dir, "host")?,
-                    Some("net") => self.addressed(proto, dir, "net")?,
-                    Some("port") => self.addressed(proto, dir, "port")?,
-                    Some("portrange") => self.addressed(proto, dir, "portrange")?,
-                    _ => {
+                match k.word().as_deref().and_then(keyword) {
+                    Some(kw) if self.peek().kind == Kind::LParen => {
+                        return self.values(proto, dir, kw, 0)
+                    }
+                    Some(kw) => self.addressed(proto, dir, kw)?,
+                    // `src 10.0.0.1`, `dst 10.1.0.0/16`: tcpdump takes an address after a
+                    // direction as `host` (a network as `net`).
+                    None if k.kind == Kind::Word && k.text.parse::<IpAddr>().is_ok() => {
+                        self.operand(k, proto, dir, "host")?
+                    }
+                    None if k.kind == Kind::Word && net(k.text).is_some() => {
+                        self.operand(k, proto, dir, "net")?
+                    }
+                    None => {
                         return Err(self.error(
                             k,
-                            &format!("\"host\", \"net\", \"port\" or \"portrange\" after {w:?}"),
+                            &format!(
+                                "\"host\", \"net\", \"port\" or \"portrange\" (or an \
+                                 address) after {w:?}"
+                            ),
                         ))
                     }
                 }
+            }
+            // `len > 100`, `len<=1500`: the packet's length on the wire, as tcpdump's
+            // `len` (`greater` and `less` are its other spellings).
+            _ if w == "len"
+                || (w.starts_with("len") && w[3..].starts_with(['<', '>', '=', '!'])) =>
+            {
+                return self.length(t);
             }
             "tcp" => return self.shorthand(Prim::Proto(6)),
             "udp" => return self.shorthand(Prim::Proto(17)),
@@ -518,6 +545,113 @@ impl<'a> Parser<'a> {
         Ok(Expr::Prim(prim))
     }
 
+    /// `len OP N` (the word `t`, consumed, may hold the whole relation): `greater` and
+    /// `less` and their combinations.
+    fn length(&mut self, t: Token<'a>) -> Result<Expr, FilterError> {
+        const EXPECTED: &str = "a comparison (>, >=, <, <=, ==, !=) and a length in bytes after \
+                                \"len\", such as len > 1000";
+        let mut text = t.text[3..].to_string();
+        // The relation may be spread over the next words: `len > 100`, `len >100`.
+        while !text.starts_with(|c: char| c.is_ascii_digit())
+            && text.trim_start_matches(['<', '>', '=', '!']).is_empty()
+        {
+            let n = self.peek();
+            // `!` lexes as a negation of its own: `len != 100`.
+            if n.kind != Kind::Word && !(n.kind == Kind::Not && n.text == "!") {
+                break;
+            }
+            self.next();
+            text.push_str(n.text);
+        }
+        let op_len = text
+            .find(|c: char| !matches!(c, '<' | '>' | '=' | '!'))
+            .unwrap_or(text.len());
+        let (op, num) = text.split_at(op_len);
+        let n = number(num, u32::MAX).ok_or_else(|| self.error(t, EXPECTED))?;
+        let p = |prim| Expr::Prim(prim);
+        let exactly = |n| Expr::and(vec![p(Prim::Greater(n)), p(Prim::Less(n))]);
+        self.last = None;
+        Ok(match op {
+            ">=" => p(Prim::Greater(n)),
+            ">" => match n.checked_add(1) {
+                Some(m) => p(Prim::Greater(m)),
+                None => Expr::not(p(Prim::Greater(0))),
+            },
+            "<=" => p(Prim::Less(n)),
+            "<" => match n.checked_sub(1) {
+                Some(m) => p(Prim::Less(m)),
+                None => Expr::not(p(Prim::Greater(0))),
+            },
+            "==" | "=" => exactly(n),
+            "!=" => Expr::not(exactly(n)),
+            _ => return Err(self.error(t, EXPECTED)),
+        })
+    }
+
+    /// `( v1 or v2 and not v3 ... )` after `host`, `net`, `port` or `portrange` (`kw`):
+    /// each value is the primitive with the same qualifiers, combined as written, as
+    /// tcpdump reads `port (80 or 443)`.
+    fn values(
+        &mut self,
+        proto: Option<Prim>,
+        dir: Dir,
+        kw: &'static str,
+        depth: usize,
+    ) -> Result<Expr, FilterError> {
+        let open = self.next();
+        if depth >= MAX_DEPTH {
+            return Err(self.error(
+                open,
+                &format!("at most {MAX_DEPTH} nested parentheses and negations"),
+            ));
+        }
+        let mut e = self.value(proto, dir, kw, depth)?;
+        loop {
+            let t = self.next();
+            match t.kind {
+                Kind::RParen => break,
+                Kind::And | Kind::Or => {
+                    let rhs = self.value(proto, dir, kw, depth)?;
+                    e = if t.kind == Kind::And {
+                        Expr::and(vec![e, rhs])
+                    } else {
+                        Expr::or(vec![e, rhs])
+                    };
+                }
+                _ => {
+                    let col = self.src[..open.start].chars().count() + 1;
+                    return Err(self.error(
+                        t,
+                        &format!("'and' or 'or', or \")\" to close the \"(\" at column {col}"),
+                    ));
+                }
+            }
+        }
+        self.last = Some((proto, dir, kw));
+        Ok(e)
+    }
+
+    /// One value of a [`Parser::values`] list: `not` a value, a nested list, or an operand.
+    fn value(
+        &mut self,
+        proto: Option<Prim>,
+        dir: Dir,
+        kw: &'static str,
+        depth: usize,
+    ) -> Result<Expr, FilterError> {
+        match self.peek().kind {
+            Kind::Not if depth < MAX_DEPTH => {
+                self.next();
+                Ok(Expr::not(self.value(proto, dir, kw, depth + 1)?))
+            }
+            Kind::LParen => self.values(proto, dir, kw, depth + 1),
+            _ => {
+                let t = self.next();
+                Ok(Expr::Prim(self.operand(t, proto, dir, kw)?))
+            }
+        }
+    }
+
     /// The direction after `src` / `dst` (`w`, consumed), including `src or dst` and
     /// `src and dst` (the `or` / `and` and the second word are consumed here).
     fn direction(&mut self, w: &str) -> Dir {
@@ -581,6 +715,27 @@ impl<'a> Parser<'a> {
                 .parse::<IpAddr>()
                 .map(|a| Prim::Host(dir, a))
                 .map_err(|_| self.error(t, EXPECTED_ADDRESS))?,
+            "net" if self.peek().word().as_deref() == Some("mask") => {
+                // `net 10.0.0.0 mask 255.255.0.0`: the mask as a prefix length.
+                self.next();
+                let m = self.next();
+                let len = m
+                    .word()
+                    .and_then(|w| w.parse::<std::net::Ipv4Addr>().ok())
+                    .map(u32::from)
+                    .filter(|m| m.leading_ones() + m.trailing_zeros() == 32)
+                    .map(u32::leading_ones)
+                    .ok_or_else(|| {
+                        self.error(
+                            m,
+                            "a contiguous IPv4 netmask such as 255.255.0.0 after \"mask\"",
+                        )
+                    })?;
+                match net(&format!("{text}/{len}")) {
+                    Some(Ok(n)) if text.parse::<std::net::Ipv4Addr>().is_ok() => Prim::Net(dir, n),
+                    _ => return Err(self.error(t, "an IPv4 network address before \"mask\"")),
+                }
+            }
             "net" => match net(text) {
                 Some(Ok(n)) => Prim::Net(dir, n),
                 Some(Err(IpAddr::V4(_))) => {
@@ -1122,13 +1277,13 @@ mod tests {
             "src",
             3,
             0,
-            "\"host\", \"net\", \"port\" or \"portrange\" after \"src\"",
+            "\"host\", \"net\", \"port\" or \"portrange\" (or an address) after \"src\"",
             "end of input",
         );
         err_at("dst tcp", 4, 3, "after \"dst\"", "\"tcp\"");
         err_at("net", 3, 0, EXPECTED_NET, "end of input");
         err_at("port", 4, 0, EXPECTED_PORT, "end of input");
-        err_at("port (80)", 5, 1, EXPECTED_PORT, "\"(\"");
+        err_at("port ()", 6, 1, EXPECTED_PORT, "\")\"");
         err_at("portrange", 9, 0, EXPECTED_RANGE, "end of input");
         err_at("proto", 5, 0, EXPECTED_PROTO, "end of input");
         err_at("dscp", 4, 0, EXPECTED_DSCP, "end of input");
@@ -1236,6 +1391,52 @@ mod tests {
             "0-32",
             "\"10.0.0.0/40\"",
         );
+    }
+
+    #[test]
+    fn filter_parse_more_of_tcpdumps_language() {
+        assert_eq!(expr("src 10.0.0.1"), p(Prim::Host(Dir::Src, a("10.0.0.1"))));
+        for (src, want) in [
+            // An address after a direction is a host, a network a net.
+            ("dst 10.1.0.0/16", "dst net 10.1.0.0/16"),
+            ("tcp and dst fd00::5", "tcp and dst host fd00::5"),
+            // A list of values for one qualifier.
+            ("port (80 or 443)", "port 80 or port 443"),
+            ("tcp port (80 or 443)", "tcp and (port 80 or port 443)"),
+            (
+                "src host (10.0.0.1 or 10.0.0.2) and udp",
+                "(src host 10.0.0.1 or src host 10.0.0.2) and udp",
+            ),
+            (
+                "port (53 or (80 and not 443))",
+                "port 53 or (port 80 and not port 443)",
+            ),
+            // A netmask.
+            ("net 10.0.0.0 mask 255.255.0.0", "net 10.0.0.0/16"),
+            ("src net 10.1.2.0 mask 255.255.255.0", "src net 10.1.2.0/24"),
+            // Lengths.
+            ("len > 100", "greater 101"),
+            ("len>=100", "greater 100"),
+            ("len <= 1500", "less 1500"),
+            ("len < 64", "less 63"),
+            ("len == 60", "greater 60 and less 60"),
+            ("len != 60", "not (greater 60 and less 60)"),
+        ] {
+            assert_eq!(canon(src), want, "{src}");
+        }
+        // Refusals name what was expected.
+        for bad in [
+            "port (80 or",
+            "port ()",
+            "net 10.0.0.0 mask 255.0.255.0",
+            "net fd00:: mask 255.0.0.0",
+            "len",
+            "len > x",
+            "len ~ 5",
+            "src",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} parsed");
+        }
     }
 
     #[test]
