@@ -454,6 +454,11 @@ form one filter. The empty filter selects every packet.
   arp                   ARP frames
   greater N, less N     length on the wire >= N, <= N bytes
   len > N               the same as a comparison: len >, >=, <, <=, ==, != N
+  ip[1] & 0xfc == 0xb8  tcpdump's byte expressions: LAYER[OFFSET] or
+                        LAYER[OFFSET:SIZE] (ether, ip, ip6, tcp, udp, icmp;
+                        SIZE 1, 2 or 4 bytes), an optional & MASK, a
+                        comparison and a number (decimal or 0x hex); read
+                        from each packet, after any VLAN tags
   and (&&), or (||), not (!), ( )
                         not binds tightest; and and or bind equally,
                         from the left, as in tcpdump: tcp or udp and
@@ -468,7 +473,7 @@ Examples:
   capsule query --store S --count 'tcpflags rst and port https or 8443'
 
 Not supported (use --bpf with a tcpdump expression for these): host names,
-byte offsets other than the TCP flags (ip[1] & 0xfc), icmptype, broadcast,
+named offsets other than tcp[tcpflags] (icmp[icmptype]), icmptype, broadcast,
 multicast, ether proto, rarp. `vlan 100 and vlan 200` means both tags, in any
 order; every primitive looks through VLAN tags, and tcp[tcpflags] covers IPv6.
 

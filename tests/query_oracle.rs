@@ -711,6 +711,10 @@ fn more_of_tcpdumps_language_selects_what_tcpdump_selects() {
         "len > 1000",
         "len <= 100 and tcp",
         "udp and len != 60",
+        "ip[1] & 0xfc == 0xb8",
+        "ip[9] == 17",
+        "ip and tcp[0:2] > 1023",
+        "ip and udp[0:2] > 1023",
     ];
     let cases: Vec<Case> = forms
         .iter()

@@ -177,6 +177,13 @@ fn parse_rfc3339(s: &str) -> std::result::Result<u64, String> {
                 -o
             }
         }
+        // The text ends after the seconds: a time with no zone, which would be read in
+        // some zone or other. Say how to write it.
+        None => {
+            return Err(format!(
+                "the time has no zone: add Z for UTC ({s}Z) or an offset ({s}+01:00)"
+            ))
+        }
         _ => {
             return Err(format!(
                 "expected Z or an offset like +01:00 at position {at}"
@@ -328,6 +335,25 @@ mod tests {
         ] {
             assert!(msg.contains(form), "{msg} does not name {form}");
         }
+    }
+
+    /// A time with no zone says how to write one (before: "expected Z or an offset at
+    /// position 19").
+    #[test]
+    fn a_time_without_a_zone_says_how_to_add_one() {
+        let msg = parse_instant("2026-11-30T02:00:01")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("no zone")
+                && msg.contains("2026-11-30T02:00:01Z")
+                && msg.contains("2026-11-30T02:00:01+01:00"),
+            "{msg}"
+        );
+        let msg = parse_instant("2026-11-30 02:00:01.5")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("2026-11-30 02:00:01.5Z"), "{msg}");
     }
 
     #[test]

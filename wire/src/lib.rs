@@ -262,6 +262,25 @@ pub fn dscp_of(linktype: LinkType, data: &[u8]) -> Option<u8> {
     }
 }
 
+/// Where the network header (IPv4 or IPv6) and the transport header start in `data`, as
+/// byte offsets from the start of the frame: what tcpdump's `ip[N]` and `tcp[N]` count
+/// from. The transport header's is `None` for a non-first fragment, or where the IP
+/// headers do not read (the same checks as [`dissect`]); both are `None` for a frame
+/// that is not IP. Read only for filters that name such byte offsets.
+pub fn header_offsets(linktype: LinkType, data: &[u8]) -> (Option<usize>, Option<usize>) {
+    let mut d = Dissected::default();
+    let Ok((_, net)) = link::link_layer(&mut d.vlans, linktype, data) else {
+        return (None, None);
+    };
+    let at = |s: &[u8]| (s.as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
+    let (l3, transport) = match net {
+        Net::Ipv4(s) => (Some(at(s)), ip::ipv4(&mut d, s).ok().flatten()),
+        Net::Ipv6(s) => (Some(at(s)), ip::ipv6(&mut d, s).ok().flatten()),
+        Net::None => (None, None),
+    };
+    (l3, transport.map(|t| at(t.data)))
+}
+
 /// Fills `d` layer by layer; the error is why it stopped early.
 ///
 /// Kept out of line on purpose: the fields are then stored straight into the caller's
@@ -288,6 +307,16 @@ mod tests {
     use crate::fixtures::*;
     use crate::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn header_offsets_point_at_the_ip_and_transport_headers() {
+        let p = &ETH_IPV4_TCP_OPTIONS;
+        let (l3, l4) = header_offsets(1, p);
+        assert_eq!(l3, Some(14));
+        let ihl = usize::from(p[14] & 0x0f) * 4;
+        assert_eq!(l4, Some(14 + ihl));
+        assert_eq!(header_offsets(1, &p[..10]), (None, None));
+    }
 
     #[test]
     fn truncated_at_each_layer_keeps_what_was_read() {

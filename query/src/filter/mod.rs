@@ -385,7 +385,7 @@ enum Cmp {
 }
 
 impl Cmp {
-    fn test(self, a: u8, b: u8) -> bool {
+    fn test<T: PartialOrd>(self, a: T, b: T) -> bool {
         match self {
             Cmp::Eq => a == b,
             Cmp::Ne => a != b,
@@ -558,6 +558,58 @@ enum Prim {
     /// The packet's length on the wire is at least (`greater`) / at most (`less`) this.
     Greater(u32),
     Less(u32),
+    /// tcpdump's `LAYER[OFFSET:SIZE] & MASK OP VALUE`: `SIZE` bytes (1, 2 or 4, big-endian)
+    /// at `OFFSET` from the start of the layer's header, masked, compare so. A packet
+    /// without that layer, or whose capture ends before the bytes, does not match.
+    Bytes {
+        layer: Layer,
+        offset: u16,
+        size: u8,
+        mask: u32,
+        op: Cmp,
+        value: u32,
+    },
+}
+
+/// Where a [`Prim::Bytes`] offset counts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layer {
+    /// The frame (Ethernet link type only).
+    Ether,
+    /// The IPv4 header.
+    Ip,
+    /// The IPv6 header.
+    Ip6,
+    /// The TCP, UDP or ICMP header (IPv4 or IPv6; not in a non-first fragment).
+    Tcp,
+    Udp,
+    Icmp,
+}
+
+impl Layer {
+    fn name(self) -> &'static str {
+        match self {
+            Layer::Ether => "ether",
+            Layer::Ip => "ip",
+            Layer::Ip6 => "ip6",
+            Layer::Tcp => "tcp",
+            Layer::Udp => "udp",
+            Layer::Icmp => "icmp",
+        }
+    }
+
+    fn by_name(s: &str) -> Option<Layer> {
+        [
+            Layer::Ether,
+            Layer::Ip,
+            Layer::Ip6,
+            Layer::Tcp,
+            Layer::Udp,
+            Layer::Icmp,
+        ]
+        .into_iter()
+        .find(|l| l.name() == s)
+    }
 }
 
 /// The expression tree. `And` and `Or` hold at least two items, none of them of the same
@@ -657,10 +709,23 @@ impl Expr {
         match self {
             Expr::Prim(p) => matches!(
                 p,
-                Prim::TcpFlags { .. } | Prim::Ether(..) | Prim::Greater(_) | Prim::Less(_)
+                Prim::TcpFlags { .. }
+                    | Prim::Ether(..)
+                    | Prim::Greater(_)
+                    | Prim::Less(_)
+                    | Prim::Bytes { .. }
             ),
             Expr::Not(e) => e.beyond_index(),
             Expr::And(v) | Expr::Or(v) => v.iter().any(Expr::beyond_index),
+        }
+    }
+
+    /// True if the expression has a byte offset (`ip[1] & 0xfc == 0xb8`).
+    fn reads_bytes(&self) -> bool {
+        match self {
+            Expr::Prim(p) => matches!(p, Prim::Bytes { .. }),
+            Expr::Not(e) => e.reads_bytes(),
+            Expr::And(v) | Expr::Or(v) => v.iter().any(Expr::reads_bytes),
         }
     }
 
@@ -760,6 +825,24 @@ impl fmt::Display for Prim {
             Prim::Arp => f.write_str("arp"),
             Prim::Greater(n) => write!(f, "greater {n}"),
             Prim::Less(n) => write!(f, "less {n}"),
+            Prim::Bytes {
+                layer,
+                offset,
+                size,
+                mask,
+                op,
+                value,
+            } => {
+                write!(f, "{}[{offset}", layer.name())?;
+                if size != 1 {
+                    write!(f, ":{size}")?;
+                }
+                f.write_str("]")?;
+                if mask != bytes_all(size) {
+                    write!(f, " & {mask:#x}")?;
+                }
+                write!(f, " {} {value}", op.symbol())
+            }
         }
     }
 }
@@ -781,6 +864,26 @@ struct FrameView {
     wire_len: Option<u32>,
     /// The TCP flags byte, for a TCP packet whose header was read.
     tcp_flags: Option<u8>,
+    /// The frame's bytes and where its network and transport headers start, for byte
+    /// offsets (`ip[1]`); read only when the filter has one.
+    bytes: Option<FrameBytes>,
+}
+
+/// What [`Prim::Bytes`] reads: the captured frame, its link type, and the header offsets.
+struct FrameBytes {
+    data: Vec<u8>,
+    linktype: u16,
+    net_at: Option<usize>,
+    transport_at: Option<usize>,
+}
+
+/// The mask that keeps all of `size` bytes.
+fn bytes_all(size: u8) -> u32 {
+    match size {
+        1 => 0xff,
+        2 => 0xffff,
+        _ => u32::MAX,
+    }
 }
 
 struct IpView {
@@ -815,6 +918,36 @@ impl View {
             (Prim::Less(n), _) => frame.map_or(Tri::Maybe, |f| {
                 Tri::from(f.wire_len.is_some_and(|l| l <= n))
             }),
+            (
+                Prim::Bytes {
+                    layer,
+                    offset,
+                    size,
+                    mask,
+                    op,
+                    value,
+                },
+                ip,
+            ) => match frame {
+                None => Tri::Maybe,
+                Some(f) => Tri::from(f.bytes.as_ref().is_some_and(|b| {
+                    let base = match (layer, ip) {
+                        (Layer::Ether, _) => (b.linktype == 1).then_some(0),
+                        (Layer::Ip, Some(ip)) if ip.version == 4 => b.net_at,
+                        (Layer::Ip6, Some(ip)) if ip.version == 6 => b.net_at,
+                        (Layer::Tcp, Some(ip)) if ip.proto == 6 => b.transport_at,
+                        (Layer::Udp, Some(ip)) if ip.proto == 17 => b.transport_at,
+                        (Layer::Icmp, Some(ip)) if ip.proto == 1 => b.transport_at,
+                        _ => None,
+                    };
+                    let start = base.map(|a| a + usize::from(offset));
+                    let field = start.and_then(|s| b.data.get(s..s + usize::from(size)));
+                    field.is_some_and(|bytes| {
+                        let v = bytes.iter().fold(0u32, |v, &x| (v << 8) | u32::from(x));
+                        op.test(v & mask, value)
+                    })
+                })),
+            },
             (_, None) => Tri::No,
             (Prim::TcpFlags { mask, op, value }, Some(ip)) => match frame {
                 Some(f) => Tri::from(
@@ -897,7 +1030,7 @@ impl Filter {
     /// the frame itself (`ether host`, `greater`, `less`) need the frame: they are false here
     /// (use [`Filter::matches_packet`]).
     pub fn matches(&self, d: &Dissected) -> bool {
-        self.matches_view(d, None, None)
+        self.matches_view(d, None, None, None)
     }
 
     /// Exact evaluation for one captured packet: its dissection `d`, its bytes `data` as
@@ -910,7 +1043,17 @@ impl Filter {
             src.copy_from_slice(&data[6..12]);
             (src, dst)
         });
-        self.matches_view(d, macs, Some(orig_len))
+        // Byte offsets (`ip[1]`) need the frame and its header offsets: read only then.
+        let bytes = self.expr.as_ref().is_some_and(Expr::reads_bytes).then(|| {
+            let (net_at, transport_at) = capsule_wire::header_offsets(linktype, data);
+            FrameBytes {
+                data: data.to_vec(),
+                linktype,
+                net_at,
+                transport_at,
+            }
+        });
+        self.matches_view(d, macs, Some(orig_len), bytes)
     }
 
     fn matches_view(
@@ -918,6 +1061,7 @@ impl Filter {
         d: &Dissected,
         macs: Option<([u8; 6], [u8; 6])>,
         wire_len: Option<u32>,
+        bytes: Option<FrameBytes>,
     ) -> bool {
         let Some(expr) = &self.expr else {
             return true;
@@ -941,6 +1085,7 @@ impl Filter {
                     capsule_wire::L4::Tcp(t) => Some(t.flags),
                     _ => None,
                 },
+                bytes,
             }),
         };
         expr.eval(&|p| view.prim(p) == Tri::Yes)
@@ -1005,9 +1150,15 @@ impl Filter {
             return Tri::Yes;
         };
         expr.eval_tri(&|p| match p {
-            Prim::Vlan(_) | Prim::Arp | Prim::Ether(..) | Prim::Greater(_) | Prim::Less(_) => {
-                Tri::Maybe
-            }
+            Prim::Vlan(_)
+            | Prim::Arp
+            | Prim::Ether(..)
+            | Prim::Greater(_)
+            | Prim::Less(_)
+            | Prim::Bytes {
+                layer: Layer::Ether,
+                ..
+            } => Tri::Maybe,
             _ => Tri::No,
         })
     }

@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 
 use super::{
-    dscp_by_name, proto_by_name, service_port, tcp_flag_by_name, Cmp, Dir, Expr, Net, Prim,
+    dscp_by_name, proto_by_name, service_port, tcp_flag_by_name, Cmp, Dir, Expr, Layer, Net, Prim,
 };
 
 /// Nesting limit for parentheses and `not`, so that hostile input cannot overflow the stack.
@@ -214,6 +214,9 @@ const EXPECTED_PORT: &str = "a port number 0-65535 or service name (http, https,
 const EXPECTED_MAC: &str = "a MAC address such as 00:1b:21:0a:0b:0c";
 const EXPECTED_LEN: &str = "a length in bytes 0-4294967295";
 const EXPECTED_TCPFLAG: &str = "a TCP flag (fin, syn, rst, push, ack, urg, ece, cwr)";
+const EXPECTED_BYTES: &str = "a byte expression LAYER[OFFSET] or LAYER[OFFSET:SIZE] (LAYER \
+     one of ether, ip, ip6, tcp, udp, icmp; SIZE 1, 2 or 4), an optional \"& MASK\", a \
+     comparison (==, !=, <, <=, >, >=) and a number, such as ip[1] & 0xfc == 0xb8";
 const EXPECTED_RELATION: &str = "tcp[tcpflags] (or tcp[13]), an optional \"& MASK\", a \
      comparison (==, !=, <, <=, >, >=) and a value, such as tcp[tcpflags] & tcp-rst != 0; \
      MASK and value are numbers (decimal or 0x hex) or tcp-fin, tcp-syn, tcp-rst, tcp-push, \
@@ -516,7 +519,11 @@ impl<'a> Parser<'a> {
             _ if w.starts_with("tcp[") => {
                 relation(t.text).ok_or_else(|| self.error(t, EXPECTED_RELATION))?
             }
-            _ if w.contains('[') || TCPDUMP_ONLY.contains(&w.as_str()) => {
+            _ if w.contains('[') => match relation(t.text) {
+                Some(p) => p,
+                None => return Err(self.error(t, &format!("{EXPECTED_BYTES}{USE_BPF}"))),
+            },
+            _ if TCPDUMP_ONLY.contains(&w.as_str()) => {
                 return Err(self.error(t, &format!("{EXPECTED_PRIMITIVE}{USE_BPF}")))
             }
             _ => match self.last {
@@ -855,19 +862,15 @@ fn flag_value(s: &str) -> Option<u8> {
 
 /// `tcp[tcpflags] [& MASK] OP VALUE` (or `tcp[13]`), as lexed into one token.
 fn relation(text: &str) -> Option<Prim> {
-    let rest = text.get(4..)?;
+    let (name, rest) = text.split_once('[')?;
+    let name = name.trim().to_ascii_lowercase();
     let (index, rest) = rest.split_once(']')?;
-    if !matches!(
-        index.trim().to_ascii_lowercase().as_str(),
-        "tcpflags" | "13"
-    ) {
-        return None;
-    }
+    let index = index.trim().to_ascii_lowercase();
     let mut rest = rest.trim_start();
-    let mut mask = 0xff;
+    let mut mask = None;
     if let Some(r) = rest.strip_prefix('&') {
         let at = r.find(['!', '=', '<', '>'])?;
-        mask = flag_value(&r[..at])?;
+        mask = Some(r[..at].trim());
         rest = &r[at..];
     }
     let (op, value) = [
@@ -880,12 +883,55 @@ fn relation(text: &str) -> Option<Prim> {
         (">", Cmp::Gt),
     ]
     .iter()
-    .find_map(|&(sym, op)| rest.strip_prefix(sym).map(|v| (op, v)))?;
-    Some(Prim::TcpFlags {
-        mask,
+    .find_map(|&(sym, op)| rest.strip_prefix(sym).map(|v| (op, v.trim())))?;
+    // The TCP flags byte: planned from the index's flag unions, and names allowed.
+    if name == "tcp" && matches!(index.as_str(), "tcpflags" | "13") {
+        return Some(Prim::TcpFlags {
+            mask: mask.map_or(Some(0xff), flag_value)?,
+            op,
+            value: flag_value(value)?,
+        });
+    }
+    let layer = Layer::by_name(&name)?;
+    let (offset, size) = match index.split_once(':') {
+        Some((o, s)) => (o.trim(), s.trim()),
+        None => (index.as_str(), "1"),
+    };
+    let size = match size {
+        "1" => 1u8,
+        "2" => 2,
+        "4" => 4,
+        _ => return None,
+    };
+    let offset = u16::try_from(byte_value(offset)?).ok()?;
+    let all = match size {
+        1 => 0xff,
+        2 => 0xffff,
+        _ => u32::MAX,
+    };
+    Some(Prim::Bytes {
+        layer,
+        offset,
+        size,
+        mask: mask.map_or(Some(all), byte_value)? & all,
         op,
-        value: flag_value(value)?,
+        value: byte_value(value)?,
     })
+}
+
+/// A number in a byte expression: decimal or `0x` hexadecimal, up to 32 bits.
+fn byte_value(s: &str) -> Option<u32> {
+    let s = s.trim();
+    let s = s
+        .strip_prefix('(')
+        .and_then(|s| s.strip_suffix(')'))
+        .unwrap_or(s)
+        .trim();
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) if !hex.is_empty() && hex.len() <= 8 => u32::from_str_radix(hex, 16).ok(),
+        Some(_) => None,
+        None => number(s, u32::MAX),
+    }
 }
 
 /// A plain decimal number (ASCII digits only, no sign) no greater than `max`.
@@ -1225,18 +1271,11 @@ mod tests {
         err_at("ether proto 1", 6, 5, "--bpf", "\"proto\"");
         err_at("icmptype 3", 0, 8, "--bpf", "\"icmptype\"");
         err_at(
-            "ip[1] & 0xfc == 184",
+            "icmp[icmptype] != 0",
             0,
             19,
             "--bpf",
-            "\"ip[1] & 0xfc == 184\"",
-        );
-        err_at(
-            "tcp[14] & 2 != 0",
-            0,
-            16,
-            "tcp[tcpflags]",
-            "\"tcp[14] & 2 != 0\"",
+            "\"icmp[icmptype] != 0\"",
         );
         err_at(
             "tcp[tcpflags] & tcp-bad != 0",
@@ -1423,6 +1462,27 @@ mod tests {
             ("len != 60", "not (greater 60 and less 60)"),
         ] {
             assert_eq!(canon(src), want, "{src}");
+        }
+        // Byte expressions.
+        for (src, want) in [
+            ("ip[1] & 0xfc == 0xb8", "ip[1] & 0xfc == 184"),
+            ("ip[9] = 17", "ip[9] == 17"),
+            ("udp[2:2] == 53", "udp[2:2] == 53"),
+            ("ether[12:2] = 0x0800", "ether[12:2] == 2048"),
+            ("tcp[0:2] > 1023 and ip", "tcp[0:2] > 1023 and ip"),
+            ("ip6[0:4] & 0x0ff00000 != 0", "ip6[0:4] & 0xff00000 != 0"),
+            ("icmp[0] == 8", "icmp[0] == 8"),
+        ] {
+            assert_eq!(canon(src), want, "{src}");
+        }
+        for bad in [
+            "ip[1:3] == 0",
+            "ip[x] == 1",
+            "foo[1] == 2",
+            "ip[1] & == 2",
+            "ip[70000] == 1",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} parsed");
         }
         // Refusals name what was expected.
         for bad in [
