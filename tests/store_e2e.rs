@@ -810,6 +810,26 @@ fn t05_stdin_import_equals_file_import() {
         .map(|s| (s.blocks, s.packets, s.first_ns, s.last_ns))
         .collect();
     assert_eq!(sb, sa, "segments of the stdin store vs the file store");
+    // Compressed on standard input, as a path's compression is recognised (before: "unknown
+    // magic number 0x1f8b0808").
+    for (tool, name) in [("gzip", "gz"), ("zstd", "zst")] {
+        need_tool(tool);
+        let c = d.path().join(format!("store-{name}"));
+        let out = run_ok(Command::new("sh").arg("-c").arg(format!(
+            "{tool} -c '{}' | '{}' import --store '{}' --block-size 64K -",
+            p(&s),
+            bin(),
+            p(&c)
+        )));
+        assert!(
+            stdout_str(&out).contains(&format!("{} packets", truth.packets)),
+            "{tool} on stdin: {}{}",
+            stdout_str(&out),
+            stderr_str(&out)
+        );
+        let ec = query_ok(&c, &d.path().join(format!("c.{name}.pcap")), &[]);
+        assert_same_bytes(&ec, &orig, "compressed stdin import export vs input");
+    }
 }
 
 // ------------------------------------------------------------------------------------------

@@ -69,6 +69,38 @@ fn input_reader(
     })
 }
 
+/// Standard input for import, through a decompressor when its first bytes say it is zstd
+/// or gzip (as a path's are recognised): `zcat`-free `import -` of a compressed capture.
+fn stdin_reader() -> Result<Box<dyn Read + Send>> {
+    let mut stdin = std::io::stdin();
+    let mut head = Vec::with_capacity(4);
+    while head.len() < 4 {
+        let mut b = [0u8; 4];
+        match stdin.read(&mut b[..4 - head.len()]) {
+            Ok(0) => break,
+            Ok(k) => head.extend_from_slice(&b[..k]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => bail!("cannot read standard input: {e}"),
+        }
+    }
+    let packing = if head.starts_with(&ZSTD_MAGIC) {
+        Packing::Zstd
+    } else if head.starts_with(&GZIP_MAGIC) {
+        Packing::Gzip
+    } else {
+        Packing::Plain
+    };
+    let whole = std::io::Cursor::new(head).chain(stdin);
+    Ok(match packing {
+        Packing::Plain => Box::new(whole),
+        Packing::Zstd => Box::new(
+            zstd::stream::read::Decoder::new(whole)
+                .map_err(|e| anyhow::anyhow!("cannot read standard input: {e}"))?,
+        ),
+        Packing::Gzip => Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(whole))),
+    })
+}
+
 /// The first bytes of a zstd frame and of a gzip member.
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -100,7 +132,13 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     for (f, input) in files.iter().zip(opened_inputs) {
         let rep = match input {
             // A pipe may stay open and idle: read it on a thread and cut blocks by age.
-            None => capsule_capture::import_live(&mut writer, "<stdin>", std::io::stdin()),
+            None => match stdin_reader() {
+                Ok(r) => capsule_capture::import_live(&mut writer, "<stdin>", r),
+                Err(e) => {
+                    let _ = writer.finish();
+                    return Err(e);
+                }
+            },
             Some((file, packing, size)) => {
                 let progress = Progress::bytes(f, Some(size));
                 let rep = capsule_capture::import_reader(
