@@ -45,7 +45,7 @@ impl ExportReport {
         !self.skipped.is_empty() || !self.unreadable.is_empty() || !self.lost.is_empty()
     }
 
-    /// What a partial answer misses, in one line of at most [`NOTE_MAX`] bytes (`None` when
+    /// What a partial answer misses, in one line of at most 1 KiB (`None` when
     /// the answer is whole): the note a pcapng export ends with and the server's
     /// `capsule-partial` trailer carries.
     pub fn partial_note(&self) -> Option<String> {

@@ -25,8 +25,10 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
 use crate::fsx;
-use crate::segment::{self, SegmentReader, SegmentState};
-use crate::store::SegmentEntry;
+use crate::segment::{self, SegmentReader};
+
+/// A sealed segment's file as a writer found it: number, path, bytes.
+pub(crate) type Present<'a> = (u64, &'a Path, u64);
 
 /// In `segments/`: the ledger.
 pub const LEDGER_FILE: &str = "ledger";
@@ -200,16 +202,17 @@ pub(crate) fn record_deleted(segments_dir: &Path, seq: u64) -> Result<()> {
     append(segments_dir, &format!("deleted {seq}\n"))
 }
 
-/// The ledger entry of sealed segment `e`, from its footer (its block table).
-fn entry_of(e: &SegmentEntry) -> Result<Sealed> {
-    let r = SegmentReader::open(&e.path)?;
+/// The ledger entry of sealed segment `(seq, path, bytes)`, from its footer (its block
+/// table).
+fn entry_of((seq, path, bytes): Present<'_>) -> Result<Sealed> {
+    let r = SegmentReader::open(path)?;
     let with = || r.blocks().iter().filter(|b| b.packets > 0);
     Ok(Sealed {
-        seq: e.seq,
+        seq,
         first_ns: with().map(|b| b.first_ns).min().unwrap_or(0),
         last_ns: with().map(|b| b.last_ns).max().unwrap_or(0),
         packets: r.blocks().iter().map(|b| u64::from(b.packets)).sum(),
-        bytes: e.bytes,
+        bytes,
     })
 }
 
@@ -217,17 +220,17 @@ fn entry_of(e: &SegmentEntry) -> Result<Sealed> {
 /// lacks, and rewrites it without deleted segments when they are most of it. Returns how
 /// many lines were added. A segment that cannot be read is left out (it is named by the
 /// readers as unreadable; nothing would be gained by recording a guess).
-pub(crate) fn reconcile(segments_dir: &Path, present: &[SegmentEntry]) -> Result<usize> {
+pub(crate) fn reconcile(segments_dir: &Path, present: &[Present<'_>]) -> Result<usize> {
     let ledger = read(segments_dir)?.unwrap_or_default();
     let mut added = Vec::new();
-    for e in present {
-        if e.state != SegmentState::Sealed || ledger.live.contains_key(&e.seq) {
+    for &e in present {
+        if ledger.live.contains_key(&e.0) {
             continue;
         }
         match entry_of(e) {
             Ok(s) => added.push(s),
             Err(err) => tracing::warn!(
-                seq = e.seq,
+                seq = e.0,
                 "the ledger cannot record this segment: {}",
                 crate::error::chain(&err)
             ),
@@ -236,12 +239,8 @@ pub(crate) fn reconcile(segments_dir: &Path, present: &[SegmentEntry]) -> Result
     // Missing segments older than every segment kept: retention would have deleted them
     // by now, so their gap is no longer news (an operator's deliberate `rm` of the oldest
     // is named until the store has moved past it).
-    let oldest = present
-        .iter()
-        .filter(|e| e.state == SegmentState::Sealed)
-        .map(|e| e.seq)
-        .min();
-    let have: std::collections::HashSet<u64> = present.iter().map(|e| e.seq).collect();
+    let oldest = present.iter().map(|e| e.0).min();
+    let have: std::collections::HashSet<u64> = present.iter().map(|e| e.0).collect();
     let expired: Vec<u64> = match oldest {
         Some(o) => ledger
             .live
@@ -271,10 +270,14 @@ pub(crate) fn reconcile(segments_dir: &Path, present: &[SegmentEntry]) -> Result
     Ok(added.len())
 }
 
-/// The segments `ledger` records as sealed whose files are not among `listed` (a listing
-/// of the directory made before the ledger was read).
-pub fn missing(segments_dir: &Path, ledger: &Ledger, listed: &[SegmentEntry]) -> Vec<Missing> {
-    let have: std::collections::HashSet<u64> = listed.iter().map(|e| e.seq).collect();
+/// The segments `ledger` records as sealed whose numbers are not among `listed` (the
+/// numbers of a listing of the directory made before the ledger was read).
+pub fn missing(
+    segments_dir: &Path,
+    ledger: &Ledger,
+    listed: impl IntoIterator<Item = u64>,
+) -> Vec<Missing> {
+    let have: std::collections::HashSet<u64> = listed.into_iter().collect();
     ledger
         .live
         .values()
@@ -328,13 +331,7 @@ mod tests {
         }
         record_deleted(d.path(), 1).unwrap();
         let l = read(d.path()).unwrap().unwrap();
-        let listed = vec![SegmentEntry {
-            seq: 3,
-            state: SegmentState::Sealed,
-            path: d.path().join(segment::sealed_name(3)),
-            bytes: 100,
-        }];
-        let m = missing(d.path(), &l, &listed);
+        let m = missing(d.path(), &l, [3]);
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].sealed.seq, 2);
         assert!(m[0].overlaps(0, 21) && m[0].overlaps(25, 26) && !m[0].overlaps(26, 99));

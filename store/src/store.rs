@@ -320,7 +320,7 @@ impl Store {
     pub fn missing_segments(&self, listed: &[SegmentEntry]) -> Result<Vec<crate::ledger::Missing>> {
         let dir = self.segments_dir();
         Ok(match crate::ledger::read(&dir)? {
-            Some(l) => crate::ledger::missing(&dir, &l, listed),
+            Some(l) => crate::ledger::missing(&dir, &l, listed.iter().map(|e| e.seq)),
             None => Vec::new(),
         })
     }

@@ -810,7 +810,10 @@ impl StoreWriter {
         }
         // The ledger: a line for every sealed segment it lacks (a store older than the
         // ledger, a segment recovered now, a crash between a seal and its line).
-        let sealed_now: Vec<_> = retention.sealed().cloned().collect();
+        let sealed_now: Vec<_> = retention
+            .sealed()
+            .map(|e| (e.seq, e.path.as_path(), e.bytes))
+            .collect();
         if let Err(e) = crate::ledger::reconcile(&dir, &sealed_now) {
             tracing::warn!(
                 "cannot bring the ledger of sealed segments up to date: {}",
