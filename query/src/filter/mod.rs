@@ -181,6 +181,9 @@ pub use parse::FilterError;
 pub struct Filter {
     /// `None` is the empty filter, which matches everything.
     expr: Option<Expr>,
+    /// Whether the expression has a byte offset (`ip[1]`), found once at parse: only then
+    /// does a packet's check read its header offsets.
+    reads_bytes: bool,
 }
 
 /// One direction of one flow, as the side index records it.
@@ -1003,8 +1006,10 @@ fn flags_possible(union: u8, op: Cmp, value: u8) -> Tri {
 impl Filter {
     /// Parses a filter expression; the empty (or all-blank) string is [`Filter::all`].
     pub fn parse(src: &str) -> Result<Filter, FilterError> {
+        let expr = parse::parse(src)?;
         Ok(Filter {
-            expr: parse::parse(src)?,
+            reads_bytes: expr.as_ref().is_some_and(Expr::reads_bytes),
+            expr,
         })
     }
 
@@ -1017,7 +1022,10 @@ impl Filter {
 
     /// The filter that matches every packet.
     pub fn all() -> Filter {
-        Filter { expr: None }
+        Filter {
+            expr: None,
+            reads_bytes: false,
+        }
     }
 
     /// True for the empty filter (not for filters that happen to match everything, such as
@@ -1044,7 +1052,7 @@ impl Filter {
             (src, dst)
         });
         // Byte offsets (`ip[1]`) need the frame and its header offsets: read only then.
-        let bytes = self.expr.as_ref().is_some_and(Expr::reads_bytes).then(|| {
+        let bytes = self.reads_bytes.then(|| {
             let (net_at, transport_at) = capsule_wire::header_offsets(linktype, data);
             FrameBytes {
                 data: data.to_vec(),

@@ -96,7 +96,10 @@ fn expr() -> impl Strategy<Value = Expr> {
 fn filter() -> impl Strategy<Value = Filter> {
     prop_oneof![
         1 => Just(Filter::all()),
-        20 => expr().prop_map(|e| Filter { expr: Some(e) }),
+        20 => expr().prop_map(|e| Filter {
+            reads_bytes: e.reads_bytes(),
+            expr: Some(e),
+        }),
     ]
 }
 
