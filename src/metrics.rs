@@ -474,10 +474,9 @@ async fn accept_loop(listener: std::net::TcpListener, store: PathBuf, limits: Li
     loop {
         let conn = match listener.accept().await {
             Ok((conn, _)) => conn,
-            Err(e) => {
+            Err(_) => {
                 // Out of descriptors or a connection reset before it was taken: the
                 // listener stays; try again shortly.
-                let _ = e;
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             }

@@ -2445,12 +2445,7 @@ fn kill_9_rounds_keep_every_packet_queryable_before_the_kill() {
         // leaves it stale (it describes the segment's size before); verify names both
         // (answers from the index miss those flows until the next writer rebuilds it, as
         // the next round's capture does).
-        let v = run(capsule().args(["verify", "--store", p(&store)]));
-        let text = stdout_str(&v);
-        let problems: Vec<&str> = text
-            .lines()
-            .filter(|l| !l.starts_with("verified "))
-            .collect();
+        let (problems, code, text) = verify_problems(&store);
         assert!(
             problems
                 .iter()
@@ -2459,7 +2454,7 @@ fn kill_9_rounds_keep_every_packet_queryable_before_the_kill() {
             "round {round}: {text}"
         );
         assert_eq!(
-            v.status.code(),
+            code,
             Some(if problems.is_empty() { 0 } else { 1 }),
             "round {round}: {text}"
         );

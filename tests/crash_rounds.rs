@@ -170,12 +170,7 @@ fn twenty_kill_9_rounds_of_reindex_leave_every_index_whole() {
         }
         // No index is torn: verify names the missing ones (answers from the index miss
         // their flows until they are rebuilt) and nothing else.
-        let v = run(capsule().args(["verify", "--store", p(&store)]));
-        let text = stdout_str(&v);
-        let problems: Vec<&str> = text
-            .lines()
-            .filter(|l| !l.starts_with("verified "))
-            .collect();
+        let (problems, code, text) = verify_problems(&store);
         assert!(
             problems
                 .iter()
@@ -183,7 +178,7 @@ fn twenty_kill_9_rounds_of_reindex_leave_every_index_whole() {
             "round {round}: {left} of {n_segments} indexes left: {text}"
         );
         assert_eq!(
-            (problems.len(), v.status.code()),
+            (problems.len(), code),
             (
                 n_segments - left,
                 Some(if left == n_segments { 0 } else { 1 })

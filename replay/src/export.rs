@@ -14,7 +14,7 @@ use crossbeam_channel::bounded;
 
 use crate::encode::{Encoder, Format};
 use crate::error::ExportError;
-use crate::prefetch::{check_bpf_len, prefetch, Bpf, Loaded, PacketFilter, Planned};
+use crate::prefetch::{check_bpf_len, linktype_of, prefetch, Bpf, Loaded, PacketFilter, Planned};
 pub use crate::report::{ExportReport, SkippedBlock};
 use crate::stats::{drops_in_window, interface_stats, Stat};
 
@@ -71,13 +71,6 @@ struct Cursor {
     packet: usize,
     /// Key of the block in the map of open blocks.
     slot: usize,
-}
-
-/// The link type of interface `iface` of `seg` (0 for one it does not declare).
-fn linktype_of(seg: &SegmentReader, iface: u32) -> u16 {
-    seg.interfaces()
-        .get(iface as usize)
-        .map_or(0, |i| i.linktype)
 }
 
 /// The link types a `--bpf` expression must compile for: every link type of the store's

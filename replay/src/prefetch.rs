@@ -167,6 +167,13 @@ impl Bpf {
     }
 }
 
+/// The link type of interface `iface` of `seg` (0 for one it does not declare).
+pub(crate) fn linktype_of(seg: &SegmentReader, iface: u32) -> u16 {
+    seg.interfaces()
+        .get(iface as usize)
+        .map_or(0, |i| i.linktype)
+}
+
 /// Reads, decompresses and filters the planned blocks on `threads` threads, delivering them
 /// in plan order. At most a few blocks per thread are held ahead of the consumer.
 pub(crate) fn prefetch(
@@ -244,10 +251,7 @@ fn load(
         if !query.in_window(pkt.ts_ns) {
             continue;
         }
-        let linktype = seg
-            .interfaces()
-            .get(pkt.iface as usize)
-            .map_or(0, |i| i.linktype);
+        let linktype = linktype_of(seg, pkt.iface);
         if !query.filter.is_all()
             && !query.filter.matches_packet(
                 &dissect(linktype, pkt.data),

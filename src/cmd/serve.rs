@@ -674,7 +674,6 @@ fn export_thread(
                     w.abort.store(true, Ordering::Release);
                 }
                 // Nothing sent yet: the response is this error; else the stream is cut.
-                *audit.end.lock().unwrap_or_else(|p| p.into_inner()) = Some((s, m.clone(), None));
                 let _ = w.tx.blocking_send(Msg::Fail(s, m.clone()));
             }
             (s, m, None)

@@ -1034,3 +1034,16 @@ pub fn skip(test: &str, why: &str) {
     writeln!(f, "{test}: {}", why.replace('\n', " "))
         .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
 }
+
+/// `capsule verify --store STORE`: its problem lines (every line but the summary), its exit
+/// status and its whole output.
+pub fn verify_problems(store: &Path) -> (Vec<String>, Option<i32>, String) {
+    let v = run(capsule().args(["verify", "--store", p(store)]));
+    let text = stdout_str(&v);
+    let problems = text
+        .lines()
+        .filter(|l| !l.starts_with("verified "))
+        .map(str::to_string)
+        .collect();
+    (problems, v.status.code(), text)
+}
