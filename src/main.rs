@@ -3,16 +3,25 @@
 //! This file only dispatches: [`cli`] turns the command line into checked values, [`cmd`]
 //! runs the subcommand, and errors become exit statuses here and only here: 0 success (a
 //! closed output pipe counts as success, so `capsule query ... | head` behaves), 1 failure,
-//! 2 bad usage (clap's own errors, a `--config` file that is not valid, and [`cmd::Usage`]
+//! 2 bad usage (clap's own errors, a `--config` file that is not valid, and [`output::Usage`]
 //! errors found after parsing).
 #![forbid(unsafe_code)]
 
+mod bpf_check;
 mod cli;
+mod client;
 mod cmd;
+mod files;
+mod live;
 mod logging;
 mod metrics;
+mod notes;
+mod output;
 mod progress;
-mod table;
+mod render;
+mod report;
+mod request;
+mod server;
 mod tokens;
 mod units;
 
@@ -83,7 +92,7 @@ fn quiet_on_closed_stdout() {
 /// found after parsing, or a `--bpf` expression that does not compile or is too long (a bad
 /// filter of capsule's own language is a `Usage` already; the two must exit alike, 2).
 fn is_usage(e: &anyhow::Error) -> bool {
-    e.is::<cmd::Usage>()
+    e.is::<output::Usage>()
         || e.chain().any(|c| {
             matches!(
                 c.downcast_ref::<capsule_replay::ExportError>(),

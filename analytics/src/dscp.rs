@@ -213,6 +213,37 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
     }
 }
 
+/// Bytes per DSCP value per interval: (value, bytes per slot), values by total bytes.
+pub fn over_time(input: &Input, interval_ns: u64) -> Vec<(u8, Vec<u64>)> {
+    let n = (input.to_ns - input.from_ns).div_ceil(interval_ns).max(1) as usize;
+    let mut per: std::collections::BTreeMap<u8, Vec<u64>> = Default::default();
+    for s in &input.flows {
+        let f = &s.flow;
+        for d in 0..2 {
+            let counts = crate::dscp_in_window(s, d);
+            let total: u64 = counts.iter().map(|c| c.bytes).sum();
+            if total == 0 {
+                continue;
+            }
+            for b in f.buckets.iter().filter(|b| b.bytes[d] > 0) {
+                let ns = b.second * 1_000_000_000;
+                if ns < input.from_ns || ns >= input.to_ns.max(input.from_ns + 1) {
+                    continue;
+                }
+                let slot = (((ns - input.from_ns) / interval_ns) as usize).min(n - 1);
+                for c in counts.iter() {
+                    let part =
+                        (u128::from(b.bytes[d]) * u128::from(c.bytes) / u128::from(total)) as u64;
+                    per.entry(c.dscp).or_insert_with(|| vec![0; n])[slot] += part;
+                }
+            }
+        }
+    }
+    let mut v: Vec<(u8, Vec<u64>)> = per.into_iter().collect();
+    v.sort_by_key(|(_, s)| std::cmp::Reverse(s.iter().sum::<u64>()));
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use capsule_capture::live::{self, CaptureConfig, Mode};
 
-use super::{print_disk_full, print_json, print_open_report, Usage};
 use crate::cli::{CaptureArgs, CaptureMode, XdpVariant};
+use crate::notes::{print_disk_full, print_open_report};
+use crate::output::{print_json, Usage};
 
 impl CaptureArgs {
     /// The capture of each interface these arguments ask for, in order: `--mode`, or the
@@ -87,7 +88,7 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     // One word, so the summary line keeps its shape: `a,b`.
     let iface = &a.iface.join(",");
     // Before anything is set up: the --user account and whether it can use the store.
-    let account = super::capture_privs::prepare(a)?;
+    let account = crate::live::privs::prepare(a)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())
@@ -116,7 +117,7 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         min_free: writer.config().min_free,
         max_age: writer.config().max_age,
     };
-    let mut reload = super::reload::Reload::new(a, budgets, writer.budget_handle());
+    let mut reload = crate::live::reload::Reload::new(a, budgets, writer.budget_handle());
     if let Some(n) = note {
         crate::logging::note(&n);
     }
@@ -128,12 +129,12 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     let alert_config = a
         .config
         .as_deref()
-        .map(super::config::load)
+        .map(crate::request::load_config)
         .transpose()
         .and_then(|c| {
-            let cut = super::cutoff_from(c.as_ref().zip(a.config.as_deref()), None)?;
+            let cut = crate::request::cutoff_from(c.as_ref().zip(a.config.as_deref()), None)?;
             let live = match c {
-                Some(c) => super::live_alerts::Sinks::open(&c)?.map(|s| (c, s)),
+                Some(c) => crate::live::alerts::Sinks::open(&c)?.map(|s| (c, s)),
                 None => None,
             };
             Ok((live, cut))
@@ -171,7 +172,7 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         }
     };
     // Set up: from here on only what the capture still needs.
-    if let Err(e) = super::capture_privs::drop(&captures, account.as_ref()) {
+    if let Err(e) = crate::live::privs::drop(&captures, account.as_ref()) {
         let _ = writer.finish();
         return Err(e);
     }
@@ -192,7 +193,7 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     let methods: Vec<live::CaptureMethod> = captures.iter().map(|c| c.method().clone()).collect();
     let mut status = capsule_capture::status::StatusFile::with_methods(&a.store, &names, &methods);
     let alerts = match alert_config
-        .map(|(c, sinks)| super::live_alerts::LiveAlerts::start(&a.store, c, sinks))
+        .map(|(c, sinks)| crate::live::alerts::LiveAlerts::start(&a.store, c, sinks))
         .transpose()
     {
         Ok(al) => al,

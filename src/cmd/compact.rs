@@ -34,7 +34,7 @@ pub fn run(a: &CompactArgs) -> Result<ExitCode> {
     };
     let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;
     if !a.json {
-        super::print_open_report(&opened, false);
+        crate::notes::print_open_report(&opened, false);
         for p in &opened.compaction_leftovers {
             println!(
                 "removed {} (left by a compaction a crash interrupted)",
@@ -99,7 +99,7 @@ pub fn run(a: &CompactArgs) -> Result<ExitCode> {
             "bytes_before": before, "bytes_after": after, "seconds": secs,
             "compacted": segs, "skipped": skipped, "deleted_meanwhile": report.vanished,
         });
-        super::print_json(v);
+        crate::output::print_json(v);
     } else {
         let older = a
             .older_than
@@ -111,14 +111,14 @@ pub fn run(a: &CompactArgs) -> Result<ExitCode> {
             report.compacted.len(),
             a.level,
             100.0 * after as f64 / before.max(1) as f64,
-            super::mb_per_s(before, secs)
+            crate::notes::mb_per_s(before, secs)
         );
     }
     for (seq, why) in &report.skipped {
         eprintln!("capsule: warning: segment {seq} was not compacted: {why}");
     }
     if !report.skipped.is_empty() {
-        return Ok(ExitCode::from(super::PARTIAL));
+        return Ok(ExitCode::from(crate::output::PARTIAL));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use anyhow::Result;
 use capsule_config::{Config, GroupId};
 
-use super::Usage;
 use crate::cli::{ConfigCheckArgs, ConfigCmd};
 
 pub fn run(c: &ConfigCmd) -> Result<ExitCode> {
@@ -18,10 +17,10 @@ pub fn run(c: &ConfigCmd) -> Result<ExitCode> {
 }
 
 fn check(a: &ConfigCheckArgs) -> Result<ExitCode> {
-    let config = load(&a.file)?;
+    let config = crate::request::load_config(&a.file)?;
     // The [cutoff] keep filters are parsed with the query language here, as capture and
     // import parse them: a bad one names its key and line.
-    super::cutoff_from(Some((&config, &a.file)), None)?;
+    crate::request::cutoff_from(Some((&config, &a.file)), None)?;
     let mut out = std::io::stdout().lock();
     if a.json {
         // To text first: a closed pipe must reach `main` as an io::Error (a normal end).
@@ -31,18 +30,6 @@ fn check(a: &ConfigCheckArgs) -> Result<ExitCode> {
         summary(&mut out, &a.file.display().to_string(), &config)?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Reads and validates a config file; any problem is the user's (exit 2).
-pub fn load(path: &std::path::Path) -> Result<Config> {
-    Config::load(path).map_err(|e| match e {
-        capsule_config::ConfigError::Read { path, source } => Usage(format!(
-            "{}: cannot read the config file: {source}",
-            path.display()
-        ))
-        .into(),
-        e @ capsule_config::ConfigError::Invalid(_) => Usage(e.to_string()).into(),
-    })
 }
 
 fn summary(out: &mut impl Write, file: &str, c: &Config) -> std::io::Result<()> {

@@ -7,14 +7,14 @@ use anyhow::Result;
 use capsule_store::Store;
 
 use crate::cli::{FlowSort, FlowsArgs};
-use crate::table::{Column, Table};
+use crate::render::table::{Column, Table};
 use crate::units;
 
 pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     let (args, sort, limit, json) = (&a.q, a.sort, a.limit, a.json);
-    if let Some(url) = &args.server {
+    if let Some(url) = &args.remote.server {
         if !json {
-            return Err(super::Usage(format!(
+            return Err(crate::output::Usage(format!(
                 "flows --server {url} answers JSON lines only: add --json"
             ))
             .into());
@@ -26,17 +26,17 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         };
         let path = format!(
             "/v1/flows?{}&sort={sort}&limit={limit}",
-            super::remote::selection_params(args)?
+            crate::client::selection_params(args)?
         );
-        let remote = args.remote().expect("called with --server");
-        let got = super::remote::get(&remote, &path, &mut std::io::stdout().lock(), false)?;
+        let remote = args.remote_with(&a.old_cert).expect("called with --server");
+        let got = crate::client::get(&remote, &path, &mut std::io::stdout().lock(), false)?;
         if got.partial().is_some() {
             eprintln!(
                 "capsule: the answer is partial: the server says flows are missing (its audit \
                  log names them; exit status {})",
-                super::PARTIAL
+                crate::output::PARTIAL
             );
-            return Ok(ExitCode::from(super::PARTIAL));
+            return Ok(ExitCode::from(crate::output::PARTIAL));
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -137,7 +137,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             }
             t.push(row);
         }
-        for line in t.render(crate::table::output_width()) {
+        for line in t.render(crate::render::table::output_width()) {
             writeln!(out, "{line}")?;
         }
         if any_cut {
@@ -153,7 +153,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
                 cut.len(),
                 format_instant_ms(from)
             );
-            for line in crate::table::wrap(&note, crate::table::output_width()) {
+            for line in crate::render::table::wrap(&note, crate::render::table::output_width()) {
                 writeln!(out, "{line}")?;
             }
         }
@@ -165,7 +165,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             )?;
         }
     }
-    super::note_window(&segments, &q, listing.flows.is_empty());
+    crate::notes::note_window(&segments, &q, listing.flows.is_empty());
     if !listing.unindexed.is_empty() {
         eprintln!(
             "capsule: note: segment(s) {:?} have no side index and are not listed; \
@@ -185,15 +185,15 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     for (seq, why) in &listing.damaged_index {
         eprintln!("capsule: warning: the flows of segment {seq} are missing: {why}");
     }
-    super::warn_unreadable(&unreadable, "its flows are missing");
+    crate::notes::warn_unreadable(&unreadable, "its flows are missing");
     if missing(&listing, &unreadable, &q).is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
         eprintln!(
             "capsule: the answer is partial: damaged or missing data was skipped (exit status {})",
-            super::PARTIAL
+            crate::output::PARTIAL
         );
-        Ok(ExitCode::from(super::PARTIAL))
+        Ok(ExitCode::from(crate::output::PARTIAL))
     }
 }
 

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 
-use super::{mb_per_s, print_disk_full, print_json, print_open_report};
 use crate::cli::ImportArgs;
+use crate::notes::{mb_per_s, print_disk_full, print_open_report};
+use crate::output::print_json;
 use crate::progress::Progress;
 
 /// How an input file is compressed, from its first bytes (whatever its name).
@@ -108,8 +109,12 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     let (store, args, files) = (&a.store, &a.writer, &a.files);
     let (cfg, note) = args.config(store)?;
-    let config = a.config.as_deref().map(super::config::load).transpose()?;
-    let cutoff = super::cutoff_from(config.as_ref().zip(a.config.as_deref()), a.cutoff)?;
+    let config = a
+        .config
+        .as_deref()
+        .map(crate::request::load_config)
+        .transpose()?;
+    let cutoff = crate::request::cutoff_from(config.as_ref().zip(a.config.as_deref()), a.cutoff)?;
     // Every input is opened first: one that cannot be read stops the import before the
     // store is created or touched.
     let mut opened_inputs = Vec::with_capacity(files.len());

@@ -3,10 +3,11 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use capsule_store::Store;
 
 use crate::cli::{OutFormat, QueryArgs};
+use crate::files::{create, write_file};
 
 pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     let (args, write, format, bpf, explain, count) = (
@@ -17,11 +18,11 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         a.explain,
         a.count,
     );
-    if args.server.is_some() {
+    if args.remote.server.is_some() {
         return remote(a);
     }
     if a.json && !explain && !count {
-        return Err(super::Usage(
+        return Err(crate::output::Usage(
             "--json goes with --count or --explain (an export writes packets, not JSON)".into(),
         )
         .into());
@@ -31,7 +32,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     if let (Some(expr), false) = (&bpf, explain) {
         // Before any output: compiled in a child process with a time and memory limit.
         let linktypes = capsule_replay::bpf_linktypes(&store.open_segments()?);
-        super::check_bpf::check(expr, &linktypes)?;
+        crate::bpf_check::check(expr, &linktypes)?;
     }
     let format = out_format(format, write, count);
     let opts = capsule_replay::ExportOptions {
@@ -46,7 +47,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     if explain {
         let plan = capsule_replay::export::explain(&store, &opts)?;
         if a.json {
-            super::print_json(plan_json(&plan));
+            crate::output::print_json(plan_json(&plan));
         } else {
             print_plan(&plan);
         }
@@ -84,7 +85,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     let segments = store.open_segments_checked()?.0;
     let cut = capsule_index::flows::cut_summary(&store, &segments, &opts.query)?;
     if count && a.json {
-        super::print_json(serde_json::json!({
+        crate::output::print_json(serde_json::json!({
             "cut_flows": cut.flows, "cut_from_ns": cut.first_cut_ns,
             "packets": report.packets, "bytes": report.captured_bytes,
             "blocks_read": report.blocks_read, "blocks_total": report.blocks_total,
@@ -110,7 +111,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     for (seq, why) in &report.damaged_index {
         eprintln!("capsule: note: segment {seq} was read whole: {why}");
     }
-    super::note_window(&segments, &opts.query, report.packets == 0);
+    crate::notes::note_window(&segments, &opts.query, report.packets == 0);
     if !report.is_partial() {
         return Ok(ExitCode::SUCCESS);
     }
@@ -129,7 +130,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
             s.problem
         );
     }
-    super::warn_unreadable(&report.unreadable, "whatever it holds is missing");
+    crate::notes::warn_unreadable(&report.unreadable, "whatever it holds is missing");
     for l in &report.lost {
         eprintln!(
             "capsule: warning: segment {} ({}) lost a stretch this window reaches, whatever \
@@ -141,9 +142,9 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     }
     eprintln!(
         "capsule: the answer is partial: damaged or missing data was skipped (exit status {})",
-        super::PARTIAL
+        crate::output::PARTIAL
     );
-    Ok(ExitCode::from(super::PARTIAL))
+    Ok(ExitCode::from(crate::output::PARTIAL))
 }
 
 /// The format of `-w FILE` unless `--format` says: from the file's extension.
@@ -156,38 +157,19 @@ fn out_format(format: Option<OutFormat>, write: Option<&str>, count: bool) -> Ou
     })
 }
 
-/// Creates (or truncates) the output file. Packet data: owner and group only (0640), like
-/// the store's own files; a file that existed keeps its mode.
-fn create(path: &str, existed: bool) -> Result<std::fs::File> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(capsule_store::fsx::FILE_MODE)
-        .open(path)
-        .with_context(|| format!("cannot create {path}"))?;
-    if !existed {
-        f.set_permissions(std::fs::Permissions::from_mode(
-            capsule_store::fsx::FILE_MODE,
-        ))
-        .with_context(|| format!("cannot set the mode of {path}"))?;
-    }
-    Ok(f)
-}
-
 /// `query --server`: the packets from a `capsule serve`, into `-w` as they arrive.
 fn remote(a: &QueryArgs) -> Result<ExitCode> {
-    let url = a.q.server.as_deref().unwrap_or_default();
+    let url = a.q.remote.server.as_deref().unwrap_or_default();
     for (given, flag) in [
         (a.bpf.is_some(), "--bpf"),
         (a.explain, "--explain"),
         (a.count, "--count"),
     ] {
         if given {
-            return Err(
-                super::Usage(format!("{flag} is not served: not with --server {url}")).into(),
-            );
+            return Err(crate::output::Usage(format!(
+                "{flag} is not served: not with --server {url}"
+            ))
+            .into());
         }
     }
     let write = a.write.as_deref().unwrap_or("-");
@@ -197,18 +179,18 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
     };
     let path = format!(
         "/v1/packets?{}&format={format}",
-        super::remote::selection_params(&a.q)?
+        crate::client::selection_params(&a.q)?
     );
     let t0 = Instant::now();
     let remote = a.q.remote().expect("called with --server");
     let got = if write == "-" {
-        super::remote::get(&remote, &path, &mut std::io::stdout().lock(), false)?
+        crate::client::get(&remote, &path, &mut std::io::stdout().lock(), false)?
     } else {
         let existed = std::path::Path::new(write).exists();
         let mut f = std::io::BufWriter::with_capacity(1 << 20, create(write, existed)?);
         // A progress line only for a person watching: stderr on a terminal.
         let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
-        match super::remote::get(&remote, &path, &mut f, progress) {
+        match crate::client::get(&remote, &path, &mut f, progress) {
             Ok(got) => got,
             Err(e) => {
                 drop(f);
@@ -230,9 +212,9 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
             eprintln!("capsule: warning: {url} says: {why}");
             eprintln!(
                 "capsule: the answer is partial: damaged or missing data was skipped (exit status {})",
-                super::PARTIAL
+                crate::output::PARTIAL
             );
-            Ok(ExitCode::from(super::PARTIAL))
+            Ok(ExitCode::from(crate::output::PARTIAL))
         }
     }
 }
@@ -290,30 +272,5 @@ fn print_plan(plan: &capsule_index::plan::Plan) {
     }
     for (seq, why) in &plan.journal_notes {
         println!("open segment {seq}: index journal: {why}");
-    }
-}
-
-/// Writes the export of `opts` into the file `path` (the `-w FILE` of `capsule query`, and
-/// the evidence of `capsule triage`).
-pub(super) fn write_file(
-    store: &Store,
-    opts: &capsule_replay::ExportOptions,
-    path: &str,
-) -> Result<capsule_replay::ExportReport> {
-    // A failed export leaves no file behind that was not there before (an empty
-    // or half-written pcap looks like an answer).
-    let existed = std::path::Path::new(path).exists();
-    let f = create(path, existed)?;
-    let progress = crate::progress::Progress::bytes(path, None);
-    let done = capsule_replay::export(store, opts, progress.writer(f));
-    progress.finish();
-    match done {
-        Ok(r) => Ok(r),
-        Err(e) => {
-            if !existed {
-                let _ = std::fs::remove_file(path);
-            }
-            Err(e.into())
-        }
     }
 }

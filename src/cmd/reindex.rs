@@ -18,7 +18,7 @@ pub fn run(a: &ReindexArgs) -> Result<ExitCode> {
     let mut idx_bytes = 0u64;
     let (segs, unreadable) = store.open_segments_checked()?;
     let mut failed = unreadable.len();
-    super::warn_unreadable(&unreadable, "so it gets no index");
+    crate::notes::warn_unreadable(&unreadable, "so it gets no index");
     let sealed =
         |s: &&capsule_store::SegmentReader| s.state() == capsule_store::SegmentState::Sealed;
     let total: u64 = segs.iter().filter(sealed).map(|s| s.bytes()).sum();
@@ -64,7 +64,7 @@ pub fn run(a: &ReindexArgs) -> Result<ExitCode> {
     progress.finish();
     let secs = t0.elapsed().as_secs_f64();
     if a.json {
-        super::print_json(serde_json::json!({
+        crate::output::print_json(serde_json::json!({
             "segments": segs.len(), "indexed": indexed, "failed": failed, "seconds": secs,
             "index_bytes": idx_bytes, "stored_bytes": bytes,
         }));
@@ -81,9 +81,9 @@ pub fn run(a: &ReindexArgs) -> Result<ExitCode> {
     if failed > 0 {
         eprintln!(
             "capsule: {failed} segment(s) could not be indexed (exit status {})",
-            super::PARTIAL
+            crate::output::PARTIAL
         );
-        return Ok(ExitCode::from(super::PARTIAL));
+        return Ok(ExitCode::from(crate::output::PARTIAL));
     }
     Ok(ExitCode::SUCCESS)
 }

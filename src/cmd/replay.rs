@@ -25,7 +25,7 @@ impl Wire for Tx {
 }
 
 pub fn run(a: &ReplayArgs) -> Result<ExitCode> {
-    let query = super::make_query(&a.q.filter.join(" "), a.q.from, a.q.to)?;
+    let query = a.q.window.query()?;
     let pacing = match (a.speed, a.pps, a.topspeed) {
         (_, _, true) => Pacing::Top,
         (_, Some(pps), _) => Pacing::Pps(pps),
@@ -47,7 +47,7 @@ pub fn run(a: &ReplayArgs) -> Result<ExitCode> {
     let rep = capsule_replay::replay(&store, &opts, &mut wire)
         .with_context(|| format!("cannot replay onto {}", a.iface))?;
     if a.json {
-        super::print_json(json(a, &opts, &rep));
+        crate::output::print_json(json(a, &opts, &rep));
     } else {
         print_report(a, opts.pacing, mtu, &rep);
     }
@@ -64,7 +64,7 @@ pub fn run(a: &ReplayArgs) -> Result<ExitCode> {
             s.problem
         );
     }
-    super::warn_unreadable(&rep.read.unreadable, "whatever it holds was not sent");
+    crate::notes::warn_unreadable(&rep.read.unreadable, "whatever it holds was not sent");
     for l in &rep.read.lost {
         eprintln!(
             "capsule: warning: segment {} ({}) lost a stretch this window reaches, whatever \
@@ -74,7 +74,7 @@ pub fn run(a: &ReplayArgs) -> Result<ExitCode> {
             l.problem
         );
     }
-    super::note_window(
+    crate::notes::note_window(
         &store.open_segments_checked()?.0,
         &opts.query,
         rep.read.packets == 0,
@@ -87,7 +87,7 @@ pub fn run(a: &ReplayArgs) -> Result<ExitCode> {
         );
     }
     if rep.not_sent.total() > 0 || rep.read.is_partial() {
-        return Ok(ExitCode::from(super::PARTIAL));
+        return Ok(ExitCode::from(crate::output::PARTIAL));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -98,7 +98,7 @@ fn refuse_captured_interface(store: &std::path::Path, iface: &str) -> Result<()>
     let live = capsule_capture::status::live_capture(store)
         .with_context(|| format!("cannot read the capture status of {}", store.display()))?;
     if let Some(st) = live.filter(|s| s.iface == iface) {
-        return Err(super::Usage(format!(
+        return Err(crate::output::Usage(format!(
             "refusing to replay onto {iface}: a capture of this store (pid {}, running since \
              {}, `capsule status --store {}`) is reading {iface}, so the packets would be \
              stored again; replay onto another interface",
@@ -132,7 +132,7 @@ fn print_report(a: &ReplayArgs, pacing: Pacing, mtu: u32, rep: &ReplayReport) {
     println!(
         "rate {} packets/s, {} ({})",
         units::format_count(rep.packets_per_s() as u64),
-        super::bps(rep.bits_per_s()),
+        crate::render::bps(rep.bits_per_s()),
         pacing_text(pacing)
     );
     if let (Some(max), Some(mean)) = (rep.lateness_max, rep.lateness_mean) {
@@ -157,7 +157,10 @@ fn print_report(a: &ReplayArgs, pacing: Pacing, mtu: u32, rep: &ReplayReport) {
     .collect();
     if !causes.is_empty() {
         let line = format!("not sent: {}", causes.join(", "));
-        for l in crate::table::wrap(&line, Some(crate::table::output_width().unwrap_or(80))) {
+        for l in crate::render::table::wrap(
+            &line,
+            Some(crate::render::table::output_width().unwrap_or(80)),
+        ) {
             println!("{l}");
         }
     }

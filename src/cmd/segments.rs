@@ -7,7 +7,7 @@ use anyhow::Result;
 use capsule_store::Store;
 
 use crate::cli::SegmentsArgs;
-use crate::table::{Column, Table};
+use crate::render::table::{Column, Table};
 use crate::units;
 
 pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
@@ -15,7 +15,7 @@ pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
     let store = a.store.as_path();
     let store = Store::open(store)?;
     let (segs, unreadable) = store.open_segments_checked()?;
-    super::warn_unreadable(&unreadable, "");
+    crate::notes::warn_unreadable(&unreadable, "");
     let mut out = std::io::stdout().lock();
     // Times to the second and sizes in SI units for people (--json has nanoseconds and
     // bytes); the block count goes first when the terminal is narrow.
@@ -51,7 +51,7 @@ pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
                     "linktype": i.linktype, "snaplen": i.snaplen, "name": i.name })).collect::<Vec<_>>(),
             });
             let mut v = v;
-            super::with_times(&mut v);
+            crate::output::with_times(&mut v);
             writeln!(out, "{v}")?;
         } else {
             table.push(vec![
@@ -66,7 +66,7 @@ pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
         }
     }
     if !json {
-        for line in table.render(crate::table::output_width()) {
+        for line in table.render(crate::render::table::output_width()) {
             writeln!(out, "{line}")?;
         }
     }

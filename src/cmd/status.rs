@@ -1,150 +1,11 @@
 //! `capsule status`: how the store's capture runs and what the store holds.
 
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use capsule_store::format::Compression;
-use capsule_store::writer::Level;
-use capsule_store::{SegmentReader, Store};
+use capsule_answers::status;
 
 use crate::cli::StatusArgs;
-
-/// What compaction would do to the store, and the retention horizon either way.
-struct Compaction {
-    target: Level,
-    /// Compressed bytes of blocks below the target.
-    pending: u64,
-    /// Estimated store bytes once they are compacted: `None` when no block is at the target
-    /// yet to estimate the ratio from.
-    after: Option<u64>,
-    budget: Option<u64>,
-    /// Packet time the budget holds at the store's ratio now, and after compaction.
-    horizon_now_ns: Option<u64>,
-    horizon_after_ns: Option<u64>,
-}
-
-impl Compaction {
-    fn of(segs: &[SegmentReader], target: Level, budget: Option<u64>, span_ns: u64) -> Self {
-        let bytes: u64 = segs.iter().map(|s| s.bytes()).sum();
-        let blocks = || segs.iter().flat_map(|s| s.blocks());
-        let pending = blocks()
-            .filter(|b| capsule_store::compact::is_pending(b, target))
-            .map(|b| u64::from(b.compressed_len))
-            .sum::<u64>();
-        let pending_raw: u64 = blocks()
-            .filter(|b| capsule_store::compact::is_pending(b, target))
-            .map(|b| u64::from(b.uncompressed_len))
-            .sum();
-        // The ratio of the blocks already at (or above) the target level.
-        let (c, u) = match target {
-            Level::Zstd(t) => blocks()
-                .filter(|b| matches!(b.compression, Compression::Zstd(l) if l >= t))
-                .fold((0u64, 0u64), |(c, u), b| {
-                    (
-                        c + u64::from(b.compressed_len),
-                        u + u64::from(b.uncompressed_len),
-                    )
-                }),
-            Level::Store => (0, 0),
-        };
-        // None at the target yet: the ratio of a few pending blocks compressed at it.
-        let (c, u) = if u > 0 {
-            (c, u)
-        } else {
-            sample_ratio(segs, target)
-        };
-        let after = if pending == 0 {
-            Some(bytes)
-        } else if u > 0 {
-            Some(bytes - pending + (pending_raw as u128 * c as u128 / u as u128) as u64)
-        } else {
-            None
-        };
-        let horizon = |stored: u64| {
-            let b = budget?;
-            (stored > 0).then(|| (span_ns as u128 * b as u128 / stored as u128) as u64)
-        };
-        Compaction {
-            target,
-            pending,
-            after,
-            budget,
-            horizon_now_ns: horizon(bytes),
-            horizon_after_ns: after.and_then(horizon),
-        }
-    }
-}
-
-/// Compressed bytes and blocks of the store at each compression it holds: `store`, then the
-/// zstd levels from the lowest, then blocks from before blocks recorded it (`unrecorded`).
-fn bytes_by_level(segs: &[SegmentReader]) -> Vec<(String, u64, u64)> {
-    let mut m: std::collections::BTreeMap<(u8, i32), (u64, u64)> = Default::default();
-    for b in segs.iter().flat_map(|s| s.blocks()) {
-        let k = match b.compression {
-            Compression::Stored => (0, 0),
-            Compression::Zstd(l) => (1, l),
-            Compression::NotRecorded => (2, 0),
-            Compression::Unknown(c) => (3, i32::from(c)),
-        };
-        let e = m.entry(k).or_default();
-        e.0 += u64::from(b.compressed_len);
-        e.1 += 1;
-    }
-    m.into_iter()
-        .map(|((kind, l), (bytes, blocks))| {
-            let name = match kind {
-                0 => "store".to_string(),
-                1 => l.to_string(),
-                2 => "unrecorded".to_string(),
-                _ => format!("unknown code {l}"),
-            };
-            (name, bytes, blocks)
-        })
-        .collect()
-}
-
-/// Compressed and uncompressed bytes of up to 16 pending blocks, spread over the store,
-/// compressed at `target`.
-fn sample_ratio(segs: &[SegmentReader], target: Level) -> (u64, u64) {
-    let Level::Zstd(level) = target else {
-        return (0, 0);
-    };
-    let Ok(mut dctx) = zstd::bulk::Decompressor::new() else {
-        return (0, 0);
-    };
-    let (mut frame, mut data) = (Vec::new(), Vec::new());
-    let (mut c, mut u, mut k) = (0u64, 0u64, 0usize);
-    let is_sample = |b: &capsule_store::format::BlockMeta| {
-        b.packets > 0 && capsule_store::compact::is_pending(b, target)
-    };
-    let every = segs
-        .iter()
-        .flat_map(|s| s.blocks())
-        .filter(|b| is_sample(b))
-        .count()
-        .div_ceil(16)
-        .max(1);
-    for seg in segs {
-        for (i, b) in seg.blocks().iter().enumerate() {
-            if !is_sample(b) {
-                continue;
-            }
-            k += 1;
-            if (k - 1) % every != 0 {
-                continue;
-            }
-            if seg.read_block(i, &mut dctx, &mut frame, &mut data).is_err() {
-                continue;
-            }
-            if let Ok(z) = zstd::bulk::compress(&data, level) {
-                c += z.len() as u64;
-                u += data.len() as u64;
-            }
-        }
-    }
-    (c, u)
-}
 
 fn secs(ns: u64) -> String {
     let s = ns as f64 / 1e9;
@@ -185,145 +46,27 @@ fn describe_budgets(b: Option<&capsule_store::budget::Budgets>) -> String {
     format!("{} (saved in the store)", parts.join(", "))
 }
 
-/// What one look at a store finds: the capture's status file and the store's figures.
-struct Gathered {
-    st: Option<capsule_capture::status::CaptureStatus>,
-    live: bool,
-    segs: Vec<SegmentReader>,
-    packets: u64,
-    bytes: u64,
-    first: Option<u64>,
-    last: Option<u64>,
-    span: u64,
-    cp: Compaction,
-    rate: Option<f64>,
-    saved: Option<capsule_store::budget::Budgets>,
-}
-
-fn gather(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<Gathered> {
-    let a_level = level;
-    let a_max_bytes = max_bytes;
-    // The store first, then the capture's status file at once: listing the segments of a
-    // big store takes a while, and the two snapshots should be of the same moment.
-    let store = Store::open(store_dir)?;
-    let (segs, unreadable) = store.open_segments_checked()?;
-    // The status file is a report of the capture, rewritten every second: a damaged one
-    // (not JSON) says nothing of the store, so the rest is still shown.
-    let st = match capsule_capture::status::read_status(store_dir) {
-        Ok(st) => st,
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-            eprintln!(
-                "capsule: warning: the capture's status cannot be read, shown as if no capture \
-                 had run (a running capture rewrites it within a second): {e}"
-            );
-            None
-        }
-        Err(e) => return Err(e.into()),
-    };
-    super::warn_unreadable(&unreadable, "");
-    let packets: u64 = segs
-        .iter()
-        .flat_map(|s| s.blocks())
-        .map(|b| u64::from(b.packets))
-        .sum();
-    let bytes: u64 = segs.iter().map(|s| s.bytes()).sum();
-    let first = segs
-        .iter()
-        .flat_map(|s| s.blocks())
-        .map(|b| b.first_ns)
-        .min();
-    let last = segs
-        .iter()
-        .flat_map(|s| s.blocks())
-        .map(|b| b.last_ns)
-        .max();
-    let now = capsule_store::now_ns();
-    // Live: the capture says it runs, its process exists, and it wrote within 5 s.
-    let live = st.as_ref().is_some_and(|s| s.is_live(now));
-    // A running capture's compactor target and budget win over the flags.
-    let running = st.as_ref().filter(|_| live);
-    let target = running
-        .and_then(|s| s.store.compact_target)
-        .map_or(a_level, Level::Zstd);
-    let saved = capsule_store::budget::load(store.root()).unwrap_or_else(|e| {
-        eprintln!("capsule: warning: {e}");
-        None
-    });
-    let budget = running
-        .and_then(|s| s.store.budget_bytes)
-        .or(a_max_bytes)
-        .or(saved.and_then(|b| b.max_bytes));
-    let span = last.zip(first).map_or(0, |(l, f)| l.saturating_sub(f));
-    let cp = Compaction::of(&segs, target, budget, span);
-    let rate = running.map(|s| s.compactor_bytes_per_s);
-    Ok(Gathered {
-        st,
-        live,
-        segs,
-        packets,
-        bytes,
-        first,
-        last,
-        span,
-        cp,
-        rate,
-        saved,
-    })
-}
-
-/// The `capsule status --json` document (also `GET /v1/status` of `capsule serve`).
-pub fn json(store_dir: &Path, level: Level, max_bytes: Option<u64>) -> Result<serde_json::Value> {
-    let g = gather(store_dir, level, max_bytes)?;
-    let mut v = json_of(&g, store_dir);
-    super::with_times(&mut v);
-    Ok(v)
-}
-
-fn json_of(g: &Gathered, store_dir: &Path) -> serde_json::Value {
-    let cp = &g.cp;
-    let levels: Vec<_> = bytes_by_level(&g.segs)
-        .into_iter()
-        .map(|(level, bytes, blocks)| serde_json::json!({"level": level, "bytes": bytes, "blocks": blocks}))
-        .collect();
-    // The running capture's age tier (`--age-tier`), if it has one.
-    let tier = g.st.as_ref().filter(|_| g.live).and_then(|s| {
-        let p = s.store;
-        Some(
-            serde_json::json!({"level": p.tier_level?.to_string(), "age_ns": p.tier_age_ns,
-            "pending_bytes": p.tier_pending_bytes}),
-        )
-    });
-    serde_json::json!({
-        "alerts": super::live_alerts::read_status(store_dir),
-        "capture": g.st, "live": g.live,
-        "store": {"segments": g.segs.len(), "packets": g.packets, "bytes": g.bytes,
-                  "first_ns": g.first, "last_ns": g.last,
-                  "compaction_target": cp.target.to_string(),
-                  "pending_compaction_bytes": cp.pending,
-                  "bytes_after_compaction": cp.after,
-                  "compactor_bytes_per_s": g.rate,
-                  "bytes_by_level": levels,
-                  "age_tier": tier,
-                  "budget_bytes": cp.budget,
-                  "retention_horizon_ns": cp.horizon_now_ns,
-                  "retention_horizon_after_compaction_ns": cp.horizon_after_ns,
-                  "budgets": g.saved},
-    })
-}
-
 pub fn run(a: &StatusArgs) -> Result<ExitCode> {
     let (store_dir, json, watch) = (a.store.as_path(), a.json, a.watch);
     loop {
         // The text, wrapped to the terminal, printed at once (redrawn in place by --watch).
-        let width = crate::table::output_width();
+        let width = crate::render::table::output_width();
         let mut out: Vec<String> = Vec::new();
         macro_rules! say {
             ($($t:tt)*) => {
-                out.extend(crate::table::wrap(&format!($($t)*), width))
+                out.extend(crate::render::table::wrap(&format!($($t)*), width))
             };
         }
-        let g = gather(store_dir, a.level, a.max_bytes)?;
-        let Gathered {
+        let request = status::Request {
+            level: a.level,
+            max_bytes: a.max_bytes,
+        };
+        let g = status::answer(store_dir, &request).map_err(crate::request::answer_error)?;
+        crate::notes::warn_unreadable(&g.unreadable, "");
+        for w in &g.warnings {
+            eprintln!("capsule: warning: {w}");
+        }
+        let status::Answer {
             st,
             live,
             segs,
@@ -335,13 +78,15 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
             cp,
             rate,
             saved,
+            alerts,
+            ..
         } = &g;
         let (live, packets, bytes, first, last, span, rate) =
             (*live, *packets, *bytes, *first, *last, *span, *rate);
         let running = st.as_ref().filter(|_| live);
         let now = capsule_store::now_ns();
         if json {
-            super::print_json(json_of(&g, store_dir));
+            crate::output::print_json(g.to_json());
         } else {
             match &st {
                 None => say!("capture: none has run on this store"),
@@ -510,7 +255,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     _ => String::new(),
                 }
             );
-            let levels: Vec<String> = bytes_by_level(segs)
+            let levels: Vec<String> = status::bytes_by_level(segs)
                 .iter()
                 .map(|(l, b, _)| format!("{l}: {}", crate::units::format_bytes(*b)))
                 .collect();
@@ -526,7 +271,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     );
                 }
             }
-            if let Some(al) = super::live_alerts::read_status(store_dir) {
+            if let Some(al) = alerts {
                 say!(
                     "live alerts: {} evaluation(s), {} event(s) sent, {} undelivered, {} \
                      engaged{}",
@@ -535,6 +280,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     al.undelivered,
                     al.engaged,
                     al.last_error
+                        .clone()
                         .map_or(String::new(), |e| format!("; last error: {e}"))
                 );
                 for sk in &al.sinks {

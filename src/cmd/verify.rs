@@ -156,7 +156,7 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
             "problems": problems,
             "repaired": repaired,
         });
-        super::print_json(v);
+        crate::output::print_json(v);
     } else {
         for r in &repaired {
             println!("repaired {r}");

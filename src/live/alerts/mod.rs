@@ -37,54 +37,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use capsule_analytics::alerts::{Alert, Severity};
 use capsule_config::Config;
-use serde::{Deserialize, Serialize};
-
-/// The status file's name in the store directory.
-pub const STATUS_FILE: &str = "alerts-status.json";
 
 /// How long the sinks may take to send what is queued when capture stops.
 pub const DRAIN: Duration = Duration::from_secs(5);
 
-/// What `capsule status` shows of live alerts.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct AlertStatus {
-    pub evaluations: u64,
-    /// Events delivered, over all sinks.
-    pub sent: u64,
-    /// Events not delivered (queue full, retries exhausted, a write failed), over all sinks.
-    pub undelivered: u64,
-    pub engaged: usize,
-    /// The last failed evaluation of the rules (each sink has its own errors).
-    pub last_error: Option<String>,
-    #[serde(default)]
-    pub sinks: Vec<SinkStatus>,
-    pub updated_ns: u64,
-    /// The rules evaluated (those the config does not disable).
-    #[serde(default)]
-    pub rules: Vec<String>,
-    /// Times the rules were replaced by a reload of the config file (SIGHUP).
-    #[serde(default)]
-    pub reloads: u64,
-}
-
-/// One sink's counts.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct SinkStatus {
-    /// `file`, `syslog-udp`, `syslog-unix` or `webhook`.
-    pub sink: String,
-    /// The file, `HOST:PORT`, socket path or URL.
-    pub target: String,
-    pub sent: u64,
-    pub undelivered: u64,
-    pub last_error: Option<String>,
-    pub last_error_at_ns: Option<u64>,
-}
-
-/// Reads `STORE/alerts-status.json`, if live alerts ever ran there.
-pub fn read_status(store: &Path) -> Option<AlertStatus> {
-    let text = std::fs::read(store.join(STATUS_FILE)).ok()?;
-    serde_json::from_slice(&text).ok()
-}
+pub use capsule_answers::status::{AlertStatus, SinkStatus, ALERT_STATUS_FILE as STATUS_FILE};
 
 /// One event, as every sink sends it.
 #[derive(Debug)]

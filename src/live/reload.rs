@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use capsule_store::budget::Budgets;
 use capsule_store::writer::BudgetHandle;
 
-use super::live_alerts::LiveAlerts;
+use super::alerts::LiveAlerts;
 use crate::cli::{ArgsError, CaptureArgs, Cmd};
 use crate::logging;
 

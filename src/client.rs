@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use http_body::Body as _;
 
-use crate::cli::{RemoteArgs, Selection};
+use crate::cli::{OldClientCert, RemoteArgs, Selection};
 
 /// Where and how to ask a server: from `query`/`flows`' [`Selection`] or the analytics
 /// commands' [`RemoteArgs`].
@@ -28,12 +28,16 @@ pub struct Remote<'a> {
 impl Selection {
     /// The server to ask, with `--server` (clap requires `--token-file` with it).
     pub fn remote(&self) -> Option<Remote<'_>> {
+        self.remote.remote()
+    }
+
+    /// As [`Selection::remote`], with `query`/`flows`' older `--cert`/`--key` names.
+    pub fn remote_with<'a>(&'a self, old: &'a OldClientCert) -> Option<Remote<'a>> {
+        let r = self.remote()?;
         Some(Remote {
-            url: self.server.as_deref()?,
-            token_file: self.token_file.as_deref()?,
-            ca: self.ca.as_deref(),
-            cert: self.cert.as_deref(),
-            key: self.key.as_deref(),
+            cert: r.cert.or(old.cert.as_deref()),
+            key: r.key.or(old.key.as_deref()),
+            ..r
         })
     }
 }
@@ -64,8 +68,8 @@ impl Got {
     /// The server's word that the answer is partial, from a header or a trailer.
     pub fn partial(&self) -> Option<String> {
         self.headers
-            .get(super::PARTIAL_HEADER)
-            .or_else(|| self.trailers.get(super::PARTIAL_HEADER))
+            .get(crate::output::PARTIAL_HEADER)
+            .or_else(|| self.trailers.get(crate::output::PARTIAL_HEADER))
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
     }
 }
@@ -73,7 +77,7 @@ impl Got {
 /// The query string of a selection: filter and the window as absolute `@NANOS`.
 pub fn selection_params(s: &Selection) -> Result<String> {
     let q = s.query()?;
-    let mut out = format!("filter={}", encode(&s.filter.join(" ")));
+    let mut out = format!("filter={}", encode(&q.filter.to_string()));
     if let Some(f) = q.from_ns {
         out += &format!("&from=%40{f}");
     }
@@ -265,7 +269,7 @@ pub fn get(
                 .and_then(|v| v["error"].as_str().map(str::to_string))
                 .unwrap_or_else(|| String::from_utf8_lossy(&text).trim().to_string());
             if status == hyper::StatusCode::BAD_REQUEST {
-                return Err(super::Usage(msg).into());
+                return Err(crate::output::Usage(msg).into());
             }
             bail!("{url} answered {status}: {msg}");
         }
@@ -336,6 +340,55 @@ impl http_body::Body for EmptyBody {
     fn is_end_stream(&self) -> bool {
         true
     }
+}
+
+/// Asks the server of `remote` the analytics `question` over `query`: the filter, the
+/// window (relative times already resolved, sent as `@NANOS`) and the question's own
+/// parameters (capsule_answers::params, the codec the server decodes with) go as the
+/// query string; `json` asks for the JSON document, else the text at this terminal's
+/// width. Prints what comes back.
+pub(crate) fn ask_analytics(
+    remote: &Remote<'_>,
+    query: &capsule_query::Query,
+    question: &capsule_answers::analytics::Question,
+    json: bool,
+) -> Result<std::process::ExitCode> {
+    let mut path = format!(
+        "/v1/{}?filter={}",
+        question.kind().name(),
+        encode(&query.filter.to_string())
+    );
+    if let Some(f) = query.from_ns {
+        path += &format!("&from=%40{f}");
+    }
+    if let Some(t) = query.to_ns {
+        path += &format!("&to=%40{t}");
+    }
+    for (k, v) in question.params() {
+        path += &format!("&{k}={}", encode(&v));
+    }
+    if json {
+        path += "&format=json";
+    } else {
+        path += "&format=text";
+        if let Some(w) = crate::render::table::output_width() {
+            path += &format!("&width={w}");
+        }
+    }
+    let mut text = Vec::new();
+    let got = get(remote, &path, &mut text, false)?;
+    let partial = got
+        .headers
+        .get(crate::output::PARTIAL_HEADER)
+        .is_some_and(|v| v.as_bytes() == b"true");
+    crate::render::print(&crate::render::Rendered {
+        text: String::from_utf8(text).context("the server's answer is not UTF-8")?,
+        why: if partial {
+            vec!["the server says flows are missing (its notes above name them)".into()]
+        } else {
+            Vec::new()
+        },
+    })
 }
 
 #[cfg(test)]

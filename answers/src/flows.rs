@@ -1,0 +1,175 @@
+//! The flow records of a window, from the side index: `capsule flows` and `GET /v1/flows`.
+
+use capsule_index::flows::{FlowListing, FlowSummary};
+use capsule_query::Query;
+use capsule_store::{SegmentReader, Store, Unreadable};
+use serde::Serialize;
+
+use crate::{AnswerError, Source};
+
+/// The order flows are listed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sort {
+    /// Most bytes first.
+    #[default]
+    Bytes,
+    /// Most packets first.
+    Packets,
+    /// Earliest first packet first.
+    First,
+}
+
+impl Sort {
+    /// The name the CLI and the API give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sort::Bytes => "bytes",
+            Sort::Packets => "packets",
+            Sort::First => "first",
+        }
+    }
+
+    /// The order of a name.
+    pub fn by_name(name: &str) -> Option<Sort> {
+        [Sort::Bytes, Sort::Packets, Sort::First]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
+}
+
+/// Which flows, in which order, how many (`None`: all).
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub query: Query,
+    pub sort: Sort,
+    pub limit: Option<usize>,
+}
+
+/// The flows of a window, and what the listing misses.
+#[derive(Debug)]
+pub struct Answer {
+    /// The listing in the request's order, cut to its limit.
+    pub listing: FlowListing,
+    /// Segments that could not be read at all.
+    pub unreadable: Vec<Unreadable>,
+    /// Why the answer misses flows, if it does ([`missing`]); empty: it is whole.
+    pub missing: Vec<String>,
+    /// The open segments the listing read, for notes about the store's span.
+    pub segments: Vec<SegmentReader>,
+}
+
+/// Lists the flows `req` asks for from `source`'s side index.
+pub fn answer(source: &Source, req: &Request) -> Result<Answer, AnswerError> {
+    let store_err = |e| AnswerError::Store {
+        store: source.store.display().to_string(),
+        source: e,
+    };
+    let store = Store::open(&source.store).map_err(store_err)?;
+    let (segments, unreadable) = store.open_segments_checked().map_err(store_err)?;
+    let mut listing = list(&store, &segments, &req.query, req.sort).map_err(store_err)?;
+    let missing = missing(&listing, &unreadable, &req.query);
+    if let Some(n) = req.limit {
+        listing.flows.truncate(n);
+    }
+    Ok(Answer {
+        listing,
+        unreadable,
+        missing,
+        segments,
+    })
+}
+
+/// Why a flow listing misses flows of `q`'s window, if it does: segments without an index,
+/// with a damaged one, or unreadable (where the window reaches them), damaged journal
+/// records. Such an answer is partial (exit 3, `capsule-partial` over HTTP).
+pub fn missing(listing: &FlowListing, unreadable: &[Unreadable], q: &Query) -> Vec<String> {
+    let mut why = Vec::new();
+    if !listing.unindexed.is_empty() {
+        why.push(format!(
+            "segment(s) {:?} have no side index",
+            listing.unindexed
+        ));
+    }
+    for (seq, _) in &listing.damaged_index {
+        why.push(format!("the index of segment {seq} is damaged"));
+    }
+    for (seq, _) in &listing.journal_notes {
+        why.push(format!("damaged index journal records of segment {seq}"));
+    }
+    let (from, to) = q.window();
+    for u in unreadable.iter().filter(|u| u.reaches(from, to)) {
+        why.push(format!("segment {} cannot be read", u.seq));
+    }
+    why
+}
+
+/// The flows of `q`'s window in `segments`, in `sort` order.
+fn list(
+    store: &Store,
+    segments: &[SegmentReader],
+    q: &Query,
+    sort: Sort,
+) -> capsule_store::Result<FlowListing> {
+    let mut listing = capsule_index::flows::list(store, segments, q)?;
+    match sort {
+        Sort::Bytes => {}
+        Sort::Packets => listing
+            .flows
+            .sort_by_key(|f| std::cmp::Reverse(f.flow.total_packets())),
+        Sort::First => listing.flows.sort_by_key(|f| f.flow.first_ns),
+    }
+    Ok(listing)
+}
+
+/// One flow as the JSON object of `capsule flows --json` (one line each; also
+/// `GET /v1/flows` of `capsule serve`).
+pub fn json_line(s: &FlowSummary) -> serde_json::Value {
+    let f = &s.flow;
+    let k = &f.key;
+    serde_json::json!({
+        "vlans": k.vlans.iter().flatten().collect::<Vec<_>>(),
+        "ip_version": k.ip_version, "proto": k.proto,
+        "proto_name": capsule_query::filter::proto_name(k.proto),
+        "a": k.a.to_string(), "a_port": k.ports.map(|p| p.0),
+        "b": k.b.to_string(), "b_port": k.ports.map(|p| p.1),
+        "client": client_side(f).map(|d| if d == 0 { "a" } else { "b" }),
+        "first_ns": f.first_ns, "first": capsule_query::format_instant(f.first_ns),
+        "last_ns": f.last_ns, "last": capsule_query::format_instant(f.last_ns),
+        "packets": f.packets, "bytes": f.bytes,
+        "dscp": [(0..64).filter(|d| f.dscp[0] & (1u64 << d) != 0).collect::<Vec<u8>>(),
+                 (0..64).filter(|d| f.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
+        "tcp_flags": f.tcp_flags, "retransmissions": f.retransmissions,
+        "zero_windows": f.zero_windows, "resets": f.resets, "approximate": s.approximate,
+        // What the cut-off stored of a cut flow (packets and bytes above count what was
+        // seen); null for a flow stored whole.
+        "cut": f.is_cut().then(|| serde_json::json!({
+            "stored_packets": [f.packets[0] - f.cut_packets[0], f.packets[1] - f.cut_packets[1]],
+            "stored_bytes": [f.bytes[0] - f.cut_bytes[0], f.bytes[1] - f.cut_bytes[1]],
+            "cut_packets": f.cut_packets, "cut_bytes": f.cut_bytes,
+            "cut_at_ns": f.cut_at_ns,
+            "cut_at": f.cut_at().map(capsule_query::format_instant),
+        })),
+    })
+}
+
+/// Which side (0: a, 1: b) is the client, judged by the ports: the side whose port is a
+/// well-known one (below 1024) while the other's is not, or else the side whose port is in
+/// the ephemeral range (32768 and up, Linux's default) while the other's is not. `None`
+/// when the ports do not tell (both or neither in the same class, or no ports).
+///
+/// The side index keeps the union of each direction's TCP flags, which cannot tell a SYN
+/// from the SYN-ACK's ACK after the handshake, so the ports are the evidence used here.
+pub fn client_side(f: &capsule_index::sideindex::FlowCounts) -> Option<usize> {
+    let (pa, pb) = f.key.ports?;
+    let class = |p: u16| match p {
+        0..=1023 => 0,
+        1024..=32767 => 1,
+        _ => 2,
+    };
+    match class(pa).cmp(&class(pb)) {
+        std::cmp::Ordering::Less => Some(1),
+        std::cmp::Ordering::Greater => Some(0),
+        std::cmp::Ordering::Equal => None,
+    }
+}

@@ -1,0 +1,88 @@
+//! capsule's questions and answers as typed values.
+//!
+//! Every consumer of the store above the libraries asks through this crate: the CLI
+//! commands (arguments -> request -> answer -> text or JSON), the HTTPS server (route ->
+//! request -> answer -> JSON or text), the triage report (answers -> report), and later the
+//! web console and the fleet coordinator. A request is a value (a [`Query`] and the
+//! question's own options), never a command line; an answer is a value that serialises to
+//! the JSON document the CLI prints with `--json` and the server sends, and it carries the
+//! limits of what it says (what is missing, what the window reaches past), so that no
+//! consumer can present a partial answer as whole.
+//!
+//! ```text
+//! Source { store, config }  +  analytics::Request { query, question }
+//!     -> analytics::answer      -> index only (capsule-analytics over capsule-index)
+//!     -> analytics::Answer { kind, window (store, filter, from, to, limits), body }
+//!          .to_json()   the `--json` document (and /v1/top, /v1/tcp, ...)
+//!          .missing()   why it is partial (exit 3, `capsule-partial`), empty when whole
+//! Source + flows::Request { query, sort, limit }
+//!     -> flows::answer          -> flows::Answer { listing, missing }
+//! merge::Merge                  how two answers of adjacent windows (or two capture points)
+//!                               combine, for the kinds where that is exact
+//! ```
+//!
+//! Rendering is not here: text tables belong to the binary's renderer, HTML to the report;
+//! both take these answers and read no store.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+
+pub use capsule_query::Query;
+
+pub mod analytics;
+pub mod flows;
+pub mod params;
+pub mod status;
+
+/// Where answers come from: a store directory and, when the operator gave one, the config
+/// (host groups, DSCP and egress policy, alert rules) the questions that need it answer
+/// with.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// The store directory, as the operator named it (it appears in the commands that
+    /// findings print).
+    pub store: PathBuf,
+    pub config: Option<capsule_config::Config>,
+}
+
+impl Source {
+    /// A source without a config.
+    pub fn store(store: impl Into<PathBuf>) -> Source {
+        Source {
+            store: store.into(),
+            config: None,
+        }
+    }
+}
+
+/// Why a question got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    /// The capture's status file could not be read (not a damaged one: that is a warning).
+    #[error("cannot read the capture's status file: {0}")]
+    Status(#[source] std::io::Error),
+    /// The question cannot be asked so (a missing config, a group the window cannot judge,
+    /// an interval out of range): the asker's to fix (exit 2, HTTP 400).
+    #[error("{0}")]
+    Usage(String),
+    /// The store or its index could not be read.
+    #[error(transparent)]
+    Analytics(#[from] capsule_analytics::AnalyticsError),
+    #[error("store {store}: {source}")]
+    Store {
+        store: String,
+        #[source]
+        source: capsule_store::StoreError,
+    },
+}
+
+impl AnswerError {
+    /// Whether the asker is to blame (a usage error), not the store.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            AnswerError::Usage(_)
+                | AnswerError::Analytics(capsule_analytics::AnalyticsError::Usage(_))
+        )
+    }
+}

@@ -1,0 +1,94 @@
+//! The argument groups every question shares, defined once: the window and filter
+//! ([`WindowArgs`]), the server to ask instead of a local store ([`RemoteArgs`]), and the
+//! two together with the store ([`Selection`]).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// The window and filter of a question.
+#[derive(Args, Debug)]
+pub struct WindowArgs {
+    /// Start of the window (inclusive): RFC 3339 (`2026-11-30T02:00:00.5Z`), a date
+    /// (`2026-11-30`, midnight UTC), Unix seconds, `@NANOS`, `now`, or a duration before now
+    /// (`-10m`). Default: the oldest packet held.
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_time_now)]
+    pub from: Option<u64>,
+    /// End of the window (exclusive): any form `--from` takes, or a duration after `--from`
+    /// (`+1ms`, `+10m`). Default: after the newest packet.
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_end_now)]
+    pub to: Option<capsule_query::TimeArg>,
+    /// Filter, e.g. `host 10.1.2.3 and tcp port 443`, `dscp ef and not net 10.40.0.0/24`.
+    pub filter: Vec<String>,
+}
+
+/// The store (or the server), the window and the filter of a question: `query`, `flows`
+/// and the analytics commands.
+#[derive(Args, Debug)]
+pub struct Selection {
+    /// The store directory.
+    #[arg(long, required_unless_present = "server", conflicts_with = "server")]
+    pub store: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+    #[command(flatten)]
+    pub window: WindowArgs,
+}
+
+/// The store, filter and window of a command that only runs beside the store (`replay`).
+#[derive(Args, Debug)]
+pub struct StoredWindow {
+    /// The store directory.
+    #[arg(long)]
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub window: WindowArgs,
+}
+
+/// `--server` and its options. The client certificate is `--client-cert`/`--client-key`
+/// (`top --key` is taken); `query` and `flows` also take their older names, `--cert` and
+/// `--key` ([`OldClientCert`]).
+#[derive(Args, Debug)]
+pub struct RemoteArgs {
+    /// Ask a `capsule serve` (https://HOST:PORT) instead of a local store: the same answer
+    /// as the local command, from the server's store and config (docs/api.md).
+    #[arg(long, value_name = "URL", requires = "token_file")]
+    pub server: Option<String>,
+    /// With --server: a file holding the bearer token (`capsule token add` printed it).
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub token_file: Option<PathBuf>,
+    /// With --server: CA certificates (PEM) to verify the server with. Default: the
+    /// system's.
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub ca: Option<PathBuf>,
+    /// With --server: a client certificate (PEM) for a server that asks for one (mutual
+    /// TLS, `serve --client-ca`).
+    #[arg(long, value_name = "FILE", requires_all = ["server", "client_key"])]
+    pub client_cert: Option<PathBuf>,
+    /// With --client-cert: its private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
+}
+
+/// `query --cert/--key`, `flows --cert/--key`: the names the client certificate had before
+/// every command took `--client-cert`/`--client-key`; kept, hidden, so scripts still run.
+#[derive(Args, Debug)]
+pub struct OldClientCert {
+    /// Same as --client-cert.
+    #[arg(long, value_name = "FILE", requires_all = ["server", "key"], hide = true)]
+    pub cert: Option<PathBuf>,
+    /// Same as --client-key.
+    #[arg(long, value_name = "FILE", requires = "cert", hide = true)]
+    pub key: Option<PathBuf>,
+}
+
+/// A time on the command line, relative forms resolved against the wall clock now.
+pub(super) fn parse_time_now(s: &str) -> Result<u64, capsule_query::TimeError> {
+    capsule_query::parse_time(s, capsule_store::now_ns())
+}
+
+/// The end of a window on the command line: as [`parse_time_now`], or `+DURATION` after the
+/// start.
+fn parse_end_now(s: &str) -> Result<capsule_query::TimeArg, capsule_query::TimeError> {
+    capsule_query::TimeArg::parse_end(s, capsule_store::now_ns())
+}

@@ -1,0 +1,140 @@
+//! From checked arguments to typed requests: the query of a window and filter, the
+//! analytics request of an analytics command, the config file and the cut-off it states.
+//! Commands build their requests here and nowhere else.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use capsule_answers::analytics::{self, Question};
+use capsule_answers::{AnswerError, Source};
+
+use crate::cli::{AnswerArgs, Selection, WindowArgs};
+use crate::output::Usage;
+
+impl Selection {
+    /// The local store (clap requires `--store` unless `--server` is given).
+    pub(crate) fn store(&self) -> &std::path::Path {
+        self.store.as_deref().unwrap_or(std::path::Path::new("."))
+    }
+
+    /// The query these arguments ask for.
+    pub(crate) fn query(&self) -> Result<capsule_query::Query> {
+        self.window.query()
+    }
+}
+
+impl WindowArgs {
+    /// The query of this window and filter.
+    pub(crate) fn query(&self) -> Result<capsule_query::Query> {
+        make_query(&self.filter.join(" "), self.from, self.to)
+    }
+}
+
+/// The query of a filter text and a window, as `query` and `flows` (and `serve`) take them;
+/// a bad filter or a window that ends before it starts is a [`Usage`] error.
+pub(crate) fn make_query(
+    text: &str,
+    from: Option<u64>,
+    to: Option<capsule_query::TimeArg>,
+) -> Result<capsule_query::Query> {
+    let filter =
+        capsule_query::Filter::parse(text).map_err(|e| Usage(format!("bad filter:\n{e}")))?;
+    let to = to.map(|t| t.resolve(from)).transpose().map_err(Usage)?;
+    if let (Some(f), Some(t)) = (from, to) {
+        if f > t {
+            return Err(Usage(format!(
+                "--from {} is after --to {}",
+                capsule_query::format_instant(f),
+                capsule_query::format_instant(t)
+            ))
+            .into());
+        }
+    }
+    Ok(capsule_query::Query {
+        filter,
+        from_ns: from,
+        to_ns: to,
+    })
+}
+
+/// The per-class cut-off of a config file's `[cutoff]` section (`file` names it in
+/// errors), with `bytes` overriding its byte limit; `None` when nothing would be cut. A keep
+/// filter that does not parse is a [`Usage`] error naming the file, line, column and key.
+pub(crate) fn cutoff_from(
+    config: Option<(&capsule_config::Config, &std::path::Path)>,
+    bytes: Option<u64>,
+) -> Result<Option<capsule_index::cutoff::Cutoff>> {
+    let section = config.map(|(c, _)| c.cutoff().clone()).unwrap_or_default();
+    let file = config.map_or(String::new(), |(_, p)| p.display().to_string());
+    let mut keep = Vec::with_capacity(section.keep.len());
+    for k in &section.keep {
+        let f = capsule_index::cutoff::parse_keep(&k.filter).map_err(|e| {
+            Usage(format!(
+                "{file}:{}:{}: {}: bad filter (expected a filter in the query language or \
+                 `tcp-control`):\n{e}",
+                k.line, k.column, k.key
+            ))
+        })?;
+        keep.push(f);
+    }
+    let rules = capsule_index::cutoff::Rules {
+        bytes: bytes.unwrap_or(section.bytes),
+        packets: section.packets,
+        keep,
+        idle_ns: section.idle_ns,
+        max_directions: capsule_index::cutoff::MAX_DIRECTIONS,
+    };
+    if rules.bytes == 0 && rules.packets == 0 {
+        return Ok(None);
+    }
+    Ok(Some(capsule_index::cutoff::Cutoff::new(rules)))
+}
+
+/// Reads and validates a config file; any problem is the user's (exit 2).
+pub(crate) fn load_config(path: &std::path::Path) -> Result<capsule_config::Config> {
+    capsule_config::Config::load(path).map_err(|e| match e {
+        capsule_config::ConfigError::Read { path, source } => Usage(format!(
+            "{}: cannot read the config file: {source}",
+            path.display()
+        ))
+        .into(),
+        e @ capsule_config::ConfigError::Invalid(_) => Usage(e.to_string()).into(),
+    })
+}
+
+/// The source and request of an analytics command: the store, the config (when given),
+/// and the query of its window and filter.
+pub(crate) fn analytics_request(
+    a: &AnswerArgs,
+    question: Question,
+) -> Result<(Source, analytics::Request)> {
+    let config = a.config.as_deref().map(load_config).transpose()?;
+    let query = a.q.query()?;
+    let store = a.q.store().to_path_buf();
+    Ok((
+        Source { store, config },
+        analytics::Request { query, question },
+    ))
+}
+
+/// An answer's error as the binary reports it: the asker's (exit 2) or not.
+pub(crate) fn answer_error(e: AnswerError) -> anyhow::Error {
+    if e.is_usage() {
+        Usage(e.to_string()).into()
+    } else {
+        e.into()
+    }
+}
+
+/// Runs an analytics command: its question asked of the local store, or of `--server`,
+/// and the answer printed as a table or (`--json`) one document.
+pub(crate) fn ask_analytics(a: &AnswerArgs, question: Question) -> Result<ExitCode> {
+    if let Some(remote) = a.q.remote() {
+        let query = a.q.query()?;
+        return crate::client::ask_analytics(&remote, &query, &question, a.json);
+    }
+    let (source, request) = analytics_request(a, question)?;
+    let answer = analytics::answer(&source, &request).map_err(answer_error)?;
+    let width = crate::render::table::output_width();
+    crate::render::print(&crate::render::analytics(&answer, a.json, width))
+}
