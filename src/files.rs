@@ -2,7 +2,7 @@
 //! not at all (`capsule query -w FILE` and triage's evidence).
 
 use anyhow::{Context, Result};
-use capsule_store::Store;
+use capsule_answers::{export, Source};
 
 /// Creates (or truncates) the output file. Packet data: owner and group only (0640), like
 /// the store's own files; a file that existed keeps its mode.
@@ -27,8 +27,8 @@ pub(crate) fn create(path: &str, existed: bool) -> Result<std::fs::File> {
 /// Writes the export of `opts` into the file `path` (the `-w FILE` of `capsule query`, and
 /// the evidence of `capsule triage`).
 pub(crate) fn write_file(
-    store: &Store,
-    opts: &capsule_replay::ExportOptions,
+    source: &Source,
+    request: &export::Request,
     path: &str,
 ) -> Result<capsule_replay::ExportReport> {
     // A failed export leaves no file behind that was not there before (an empty
@@ -36,7 +36,7 @@ pub(crate) fn write_file(
     let existed = std::path::Path::new(path).exists();
     let f = create(path, existed)?;
     let progress = crate::progress::Progress::bytes(path, None);
-    let done = capsule_replay::export(store, opts, progress.writer(f));
+    let done = export::stream(source, request, progress.writer(f));
     progress.finish();
     match done {
         Ok(r) => Ok(r),
@@ -44,7 +44,7 @@ pub(crate) fn write_file(
             if !existed {
                 let _ = std::fs::remove_file(path);
             }
-            Err(e.into())
+            Err(crate::request::answer_error(e))
         }
     }
 }

@@ -119,6 +119,10 @@ pub(crate) fn analytics_request(
 
 /// An answer's error as the binary reports it: the asker's (exit 2) or not.
 pub(crate) fn answer_error(e: AnswerError) -> anyhow::Error {
+    if let AnswerError::Export(e) = e {
+        // Kept whole: `main` tells a `--bpf` the user got wrong by its variant.
+        return e.into();
+    }
     if e.is_usage() {
         Usage(e.to_string()).into()
     } else {

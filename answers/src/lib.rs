@@ -17,6 +17,10 @@
 //!          .missing()   why it is partial (exit 3, `capsule-partial`), empty when whole
 //! Source + flows::Request { query, sort, limit }
 //!     -> flows::answer          -> flows::Answer { listing, missing }
+//! Source + export::Request { query, format, bpf, max_bytes }
+//!     -> export::plan / count / stream(out)   the packets themselves (pcap, pcapng)
+//! status::Request { level, max_bytes } -> status::answer -> status::Answer (the store and
+//!                               the capture writing it)
 //! merge::Merge                  how two answers of adjacent windows (or two capture points)
 //!                               combine, for the kinds where that is exact
 //! ```
@@ -30,7 +34,9 @@ use std::path::PathBuf;
 pub use capsule_query::Query;
 
 pub mod analytics;
+pub mod export;
 pub mod flows;
+pub mod merge;
 pub mod params;
 pub mod status;
 
@@ -68,6 +74,9 @@ pub enum AnswerError {
     /// The store or its index could not be read.
     #[error(transparent)]
     Analytics(#[from] capsule_analytics::AnalyticsError),
+    /// The packets could not be exported (the store, a damaged segment, a `--bpf` filter).
+    #[error(transparent)]
+    Export(#[from] capsule_replay::ExportError),
     #[error("store {store}: {source}")]
     Store {
         store: String,
@@ -83,6 +92,11 @@ impl AnswerError {
             self,
             AnswerError::Usage(_)
                 | AnswerError::Analytics(capsule_analytics::AnalyticsError::Usage(_))
+                | AnswerError::Export(
+                    capsule_replay::ExportError::Bpf { .. }
+                        | capsule_replay::ExportError::BpfTooLong { .. }
+                        | capsule_replay::ExportError::MixedLinkTypes(_)
+                )
         )
     }
 }

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use capsule_store::Store;
+use capsule_answers::{flows, Source};
 
 use crate::cli::{FlowSort, FlowsArgs};
 use crate::render::table::{Column, Table};
@@ -48,9 +48,18 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
              packets that match (`capsule query` checks each packet)"
         );
     }
-    let store = Store::open(args.store())?;
-    let (segments, unreadable) = store.open_segments_checked()?;
-    let listing = list(&store, &segments, &q, sort)?;
+    let request = flows::Request {
+        query: q.clone(),
+        sort: match sort {
+            FlowSort::Bytes => flows::Sort::Bytes,
+            FlowSort::Packets => flows::Sort::Packets,
+            FlowSort::First => flows::Sort::First,
+        },
+        limit: None,
+    };
+    let answer = flows::answer(&Source::store(args.store()), &request)
+        .map_err(crate::request::answer_error)?;
+    let (listing, segments, unreadable) = (&answer.listing, &answer.segments, &answer.unreadable);
     let mut out = std::io::stdout().lock();
     let dscps = |mask: u64| -> String {
         (0..64u8)
@@ -62,7 +71,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     let shown: Vec<_> = listing.flows.iter().take(limit).collect();
     if json {
         for s in &shown {
-            let v = json_line(s);
+            let v = flows::json_line(s);
             writeln!(out, "{v}")?;
         }
     } else {
@@ -98,7 +107,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             let a = ep(k.a, k.ports.map(|p| p.0));
             let b = ep(k.b, k.ports.map(|p| p.1));
             // Client first where the ports show which side offers the service.
-            let flow = match client_side(f) {
+            let flow = match flows::client_side(f) {
                 Some(0) => format!("{a} -> {b}"),
                 Some(_) => format!("{b} -> {a}"),
                 None => format!("{a} <-> {b}"),
@@ -110,7 +119,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
                 flow,
                 format!("{approx}{}", units::format_count(f.total_packets())),
                 format!("{approx}{}", units::format_bytes(f.total_bytes())),
-                format_instant_ms(f.first_ns),
+                crate::render::ms(f.first_ns),
                 units::format_duration_ns(f.last_ns - f.first_ns),
                 dscps(f.dscp[0] | f.dscp[1]),
                 (f.retransmissions[0] + f.retransmissions[1]).to_string(),
@@ -151,7 +160,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
                 "stored: what the cut-off kept of {} cut flow(s) (the first cut at {}); \
                  packets and bytes count every packet seen",
                 cut.len(),
-                format_instant_ms(from)
+                crate::render::ms(from)
             );
             for line in crate::render::table::wrap(&note, crate::render::table::output_width()) {
                 writeln!(out, "{line}")?;
@@ -165,7 +174,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             )?;
         }
     }
-    crate::notes::note_window(&segments, &q, listing.flows.is_empty());
+    crate::notes::note_window(segments, &q, listing.flows.is_empty());
     if !listing.unindexed.is_empty() {
         eprintln!(
             "capsule: note: segment(s) {:?} have no side index and are not listed; \
@@ -185,8 +194,8 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     for (seq, why) in &listing.damaged_index {
         eprintln!("capsule: warning: the flows of segment {seq} are missing: {why}");
     }
-    crate::notes::warn_unreadable(&unreadable, "its flows are missing");
-    if missing(&listing, &unreadable, &q).is_empty() {
+    crate::notes::warn_unreadable(unreadable, "its flows are missing");
+    if answer.missing.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
         eprintln!(
@@ -195,108 +204,4 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         );
         Ok(ExitCode::from(crate::output::PARTIAL))
     }
-}
-
-/// Why a flow listing misses flows of `q`'s window, if it does: segments without an index,
-/// with a damaged one, or unreadable (where the window reaches them), damaged journal
-/// records. Such an answer is partial (exit 3, `capsule-partial` over HTTP).
-pub fn missing(
-    listing: &capsule_index::flows::FlowListing,
-    unreadable: &[capsule_store::Unreadable],
-    q: &capsule_query::Query,
-) -> Vec<String> {
-    let mut why = Vec::new();
-    if !listing.unindexed.is_empty() {
-        why.push(format!(
-            "segment(s) {:?} have no side index",
-            listing.unindexed
-        ));
-    }
-    for (seq, _) in &listing.damaged_index {
-        why.push(format!("the index of segment {seq} is damaged"));
-    }
-    for (seq, _) in &listing.journal_notes {
-        why.push(format!("damaged index journal records of segment {seq}"));
-    }
-    let (from, to) = q.window();
-    for u in unreadable.iter().filter(|u| u.reaches(from, to)) {
-        why.push(format!("segment {} cannot be read", u.seq));
-    }
-    why
-}
-
-/// The flows of `q`'s window in `segments`, in `sort` order.
-pub fn list(
-    store: &Store,
-    segments: &[capsule_store::SegmentReader],
-    q: &capsule_query::Query,
-    sort: FlowSort,
-) -> Result<capsule_index::flows::FlowListing> {
-    let mut listing = capsule_index::flows::list(store, segments, q)?;
-    match sort {
-        FlowSort::Bytes => {}
-        FlowSort::Packets => listing
-            .flows
-            .sort_by_key(|f| std::cmp::Reverse(f.flow.total_packets())),
-        FlowSort::First => listing.flows.sort_by_key(|f| f.flow.first_ns),
-    }
-    Ok(listing)
-}
-
-/// One flow as the JSON object of `capsule flows --json` (one line each; also
-/// `GET /v1/flows` of `capsule serve`).
-pub fn json_line(s: &capsule_index::flows::FlowSummary) -> serde_json::Value {
-    let f = &s.flow;
-    let k = &f.key;
-    serde_json::json!({
-        "vlans": k.vlans.iter().flatten().collect::<Vec<_>>(),
-        "ip_version": k.ip_version, "proto": k.proto,
-        "proto_name": capsule_query::filter::proto_name(k.proto),
-        "a": k.a.to_string(), "a_port": k.ports.map(|p| p.0),
-        "b": k.b.to_string(), "b_port": k.ports.map(|p| p.1),
-        "client": client_side(f).map(|d| if d == 0 { "a" } else { "b" }),
-        "first_ns": f.first_ns, "first": capsule_query::format_instant(f.first_ns),
-        "last_ns": f.last_ns, "last": capsule_query::format_instant(f.last_ns),
-        "packets": f.packets, "bytes": f.bytes,
-        "dscp": [(0..64).filter(|d| f.dscp[0] & (1u64 << d) != 0).collect::<Vec<u8>>(),
-                 (0..64).filter(|d| f.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
-        "tcp_flags": f.tcp_flags, "retransmissions": f.retransmissions,
-        "zero_windows": f.zero_windows, "resets": f.resets, "approximate": s.approximate,
-        // What the cut-off stored of a cut flow (packets and bytes above count what was
-        // seen); null for a flow stored whole.
-        "cut": f.is_cut().then(|| serde_json::json!({
-            "stored_packets": [f.packets[0] - f.cut_packets[0], f.packets[1] - f.cut_packets[1]],
-            "stored_bytes": [f.bytes[0] - f.cut_bytes[0], f.bytes[1] - f.cut_bytes[1]],
-            "cut_packets": f.cut_packets, "cut_bytes": f.cut_bytes,
-            "cut_at_ns": f.cut_at_ns,
-            "cut_at": f.cut_at().map(capsule_query::format_instant),
-        })),
-    })
-}
-
-/// Which side (0: a, 1: b) is the client, judged by the ports: the side whose port is a
-/// well-known one (below 1024) while the other's is not, or else the side whose port is in
-/// the ephemeral range (32768 and up, Linux's default) while the other's is not. `None`
-/// when the ports do not tell (both or neither in the same class, or no ports).
-///
-/// The side index keeps the union of each direction's TCP flags, which cannot tell a SYN
-/// from the SYN-ACK's ACK after the handshake, so the ports are the evidence used here.
-fn client_side(f: &capsule_index::sideindex::FlowCounts) -> Option<usize> {
-    let (pa, pb) = f.key.ports?;
-    let class = |p: u16| match p {
-        0..=1023 => 0,
-        1024..=32767 => 1,
-        _ => 2,
-    };
-    match class(pa).cmp(&class(pb)) {
-        std::cmp::Ordering::Less => Some(1),
-        std::cmp::Ordering::Greater => Some(0),
-        std::cmp::Ordering::Equal => None,
-    }
-}
-
-/// An instant as RFC 3339 to the millisecond, for tables (JSON keeps nanoseconds).
-fn format_instant_ms(ns: u64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns - ns % 1_000_000);
-    humantime::format_rfc3339_millis(t).to_string()
 }

@@ -4,10 +4,12 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Result;
+use capsule_answers::{export, Source};
 use capsule_store::Store;
 
 use crate::cli::{OutFormat, QueryArgs};
 use crate::files::{create, write_file};
+use crate::request::answer_error;
 
 pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     let (args, write, format, bpf, explain, count) = (
@@ -35,17 +37,18 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         crate::bpf_check::check(expr, &linktypes)?;
     }
     let format = out_format(format, write, count);
-    let opts = capsule_replay::ExportOptions {
+    let request = export::Request {
         format: match format {
             OutFormat::Pcap => capsule_replay::Format::Pcap,
             OutFormat::Pcapng => capsule_replay::Format::PcapNg,
         },
         query,
         bpf,
-        ..Default::default()
+        max_bytes: None,
     };
+    let source = Source::store(args.store());
     if explain {
-        let plan = capsule_replay::export::explain(&store, &opts)?;
+        let plan = export::plan(&source, &request).map_err(answer_error)?;
         if a.json {
             crate::output::print_json(plan_json(&plan));
         } else {
@@ -55,9 +58,11 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     }
     let t0 = Instant::now();
     let report = match write {
-        _ if count => capsule_replay::count(&store, &opts)?,
-        Some("-") => capsule_replay::export(&store, &opts, std::io::stdout().lock())?,
-        Some(path) => write_file(&store, &opts, path)?,
+        _ if count => export::count(&source, &request).map_err(answer_error)?,
+        Some("-") => {
+            export::stream(&source, &request, std::io::stdout().lock()).map_err(answer_error)?
+        }
+        Some(path) => write_file(&source, &request, path)?,
         None => unreachable!("clap requires -w unless --explain or --count"),
     };
     if !report.unindexed.is_empty() {
@@ -83,7 +88,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     );
     // Which flows of the window the cut-off did not store whole (from the side index).
     let segments = store.open_segments_checked()?.0;
-    let cut = capsule_index::flows::cut_summary(&store, &segments, &opts.query)?;
+    let cut = capsule_index::flows::cut_summary(&store, &segments, &request.query)?;
     if count && a.json {
         crate::output::print_json(serde_json::json!({
             "cut_flows": cut.flows, "cut_from_ns": cut.first_cut_ns,
@@ -93,7 +98,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
             "segments_total": report.segments_total,
             "seconds": t0.elapsed().as_secs_f64(),
             "drops_in_window": report.drops_in_window,
-            "from_ns": opts.query.from_ns, "to_ns": opts.query.to_ns,
+            "from_ns": request.query.from_ns, "to_ns": request.query.to_ns,
             "partial": report.is_partial(),
         }));
     } else if count {
@@ -111,7 +116,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     for (seq, why) in &report.damaged_index {
         eprintln!("capsule: note: segment {seq} was read whole: {why}");
     }
-    crate::notes::note_window(&segments, &opts.query, report.packets == 0);
+    crate::notes::note_window(&segments, &request.query, report.packets == 0);
     if !report.is_partial() {
         return Ok(ExitCode::SUCCESS);
     }

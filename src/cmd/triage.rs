@@ -250,14 +250,14 @@ fn evidence(i: usize, al: &Alert, dir: &Path, cap: u64) -> Result<Evidence> {
             al.query
         );
     };
-    let store = capsule_store::Store::open(q.q.store())?;
-    let opts = capsule_replay::ExportOptions {
+    let request = capsule_answers::export::Request {
         format: capsule_replay::Format::PcapNg,
         query: q.q.query()?,
+        bpf: None,
         max_bytes: Some(cap),
-        ..Default::default()
     };
-    let report = crate::files::write_file(&store, &opts, path_s)?;
+    let source = capsule_answers::Source::store(q.q.store());
+    let report = crate::files::write_file(&source, &request, path_s)?;
     let data = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
     let sha = Sha256::digest(&data);
     let mut hex = String::with_capacity(64);

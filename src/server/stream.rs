@@ -115,19 +115,18 @@ impl Write for ChunkWriter {
     }
 }
 
-/// Runs the export of `opts` on this (blocking) thread into `w`, then says how it ended to
+/// Runs the export of `request` on this (blocking) thread into `w`, then says how it ended to
 /// `audit` (whose line is written once the response body is done too). `slot` is held until
 /// the export ends.
 pub(super) fn export_thread(
     server: Arc<Server>,
-    opts: capsule_replay::ExportOptions,
+    request: capsule_answers::export::Request,
     mut w: ChunkWriter,
     audit: Arc<StreamAudit>,
     slot: Slot,
 ) {
-    let result = capsule_store::Store::open(&server.store)
-        .map_err(capsule_replay::ExportError::from)
-        .and_then(|store| capsule_replay::export(&store, &opts, &mut w));
+    let source = capsule_answers::Source::store(&server.store);
+    let result = capsule_answers::export::stream(&source, &request, &mut w);
     let (status, outcome, packets) = match result {
         Ok(report) => match w.send() {
             Ok(()) => {
@@ -158,15 +157,7 @@ pub(super) fn export_thread(
         Err(e) => {
             let (s, m) = match w.stopped.clone() {
                 Some(why) => why,
-                None if matches!(
-                    e,
-                    capsule_replay::ExportError::MixedLinkTypes(_)
-                        | capsule_replay::ExportError::Bpf { .. }
-                        | capsule_replay::ExportError::BpfTooLong { .. }
-                ) =>
-                {
-                    (StatusCode::BAD_REQUEST, format!("{e}"))
-                }
+                None if e.is_usage() => (StatusCode::BAD_REQUEST, format!("{e}")),
                 None => (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     format!("{:#}", anyhow::Error::from(e)),
@@ -223,10 +214,9 @@ pub(super) async fn packets(g: Guard, q: Option<&str>) -> Response<Body> {
         Err(e) => return g.refuse(StatusCode::TOO_MANY_REQUESTS, &e),
     };
     let Guard { server, rec, .. } = g;
-    let opts = capsule_replay::ExportOptions {
+    let request = capsule_answers::export::Request {
         format,
-        query,
-        ..Default::default()
+        ..capsule_answers::export::Request::of(query)
     };
     let (tx, mut rx) = mpsc::channel(CHUNKS_QUEUED);
     let abort = Arc::new(AtomicBool::new(false));
@@ -248,7 +238,7 @@ pub(super) async fn packets(g: Guard, q: Option<&str>) -> Response<Body> {
         finished: AtomicBool::new(false),
     });
     let (s2, a2) = (server.clone(), audit.clone());
-    tokio::task::spawn_blocking(move || export_thread(s2, opts, w, a2, slot));
+    tokio::task::spawn_blocking(move || export_thread(s2, request, w, a2, slot));
     // The status waits for the first chunk (or the failure before it): an error found
     // before any byte is an error response, not a cut file.
     let (ctype, name) = match format {
