@@ -55,6 +55,26 @@ impl RemoteArgs {
     }
 }
 
+impl Remote<'_> {
+    /// The options that reach this server, as a command line writes them: what a printed
+    /// `capsule query` needs in place of `--store DIR`.
+    pub fn store_as(&self) -> String {
+        let q = |p: &Path| capsule_analytics::shell_quote(&p.display().to_string());
+        let mut s = format!(
+            "--server {} --token-file {}",
+            capsule_analytics::shell_quote(self.url),
+            q(self.token_file)
+        );
+        if let Some(ca) = self.ca {
+            s += &format!(" --ca {}", q(ca));
+        }
+        if let (Some(c), Some(k)) = (self.cert, self.key) {
+            s += &format!(" --client-cert {} --client-key {}", q(c), q(k));
+        }
+        s
+    }
+}
+
 /// What a successful GET brought: the bytes written, the answer's headers and its
 /// trailers (a streamed answer that turned out partial says so there).
 #[derive(Debug)]
@@ -374,6 +394,8 @@ pub(crate) fn ask_analytics(
         if let Some(w) = crate::render::table::output_width() {
             path += &format!("&width={w}");
         }
+        // The printed commands name the server as this command line does.
+        path += &format!("&store-as={}", encode(&remote.store_as()));
     }
     let mut text = Vec::new();
     let got = get(remote, &path, &mut text, false)?;

@@ -140,5 +140,6 @@ pub(crate) fn ask_analytics(a: &AnswerArgs, question: Question) -> Result<ExitCo
     let (source, request) = analytics_request(a, question)?;
     let answer = analytics::answer(&source, &request).map_err(answer_error)?;
     let width = crate::render::table::output_width();
-    crate::render::print(&crate::render::analytics(&answer, a.json, width))
+    let place = crate::render::Place::default();
+    crate::render::print(&crate::render::analytics(&answer, a.json, place, width))
 }

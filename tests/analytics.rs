@@ -113,7 +113,8 @@ fn dscp_violations_are_exactly_the_rogue_hosts() {
         assert!(
             q.starts_with(&format!("capsule query --store {} --from ", f.store()))
                 && q.contains(&format!("src host {}", v["src"].as_str().unwrap()))
-                && q.contains("dscp 46"),
+                // Rendered from the finding's filter value: DSCP by its canonical name.
+                && q.contains("dscp ef"),
             "{q}"
         );
     }

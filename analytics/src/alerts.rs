@@ -23,7 +23,9 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::matrix::{self, UNASSIGNED};
-use crate::{dscp, rfc, side_filter, stragglers, top::flow_label, AnalyticsError, Input, Policy};
+use crate::{
+    dscp, rfc, side_filter, stragglers, top::flow_label, AnalyticsError, Export, Input, Policy,
+};
 
 /// How urgent an alert is: the order of the report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -62,7 +64,7 @@ pub struct Alert {
     /// The measured figures and the threshold they crossed.
     pub figures: Map<String, Value>,
     /// The `capsule query` command line exporting the alert's packets.
-    pub query: String,
+    pub query: Export,
 }
 
 impl Alert {
@@ -84,7 +86,7 @@ fn alert(
     first_ns: u64,
     last_ns: u64,
     figures: Value,
-    query: String,
+    query: Export,
 ) -> Alert {
     let figures = match figures {
         Value::Object(m) => m,
@@ -188,7 +190,7 @@ pub fn evaluate(input: &Input, config: &Config) -> Result<Vec<Alert>, AnalyticsE
                 json!({"src_group": c.src_group, "dst_group": c.dst_group, "bytes": bytes,
                        "packets": packets, "flows": ff.len(), "host_pairs": pairs.len(),
                        "threshold_bytes": rules.pair_bytes}),
-                input.query(first, last + 1, &format!("({filter})")),
+                input.export(first, last + 1, &format!("({filter})")),
             ));
         }
     }
@@ -293,7 +295,7 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                 f.first_ns.max(first_s.0 * 1_000_000_000),
                 f.last_ns.min(last_s.0 * 1_000_000_000 + 999_999_999),
             );
-            let query = input.query(first, last + 1, &side_filter(f, d));
+            let query = input.export(first, last + 1, &side_filter(f, d));
             let label = side_label(f, d);
             let entity = || Entity {
                 kind: "flow",
@@ -397,7 +399,7 @@ fn tcp_rules(input: &Input, rules: &AlertRules, out: &mut Vec<Alert>) {
     }
     for (host, h) in hosts.iter().filter(|(_, h)| h.seen) {
         let (first, last) = clamp(input, h.first, h.last);
-        let query = input.query(first, last + 1, &format!("tcp and src host {host}"));
+        let query = input.export(first, last + 1, &format!("tcp and src host {host}"));
         let rate = if h.data == 0 {
             0.0
         } else {
@@ -490,7 +492,8 @@ mod tests {
         );
         assert_eq!(a[0].figures["peak_window_bytes"], 1800);
         assert_eq!(a[1].figures["off_hours_bytes"], 3000);
-        assert!(a[0].query.contains("src host 10.60.0.5"), "{}", a[0].query);
+        let f = a[0].query.filter.to_string();
+        assert!(f.contains("src host 10.60.0.5"), "{f}");
         assert_eq!(a[0].first_ns, t * 1_000_000_000);
     }
 }

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::top::flow_label;
-use crate::{dscp_in_window, dscp_name, rfc, side_filter, Input, Policy};
+use crate::{dscp_in_window, dscp_name, rfc, side_filter, Export, Input, Policy};
 
 /// A sender of one value.
 #[derive(Debug, Clone, Serialize)]
@@ -29,7 +29,7 @@ pub struct Value {
     pub flows: u64,
     /// The largest senders of the value, at most 5.
     pub top_senders: Vec<Sender>,
-    pub query: String,
+    pub query: Export,
 }
 
 /// A sender's packets to one destination carrying a value it may not send.
@@ -49,7 +49,7 @@ pub struct Violation {
     pub last: String,
     pub mean_packet_size: f64,
     pub flows: u64,
-    pub query: String,
+    pub query: Export,
 }
 
 /// A flow direction whose DSCP changed mid-flow: the first change.
@@ -68,7 +68,7 @@ pub struct Remark {
     pub to_dscp: u8,
     pub to_name: String,
     /// Exports that direction of the flow, the changed packet among them.
-    pub query: String,
+    pub query: Export,
 }
 
 /// The answer of `capsule dscp`.
@@ -147,7 +147,7 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                         from_name: dscp_name(ch.from),
                         to_dscp: ch.to,
                         to_name: dscp_name(ch.to),
-                        query: input.query(f.first_ns, f.last_ns + 1, &side_filter(f, d)),
+                        query: input.export(f.first_ns, f.last_ns + 1, &side_filter(f, d)),
                     });
                 }
             }
@@ -175,7 +175,7 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                 packets: v.packets,
                 flows: v.flows,
                 top_senders: senders,
-                query: input.query(input.from_ns, input.to_ns, &format!("dscp {dscp}")),
+                query: input.export(input.from_ns, input.to_ns, &format!("dscp {dscp}")),
             }
         })
         .collect();
@@ -196,7 +196,7 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                 last: rfc(v.last),
                 mean_packet_size: v.bytes as f64 / v.packets.max(1) as f64,
                 flows: v.flows,
-                query: input.query(
+                query: input.export(
                     v.first,
                     v.last + 1,
                     &format!("src host {src} and dst host {dst} and dscp {dscp}"),

@@ -23,8 +23,9 @@ use std::path::Path;
 
 use capsule_index::flows::FlowSummary;
 use capsule_index::sideindex::{DscpCount, FlowCounts};
-use capsule_query::Query;
+use capsule_query::{Filter, Query};
 use capsule_store::Store;
+use capsule_wire::IpProto;
 use serde::Serialize;
 
 pub mod alerts;
@@ -213,11 +214,85 @@ pub struct Input {
     /// The window answered: the query's, bounded by what the index holds.
     pub from_ns: u64,
     pub to_ns: u64,
-    /// The filter text, for the `query` of findings ("" for none).
+    /// The filter, canonical ("" for none).
     pub filter: String,
+    /// The filter as a value: what every finding's export is within.
+    pub within: Filter,
     /// The store directory as given, for the `query` of findings.
     pub store: String,
     pub limits: Limits,
+}
+
+/// The packets behind a finding: a window and a filter of the store the answer is of,
+/// within the answer's own filter. In JSON it is the `capsule query` command line that
+/// exports them from that store; a renderer writes it for the store as its reader names it
+/// ([`Export::command`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Export {
+    pub from_ns: u64,
+    pub to_ns: u64,
+    /// The answer's filter (the empty filter for none).
+    pub within: Filter,
+    /// The finding's own filter (the empty filter for the whole window).
+    pub filter: Filter,
+    /// The store directory as the answer named it.
+    pub store: String,
+}
+
+impl Export {
+    /// The query that exports the packets.
+    pub fn query(&self) -> Query {
+        Query {
+            filter: self.within.clone().and(self.filter.clone()),
+            from_ns: Some(self.from_ns),
+            to_ns: Some(self.to_ns),
+        }
+    }
+
+    /// The filter as a command line writes it: the answer's filter in parentheses, then
+    /// the finding's.
+    pub fn filter_text(&self) -> String {
+        let (w, f) = (self.within.to_string(), self.filter.to_string());
+        match (w.is_empty(), f.is_empty()) {
+            (true, _) => f,
+            (false, true) => w,
+            (false, false) if f.contains(" or ") => format!("({w}) and ({f})"),
+            (false, false) => format!("({w}) and {f}"),
+        }
+    }
+
+    /// The `capsule query` command line exporting the packets, with `place` naming the
+    /// store (`--store DIR`, or `--server URL --token-file FILE`) after any `before`
+    /// options (`-w FILE`).
+    pub fn command(&self, before: &str, place: &str) -> String {
+        let mut cmd = String::from("capsule query ");
+        if !before.is_empty() {
+            cmd.push_str(before);
+            cmd.push(' ');
+        }
+        cmd.push_str(&format!(
+            "{place} --from {} --to {}",
+            capsule_query::format_instant(self.from_ns),
+            capsule_query::format_instant(self.to_ns),
+        ));
+        let f = self.filter_text();
+        if !f.is_empty() {
+            cmd.push(' ');
+            cmd.push_str(&shell_quote(&f));
+        }
+        cmd
+    }
+
+    /// `--store DIR` for the answer's own store.
+    pub fn store_place(&self) -> String {
+        format!("--store {}", shell_quote(&self.store))
+    }
+}
+
+impl Serialize for Export {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.command("", &self.store_place()))
+    }
 }
 
 /// Reads the flows of `q` from `store`'s side index (no segment file is opened).
@@ -312,31 +387,26 @@ pub fn load(
         from_ns,
         to_ns: to_ns.max(from_ns),
         filter: filter.trim().to_string(),
+        within: q.filter.clone(),
         store: store_dir.display().to_string(),
         limits,
     })
 }
 
 impl Input {
-    /// The `capsule query` command line exporting the packets of `filter` (combined with the
-    /// answer's own filter) in [from, to).
-    pub fn query(&self, from_ns: u64, to_ns: u64, filter: &str) -> String {
-        let f = match (self.filter.is_empty(), filter.is_empty()) {
-            (true, _) => filter.to_string(),
-            (false, true) => self.filter.clone(),
-            (false, false) => format!("({}) and {filter}", self.filter),
-        };
-        let mut cmd = format!(
-            "capsule query --store {} --from {} --to {}",
-            shell_quote(&self.store),
-            capsule_query::format_instant(from_ns),
-            capsule_query::format_instant(to_ns.max(from_ns + 1)),
-        );
-        if !f.is_empty() {
-            cmd.push(' ');
-            cmd.push_str(&shell_quote(&f));
+    /// The packets of `filter` (a finding's own filter, capsule's query language; within
+    /// the answer's filter) in [from, to).
+    pub fn export(&self, from_ns: u64, to_ns: u64, filter: &str) -> Export {
+        Export {
+            from_ns,
+            to_ns: to_ns.max(from_ns + 1),
+            within: self.within.clone(),
+            // The finding filters are written by this crate from addresses, ports and
+            // numbers; one that did not parse would be a bug here, and exports nothing
+            // rather than everything.
+            filter: capsule_query::Filter::parse(filter).unwrap_or_else(|_| Filter::nothing()),
+            store: self.store.clone(),
         }
-        cmd
     }
 
     /// Length of the answered window, in seconds (at least 1).
@@ -357,6 +427,15 @@ pub fn shell_quote(s: &str) -> String {
     }
 }
 
+/// The filter word of an IP protocol: its name where it has ports (`tcp`), else
+/// `proto N`.
+fn proto_filter(n: u8) -> String {
+    match IpProto::from(n) {
+        p if p.has_ports() => p.to_string(),
+        p => format!("proto {}", p.number()),
+    }
+}
+
 /// The filter selecting a flow's packets (both directions).
 pub fn flow_filter(f: &FlowCounts) -> String {
     flow_filter_of(&f.key)
@@ -368,12 +447,7 @@ pub fn flow_filter_of(k: &capsule_index::sideindex::FlowKey) -> String {
     for v in k.vlans.iter().flatten() {
         parts.push(format!("vlan {v}"));
     }
-    parts.push(match k.proto {
-        6 => "tcp".to_string(),
-        17 => "udp".to_string(),
-        132 => "sctp".to_string(),
-        p => format!("proto {p}"),
-    });
+    parts.push(proto_filter(k.proto));
     match k.ports {
         Some((pa, pb)) => {
             parts.push(format!("host {} and port {pa}", k.a));
@@ -394,12 +468,7 @@ pub fn side_filter(f: &FlowCounts, d: usize) -> String {
     for v in f.key.vlans.iter().flatten() {
         parts.push(format!("vlan {v}"));
     }
-    parts.push(match f.key.proto {
-        6 => "tcp".to_string(),
-        17 => "udp".to_string(),
-        132 => "sctp".to_string(),
-        p => format!("proto {p}"),
-    });
+    parts.push(proto_filter(f.key.proto));
     match ports {
         Some((sp, dp)) => {
             parts.push(format!("src host {src} and src port {sp}"));
@@ -549,6 +618,7 @@ pub(crate) mod tests {
             from_ns,
             to_ns,
             filter: String::new(),
+            within: Filter::all(),
             store: "/s".into(),
             limits: Limits::default(),
         }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::top::flow_label;
-use crate::{rfc, side_filter, Input, Policy};
+use crate::{rfc, side_filter, Export, Input, Policy};
 
 /// What the table shows in its cells (JSON carries all three).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -38,7 +38,7 @@ pub struct Flagged {
     pub first: String,
     pub last_ns: u64,
     pub last: String,
-    pub query: String,
+    pub query: Export,
 }
 
 /// One cell with traffic.
@@ -125,7 +125,7 @@ pub fn matrix(input: &Input, policy: &dyn Policy, by: By) -> Matrix {
                     first: rfc(f.first_ns),
                     last_ns: f.last_ns,
                     last: rfc(f.last_ns),
-                    query: input.query(f.first_ns, f.last_ns + 1, &side_filter(f, d)),
+                    query: input.export(f.first_ns, f.last_ns + 1, &side_filter(f, d)),
                 });
             }
         }
@@ -183,7 +183,11 @@ mod tests {
         let out = cell("g", UNASSIGNED);
         assert!(out.flagged);
         assert_eq!(out.flagged_flows[0].dst, "192.0.2.1");
-        assert!(out.flagged_flows[0].query.contains("dst host 192.0.2.1"));
+        assert!(out.flagged_flows[0]
+            .query
+            .filter
+            .to_string()
+            .contains("dst host 192.0.2.1"));
         assert!(
             !cell(UNASSIGNED, "g").flagged,
             "unassigned senders have no egress rule"

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 
 use serde::Serialize;
 
-use crate::{check_interval, median, rfc, AnalyticsError, Input, Policy};
+use crate::{check_interval, median, rfc, AnalyticsError, Export, Input, Policy};
 
 /// Default `--min-bytes`: 1 MB sent by the median member in an interval. Below it the group
 /// is idle (keepalives, a few ACKs) and ratios say nothing; a job that moves data moves far
@@ -59,7 +59,7 @@ pub struct Straggler {
     pub intervals: usize,
     /// Mean of its ratios over the run.
     pub ratio_to_median: f64,
-    pub query: String,
+    pub query: Export,
 }
 
 /// The answer of `capsule stragglers`.
@@ -175,7 +175,7 @@ pub fn stragglers(
                     to: rfc(to),
                     intervals: i - start,
                     ratio_to_median: mean,
-                    query: input.query(from, to, &format!("src host {m}")),
+                    query: input.export(from, to, &format!("src host {m}")),
                 });
             }
         }
@@ -229,7 +229,7 @@ mod tests {
         assert_eq!(x.host, "10.0.0.2");
         assert_eq!((x.from_ns, x.to_ns, x.intervals), (3 * S, 6 * S, 3));
         assert!((x.ratio_to_median - 1.0 / 3.0).abs() < 1e-9);
-        assert!(x.query.contains("src host 10.0.0.2"));
+        assert!(x.query.filter.to_string().contains("src host 10.0.0.2"));
         assert_eq!(s.intervals[3].median_bytes, 30_000);
     }
 

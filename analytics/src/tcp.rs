@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 
 use crate::top::flow_label;
-use crate::{check_interval, flow_filter, rfc, AnalyticsError, Input};
+use crate::{check_interval, flow_filter, rfc, AnalyticsError, Export, Input};
 
 /// TCP counters of one host (or of everything).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -68,7 +68,7 @@ pub struct HostHealth {
     pub host: String,
     #[serde(flatten)]
     pub health: Health,
-    pub query: String,
+    pub query: Export,
 }
 
 /// One interval.
@@ -95,7 +95,7 @@ pub struct Session {
     pub zero_window_ns: [u64; 2],
     pub rsts: [u64; 2],
     pub syn_unanswered: bool,
-    pub query: String,
+    pub query: Export,
 }
 
 /// The answer of `capsule tcp`.
@@ -199,11 +199,11 @@ pub fn tcp(input: &Input, interval_ns: u64) -> Result<Tcp, AnalyticsError> {
             zero_window_ns: f.zero_window_ns,
             rsts: f.resets,
             syn_unanswered: f.syn_unanswered(0) || f.syn_unanswered(1),
-            query: input.query(f.first_ns, f.last_ns + 1, &flow_filter(f)),
+            query: input.export(f.first_ns, f.last_ns + 1, &flow_filter(f)),
         })
         .collect();
     let host_query =
-        |h: &IpAddr, from: u64, to: u64| input.query(from, to, &format!("tcp and host {h}"));
+        |h: &IpAddr, from: u64, to: u64| input.export(from, to, &format!("tcp and host {h}"));
     let mut total = Health::default();
     let mut intervals = Vec::with_capacity(n);
     for (i, m) in per.into_iter().enumerate() {

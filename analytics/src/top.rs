@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use std::net::IpAddr;
 
-use crate::{dscp_in_window, dscp_name, flow_filter_of, rfc, Input, Policy};
+use crate::{dscp_in_window, dscp_name, flow_filter_of, rfc, Export, Input, Policy};
 
 /// What rows rank by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -69,7 +69,7 @@ pub struct Row {
     pub dscp_mix: Vec<DscpShare>,
     /// The `capsule query` command exporting the row's packets (absent where no filter
     /// names them briefly: "other", a group of many hosts).
-    pub query: Option<String>,
+    pub query: Option<Export>,
 }
 
 /// The answer of `capsule top`.
@@ -394,7 +394,7 @@ impl Acc {
             query: self
                 .filter
                 .as_ref()
-                .map(|f| input.query(self.first, self.last + 1, f)),
+                .map(|f| input.export(self.first, self.last + 1, f)),
         }
     }
 }
@@ -407,8 +407,7 @@ pub fn flow_label(f: &capsule_index::sideindex::FlowCounts) -> String {
         (a, Some(p)) => format!("{a}:{p}"),
         (a, None) => a.to_string(),
     };
-    let proto = capsule_query::filter::proto_name(k.proto)
-        .map_or_else(|| k.proto.to_string(), str::to_string);
+    let proto = capsule_wire::IpProto::from(k.proto).to_string();
     let vlans: Vec<String> = k.vlans.iter().flatten().map(|v| v.to_string()).collect();
     let vlan = if vlans.is_empty() {
         String::new()
@@ -537,7 +536,7 @@ fn top_flows(input: &Input, by: By, limit: usize) -> Top {
     let other =
         (other.flows > 0).then(|| other.row(None, "other".into(), total_measure, by, input));
     let mut total_row = total.row(None, "total".into(), total_measure, by, input);
-    total_row.query = Some(input.query(input.from_ns, input.to_ns, ""));
+    total_row.query = Some(input.export(input.from_ns, input.to_ns, ""));
     Top {
         by,
         key: Key::Flow,
@@ -683,7 +682,7 @@ fn top_by_key(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn
     let other =
         (other.flows > 0).then(|| other.row(None, "other".into(), total_measure, by, input));
     let mut total_row = total.row(None, "total".into(), total_measure, by, input);
-    total_row.query = Some(input.query(input.from_ns, input.to_ns, ""));
+    total_row.query = Some(input.export(input.from_ns, input.to_ns, ""));
     Top {
         by,
         key,

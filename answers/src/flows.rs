@@ -130,7 +130,7 @@ pub fn json_line(s: &FlowSummary) -> serde_json::Value {
     serde_json::json!({
         "vlans": k.vlans.iter().flatten().collect::<Vec<_>>(),
         "ip_version": k.ip_version, "proto": k.proto,
-        "proto_name": capsule_query::filter::proto_name(k.proto),
+        "proto_name": capsule_wire::IpProto::from(k.proto).name(),
         "a": k.a.to_string(), "a_port": k.ports.map(|p| p.0),
         "b": k.b.to_string(), "b_port": k.ports.map(|p| p.1),
         "client": client_side(f).map(|d| if d == 0 { "a" } else { "b" }),

@@ -134,6 +134,7 @@ pub fn inputs(a: Input, b: Input) -> Result<Input, MergeError> {
         from_ns: a.from_ns,
         to_ns: b.to_ns,
         filter: a.filter,
+        within: a.within,
         store: a.store,
         limits,
     })

@@ -114,8 +114,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             };
             let approx = if s.approximate { "~" } else { "" };
             let mut row = vec![
-                capsule_query::filter::proto_name(k.proto)
-                    .map_or_else(|| k.proto.to_string(), str::to_string),
+                capsule_wire::IpProto::from(k.proto).to_string(),
                 flow,
                 format!("{approx}{}", units::format_count(f.total_packets())),
                 format!("{approx}{}", units::format_bytes(f.total_bytes())),

@@ -187,7 +187,7 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
         crate::client::selection_params(&a.q)?
     );
     let t0 = Instant::now();
-    let remote = a.q.remote().expect("called with --server");
+    let remote = a.q.remote_with(&a.old_cert).expect("called with --server");
     let got = if write == "-" {
         crate::client::get(&remote, &path, &mut std::io::stdout().lock(), false)?
     } else {

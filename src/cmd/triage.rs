@@ -5,7 +5,7 @@
 //!   -> answers::analytics::body: alerts (the config's [alerts] rules) -> findings, worst
 //!      first, at most MAX_FINDINGS; top, matrix, tcp, stragglers and DSCP over time for the
 //!      charts
-//! each finding's query -> files::write_file, as `capsule query -w` does
+//! each finding's export (a Query value) -> files::write_file, as `capsule query -w` does
 //!   -> DIR/evidence/NN-RULE.pcapng -> packets, bytes, sha256
 //! DIR/findings.json   {"findings": [...]} (docs/alerts.md)
 //! DIR/report.txt      report::text, printed unless --quiet
@@ -18,12 +18,13 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use capsule_analytics::alerts::Alert;
+use capsule_analytics::Export;
 use capsule_analytics::{dscp, matrix, top};
 use capsule_answers::analytics::{self, Body, Question, Window};
-use clap::Parser;
+use capsule_answers::{export, Source};
 use sha2::{Digest, Sha256};
 
-use crate::cli::{Cli, Cmd, TriageArgs};
+use crate::cli::TriageArgs;
 use crate::output::Usage;
 use crate::report::{Charts, Evidence, Finding};
 use crate::request::answer_error;
@@ -63,13 +64,13 @@ pub fn run(a: &TriageArgs) -> Result<ExitCode> {
     let mut findings = Vec::new();
     // Two findings with the same query (a night-time upload is both `egress` and
     // `off_hours`) share one evidence file.
-    let mut written: std::collections::HashMap<&str, Evidence> = Default::default();
+    let mut written: Vec<(&Export, Evidence)> = Vec::new();
     for (i, al) in alerts.iter().take(MAX_FINDINGS).enumerate() {
-        let ev = match written.get(al.query.as_str()) {
-            Some(ev) => ev.clone(),
+        let ev = match written.iter().find(|(q, _)| *q == &al.query) {
+            Some((_, ev)) => ev.clone(),
             None => {
-                let ev = evidence(i, al, dir, cap)?;
-                written.insert(&al.query, ev.clone());
+                let ev = evidence(&source, i, al, dir, cap)?;
+                written.push((&al.query, ev.clone()));
                 ev
             }
         };
@@ -179,85 +180,19 @@ fn write(dir: &Path, name: &str, text: &str) -> Result<()> {
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// Splits a command line quoted by `capsule_analytics::shell_quote` (plain words and
-/// POSIX single quotes, `'\''` for a quote inside).
-fn split_words(line: &str) -> Result<Vec<String>> {
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(x) => cur.push(x),
-                        None => bail!("unterminated quote in {line:?}"),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                match chars.next() {
-                    Some(x) => cur.push(x),
-                    None => bail!("trailing backslash in {line:?}"),
-                }
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                cur.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(cur);
-    }
-    Ok(words)
-}
-
-/// Runs `al.query` as `capsule query -w DIR/evidence/NN-RULE.pcapng` does.
-/// At most `cap` bytes: the first packets that fit.
-fn evidence(i: usize, al: &Alert, dir: &Path, cap: u64) -> Result<Evidence> {
+/// Exports the packets of `al.query` from `source` as `capsule query -w
+/// DIR/evidence/NN-RULE.pcapng` does: at most `cap` bytes, the first packets that fit.
+fn evidence(source: &Source, i: usize, al: &Alert, dir: &Path, cap: u64) -> Result<Evidence> {
     let rel = format!("evidence/{:02}-{}.pcapng", i + 1, al.rule);
     let path = dir.join(&rel);
     let path_s = path.to_str().context("the report directory is not UTF-8")?;
-    let mut argv = split_words(&al.query)?;
-    argv.extend([
-        "-w".into(),
-        path_s.into(),
-        "--format".into(),
-        "pcapng".into(),
-    ]);
-    let cli = Cli::try_parse_from(&argv).with_context(|| {
-        format!(
-            "the query of finding {} does not parse: {}",
-            i + 1,
-            al.query
-        )
-    })?;
-    let Cmd::Query(q) = cli.cmd else {
-        bail!(
-            "finding {}: not a `capsule query` command: {}",
-            i + 1,
-            al.query
-        );
-    };
-    let request = capsule_answers::export::Request {
+    let request = export::Request {
         format: capsule_replay::Format::PcapNg,
-        query: q.q.query()?,
+        query: al.query.query(),
         bpf: None,
         max_bytes: Some(cap),
     };
-    let source = capsule_answers::Source::store(q.q.store());
-    let report = crate::files::write_file(&source, &request, path_s)?;
+    let report = crate::files::write_file(source, &request, path_s)?;
     let data = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
     let sha = Sha256::digest(&data);
     let mut hex = String::with_capacity(64);
@@ -276,26 +211,4 @@ fn evidence(i: usize, al: &Alert, dir: &Path, cap: u64) -> Result<Evidence> {
         finding_packets: report.packets + report.packets_over_cap,
         finding_captured_bytes: report.captured_bytes + report.captured_bytes_over_cap,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn words_split_like_a_shell() {
-        let w =
-            split_words(r"capsule query --store '/tmp/a b' 'host 1.2.3.4 and it'\''s'").unwrap();
-        assert_eq!(
-            w,
-            vec![
-                "capsule",
-                "query",
-                "--store",
-                "/tmp/a b",
-                "host 1.2.3.4 and it's"
-            ]
-        );
-        assert!(split_words("'open").is_err());
-    }
 }

@@ -77,7 +77,7 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
         ) else {
             continue;
         };
-        if let Some(why) = capsule_index::verify_index(&store, &seg) {
+        if let Some(why) = index_problem(&store, &seg, !a.repair) {
             let path = store
                 .index_dir()
                 .join(capsule_index::sideindex::index_name(e.seq));
@@ -180,4 +180,28 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// What is wrong with the side index of sealed segment `seg`, if anything. A live writer
+/// indexes a segment just after sealing it: while one holds the store, an index missing or
+/// stale at first is looked at again for up to 2 s before it is called a problem (not
+/// when `may_wait` is false: `--repair` holds the lock itself).
+fn index_problem(
+    store: &capsule_store::Store,
+    seg: &capsule_store::SegmentReader,
+    may_wait: bool,
+) -> Option<String> {
+    let mut why = capsule_index::verify_index(store, seg)?;
+    let live = may_wait
+        && matches!(
+            store.lock_writer(),
+            Err(capsule_store::StoreError::Locked { .. })
+        );
+    if live {
+        for _ in 0..20 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            why = capsule_index::verify_index(store, seg)?;
+        }
+    }
+    Some(why)
 }

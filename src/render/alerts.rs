@@ -3,9 +3,10 @@
 use capsule_analytics::alerts::Alert;
 
 use super::table::{Column, Table};
+use super::Place;
 
 /// The human table: one row per alert, its summary and query under it.
-pub(crate) fn table(list: &[Alert], width: Option<usize>) -> Vec<String> {
+pub(crate) fn table(list: &[Alert], place: Place<'_>, width: Option<usize>) -> Vec<String> {
     if list.is_empty() {
         return vec!["alerts: none".into()];
     }
@@ -32,7 +33,7 @@ pub(crate) fn table(list: &[Alert], width: Option<usize>) -> Vec<String> {
         lines.push(format!("{}. [{}] {}", i + 1, x.rule, x.summary));
         lines.push(format!(
             "   {}",
-            super::pasteable(&x.query, &format!("alert-{}.pcap", i + 1))
+            super::pasteable(&x.query, &format!("alert-{}.pcap", i + 1), place)
         ));
     }
     lines

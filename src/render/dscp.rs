@@ -4,10 +4,16 @@ use capsule_analytics::dscp;
 
 use super::table::{Column, Table};
 use super::Clock;
+use super::Place;
 use crate::units;
 
 /// The table lines of `d`, fitted to `width`.
-pub(super) fn lines(d: &dscp::Dscp, clock: Clock, width: Option<usize>) -> Vec<String> {
+pub(super) fn lines(
+    d: &dscp::Dscp,
+    clock: Clock,
+    place: Place<'_>,
+    width: Option<usize>,
+) -> Vec<String> {
     let mut t = Table::new(vec![
         Column::right("dscp", 9),
         Column::left("name", 9),
@@ -65,7 +71,7 @@ pub(super) fn lines(d: &dscp::Dscp, clock: Clock, width: Option<usize>) -> Vec<S
             lines.extend(t.render(width));
             lines.push(format!(
                 "export the first: {}",
-                super::pasteable(&v[0].query, "dscp-first.pcap")
+                super::pasteable(&v[0].query, "dscp-first.pcap", place)
             ));
         }
     }

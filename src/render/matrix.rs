@@ -3,10 +3,16 @@
 use capsule_analytics::matrix;
 
 use super::table::{Column, Table};
+use super::Place;
 use crate::units;
 
 /// The table lines of `m`, fitted to `width`.
-pub(super) fn lines(m: &matrix::Matrix, by: matrix::By, width: Option<usize>) -> Vec<String> {
+pub(super) fn lines(
+    m: &matrix::Matrix,
+    by: matrix::By,
+    place: Place<'_>,
+    width: Option<usize>,
+) -> Vec<String> {
     // Column headers must be 'static: the group names are the first row instead.
     let n = m.groups.len();
     let mut cols = vec![Column::left("from \\ to", u8::MAX)];
@@ -53,7 +59,7 @@ pub(super) fn lines(m: &matrix::Matrix, by: matrix::By, width: Option<usize>) ->
                 f.src,
                 f.dst,
                 units::format_bytes(f.bytes),
-                super::pasteable(&f.query, "matrix-flow.pcap")
+                super::pasteable(&f.query, "matrix-flow.pcap", place)
             ));
         }
         if c.flagged_flows.len() > 5 {

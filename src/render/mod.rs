@@ -13,6 +13,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
+use capsule_analytics::Export;
 use capsule_answers::analytics::{Answer, Body, Question};
 
 use crate::output::PARTIAL;
@@ -42,7 +43,12 @@ impl Rendered {
 /// Renders an analytics answer: JSON (the answer's document) or the header, the kind's
 /// table and then the limits, wrapped to `width` (none: not wrapped). `capsule serve`
 /// renders with the same code, so a `--server` answer is the local one byte for byte.
-pub(crate) fn analytics(ans: &Answer, json: bool, width: Option<usize>) -> Rendered {
+pub(crate) fn analytics(
+    ans: &Answer,
+    json: bool,
+    place: Place<'_>,
+    width: Option<usize>,
+) -> Rendered {
     use std::fmt::Write;
     let mut out = String::new();
     if json {
@@ -63,18 +69,18 @@ pub(crate) fn analytics(ans: &Answer, json: bool, width: Option<usize>) -> Rende
             }
         );
         let lines = match &ans.body {
-            Body::Top(t) => top::lines(t, clock, width),
-            Body::Tcp(t) => tcp::lines(t, clock, width),
-            Body::Dscp(d) => dscp::lines(d, clock, width),
+            Body::Top(t) => top::lines(t, clock, place, width),
+            Body::Tcp(t) => tcp::lines(t, clock, place, width),
+            Body::Dscp(d) => dscp::lines(d, clock, place, width),
             Body::Matrix(m) => {
                 let by = match ans.question {
                     Question::Matrix { by } => by,
                     _ => capsule_analytics::matrix::By::Bytes,
                 };
-                matrix::lines(m, by, width)
+                matrix::lines(m, by, place, width)
             }
-            Body::Stragglers(s) => stragglers::lines(s, clock, width),
-            Body::Alerts { alerts } => alerts::table(alerts, width),
+            Body::Stragglers(s) => stragglers::lines(s, clock, place, width),
+            Body::Alerts { alerts } => alerts::table(alerts, place, width),
         };
         // Lines of text wrap to the terminal like the table (whose rows already fit);
         // `capsule query` command lines stay whole, to be copied.
@@ -118,13 +124,16 @@ pub(crate) fn print(r: &Rendered) -> Result<ExitCode> {
     }
 }
 
-/// `query` (a `capsule query ...` command line of an answer) with `-w FILE` after `capsule
-/// query`, so the printed line runs as pasted.
-pub(crate) fn pasteable(query: &str, file: &str) -> String {
-    match query.strip_prefix("capsule query ") {
-        Some(rest) => format!("capsule query -w {file} {rest}"),
-        None => query.to_string(),
-    }
+/// How printed commands name the store: as the answer names it (`--store DIR`, `None`),
+/// or as the reader of a remote answer reaches it (`--server URL --token-file FILE`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Place<'a>(pub Option<&'a str>);
+
+/// The `capsule query -w FILE ...` command that exports a finding's packets, for the store
+/// as `place` names it: it runs as pasted.
+pub(crate) fn pasteable(export: &Export, file: &str, place: Place<'_>) -> String {
+    let own = export.store_place();
+    export.command(&format!("-w {file}"), place.0.unwrap_or(&own))
 }
 
 /// A ratio as a percentage with one decimal.

@@ -4,10 +4,16 @@ use capsule_analytics::stragglers;
 
 use super::table::{Column, Table};
 use super::Clock;
+use super::Place;
 use crate::units;
 
 /// The table lines of `s`, fitted to `width`.
-pub(super) fn lines(s: &stragglers::Stragglers, clock: Clock, width: Option<usize>) -> Vec<String> {
+pub(super) fn lines(
+    s: &stragglers::Stragglers,
+    clock: Clock,
+    place: Place<'_>,
+    width: Option<usize>,
+) -> Vec<String> {
     let mut lines = Vec::new();
     lines.push(format!(
         "group {} ({} members seen), interval {}, ratio {}, idle under {} sent by the median member",
@@ -62,7 +68,7 @@ pub(super) fn lines(s: &stragglers::Stragglers, clock: Clock, width: Option<usiz
             ));
             lines.push(format!(
                 "    {}",
-                super::pasteable(&x.query, &format!("straggler-{}.pcap", i + 1))
+                super::pasteable(&x.query, &format!("straggler-{}.pcap", i + 1), place)
             ));
         }
     }

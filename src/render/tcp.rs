@@ -4,10 +4,16 @@ use capsule_analytics::tcp;
 
 use super::table::{Column, Table};
 use super::Clock;
+use super::Place;
 use crate::units;
 
 /// The table lines of `t`, fitted to `width`.
-pub(super) fn lines(t: &tcp::Tcp, clock: Clock, width: Option<usize>) -> Vec<String> {
+pub(super) fn lines(
+    t: &tcp::Tcp,
+    clock: Clock,
+    place: Place<'_>,
+    width: Option<usize>,
+) -> Vec<String> {
     let cols = || {
         vec![
             Column::left("interval", 9),
@@ -90,7 +96,7 @@ pub(super) fn lines(t: &tcp::Tcp, clock: Clock, width: Option<usize>) -> Vec<Str
         lines.extend(w.render(width));
         lines.push(format!(
             "export the worst: {}",
-            super::pasteable(&t.worst_sessions[0].query, "tcp-worst.pcap")
+            super::pasteable(&t.worst_sessions[0].query, "tcp-worst.pcap", place)
         ));
     }
     lines

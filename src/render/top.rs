@@ -4,10 +4,16 @@ use capsule_analytics::top::{self, Row};
 
 use super::table::{Column, Table};
 use super::Clock;
+use super::Place;
 use crate::units;
 
 /// The table lines of `t`, fitted to `width`.
-pub(super) fn lines(t: &top::Top, clock: Clock, width: Option<usize>) -> Vec<String> {
+pub(super) fn lines(
+    t: &top::Top,
+    clock: Clock,
+    place: Place<'_>,
+    width: Option<usize>,
+) -> Vec<String> {
     let mut table = Table::new(vec![
         Column::right("#", 9),
         Column::left("key", u8::MAX),
@@ -61,7 +67,10 @@ pub(super) fn lines(t: &top::Top, clock: Clock, width: Option<usize>) -> Vec<Str
     let mut lines = table.render(width);
     if let Some(r) = t.rows.first() {
         if let Some(q) = &r.query {
-            lines.push(format!("export #1: {}", super::pasteable(q, "top-1.pcap")));
+            lines.push(format!(
+                "export #1: {}",
+                super::pasteable(q, "top-1.pcap", place)
+            ));
         }
     }
     lines

@@ -78,7 +78,8 @@ pub(crate) struct Finding<'a> {
     pub(crate) last_ns: u64,
     pub(crate) last: &'a str,
     pub(crate) figures: &'a serde_json::Map<String, serde_json::Value>,
-    pub(crate) query: &'a str,
+    /// Serialised as the `capsule query` command line that exports the packets.
+    pub(crate) query: &'a capsule_analytics::Export,
     pub(crate) evidence: Evidence,
 }
 
@@ -129,7 +130,8 @@ pub(crate) fn text(w: &Window, alerts: &[Alert], findings: &[Finding<'_>]) -> St
                 let _ = writeln!(s, "{line}");
             }
         }
-        let _ = writeln!(s, "   command: {} -w FILE", f.query);
+        let command = f.query.command("", &f.query.store_place());
+        let _ = writeln!(s, "   command: {command} -w FILE");
     }
     if alerts.len() > findings.len() {
         let _ = writeln!(

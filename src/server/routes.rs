@@ -111,7 +111,14 @@ pub(super) async fn handle(
         "/v1/flows" => flows(g, q).await,
         "/v1/packets" => super::stream::packets(g, q).await,
         p => match p.strip_prefix("/v1/").and_then(Kind::by_name) {
-            Some(kind) => analytics(g, kind, q).await,
+            Some(kind) => {
+                let host = req
+                    .headers()
+                    .get(hyper::header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(str::to_string);
+                analytics(g, kind, q, host).await
+            }
             None => {
                 let m = format!(
                     "no such endpoint {path}: the API has /healthz, /metrics, /v1/status, \
@@ -205,8 +212,11 @@ async fn flows(g: Guard, q: Option<&str>) -> Response<Body> {
 /// code as the CLI's, as its `--json` document (`format=json`, the default) or its text
 /// wrapped to `width` columns (`format=text`; what `--server` prints). The parameters are
 /// decoded by capsule_answers::params, the codec the CLI's `--server` encodes with.
-async fn analytics(g: Guard, kind: Kind, q: Option<&str>) -> Response<Body> {
-    let mut allowed = vec!["filter", "from", "to", "format", "width"];
+/// The text's commands name the store as `store-as` says (the client's own `--server`
+/// options), else as `--server https://HOST --token-file TOKEN_FILE`: never by the
+/// server's path, which the reader cannot use.
+async fn analytics(g: Guard, kind: Kind, q: Option<&str>, host: Option<String>) -> Response<Body> {
+    let mut allowed = vec!["filter", "from", "to", "format", "width", "store-as"];
     allowed.extend_from_slice(kind.param_names());
     let parsed = params(q, &allowed).and_then(|p| {
         let width = match p.get("width") {
@@ -236,9 +246,21 @@ async fn analytics(g: Guard, kind: Kind, q: Option<&str>) -> Response<Body> {
         // caret), then the question's own parameters.
         let query = query_of(&p)?;
         let question = Question::from_params(kind, &|n| p.get(n).cloned())?;
-        Ok((analytics::Request { query, question }, width, json))
+        let place = match p.get("store-as") {
+            Some(s) if s.len() > 4096 || s.chars().any(char::is_control) => {
+                return Err(
+                    "invalid value for store-as: expected at most 4096 printable characters".into(),
+                )
+            }
+            Some(s) => s.clone(),
+            None => format!(
+                "--server https://{} --token-file TOKEN_FILE",
+                host.as_deref().unwrap_or("HOST")
+            ),
+        };
+        Ok((analytics::Request { query, question }, width, json, place))
     });
-    let (request, width, json) = match parsed {
+    let (request, width, json, place) = match parsed {
         Ok(x) => x,
         Err(e) => return g.refuse(StatusCode::BAD_REQUEST, &e),
     };
@@ -276,7 +298,8 @@ async fn analytics(g: Guard, kind: Kind, q: Option<&str>) -> Response<Body> {
                 Failure::Server(format!("{e:#}"))
             }
         })?;
-        Ok(crate::render::analytics(&answer, json, width))
+        let place = crate::render::Place(Some(&place));
+        Ok(crate::render::analytics(&answer, json, place, width))
     };
     let (g, r) = match g.blocking(kind.name(), true, work).await {
         Ok(x) => x,

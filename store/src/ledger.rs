@@ -286,6 +286,9 @@ pub fn missing(
             path: segments_dir.join(segment::sealed_name(s.seq)),
             sealed: *s,
         })
+        // A segment sealed after the listing was taken is in the ledger but not the
+        // listing: its file is there now (the seal is recorded after the rename).
+        .filter(|m| !m.path.exists())
         .collect()
 }
 

@@ -56,6 +56,8 @@
 
 pub mod ethertype;
 pub mod ipproto;
+
+pub use ipproto::IpProto;
 pub mod linktype;
 pub mod view;
 

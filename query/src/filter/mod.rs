@@ -330,28 +330,15 @@ pub(crate) fn dscp_by_name(name: &str) -> Option<u8> {
     (0..64u8).find(|&n| dscp_name(n) == Some(name.as_str()))
 }
 
-/// The name the filter language prints for an IP protocol number, if it has one.
+/// The name of an IP protocol number (`tcp`, `icmp6`, ...), if it has one: wire's
+/// [`IpProto`](capsule_wire::IpProto), the one name map.
 pub fn proto_name(n: u8) -> Option<&'static str> {
-    Some(match n {
-        1 => "icmp",
-        6 => "tcp",
-        17 => "udp",
-        47 => "gre",
-        50 => "esp",
-        51 => "ah",
-        58 => "icmp6",
-        132 => "sctp",
-        _ => return None,
-    })
+    capsule_wire::IpProto::from(n).name()
 }
 
 /// The protocol number of a name (case-insensitive) accepted after `proto`.
 fn proto_by_name(name: &str) -> Option<u8> {
-    let name = name.to_ascii_lowercase();
-    if name == "ipv6-icmp" {
-        return Some(58);
-    }
-    (0..=255u8).find(|&n| proto_name(n) == Some(name.as_str()))
+    capsule_wire::IpProto::by_name(name).map(u8::from)
 }
 
 /// Which address or port of the packet a primitive looks at.
@@ -1024,6 +1011,26 @@ impl Filter {
     pub fn all() -> Filter {
         Filter {
             expr: None,
+            reads_bytes: false,
+        }
+    }
+
+    /// The packets that pass both filters (the empty filter passes every packet). The tree
+    /// stays in its canonical form, so the result's text parses back to it.
+    pub fn and(self, other: Filter) -> Filter {
+        let reads_bytes = self.reads_bytes || other.reads_bytes;
+        let expr = match (self.expr, other.expr) {
+            (None, e) | (e, None) => e,
+            (Some(a), Some(b)) => Some(Expr::and(vec![a, b])),
+        };
+        Filter { expr, reads_bytes }
+    }
+
+    /// A filter no packet passes (`ip and not ip`).
+    pub fn nothing() -> Filter {
+        let ip = || Expr::Prim(Prim::Ip4);
+        Filter {
+            expr: Some(Expr::and(vec![ip(), Expr::not(ip())])),
             reads_bytes: false,
         }
     }

@@ -2,6 +2,8 @@
 
 use std::net::IpAddr;
 
+use capsule_wire::IpProto;
+
 use super::{
     dscp_by_name, proto_by_name, service_port, tcp_flag_by_name, Cmp, Dir, Expr, Layer, Net, Prim,
 };
@@ -442,11 +444,11 @@ impl<'a> Parser<'a> {
             {
                 return self.length(t);
             }
-            "tcp" => return self.shorthand(Prim::Proto(6)),
-            "udp" => return self.shorthand(Prim::Proto(17)),
-            "sctp" => return self.shorthand(Prim::Proto(132)),
-            "icmp" => return self.shorthand(Prim::Proto(1)),
-            "icmp6" => return self.shorthand(Prim::Proto(58)),
+            "tcp" => return self.shorthand(Prim::Proto(IpProto::Tcp.number())),
+            "udp" => return self.shorthand(Prim::Proto(IpProto::Udp.number())),
+            "sctp" => return self.shorthand(Prim::Proto(IpProto::Sctp.number())),
+            "icmp" => return self.shorthand(Prim::Proto(IpProto::Icmp.number())),
+            "icmp6" => return self.shorthand(Prim::Proto(IpProto::Icmpv6.number())),
             "ip" => return self.shorthand(Prim::Ip4),
             "ip6" => return self.shorthand(Prim::Ip6),
             "proto" => self.proto()?,

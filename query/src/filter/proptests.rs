@@ -421,6 +421,16 @@ proptest! {
     }
 
     #[test]
+    fn filter_prop_and_is_canonical_and_matches_both(
+        a in filter(), b in filter(), d in ip_packet()
+    ) {
+        let both = a.clone().and(b.clone());
+        prop_assert_eq!(Filter::parse(&both.to_string()), Ok(both.clone()), "{}", both);
+        prop_assert_eq!(both.matches(&d), a.matches(&d) && b.matches(&d));
+        prop_assert!(!Filter::nothing().matches(&d));
+    }
+
+    #[test]
     fn filter_prop_display_round_trips(f in filter()) {
         let text = f.to_string();
         prop_assert_eq!(Filter::parse(&text), Ok(f.clone()), "{}", text);
