@@ -82,7 +82,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         if any_vlan {
             cols.insert(1, Column::left("vlan", 2));
         }
-        let any_cut = shown.iter().any(|s| s.flow.is_cut());
+        let any_cut = shown.iter().any(|s| s.flow.totals.is_cut());
         if any_cut {
             cols.insert(if any_vlan { 5 } else { 4 }, Column::right("stored", 6));
         }
@@ -108,18 +108,18 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
                 capsule_query::filter::proto_name(k.proto)
                     .map_or_else(|| k.proto.to_string(), str::to_string),
                 flow,
-                format!("{approx}{}", units::format_count(f.total_packets())),
-                format!("{approx}{}", units::format_bytes(f.total_bytes())),
-                format_instant_ms(f.first_ns),
-                units::format_duration_ns(f.last_ns - f.first_ns),
-                dscps(f.dscp[0] | f.dscp[1]),
-                (f.retransmissions[0] + f.retransmissions[1]).to_string(),
-                (f.zero_windows[0] + f.zero_windows[1]).to_string(),
-                (f.resets[0] + f.resets[1]).to_string(),
+                format!("{approx}{}", units::format_count(f.totals.total_packets())),
+                format!("{approx}{}", units::format_bytes(f.totals.total_bytes())),
+                format_instant_ms(f.totals.first_ns),
+                units::format_duration_ns(f.totals.last_ns - f.totals.first_ns),
+                dscps(f.totals.dscp[0] | f.totals.dscp[1]),
+                (f.totals.retransmissions[0] + f.totals.retransmissions[1]).to_string(),
+                (f.totals.zero_windows[0] + f.totals.zero_windows[1]).to_string(),
+                (f.totals.resets[0] + f.totals.resets[1]).to_string(),
             ];
             if any_cut {
-                let stored = if f.is_cut() {
-                    units::format_bytes(f.stored_bytes())
+                let stored = if f.totals.is_cut() {
+                    units::format_bytes(f.totals.stored_bytes())
                 } else {
                     "all".to_string()
                 };
@@ -141,10 +141,10 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             writeln!(out, "{line}")?;
         }
         if any_cut {
-            let cut: Vec<_> = shown.iter().filter(|s| s.flow.is_cut()).collect();
+            let cut: Vec<_> = shown.iter().filter(|s| s.flow.totals.is_cut()).collect();
             let from = cut
                 .iter()
-                .filter_map(|s| s.flow.cut_at())
+                .filter_map(|s| s.flow.totals.cut_at())
                 .min()
                 .unwrap_or(0);
             let note = format!(
@@ -237,8 +237,8 @@ pub fn list(
         FlowSort::Bytes => {}
         FlowSort::Packets => listing
             .flows
-            .sort_by_key(|f| std::cmp::Reverse(f.flow.total_packets())),
-        FlowSort::First => listing.flows.sort_by_key(|f| f.flow.first_ns),
+            .sort_by_key(|f| std::cmp::Reverse(f.flow.totals.total_packets())),
+        FlowSort::First => listing.flows.sort_by_key(|f| f.flow.totals.first_ns),
     }
     Ok(listing)
 }
@@ -255,21 +255,21 @@ pub fn json_line(s: &capsule_index::flows::FlowSummary) -> serde_json::Value {
         "a": k.a.to_string(), "a_port": k.ports.map(|p| p.0),
         "b": k.b.to_string(), "b_port": k.ports.map(|p| p.1),
         "client": client_side(f).map(|d| if d == 0 { "a" } else { "b" }),
-        "first_ns": f.first_ns, "first": capsule_query::format_instant(f.first_ns),
-        "last_ns": f.last_ns, "last": capsule_query::format_instant(f.last_ns),
-        "packets": f.packets, "bytes": f.bytes,
-        "dscp": [(0..64).filter(|d| f.dscp[0] & (1u64 << d) != 0).collect::<Vec<u8>>(),
-                 (0..64).filter(|d| f.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
-        "tcp_flags": f.tcp_flags, "retransmissions": f.retransmissions,
-        "zero_windows": f.zero_windows, "resets": f.resets, "approximate": s.approximate,
+        "first_ns": f.totals.first_ns, "first": capsule_query::format_instant(f.totals.first_ns),
+        "last_ns": f.totals.last_ns, "last": capsule_query::format_instant(f.totals.last_ns),
+        "packets": f.totals.packets, "bytes": f.totals.bytes,
+        "dscp": [(0..64).filter(|d| f.totals.dscp[0] & (1u64 << d) != 0).collect::<Vec<u8>>(),
+                 (0..64).filter(|d| f.totals.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
+        "tcp_flags": f.totals.tcp_flags, "retransmissions": f.totals.retransmissions,
+        "zero_windows": f.totals.zero_windows, "resets": f.totals.resets, "approximate": s.approximate,
         // What the cut-off stored of a cut flow (packets and bytes above count what was
         // seen); null for a flow stored whole.
-        "cut": f.is_cut().then(|| serde_json::json!({
-            "stored_packets": [f.packets[0] - f.cut_packets[0], f.packets[1] - f.cut_packets[1]],
-            "stored_bytes": [f.bytes[0] - f.cut_bytes[0], f.bytes[1] - f.cut_bytes[1]],
-            "cut_packets": f.cut_packets, "cut_bytes": f.cut_bytes,
-            "cut_at_ns": f.cut_at_ns,
-            "cut_at": f.cut_at().map(capsule_query::format_instant),
+        "cut": f.totals.is_cut().then(|| serde_json::json!({
+            "stored_packets": [f.totals.packets[0] - f.totals.cut_packets[0], f.totals.packets[1] - f.totals.cut_packets[1]],
+            "stored_bytes": [f.totals.bytes[0] - f.totals.cut_bytes[0], f.totals.bytes[1] - f.totals.cut_bytes[1]],
+            "cut_packets": f.totals.cut_packets, "cut_bytes": f.totals.cut_bytes,
+            "cut_at_ns": f.totals.cut_at_ns,
+            "cut_at": f.totals.cut_at().map(capsule_query::format_instant),
         })),
     })
 }

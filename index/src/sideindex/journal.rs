@@ -428,7 +428,7 @@ fn fold_onto(
         index.blocks[b] = r.delta.summary;
         for d in &r.delta.flows {
             let i = *by_key.entry(d.key).or_insert_with(|| {
-                let mut f = FlowRecord::new(d.key, d.first_ns, d.last_ns);
+                let mut f = FlowRecord::new(d.key, d.totals.first_ns, d.totals.last_ns);
                 f.tcp_in = d.tcp_in;
                 index.flows.push(f);
                 index.flows.len() - 1
@@ -641,7 +641,7 @@ mod tests {
             "the fold equals the index built from the blocks"
         );
         let f = &live.index.flows[0];
-        assert_eq!(f.retransmissions, [1, 0]);
+        assert_eq!(f.totals.retransmissions, [1, 0]);
         assert_eq!(f.blocks, vec![0, 1, 2]);
         assert_eq!(f.buckets.len(), 4);
     }
@@ -706,7 +706,7 @@ mod tests {
             .flows
             .iter()
             .all(|f| f.blocks.iter().all(|&x| x < 2)));
-        assert_eq!(live.index.flows[0].retransmissions, [0, 0]);
+        assert_eq!(live.index.flows[0].totals.retransmissions, [0, 0]);
         // The file has a block the journal does not (a record not yet written): a scan.
         let live = fold(5, &metas(&b), 10, &parse(&bytes[..bytes.len() - 1]));
         assert_eq!(live.unseen, vec![2]);
@@ -845,7 +845,11 @@ mod tests {
             assert!(ck.describes(5, &metas(&b)));
             let live = fold_journal(5, Some(&metas(&b)), 777, &bytes, Some(ck.clone()));
             assert_eq!(live, alone, "checkpoint of {k} blocks");
-            assert_eq!(live.index.flows[0].retransmissions, [1, 0], "k = {k}");
+            assert_eq!(
+                live.index.flows[0].totals.retransmissions,
+                [1, 0],
+                "k = {k}"
+            );
             let listed = fold_journal(5, None, 777, &bytes, Some(ck));
             assert_eq!(
                 listed, alone,
