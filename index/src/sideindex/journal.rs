@@ -119,7 +119,8 @@ impl JournalWriter {
     }
 }
 
-/// Encodes one journal record into `out` (cleared first); `body` is scratch space.
+/// Encodes one journal record into `out` (cleared first): the block's delta as the body,
+/// in the store's record framing ([`framing::encode_record`]); `body` is scratch space.
 pub fn encode_record(
     seq: u64,
     meta: &BlockMeta,
@@ -137,32 +138,7 @@ pub fn encode_record(
     for f in &delta.flows {
         put_flow(body, f, false);
     }
-    out.clear();
-    out.extend_from_slice(&RECORD_MAGIC);
-    out.extend_from_slice(&[0; 8]); // length and crc32c, filled in below
-    out.extend_from_slice(&JOURNAL_VERSION.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&delta.block.to_le_bytes());
-    out.extend_from_slice(&meta.packets.to_le_bytes());
-    out.extend_from_slice(&meta.first_ns.to_le_bytes());
-    out.extend_from_slice(&meta.last_ns.to_le_bytes());
-    out.extend_from_slice(&meta.frame_crc.to_le_bytes());
-    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    debug_assert_eq!(out.len(), FRAME_LEN + FIXED_LEN);
-    // Version 4: the block's place in the segment and its header frame, as the segment
-    // holds them (the store's reader builds the open segment's block table from these).
-    out.extend_from_slice(&meta.frame_offset.to_le_bytes());
-    let hlen_at = out.len();
-    out.extend_from_slice(&[0; 4]);
-    meta.encode_header(out);
-    let hlen = (out.len() - hlen_at - 4) as u32;
-    out[hlen_at..hlen_at + 4].copy_from_slice(&hlen.to_le_bytes());
-    out.extend_from_slice(body);
-    let len = (out.len() - FRAME_LEN) as u32;
-    let crc = capsule_store::crc::crc32c(&out[FRAME_LEN..]);
-    out[4..8].copy_from_slice(&len.to_le_bytes());
-    out[8..12].copy_from_slice(&crc.to_le_bytes());
+    framing::encode_record(JOURNAL_VERSION, seq, delta.block, meta, body, out);
 }
 
 /// One record of a journal: the block it describes and its counts.
