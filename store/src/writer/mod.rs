@@ -498,14 +498,7 @@ impl BudgetHandle {
     /// was.
     pub fn set(&self, budgets: crate::budget::Budgets) -> Result<()> {
         if let Some(max) = budgets.max_bytes {
-            let min = 16 * self.block_bytes as u64;
-            if max < min {
-                return Err(StoreError::Config(format!(
-                    "byte budget {max} is too small: it must hold at least 16 blocks \
-                     ({min} bytes at the block size of {})",
-                    self.block_bytes
-                )));
-            }
+            check_byte_budget(max, self.block_bytes)?;
         }
         crate::budget::save(&self.root, &budgets)?;
         self.gauge_budget
@@ -514,6 +507,20 @@ impl BudgetHandle {
             StoreError::Config("the writer has stopped; the budgets were saved only".into())
         })
     }
+}
+
+/// Refuses a byte budget `max` below 16 blocks of `block_bytes` (at open, and when a running
+/// writer's budgets are replaced).
+fn check_byte_budget(max: u64, block_bytes: usize) -> Result<()> {
+    let min = 16 * block_bytes as u64;
+    if max < min {
+        return Err(StoreError::Config(format!(
+            "byte budget {max} is too small: it must hold at least 16 blocks \
+             ({min} bytes at the block size of {})",
+            block_bytes
+        )));
+    }
+    Ok(())
 }
 
 /// Writes packets into a store. See the module docs for the pipeline.

@@ -17,15 +17,15 @@ use super::compress::{compress_loop, Ladder, Signals};
 use super::disk::{DiskLoad, WriterThread};
 use super::retention::Retention;
 use super::{
-    block_capacity, compact, Compressed, Level, OpenBlock, OpenReport, Pipe, PressureGauge,
-    QueueLen, Ratio, RawBlock, SealRequest, StoreWriter, WriteReport, WriterConfig, LANES,
-    SEGMENTS_IN_ROOM, STALE_TEMP_AGE,
+    block_capacity, check_byte_budget, compact, Compressed, Level, OpenBlock, OpenReport, Pipe,
+    PressureGauge, QueueLen, Ratio, RawBlock, SealRequest, StoreWriter, WriteReport, WriterConfig,
+    LANES, SEGMENTS_IN_ROOM, STALE_TEMP_AGE,
 };
 use crate::budget::Budgets;
 use crate::error::{Result, StoreError};
 use crate::indexer::{Indexer, Record};
 use crate::segment::{self, SegmentState};
-use crate::store::{SegmentEntry, Store};
+use crate::store::Store;
 
 /// Checks the block size, the segment size, the byte budget and the level, and settles the
 /// sizes they imply: a segment of at most a quarter of the byte budget and at least one
@@ -46,14 +46,7 @@ pub(super) fn checked_config(mut cfg: WriterConfig) -> Result<WriterConfig> {
         )));
     }
     if let Some(max) = cfg.max_bytes {
-        let min = 16 * cfg.block_bytes as u64;
-        if max < min {
-            return Err(StoreError::Config(format!(
-                "byte budget {max} is too small: it must hold at least 16 blocks \
-                 ({min} bytes at the block size of {})",
-                cfg.block_bytes
-            )));
-        }
+        check_byte_budget(max, cfg.block_bytes)?;
         cfg.segment_bytes = cfg.segment_bytes.min(max / 4);
     }
     cfg.segment_bytes = cfg.segment_bytes.max(cfg.block_bytes as u64);
@@ -212,15 +205,7 @@ pub(super) fn recover_on_full_disk(
                 Ok(r) => {
                     if let Some(s) = r.sealed() {
                         retention.grew(s.bytes);
-                        retention.sealed_one(
-                            SegmentEntry {
-                                seq: s.seq,
-                                state: SegmentState::Sealed,
-                                path: s.path.clone(),
-                                bytes: s.bytes,
-                            },
-                            (s.packets > 0).then_some(s.last_ns),
-                        );
+                        retention.sealed_one(s);
                     }
                     report.recovered.push(r);
                     break;
