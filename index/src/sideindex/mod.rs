@@ -553,7 +553,7 @@ impl FlowRecord {
 }
 
 /// What the analytics answers need of a flow: a [`FlowRecord`] without its block list and
-/// its carried TCP state (`tcp_in`, `tcp_out`: 384 of the record's 808 bytes in memory, used
+/// its carried TCP state (`tcp_in`, `tcp_out`: 384 of the record's 816 bytes in memory, used
 /// only by rebuilds and by the next segment's build). [`SegmentIndex::decode_counts`]
 /// decodes an index straight into these, so a listing of a day of flows holds and moves
 /// half the bytes.
