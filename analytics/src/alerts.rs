@@ -273,7 +273,7 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
     for s in &input.flows {
         let f = &s.flow;
         for d in 0..2 {
-            if f.bytes[d] == 0 {
+            if f.totals.bytes[d] == 0 {
                 continue;
             }
             let (src, dst, _) = f.key.side(d);
@@ -292,8 +292,8 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
             };
             let (first, last) = clamp(
                 input,
-                f.first_ns.max(first_s.0 * 1_000_000_000),
-                f.last_ns.min(last_s.0 * 1_000_000_000 + 999_999_999),
+                f.totals.first_ns.max(first_s.0 * 1_000_000_000),
+                f.totals.last_ns.min(last_s.0 * 1_000_000_000 + 999_999_999),
             );
             let query = input.export(first, last + 1, &side_filter(f, d));
             let label = side_label(f, d);
@@ -302,7 +302,7 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                 name: label.clone(),
                 hosts: vec![src.to_string(), dst.to_string()],
             };
-            let packets = f.packets[d];
+            let packets = f.totals.packets[d];
             if rules.enabled("egress") && !config.egress_allowed(Some(gs), dst) {
                 let mut per: BTreeMap<u64, u64> = BTreeMap::new();
                 for &(sec, b) in &secs {
@@ -325,7 +325,7 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                         first,
                         last,
                         json!({"src_group": src_group, "dst_group": dst_group,
-                               "bytes": f.bytes[d], "packets": packets,
+                               "bytes": f.totals.bytes[d], "packets": packets,
                                "peak_window_bytes": peak, "window_s": window_s,
                                "threshold_bytes": rules.egress_bytes}),
                         query.clone(),
@@ -353,7 +353,7 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                         ),
                         first,
                         last,
-                        json!({"src_group": src_group, "bytes": f.bytes[d], "packets": packets,
+                        json!({"src_group": src_group, "bytes": f.totals.bytes[d], "packets": packets,
                                "off_hours_bytes": off,
                                "threshold_bytes": rules.off_hours_bytes}),
                         query,
@@ -386,14 +386,14 @@ fn tcp_rules(input: &Input, rules: &AlertRules, out: &mut Vec<Alert>) {
                 h.retrans += u64::from(b.retransmissions[d]);
                 h.zero += u64::from(b.zero_windows[d]);
             }
-            if f.packets[d] > 0 {
+            if f.totals.packets[d] > 0 {
                 if !h.seen {
-                    h.first = f.first_ns;
-                    h.last = f.last_ns;
+                    h.first = f.totals.first_ns;
+                    h.last = f.totals.last_ns;
                     h.seen = true;
                 }
-                h.first = h.first.min(f.first_ns);
-                h.last = h.last.max(f.last_ns);
+                h.first = h.first.min(f.totals.first_ns);
+                h.last = h.last.max(f.totals.last_ns);
             }
         }
     }

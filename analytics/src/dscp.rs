@@ -122,19 +122,19 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                         let x = violations
                             .entry((src, dst, c.dscp))
                             .or_insert(ViolationAcc {
-                                first: f.first_ns,
-                                last: f.last_ns,
+                                first: f.totals.first_ns,
+                                last: f.totals.last_ns,
                                 ..ViolationAcc::default()
                             });
                         x.bytes += c.bytes;
                         x.packets += c.packets;
                         x.flows += 1;
-                        x.first = x.first.min(f.first_ns);
-                        x.last = x.last.max(f.last_ns);
+                        x.first = x.first.min(f.totals.first_ns);
+                        x.last = x.last.max(f.totals.last_ns);
                     }
                 }
             }
-            if let Some(ch) = f.dscp_change[d] {
+            if let Some(ch) = f.totals.dscp_change[d] {
                 if ch.ts_ns >= input.from_ns && ch.ts_ns < input.to_ns {
                     remarked.push(Remark {
                         flow: flow_label(f),
@@ -147,7 +147,11 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                         from_name: dscp_name(ch.from),
                         to_dscp: ch.to,
                         to_name: dscp_name(ch.to),
-                        query: input.export(f.first_ns, f.last_ns + 1, &side_filter(f, d)),
+                        query: input.export(
+                            f.totals.first_ns,
+                            f.totals.last_ns + 1,
+                            &side_filter(f, d),
+                        ),
                     });
                 }
             }
@@ -254,7 +258,7 @@ mod tests {
     fn values_violations_and_remarks() {
         let mut ef = flow([10, 0, 0, 2], [10, 0, 0, 9], &[(0, 1000), (1, 1000)]);
         let d = usize::from(ef.flow.key.a != IpAddr::from([10, 0, 0, 2]));
-        ef.flow.dscp_counts[d] = vec![
+        ef.flow.totals.dscp_counts[d] = vec![
             DscpCount {
                 dscp: 0,
                 packets: 4,
@@ -266,7 +270,7 @@ mod tests {
                 bytes: 1600,
             },
         ];
-        ef.flow.dscp_change[d] = Some(DscpChange {
+        ef.flow.totals.dscp_change[d] = Some(DscpChange {
             ordinal: 5,
             ts_ns: 400_000_000,
             from: 0,
@@ -274,7 +278,7 @@ mod tests {
         });
         let mut allowed = flow([10, 0, 0, 1], [10, 0, 0, 9], &[(0, 500)]);
         let d1 = usize::from(allowed.flow.key.a != IpAddr::from([10, 0, 0, 1]));
-        allowed.flow.dscp_counts[d1] = vec![DscpCount {
+        allowed.flow.totals.dscp_counts[d1] = vec![DscpCount {
             dscp: 46,
             packets: 5,
             bytes: 500,

@@ -492,7 +492,7 @@ pub fn dscp_name(v: u8) -> String {
 /// window (largest remainder, so they sum exactly).
 pub fn dscp_in_window(s: &FlowSummary, d: usize) -> std::borrow::Cow<'_, [DscpCount]> {
     let f = &s.flow;
-    let counts = &f.dscp_counts[d];
+    let counts = &f.totals.dscp_counts[d];
     if !s.approximate || counts.is_empty() {
         return std::borrow::Cow::Borrowed(counts);
     }
@@ -510,8 +510,8 @@ pub fn dscp_in_window(s: &FlowSummary, d: usize) -> std::borrow::Cow<'_, [DscpCo
         .iter()
         .map(|c| DscpCount {
             dscp: c.dscp,
-            packets: scale(f.packets[d], c.packets, tp),
-            bytes: scale(f.bytes[d], c.bytes, tb),
+            packets: scale(f.totals.packets[d], c.packets, tp),
+            bytes: scale(f.totals.bytes[d], c.bytes, tb),
         })
         .collect();
     // The rounding remainder to the largest value, so the parts sum to the whole.
@@ -519,8 +519,8 @@ pub fn dscp_in_window(s: &FlowSummary, d: usize) -> std::borrow::Cow<'_, [DscpCo
         .iter()
         .fold((0, 0), |(p, b), c| (p + c.packets, b + c.bytes));
     if let Some(big) = out.iter_mut().max_by_key(|c| c.bytes) {
-        big.packets += f.packets[d] - sp;
-        big.bytes += f.bytes[d] - sb;
+        big.packets += f.totals.packets[d] - sp;
+        big.bytes += f.totals.bytes[d] - sb;
     }
     std::borrow::Cow::Owned(out)
 }
@@ -599,13 +599,13 @@ pub(crate) mod tests {
             };
             b.bytes[d] = bytes;
             b.packets[d] = bytes.div_ceil(100);
-            f.packets[d] += b.packets[d];
-            f.bytes[d] += bytes;
+            f.totals.packets[d] += b.packets[d];
+            f.totals.bytes[d] += bytes;
             f.buckets.push(b);
         }
-        f.dscp[d] = 1;
-        let (p, b) = (f.packets[d], f.bytes[d]);
-        f.count_dscp(d, 0, p, b);
+        f.totals.dscp[d] = 1;
+        let (p, b) = (f.totals.packets[d], f.totals.bytes[d]);
+        f.totals.count_dscp(d, 0, p, b);
         FlowSummary {
             flow: FlowCounts::from(f),
             approximate: false,

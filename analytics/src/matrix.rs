@@ -83,15 +83,15 @@ pub fn matrix(input: &Input, policy: &dyn Policy, by: By) -> Matrix {
     for s in &input.flows {
         let f = &s.flow;
         use capsule_index::sideindex::SENT_SYN;
-        let syn = |d: usize| f.handshake[d] & SENT_SYN != 0;
+        let syn = |d: usize| f.totals.handshake[d] & SENT_SYN != 0;
         let opener = if syn(0) {
             0
         } else {
-            usize::from(syn(1) || f.packets[1] > f.packets[0])
+            usize::from(syn(1) || f.totals.packets[1] > f.totals.packets[0])
         };
         total.flows += 1;
         for d in 0..2 {
-            if f.packets[d] == 0 && d != opener {
+            if f.totals.packets[d] == 0 && d != opener {
                 continue;
             }
             let (src, dst, _) = f.key.side(d);
@@ -106,26 +106,30 @@ pub fn matrix(input: &Input, policy: &dyn Policy, by: By) -> Matrix {
                 flagged: false,
                 flagged_flows: Vec::new(),
             });
-            c.bytes += f.bytes[d];
-            c.packets += f.packets[d];
-            total.bytes += f.bytes[d];
-            total.packets += f.packets[d];
+            c.bytes += f.totals.bytes[d];
+            c.packets += f.totals.packets[d];
+            total.bytes += f.totals.bytes[d];
+            total.packets += f.totals.packets[d];
             if d == opener {
                 c.flows += 1;
             }
-            if f.packets[d] > 0 && !policy.egress_allowed(src, dst) {
+            if f.totals.packets[d] > 0 && !policy.egress_allowed(src, dst) {
                 c.flagged = true;
                 c.flagged_flows.push(Flagged {
                     flow: flow_label(f),
                     src: src.to_string(),
                     dst: dst.to_string(),
-                    bytes: f.bytes[d],
-                    packets: f.packets[d],
-                    first_ns: f.first_ns,
-                    first: rfc(f.first_ns),
-                    last_ns: f.last_ns,
-                    last: rfc(f.last_ns),
-                    query: input.export(f.first_ns, f.last_ns + 1, &side_filter(f, d)),
+                    bytes: f.totals.bytes[d],
+                    packets: f.totals.packets[d],
+                    first_ns: f.totals.first_ns,
+                    first: rfc(f.totals.first_ns),
+                    last_ns: f.totals.last_ns,
+                    last: rfc(f.totals.last_ns),
+                    query: input.export(
+                        f.totals.first_ns,
+                        f.totals.last_ns + 1,
+                        &side_filter(f, d),
+                    ),
                 });
             }
         }

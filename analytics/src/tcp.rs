@@ -154,30 +154,30 @@ pub fn tcp(input: &Input, interval_ns: u64) -> Result<Tcp, AnalyticsError> {
         }
         for d in 0..2 {
             let (src, _, _) = f.key.side(d);
-            if f.zero_window_ns[d] > 0 {
+            if f.totals.zero_window_ns[d] > 0 {
                 let at = f
                     .buckets
                     .iter()
                     .find(|b| b.zero_windows[d] > 0)
-                    .map_or(f.first_ns, |b| b.second * 1_000_000_000);
-                per[slot(at)].entry(src).or_default().zero_window_ns += f.zero_window_ns[d];
+                    .map_or(f.totals.first_ns, |b| b.second * 1_000_000_000);
+                per[slot(at)].entry(src).or_default().zero_window_ns += f.totals.zero_window_ns[d];
             }
-            if f.syn_unanswered(d) {
-                per[slot(f.first_ns)]
+            if f.totals.syn_unanswered(d) {
+                per[slot(f.totals.first_ns)]
                     .entry(src)
                     .or_default()
                     .syns_unanswered += 1;
             }
         }
-        let bad = f.retransmissions.iter().sum::<u64>()
-            + f.zero_windows.iter().sum::<u64>()
-            + f.resets.iter().sum::<u64>()
-            + u64::from(f.syn_unanswered(0) || f.syn_unanswered(1));
+        let bad = f.totals.retransmissions.iter().sum::<u64>()
+            + f.totals.zero_windows.iter().sum::<u64>()
+            + f.totals.resets.iter().sum::<u64>()
+            + u64::from(f.totals.syn_unanswered(0) || f.totals.syn_unanswered(1));
         if bad > 0 {
             troubled.push((
-                f.retransmissions[0] + f.retransmissions[1],
-                f.zero_window_ns[0] + f.zero_window_ns[1],
-                f.resets[0] + f.resets[1],
+                f.totals.retransmissions[0] + f.totals.retransmissions[1],
+                f.totals.zero_window_ns[0] + f.totals.zero_window_ns[1],
+                f.totals.resets[0] + f.totals.resets[1],
                 f,
             ));
         }
@@ -193,13 +193,13 @@ pub fn tcp(input: &Input, interval_ns: u64) -> Result<Tcp, AnalyticsError> {
         .iter()
         .map(|&(_, _, _, f)| Session {
             flow: flow_label(f),
-            data_segments: f.data,
-            retransmissions: f.retransmissions,
-            zero_window_segments: f.zero_windows,
-            zero_window_ns: f.zero_window_ns,
-            rsts: f.resets,
-            syn_unanswered: f.syn_unanswered(0) || f.syn_unanswered(1),
-            query: input.export(f.first_ns, f.last_ns + 1, &flow_filter(f)),
+            data_segments: f.totals.data,
+            retransmissions: f.totals.retransmissions,
+            zero_window_segments: f.totals.zero_windows,
+            zero_window_ns: f.totals.zero_window_ns,
+            rsts: f.totals.resets,
+            syn_unanswered: f.totals.syn_unanswered(0) || f.totals.syn_unanswered(1),
+            query: input.export(f.totals.first_ns, f.totals.last_ns + 1, &flow_filter(f)),
         })
         .collect();
     let host_query =

@@ -219,14 +219,14 @@ impl Acc {
     ) {
         let f = &s.flow;
         let mut any = false;
-        for d in (0..2).filter(|&d| dirs[d] && f.packets[d] > 0) {
+        for d in (0..2).filter(|&d| dirs[d] && f.totals.packets[d] > 0) {
             let counts = dscp_in_window(s, d);
             let (bytes, packets) = match only_dscp {
                 Some(v) => counts
                     .iter()
                     .find(|c| c.dscp == v)
                     .map_or((0, 0), |c| (c.bytes, c.packets)),
-                None => (f.bytes[d], f.packets[d]),
+                None => (f.totals.bytes[d], f.totals.packets[d]),
             };
             if packets == 0 {
                 continue;
@@ -245,11 +245,11 @@ impl Acc {
                 continue;
             }
             for b in &f.buckets {
-                let part = if bytes == f.bytes[d] {
+                let part = if bytes == f.totals.bytes[d] {
                     b.bytes[d]
                 } else {
-                    (u128::from(b.bytes[d]) * u128::from(bytes) / u128::from(f.bytes[d].max(1)))
-                        as u64
+                    (u128::from(b.bytes[d]) * u128::from(bytes)
+                        / u128::from(f.totals.bytes[d].max(1))) as u64
                 };
                 if part > 0 {
                     self.per_second.push(b.second, part);
@@ -258,12 +258,12 @@ impl Acc {
         }
         if any && counts_too {
             if self.flows == 0 {
-                self.first = f.first_ns;
-                self.last = f.last_ns;
+                self.first = f.totals.first_ns;
+                self.last = f.totals.last_ns;
             }
             self.flows += 1;
-            self.first = self.first.min(f.first_ns);
-            self.last = self.last.max(f.last_ns);
+            self.first = self.first.min(f.totals.first_ns);
+            self.last = self.last.max(f.totals.last_ns);
         }
     }
 
@@ -344,12 +344,12 @@ impl Acc {
     /// packets; the first such flow sets them).
     fn span(&mut self, f: &capsule_index::sideindex::FlowCounts) {
         if !self.spanned {
-            self.first = f.first_ns;
-            self.last = f.last_ns;
+            self.first = f.totals.first_ns;
+            self.last = f.totals.last_ns;
             self.spanned = true;
         }
-        self.first = self.first.min(f.first_ns);
-        self.last = self.last.max(f.last_ns);
+        self.first = self.first.min(f.totals.first_ns);
+        self.last = self.last.max(f.totals.last_ns);
     }
 
     /// An empty accumulator counting every second of the window densely (total, "other").
@@ -476,10 +476,10 @@ pub fn top(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn Po
 fn top_flows(input: &Input, by: By, limit: usize) -> Top {
     let measure = |f: &capsule_index::sideindex::FlowCounts| -> u64 {
         (0..2)
-            .filter(|&d| f.packets[d] > 0)
+            .filter(|&d| f.totals.packets[d] > 0)
             .map(|d| match by {
-                By::Bytes => f.bytes[d],
-                By::Packets => f.packets[d],
+                By::Bytes => f.totals.bytes[d],
+                By::Packets => f.totals.packets[d],
             })
             .sum()
     };
@@ -487,7 +487,7 @@ fn top_flows(input: &Input, by: By, limit: usize) -> Top {
     let mut order: Vec<(u64, usize)> = Vec::with_capacity(input.flows.len());
     for (n, s) in input.flows.iter().enumerate() {
         total.add(s, [true, true], None);
-        if s.flow.packets.iter().any(|&p| p > 0) {
+        if s.flow.totals.packets.iter().any(|&p| p > 0) {
             order.push((measure(&s.flow), n));
         }
     }
@@ -582,7 +582,7 @@ fn rows_of(
         }
         Key::Group => {
             for d in 0..2 {
-                if f.packets[d] == 0 {
+                if f.totals.packets[d] == 0 {
                     continue;
                 }
                 let (src, _, _) = f.key.side(d);

@@ -116,8 +116,8 @@ fn list(
         Sort::Bytes => {}
         Sort::Packets => listing
             .flows
-            .sort_by_key(|f| std::cmp::Reverse(f.flow.total_packets())),
-        Sort::First => listing.flows.sort_by_key(|f| f.flow.first_ns),
+            .sort_by_key(|f| std::cmp::Reverse(f.flow.totals.total_packets())),
+        Sort::First => listing.flows.sort_by_key(|f| f.flow.totals.first_ns),
     }
     Ok(listing)
 }
@@ -134,21 +134,21 @@ pub fn json_line(s: &FlowSummary) -> serde_json::Value {
         "a": k.a.to_string(), "a_port": k.ports.map(|p| p.0),
         "b": k.b.to_string(), "b_port": k.ports.map(|p| p.1),
         "client": client_side(f).map(|d| if d == 0 { "a" } else { "b" }),
-        "first_ns": f.first_ns, "first": capsule_query::format_instant(f.first_ns),
-        "last_ns": f.last_ns, "last": capsule_query::format_instant(f.last_ns),
-        "packets": f.packets, "bytes": f.bytes,
-        "dscp": [(0..64).filter(|d| f.dscp[0] & (1u64 << d) != 0).collect::<Vec<u8>>(),
-                 (0..64).filter(|d| f.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
-        "tcp_flags": f.tcp_flags, "retransmissions": f.retransmissions,
-        "zero_windows": f.zero_windows, "resets": f.resets, "approximate": s.approximate,
+        "first_ns": f.totals.first_ns, "first": capsule_query::format_instant(f.totals.first_ns),
+        "last_ns": f.totals.last_ns, "last": capsule_query::format_instant(f.totals.last_ns),
+        "packets": f.totals.packets, "bytes": f.totals.bytes,
+        "dscp": [(0..64).filter(|d| f.totals.dscp[0] & (1u64 << d) != 0).collect::<Vec<u8>>(),
+                 (0..64).filter(|d| f.totals.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
+        "tcp_flags": f.totals.tcp_flags, "retransmissions": f.totals.retransmissions,
+        "zero_windows": f.totals.zero_windows, "resets": f.totals.resets, "approximate": s.approximate,
         // What the cut-off stored of a cut flow (packets and bytes above count what was
         // seen); null for a flow stored whole.
-        "cut": f.is_cut().then(|| serde_json::json!({
-            "stored_packets": [f.packets[0] - f.cut_packets[0], f.packets[1] - f.cut_packets[1]],
-            "stored_bytes": [f.bytes[0] - f.cut_bytes[0], f.bytes[1] - f.cut_bytes[1]],
-            "cut_packets": f.cut_packets, "cut_bytes": f.cut_bytes,
-            "cut_at_ns": f.cut_at_ns,
-            "cut_at": f.cut_at().map(capsule_query::format_instant),
+        "cut": f.totals.is_cut().then(|| serde_json::json!({
+            "stored_packets": [f.totals.packets[0] - f.totals.cut_packets[0], f.totals.packets[1] - f.totals.cut_packets[1]],
+            "stored_bytes": [f.totals.bytes[0] - f.totals.cut_bytes[0], f.totals.bytes[1] - f.totals.cut_bytes[1]],
+            "cut_packets": f.totals.cut_packets, "cut_bytes": f.totals.cut_bytes,
+            "cut_at_ns": f.totals.cut_at_ns,
+            "cut_at": f.totals.cut_at().map(capsule_query::format_instant),
         })),
     })
 }

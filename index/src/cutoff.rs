@@ -393,17 +393,19 @@ mod tests {
         };
         let (a, b) = (index(&whole), index(&cut));
         let mut f = b.flows[0].clone();
-        assert_eq!(f.cut_packets[0] + f.cut_packets[1], n_cut);
-        assert!(f.cut_at_ns[0].is_some() && f.stored_bytes() < f.total_bytes());
+        assert_eq!(f.totals.cut_packets[0] + f.totals.cut_packets[1], n_cut);
+        assert!(
+            f.totals.cut_at_ns[0].is_some() && f.totals.stored_bytes() < f.totals.total_bytes()
+        );
         // The limit and one packet, and the SYN and FIN kept whole.
-        assert!(f.bytes[0] - f.cut_bytes[0] < 2000 + 600 + 2 * 60);
-        assert!(f.bytes[1] - f.cut_bytes[1] < 2000 + 60);
-        f.cut_packets = [0; 2];
-        f.cut_bytes = [0; 2];
-        f.cut_at_ns = [None; 2];
+        assert!(f.totals.bytes[0] - f.totals.cut_bytes[0] < 2000 + 600 + 2 * 60);
+        assert!(f.totals.bytes[1] - f.totals.cut_bytes[1] < 2000 + 60);
+        f.totals.cut_packets = [0; 2];
+        f.totals.cut_bytes = [0; 2];
+        f.totals.cut_at_ns = [None; 2];
         assert_eq!(f, a.flows[0], "seen counters are the uncut ones");
         assert_eq!(a.blocks, b.blocks);
-        assert_eq!(a.flows[0].retransmissions, [1, 0]);
+        assert_eq!(a.flows[0].totals.retransmissions, [1, 0]);
         // Exports see only the stored packets.
         let stored = capsule_pcap::read::fragment_packets(&cut).count() as u64;
         assert_eq!(stored, packets.len() as u64 - n_cut);

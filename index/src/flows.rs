@@ -123,7 +123,7 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
     })?;
     // In first-seen order: the answers aggregate and rank on their own.
     listing.flows = out.flows;
-    listing.flows.retain(|f| f.flow.total_packets() > 0);
+    listing.flows.retain(|f| f.flow.totals.total_packets() > 0);
     Ok(listing)
 }
 
@@ -218,8 +218,8 @@ fn load_entry(
     };
     for f in &flows {
         l.held = Some(match l.held {
-            None => (f.first_ns, f.last_ns),
-            Some((a, b)) => (a.min(f.first_ns), b.max(f.last_ns)),
+            None => (f.totals.first_ns, f.totals.last_ns),
+            Some((a, b)) => (a.min(f.totals.first_ns), b.max(f.totals.last_ns)),
         });
     }
     l.flows = select(flows, q, from, to, keep_buckets);
@@ -251,14 +251,17 @@ fn select(
 ) -> Vec<FlowSummary> {
     let mut out = Vec::with_capacity(flows.len());
     for f in flows {
-        if f.last_ns < from || f.first_ns >= to {
+        if f.totals.last_ns < from || f.totals.first_ns >= to {
             continue;
         }
         let matches = (0..2).any(|d| {
-            f.packets[d] > 0
-                && q.filter
-                    .matches_side(&key_side(&f.key, f.tcp_flags[d], d, f.dscp[d]))
-                    != Tri::No
+            f.totals.packets[d] > 0
+                && q.filter.matches_side(&key_side(
+                    &f.key,
+                    f.totals.tcp_flags[d],
+                    d,
+                    f.totals.dscp[d],
+                )) != Tri::No
         });
         if !matches {
             continue;
@@ -322,8 +325,8 @@ fn finish(out: Merged) -> Vec<FlowSummary> {
         .flows
         .iter()
         .enumerate()
-        .filter(|(_, f)| f.flow.total_packets() > 0)
-        .map(|(i, f)| (f.flow.total_bytes(), f.flow.key, i))
+        .filter(|(_, f)| f.flow.totals.total_packets() > 0)
+        .map(|(i, f)| (f.flow.totals.total_bytes(), f.flow.key, i))
         .collect();
     order.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     let mut slots: Vec<Option<FlowSummary>> = out.flows.into_iter().map(Some).collect();
@@ -403,7 +406,7 @@ fn windowed(mut f: FlowCounts, from: u64, to: u64, keep_buckets: bool) -> FlowSu
         let start = b.second.saturating_mul(1_000_000_000);
         start.saturating_add(1_000_000_000) > from && start < to
     };
-    let whole = f.first_ns >= from && f.last_ns < to;
+    let whole = f.totals.first_ns >= from && f.totals.last_ns < to;
     if !keep_buckets && whole {
         f.buckets = Vec::new();
     }
@@ -414,37 +417,36 @@ fn windowed(mut f: FlowCounts, from: u64, to: u64, keep_buckets: bool) -> FlowSu
         };
     }
     let buckets = std::mem::take(&mut f.buckets);
-    let mut flow = FlowCounts {
-        first_ns: f.first_ns.max(from),
-        last_ns: f.last_ns.min(to.saturating_sub(1)),
-        ..f
-    };
-    flow.packets = [0; 2];
-    flow.bytes = [0; 2];
-    flow.data = [0; 2];
-    flow.retransmissions = [0; 2];
-    flow.zero_windows = [0; 2];
-    flow.resets = [0; 2];
+    let mut flow = f;
+    let t = &mut flow.totals;
+    t.first_ns = t.first_ns.max(from);
+    t.last_ns = t.last_ns.min(to.saturating_sub(1));
+    t.packets = [0; 2];
+    t.bytes = [0; 2];
+    t.data = [0; 2];
+    t.retransmissions = [0; 2];
+    t.zero_windows = [0; 2];
+    t.resets = [0; 2];
     for b in buckets.iter().filter(|b| in_window(b)) {
         for d in 0..2 {
-            flow.packets[d] += u64::from(b.packets[d]);
-            flow.bytes[d] += b.bytes[d];
-            flow.data[d] += u64::from(b.data[d]);
-            flow.retransmissions[d] += u64::from(b.retransmissions[d]);
-            flow.zero_windows[d] += u64::from(b.zero_windows[d]);
-            flow.resets[d] += u64::from(b.resets[d]);
+            t.packets[d] += u64::from(b.packets[d]);
+            t.bytes[d] += b.bytes[d];
+            t.data[d] += u64::from(b.data[d]);
+            t.retransmissions[d] += u64::from(b.retransmissions[d]);
+            t.zero_windows[d] += u64::from(b.zero_windows[d]);
+            t.resets[d] += u64::from(b.resets[d]);
         }
     }
     // What the cut-off did not store has no buckets: none of it is in a window that ends
     // before the first cut packet; else the whole record's, at most what the window holds.
     for d in 0..2 {
-        if flow.cut_at_ns[d].is_none_or(|t| t >= to) {
-            flow.cut_packets[d] = 0;
-            flow.cut_bytes[d] = 0;
-            flow.cut_at_ns[d] = None;
+        if t.cut_at_ns[d].is_none_or(|c| c >= to) {
+            t.cut_packets[d] = 0;
+            t.cut_bytes[d] = 0;
+            t.cut_at_ns[d] = None;
         }
-        flow.cut_packets[d] = flow.cut_packets[d].min(flow.packets[d]);
-        flow.cut_bytes[d] = flow.cut_bytes[d].min(flow.bytes[d]);
+        t.cut_packets[d] = t.cut_packets[d].min(t.packets[d]);
+        t.cut_bytes[d] = t.cut_bytes[d].min(t.bytes[d]);
     }
     if keep_buckets {
         flow.buckets = buckets.into_iter().filter(in_window).collect();
@@ -468,11 +470,11 @@ pub struct CutSummary {
 /// `segments` (as [`list`] lists them). What `capsule query` says after an export.
 pub fn cut_summary(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<CutSummary> {
     let listing = list(store, segments, q)?;
-    let cut = listing.flows.iter().filter(|f| f.flow.is_cut());
+    let cut = listing.flows.iter().filter(|f| f.flow.totals.is_cut());
     let mut out = CutSummary::default();
     for f in cut {
         out.flows += 1;
-        out.first_cut_ns = match (out.first_cut_ns, f.flow.cut_at()) {
+        out.first_cut_ns = match (out.first_cut_ns, f.flow.totals.cut_at()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };

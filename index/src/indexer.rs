@@ -461,13 +461,17 @@ mod tests {
                     .cloned()
                     .unwrap()
             };
-            assert_eq!(web(&idx[0]).retransmissions, [0, 0]);
-            assert_eq!(web(&idx[1]).retransmissions, [1, 0], "restart {restart}");
+            assert_eq!(web(&idx[0]).totals.retransmissions, [0, 0]);
+            assert_eq!(
+                web(&idx[1]).totals.retransmissions,
+                [1, 0],
+                "restart {restart}"
+            );
             assert_eq!(web(&idx[1]).tcp_in.high[0], Some(201));
             assert_eq!(web(&idx[1]).tcp_out.high[0], Some(301));
             assert_eq!(idx[2].flows.len(), 1);
             assert_eq!(
-                idx[2].flows[0].retransmissions,
+                idx[2].flows[0].totals.retransmissions,
                 [0, 0],
                 "idle flows start fresh"
             );
@@ -518,7 +522,7 @@ mod tests {
             let (store, segs) = readers(root);
             let live = journal::load_open(&store.index_dir(), &segs[0]).unwrap();
             if let Some(live) = live.filter(|l| l.index.blocks.len() > 1 && l.unseen.is_empty()) {
-                if live.index.flows[0].total_packets() == 200 {
+                if live.index.flows[0].totals.total_packets() == 200 {
                     break live;
                 }
             }
@@ -580,7 +584,7 @@ mod tests {
         let read = journal::parse(&bytes);
         let alone = journal::fold(1, segs[0].blocks(), segs[0].bytes(), &read);
         assert_eq!(with, alone);
-        assert_eq!(with.index.flows[0].total_packets(), 200);
+        assert_eq!(with.index.flows[0].totals.total_packets(), 200);
         w.finish().unwrap();
         assert!(!cpath.exists(), "sealing removes the checkpoint");
         let (store, segs) = readers(root);

@@ -10,7 +10,9 @@
 //!      (the writer's producer hands it over with the block, taken while the packet was in
 //!      its cache; a block read back from a segment is dissected here)
 //!   -> FlowRecord per flow (both directions), BlockSummary per block, 1 s buckets
-//!   -> each block's delta -> STORE/index/seg-N.journal while the segment is open
+//!   -> each block's delta -> STORE/index/seg-N.journal while the segment is open (in the
+//!      store's record framing, capsule_store::segment::journal, whose block part the
+//!      store's reader of the open segment takes its blocks from)
 //! segment sealed -> SegmentIndex -> STORE/index/seg-N.idx (tmp, fsync, rename), journal gone
 //! query: capsule_query::Query -> plan (plan.rs): blocks in the window whose flows or DSCP
 //!   set may match (the open segment's from its journal) -> capsule-replay reads exactly those

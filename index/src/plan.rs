@@ -69,7 +69,7 @@ impl Plan {
 
 /// The side of a flow record as the filter sees it.
 pub fn flow_side(f: &FlowRecord, dir: usize, dscp_mask: u64) -> FlowSide {
-    key_side(&f.key, f.tcp_flags[dir], dir, dscp_mask)
+    key_side(&f.key, f.totals.tcp_flags[dir], dir, dscp_mask)
 }
 
 /// [`flow_side`] of a flow given by its key and the TCP flags of direction `dir`.
@@ -154,17 +154,17 @@ pub fn index_candidates(idx: &SegmentIndex, filter: &Filter, from: u64, to: u64)
         }
     }
     for f in &idx.flows {
-        if f.last_ns < from || f.first_ns >= to {
+        if f.totals.last_ns < from || f.totals.first_ns >= to {
             continue;
         }
         for dir in 0..2 {
-            if f.packets[dir] == 0 {
+            if f.totals.packets[dir] == 0 {
                 continue;
             }
             // A packet of this side in block b adds its DSCP to b's mask, so a block whose
             // mask shares no bit with the side's holds none of the side's packets. With
             // blocks filled per DSCP class, this is what keeps a DSCP query to its class.
-            let side = filter.matches_side(&flow_side(f, dir, f.dscp[dir]));
+            let side = filter.matches_side(&flow_side(f, dir, f.totals.dscp[dir]));
             if side == Tri::No {
                 continue;
             }
@@ -173,7 +173,7 @@ pub fn index_candidates(idx: &SegmentIndex, filter: &Filter, from: u64, to: u64)
                 if wanted[b] {
                     continue;
                 }
-                let mask = f.dscp[dir] & idx.blocks[b].dscp;
+                let mask = f.totals.dscp[dir] & idx.blocks[b].dscp;
                 wanted[b] = match side {
                     Tri::Yes => mask != 0,
                     // Only DSCP can make a side Maybe: decide again on the narrowed mask.

@@ -91,7 +91,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         if any_vlan {
             cols.insert(1, Column::left("vlan", 2));
         }
-        let any_cut = shown.iter().any(|s| s.flow.is_cut());
+        let any_cut = shown.iter().any(|s| s.flow.totals.is_cut());
         if any_cut {
             cols.insert(if any_vlan { 5 } else { 4 }, Column::right("stored", 6));
         }
@@ -116,18 +116,18 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             let mut row = vec![
                 capsule_wire::IpProto::from(k.proto).to_string(),
                 flow,
-                format!("{approx}{}", units::format_count(f.total_packets())),
-                format!("{approx}{}", units::format_bytes(f.total_bytes())),
-                crate::render::ms(f.first_ns),
-                units::format_duration_ns(f.last_ns - f.first_ns),
-                dscps(f.dscp[0] | f.dscp[1]),
-                (f.retransmissions[0] + f.retransmissions[1]).to_string(),
-                (f.zero_windows[0] + f.zero_windows[1]).to_string(),
-                (f.resets[0] + f.resets[1]).to_string(),
+                format!("{approx}{}", units::format_count(f.totals.total_packets())),
+                format!("{approx}{}", units::format_bytes(f.totals.total_bytes())),
+                crate::render::ms(f.totals.first_ns),
+                units::format_duration_ns(f.totals.last_ns - f.totals.first_ns),
+                dscps(f.totals.dscp[0] | f.totals.dscp[1]),
+                (f.totals.retransmissions[0] + f.totals.retransmissions[1]).to_string(),
+                (f.totals.zero_windows[0] + f.totals.zero_windows[1]).to_string(),
+                (f.totals.resets[0] + f.totals.resets[1]).to_string(),
             ];
             if any_cut {
-                let stored = if f.is_cut() {
-                    units::format_bytes(f.stored_bytes())
+                let stored = if f.totals.is_cut() {
+                    units::format_bytes(f.totals.stored_bytes())
                 } else {
                     "all".to_string()
                 };
@@ -149,10 +149,10 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             writeln!(out, "{line}")?;
         }
         if any_cut {
-            let cut: Vec<_> = shown.iter().filter(|s| s.flow.is_cut()).collect();
+            let cut: Vec<_> = shown.iter().filter(|s| s.flow.totals.is_cut()).collect();
             let from = cut
                 .iter()
-                .filter_map(|s| s.flow.cut_at())
+                .filter_map(|s| s.flow.totals.cut_at())
                 .min()
                 .unwrap_or(0);
             let note = format!(

@@ -199,21 +199,22 @@ impl IndexBuilder {
         }
         let f = &mut self.delta.flows[self.slot[i] as usize];
         let st = &mut self.tcp[i];
-        f.first_ns = f.first_ns.min(ts_ns);
-        f.last_ns = f.last_ns.max(ts_ns);
-        f.packets[dir] += 1;
-        f.bytes[dir] += wire;
+        let t = &mut f.totals;
+        t.first_ns = t.first_ns.min(ts_ns);
+        t.last_ns = t.last_ns.max(ts_ns);
+        t.packets[dir] += 1;
+        t.bytes[dir] += wire;
         if cut {
-            f.cut_packets[dir] += 1;
-            f.cut_bytes[dir] += wire;
-            f.cut_at_ns[dir] = Some(f.cut_at_ns[dir].map_or(ts_ns, |t| t.min(ts_ns)));
+            t.cut_packets[dir] += 1;
+            t.cut_bytes[dir] += wire;
+            t.cut_at_ns[dir] = Some(t.cut_at_ns[dir].map_or(ts_ns, |c| c.min(ts_ns)));
         }
         let dscp = r.dscp & 63;
-        f.dscp[dir] |= 1u64 << dscp;
-        f.count_dscp(dir, dscp, 1, wire);
+        t.dscp[dir] |= 1u64 << dscp;
+        t.count_dscp(dir, dscp, 1, wire);
         st.packets[dir] += 1;
         if st.dscp[dir].packet(ts_ns, dscp, st.packets[dir]) {
-            f.dscp_change[dir] = st.dscp[dir].change;
+            t.dscp_change[dir] = st.dscp[dir].change;
         }
         let second = ts_ns / 1_000_000_000;
         let bucket = match f.buckets.iter().rposition(|b| b.second == second) {
@@ -237,31 +238,31 @@ impl IndexBuilder {
         bk.bytes[dir] += wire;
         if r.is_tcp() {
             let (flags, window) = (r.tcp_flags, r.window);
-            f.tcp_flags[dir] |= flags;
+            t.tcp_flags[dir] |= flags;
             match flags & 0x12 {
-                0x02 => f.handshake[dir] |= SENT_SYN,
-                0x12 => f.handshake[dir] |= SENT_SYN_ACK,
+                0x02 => t.handshake[dir] |= SENT_SYN,
+                0x12 => t.handshake[dir] |= SENT_SYN_ACK,
                 _ => {}
             }
             if flags & 0x04 != 0 {
-                f.resets[dir] += 1;
+                t.resets[dir] += 1;
                 bk.resets[dir] += 1;
             } else if window == 0 {
-                f.zero_windows[dir] += 1;
+                t.zero_windows[dir] += 1;
                 bk.zero_windows[dir] += 1;
                 st.zero_since[dir].get_or_insert(ts_ns);
             } else if let Some(since) = st.zero_since[dir].take() {
-                f.zero_window_ns[dir] += ts_ns.saturating_sub(since);
+                t.zero_window_ns[dir] += ts_ns.saturating_sub(since);
             }
             match classify(st, dir, ts_ns, r.seq, r.tcp_payload, flags) {
                 Segment::Data => {
-                    f.data[dir] += 1;
+                    t.data[dir] += 1;
                     bk.data[dir] += 1;
                 }
                 Segment::Retransmission => {
-                    f.data[dir] += 1;
+                    t.data[dir] += 1;
                     bk.data[dir] += 1;
-                    f.retransmissions[dir] += 1;
+                    t.retransmissions[dir] += 1;
                     bk.retransmissions[dir] += 1;
                 }
                 Segment::Other => {}
@@ -452,11 +453,11 @@ mod tests {
         }
         let idx = index_of(&p);
         let f = &idx.flows[0];
-        assert_eq!(f.retransmissions, [300, 0]);
-        assert_eq!(f.data, [301, 0]);
+        assert_eq!(f.totals.retransmissions, [300, 0]);
+        assert_eq!(f.totals.data, [301, 0]);
         assert_eq!(f.buckets[0].retransmissions, [300, 0]);
         let back = SegmentIndex::decode(&idx.encode()).unwrap();
-        assert_eq!(back.flows[0].retransmissions, [300, 0]);
+        assert_eq!(back.flows[0].totals.retransmissions, [300, 0]);
     }
 
     #[test]
@@ -473,12 +474,12 @@ mod tests {
             .collect();
         let idx = index_of(&p);
         let f = &idx.flows[0];
-        let c = f.dscp_change[0].expect("a change");
+        let c = f.totals.dscp_change[0].expect("a change");
         assert_eq!((c.ordinal, c.ts_ns, c.from, c.to), (20, S + 19, 0, 46));
-        assert_eq!(f.dscp_change[1], None);
+        assert_eq!(f.totals.dscp_change[1], None);
         let frame = p[0].1.len() as u64;
         assert_eq!(
-            f.dscp_counts[0],
+            f.totals.dscp_counts[0],
             vec![
                 DscpCount {
                     dscp: 0,
@@ -492,7 +493,7 @@ mod tests {
                 }
             ]
         );
-        assert_eq!(f.retransmissions, [0, 0]);
+        assert_eq!(f.totals.retransmissions, [0, 0]);
         assert_eq!(SegmentIndex::decode(&idx.encode()).unwrap(), idx);
     }
 
@@ -523,13 +524,13 @@ mod tests {
             }
         }
         let f = merged.unwrap();
-        assert_eq!(f.packets, [26, 0], "one row, exact counts");
-        assert_eq!(f.retransmissions, [1, 0]);
-        let c = f.dscp_change[0].unwrap();
+        assert_eq!(f.totals.packets, [26, 0], "one row, exact counts");
+        assert_eq!(f.totals.retransmissions, [1, 0]);
+        let c = f.totals.dscp_change[0].unwrap();
         assert_eq!((c.ordinal, c.from, c.to), (12, 0, 10));
-        assert_eq!(f.dscp_counts[0].len(), 2);
-        assert_eq!(f.dscp_counts[0][0].packets, 11);
-        assert_eq!(f.dscp_counts[0][1].packets, 15);
+        assert_eq!(f.totals.dscp_counts[0].len(), 2);
+        assert_eq!(f.totals.dscp_counts[0][0].packets, 11);
+        assert_eq!(f.totals.dscp_counts[0][1].packets, 15);
     }
 
     #[test]
@@ -560,8 +561,8 @@ mod tests {
             ),
         ));
         let f = &index_of(&p).flows[0];
-        assert_eq!(f.retransmissions, [1, 0]);
-        assert_eq!(f.data, [7, 0]);
+        assert_eq!(f.totals.retransmissions, [1, 0]);
+        assert_eq!(f.totals.data, [7, 0]);
     }
 
     #[test]
@@ -589,10 +590,10 @@ mod tests {
             ),
         ];
         let f = &index_of(&p).flows[0];
-        assert_eq!(f.retransmissions, [1, 0]);
-        assert_eq!(f.data, [3, 0]);
-        assert_eq!(f.zero_windows, [0, 2]);
-        assert_eq!(f.zero_window_ns, [0, 2 * S]);
+        assert_eq!(f.totals.retransmissions, [1, 0]);
+        assert_eq!(f.totals.data, [3, 0]);
+        assert_eq!(f.totals.zero_windows, [0, 2]);
+        assert_eq!(f.totals.zero_window_ns, [0, 2 * S]);
     }
 
     #[test]
@@ -606,11 +607,11 @@ mod tests {
         let idx = index_of(&p);
         let f = &idx.flows[0];
         assert_eq!(f.key.ip_version, 6);
-        assert_eq!(f.dscp[0], 1 << 46);
-        assert_eq!(f.dscp_counts[0][0].dscp, 46);
-        assert!(f.syn_unanswered(0) && !f.syn_unanswered(1));
+        assert_eq!(f.totals.dscp[0], 1 << 46);
+        assert_eq!(f.totals.dscp_counts[0][0].dscp, 46);
+        assert!(f.totals.syn_unanswered(0) && !f.totals.syn_unanswered(1));
         let g = &idx.flows[1];
-        assert!(!g.syn_unanswered(0) && !g.syn_unanswered(1));
+        assert!(!g.totals.syn_unanswered(0) && !g.totals.syn_unanswered(1));
     }
 
     /// The store writes a block per DSCP class: a remarked flow's later packets (EF) may be
@@ -634,14 +635,14 @@ mod tests {
         ix.add_block(&m, &d);
         let idx = ix.finish(1);
         let f = &idx.flows[0];
-        let c = f.dscp_change[0].expect("a change");
+        let c = f.totals.dscp_change[0].expect("a change");
         assert_eq!((c.ordinal, c.ts_ns, c.from, c.to), (20, S + 19, 0, 46));
         assert_eq!(
-            f.retransmissions,
+            f.totals.retransmissions,
             [0, 0],
             "late packets are no retransmissions"
         );
-        assert_eq!(f.data, [30, 0]);
+        assert_eq!(f.totals.data, [30, 0]);
         assert_eq!(SegmentIndex::decode(&idx.encode()).unwrap(), idx);
     }
 }

@@ -105,6 +105,7 @@ pub(super) fn put_flow(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool) {
 /// counters, which it drops; for tests that older files still read).
 pub(super) fn put_flow_as(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool, version: u16) {
     let k = &f.key;
+    let t = &f.totals;
     for v in k.vlans {
         body.extend_from_slice(&v.unwrap_or(NO_VLAN).to_le_bytes());
     }
@@ -117,26 +118,26 @@ pub(super) fn put_flow_as(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool,
     let (pa, pb) = k.ports.unwrap_or((0, 0));
     body.extend_from_slice(&pa.to_le_bytes());
     body.extend_from_slice(&pb.to_le_bytes());
-    body.extend_from_slice(&f.first_ns.to_le_bytes());
-    body.extend_from_slice(&f.last_ns.to_le_bytes());
+    body.extend_from_slice(&t.first_ns.to_le_bytes());
+    body.extend_from_slice(&t.last_ns.to_le_bytes());
     for d in 0..2 {
-        body.extend_from_slice(&f.packets[d].to_le_bytes());
-        body.extend_from_slice(&f.bytes[d].to_le_bytes());
-        body.extend_from_slice(&f.dscp[d].to_le_bytes());
-        body.push(f.tcp_flags[d]);
-        put_varint(body, f.data[d]);
-        put_varint(body, f.retransmissions[d]);
-        put_varint(body, f.zero_windows[d]);
-        put_varint(body, f.resets[d]);
-        put_varint(body, f.zero_window_ns[d]);
-        body.push(f.handshake[d]);
-        put_varint(body, f.dscp_counts[d].len() as u64);
-        for c in &f.dscp_counts[d] {
+        body.extend_from_slice(&t.packets[d].to_le_bytes());
+        body.extend_from_slice(&t.bytes[d].to_le_bytes());
+        body.extend_from_slice(&t.dscp[d].to_le_bytes());
+        body.push(t.tcp_flags[d]);
+        put_varint(body, t.data[d]);
+        put_varint(body, t.retransmissions[d]);
+        put_varint(body, t.zero_windows[d]);
+        put_varint(body, t.resets[d]);
+        put_varint(body, t.zero_window_ns[d]);
+        body.push(t.handshake[d]);
+        put_varint(body, t.dscp_counts[d].len() as u64);
+        for c in &t.dscp_counts[d] {
             body.push(c.dscp);
             put_varint(body, c.packets);
             put_varint(body, c.bytes);
         }
-        match f.dscp_change[d] {
+        match t.dscp_change[d] {
             None => body.push(0),
             Some(c) => {
                 body.push(1);
@@ -145,10 +146,10 @@ pub(super) fn put_flow_as(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool,
         }
         // Version 4: what the cut-off did not store of this direction.
         if version >= 4 {
-            put_varint(body, f.cut_packets[d]);
-            put_varint(body, f.cut_bytes[d]);
-            if f.cut_packets[d] > 0 {
-                body.extend_from_slice(&f.cut_at_ns[d].unwrap_or(0).to_le_bytes());
+            put_varint(body, t.cut_packets[d]);
+            put_varint(body, t.cut_bytes[d]);
+            if t.cut_packets[d] > 0 {
+                body.extend_from_slice(&t.cut_at_ns[d].unwrap_or(0).to_le_bytes());
             }
         }
     }
@@ -163,7 +164,7 @@ pub(super) fn put_flow_as(body: &mut Vec<u8>, f: &FlowRecord, with_blocks: bool,
         }
     }
     put_varint(body, f.buckets.len() as u64);
-    let mut prev = f.first_ns / 1_000_000_000;
+    let mut prev = f.totals.first_ns / 1_000_000_000;
     for b in &f.buckets {
         put_varint(body, b.second - prev);
         prev = b.second;
@@ -308,7 +309,7 @@ pub(super) fn get_flow(
         get_blocks(c, n_blocks, Some(&mut blocks))?;
     }
     let mut buckets = Vec::new();
-    get_buckets(c, head.first_ns, body_len, Some(&mut buckets))?;
+    get_buckets(c, head.totals.first_ns, body_len, Some(&mut buckets))?;
     Ok(FlowRecord::from_counts(
         head, blocks, buckets, tcp_in, tcp_out,
     ))
@@ -330,9 +331,9 @@ pub(super) fn get_counts(
     if let Some(n_blocks) = n_blocks {
         get_blocks(c, n_blocks, None)?;
     }
-    let keep =
-        drop_buckets_within.is_none_or(|(from, to)| head.first_ns < from || head.last_ns >= to);
-    let first_ns = head.first_ns;
+    let keep = drop_buckets_within
+        .is_none_or(|(from, to)| head.totals.first_ns < from || head.totals.last_ns >= to);
+    let first_ns = head.totals.first_ns;
     get_buckets(c, first_ns, body_len, keep.then_some(&mut head.buckets))?;
     Ok(head)
 }
@@ -367,17 +368,18 @@ fn get_head(c: &mut Reader<'_>, version: u16) -> std::result::Result<FlowCounts,
         first_ns,
         last_ns,
     );
+    let t = &mut f.totals;
     for d in 0..2 {
-        f.packets[d] = c.u64_le().map_err(short)?;
-        f.bytes[d] = c.u64_le().map_err(short)?;
-        f.dscp[d] = c.u64_le().map_err(short)?;
-        f.tcp_flags[d] = c.u8().map_err(short)?;
-        f.data[d] = c.varint().map_err(bad_varint)?;
-        f.retransmissions[d] = c.varint().map_err(bad_varint)?;
-        f.zero_windows[d] = c.varint().map_err(bad_varint)?;
-        f.resets[d] = c.varint().map_err(bad_varint)?;
-        f.zero_window_ns[d] = c.varint().map_err(bad_varint)?;
-        f.handshake[d] = c.u8().map_err(short)?;
+        t.packets[d] = c.u64_le().map_err(short)?;
+        t.bytes[d] = c.u64_le().map_err(short)?;
+        t.dscp[d] = c.u64_le().map_err(short)?;
+        t.tcp_flags[d] = c.u8().map_err(short)?;
+        t.data[d] = c.varint().map_err(bad_varint)?;
+        t.retransmissions[d] = c.varint().map_err(bad_varint)?;
+        t.zero_windows[d] = c.varint().map_err(bad_varint)?;
+        t.resets[d] = c.varint().map_err(bad_varint)?;
+        t.zero_window_ns[d] = c.varint().map_err(bad_varint)?;
+        t.handshake[d] = c.u8().map_err(short)?;
         let n = c.varint().map_err(bad_varint)?;
         if n > 64 {
             return Err(invalid(format!("flow lists {n} DSCP values")));
@@ -393,28 +395,28 @@ fn get_head(c: &mut Reader<'_>, version: u16) -> std::result::Result<FlowCounts,
             prev = Some(dscp);
             let packets = c.varint().map_err(bad_varint)?;
             let bytes = c.varint().map_err(bad_varint)?;
-            f.dscp_counts[d].push(DscpCount {
+            t.dscp_counts[d].push(DscpCount {
                 dscp,
                 packets,
                 bytes,
             });
         }
-        f.dscp_change[d] = match c.u8().map_err(short)? {
+        t.dscp_change[d] = match c.u8().map_err(short)? {
             0 => None,
             1 => Some(get_change(c)?),
             v => return Err(invalid(format!("DSCP change presence byte {v}"))),
         };
         if version >= 4 {
-            f.cut_packets[d] = c.varint().map_err(bad_varint)?;
-            f.cut_bytes[d] = c.varint().map_err(bad_varint)?;
-            if f.cut_packets[d] > f.packets[d] || f.cut_bytes[d] > f.bytes[d] {
+            t.cut_packets[d] = c.varint().map_err(bad_varint)?;
+            t.cut_bytes[d] = c.varint().map_err(bad_varint)?;
+            if t.cut_packets[d] > t.packets[d] || t.cut_bytes[d] > t.bytes[d] {
                 return Err(invalid(format!(
                     "flow direction {d} has {} packets ({} bytes) cut of {} ({} bytes) seen",
-                    f.cut_packets[d], f.cut_bytes[d], f.packets[d], f.bytes[d]
+                    t.cut_packets[d], t.cut_bytes[d], t.packets[d], t.bytes[d]
                 )));
             }
-            if f.cut_packets[d] > 0 {
-                f.cut_at_ns[d] = Some(c.u64_le().map_err(short)?);
+            if t.cut_packets[d] > 0 {
+                t.cut_at_ns[d] = Some(c.u64_le().map_err(short)?);
             }
         }
     }
@@ -561,8 +563,12 @@ pub(super) fn encode_index(
     out.extend_from_slice(&(compressed.len() as u64).to_le_bytes());
     out.extend_from_slice(&(body.len() as u64).to_le_bytes());
     out.extend_from_slice(&capsule_store::crc::crc32c(&compressed).to_le_bytes());
-    let first = flows.iter().map(|f| f.first_ns).min().unwrap_or(u64::MAX);
-    let last = flows.iter().map(|f| f.last_ns).max().unwrap_or(0);
+    let first = flows
+        .iter()
+        .map(|f| f.totals.first_ns)
+        .min()
+        .unwrap_or(u64::MAX);
+    let last = flows.iter().map(|f| f.totals.last_ns).max().unwrap_or(0);
     out.extend_from_slice(&first.to_le_bytes());
     out.extend_from_slice(&last.to_le_bytes());
     let crc = capsule_store::crc::crc32c(&out);
@@ -593,8 +599,8 @@ impl SegmentIndex {
 
     /// The first and last packet time of the index's flows, if it has any.
     pub fn span(&self) -> Option<(u64, u64)> {
-        let first = self.flows.iter().map(|f| f.first_ns).min()?;
-        let last = self.flows.iter().map(|f| f.last_ns).max()?;
+        let first = self.flows.iter().map(|f| f.totals.first_ns).min()?;
+        let last = self.flows.iter().map(|f| f.totals.last_ns).max()?;
         Some((first, last))
     }
 

@@ -119,7 +119,8 @@ impl JournalWriter {
     }
 }
 
-/// Encodes one journal record into `out` (cleared first); `body` is scratch space.
+/// Encodes one journal record into `out` (cleared first): the block's delta as the body,
+/// in the store's record framing ([`framing::encode_record`]); `body` is scratch space.
 pub fn encode_record(
     seq: u64,
     meta: &BlockMeta,
@@ -137,32 +138,7 @@ pub fn encode_record(
     for f in &delta.flows {
         put_flow(body, f, false);
     }
-    out.clear();
-    out.extend_from_slice(&RECORD_MAGIC);
-    out.extend_from_slice(&[0; 8]); // length and crc32c, filled in below
-    out.extend_from_slice(&JOURNAL_VERSION.to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(&delta.block.to_le_bytes());
-    out.extend_from_slice(&meta.packets.to_le_bytes());
-    out.extend_from_slice(&meta.first_ns.to_le_bytes());
-    out.extend_from_slice(&meta.last_ns.to_le_bytes());
-    out.extend_from_slice(&meta.frame_crc.to_le_bytes());
-    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    debug_assert_eq!(out.len(), FRAME_LEN + FIXED_LEN);
-    // Version 4: the block's place in the segment and its header frame, as the segment
-    // holds them (the store's reader builds the open segment's block table from these).
-    out.extend_from_slice(&meta.frame_offset.to_le_bytes());
-    let hlen_at = out.len();
-    out.extend_from_slice(&[0; 4]);
-    meta.encode_header(out);
-    let hlen = (out.len() - hlen_at - 4) as u32;
-    out[hlen_at..hlen_at + 4].copy_from_slice(&hlen.to_le_bytes());
-    out.extend_from_slice(body);
-    let len = (out.len() - FRAME_LEN) as u32;
-    let crc = capsule_store::crc::crc32c(&out[FRAME_LEN..]);
-    out[4..8].copy_from_slice(&len.to_le_bytes());
-    out[8..12].copy_from_slice(&crc.to_le_bytes());
+    framing::encode_record(JOURNAL_VERSION, seq, delta.block, meta, body, out);
 }
 
 /// One record of a journal: the block it describes and its counts.
@@ -428,7 +404,7 @@ fn fold_onto(
         index.blocks[b] = r.delta.summary;
         for d in &r.delta.flows {
             let i = *by_key.entry(d.key).or_insert_with(|| {
-                let mut f = FlowRecord::new(d.key, d.first_ns, d.last_ns);
+                let mut f = FlowRecord::new(d.key, d.totals.first_ns, d.totals.last_ns);
                 f.tcp_in = d.tcp_in;
                 index.flows.push(f);
                 index.flows.len() - 1
@@ -641,7 +617,7 @@ mod tests {
             "the fold equals the index built from the blocks"
         );
         let f = &live.index.flows[0];
-        assert_eq!(f.retransmissions, [1, 0]);
+        assert_eq!(f.totals.retransmissions, [1, 0]);
         assert_eq!(f.blocks, vec![0, 1, 2]);
         assert_eq!(f.buckets.len(), 4);
     }
@@ -706,7 +682,7 @@ mod tests {
             .flows
             .iter()
             .all(|f| f.blocks.iter().all(|&x| x < 2)));
-        assert_eq!(live.index.flows[0].retransmissions, [0, 0]);
+        assert_eq!(live.index.flows[0].totals.retransmissions, [0, 0]);
         // The file has a block the journal does not (a record not yet written): a scan.
         let live = fold(5, &metas(&b), 10, &parse(&bytes[..bytes.len() - 1]));
         assert_eq!(live.unseen, vec![2]);
@@ -845,7 +821,11 @@ mod tests {
             assert!(ck.describes(5, &metas(&b)));
             let live = fold_journal(5, Some(&metas(&b)), 777, &bytes, Some(ck.clone()));
             assert_eq!(live, alone, "checkpoint of {k} blocks");
-            assert_eq!(live.index.flows[0].retransmissions, [1, 0], "k = {k}");
+            assert_eq!(
+                live.index.flows[0].totals.retransmissions,
+                [1, 0],
+                "k = {k}"
+            );
             let listed = fold_journal(5, None, 777, &bytes, Some(ck));
             assert_eq!(
                 listed, alone,

@@ -144,7 +144,7 @@ pub struct Bucket {
     pub bytes: [u64; 2],
     /// TCP segments carrying data (keepalives and zero-window probes excluded).
     pub data: [u64; 2],
-    /// Of those, retransmissions (see [`FlowRecord::retransmissions`]).
+    /// Of those, retransmissions (see [`FlowTotals::retransmissions`]).
     pub retransmissions: [u64; 2],
     /// TCP segments advertising a zero receive window (RSTs excluded).
     pub zero_windows: [u64; 2],
@@ -256,15 +256,17 @@ pub struct DscpChange {
     pub to: u8,
 }
 
-/// [`FlowRecord::handshake`] bit: a SYN without ACK was sent in that direction.
+/// [`FlowTotals::handshake`] bit: a SYN without ACK was sent in that direction.
 pub const SENT_SYN: u8 = 1;
-/// [`FlowRecord::handshake`] bit: a SYN-ACK was sent in that direction.
+/// [`FlowTotals::handshake`] bit: a SYN-ACK was sent in that direction.
 pub const SENT_SYN_ACK: u8 = 2;
 
-/// Everything the index knows of one flow within one segment. Arrays are per direction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FlowRecord {
-    pub key: FlowKey,
+/// A flow's span and counters, per direction (arrays are indexed by direction, 0: a -> b):
+/// what a [`FlowRecord`] and a [`FlowCounts`] both carry, with how two of them of the same
+/// flow add up ([`FlowTotals::absorb`]) written once, so the record's merge and the
+/// listing's never drift apart.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FlowTotals {
     pub first_ns: u64,
     pub last_ns: u64,
     pub packets: [u64; 2],
@@ -300,6 +302,100 @@ pub struct FlowRecord {
     pub cut_bytes: [u64; 2],
     /// The earliest packet of each direction the cut-off did not store.
     pub cut_at_ns: [Option<u64>; 2],
+}
+
+impl FlowTotals {
+    /// Nothing counted yet, over `first_ns..=last_ns`.
+    pub fn new(first_ns: u64, last_ns: u64) -> Self {
+        FlowTotals {
+            first_ns,
+            last_ns,
+            ..FlowTotals::default()
+        }
+    }
+
+    pub fn total_packets(&self) -> u64 {
+        self.packets[0] + self.packets[1]
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.bytes[0] + self.bytes[1]
+    }
+
+    /// Whether the cut-off left some of this flow's packets unstored.
+    pub fn is_cut(&self) -> bool {
+        self.cut_packets != [0, 0]
+    }
+
+    /// The earliest packet of the flow not stored, either direction.
+    pub fn cut_at(&self) -> Option<u64> {
+        self.cut_at_ns.iter().flatten().copied().min()
+    }
+
+    /// Wire bytes stored, both directions (seen minus cut).
+    pub fn stored_bytes(&self) -> u64 {
+        self.total_bytes() - (self.cut_bytes[0] + self.cut_bytes[1])
+    }
+
+    /// Packets stored, both directions (seen minus cut).
+    pub fn stored_packets(&self) -> u64 {
+        self.total_packets() - (self.cut_packets[0] + self.cut_packets[1])
+    }
+
+    /// Whether a SYN was sent in direction `d` and no SYN-ACK came back.
+    pub fn syn_unanswered(&self, d: usize) -> bool {
+        self.handshake[d] & SENT_SYN != 0 && self.handshake[1 - d] & SENT_SYN_ACK == 0
+    }
+
+    /// Adds `packets` packets of DSCP `dscp` and `wire` bytes to direction `d`'s per-value
+    /// counters.
+    pub fn count_dscp(&mut self, d: usize, dscp: u8, packets: u64, wire: u64) {
+        count_dscp_into(&mut self.dscp_counts[d], dscp, packets, wire);
+    }
+
+    /// Adds the totals of another record of the same flow (another block's or segment's):
+    /// the span widened, counters summed, masks joined, the earliest cut and DSCP change
+    /// kept.
+    pub fn absorb(&mut self, o: &FlowTotals) {
+        self.first_ns = self.first_ns.min(o.first_ns);
+        self.last_ns = self.last_ns.max(o.last_ns);
+        for d in 0..2 {
+            self.packets[d] += o.packets[d];
+            self.bytes[d] += o.bytes[d];
+            self.dscp[d] |= o.dscp[d];
+            self.tcp_flags[d] |= o.tcp_flags[d];
+            self.data[d] += o.data[d];
+            self.retransmissions[d] += o.retransmissions[d];
+            self.zero_windows[d] += o.zero_windows[d];
+            self.resets[d] += o.resets[d];
+            self.zero_window_ns[d] += o.zero_window_ns[d];
+            self.handshake[d] |= o.handshake[d];
+            self.cut_packets[d] += o.cut_packets[d];
+            self.cut_bytes[d] += o.cut_bytes[d];
+            self.cut_at_ns[d] = match (self.cut_at_ns[d], o.cut_at_ns[d]) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            for c in &o.dscp_counts[d] {
+                count_dscp_into(&mut self.dscp_counts[d], c.dscp, c.packets, c.bytes);
+            }
+            // The earliest change wins; of two reports of one change, the later one (it
+            // has counted more of the packets before it).
+            match (&self.dscp_change[d], &o.dscp_change[d]) {
+                (Some(a), Some(b)) if b.ts_ns <= a.ts_ns => self.dscp_change[d] = Some(*b),
+                (None, Some(b)) => self.dscp_change[d] = Some(*b),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Everything the index knows of one flow within one segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowRecord {
+    pub key: FlowKey,
+    /// The flow's span and counters in this segment.
+    pub totals: FlowTotals,
     /// Indexes of the blocks holding the flow's packets, ascending.
     pub blocks: Vec<u32>,
     /// Per-second counters, ascending by second.
@@ -403,87 +499,19 @@ impl DscpState {
     }
 }
 
-/// The counters one record of a flow adds to another of the same flow (another segment's),
-/// for [`FlowRecord::absorb`] and [`FlowCounts::absorb`] alike: both types have these fields,
-/// and the two merges must never drift apart.
-macro_rules! absorb_counts {
-    ($s:ident, $o:ident) => {
-        $s.first_ns = $s.first_ns.min($o.first_ns);
-        $s.last_ns = $s.last_ns.max($o.last_ns);
-        for d in 0..2 {
-            $s.packets[d] += $o.packets[d];
-            $s.bytes[d] += $o.bytes[d];
-            $s.dscp[d] |= $o.dscp[d];
-            $s.tcp_flags[d] |= $o.tcp_flags[d];
-            $s.data[d] += $o.data[d];
-            $s.retransmissions[d] += $o.retransmissions[d];
-            $s.zero_windows[d] += $o.zero_windows[d];
-            $s.resets[d] += $o.resets[d];
-            $s.zero_window_ns[d] += $o.zero_window_ns[d];
-            $s.handshake[d] |= $o.handshake[d];
-            $s.cut_packets[d] += $o.cut_packets[d];
-            $s.cut_bytes[d] += $o.cut_bytes[d];
-            $s.cut_at_ns[d] = match ($s.cut_at_ns[d], $o.cut_at_ns[d]) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            for c in &$o.dscp_counts[d] {
-                count_dscp_into(&mut $s.dscp_counts[d], c.dscp, c.packets, c.bytes);
-            }
-            // The earliest change wins; of two reports of one change, the later one (it
-            // has counted more of the packets before it).
-            match (&$s.dscp_change[d], &$o.dscp_change[d]) {
-                (Some(a), Some(b)) if b.ts_ns <= a.ts_ns => $s.dscp_change[d] = Some(*b),
-                (None, Some(b)) => $s.dscp_change[d] = Some(*b),
-                _ => {}
-            }
-        }
-    };
-}
-
-impl FlowRecord {
-    /// Whether a SYN was sent in direction `d` and no SYN-ACK came back.
-    pub fn syn_unanswered(&self, d: usize) -> bool {
-        self.handshake[d] & SENT_SYN != 0 && self.handshake[1 - d] & SENT_SYN_ACK == 0
-    }
-
-    /// Adds `packets` packets of DSCP `dscp` and `wire` bytes to the per-value counters.
-    pub fn count_dscp(&mut self, d: usize, dscp: u8, packets: u64, wire: u64) {
-        count_dscp_into(&mut self.dscp_counts[d], dscp, packets, wire);
-    }
-}
-
 impl FlowRecord {
     /// A flow with no packets counted yet.
     pub fn new(key: FlowKey, first_ns: u64, last_ns: u64) -> Self {
         FlowRecord {
             key,
-            first_ns,
-            last_ns,
-            packets: [0; 2],
-            bytes: [0; 2],
-            dscp: [0; 2],
-            tcp_flags: [0; 2],
-            retransmissions: [0; 2],
-            zero_windows: [0; 2],
-            resets: [0; 2],
-            data: [0; 2],
-            zero_window_ns: [0; 2],
-            handshake: [0; 2],
-            dscp_counts: [Vec::new(), Vec::new()],
-            dscp_change: [None; 2],
-            cut_packets: [0; 2],
-            cut_bytes: [0; 2],
-            cut_at_ns: [None; 2],
+            totals: FlowTotals::new(first_ns, last_ns),
             blocks: Vec::new(),
             buckets: Vec::new(),
             tcp_in: TcpState::default(),
             tcp_out: TcpState::default(),
         }
     }
-}
 
-impl FlowRecord {
     /// A record from its counts (their buckets are not used: `buckets` are the record's,
     /// at full width), block list and carried TCP state.
     pub fn from_counts(
@@ -495,23 +523,7 @@ impl FlowRecord {
     ) -> Self {
         FlowRecord {
             key: c.key,
-            first_ns: c.first_ns,
-            last_ns: c.last_ns,
-            packets: c.packets,
-            bytes: c.bytes,
-            dscp: c.dscp,
-            tcp_flags: c.tcp_flags,
-            data: c.data,
-            retransmissions: c.retransmissions,
-            zero_windows: c.zero_windows,
-            resets: c.resets,
-            zero_window_ns: c.zero_window_ns,
-            handshake: c.handshake,
-            dscp_counts: c.dscp_counts,
-            dscp_change: c.dscp_change,
-            cut_packets: c.cut_packets,
-            cut_bytes: c.cut_bytes,
-            cut_at_ns: c.cut_at_ns,
+            totals: c.totals,
             blocks,
             buckets,
             tcp_in,
@@ -519,39 +531,11 @@ impl FlowRecord {
         }
     }
 
-    pub fn total_packets(&self) -> u64 {
-        self.packets[0] + self.packets[1]
-    }
-
-    pub fn total_bytes(&self) -> u64 {
-        self.bytes[0] + self.bytes[1]
-    }
-
-    /// Whether the cut-off left some of this flow's packets unstored.
-    pub fn is_cut(&self) -> bool {
-        self.cut_packets != [0, 0]
-    }
-
-    /// The earliest packet of the flow not stored, either direction.
-    pub fn cut_at(&self) -> Option<u64> {
-        self.cut_at_ns.iter().flatten().copied().min()
-    }
-
-    /// Wire bytes stored, both directions (seen minus cut).
-    pub fn stored_bytes(&self) -> u64 {
-        self.total_bytes() - (self.cut_bytes[0] + self.cut_bytes[1])
-    }
-
-    /// Packets stored, both directions (seen minus cut).
-    pub fn stored_packets(&self) -> u64 {
-        self.total_packets() - (self.cut_packets[0] + self.cut_packets[1])
-    }
-
     /// Adds one block's record of this flow (`d`, from a [`BlockDelta`]; its own block list
-    /// is ignored) to the flow's record in the same segment: counters summed, masks joined,
-    /// `block` appended to the block list, buckets merged by second, the TCP state after
-    /// the block taken. The builder and the journal fold both go through here, so a folded
-    /// journal equals the index built from the same blocks.
+    /// is ignored) to the flow's record in the same segment: totals added, `block` appended
+    /// to the block list, buckets merged by second, the TCP state after the block taken.
+    /// The builder and the journal fold both go through here, so a folded journal equals
+    /// the index built from the same blocks.
     pub fn absorb_block(&mut self, d: &FlowRecord, block: u32) {
         self.absorb(d);
         if self.blocks.last() != Some(&block) {
@@ -564,35 +548,20 @@ impl FlowRecord {
     /// Adds another record of the same flow (another segment's) to this one. Block lists and
     /// buckets are not merged: their indexes belong to their own segments.
     pub fn absorb(&mut self, o: &FlowRecord) {
-        absorb_counts!(self, o);
+        self.totals.absorb(&o.totals);
     }
 }
 
 /// What the analytics answers need of a flow: a [`FlowRecord`] without its block list and
-/// its carried TCP state (`tcp_in`, `tcp_out`: 384 of the record's 744 bytes in memory, used
+/// its carried TCP state (`tcp_in`, `tcp_out`: 384 of the record's 816 bytes in memory, used
 /// only by rebuilds and by the next segment's build). [`SegmentIndex::decode_counts`]
 /// decodes an index straight into these, so a listing of a day of flows holds and moves
-/// half the bytes. The fields mean what [`FlowRecord`]'s of the same name mean.
+/// half the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlowCounts {
     pub key: FlowKey,
-    pub first_ns: u64,
-    pub last_ns: u64,
-    pub packets: [u64; 2],
-    pub bytes: [u64; 2],
-    pub dscp: [u64; 2],
-    pub tcp_flags: [u8; 2],
-    pub data: [u64; 2],
-    pub retransmissions: [u64; 2],
-    pub zero_windows: [u64; 2],
-    pub resets: [u64; 2],
-    pub zero_window_ns: [u64; 2],
-    pub handshake: [u8; 2],
-    pub dscp_counts: [Vec<DscpCount>; 2],
-    pub dscp_change: [Option<DscpChange>; 2],
-    pub cut_packets: [u64; 2],
-    pub cut_bytes: [u64; 2],
-    pub cut_at_ns: [Option<u64>; 2],
+    /// The flow's span and counters, as the record's.
+    pub totals: FlowTotals,
     pub buckets: Vec<CountsBucket>,
 }
 
@@ -600,23 +569,7 @@ impl From<FlowRecord> for FlowCounts {
     fn from(f: FlowRecord) -> Self {
         FlowCounts {
             key: f.key,
-            first_ns: f.first_ns,
-            last_ns: f.last_ns,
-            packets: f.packets,
-            bytes: f.bytes,
-            dscp: f.dscp,
-            tcp_flags: f.tcp_flags,
-            data: f.data,
-            retransmissions: f.retransmissions,
-            zero_windows: f.zero_windows,
-            resets: f.resets,
-            zero_window_ns: f.zero_window_ns,
-            handshake: f.handshake,
-            dscp_counts: f.dscp_counts,
-            dscp_change: f.dscp_change,
-            cut_packets: f.cut_packets,
-            cut_bytes: f.cut_bytes,
-            cut_at_ns: f.cut_at_ns,
+            totals: f.totals,
             buckets: f.buckets.iter().map(CountsBucket::from).collect(),
         }
     }
@@ -627,64 +580,15 @@ impl FlowCounts {
     pub fn new(key: FlowKey, first_ns: u64, last_ns: u64) -> Self {
         FlowCounts {
             key,
-            first_ns,
-            last_ns,
-            packets: [0; 2],
-            bytes: [0; 2],
-            dscp: [0; 2],
-            tcp_flags: [0; 2],
-            data: [0; 2],
-            retransmissions: [0; 2],
-            zero_windows: [0; 2],
-            resets: [0; 2],
-            zero_window_ns: [0; 2],
-            handshake: [0; 2],
-            dscp_counts: [Vec::new(), Vec::new()],
-            dscp_change: [None; 2],
-            cut_packets: [0; 2],
-            cut_bytes: [0; 2],
-            cut_at_ns: [None; 2],
+            totals: FlowTotals::new(first_ns, last_ns),
             buckets: Vec::new(),
         }
-    }
-
-    pub fn total_packets(&self) -> u64 {
-        self.packets[0] + self.packets[1]
-    }
-
-    pub fn total_bytes(&self) -> u64 {
-        self.bytes[0] + self.bytes[1]
-    }
-
-    /// Whether the cut-off left some of this flow's packets unstored.
-    pub fn is_cut(&self) -> bool {
-        self.cut_packets != [0, 0]
-    }
-
-    /// The earliest packet of the flow not stored, either direction.
-    pub fn cut_at(&self) -> Option<u64> {
-        self.cut_at_ns.iter().flatten().copied().min()
-    }
-
-    /// Whether a SYN was sent in direction `d` and no SYN-ACK came back.
-    pub fn syn_unanswered(&self, d: usize) -> bool {
-        self.handshake[d] & SENT_SYN != 0 && self.handshake[1 - d] & SENT_SYN_ACK == 0
-    }
-
-    /// Wire bytes stored, both directions (seen minus cut).
-    pub fn stored_bytes(&self) -> u64 {
-        self.total_bytes() - (self.cut_bytes[0] + self.cut_bytes[1])
-    }
-
-    /// Packets stored, both directions (seen minus cut).
-    pub fn stored_packets(&self) -> u64 {
-        self.total_packets() - (self.cut_packets[0] + self.cut_packets[1])
     }
 
     /// Adds another segment's counts of the same flow, as [`FlowRecord::absorb`] does
     /// (buckets are not merged here; see [`merge_buckets`]).
     pub fn absorb(&mut self, o: &FlowCounts) {
-        absorb_counts!(self, o);
+        self.totals.absorb(&o.totals);
     }
 }
 
@@ -968,20 +872,20 @@ pub(crate) mod tests {
         let f = &idx.flows[0];
         assert_eq!(f.key.a, IpAddr::from(A));
         assert_eq!(f.key.ports, Some((40000, 443)));
-        assert_eq!(f.packets, [4, 3]);
-        assert_eq!(f.retransmissions, [1, 0]);
-        assert_eq!(f.zero_windows, [0, 1]);
-        assert_eq!(f.resets, [0, 1]);
-        assert_eq!(f.tcp_flags, [0x1a, 0x16]);
-        assert_eq!(f.dscp, [1 | (1 << 46), 1]);
+        assert_eq!(f.totals.packets, [4, 3]);
+        assert_eq!(f.totals.retransmissions, [1, 0]);
+        assert_eq!(f.totals.zero_windows, [0, 1]);
+        assert_eq!(f.totals.resets, [0, 1]);
+        assert_eq!(f.totals.tcp_flags, [0x1a, 0x16]);
+        assert_eq!(f.totals.dscp, [1 | (1 << 46), 1]);
         assert_eq!(f.blocks, vec![0, 1]);
-        assert_eq!((f.first_ns, f.last_ns), (s, 2 * s + 3));
+        assert_eq!((f.totals.first_ns, f.totals.last_ns), (s, 2 * s + 3));
         assert_eq!(f.buckets.len(), 2);
         assert_eq!(f.buckets[0].second, 1);
         assert_eq!(f.buckets[0].packets, [2, 1]);
         assert_eq!(f.buckets[1].packets, [2, 2]);
         let total: u64 = f.buckets.iter().map(|b| b.bytes[0] + b.bytes[1]).sum();
-        assert_eq!(total, f.bytes[0] + f.bytes[1]);
+        assert_eq!(total, f.totals.bytes[0] + f.totals.bytes[1]);
         let v = &idx.flows[1];
         assert_eq!(v.key.vlans, [Some(100), None]);
         assert_eq!(v.blocks, vec![1]);
@@ -1048,45 +952,47 @@ pub(crate) mod tests {
                     b: "fd00::2".parse().unwrap(),
                     ports: None,
                 },
-                first_ns: 5_000_000_000,
-                last_ns: 9_000_000_000,
-                packets: [1, 1],
-                bytes: [100, 120],
-                dscp: [1 << 46, 1],
-                tcp_flags: [0, 0],
-                data: [3, 0],
-                retransmissions: [300, 0],
-                zero_windows: [0, 2],
-                resets: [0, 0],
-                zero_window_ns: [0, 1_500_000_000],
-                handshake: [SENT_SYN, 0],
-                dscp_counts: [
-                    vec![
-                        DscpCount {
-                            dscp: 0,
-                            packets: 19,
-                            bytes: 1900,
-                        },
-                        DscpCount {
-                            dscp: 46,
-                            packets: 1,
-                            bytes: 100,
-                        },
+                totals: FlowTotals {
+                    first_ns: 5_000_000_000,
+                    last_ns: 9_000_000_000,
+                    packets: [1, 1],
+                    bytes: [100, 120],
+                    dscp: [1 << 46, 1],
+                    tcp_flags: [0, 0],
+                    data: [3, 0],
+                    retransmissions: [300, 0],
+                    zero_windows: [0, 2],
+                    resets: [0, 0],
+                    zero_window_ns: [0, 1_500_000_000],
+                    handshake: [SENT_SYN, 0],
+                    dscp_counts: [
+                        vec![
+                            DscpCount {
+                                dscp: 0,
+                                packets: 19,
+                                bytes: 1900,
+                            },
+                            DscpCount {
+                                dscp: 46,
+                                packets: 1,
+                                bytes: 100,
+                            },
+                        ],
+                        vec![],
                     ],
-                    vec![],
-                ],
-                dscp_change: [
-                    Some(DscpChange {
-                        ordinal: 20,
-                        ts_ns: 6_000_000_001,
-                        from: 0,
-                        to: 46,
-                    }),
-                    None,
-                ],
-                cut_packets: [1, 0],
-                cut_bytes: [100, 0],
-                cut_at_ns: [Some(5_000_000_000), None],
+                    dscp_change: [
+                        Some(DscpChange {
+                            ordinal: 20,
+                            ts_ns: 6_000_000_001,
+                            from: 0,
+                            to: 46,
+                        }),
+                        None,
+                    ],
+                    cut_packets: [1, 0],
+                    cut_bytes: [100, 0],
+                    cut_at_ns: [Some(5_000_000_000), None],
+                },
                 blocks: vec![0, 2],
                 buckets: vec![
                     Bucket {
@@ -1148,14 +1054,14 @@ pub(crate) mod tests {
         let v3 = idx.encode_as(3);
         assert_eq!(u16::from_le_bytes([v3[8], v3[9]]), 3);
         let mut uncut = idx.clone();
-        uncut.flows[0].cut_packets = [0; 2];
-        uncut.flows[0].cut_bytes = [0; 2];
-        uncut.flows[0].cut_at_ns = [None; 2];
+        uncut.flows[0].totals.cut_packets = [0; 2];
+        uncut.flows[0].totals.cut_bytes = [0; 2];
+        uncut.flows[0].totals.cut_at_ns = [None; 2];
         assert_eq!(SegmentIndex::decode(&v3).unwrap(), uncut);
         assert!(SegmentIndex::peek(&v3).is_some());
         // More cut than seen is refused.
         let mut over = idx.clone();
-        over.flows[0].cut_packets = [2, 0];
+        over.flows[0].totals.cut_packets = [2, 0];
         assert!(SegmentIndex::decode(&over.encode()).is_err());
         for cut in [0, 10, 63, 64, bytes.len() - 1] {
             assert!(SegmentIndex::decode(&bytes[..cut]).is_err());

@@ -4,13 +4,20 @@
 //!
 //! ```text
 //! record: magic CPJR, payload length u32, payload crc32c u32, payload
-//! payload: version u16, flags u16, seq u64, block u32, ... (44 bytes, see capsule-index)
+//! payload: version u16, flags u16, seq u64, block u32, the block's packets u32, first and
+//!   last ns u64, frame crc32c u32, body length u32 (the fixed part: 44 bytes)
 //!   version >= 4: frame_offset u64, header frame length u32, the block's header frame
 //!   (exactly the bytes the segment holds in front of the block's zstd frame), then the
-//!   compressed body that capsule-index decodes
+//!   body that capsule-index encodes and decodes
 //! ```
-//! The records' index content (flows, summaries) is capsule-index's (its sideindex/journal.rs
-//! writes and folds them); the store only splits the records and reads their block table.
+//! The store owns the envelope, both ways: [`encode_record`] writes it around a body, and
+//! [`frames`], [`placed`] and [`block_table`] read it. The body (block summary and flow
+//! deltas), the record version's meaning for it, and the journal file's life are
+//! capsule-index's (its sideindex/journal.rs writes records through [`encode_record`] and
+//! folds them). The framing stays here, below the index, because the block table is the
+//! segment's own data and every reader of a segment needs it (docs/decisions.md, "The index
+//! journal's framing stays with the store").
+//!
 //! A reader never trusts that table alone: the segment reader (reader.rs) checks that the
 //! blocks follow each other from the segment header on and lie within the file, and reads the header of
 //! the last one it uses back from the file (the journal record is written when the block is
@@ -42,6 +49,49 @@ pub fn journal_name(seq: u64) -> String {
 pub fn journal_path(segment_path: &Path, seq: u64) -> Option<PathBuf> {
     let root = segment_path.parent()?.parent()?;
     Some(root.join(crate::store::INDEX_DIR).join(journal_name(seq)))
+}
+
+/// Encodes one record of block `block` of segment `seq` into `out` (cleared first): the
+/// frame around a payload of the fixed part (`version`, flags 0, `seq`, `block`, then
+/// `meta`'s packet count, first and last timestamps and frame crc32c, and `body`'s length),
+/// for version 4 and later the block part (`meta`'s frame offset and its header frame, as
+/// the segment holds it), then `body` as it is.
+pub fn encode_record(
+    version: u16,
+    seq: u64,
+    block: u32,
+    meta: &BlockMeta,
+    body: &[u8],
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    out.extend_from_slice(&RECORD_MAGIC);
+    out.extend_from_slice(&[0; 8]); // length and crc32c, filled in below
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&block.to_le_bytes());
+    out.extend_from_slice(&meta.packets.to_le_bytes());
+    out.extend_from_slice(&meta.first_ns.to_le_bytes());
+    out.extend_from_slice(&meta.last_ns.to_le_bytes());
+    out.extend_from_slice(&meta.frame_crc.to_le_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    debug_assert_eq!(out.len(), FRAME_LEN + FIXED_LEN);
+    if version >= BLOCK_TABLE_VERSION {
+        // The block's place in the segment and its header frame, as the segment holds
+        // them: what the reader of the open segment builds its block table from.
+        out.extend_from_slice(&meta.frame_offset.to_le_bytes());
+        let hlen_at = out.len();
+        out.extend_from_slice(&[0; 4]);
+        meta.encode_header(out);
+        let hlen = (out.len() - hlen_at - 4) as u32;
+        out[hlen_at..hlen_at + 4].copy_from_slice(&hlen.to_le_bytes());
+    }
+    out.extend_from_slice(body);
+    let len = (out.len() - FRAME_LEN) as u32;
+    let crc = crate::crc::crc32c(&out[FRAME_LEN..]);
+    out[4..8].copy_from_slice(&len.to_le_bytes());
+    out[8..12].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// The records of a journal's bytes, framed and checksummed, not yet decoded.
@@ -368,6 +418,31 @@ mod tests {
         let (r, walk) = read(root);
         assert_eq!((r.blocks(), r.blocks_from_journal()), (&walk[..], 0));
         assert_eq!(walk.len(), 7);
+    }
+
+    /// The encoder writes the layout the hand-built records above spell out, field by
+    /// field, for records with and without a block part; a body follows the block part.
+    #[test]
+    fn encode_record_writes_the_documented_layout() {
+        let (mut meta, _) = block(2, &[9; 300]);
+        meta.frame_offset = 4096;
+        let mut out = Vec::new();
+        for version in [3, 4] {
+            encode_record(version, 7, meta.index, &meta, &[], &mut out);
+            assert_eq!(out, record(version, 7, &meta), "version {version}");
+        }
+        encode_record(5, 7, meta.index, &meta, b"body", &mut out);
+        let r = frames(&out);
+        assert_eq!(r.records.len(), 1);
+        let p = placed(r.records[0].1).unwrap().unwrap();
+        assert_eq!(
+            (p.seq, &p.meta, &r.records[0].1[p.body_at..]),
+            (7, &meta, &b"body"[..])
+        );
+        assert_eq!(
+            u32::from_le_bytes(out[FRAME_LEN + 40..FRAME_LEN + 44].try_into().unwrap()),
+            4
+        );
     }
 
     #[test]

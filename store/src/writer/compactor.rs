@@ -504,7 +504,9 @@ mod tests {
     use super::super::*;
     use super::compact::{self, Outcome, Prepared};
     use crate::format::Compression;
+    use crate::segment;
     use crate::store::Store;
+    use crossbeam_channel::bounded;
 
     fn cfg(level: Level) -> WriterConfig {
         WriterConfig {

@@ -19,8 +19,8 @@ use super::{CompactRequest, Compressed, Ratio, SpaceCounters, WriteReport, Write
 use crate::error::{Result, StoreError};
 use crate::format;
 use crate::indexer::Indexer;
-use crate::segment::{self, SegmentFile, SegmentState};
-use crate::store::{now_ns, SegmentEntry};
+use crate::segment::{self, SegmentFile};
+use crate::store::now_ns;
 
 /// The writer thread: puts compressed blocks in order and appends them to the open
 /// segment, seals segments, and runs retention before each block.
@@ -336,15 +336,7 @@ impl WriterThread {
             );
         }
         self.retention.grew(s.bytes - before);
-        self.retention.sealed_one(
-            SegmentEntry {
-                seq: s.seq,
-                state: SegmentState::Sealed,
-                path: s.path.clone(),
-                bytes: s.bytes,
-            },
-            (s.packets > 0).then_some(s.last_ns),
-        );
+        self.retention.sealed_one(&s);
         self.report.sealed.push(s);
         Ok(())
     }

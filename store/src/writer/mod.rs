@@ -53,19 +53,20 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use capsule_pcap::{write as pw, Interface};
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::budget::FreeSpace;
 use crate::error::{Result, StoreError};
 use crate::format::{self, BlockMeta};
 use crate::indexer::{Indexer, NoIndex, Record};
-use crate::segment::{self, Recovery, SealedSegment, SegmentState, FRAMED_HEAD};
+use crate::segment::{Recovery, SealedSegment, FRAMED_HEAD};
 use crate::store::Store;
 
 pub mod compact;
 mod compactor;
 mod compress;
 mod disk;
+mod open;
 mod retention;
 #[cfg(test)]
 mod tests;
@@ -73,10 +74,7 @@ mod tests;
 pub use compactor::{lower_thread_priority, CompactReport, CompactedSegment};
 use compactor::{CompactCounters, CompactRequest};
 pub(super) use compress::SpaceCounters;
-use compress::{compress_loop, Ladder, Signals};
 pub use compress::{Level, LevelError, Pressure, PressureGauge};
-use disk::{DiskLoad, WriterThread};
-use retention::Retention;
 
 /// The largest packet the store accepts (captured bytes).
 pub const MAX_PACKET: usize = 256 * 1024;
@@ -500,14 +498,7 @@ impl BudgetHandle {
     /// was.
     pub fn set(&self, budgets: crate::budget::Budgets) -> Result<()> {
         if let Some(max) = budgets.max_bytes {
-            let min = 16 * self.block_bytes as u64;
-            if max < min {
-                return Err(StoreError::Config(format!(
-                    "byte budget {max} is too small: it must hold at least 16 blocks \
-                     ({min} bytes at the block size of {})",
-                    self.block_bytes
-                )));
-            }
+            check_byte_budget(max, self.block_bytes)?;
         }
         crate::budget::save(&self.root, &budgets)?;
         self.gauge_budget
@@ -516,6 +507,20 @@ impl BudgetHandle {
             StoreError::Config("the writer has stopped; the budgets were saved only".into())
         })
     }
+}
+
+/// Refuses a byte budget `max` below 16 blocks of `block_bytes` (at open, and when a running
+/// writer's budgets are replaced).
+fn check_byte_budget(max: u64, block_bytes: usize) -> Result<()> {
+    let min = 16 * block_bytes as u64;
+    if max < min {
+        return Err(StoreError::Config(format!(
+            "byte budget {max} is too small: it must hold at least 16 blocks \
+             ({min} bytes at the block size of {})",
+            block_bytes
+        )));
+    }
+    Ok(())
 }
 
 /// Writes packets into a store. See the module docs for the pipeline.
@@ -638,410 +643,31 @@ impl StoreWriter {
     }
 
     /// Opens (creating if needed) the store at `root` for writing: takes the writer lock,
-    /// recovers torn segments, applies the byte budget, has `indexer` bring its derived data
-    /// up to date, and starts the pipeline threads. The writer thread then hands `indexer`
-    /// every block it writes.
+    /// recovers torn segments, applies the retention budgets, has `indexer` bring its
+    /// derived data up to date, and starts the pipeline threads. The writer thread then
+    /// hands `indexer` every block it writes. Each step is a phase in open.rs, run in the
+    /// order below.
     pub fn open_with(
         root: &std::path::Path,
-        mut cfg: WriterConfig,
+        cfg: WriterConfig,
         mut indexer: Box<dyn Indexer>,
     ) -> Result<(Self, OpenReport)> {
-        if cfg.block_bytes < 4096 || cfg.block_bytes > 64 << 20 {
-            return Err(StoreError::Config(format!(
-                "block size {} bytes is outside 4 KiB..64 MiB",
-                cfg.block_bytes
-            )));
-        }
-        // A segment holds whole blocks: one is the least it can hold.
-        if cfg.segment_bytes < cfg.block_bytes as u64 {
-            return Err(StoreError::Config(format!(
-                "segment size {} bytes is below the minimum, the block size of {} bytes (a \
-                 segment holds at least one block; blocks are 4 KiB..64 MiB)",
-                cfg.segment_bytes, cfg.block_bytes
-            )));
-        }
-        if let Some(max) = cfg.max_bytes {
-            let min = 16 * cfg.block_bytes as u64;
-            if max < min {
-                return Err(StoreError::Config(format!(
-                    "byte budget {max} is too small: it must hold at least 16 blocks \
-                     ({min} bytes at the block size of {})",
-                    cfg.block_bytes
-                )));
-            }
-            cfg.segment_bytes = cfg.segment_bytes.min(max / 4);
-        }
-        cfg.segment_bytes = cfg.segment_bytes.max(cfg.block_bytes as u64);
-        cfg.threads = cfg.threads.clamp(1, 64);
-        if !cfg.level.is_valid() {
-            return Err(StoreError::Config(format!(
-                "zstd level {} is outside {}..={}",
-                cfg.level,
-                Level::MIN_ZSTD,
-                Level::MAX_ZSTD
-            )));
-        }
-
+        let mut cfg = open::checked_config(cfg)?;
         let (store, lock) = Store::create_locked(root)?;
-        let budgets = crate::budget::Budgets {
-            max_bytes: cfg.max_bytes,
-            min_free: cfg.min_free,
-            max_age: cfg.max_age,
-        };
-        // Saved only when they changed. A store that cannot save them (a full disk) still
-        // applies them to this writer: a capture never stops for its bookkeeping.
-        let unchanged = crate::budget::load(store.root()).ok().flatten() == Some(budgets);
-        if cfg.save_budgets && !unchanged {
-            if let Err(e) = crate::budget::save(store.root(), &budgets) {
-                tracing::warn!(
-                    "cannot save the retention budgets in the store (they apply to this \
-                     writer only): {}",
-                    crate::error::chain(&e)
-                );
-            }
-        }
-        let dir = store.segments_dir();
+        let budgets = open::save_budgets(&store, &cfg);
         let mut report = OpenReport::default();
-        segment::resume_rebuilds(&dir)?;
-        // Only a holder of the writer lock compacts: a temporary file found now is left
-        // from a crash, and the segment it was to replace is whole.
-        report.compaction_leftovers = compact::remove_leftovers(&dir)?;
-        // Temporary files a killed process left between writing and renaming them (the
-        // side index's, `last-seq`'s, the budgets'): old ones only, since `capsule reindex`
-        // writes without the lock.
-        for d in [store.root().to_path_buf(), dir.clone(), store.index_dir()] {
-            match crate::fsx::remove_stale_temps(&d, STALE_TEMP_AGE) {
-                Ok(gone) => report.stale_temps.extend(gone),
-                Err(e) => tracing::warn!(
-                    "cannot remove stale temporary files in {}: {}",
-                    d.display(),
-                    crate::error::chain(&e)
-                ),
-            }
-        }
-        // Recovery writes a footer: on a full disk it is tried again below, once the
-        // retention (and the indexer, for deleting derived data) is set up.
-        let mut full = Vec::new();
-        for e in store.list()? {
-            if e.state == SegmentState::Open {
-                match segment::recover(&dir, &e.path) {
-                    Ok(r) => report.recovered.push(r),
-                    Err(err) if err.is_disk_full() => full.push(e.path),
-                    Err(err) => return Err(err),
-                }
-            }
-        }
-        let (sealed, open): (Vec<_>, Vec<_>) = store
-            .list()?
-            .into_iter()
-            .partition(|e| e.state == SegmentState::Sealed);
-        let next_seq = crate::seq::next(&dir, store.highest_seq()?)?;
-        let mut retention = Retention::new(&dir, sealed, &budgets);
-        open.iter().for_each(|e| retention.grew(e.bytes));
-        // A segment must stay a small part of what the free-space floor leaves the store:
-        // retention can only delete sealed segments, so an open segment as large as the
-        // room would fill the disk with nothing to delete (a 64 MiB disk and 1 GiB
-        // segments wedged capture). An eighth: the open segment, one being compacted and
-        // its copy, and the sealed ones retention deletes from all fit.
-        if let Some(room) = retention.room_above_floor() {
-            let cap = (room / SEGMENTS_IN_ROOM).max(cfg.block_bytes as u64);
-            if cap < cfg.segment_bytes {
-                tracing::info!(
-                    "segments are sealed at {cap} bytes instead of {}: the store has room \
-                     for {room} bytes above its free-space floor",
-                    cfg.segment_bytes
-                );
-                cfg.segment_bytes = cap;
-            }
-        }
-        if cfg.compact && (matches!(cfg.level, Level::Zstd(_)) || cfg.age_tier.is_some()) {
-            retention.reserve(cfg.segment_bytes);
-        }
-        // Derived data: rebuild what a crash (or an older build) left without it. It can
-        // always be rebuilt later (`capsule reindex`, or the next writer): an error here is
-        // logged, and writing goes on.
-        let remaining: Vec<_> = retention.sealed().cloned().collect();
-        report.reindexed = indexer.reconcile(&store, &remaining).unwrap_or_else(|e| {
-            tracing::warn!(
-                "cannot bring the index up to date (the next writer or `capsule reindex` \
-                 does): {}",
-                crate::error::chain(&e)
-            );
-            Vec::new()
-        });
-        for path in full {
-            loop {
-                match segment::recover(&dir, &path) {
-                    Ok(r) => {
-                        if let Some(s) = r.sealed() {
-                            retention.grew(s.bytes);
-                            retention.sealed_one(
-                                crate::store::SegmentEntry {
-                                    seq: s.seq,
-                                    state: SegmentState::Sealed,
-                                    path: s.path.clone(),
-                                    bytes: s.bytes,
-                                },
-                                (s.packets > 0).then_some(s.last_ns),
-                            );
-                        }
-                        report.recovered.push(r);
-                        break;
-                    }
-                    Err(err) if err.is_disk_full() => {
-                        match retention.evict_for_space(indexer.as_mut())? {
-                            Some(d) => report.deleted_for_space.push(d),
-                            None => {
-                                // Readers read it through its block headers; the next open
-                                // tries again. Writing goes on with the next segment number.
-                                tracing::warn!(
-                                    "disk full: cannot seal torn segment {} and no sealed \
-                                     segment is left to delete; it stays open",
-                                    path.display()
-                                );
-                                report.left_open.push(path);
-                                break;
-                            }
-                        }
-                    }
-                    Err(err) => return Err(err),
-                }
-            }
-        }
-        // The ledger: a line for every sealed segment it lacks (a store older than the
-        // ledger, a segment recovered now, a crash between a seal and its line).
-        let sealed_now: Vec<_> = retention
-            .sealed()
-            .map(|e| (e.seq, e.path.as_path(), e.bytes))
-            .collect();
-        if let Err(e) = crate::ledger::reconcile(&dir, &sealed_now) {
-            tracing::warn!(
-                "cannot bring the ledger of sealed segments up to date: {}",
-                crate::error::chain(&e)
-            );
-        }
-        report.existing_segments = retention.sealed().count() + report.left_open.len();
-        report.deleted = retention.make_room(indexer.as_mut(), 0)?;
-
-        // Live capture (adaptive) gets a deeper queue: 16 blocks absorb a burst while the
-        // compressors step down to faster levels (see compress_loop).
-        let depth = if cfg.adaptive {
-            (cfg.threads * 2).max(16)
-        } else {
-            cfg.threads * 2
-        };
-        let (tx, raw_rx) = bounded::<RawBlock>(depth);
-        let (done_tx, done_rx) = bounded::<Compressed>(depth);
-        // The pool holds every block buffer that can be away from the producer at once (the
-        // blocks queued, the ones being compressed or written, a write queue's worth of
-        // blocks lent to the segment, one open block per lane), so that none is dropped
-        // when a write hands a batch back: a dropped buffer is a fresh one later, and a
-        // fresh one is page faults on the capture thread (with the binary's allocator a
-        // 2 MiB huge page zeroed, 5% of a store-rung capture's CPU when 2 of every 8 were).
-        // The steady state: one open block per lane, a write queue's worth lent to the
-        // segment, two on their way.
-        let steady = LANES + segment::DIRECT_FLUSH_BYTES / cfg.block_bytes.max(1) + 2;
-        let in_flight = steady + 2 * depth + cfg.threads;
-        let (pool_tx, pool) = bounded::<Vec<u8>>(in_flight);
-        if cfg.adaptive {
-            // Live capture: the buffers of the steady state are made and touched now,
-            // before the first packet. Made as blocks are cut, each new one
-            // stopped the capture thread for its page faults (a 2 MiB huge page is zeroed
-            // at its first touch; on a virtual machine the host backs it then too): 7,000
-            // packets dropped at the start of a 5 s capture.
-            for _ in 0..steady {
-                // Written, not allocated zeroed: `vec![0; n]` maps fresh zero pages and
-                // touches none of them.
-                #[allow(clippy::slow_vector_initialization)]
-                let mut buf = Vec::with_capacity(block_capacity(cfg.block_bytes));
-                buf.resize(buf.capacity(), 0);
-                buf.clear();
-                let _ = pool_tx.try_send(buf);
-            }
-        }
-        // Record lists go back too: a fresh one a block is a few hundred KiB of page faults.
-        let (records_tx, records_pool) = bounded::<Vec<Record>>(depth + 2);
-        let collect = indexer.wants_records();
-        // Frame buffers go back from the writer thread to the compressors: a fresh 1 MiB
-        // buffer per block costs page faults (about 2% of capture's CPU at -1000).
-        let (frames_tx, frames_rx) = bounded::<Vec<u8>>(depth + cfg.threads);
-        let ratio = Arc::new(Ratio::default());
-        let mut threads = Vec::new();
-        // At the store rung there is nothing to compress (see [`Pipe::Store`]).
-        let compressors = if cfg.level == Level::Store {
-            0
-        } else {
-            cfg.threads
-        };
-        let urgent = Arc::new(AtomicU32::new(0));
-        let disk_bound = Arc::new(AtomicBool::new(false));
-        let compact_counters = Arc::new(CompactCounters::default());
-        let gauge = PressureGauge {
-            rungs: Arc::default(),
-            disk_bound: disk_bound.clone(),
-            urgent: urgent.clone(),
-            space: Arc::default(),
-            compact: compact_counters.clone(),
-            budget: Arc::new(AtomicU64::new(cfg.max_bytes.unwrap_or(u64::MAX))),
-        };
-        let ladder = Arc::new(std::sync::Mutex::new(Ladder::new(Instant::now())));
-        for i in 0..compressors {
-            let rx = raw_rx.clone();
-            let ladder = ladder.clone();
-            let urgent_c = urgent.clone();
-            let disk_c = disk_bound.clone();
-            let rungs = gauge.rungs.clone();
-            let out = done_tx.clone();
-            let frames = frames_rx.clone();
-            let (level, adaptive) = (cfg.level, cfg.adaptive);
-            let h = std::thread::Builder::new()
-                .name(format!("capsule-zstd-{i}"))
-                .spawn(move || {
-                    let signals = Signals {
-                        urgent: urgent_c,
-                        disk_bound: disk_c,
-                        rungs,
-                        ladder,
-                    };
-                    compress_loop(level, adaptive, rx, out, frames, signals)
-                })
-                .map_err(|e| StoreError::io("start compressor thread", &dir, e))?;
-            threads.push(h);
-        }
-        let pipe = if compressors == 0 {
-            Pipe::Store(done_tx, gauge.rungs.clone())
-        } else {
-            drop(done_tx);
-            Pipe::Compress(tx)
-        };
-        let (compact_tx, compact_rx) = bounded::<CompactRequest>(1);
-        let (budgets_tx, budgets_rx) = bounded::<crate::budget::Budgets>(4);
-        let (seal_tx, seal_rx) = bounded::<SealRequest>(4);
-        let w = WriterThread {
-            compact_rx,
-            budgets_rx,
-            seal_rx,
-            dir: dir.clone(),
-            indexer,
-            pool: pool_tx,
-            records_pool: records_tx,
-            frames: frames_tx,
-            retention,
-            cfg: cfg.clone(),
-            ratio: ratio.clone(),
-            report: WriteReport::default(),
-            disk: DiskLoad::new(disk_bound.clone()),
-            space: gauge.space.clone(),
-            redeclare: Vec::new(),
-            redeclare_seq: next_seq,
-            index_stale: false,
-            heads: Vec::new(),
-            lent: Vec::new(),
-            small_writes: false,
-        };
-        let writer = std::thread::Builder::new()
-            .name("capsule-writer".into())
-            .spawn(move || w.run(done_rx))
-            .map_err(|e| StoreError::io("start writer thread", &dir, e))?;
-        let compact_stop = Arc::new(AtomicBool::new(false));
-        let plan = compact::Plan {
-            base: matches!(cfg.level, Level::Zstd(_)).then_some(cfg.level),
-            tier: cfg.age_tier,
-        };
-        let compactor = if cfg.compact && (plan.base.is_some() || plan.tier.is_some()) {
-            if let Level::Zstd(target) = cfg.level {
-                compact_counters
-                    .target
-                    .store(target as u32, Ordering::Relaxed);
-                // `compact_target` shows only a base level being brought up.
-                compact_counters.running.store(true, Ordering::Relaxed);
-            }
-            if let (Some(t), Some(Level::Zstd(l))) = (plan.tier, plan.tier_level()) {
-                compact_counters
-                    .tier_level
-                    .store(l as u32, Ordering::Relaxed);
-                compact_counters.tier_age_ns.store(
-                    u64::try_from(t.age.as_nanos()).unwrap_or(u64::MAX),
-                    Ordering::Relaxed,
-                );
-                compact_counters.tier.store(true, Ordering::Relaxed);
-            }
-            let queue = match &pipe {
-                Pipe::Compress(tx) => QueueLen::Raw(tx.clone()),
-                Pipe::Store(tx, _) => QueueLen::Stored(tx.clone()),
-            };
-            let busy = compactor::Busy::new(
-                urgent.clone(),
-                disk_bound.clone(),
-                gauge.rungs.clone(),
-                queue,
-            );
-            let (d, stop, to_writer, counters) = (
-                dir.clone(),
-                compact_stop.clone(),
-                compact_tx.clone(),
-                compact_counters.clone(),
-            );
-            let h = std::thread::Builder::new()
-                .name("capsule-compact".into())
-                .spawn(move || compactor::run_background(d, plan, busy, stop, to_writer, counters))
-                .map_err(|e| StoreError::io("start compactor thread", &dir, e))?;
-            Some(h)
-        } else {
-            None
-        };
-
-        let lanes = (0..LANES)
-            .map(|_| {
-                let mut b = OpenBlock::default();
-                let buf = pool
-                    .try_recv()
-                    .unwrap_or_else(|_| Vec::with_capacity(block_capacity(cfg.block_bytes)));
-                b.reset(buf, matches!(pipe, Pipe::Store(..)));
-                b
-            })
-            .collect();
+        open::clear_crash_leftovers(&store, &mut report)?;
+        let full = open::recover_torn_segments(&store, &mut report)?;
+        let (mut retention, next_seq) = open::start_retention(&store, &budgets)?;
+        open::fit_segments_to_room(&mut cfg, &mut retention);
+        report.reindexed = open::reconcile_index(indexer.as_mut(), &store, &retention);
+        let dir = store.segments_dir();
+        open::recover_on_full_disk(&dir, full, &mut retention, indexer.as_mut(), &mut report)?;
+        open::reconcile_ledger(&dir, &retention);
+        open::apply_retention(&mut retention, indexer.as_mut(), &mut report)?;
+        let pipeline = open::start_threads(&cfg, &dir, indexer, retention, next_seq)?;
         Ok((
-            StoreWriter {
-                cfg,
-                ifaces: Vec::new(),
-                local: Vec::new(),
-                local_count: 0,
-                lanes,
-                spare: Vec::new(),
-                last: None,
-                disordered: false,
-                failed: None,
-                order: 0,
-                segment: next_seq,
-                seg_uncompressed: 0,
-                seg_opened: Instant::now(),
-                seg_first_ns: None,
-                last_opened: Instant::now(),
-                seal_tx,
-                tx: Some(pipe),
-                pool,
-                records_pool,
-                collect,
-                ratio,
-                urgent,
-                gauge,
-                threads,
-                writer: Some(writer),
-                compact_tx: Some(compact_tx),
-                budgets_tx,
-                root: store.root().to_path_buf(),
-                compact_counters,
-                compactor,
-                compact_stop,
-                seg_dir: dir,
-                cut: None,
-                cut_packets: 0,
-                packets: 0,
-                wire_bytes: 0,
-                blocks: 0,
-                _lock: lock,
-            },
+            StoreWriter::assemble(cfg, &store, lock, next_seq, pipeline),
             report,
         ))
     }

@@ -22,7 +22,7 @@ use super::DeletedSegment;
 use crate::budget::{self, FreeSpace};
 use crate::error::Result;
 use crate::indexer::Indexer;
-use crate::segment::{self, SegmentReader};
+use crate::segment::{self, SealedSegment, SegmentReader, SegmentState};
 use crate::store::SegmentEntry;
 
 /// A sealed segment retention may delete, with the time of its last packet (`None`: it
@@ -166,9 +166,16 @@ impl Retention {
         }
     }
 
-    /// A segment was sealed: it is now the newest deletion candidate. `last_ns`: its last
-    /// packet's time.
-    pub(super) fn sealed_one(&mut self, entry: SegmentEntry, last_ns: Option<u64>) {
+    /// Segment `s` was sealed (by the writer thread, or by recovery at open): it is now the
+    /// newest deletion candidate.
+    pub(super) fn sealed_one(&mut self, s: &SealedSegment) {
+        let entry = SegmentEntry {
+            seq: s.seq,
+            state: SegmentState::Sealed,
+            path: s.path.clone(),
+            bytes: s.bytes,
+        };
+        let last_ns = (s.packets > 0).then_some(s.last_ns);
         if let Some(t) = last_ns {
             self.saw(t);
         }

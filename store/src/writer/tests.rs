@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::format;
-use crate::segment::{SegmentFile, SegmentState};
+use crate::segment::{self, SegmentFile, SegmentState};
 use crate::store::Store;
 use capsule_pcap::read::fragment_packets;
 
