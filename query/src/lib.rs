@@ -2,7 +2,7 @@
 //!
 //! A query is a filter expression and a time window. This crate owns both languages and the
 //! [`Query`] they make, and nothing else: it reads no file and knows no store, so the CLI,
-//! the planner, the exporter and (later) the server all parse the same text the same way,
+//! the planner, the exporter and the server all parse the same text the same way,
 //! and the parsers are tested and fuzzed alone.
 //!
 //! ```text

@@ -3,9 +3,17 @@
 //! Raw text becomes checked values here, before any command runs (ripgrep's lowargs ->
 //! hiargs): sizes, durations, rates, instants, levels and queue lists are parsed by clap's
 //! value parsers, so every usage error, whatever the flag, exits with status 2 and a message
-//! naming the flag. The command bodies in `cmd/` receive values, never strings to parse.
-//! [`parse_args`] also reads `capture --config FILE`: the file's `[capture]` values become
-//! the flags the command line lacks, checked by the same parsers.
+//! naming the flag. The filter is the exception: its words are joined and parsed into a
+//! `Filter` by `request.rs` right after clap (a filter error points at its token with a
+//! caret, which a clap value parser cannot show), together with the window it goes with.
+//! The command bodies in `cmd/` receive values, never strings to parse. [`parse_args`]
+//! also reads `capture --config FILE`: the file's `[capture]` values become the flags the
+//! command line lacks, checked by the same parsers.
+//!
+//! `select.rs` holds the groups every question shares, defined once (the window and filter,
+//! the server to ask, the store); `questions.rs`, `capture.rs` and `store.rs` the commands'
+//! own flags; `help.rs` the long help texts; `tests.rs` the parsing tests and clap's own
+//! checks of the definitions.
 
 use std::path::PathBuf;
 use std::time::Duration;
