@@ -153,7 +153,8 @@ pub enum Body {
     Alerts { alerts: Vec<alerts::Alert> },
 }
 
-/// An answer: which question, over which window, and what it found.
+/// An answer: which question, over which window, and what it found. It serialises as its
+/// JSON document ([`Answer::to_json`]).
 #[derive(Debug, Clone)]
 pub struct Answer {
     /// The question answered, with its options.
@@ -197,6 +198,12 @@ impl Answer {
     /// 3 on the command line and carries `capsule-partial: true` over HTTP.
     pub fn missing(&self) -> Vec<String> {
         self.window.limits.missing()
+    }
+}
+
+impl Serialize for Answer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
     }
 }
 

@@ -72,3 +72,20 @@ pub fn stream(
 ) -> Result<ExportReport, AnswerError> {
     Ok(capsule_replay::export(&open(source)?, &req.options(), out)?)
 }
+
+/// The plan as `capsule query --explain --json` prints it: per segment, the blocks in the
+/// window and those to read, and the totals.
+pub fn plan_json(plan: &Plan) -> serde_json::Value {
+    serde_json::json!({
+        "segments": plan.segments.iter().map(|s| serde_json::json!({
+            "seq": s.seq, "blocks_total": s.blocks_total, "blocks_in_window": s.blocks_in_window,
+            "blocks_to_read": s.blocks.len(), "indexed": s.indexed,
+            "unjournaled_blocks": s.unjournaled,
+        })).collect::<Vec<_>>(),
+        "blocks_read": plan.blocks_read(), "blocks_total": plan.blocks_total(),
+        "segments_touched": plan.segments_touched(),
+        "unindexed": plan.unindexed,
+        "journal_notes": plan.journal_notes.iter().map(|(seq, why)| serde_json::json!({
+            "seq": seq, "note": why.to_string()})).collect::<Vec<_>>(),
+    })
+}

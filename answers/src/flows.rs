@@ -59,6 +59,14 @@ pub struct Answer {
     pub segments: Vec<SegmentReader>,
 }
 
+/// `{"flows": [...], "missing": [...]}`: each flow as its JSON line ([`json_line`]).
+impl Serialize for Answer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let flows: Vec<serde_json::Value> = self.listing.flows.iter().map(json_line).collect();
+        serde_json::json!({ "flows": flows, "missing": self.missing }).serialize(s)
+    }
+}
+
 /// Lists the flows `req` asks for from `source`'s side index.
 pub fn answer(source: &Source, req: &Request) -> Result<Answer, AnswerError> {
     let store_err = |e| AnswerError::Store {

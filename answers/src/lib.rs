@@ -21,6 +21,7 @@
 //!     -> export::plan / count / stream(out)   the packets themselves (pcap, pcapng)
 //! status::Request { level, max_bytes } -> status::answer -> status::Answer (the store and
 //!                               the capture writing it)
+//! segments::answer(store)       -> segments::Answer (one row per segment file)
 //! merge::Merge                  how two answers of adjacent windows (or two capture points)
 //!                               combine, for the kinds where that is exact
 //! ```
@@ -38,6 +39,7 @@ pub mod export;
 pub mod flows;
 pub mod merge;
 pub mod params;
+pub mod segments;
 pub mod status;
 
 /// Where answers come from: a store directory and, when the operator gave one, the config

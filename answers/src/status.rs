@@ -310,6 +310,12 @@ pub fn answer(store_dir: &Path, req: &Request) -> Result<Answer, AnswerError> {
     })
 }
 
+impl Serialize for Answer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_json().serialize(s)
+    }
+}
+
 impl Answer {
     /// The `capsule status --json` document (also `GET /v1/status` of `capsule serve`),
     /// before every instant gets its RFC 3339 text beside it.

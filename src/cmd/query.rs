@@ -50,7 +50,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     if explain {
         let plan = export::plan(&source, &request).map_err(answer_error)?;
         if a.json {
-            crate::output::print_json(plan_json(&plan));
+            crate::output::print_json(export::plan_json(&plan));
         } else {
             print_plan(&plan);
         }
@@ -222,21 +222,6 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
             Ok(ExitCode::from(crate::output::PARTIAL))
         }
     }
-}
-
-fn plan_json(plan: &capsule_index::plan::Plan) -> serde_json::Value {
-    serde_json::json!({
-        "segments": plan.segments.iter().map(|s| serde_json::json!({
-            "seq": s.seq, "blocks_total": s.blocks_total, "blocks_in_window": s.blocks_in_window,
-            "blocks_to_read": s.blocks.len(), "indexed": s.indexed,
-            "unjournaled_blocks": s.unjournaled,
-        })).collect::<Vec<_>>(),
-        "blocks_read": plan.blocks_read(), "blocks_total": plan.blocks_total(),
-        "segments_touched": plan.segments_touched(),
-        "unindexed": plan.unindexed,
-        "journal_notes": plan.journal_notes.iter().map(|(seq, why)| serde_json::json!({
-            "seq": seq, "note": why.to_string()})).collect::<Vec<_>>(),
-    })
 }
 
 fn print_plan(plan: &capsule_index::plan::Plan) {

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use capsule_store::Store;
+use capsule_answers::segments;
 
 use crate::cli::SegmentsArgs;
 use crate::render::table::{Column, Table};
@@ -12,10 +12,8 @@ use crate::units;
 
 pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
     let json = a.json;
-    let store = a.store.as_path();
-    let store = Store::open(store)?;
-    let (segs, unreadable) = store.open_segments_checked()?;
-    crate::notes::warn_unreadable(&unreadable, "");
+    let answer = segments::answer(&a.store).map_err(crate::request::answer_error)?;
+    crate::notes::warn_unreadable(&answer.unreadable, "");
     let mut out = std::io::stdout().lock();
     // Times to the second and sizes in SI units for people (--json has nanoseconds and
     // bytes); the block count goes first when the terminal is narrow.
@@ -35,33 +33,20 @@ pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
         })
         .unwrap_or_default()
     };
-    for s in &segs {
-        let packets: u64 = s.blocks().iter().map(|b| u64::from(b.packets)).sum();
-        let first = s.blocks().iter().map(|b| b.first_ns).min();
-        let last = s.blocks().iter().map(|b| b.last_ns).max();
-        let state = match s.state() {
-            capsule_store::SegmentState::Sealed => "sealed",
-            capsule_store::SegmentState::Open => "open",
-        };
+    for s in &answer.segments {
         if json {
-            let v = serde_json::json!({
-                "seq": s.seq(), "state": state, "path": s.path(), "blocks": s.blocks().len(),
-                "packets": packets, "bytes": s.bytes(), "first_ns": first, "last_ns": last,
-                "interfaces": s.interfaces().iter().map(|i| serde_json::json!({
-                    "linktype": i.linktype, "snaplen": i.snaplen, "name": i.name })).collect::<Vec<_>>(),
-            });
-            let mut v = v;
+            let mut v = serde_json::to_value(s)?;
             crate::output::with_times(&mut v);
             writeln!(out, "{v}")?;
         } else {
             table.push(vec![
-                s.seq().to_string(),
-                state.to_string(),
-                s.blocks().len().to_string(),
-                packets.to_string(),
-                units::format_bytes(s.bytes()),
-                to_second(first),
-                to_second(last),
+                s.seq.to_string(),
+                s.state.to_string(),
+                s.blocks.to_string(),
+                s.packets.to_string(),
+                units::format_bytes(s.bytes),
+                to_second(s.first_ns),
+                to_second(s.last_ns),
             ]);
         }
     }

@@ -1,0 +1,90 @@
+//! The segments of a store: `capsule segments`, one row per segment file.
+
+use std::path::{Path, PathBuf};
+
+use capsule_store::{SegmentState, Store, Unreadable};
+use serde::Serialize;
+
+use crate::AnswerError;
+
+/// One interface a segment's packets were captured on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Interface {
+    pub linktype: u16,
+    pub snaplen: u32,
+    pub name: Option<String>,
+}
+
+/// One segment file.
+#[derive(Debug, Clone, Serialize)]
+pub struct Segment {
+    pub seq: u64,
+    /// `sealed` or `open`.
+    pub state: &'static str,
+    pub path: PathBuf,
+    pub blocks: usize,
+    pub packets: u64,
+    pub bytes: u64,
+    /// First and last packet time (none for a segment without packets).
+    pub first_ns: Option<u64>,
+    pub last_ns: Option<u64>,
+    pub interfaces: Vec<Interface>,
+}
+
+/// The segments, oldest first, and those that cannot be read.
+#[derive(Debug)]
+pub struct Answer {
+    pub segments: Vec<Segment>,
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// `{"segments": [...], "unreadable": [{"seq", "path", "problem"}]}`.
+impl Serialize for Answer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let unreadable: Vec<serde_json::Value> = self
+            .unreadable
+            .iter()
+            .map(|u| serde_json::json!({"seq": u.seq, "path": u.path, "problem": u.problem}))
+            .collect();
+        serde_json::json!({ "segments": self.segments, "unreadable": unreadable }).serialize(s)
+    }
+}
+
+/// Lists the segments of the store in `store_dir`.
+pub fn answer(store_dir: &Path) -> Result<Answer, AnswerError> {
+    let err = |source| AnswerError::Store {
+        store: store_dir.display().to_string(),
+        source,
+    };
+    let store = Store::open(store_dir).map_err(err)?;
+    let (segs, unreadable) = store.open_segments_checked().map_err(err)?;
+    let segments = segs
+        .iter()
+        .map(|s| Segment {
+            seq: s.seq(),
+            state: match s.state() {
+                SegmentState::Sealed => "sealed",
+                SegmentState::Open => "open",
+            },
+            path: s.path().to_path_buf(),
+            blocks: s.blocks().len(),
+            packets: s.blocks().iter().map(|b| u64::from(b.packets)).sum(),
+            bytes: s.bytes(),
+            first_ns: s.blocks().iter().map(|b| b.first_ns).min(),
+            last_ns: s.blocks().iter().map(|b| b.last_ns).max(),
+            interfaces: s
+                .interfaces()
+                .iter()
+                .map(|i| Interface {
+                    linktype: i.linktype,
+                    snaplen: i.snaplen,
+                    name: i.name.clone(),
+                })
+                .collect(),
+        })
+        .collect();
+    Ok(Answer {
+        segments,
+        unreadable,
+    })
+}
