@@ -19,13 +19,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use capsule_config::{AlertRules, Config};
+use capsule_query::IpProto;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::matrix::{self, UNASSIGNED};
-use crate::{
-    dscp, rfc, side_filter, stragglers, top::flow_label, AnalyticsError, Export, Input, Policy,
-};
+use crate::{dscp, rfc, side_filter, stragglers, AnalyticsError, Export, Input, Policy};
 
 /// How urgent an alert is: the order of the report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -249,8 +248,7 @@ fn clamp(input: &Input, first: u64, last: u64) -> (u64, u64) {
 
 /// The label of direction `d` of a flow: `tcp 10.60.0.5:40000 -> 203.0.113.77:443`.
 fn side_label(f: &capsule_index::sideindex::FlowCounts, d: usize) -> String {
-    let label = flow_label(f);
-    let proto = label.split(' ').next().unwrap_or("");
+    let proto = IpProto::from(f.key.proto);
     let (src, dst, ports) = f.key.side(d);
     let ep = |a: IpAddr, p: Option<u16>| match (a, p) {
         (IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
@@ -376,7 +374,11 @@ fn tcp_rules(input: &Input, rules: &AlertRules, out: &mut Vec<Alert>) {
         seen: bool,
     }
     let mut hosts: BTreeMap<IpAddr, H> = BTreeMap::new();
-    for s in input.flows.iter().filter(|s| s.flow.key.proto == 6) {
+    for s in input
+        .flows
+        .iter()
+        .filter(|s| IpProto::from(s.flow.key.proto) == IpProto::Tcp)
+    {
         let f = &s.flow;
         for d in 0..2 {
             let (src, _, _) = f.key.side(d);

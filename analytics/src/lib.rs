@@ -404,7 +404,7 @@ impl Input {
             // The finding filters are written by this crate from addresses, ports and
             // numbers; one that did not parse would be a bug here, and exports nothing
             // rather than everything.
-            filter: capsule_query::Filter::parse(filter).unwrap_or_else(|_| Filter::nothing()),
+            filter: capsule_query::Filter::parse(filter).unwrap_or_else(|_| Filter::all().not()),
             store: self.store.clone(),
         }
     }
@@ -431,7 +431,7 @@ pub fn shell_quote(s: &str) -> String {
 /// `proto N`.
 fn proto_filter(n: u8) -> String {
     match IpProto::from(n) {
-        p if p.has_ports() => p.to_string(),
+        p @ (IpProto::Tcp | IpProto::Udp | IpProto::Sctp) => p.to_string(),
         p => format!("proto {}", p.number()),
     }
 }

@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
+use capsule_query::IpProto;
 use serde::Serialize;
 
 use crate::top::flow_label;
@@ -127,7 +128,11 @@ pub fn tcp(input: &Input, interval_ns: u64) -> Result<Tcp, AnalyticsError> {
         vec![HashMap::default(); n];
     let mut hosts: BTreeMap<IpAddr, Health> = BTreeMap::new();
     let mut troubled = Vec::new();
-    for s in input.flows.iter().filter(|s| s.flow.key.proto == 6) {
+    for s in input
+        .flows
+        .iter()
+        .filter(|s| IpProto::from(s.flow.key.proto) == IpProto::Tcp)
+    {
         let f = &s.flow;
         for b in &f.buckets {
             let i = slot(b.second * 1_000_000_000);

@@ -407,7 +407,7 @@ pub fn flow_label(f: &capsule_index::sideindex::FlowCounts) -> String {
         (a, Some(p)) => format!("{a}:{p}"),
         (a, None) => a.to_string(),
     };
-    let proto = capsule_wire::IpProto::from(k.proto).to_string();
+    let proto = capsule_query::IpProto::from(k.proto);
     let vlans: Vec<String> = k.vlans.iter().flatten().map(|v| v.to_string()).collect();
     let vlan = if vlans.is_empty() {
         String::new()

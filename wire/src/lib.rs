@@ -13,6 +13,10 @@
 //!   index only ever see that summary, never the bytes.
 //! * [`linktype`] and [`ethertype`]: the `LINKTYPE_*` and EtherType numbers, once for all of
 //!   capsule.
+//! * [`ipproto`]: the IP protocol numbers, and [`IpProto`], a protocol as a value with the
+//!   names capsule prints and reads (`tcp`, `icmp6`, `gre`, or the number): the one map from
+//!   numbers to names for the filter language, the answers and the tables. Packed records
+//!   and [`IpInfo::proto`] keep the raw number; `IpProto::from(n)` names it.
 //!
 //! Data flows in one pass, front to back, each layer handing the next its remaining bytes
 //! (one file per layer: `link.rs`, `ip.rs`, `transport.rs`):
@@ -56,8 +60,6 @@
 
 pub mod ethertype;
 pub mod ipproto;
-
-pub use ipproto::IpProto;
 pub mod linktype;
 pub mod view;
 
@@ -66,6 +68,8 @@ mod fixtures;
 mod ip;
 mod link;
 mod transport;
+
+pub use ipproto::IpProto;
 
 use std::net::IpAddr;
 
@@ -95,7 +99,8 @@ pub struct IpInfo {
     pub version: u8,
     pub src: IpAddr,
     pub dst: IpAddr,
-    /// Transport protocol: IPv4 protocol, or the IPv6 next header after extension headers.
+    /// Transport protocol: IPv4 protocol, or the IPv6 next header after extension headers
+    /// (the number; [`IpProto::from`] names it).
     pub proto: u8,
     /// Differentiated Services code point (6 bits).
     pub dscp: u8,

@@ -1,7 +1,8 @@
 //! The query filter language: a small tcpdump / stenoread-like expression language over the
 //! fields of [`Dissected`], with an exact per-packet evaluator ([`Filter::matches`]) and a
 //! three-valued evaluator for query planning over the side index ([`Filter::matches_side`],
-//! [`Filter::matches_non_ip`]).
+//! [`Filter::matches_non_ip`]). A [`Filter`] is parsed from text ([`Filter::parse`]) or built
+//! as a value (see [Building filters](#building-filters)).
 //!
 //! # Examples
 //!
@@ -32,6 +33,42 @@
 //! );
 //! ```
 //!
+//! # Building filters
+//!
+//! Code that has the values builds the filter instead of writing text for the parser:
+//!
+//! ```
+//! use capsule_query::filter::{Direction, Filter};
+//! use capsule_wire::IpProto;
+//!
+//! let a = "10.60.0.5".parse().unwrap();
+//! let f = Filter::vlan(Some(100))?
+//!     .and(Filter::proto(IpProto::Udp))
+//!     .and(Filter::host(Direction::Src, a))
+//!     .and(Filter::port_range(Direction::Dst, 16384, 32767)?)
+//!     .and(!Filter::dscp(46)?);
+//! assert_eq!(
+//!     f.to_string(),
+//!     "vlan 100 and udp and src host 10.60.0.5 and dst portrange 16384-32767 and not dscp ef"
+//! );
+//! assert_eq!(Filter::parse(&f.to_string()), Ok(f));
+//! # Ok::<(), capsule_query::filter::FilterValueError>(())
+//! ```
+//!
+//! One constructor a primitive: [`Filter::host`], [`Filter::net`], [`Filter::port`],
+//! [`Filter::port_range`], [`Filter::proto`], [`Filter::ip4`], [`Filter::ip6`],
+//! [`Filter::vlan`], [`Filter::dscp`], [`Filter::arp`], [`Filter::ether`],
+//! [`Filter::greater`], [`Filter::less`]; a [`Direction`] is the `src` / `dst` qualifier.
+//! They are joined with [`Filter::and`], [`Filter::or`] and [`Filter::not`] (or `!`), with
+//! [`Filter::all`] as the filter of every packet. A value the language has no text for (a
+//! VLAN id above 4095, a DSCP above 63, a prefix longer than its address, a port range upside
+//! down) is a [`FilterValueError`], not a filter. TCP flag tests and byte offsets have no
+//! constructor yet: parse them.
+//!
+//! The expression tree is private: the constructors keep the form the parser makes (chains
+//! flattened, host bits cleared), which is what makes `Filter::parse(&f.to_string()) ==
+//! Ok(f)` true for every filter, built or parsed (docs/decisions.md).
+//!
 //! # Grammar
 //!
 //! ```text
@@ -54,7 +91,7 @@
 //! follower   = [ dir ] addressed | "proto" protocol ;
 //! proto_word = "tcp" | "udp" | "sctp" | "icmp" | "icmp6" | "ip" | "ip6" ;
 //! protocol   = NUMBER (* 0-255 *) | "tcp" | "udp" | "sctp" | "icmp" | "icmp6" | "ipv6-icmp"
-//!            | "gre" | "esp" | "ah" ;
+//!            | "gre" | "esp" | "ah" ;           (* capsule_wire::IpProto's names *)
 //! dscp       = NUMBER (* 0-63 *) | "ef" | "va" | "le" | "default" | "be" | "df" | "cs0" .. "cs7"
 //!            | "af11" .. "af13" | "af21" .. "af23" | "af31" .. "af33" | "af41" .. "af43" ;
 //! ADDRESS    = an IPv4 or IPv6 literal (10.0.0.1, fd00::1) ;
@@ -167,17 +204,20 @@ use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use capsule_wire::Dissected;
+use capsule_wire::{Dissected, IpProto};
 
+mod build;
 mod parse;
 #[cfg(test)]
 mod proptests;
 
+pub use build::FilterValueError;
 pub use parse::FilterError;
 
-/// A parsed filter expression. `Display` prints a canonical form that parses back to an equal
-/// `Filter`; the empty filter prints as the empty string.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// A filter expression, parsed or built. `Display` prints a canonical form that parses back
+/// to an equal `Filter`; the empty filter prints as the empty string. Serde reads and writes
+/// that text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct Filter {
     /// `None` is the empty filter, which matches everything.
     expr: Option<Expr>,
@@ -330,41 +370,50 @@ pub(crate) fn dscp_by_name(name: &str) -> Option<u8> {
     (0..64u8).find(|&n| dscp_name(n) == Some(name.as_str()))
 }
 
-/// The name of an IP protocol number (`tcp`, `icmp6`, ...), if it has one: wire's
-/// [`IpProto`](capsule_wire::IpProto), the one name map.
+/// The name the filter language prints for an IP protocol number, if it has one: the same
+/// as [`IpProto::name`] (`IpProto::from(n).name()`), which callers can use instead.
 pub fn proto_name(n: u8) -> Option<&'static str> {
-    capsule_wire::IpProto::from(n).name()
+    IpProto::from(n).name()
 }
 
-/// The protocol number of a name (case-insensitive) accepted after `proto`.
-fn proto_by_name(name: &str) -> Option<u8> {
-    capsule_wire::IpProto::by_name(name).map(u8::from)
-}
-
-/// Which address or port of the packet a primitive looks at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dir {
-    /// `src or dst` (also written without a qualifier).
-    Any,
+/// Which address or port of a packet a primitive looks at: the qualifier before `host`,
+/// `net`, `port`, `portrange` and `ether host`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// `src or dst`, also written without a qualifier (`host A`): either address matches.
+    SrcOrDst,
+    /// `src`: the source.
     Src,
+    /// `dst`: the destination.
     Dst,
-    /// `src and dst`.
-    Both,
+    /// `src and dst`: both.
+    SrcAndDst,
 }
 
-impl Dir {
+impl Direction {
+    /// The qualifier as the canonical form prints it before its keyword, with a trailing
+    /// space (none for [`Direction::SrcOrDst`]).
+    fn prefix(self) -> &'static str {
+        match self {
+            Direction::SrcOrDst => "",
+            Direction::Src => "src ",
+            Direction::Dst => "dst ",
+            Direction::SrcAndDst => "src and dst ",
+        }
+    }
+
     fn pick(self, src: bool, dst: bool) -> bool {
         match self {
-            Dir::Any => src || dst,
-            Dir::Src => src,
-            Dir::Dst => dst,
-            Dir::Both => src && dst,
+            Direction::SrcOrDst => src || dst,
+            Direction::Src => src,
+            Direction::Dst => dst,
+            Direction::SrcAndDst => src && dst,
         }
     }
 }
 
 /// A comparison of the TCP flags byte (`tcp[tcpflags] & MASK OP VALUE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Cmp {
     Eq,
     Ne,
@@ -474,7 +523,7 @@ pub(crate) fn service_port(name: &str) -> Option<u16> {
 }
 
 /// An IP prefix with its host bits cleared.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Net {
     addr: IpAddr,
     prefix: u8,
@@ -522,13 +571,13 @@ impl Net {
 }
 
 /// A primitive test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Prim {
-    Host(Dir, IpAddr),
-    Net(Dir, Net),
-    Port(Dir, u16),
+    Host(Direction, IpAddr),
+    Net(Direction, Net),
+    Port(Direction, u16),
     /// Inclusive, low <= high.
-    PortRange(Dir, u16, u16),
+    PortRange(Direction, u16, u16),
     Proto(u8),
     Ip4,
     Ip6,
@@ -542,7 +591,7 @@ enum Prim {
         value: u8,
     },
     /// The Ethernet source or destination address (Ethernet link type only).
-    Ether(Dir, [u8; 6]),
+    Ether(Direction, [u8; 6]),
     /// EtherType 0x0806 after the VLAN tags.
     Arp,
     /// The packet's length on the wire is at least (`greater`) / at most (`less`) this.
@@ -562,7 +611,7 @@ enum Prim {
 }
 
 /// Where a [`Prim::Bytes`] offset counts from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Layer {
     /// The frame (Ethernet link type only).
     Ether,
@@ -605,7 +654,7 @@ impl Layer {
 /// The expression tree. `And` and `Or` hold at least two items, none of them of the same
 /// kind (the constructors flatten), so that the canonical text form parses back to an equal
 /// tree.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Expr {
     Prim(Prim),
     Not(Box<Expr>),
@@ -627,9 +676,14 @@ impl Expr {
     }
 
     fn join(items: Vec<Expr>, and: bool) -> Expr {
-        let mut flat = Vec::with_capacity(items.len());
+        let mut flat: Vec<Expr> = Vec::with_capacity(items.len());
         for e in items {
             match e {
+                // The first chain's items are kept where they are, so that a chain grown
+                // one item at a time (`a or b or c ...`, parsed from the left) is not
+                // copied at each step.
+                Expr::And(v) if and && flat.is_empty() => flat = v,
+                Expr::Or(v) if !and && flat.is_empty() => flat = v,
                 Expr::And(v) if and => flat.extend(v),
                 Expr::Or(v) if !and => flat.extend(v),
                 e => flat.push(e),
@@ -768,28 +822,22 @@ impl fmt::Display for Expr {
     }
 }
 
-impl fmt::Display for Dir {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Dir::Any => "",
-            Dir::Src => "src ",
-            Dir::Dst => "dst ",
-            Dir::Both => "src and dst ",
-        })
-    }
-}
-
 impl fmt::Display for Prim {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            Prim::Host(d, a) => write!(f, "{d}host {a}"),
-            Prim::Net(d, n) => write!(f, "{d}net {}/{}", n.addr, n.prefix),
-            Prim::Port(d, p) => write!(f, "{d}port {p}"),
-            Prim::PortRange(d, lo, hi) => write!(f, "{d}portrange {lo}-{hi}"),
-            Prim::Proto(n) => match (n, proto_name(n)) {
-                (1 | 6 | 17 | 58 | 132, Some(name)) => f.write_str(name),
-                (_, Some(name)) => write!(f, "proto {name}"),
-                (_, None) => write!(f, "proto {n}"),
+            Prim::Host(d, a) => write!(f, "{}host {a}", d.prefix()),
+            Prim::Net(d, n) => write!(f, "{}net {}/{}", d.prefix(), n.addr, n.prefix),
+            Prim::Port(d, p) => write!(f, "{}port {p}", d.prefix()),
+            Prim::PortRange(d, lo, hi) => write!(f, "{}portrange {lo}-{hi}", d.prefix()),
+            // The protocols that are words of their own (`tcp`), then `proto NAME`, else
+            // `proto N`.
+            Prim::Proto(n) => match IpProto::from(n) {
+                p @ (IpProto::Icmp
+                | IpProto::Tcp
+                | IpProto::Udp
+                | IpProto::Icmpv6
+                | IpProto::Sctp) => write!(f, "{p}"),
+                p => write!(f, "proto {p}"),
             },
             Prim::Ip4 => f.write_str("ip"),
             Prim::Ip6 => f.write_str("ip6"),
@@ -807,10 +855,10 @@ impl fmt::Display for Prim {
                     _ => write!(f, "tcp[tcpflags] & {mask} {} {value}", op.symbol()),
                 }
             }
-            Prim::Ether(d, m) => write!(
+            Prim::Ether(d, [a, b, c, x, y, z]) => write!(
                 f,
-                "ether {d}host {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-                m[0], m[1], m[2], m[3], m[4], m[5]
+                "ether {}host {a:02x}:{b:02x}:{c:02x}:{x:02x}:{y:02x}:{z:02x}",
+                d.prefix()
             ),
             Prim::Arp => f.write_str("arp"),
             Prim::Greater(n) => write!(f, "greater {n}"),
@@ -1015,26 +1063,6 @@ impl Filter {
         }
     }
 
-    /// The packets that pass both filters (the empty filter passes every packet). The tree
-    /// stays in its canonical form, so the result's text parses back to it.
-    pub fn and(self, other: Filter) -> Filter {
-        let reads_bytes = self.reads_bytes || other.reads_bytes;
-        let expr = match (self.expr, other.expr) {
-            (None, e) | (e, None) => e,
-            (Some(a), Some(b)) => Some(Expr::and(vec![a, b])),
-        };
-        Filter { expr, reads_bytes }
-    }
-
-    /// A filter no packet passes (`ip and not ip`).
-    pub fn nothing() -> Filter {
-        let ip = || Expr::Prim(Prim::Ip4);
-        Filter {
-            expr: Some(Expr::and(vec![ip(), Expr::not(ip())])),
-            reads_bytes: false,
-        }
-    }
-
     /// True for the empty filter (not for filters that happen to match everything, such as
     /// `vlan or not vlan`).
     pub fn is_all(&self) -> bool {
@@ -1192,6 +1220,31 @@ impl FromStr for Filter {
     type Err = FilterError;
     fn from_str(s: &str) -> Result<Filter, FilterError> {
         Filter::parse(s)
+    }
+}
+
+/// A filter is serialised as its canonical text (`"tcp and port 443"`, `""` for
+/// [`Filter::all`]), so that JSON carries what a person would type.
+impl serde::Serialize for Filter {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// Any text [`Filter::parse`] accepts; an error is the parser's, caret line included.
+impl<'de> serde::Deserialize<'de> for Filter {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Filter, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = Filter;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a filter expression as text")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Filter, E> {
+                Filter::parse(v).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(Text)
     }
 }
 

@@ -2,11 +2,9 @@
 
 use std::net::IpAddr;
 
-use capsule_wire::IpProto;
+use capsule_wire::{ipproto, IpProto};
 
-use super::{
-    dscp_by_name, proto_by_name, service_port, tcp_flag_by_name, Cmp, Dir, Expr, Layer, Net, Prim,
-};
+use super::{dscp_by_name, service_port, tcp_flag_by_name, Cmp, Direction, Expr, Layer, Net, Prim};
 
 /// Nesting limit for parentheses and `not`, so that hostile input cannot overflow the stack.
 const MAX_DEPTH: usize = 200;
@@ -316,7 +314,7 @@ struct Parser<'a> {
     /// The qualifiers of the last `host` / `net` / `port` / `portrange` / `ether host`
     /// primitive: its protocol word, direction and keyword, which a bare operand after
     /// `and` / `or` inherits (`tcp port 80 or 443`).
-    last: Option<(Option<Prim>, Dir, &'static str)>,
+    last: Option<(Option<Prim>, Direction, &'static str)>,
 }
 
 impl<'a> Parser<'a> {
@@ -406,9 +404,9 @@ impl<'a> Parser<'a> {
                 let kw = keyword(&w).expect("one of the four");
                 // `port (80 or 443)`: tcpdump's list of values for one qualifier.
                 if self.peek().kind == Kind::LParen {
-                    return self.values(proto, Dir::Any, kw, 0);
+                    return self.values(proto, Direction::SrcOrDst, kw, 0);
                 }
-                self.addressed(proto, Dir::Any, kw)?
+                self.addressed(proto, Direction::SrcOrDst, kw)?
             }
             "src" | "dst" => {
                 let dir = self.direction(&w);
@@ -444,11 +442,11 @@ impl<'a> Parser<'a> {
             {
                 return self.length(t);
             }
-            "tcp" => return self.shorthand(Prim::Proto(IpProto::Tcp.number())),
-            "udp" => return self.shorthand(Prim::Proto(IpProto::Udp.number())),
-            "sctp" => return self.shorthand(Prim::Proto(IpProto::Sctp.number())),
-            "icmp" => return self.shorthand(Prim::Proto(IpProto::Icmp.number())),
-            "icmp6" => return self.shorthand(Prim::Proto(IpProto::Icmpv6.number())),
+            "tcp" => return self.shorthand(Prim::Proto(ipproto::TCP)),
+            "udp" => return self.shorthand(Prim::Proto(ipproto::UDP)),
+            "sctp" => return self.shorthand(Prim::Proto(ipproto::SCTP)),
+            "icmp" => return self.shorthand(Prim::Proto(ipproto::ICMP)),
+            "icmp6" => return self.shorthand(Prim::Proto(ipproto::ICMPV6)),
             "ip" => return self.shorthand(Prim::Ip4),
             "ip6" => return self.shorthand(Prim::Ip6),
             "proto" => self.proto()?,
@@ -492,12 +490,12 @@ impl<'a> Parser<'a> {
                         self.next();
                         self.direction(d)
                     }
-                    _ => Dir::Any,
+                    _ => Direction::SrcOrDst,
                 };
                 let k = self.peek();
                 if k.word().as_deref() == Some("host") {
                     self.next();
-                } else if dir == Dir::Any {
+                } else if dir == Direction::SrcOrDst {
                     let k = self.next();
                     return Err(self.error(
                         k,
@@ -603,7 +601,7 @@ impl<'a> Parser<'a> {
     fn values(
         &mut self,
         proto: Option<Prim>,
-        dir: Dir,
+        dir: Direction,
         kw: &'static str,
         depth: usize,
     ) -> Result<Expr, FilterError> {
@@ -644,7 +642,7 @@ impl<'a> Parser<'a> {
     fn value(
         &mut self,
         proto: Option<Prim>,
-        dir: Dir,
+        dir: Direction,
         kw: &'static str,
         depth: usize,
     ) -> Result<Expr, FilterError> {
@@ -663,8 +661,12 @@ impl<'a> Parser<'a> {
 
     /// The direction after `src` / `dst` (`w`, consumed), including `src or dst` and
     /// `src and dst` (the `or` / `and` and the second word are consumed here).
-    fn direction(&mut self, w: &str) -> Dir {
-        let one = if w == "src" { Dir::Src } else { Dir::Dst };
+    fn direction(&mut self, w: &str) -> Direction {
+        let one = if w == "src" {
+            Direction::Src
+        } else {
+            Direction::Dst
+        };
         let other = if w == "src" { "dst" } else { "src" };
         let op = self.peek();
         let then = self.toks.get(self.i + 1).copied();
@@ -673,9 +675,9 @@ impl<'a> Parser<'a> {
                 self.next();
                 self.next();
                 if op.kind == Kind::Or {
-                    Dir::Any
+                    Direction::SrcOrDst
                 } else {
-                    Dir::Both
+                    Direction::SrcAndDst
                 }
             }
             _ => one,
@@ -704,7 +706,7 @@ impl<'a> Parser<'a> {
     fn addressed(
         &mut self,
         proto: Option<Prim>,
-        dir: Dir,
+        dir: Direction,
         kw: &'static str,
     ) -> Result<Prim, FilterError> {
         let t = self.next();
@@ -715,7 +717,7 @@ impl<'a> Parser<'a> {
         &mut self,
         t: Token<'a>,
         proto: Option<Prim>,
-        dir: Dir,
+        dir: Direction,
         kw: &'static str,
     ) -> Result<Prim, FilterError> {
         let text = if t.kind == Kind::Word { t.text } else { "" };
@@ -774,14 +776,11 @@ impl<'a> Parser<'a> {
     /// The operand of `proto` (consumed).
     fn proto(&mut self) -> Result<Prim, FilterError> {
         let t = self.next();
-        let n = if t.kind != Kind::Word {
-            None
-        } else if t.text.starts_with(|c: char| c.is_ascii_digit()) {
-            number(t.text, 255).map(|n| n as u8)
-        } else {
-            proto_by_name(t.text)
-        };
-        n.map(Prim::Proto)
+        // A number 0-255 or a name, as `IpProto` reads them.
+        let n = (t.kind == Kind::Word)
+            .then(|| t.text.parse::<IpProto>().ok())
+            .flatten();
+        n.map(|p| Prim::Proto(p.into()))
             .ok_or_else(|| self.error(t, EXPECTED_PROTO))
     }
 }
@@ -1043,17 +1042,17 @@ mod tests {
     fn filter_parse_primitives() {
         assert_eq!(
             expr("host 10.0.0.1"),
-            p(Prim::Host(Dir::Any, a("10.0.0.1")))
+            p(Prim::Host(Direction::SrcOrDst, a("10.0.0.1")))
         );
         assert_eq!(
             expr("src host fd00::1"),
-            p(Prim::Host(Dir::Src, a("fd00::1")))
+            p(Prim::Host(Direction::Src, a("fd00::1")))
         );
-        assert_eq!(expr("dst host ::"), p(Prim::Host(Dir::Dst, a("::"))));
+        assert_eq!(expr("dst host ::"), p(Prim::Host(Direction::Dst, a("::"))));
         assert_eq!(
             expr("net 10.1.2.3/16"),
             p(Prim::Net(
-                Dir::Any,
+                Direction::SrcOrDst,
                 Net {
                     addr: a("10.1.0.0"),
                     prefix: 16
@@ -1063,23 +1062,23 @@ mod tests {
         assert_eq!(
             expr("dst net fd00::ff/8"),
             p(Prim::Net(
-                Dir::Dst,
+                Direction::Dst,
                 Net {
                     addr: a("fd00::"),
                     prefix: 8
                 }
             ))
         );
-        assert_eq!(expr("port 0"), p(Prim::Port(Dir::Any, 0)));
-        assert_eq!(expr("src port 65535"), p(Prim::Port(Dir::Src, 65535)));
-        assert_eq!(expr("dst port 0080"), p(Prim::Port(Dir::Dst, 80)));
+        assert_eq!(expr("port 0"), p(Prim::Port(Direction::SrcOrDst, 0)));
+        assert_eq!(expr("src port 65535"), p(Prim::Port(Direction::Src, 65535)));
+        assert_eq!(expr("dst port 0080"), p(Prim::Port(Direction::Dst, 80)));
         assert_eq!(
             expr("portrange 1-1024"),
-            p(Prim::PortRange(Dir::Any, 1, 1024))
+            p(Prim::PortRange(Direction::SrcOrDst, 1, 1024))
         );
         assert_eq!(
             expr("src portrange 7-7"),
-            p(Prim::PortRange(Dir::Src, 7, 7))
+            p(Prim::PortRange(Direction::Src, 7, 7))
         );
         assert_eq!(expr("tcp"), p(Prim::Proto(6)));
         assert_eq!(expr("udp"), p(Prim::Proto(17)));
@@ -1116,16 +1115,22 @@ mod tests {
 
     #[test]
     fn filter_parse_shorthand() {
-        let tcp443 = Expr::And(vec![p(Prim::Proto(6)), p(Prim::Port(Dir::Any, 443))]);
+        let tcp443 = Expr::And(vec![
+            p(Prim::Proto(6)),
+            p(Prim::Port(Direction::SrcOrDst, 443)),
+        ]);
         assert_eq!(expr("tcp port 443"), tcp443);
         assert_eq!(expr("tcp and port 443"), tcp443);
         assert_eq!(
             expr("udp src port 53"),
-            Expr::And(vec![p(Prim::Proto(17)), p(Prim::Port(Dir::Src, 53))])
+            Expr::And(vec![p(Prim::Proto(17)), p(Prim::Port(Direction::Src, 53))])
         );
         assert_eq!(
             expr("ip host 10.0.0.1"),
-            Expr::And(vec![p(Prim::Ip4), p(Prim::Host(Dir::Any, a("10.0.0.1")))])
+            Expr::And(vec![
+                p(Prim::Ip4),
+                p(Prim::Host(Direction::SrcOrDst, a("10.0.0.1")))
+            ])
         );
         assert_eq!(
             expr("ip6 proto 47"),
@@ -1436,7 +1441,10 @@ mod tests {
 
     #[test]
     fn filter_parse_more_of_tcpdumps_language() {
-        assert_eq!(expr("src 10.0.0.1"), p(Prim::Host(Dir::Src, a("10.0.0.1"))));
+        assert_eq!(
+            expr("src 10.0.0.1"),
+            p(Prim::Host(Direction::Src, a("10.0.0.1")))
+        );
         for (src, want) in [
             // An address after a direction is a host, a network a net.
             ("dst 10.1.0.0/16", "dst net 10.1.0.0/16"),
@@ -1503,12 +1511,12 @@ mod tests {
 
     #[test]
     fn filter_parse_tcpdump_forms() {
-        let h = |s: &str| p(Prim::Host(Dir::Any, a(s)));
+        let h = |s: &str| p(Prim::Host(Direction::SrcOrDst, a(s)));
         // src or dst / src and dst.
         assert_eq!(expr("src or dst host 10.0.0.1"), h("10.0.0.1"));
         assert_eq!(
             expr("src and dst host 10.0.0.1"),
-            p(Prim::Host(Dir::Both, a("10.0.0.1")))
+            p(Prim::Host(Direction::SrcAndDst, a("10.0.0.1")))
         );
         assert_eq!(canon("src and dst port 53"), "src and dst port 53");
         assert_eq!(canon("dst or src net 10.0.0.0/8"), "net 10.0.0.0/8");
@@ -1517,8 +1525,8 @@ mod tests {
             "tcp and src and dst host 10.0.0.1"
         );
         // Service names.
-        assert_eq!(expr("port https"), p(Prim::Port(Dir::Any, 443)));
-        assert_eq!(expr("dst port DOMAIN"), p(Prim::Port(Dir::Dst, 53)));
+        assert_eq!(expr("port https"), p(Prim::Port(Direction::SrcOrDst, 443)));
+        assert_eq!(expr("dst port DOMAIN"), p(Prim::Port(Direction::Dst, 53)));
         assert_eq!(canon("tcp port http"), "tcp and port 80");
         // Port lists: a bare operand inherits the last qualifiers.
         assert_eq!(
@@ -1572,15 +1580,15 @@ mod tests {
         let mac = [0x00, 0x1b, 0x21, 0x0a, 0x0b, 0x0c];
         assert_eq!(
             expr("ether host 00:1b:21:0a:0b:0c"),
-            p(Prim::Ether(Dir::Any, mac))
+            p(Prim::Ether(Direction::SrcOrDst, mac))
         );
         assert_eq!(
             expr("ether src 0:1B:21:a:b:c"),
-            p(Prim::Ether(Dir::Src, mac))
+            p(Prim::Ether(Direction::Src, mac))
         );
         assert_eq!(
             expr("ether dst host 00-1b-21-0a-0b-0c"),
-            p(Prim::Ether(Dir::Dst, mac))
+            p(Prim::Ether(Direction::Dst, mac))
         );
         assert_eq!(
             canon("ether src 00:1b:21:0a:0b:0c or 00:1b:21:0a:0b:0d"),
