@@ -19,6 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use capsule_config::{AlertRules, Config};
+use capsule_query::Direction::{Dst, Src};
+use capsule_query::Filter;
 use capsule_query::IpProto;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -166,9 +168,10 @@ pub fn evaluate(input: &Input, config: &Config) -> Result<Vec<Alert>, AnalyticsE
             }
             let filter = pairs
                 .iter()
-                .map(|(a, b)| format!("(src host {a} and dst host {b})"))
-                .collect::<Vec<_>>()
-                .join(" or ");
+                .filter_map(|(a, b)| Some((a.parse::<IpAddr>().ok()?, b.parse::<IpAddr>().ok()?)))
+                .map(|(a, b)| Filter::host(Src, a).and(Filter::host(Dst, b)))
+                .reduce(Filter::or)
+                .unwrap_or_else(|| Filter::all().not());
             let first = ff.iter().map(|f| f.first_ns).min().unwrap_or(input.from_ns);
             let last = ff.iter().map(|f| f.last_ns).max().unwrap_or(input.to_ns);
             let (first, last) = clamp(input, first, last);
@@ -189,7 +192,7 @@ pub fn evaluate(input: &Input, config: &Config) -> Result<Vec<Alert>, AnalyticsE
                 json!({"src_group": c.src_group, "dst_group": c.dst_group, "bytes": bytes,
                        "packets": packets, "flows": ff.len(), "host_pairs": pairs.len(),
                        "threshold_bytes": rules.pair_bytes}),
-                input.export(first, last + 1, &format!("({filter})")),
+                input.export(first, last + 1, filter),
             ));
         }
     }
@@ -293,7 +296,7 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                 f.totals.first_ns.max(first_s.0 * 1_000_000_000),
                 f.totals.last_ns.min(last_s.0 * 1_000_000_000 + 999_999_999),
             );
-            let query = input.export(first, last + 1, &side_filter(f, d));
+            let query = input.export(first, last + 1, side_filter(f, d));
             let label = side_label(f, d);
             let entity = || Entity {
                 kind: "flow",
@@ -401,7 +404,8 @@ fn tcp_rules(input: &Input, rules: &AlertRules, out: &mut Vec<Alert>) {
     }
     for (host, h) in hosts.iter().filter(|(_, h)| h.seen) {
         let (first, last) = clamp(input, h.first, h.last);
-        let query = input.export(first, last + 1, &format!("tcp and src host {host}"));
+        let tcp = Filter::proto(IpProto::Tcp);
+        let query = input.export(first, last + 1, tcp.and(Filter::host(Src, *host)));
         let rate = if h.data == 0 {
             0.0
         } else {

@@ -5,10 +5,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
+use capsule_query::Direction::{Dst, Src};
+use capsule_query::Filter;
 use serde::Serialize;
 
 use crate::top::flow_label;
-use crate::{dscp_in_window, dscp_name, rfc, side_filter, Export, Input, Policy};
+use crate::{dscp_filter, dscp_in_window, dscp_name, rfc, side_filter, Export, Input, Policy};
 
 /// A sender of one value.
 #[derive(Debug, Clone, Serialize)]
@@ -150,7 +152,7 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                         query: input.export(
                             f.totals.first_ns,
                             f.totals.last_ns + 1,
-                            &side_filter(f, d),
+                            side_filter(f, d),
                         ),
                     });
                 }
@@ -179,7 +181,7 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                 packets: v.packets,
                 flows: v.flows,
                 top_senders: senders,
-                query: input.export(input.from_ns, input.to_ns, &format!("dscp {dscp}")),
+                query: input.export(input.from_ns, input.to_ns, dscp_filter(dscp)),
             }
         })
         .collect();
@@ -203,7 +205,9 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                 query: input.export(
                     v.first,
                     v.last + 1,
-                    &format!("src host {src} and dst host {dst} and dscp {dscp}"),
+                    Filter::host(Src, src)
+                        .and(Filter::host(Dst, dst))
+                        .and(dscp_filter(dscp)),
                 ),
             })
             .collect();

@@ -394,17 +394,14 @@ pub fn load(
 }
 
 impl Input {
-    /// The packets of `filter` (a finding's own filter, capsule's query language; within
-    /// the answer's filter) in [from, to).
-    pub fn export(&self, from_ns: u64, to_ns: u64, filter: &str) -> Export {
+    /// The packets of `filter` (a finding's own filter, within the answer's filter) in
+    /// [from, to).
+    pub fn export(&self, from_ns: u64, to_ns: u64, filter: Filter) -> Export {
         Export {
             from_ns,
             to_ns: to_ns.max(from_ns + 1),
             within: self.within.clone(),
-            // The finding filters are written by this crate from addresses, ports and
-            // numbers; one that did not parse would be a bug here, and exports nothing
-            // rather than everything.
-            filter: capsule_query::Filter::parse(filter).unwrap_or_else(|_| Filter::all().not()),
+            filter,
             store: self.store.clone(),
         }
     }
@@ -427,59 +424,64 @@ pub fn shell_quote(s: &str) -> String {
     }
 }
 
-/// The filter word of an IP protocol: its name where it has ports (`tcp`), else
-/// `proto N`.
-fn proto_filter(n: u8) -> String {
-    match IpProto::from(n) {
-        p @ (IpProto::Tcp | IpProto::Udp | IpProto::Sctp) => p.to_string(),
-        p => format!("proto {}", p.number()),
-    }
+/// A filter value capsule makes from what the index holds (a VLAN id of 12 bits, a DSCP
+/// of 6); one out of range would be a bug here, and matches nothing rather than everything.
+fn checked(f: Result<Filter, capsule_query::FilterValueError>) -> Filter {
+    f.unwrap_or_else(|_| Filter::all().not())
+}
+
+/// The packets of VLAN `v`.
+pub fn vlan_filter(v: u16) -> Filter {
+    checked(Filter::vlan(Some(v)))
+}
+
+/// The packets marked with DSCP `v`.
+pub fn dscp_filter(v: u8) -> Filter {
+    checked(Filter::dscp(v))
+}
+
+/// The packets of flow key `k`'s VLAN tags and protocol.
+fn tags_and_proto(k: &capsule_index::sideindex::FlowKey) -> Filter {
+    k.vlans
+        .iter()
+        .flatten()
+        .fold(Filter::all(), |f, &v| f.and(vlan_filter(v)))
+        .and(Filter::proto(IpProto::from(k.proto)))
 }
 
 /// The filter selecting a flow's packets (both directions).
-pub fn flow_filter(f: &FlowCounts) -> String {
+pub fn flow_filter(f: &FlowCounts) -> Filter {
     flow_filter_of(&f.key)
 }
 
 /// The filter selecting the packets of the flow with key `k` (both directions).
-pub fn flow_filter_of(k: &capsule_index::sideindex::FlowKey) -> String {
-    let mut parts = Vec::new();
-    for v in k.vlans.iter().flatten() {
-        parts.push(format!("vlan {v}"));
-    }
-    parts.push(proto_filter(k.proto));
-    match k.ports {
-        Some((pa, pb)) => {
-            parts.push(format!("host {} and port {pa}", k.a));
-            parts.push(format!("host {} and port {pb}", k.b));
+pub fn flow_filter_of(k: &capsule_index::sideindex::FlowKey) -> Filter {
+    use capsule_query::Direction::SrcOrDst;
+    let end = |addr, port: Option<u16>| {
+        let host = Filter::host(SrcOrDst, addr);
+        match port {
+            Some(p) => host.and(Filter::port(SrcOrDst, p)),
+            None => host,
         }
-        None => {
-            parts.push(format!("host {}", k.a));
-            parts.push(format!("host {}", k.b));
-        }
-    }
-    parts.join(" and ")
+    };
+    tags_and_proto(k)
+        .and(end(k.a, k.ports.map(|p| p.0)))
+        .and(end(k.b, k.ports.map(|p| p.1)))
 }
 
 /// The filter selecting direction `d` of a flow.
-pub fn side_filter(f: &FlowCounts, d: usize) -> String {
+pub fn side_filter(f: &FlowCounts, d: usize) -> Filter {
+    use capsule_query::Direction::{Dst, Src};
     let (src, dst, ports) = f.key.side(d);
-    let mut parts = Vec::new();
-    for v in f.key.vlans.iter().flatten() {
-        parts.push(format!("vlan {v}"));
+    let mut out = tags_and_proto(&f.key).and(Filter::host(Src, src));
+    if let Some((sp, _)) = ports {
+        out = out.and(Filter::port(Src, sp));
     }
-    parts.push(proto_filter(f.key.proto));
-    match ports {
-        Some((sp, dp)) => {
-            parts.push(format!("src host {src} and src port {sp}"));
-            parts.push(format!("dst host {dst} and dst port {dp}"));
-        }
-        None => {
-            parts.push(format!("src host {src}"));
-            parts.push(format!("dst host {dst}"));
-        }
+    out = out.and(Filter::host(Dst, dst));
+    if let Some((_, dp)) = ports {
+        out = out.and(Filter::port(Dst, dp));
     }
-    parts.join(" and ")
+    out
 }
 
 /// A DSCP value's name (EF is 46, CS5 40: never merged), or its number.

@@ -125,11 +125,7 @@ pub fn matrix(input: &Input, policy: &dyn Policy, by: By) -> Matrix {
                     first: rfc(f.totals.first_ns),
                     last_ns: f.totals.last_ns,
                     last: rfc(f.totals.last_ns),
-                    query: input.export(
-                        f.totals.first_ns,
-                        f.totals.last_ns + 1,
-                        &side_filter(f, d),
-                    ),
+                    query: input.export(f.totals.first_ns, f.totals.last_ns + 1, side_filter(f, d)),
                 });
             }
         }

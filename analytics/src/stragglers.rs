@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
+use capsule_query::{Direction, Filter};
 use serde::Serialize;
 
 use crate::{check_interval, median, rfc, AnalyticsError, Export, Input, Policy};
@@ -175,7 +176,7 @@ pub fn stragglers(
                     to: rfc(to),
                     intervals: i - start,
                     ratio_to_median: mean,
-                    query: input.export(from, to, &format!("src host {m}")),
+                    query: input.export(from, to, Filter::host(Direction::Src, *m)),
                 });
             }
         }

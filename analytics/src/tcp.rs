@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 use capsule_query::IpProto;
+use capsule_query::{Direction, Filter};
 use serde::Serialize;
 
 use crate::top::flow_label;
@@ -204,11 +205,13 @@ pub fn tcp(input: &Input, interval_ns: u64) -> Result<Tcp, AnalyticsError> {
             zero_window_ns: f.totals.zero_window_ns,
             rsts: f.totals.resets,
             syn_unanswered: f.totals.syn_unanswered(0) || f.totals.syn_unanswered(1),
-            query: input.export(f.totals.first_ns, f.totals.last_ns + 1, &flow_filter(f)),
+            query: input.export(f.totals.first_ns, f.totals.last_ns + 1, flow_filter(f)),
         })
         .collect();
-    let host_query =
-        |h: &IpAddr, from: u64, to: u64| input.export(from, to, &format!("tcp and host {h}"));
+    let host_query = |h: &IpAddr, from: u64, to: u64| {
+        let tcp = Filter::proto(IpProto::Tcp);
+        input.export(from, to, tcp.and(Filter::host(Direction::SrcOrDst, *h)))
+    };
     let mut total = Health::default();
     let mut intervals = Vec::with_capacity(n);
     for (i, m) in per.into_iter().enumerate() {

@@ -5,11 +5,12 @@
 use std::collections::{BTreeMap, HashMap};
 
 use capsule_index::flows::FlowSummary;
+use capsule_query::Filter;
 use serde::Serialize;
 
 use std::net::IpAddr;
 
-use crate::{dscp_in_window, dscp_name, flow_filter_of, rfc, Export, Input, Policy};
+use crate::{dscp_filter, dscp_in_window, dscp_name, flow_filter_of, rfc, Export, Input, Policy};
 
 /// What rows rank by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -196,7 +197,7 @@ struct Acc {
     last: u64,
     per_second: PerSecond,
     dscp: BTreeMap<u8, u64>,
-    filter: Option<String>,
+    filter: Option<Filter>,
     hosts: Vec<IpAddr>,
     /// [`Acc::span`] has set `first` and `last`.
     spanned: bool,
@@ -394,7 +395,7 @@ impl Acc {
             query: self
                 .filter
                 .as_ref()
-                .map(|f| input.export(self.first, self.last + 1, f)),
+                .map(|f| input.export(self.first, self.last + 1, f.clone())),
         }
     }
 }
@@ -443,19 +444,19 @@ impl Id {
         }
     }
 
-    fn filter(&self, hosts: &[IpAddr]) -> Option<String> {
+    fn filter(&self, hosts: &[IpAddr]) -> Option<Filter> {
+        use capsule_query::Direction::{Dst, Src, SrcOrDst};
         Some(match self {
             Id::Flow(k) => flow_filter_of(k),
-            Id::Pair(a, b) => format!("host {a} and host {b}"),
-            Id::Src(h) => format!("src host {h}"),
-            Id::Dst(h) => format!("dst host {h}"),
-            Id::Dscp(v) => format!("dscp {v}"),
+            Id::Pair(a, b) => Filter::host(SrcOrDst, *a).and(Filter::host(SrcOrDst, *b)),
+            Id::Src(h) => Filter::host(Src, *h),
+            Id::Dst(h) => Filter::host(Dst, *h),
+            Id::Dscp(v) => dscp_filter(*v),
             // A group's query names its hosts while they are few.
-            Id::Group(_) if hosts.len() == 1 => format!("src host {}", hosts[0]),
-            Id::Group(_) if !hosts.is_empty() && hosts.len() <= 16 => {
-                let h: Vec<String> = hosts.iter().map(|h| format!("src host {h}")).collect();
-                format!("({})", h.join(" or "))
-            }
+            Id::Group(_) if !hosts.is_empty() && hosts.len() <= 16 => hosts
+                .iter()
+                .map(|h| Filter::host(Src, *h))
+                .reduce(Filter::or)?,
             Id::Group(_) => return None,
         })
     }
@@ -536,7 +537,7 @@ fn top_flows(input: &Input, by: By, limit: usize) -> Top {
     let other =
         (other.flows > 0).then(|| other.row(None, "other".into(), total_measure, by, input));
     let mut total_row = total.row(None, "total".into(), total_measure, by, input);
-    total_row.query = Some(input.export(input.from_ns, input.to_ns, ""));
+    total_row.query = Some(input.export(input.from_ns, input.to_ns, Filter::all()));
     Top {
         by,
         key: Key::Flow,
@@ -682,7 +683,7 @@ fn top_by_key(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn
     let other =
         (other.flows > 0).then(|| other.row(None, "other".into(), total_measure, by, input));
     let mut total_row = total.row(None, "total".into(), total_measure, by, input);
-    total_row.query = Some(input.export(input.from_ns, input.to_ns, ""));
+    total_row.query = Some(input.export(input.from_ns, input.to_ns, Filter::all()));
     Top {
         by,
         key,
