@@ -3,8 +3,8 @@
 
 1. No two sibling files of a crate import each other (a parent module and its own child may:
    the child uses what the parent declares). Crates cannot form cycles; cargo refuses them.
-2. `unsafe` code only in capture/src/sys/; every other crate root forbids it, and in capture
-   every module outside sys forbids it.
+2. `unsafe` code only in the capsule-sys crate (sys/src/), the one crate whose root allows it;
+   every other crate root forbids it.
 
 Exits 1 and names each violation.
 """
@@ -13,7 +13,9 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CRATES = ["wire", "pcap", "query", "store", "index", "capture", "bpf", "replay", "synth", "config", "analytics", "."]
+CRATES = ["wire", "pcap", "query", "store", "index", "sys", "capture", "bpf", "replay", "synth", "config", "analytics", "."]
+# The one crate allowed `unsafe` code.
+UNSAFE_CRATE = "sys"
 
 
 def module_of(src, path):
@@ -65,18 +67,15 @@ def check_unsafe(crate, problems):
     src = os.path.join(ROOT, crate, "src")
     root = os.path.join(src, "main.rs" if crate == "." else "lib.rs")
     root_text = open(root, encoding="utf-8").read()
-    if crate != "capture" and "#![forbid(unsafe_code)]" not in root_text:
+    if crate != UNSAFE_CRATE and "#![forbid(unsafe_code)]" not in root_text:
         problems.append(f"{os.path.relpath(root, ROOT)}: no #![forbid(unsafe_code)]")
+    if crate == UNSAFE_CRATE:
+        return
     for f in rust_files(src):
         rel = os.path.relpath(f, ROOT)
-        text = open(f, encoding="utf-8").read()
-        code = re.sub(r"//.*", "", text)
-        uses_unsafe = re.search(r"\bunsafe\s*(\{|fn|impl|trait)", code)
-        in_sys = rel.startswith(os.path.join("capture", "src", "sys") + os.sep)
-        if uses_unsafe and not in_sys:
-            problems.append(f"{rel}: unsafe code outside capture/src/sys/")
-        if crate == "capture" and not in_sys and f != root and "#![forbid(unsafe_code)]" not in text:
-            problems.append(f"{rel}: a capture module outside sys/ without #![forbid(unsafe_code)]")
+        code = re.sub(r"//.*", "", open(f, encoding="utf-8").read())
+        if re.search(r"\bunsafe\s*(\{|fn|impl|trait)", code):
+            problems.append(f"{rel}: unsafe code outside {UNSAFE_CRATE}/src/")
 
 
 def main():

@@ -28,9 +28,9 @@ mod units;
 use std::process::ExitCode;
 
 /// Large allocations (the store's block buffers above all) on transparent huge pages: see
-/// capture's `sys::huge` and docs/decisions.md.
+/// capsule-sys's `huge` and docs/decisions.md.
 #[global_allocator]
-static ALLOC: capsule_capture::HugeAlloc = capsule_capture::HugeAlloc;
+static ALLOC: capsule_sys::HugeAlloc = capsule_sys::HugeAlloc;
 
 fn main() -> ExitCode {
     quiet_on_closed_stdout();

@@ -7,13 +7,12 @@
 //! NIC RX queue q -> capsule_xdp*: count SEEN
 //!                -> 16-byte metadata record before the packet (Meta: arrival time, flags,
 //!                   the VLAN tag the NIC stripped, a magic)
-//!                -> bpf_redirect_map(xsks, q) -> AF_XDP socket of queue q (capsule-capture)
+//!                -> bpf_redirect_map(xsks, q) -> AF_XDP socket of queue q (capsule-sys)
 //!                                                 or XDP_PASS when none is bound
 //! ```
 //!
 //! What this crate does not do: attach the program to the interface (a `bpf_link`, made in
-//! capsule-capture's private `sys` module, because it is a raw `bpf(2)` call, and `unsafe`
-//! lives there only)
+//! capsule-sys, because it is a raw `bpf(2)` call, and `unsafe` lives there only)
 //! or touch the sockets' rings.
 //!
 //! The program comes in four variants ([`Variant`]): kernel time or the driver's metadata

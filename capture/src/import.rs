@@ -7,8 +7,6 @@
 //! [`ImportError`]: nothing already sealed is touched, and the caller should still
 //! [`finish`](capsule_store::StoreWriter::finish) the writer to seal what was written.
 
-#![forbid(unsafe_code)]
-
 use std::io::Read;
 
 use capsule_pcap::{CaptureReader, FileFormat, ReadError, Record};

@@ -42,31 +42,26 @@
 //! names, with no_new_privs; the store is opened with the account's file-system identity so
 //! that its files are the account's.
 //!
-//! **Where the `unsafe` code is.** Only in the private module `sys`, the one door to the
-//! kernel: every system call capture makes (sockets, socket options, the ethtool ioctl,
-//! clocks, the `bpf_link`) and the two rings shared with the kernel (TPACKET_V3 and AF_XDP),
-//! each `unsafe` block with a `// SAFETY:` comment (the workspace denies
-//! `clippy::undocumented_unsafe_blocks`). The crate root denies `unsafe_code` and allows it
-//! for `sys` alone; every other module forbids it, which nothing inside that module can
-//! lift. A crate-wide `forbid` would be stronger still, but the compiler lets no module lift
-//! it, so this is the strongest arrangement for a crate that needs `unsafe` in one place.
+//! **No `unsafe` here.** Every system call capture makes (sockets, socket options, the
+//! ethtool ioctl, clocks, the `bpf_link`, the privilege drop) and the two rings shared with
+//! the kernel (TPACKET_V3 and AF_XDP) are capsule-sys's, the one crate allowed `unsafe`;
+//! this crate holds the policy on top of them (the fallback ladder, what happens to each
+//! packet, the typed errors users see) and forbids `unsafe` at its root, which no module can
+//! lift. A failed call reaches capture as an `io::Error` carrying a
+//! [`SysError`](capsule_sys::SysError) that names the call.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod import;
 pub mod live;
 pub mod privs;
 pub mod status;
 pub mod transmit;
-// The one place with `unsafe` code: every system call and the rings shared with the kernel.
-#[allow(unsafe_code)]
-mod sys;
 
 pub use import::{import_live, import_reader, FileProblem, FileReport, ImportError};
-pub use sys::huge::HugeAlloc;
 pub use transmit::{SendError, TransmitError, Transmitter};
 
 /// The unit tests run on the allocator the binary installs.
 #[cfg(test)]
 #[global_allocator]
-static TEST_ALLOC: HugeAlloc = HugeAlloc;
+static TEST_ALLOC: capsule_sys::HugeAlloc = capsule_sys::HugeAlloc;

@@ -18,12 +18,10 @@
 //! capabilities from a service manager) keeps only `keep`. What a capture keeps, and why,
 //! is for the capture itself to say (`Capture::kept_capabilities` in the live module).
 
-#![forbid(unsafe_code)]
-
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::sys::privs as sys;
+use capsule_sys::privs as sys;
 
 /// Capability numbers (linux/capability.h) that capture takes or keeps.
 pub const CAP_NET_ADMIN: u32 = 12;

@@ -6,8 +6,6 @@
 //! counters, drops by cause, and rates over the last interval. `capsule status` reads it and
 //! tells a live capture from a stale file by the process id and the update time.
 
-#![forbid(unsafe_code)]
-
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

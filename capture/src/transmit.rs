@@ -1,15 +1,13 @@
 //! Packets out onto an interface: whole link-layer frames sent through an AF_PACKET raw
-//! socket bound to it (`capsule replay`). The socket code is in the private `sys` module;
-//! this is its safe face: typed errors that say what was wrong with which interface, and a
+//! socket bound to it (`capsule replay`). The socket code is capsule-sys's (`tx`); this is
+//! its face for the replay: typed errors that say what was wrong with which interface, and a
 //! send that tells the frames the interface refused (too long) from a queue that stayed
 //! full and from an interface that went away.
-
-#![forbid(unsafe_code)]
 
 use std::io;
 use std::time::{Duration, Instant};
 
-use crate::sys::tx::{mtu_and_hwtype, PacketTx};
+use capsule_sys::tx::{mtu_and_hwtype, PacketTx};
 
 /// `ARPHRD_ETHER`: Ethernet and everything that looks like it (veth, bridges, bonds).
 const ARPHRD_ETHER: u16 = 1;
@@ -145,9 +143,9 @@ impl Transmitter {
                 }
                 Some(libc::EINTR) => {}
                 Some(libc::ENETDOWN) | Some(libc::ENXIO) | Some(libc::ENODEV) => {
-                    return Err(SendError::Down(e))
+                    return Err(SendError::Down(e.into()))
                 }
-                _ => return Err(SendError::Failed(e)),
+                _ => return Err(SendError::Failed(e.into())),
             }
         }
     }

@@ -1,7 +1,7 @@
 //! AF_PACKET capture: one TPACKET_V3 ring on the interface, read by the capture thread.
 //!
 //! ```text
-//! NIC -> kernel -> TPACKET_V3 ring (sys/tpacket.rs) -> block of packets
+//! NIC -> kernel -> TPACKET_V3 ring (capsule-sys, tpacket.rs) -> block of packets
 //!   -> VLAN tag put back where the kernel stripped it into metadata
 //!   -> snap length applied -> StoreWriter::append (lane, block, compression, disk)
 //!   every turn: StoreWriter::tick (blocks cut by age: queryable within ~100 ms)
@@ -13,8 +13,6 @@
 //! hold, the kernel drops and counts, and capture reports it. The loop stops when `stop` is
 //! set (SIGINT/SIGTERM in the CLI), then the caller finishes the writer.
 
-#![forbid(unsafe_code)]
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -24,7 +22,7 @@ use capsule_store::StoreError;
 use super::{
     record, with_vlan_tag, Behind, CaptureConfig, LiveError, LiveReport, Sink, Snap, StatsTimer,
 };
-use crate::sys::tpacket::{PacketRing, RingConfig};
+use capsule_sys::tpacket::{PacketRing, RingConfig};
 
 /// Bytes per ring block.
 const BLOCK_SIZE: u32 = 1 << 22;

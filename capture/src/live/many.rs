@@ -14,8 +14,6 @@
 //! own counters and ISBs, and its own mode. A reader that fails (its interface went away)
 //! ends alone, its error kept; a store error ends them all (the writer cannot go on).
 
-#![forbid(unsafe_code)]
-
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

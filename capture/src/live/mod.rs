@@ -27,8 +27,6 @@
 //! ([`LiveError`]), the snap-length rule, VLAN tag re-insertion, the behind signal and the
 //! statistics timer. The backends import from here only, never from each other.
 
-#![forbid(unsafe_code)]
-
 mod afpacket;
 mod many;
 pub mod state;
@@ -45,8 +43,8 @@ use capsule_store::{StoreError, StoreWriter};
 pub use capsule_bpf::Carrier;
 pub use xdp::{probe_xdp, CarrierProbe};
 
-use crate::sys::link::XdpAttach;
 use afpacket::PacketCapture;
+use capsule_sys::link::XdpAttach;
 use xdp::XdpCapture;
 
 /// How to capture: the mode and the resources of one live capture.
@@ -269,7 +267,7 @@ fn open_one(cfg: &CaptureConfig) -> Result<Capture, LiveError> {
     let mut why_not_xdp = None;
     // An interface the host itself talks through (it has an address) is left to the kernel
     // unless the operator says otherwise: AF_XDP would take its packets away.
-    let host = crate::sys::host_addresses(&cfg.iface).unwrap_or_default();
+    let host = capsule_sys::host_addresses(&cfg.iface).unwrap_or_default();
     if !attach.is_empty() && !host.is_empty() {
         let addrs = host
             .iter()

@@ -11,15 +11,13 @@
 //! Promiscuous mode is not recorded: it is a per-socket membership (`PACKET_ADD_MEMBERSHIP`)
 //! that the kernel drops when the socket closes, whatever way the process ends.
 
-#![forbid(unsafe_code)]
-
 use std::io;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::sys::rx_vlan_offload;
 use capsule_store::error::chain as error_chain;
+use capsule_sys::rx_vlan_offload;
 
 /// The record's file name in the store directory.
 pub const STATE_FILE: &str = "interface-state.json";

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! NIC queue q -> XDP program (capsule-bpf): metadata record (arrival time, stripped VLAN tag)
-//!   -> XSKMAP[q] -> AF_XDP socket q (sys/xsk.rs: UMEM, fill and RX rings)
+//!   -> XSKMAP[q] -> AF_XDP socket q (capsule-sys, xsk.rs: UMEM, fill and RX rings)
 //!   -> worker q: time = metadata (monotonic + realtime offset, or the NIC's clock),
 //!                VLAN tag put back, snap length, copied into a Batch (frames go straight back)
 //!   -> bounded channel (full: the batch is dropped and counted as a pipeline drop, so a worker
@@ -16,8 +16,6 @@
 //! `super::open` asks), and within each the richest program variant the kernel and driver
 //! accept (device kfuncs, multi-buffer); sockets try zero-copy, then copy mode. It reports what
 //! it chose ([`XdpSetup`], the capture's description).
-
-#![forbid(unsafe_code)]
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -35,10 +33,10 @@ use super::{
     record, with_vlan_tag, Behind, CaptureConfig, CaptureMethod, LiveError, LiveReport, Queues,
     Sink, Snap, StatsTimer, TimestampSource, XdpCounters, XskStats,
 };
-use crate::sys::link::{xdp_link, XdpAttach};
-use crate::sys::xsk::{XskConfig, XskMode, XskPacket, XskSocket};
-use crate::sys::{clock_ns, if_index, promiscuous, rx_vlan_offload};
 use capsule_store::error::chain as error_chain;
+use capsule_sys::link::{xdp_link, XdpAttach};
+use capsule_sys::xsk::{XskConfig, XskMode, XskPacket, XskSocket};
+use capsule_sys::{clock_ns, if_index, promiscuous, rx_vlan_offload};
 
 /// Frames per queue for a UMEM budget of `bytes` over `queues` queues: the largest power of
 /// two that fits the share, at least 16384 (the kernel rings' floor capsule keeps) and at
@@ -403,7 +401,7 @@ impl XdpCapture {
             writer.tick().map_err(|e| self.store_error(e))?;
             if stats.due(now) {
                 let s = sock.stats().map_err(|e| self.ring_error(e))?;
-                rep.xdp = Some(self.counters(socket_stats(&s), 0, sock.bad_descs, rep.xdp));
+                rep.xdp = Some(self.counters(socket_stats(&s), 0, sock.bad_descs(), rep.xdp));
                 stats
                     .record(writer, iface, &rep, now)
                     .map_err(|e| self.store_error(e))?;
@@ -418,7 +416,7 @@ impl XdpCapture {
             backoff.after_pass(n);
         }
         let s = sock.stats().map_err(|e| self.ring_error(e))?;
-        rep.xdp = Some(self.counters(socket_stats(&s), 0, sock.bad_descs, rep.xdp));
+        rep.xdp = Some(self.counters(socket_stats(&s), 0, sock.bad_descs(), rep.xdp));
         record(writer, iface, &rep).map_err(|e| self.store_error(e))?;
         on_stats(&rep);
         Ok(rep)
@@ -1003,7 +1001,7 @@ impl Worker {
                 q.rx_ring_full.store(s.rx_ring_full, Ordering::Relaxed);
                 q.rx_fill_empty
                     .store(s.rx_fill_ring_empty_descs, Ordering::Relaxed);
-                q.bad_descs.store(self.sock.bad_descs, Ordering::Relaxed);
+                q.bad_descs.store(self.sock.bad_descs(), Ordering::Relaxed);
             }
             Err(error) => self.fail(std::io::Error::new(
                 error.kind(),

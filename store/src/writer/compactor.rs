@@ -440,7 +440,7 @@ pub(super) fn run_all(
 
 /// Lowers the calling thread to the lowest CPU priority (nice 19); on Linux the nice value
 /// of a thread id applies to that thread alone. SCHED_IDLE would yield more, but rustix has
-/// no call for it and unsafe code is kept to capture/src/sys. `what` names the thread in
+/// no call for it and unsafe code is kept to capsule-sys. `what` names the thread in
 /// the warning when it cannot be done.
 pub fn lower_thread_priority(what: &str) {
     let tid = rustix::thread::gettid();

@@ -22,6 +22,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr;
 
+use crate::error::{check_map, SysError};
+
 /// Allocations of at least this many bytes get huge pages.
 pub const LARGE: usize = 1 << 20;
 /// The huge page size of x86-64 and of arm64 with 4 KiB pages.
@@ -47,10 +49,13 @@ fn mapping_len(size: usize) -> Option<usize> {
 /// huge pages (in `madvise` or `always` mode) the first touch of each 2 MiB then gets a huge
 /// page; elsewhere the advice is refused and the pages are 4 KiB. The memory is the
 /// caller's to unmap (`munmap(ptr, len)`). Makes no allocation, so the global allocator can
-/// use it; the error is the OS error of the `mmap`.
-pub(crate) fn map_aligned(len: usize) -> std::io::Result<*mut u8> {
+/// use it; the error names the `mmap`.
+pub(crate) fn map_aligned(len: usize) -> Result<*mut u8, SysError> {
     let Some(total) = len.checked_add(HUGE) else {
-        return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+        return Err(SysError::new(
+            "mmap",
+            std::io::Error::from_raw_os_error(libc::ENOMEM),
+        ));
     };
     // SAFETY: a new private anonymous mapping at an address of the kernel's choosing (null
     // hint, no MAP_FIXED): no existing memory is affected. Checked against MAP_FAILED.
@@ -64,9 +69,7 @@ pub(crate) fn map_aligned(len: usize) -> std::io::Result<*mut u8> {
             0,
         )
     };
-    if raw == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
+    let raw = check_map("mmap", raw)?;
     let start = raw as usize;
     let aligned = start.next_multiple_of(HUGE);
     let head = aligned - start;
@@ -74,10 +77,11 @@ pub(crate) fn map_aligned(len: usize) -> std::io::Result<*mut u8> {
     // SAFETY: `start..aligned` and `aligned+len..start+total` lie inside the mapping just
     // made, which nothing else refers to yet; unmapping them leaves exactly
     // `aligned..aligned+len`. madvise on that range only changes how the kernel backs it (a
-    // hint; refused without transparent huge pages, which leaves 4 KiB pages).
+    // hint; refused without transparent huge pages, which leaves 4 KiB pages, so its return
+    // is not checked).
     unsafe {
         if head > 0 {
-            libc::munmap(raw, head);
+            libc::munmap(raw.cast(), head);
         }
         if tail > 0 {
             libc::munmap((aligned + len) as *mut libc::c_void, tail);

@@ -7,59 +7,51 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use super::{check, if_index, socket, syscall_error};
+use crate::error::{check, SysError};
+use crate::iface::if_index;
+use crate::socket::{bind_packet, socket};
 
 /// A packet socket bound to one interface for sending.
 #[derive(Debug)]
-pub(crate) struct PacketTx {
+pub struct PacketTx {
     fd: OwnedFd,
     ifindex: u32,
 }
 
 impl PacketTx {
     /// Opens a sending socket on `iface` (needs CAP_NET_RAW).
-    pub(crate) fn open(iface: &str) -> io::Result<PacketTx> {
+    pub fn open(iface: &str) -> io::Result<PacketTx> {
         let ifindex = if_index(iface)?;
         let fd = socket(
             libc::AF_PACKET,
             libc::SOCK_RAW,
-            "socket(AF_PACKET) for sending (needs root or CAP_NET_RAW)",
+            "for sending (needs root or CAP_NET_RAW)",
         )?;
-        // SAFETY: sockaddr_ll is plain data; all-zero is a valid value, then filled in.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
         // Protocol 0: bound for sending only; the kernel queues nothing to this socket.
-        sll.sll_protocol = 0;
-        sll.sll_ifindex = ifindex as i32;
-        // SAFETY: `sll` is a valid sockaddr_ll and the length passed is its size.
-        let ret = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        check(ret, &format!("bind to {iface}"))?;
+        bind_packet(&fd, ifindex, 0, &format!("to {iface}"))?;
         Ok(PacketTx { fd, ifindex })
     }
 
     /// The interface index the socket is bound to.
-    pub(crate) fn ifindex(&self) -> u32 {
+    pub fn ifindex(&self) -> u32 {
         self.ifindex
     }
 
-    /// Sends one frame; blocks while the socket's send buffer is full.
-    pub(crate) fn send(&self, frame: &[u8]) -> io::Result<()> {
+    /// Sends one frame; blocks while the socket's send buffer is full. The error's
+    /// [`raw_os_error`](SysError::raw_os_error) says why (`EMSGSIZE`: too long for the
+    /// interface; `ENOBUFS`: its queue is full; `ENETDOWN`: it is down).
+    pub fn send(&self, frame: &[u8]) -> Result<(), SysError> {
         // SAFETY: `frame` is a live slice of `frame.len()` readable bytes for the duration of
         // the call; the kernel only reads them.
         let n = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let n = check("send", n)?;
         if n as usize != frame.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("send took {n} of {} bytes", frame.len()),
+            return Err(SysError::new(
+                "send",
+                io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("it took {n} of {} bytes", frame.len()),
+                ),
             ));
         }
         Ok(())
@@ -68,7 +60,7 @@ impl PacketTx {
 
 /// The MTU of `iface` (SIOCGIFMTU) and its hardware type (SIOCGIFHWADDR: `ARPHRD_ETHER` = 1
 /// for Ethernet and veth).
-pub(crate) fn mtu_and_hwtype(iface: &str) -> io::Result<(u32, u16)> {
+pub fn mtu_and_hwtype(iface: &str) -> io::Result<(u32, u16)> {
     if iface.len() >= libc::IFNAMSIZ || iface.as_bytes().contains(&0) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -78,7 +70,7 @@ pub(crate) fn mtu_and_hwtype(iface: &str) -> io::Result<(u32, u16)> {
     // A missing interface is named as such (the ioctl would say only "No such device").
     if_index(iface)?;
     let name = CString::new(iface).expect("checked: no NUL");
-    let fd = socket(libc::AF_INET, libc::SOCK_DGRAM, "socket for SIOCGIFMTU")?;
+    let fd = socket(libc::AF_INET, libc::SOCK_DGRAM, "for SIOCGIFMTU")?;
     // SAFETY: ifreq is plain data (a name and a union of integers and sockaddrs); all-zero is
     // a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -88,22 +80,12 @@ pub(crate) fn mtu_and_hwtype(iface: &str) -> io::Result<(u32, u16)> {
     // SAFETY: `req` is an ifreq whose name is NUL-terminated (checked length, zeroed tail);
     // the kernel writes the MTU into its union.
     let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
-    if ret < 0 {
-        return Err(syscall_error(
-            &format!("SIOCGIFMTU on {iface}"),
-            io::Error::last_os_error(),
-        ));
-    }
+    check("SIOCGIFMTU", ret).map_err(|e| e.with_context(format!("on {iface}")))?;
     // SAFETY: after SIOCGIFMTU the union holds `ifru_mtu`, an integer.
     let mtu = unsafe { req.ifr_ifru.ifru_mtu };
     // SAFETY: as above, for SIOCGIFHWADDR, which writes a sockaddr into the union.
     let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFHWADDR, &mut req) };
-    if ret < 0 {
-        return Err(syscall_error(
-            &format!("SIOCGIFHWADDR on {iface}"),
-            io::Error::last_os_error(),
-        ));
-    }
+    check("SIOCGIFHWADDR", ret).map_err(|e| e.with_context(format!("on {iface}")))?;
     // SAFETY: after SIOCGIFHWADDR the union holds `ifru_hwaddr`, a sockaddr of integers.
     let hwtype = unsafe { req.ifr_ifru.ifru_hwaddr.sa_family };
     Ok((mtu.max(0) as u32, hwtype))
@@ -122,9 +104,6 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         assert!(e.to_string().contains("capsule-none0"), "{e}");
         let e = mtu_and_hwtype("capsule-none0").unwrap_err();
-        assert!(
-            capsule_store::error::chain(&e).contains("capsule-none0"),
-            "{e}"
-        );
+        assert!(crate::error::chain(&e).contains("capsule-none0"), "{e}");
     }
 }

@@ -27,23 +27,25 @@ use std::time::Duration;
 
 use capsule_wire::view::{Endian, View};
 
-use super::{
-    add_promiscuous, check, getsockopt, if_index, setsockopt, socket, syscall_error,
-    take_socket_error, Mapping,
+use crate::error::check;
+use crate::iface::if_index;
+use crate::mapping::Mapping;
+use crate::socket::{
+    add_promiscuous, bind_packet, getsockopt, setsockopt, socket, take_socket_error,
 };
 
 /// Size and shape of the ring.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RingConfig {
+pub struct RingConfig {
     /// Bytes per block (a multiple of the page size).
-    pub(crate) block_size: u32,
+    pub block_size: u32,
     /// Number of blocks.
-    pub(crate) block_nr: u32,
+    pub block_nr: u32,
     /// A block is handed to capsule at the latest this long after its first packet.
-    pub(crate) retire_ms: u32,
+    pub retire_ms: u32,
     /// PACKET_FANOUT group id (hash fanout, defragmenting), so several sockets can share the
     /// interface's traffic; 0 disables fanout.
-    pub(crate) fanout_group: u16,
+    pub fanout_group: u16,
 }
 
 impl Default for RingConfig {
@@ -59,20 +61,20 @@ impl Default for RingConfig {
 
 /// One received packet, borrowed from the ring.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RingPacket<'a> {
+pub struct RingPacket<'a> {
     /// Kernel receive time, ns since the Unix epoch.
-    pub(crate) ts_ns: u64,
+    pub ts_ns: u64,
     /// Length on the wire (without the stripped VLAN tag, if any).
-    pub(crate) len: u32,
+    pub len: u32,
     /// The captured bytes, from the link-layer header on.
-    pub(crate) data: &'a [u8],
+    pub data: &'a [u8],
     /// A VLAN tag the kernel (or NIC) removed from the frame: (TPID, TCI).
-    pub(crate) vlan: Option<(u16, u16)>,
+    pub vlan: Option<(u16, u16)>,
 }
 
 /// A TPACKET_V3 receive ring bound to one interface.
 #[derive(Debug)]
-pub(crate) struct PacketRing {
+pub struct PacketRing {
     // Field order is drop order: the ring is unmapped, then the socket closed.
     map: Mapping,
     fd: OwnedFd,
@@ -89,7 +91,7 @@ unsafe impl Send for PacketRing {}
 impl PacketRing {
     /// Opens a packet socket on `iface`, maps its ring, puts the interface in promiscuous
     /// mode (for this socket's lifetime) and binds the socket to it.
-    pub(crate) fn open(iface: &str, cfg: &RingConfig) -> io::Result<PacketRing> {
+    pub fn open(iface: &str, cfg: &RingConfig) -> io::Result<PacketRing> {
         let ifindex = if_index(iface)?;
         let proto = (libc::ETH_P_ALL as u16).to_be();
         // Protocol 0: the socket receives nothing until `bind` names the interface and the
@@ -98,7 +100,7 @@ impl PacketRing {
         let fd = socket(
             libc::AF_PACKET,
             libc::SOCK_RAW,
-            "socket(AF_PACKET) (needs root or CAP_NET_RAW)",
+            "(needs root or CAP_NET_RAW)",
         )?;
 
         let version = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
@@ -139,30 +141,10 @@ impl PacketRing {
         // The ring the kernel just allocated for this descriptor, its whole length.
         let map_len = cfg.block_size as usize * cfg.block_nr as usize;
         let map = Mapping::socket(&fd, map_len, 0, &format!("the {map_len}-byte ring"))?;
-        let ring = PacketRing {
-            map,
-            fd,
-            block_size: cfg.block_size as usize,
-            block_nr: cfg.block_nr as usize,
-            next: 0,
-        };
+        let ring = PacketRing::over(map, fd, cfg);
 
         add_promiscuous(&ring.fd, ifindex)?;
-
-        // SAFETY: sockaddr_ll is plain data; all-zero is a valid value, then filled in.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = proto;
-        sll.sll_ifindex = ifindex as i32;
-        // SAFETY: `sll` is a valid sockaddr_ll and the length passed is its size.
-        let ret = unsafe {
-            libc::bind(
-                ring.fd.as_raw_fd(),
-                (&sll as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        check(ret, &format!("bind to {iface}"))?;
+        bind_packet(&ring.fd, ifindex, proto, &format!("to {iface}"))?;
         if cfg.fanout_group != 0 {
             let arg: u32 = u32::from(cfg.fanout_group)
                 | ((libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG) << 16);
@@ -177,12 +159,31 @@ impl PacketRing {
         Ok(ring)
     }
 
+    /// The ring over `map`, the ring socket `fd` shares with the kernel (`cfg.block_nr`
+    /// blocks of `cfg.block_size` bytes), to be read from its first block. In unit tests
+    /// `map` is heap memory and the fake kernel's (`fake.rs`).
+    pub(crate) fn over(map: Mapping, fd: OwnedFd, cfg: &RingConfig) -> PacketRing {
+        let (block_size, block_nr) = (cfg.block_size as usize, cfg.block_nr as usize);
+        // What `status` relies on: whole pages, all inside the mapping (`open` checked the
+        // configuration before asking the kernel for the ring).
+        assert!(block_size.is_multiple_of(4096) && block_nr > 0);
+        assert!(map.len() >= block_size * block_nr);
+        PacketRing {
+            map,
+            fd,
+            block_size,
+            block_nr,
+            next: 0,
+        }
+    }
+
     /// The status word of block `i`, as an atomic shared with the kernel.
     fn status(&self, i: usize) -> &AtomicU32 {
         debug_assert!(i < self.block_nr);
-        // SAFETY: block `i` starts inside the mapping (i < block_nr, and the mapping is
-        // block_size * block_nr bytes long), block starts are
-        // page-aligned, and `hdr.bh1.block_status` is the u32 at offset 8 of
+        // SAFETY: block `i` starts inside the mapping (i < block_nr, and the mapping is at
+        // least block_size * block_nr bytes long, checked in `over`), block starts are
+        // page-aligned (the mapping is, and block_size is whole pages, checked in `over`),
+        // and `hdr.bh1.block_status` is the u32 at offset 8 of
         // `tpacket_block_desc` (4-byte aligned), so the pointer is valid and aligned for an
         // AtomicU32 for as long as `self` (and so the mapping) lives. The kernel accesses the
         // word only with its own atomic-width stores and loads, paired as the module docs say.
@@ -195,7 +196,7 @@ impl PacketRing {
     }
 
     /// Blocks the kernel has handed over that capsule has not read yet.
-    pub(crate) fn backlog(&self) -> usize {
+    pub fn backlog(&self) -> usize {
         (0..self.block_nr)
             .take_while(|j| {
                 let i = (self.next + j) % self.block_nr;
@@ -205,13 +206,13 @@ impl PacketRing {
     }
 
     /// Number of blocks in the ring.
-    pub(crate) fn blocks(&self) -> usize {
+    pub fn blocks(&self) -> usize {
         self.block_nr
     }
 
     /// Waits up to `timeout` for the next block to be handed over, calls `f` with each of its
     /// packets, and gives the block back. Returns the number of packets (0 on timeout).
-    pub(crate) fn next_block(
+    pub fn next_block(
         &mut self,
         timeout: Duration,
         mut f: impl FnMut(RingPacket<'_>),
@@ -226,12 +227,10 @@ impl PacketRing {
             let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
             // SAFETY: `pfd` is a valid pollfd array of length 1 for the duration of the call.
             let ret = unsafe { libc::poll(&mut pfd, 1, ms) };
-            if ret < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    return Ok(0);
-                }
-                return Err(syscall_error("poll", e));
+            match check("poll", ret) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(0),
+                Err(e) => return Err(e.into()),
+                Ok(_) => {}
             }
             if self.status(i).load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
                 if pfd.revents & libc::POLLERR != 0 {
@@ -263,7 +262,7 @@ impl PacketRing {
     /// Reads (and so resets) the socket's kernel counters: packets received (kept or dropped),
     /// dropped because the ring was full, and the times the ring froze (all blocks owned by
     /// capsule), since the previous read.
-    pub(crate) fn stats(&self) -> io::Result<libc::tpacket_stats_v3> {
+    pub fn stats(&self) -> io::Result<libc::tpacket_stats_v3> {
         let (st, _) = getsockopt::<libc::tpacket_stats_v3>(
             &self.fd,
             libc::SOL_PACKET,
@@ -349,6 +348,7 @@ fn parse_block(block: &[u8], f: &mut impl FnMut(RingPacket<'_>)) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake::{TpacketKernel, NOTHING_WAIT};
 
     /// A block laid out as the kernel does: descriptor, then packets linked by next offsets.
     fn block(packets: &[(&[u8], Option<u16>)]) -> Vec<u8> {
@@ -411,5 +411,61 @@ mod tests {
         parse_block(&b, &mut |_p: RingPacket<'_>| n += 1);
         assert_eq!(n, 1);
         assert_eq!(parse_block(&[0u8; 8], &mut |_p: RingPacket<'_>| {}), 0);
+    }
+
+    #[test]
+    fn blocks_are_read_in_order_and_handed_back_round_the_ring() {
+        let mut k = TpacketKernel::new(3);
+        let mut seen = Vec::new();
+        for round in 0..3u8 {
+            for b in 0..3u8 {
+                assert!(k.hand_over(&block(&[(&[round, b], None), (&[b], Some(7))])));
+            }
+            // Every block is capsule's: the kernel has nowhere to write.
+            assert!(!k.hand_over(&block(&[(&[99], None)])));
+            assert_eq!(k.ring.backlog(), 3);
+            for left in (0..3).rev() {
+                let n = k
+                    .ring
+                    .next_block(NOTHING_WAIT, |p| seen.push((p.data.to_vec(), p.vlan)))
+                    .unwrap();
+                assert_eq!((n, k.ring.backlog()), (2, left));
+            }
+            for i in 0..3 {
+                let status = k.status(i).load(Ordering::Acquire);
+                assert_eq!(status, libc::TP_STATUS_KERNEL, "block {i}, round {round}");
+            }
+        }
+        let want: Vec<_> = (0..3u8)
+            .flat_map(|r| {
+                (0..3u8).flat_map(move |b| [(vec![r, b], None), (vec![b], Some((0x8100, 7)))])
+            })
+            .collect();
+        assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn an_empty_ring_is_waited_on_and_read_on_from_where_it_was() {
+        let mut k = TpacketKernel::new(2);
+        assert!(k.hand_over(&block(&[(&[1], None)])));
+        let mut seen = Vec::new();
+        let mut read = |k: &mut TpacketKernel| {
+            k.ring
+                .next_block(NOTHING_WAIT, |p| seen.push(p.data.to_vec()))
+                .unwrap()
+        };
+        assert_eq!(read(&mut k), 1);
+        // Nothing handed over: the read waits out its timeout on the socket, takes nothing,
+        // and does not move on.
+        let t = std::time::Instant::now();
+        assert_eq!(read(&mut k), 0);
+        assert!(t.elapsed() >= NOTHING_WAIT / 2, "{:?}", t.elapsed());
+        assert_eq!(k.status(1).load(Ordering::Acquire), libc::TP_STATUS_KERNEL);
+        // The next block handed over (block 1, then block 0 again) is the next one read.
+        assert!(k.hand_over(&block(&[(&[2], None)])));
+        assert!(k.hand_over(&block(&[(&[3], None)])));
+        assert_eq!(k.ring.backlog(), 2);
+        assert_eq!((read(&mut k), read(&mut k), read(&mut k)), (1, 1, 0));
+        assert_eq!(seen, [vec![1], vec![2], vec![3]]);
     }
 }

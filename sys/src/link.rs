@@ -3,14 +3,13 @@
 //! A link, unlike the netlink attach `ip link set xdp` uses, belongs to the descriptor that
 //! made it: the program detaches when the descriptor closes, also when capsule is killed.
 
-use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
-use super::syscall_error;
+use crate::error::{check, SysError};
 
 /// How to attach the XDP program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum XdpAttach {
+pub enum XdpAttach {
     /// In the driver (`XDP_FLAGS_DRV_MODE`).
     Native,
     /// In the kernel's generic path after the skb is built (`XDP_FLAGS_SKB_MODE`).
@@ -29,7 +28,7 @@ impl std::fmt::Display for XdpAttach {
 /// Attaches the program `prog_fd` to `ifindex` through a `bpf_link` (`BPF_LINK_CREATE`).
 /// The program stays attached as long as the returned descriptor is open, so it detaches when
 /// capsule exits, however it exits.
-pub(crate) fn xdp_link(prog_fd: RawFd, ifindex: u32, mode: XdpAttach) -> io::Result<OwnedFd> {
+pub fn xdp_link(prog_fd: RawFd, ifindex: u32, mode: XdpAttach) -> Result<OwnedFd, SysError> {
     const BPF_LINK_CREATE: libc::c_long = 28;
     const BPF_XDP: u32 = 37;
     const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
@@ -54,8 +53,7 @@ pub(crate) fn xdp_link(prog_fd: RawFd, ifindex: u32, mode: XdpAttach) -> io::Res
             std::mem::size_of_val(&attr) as libc::c_uint,
         )
     };
-    if ret < 0 {
-        let e = io::Error::last_os_error();
+    let ret = check("BPF_LINK_CREATE", ret).map_err(|e| {
         let hint = match e.raw_os_error() {
             Some(libc::EBUSY | libc::EEXIST) => {
                 " (another XDP program is attached; `ip link show` names it)"
@@ -63,16 +61,8 @@ pub(crate) fn xdp_link(prog_fd: RawFd, ifindex: u32, mode: XdpAttach) -> io::Res
             Some(libc::EOPNOTSUPP) => " (the driver has no native XDP)",
             _ => "",
         };
-        // The hint follows the OS error's own text.
-        let e = match hint {
-            "" => e,
-            hint => io::Error::new(e.kind(), format!("{e}{hint}")),
-        };
-        return Err(syscall_error(
-            &format!("attaching XDP ({mode}) with a bpf_link"),
-            e,
-        ));
-    }
+        e.with_context(format!("for attaching XDP ({mode}){hint}"))
+    })?;
     // SAFETY: a non-negative return of BPF_LINK_CREATE is a new descriptor nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(ret as RawFd) })
 }

@@ -6,7 +6,7 @@
 //! the other threads, but nothing does so for capabilities, the bounding set or
 //! `no_new_privs`). By the time capture drops, the store's threads, the metrics listener
 //! and others are already running, so [`drop_in_every_thread`] does what glibc does for
-//! `setuid`: it runs the same sequence ([`apply_here`], raw system calls only, so it is
+//! `setuid`: it runs the same sequence (`apply_here`, raw system calls only, so it is
 //! async-signal-safe) in the calling thread, then in each other thread through a real-time
 //! signal whose handler runs it there, one thread at a time, and then checks every thread's
 //! `/proc/self/task/TID/status` against the calling thread's until all agree (a thread
@@ -16,7 +16,7 @@ use std::io;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::syscall_error;
+use crate::error::{check, Ret, SysError};
 
 /// `_LINUX_CAPABILITY_VERSION_3`: 64-bit capability sets as two 32-bit words.
 const CAP_VERSION_3: u32 = 0x2008_0522;
@@ -37,9 +37,9 @@ struct CapData {
 
 /// A user's uid and primary gid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct UserIds {
-    pub(crate) uid: u32,
-    pub(crate) gid: u32,
+pub struct UserIds {
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// Buffer size for the `get*nam_r` calls, doubled on ERANGE up to this.
@@ -47,82 +47,95 @@ const MAX_NSS_BUFFER: usize = 1 << 20;
 
 /// The uid and primary gid of user `name` (passwd database, NSS included); `None` when
 /// there is no such user.
-pub(crate) fn user_by_name(name: &str) -> io::Result<Option<UserIds>> {
-    let cname = std::ffi::CString::new(name)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "user name has a NUL byte"))?;
-    let mut buf = vec![0 as libc::c_char; 1024];
-    loop {
-        // SAFETY: `passwd` is plain C data (integers and pointers), for which all-zero is a
-        // valid value; getpwnam_r fills it.
-        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut found: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: `cname` is NUL-terminated; `pw`, `buf` (with its true length) and `found`
-        // are live and writable for the call; the strings getpwnam_r writes point into `buf`,
-        // and only the two integers are read from `pw` afterwards.
-        let ret = unsafe {
-            libc::getpwnam_r(
-                cname.as_ptr(),
-                &mut pw,
-                buf.as_mut_ptr(),
-                buf.len(),
-                &mut found,
-            )
-        };
-        match ret {
-            0 if found.is_null() => return Ok(None),
-            0 => {
-                return Ok(Some(UserIds {
-                    uid: pw.pw_uid,
-                    gid: pw.pw_gid,
-                }))
-            }
-            libc::ERANGE if buf.len() < MAX_NSS_BUFFER => buf.resize(buf.len() * 2, 0),
-            e => {
-                return Err(syscall_error(
-                    &format!("getpwnam_r({name:?})"),
-                    io::Error::from_raw_os_error(e),
-                ))
-            }
-        }
-    }
+pub fn user_by_name(name: &str) -> io::Result<Option<UserIds>> {
+    by_name(libc::getpwnam_r, "getpwnam_r", "user", name, |pw| UserIds {
+        uid: pw.pw_uid,
+        gid: pw.pw_gid,
+    })
 }
 
 /// The gid of group `name` (group database, NSS included); `None` when there is none.
-pub(crate) fn group_by_name(name: &str) -> io::Result<Option<u32>> {
-    let cname = std::ffi::CString::new(name)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "group name has a NUL byte"))?;
+pub fn group_by_name(name: &str) -> io::Result<Option<u32>> {
+    by_name(libc::getgrnam_r, "getgrnam_r", "group", name, |gr| {
+        gr.gr_gid
+    })
+}
+
+/// An entry of an NSS database as the `get*nam_r` calls fill it (`passwd`, `group`).
+///
+/// # Safety
+/// Implement only for plain C data (integers and pointers), for which all-zero is a valid
+/// value.
+unsafe trait NssEntry: Sized {}
+// SAFETY: `passwd` and `group` are `#[repr(C)]` structs of integers and pointers.
+unsafe impl NssEntry for libc::passwd {}
+// SAFETY: as above.
+unsafe impl NssEntry for libc::group {}
+
+/// The signature `getpwnam_r` and `getgrnam_r` share.
+type ByNameCall<T> = unsafe extern "C" fn(
+    *const libc::c_char,
+    *mut T,
+    *mut libc::c_char,
+    usize,
+    *mut *mut T,
+) -> libc::c_int;
+
+/// Looks `name` up with `call` (named `call_name` in the error) in the database of `what`
+/// (`user`, `group`), growing the buffer for the entry's strings as the call asks, and
+/// returns what `read` takes from the entry; `None` when there is no such entry.
+fn by_name<T: NssEntry, R>(
+    call: ByNameCall<T>,
+    call_name: &'static str,
+    what: &str,
+    name: &str,
+    read: impl Fn(&T) -> R,
+) -> io::Result<Option<R>> {
+    let cname = std::ffi::CString::new(name).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what} name has a NUL byte"),
+        )
+    })?;
     let mut buf = vec![0 as libc::c_char; 1024];
     loop {
-        // SAFETY: `group` is plain C data for which all-zero is a valid value.
-        let mut gr: libc::group = unsafe { std::mem::zeroed() };
-        let mut found: *mut libc::group = std::ptr::null_mut();
-        // SAFETY: as in `user_by_name`: live, writable arguments with their true lengths;
-        // only `gr_gid` is read afterwards.
+        // SAFETY: `T: NssEntry`, so all-zero is a valid `T`; the call fills it.
+        let mut entry: T = unsafe { std::mem::zeroed() };
+        let mut found: *mut T = std::ptr::null_mut();
+        // SAFETY: `cname` is NUL-terminated; `entry`, `buf` (with its true length) and
+        // `found` are live and writable for the call; the strings the call writes point into
+        // `buf`, which outlives every read of `entry` (`read` takes integers from it).
         let ret = unsafe {
-            libc::getgrnam_r(
+            call(
                 cname.as_ptr(),
-                &mut gr,
+                &mut entry,
                 buf.as_mut_ptr(),
                 buf.len(),
                 &mut found,
             )
         };
+        // The return is the error number itself (0: none), not -1 and errno, so it does not
+        // go through `check`.
         match ret {
             0 if found.is_null() => return Ok(None),
-            0 => return Ok(Some(gr.gr_gid)),
+            0 => return Ok(Some(read(&entry))),
             libc::ERANGE if buf.len() < MAX_NSS_BUFFER => buf.resize(buf.len() * 2, 0),
             e => {
-                return Err(syscall_error(
-                    &format!("getgrnam_r({name:?})"),
-                    io::Error::from_raw_os_error(e),
-                ))
+                let e = SysError::new(call_name, io::Error::from_raw_os_error(e));
+                return Err(e.with_context(format!("for {what} {name:?}")).into());
             }
         }
     }
 }
 
 /// The calling thread's effective and permitted capability sets, as 64-bit masks.
-pub(crate) fn capabilities() -> io::Result<(u64, u64)> {
+pub fn capabilities() -> io::Result<(u64, u64)> {
+    Ok(capget()?)
+}
+
+/// The calling thread's effective and permitted capability sets (raw `capget`). Allocates
+/// nothing, on success or failure, so the signal handler's [`apply_here`] uses it too.
+fn capget() -> Result<(u64, u64), SysError> {
     let mut header = CapHeader {
         version: CAP_VERSION_3,
         pid: 0,
@@ -136,9 +149,7 @@ pub(crate) fn capabilities() -> io::Result<(u64, u64)> {
             data.as_mut_ptr(),
         )
     };
-    if ret < 0 {
-        return Err(syscall_error("capget", io::Error::last_os_error()));
-    }
+    check("capget", ret)?;
     let join = |lo: u32, hi: u32| u64::from(lo) | (u64::from(hi) << 32);
     Ok((
         join(data[0].effective, data[1].effective),
@@ -150,16 +161,11 @@ pub(crate) fn capabilities() -> io::Result<(u64, u64)> {
 /// access checks those of that user and group alone (setgroups to `gid`, setfsgid,
 /// setfsuid). Per thread: threads started by this one afterwards inherit it. Needs
 /// CAP_SETUID and CAP_SETGID.
-pub(crate) fn set_fs_identity(uid: u32, gid: u32) -> io::Result<()> {
+pub fn set_fs_identity(uid: u32, gid: u32) -> io::Result<()> {
     let groups = [gid as libc::gid_t];
     // SAFETY: raw setgroups with a live one-element array; changes this thread only.
     let ret = unsafe { libc::syscall(libc::SYS_setgroups, 1usize, groups.as_ptr()) };
-    if ret < 0 {
-        return Err(syscall_error(
-            &format!("setgroups([{gid}])"),
-            io::Error::last_os_error(),
-        ));
-    }
+    check("setgroups", ret).map_err(|e| e.with_context(format!("to group {gid}")))?;
     // setfsuid/setfsgid report no error; they return the old id whether or not they changed
     // it, so read the id back (an invalid id, -1, changes nothing and returns the current).
     // SAFETY: plain system calls with integer arguments.
@@ -173,23 +179,24 @@ pub(crate) fn set_fs_identity(uid: u32, gid: u32) -> io::Result<()> {
         libc::syscall(libc::SYS_setfsuid, u32::MAX)
     };
     if now_gid as u32 != gid || now_uid as u32 != uid {
-        return Err(syscall_error(
-            &format!("setfsuid({uid})/setfsgid({gid})"),
+        let e = SysError::new(
+            "setfsuid/setfsgid",
             io::Error::from_raw_os_error(libc::EPERM),
-        ));
+        );
+        return Err(e.with_context(format!("to {uid}/{gid}")).into());
     }
     Ok(())
 }
 
 /// What every thread drops to. `u32::MAX` for `uid`/`gid`: unchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DropPlan {
-    pub(crate) uid: Option<u32>,
-    pub(crate) gid: Option<u32>,
+pub struct DropPlan {
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
     /// The capabilities kept (bit n: capability n) in the effective, permitted and
     /// bounding sets; every other capability is dropped from all of them, and ambient and
     /// inheritable are emptied.
-    pub(crate) keep: u64,
+    pub keep: u64,
 }
 
 // The plan as the signal handler reads it (set before any signal is sent).
@@ -223,30 +230,11 @@ fn errno() -> i32 {
 /// Runs the plan in the calling thread with raw system calls only (no allocation, no lock:
 /// safe in a signal handler). Returns the failed step and errno.
 fn apply_here(uid: u32, gid: u32, keep: u64, last_cap: u32) -> Result<(), (usize, i32)> {
-    let mut header = CapHeader {
-        version: CAP_VERSION_3,
-        pid: 0,
-    };
-    let mut data = [CapData::default(); 2];
-    // SAFETY: capget writes two `CapData` into the live, writable `data`.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_capget,
-            &mut header as *mut CapHeader,
-            data.as_mut_ptr(),
-        )
-    };
-    if ret < 0 {
-        return Err((0, errno()));
-    }
-    let permitted = u64::from(data[0].permitted) | (u64::from(data[1].permitted) << 32);
-    let effective = u64::from(data[0].effective) | (u64::from(data[1].effective) << 32);
+    let (effective, permitted) = capget().map_err(|e| (0, e.raw_os_error().unwrap_or(0)))?;
     let changes_ids = uid != u32::MAX;
     if changes_ids {
         // SAFETY: prctl with integer arguments; this thread only.
-        if unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) } < 0 {
-            return Err((1, errno()));
-        }
+        step(1, unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) })?;
     }
     // The bounding set can shrink only with CAP_SETPCAP; without it (an unprivileged user
     // given capabilities by its service manager) it stays as that manager set it.
@@ -258,9 +246,7 @@ fn apply_here(uid: u32, gid: u32, keep: u64, last_cap: u32) -> Result<(), (usize
             }
             // SAFETY: prctl with integer arguments.
             let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
-            if ret < 0 && errno() != libc::EINVAL {
-                return Err((2, errno()));
-            }
+            step_unless_einval(2, ret)?;
         }
     }
     // SAFETY: prctl with integer arguments.
@@ -273,25 +259,23 @@ fn apply_here(uid: u32, gid: u32, keep: u64, last_cap: u32) -> Result<(), (usize
             0,
         )
     };
-    if ret < 0 && errno() != libc::EINVAL {
-        return Err((3, errno()));
-    }
+    step_unless_einval(3, ret)?;
     if gid != u32::MAX {
         let groups = [gid as libc::gid_t];
         // SAFETY: raw setgroups with a live one-element array.
-        if unsafe { libc::syscall(libc::SYS_setgroups, 1usize, groups.as_ptr()) } < 0 {
-            return Err((4, errno()));
-        }
+        step(4, unsafe {
+            libc::syscall(libc::SYS_setgroups, 1usize, groups.as_ptr())
+        })?;
         // SAFETY: raw setresgid with integer arguments; this thread only.
-        if unsafe { libc::syscall(libc::SYS_setresgid, gid, gid, gid) } < 0 {
-            return Err((5, errno()));
-        }
+        step(5, unsafe {
+            libc::syscall(libc::SYS_setresgid, gid, gid, gid)
+        })?;
     }
     if changes_ids {
         // SAFETY: raw setresuid with integer arguments; this thread only.
-        if unsafe { libc::syscall(libc::SYS_setresuid, uid, uid, uid) } < 0 {
-            return Err((6, errno()));
-        }
+        step(6, unsafe {
+            libc::syscall(libc::SYS_setresuid, uid, uid, uid)
+        })?;
     }
     // Only what is still permitted can be kept: a capability never held stays absent.
     let kept = keep & permitted;
@@ -319,18 +303,32 @@ fn apply_here(uid: u32, gid: u32, keep: u64, last_cap: u32) -> Result<(), (usize
             data.as_ptr(),
         )
     };
-    if ret < 0 {
-        return Err((7, errno()));
-    }
+    step(7, ret)?;
     if changes_ids {
-        // SAFETY: prctl with integer arguments.
+        // SAFETY: prctl with integer arguments. Clearing KEEPCAPS after the drop only tidies
+        // up (the capabilities are set already), so its return is not checked.
         unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0) };
     }
     // SAFETY: prctl with integer arguments.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {
-        return Err((8, errno()));
-    }
+    step(8, unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    })?;
     Ok(())
+}
+
+/// Step `n` of [`STEPS`] returned `ret`: through the door, its errno kept with the step's
+/// number for the handler's atomic (the door allocates nothing).
+fn step<R: Ret>(n: usize, ret: R) -> Result<R, (usize, i32)> {
+    check(STEPS[n], ret).map_err(|e| (n, e.raw_os_error().unwrap_or(0)))
+}
+
+/// As [`step`], with EINVAL no failure (a capability or an operation this kernel does not
+/// know of).
+fn step_unless_einval<R: Ret>(n: usize, ret: R) -> Result<(), (usize, i32)> {
+    match step(n, ret) {
+        Err((_, libc::EINVAL)) | Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 extern "C" fn on_drop_signal(_sig: libc::c_int) {
@@ -387,7 +385,7 @@ fn thread_name(tid: &str) -> String {
 
 /// Applies `plan` in every thread of the process (see the module docs), then checks that
 /// every thread's credentials are the caller's. The error names the step and the thread.
-pub(crate) fn drop_in_every_thread(plan: DropPlan) -> io::Result<()> {
+pub fn drop_in_every_thread(plan: DropPlan) -> io::Result<()> {
     let uid = plan.uid.unwrap_or(u32::MAX);
     let gid = plan.gid.unwrap_or(u32::MAX);
     PLAN_UID.store(uid, Ordering::SeqCst);
@@ -403,14 +401,8 @@ pub(crate) fn drop_in_every_thread(plan: DropPlan) -> io::Result<()> {
     // SAFETY: installs a handler that calls only async-signal-safe code (raw system calls
     // and atomics); `action` is live for the call and the old action is not wanted.
     let ret = unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) };
-    if ret < 0 {
-        return Err(syscall_error(
-            "sigaction for the privilege drop",
-            io::Error::last_os_error(),
-        ));
-    }
-    apply_here(uid, gid, plan.keep, last)
-        .map_err(|(step, e)| syscall_error(STEPS[step], io::Error::from_raw_os_error(e)))?;
+    check("sigaction", ret).map_err(|e| e.with_context("for the privilege drop"))?;
+    apply_here(uid, gid, plan.keep, last).map_err(|(step, e)| step_error(step, e))?;
     // SAFETY: plain system calls without arguments.
     let (pid, me) = unsafe {
         (
@@ -446,38 +438,37 @@ pub(crate) fn drop_in_every_thread(plan: DropPlan) -> io::Result<()> {
             let deadline = Instant::now() + Duration::from_secs(2);
             while DONE.load(Ordering::SeqCst) == before {
                 if Instant::now() > deadline {
-                    return Err(syscall_error(
-                        &format!(
-                            "privilege drop in thread {tid} ({}): it did not take the signal \
-                             within 2 s",
-                            thread_name(&tid)
-                        ),
-                        io::Error::from_raw_os_error(libc::ETIMEDOUT),
+                    let e = io::Error::from_raw_os_error(libc::ETIMEDOUT);
+                    let e = SysError::new("privilege drop", e).with_context(format!(
+                        "in thread {tid} ({}): it did not take the signal within 2 s",
+                        thread_name(&tid)
                     ));
+                    return Err(e.into());
                 }
                 std::thread::sleep(Duration::from_micros(200));
             }
             let failed = FAILED.load(Ordering::SeqCst);
             if failed != 0 {
-                let step = (failed >> 32) as usize;
-                return Err(syscall_error(
-                    &format!(
-                        "{} in thread {tid} ({})",
-                        STEPS.get(step).unwrap_or(&"?"),
-                        thread_name(&tid)
-                    ),
-                    io::Error::from_raw_os_error((failed & 0xffff_ffff) as i32),
-                ));
+                let e = step_error((failed >> 32) as usize, (failed & 0xffff_ffff) as i32);
+                let e = e.with_context(format!("in thread {tid} ({})", thread_name(&tid)));
+                return Err(e.into());
             }
         }
         if all_agree {
             return Ok(());
         }
     }
-    Err(syscall_error(
-        "privilege drop: threads kept starting with other credentials after 10 rounds",
-        io::Error::from_raw_os_error(libc::EAGAIN),
-    ))
+    let e = SysError::new("privilege drop", io::Error::from_raw_os_error(libc::EAGAIN));
+    Err(e
+        .with_context("(threads kept starting with other credentials after 10 rounds)")
+        .into())
+}
+
+/// The error of step `step` of [`apply_here`], which failed with `errno`. The handler that
+/// runs it cannot allocate, so it records the two numbers and the error is made here.
+fn step_error(step: usize, errno: i32) -> SysError {
+    let call = STEPS.get(step).copied().unwrap_or("privilege drop step");
+    SysError::new(call, io::Error::from_raw_os_error(errno))
 }
 
 #[cfg(test)]

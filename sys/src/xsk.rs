@@ -1,5 +1,5 @@
 //! AF_XDP sockets: UMEM, fill and RX rings (the `bpf_link` that attaches the XDP program is in
-//! [`super::link`]).
+//! [`crate::link`]).
 //!
 //! One socket serves one RX queue. Its UMEM is one anonymous mapping cut into `frames`
 //! frames of `frame_size` bytes (2048 or 4096). Four single-producer single-consumer rings
@@ -41,7 +41,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use capsule_bpf::{Carrier, META_LEN};
 
-use super::{check, getsockopt, setsockopt, socket, syscall_error, take_socket_error, Mapping};
+use crate::error::{chain, check};
+use crate::mapping::Mapping;
+use crate::socket::{getsockopt, setsockopt, socket, take_socket_error};
 
 /// Largest packet the joiner builds from fragments; the store keeps at most 256 KiB anyway.
 const MAX_JOINED: usize = 256 * 1024;
@@ -53,22 +55,22 @@ const PREFETCH_BYTES: u64 = 1536;
 
 /// Shape of one socket.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct XskConfig {
+pub struct XskConfig {
     /// UMEM frame size: 2048 or 4096.
-    pub(crate) frame_size: u32,
+    pub frame_size: u32,
     /// Frames in the UMEM, which is also the fill ring's size (a power of two, >= 16384).
-    pub(crate) frames: u32,
+    pub frames: u32,
     /// RX ring entries (a power of two, >= 16384).
-    pub(crate) rx_size: u32,
+    pub rx_size: u32,
     /// Try zero-copy first (falls back to copy mode when the driver refuses).
-    pub(crate) zero_copy: bool,
+    pub zero_copy: bool,
     /// Bind with `XDP_USE_SG`: frames larger than one UMEM frame arrive as fragments, which
     /// capsule joins. Needs the `xdp.frags` program and Linux 6.6.
-    pub(crate) multi_buffer: bool,
+    pub multi_buffer: bool,
     /// Where the XDP program puts its record (its variant's carrier): the `META_LEN` bytes
     /// before the packet (metadata, copied with it), the first `META_LEN` bytes of the
     /// frame's data (headroom, split off before the packet is handed on), or nowhere.
-    pub(crate) record: Carrier,
+    pub record: Carrier,
 }
 
 impl Default for XskConfig {
@@ -86,7 +88,7 @@ impl Default for XskConfig {
 
 /// How the kernel moves packets into the UMEM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum XskMode {
+pub enum XskMode {
     /// The NIC DMAs straight into the UMEM.
     ZeroCopy,
     /// The kernel copies each packet into the UMEM (any driver, generic XDP included).
@@ -104,13 +106,13 @@ impl std::fmt::Display for XskMode {
 
 /// One received packet, borrowed from the UMEM (or from the fragment joiner).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct XskPacket<'a> {
-    pub(crate) data: &'a [u8],
+pub struct XskPacket<'a> {
+    pub data: &'a [u8],
     /// The bytes just before the packet, where the XDP program writes its record; `None` when
     /// the frame has no room for them.
-    pub(crate) meta: Option<[u8; META_LEN]>,
+    pub meta: Option<[u8; META_LEN]>,
     /// The packet was longer than capsule joins (256 KiB); `data` is its head.
-    pub(crate) cut: bool,
+    pub cut: bool,
 }
 
 /// Splits the headroom carrier's record off the front of a packet's first frame: `(packet,
@@ -130,7 +132,7 @@ fn split_front_record(data: &[u8]) -> (&[u8], Option<[u8; META_LEN]>) {
 
 /// A mapped ring: producer and consumer indexes, flags, and `size` entries of `T`.
 #[derive(Debug)]
-struct Ring {
+pub(crate) struct Ring {
     map: Mapping,
     producer: usize,
     consumer: usize,
@@ -150,8 +152,35 @@ impl Ring {
     ) -> io::Result<Ring> {
         // The ring the kernel allocated for this socket at `pgoff`, with the length the kernel's
         // offsets imply.
-        let map_len = off.desc as usize + size as usize * entry;
+        let map_len = Ring::map_len(off, size, entry);
         let map = Mapping::socket(fd, map_len, pgoff, &format!("the {what}"))?;
+        Ring::over(map, off, size, entry, what)
+    }
+
+    /// The length of a ring of `size` entries of `entry` bytes at the kernel's offsets.
+    pub(crate) fn map_len(off: &libc::xdp_ring_offset, size: u32, entry: usize) -> usize {
+        off.desc as usize + size as usize * entry
+    }
+
+    /// The ring in `map` at the kernel's offsets `off`, each checked against the mapping.
+    /// In unit tests `map` is heap memory and the fake kernel's (`fake.rs`).
+    pub(crate) fn over(
+        map: Mapping,
+        off: &libc::xdp_ring_offset,
+        size: u32,
+        entry: usize,
+        what: &str,
+    ) -> io::Result<Ring> {
+        let map_len = map.len();
+        // `slot` masks indexes with `size - 1`; `open` checked the sizes it asks for.
+        debug_assert!(size.is_power_of_two());
+        if Ring::map_len(off, size, entry) > map_len {
+            return Err(io::Error::other(format!(
+                "{what}: {size} entries of {entry} bytes from offset {} run past its \
+                 {map_len}-byte map",
+                off.desc
+            )));
+        }
         let ring = Ring {
             map,
             producer: off.producer as usize,
@@ -226,7 +255,7 @@ impl Ring {
 
 /// An AF_XDP socket bound to one RX queue, receiving only.
 #[derive(Debug)]
-pub(crate) struct XskSocket {
+pub struct XskSocket {
     // Field order is drop order: the rings and the socket go before the UMEM they point into.
     rx: Ring,
     fill: Ring,
@@ -247,7 +276,7 @@ pub(crate) struct XskSocket {
     joined_meta: Option<[u8; META_LEN]>,
     joining: bool,
     /// Descriptors that pointed outside the UMEM (never expected; counted, not trusted).
-    pub(crate) bad_descs: u64,
+    bad_descs: u64,
 }
 
 // SAFETY: the UMEM and ring mappings are owned by this value alone, and the sharing with the
@@ -258,7 +287,7 @@ unsafe impl Send for XskSocket {}
 impl XskSocket {
     /// Opens a socket on queue `queue` of interface `ifindex`: zero-copy when asked and the
     /// driver allows it, else copy mode.
-    pub(crate) fn open(ifindex: u32, queue: u32, cfg: &XskConfig) -> io::Result<XskSocket> {
+    pub fn open(ifindex: u32, queue: u32, cfg: &XskConfig) -> io::Result<XskSocket> {
         if cfg.frame_size != 2048 && cfg.frame_size != 4096 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -278,7 +307,7 @@ impl XskSocket {
                 Ok(s) => return Ok(s),
                 Err(e) => tracing::debug!(
                     "queue {queue}: zero-copy refused ({}); copy mode",
-                    capsule_store::error::chain(&e)
+                    chain(&e)
                 ),
             }
         }
@@ -289,7 +318,7 @@ impl XskSocket {
         let fd = socket(
             libc::AF_XDP,
             libc::SOCK_RAW,
-            "socket(AF_XDP) (needs root, CAP_NET_RAW and Linux 4.18+)",
+            "(needs root, CAP_NET_RAW and Linux 4.18+)",
         )?;
 
         // A fresh private anonymous mapping, registered with the kernel below. From here on it
@@ -379,18 +408,37 @@ impl XskSocket {
                     std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
                 )
             };
-            let busy = ret < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EBUSY);
-            if busy && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-                continue;
+            match check("bind", ret) {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EBUSY)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                done => {
+                    done.map_err(|e| {
+                        e.with_context(format!("AF_XDP socket to queue {queue} ({mode} mode)"))
+                    })?;
+                    break;
+                }
             }
-            check(
-                ret,
-                &format!("bind AF_XDP socket to queue {queue} ({mode} mode)"),
-            )?;
-            break;
         }
+        XskSocket::over(fd, umem, [rx, fill, comp], cfg, mode)
+    }
 
+    /// The socket `fd`, bound, over its UMEM and its RX, fill and completion rings: puts
+    /// every frame on the fill ring (the kernel may receive into any of them) and wakes the
+    /// kernel. In unit tests the mappings are heap memory and the fake kernel's
+    /// (`fake.rs`), and `fd` any socket.
+    pub(crate) fn over(
+        fd: OwnedFd,
+        umem: Mapping,
+        [rx, fill, comp]: [Ring; 3],
+        cfg: &XskConfig,
+        mode: XskMode,
+    ) -> io::Result<XskSocket> {
+        let frames = cfg.frames;
+        assert!(fill.size == frames && umem.len() >= frames as usize * cfg.frame_size as usize);
         let mut sock = XskSocket {
             rx,
             fill,
@@ -411,14 +459,13 @@ impl XskSocket {
         };
         sock.rx_consumer = sock.rx.consumer().load(Ordering::Relaxed);
         sock.fill_producer = sock.fill.producer().load(Ordering::Relaxed);
-        // Every frame goes on the fill ring: the kernel may receive into any of them.
-        for i in 0..fill_size {
+        for i in 0..frames {
             sock.fill.set_fill(
                 sock.fill_producer.wrapping_add(i),
                 u64::from(i) * u64::from(cfg.frame_size),
             );
         }
-        sock.fill_producer = sock.fill_producer.wrapping_add(fill_size);
+        sock.fill_producer = sock.fill_producer.wrapping_add(frames);
         sock.fill
             .producer()
             .store(sock.fill_producer, Ordering::Release);
@@ -426,13 +473,13 @@ impl XskSocket {
         Ok(sock)
     }
 
-    pub(crate) fn mode(&self) -> XskMode {
+    pub fn mode(&self) -> XskMode {
         self.mode
     }
 
     /// Reads up to `max` descriptors, hands each complete packet to `f`, and gives the frames
     /// back to the kernel. Returns the number of descriptors read (0: the ring was empty).
-    pub(crate) fn recv(&mut self, max: u32, mut f: impl FnMut(XskPacket<'_>)) -> io::Result<u32> {
+    pub fn recv(&mut self, max: u32, mut f: impl FnMut(XskPacket<'_>)) -> io::Result<u32> {
         let produced = self.rx.producer().load(Ordering::Acquire);
         let ready = produced.wrapping_sub(self.rx_consumer);
         // Frames can go back only where the fill ring has room; by construction it always
@@ -570,7 +617,7 @@ impl XskSocket {
     }
 
     /// Descriptors waiting in the RX ring (what the kernel produced that capsule has not read).
-    pub(crate) fn backlog(&self) -> u32 {
+    pub fn backlog(&self) -> u32 {
         self.rx
             .producer()
             .load(Ordering::Acquire)
@@ -578,8 +625,14 @@ impl XskSocket {
     }
 
     /// RX ring entries.
-    pub(crate) fn rx_size(&self) -> u32 {
+    pub fn rx_size(&self) -> u32 {
         self.rx.size
+    }
+
+    /// Descriptors that pointed outside the UMEM, since the socket opened (never expected:
+    /// counted and skipped, never trusted).
+    pub fn bad_descs(&self) -> u64 {
+        self.bad_descs
     }
 
     /// Tells the kernel the fill ring has frames (needed when it set the need-wakeup flag).
@@ -596,19 +649,23 @@ impl XskSocket {
                 std::ptr::null_mut(),
             )
         };
-        if ret < 0 {
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => {}
-                _ => return Err(syscall_error("waking the socket", e)),
+        match check("recvfrom", ret) {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR)
+                ) =>
+            {
+                Ok(())
             }
+            Err(e) => Err(e.with_context("to wake the socket").into()),
+            Ok(_) => Ok(()),
         }
-        Ok(())
     }
 
     /// The socket's kernel counters (`XDP_STATISTICS`), cumulative since the socket opened;
     /// an error when the socket has failed (e.g. the interface went away).
-    pub(crate) fn stats(&self) -> io::Result<libc::xdp_statistics> {
+    pub fn stats(&self) -> io::Result<libc::xdp_statistics> {
         let err = take_socket_error(&self.fd)?;
         if err != 0 {
             return Err(io::Error::from_raw_os_error(err));
@@ -632,6 +689,231 @@ impl AsFd for XskSocket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fake::XdpKernel;
+
+    /// A socket of `frames` frames of 2048 bytes and as many RX entries, without a record.
+    fn cfg(frames: u32) -> XskConfig {
+        XskConfig {
+            frame_size: 2048,
+            frames,
+            rx_size: frames,
+            zero_copy: false,
+            multi_buffer: true,
+            record: Carrier::None,
+        }
+    }
+
+    /// An XDP program's record: `ts` first, the magic last.
+    fn record(ts: u64) -> [u8; META_LEN] {
+        let mut r = [0u8; META_LEN];
+        r[..8].copy_from_slice(&ts.to_ne_bytes());
+        r[META_LEN - 2..].copy_from_slice(&capsule_bpf::META_MAGIC.to_ne_bytes());
+        r
+    }
+
+    /// What `recv` handed on: bytes, record, cut.
+    type Got = Vec<(Vec<u8>, Option<[u8; META_LEN]>, bool)>;
+    /// What the kernel receives: record, bytes, descriptor options.
+    type Sent = (Option<[u8; META_LEN]>, Vec<u8>, u32);
+
+    fn read_all(k: &mut XdpKernel, got: &mut Got) {
+        for _ in 0..1000 {
+            if k.sock.backlog() == 0 {
+                return;
+            }
+            k.sock
+                .recv(64, |p| got.push((p.data.to_vec(), p.meta, p.cut)))
+                .unwrap();
+        }
+        panic!("the RX ring never drained");
+    }
+
+    /// Has the kernel receive each `(record, bytes, options)` at 256 bytes into a frame (as
+    /// XDP's headroom puts it), reading whenever the kernel has no frame or no RX slot left.
+    fn deliver(k: &mut XdpKernel, packets: &[Sent]) -> Got {
+        let mut got = Got::new();
+        for (rec, bytes, options) in packets {
+            while k
+                .receive(256, rec.as_ref().map(|r| &r[..]), bytes, *options)
+                .is_none()
+            {
+                read_all(k, &mut got);
+            }
+        }
+        read_all(k, &mut got);
+        got
+    }
+
+    #[test]
+    fn every_frame_is_given_to_the_kernel_and_each_one_read_comes_back_to_it() {
+        let frames: Vec<u64> = (0..8).map(|i| i * 2048).collect();
+        // From 0, and from just below u32::MAX so that every index wraps on the way.
+        for start in [0, u32::MAX - 5] {
+            let mut k = XdpKernel::new(&cfg(8), start);
+            assert_eq!(k.fill_ring(), frames);
+            let mut got = Vec::new();
+            for round in 0..3u8 {
+                for p in 0..6u8 {
+                    let bytes = vec![round * 10 + p; 60 + usize::from(p)];
+                    k.receive(256, None, &bytes, 0).unwrap();
+                }
+                assert_eq!(k.sock.backlog(), 6);
+                let n = k.sock.recv(64, |p| got.push(p.data.to_vec())).unwrap();
+                assert_eq!((n, k.sock.backlog()), (6, 0));
+                // Every frame is the kernel's again, by its start (the packet was 256 in).
+                let mut fill = k.fill_ring();
+                fill.sort_unstable();
+                assert_eq!(fill, frames, "start {start}, round {round}");
+            }
+            let want: Vec<Vec<u8>> = (0..3u8)
+                .flat_map(|r| (0..6u8).map(move |p| vec![r * 10 + p; 60 + usize::from(p)]))
+                .collect();
+            assert_eq!(got, want, "start {start}");
+            assert_eq!(k.sock.bad_descs(), 0);
+        }
+    }
+
+    #[test]
+    fn a_read_takes_at_most_max_and_no_more_than_the_fill_ring_can_take_back() {
+        let mut k = XdpKernel::new(&cfg(8), 0);
+        for p in 0..5u8 {
+            k.receive(0, None, &[p; 64], 0).unwrap();
+        }
+        let mut got = Vec::new();
+        assert_eq!(k.sock.recv(2, |p| got.push(p.data[0])).unwrap(), 2);
+        assert_eq!(k.sock.recv(64, |p| got.push(p.data[0])).unwrap(), 3);
+        assert_eq!(got, [0, 1, 2, 3, 4]);
+        // A kernel that publishes descriptors for frames it never took: the fill ring is
+        // full (every frame is on it), so none can be read, their frames having nowhere to go.
+        for _ in 0..3 {
+            assert!(k.publish(0, 64, 0));
+        }
+        assert_eq!(
+            k.sock
+                .recv(64, |_| panic!("read with a full fill ring"))
+                .unwrap(),
+            0
+        );
+        assert_eq!(k.fill_ring().len(), 8);
+        // It takes one frame (and publishes a fourth descriptor): one is read.
+        k.receive(0, None, &[9; 64], 0).unwrap();
+        assert_eq!(k.sock.recv(64, |_| {}).unwrap(), 1);
+        assert_eq!((k.sock.backlog(), k.fill_ring().len()), (3, 8));
+    }
+
+    #[test]
+    fn descriptors_outside_the_umem_are_counted_and_skipped_and_cut_a_join_short() {
+        let mut k = XdpKernel::new(&cfg(8), 0);
+        let umem = 8 * 2048u64;
+        k.receive(0, None, &[1; 64], 0).unwrap();
+        assert!(k.publish(umem - 10, 64, 0)); // runs past the end
+        assert!(k.publish(u64::MAX - 8, 64, 0)); // wraps around
+                                                 // The first fragment of a packet, a bad one, then a whole packet: the partial one is
+                                                 // dropped, not glued to the next.
+        k.receive(0, None, &[2; 64], libc::XDP_PKT_CONTD).unwrap();
+        assert!(k.publish(umem, 1, 0));
+        k.receive(0, None, &[3; 64], 0).unwrap();
+        let mut got = Got::new();
+        read_all(&mut k, &mut got);
+        let data: Vec<Vec<u8>> = got.into_iter().map(|(d, _, _)| d).collect();
+        assert_eq!(data, [vec![1; 64], vec![3; 64]]);
+        assert_eq!(k.sock.bad_descs(), 3);
+    }
+
+    #[test]
+    fn fragments_are_joined_into_one_packet_with_the_first_ones_record() {
+        let c = XskConfig {
+            record: Carrier::Metadata,
+            ..cfg(8)
+        };
+        let mut k = XdpKernel::new(&c, 0);
+        let contd = libc::XDP_PKT_CONTD;
+        let got = deliver(
+            &mut k,
+            &[
+                (Some(record(7)), vec![1; 1000], contd),
+                (None, vec![2; 1000], contd),
+                (None, vec![3; 10], 0),
+                (Some(record(8)), vec![4; 60], 0),
+            ],
+        );
+        let joined = [vec![1; 1000], vec![2; 1000], vec![3; 10]].concat();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0], (joined, Some(record(7)), false));
+        assert_eq!(got[1], (vec![4; 60], Some(record(8)), false));
+    }
+
+    #[test]
+    fn a_joined_packet_stops_at_256_kib_and_says_it_was_cut() {
+        let c = XskConfig {
+            frame_size: 4096,
+            frames: 16,
+            rx_size: 16,
+            record: Carrier::Headroom,
+            ..cfg(16)
+        };
+        let mut k = XdpKernel::new(&c, 0);
+        // 70 fragments of 3800 bytes (266,000 bytes), the record in front of the first, then
+        // a small packet.
+        let mut packets: Vec<_> = (0..70u32)
+            .map(|i| {
+                let bytes = vec![i as u8; 3800];
+                (None, bytes, if i < 69 { libc::XDP_PKT_CONTD } else { 0 })
+            })
+            .collect();
+        packets[0].1 = [&record(5)[..], &packets[0].1].concat();
+        packets.push((None, [&record(6)[..], &[9; 60]].concat(), 0));
+        let got = deliver(&mut k, &packets);
+        assert_eq!(got.len(), 2);
+        let (data, meta, cut) = &got[0];
+        assert_eq!(
+            (data.len(), *meta, *cut),
+            (MAX_JOINED, Some(record(5)), true)
+        );
+        assert_eq!(data[..3800], [0; 3800]);
+        assert_eq!(data[MAX_JOINED - 1], (MAX_JOINED / 3800) as u8);
+        assert_eq!(got[1], (vec![9; 60], Some(record(6)), false));
+    }
+
+    #[test]
+    fn a_metadata_record_is_read_once_and_a_packet_without_room_for_one_has_none() {
+        let c = XskConfig {
+            record: Carrier::Metadata,
+            ..cfg(8)
+        };
+        let mut k = XdpKernel::new(&c, 0);
+        let got = deliver(&mut k, &[(Some(record(42)), vec![1; 60], 0)]);
+        assert_eq!(got[0].1, Some(record(42)));
+        // Its last byte (the magic's) was cleared in the frame: the next packet in frame 0
+        // that gets no record of its own does not carry this one. Frames 1..7 come first.
+        let got = deliver(&mut k, &vec![(None, vec![2; 60], 0); 8]);
+        let stale = got[7].1.expect("bytes before the packet");
+        assert_eq!(stale[..8], 42u64.to_ne_bytes());
+        assert!(capsule_bpf::Meta::parse(&stale).is_none());
+        assert!(got
+            .iter()
+            .all(|(_, m, _)| capsule_bpf::Meta::parse(&m.unwrap()).is_none()));
+        // A packet at the very start of its frame has no bytes before it to read.
+        k.receive(0, None, &[3; 60], 0).unwrap();
+        let mut got = Got::new();
+        read_all(&mut k, &mut got);
+        assert_eq!(got, [(vec![3; 60], None, false)]);
+    }
+
+    #[test]
+    fn the_kernel_is_woken_only_when_it_asks() {
+        let mut k = XdpKernel::new(&cfg(8), 0);
+        k.queue_datagrams(3);
+        // An empty ring, no flag: nothing to wake.
+        assert_eq!(k.sock.recv(64, |_| {}).unwrap(), 0);
+        // The kernel asks (it ran out of frames): an empty read wakes it, and so does a
+        // read that gave frames back. Each wake-up (`recvfrom`) takes one datagram.
+        k.need_wakeup(true);
+        assert_eq!(k.sock.recv(64, |_| {}).unwrap(), 0);
+        k.receive(0, None, &[1; 64], 0).unwrap();
+        assert_eq!(k.sock.recv(64, |_| {}).unwrap(), 1);
+        assert_eq!(k.take_datagrams(), 1);
+    }
 
     #[test]
     fn bad_shapes_are_refused_before_any_system_call() {
