@@ -1,5 +1,5 @@
 //! `capsule config check FILE`: validates a config file and summarises it (or prints the
-//! validated model with `--json`). An invalid or unreadable file is a [`Usage`] error: exit 2,
+//! validated model with `--json`). An invalid or unreadable file is a [`Usage`](crate::output::Usage) error: exit 2,
 //! the message naming file, line, column and key.
 
 use std::io::Write;
