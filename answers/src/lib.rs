@@ -12,7 +12,7 @@
 //! ```text
 //! Source { store, config }  +  analytics::Request { query, question }
 //!     -> analytics::answer      -> index only (capsule-analytics over capsule-index)
-//!     -> analytics::Answer { kind, window (store, filter, from, to, limits), body }
+//!     -> analytics::Answer { question, window (store, filter, from, to, limits), body }
 //!          .to_json()   the `--json` document (and /v1/top, /v1/tcp, ...)
 //!          .missing()   why it is partial (exit 3, `capsule-partial`), empty when whole
 //! Source + flows::Request { query, sort, limit }
@@ -22,8 +22,10 @@
 //! status::Request { level, max_bytes } -> status::answer -> status::Answer (the store and
 //!                               the capture writing it)
 //! segments::answer(store)       -> segments::Answer (one row per segment file)
-//! merge::Merge                  how two answers of adjacent windows (or two capture points)
-//!                               combine, for the kinds where that is exact
+//! merge::inputs(a, b)           the flows of two adjacent windows as one; answers combine
+//!                               by being made again from them (Kind::merge_rule says why
+//!                               no answer merges exactly by itself)
+//! params                        a question as /v1 parameters and back (--server, serve)
 //! ```
 //!
 //! Rendering is not here: text tables belong to the binary's renderer, HTML to the report;
