@@ -1,13 +1,16 @@
 //! `capsule serve`: the store over HTTPS to holders of a bearer token (docs/api.md).
 //!
 //! One tokio runtime; each connection is a TLS handshake (rustls) then HTTP/1.1 (hyper).
-//! The answers are made by the same code as the CLI's: `GET /v1/packets` runs
-//! `capsule_replay::export` on a blocking thread whose writer hands 64 KiB chunks to a
-//! bounded channel (4 chunks) read by the response body, so a slow client slows the export
-//! and a client that goes away ends it at its next chunk (the channel's receiver is
-//! dropped). `GET /v1/flows` and `/v1/status` give the lines of `capsule flows --json` and
-//! `capsule status --json`. The store is opened read-only for each request; the writer
-//! lock is never taken, so a capture runs beside the server.
+//! Every answer is capsule-answers', as the CLI's: `routes.rs` authenticates, decodes the
+//! parameters into a typed request (the analytics questions with the same codec the CLI's
+//! `--server` encodes with) and turns the answer into a response; `guard.rs` does what
+//! every handler needs around it (the audit line, 400, 429, the blocking thread and its
+//! time limit). `GET /v1/packets` (`stream.rs`) runs the export on a blocking thread whose
+//! writer hands 64 KiB chunks to a bounded channel (4 chunks) read by the response body, so
+//! a slow client slows the export and a client that goes away ends it at its next chunk.
+//! `GET /v1/flows` and `/v1/status` give the lines of `capsule flows --json` and `capsule
+//! status --json`. The store is opened read-only for each request; the writer lock is never
+//! taken, so a capture runs beside the server.
 //!
 //! Limits: queries (packets, flows) running at once in total and per user (429 over
 //! them), bytes and time per export (413 before the answer starts, else the stream is cut
