@@ -283,6 +283,11 @@ impl Export {
         cmd
     }
 
+    /// The command exporting the packets from the answer's own store (what JSON carries).
+    pub fn store_command(&self) -> String {
+        self.command("", &self.store_place())
+    }
+
     /// `--store DIR` for the answer's own store.
     pub fn store_place(&self) -> String {
         format!("--store {}", shell_quote(&self.store))
@@ -291,7 +296,7 @@ impl Export {
 
 impl Serialize for Export {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.command("", &self.store_place()))
+        s.serialize_str(&self.store_command())
     }
 }
 

@@ -70,7 +70,7 @@ pub(crate) fn html(w: &Window, alerts: &[Alert], findings: &[Finding<'_>], c: &C
                 "<p class=\"cut\">evidence {}</p>",
                 esc(&c)
             )),
-            esc(&f.query.command("", &f.query.store_place()))
+            esc(&f.query.store_command())
         );
     }
     // Alerts.

@@ -130,7 +130,7 @@ pub(crate) fn text(w: &Window, alerts: &[Alert], findings: &[Finding<'_>]) -> St
                 let _ = writeln!(s, "{line}");
             }
         }
-        let command = f.query.command("", &f.query.store_place());
+        let command = f.query.store_command();
         let _ = writeln!(s, "   command: {command} -w FILE");
     }
     if alerts.len() > findings.len() {
