@@ -120,6 +120,7 @@ fn append_cpu(c: &mut Criterion) {
             linktype: 1,
             snaplen: 0,
             name: None,
+            options: Default::default(),
         });
         let mut pass = 0u64;
         g.bench_function(name, |b| {
@@ -192,6 +193,7 @@ fn per_packet(c: &mut Criterion) {
         linktype: 1,
         snaplen: 0,
         name: None,
+        options: Default::default(),
     });
     g.throughput(Throughput::Elements(pkts.len() as u64));
     // The two index benches count the thread's CPU time, not wall time: on a shared

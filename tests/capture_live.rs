@@ -2229,6 +2229,23 @@ fn auto_mode_captures(wrapper: &[&str], xdp_mode: &str, carrier: &str) {
     assert_clean_exit(&stopped);
     let got = export(&store, &tmp.path().join("out.pcap"));
     assert_same_frames(&sent, &got);
+    // The stored interface says how it was captured, long after: a pcapng export's
+    // if_description (capinfos' "Description") names the XDP mode, the variant's carrier
+    // and the timestamp source.
+    let ng = tmp.path().join("out.pcapng");
+    query_ok(&store, &ng, &["--format", "pcapng"]);
+    let info = capinfos(&ng);
+    let description = capinfo(&info, "Description");
+    for want in [
+        format!("capsule capture on {} by AF_XDP, XDP {xdp_mode}", link.if_b),
+        format!("({carrier} carrier)"),
+        "; timestamps from ".to_string(),
+    ] {
+        assert!(
+            description.contains(&want),
+            "the stored interface description lacks {want:?}: {description:?}"
+        );
+    }
 }
 
 /// When no variant loads, auto captures with AF_PACKET and says why in one line: the

@@ -2116,8 +2116,10 @@ fn pcapng_with_second_iface(idb1_opts: &[u8]) -> (Vec<u8>, usize, usize) {
 }
 
 /// Defect: an `if_tsoffset` of 2^63 - 1 imported with exit 0 and no export returned the
-/// packets; an `if_tsresol` of 0x7f or 0xff turned every timestamp into 1970. Now the import
-/// stops at the record (exit 1, the file and offset named) and keeps the packets before it.
+/// packets; an `if_tsresol` of 0x7f or 0xff turned every timestamp into 1970. Now an
+/// impossible resolution stops the import at its IDB (exit 1, the file and offset named) and
+/// keeps the packets before it; a time past 2200 is a packet named and not stored (exit 3,
+/// incomplete; see t24).
 #[test]
 fn t22_impossible_timestamps_are_refused_with_their_offset() {
     let d = tempfile::tempdir().unwrap();
@@ -2136,15 +2138,19 @@ fn t22_impossible_timestamps_are_refused_with_their_offset() {
         let err = stderr_str(&out);
         assert_eq!(
             out.status.code(),
-            Some(1),
-            "{case}: import must exit 1: {err}"
+            Some(if at_idb { 1 } else { 3 }),
+            "{case}: import must exit 1 (refused) or 3 (incomplete): {err}"
         );
         let offset = if at_idb { idb } else { packet };
         assert!(
             err.contains(&format!("{}: at byte {offset}: ", p(&file))),
             "{case}: the error must name the file and offset {offset}: {err}"
         );
-        let what = if at_idb { "if_tsresol" } else { "if_tsoffset" };
+        let what = if at_idb {
+            "if_tsresol"
+        } else {
+            "packet at 9223372036854775807 s from the epoch is outside"
+        };
         assert!(err.contains(what), "{case}: {err}");
         let got = decode(&query_ok(
             &store,
@@ -2154,5 +2160,160 @@ fn t22_impossible_timestamps_are_refused_with_their_offset() {
         .whole("export");
         assert_eq!(got.packets.len(), 1, "{case}: the packet before is kept");
         assert_eq!(got.packets[0].ts_ns, 1_700_000_000_000_000_000);
+    }
+}
+
+/// Defect (issue 26, item 13): pcapng annotations were dropped on import: section comments
+/// and `shb_os`, `if_description` and `if_filter`, packet comments, `epb_flags` and
+/// `epb_dropcount` (an engineer's annotated evidence came back without its annotations),
+/// and a name-resolution block vanished without a word. Now each is kept and written back
+/// on export (tshark and capinfos read the same from both), and what is not kept is named.
+#[test]
+fn t23_pcapng_annotations_come_back_on_export_and_what_is_not_kept_is_named() {
+    let d = tempfile::tempdir().unwrap();
+    let opt = |code: u16, v: &[u8]| {
+        let mut o = code.to_le_bytes().to_vec();
+        o.extend_from_slice(&(v.len() as u16).to_le_bytes());
+        o.extend_from_slice(v);
+        o.resize(o.len() + (4 - v.len() % 4) % 4, 0);
+        o
+    };
+    let block = |t: u32, body: &[u8]| {
+        let len = (12 + body.len()) as u32;
+        let mut b = t.to_le_bytes().to_vec();
+        b.extend_from_slice(&len.to_le_bytes());
+        b.extend_from_slice(body);
+        b.extend_from_slice(&len.to_le_bytes());
+        b
+    };
+    let mut shb = 0x1a2b_3c4du32.to_le_bytes().to_vec();
+    shb.extend_from_slice(&[1, 0, 0, 0]);
+    shb.extend_from_slice(&(-1i64).to_le_bytes());
+    shb.extend(opt(1, b"evidence for INC-42"));
+    shb.extend(opt(3, b"Linux 6.18"));
+    shb.extend(opt(0, b""));
+    let mut idb = vec![1, 0, 0, 0, 0, 0, 0, 0];
+    idb.extend(opt(2, b"span0"));
+    idb.extend(opt(3, b"core uplink mirror"));
+    idb.extend(opt(11, b"\0tcp port 443"));
+    idb.extend(opt(9, &[9]));
+    idb.extend(opt(0, b""));
+    let epb = |ts: u64, opts: &[u8]| {
+        let mut e = 0u32.to_le_bytes().to_vec();
+        e.extend_from_slice(&((ts >> 32) as u32).to_le_bytes());
+        e.extend_from_slice(&(ts as u32).to_le_bytes());
+        e.extend_from_slice(&60u32.to_le_bytes());
+        e.extend_from_slice(&60u32.to_le_bytes());
+        e.extend_from_slice(&noise(60, ts));
+        e.extend_from_slice(opts);
+        block(6, &e)
+    };
+    let mut file = block(0x0a0d_0d0a, &shb);
+    file.extend(block(1, &idb));
+    let nrb = file.len();
+    file.extend(block(4, &[0, 0, 0, 0]));
+    let t0 = 1_700_000_000_000_000_000u64;
+    let mut annotated = opt(1, b"first retransmission");
+    annotated.extend(opt(2, &1u32.to_le_bytes())); // inbound
+    annotated.extend(opt(4, &7u64.to_le_bytes()));
+    annotated.extend(opt(0, b""));
+    file.extend(epb(t0, &annotated));
+    file.extend(epb(t0 + 1_000_000, &opt(1, b"second look")));
+    file.extend(epb(t0 + 2_000_000, &[]));
+    let input = d.path().join("annotated.pcapng");
+    std::fs::write(&input, &file).unwrap();
+
+    let store = d.path().join("store");
+    let out = import_ok(&store, &[], &[p(&input)]);
+    let err = stderr_str(&out);
+    assert!(
+        err.contains(&format!(
+            "{}: at byte {nrb}: name resolution block (type 0x00000004) not kept",
+            p(&input)
+        )),
+        "the block not kept is named with its offset: {err}"
+    );
+    let export = d.path().join("out.pcapng");
+    query_ok(&store, &export, &["--format", "pcapng"]);
+    let fields = ["frame.comment", "frame.packet_flags", "frame.drop_count"];
+    let want = tshark_fields(&input, &fields);
+    assert_eq!(want[0], "first retransmission\t0x00000001\t7", "premise");
+    assert_eq!(tshark_fields(&export, &fields), want, "packet annotations");
+    let (a, b) = (capinfos(&input), capinfos(&export));
+    for key in [
+        "Capture comment",
+        "Capture oper-sys",
+        "Name",
+        "Description",
+        "Filter string",
+    ] {
+        assert_eq!(capinfo(&b, key), capinfo(&a, key), "capinfos {key}");
+    }
+    // The annotations survive compaction (which copies or recompresses the frames).
+    let compact = run(capsule().args(["compact", "--store", p(&store)]));
+    assert!(compact.status.success(), "{}", stderr_str(&compact));
+    let again = d.path().join("again.pcapng");
+    query_ok(&store, &again, &["--format", "pcapng"]);
+    assert_eq!(tshark_fields(&again, &fields), want, "after compaction");
+}
+
+/// Defect (issue 26, item 13): a pcapng with times before 1970 (Wireshark reads it) was
+/// refused at its first such packet; pcap records with a sub-second field of a second or
+/// more were carried into the seconds without a word, and an original length below the
+/// captured length was raised silently. Now the packets before 1970 are named and skipped,
+/// everything after them is imported, and import exits 3 (incomplete); the mended records
+/// are named with their offsets.
+#[test]
+fn t24_pre_1970_packets_are_named_and_the_rest_imported_with_exit_3() {
+    let d = tempfile::tempdir().unwrap();
+    // if_tsoffset -100 s: packets at 10 s and 200 s (µs) are at -90 s and +100 s.
+    #[rustfmt::skip]
+    let minus = [14, 0, 8, 0, 0x9c, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+    let (mut bytes, _, second) = pcapng_with_second_iface(&minus);
+    capsule_pcap::write::pcapng_epb(&mut bytes, 1, 200_000_000, 60, &[0xcc; 60]);
+    let file = d.path().join("pre-1970.pcapng");
+    std::fs::write(&file, &bytes).unwrap();
+    let store = d.path().join("store");
+    let out = import(&store, &[], &[p(&file)]);
+    let err = stderr_str(&out);
+    assert_eq!(out.status.code(), Some(3), "incomplete: {err}");
+    assert!(
+        err.contains(&format!(
+            "{}: at byte {second}: packet at -100 s from the epoch is outside",
+            p(&file)
+        )),
+        "{err}"
+    );
+    assert!(err.contains("1 packets of"), "{err}");
+    let got = decode(&query_ok(&store, &d.path().join("e.pcap"), &[])).whole("export");
+    let times: Vec<u64> = got.packets.iter().map(|p| p.ts_ns).collect();
+    assert_eq!(times, vec![100_000_000_000, 1_700_000_000_000_000_000]);
+
+    // A µs pcap: 1 s + 1,500,000 µs, then caplen 4 above len 2.
+    let mut pcap = Vec::new();
+    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65535, 1] {
+        pcap.extend_from_slice(&v.to_le_bytes());
+    }
+    for (secs, frac, caplen, len) in [(1u32, 1_500_000u32, 1u32, 1u32), (3, 0, 4, 2)] {
+        for v in [secs, frac, caplen, len] {
+            pcap.extend_from_slice(&v.to_le_bytes());
+        }
+        pcap.extend(std::iter::repeat_n(7u8, caplen as usize));
+    }
+    let odd = d.path().join("odd.pcap");
+    std::fs::write(&odd, &pcap).unwrap();
+    let out = import_ok(&d.path().join("store2"), &[], &[p(&odd)]);
+    let err = stderr_str(&out);
+    for want in [
+        format!(
+            "{}: at byte 24: pcap record's sub-second field is 1500000 µs",
+            p(&odd)
+        ),
+        format!(
+            "{}: at byte 41: original length 2 is below the captured length 4",
+            p(&odd)
+        ),
+    ] {
+        assert!(err.contains(&want), "{want}: {err}");
     }
 }

@@ -9,7 +9,7 @@
 
 use std::io::Read;
 
-use capsule_pcap::{CaptureReader, FileFormat, ReadError, Record};
+use capsule_pcap::{CaptureReader, FileFormat, Oddity, ReadError, Record};
 use capsule_store::{StoreError, StoreWriter};
 
 /// What importing one input did.
@@ -33,6 +33,12 @@ pub struct FileReport {
     /// Packets stored whose link type capsule cannot dissect (802.11 radiotap, ...), by
     /// link type: the side index and the filter see nothing inside them.
     pub undissected: Vec<(capsule_wire::linktype::LinkType, u64)>,
+    /// What was odd in the input (skipped, mended or not kept), by kind: the first of each
+    /// kind and how many there were, in the order first met.
+    pub oddities: Vec<(Oddity, u64)>,
+    /// Packets the input holds that were not stored because of an oddity (a time before
+    /// 1970, say): the import is incomplete when this is not 0.
+    pub skipped: u64,
 }
 
 impl FileReport {
@@ -48,6 +54,23 @@ impl FileReport {
             out_of_order: 0,
             error: None,
             undissected: Vec::new(),
+            oddities: Vec::new(),
+            skipped: 0,
+        }
+    }
+
+    /// Counts one oddity under its kind (a block type or option code is a kind of its own).
+    fn odd(&mut self, o: Oddity) {
+        if o.loses_packet() {
+            self.skipped += 1;
+        }
+        match self
+            .oddities
+            .iter_mut()
+            .find(|(first, _)| first.same_kind(&o))
+        {
+            Some((_, n)) => *n += 1,
+            None => self.oddities.push((o, 1)),
         }
     }
 
@@ -161,6 +184,7 @@ impl<'w> Importer<'w> {
         ts_ns: u64,
         orig_len: u32,
         data: &[u8],
+        options: &[u8],
     ) -> Result<bool, ImportError> {
         let Some(&id) = self.ids.get(iface as usize) else {
             return Err(ImportError::UndefinedInterface {
@@ -169,7 +193,7 @@ impl<'w> Importer<'w> {
                 iface,
             });
         };
-        match self.writer.append(id, ts_ns, orig_len, data) {
+        match self.writer.append_with(id, ts_ns, orig_len, data, options) {
             Ok(()) => {
                 self.rep.count(ts_ns, orig_len, data.len());
                 let lt = self.linktypes[iface as usize];
@@ -223,10 +247,11 @@ pub fn import_reader<R: Read>(
         let offset = reader.offset();
         match reader.next_record() {
             Ok(Some(Record::Packet(p))) => {
-                if !imp.packet(offset, p.iface, p.ts_ns, p.orig_len, p.data)? {
+                if !imp.packet(offset, p.iface, p.ts_ns, p.orig_len, p.data, p.options)? {
                     break;
                 }
             }
+            Ok(Some(Record::Odd(o))) => imp.rep.odd(o),
             Ok(Some(Record::Stats {
                 iface,
                 ts_ns,
@@ -257,7 +282,9 @@ enum Live {
         orig_len: u32,
         offset: u64,
         data: Vec<u8>,
+        options: Vec<u8>,
     },
+    Odd(Oddity),
     Stats {
         iface: u32,
         ts_ns: u64,
@@ -311,7 +338,9 @@ pub fn import_live<R: Read + Send + 'static>(
                         orig_len: p.orig_len,
                         offset,
                         data: p.data.to_vec(),
+                        options: p.options.to_vec(),
                     },
+                    Ok(Some(Record::Odd(o))) => Live::Odd(o),
                     Ok(Some(Record::Stats {
                         iface,
                         ts_ns,
@@ -352,6 +381,7 @@ pub fn import_live<R: Read + Send + 'static>(
         };
         match msg {
             Live::Format(f) => imp.rep.format = Some(f),
+            Live::Odd(o) => imp.rep.odd(o),
             Live::Interface(i) => imp.interface(i),
             Live::Stats {
                 iface,
@@ -372,8 +402,9 @@ pub fn import_live<R: Read + Send + 'static>(
                 orig_len,
                 offset,
                 data,
+                options,
             } => {
-                if !imp.packet(offset, iface, ts_ns, orig_len, &data)? {
+                if !imp.packet(offset, iface, ts_ns, orig_len, &data, &options)? {
                     break;
                 }
                 // Cut aged blocks while busy too (cheap: a clock read per lane).

@@ -372,6 +372,7 @@ mod tests {
             linktype: 1,
             snaplen: 0,
             name: None,
+            options: Default::default(),
         };
         pw::pcapng_idb(&mut cut, &i);
         let mut n_cut = 0;

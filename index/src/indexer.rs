@@ -367,6 +367,7 @@ mod tests {
             linktype: 1,
             snaplen: 0,
             name: None,
+            options: Default::default(),
         }
     }
 
@@ -625,6 +626,7 @@ mod tests {
                         linktype: 1,
                         snaplen: 0,
                         name: Some("second".into()),
+                        options: Default::default(),
                     });
                     assert_eq!(j, 1);
                 }

@@ -220,6 +220,7 @@ pub(crate) mod tests {
             linktype: 1,
             snaplen: 0,
             name: None,
+            options: Default::default(),
         });
         for seg in 0..3u64 {
             for i in 0..20u64 {

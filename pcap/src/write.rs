@@ -152,6 +152,25 @@ pub const fn pcapng_section_note_len(len: usize) -> usize {
     28 + option_len(len) + 4
 }
 
+/// Appends a Section Header Block like [`pcapng_shb`] that also carries `kept`: options of
+/// the sections the file's interfaces came from (in the form of [`crate::options`]: section
+/// comments, `shb_hardware`, `shb_os`), copied as they are after `shb_userappl`.
+pub fn pcapng_shb_with(buf: &mut Vec<u8>, shb_userappl: &str, kept: &[u8]) {
+    if kept.is_empty() {
+        return pcapng_shb(buf, Some(shb_userappl));
+    }
+    let start = buf.len();
+    shb_with(buf, Some((OPT_SHB_USERAPPL, option_str(shb_userappl))));
+    buf.truncate(buf.len() - 8); // opt_endofopt and the trailing length, written again
+    buf.extend_from_slice(kept);
+    put_endofopt(buf);
+    let total = (buf.len() + 4 - start) as u32;
+    buf.extend_from_slice(&total.to_le_bytes());
+    if let Some(len) = buf.get_mut(start + 4..start + 8) {
+        len.copy_from_slice(&total.to_le_bytes());
+    }
+}
+
 /// An SHB with at most one option (and then its `opt_endofopt`).
 fn shb_with(buf: &mut Vec<u8>, opt: Option<(u16, &[u8])>) {
     let opts = match opt {
@@ -174,13 +193,15 @@ fn shb_with(buf: &mut Vec<u8>, opt: Option<(u16, &[u8])>) {
 }
 
 /// Appends a pcapng Interface Description Block for `iface`: link type, snaplen, `if_name`
-/// when the interface has a name, and always `if_tsresol = 9` (nanoseconds), which is what
+/// when the interface has a name, the options it keeps ([`crate::InterfaceOptions::idb`],
+/// copied as they are), and always `if_tsresol = 9` (nanoseconds), which is what
 /// [`pcapng_epb`] and [`pcapng_isb`] timestamps are in.
 pub fn pcapng_idb(buf: &mut Vec<u8>, iface: &Interface) {
     let name = iface.name.as_deref().map(option_str);
     let name_len = name.map_or(0, |n| option_len(n.len()));
-    // header 16 + if_name + if_tsresol (8) + opt_endofopt (4) + trailing length 4
-    let size = 16 + name_len + 8 + 4 + 4;
+    let kept = &iface.options.idb;
+    // header 16 + if_name + kept options + if_tsresol (8) + opt_endofopt (4) + trailing length 4
+    let size = 16 + name_len + kept.len() + 8 + 4 + 4;
     let total = size as u32;
     buf.reserve(size);
     buf.extend_from_slice(&BLOCK_IDB.to_le_bytes());
@@ -191,6 +212,7 @@ pub fn pcapng_idb(buf: &mut Vec<u8>, iface: &Interface) {
     if let Some(n) = name {
         put_option(buf, OPT_IF_NAME, n);
     }
+    buf.extend_from_slice(kept);
     put_option(buf, OPT_IF_TSRESOL, &[9]);
     put_endofopt(buf);
     buf.extend_from_slice(&total.to_le_bytes());
@@ -206,6 +228,41 @@ pub fn pcapng_idb(buf: &mut Vec<u8>, iface: &Interface) {
 #[inline]
 pub fn pcapng_epb(buf: &mut Vec<u8>, iface_id: u32, ts_ns: u64, orig_len: u32, data: &[u8]) {
     epb_shaped(buf, BLOCK_EPB, iface_id, ts_ns, orig_len, data);
+}
+
+/// Total encoded size of an Enhanced Packet Block carrying `caplen` captured bytes and
+/// `options` bytes of options (in the form of [`crate::options`]; their `opt_endofopt` is
+/// added when there are any).
+pub const fn pcapng_epb_len_with(caplen: usize, options: usize) -> usize {
+    let opts = if options == 0 { 0 } else { options + 4 };
+    pcapng_epb_len(caplen).saturating_add(opts)
+}
+
+/// Appends an Enhanced Packet Block like [`pcapng_epb`], with the packet's `options` (in the
+/// form of [`crate::options`]: comments, `epb_flags`, ...) copied after its data and closed
+/// by `opt_endofopt`. Without options it is [`pcapng_epb`]. Exactly
+/// [`pcapng_epb_len_with`]`(data.len(), options.len())` bytes are appended.
+pub fn pcapng_epb_with(
+    buf: &mut Vec<u8>,
+    iface_id: u32,
+    ts_ns: u64,
+    orig_len: u32,
+    data: &[u8],
+    options: &[u8],
+) {
+    if options.is_empty() {
+        return pcapng_epb(buf, iface_id, ts_ns, orig_len, data);
+    }
+    let start = buf.len();
+    let total = pcapng_epb_len_with(data.len(), options.len()) as u32;
+    epb_shaped(buf, BLOCK_EPB, iface_id, ts_ns, orig_len, data);
+    buf.truncate(buf.len() - 4); // the trailing length, written again after the options
+    buf.extend_from_slice(options);
+    put_endofopt(buf);
+    buf.extend_from_slice(&total.to_le_bytes());
+    if let Some(len) = buf.get_mut(start + 4..start + 8) {
+        len.copy_from_slice(&total.to_le_bytes());
+    }
 }
 
 /// Appends a capsule cut-packet block ([`BLOCK_CUT`]): an EPB's layout under a local-use
@@ -308,6 +365,7 @@ mod tests {
             linktype: 1,
             snaplen: 0,
             name: None,
+            options: Default::default(),
         };
         pcapng_idb(&mut buf, &eth);
         pcapng_epb(&mut buf, 0, 5, 3, &[1, 2, 3]);
@@ -434,6 +492,7 @@ mod tests {
             linktype: 1,
             snaplen: 0x40000,
             name: Some("eth0".into()),
+            options: Default::default(),
         };
         pcapng_idb(&mut buf, &iface);
         #[rustfmt::skip]
@@ -455,6 +514,7 @@ mod tests {
                 linktype: 101,
                 snaplen: 0,
                 name: None,
+                options: Default::default(),
             },
         );
         #[rustfmt::skip]
@@ -478,6 +538,7 @@ mod tests {
                 linktype: 1,
                 snaplen: 0,
                 name: Some(name),
+                options: Default::default(),
             },
         );
         assert_eq!(&buf[16..18], &[2, 0]);

@@ -50,9 +50,10 @@ impl<W: Write> Encoder<W> {
                 pw::pcap_header(&mut buf, linktype, snaplen);
             }
             Format::PcapNg => {
-                pw::pcapng_shb(
+                pw::pcapng_shb_with(
                     &mut buf,
-                    Some(concat!("capsule ", env!("CARGO_PKG_VERSION"))),
+                    concat!("capsule ", env!("CARGO_PKG_VERSION")),
+                    &section_options(ifaces),
                 );
                 for i in ifaces {
                     pw::pcapng_idb(&mut buf, i);
@@ -72,11 +73,12 @@ impl<W: Write> Encoder<W> {
         self.flushed + self.buf.len() as u64
     }
 
-    /// The encoded size of one packet record carrying `caplen` captured bytes.
-    pub(crate) fn record_len(&self, caplen: usize) -> u64 {
+    /// The encoded size of one packet record carrying `caplen` captured bytes and
+    /// `options` bytes of pcapng options (pcap has no place for them).
+    pub(crate) fn record_len(&self, caplen: usize, options: usize) -> u64 {
         match self.format {
             Format::Pcap => 16 + caplen as u64,
-            Format::PcapNg => pw::pcapng_epb_len(caplen) as u64,
+            Format::PcapNg => pw::pcapng_epb_len_with(caplen, options) as u64,
         }
     }
 
@@ -96,10 +98,13 @@ impl<W: Write> Encoder<W> {
         ts: u64,
         orig_len: u32,
         data: &[u8],
+        options: &[u8],
     ) -> Result<(), ExportError> {
         match self.format {
             Format::Pcap => pw::pcap_record(&mut self.buf, ts, orig_len, data),
-            Format::PcapNg => pw::pcapng_epb(&mut self.buf, iface, ts, orig_len, data),
+            Format::PcapNg => {
+                pw::pcapng_epb_with(&mut self.buf, iface, ts, orig_len, data, options)
+            }
         }
         if self.buf.len() >= FLUSH_AT {
             self.out.write_all(&self.buf).map_err(ExportError::Write)?;
@@ -128,4 +133,25 @@ impl<W: Write> Encoder<W> {
         self.out.write_all(&self.buf).map_err(ExportError::Write)?;
         self.out.flush().map_err(ExportError::Write)
     }
+}
+
+/// The section options an export's one Section Header Block carries: those of the sections
+/// its interfaces came from (comments, `shb_hardware`, `shb_os`), each option once, in the
+/// order first met. `shb_userappl` is capsule's own (it wrote the file), so the sources' are
+/// left out.
+fn section_options(ifaces: &[capsule_pcap::Interface]) -> Vec<u8> {
+    use capsule_pcap::options;
+    let mut seen: Vec<(u16, &[u8])> = Vec::new();
+    for i in ifaces {
+        for (code, value) in options::iter(&i.options.section) {
+            if code != options::OPT_SHB_USERAPPL && !seen.contains(&(code, value)) {
+                seen.push((code, value));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (code, value) in seen {
+        options::put(&mut out, code, value);
+    }
+    out
 }

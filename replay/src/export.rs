@@ -125,9 +125,9 @@ pub fn export<W: Write>(
         cap.saturating_sub(enc.encoded() + trailer)
     });
     let (mut over_packets, mut over_bytes) = (0u64, 0u64);
-    window.merge(opts.threads, |iface, ts_ns, orig_len, data| {
+    window.merge(opts.threads, |iface, ts_ns, orig_len, data, options| {
         if let Some(left) = &mut room {
-            let need = enc.record_len(data.len());
+            let need = enc.record_len(data.len(), options.len());
             if over_packets > 0 || need > *left {
                 over_packets += 1;
                 over_bytes += data.len() as u64;
@@ -135,7 +135,7 @@ pub fn export<W: Write>(
             }
             *left -= need;
         }
-        enc.packet(iface, ts_ns, orig_len, data)
+        enc.packet(iface, ts_ns, orig_len, data, options)
     })?;
     // `merge` counts every packet it handed over; those past the cap were not written.
     window.report.packets -= over_packets;
@@ -377,13 +377,14 @@ impl Window {
     }
 
     /// Reads the planned blocks ahead on `threads` threads and calls `visit(output
-    /// interface, timestamp, original length, captured bytes)` for every selected packet in
+    /// interface, timestamp, original length, captured bytes, pcapng options)` for every
+    /// selected packet in
     /// timestamp order (ties in write order). A damaged block is skipped and listed in the
     /// report; an error of `visit` stops the walk and is returned.
     pub(crate) fn merge<E: From<ExportError>>(
         &mut self,
         threads: usize,
-        mut visit: impl FnMut(u32, u64, u32, &[u8]) -> Result<(), E>,
+        mut visit: impl FnMut(u32, u64, u32, &[u8], &[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
         let segments = &self.segments;
         let plan = &self.plan;
@@ -464,7 +465,8 @@ impl Window {
                 None => true,
             };
             if pass {
-                visit(out_iface, p.ts_ns, p.orig_len, data)?;
+                let options = &block.data[p.opts_start as usize..p.opts_end as usize];
+                visit(out_iface, p.ts_ns, p.orig_len, data, options)?;
                 report.packets += 1;
                 report.captured_bytes += data.len() as u64;
             }
@@ -548,6 +550,7 @@ mod tests {
             linktype: 1,
             snaplen: 65535,
             name: Some("eth0".into()),
+            options: Default::default(),
         }
     }
 
@@ -610,6 +613,7 @@ mod tests {
                 linktype: 101,
                 snaplen: 9000,
                 name: None,
+                options: Default::default(),
             },
         ];
         let batch: Vec<Pkt> = (0..100)
@@ -623,7 +627,16 @@ mod tests {
                 ..Default::default()
             },
         );
-        let (got_ifaces, got) = decode(&out);
+        let (mut got_ifaces, mut got) = decode(&out);
+        // Read back, each interface carries the export's own section options (capsule's
+        // shb_userappl): the stored interfaces had none.
+        for i in got_ifaces.iter_mut().chain(got.iter_mut().map(|g| &mut g.1)) {
+            assert_eq!(
+                capsule_pcap::options::texts(&i.options.section, 4),
+                [concat!("capsule ", env!("CARGO_PKG_VERSION"))]
+            );
+            i.options.section.clear();
+        }
         assert_eq!(got_ifaces, ifaces.to_vec());
         for (g, w) in got.iter().zip(&batch) {
             assert_eq!(g.1, ifaces[w.1 as usize]);

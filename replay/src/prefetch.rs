@@ -29,6 +29,9 @@ pub(crate) struct PacketLoc {
     pub(crate) orig_len: u32,
     pub(crate) start: u32,
     pub(crate) end: u32,
+    /// The packet's pcapng options (comments, flags, ...): `data[opts_start..opts_end]`.
+    pub(crate) opts_start: u32,
+    pub(crate) opts_end: u32,
 }
 
 /// A decompressed block with its selected packets located.
@@ -263,12 +266,19 @@ fn load(
             continue;
         }
         let start = pkt.data.as_ptr() as usize - base;
+        let opts_start = if pkt.options.is_empty() {
+            0
+        } else {
+            pkt.options.as_ptr() as usize - base
+        };
         packets.push(PacketLoc {
             ts_ns: pkt.ts_ns,
             iface: pkt.iface,
             orig_len: pkt.orig_len,
             start: start as u32,
             end: (start + pkt.data.len()) as u32,
+            opts_start: opts_start as u32,
+            opts_end: (opts_start + pkt.options.len()) as u32,
         });
     }
     Ok(Loaded {

@@ -577,6 +577,7 @@ fn eth() -> Interface {
         linktype: LINKTYPE_ETHERNET,
         snaplen: 65535,
         name: Some("eth0".into()),
+        options: Default::default(),
     }
 }
 

@@ -190,7 +190,7 @@ pub fn replay(
     let mut late_sum = Duration::ZERO;
     let mut late_max = Duration::ZERO;
     let mut paced = 0u64;
-    let walked = window.merge(opts.threads, |iface, ts_ns, orig_len, data| {
+    let walked = window.merge(opts.threads, |iface, ts_ns, orig_len, data, _options| {
         rep.first_ns.get_or_insert(ts_ns);
         rep.last_ns = Some(ts_ns);
         let n = &mut rep.not_sent;
@@ -302,11 +302,13 @@ mod tests {
             linktype: 1,
             snaplen: 65535,
             name: Some("eth0".into()),
+            options: Default::default(),
         });
         let raw = w.add_interface(Interface {
             linktype: 101,
             snaplen: 65535,
             name: None,
+            options: Default::default(),
         });
         for (ts, kind, orig, data) in packets {
             let id = if *kind == 0 { eth } else { raw };

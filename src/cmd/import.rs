@@ -132,6 +132,8 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     print_open_report(&opened, a.json);
     let mut inputs = Vec::new();
     let mut damaged = Vec::new();
+    // Packets an input holds that were not stored (times capsule cannot keep).
+    let mut skipped = Vec::new();
     // A store failure stops the import, but what was written is still sealed below.
     let mut failed = None;
     for (f, input) in files.iter().zip(opened_inputs) {
@@ -171,6 +173,10 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
                 "undissected": rep.undissected.iter().map(|(lt, n)| serde_json::json!({
                     "linktype": lt, "name": capsule_pcap::name(*lt), "packets": n,
                 })).collect::<Vec<_>>(),
+                "skipped": rep.skipped,
+                "oddities": rep.oddities.iter().map(|(first, n)| serde_json::json!({
+                    "first": first.to_string(), "count": n,
+                })).collect::<Vec<_>>(),
             }));
         } else {
             let disorder = if rep.out_of_order > 0 {
@@ -194,6 +200,17 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
                  inside them (they are found by time, with an empty filter or with --bpf)",
                 rep.source
             );
+        }
+        for (first, n) in &rep.oddities {
+            let more = if *n > 1 {
+                format!(" (and {} more like it)", n - 1)
+            } else {
+                String::new()
+            };
+            eprintln!("capsule: note: {}: {first}{more}", rep.source);
+        }
+        if rep.skipped > 0 {
+            skipped.push(format!("{} packets of {}", rep.skipped, rep.source));
         }
         if let Some(e) = rep.error {
             eprintln!(
@@ -287,13 +304,21 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
             }
         )
     }
-    if damaged.is_empty() {
-        Ok(ExitCode::SUCCESS)
-    } else {
+    if !damaged.is_empty() {
         bail!(
             "{} input(s) were damaged: {}",
             damaged.len(),
             damaged.join(", ")
         )
+    }
+    if skipped.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        // Incomplete, not failed: what could be stored was, and is whole.
+        eprintln!(
+            "capsule: incomplete: {} not stored (see the notes above); the rest is stored",
+            skipped.join(", ")
+        );
+        Ok(ExitCode::from(crate::output::PARTIAL))
     }
 }

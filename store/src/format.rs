@@ -483,17 +483,52 @@ fn stored_name(iface: &Interface) -> &[u8] {
     &name.as_bytes()[..end]
 }
 
+/// Set in an interface record's name length when the record carries options (format.md,
+/// "Interface record"): the name's length is the low 15 bits.
+const IFACE_HAS_OPTIONS: u16 = 0x8000;
+
+/// The options of an interface as written: each run cut (at whole options) to
+/// [`capsule_pcap::options::MAX_KEPT`] bytes, so that a record always fits in a block header.
+fn stored_options(iface: &Interface) -> (Vec<u8>, Vec<u8>) {
+    let fit = |opts: &[u8]| {
+        let mut out = Vec::with_capacity(opts.len().min(capsule_pcap::options::MAX_KEPT));
+        for (code, value) in capsule_pcap::options::iter(opts) {
+            if out.len() + 4 + value.len().div_ceil(4) * 4 > capsule_pcap::options::MAX_KEPT {
+                break;
+            }
+            capsule_pcap::options::put(&mut out, code, value);
+        }
+        out
+    };
+    (fit(&iface.options.idb), fit(&iface.options.section))
+}
+
 fn iface_record_len(iface: &Interface) -> usize {
-    8 + stored_name(iface).len().div_ceil(4) * 4
+    let (idb, section) = stored_options(iface);
+    let opts = if idb.is_empty() && section.is_empty() {
+        0
+    } else {
+        4 + idb.len() + section.len()
+    };
+    8 + stored_name(iface).len().div_ceil(4) * 4 + opts
 }
 
 fn put_iface(out: &mut Vec<u8>, iface: &Interface) {
     let name = stored_name(iface);
+    let (idb, section) = stored_options(iface);
+    let has = !(idb.is_empty() && section.is_empty());
+    let flag = if has { IFACE_HAS_OPTIONS } else { 0 };
     out.extend_from_slice(&iface.linktype.to_le_bytes());
-    out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(name.len() as u16 | flag).to_le_bytes());
     out.extend_from_slice(&iface.snaplen.to_le_bytes());
     out.extend_from_slice(name);
     out.resize(out.len() + (name.len().div_ceil(4) * 4 - name.len()), 0);
+    if has {
+        out.extend_from_slice(&(idb.len() as u16).to_le_bytes());
+        out.extend_from_slice(&(section.len() as u16).to_le_bytes());
+        out.extend_from_slice(&idb);
+        out.extend_from_slice(&section);
+    }
 }
 
 fn get_ifaces(
@@ -508,7 +543,8 @@ fn get_ifaces(
     for i in 0..count {
         let h = r.view::<8>().map_err(short)?;
         let linktype = h.u16_le::<0>();
-        let name_len = usize::from(h.u16_le::<2>());
+        let name_field = h.u16_le::<2>();
+        let name_len = usize::from(name_field & !IFACE_HAS_OPTIONS);
         let snaplen = h.u32_le::<4>();
         if name_len > MAX_IFACE_NAME {
             return Err(DecodeError::Invalid {
@@ -523,11 +559,24 @@ fn get_ifaces(
             // `padded` holds the name and at most 3 bytes of padding.
             Some(String::from_utf8_lossy(&padded[..name_len]).into_owned())
         };
-        v.push(Interface {
-            linktype,
-            snaplen,
-            name,
-        });
+        let mut iface = Interface::new(linktype, snaplen, name);
+        if name_field & IFACE_HAS_OPTIONS != 0 {
+            let lens = r.view::<4>().map_err(short)?;
+            let (idb_len, section_len) = (lens.u16_le::<0>(), lens.u16_le::<2>());
+            let max = capsule_pcap::options::MAX_KEPT;
+            if usize::from(idb_len) > max || usize::from(section_len) > max {
+                return Err(DecodeError::Invalid {
+                    what,
+                    detail: format!(
+                        "interface {i}: options of {idb_len} and {section_len} bytes: \
+                         expected at most {max} each"
+                    ),
+                });
+            }
+            iface.options.idb = r.take(usize::from(idb_len)).map_err(short)?.to_vec();
+            iface.options.section = r.take(usize::from(section_len)).map_err(short)?.to_vec();
+        }
+        v.push(iface);
     }
     Ok((v, r.position()))
 }
@@ -849,6 +898,7 @@ mod tests {
                 linktype: 1,
                 snaplen: 65535,
                 name: Some("eth0".into()),
+                options: Default::default(),
             }],
             header_pad: 0,
         }
@@ -886,6 +936,52 @@ mod tests {
     /// than [`MAX_IFACE_NAME`] was cut inside a UTF-8 sequence, so the footer read back held
     /// a U+FFFD and encoded to different bytes. The name is now cut at a char boundary.
     #[test]
+    fn interface_options_round_trip_and_a_record_without_them_keeps_its_bytes() {
+        let plain = Interface::new(1, 65535, Some("eth0".into()));
+        let mut rich = plain.clone();
+        rich.set_description("capsule capture on eth0: AF_XDP, XDP native");
+        capsule_pcap::options::put(&mut rich.options.section, 1, b"evidence for INC-42");
+        // A record without options is the first layout's, byte for byte.
+        let mut old = Vec::new();
+        put_iface(&mut old, &plain);
+        assert_eq!(old, [1, 0, 4, 0, 0xff, 0xff, 0, 0, b'e', b't', b'h', b'0']);
+        assert_eq!(iface_record_len(&plain), old.len());
+        let footer = Footer {
+            interfaces: vec![rich.clone(), plain.clone()],
+            ..Footer::default()
+        };
+        let mut frame = Vec::new();
+        footer.encode(&mut frame);
+        let back = Footer::decode(&decode_meta_frame("footer", &frame).unwrap()).unwrap();
+        assert_eq!(back.interfaces, vec![rich.clone(), plain]);
+        let m = BlockMeta {
+            new_interfaces: vec![rich.clone()],
+            ..meta()
+        };
+        let mut frame = Vec::new();
+        m.encode_header(&mut frame);
+        assert_eq!(frame.len(), m.header_frame_len());
+        let back = BlockMeta::decode_header(&decode_meta_frame("h", &frame).unwrap()).unwrap();
+        assert_eq!(back.new_interfaces, vec![rich.clone()]);
+        // Options past the cap are cut at whole options: the record still fits a header.
+        let mut huge = rich;
+        for _ in 0..40 {
+            capsule_pcap::options::put(&mut huge.options.idb, 1, &[b'x'; 1000]);
+        }
+        let mut rec = Vec::new();
+        put_iface(&mut rec, &huge);
+        assert!(rec.len() <= 12 + 4 + 2 * capsule_pcap::options::MAX_KEPT);
+        let (got, used) = get_ifaces("t", &rec, 0, 1).unwrap();
+        assert_eq!(used, rec.len());
+        assert_eq!(got[0].description(), huge.description());
+        // Damage: an options length past the cap is refused, not allocated.
+        let mut bad = old.clone();
+        bad[3] |= 0x80;
+        bad.extend_from_slice(&[0xff, 0xff, 0, 0]);
+        assert!(get_ifaces("t", &bad, 0, 1).is_err());
+    }
+
+    #[test]
     fn long_interface_name_is_cut_at_a_char_boundary() {
         // 255 ASCII bytes then a 2-byte char: byte 256 is inside it.
         let name = format!("{}\u{e9}tail", "a".repeat(255));
@@ -894,6 +990,7 @@ mod tests {
                 linktype: 1,
                 snaplen: 65535,
                 name: Some(name),
+                options: Default::default(),
             }],
             ..Footer::default()
         };
@@ -981,11 +1078,13 @@ mod tests {
                     linktype: 1,
                     snaplen: 0,
                     name: None,
+                    options: Default::default(),
                 },
                 Interface {
                     linktype: 101,
                     snaplen: 9000,
                     name: Some("vlan.100".into()),
+                    options: Default::default(),
                 },
             ],
         };

@@ -488,6 +488,7 @@ mod tests {
             linktype: 1,
             snaplen: 0,
             name: None,
+            options: Default::default(),
         });
         w.append(i, 1, 60, &[0u8; 60]).unwrap();
         w.finish().unwrap();

@@ -16,11 +16,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
 use capsule_store::StoreError;
 
 use super::{
-    record, with_vlan_tag, Behind, CaptureConfig, LiveError, LiveReport, Sink, Snap, StatsTimer,
+    record, with_vlan_tag, Behind, CaptureConfig, CaptureMethod, LiveError, LiveReport, Sink, Snap,
+    StatsTimer,
 };
 use capsule_sys::tpacket::{PacketRing, RingConfig};
 
@@ -78,11 +78,8 @@ impl PacketCapture {
         stop: &AtomicBool,
         mut on_stats: impl FnMut(&LiveReport),
     ) -> Result<LiveReport, LiveError> {
-        let iface = writer.add_interface(Interface {
-            linktype: LINKTYPE_ETHERNET,
-            snaplen: self.snaplen,
-            name: Some(self.iface.clone()),
-        });
+        let iface =
+            writer.add_interface(CaptureMethod::afpacket().interface(&self.iface, self.snaplen));
         let mut rep = LiveReport::default();
         let mut scratch: Vec<u8> = Vec::with_capacity(65_536);
         // Kernel counters are stored with the data (as pcapng ISBs) when drops change, and

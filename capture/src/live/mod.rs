@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use capsule_pcap::Interface;
+use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
 use capsule_store::writer::MAX_PACKET;
 use capsule_store::{StoreError, StoreWriter};
 
@@ -203,6 +203,32 @@ impl CaptureMethod {
             socket_mode: None,
             timestamps: TimestampSource::Kernel,
         }
+    }
+
+    /// The interface as stored: its `if_description` names how it was captured (backend, XDP
+    /// mode, program variant and carrier, socket mode, timestamp source), so an export says
+    /// so to Wireshark and `capinfos` long after the capture ended.
+    pub(crate) fn interface(&self, name: &str, snaplen: u32) -> Interface {
+        let mut how = match (self.backend.as_str(), &self.xdp_mode) {
+            ("af_xdp", Some(mode)) => format!("AF_XDP, XDP {mode}"),
+            ("af_xdp", None) => "AF_XDP".to_string(),
+            _ => "AF_PACKET".to_string(),
+        };
+        if let Some(program) = &self.xdp_program {
+            how.push_str(&format!(", program {program}"));
+        }
+        if let Some(carrier) = self.xdp_carrier {
+            how.push_str(&format!(" ({carrier} carrier)"));
+        }
+        if let Some(socket) = &self.socket_mode {
+            how.push_str(&format!(", {socket} mode"));
+        }
+        let mut iface = Interface::new(LINKTYPE_ETHERNET, snaplen, Some(name.to_string()));
+        iface.set_description(&format!(
+            "capsule capture on {name} by {how}; timestamps from {}",
+            self.timestamps.describe()
+        ));
+        iface
     }
 }
 

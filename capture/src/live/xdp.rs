@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capsule_bpf::{Carrier, Meta, Variant, XdpProgram};
-use capsule_pcap::{Interface, LINKTYPE_ETHERNET};
 use capsule_store::StoreError;
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 
@@ -337,11 +336,7 @@ impl XdpCapture {
         stop: &AtomicBool,
         on_stats: impl FnMut(&LiveReport),
     ) -> Result<LiveReport, LiveError> {
-        let iface = writer.add_interface(Interface {
-            linktype: LINKTYPE_ETHERNET,
-            snaplen: self.snaplen,
-            name: Some(self.iface.clone()),
-        });
+        let iface = writer.add_interface(self.setup.method().interface(&self.iface, self.snaplen));
         if self.sockets.len() == 1 {
             self.run_inline(writer, iface, stop, on_stats)
         } else {

@@ -811,6 +811,7 @@ pub(crate) mod tests {
                 linktype: 1,
                 snaplen: 0,
                 name: None,
+                options: Default::default(),
             };
             pw::pcapng_idb(&mut data, &i);
             meta.new_interfaces.push(i);

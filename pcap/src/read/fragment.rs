@@ -256,11 +256,20 @@ impl<'a> Iterator for FragmentPackets<'a> {
                 return self.fail(FragmentErrorKind::CaptureOverrun { caplen, room });
             };
             self.pos += len_us;
+            // What follows the data's padding is the packet's options and their closing
+            // `opt_endofopt`, which the store writes only after options.
+            let _ = b.skip(data.len().wrapping_neg() & 3);
+            let rest = b.rest();
+            let options = match rest.len().checked_sub(4) {
+                Some(n) if rest[n..] == [0u8; 4] => &rest[..n],
+                _ => rest,
+            };
             return Some(Ok(PacketRef {
                 ts_ns: (u64::from(e.u32_le::<12>()) << 32) | u64::from(e.u32_le::<16>()),
                 orig_len: e.u32_le::<24>(),
                 iface: e.u32_le::<8>(),
                 data,
+                options,
             }));
         }
     }

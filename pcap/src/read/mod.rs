@@ -24,14 +24,20 @@
 //!   record's offset, while every record before it has been returned.
 //!
 //! * every pcapng `if_tsresol` is one a capture can have (at most 10^-19 or 2^-63 s: 64-bit
-//!   ticks spanning 2 s at least), and every pcapng timestamp, after its interface's
-//!   resolution and `if_tsoffset`, lies between 1970-01-01 and 2200-01-01 UTC ([`MAX_TS_NS`]):
-//!   a time outside it is refused at its block's offset rather than stored where no query
-//!   window reaches it.
+//!   ticks spanning 2 s at least).
 //!
-//! What is deliberately accepted: a captured length larger than the original length or the
-//! interface's snaplen (kept as given; writers fix it), timestamps finer than nanoseconds
-//! (truncated to nanoseconds), and unknown pcapng block types (skipped by their length).
+//! What is got past and said ([`Record::Odd`], an [`Oddity`] after the record it concerns):
+//! a packet or statistics block whose time, after its interface's resolution and
+//! `if_tsoffset`, lies outside 1970-01-01 .. 2200-01-01 UTC ([`MAX_TS_NS`]) is skipped (capsule
+//! keeps unsigned nanoseconds since 1970) and the rest of the file read; a pcap sub-second
+//! field of a second or more (carried into the seconds); an original length below the
+//! captured length (kept as given; writers raise it); pcapng blocks capsule does not keep
+//! (name resolution, decryption secrets, custom, unknown: skipped by their length); options
+//! it cannot keep. Packet, interface and section options are kept in the form of
+//! [`crate::options`] ([`PacketRef::options`], [`Interface::options`]).
+//!
+//! What is deliberately accepted: a captured length larger than the interface's snaplen, and
+//! timestamps finer than nanoseconds (truncated to nanoseconds).
 //!
 //! [`fragment_packets`] (fragment.rs) is the fast path for the segment store: it walks a run of
 //! little-endian pcapng blocks without a section header, as written by [`crate::write`].
@@ -55,11 +61,12 @@ use std::io::{self, Read};
 
 use capsule_wire::view::{Endian, Reader, View};
 
+use crate::options::{self, Kept, OptionsOf};
 use crate::write::{
     BLOCK_EPB, BLOCK_IDB, BLOCK_ISB, BLOCK_PB, BLOCK_SHB, BLOCK_SPB, BYTE_ORDER_MAGIC, OPT_IF_NAME,
     OPT_IF_TSOFFSET, OPT_IF_TSRESOL, OPT_ISB_IFDROP, OPT_ISB_IFRECV, PCAP_MAGIC_NS, PCAP_MAGIC_US,
 };
-use crate::{Interface, LinkType, PacketRef};
+use crate::{Interface, InterfaceOptions, LinkType, PacketRef};
 
 /// Largest packet (classic pcap captured length) or pcapng block, in bytes, that a reader
 /// accepts: 16 MiB. Anything bigger is reported as an error rather than allocated.
@@ -121,6 +128,127 @@ pub enum Record<'a> {
         /// Packets dropped by the interface (`isb_ifdrop`), when given.
         dropped: Option<u64>,
     },
+    /// Something odd the reader got past: a packet it skipped, a field it mended, a block or
+    /// option it did not keep. Returned after the record it concerns; callers count and name
+    /// them (import prints a summary and exits 3 when packets were skipped).
+    Odd(Oddity),
+}
+
+/// Something odd in a capture file that the reader got past, with the byte offset of its
+/// record or block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Oddity {
+    /// A packet or statistics block whose time, after its interface's resolution and
+    /// `if_tsoffset`, lies outside 1970-01-01 .. 2200-01-01 UTC, where capsule keeps no time
+    /// (its clock is unsigned nanoseconds since 1970): skipped, the rest of the file read.
+    #[error(
+        "at byte {offset}: {block} at {seconds} s from the epoch is outside 1970-01-01 .. \
+         2200-01-01 UTC: not stored"
+    )]
+    TimeOutOfRange {
+        /// Offset of the block.
+        offset: u64,
+        /// `"packet"` or `"interface statistics"`.
+        block: &'static str,
+        /// Its time, in whole seconds since the epoch (negative: before 1970).
+        seconds: i64,
+    },
+    /// A classic pcap record whose sub-second field is a second or more: carried into the
+    /// seconds (as libpcap's readers add them).
+    #[error(
+        "at byte {offset}: pcap record's sub-second field is {frac} {unit}, a second or more: \
+         carried into the seconds"
+    )]
+    SubsecondOverflow {
+        /// Offset of the record.
+        offset: u64,
+        /// The field's value.
+        frac: u32,
+        /// `"µs"` or `"ns"`.
+        unit: &'static str,
+    },
+    /// A packet whose original length is below its captured length: stored with the
+    /// captured length as its original length (Wireshark refuses the other way round).
+    #[error(
+        "at byte {offset}: original length {orig} is below the captured length {caplen}: \
+         stored as {caplen}"
+    )]
+    OrigBelowCaptured {
+        /// Offset of the record or block.
+        offset: u64,
+        /// Original length as written.
+        orig: u32,
+        /// Captured length.
+        caplen: u32,
+    },
+    /// A pcapng block capsule does not keep (a name-resolution, decryption-secrets, custom
+    /// or unknown block): skipped by its length.
+    #[error("at byte {offset}: {} (type {block_type:#010x}) not kept", block_name(*block_type))]
+    BlockNotKept {
+        /// Offset of the block.
+        offset: u64,
+        /// Its type.
+        block_type: u32,
+    },
+    /// An option that was not kept: an unknown code in a big-endian section (its value's
+    /// byte order is unknown), a value of the wrong length, or past the bytes kept per block.
+    #[error("at byte {offset}: {block} option {code} not kept")]
+    OptionNotKept {
+        /// Offset of the block.
+        offset: u64,
+        /// `"packet"`, `"interface"` or `"section"`.
+        block: &'static str,
+        /// The option's code.
+        code: u16,
+    },
+}
+
+impl Oddity {
+    /// Whether a packet was left out of what is stored (not just mended or annotated).
+    pub fn loses_packet(&self) -> bool {
+        matches!(
+            self,
+            Oddity::TimeOutOfRange {
+                block: "packet",
+                ..
+            }
+        )
+    }
+
+    /// Whether two oddities are of one kind, for counting: the same variant, and for blocks
+    /// and options not kept the same block type, or block and option code.
+    pub fn same_kind(&self, other: &Oddity) -> bool {
+        match (self, other) {
+            (
+                Oddity::BlockNotKept { block_type: a, .. },
+                Oddity::BlockNotKept { block_type: b, .. },
+            ) => a == b,
+            (
+                Oddity::OptionNotKept {
+                    block: a, code: x, ..
+                },
+                Oddity::OptionNotKept {
+                    block: b, code: y, ..
+                },
+            ) => a == b && x == y,
+            (Oddity::TimeOutOfRange { block: a, .. }, Oddity::TimeOutOfRange { block: b, .. }) => {
+                a == b
+            }
+            _ => std::mem::discriminant(self) == std::mem::discriminant(other),
+        }
+    }
+}
+
+/// A pcapng block type in words.
+fn block_name(block_type: u32) -> &'static str {
+    match block_type {
+        4 => "name resolution block",
+        9 => "systemd journal export block",
+        10 => "decryption secrets block",
+        0x0000_0BAD | 0x4000_0BAD => "custom block",
+        t if t & 0x8000_0000 != 0 => "local-use block",
+        _ => "unknown block",
+    }
 }
 
 /// An error while reading a capture file: where it happened and what was wrong.
@@ -443,7 +571,10 @@ enum Step {
         iface: u32,
         start: usize,
         len: usize,
+        /// The packet's options are in `kept`.
+        options: bool,
     },
+    Odd(Oddity),
     Stats {
         iface: u32,
         ts_ns: u64,
@@ -506,6 +637,12 @@ pub struct CaptureReader<R: Read> {
     last_ts: u64,
     /// Offset of the error that stopped the reader.
     failed: Option<u64>,
+    /// The options of the packet returned last, and of the block being read.
+    kept: Kept,
+    /// The current section's options, given to each interface it describes.
+    section: Vec<u8>,
+    /// Oddities to return before reading on (after the record they concern).
+    odd: std::collections::VecDeque<Oddity>,
 }
 
 impl<R: Read> fmt::Debug for CaptureReader<R> {
@@ -624,6 +761,9 @@ impl<R: Read> CaptureReader<R> {
             announce_pcap_iface: false,
             last_ts: 0,
             failed: None,
+            kept: Kept::default(),
+            section: Vec::new(),
+            odd: std::collections::VecDeque::new(),
         };
         match this.read_file_header() {
             Ok(()) => Ok(this),
@@ -656,6 +796,9 @@ impl<R: Read> CaptureReader<R> {
         if let Some(at) = self.failed {
             return Err(self.error(at, ReadErrorKind::AfterError { at }));
         }
+        if let Some(o) = self.odd.pop_front() {
+            return Ok(Some(Record::Odd(o)));
+        }
         let step = match self.format {
             FileFormat::Pcap { nanos, .. } => self.step_pcap(nanos),
             FileFormat::PcapNg => self.step_pcapng(),
@@ -669,18 +812,22 @@ impl<R: Read> CaptureReader<R> {
                 iface,
                 start,
                 len,
+                options,
             })) => {
                 let data = start
                     .checked_add(len)
                     .and_then(|end| self.buf.get(start..end))
                     .unwrap_or_default();
+                let options = if options { &self.kept.bytes[..] } else { &[] };
                 Ok(Some(Record::Packet(PacketRef {
                     ts_ns,
                     orig_len,
                     iface,
                     data,
+                    options,
                 })))
             }
+            Ok(Some(Step::Odd(o))) => Ok(Some(Record::Odd(o))),
             Ok(Some(Step::Stats {
                 iface,
                 ts_ns,
@@ -820,11 +967,8 @@ impl<R: Read> CaptureReader<R> {
         let linktype = h.u32_in::<20>(order) as LinkType;
         self.format = FileFormat::Pcap { nanos, big_endian };
         self.order = order;
-        self.interfaces.push(Interface {
-            linktype,
-            snaplen,
-            name: None,
-        });
+        self.interfaces
+            .push(Interface::new(linktype, snaplen, None));
         self.announce_pcap_iface = true;
         self.consume(24);
         Ok(())
@@ -889,6 +1033,21 @@ impl<R: Read> CaptureReader<R> {
             u64::from(frac) * 1000
         };
         let ts_ns = u64::from(secs) * 1_000_000_000 + frac_ns;
+        if frac_ns >= 1_000_000_000 {
+            let unit = if nanos { "ns" } else { "µs" };
+            self.odd.push_back(Oddity::SubsecondOverflow {
+                offset: at,
+                frac,
+                unit,
+            });
+        }
+        if orig_len < caplen {
+            self.odd.push_back(Oddity::OrigBelowCaptured {
+                offset: at,
+                orig: orig_len,
+                caplen,
+            });
+        }
         let start = self.start + 16;
         self.consume(total);
         self.last_ts = ts_ns;
@@ -898,6 +1057,7 @@ impl<R: Read> CaptureReader<R> {
             iface: 0,
             start,
             len: caplen as usize,
+            options: false,
         }))
     }
 
@@ -930,7 +1090,13 @@ impl<R: Read> CaptureReader<R> {
         }
         self.order = order;
         self.section_first = self.interfaces.len();
-        self.consume(len as usize);
+        let len_us = len as usize;
+        let opts = self.block_part(24, len_us - 4, len).map_err(|k| (at, k))?;
+        let mut kept = Kept::default();
+        options::keep(opts, order, OptionsOf::Section, &mut kept);
+        self.note_left_out(at, "section", &kept.left_out);
+        self.section = kept.bytes;
+        self.consume(len_us);
         Ok(())
     }
 
@@ -1060,14 +1226,44 @@ impl<R: Read> CaptureReader<R> {
                         .get(iface as usize)
                         .copied()
                         .unwrap_or(TsConv::DEFAULT);
-                    let ts_ns = conv.to_ns(raw).map_err(|k| (at, k))?;
+                    let ts_ns = match conv.to_ns(raw) {
+                        Ok(ts) => ts,
+                        Err(k) => {
+                            self.consume(len_us);
+                            return out_of_range(at, "packet", k);
+                        }
+                    };
                     self.last_ts = ts_ns;
+                    let orig_len = head.u32_in::<24>(order);
+                    if orig_len < caplen {
+                        self.odd.push_back(Oddity::OrigBelowCaptured {
+                            offset: at,
+                            orig: orig_len,
+                            caplen,
+                        });
+                    }
+                    let data_end = 28 + caplen as usize + pad4(caplen as usize);
+                    let options = if block_type == BLOCK_EPB && data_end < len_us - 4 {
+                        let mut kept = std::mem::take(&mut self.kept);
+                        kept.bytes.clear();
+                        kept.left_out.clear();
+                        let opts = self
+                            .block_part(data_end, len_us - 4, len)
+                            .map_err(|k| (at, k))?;
+                        options::keep(opts, order, OptionsOf::Packet, &mut kept);
+                        self.note_left_out(at, "packet", &kept.left_out);
+                        self.kept = kept;
+                        !self.kept.bytes.is_empty()
+                    } else {
+                        false
+                    };
                     Step::Packet {
                         ts_ns,
-                        orig_len: head.u32_in::<24>(order),
+                        orig_len,
                         iface,
                         start: self.start + 28,
                         len: caplen as usize,
+                        options,
                     }
                 }
                 BLOCK_SPB => {
@@ -1084,6 +1280,7 @@ impl<R: Read> CaptureReader<R> {
                         iface,
                         start: self.start + 12,
                         len: caplen,
+                        options: false,
                     }
                 }
                 BLOCK_IDB => {
@@ -1091,6 +1288,9 @@ impl<R: Read> CaptureReader<R> {
                     let snaplen = head.u32_in::<12>(order);
                     let opts = self.block_part(16, len_us - 4, len).map_err(|k| (at, k))?;
                     let (name_opt, conv) = parse_idb_options(opts, order).map_err(|k| (at, k))?;
+                    let mut kept = Kept::default();
+                    options::keep(opts, order, OptionsOf::Interface, &mut kept);
+                    self.note_left_out(at, "interface", &kept.left_out);
                     let count = self.interfaces.len();
                     if count >= MAX_INTERFACES {
                         return Err((
@@ -1105,6 +1305,10 @@ impl<R: Read> CaptureReader<R> {
                         linktype,
                         snaplen,
                         name: name_opt,
+                        options: InterfaceOptions {
+                            idb: kept.bytes,
+                            section: self.section.clone(),
+                        },
                     });
                     // Keep `ts_conv` parallel to `interfaces`.
                     self.ts_conv.resize(count, TsConv::DEFAULT);
@@ -1125,20 +1329,58 @@ impl<R: Read> CaptureReader<R> {
                     let opts = self.block_part(20, len_us - 4, len).map_err(|k| (at, k))?;
                     let (received, dropped) =
                         parse_isb_options(opts, order).map_err(|k| (at, k))?;
+                    let ts_ns = match conv.to_ns(raw) {
+                        Ok(ts) => ts,
+                        Err(k) => {
+                            self.consume(len_us);
+                            return out_of_range(at, "interface statistics", k);
+                        }
+                    };
                     Step::Stats {
                         iface,
-                        ts_ns: conv.to_ns(raw).map_err(|k| (at, k))?,
+                        ts_ns,
                         received,
                         dropped,
                     }
                 }
                 _ => {
                     self.consume(len_us);
-                    continue;
+                    return Ok(Some(Step::Odd(Oddity::BlockNotKept {
+                        offset: at,
+                        block_type,
+                    })));
                 }
             };
             self.consume(len_us);
             return Ok(Some(step));
+        }
+    }
+}
+
+/// The oddity of a block whose time [`TsConv::to_ns`] refused (any other error stops).
+fn out_of_range(at: u64, block: &'static str, kind: ReadErrorKind) -> Result<Option<Step>, Fail> {
+    match kind {
+        ReadErrorKind::TimestampOutOfRange { seconds, .. } => {
+            let seconds = seconds.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+            Ok(Some(Step::Odd(Oddity::TimeOutOfRange {
+                offset: at,
+                block,
+                seconds,
+            })))
+        }
+        other => Err((at, other)),
+    }
+}
+
+impl<R: Read> CaptureReader<R> {
+    /// Queues an [`Oddity::OptionNotKept`] for each code left out of a block's options.
+    fn note_left_out(&mut self, at: u64, block: &'static str, codes: &[u16]) {
+        for &code in codes {
+            self.odd.push_back(Oddity::OptionNotKept {
+                offset: at,
+                block,
+                code,
+            });
         }
     }
 }

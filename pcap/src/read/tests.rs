@@ -45,6 +45,7 @@ enum Rec {
         data: Vec<u8>,
     },
     Stats(u32, u64, Option<u64>, Option<u64>),
+    Odd(Oddity),
 }
 
 fn own(r: Record<'_>) -> Rec {
@@ -57,6 +58,7 @@ fn own(r: Record<'_>) -> Rec {
             received,
             dropped,
         } => Rec::Stats(iface, ts_ns, received, dropped),
+        Record::Odd(o) => Rec::Odd(o),
     }
 }
 
@@ -87,11 +89,7 @@ fn read_bytes(bytes: &[u8]) -> (Vec<Rec>, Option<ReadError>) {
 }
 
 fn iface(linktype: LinkType, snaplen: u32, name: Option<&str>) -> Interface {
-    Interface {
-        linktype,
-        snaplen,
-        name: name.map(String::from),
-    }
+    Interface::new(linktype, snaplen, name.map(String::from))
 }
 
 /// A reader that returns at most `step` bytes per call, to exercise buffering.
@@ -198,6 +196,11 @@ fn pcap_nanoseconds_little_endian() {
         [
             Rec::Iface(0),
             pkt(10_000_000_123, 2, 0, &[1, 2, 3]),
+            Rec::Odd(Oddity::OrigBelowCaptured {
+                offset: 24,
+                orig: 2,
+                caplen: 3
+            }),
             pkt(
                 u64::from(u32::MAX) * 1_000_000_000 + 999_999_999,
                 1,
@@ -288,6 +291,10 @@ fn pcapng_expected() -> Vec<Rec> {
         pkt(5000, 1, 0, &[0xcc]),
         pkt(5000, 6, 0, &[1, 2, 3, 4]),
         Rec::Stats(1, 2000, Some(10), Some(1)),
+        Rec::Odd(Oddity::BlockNotKept {
+            offset: 248,
+            block_type: 2989,
+        }),
         Rec::Iface(2),
         pkt(7000, 9, 2, &[0x42]),
         pkt(8000, 1, 2, &[0x43]),
@@ -322,8 +329,12 @@ fn offsets_advance_record_by_record() {
     while reader.next_record().unwrap().is_some() {
         offsets.push(reader.offset());
     }
-    // The custom block and the second SHB are skipped along with the record after them.
-    assert_eq!(offsets, [28, 68, 100, 136, 172, 196, 248, 312, 348, 384]);
+    // The custom block is named (an oddity) and the second SHB is skipped along with the
+    // record after it.
+    assert_eq!(
+        offsets,
+        [28, 68, 100, 136, 172, 196, 248, 264, 312, 348, 384]
+    );
 }
 
 #[test]
@@ -437,9 +448,23 @@ fn round_trip_pcapng() {
     let (recs, err) = read_all(&mut reader);
     assert!(err.is_none(), "{err:?}");
     assert_eq!(recs, expected);
+    // Each interface keeps its section's options (here the SHB's shb_userappl).
+    let mut section = Vec::new();
+    crate::options::put(
+        &mut section,
+        crate::options::OPT_SHB_USERAPPL,
+        b"capsule test",
+    );
+    let with_section = |mut i: Interface| {
+        i.options.section = section.clone();
+        i
+    };
     assert_eq!(
         reader.interfaces(),
-        &[iface(1, 65535, Some("eth0")), iface(113, 0, None)]
+        &[
+            with_section(iface(1, 65535, Some("eth0"))),
+            with_section(iface(113, 0, None))
+        ]
     );
     // The same blocks, without the SHB, as a store fragment.
     let shb_len = u32::from_le_bytes(file[4..8].try_into().unwrap()) as usize;
@@ -647,7 +672,7 @@ fn bad_block_lengths() {
 
     // Longer than the file.
     let (n, err) = first_error(&with_len(312, 400));
-    assert_eq!(n, 7);
+    assert_eq!(n, 8, "7 records and the custom block's oddity");
     assert_eq!(err.offset, 312);
     // (400 little-endian in a big-endian section reads as 0x90010000.)
     assert!(matches!(
@@ -868,50 +893,169 @@ fn impossible_resolutions_are_refused_at_the_idb() {
 }
 
 #[test]
-fn timestamps_out_of_range_are_refused_at_their_block() {
-    // if_tsoffset 2^63 - 1: every packet is past 2262.
+fn timestamps_out_of_range_are_skipped_named_and_the_rest_is_read() {
+    // if_tsoffset 2^63 - 1: every packet is past 2262; the file still reads to its end.
     #[rustfmt::skip]
     let max_offset = [14, 0, 8, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f];
     let file = file_with_idb_options(&max_offset, 1);
     let (recs, err) = read_bytes(&file);
-    assert_eq!(recs, vec![Rec::Iface(0)]);
-    let err = err.expect("refused");
-    assert_eq!(err.offset, 28 + 32, "the EPB's offset");
-    assert!(matches!(
-        err.kind,
-        ReadErrorKind::TimestampOutOfRange {
-            raw: 1,
-            resol: 6,
-            offset_s: i64::MAX,
-            ..
-        }
-    ));
-    // A good packet, then one in 2200 + 1 s: the first is kept.
+    assert!(err.is_none(), "{err:?}");
+    let odd = Oddity::TimeOutOfRange {
+        offset: 28 + 32,
+        block: "packet",
+        seconds: i64::MAX,
+    };
+    assert_eq!(recs, vec![Rec::Iface(0), Rec::Odd(odd)]);
+    assert!(odd.loses_packet());
+    // A good packet, one in 2200 + 1 s, another good one: both good ones are kept.
     let mut file = file_with_idb_options(&[9, 0, 1, 0, 9, 0, 0, 0], 1_000);
     let second = file.len() as u64;
     pcapng_epb(&mut file, 0, MAX_TS_NS + 1_000_000_000, 1, &[2]);
+    pcapng_epb(&mut file, 0, 2_000, 1, &[3]);
     let (recs, err) = read_bytes(&file);
-    assert_eq!(recs.len(), 2);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(recs.len(), 4);
     assert_eq!(recs[1], pkt(1_000, 1, 0, &[1]));
-    let err = err.expect("refused");
-    assert_eq!(err.offset, second);
-    assert!(
-        err.to_string().contains("is 7258118401 s after the epoch"),
-        "{err}"
+    let Rec::Odd(o) = recs[2] else {
+        panic!("{:?}", recs[2]);
+    };
+    assert_eq!(
+        o.to_string(),
+        format!(
+            "at byte {second}: packet at 7258118401 s from the epoch is outside 1970-01-01 .. \
+             2200-01-01 UTC: not stored"
+        )
     );
-    // A negative offset before 1970, in an ISB.
+    assert_eq!(recs[3], pkt(2_000, 1, 0, &[3]));
+    // A negative offset before 1970 (Wireshark shows such files): packets and an ISB.
     #[rustfmt::skip]
     let minus = [14, 0, 8, 0, 0xf6, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]; // -10 s
     let mut file = file_with_idb_options(&minus, 11_000_000);
     let isb = file.len() as u64;
     pcapng_isb(&mut file, 0, 1, Some(1), None);
+    pcapng_epb(&mut file, 0, 12_000_000, 1, &[4]);
     let (recs, err) = read_bytes(&file);
-    assert_eq!(recs.len(), 2);
-    let err = err.expect("refused");
-    assert_eq!(err.offset, isb);
-    assert!(
-        err.to_string().contains("is -10 s after the epoch"),
-        "{err}"
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(recs.len(), 4);
+    assert_eq!(
+        recs[2],
+        Rec::Odd(Oddity::TimeOutOfRange {
+            offset: isb,
+            block: "interface statistics",
+            seconds: -10,
+        })
+    );
+    assert_eq!(recs[3], pkt(2_000_000_000, 1, 0, &[4]));
+}
+
+#[test]
+fn odd_pcap_records_are_mended_and_named() {
+    let mut file = Vec::new();
+    crate::write::pcap_header(&mut file, 1, 65535);
+    // A µs file written by hand: 1 s + 1,500,000 µs; then caplen 4 > len 2.
+    let rec = |f: &mut Vec<u8>, secs: u32, frac: u32, caplen: u32, len: u32| {
+        for v in [secs, frac, caplen, len] {
+            f.extend_from_slice(&v.to_le_bytes());
+        }
+        f.extend(std::iter::repeat_n(7u8, caplen as usize));
+    };
+    let mut us = Vec::new();
+    us.extend_from_slice(&PCAP_MAGIC_US.to_le_bytes());
+    us.extend_from_slice(&file[4..24]);
+    rec(&mut us, 1, 1_500_000, 1, 1);
+    rec(&mut us, 3, 0, 4, 2);
+    let (recs, err) = read_bytes(&us);
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(
+        recs,
+        vec![
+            Rec::Iface(0),
+            pkt(2_500_000_000, 1, 0, &[7]),
+            Rec::Odd(Oddity::SubsecondOverflow {
+                offset: 24,
+                frac: 1_500_000,
+                unit: "µs"
+            }),
+            pkt(3_000_000_000, 2, 0, &[7; 4]),
+            Rec::Odd(Oddity::OrigBelowCaptured {
+                offset: 24 + 17,
+                orig: 2,
+                caplen: 4
+            }),
+        ]
+    );
+}
+
+#[test]
+fn pcapng_options_are_kept_and_blocks_not_kept_are_named() {
+    use crate::options::{self, OPT_COMMENT, OPT_EPB_FLAGS, OPT_IF_FILTER};
+    // SHB with a comment and shb_os, by hand.
+    let mut shb_opts = Vec::new();
+    options::put(&mut shb_opts, OPT_COMMENT, b"evidence for INC-42");
+    options::put(&mut shb_opts, 3, b"Linux 6.18");
+    let mut file = Vec::new();
+    let len = (28 + shb_opts.len() + 4) as u32;
+    file.extend_from_slice(&0x0a0d_0d0au32.to_le_bytes());
+    file.extend_from_slice(&len.to_le_bytes());
+    file.extend_from_slice(&0x1a2b_3c4du32.to_le_bytes());
+    file.extend_from_slice(&[1, 0, 0, 0]);
+    file.extend_from_slice(&(-1i64).to_le_bytes());
+    file.extend_from_slice(&shb_opts);
+    file.extend_from_slice(&[0, 0, 0, 0]);
+    file.extend_from_slice(&len.to_le_bytes());
+    let mut idb = Interface::new(1, 0, Some("eth0".into()));
+    options::put(&mut idb.options.idb, OPT_IF_FILTER, b"\0tcp port 443");
+    idb.set_description("core uplink");
+    pcapng_idb(&mut file, &idb);
+    // A name-resolution block (type 4), then an EPB with a comment and flags (inbound).
+    let nrb = file.len() as u64;
+    file.extend_from_slice(&[4, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 16, 0, 0, 0]);
+    let mut epb_opts = Vec::new();
+    options::put(&mut epb_opts, OPT_COMMENT, b"the first retransmission");
+    options::put(&mut epb_opts, OPT_EPB_FLAGS, &1u32.to_le_bytes());
+    crate::write::pcapng_epb_with(&mut file, 0, 5_000, 60, &[9; 3], &epb_opts);
+    pcapng_epb(&mut file, 0, 6_000, 3, &[8; 3]);
+
+    let mut reader = CaptureReader::new("t", &file[..]).expect("header");
+    let mut seen = Vec::new();
+    while let Some(r) = reader.next_record().expect("reads") {
+        match r {
+            Record::Packet(p) => seen.push(format!("packet {:?}", p.options == &epb_opts[..])),
+            Record::Odd(o) => seen.push(o.to_string()),
+            Record::Interface { .. } | Record::Stats { .. } => {}
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            format!("at byte {nrb}: name resolution block (type 0x00000004) not kept"),
+            "packet true".to_string(),
+            "packet false".to_string(),
+        ]
+    );
+    let got = &reader.interfaces()[0];
+    assert_eq!(got.name.as_deref(), Some("eth0"));
+    assert_eq!(got.description().as_deref(), Some("core uplink"));
+    assert_eq!(got.options.idb, idb.options.idb);
+    assert_eq!(got.options.section, shb_opts);
+    // Written back by the store's own encoder, the IDB reads the same.
+    let mut again = Vec::new();
+    pcapng_shb(&mut again, None);
+    pcapng_idb(&mut again, got);
+    let mut r2 = CaptureReader::new("t2", &again[..]).expect("header");
+    while r2.next_record().expect("reads").is_some() {}
+    assert_eq!(r2.interfaces()[0].options.idb, idb.options.idb);
+    // The fragment walker hands the options back without their opt_endofopt.
+    let mut frag = Vec::new();
+    crate::write::pcapng_epb_with(&mut frag, 0, 1, 3, &[1, 2, 3], &epb_opts);
+    pcapng_epb(&mut frag, 0, 2, 1, &[4]);
+    let opts: Vec<Vec<u8>> = fragment_packets(&frag)
+        .map(|p| p.expect("packet").options.to_vec())
+        .collect();
+    assert_eq!(opts, vec![epb_opts.clone(), Vec::new()]);
+    assert_eq!(
+        frag.len(),
+        crate::write::pcapng_epb_len_with(3, epb_opts.len()) + crate::write::pcapng_epb_len(1)
     );
 }
 
@@ -1138,6 +1282,7 @@ fn cut_packet_blocks_are_skipped_by_readers_and_yielded_by_fragment_records() {
             linktype: 1,
             snaplen: 0,
             name: None,
+            options: Default::default(),
         },
     );
     file.extend_from_slice(&frag);

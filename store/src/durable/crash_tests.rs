@@ -316,6 +316,7 @@ fn check_state(run: &Run, root: &Path, expect: &Expect<'_>, tally: &mut Tally, c
         linktype: 1,
         snaplen: 0,
         name: None,
+        options: Default::default(),
     });
     w.append(i, 1, 60, &[0u8; 60]).unwrap();
     let done = w.finish().unwrap();
@@ -597,6 +598,7 @@ fn an_idle_writer_syncs_its_last_block_within_the_interval() {
         linktype: 1,
         snaplen: 0,
         name: None,
+        options: Default::default(),
     });
     for n in 0..3u8 {
         w.append(i, 1_000 + u64::from(n), 60, &[n; 60]).unwrap();
@@ -719,6 +721,7 @@ fn the_writer_pipeline_never_loses_durable_packets_to_a_power_loss() {
             linktype: 1,
             snaplen: 0,
             name: None,
+            options: Default::default(),
         });
         let total = 150 + rng.below(100) as u32;
         for n in 0..total {

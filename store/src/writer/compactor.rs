@@ -524,6 +524,7 @@ mod tests {
             linktype: 1,
             snaplen: 0,
             name: None,
+            options: Default::default(),
         });
         for k in 0..n {
             let mut f: Vec<u8> = (0..1000).map(|j| ((k + j) % 17) as u8).collect();

@@ -465,7 +465,7 @@ impl OpenBlock {
             if *cut {
                 pw::pcapng_cut(spare, p.iface, p.ts_ns, p.orig_len, p.data);
             } else {
-                pw::pcapng_epb(spare, p.iface, p.ts_ns, p.orig_len, p.data);
+                pw::pcapng_epb_with(spare, p.iface, p.ts_ns, p.orig_len, p.data, p.options);
             }
         }
         drop(pkts);
@@ -700,7 +700,22 @@ impl StoreWriter {
     }
 
     /// Appends one packet. Waits when the pipeline is full (back-pressure from the disk).
+    #[inline]
     pub fn append(&mut self, iface: u32, ts_ns: u64, orig_len: u32, data: &[u8]) -> Result<()> {
+        self.append_with(iface, ts_ns, orig_len, data, &[])
+    }
+
+    /// Appends one packet with its pcapng options (comments, `epb_flags`, ... in the form of
+    /// [`capsule_pcap::options`], as an imported file gave them), stored in its EPB and
+    /// exported with it. A packet the cut-off cuts loses its options with its payload.
+    pub fn append_with(
+        &mut self,
+        iface: u32,
+        ts_ns: u64,
+        orig_len: u32,
+        data: &[u8],
+        options: &[u8],
+    ) -> Result<()> {
         if data.len() > MAX_PACKET {
             return Err(StoreError::PacketTooLong {
                 len: data.len(),
@@ -741,7 +756,10 @@ impl StoreWriter {
             Some(n) => &data[..n.min(data.len())],
             None => data,
         };
-        let epb_len = pw::pcapng_epb_len(stored.len());
+        let epb_len = match kept {
+            Some(_) => pw::pcapng_epb_len(stored.len()),
+            None => pw::pcapng_epb_len_with(stored.len(), options.len()),
+        };
         let open = &self.lanes[lane];
         if open.records > 0 && open.content_len() + epb_len > self.cfg.block_bytes {
             self.cut_block(lane)?;
@@ -792,7 +810,7 @@ impl StoreWriter {
             );
             self.cut_packets += 1;
         } else {
-            pw::pcapng_epb(&mut b.buf, local, ts_ns, orig_len, data);
+            pw::pcapng_epb_with(&mut b.buf, local, ts_ns, orig_len, data, options);
             if let Some(f) = &mut b.framing {
                 f.step(&b.buf);
             }

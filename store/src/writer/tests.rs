@@ -49,6 +49,7 @@ fn open_eth(root: &std::path::Path, cfg: WriterConfig) -> (StoreWriter, u32) {
         linktype: 1,
         snaplen: 0,
         name: None,
+        options: Default::default(),
     });
     (w, i)
 }
@@ -88,17 +89,20 @@ fn packets_come_back_whole_across_blocks_and_segments() {
         linktype: 1,
         snaplen: 65535,
         name: Some("eth0".into()),
+        options: Default::default(),
     });
     let b = w.add_interface(Interface {
         linktype: 101,
         snaplen: 9000,
         name: None,
+        options: Default::default(),
     });
     assert_eq!(
         w.add_interface(Interface {
             linktype: 1,
             snaplen: 65535,
-            name: Some("eth0".into())
+            name: Some("eth0".into()),
+            options: Default::default(),
         }),
         a
     );
@@ -324,6 +328,7 @@ fn torn_segment(dir: &std::path::Path, blocks: u32) -> (PathBuf, Vec<u64>) {
                 linktype: 1,
                 snaplen: 0,
                 name: None,
+                options: Default::default(),
             };
             pw::pcapng_idb(&mut data, &iface);
             new_interfaces.push(iface);
@@ -481,6 +486,7 @@ fn a_segment_with_a_damaged_head_is_moved_aside() {
         linktype: 1,
         snaplen: 0,
         name: None,
+        options: Default::default(),
     });
     w.append(i, 1, 60, &[0; 60]).unwrap();
     let rep = w.finish().unwrap();
@@ -501,6 +507,7 @@ fn retention_keeps_the_store_under_its_budget_and_deletes_oldest_first() {
         linktype: 1,
         snaplen: 0,
         name: None,
+        options: Default::default(),
     });
     // Incompressible payloads so the disk really fills.
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
@@ -667,6 +674,7 @@ fn bad_configurations_and_packets_are_refused_with_reasons() {
         linktype: 1,
         snaplen: 0,
         name: None,
+        options: Default::default(),
     });
     let err = w.append(i, 0, 10, &vec![0; MAX_PACKET + 1]).unwrap_err();
     assert!(err.to_string().contains("exceed"), "{err}");
@@ -681,6 +689,7 @@ fn budgets_set_while_writing_are_saved_and_applied_at_once() {
         linktype: 1,
         snaplen: 0,
         name: None,
+        options: Default::default(),
     });
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
     for k in 0..1500u64 {
@@ -845,6 +854,7 @@ fn store_level_blocks_built_in_their_frames_come_back_whole() {
         linktype: 1,
         snaplen: 0,
         name: None,
+        options: Default::default(),
     });
     let mut want = Vec::new();
     let mut ts = 1_000u64;
