@@ -1733,6 +1733,14 @@ fn a_client_file_gives_the_server_token_and_ca_and_flags_win_over_it() {
     let got = run_ok(client(&[("XDG_CONFIG_HOME", &xdg)]).args(["segments", "--remote"]));
     assert_eq!(stdout_str(&got), local);
     let xdg_env: &[(&str, &Path)] = &[("XDG_CONFIG_HOME", &xdg)];
+    // The commands a remote answer prints name the server as the command line did, so
+    // they run as pasted here; the file's settings are left to the file.
+    let top = stdout_str(&run_ok(client(xdg_env).args(["top", "--remote"])));
+    assert!(
+        top.contains("capsule query -w top-1.pcap --remote --from "),
+        "{top}"
+    );
+    assert!(!top.contains("alice.token"), "{top}");
     // A flag wins over the file: another token (unknown: 401), another CA (TLS fails).
     let wrong = d.path().join("wrong.token");
     std::fs::write(&wrong, "0".repeat(64)).unwrap();
