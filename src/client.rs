@@ -1,11 +1,12 @@
-//! `query --server` and `flows --server`: the same answers from a `capsule serve` over
-//! HTTPS (docs/api.md). One GET on a fresh connection (rustls, hyper's HTTP/1.1 client on a
+//! `--server` (and `--remote`, the server of the client file): the same answers from a
+//! `capsule serve` over HTTPS (docs/api.md), for `query`, `flows`, `status`, `segments` and
+//! the analytics commands. One GET on a fresh connection (rustls, hyper's HTTP/1.1 client on a
 //! single-threaded tokio runtime); the body is written out as it arrives. Relative times
 //! are resolved here, before the request, so the window is the one the local command would
 //! use.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
@@ -14,64 +15,154 @@ use http_body::Body as _;
 
 use crate::cli::{OldClientCert, RemoteArgs, Selection};
 
-/// Where and how to ask a server: from `query`/`flows`' [`Selection`] or the analytics
-/// commands' [`RemoteArgs`].
-#[derive(Debug, Clone, Copy)]
-pub struct Remote<'a> {
-    pub url: &'a str,
-    pub token_file: &'a Path,
-    pub ca: Option<&'a Path>,
-    pub cert: Option<&'a Path>,
-    pub key: Option<&'a Path>,
+/// Where and how to ask a server: from `--server`/`--remote` and the options beside them,
+/// the rest from the client file ([`client_file`]).
+#[derive(Debug, Clone)]
+pub struct Remote {
+    pub url: String,
+    pub token_file: PathBuf,
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    /// The options as this command line gave them (`--remote`, or `--server URL` and the
+    /// flags typed): what a printed command needs in place of `--store DIR`. Those the
+    /// client file supplied are left to it.
+    pub given: String,
+}
+
+/// The environment variable naming the client file, over the default place.
+pub const CLIENT_CONFIG_ENV: &str = "CAPSULE_CLIENT_CONFIG";
+
+/// The client file: `$CAPSULE_CLIENT_CONFIG`, else `$XDG_CONFIG_HOME/capsule/client.toml`,
+/// else `~/.config/capsule/client.toml`; with whether it was named explicitly (then it
+/// must exist). `None` when no home is known.
+pub fn client_file() -> Option<(PathBuf, bool)> {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(p) = var(CLIENT_CONFIG_ENV) {
+        return Some((p, true));
+    }
+    let base = var("XDG_CONFIG_HOME").or_else(|| var("HOME").map(|h| h.join(".config")))?;
+    Some((base.join("capsule").join("client.toml"), false))
+}
+
+/// The client file's settings (the default ones when there is none) and its path.
+fn load_client_file() -> Result<(capsule_config::ClientConfig, Option<PathBuf>)> {
+    let Some((path, named)) = client_file() else {
+        return Ok(Default::default());
+    };
+    if !named && !path.exists() {
+        return Ok((Default::default(), Some(path)));
+    }
+    let c = capsule_config::ClientConfig::load(&path).map_err(|e| match e {
+        capsule_config::ConfigError::Read { path, source } => crate::output::Usage(format!(
+            "{}: cannot read the client file ({CLIENT_CONFIG_ENV} or \
+             ~/.config/capsule/client.toml): {source}",
+            path.display()
+        )),
+        e => crate::output::Usage(e.to_string()),
+    })?;
+    Ok((c, Some(path)))
 }
 
 impl Selection {
-    /// The server to ask, with `--server` (clap requires `--token-file` with it).
-    pub fn remote(&self) -> Option<Remote<'_>> {
-        self.remote.remote()
+    /// The server to ask, with `--server` or `--remote`.
+    pub fn remote(&self) -> Result<Option<Remote>> {
+        self.remote.remote(None)
     }
 
     /// As [`Selection::remote`], with `query`/`flows`' older `--cert`/`--key` names.
-    pub fn remote_with<'a>(&'a self, old: &'a OldClientCert) -> Option<Remote<'a>> {
-        let r = self.remote()?;
-        Some(Remote {
-            cert: r.cert.or(old.cert.as_deref()),
-            key: r.key.or(old.key.as_deref()),
-            ..r
-        })
+    pub fn remote_with(&self, old: &OldClientCert) -> Result<Option<Remote>> {
+        self.remote.remote(Some(old))
     }
 }
 
 impl RemoteArgs {
-    /// The server to ask, with `--server` (clap requires `--token-file` with it).
-    pub fn remote(&self) -> Option<Remote<'_>> {
-        Some(Remote {
-            url: self.server.as_deref()?,
-            token_file: self.token_file.as_deref()?,
-            ca: self.ca.as_deref(),
-            cert: self.client_cert.as_deref(),
-            key: self.client_key.as_deref(),
-        })
+    /// Whether a server is asked (`--server` or `--remote`).
+    pub fn is_remote(&self) -> bool {
+        self.server.is_some() || self.remote
+    }
+
+    /// The server to ask, with `--server` or `--remote`: the options given on the command
+    /// line, the others from the client file. `None` without either flag (the client file
+    /// is not read then: a local command never depends on it).
+    pub fn remote(&self, old: Option<&OldClientCert>) -> Result<Option<Remote>> {
+        if !self.is_remote() {
+            return Ok(None);
+        }
+        let (file, path) = load_client_file()?;
+        let place = || {
+            path.as_ref()
+                .map_or("the client file (no home directory)".into(), |p| {
+                    p.display().to_string()
+                })
+        };
+        let url = match (&self.server, &file.server) {
+            (Some(u), _) => u.clone(),
+            (None, Some(u)) => u.clone(),
+            (None, None) => {
+                return Err(crate::output::Usage(format!(
+                    "--remote asks the server named by `server` in {}, which names none: \
+                     give --server URL or add `server = \"https://HOST:PORT\"` there",
+                    place()
+                ))
+                .into())
+            }
+        };
+        let token_file = match (&self.token_file, &file.token_file) {
+            (Some(t), _) | (None, Some(t)) => t.clone(),
+            (None, None) => {
+                return Err(crate::output::Usage(format!(
+                    "--server {url} needs a token: give --token-file FILE or set `token_file` \
+                     in {}",
+                    place()
+                ))
+                .into())
+            }
+        };
+        let old_cert = old.and_then(|o| o.cert.clone().zip(o.key.clone()));
+        let flag_cert = self
+            .client_cert
+            .clone()
+            .zip(self.client_key.clone())
+            .or(old_cert);
+        let (cert, key) = match (&flag_cert, &file.client_cert, &file.client_key) {
+            (Some((c, k)), _, _) => (Some(c.clone()), Some(k.clone())),
+            (None, c, k) => (c.clone(), k.clone()),
+        };
+        let q = |p: &Path| capsule_analytics::shell_quote(&p.display().to_string());
+        let mut given = match &self.server {
+            Some(u) => format!("--server {}", capsule_analytics::shell_quote(u)),
+            None => "--remote".to_string(),
+        };
+        if let Some(t) = &self.token_file {
+            given += &format!(" --token-file {}", q(t));
+        }
+        if let Some(ca) = &self.ca {
+            given += &format!(" --ca {}", q(ca));
+        }
+        if let Some((c, k)) = &flag_cert {
+            given += &format!(" --client-cert {} --client-key {}", q(c), q(k));
+        }
+        Ok(Some(Remote {
+            url,
+            token_file,
+            ca: self.ca.clone().or(file.ca),
+            cert,
+            key,
+            given,
+        }))
     }
 }
 
-impl Remote<'_> {
-    /// The options that reach this server, as a command line writes them: what a printed
+impl Remote {
+    /// The options that reach this server, as this command line wrote them: what a printed
     /// `capsule query` needs in place of `--store DIR`.
     pub fn store_as(&self) -> String {
-        let q = |p: &Path| capsule_analytics::shell_quote(&p.display().to_string());
-        let mut s = format!(
-            "--server {} --token-file {}",
-            capsule_analytics::shell_quote(self.url),
-            q(self.token_file)
-        );
-        if let Some(ca) = self.ca {
-            s += &format!(" --ca {}", q(ca));
-        }
-        if let (Some(c), Some(k)) = (self.cert, self.key) {
-            s += &format!(" --client-cert {} --client-key {}", q(c), q(k));
-        }
-        s
+        self.given.clone()
     }
 }
 
@@ -151,8 +242,8 @@ fn split_url(url: &str) -> Result<(String, u16)> {
     Ok((host, port))
 }
 
-fn tls(sel: &Remote<'_>) -> Result<tokio_rustls::rustls::ClientConfig> {
-    let ca = sel.ca;
+fn tls(sel: &Remote) -> Result<tokio_rustls::rustls::ClientConfig> {
+    let ca = sel.ca.as_deref();
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::CertificateDer;
     let mut roots = tokio_rustls::rustls::RootCertStore::empty();
@@ -186,7 +277,7 @@ fn tls(sel: &Remote<'_>) -> Result<tokio_rustls::rustls::ClientConfig> {
         .with_safe_default_protocol_versions()
         .context("the TLS protocol versions")?
         .with_root_certificates(roots);
-    match (sel.cert, sel.key) {
+    match (sel.cert.as_deref(), sel.key.as_deref()) {
         (Some(cert), Some(key)) => {
             let certs = CertificateDer::pem_file_iter(cert)
                 .with_context(|| format!("cannot read the certificate {}", cert.display()))?
@@ -208,14 +299,9 @@ fn tls(sel: &Remote<'_>) -> Result<tokio_rustls::rustls::ClientConfig> {
 ///
 /// With `progress`, bytes received and the rate are shown on standard error (rewritten in
 /// place every 250 ms, cleared at the end): for a person at a terminal.
-pub fn get(
-    sel: &Remote<'_>,
-    path_and_query: &str,
-    out: &mut dyn Write,
-    progress: bool,
-) -> Result<Got> {
-    let url = sel.url;
-    let token_file = sel.token_file;
+pub fn get(sel: &Remote, path_and_query: &str, out: &mut dyn Write, progress: bool) -> Result<Got> {
+    let url = sel.url.as_str();
+    let token_file = sel.token_file.as_path();
     let token = std::fs::read_to_string(token_file)
         .with_context(|| format!("cannot read the token file {}", token_file.display()))?;
     let token = token.trim();
@@ -337,6 +423,18 @@ pub fn get(
     })
 }
 
+/// GETs the JSON document at `path` from the server of `remote`.
+pub fn get_json(remote: &Remote, path: &str) -> Result<serde_json::Value> {
+    let mut body = Vec::new();
+    get(remote, path, &mut body, false)?;
+    serde_json::from_slice(&body).with_context(|| {
+        format!(
+            "{} answered {path} with something else than JSON",
+            remote.url
+        )
+    })
+}
+
 /// An empty request body.
 fn http_body_util_empty() -> EmptyBody {
     EmptyBody
@@ -368,7 +466,7 @@ impl http_body::Body for EmptyBody {
 /// query string; `json` asks for the JSON document, else the text at this terminal's
 /// width. Prints what comes back.
 pub(crate) fn ask_analytics(
-    remote: &Remote<'_>,
+    remote: &Remote,
     query: &capsule_query::Query,
     question: &capsule_answers::analytics::Question,
     json: bool,

@@ -133,7 +133,7 @@ pub(crate) fn answer_error(e: AnswerError) -> anyhow::Error {
 /// Runs an analytics command: its question asked of the local store, or of `--server`,
 /// and the answer printed as a table or (`--json`) one document.
 pub(crate) fn ask_analytics(a: &AnswerArgs, question: Question) -> Result<ExitCode> {
-    if let Some(remote) = a.q.remote() {
+    if let Some(remote) = a.q.remote()? {
         let query = a.q.query()?;
         return crate::client::ask_analytics(&remote, &query, &question, a.json);
     }

@@ -1496,3 +1496,276 @@ fn serve_takes_its_flags_from_the_config_file_and_names_a_bad_key() {
         assert!(e.contains(":3:") && e.contains(want), "{text}: {e}");
     }
 }
+
+/// A token file for `user` in `dir`, and the token.
+fn token_file(dir: &Path, tokens: &Path, user: &str) -> PathBuf {
+    let t = add_token(tokens, user);
+    let f = dir.join(format!("{user}.token"));
+    std::fs::write(&f, format!("{t}\n")).unwrap();
+    f
+}
+
+/// `capsule CMD --server URL --token-file TOKEN --ca CA`.
+fn remote_cmd(s: &Server, token: &Path, cmd: &str) -> Command {
+    let mut c = capsule();
+    let url = format!("https://{}", s.addr);
+    c.args([
+        cmd,
+        "--server",
+        &url,
+        "--token-file",
+        p(token),
+        "--ca",
+        p(&s.ca),
+    ]);
+    c
+}
+
+/// `query --count` and `--explain` with `--server`: the server counts and plans
+/// (`/v1/count`, `/v1/plan`, audited), the client prints them as the local command does, and a
+/// partial count exits 3 there too. Before, both flags were refused with --server.
+#[test]
+fn query_count_and_explain_with_server_are_the_local_ones_and_a_partial_count_exits_3() {
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("in.pcap");
+    synth(&pcap, &d.path().join("truth.json"), 7, "2s", "50M", None);
+    let store = d.path().join("store");
+    import_ok(&store, &["--segment-size", "1M"], &[p(&pcap)]);
+    let tokens = d.path().join("tokens");
+    let tf = token_file(d.path(), &tokens, "alice");
+    let s = start(d.path(), &store, &tokens, &[]);
+    let local = |args: &[&str]| run(capsule().args(["query", "--store", p(&store)]).args(args));
+    let remote = |args: &[&str]| run(remote_cmd(&s, &tf, "query").args(args));
+    // The seconds a count took are the only figure that may differ.
+    let no_seconds = |o: &std::process::Output, json: bool| -> String {
+        let out = stdout_str(o);
+        if json {
+            let mut v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            assert!(v["seconds"].is_f64(), "{v}");
+            v.as_object_mut().unwrap().remove("seconds");
+            v.to_string()
+        } else {
+            let (head, _) = out.rsplit_once(" in ").expect("`... in S s`");
+            head.to_string()
+        }
+    };
+    let windows: &[&[&str]] = &[
+        &[],
+        &["--from", "2026-11-30T02:00:00.5Z", "--to", "+1s", "udp"],
+    ];
+    for w in windows {
+        for json in [false, true] {
+            let j: &[&str] = if json { &["--json"] } else { &[] };
+            let args = |flag: &'static str| [&[flag][..], j, w].concat();
+            let (l, r) = (local(&args("--count")), remote(&args("--count")));
+            assert_eq!(l.status.code(), Some(0), "{}", stderr_str(&l));
+            assert_eq!(r.status.code(), Some(0), "{}", stderr_str(&r));
+            assert_eq!(no_seconds(&r, json), no_seconds(&l, json), "--count {w:?}");
+            let (l, r) = (local(&args("--explain")), remote(&args("--explain")));
+            assert_eq!(r.status.code(), Some(0), "{}", stderr_str(&r));
+            assert!(stdout_str(&l).contains("blocks"), "{}", stdout_str(&l));
+            assert_eq!(stdout_str(&r), stdout_str(&l), "--explain {w:?}");
+        }
+    }
+    // A bad filter: the local message, exit 2.
+    let bad = remote(&["--count", "host", "nope"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr_str(&bad).contains("expected an IPv4 or IPv6 address"));
+    // Damage a segment: the count is partial, exit 3 with the server's word.
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(store.join("segments"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("seg-"))
+        .collect();
+    segs.sort();
+    assert!(segs.len() >= 3, "{segs:?}");
+    let len = std::fs::metadata(&segs[1]).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segs[1])
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let (l, r) = (
+        local(&["--count", "--json"]),
+        remote(&["--count", "--json"]),
+    );
+    assert_eq!(l.status.code(), Some(3), "{}", stderr_str(&l));
+    assert_eq!(r.status.code(), Some(3), "{}", stderr_str(&r));
+    assert!(
+        stderr_str(&r).contains("the answer is partial"),
+        "{}",
+        stderr_str(&r)
+    );
+    assert_eq!(no_seconds(&r, true), no_seconds(&l, true));
+    let audit = s.audit_lines();
+    let counts: Vec<_> = audit
+        .iter()
+        .filter(|r| r["endpoint"] == "/v1/count")
+        .collect();
+    // (The bad filter was refused by the client, as locally, before any request.)
+    assert_eq!(counts.len(), 5, "{audit:?}");
+    assert!(counts[..4].iter().all(|r| r["outcome"] == "ok"));
+    assert!(counts[4]["outcome"]
+        .as_str()
+        .unwrap()
+        .starts_with("partial: "));
+    assert!(
+        counts[4]["packets"].as_u64().unwrap() > 0,
+        "{:?}",
+        counts[4]
+    );
+    let plans = audit.iter().filter(|r| r["endpoint"] == "/v1/plan").count();
+    assert_eq!(plans, 4);
+}
+
+/// `flows --server` without `--json`, `status --server` and `segments --server` (text and
+/// JSON) print what the local commands print: the table is made by the client from the
+/// typed answer. Before, flows needed --json and status and segments took no --server.
+#[test]
+fn flows_status_and_segments_with_server_print_the_local_output() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "20M");
+    let tokens = d.path().join("tokens");
+    let tf = token_file(d.path(), &tokens, "alice");
+    let s = start(d.path(), &store, &tokens, &[]);
+    let same = |cmd: &str, args: &[&str]| {
+        let l = run_ok(
+            capsule()
+                .args([cmd, "--store", p(&store)])
+                .args(args)
+                .env("COLUMNS", "100"),
+        );
+        let r = run_ok(remote_cmd(&s, &tf, cmd).args(args).env("COLUMNS", "100"));
+        assert!(!stdout_str(&l).is_empty(), "{cmd} {args:?}");
+        assert_eq!(stdout_str(&r), stdout_str(&l), "{cmd} {args:?}");
+    };
+    same("flows", &[]);
+    same("flows", &["--sort", "first", "--limit", "7", "udp"]);
+    same(
+        "flows",
+        &["--from", "2026-11-30T02:00:00.5Z", "--to", "+1s", "tcp"],
+    );
+    for cmd in ["status", "segments"] {
+        same(cmd, &[]);
+        same(cmd, &["--json"]);
+    }
+    let audit = s.audit_lines();
+    for e in ["/v1/flows", "/v1/status", "/v1/segments"] {
+        assert!(
+            audit
+                .iter()
+                .any(|r| r["endpoint"] == e && r["outcome"] == "ok"),
+            "{e}: {audit:?}"
+        );
+    }
+}
+
+/// `triage` writes evidence from a local store's packets: its help does not offer
+/// `--server`, and given one it says how to triage a remote store (exit 2).
+#[test]
+fn triage_does_not_offer_server_and_refuses_it_with_the_way_round() {
+    let help = stdout_str(&run_ok(capsule().args(["triage", "--help"])));
+    for flag in ["--server", "--remote", "--token-file", "--client-cert"] {
+        assert!(!help.contains(flag), "{flag} in triage --help:\n{help}");
+    }
+    let d = tempfile::tempdir().unwrap();
+    let tf = d.path().join("t");
+    std::fs::write(&tf, "0".repeat(64)).unwrap();
+    let o = run(capsule()
+        .args(["triage", "--server", "https://127.0.0.1:1"])
+        .args(["--token-file", p(&tf), "-o", p(&d.path().join("out"))]));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr_str(&o));
+    assert!(
+        stderr_str(&o).contains("capsule query --server"),
+        "{}",
+        stderr_str(&o)
+    );
+}
+
+/// The client file (`~/.config/capsule/client.toml`, or `$XDG_CONFIG_HOME/capsule/`, or
+/// `$CAPSULE_CLIENT_CONFIG`): `--remote` asks its server with its token and CA, flags given
+/// on the command line win, a command without `--server`/`--remote` stays local, and a bad
+/// file is refused naming its line and key.
+#[test]
+fn a_client_file_gives_the_server_token_and_ca_and_flags_win_over_it() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "5M");
+    let tokens = d.path().join("tokens");
+    let home = d.path().join("home");
+    let conf = home.join(".config/capsule").tap_mkdir();
+    // A relative token_file is read beside the file.
+    token_file(&conf, &tokens, "alice");
+    let s = start(d.path(), &store, &tokens, &[]);
+    let url = format!("https://{}", s.addr);
+    std::fs::write(
+        conf.join("client.toml"),
+        format!(
+            "server = \"{url}\"\ntoken_file = \"alice.token\"\nca = \"{}\"\n",
+            p(&s.ca)
+        ),
+    )
+    .unwrap();
+    let client = |env: &[(&str, &Path)]| {
+        let mut c = capsule();
+        c.env("HOME", &home)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("CAPSULE_CLIENT_CONFIG");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c
+    };
+    let local = stdout_str(&run_ok(capsule().args(["segments", "--store", p(&store)])));
+    let got = run_ok(client(&[]).args(["segments", "--remote"]));
+    assert_eq!(stdout_str(&got), local);
+    // --server with the file's token and CA.
+    let got = run_ok(client(&[]).args(["segments", "--server", &url]));
+    assert_eq!(stdout_str(&got), local);
+    // The same through $XDG_CONFIG_HOME (HOME has none).
+    let xdg = d.path().join("xdg");
+    std::fs::create_dir_all(xdg.join("capsule")).unwrap();
+    std::fs::rename(conf.join("client.toml"), xdg.join("capsule/client.toml")).unwrap();
+    std::fs::rename(conf.join("alice.token"), xdg.join("capsule/alice.token")).unwrap();
+    let o = run(client(&[]).args(["segments", "--remote"]));
+    assert_eq!(o.status.code(), Some(2), "HOME has no file now");
+    assert!(stderr_str(&o).contains("server"), "{}", stderr_str(&o));
+    let got = run_ok(client(&[("XDG_CONFIG_HOME", &xdg)]).args(["segments", "--remote"]));
+    assert_eq!(stdout_str(&got), local);
+    let xdg_env: &[(&str, &Path)] = &[("XDG_CONFIG_HOME", &xdg)];
+    // The commands a remote answer prints name the server as the command line did, so
+    // they run as pasted here; the file's settings are left to the file.
+    let top = stdout_str(&run_ok(client(xdg_env).args(["top", "--remote"])));
+    assert!(
+        top.contains("capsule query -w top-1.pcap --remote --from "),
+        "{top}"
+    );
+    assert!(!top.contains("alice.token"), "{top}");
+    // A flag wins over the file: another token (unknown: 401), another CA (TLS fails).
+    let wrong = d.path().join("wrong.token");
+    std::fs::write(&wrong, "0".repeat(64)).unwrap();
+    let o = run(client(xdg_env).args(["segments", "--remote", "--token-file", p(&wrong)]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr_str(&o).contains("401"), "{}", stderr_str(&o));
+    let other = make_pki(&d.path().join("other").tap_mkdir());
+    let o = run(client(xdg_env).args(["segments", "--remote", "--ca", p(&other.ca)]));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr_str(&o).contains("TLS"), "{}", stderr_str(&o));
+    // Without --server or --remote a command is local: --store is still needed.
+    let o = run(client(xdg_env).args(["segments"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr_str(&o).contains("--store"), "{}", stderr_str(&o));
+    // A bad file named by $CAPSULE_CLIENT_CONFIG: its line and key; a local command does
+    // not read it.
+    let bad = d.path().join("bad.toml");
+    std::fs::write(&bad, format!("server = \"{url}\"\n\nca = 3\n")).unwrap();
+    let bad_env: &[(&str, &Path)] = &[("CAPSULE_CLIENT_CONFIG", &bad)];
+    let o = run(client(bad_env).args(["segments", "--remote"]));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr_str(&o).contains("bad.toml:3:6: ca: wrong type"),
+        "{}",
+        stderr_str(&o)
+    );
+    run_ok(client(bad_env).args(["segments", "--store", p(&store)]));
+}

@@ -3,7 +3,7 @@
 use capsule_index::flows::{FlowListing, FlowSummary};
 use capsule_query::Query;
 use capsule_store::{SegmentReader, Store, Unreadable};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{AnswerError, Source};
 
@@ -161,6 +161,68 @@ pub fn json_line(s: &FlowSummary) -> serde_json::Value {
     })
 }
 
+/// One line of `capsule flows --json` (`GET /v1/flows`) read back: what the table shows of
+/// the flow (its key, totals and cut; not the counts the line leaves out, such as buckets).
+pub fn from_json_line(line: &str) -> Result<FlowSummary, String> {
+    #[derive(Deserialize)]
+    struct Cut {
+        cut_packets: [u64; 2],
+        cut_bytes: [u64; 2],
+        cut_at_ns: [Option<u64>; 2],
+    }
+    #[derive(Deserialize)]
+    struct Line {
+        vlans: Vec<u16>,
+        ip_version: u8,
+        proto: u8,
+        a: std::net::IpAddr,
+        a_port: Option<u16>,
+        b: std::net::IpAddr,
+        b_port: Option<u16>,
+        first_ns: u64,
+        last_ns: u64,
+        packets: [u64; 2],
+        bytes: [u64; 2],
+        dscp: [Vec<u8>; 2],
+        tcp_flags: [u8; 2],
+        retransmissions: [u64; 2],
+        zero_windows: [u64; 2],
+        resets: [u64; 2],
+        approximate: bool,
+        cut: Option<Cut>,
+    }
+    let l: Line = serde_json::from_str(line).map_err(|e| format!("not a flow line: {e}"))?;
+    if l.vlans.len() > 2 || l.dscp.iter().flatten().any(|d| *d > 63) {
+        return Err("not a flow line: more than 2 VLANs or a DSCP above 63".into());
+    }
+    let key = capsule_index::sideindex::FlowKey {
+        vlans: [l.vlans.first().copied(), l.vlans.get(1).copied()],
+        ip_version: l.ip_version,
+        proto: l.proto,
+        a: l.a,
+        b: l.b,
+        ports: l.a_port.zip(l.b_port),
+    };
+    let mut flow = capsule_index::sideindex::FlowCounts::new(key, l.first_ns, l.last_ns);
+    let t = &mut flow.totals;
+    t.packets = l.packets;
+    t.bytes = l.bytes;
+    t.dscp = l.dscp.map(|ds| ds.iter().fold(0u64, |m, d| m | 1 << d));
+    t.tcp_flags = l.tcp_flags;
+    t.retransmissions = l.retransmissions;
+    t.zero_windows = l.zero_windows;
+    t.resets = l.resets;
+    if let Some(c) = l.cut {
+        t.cut_packets = c.cut_packets;
+        t.cut_bytes = c.cut_bytes;
+        t.cut_at_ns = c.cut_at_ns;
+    }
+    Ok(FlowSummary {
+        flow,
+        approximate: l.approximate,
+    })
+}
+
 /// Which side (0: a, 1: b) is the client, judged by the ports: the side whose port is a
 /// well-known one (below 1024) while the other's is not, or else the side whose port is in
 /// the ephemeral range (32768 and up, Linux's default) while the other's is not. `None`
@@ -179,5 +241,44 @@ pub fn client_side(f: &capsule_index::sideindex::FlowCounts) -> Option<usize> {
         std::cmp::Ordering::Less => Some(1),
         std::cmp::Ordering::Greater => Some(0),
         std::cmp::Ordering::Equal => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_json_line_reads_back_into_the_same_line() {
+        let key = capsule_index::sideindex::FlowKey {
+            vlans: [Some(10), None],
+            ip_version: 6,
+            proto: 6,
+            a: "2001:db8::1".parse().unwrap(),
+            b: "2001:db8::2".parse().unwrap(),
+            ports: Some((443, 50000)),
+        };
+        let mut flow = capsule_index::sideindex::FlowCounts::new(key, 5, 9);
+        let t = &mut flow.totals;
+        t.packets = [3, 4];
+        t.bytes = [300, 4000];
+        t.dscp = [1 << 46 | 1, 1 << 10];
+        t.tcp_flags = [0x12, 0x18];
+        t.retransmissions = [1, 0];
+        t.zero_windows = [0, 2];
+        t.resets = [0, 1];
+        t.cut_packets = [0, 2];
+        t.cut_bytes = [0, 2000];
+        t.cut_at_ns = [None, Some(7)];
+        for approximate in [false, true] {
+            let s = FlowSummary {
+                flow: flow.clone(),
+                approximate,
+            };
+            let line = json_line(&s);
+            let back = from_json_line(&line.to_string()).unwrap();
+            assert_eq!(json_line(&back), line);
+        }
+        assert!(from_json_line("{}").is_err());
     }
 }

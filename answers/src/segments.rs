@@ -3,12 +3,12 @@
 use std::path::{Path, PathBuf};
 
 use capsule_store::{SegmentState, Store, Unreadable};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::AnswerError;
 
 /// One interface a segment's packets were captured on.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Interface {
     pub linktype: u16,
     pub snaplen: u32,
@@ -16,11 +16,11 @@ pub struct Interface {
 }
 
 /// One segment file.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Segment {
     pub seq: u64,
     /// `sealed` or `open`.
-    pub state: &'static str,
+    pub state: String,
     pub path: PathBuf,
     pub blocks: usize,
     pub packets: u64,
@@ -50,6 +50,38 @@ impl Serialize for Answer {
     }
 }
 
+/// The answer read back from its JSON (`GET /v1/segments`): an unreadable segment's span is
+/// not in it (`None`).
+impl<'de> Deserialize<'de> for Answer {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Doc {
+            segments: Vec<Segment>,
+            unreadable: Vec<UnreadableDoc>,
+        }
+        #[derive(Deserialize)]
+        struct UnreadableDoc {
+            seq: u64,
+            path: PathBuf,
+            problem: String,
+        }
+        let doc = Doc::deserialize(d)?;
+        Ok(Answer {
+            segments: doc.segments,
+            unreadable: doc
+                .unreadable
+                .into_iter()
+                .map(|u| Unreadable {
+                    seq: u.seq,
+                    path: u.path,
+                    problem: u.problem,
+                    span: None,
+                })
+                .collect(),
+        })
+    }
+}
+
 /// Lists the segments of the store in `store_dir`.
 pub fn answer(store_dir: &Path) -> Result<Answer, AnswerError> {
     let err = |source| AnswerError::Store {
@@ -65,7 +97,8 @@ pub fn answer(store_dir: &Path) -> Result<Answer, AnswerError> {
             state: match s.state() {
                 SegmentState::Sealed => "sealed",
                 SegmentState::Open => "open",
-            },
+            }
+            .to_string(),
             path: s.path().to_path_buf(),
             blocks: s.blocks().len(),
             packets: s.blocks().iter().map(|b| u64::from(b.packets)).sum(),

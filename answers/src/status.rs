@@ -352,3 +352,103 @@ impl Answer {
         })
     }
 }
+
+/// What compaction would do, as [`Shown`] has it: the target as its name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompactionShown {
+    pub target: String,
+    pub pending: u64,
+    pub after: Option<u64>,
+    pub budget: Option<u64>,
+    pub horizon_now_ns: Option<u64>,
+    pub horizon_after_ns: Option<u64>,
+}
+
+/// What `capsule status` prints, read from the document of [`Answer::to_json`]: so the
+/// status of a local store and that of a server (`GET /v1/status`) are printed by the one
+/// renderer.
+#[derive(Debug, Clone)]
+pub struct Shown {
+    pub st: Option<capsule_capture::status::CaptureStatus>,
+    pub live: bool,
+    /// How many segments the store has.
+    pub segments: usize,
+    pub packets: u64,
+    pub bytes: u64,
+    pub first: Option<u64>,
+    pub last: Option<u64>,
+    pub span: u64,
+    pub cp: CompactionShown,
+    pub rate: Option<f64>,
+    pub saved: Option<capsule_store::budget::Budgets>,
+    pub alerts: Option<AlertStatus>,
+    /// [`bytes_by_level`]: the level's name, its bytes and blocks.
+    pub levels: Vec<(String, u64, u64)>,
+}
+
+impl Shown {
+    /// Reads the document of [`Answer::to_json`] (instants' text beside them or not).
+    pub fn from_json(v: serde_json::Value) -> Result<Shown, serde_json::Error> {
+        #[derive(Deserialize)]
+        struct Level {
+            level: String,
+            bytes: u64,
+            blocks: u64,
+        }
+        #[derive(Deserialize)]
+        struct StoreDoc {
+            segments: usize,
+            packets: u64,
+            bytes: u64,
+            first_ns: Option<u64>,
+            last_ns: Option<u64>,
+            compaction_target: String,
+            pending_compaction_bytes: u64,
+            bytes_after_compaction: Option<u64>,
+            compactor_bytes_per_s: Option<f64>,
+            bytes_by_level: Vec<Level>,
+            budget_bytes: Option<u64>,
+            retention_horizon_ns: Option<u64>,
+            retention_horizon_after_compaction_ns: Option<u64>,
+            budgets: Option<capsule_store::budget::Budgets>,
+        }
+        #[derive(Deserialize)]
+        struct Doc {
+            alerts: Option<AlertStatus>,
+            capture: Option<capsule_capture::status::CaptureStatus>,
+            live: bool,
+            store: StoreDoc,
+        }
+        let d: Doc = serde_json::from_value(v)?;
+        let s = d.store;
+        Ok(Shown {
+            st: d.capture,
+            live: d.live,
+            segments: s.segments,
+            packets: s.packets,
+            bytes: s.bytes,
+            first: s.first_ns,
+            last: s.last_ns,
+            span: s
+                .last_ns
+                .zip(s.first_ns)
+                .map_or(0, |(l, f)| l.saturating_sub(f)),
+            cp: CompactionShown {
+                target: s.compaction_target,
+                pending: s.pending_compaction_bytes,
+                after: s.bytes_after_compaction,
+                budget: s.budget_bytes,
+                horizon_now_ns: s.retention_horizon_ns,
+                horizon_after_ns: s.retention_horizon_after_compaction_ns,
+            },
+            rate: s.compactor_bytes_per_s,
+            saved: s.budgets,
+            alerts: d.alerts,
+            levels: s
+                .bytes_by_level
+                .into_iter()
+                .map(|l| (l.level, l.bytes, l.blocks))
+                .collect(),
+        })
+    }
+}

@@ -28,6 +28,7 @@
 
 mod alerts;
 mod capture;
+mod client;
 mod cutoff;
 mod dscp;
 mod egress;
@@ -47,6 +48,7 @@ pub use alerts::{
     RULES as ALERT_RULES,
 };
 pub use capture::{CaptureSetting, CaptureType, CAPTURE_KEYS, SERVE_KEYS};
+pub use client::{ClientConfig, CLIENT_KEYS};
 pub use cutoff::{Cutoff, KeepRule, CUTOFF_KEYS, DEFAULT_IDLE_NS};
 pub use dscp::{dscp_name, parse_dscp, DscpRule};
 pub use egress::EgressRule;

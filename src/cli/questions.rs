@@ -121,7 +121,7 @@ pub struct AnswerArgs {
     pub q: Selection,
     /// The config file with `[groups]`, `[dscp]` and `[egress]` (the file `capsule capture
     /// --config` reads). With --server the server's config answers.
-    #[arg(long, conflicts_with = "server")]
+    #[arg(long, conflicts_with = "to_server")]
     pub config: Option<PathBuf>,
     /// Print one JSON document instead of a table.
     #[arg(long)]
@@ -196,7 +196,22 @@ pub struct AlertsArgs {
     pub a: AnswerArgs,
 }
 
+/// `triage` runs beside the store (its evidence is read from the store's packets): the
+/// server options every analytics command shares are hidden from its help, and refused
+/// with the way to triage a remote store.
 #[derive(Args, Debug)]
+#[command(
+    mut_arg("server", |a| a.hide(true)),
+    mut_arg("remote", |a| a.hide(true)),
+    mut_arg("token_file", |a| a.hide(true)),
+    mut_arg("ca", |a| a.hide(true)),
+    mut_arg("client_cert", |a| a.hide(true)),
+    mut_arg("client_key", |a| a.hide(true)),
+    mut_arg("config", |a| a.help(
+        "The config file with `[groups]`, `[dscp]`, `[egress]` and `[alerts]` (the file \
+         `capsule capture --config` reads): the host groups and policy triage answers with"
+    ))
+)]
 pub struct TriageArgs {
     #[command(flatten)]
     pub a: AnswerArgs,

@@ -27,7 +27,11 @@ pub struct WindowArgs {
 #[derive(Args, Debug)]
 pub struct Selection {
     /// The store directory.
-    #[arg(long, required_unless_present = "server", conflicts_with = "server")]
+    #[arg(
+        long,
+        required_unless_present = "to_server",
+        conflicts_with = "to_server"
+    )]
     pub store: Option<PathBuf>,
     #[command(flatten)]
     pub remote: RemoteArgs,
@@ -45,25 +49,33 @@ pub struct StoredWindow {
     pub window: WindowArgs,
 }
 
-/// `--server` and its options. The client certificate is `--client-cert`/`--client-key`
-/// (`top --key` is taken); `query` and `flows` also take their older names, `--cert` and
-/// `--key` ([`OldClientCert`]).
+/// `--server` (or `--remote`) and its options. The client certificate is
+/// `--client-cert`/`--client-key` (`top --key` is taken); `query` and `flows` also take their
+/// older names, `--cert` and `--key` ([`OldClientCert`]). The options not given here come
+/// from the client file (`~/.config/capsule/client.toml`, docs/serve.md), read only when a
+/// server is asked.
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("to_server").args(["server", "remote"])))]
 pub struct RemoteArgs {
     /// Ask a `capsule serve` (https://HOST:PORT) instead of a local store: the same answer
     /// as the local command, from the server's store and config (docs/api.md).
-    #[arg(long, value_name = "URL", requires = "token_file")]
+    #[arg(long, value_name = "URL", conflicts_with = "remote")]
     pub server: Option<String>,
+    /// Ask the server named in the client file (`server` in
+    /// ~/.config/capsule/client.toml): `--server` without typing it.
+    #[arg(long)]
+    pub remote: bool,
     /// With --server: a file holding the bearer token (`capsule token add` printed it).
-    #[arg(long, value_name = "FILE", requires = "server")]
+    /// Default: `token_file` in the client file.
+    #[arg(long, value_name = "FILE", requires = "to_server")]
     pub token_file: Option<PathBuf>,
-    /// With --server: CA certificates (PEM) to verify the server with. Default: the
-    /// system's.
-    #[arg(long, value_name = "FILE", requires = "server")]
+    /// With --server: CA certificates (PEM) to verify the server with. Default: `ca` in the
+    /// client file, else the system's.
+    #[arg(long, value_name = "FILE", requires = "to_server")]
     pub ca: Option<PathBuf>,
     /// With --server: a client certificate (PEM) for a server that asks for one (mutual
-    /// TLS, `serve --client-ca`).
-    #[arg(long, value_name = "FILE", requires_all = ["server", "client_key"])]
+    /// TLS, `serve --client-ca`). Default: `client_cert` in the client file.
+    #[arg(long, value_name = "FILE", requires_all = ["to_server", "client_key"])]
     pub client_cert: Option<PathBuf>,
     /// With --client-cert: its private key (PEM).
     #[arg(long, value_name = "FILE", requires = "client_cert")]
@@ -75,7 +87,7 @@ pub struct RemoteArgs {
 #[derive(Args, Debug)]
 pub struct OldClientCert {
     /// Same as --client-cert.
-    #[arg(long, value_name = "FILE", requires_all = ["server", "key"], hide = true)]
+    #[arg(long, value_name = "FILE", requires_all = ["to_server", "key"], hide = true)]
     pub cert: Option<PathBuf>,
     /// Same as --client-key.
     #[arg(long, value_name = "FILE", requires = "cert", hide = true)]

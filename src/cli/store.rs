@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::select::parse_time_now;
+use super::select::{parse_time_now, RemoteArgs};
 use crate::units;
 
 #[derive(Args, Debug)]
@@ -66,8 +66,14 @@ pub(super) fn parse_age_tier(s: &str) -> anyhow::Result<capsule_store::compact::
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     /// The store directory.
-    #[arg(long)]
-    pub store: PathBuf,
+    #[arg(
+        long,
+        required_unless_present = "to_server",
+        conflicts_with = "to_server"
+    )]
+    pub store: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -79,18 +85,29 @@ pub struct StatusArgs {
     pub verbose: bool,
     /// The compaction target for `pending_compaction_bytes` when no running capture says
     /// (a running capture's `--level` wins).
-    #[arg(long, default_value = "1", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        default_value = "1",
+        allow_negative_numbers = true,
+        conflicts_with = "to_server"
+    )]
     pub level: capsule_store::writer::Level,
     /// The byte budget for the retention horizon when no running capture says.
-    #[arg(long, value_parser = units::parse_size)]
+    #[arg(long, value_parser = units::parse_size, conflicts_with = "to_server")]
     pub max_bytes: Option<u64>,
 }
 
 #[derive(Args, Debug)]
 pub struct SegmentsArgs {
     /// The store directory.
-    #[arg(long)]
-    pub store: PathBuf,
+    #[arg(
+        long,
+        required_unless_present = "to_server",
+        conflicts_with = "to_server"
+    )]
+    pub store: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use capsule_answers::{flows, Source};
 
 use crate::cli::{FlowSort, FlowsArgs};
@@ -12,13 +12,7 @@ use crate::units;
 
 pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     let (args, sort, limit, json) = (&a.q, a.sort, a.limit, a.json);
-    if let Some(url) = &args.remote.server {
-        if !json {
-            return Err(crate::output::Usage(format!(
-                "flows --server {url} answers JSON lines only: add --json"
-            ))
-            .into());
-        }
+    if let Some(remote) = args.remote_with(&a.old_cert)? {
         let sort = match sort {
             FlowSort::Bytes => "bytes",
             FlowSort::Packets => "packets",
@@ -28,8 +22,24 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             "/v1/flows?{}&sort={sort}&limit={limit}",
             crate::client::selection_params(args)?
         );
-        let remote = args.remote_with(&a.old_cert).expect("called with --server");
-        let got = crate::client::get(&remote, &path, &mut std::io::stdout().lock(), false)?;
+        let got = if json {
+            crate::client::get(&remote, &path, &mut std::io::stdout().lock(), false)?
+        } else {
+            // The table is made here from the lines, as the local one is from the index.
+            let mut body = Vec::new();
+            let got = crate::client::get(&remote, &path, &mut body, false)?;
+            let text = String::from_utf8(body).context("the server's flows are not UTF-8")?;
+            let flows = text
+                .lines()
+                .map(flows::from_json_line)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| anyhow::anyhow!("{} answered /v1/flows with {e}", remote.url))?;
+            table(
+                &flows.iter().collect::<Vec<_>>(),
+                &mut std::io::stdout().lock(),
+            )?;
+            got
+        };
         if got.partial().is_some() {
             eprintln!(
                 "capsule: the answer is partial: the server says flows are missing (its audit \
@@ -61,13 +71,6 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         .map_err(crate::request::answer_error)?;
     let (listing, segments, unreadable) = (&answer.listing, &answer.segments, &answer.unreadable);
     let mut out = std::io::stdout().lock();
-    let dscps = |mask: u64| -> String {
-        (0..64u8)
-            .filter(|d| mask & (1 << d) != 0)
-            .map(|d| capsule_query::filter::dscp_name(d).map_or(d.to_string(), str::to_string))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
     let shown: Vec<_> = listing.flows.iter().take(limit).collect();
     if json {
         for s in &shown {
@@ -75,103 +78,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
             writeln!(out, "{v}")?;
         }
     } else {
-        let any_vlan = shown.iter().any(|s| s.flow.key.vlans[0].is_some());
-        let mut cols = vec![
-            Column::left("proto", 10),
-            Column::left("flow", u8::MAX),
-            Column::right("packets", 8),
-            Column::right("bytes", 9),
-            Column::left("first", 3),
-            Column::right("duration", 4),
-            Column::left("dscp", 7),
-            Column::right("retrans", 5),
-            Column::right("zwin", 2),
-            Column::right("rst", 1),
-        ];
-        if any_vlan {
-            cols.insert(1, Column::left("vlan", 2));
-        }
-        let any_cut = shown.iter().any(|s| s.flow.totals.is_cut());
-        if any_cut {
-            cols.insert(if any_vlan { 5 } else { 4 }, Column::right("stored", 6));
-        }
-        let mut t = Table::new(cols);
-        for s in &shown {
-            let f = &s.flow;
-            let k = &f.key;
-            let ep = |addr: std::net::IpAddr, port: Option<u16>| match (addr, port) {
-                (std::net::IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
-                (a, Some(p)) => format!("{a}:{p}"),
-                (a, None) => a.to_string(),
-            };
-            let a = ep(k.a, k.ports.map(|p| p.0));
-            let b = ep(k.b, k.ports.map(|p| p.1));
-            // Client first where the ports show which side offers the service.
-            let flow = match flows::client_side(f) {
-                Some(0) => format!("{a} -> {b}"),
-                Some(_) => format!("{b} -> {a}"),
-                None => format!("{a} <-> {b}"),
-            };
-            let approx = if s.approximate { "~" } else { "" };
-            let mut row = vec![
-                capsule_wire::IpProto::from(k.proto).to_string(),
-                flow,
-                format!("{approx}{}", units::format_count(f.totals.total_packets())),
-                format!("{approx}{}", units::format_bytes(f.totals.total_bytes())),
-                crate::render::ms(f.totals.first_ns),
-                units::format_duration_ns(f.totals.last_ns - f.totals.first_ns),
-                dscps(f.totals.dscp[0] | f.totals.dscp[1]),
-                (f.totals.retransmissions[0] + f.totals.retransmissions[1]).to_string(),
-                (f.totals.zero_windows[0] + f.totals.zero_windows[1]).to_string(),
-                (f.totals.resets[0] + f.totals.resets[1]).to_string(),
-            ];
-            if any_cut {
-                let stored = if f.totals.is_cut() {
-                    units::format_bytes(f.totals.stored_bytes())
-                } else {
-                    "all".to_string()
-                };
-                row.insert(4, stored);
-            }
-            if any_vlan {
-                let vlan = k
-                    .vlans
-                    .iter()
-                    .flatten()
-                    .map(|v| v.to_string())
-                    .collect::<Vec<_>>()
-                    .join(".");
-                row.insert(1, vlan);
-            }
-            t.push(row);
-        }
-        for line in t.render(crate::render::table::output_width()) {
-            writeln!(out, "{line}")?;
-        }
-        if any_cut {
-            let cut: Vec<_> = shown.iter().filter(|s| s.flow.totals.is_cut()).collect();
-            let from = cut
-                .iter()
-                .filter_map(|s| s.flow.totals.cut_at())
-                .min()
-                .unwrap_or(0);
-            let note = format!(
-                "stored: what the cut-off kept of {} cut flow(s) (the first cut at {}); \
-                 packets and bytes count every packet seen",
-                cut.len(),
-                crate::render::ms(from)
-            );
-            for line in crate::render::table::wrap(&note, crate::render::table::output_width()) {
-                writeln!(out, "{line}")?;
-            }
-        }
-        if shown.iter().any(|s| s.approximate) {
-            writeln!(
-                out,
-                "~ counted from whole seconds: the flow starts or ends inside a second the \
-                 window cuts"
-            )?;
-        }
+        table(&shown, &mut out)?;
     }
     crate::notes::note_window(segments, &q, listing.flows.is_empty());
     if !listing.unindexed.is_empty() {
@@ -203,4 +110,114 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         );
         Ok(ExitCode::from(crate::output::PARTIAL))
     }
+}
+
+/// The flows as the table `capsule flows` prints (and its notes on cut and approximate
+/// counts), at this terminal's width.
+fn table(shown: &[&capsule_index::flows::FlowSummary], out: &mut dyn Write) -> Result<()> {
+    let dscps = |mask: u64| -> String {
+        (0..64u8)
+            .filter(|d| mask & (1 << d) != 0)
+            .map(|d| capsule_query::filter::dscp_name(d).map_or(d.to_string(), str::to_string))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let any_vlan = shown.iter().any(|s| s.flow.key.vlans[0].is_some());
+    let mut cols = vec![
+        Column::left("proto", 10),
+        Column::left("flow", u8::MAX),
+        Column::right("packets", 8),
+        Column::right("bytes", 9),
+        Column::left("first", 3),
+        Column::right("duration", 4),
+        Column::left("dscp", 7),
+        Column::right("retrans", 5),
+        Column::right("zwin", 2),
+        Column::right("rst", 1),
+    ];
+    if any_vlan {
+        cols.insert(1, Column::left("vlan", 2));
+    }
+    let any_cut = shown.iter().any(|s| s.flow.totals.is_cut());
+    if any_cut {
+        cols.insert(if any_vlan { 5 } else { 4 }, Column::right("stored", 6));
+    }
+    let mut t = Table::new(cols);
+    for s in shown {
+        let f = &s.flow;
+        let k = &f.key;
+        let ep = |addr: std::net::IpAddr, port: Option<u16>| match (addr, port) {
+            (std::net::IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
+            (a, Some(p)) => format!("{a}:{p}"),
+            (a, None) => a.to_string(),
+        };
+        let a = ep(k.a, k.ports.map(|p| p.0));
+        let b = ep(k.b, k.ports.map(|p| p.1));
+        // Client first where the ports show which side offers the service.
+        let flow = match flows::client_side(f) {
+            Some(0) => format!("{a} -> {b}"),
+            Some(_) => format!("{b} -> {a}"),
+            None => format!("{a} <-> {b}"),
+        };
+        let approx = if s.approximate { "~" } else { "" };
+        let mut row = vec![
+            capsule_wire::IpProto::from(k.proto).to_string(),
+            flow,
+            format!("{approx}{}", units::format_count(f.totals.total_packets())),
+            format!("{approx}{}", units::format_bytes(f.totals.total_bytes())),
+            crate::render::ms(f.totals.first_ns),
+            units::format_duration_ns(f.totals.last_ns - f.totals.first_ns),
+            dscps(f.totals.dscp[0] | f.totals.dscp[1]),
+            (f.totals.retransmissions[0] + f.totals.retransmissions[1]).to_string(),
+            (f.totals.zero_windows[0] + f.totals.zero_windows[1]).to_string(),
+            (f.totals.resets[0] + f.totals.resets[1]).to_string(),
+        ];
+        if any_cut {
+            let stored = if f.totals.is_cut() {
+                units::format_bytes(f.totals.stored_bytes())
+            } else {
+                "all".to_string()
+            };
+            row.insert(4, stored);
+        }
+        if any_vlan {
+            let vlan = k
+                .vlans
+                .iter()
+                .flatten()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(".");
+            row.insert(1, vlan);
+        }
+        t.push(row);
+    }
+    for line in t.render(crate::render::table::output_width()) {
+        writeln!(out, "{line}")?;
+    }
+    if any_cut {
+        let cut: Vec<_> = shown.iter().filter(|s| s.flow.totals.is_cut()).collect();
+        let from = cut
+            .iter()
+            .filter_map(|s| s.flow.totals.cut_at())
+            .min()
+            .unwrap_or(0);
+        let note = format!(
+            "stored: what the cut-off kept of {} cut flow(s) (the first cut at {}); \
+             packets and bytes count every packet seen",
+            cut.len(),
+            crate::render::ms(from)
+        );
+        for line in crate::render::table::wrap(&note, crate::render::table::output_width()) {
+            writeln!(out, "{line}")?;
+        }
+    }
+    if shown.iter().any(|s| s.approximate) {
+        writeln!(
+            out,
+            "~ counted from whole seconds: the flow starts or ends inside a second the \
+             window cuts"
+        )?;
+    }
+    Ok(())
 }

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use capsule_answers::{export, Source};
 use capsule_store::Store;
 
@@ -20,14 +20,14 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         a.explain,
         a.count,
     );
-    if args.remote.server.is_some() {
-        return remote(a);
-    }
     if a.json && !explain && !count {
         return Err(crate::output::Usage(
             "--json goes with --count or --explain (an export writes packets, not JSON)".into(),
         )
         .into());
+    }
+    if args.remote.is_remote() {
+        return remote(a);
     }
     let query = args.query()?;
     let store = Store::open(args.store())?;
@@ -49,21 +49,33 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     let source = Source::store(args.store());
     if explain {
         let plan = export::plan(&source, &request).map_err(answer_error)?;
-        if a.json {
-            crate::output::print_json(export::plan_json(&plan));
-        } else {
-            print_plan(&plan);
-        }
+        print_plan(&export::PlanShown::of(&plan), a.json);
         return Ok(ExitCode::SUCCESS);
     }
     let t0 = Instant::now();
-    let report = match write {
-        _ if count => export::count(&source, &request).map_err(answer_error)?,
-        Some("-") => {
-            export::stream(&source, &request, std::io::stdout().lock()).map_err(answer_error)?
+    let (c, report, segments) = match write {
+        _ if count => {
+            let c = export::counted(&source, &request).map_err(answer_error)?;
+            (c.count, c.report, c.segments)
         }
-        Some(path) => write_file(&source, &request, path)?,
-        None => unreachable!("clap requires -w unless --explain or --count"),
+        _ => {
+            let report = match write {
+                Some("-") => export::stream(&source, &request, std::io::stdout().lock())
+                    .map_err(answer_error)?,
+                Some(path) => write_file(&source, &request, path)?,
+                None => unreachable!("clap requires -w unless --explain or --count"),
+            };
+            let seconds = t0.elapsed().as_secs_f64();
+            // Which flows of the window the cut-off did not store whole (from the side
+            // index).
+            let segments = store.open_segments_checked()?.0;
+            let cut = capsule_index::flows::cut_summary(&store, &segments, &request.query)?;
+            (
+                export::Count::of(&report, &cut, &request.query, seconds),
+                report,
+                segments,
+            )
+        }
     };
     if !report.unindexed.is_empty() {
         eprintln!(
@@ -72,47 +84,12 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
             report.unindexed
         );
     }
-    let drops = match report.drops_in_window {
-        Some(d) => format!("; the capture reported {d} packets dropped in this window"),
-        None => String::new(),
-    };
-    let summary = format!(
-        "{} packets ({} bytes); read {} of {} blocks in {} of {} segments in {:.3} s{drops}",
-        report.packets,
-        report.captured_bytes,
-        report.blocks_read,
-        report.blocks_total,
-        report.segments_touched,
-        report.segments_total,
-        t0.elapsed().as_secs_f64(),
-    );
-    // Which flows of the window the cut-off did not store whole (from the side index).
-    let segments = store.open_segments_checked()?.0;
-    let cut = capsule_index::flows::cut_summary(&store, &segments, &request.query)?;
-    if count && a.json {
-        crate::output::print_json(serde_json::json!({
-            "cut_flows": cut.flows, "cut_from_ns": cut.first_cut_ns,
-            "packets": report.packets, "bytes": report.captured_bytes,
-            "blocks_read": report.blocks_read, "blocks_total": report.blocks_total,
-            "segments_touched": report.segments_touched,
-            "segments_total": report.segments_total,
-            "seconds": t0.elapsed().as_secs_f64(),
-            "drops_in_window": report.drops_in_window,
-            "from_ns": request.query.from_ns, "to_ns": request.query.to_ns,
-            "partial": report.is_partial(),
-        }));
-    } else if count {
-        println!("{summary}");
+    if count {
+        print_count(&c, a.json);
     } else {
-        eprintln!("exported {summary}");
+        eprintln!("exported {}", summary(&c));
     }
-    if let (n @ 1.., Some(from)) = (cut.flows, cut.first_cut_ns) {
-        eprintln!(
-            "capsule: note: {n} flow(s) of this window were cut by the cut-off (only their \
-             first packets were stored), the first from {}; `capsule flows` shows them",
-            capsule_query::format_instant(from)
-        );
-    }
+    note_cut(&c);
     for (seq, why) in &report.damaged_index {
         eprintln!("capsule: note: segment {seq} was read whole: {why}");
     }
@@ -162,32 +139,50 @@ fn out_format(format: Option<OutFormat>, write: Option<&str>, count: bool) -> Ou
     })
 }
 
-/// `query --server`: the packets from a `capsule serve`, into `-w` as they arrive.
+/// `query --server`: the packets from a `capsule serve`, into `-w` as they arrive; with
+/// `--count` or `--explain`, the server's count or plan (`GET /v1/count`, `/v1/plan`)
+/// printed here as the local one is.
 fn remote(a: &QueryArgs) -> Result<ExitCode> {
-    let url = a.q.remote.server.as_deref().unwrap_or_default();
-    for (given, flag) in [
-        (a.bpf.is_some(), "--bpf"),
-        (a.explain, "--explain"),
-        (a.count, "--count"),
-    ] {
-        if given {
-            return Err(crate::output::Usage(format!(
-                "{flag} is not served: not with --server {url}"
-            ))
-            .into());
-        }
+    let remote = a.q.remote_with(&a.old_cert)?.expect("called with --server");
+    let url = remote.url.as_str();
+    if a.bpf.is_some() {
+        return Err(
+            crate::output::Usage(format!("--bpf is not served: not with --server {url}")).into(),
+        );
     }
-    let write = a.write.as_deref().unwrap_or("-");
-    let format = match out_format(a.format, Some(write), false) {
+    let name = |f: OutFormat| match f {
         OutFormat::Pcap => "pcap",
         OutFormat::Pcapng => "pcapng",
     };
+    if a.explain || a.count {
+        let mut path = format!(
+            "/v1/{}?{}",
+            if a.explain { "plan" } else { "count" },
+            crate::client::selection_params(&a.q)?
+        );
+        if a.count {
+            path += &format!("&format={}", name(out_format(a.format, None, true)));
+        }
+        let mut body = Vec::new();
+        let got = crate::client::get(&remote, &path, &mut body, false)?;
+        let bad = || format!("{url} answered {path} with something else than the document");
+        if a.explain {
+            let plan: export::PlanShown = serde_json::from_slice(&body).with_context(bad)?;
+            print_plan(&plan, a.json);
+            return Ok(ExitCode::SUCCESS);
+        }
+        let c: export::Count = serde_json::from_slice(&body).with_context(bad)?;
+        print_count(&c, a.json);
+        note_cut(&c);
+        return Ok(partial_exit(url, got.partial()));
+    }
+    let write = a.write.as_deref().unwrap_or("-");
+    let format = name(out_format(a.format, Some(write), false));
     let path = format!(
         "/v1/packets?{}&format={format}",
         crate::client::selection_params(&a.q)?
     );
     let t0 = Instant::now();
-    let remote = a.q.remote_with(&a.old_cert).expect("called with --server");
     let got = if write == "-" {
         crate::client::get(&remote, &path, &mut std::io::stdout().lock(), false)?
     } else {
@@ -211,20 +206,68 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
         got.bytes,
         t0.elapsed().as_secs_f64()
     );
-    match got.partial() {
-        None => Ok(ExitCode::SUCCESS),
+    Ok(partial_exit(url, got.partial()))
+}
+
+/// Exit 0, or (the server said the answer is partial) its word and exit 3.
+fn partial_exit(url: &str, partial: Option<String>) -> ExitCode {
+    match partial {
+        None => ExitCode::SUCCESS,
         Some(why) => {
             eprintln!("capsule: warning: {url} says: {why}");
             eprintln!(
                 "capsule: the answer is partial: damaged or missing data was skipped (exit status {})",
                 crate::output::PARTIAL
             );
-            Ok(ExitCode::from(crate::output::PARTIAL))
+            ExitCode::from(crate::output::PARTIAL)
         }
     }
 }
 
-fn print_plan(plan: &capsule_index::plan::Plan) {
+/// The count's line: `N packets (B bytes); read ... in S s`.
+fn summary(c: &export::Count) -> String {
+    let drops = match c.drops_in_window {
+        Some(d) => format!("; the capture reported {d} packets dropped in this window"),
+        None => String::new(),
+    };
+    format!(
+        "{} packets ({} bytes); read {} of {} blocks in {} of {} segments in {:.3} s{drops}",
+        c.packets,
+        c.bytes,
+        c.blocks_read,
+        c.blocks_total,
+        c.segments_touched,
+        c.segments_total,
+        c.seconds,
+    )
+}
+
+/// `query --count`: the line, or (`--json`) the document.
+fn print_count(c: &export::Count, json: bool) {
+    if json {
+        crate::output::print_json(serde_json::to_value(c).expect("a count is JSON"));
+    } else {
+        println!("{}", summary(c));
+    }
+}
+
+/// The note on the flows of the window the cut-off did not store whole, if any.
+fn note_cut(c: &export::Count) {
+    if let (n @ 1.., Some(from)) = (c.cut_flows, c.cut_from_ns) {
+        eprintln!(
+            "capsule: note: {n} flow(s) of this window were cut by the cut-off (only their \
+             first packets were stored), the first from {}; `capsule flows` shows them",
+            capsule_query::format_instant(from)
+        );
+    }
+}
+
+/// `query --explain`: the plan as a table, or (`--json`) the document.
+fn print_plan(plan: &export::PlanShown, json: bool) {
+    if json {
+        crate::output::print_json(serde_json::to_value(plan).expect("a plan is JSON"));
+        return;
+    }
     println!(
         "{:>6}  {:>8}  {:>10}  {:>8}  {:<7}",
         "seq", "blocks", "in window", "to read", "index"
@@ -235,17 +278,17 @@ fn print_plan(plan: &capsule_index::plan::Plan) {
             s.seq,
             s.blocks_total,
             s.blocks_in_window,
-            s.blocks.len(),
+            s.blocks_to_read,
             if s.indexed { "used" } else { "-" }
         );
     }
-    let total = plan.blocks_total().max(1);
+    let total = plan.blocks_total.max(1);
     println!(
         "plan: read {} of {} blocks ({:.2}%) in {} of {} segments",
-        plan.blocks_read(),
-        plan.blocks_total(),
-        100.0 * plan.blocks_read() as f64 / total as f64,
-        plan.segments_touched(),
+        plan.blocks_read,
+        plan.blocks_total,
+        100.0 * plan.blocks_read as f64 / total as f64,
+        plan.segments_touched,
         plan.segments.len()
     );
     if !plan.unindexed.is_empty() {
@@ -254,13 +297,13 @@ fn print_plan(plan: &capsule_index::plan::Plan) {
             plan.unindexed
         );
     }
-    for s in plan.segments.iter().filter(|s| s.unjournaled > 0) {
+    for s in plan.segments.iter().filter(|s| s.unjournaled_blocks > 0) {
         println!(
             "open segment {}: {} block(s) in the window not in its index journal yet, read whole",
-            s.seq, s.unjournaled
+            s.seq, s.unjournaled_blocks
         );
     }
-    for (seq, why) in &plan.journal_notes {
-        println!("open segment {seq}: index journal: {why}");
+    for n in &plan.journal_notes {
+        println!("open segment {}: index journal: {}", n.seq, n.note);
     }
 }

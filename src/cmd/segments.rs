@@ -1,9 +1,9 @@
-//! `capsule segments`: the segments of a store.
+//! `capsule segments`: the segments of a store, or (`--server`) of a server's store.
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use capsule_answers::segments;
 
 use crate::cli::SegmentsArgs;
@@ -11,8 +11,28 @@ use crate::render::table::{Column, Table};
 use crate::units;
 
 pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
-    let json = a.json;
-    let answer = segments::answer(&a.store).map_err(crate::request::answer_error)?;
+    let answer = match a.remote.remote(None)? {
+        Some(remote) => {
+            let mut body = Vec::new();
+            crate::client::get(&remote, "/v1/segments", &mut body, false)?;
+            serde_json::from_slice(&body).with_context(|| {
+                format!("{} answered /v1/segments with something else", remote.url)
+            })?
+        }
+        None => {
+            let store = a
+                .store
+                .as_deref()
+                .expect("clap requires --store without --server");
+            segments::answer(store).map_err(crate::request::answer_error)?
+        }
+    };
+    print(&answer, a.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The segments as a table, or (`json`) one JSON line each.
+fn print(answer: &segments::Answer, json: bool) -> Result<()> {
     crate::notes::warn_unreadable(&answer.unreadable, "");
     let mut out = std::io::stdout().lock();
     // Times to the second and sizes in SI units for people (--json has nanoseconds and
@@ -41,7 +61,7 @@ pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
         } else {
             table.push(vec![
                 s.seq.to_string(),
-                s.state.to_string(),
+                s.state.clone(),
                 s.blocks.to_string(),
                 s.packets.to_string(),
                 units::format_bytes(s.bytes),
@@ -55,5 +75,5 @@ pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
             writeln!(out, "{line}")?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

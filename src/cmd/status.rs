@@ -47,7 +47,8 @@ fn describe_budgets(b: Option<&capsule_store::budget::Budgets>) -> String {
 }
 
 pub fn run(a: &StatusArgs) -> Result<ExitCode> {
-    let (store_dir, json, watch) = (a.store.as_path(), a.json, a.watch);
+    let (json, watch) = (a.json, a.watch);
+    let remote = a.remote.remote(None)?;
     loop {
         // The text, wrapped to the terminal, printed at once (redrawn in place by --watch).
         let width = crate::render::table::output_width();
@@ -61,15 +62,27 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
             level: a.level,
             max_bytes: a.max_bytes,
         };
-        let g = status::answer(store_dir, &request).map_err(crate::request::answer_error)?;
-        crate::notes::warn_unreadable(&g.unreadable, "");
-        for w in &g.warnings {
-            eprintln!("capsule: warning: {w}");
-        }
-        let status::Answer {
+        // The document of `--json`, of this store or (`--server`) the server's; the text
+        // is printed from it either way.
+        let doc = match &remote {
+            Some(r) => crate::client::get_json(r, "/v1/status")?,
+            None => {
+                let store_dir = a.store.as_deref().expect("clap requires --store");
+                let g =
+                    status::answer(store_dir, &request).map_err(crate::request::answer_error)?;
+                crate::notes::warn_unreadable(&g.unreadable, "");
+                for w in &g.warnings {
+                    eprintln!("capsule: warning: {w}");
+                }
+                g.to_json()
+            }
+        };
+        let g = status::Shown::from_json(doc.clone())
+            .map_err(|e| anyhow::anyhow!("the status document is not as expected: {e}"))?;
+        let status::Shown {
             st,
             live,
-            segs,
+            segments,
             packets,
             bytes,
             first,
@@ -79,14 +92,14 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
             rate,
             saved,
             alerts,
-            ..
+            levels,
         } = &g;
         let (live, packets, bytes, first, last, span, rate) =
             (*live, *packets, *bytes, *first, *last, *span, *rate);
         let running = st.as_ref().filter(|_| live);
         let now = capsule_store::now_ns();
         if json {
-            crate::output::print_json(g.to_json());
+            crate::output::print_json(doc);
         } else {
             match &st {
                 None => say!("capture: none has run on this store"),
@@ -226,7 +239,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
             }
             say!(
                 "store: {} segment(s), {} packets, {}, {} .. {}",
-                segs.len(),
+                segments,
                 packets,
                 crate::units::format_bytes(bytes),
                 first.map(capsule_query::format_instant).unwrap_or_default(),
@@ -255,7 +268,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     _ => String::new(),
                 }
             );
-            let levels: Vec<String> = status::bytes_by_level(segs)
+            let levels: Vec<String> = levels
                 .iter()
                 .map(|(l, b, _)| format!("{l}: {}", crate::units::format_bytes(*b)))
                 .collect();

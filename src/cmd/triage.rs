@@ -33,11 +33,11 @@ use crate::request::answer_error;
 pub const MAX_FINDINGS: usize = 25;
 
 pub fn run(a: &TriageArgs) -> Result<ExitCode> {
-    if a.a.q.remote.server.is_some() {
+    if a.a.q.remote.is_remote() {
         return Err(crate::output::Usage(
             "triage writes evidence from the packets of a local store: it takes no --server \
-             (pull the window with `capsule query --server` and import it, or run triage on \
-             the capture host)"
+             or --remote (pull the window with `capsule query --server` and import it, or run \
+             triage on the capture host)"
                 .into(),
         )
         .into());

@@ -9,7 +9,8 @@
 //! writer hands 64 KiB chunks to a bounded channel (4 chunks) read by the response body, so
 //! a slow client slows the export and a client that goes away ends it at its next chunk.
 //! `GET /v1/flows` and `/v1/status` give the lines of `capsule flows --json` and `capsule
-//! status --json`. The store is opened read-only for each request; the writer lock is never
+//! status --json`; `survey.rs` the documents of `query --count`/`--explain` and `segments`
+//! (`/v1/count`, `/v1/plan`, `/v1/segments`). The store is opened read-only for each request; the writer lock is never
 //! taken, so a capture runs beside the server.
 //!
 //! Limits: queries (packets, flows) running at once in total and per user (429 over
@@ -35,6 +36,7 @@ mod guard;
 mod params;
 mod routes;
 mod stream;
+mod survey;
 mod tls;
 
 use audit::Audit;

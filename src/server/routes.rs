@@ -110,6 +110,9 @@ pub(super) async fn handle(
         "/v1/status" => status(g, q).await,
         "/v1/flows" => flows(g, q).await,
         "/v1/packets" => super::stream::packets(g, q).await,
+        "/v1/count" => super::survey::count(g, q).await,
+        "/v1/plan" => super::survey::plan(g, q).await,
+        "/v1/segments" => super::survey::segments(g, q).await,
         p => match p.strip_prefix("/v1/").and_then(Kind::by_name) {
             Some(kind) => {
                 let host = req
@@ -122,8 +125,9 @@ pub(super) async fn handle(
             None => {
                 let m = format!(
                     "no such endpoint {path}: the API has /healthz, /metrics, /v1/status, \
-                     /v1/flows, /v1/packets, /v1/top, /v1/tcp, /v1/dscp, /v1/matrix, \
-                     /v1/stragglers and /v1/alerts (docs/api.md)"
+                     /v1/segments, /v1/flows, /v1/packets, /v1/count, /v1/plan, /v1/top, \
+                     /v1/tcp, /v1/dscp, /v1/matrix, /v1/stragglers and /v1/alerts \
+                     (docs/api.md)"
                 );
                 g.done(error_response(StatusCode::NOT_FOUND, &m), "not found")
             }
