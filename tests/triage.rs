@@ -366,3 +366,94 @@ fn an_evidence_cap_keeps_the_first_packets_and_says_so() {
         );
     }
 }
+
+/// Every file under `dir`, relative to it, sorted.
+fn tree(dir: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else {
+                out.push(path.strip_prefix(root).unwrap().display().to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn a_rerun_into_the_same_directory_leaves_only_its_own_report() {
+    let f = fixture();
+    let out = f.dir.join("rerun");
+    let _ = std::fs::remove_dir_all(&out);
+    let run = |extra: &[&str]| {
+        let mut cmd = capsule();
+        cmd.args(["triage", "--store", p(&f.store), "--config", p(&f.config)])
+            .args(["-o", p(&out), "--quiet"])
+            .args(extra);
+        run_ok(&mut cmd);
+        let doc: Value =
+            serde_json::from_slice(&std::fs::read(out.join("findings.json")).unwrap()).unwrap();
+        doc
+    };
+    let first = run(&[]);
+    let first_files = tree(&out);
+    // A second run over a shorter window, with fewer findings.
+    let from = first["from_ns"].as_u64().unwrap();
+    let second = run(&["--from", &epoch(from), "--to", "+1s"]);
+    let n = second["findings"].as_array().unwrap().len();
+    assert!(n < first["findings"].as_array().unwrap().len());
+    let mut want: BTreeSet<String> = ["findings.json", "report.html", "report.txt"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    want.insert("manifest.json".into());
+    for x in second["findings"].as_array().unwrap() {
+        want.insert(x["evidence"]["pcap"].as_str().unwrap().to_string());
+    }
+    let got: BTreeSet<String> = tree(&out).into_iter().collect();
+    assert_eq!(got, want, "after a first run of {first_files:?}");
+    // Nothing beside the directory either (no staging directory left over).
+    let siblings: Vec<String> = std::fs::read_dir(&f.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("rerun"))
+        .collect();
+    assert_eq!(siblings, ["rerun"]);
+}
+
+#[test]
+fn triage_refuses_a_directory_holding_files_it_did_not_write() {
+    let f = fixture();
+    let out = f.dir.join("foreign");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("notes.txt"), "mine").unwrap();
+    let mut cmd = capsule();
+    cmd.args(["triage", "--store", p(&f.store), "--config", p(&f.config)])
+        .args(["-o", p(&out), "--quiet"]);
+    let o = run(&mut cmd);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr_str(&o));
+    assert!(stderr_str(&o).contains("notes.txt"), "{}", stderr_str(&o));
+    assert_eq!(tree(&out), ["notes.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(out.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    // A file added beside a previous report is kept too: the run is refused.
+    std::fs::remove_file(out.join("notes.txt")).unwrap();
+    run_ok(&mut cmd);
+    let report = tree(&out);
+    std::fs::write(out.join("evidence").join("mine.pcap"), "x").unwrap();
+    let o = run(&mut cmd);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr_str(&o));
+    assert!(stderr_str(&o).contains("mine.pcap"), "{}", stderr_str(&o));
+    let mut want = report.clone();
+    want.push("evidence/mine.pcap".into());
+    want.sort();
+    assert_eq!(tree(&out), want);
+}
