@@ -457,3 +457,73 @@ fn triage_refuses_a_directory_holding_files_it_did_not_write() {
     want.sort();
     assert_eq!(tree(&out), want);
 }
+
+/// README's `synth --duration 10s --rate 100M` with docs/examples/capsule.toml (the demo's
+/// config): every fault the matrix and the DSCP chart show red is a finding, the exfil too.
+#[test]
+fn the_example_config_finds_the_planted_faults_of_the_readme_traffic() {
+    let f = fixture();
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples/capsule.toml");
+    let out = f.dir.join("example");
+    let _ = std::fs::remove_dir_all(&out);
+    run_ok(
+        capsule()
+            .args(["triage", "--store", p(&f.store), "--config", p(&config)])
+            .args(["-o", p(&out), "--quiet"]),
+    );
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(out.join("findings.json")).unwrap()).unwrap();
+    let facts = &f.truth["facts"];
+    let ex = &facts["exfil"];
+    let findings = doc["findings"].as_array().unwrap();
+    for kind in ["egress", "off_hours"] {
+        let x = findings.iter().find(|x| x["kind"] == kind);
+        let x = x.unwrap_or_else(|| panic!("no {kind} finding of the exfil: {doc:#}"));
+        assert_eq!(x["hosts"][0], ex["src"], "{x}");
+        assert_eq!(x["hosts"][1], ex["dst"], "{x}");
+    }
+    let senders: BTreeSet<&str> = findings
+        .iter()
+        .filter(|x| x["kind"] == "dscp")
+        .map(|x| x["hosts"][0].as_str().unwrap())
+        .collect();
+    let rogues: BTreeSet<&str> = facts["rogue_ef_hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_str().unwrap())
+        .collect();
+    assert_eq!(senders, rogues);
+}
+
+/// A red matrix cell under every alert threshold is not silent: the report lists its flows
+/// as having no finding, with their commands.
+#[test]
+fn a_flagged_cell_under_the_thresholds_is_listed_as_having_no_finding() {
+    let f = fixture();
+    let text = std::fs::read_to_string(&f.config).unwrap();
+    let cfg = f.dir.join("high.toml");
+    let high = text
+        .replace("egress_bytes = \"1M\"", "egress_bytes = \"1G\"")
+        .replace("off_hours_bytes = \"1M\"", "off_hours_bytes = \"1G\"");
+    std::fs::write(&cfg, high).unwrap();
+    let out = f.dir.join("high");
+    let _ = std::fs::remove_dir_all(&out);
+    run_ok(
+        capsule()
+            .args(["triage", "--store", p(&f.store), "--config", p(&cfg)])
+            .args(["-o", p(&out), "--quiet"]),
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let ex = &f.truth["facts"]["exfil"];
+    let (_, rest) = html
+        .split_once("<p class=\"unalerted\">")
+        .expect("no list of red flows without a finding");
+    let list = &rest[..rest.find("</ul>").unwrap()];
+    assert!(list.contains(ex["dst"].as_str().unwrap()), "{list}");
+    assert!(list.contains("capsule query"), "{list}");
+    // With the fixture's thresholds the exfil is a finding, and the list is not there.
+    let (dir, _, _) = report();
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(!html.contains("class=\"unalerted\""));
+}

@@ -136,6 +136,45 @@ pub(crate) fn html(w: &Window, alerts: &[Alert], findings: &[Finding<'_>], c: &C
          shade); red border: the egress policy does not allow it</p>{}",
         matrix_svg(&c.matrix)
     );
+    // A red cell with no alert says why: its flows are under every rule's threshold.
+    let quiet: Vec<&capsule_analytics::matrix::Flagged> = c
+        .matrix
+        .cells
+        .iter()
+        .flat_map(|c| &c.flagged_flows)
+        .filter(|f| {
+            !alerts.iter().any(|a| {
+                matches!(a.rule, "egress" | "off_hours" | "group_pair")
+                    && a.entity.hosts.contains(&f.src)
+                    && a.entity.hosts.contains(&f.dst)
+            })
+        })
+        .collect();
+    if !quiet.is_empty() {
+        let _ = write!(
+            o,
+            "<p class=\"unalerted\">red, but under every alert threshold (<code>[alerts] \
+             egress_bytes</code>, <code>off_hours_bytes</code>, <code>pair_bytes</code>), so \
+             no finding:</p><ul>"
+        );
+        for f in quiet.iter().take(20) {
+            let _ = write!(
+                o,
+                "<li>{} ({}): <code>{} -w FILE</code></li>",
+                esc(&f.flow),
+                esc(&units::format_bytes(f.bytes)),
+                esc(&f.query.store_command())
+            );
+        }
+        if quiet.len() > 20 {
+            let _ = write!(
+                o,
+                "<li>and {} more (<code>capsule matrix</code>)</li>",
+                quiet.len() - 20
+            );
+        }
+        o.push_str("</ul>");
+    }
     // TCP health.
     let tcp_series = vec![
         (
