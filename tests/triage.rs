@@ -527,3 +527,88 @@ fn a_flagged_cell_under_the_thresholds_is_listed_as_having_no_finding() {
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(!html.contains("class=\"unalerted\""));
 }
+
+/// The text of the element with `id="ID"` up to the next `<h2`.
+fn section<'a>(html: &'a str, id: &str) -> &'a str {
+    let at = html
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no section {id}"));
+    let rest = &html[at..];
+    &rest[..rest[1..].find("<h2").map_or(rest.len(), |e| e + 1)]
+}
+
+#[test]
+fn report_html_opens_with_a_summary_and_reads_in_milliseconds() {
+    let (dir, _, doc) = report();
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    // The summary comes first: counts by severity, window, store, version, when made.
+    let summary = section(&html, "summary");
+    assert!(
+        html.find("id=\"summary\"").unwrap() < html.find("id=\"findings\"").unwrap(),
+        "the summary is at the top"
+    );
+    let findings = doc["findings"].as_array().unwrap();
+    for sev in ["high", "medium", "low"] {
+        let n = findings.iter().filter(|x| x["severity"] == sev).count();
+        assert!(
+            summary.contains(&format!("data-severity=\"{sev}\">{n}<")),
+            "{sev}: {n} in {summary}"
+        );
+    }
+    assert!(
+        summary.contains(doc["store"].as_str().unwrap()),
+        "{summary}"
+    );
+    assert!(summary.contains(&format!("capsule {}", env!("CARGO_PKG_VERSION"))));
+    assert!(summary.contains("generated"), "{summary}");
+    let from = doc["from"].as_str().unwrap();
+    assert!(
+        summary.contains(&from[..23]),
+        "the window to the ms: {summary}"
+    );
+    // Times in tables to the millisecond, the full nanoseconds on hover.
+    let alerts = section(&html, "alerts");
+    let ns = |s: &str| {
+        s.split(|c: char| !c.is_ascii_digit() && c != '.')
+            .any(|w| w.split_once('.').is_some_and(|(_, f)| f.len() == 9))
+    };
+    let cells: Vec<&str> = alerts
+        .split("<td")
+        .skip(1)
+        .map(|c| &c[c.find('>').unwrap() + 1..c.find("</td>").unwrap()])
+        .collect();
+    assert!(!cells.is_empty());
+    for c in &cells {
+        let shown = c.split("title=").next().unwrap();
+        let text: String = {
+            let mut t = String::new();
+            let mut tag = false;
+            for ch in c.chars() {
+                match ch {
+                    '<' => tag = true,
+                    '>' => tag = false,
+                    ch if !tag => t.push(ch),
+                    _ => {}
+                }
+            }
+            t
+        };
+        assert!(!ns(&text), "a table cell in ns: {c} ({shown})");
+    }
+    for x in findings {
+        let first = x["first"].as_str().unwrap();
+        assert!(alerts.contains(&format!("title=\"{first}\"")), "{first}");
+        assert!(alerts.contains(&first[..23]), "{first}");
+    }
+    // Axis labels say a unit once.
+    for unit in ["B", "kB", "MB", "GB"] {
+        assert!(
+            !html.contains(&format!(" {unit} bytes<")),
+            "doubled unit {unit}"
+        );
+    }
+    // The TCP chart's scale says what share of the data segments its tallest bar is.
+    let tcp = section(&html, "tcp");
+    assert!(tcp.contains("% of the"), "{tcp}");
+    assert!(tcp.contains("data segments"), "{tcp}");
+}
