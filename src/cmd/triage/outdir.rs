@@ -6,8 +6,10 @@
 //!              manifest.json lists every file in it; a report from before the manifest:
 //!              only triage's own names) -- else a usage error naming the stranger file
 //!              -> the report is written into a staging sibling, .DIR.triage-PID
-//! commit()     manifest.json (every file written) -> DIR moved aside to .DIR.old-PID,
-//!              the staging directory renamed to DIR, the previous report's files removed
+//! commit()     manifest.json (every file written) -> DIR absent: the staging directory
+//!              renamed to DIR; else the previous report's entries moved to a sibling
+//!              (.DIR.triage-new-PID.old), the new ones moved in (DIR itself stays: its
+//!              mode, a shell's working directory in it), the previous report removed
 //! drop         without commit: the staging directory removed (all of it is this run's)
 //! ```
 
@@ -90,32 +92,58 @@ impl Staging {
         let path = self.tmp.join(MANIFEST);
         std::fs::write(&path, format!("{manifest:#}\n"))
             .with_context(|| format!("cannot write {}", path.display()))?;
-        let old = match &self.previous {
-            Some(_) => {
-                let mut n = self.tmp.clone().into_os_string();
-                n.push(".old");
-                let old = PathBuf::from(n);
-                std::fs::rename(&self.dest, &old).with_context(|| {
-                    format!("cannot move {} to {}", self.dest.display(), old.display())
-                })?;
-                Some(old)
-            }
-            None => None,
-        };
-        // rename(2) replaces an empty directory.
-        if let Err(e) = std::fs::rename(&self.tmp, &self.dest) {
-            if let Some(old) = &old {
-                let _ = std::fs::rename(old, &self.dest);
-            }
-            return Err(e).with_context(|| {
+        if std::fs::symlink_metadata(&self.dest).is_err() {
+            std::fs::rename(&self.tmp, &self.dest).with_context(|| {
                 format!(
                     "cannot rename {} to {}",
                     self.tmp.display(),
                     self.dest.display()
                 )
-            });
+            })?;
+            self.committed = true;
+            return Ok(());
+        }
+        // DIR itself stays (its owner, its mode, a shell's working directory in it): the
+        // previous report's entries are moved out to a sibling, the new one's moved in.
+        let mv = |from: &Path, to: &Path| {
+            std::fs::rename(from, to)
+                .with_context(|| format!("cannot move {} to {}", from.display(), to.display()))
+        };
+        let old = match &self.previous {
+            Some(previous) => {
+                let mut n = self.tmp.clone().into_os_string();
+                n.push(".old");
+                let old = PathBuf::from(n);
+                std::fs::create_dir(&old)
+                    .with_context(|| format!("cannot create {}", old.display()))?;
+                let mut top: Vec<&str> = previous
+                    .iter()
+                    .map(|f| f.split('/').next().unwrap_or(f))
+                    .collect();
+                if self.dest.join("evidence").is_dir() {
+                    top.push("evidence");
+                }
+                top.dedup();
+                top.sort_unstable();
+                top.dedup();
+                for name in top {
+                    mv(&self.dest.join(name), &old.join(name))?;
+                }
+                Some(old)
+            }
+            None => None,
+        };
+        for e in std::fs::read_dir(&self.tmp)
+            .with_context(|| format!("cannot read {}", self.tmp.display()))?
+        {
+            let name = e
+                .with_context(|| format!("cannot read {}", self.tmp.display()))?
+                .file_name();
+            mv(&self.tmp.join(&name), &self.dest.join(&name))?;
         }
         self.committed = true;
+        std::fs::remove_dir(&self.tmp)
+            .with_context(|| format!("cannot remove {}", self.tmp.display()))?;
         if let (Some(old), Some(previous)) = (old, &self.previous) {
             remove_report(&old, previous).with_context(|| {
                 format!(
@@ -293,11 +321,14 @@ mod tests {
             files_under(&dest).unwrap(),
             ["evidence/01-dscp.pcapng", "manifest.json", "report.txt"]
         );
-        // A previous report: replaced whole.
+        // A previous report: replaced whole, in the same directory (a shell in it stays).
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata(&dest).unwrap().ino();
         let s = Staging::begin(&dest).unwrap();
         put(s.dir(), "report.txt");
         s.commit().unwrap();
         assert_eq!(files_under(&dest).unwrap(), ["manifest.json", "report.txt"]);
+        assert_eq!(std::fs::metadata(&dest).unwrap().ino(), ino);
         assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 1);
         // A stranger: refused, nothing touched, no staging left.
         put(&dest, "evidence/notes.md");
