@@ -198,7 +198,7 @@ fn config(dir: &Path, truth: &Value, sinks: &str) -> std::path::PathBuf {
             "[groups]\nvoice = [\"{}\"]\nmodel-store = [\"{}\"]\n\n[dscp]\nef = [\"voice\"]\n\n\
              [egress]\nmodel-store = [\"voice\"]\n\n\
              [alerts]\negress_bytes = \"1M\"\negress_window = \"10s\"\n\
-             straggler_interval = \"1s\"\nlive_every = \"1s\"\n{sinks}\
+             straggler_interval = \"1s\"\nlive_every = \"1s\"\nrelease_after = \"1s\"\n{sinks}\
              disabled = [\"off_hours\", \"straggler\", \"group_pair\", \
              \"tcp_retransmissions\", \"tcp_zero_window\"]\n",
             facts["ef_allow_list"][0].as_str().unwrap(),

@@ -366,3 +366,249 @@ fn an_evidence_cap_keeps_the_first_packets_and_says_so() {
         );
     }
 }
+
+/// Every file under `dir`, relative to it, sorted.
+fn tree(dir: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else {
+                out.push(path.strip_prefix(root).unwrap().display().to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn a_rerun_into_the_same_directory_leaves_only_its_own_report() {
+    let f = fixture();
+    let out = f.dir.join("rerun");
+    let _ = std::fs::remove_dir_all(&out);
+    let run = |extra: &[&str]| {
+        let mut cmd = capsule();
+        cmd.args(["triage", "--store", p(&f.store), "--config", p(&f.config)])
+            .args(["-o", p(&out), "--quiet"])
+            .args(extra);
+        run_ok(&mut cmd);
+        let doc: Value =
+            serde_json::from_slice(&std::fs::read(out.join("findings.json")).unwrap()).unwrap();
+        doc
+    };
+    let first = run(&[]);
+    let first_files = tree(&out);
+    // A second run over a shorter window, with fewer findings.
+    let from = first["from_ns"].as_u64().unwrap();
+    let second = run(&["--from", &epoch(from), "--to", "+1s"]);
+    let n = second["findings"].as_array().unwrap().len();
+    assert!(n < first["findings"].as_array().unwrap().len());
+    let mut want: BTreeSet<String> = ["findings.json", "report.html", "report.txt"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    want.insert("manifest.json".into());
+    for x in second["findings"].as_array().unwrap() {
+        want.insert(x["evidence"]["pcap"].as_str().unwrap().to_string());
+    }
+    let got: BTreeSet<String> = tree(&out).into_iter().collect();
+    assert_eq!(got, want, "after a first run of {first_files:?}");
+    // Nothing beside the directory either (no staging directory left over).
+    let siblings: Vec<String> = std::fs::read_dir(&f.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("rerun"))
+        .collect();
+    assert_eq!(siblings, ["rerun"]);
+}
+
+#[test]
+fn triage_refuses_a_directory_holding_files_it_did_not_write() {
+    let f = fixture();
+    let out = f.dir.join("foreign");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("notes.txt"), "mine").unwrap();
+    let mut cmd = capsule();
+    cmd.args(["triage", "--store", p(&f.store), "--config", p(&f.config)])
+        .args(["-o", p(&out), "--quiet"]);
+    let o = run(&mut cmd);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr_str(&o));
+    assert!(stderr_str(&o).contains("notes.txt"), "{}", stderr_str(&o));
+    assert_eq!(tree(&out), ["notes.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(out.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    // A file added beside a previous report is kept too: the run is refused.
+    std::fs::remove_file(out.join("notes.txt")).unwrap();
+    run_ok(&mut cmd);
+    let report = tree(&out);
+    std::fs::write(out.join("evidence").join("mine.pcap"), "x").unwrap();
+    let o = run(&mut cmd);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr_str(&o));
+    assert!(stderr_str(&o).contains("mine.pcap"), "{}", stderr_str(&o));
+    let mut want = report.clone();
+    want.push("evidence/mine.pcap".into());
+    want.sort();
+    assert_eq!(tree(&out), want);
+}
+
+/// README's `synth --duration 10s --rate 100M` with docs/examples/capsule.toml (the demo's
+/// config): every fault the matrix and the DSCP chart show red is a finding, the exfil too.
+#[test]
+fn the_example_config_finds_the_planted_faults_of_the_readme_traffic() {
+    let f = fixture();
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/examples/capsule.toml");
+    let out = f.dir.join("example");
+    let _ = std::fs::remove_dir_all(&out);
+    run_ok(
+        capsule()
+            .args(["triage", "--store", p(&f.store), "--config", p(&config)])
+            .args(["-o", p(&out), "--quiet"]),
+    );
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(out.join("findings.json")).unwrap()).unwrap();
+    let facts = &f.truth["facts"];
+    let ex = &facts["exfil"];
+    let findings = doc["findings"].as_array().unwrap();
+    for kind in ["egress", "off_hours"] {
+        let x = findings.iter().find(|x| x["kind"] == kind);
+        let x = x.unwrap_or_else(|| panic!("no {kind} finding of the exfil: {doc:#}"));
+        assert_eq!(x["hosts"][0], ex["src"], "{x}");
+        assert_eq!(x["hosts"][1], ex["dst"], "{x}");
+    }
+    let senders: BTreeSet<&str> = findings
+        .iter()
+        .filter(|x| x["kind"] == "dscp")
+        .map(|x| x["hosts"][0].as_str().unwrap())
+        .collect();
+    let rogues: BTreeSet<&str> = facts["rogue_ef_hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_str().unwrap())
+        .collect();
+    assert_eq!(senders, rogues);
+}
+
+/// A red matrix cell under every alert threshold is not silent: the report lists its flows
+/// as having no finding, with their commands.
+#[test]
+fn a_flagged_cell_under_the_thresholds_is_listed_as_having_no_finding() {
+    let f = fixture();
+    let text = std::fs::read_to_string(&f.config).unwrap();
+    let cfg = f.dir.join("high.toml");
+    let high = text
+        .replace("egress_bytes = \"1M\"", "egress_bytes = \"1G\"")
+        .replace("off_hours_bytes = \"1M\"", "off_hours_bytes = \"1G\"");
+    std::fs::write(&cfg, high).unwrap();
+    let out = f.dir.join("high");
+    let _ = std::fs::remove_dir_all(&out);
+    run_ok(
+        capsule()
+            .args(["triage", "--store", p(&f.store), "--config", p(&cfg)])
+            .args(["-o", p(&out), "--quiet"]),
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let ex = &f.truth["facts"]["exfil"];
+    let (_, rest) = html
+        .split_once("<p class=\"unalerted\">")
+        .expect("no list of red flows without a finding");
+    let list = &rest[..rest.find("</ul>").unwrap()];
+    assert!(list.contains(ex["dst"].as_str().unwrap()), "{list}");
+    assert!(list.contains("capsule query"), "{list}");
+    // With the fixture's thresholds the exfil is a finding, and the list is not there.
+    let (dir, _, _) = report();
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(!html.contains("class=\"unalerted\""));
+}
+
+/// The text of the element with `id="ID"` up to the next `<h2`.
+fn section<'a>(html: &'a str, id: &str) -> &'a str {
+    let at = html
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no section {id}"));
+    let rest = &html[at..];
+    &rest[..rest[1..].find("<h2").map_or(rest.len(), |e| e + 1)]
+}
+
+#[test]
+fn report_html_opens_with_a_summary_and_reads_in_milliseconds() {
+    let (dir, _, doc) = report();
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    // The summary comes first: counts by severity, window, store, version, when made.
+    let summary = section(&html, "summary");
+    assert!(
+        html.find("id=\"summary\"").unwrap() < html.find("id=\"findings\"").unwrap(),
+        "the summary is at the top"
+    );
+    let findings = doc["findings"].as_array().unwrap();
+    for sev in ["high", "medium", "low"] {
+        let n = findings.iter().filter(|x| x["severity"] == sev).count();
+        assert!(
+            summary.contains(&format!("data-severity=\"{sev}\">{n}<")),
+            "{sev}: {n} in {summary}"
+        );
+    }
+    assert!(
+        summary.contains(doc["store"].as_str().unwrap()),
+        "{summary}"
+    );
+    assert!(summary.contains(&format!("capsule {}", env!("CARGO_PKG_VERSION"))));
+    assert!(summary.contains("generated"), "{summary}");
+    let from = doc["from"].as_str().unwrap();
+    assert!(
+        summary.contains(&from[..23]),
+        "the window to the ms: {summary}"
+    );
+    // Times in tables to the millisecond, the full nanoseconds on hover.
+    let alerts = section(&html, "alerts");
+    let ns = |s: &str| {
+        s.split(|c: char| !c.is_ascii_digit() && c != '.')
+            .any(|w| w.split_once('.').is_some_and(|(_, f)| f.len() == 9))
+    };
+    let cells: Vec<&str> = alerts
+        .split("<td")
+        .skip(1)
+        .map(|c| &c[c.find('>').unwrap() + 1..c.find("</td>").unwrap()])
+        .collect();
+    assert!(!cells.is_empty());
+    for c in &cells {
+        let shown = c.split("title=").next().unwrap();
+        let text: String = {
+            let mut t = String::new();
+            let mut tag = false;
+            for ch in c.chars() {
+                match ch {
+                    '<' => tag = true,
+                    '>' => tag = false,
+                    ch if !tag => t.push(ch),
+                    _ => {}
+                }
+            }
+            t
+        };
+        assert!(!ns(&text), "a table cell in ns: {c} ({shown})");
+    }
+    for x in findings {
+        let first = x["first"].as_str().unwrap();
+        assert!(alerts.contains(&format!("title=\"{first}\"")), "{first}");
+        assert!(alerts.contains(&first[..23]), "{first}");
+    }
+    // Axis labels say a unit once.
+    for unit in ["B", "kB", "MB", "GB"] {
+        assert!(
+            !html.contains(&format!(" {unit} bytes<")),
+            "doubled unit {unit}"
+        );
+    }
+    // The TCP chart's scale says what share of the data segments its tallest bar is.
+    let tcp = section(&html, "tcp");
+    assert!(tcp.contains("% of the"), "{tcp}");
+    assert!(tcp.contains("data segments"), "{tcp}");
+}

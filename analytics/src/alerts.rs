@@ -116,37 +116,7 @@ pub fn evaluate(input: &Input, config: &Config) -> Result<Vec<Alert>, AnalyticsE
         flow_rules(input, config, rules, &mut out);
     }
     if rules.enabled("dscp") {
-        for v in dscp::dscp(input, Some(policy))
-            .violations
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|v| v.bytes >= rules.dscp_bytes.max(1))
-        {
-            out.push(alert(
-                "dscp",
-                Severity::Medium,
-                Entity {
-                    kind: "host",
-                    name: v.src.clone(),
-                    hosts: vec![v.src.clone(), v.dst.clone()],
-                },
-                format!(
-                    "{} ({}) marks traffic to {} {} ({}), which the [dscp] policy does not \
-                     allow it",
-                    v.src,
-                    v.src_group.as_deref().unwrap_or(UNASSIGNED),
-                    v.dst,
-                    v.name,
-                    v.dscp
-                ),
-                v.first_ns,
-                v.last_ns,
-                json!({"dst": v.dst, "src_group": v.src_group, "dscp": v.dscp, "dscp_name": v.name,
-                       "bytes": v.bytes, "packets": v.packets, "flows": v.flows,
-                       "threshold_bytes": rules.dscp_bytes}),
-                v.query,
-            ));
-        }
+        dscp_rule(input, policy, rules, &mut out);
     }
     if rules.enabled("group_pair") {
         let m = matrix::matrix(input, policy, matrix::By::Bytes);
@@ -264,6 +234,100 @@ fn side_label(f: &capsule_index::sideindex::FlowCounts, d: usize) -> String {
         ep(dst, ports.map(|p| p.1))
     )
 }
+
+/// `dscp`: one alert per sender, naming every destination it marks traffic to with a value
+/// the policy does not allow it (one cause: the sender's marking), largest first.
+fn dscp_rule(input: &Input, policy: &dyn Policy, rules: &AlertRules, out: &mut Vec<Alert>) {
+    let mut by_src: BTreeMap<String, Vec<dscp::Violation>> = BTreeMap::new();
+    for v in dscp::dscp(input, Some(policy))
+        .violations
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|v| v.bytes >= rules.dscp_bytes.max(1))
+    {
+        by_src.entry(v.src.clone()).or_default().push(v);
+    }
+    for (src, mut vs) in by_src {
+        vs.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.dst.cmp(&b.dst)));
+        let top = &vs[0];
+        let mut hosts = vec![src.clone()];
+        for v in &vs {
+            if !hosts.contains(&v.dst) {
+                hosts.push(v.dst.clone());
+            }
+        }
+        let marks: Vec<String> = vs
+            .iter()
+            .map(|v| format!("{} {} ({})", v.dst, v.name, v.dscp))
+            .collect();
+        let first = vs.iter().map(|v| v.first_ns).min().unwrap_or(top.first_ns);
+        let last = vs.iter().map(|v| v.last_ns).max().unwrap_or(top.last_ns);
+        let filter = vs
+            .iter()
+            .map(|v| v.query.filter.clone())
+            .reduce(Filter::or)
+            .unwrap_or_else(|| top.query.filter.clone());
+        let from = vs.iter().map(|v| v.query.from_ns).min().unwrap_or(first);
+        let to = vs.iter().map(|v| v.query.to_ns).max().unwrap_or(last + 1);
+        let destinations: Vec<Value> = vs
+            .iter()
+            .map(|v| {
+                json!({"dst": v.dst, "dscp": v.dscp, "dscp_name": v.name, "bytes": v.bytes,
+                       "packets": v.packets, "flows": v.flows})
+            })
+            .collect();
+        out.push(alert(
+            "dscp",
+            Severity::Medium,
+            Entity {
+                kind: "host",
+                name: src.clone(),
+                hosts,
+            },
+            format!(
+                "{src} ({}) marks traffic to {}, which the [dscp] policy does not allow it",
+                top.src_group.as_deref().unwrap_or(UNASSIGNED),
+                join_words(&marks)
+            ),
+            first,
+            last,
+            json!({"dst": top.dst, "src_group": top.src_group, "dscp": top.dscp,
+                   "dscp_name": top.name,
+                   "bytes": vs.iter().map(|v| v.bytes).sum::<u64>(),
+                   "packets": vs.iter().map(|v| v.packets).sum::<u64>(),
+                   "flows": vs.iter().map(|v| v.flows).sum::<u64>(),
+                   "destinations": destinations,
+                   "threshold_bytes": rules.dscp_bytes}),
+            input.export(from, to, filter),
+        ));
+    }
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn join_words(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [a] => a.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// The severity of a retransmission finding by the share of data segments retransmitted:
+/// at least [`STORM_HIGH`] high, at least [`STORM_MEDIUM`] medium, else low.
+pub fn retransmission_severity(share: f64) -> Severity {
+    if share >= STORM_HIGH {
+        Severity::High
+    } else if share >= STORM_MEDIUM {
+        Severity::Medium
+    } else {
+        Severity::Low
+    }
+}
+
+/// A retransmitted share from which a retransmission finding is high (docs/alerts.md).
+pub const STORM_HIGH: f64 = 0.30;
+/// A retransmitted share from which a retransmission finding is medium.
+pub const STORM_MEDIUM: f64 = 0.10;
 
 /// `egress` and `off_hours`: one pass over the flow directions.
 fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<Alert>) {
@@ -402,6 +466,8 @@ fn tcp_rules(input: &Input, rules: &AlertRules, out: &mut Vec<Alert>) {
             }
         }
     }
+    // The hosts over the retransmission threshold: one finding, one cause (a storm).
+    let mut storm: Vec<(IpAddr, u64, u64, u64, u64)> = Vec::new();
     for (host, h) in hosts.iter().filter(|(_, h)| h.seen) {
         let (first, last) = clamp(input, h.first, h.last);
         let tcp = Filter::proto(IpProto::Tcp);
@@ -421,24 +487,7 @@ fn tcp_rules(input: &Input, rules: &AlertRules, out: &mut Vec<Alert>) {
             && h.retrans > 0
             && rate >= rules.retransmission_rate
         {
-            out.push(alert(
-                "tcp_retransmissions",
-                Severity::Low,
-                entity(),
-                format!(
-                    "{host} retransmitted {} of {} TCP data segments ({:.1}%)",
-                    h.retrans,
-                    h.data,
-                    rate * 100.0
-                ),
-                first,
-                last,
-                json!({"data_segments": h.data, "retransmissions": h.retrans,
-                       "retransmission_rate": rate,
-                       "threshold_rate": rules.retransmission_rate,
-                       "threshold_min_segments": rules.retransmission_min_segments}),
-                query.clone(),
-            ));
+            storm.push((*host, h.data, h.retrans, first, last));
         }
         if rules.enabled("tcp_zero_window") && h.zero >= rules.zero_windows.max(1) {
             out.push(alert(
@@ -453,12 +502,76 @@ fn tcp_rules(input: &Input, rules: &AlertRules, out: &mut Vec<Alert>) {
             ));
         }
     }
+    if !storm.is_empty() {
+        storm_alert(input, rules, &mut storm, out);
+    }
+}
+
+/// `tcp_retransmissions`: the hosts over the threshold as one alert, its severity by the
+/// share of their data segments retransmitted.
+fn storm_alert(
+    input: &Input,
+    rules: &AlertRules,
+    storm: &mut [(IpAddr, u64, u64, u64, u64)],
+    out: &mut Vec<Alert>,
+) {
+    storm.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    let data: u64 = storm.iter().map(|h| h.1).sum();
+    let retrans: u64 = storm.iter().map(|h| h.2).sum();
+    let share = retrans as f64 / data.max(1) as f64;
+    let first = storm.iter().map(|h| h.3).min().unwrap_or(input.from_ns);
+    let last = storm.iter().map(|h| h.4).max().unwrap_or(first);
+    let names: Vec<String> = storm.iter().map(|h| h.0.to_string()).collect();
+    let filter = Filter::proto(IpProto::Tcp).and(
+        storm
+            .iter()
+            .map(|h| Filter::host(Src, h.0))
+            .reduce(Filter::or)
+            .unwrap_or_else(|| Filter::all().not()),
+    );
+    let (kind, name, who) = match &names[..] {
+        [one] => ("host", one.clone(), one.clone()),
+        _ => (
+            "hosts",
+            format!("{} hosts", names.len()),
+            format!("{} hosts ({})", names.len(), join_words(&names)),
+        ),
+    };
+    let per_host: Vec<Value> = storm
+        .iter()
+        .map(|h| {
+            json!({"host": h.0.to_string(), "data_segments": h.1, "retransmissions": h.2,
+                   "retransmission_rate": h.2 as f64 / h.1.max(1) as f64})
+        })
+        .collect();
+    out.push(alert(
+        "tcp_retransmissions",
+        retransmission_severity(share),
+        Entity {
+            kind,
+            name,
+            hosts: names,
+        },
+        format!(
+            "{who} retransmitted {retrans} of {data} TCP data segments ({:.1}%)",
+            share * 100.0
+        ),
+        first,
+        last,
+        json!({"data_segments": data, "retransmissions": retrans,
+               "retransmission_rate": share, "hosts": per_host,
+               "threshold_rate": rules.retransmission_rate,
+               "threshold_min_segments": rules.retransmission_min_segments,
+               "severity_medium_rate": STORM_MEDIUM, "severity_high_rate": STORM_HIGH}),
+        input.export(first, last + 1, filter),
+    ));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tests::{flow, input};
+    use capsule_index::flows::FlowSummary;
 
     #[test]
     fn egress_and_off_hours_fire_over_their_thresholds_only() {
@@ -501,5 +614,90 @@ mod tests {
         let f = a[0].query.filter.to_string();
         assert!(f.contains("src host 10.60.0.5"), "{f}");
         assert_eq!(a[0].first_ns, t * 1_000_000_000);
+    }
+
+    /// A TCP flow from `src` sending `data` data segments, `retrans` of them retransmitted,
+    /// in second `t`.
+    fn tcp(src: [u8; 4], dst: [u8; 4], t: u64, data: u32, retrans: u32) -> FlowSummary {
+        let mut f = flow(src, dst, &[(t, u64::from(data) * 100)]);
+        f.flow.key.proto = 6;
+        let d = usize::from(f.flow.key.a != IpAddr::from(src));
+        f.flow.buckets[0].data[d] = data;
+        f.flow.buckets[0].retransmissions[d] = retrans;
+        f
+    }
+
+    fn tcp_config() -> Config {
+        Config::parse("[alerts]\nretransmission_min_segments = 100\n", "c.toml").unwrap()
+    }
+
+    #[test]
+    fn a_retransmission_storm_is_one_finding_whose_severity_follows_its_share() {
+        let t = 1_796_004_000;
+        // 16 hosts, each retransmitting 650 of 1000 segments: one high finding naming them.
+        let flows: Vec<FlowSummary> = (1..=16)
+            .map(|h| tcp([10, 0, 1, h], [10, 0, 2, 1], t, 1000, 650))
+            .collect();
+        let i = input(flows, t * 1_000_000_000, (t + 10) * 1_000_000_000);
+        let a = evaluate(&i, &tcp_config()).unwrap();
+        assert_eq!(a.len(), 1, "{a:#?}");
+        assert_eq!(a[0].rule, "tcp_retransmissions");
+        assert_eq!(a[0].severity, Severity::High);
+        assert_eq!(a[0].entity.kind, "hosts");
+        assert_eq!(a[0].entity.hosts.len(), 16);
+        assert_eq!(a[0].figures["retransmissions"], 16 * 650);
+        let f = a[0].query.filter.to_string();
+        assert!(f.contains("10.0.1.1") && f.contains("10.0.1.16"), "{f}");
+        // One host: its address; 15% is medium, 6% low.
+        for (retrans, sev) in [(150, Severity::Medium), (60, Severity::Low)] {
+            let flows = vec![tcp([10, 0, 1, 1], [10, 0, 2, 1], t, 1000, retrans)];
+            let i = input(flows, t * 1_000_000_000, (t + 10) * 1_000_000_000);
+            let a = evaluate(&i, &tcp_config()).unwrap();
+            assert_eq!(a.len(), 1, "{a:#?}");
+            assert_eq!(
+                (a[0].severity, a[0].entity.name.as_str()),
+                (sev, "10.0.1.1")
+            );
+        }
+    }
+
+    #[test]
+    fn one_dscp_violator_with_two_destinations_is_one_finding_naming_both() {
+        use capsule_index::sideindex::DscpCount;
+        let cfg = Config::parse(
+            "[groups]\nvoice = [\"10.40.0.0/24\"]\nbulk = [\"10.30.0.0/24\"]\n\
+             [dscp]\nef = [\"voice\"]\n",
+            "c.toml",
+        )
+        .unwrap();
+        let t = 1_796_004_000;
+        let marked = |dst: [u8; 4], bytes: u64| {
+            let mut f = flow([10, 30, 0, 11], dst, &[(t, bytes)]);
+            let d = usize::from(f.flow.key.a != IpAddr::from([10, 30, 0, 11]));
+            f.flow.totals.dscp_counts[d] = vec![DscpCount {
+                dscp: 46,
+                packets: bytes / 100,
+                bytes,
+            }];
+            f
+        };
+        let flows = vec![marked([10, 30, 0, 20], 1000), marked([10, 30, 0, 21], 3000)];
+        let i = input(flows, t * 1_000_000_000, (t + 10) * 1_000_000_000);
+        let a = evaluate(&i, &cfg).unwrap();
+        assert_eq!(a.len(), 1, "{a:#?}");
+        assert_eq!(a[0].entity.name, "10.30.0.11");
+        assert_eq!(
+            a[0].entity.hosts,
+            ["10.30.0.11", "10.30.0.21", "10.30.0.20"]
+        );
+        assert_eq!(a[0].figures["bytes"], 4000);
+        assert!(
+            a[0].summary
+                .contains("10.30.0.21 ef (46) and 10.30.0.20 ef (46)"),
+            "{}",
+            a[0].summary
+        );
+        let f = a[0].query.filter.to_string();
+        assert!(f.contains("10.30.0.20") && f.contains("10.30.0.21"), "{f}");
     }
 }

@@ -9,6 +9,7 @@
 //! straggler_min_bytes = "1MB"  retransmission_rate = 0.05  retransmission_min_segments = 1000
 //! zero_windows = 10       disabled = ["tcp_zero_window"]
 //! live_file = "/var/log/capsule/alerts.jsonl"  live_every = "5s"  suppress = "1h"
+//! release_after = "30s"
 //! syslog_udp = "127.0.0.1:514"  syslog_socket = "/dev/log"  syslog_facility = "local0"
 //! webhook_url = "https://hooks.example/capsule"  webhook_secret_file = "/etc/capsule/hook.key"
 //! webhook_timeout = "5s"  webhook_retries = 3  webhook_ca = "/etc/capsule/ca.pem"
@@ -45,7 +46,7 @@ pub const FACILITIES: [&str; 24] = [
     "local5", "local6", "local7",
 ];
 
-const KEYS: [&str; 27] = [
+const KEYS: [&str; 28] = [
     "live_file",
     "syslog_udp",
     "syslog_socket",
@@ -60,6 +61,7 @@ const KEYS: [&str; 27] = [
     "evidence_max",
     "live_every",
     "suppress",
+    "release_after",
     "egress_bytes",
     "egress_window",
     "off_hours_bytes",
@@ -159,6 +161,9 @@ pub struct AlertRules {
     /// An engaged alert is sent again after this long (ns); a released one is sent once.
     /// Default 1 hour.
     pub suppress_ns: u64,
+    /// Live alerts: an engaged alert is released only once no evaluation has raised it for
+    /// this long (ns), so that one hovering at its threshold does not flap. Default 30 s.
+    pub release_after_ns: u64,
     /// Live alerts to syslog over UDP: `HOST:PORT` (RFC 5424 with a JSON body).
     pub syslog_udp: Option<String>,
     /// Live alerts to syslog over a unix datagram socket (`/dev/log`).
@@ -193,6 +198,7 @@ impl Default for AlertRules {
             live_file: None,
             live_every_ns: 5 * 1_000_000_000,
             suppress_ns: 3600 * 1_000_000_000,
+            release_after_ns: 30 * 1_000_000_000,
             syslog_udp: None,
             syslog_socket: None,
             syslog_facility: 3,
@@ -358,6 +364,7 @@ impl AlertRules {
                 "evidence_max" => r.evidence_max = size(src, &key, v)?,
                 "live_every" => r.live_every_ns = duration(src, &key, v)?,
                 "suppress" => r.suppress_ns = duration(src, &key, v)?,
+                "release_after" => r.release_after_ns = duration(src, &key, v)?,
                 "disabled" => {
                     r.disabled = Vec::new();
                     for it in src.strings(&key, v, "rule names (strings)")? {
@@ -622,11 +629,13 @@ mod tests {
             (None, 3_600_000_000_000)
         );
         let c = Config::parse(
-            "[alerts]\nlive_file = \"/var/log/a.jsonl\"\nlive_every = \"2s\"\nsuppress = \"10m\"\n",
+            "[alerts]\nlive_file = \"/var/log/a.jsonl\"\nlive_every = \"2s\"\nsuppress = \"10m\"\n\
+             release_after = \"1m\"\n",
             "c.toml",
         )
         .unwrap();
         let a = c.alerts();
+        assert_eq!(a.release_after_ns, 60_000_000_000);
         assert_eq!(a.live_file.as_deref(), Some("/var/log/a.jsonl"));
         assert_eq!(
             (a.live_every_ns, a.suppress_ns),

@@ -215,7 +215,8 @@ pub struct AlertsArgs {
 pub struct TriageArgs {
     #[command(flatten)]
     pub a: AnswerArgs,
-    /// The directory the report is written into (created; files in it are replaced).
+    /// The directory the report is written into: made, or replaced whole when it holds a
+    /// previous triage report; refused when it holds a file triage did not write.
     #[arg(short = 'o', long = "out")]
     pub out: PathBuf,
     /// Do not print report.txt.

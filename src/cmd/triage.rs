@@ -10,6 +10,10 @@
 //! DIR/findings.json   {"findings": [...]} (docs/alerts.md)
 //! DIR/report.txt      report::text, printed unless --quiet
 //! DIR/report.html     report::html: one file, inline SVG charts, no script, no URL
+//! DIR/manifest.json   every file of the report (outdir.rs)
+//!   written into a staging sibling of DIR, renamed over the previous report at the end:
+//!   DIR holds exactly this run's report; a DIR holding a file triage did not write is
+//!   refused (exit 2)
 //! ```
 
 use std::fmt::Write as _;
@@ -28,6 +32,8 @@ use crate::cli::TriageArgs;
 use crate::output::Usage;
 use crate::report::{Charts, Evidence, Finding};
 use crate::request::answer_error;
+
+mod outdir;
 
 /// Findings written (with an evidence pcap each), worst first.
 pub const MAX_FINDINGS: usize = 25;
@@ -50,6 +56,8 @@ pub fn run(a: &TriageArgs) -> Result<ExitCode> {
         )
         .into());
     };
+    // Written beside -o DIR, then put in its place: DIR holds exactly this run's report.
+    let staging = outdir::Staging::begin(&a.out)?;
     let input = analytics::input(&source, &request.query, true).map_err(answer_error)?;
     let ask = |q: Question| analytics::body(&input, &q, Some(config)).map_err(answer_error);
     let Body::Alerts { alerts } = ask(Question::Alerts)? else {
@@ -57,10 +65,8 @@ pub fn run(a: &TriageArgs) -> Result<ExitCode> {
     };
     let window = Window::of(&input);
     let index_s = t0.elapsed().as_secs_f64();
-    let dir = &a.out;
     let cap = a.evidence_max.unwrap_or(config.alerts().evidence_max);
-    std::fs::create_dir_all(dir.join("evidence"))
-        .with_context(|| format!("cannot create {}", dir.join("evidence").display()))?;
+    let dir = staging.dir();
     let mut findings = Vec::new();
     // Two findings with the same query (a night-time upload is both `egress` and
     // `off_hours`) share one evidence file.
@@ -152,13 +158,14 @@ pub fn run(a: &TriageArgs) -> Result<ExitCode> {
     };
     let html = crate::report::html(&window, &alerts, &findings, &charts);
     write(dir, "report.html", &html)?;
+    staging.commit()?;
     if !a.quiet {
         print!("{text}");
     }
     eprintln!(
         "capsule: triage report in {} (report.html, report.txt, findings.json, {} evidence \
          file(s)); alerts from the index in {index_s:.2} s, all in {:.2} s",
-        dir.display(),
+        a.out.display(),
         written.len(),
         t0.elapsed().as_secs_f64()
     );

@@ -33,10 +33,12 @@ pub(crate) fn html(w: &Window, alerts: &[Alert], findings: &[Finding<'_>], c: &C
         esc(&fmt(w.from_ns)),
         esc(&fmt(w.to_ns))
     );
+    summary(&mut o, w, alerts, findings);
     let _ = write!(
         o,
         "<p>{} finding(s), {} alert(s). Every chart comes from the side index; each finding's \
-         evidence pcap was exported from the stored packets by its command.</p>",
+         evidence pcap was exported from the stored packets by its command. Times are shown \
+         to the millisecond; hover one for its nanoseconds (findings.json has them all).</p>",
         findings.len(),
         alerts.len()
     );
@@ -59,8 +61,8 @@ pub(crate) fn html(w: &Window, alerts: &[Alert], findings: &[Finding<'_>], c: &C
             esc(f.kind),
             esc(&f.entity.name),
             esc(f.summary),
-            esc(f.first),
-            esc(f.last),
+            at(f.first_ns),
+            at(f.last_ns),
             esc(&f.evidence.pcap),
             esc(&f.evidence.pcap),
             f.evidence.packets,
@@ -87,8 +89,8 @@ pub(crate) fn html(w: &Window, alerts: &[Alert], findings: &[Finding<'_>], c: &C
              <td>{}</td></tr>",
             esc(a.rule),
             esc(&a.entity.name),
-            esc(&a.first),
-            esc(&a.last),
+            at(a.first_ns),
+            at(a.last_ns),
             esc(&a.summary)
         );
     }
@@ -110,7 +112,7 @@ pub(crate) fn html(w: &Window, alerts: &[Alert], findings: &[Finding<'_>], c: &C
         o,
         "<h2 id=\"dscp\">Traffic by DSCP class over time</h2><p>bytes per {} s, stacked</p>{}",
         c.interval_ns / 1_000_000_000,
-        stacked_svg("traffic by DSCP class", &series, "bytes", axis)
+        stacked_svg("traffic by DSCP class", &series, "bytes", axis, None)
     );
     // Top talkers.
     let rows: Vec<(String, f64, bool)> = c
@@ -136,6 +138,45 @@ pub(crate) fn html(w: &Window, alerts: &[Alert], findings: &[Finding<'_>], c: &C
          shade); red border: the egress policy does not allow it</p>{}",
         matrix_svg(&c.matrix)
     );
+    // A red cell with no alert says why: its flows are under every rule's threshold.
+    let quiet: Vec<&capsule_analytics::matrix::Flagged> = c
+        .matrix
+        .cells
+        .iter()
+        .flat_map(|c| &c.flagged_flows)
+        .filter(|f| {
+            !alerts.iter().any(|a| {
+                matches!(a.rule, "egress" | "off_hours" | "group_pair")
+                    && a.entity.hosts.contains(&f.src)
+                    && a.entity.hosts.contains(&f.dst)
+            })
+        })
+        .collect();
+    if !quiet.is_empty() {
+        let _ = write!(
+            o,
+            "<p class=\"unalerted\">red, but under every alert threshold (<code>[alerts] \
+             egress_bytes</code>, <code>off_hours_bytes</code>, <code>pair_bytes</code>), so \
+             no finding:</p><ul>"
+        );
+        for f in quiet.iter().take(20) {
+            let _ = write!(
+                o,
+                "<li>{} ({}): <code>{} -w FILE</code></li>",
+                esc(&f.flow),
+                esc(&units::format_bytes(f.bytes)),
+                esc(&f.query.store_command())
+            );
+        }
+        if quiet.len() > 20 {
+            let _ = write!(
+                o,
+                "<li>and {} more (<code>capsule matrix</code>)</li>",
+                quiet.len() - 20
+            );
+        }
+        o.push_str("</ul>");
+    }
     // TCP health.
     let tcp_series = vec![
         (
@@ -159,6 +200,29 @@ pub(crate) fn html(w: &Window, alerts: &[Alert], findings: &[Finding<'_>], c: &C
             c.tcp.intervals.iter().map(|i| i.total.rsts_sent).collect(),
         ),
     ];
+    // The scale's top is the tallest bar: said against the data segments of its interval,
+    // so that 32 retransmissions filling the chart read as the few they are.
+    let tcp_scale = c
+        .tcp
+        .intervals
+        .iter()
+        .map(|i| {
+            let t = &i.total;
+            (
+                t.retransmissions + t.zero_window_segments + t.rsts_sent,
+                t.data_segments,
+            )
+        })
+        .max_by_key(|(n, _)| *n)
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, data)| {
+            format!(
+                "{:.2}% of the {} data segments sent in that {} s",
+                n as f64 * 100.0 / data.max(1) as f64,
+                data,
+                c.tcp.interval_ns / 1_000_000_000
+            )
+        });
     let _ = write!(
         o,
         "<h2 id=\"tcp\">TCP health over time</h2><p>segments per {} s; {} retransmissions of \
@@ -167,7 +231,13 @@ pub(crate) fn html(w: &Window, alerts: &[Alert], findings: &[Finding<'_>], c: &C
         c.tcp.total.retransmissions,
         c.tcp.total.data_segments,
         c.tcp.total.retransmission_rate * 100.0,
-        stacked_svg("TCP health", &tcp_series, "segments", axis)
+        stacked_svg(
+            "TCP health",
+            &tcp_series,
+            "segments",
+            axis,
+            tcp_scale.as_deref()
+        )
     );
     // Stragglers.
     let _ = write!(o, "<h2 id=\"stragglers\">Stragglers</h2>");
@@ -224,4 +294,49 @@ pub(crate) fn html(w: &Window, alerts: &[Alert], findings: &[Finding<'_>], c: &C
     }
     o.push_str("</ul></body></html>\n");
     o
+}
+
+/// An instant to the millisecond, with its nanoseconds (RFC 3339) on hover.
+fn at(ns: u64) -> String {
+    format!(
+        "<time title=\"{}\">{}</time>",
+        esc(&capsule_query::format_instant(ns)),
+        esc(&crate::render::ms(ns))
+    )
+}
+
+/// The report's first section: findings by severity, the window, the store, the capsule
+/// that made it and when.
+fn summary(o: &mut String, w: &Window, alerts: &[Alert], findings: &[Finding<'_>]) {
+    use capsule_analytics::alerts::Severity;
+    let count = |s: Severity| findings.iter().filter(|f| f.severity == s).count();
+    let _ = write!(
+        o,
+        "<section id=\"summary\"><table>\
+         <tr><th>findings</th><td><span class=\"high\">high <b data-severity=\"high\">{}</b></span>, \
+         <span class=\"medium\">medium <b data-severity=\"medium\">{}</b></span>, \
+         <span class=\"low\">low <b data-severity=\"low\">{}</b></span>{}</td></tr>\
+         <tr><th>window</th><td>{} to {} ({})</td></tr>\
+         <tr><th>store</th><td><code>{}</code></td></tr>\
+         <tr><th>made by</th><td>capsule {}</td></tr>\
+         <tr><th>generated</th><td>{}</td></tr></table></section>",
+        count(Severity::High),
+        count(Severity::Medium),
+        count(Severity::Low),
+        if alerts.len() > findings.len() {
+            format!(
+                "; {} more alert(s) past the cap of {}",
+                alerts.len() - findings.len(),
+                findings.len()
+            )
+        } else {
+            String::new()
+        },
+        at(w.from_ns),
+        at(w.to_ns),
+        esc(&units::format_duration_ns(w.to_ns.saturating_sub(w.from_ns))),
+        esc(&w.store),
+        esc(crate::cli::VERSION.as_str()),
+        esc(&humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()),
+    );
 }

@@ -28,12 +28,14 @@ pub(crate) const PALETTE: [&str; 10] = [
     "#9c755f", "#bab0ac",
 ];
 
-/// Stacked bars of `series` (name, values per slot) over `n` slots, with a legend.
+/// Stacked bars of `series` (name, values per slot) over `n` slots, with a legend. The
+/// top of the scale is labelled with the tallest bar's value and `scale`, what it is of.
 pub(crate) fn stacked_svg(
     title: &str,
     series: &[(String, Vec<u64>)],
     unit: &str,
     axis: (&str, &str),
+    scale: Option<&str>,
 ) -> String {
     let (w, h, left, bottom) = (900.0, 260.0, 70.0, 30.0);
     let n = series.first().map_or(1, |s| s.1.len()).max(1);
@@ -57,7 +59,11 @@ pub(crate) fn stacked_svg(
     let _ = write!(
         o,
         "<text x=\"4\" y=\"14\" class=\"ax\">{}</text><text x=\"4\" y=\"{}\" class=\"ax\">0</text>",
-        esc(&format!("{} {unit}", fmt_num(max as u64, unit))),
+        esc(&format!(
+            "{}{}",
+            fmt_num(max as u64, unit),
+            scale.map_or(String::new(), |s| format!(" ({s})"))
+        )),
         h - bottom
     );
     let _ = write!(
@@ -116,11 +122,12 @@ pub(crate) fn stacked_svg(
     o
 }
 
+/// A value with its unit, said once: `151 MB`, `32 segments`.
 pub(crate) fn fmt_num(v: u64, unit: &str) -> String {
     if unit == "bytes" {
         units::format_bytes(v)
     } else {
-        v.to_string()
+        format!("{v} {unit}")
     }
 }
 

@@ -5,7 +5,8 @@
 //! ```text
 //! every live_every: analytics::load(store, [now - lookback, now)) -> alerts::evaluate
 //!   -> key = rule + entity; a new key: "engaged" sent; a key still raised: sent again only
-//!      after `suppress` (default 1 h); a key no longer raised: "released" sent once
+//!      after `suppress` (default 1 h); a key no raise has seen for `release_after`
+//!      (default 30 s): "released" sent once (keys.rs: hysteresis, no flapping)
 //!   -> one event (a JSON object) -> try_send into each sink's bounded queue (full: the
 //!      event is counted undelivered for that sink, the evaluator never waits)
 //!        -> file.rs     thread: the JSON-lines file (`live_file`), appended and flushed
@@ -21,10 +22,10 @@
 //! left then is counted undelivered.
 
 mod file;
+mod keys;
 mod syslog;
 mod webhook;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -287,10 +288,6 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-struct Engaged {
-    last_sent: Instant,
-}
-
 fn write_status(store: &Path, status: &mut AlertStatus, sinks: &Sinks) {
     status.sinks = sinks.statuses();
     status.sent = status.sinks.iter().map(|s| s.sent).sum();
@@ -313,9 +310,9 @@ fn write_status(store: &Path, status: &mut AlertStatus, sinks: &Sinks) {
     }
 }
 
-/// How often to evaluate, how long to suppress a repeat, and the window each evaluation
-/// looks back over (long enough for every rule's own window).
-fn timing(config: &Config) -> (Duration, Duration, u64) {
+/// How often to evaluate, how long to suppress a repeat (ns), and the window each
+/// evaluation looks back over (long enough for every rule's own window).
+fn timing(config: &Config) -> (Duration, u64, u64) {
     let rules = config.alerts();
     let lookback = rules
         .egress_window_ns
@@ -323,7 +320,7 @@ fn timing(config: &Config) -> (Duration, Duration, u64) {
         .max(10 * 1_000_000_000);
     (
         Duration::from_nanos(rules.live_every_ns),
-        Duration::from_nanos(rules.suppress_ns),
+        rules.suppress_ns,
         lookback,
     )
 }
@@ -348,7 +345,8 @@ fn run(
         rules: enabled_rules(&config),
         ..AlertStatus::default()
     };
-    let mut engaged: BTreeMap<String, Engaged> = BTreeMap::new();
+    let mut engaged = keys::Keys::default();
+    let clock = Instant::now();
     let mut seq = 0u64;
     let mut last = Instant::now();
     loop {
@@ -397,32 +395,22 @@ fn run(
         {
             Ok(alerts) => {
                 status.evaluations += 1;
-                let mut seen = BTreeSet::new();
-                for a in &alerts {
-                    let key = format!("{}|{}", a.rule, a.entity.name);
-                    seen.insert(key.clone());
-                    let send = match engaged.get(&key) {
-                        None => true,
-                        Some(e) => e.last_sent.elapsed() >= suppress,
-                    };
-                    if send {
-                        sinks.send(event("engaged", &key, Some(a), Some(a.severity)));
-                        engaged.insert(
-                            key,
-                            Engaged {
-                                last_sent: Instant::now(),
-                            },
-                        );
-                    }
-                }
-                let gone: Vec<String> = engaged
-                    .keys()
-                    .filter(|k| !seen.contains(*k))
-                    .cloned()
+                let raised: Vec<String> = alerts
+                    .iter()
+                    .map(|a| format!("{}|{}", a.rule, a.entity.name))
                     .collect();
-                for key in gone {
-                    engaged.remove(&key);
-                    sinks.send(event("released", &key, None, None));
+                let at = clock.elapsed().as_nanos() as u64;
+                let release_after = config.alerts().release_after_ns;
+                for change in engaged.step(at, &raised, suppress, release_after) {
+                    match change {
+                        keys::Change::Engage(i) => {
+                            let a = &alerts[i];
+                            sinks.send(event("engaged", &raised[i], Some(a), Some(a.severity)));
+                        }
+                        keys::Change::Release(key) => {
+                            sinks.send(event("released", &key, None, None));
+                        }
+                    }
                 }
             }
             Err(e) => status.last_error = Some(format!("evaluating the rules: {e}")),
