@@ -1,7 +1,8 @@
 //! Progress on a terminal for long work: a bar (or a spinner when the total is unknown) on
-//! standard error with bytes, rate and ETA, and a count of packets or segments where the
-//! caller knows it. Nothing at all when standard error is not a terminal (logs, pipes, CI),
-//! so scripts and tests see only the command's own messages.
+//! standard error with bytes, rate and ETA (in SI units, as every size capsule prints), and a
+//! count of packets or segments where the caller knows it. Nothing at all when standard
+//! error is not a terminal (logs, pipes, CI), so scripts and tests see only the command's own
+//! messages.
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -23,9 +24,10 @@ impl Progress {
             None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
         };
         let template = if total.is_some() {
-            "{prefix} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}"
+            "{prefix} [{bar:30}] {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} ETA \
+             {eta} {msg}"
         } else {
-            "{prefix} {spinner} {bytes} {binary_bytes_per_sec} {elapsed} {msg}"
+            "{prefix} {spinner} {decimal_bytes} {decimal_bytes_per_sec} {elapsed} {msg}"
         };
         if let Ok(style) = ProgressStyle::with_template(template) {
             bar.set_style(style.progress_chars("=> "));

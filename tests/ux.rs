@@ -675,6 +675,8 @@ fn progress_shows_on_a_terminal_only() {
         let o = run_ok(std::process::Command::new("script").args(["-qec", &line, "/dev/null"]));
         let text = stdout_str(&o);
         assert!(text.contains(want), "{args:?} on a terminal: {text:?}");
+        // Sizes in SI units, as everywhere else capsule prints one (not MiB).
+        assert!(!text.contains("iB"), "{args:?} on a terminal: {text:?}");
     }
 }
 
@@ -829,4 +831,59 @@ fn a_bad_bpf_expression_is_a_usage_error_like_a_bad_filter() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr_str(&out));
         assert!(stderr_str(&out).contains(what), "{}", stderr_str(&out));
     }
+}
+
+/// A raw byte count in text for people: a number followed by the word "bytes".
+fn raw_byte_count(text: &str) -> Option<String> {
+    let w: Vec<&str> = text.split_whitespace().collect();
+    w.windows(2)
+        .find(|p| {
+            p[1].trim_end_matches([',', ';', ')']) == "bytes"
+                && p[0].trim_start_matches('(').parse::<u64>().is_ok()
+        })
+        .map(|p| p.join(" "))
+}
+
+#[test]
+fn byte_counts_for_people_are_si_and_json_keeps_integers() {
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("t.pcap");
+    let truth = synth(&pcap, &d.path().join("t.json"), 4, "1s", "10M", None);
+    let store = d.path().join("store");
+    let s = p(&store);
+    let out = d.path().join("out.pcap");
+    let (pcap2, truth2) = (d.path().join("t2.pcap"), d.path().join("t2.json"));
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["import", "--store", s, p(&pcap)],
+        vec!["query", "--store", s, "--count"],
+        vec!["query", "--store", s, "-w", p(&out)],
+        vec!["reindex", "--store", s],
+        vec!["compact", "--store", s, "--level", "3"],
+        vec!["status", "--store", s],
+        vec![
+            "synth",
+            "-w",
+            p(&pcap2),
+            "--truth",
+            p(&truth2),
+            "--duration",
+            "1s",
+            "--rate",
+            "10M",
+        ],
+    ];
+    for args in &commands {
+        let o = run_ok(capsule().args(args));
+        let text = format!("{}{}", stdout_str(&o), stderr_str(&o));
+        assert_eq!(raw_byte_count(&text), None, "{args:?}: {text}");
+        assert!(
+            [" B", " kB", " MB", " GB"].iter().any(|u| text.contains(u)),
+            "{args:?} names a size in SI units: {text}"
+        );
+    }
+    // --json keeps exact integers.
+    let o = run_ok(capsule().args(["query", "--store", s, "--count", "--json"]));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["packets"].as_u64(), Some(truth.packets));
+    assert!(v["bytes"].as_u64().unwrap() > 0, "{v}");
 }

@@ -182,8 +182,11 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
                 String::new()
             };
             println!(
-                "{}: {} packets, {} bytes, {} interface(s){disorder}",
-                rep.source, rep.packets, rep.wire_bytes, rep.interfaces
+                "{}: {} packets, {}, {} interface(s){disorder}",
+                rep.source,
+                rep.packets,
+                crate::units::format_bytes(rep.wire_bytes),
+                rep.interfaces
             );
         }
         for &(lt, n) in &rep.undissected {
@@ -244,21 +247,25 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
         // With disk-full drops the byte count is of what was read, not of what was stored.
         let what = if report.disk_full_drops > 0 {
             format!(
-                "{stored} of {} packets read ({} bytes read)",
-                report.packets, report.wire_bytes
+                "{stored} of {} packets read ({} read)",
+                report.packets,
+                crate::units::format_bytes(report.wire_bytes)
             )
         } else {
-            format!("{stored} packets ({} bytes)", report.wire_bytes)
+            format!(
+                "{stored} packets ({})",
+                crate::units::format_bytes(report.wire_bytes)
+            )
         };
         println!(
             "stored {what} in {:.2} s, {:.0} MB/s; {} blocks, compression {ratio:.2}x; {} \
-             segment(s) sealed, {} deleted by retention; store now {} bytes",
+             segment(s) sealed, {} deleted by retention; store now {}",
             secs,
             mb_per_s(report.uncompressed_bytes, secs),
             report.blocks,
             report.sealed.len(),
             report.deleted.len(),
-            report.store_bytes
+            crate::units::format_bytes(report.store_bytes)
         );
     }
     if report.cut_packets > 0 && !a.json {

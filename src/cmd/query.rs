@@ -77,9 +77,9 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         None => String::new(),
     };
     let summary = format!(
-        "{} packets ({} bytes); read {} of {} blocks in {} of {} segments in {:.3} s{drops}",
+        "{} packets ({}); read {} of {} blocks in {} of {} segments in {:.3} s{drops}",
         report.packets,
-        report.captured_bytes,
+        crate::units::format_bytes(report.captured_bytes),
         report.blocks_read,
         report.blocks_total,
         report.segments_touched,
@@ -207,8 +207,8 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
         }
     };
     eprintln!(
-        "received {} bytes from {url} in {:.3} s",
-        got.bytes,
+        "received {} from {url} in {:.3} s",
+        crate::units::format_bytes(got.bytes),
         t0.elapsed().as_secs_f64()
     );
     match got.partial() {

@@ -30,9 +30,9 @@ pub fn run(a: &SynthArgs) -> Result<ExitCode> {
         std::fs::write(p, body + "\n").with_context(|| format!("cannot write {}", p.display()))?;
     }
     eprintln!(
-        "synth: {} packets, {} bytes, {} flows in {:.2} s ({:.2} Gbit/s of traffic per second)",
+        "synth: {} packets, {}, {} flows in {:.2} s ({:.2} Gbit/s of traffic per second)",
         truth.packets,
-        truth.bytes,
+        crate::units::format_bytes(truth.bytes),
         truth.flows.len(),
         secs,
         truth.bytes as f64 * 8.0 / 1e9 / secs.max(1e-9)
