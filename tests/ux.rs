@@ -887,3 +887,62 @@ fn byte_counts_for_people_are_si_and_json_keeps_integers() {
     assert_eq!(v["packets"].as_u64(), Some(truth.packets));
     assert!(v["bytes"].as_u64().unwrap() > 0, "{v}");
 }
+
+#[test]
+fn a_store_is_created_only_once_the_input_is_known_good() {
+    let d = tempfile::tempdir().unwrap();
+    let text = d.path().join("notes.txt");
+    std::fs::write(&text, "hello, this is not a capture\n").unwrap();
+    let zst = d.path().join("notes.txt.zst");
+    sh_ok(&format!("zstd -q -c {} > {}", p(&text), p(&zst)));
+    let empty_file = d.path().join("empty.pcap");
+    std::fs::write(&empty_file, b"").unwrap();
+    let good = d.path().join("good.pcap");
+    std::fs::write(&good, write_pcap_ns(1, 0, &[(1, 100, udp_frame(1, 100))])).unwrap();
+    for (what, inputs, want) in [
+        ("text", vec![&text], "unknown magic number 0x68656c6c"),
+        ("zstd text", vec![&zst], "unknown magic number 0x68656c6c"),
+        ("empty file", vec![&empty_file], "empty input"),
+        (
+            "text after a capture",
+            vec![&good, &text],
+            "not a pcap or pcapng file",
+        ),
+    ] {
+        let store = d.path().join("new-store");
+        let files: Vec<&str> = inputs.iter().map(|f| p(f)).collect();
+        let out = import(&store, &[], &files);
+        let err = stderr_str(&out);
+        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+        let bad = p(inputs.last().unwrap());
+        assert!(err.contains(bad) && err.contains(want), "{what}: {err}");
+        assert!(!store.exists(), "{what}: a store was created: {err}");
+    }
+    // Standard input: the same check on its first bytes.
+    let store = d.path().join("new-store");
+    let out = capsule()
+        .args(["import", "--store", p(&store), "-"])
+        .stdin(std::fs::File::open(&text).unwrap())
+        .output()
+        .unwrap();
+    let err = stderr_str(&out);
+    assert_eq!(out.status.code(), Some(1), "stdin: {err}");
+    assert!(err.contains("not a pcap or pcapng file"), "stdin: {err}");
+    assert!(!store.exists(), "stdin: a store was created: {err}");
+    // A capture on a misspelt interface: no store, and an existing directory left as it was.
+    let empty_dir = d.path().join("empty-dir");
+    std::fs::create_dir(&empty_dir).unwrap();
+    for store in [&store, &empty_dir] {
+        let out = run(capsule().args(["capture", "--iface", "capsule-nx7", "--store", p(store)]));
+        let err = stderr_str(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(
+                "cannot capture on capsule-nx7: no network interface named \"capsule-nx7\""
+            ),
+            "{err}"
+        );
+    }
+    assert!(!store.exists(), "capture created a store");
+    assert_eq!(std::fs::read_dir(&empty_dir).unwrap().count(), 0);
+}

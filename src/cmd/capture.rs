@@ -85,6 +85,8 @@ impl CaptureArgs {
 
 pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     let configs = a.configs()?;
+    // A misspelt interface fails here, before the store is created or touched.
+    live::check_interfaces(&configs)?;
     // One word, so the summary line keeps its shape: `a,b`.
     let iface = &a.iface.join(",");
     // Before anything is set up: the --user account and whether it can use the store.
