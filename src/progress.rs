@@ -37,6 +37,27 @@ impl Progress {
         Progress(Some(bar))
     }
 
+    /// A spinner with the time elapsed, labelled `what`, for work whose size is not known
+    /// in bytes (`query --count`); hidden, like every display, off a terminal, and when
+    /// `hidden` (`--json`).
+    pub fn spinner(what: &str, hidden: bool) -> Progress {
+        if hidden || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            return Progress(None);
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template("{prefix} {spinner} {elapsed} {msg}") {
+            bar.set_style(style);
+        }
+        bar.set_prefix(what.to_string());
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Progress(Some(bar))
+    }
+
+    /// No display at all (`--json`).
+    pub fn hidden() -> Progress {
+        Progress(None)
+    }
+
     /// Adds `n` bytes done.
     pub fn add(&self, n: u64) {
         if let Some(b) = &self.0 {

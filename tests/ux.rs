@@ -646,13 +646,26 @@ fn progress_shows_on_a_terminal_only() {
     let store = d.path().join("store");
     let s = p(&store);
     let out = d.path().join("out.pcap");
+    let synth_out = d.path().join("synth.pcap");
     let commands: Vec<Vec<&str>> = vec![
         vec!["import", "--store", s, p(&pcap)],
         vec!["reindex", "--store", s],
         vec!["compact", "--store", s, "--level", "3"],
         vec!["query", "--store", s, "-w", p(&out)],
+        vec!["verify", "--store", s],
+        vec![
+            "synth",
+            "--duration",
+            "1s",
+            "--rate",
+            "20M",
+            "-w",
+            p(&synth_out),
+        ],
+        vec!["query", "--store", s, "--count"],
     ];
-    // Not a terminal: no bar, no control characters.
+    // Not a terminal (and so in every test but script(1)'s below): no bar, no spinner, no
+    // control characters. Hidden with --json too, which this cannot see.
     for args in &commands {
         let o = run_ok(capsule().args(args));
         let err = stderr_str(&o);
@@ -666,6 +679,8 @@ fn progress_shows_on_a_terminal_only() {
         (&commands[0], "ETA"),
         (&commands[1], "ETA"),
         (&commands[3], "B/s"),
+        (&commands[4], "ETA"),
+        (&commands[5], "B/s"),
     ] {
         let line = std::iter::once(bin())
             .chain(args.iter().copied())

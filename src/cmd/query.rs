@@ -58,7 +58,12 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     }
     let t0 = Instant::now();
     let report = match write {
-        _ if count => export::count(&source, &request).map_err(answer_error)?,
+        _ if count => {
+            let progress = crate::progress::Progress::spinner("counting", a.json);
+            let report = export::count(&source, &request);
+            progress.finish();
+            report.map_err(answer_error)?
+        }
         Some("-") => {
             export::stream(&source, &request, std::io::stdout().lock()).map_err(answer_error)?
         }

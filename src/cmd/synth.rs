@@ -18,12 +18,16 @@ pub fn run(a: &SynthArgs) -> Result<ExitCode> {
     // Checked before the output is created: a bad config leaves no empty file behind.
     cfg.validate()?;
     let t0 = Instant::now();
+    // The bytes written so far, on a terminal.
+    let progress = crate::progress::Progress::bytes("synth", None);
     let truth = if write == "-" {
-        capsule_synth::generate(&cfg, std::io::stdout().lock())?
+        capsule_synth::generate(&cfg, progress.writer(std::io::stdout().lock()))
     } else {
         let f = std::fs::File::create(write).with_context(|| format!("cannot create {write}"))?;
-        capsule_synth::generate(&cfg, f)?
+        capsule_synth::generate(&cfg, progress.writer(f))
     };
+    progress.finish();
+    let truth = truth?;
     let secs = t0.elapsed().as_secs_f64();
     if let Some(p) = truth_path {
         let body = serde_json::to_string_pretty(&truth)?;
