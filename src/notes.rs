@@ -124,14 +124,16 @@ pub(crate) fn print_open_report(opened: &capsule_store::OpenReport, json: bool) 
     }
     for d in &opened.deleted {
         println!(
-            "retention: deleted segment {} ({} bytes) to fit the byte budget",
-            d.seq, d.bytes
+            "retention: deleted segment {} ({}) to fit the byte budget",
+            d.seq,
+            crate::units::format_bytes(d.bytes)
         );
     }
     for d in &opened.deleted_for_space {
         println!(
-            "disk full: deleted segment {} ({} bytes) to recover a torn segment",
-            d.seq, d.bytes
+            "disk full: deleted segment {} ({}) to recover a torn segment",
+            d.seq,
+            crate::units::format_bytes(d.bytes)
         );
     }
     for p in &opened.left_open {
@@ -154,8 +156,9 @@ pub(crate) fn print_disk_full(w: &capsule_store::WriteReport, json: bool) {
     if !w.deleted_for_space.is_empty() {
         let bytes: u64 = w.deleted_for_space.iter().map(|d| d.bytes).sum();
         println!(
-            "disk full: deleted the {} oldest segment(s) ({bytes} bytes) to make room",
-            w.deleted_for_space.len()
+            "disk full: deleted the {} oldest segment(s) ({}) to make room",
+            w.deleted_for_space.len(),
+            crate::units::format_bytes(bytes)
         );
     }
     if w.disk_full_blocks > 0 {

@@ -1,7 +1,8 @@
 //! Progress on a terminal for long work: a bar (or a spinner when the total is unknown) on
-//! standard error with bytes, rate and ETA, and a count of packets or segments where the
-//! caller knows it. Nothing at all when standard error is not a terminal (logs, pipes, CI),
-//! so scripts and tests see only the command's own messages.
+//! standard error with bytes, rate and ETA (in SI units, as every size capsule prints), and a
+//! count of packets or segments where the caller knows it. Nothing at all when standard
+//! error is not a terminal (logs, pipes, CI), so scripts and tests see only the command's own
+//! messages.
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -23,9 +24,10 @@ impl Progress {
             None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
         };
         let template = if total.is_some() {
-            "{prefix} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta} {msg}"
+            "{prefix} [{bar:30}] {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} ETA \
+             {eta} {msg}"
         } else {
-            "{prefix} {spinner} {bytes} {binary_bytes_per_sec} {elapsed} {msg}"
+            "{prefix} {spinner} {decimal_bytes} {decimal_bytes_per_sec} {elapsed} {msg}"
         };
         if let Ok(style) = ProgressStyle::with_template(template) {
             bar.set_style(style.progress_chars("=> "));
@@ -33,6 +35,27 @@ impl Progress {
         bar.set_prefix(what.to_string());
         bar.enable_steady_tick(Duration::from_millis(200));
         Progress(Some(bar))
+    }
+
+    /// A spinner with the time elapsed, labelled `what`, for work whose size is not known
+    /// in bytes (`query --count`); hidden, like every display, off a terminal, and when
+    /// `hidden` (`--json`).
+    pub fn spinner(what: &str, hidden: bool) -> Progress {
+        if hidden || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            return Progress(None);
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        if let Ok(style) = ProgressStyle::with_template("{prefix} {spinner} {elapsed} {msg}") {
+            bar.set_style(style);
+        }
+        bar.set_prefix(what.to_string());
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Progress(Some(bar))
+    }
+
+    /// No display at all (`--json`).
+    pub fn hidden() -> Progress {
+        Progress(None)
     }
 
     /// Adds `n` bytes done.

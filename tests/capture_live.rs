@@ -464,12 +464,14 @@ impl Drop for Capture {
 }
 
 /// The numbers of capture's summary line on stdout:
-/// `captured N packets (B bytes) on IF in T s; seen S, dropped D[ (cause n, ...)]; V VLAN tags
-/// restored, X packets over 256 KiB cut; K segment(s) sealed, store now Z bytes`.
+/// `captured N packets (B) on IF in T s; seen S, dropped D[ (cause n, ...)]; V VLAN tags
+/// restored, X packets over 256 KiB cut; K segment(s) sealed, store now Z`, sizes B and Z in
+/// SI units (`2.52 MB`).
 #[derive(Debug)]
 struct Summary {
     packets: u64,
-    bytes: u64,
+    /// The size as printed (compare with `si_bytes`).
+    bytes: String,
     iface: String,
     seen: u64,
     dropped: u64,
@@ -487,9 +489,9 @@ fn parse_summary(stdout: &str) -> Summary {
         .unwrap_or_else(|| panic!("no \"captured N packets ...\" summary on stdout:\n{stdout}"));
     let bad = |why: &str| -> ! {
         panic!(
-            "summary {line:?} is not \"captured N packets (B bytes) on IF in T s; seen S, \
-             dropped D[ (cause n, ...)]; V VLAN tags restored, X packets over 256 KiB cut; K \
-             segment(s) sealed, store now Z bytes\": {why}"
+            "summary {line:?} is not \"captured N packets (B) on IF in T s; seen S, dropped \
+             D[ (cause n, ...)]; V VLAN tags restored, X packets over 256 KiB cut; K segment(s) \
+             sealed, store now Z\": {why}"
         )
     };
     let num = |w: &str, what: &str| -> u64 {
@@ -502,12 +504,17 @@ fn parse_summary(stdout: &str) -> Summary {
     if parts.len() != 4 {
         bad("not four parts separated by \"; \"");
     }
-    // captured N packets (B bytes) on IF in T s
+    // captured N packets (B) on IF in T s, B a number and a unit
     let w: Vec<&str> = parts[0].split_whitespace().collect();
-    if w.len() != 10 || w[2] != "packets" || w[4] != "bytes)" || w[5] != "on" || w[7] != "in" {
+    if w.len() != 10 || w[2] != "packets" || !w[4].ends_with(')') || w[5] != "on" || w[7] != "in" {
         bad("first part");
     }
-    let (packets, bytes, iface) = (num(w[1], "N"), num(w[3], "B"), w[6].to_string());
+    let bytes = format!(
+        "{} {}",
+        w[3].trim_start_matches('('),
+        w[4].trim_end_matches(')')
+    );
+    let (packets, iface) = (num(w[1], "N"), w[6].to_string());
     // seen S, dropped D[ (cause n, ...)]
     let (counts, causes_text) = match parts[1].split_once(" (") {
         Some((c, rest)) => (
@@ -542,9 +549,9 @@ fn parse_summary(stdout: &str) -> Summary {
         bad("third part");
     }
     let (vlan_restored, cut) = (num(w[0], "V"), num(w[4], "X"));
-    // K segment(s) sealed, store now Z bytes
+    // K segment(s) sealed, store now Z, Z a number and a unit
     let w: Vec<&str> = parts[3].split_whitespace().collect();
-    if w.len() != 7 || w[1] != "segment(s)" || w[6] != "bytes" {
+    if w.len() != 7 || w[1] != "segment(s)" || !w[6].ends_with('B') {
         bad("fourth part");
     }
     Summary {
@@ -1573,8 +1580,8 @@ fn stores_every_packet_with_identical_bytes_and_vlan_tags(mode: Mode) {
         stopped.stdout
     );
     assert_eq!(
-        (sum.packets, sum.bytes),
-        (sent.len() as u64, sent_bytes),
+        (sum.packets, sum.bytes.as_str()),
+        (sent.len() as u64, si_bytes(sent_bytes).as_str()),
         "summary (packets, bytes) against what was sent: {}",
         stopped.stdout
     );
@@ -1666,8 +1673,20 @@ fn jumbo_frames_arrive_whole(mode: Mode) {
     eprintln!("capture summary: {}", stopped.stdout.trim());
     let sum = parse_summary(&stopped.stdout);
     assert_eq!(
-        (sum.packets, sum.bytes, sum.seen, sum.dropped, sum.cut),
-        (sent.len() as u64, sent_bytes, sent.len() as u64, 0, 0),
+        (
+            sum.packets,
+            sum.bytes.as_str(),
+            sum.seen,
+            sum.dropped,
+            sum.cut
+        ),
+        (
+            sent.len() as u64,
+            si_bytes(sent_bytes).as_str(),
+            sent.len() as u64,
+            0,
+            0
+        ),
         "summary (packets, bytes, seen, dropped, cut) against what was sent: {}",
         stopped.stdout
     );
@@ -1722,8 +1741,8 @@ fn packet_is_queryable_within_one_second(mode: Mode) {
     assert_clean_exit(&stopped);
     let sum = parse_summary(&stopped.stdout);
     assert_eq!(
-        (sum.packets, sum.bytes, sum.seen, sum.dropped),
-        (1, frame.len() as u64, 1, 0),
+        (sum.packets, sum.bytes.as_str(), sum.seen, sum.dropped),
+        (1, si_bytes(frame.len() as u64).as_str(), 1, 0),
         "summary: {}",
         stopped.stdout
     );
@@ -3161,8 +3180,9 @@ fn two_interfaces_feed_one_store_each_with_its_own_mode_and_counters() {
     for (name, sent) in [(&ra, &sent_a), (&rb, &sent_b)] {
         let bytes: u64 = sent.iter().map(|k| u64::from(k.orig_len)).sum();
         let want = format!(
-            "  {name}: {} packets ({bytes} bytes), seen {}, dropped 0",
+            "  {name}: {} packets ({}), seen {}, dropped 0",
             sent.len(),
+            si_bytes(bytes),
             sent.len()
         );
         assert!(

@@ -131,3 +131,41 @@ fn every_subcommand_has_its_own_description() {
         );
     }
 }
+
+#[test]
+fn help_is_wrapped_to_the_terminal_width() {
+    let subcommands: Vec<String> = {
+        let help = stdout_str(&run_ok(capsule().arg("--help")));
+        help.lines()
+            .skip_while(|l| !l.starts_with("Commands:"))
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .filter(|c| c != "help")
+            .collect()
+    };
+    assert!(subcommands.len() > 10, "{subcommands:?}");
+    for args in std::iter::once(vec![])
+        .chain(subcommands.iter().map(|s| vec![s.as_str()]))
+        .flat_map(|a| {
+            let mut short = a.clone();
+            short.push("-h");
+            let mut long = a;
+            long.push("--help");
+            [short, long]
+        })
+    {
+        let out = run_ok(capsule().args(&args).env("COLUMNS", "60"));
+        for line in stdout_str(&out).lines() {
+            // Wider only where one word (a URL, a long example) does not fit, and on the usage
+            // line, which clap does not wrap.
+            let unbreakable = line.split_whitespace().count() == 1 || line.starts_with("Usage: ");
+            assert!(
+                line.chars().count() <= 60 || unbreakable,
+                "capsule {args:?} with COLUMNS=60, a line of {}: {line:?}",
+                line.chars().count()
+            );
+        }
+    }
+}

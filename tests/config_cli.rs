@@ -224,8 +224,8 @@ fn help_states_the_exit_statuses() {
     );
 }
 
-/// `capsule capture` with `args` (an interface that does not exist: it fails after opening
-/// the store, naming the interface it tried).
+/// `capsule capture` with `args` (an interface that does not exist, or a store that cannot
+/// be created: it fails before capturing, naming the one it tried).
 fn capture_run(args: &[&str]) -> (i32, String) {
     let out = run(capsule().arg("capture").args(args));
     (out.status.code().expect("exited"), stderr_str(&out))
@@ -234,7 +234,9 @@ fn capture_run(args: &[&str]) -> (i32, String) {
 #[test]
 fn capture_takes_its_settings_from_the_file_and_flags_override_them() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store-from-file");
+    // Stores under a regular file: they cannot be created, and the error names them.
+    std::fs::write(dir.path().join("file"), "").unwrap();
+    let store = dir.path().join("file").join("store-from-file");
     let f = write(
         dir.path(),
         "c.toml",
@@ -252,38 +254,35 @@ fn capture_takes_its_settings_from_the_file_and_flags_override_them() {
     );
     assert!(out.contains("capture (3 settings; flags on the command line override them)"));
 
-    // The file's interface and store are used: the store is created, then the interface
-    // is refused by name.
+    // The file's interface is used: it is refused by name, before the store is touched.
     let (code, err) = capture_run(&["--config", p(&f)]);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("no network interface named \"capsule-nx0\""),
         "{err}"
     );
+    // An interface that exists: the file's store is the one tried.
+    let (code, err) = capture_run(&["--config", p(&f), "--iface", "lo"]);
+    assert_eq!(code, 1, "{err}");
     assert!(
-        store.join("capsule-store.json").is_file(),
-        "the file's store was not used"
+        err.contains(&format!("cannot create store directory {}", p(&store))),
+        "the file's store was not used: {err}"
     );
 
     // A flag overrides the file.
-    let other = dir.path().join("store-from-flag");
-    let (code, err) = capture_run(&[
-        "--config",
-        p(&f),
-        "--iface",
-        "capsule-nx1",
-        "--store",
-        p(&other),
-    ]);
+    let other = dir.path().join("file").join("store-from-flag");
+    let (code, err) = capture_run(&["--config", p(&f), "--iface", "capsule-nx1"]);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("no network interface named \"capsule-nx1\""),
         "{err}"
     );
     assert!(!err.contains("capsule-nx0"), "{err}");
+    let (code, err) = capture_run(&["--config", p(&f), "--iface", "lo", "--store", p(&other)]);
+    assert_eq!(code, 1, "{err}");
     assert!(
-        other.join("capsule-store.json").is_file(),
-        "the flag's store was not used"
+        err.contains(&format!("cannot create store directory {}", p(&other))),
+        "the flag's store was not used: {err}"
     );
 }
 

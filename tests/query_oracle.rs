@@ -283,7 +283,7 @@ fn check(
         let (n, b) = parse_packets_bytes(summary_line(&stderr_str(&o)));
         assert_eq!(
             (n, b),
-            (want.len() as u64, want_bytes),
+            (want.len() as u64, si_bytes(want_bytes)),
             "{what}: the summary's counts"
         );
         let cap = decode_file(&out).whole(&what);
@@ -341,8 +341,21 @@ fn check(
     );
     assert_eq!(
         parse_packets_bytes(&stdout_str(&o)),
-        (want.len() as u64, want_bytes),
+        (want.len() as u64, si_bytes(want_bytes)),
         "{what}: --count"
+    );
+    // The exact figures: --json.
+    let o = run_ok(
+        capsule()
+            .args(["query", "--store", p(&fx.store)])
+            .args(&args)
+            .args(["--count", "--json"]),
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["packets"].as_u64(), v["bytes"].as_u64()),
+        (Some(want.len() as u64), Some(want_bytes)),
+        "{what}: --count --json"
     );
     expected
 }
@@ -1168,11 +1181,11 @@ fn count_and_explain_agree_with_the_export() {
         let summary = summary_line(&summary);
         assert_eq!(parse_read_of(summary), (r, t), "{what}: the export's plan");
         let (n, b) = parse_packets_bytes(&count);
-        assert_eq!(parse_packets_bytes(summary), (n, b), "{what}");
+        assert_eq!(parse_packets_bytes(summary), (n, b.clone()), "{what}");
         let cap = decode_file(&out).whole(&what);
         assert_eq!(cap.packets.len() as u64, n, "{what}");
         assert_eq!(
-            cap.packets.iter().map(|k| k.data.len() as u64).sum::<u64>(),
+            si_bytes(cap.packets.iter().map(|k| k.data.len() as u64).sum::<u64>()),
             b,
             "{what}"
         );

@@ -646,13 +646,26 @@ fn progress_shows_on_a_terminal_only() {
     let store = d.path().join("store");
     let s = p(&store);
     let out = d.path().join("out.pcap");
+    let synth_out = d.path().join("synth.pcap");
     let commands: Vec<Vec<&str>> = vec![
         vec!["import", "--store", s, p(&pcap)],
         vec!["reindex", "--store", s],
         vec!["compact", "--store", s, "--level", "3"],
         vec!["query", "--store", s, "-w", p(&out)],
+        vec!["verify", "--store", s],
+        vec![
+            "synth",
+            "--duration",
+            "1s",
+            "--rate",
+            "20M",
+            "-w",
+            p(&synth_out),
+        ],
+        vec!["query", "--store", s, "--count"],
     ];
-    // Not a terminal: no bar, no control characters.
+    // Not a terminal (and so in every test but script(1)'s below): no bar, no spinner, no
+    // control characters. Hidden with --json too, which this cannot see.
     for args in &commands {
         let o = run_ok(capsule().args(args));
         let err = stderr_str(&o);
@@ -666,6 +679,8 @@ fn progress_shows_on_a_terminal_only() {
         (&commands[0], "ETA"),
         (&commands[1], "ETA"),
         (&commands[3], "B/s"),
+        (&commands[4], "ETA"),
+        (&commands[5], "B/s"),
     ] {
         let line = std::iter::once(bin())
             .chain(args.iter().copied())
@@ -675,6 +690,8 @@ fn progress_shows_on_a_terminal_only() {
         let o = run_ok(std::process::Command::new("script").args(["-qec", &line, "/dev/null"]));
         let text = stdout_str(&o);
         assert!(text.contains(want), "{args:?} on a terminal: {text:?}");
+        // Sizes in SI units, as everywhere else capsule prints one (not MiB).
+        assert!(!text.contains("iB"), "{args:?} on a terminal: {text:?}");
     }
 }
 
@@ -829,4 +846,118 @@ fn a_bad_bpf_expression_is_a_usage_error_like_a_bad_filter() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr_str(&out));
         assert!(stderr_str(&out).contains(what), "{}", stderr_str(&out));
     }
+}
+
+/// A raw byte count in text for people: a number followed by the word "bytes".
+fn raw_byte_count(text: &str) -> Option<String> {
+    let w: Vec<&str> = text.split_whitespace().collect();
+    w.windows(2)
+        .find(|p| {
+            p[1].trim_end_matches([',', ';', ')']) == "bytes"
+                && p[0].trim_start_matches('(').parse::<u64>().is_ok()
+        })
+        .map(|p| p.join(" "))
+}
+
+#[test]
+fn byte_counts_for_people_are_si_and_json_keeps_integers() {
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("t.pcap");
+    let truth = synth(&pcap, &d.path().join("t.json"), 4, "1s", "10M", None);
+    let store = d.path().join("store");
+    let s = p(&store);
+    let out = d.path().join("out.pcap");
+    let (pcap2, truth2) = (d.path().join("t2.pcap"), d.path().join("t2.json"));
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["import", "--store", s, p(&pcap)],
+        vec!["query", "--store", s, "--count"],
+        vec!["query", "--store", s, "-w", p(&out)],
+        vec!["reindex", "--store", s],
+        vec!["compact", "--store", s, "--level", "3"],
+        vec!["status", "--store", s],
+        vec![
+            "synth",
+            "-w",
+            p(&pcap2),
+            "--truth",
+            p(&truth2),
+            "--duration",
+            "1s",
+            "--rate",
+            "10M",
+        ],
+    ];
+    for args in &commands {
+        let o = run_ok(capsule().args(args));
+        let text = format!("{}{}", stdout_str(&o), stderr_str(&o));
+        assert_eq!(raw_byte_count(&text), None, "{args:?}: {text}");
+        assert!(
+            [" B", " kB", " MB", " GB"].iter().any(|u| text.contains(u)),
+            "{args:?} names a size in SI units: {text}"
+        );
+    }
+    // --json keeps exact integers.
+    let o = run_ok(capsule().args(["query", "--store", s, "--count", "--json"]));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["packets"].as_u64(), Some(truth.packets));
+    assert!(v["bytes"].as_u64().unwrap() > 0, "{v}");
+}
+
+#[test]
+fn a_store_is_created_only_once_the_input_is_known_good() {
+    let d = tempfile::tempdir().unwrap();
+    let text = d.path().join("notes.txt");
+    std::fs::write(&text, "hello, this is not a capture\n").unwrap();
+    let zst = d.path().join("notes.txt.zst");
+    sh_ok(&format!("zstd -q -c {} > {}", p(&text), p(&zst)));
+    let empty_file = d.path().join("empty.pcap");
+    std::fs::write(&empty_file, b"").unwrap();
+    let good = d.path().join("good.pcap");
+    std::fs::write(&good, write_pcap_ns(1, 0, &[(1, 100, udp_frame(1, 100))])).unwrap();
+    for (what, inputs, want) in [
+        ("text", vec![&text], "unknown magic number 0x68656c6c"),
+        ("zstd text", vec![&zst], "unknown magic number 0x68656c6c"),
+        ("empty file", vec![&empty_file], "empty input"),
+        (
+            "text after a capture",
+            vec![&good, &text],
+            "not a pcap or pcapng file",
+        ),
+    ] {
+        let store = d.path().join("new-store");
+        let files: Vec<&str> = inputs.iter().map(|f| p(f)).collect();
+        let out = import(&store, &[], &files);
+        let err = stderr_str(&out);
+        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+        let bad = p(inputs.last().unwrap());
+        assert!(err.contains(bad) && err.contains(want), "{what}: {err}");
+        assert!(!store.exists(), "{what}: a store was created: {err}");
+    }
+    // Standard input: the same check on its first bytes.
+    let store = d.path().join("new-store");
+    let out = capsule()
+        .args(["import", "--store", p(&store), "-"])
+        .stdin(std::fs::File::open(&text).unwrap())
+        .output()
+        .unwrap();
+    let err = stderr_str(&out);
+    assert_eq!(out.status.code(), Some(1), "stdin: {err}");
+    assert!(err.contains("not a pcap or pcapng file"), "stdin: {err}");
+    assert!(!store.exists(), "stdin: a store was created: {err}");
+    // A capture on a misspelt interface: no store, and an existing directory left as it was.
+    let empty_dir = d.path().join("empty-dir");
+    std::fs::create_dir(&empty_dir).unwrap();
+    for store in [&store, &empty_dir] {
+        let out = run(capsule().args(["capture", "--iface", "capsule-nx7", "--store", p(store)]));
+        let err = stderr_str(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(
+                "cannot capture on capsule-nx7: no network interface named \"capsule-nx7\""
+            ),
+            "{err}"
+        );
+    }
+    assert!(!store.exists(), "capture created a store");
+    assert_eq!(std::fs::read_dir(&empty_dir).unwrap().count(), 0);
 }

@@ -203,6 +203,21 @@ struct Acc {
     spanned: bool,
 }
 
+/// Whether [`Acc::add_parts`] counts `s` among its flows for `dirs` and `only_dscp`: it has
+/// packets there.
+fn counted(s: &FlowSummary, dirs: [bool; 2], only_dscp: Option<u8>) -> bool {
+    let f = &s.flow;
+    (0..2)
+        .filter(|&d| dirs[d] && f.totals.packets[d] > 0)
+        .any(|d| match only_dscp {
+            Some(v) => dscp_in_window(s, d)
+                .iter()
+                .find(|c| c.dscp == v)
+                .is_some_and(|c| c.packets > 0),
+            None => true,
+        })
+}
+
 impl Acc {
     fn add(&mut self, s: &FlowSummary, dirs: [bool; 2], only_dscp: Option<u8>) {
         self.add_parts(s, dirs, only_dscp, true, true);
@@ -649,12 +664,20 @@ fn top_by_key(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn
         .map(|(i, (id, _))| (id, i))
         .collect();
     let mut seconds: Vec<Acc> = (0..shown).map(|_| Acc::default()).collect();
+    // "Other"'s flows, each once however many of its keys are not shown.
+    let mut other_flows = 0;
     for s in &input.flows {
+        let mut in_other = false;
         rows_of(s, key, policy, |id, dirs, only, _| match at.get(&id) {
             Some(&i) => seconds[i].add_parts(s, dirs, only, false, true),
-            None if !subtract => other.add_parts(s, dirs, only, false, true),
-            None => {}
+            None => {
+                in_other = in_other || counted(s, dirs, only);
+                if !subtract {
+                    other.add_parts(s, dirs, only, false, true);
+                }
+            }
         });
+        other_flows += u64::from(in_other);
     }
     drop(at);
     let mut rows = Vec::new();
@@ -673,10 +696,11 @@ fn top_by_key(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn
         }
     }
     // "Other"'s counts are the rest's (rows share flows, so they are not the total's less
-    // the rows'); its seconds were made above.
+    // the rows'), but its flows counted once each (the rest's sum counts a flow under each
+    // of its keys); its seconds were made above.
     other.bytes = rest.bytes;
     other.packets = rest.packets;
-    other.flows = rest.flows;
+    other.flows = other_flows;
     other.first = rest.first;
     other.last = rest.last;
     other.dscp = rest.dscp;
@@ -717,6 +741,41 @@ mod tests {
                 let b = serde_json::to_value(top_by_key(&inp, Key::Flow, by, limit, None)).unwrap();
                 assert_eq!(a, b, "by {by:?} limit {limit}");
             }
+        }
+    }
+
+    /// A flow counts once in "other" however many of its keys are there (by source, a flow
+    /// with traffic both ways has two): "other" never has more flows than the total.
+    #[test]
+    fn other_counts_each_flow_once() {
+        let s = 1_796_004_000u64;
+        let mut flows = Vec::new();
+        for i in 0..12u8 {
+            let per = [(s + u64::from(i % 4), 100 * (u64::from(i) + 1))];
+            let mut f = flow([10, 0, 0, i], [10, 0, 1, i % 3], &per);
+            // The same traffic back.
+            let t = &mut f.flow.totals;
+            let d = usize::from(t.packets[0] == 0);
+            (t.packets[1 - d], t.bytes[1 - d]) = (t.packets[d], t.bytes[d]);
+            flows.push(f);
+        }
+        let inp = input(flows, s * 1_000_000_000, (s + 60) * 1_000_000_000);
+        for limit in [0, 1, 3, 5] {
+            let t = top(&inp, Key::Src, By::Bytes, limit, None);
+            let other = t.other.expect("15 senders");
+            assert_eq!(t.total.flows, 12);
+            let shown: Vec<&str> = t.rows.iter().map(|r| r.key.as_str()).collect();
+            // The flows with a sender not shown.
+            let want = inp
+                .flows
+                .iter()
+                .filter(|f| {
+                    let (a, b) = (f.flow.key.a.to_string(), f.flow.key.b.to_string());
+                    !shown.contains(&a.as_str()) || !shown.contains(&b.as_str())
+                })
+                .count() as u64;
+            assert_eq!(other.flows, want, "limit {limit}");
+            assert!(other.flows <= t.total.flows, "limit {limit}");
         }
     }
 

@@ -23,9 +23,9 @@ pub mod read;
 pub mod write;
 
 pub use read::{
-    fragment_packets, fragment_records, fragment_stats, CaptureReader, FileFormat, FragmentError,
-    FragmentErrorKind, FragmentPackets, FragmentRecords, FragmentStat, Oddity, ReadError,
-    ReadErrorKind, Record,
+    check_magic, fragment_packets, fragment_records, fragment_stats, CaptureReader, FileFormat,
+    FragmentError, FragmentErrorKind, FragmentPackets, FragmentRecords, FragmentStat, Oddity,
+    ReadError, ReadErrorKind, Record,
 };
 
 /// Link-layer header types (`LinkType`, `LINKTYPE_*`), from the one list in

@@ -630,7 +630,10 @@ mod tests {
         let (mut got_ifaces, mut got) = decode(&out);
         // Read back, each interface carries the export's own section options (capsule's
         // shb_userappl): the stored interfaces had none.
-        for i in got_ifaces.iter_mut().chain(got.iter_mut().map(|g| &mut g.1)) {
+        for i in got_ifaces
+            .iter_mut()
+            .chain(got.iter_mut().map(|g| &mut g.1))
+        {
             assert_eq!(
                 capsule_pcap::options::texts(&i.options.section, 4),
                 [concat!("capsule ", env!("CARGO_PKG_VERSION"))]

@@ -85,6 +85,8 @@ impl CaptureArgs {
 
 pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     let configs = a.configs()?;
+    // A misspelt interface fails here, before the store is created or touched.
+    live::check_interfaces(&configs)?;
     // One word, so the summary line keeps its shape: `a,b`.
     let iface = &a.iface.join(",");
     // Before anything is set up: the --user account and whether it can use the store.
@@ -313,23 +315,23 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
             _ => String::new(),
         };
         println!(
-            "captured {} packets ({} bytes) on {iface} in {secs:.1} s; seen {seen}, dropped \
+            "captured {} packets ({}) on {iface} in {secs:.1} s; seen {seen}, dropped \
              {}{causes}; {} VLAN tags restored, {} packets over 256 KiB cut; {} segment(s) \
-             sealed, store now {} bytes",
+             sealed, store now {}",
             stored,
-            rep.wire_bytes,
+            crate::units::format_bytes(rep.wire_bytes),
             drops + written.disk_full_drops,
             rep.vlan_restored,
             rep.truncated,
             written.sealed.len(),
-            written.store_bytes
+            crate::units::format_bytes(written.store_bytes)
         );
         if reports.len() > 1 {
             for (name, _, r) in &reports {
                 println!(
-                    "  {name}: {} packets ({} bytes), seen {}, dropped {}{}",
+                    "  {name}: {} packets ({}), seen {}, dropped {}{}",
                     r.packets,
-                    r.wire_bytes,
+                    crate::units::format_bytes(r.wire_bytes),
                     r.seen(),
                     r.drops(),
                     capsule_capture::status::drop_causes(r)

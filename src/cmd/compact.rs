@@ -61,10 +61,10 @@ pub fn run(a: &CompactArgs) -> Result<ExitCode> {
         if !json {
             progress.suspend(|| {
                 println!(
-                    "segment {}: {} -> {} bytes ({} of {} blocks recompressed) in {:.2} s",
+                    "segment {}: {} -> {} ({} of {} blocks recompressed) in {:.2} s",
                     c.seq,
-                    c.bytes_before,
-                    c.bytes_after,
+                    crate::units::format_bytes(c.bytes_before),
+                    crate::units::format_bytes(c.bytes_after),
                     c.recompressed,
                     c.blocks,
                     c.busy.as_secs_f64()
@@ -106,10 +106,12 @@ pub fn run(a: &CompactArgs) -> Result<ExitCode> {
             .map(|d| format!(" older than {}", humantime::format_duration(d)))
             .unwrap_or_default();
         println!(
-            "compacted {} segment(s){older} at level {}: {before} -> {after} bytes ({:.1}%) in \
-             {secs:.2} s ({:.1} MB/s)",
+            "compacted {} segment(s){older} at level {}: {} -> {} ({:.1}%) in {secs:.2} s \
+             ({:.1} MB/s)",
             report.compacted.len(),
             a.level,
+            crate::units::format_bytes(before),
+            crate::units::format_bytes(after),
             100.0 * after as f64 / before.max(1) as f64,
             crate::notes::mb_per_s(before, secs)
         );

@@ -112,7 +112,7 @@ fn summary(out: &mut impl Write, file: &str, c: &Config) -> std::io::Result<()> 
     if cut.enabled() {
         let mut limits = Vec::new();
         if cut.bytes > 0 {
-            limits.push(format!("{} bytes", cut.bytes));
+            limits.push(crate::units::format_bytes(cut.bytes));
         }
         if cut.packets > 0 {
             limits.push(format!("{} packets", cut.packets));

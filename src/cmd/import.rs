@@ -19,9 +19,38 @@ enum Packing {
     Gzip,
 }
 
+/// The first bytes of `r` (up to four: a capture file's magic number), or why they could not
+/// be read.
+fn first_bytes(mut r: impl Read) -> std::io::Result<Vec<u8>> {
+    let mut head = [0u8; 4];
+    let mut n = 0;
+    while n < head.len() {
+        match r.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(head[..n].to_vec())
+}
+
+/// Checks that the (decompressed) first bytes of input `name` start a pcap or pcapng file.
+fn check_capture(name: &str, first: &[u8]) -> Result<()> {
+    capsule_pcap::check_magic(name, first).map_err(|e| anyhow::anyhow!("{e}; nothing was imported"))
+}
+
+/// An input of the import, opened and known to hold a capture before the store is opened.
+enum Input {
+    /// A file at its start, how it is compressed, and its size.
+    File(std::fs::File, Packing, u64),
+    /// Standard input, through its decompressor.
+    Stdin(Box<dyn Read + Send>),
+}
+
 /// Opens `path` for import, before the store is opened, so that a file that cannot be read
-/// fails the import before anything is created. Returns the file (at its start), how it is
-/// compressed, and its size.
+/// or is not a capture (by its first bytes, decompressed) fails the import before anything
+/// is created. Returns the file (at its start), how it is compressed, and its size.
 fn open_input(path: &str) -> Result<(std::fs::File, Packing, u64)> {
     let cannot = |why: String| anyhow::anyhow!("cannot read {path}: {why}");
     let meta = std::fs::metadata(path).map_err(|e| cannot(e.to_string()))?;
@@ -29,25 +58,25 @@ fn open_input(path: &str) -> Result<(std::fs::File, Packing, u64)> {
         return Err(cannot("it is a directory".into()));
     }
     let mut file = std::fs::File::open(path).map_err(|e| cannot(e.to_string()))?;
-    let mut head = [0u8; 4];
-    let mut n = 0;
-    while n < head.len() {
-        match file.read(&mut head[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(cannot(e.to_string())),
-        }
-    }
+    let head = first_bytes(&mut file).map_err(|e| cannot(e.to_string()))?;
     file.seek(SeekFrom::Start(0))
         .map_err(|e| cannot(e.to_string()))?;
-    let packing = if head[..n].starts_with(&ZSTD_MAGIC) {
+    let packing = if head.starts_with(&ZSTD_MAGIC) {
         Packing::Zstd
-    } else if head[..n].starts_with(&GZIP_MAGIC) {
+    } else if head.starts_with(&GZIP_MAGIC) {
         Packing::Gzip
     } else {
         Packing::Plain
     };
+    let first = match packing {
+        Packing::Plain => Ok(head),
+        Packing::Zstd => zstd::stream::read::Decoder::new(&file).and_then(first_bytes),
+        Packing::Gzip => first_bytes(flate2::read::MultiGzDecoder::new(&file)),
+    }
+    .map_err(|e| cannot(e.to_string()))?;
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| cannot(e.to_string()))?;
+    check_capture(path, &first)?;
     Ok((file, packing, meta.len()))
 }
 
@@ -72,7 +101,17 @@ fn input_reader(
 
 /// Standard input for import, through a decompressor when its first bytes say it is zstd
 /// or gzip (as a path's are recognised): `zcat`-free `import -` of a compressed capture.
+/// Its first bytes (decompressed) are checked to start a capture, as a file's are.
 fn stdin_reader() -> Result<Box<dyn Read + Send>> {
+    let mut r = stdin_decompressed()?;
+    let first =
+        first_bytes(&mut r).map_err(|e| anyhow::anyhow!("cannot read standard input: {e}"))?;
+    check_capture("-", &first)?;
+    Ok(Box::new(std::io::Cursor::new(first).chain(r)))
+}
+
+/// Standard input through its decompressor, if any.
+fn stdin_decompressed() -> Result<Box<dyn Read + Send>> {
     let mut stdin = std::io::stdin();
     let mut head = Vec::with_capacity(4);
     while head.len() < 4 {
@@ -115,11 +154,16 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
         .map(crate::request::load_config)
         .transpose()?;
     let cutoff = crate::request::cutoff_from(config.as_ref().zip(a.config.as_deref()), a.cutoff)?;
-    // Every input is opened first: one that cannot be read stops the import before the
-    // store is created or touched.
+    // Every input is opened first: one that cannot be read, or is not a capture, stops the
+    // import before the store is created or touched.
     let mut opened_inputs = Vec::with_capacity(files.len());
     for f in files {
-        opened_inputs.push(if f == "-" { None } else { Some(open_input(f)?) });
+        opened_inputs.push(if f == "-" {
+            Input::Stdin(stdin_reader()?)
+        } else {
+            let (file, packing, size) = open_input(f)?;
+            Input::File(file, packing, size)
+        });
     }
     let t0 = Instant::now();
     let (mut writer, opened) = capsule_index::open_writer(store, cfg)?;
@@ -139,14 +183,8 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     for (f, input) in files.iter().zip(opened_inputs) {
         let rep = match input {
             // A pipe may stay open and idle: read it on a thread and cut blocks by age.
-            None => match stdin_reader() {
-                Ok(r) => capsule_capture::import_live(&mut writer, "<stdin>", r),
-                Err(e) => {
-                    let _ = writer.finish();
-                    return Err(e);
-                }
-            },
-            Some((file, packing, size)) => {
+            Input::Stdin(r) => capsule_capture::import_live(&mut writer, "<stdin>", r),
+            Input::File(file, packing, size) => {
                 let progress = Progress::bytes(f, Some(size));
                 let rep = capsule_capture::import_reader(
                     &mut writer,
@@ -188,8 +226,11 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
                 String::new()
             };
             println!(
-                "{}: {} packets, {} bytes, {} interface(s){disorder}",
-                rep.source, rep.packets, rep.wire_bytes, rep.interfaces
+                "{}: {} packets, {}, {} interface(s){disorder}",
+                rep.source,
+                rep.packets,
+                crate::units::format_bytes(rep.wire_bytes),
+                rep.interfaces
             );
         }
         for &(lt, n) in &rep.undissected {
@@ -261,21 +302,25 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
         // With disk-full drops the byte count is of what was read, not of what was stored.
         let what = if report.disk_full_drops > 0 {
             format!(
-                "{stored} of {} packets read ({} bytes read)",
-                report.packets, report.wire_bytes
+                "{stored} of {} packets read ({} read)",
+                report.packets,
+                crate::units::format_bytes(report.wire_bytes)
             )
         } else {
-            format!("{stored} packets ({} bytes)", report.wire_bytes)
+            format!(
+                "{stored} packets ({})",
+                crate::units::format_bytes(report.wire_bytes)
+            )
         };
         println!(
             "stored {what} in {:.2} s, {:.0} MB/s; {} blocks, compression {ratio:.2}x; {} \
-             segment(s) sealed, {} deleted by retention; store now {} bytes",
+             segment(s) sealed, {} deleted by retention; store now {}",
             secs,
             mb_per_s(report.uncompressed_bytes, secs),
             report.blocks,
             report.sealed.len(),
             report.deleted.len(),
-            report.store_bytes
+            crate::units::format_bytes(report.store_bytes)
         );
     }
     if report.cut_packets > 0 && !a.json {

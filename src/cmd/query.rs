@@ -55,7 +55,10 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     let t0 = Instant::now();
     let (c, report, segments) = match write {
         _ if count => {
-            let c = export::counted(&source, &request).map_err(answer_error)?;
+            let progress = crate::progress::Progress::spinner("counting", a.json);
+            let c = export::counted(&source, &request);
+            progress.finish();
+            let c = c.map_err(answer_error)?;
             (c.count, c.report, c.segments)
         }
         _ => {
@@ -224,16 +227,16 @@ fn partial_exit(url: &str, partial: Option<String>) -> ExitCode {
     }
 }
 
-/// The count's line: `N packets (B bytes); read ... in S s`.
+/// The count's line: `N packets (B, in SI units); read ... in S s`.
 fn summary(c: &export::Count) -> String {
     let drops = match c.drops_in_window {
         Some(d) => format!("; the capture reported {d} packets dropped in this window"),
         None => String::new(),
     };
     format!(
-        "{} packets ({} bytes); read {} of {} blocks in {} of {} segments in {:.3} s{drops}",
+        "{} packets ({}); read {} of {} blocks in {} of {} segments in {:.3} s{drops}",
         c.packets,
-        c.bytes,
+        crate::units::format_bytes(c.bytes),
         c.blocks_read,
         c.blocks_total,
         c.segments_touched,

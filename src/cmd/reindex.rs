@@ -70,12 +70,11 @@ pub fn run(a: &ReindexArgs) -> Result<ExitCode> {
         }));
     } else {
         println!(
-            "reindexed {} segment(s) in {secs:.2} s; index is {} bytes, {:.3}% of {} stored \
-             bytes",
+            "reindexed {} segment(s) in {secs:.2} s; index is {}, {:.3}% of {} stored",
             segs.len(),
-            idx_bytes,
+            crate::units::format_bytes(idx_bytes),
             100.0 * idx_bytes as f64 / bytes.max(1) as f64,
-            bytes
+            crate::units::format_bytes(bytes)
         );
     }
     if failed > 0 {

@@ -154,9 +154,9 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                         }
                     }
                     say!(
-                        "  stored {} packets ({} bytes) of {} seen; dropped {}",
+                        "  stored {} packets ({}) of {} seen; dropped {}",
                         s.packets,
-                        s.wire_bytes,
+                        crate::units::format_bytes(s.wire_bytes),
                         s.seen,
                         s.drops
                     );
@@ -176,10 +176,10 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                                 String::new()
                             };
                             say!(
-                                "  {}: stored {} packets ({} bytes) of {} seen; dropped {} ({}){rate}",
+                                "  {}: stored {} packets ({}) of {} seen; dropped {} ({}){rate}",
                                 i.iface,
                                 i.packets,
-                                i.wire_bytes,
+                                crate::units::format_bytes(i.wire_bytes),
                                 i.seen,
                                 i.drops,
                                 causes
@@ -221,9 +221,9 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     );
                     if p.segments_deleted_for_space > 0 {
                         say!(
-                            "  disk full: deleted {} oldest segment(s) ({} bytes) to make room",
+                            "  disk full: deleted {} oldest segment(s) ({}) to make room",
                             p.segments_deleted_for_space,
-                            p.bytes_deleted_for_space
+                            crate::units::format_bytes(p.bytes_deleted_for_space)
                         );
                     }
                     say!(
@@ -254,11 +254,11 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                 cp.target,
                 match (rate, running.map(|s| s.store)) {
                     (Some(r), Some(p)) => format!(
-                        "; compactor {:.1} MB/s, {} segment(s) compacted ({} -> {} bytes){}",
+                        "; compactor {:.1} MB/s, {} segment(s) compacted ({} -> {}){}",
                         r / 1e6,
                         p.compacted_segments,
-                        p.compacted_bytes_before,
-                        p.compacted_bytes_after,
+                        crate::units::format_bytes(p.compacted_bytes_before),
+                        crate::units::format_bytes(p.compacted_bytes_after),
                         if p.compactor_paused {
                             ", paused for capture"
                         } else {
@@ -316,8 +316,9 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
             say!("budgets: {}", describe_budgets(saved.as_ref()));
             match (cp.budget, cp.horizon_now_ns) {
                 (Some(b), Some(h)) => say!(
-                    "retention: a budget of {b} bytes holds {} of packets at the ratio now, {} \
-                     after compaction",
+                    "retention: a budget of {} holds {} of packets at the ratio now, {} after \
+                     compaction",
+                    crate::units::format_bytes(b),
                     secs(h),
                     cp.horizon_after_ns.map_or("unknown".into(), secs)
                 ),

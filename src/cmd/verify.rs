@@ -25,8 +25,20 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
     } else {
         None
     };
-    for e in &entries {
+    // The segments' bytes read, on a terminal (not with --json).
+    let progress = if a.json {
+        crate::progress::Progress::hidden()
+    } else {
+        let total = entries
+            .iter()
+            .map(|e| std::fs::metadata(&e.path).map_or(0, |m| m.len()))
+            .sum();
+        crate::progress::Progress::bytes("verify", Some(total))
+    };
+    for (n, e) in entries.iter().enumerate() {
+        progress.message(format!("segment {} of {}", n + 1, entries.len()));
         let len_before = std::fs::metadata(&e.path).map_or(0, |m| m.len());
+        progress.add(len_before);
         let mut found = verify_segment(&e.path);
         // The last block of an open segment a live writer is appending to is cut short at
         // the moment it is read: when the file is still growing, that is no problem.
@@ -95,6 +107,7 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
             }
         }
     }
+    progress.finish();
     // The store's small metadata files: a damaged one is named, and --repair rebuilds it.
     if let Some(why) = store.identity_problem() {
         if a.repair {

@@ -48,8 +48,10 @@ pub(super) fn lines(
     }
     let mut lines = t.render(width);
     lines.push(format!(
-        "total {} bytes, {} packets, {} flows; ! marks traffic the egress policy does not allow",
-        m.total.bytes, m.total.packets, m.total.flows
+        "total {}, {} packets, {} flows; ! marks traffic the egress policy does not allow",
+        units::format_bytes(m.total.bytes),
+        m.total.packets,
+        m.total.flows
     ));
     for c in m.cells.iter().filter(|c| c.flagged) {
         lines.push(format!("{} -> {} not allowed:", c.src_group, c.dst_group));

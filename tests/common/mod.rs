@@ -899,20 +899,44 @@ pub fn positions_in(all: &[Pkt], picked: &[Pkt]) -> Vec<usize> {
     out
 }
 
-/// Parses the "N packets (B bytes)" that starts `capsule query --count`'s output (and the
-/// "exported N packets (B bytes); read R of T blocks ..." summary on stderr).
-pub fn parse_packets_bytes(text: &str) -> (u64, u64) {
+/// Parses the "N packets (SIZE)" that starts `capsule query --count`'s output (and the
+/// "exported N packets (SIZE); read R of T blocks ..." summary on stderr): the packets and
+/// the size as printed, in SI units (`2.52 MB`; compare with [`si_bytes`]).
+pub fn parse_packets_bytes(text: &str) -> (u64, String) {
     let s = text.trim_start().trim_start_matches("exported ");
-    let mut words = s.split_whitespace();
-    let n = words.next().and_then(|w| w.parse().ok());
-    let _ = words.next(); // "packets"
-    let b = words
-        .next()
-        .and_then(|w| w.trim_start_matches('(').parse().ok());
-    match (n, b) {
-        (Some(n), Some(b)) => (n, b),
-        _ => panic!("expected \"N packets (B bytes)\", found {text:?}"),
+    let n = s.split_whitespace().next().and_then(|w| w.parse().ok());
+    let size = s
+        .split_once(" packets (")
+        .and_then(|(_, rest)| rest.split_once(')'))
+        .map(|(size, _)| size.to_string());
+    match (n, size) {
+        (Some(n), Some(size)) => (n, size),
+        _ => panic!("expected \"N packets (SIZE)\", found {text:?}"),
     }
+}
+
+/// A byte count as capsule prints it for people: SI units, three significant digits
+/// (`999 B`, `1.25 kB`, `812 MB`). Written here from that rule, not shared with the product.
+pub fn si_bytes(n: u64) -> String {
+    if n < 1000 {
+        return format!("{n} B");
+    }
+    let (mut v, mut unit) = (n as f64, "B");
+    for u in ["kB", "MB", "GB", "TB", "PB", "EB"] {
+        if v < 999.5 {
+            break;
+        }
+        v /= 1000.0;
+        unit = u;
+    }
+    let digits = if v >= 99.95 {
+        0
+    } else if v >= 9.995 {
+        1
+    } else {
+        2
+    };
+    format!("{v:.digits$} {unit}")
 }
 
 /// Parses "read R of T blocks" out of a query summary or an `--explain` plan line.

@@ -604,6 +604,19 @@ impl XdpCounters {
     }
 }
 
+/// Checks that every interface of `configs` exists, touching none of them: what a caller
+/// checks before it creates anything for the capture (the store), so that a misspelt name
+/// leaves nothing behind.
+pub fn check_interfaces(configs: &[CaptureConfig]) -> Result<(), LiveError> {
+    for c in configs {
+        capsule_sys::if_index(&c.iface).map_err(|error| LiveError::Open {
+            iface: c.iface.clone(),
+            error,
+        })?;
+    }
+    Ok(())
+}
+
 /// Why a capture could not start or stopped with an error. The message says what failed on
 /// which interface; the cause is the error's source (print the chain, as anyhow's `{:#}`
 /// does, for the whole story: `cannot capture on eth1: no network interface named "eth1"`).

@@ -263,6 +263,31 @@ pub struct ReadError {
     pub kind: ReadErrorKind,
 }
 
+/// Checks that `head`, the first bytes of an input (four are enough), start a pcap or pcapng
+/// file, with the error [`CaptureReader::new`] gives for the same bytes: a caller can refuse
+/// an input before it creates anything for it (`capsule import` before the store).
+pub fn check_magic(source_name: &str, head: &[u8]) -> Result<(), ReadError> {
+    let kind = match View::<4>::split(head) {
+        Err(_) if head.is_empty() => ReadErrorKind::EmptyInput,
+        Err(_) => ReadErrorKind::TruncatedHeader {
+            what: "file magic number",
+            needed: 4,
+            found: head.len(),
+        },
+        Ok((m, _)) => match (m.u32_le::<0>(), m.u32_be::<0>()) {
+            (BLOCK_SHB | PCAP_MAGIC_US | PCAP_MAGIC_NS, _) | (_, PCAP_MAGIC_US | PCAP_MAGIC_NS) => {
+                return Ok(())
+            }
+            (_, magic) => ReadErrorKind::UnknownMagic { magic },
+        },
+    };
+    Err(ReadError {
+        source_name: source_name.to_string(),
+        offset: 0,
+        kind,
+    })
+}
+
 /// What was wrong with a capture file. Each message says what was expected and what was found.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadErrorKind {

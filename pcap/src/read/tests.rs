@@ -544,6 +544,25 @@ fn truncated_pcap_record_reports_its_offset() {
 }
 
 #[test]
+fn check_magic_says_what_the_reader_says() {
+    for good in [
+        &PCAP_US_BE[..4],
+        &[0xd4, 0xc3, 0xb2, 0xa1],
+        &[0x0a, 0x0d, 0x0d, 0x0a],
+    ] {
+        check_magic("g", good).unwrap();
+    }
+    for bad in [
+        &[][..],
+        &[0x0a, 0x0d][..],
+        &[0x12, 0x34, 0x56, 0x78, 0, 0, 0, 0][..],
+    ] {
+        let want = CaptureReader::new("b", bad).unwrap_err().to_string();
+        assert_eq!(check_magic("b", bad).unwrap_err().to_string(), want);
+    }
+}
+
+#[test]
 fn truncated_and_garbage_file_headers() {
     let err = CaptureReader::new("e", &[][..]).unwrap_err();
     assert!(matches!(err.kind, ReadErrorKind::EmptyInput));
