@@ -352,6 +352,40 @@ fn segment_numbers_never_wrap_and_nothing_is_overwritten() {
 /// footer are gone) is not read as whole: a query over its span answers exit 3 and names
 /// the segment and the stretch lost; a window that ends before the cut is whole (exit 0).
 /// Before, `query --count` returned what was left with exit 0 and no word.
+/// Defect (issue 26, item 4): after `verify --repair` rebuilt a damaged segment (its damaged
+/// block moved aside), queries over the lost range answered exit 0 with no trace of the
+/// loss. The ledger still records how many packets the segment was sealed with: an answer
+/// over the segment says what was lost and exits 3; a window before it is whole.
+#[test]
+fn a_repaired_segment_still_says_what_the_repair_lost() {
+    let d = tempfile::tempdir().unwrap();
+    let (store, _, total) = store(d.path());
+    let segs = segments(&store);
+    let seg = &segs[1];
+    flip(&seg.path, std::fs::metadata(&seg.path).unwrap().len() / 2);
+    let r = run_ok(capsule().args(["verify", "--store", p(&store), "--repair"]));
+    assert!(
+        stdout_str(&r).contains(&format!("repaired segment {}", seg.seq)),
+        "{}",
+        stdout_str(&r)
+    );
+    let (code, packets, err) = count(&store, &[]);
+    assert!(packets < total, "the repair kept {packets} of {total}");
+    assert_eq!(code, Some(3), "a repaired loss answered as whole: {err}");
+    assert!(
+        err.contains(&format!("segment {} (", seg.seq))
+            && err.contains(&format!(
+                "of the {} packets it was sealed with",
+                seg.packets
+            )),
+        "the loss is not named: {err}"
+    );
+    let first = &segs[0];
+    let to = format!("@{}", first.last_ns.unwrap());
+    let (code, _, err) = count(&store, &["--to", &to]);
+    assert_eq!(code, Some(0), "a window before the repaired segment: {err}");
+}
+
 #[test]
 fn a_sealed_segment_cut_short_makes_every_answer_over_it_partial() {
     let d = tempfile::tempdir().unwrap();

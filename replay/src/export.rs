@@ -231,6 +231,27 @@ fn lost_in_window(
                 });
             }
         }
+        // A segment that holds fewer packets than it was sealed with, with no damage left
+        // to show for it: `verify --repair` rebuilt it and moved the damage aside. Where the
+        // lost packets lay within the segment is unknown, so every window over its span
+        // says so.
+        let held: u64 = seg.blocks().iter().map(|b| u64::from(b.packets)).sum();
+        if let Some(r) = recorded.filter(|r| r.packets > held && seg.damaged().is_empty()) {
+            if r.first_ns < to && from <= r.last_ns {
+                lost.push(capsule_store::Unreadable {
+                    seq: seg.seq(),
+                    path: seg.path().to_path_buf(),
+                    problem: format!(
+                        "it holds {held} of the {} packets it was sealed with: {} were lost \
+                         to damage (the store's ledger records the seal; `verify --repair` \
+                         moves damaged bytes aside, next to the segment)",
+                        r.packets,
+                        r.packets - held
+                    ),
+                    span: Some((r.first_ns, r.last_ns)),
+                });
+            }
+        }
     }
     lost
 }
