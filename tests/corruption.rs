@@ -174,3 +174,147 @@ fn a_hundred_flipped_bytes_are_each_named_and_never_give_a_wrong_answer() {
     assert_eq!(named, tried, "verify names every damaged file");
     assert!(tried >= 100);
 }
+
+/// The store-level damage of issue 26, as one run over copies of one clean store: a sealed
+/// segment cut short, a segment under another's name, a segment deleted from the middle, a
+/// missing and a stale side index, damaged metadata files, and a segment rebuilt by
+/// `verify --repair`. For each, `query` and `flows` either give the clean store's answer
+/// with exit 0, or say the answer is partial (exit 3) and name the segment or file; never
+/// fewer packets or flows with exit 0. (A damaged journal needs an open segment: it is
+/// covered by tests/index_journal.rs and the kill rounds.)
+#[test]
+fn store_damage_cases_never_answer_short_with_exit_0() {
+    let d = tempfile::tempdir().unwrap();
+    let input = d.path().join("in.pcap");
+    synth(&input, &d.path().join("truth.json"), 13, "1s", "20M", None);
+    let clean = d.path().join("clean");
+    import_ok(
+        &clean,
+        &["--block-size", "16K", "--segment-size", "512K"],
+        &[p(&input)],
+    );
+    let reference = decode(&query_ok(&clean, &d.path().join("ref.pcap"), &[])).whole("reference");
+    let flows_of = |store: &Path| {
+        let o = run(capsule().args(["flows", "--store", p(store), "--json", "--limit", "100000"]));
+        (o.status.code(), stdout_str(&o), stderr_str(&o))
+    };
+    let (code, ref_flows, err) = flows_of(&clean);
+    assert_eq!(code, Some(0), "{err}");
+    let segs: Vec<PathBuf> = files(&clean.join("segments"))
+        .into_iter()
+        .filter(|f| f.to_string_lossy().ends_with(".pcapng.zst"))
+        .collect();
+    assert!(segs.len() >= 3, "the test needs several segments");
+    let name = |f: &Path| f.file_name().unwrap().to_string_lossy().into_owned();
+    let idx_of = |seg: &Path| {
+        let n = name(seg);
+        clean
+            .join("index")
+            .join(format!("{}.idx", n.trim_end_matches(".pcapng.zst")))
+    };
+    assert!(idx_of(&segs[1]).exists(), "{}", idx_of(&segs[1]).display());
+
+    let cases = [
+        "cut-short",
+        "renamed",
+        "deleted",
+        "index-missing",
+        "index-stale",
+        "metadata",
+        "repaired",
+    ];
+    let mut summary = Vec::new();
+    for case in cases {
+        let store = d.path().join(case);
+        copy_dir(&clean, &store);
+        let in_store = |f: &Path| store.join(f.strip_prefix(&clean).unwrap());
+        let (seg1, seg2) = (in_store(&segs[1]), in_store(&segs[2]));
+        // What the answer must name when it is partial.
+        let named = match case {
+            "cut-short" => {
+                let len = std::fs::metadata(&seg1).unwrap().len();
+                let f = std::fs::OpenOptions::new().write(true).open(&seg1).unwrap();
+                f.set_len(len / 2).unwrap();
+                name(&seg1)
+            }
+            "renamed" => {
+                std::fs::copy(&seg1, &seg2).unwrap();
+                name(&seg2)
+            }
+            "deleted" => {
+                std::fs::remove_file(&seg1).unwrap();
+                name(&seg1)
+            }
+            "index-missing" => {
+                std::fs::remove_file(in_store(&idx_of(&segs[1]))).unwrap();
+                name(&seg1)
+            }
+            "index-stale" => {
+                std::fs::copy(in_store(&idx_of(&segs[2])), in_store(&idx_of(&segs[1]))).unwrap();
+                name(&seg1)
+            }
+            "metadata" => {
+                for f in ["capsule-store.json", "retention.json", "last-seq"] {
+                    let path = store.join(f);
+                    if path.exists() {
+                        std::fs::write(&path, b"\x00garbage{").unwrap();
+                    }
+                }
+                String::new()
+            }
+            _ => {
+                let len = std::fs::metadata(&seg1).unwrap().len();
+                let mut b = std::fs::read(&seg1).unwrap();
+                b[(len / 2) as usize] ^= 0x5A;
+                std::fs::write(&seg1, b).unwrap();
+                run_ok(capsule().args(["verify", "--store", p(&store), "--repair"]));
+                name(&seg1)
+            }
+        };
+        let out = store.join("export.pcap");
+        let q = run(capsule().args(["query", "--store", p(&store), "-w", p(&out)]));
+        let got = decode_file(&out).whole(case);
+        let seq_named = |err: &str| {
+            named.is_empty()
+                || err.contains(&named)
+                || named
+                    .trim_start_matches("seg-")
+                    .split('.')
+                    .next()
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .is_some_and(|n| {
+                        // "segment 2 (...)", or a list: "segment(s) [1, 2]".
+                        [format!("segment {n}"), format!("[{n}]"), format!("[{n},")]
+                            .iter()
+                            .chain(&[format!(" {n}]"), format!(" {n},")])
+                            .any(|s| err.contains(s.as_str()))
+                    })
+        };
+        match q.status.code() {
+            Some(0) => assert!(
+                got.packets == reference.packets,
+                "{case}: query exit 0 with {} of {} packets: {}",
+                got.packets.len(),
+                reference.packets.len(),
+                stderr_str(&q)
+            ),
+            Some(3) => assert!(
+                seq_named(&stderr_str(&q)),
+                "{case}: a partial query does not name {named}: {}",
+                stderr_str(&q)
+            ),
+            other => panic!("{case}: query exit {other:?}: {}", stderr_str(&q)),
+        }
+        let (code, flows, err) = flows_of(&store);
+        match code {
+            Some(0) => assert_eq!(flows, ref_flows, "{case}: flows exit 0 with another answer"),
+            Some(3) => assert!(seq_named(&err), "{case}: partial flows name nothing: {err}"),
+            other => panic!("{case}: flows exit {other:?}: {err}"),
+        }
+        summary.push(format!(
+            "{case}: query {:?}, flows {code:?}",
+            q.status.code()
+        ));
+    }
+    eprintln!("store damage: {}", summary.join("; "));
+}

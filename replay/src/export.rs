@@ -231,27 +231,6 @@ fn lost_in_window(
                 });
             }
         }
-        // A segment that holds fewer packets than it was sealed with, with no damage left
-        // to show for it: `verify --repair` rebuilt it and moved the damage aside. Where the
-        // lost packets lay within the segment is unknown, so every window over its span
-        // says so.
-        let held: u64 = seg.blocks().iter().map(|b| u64::from(b.packets)).sum();
-        if let Some(r) = recorded.filter(|r| r.packets > held && seg.damaged().is_empty()) {
-            if r.first_ns < to && from <= r.last_ns {
-                lost.push(capsule_store::Unreadable {
-                    seq: seg.seq(),
-                    path: seg.path().to_path_buf(),
-                    problem: format!(
-                        "it holds {held} of the {} packets it was sealed with: {} were lost \
-                         to damage (the store's ledger records the seal; `verify --repair` \
-                         moves damaged bytes aside, next to the segment)",
-                        r.packets,
-                        r.packets - held
-                    ),
-                    span: Some((r.first_ns, r.last_ns)),
-                });
-            }
-        }
     }
     lost
 }
@@ -306,6 +285,15 @@ impl Window {
             .ok()
             .flatten();
         report.lost = lost_in_window(&segments, query, ledger.as_ref());
+        // Segments a repair left short of what they were sealed with, where the window
+        // reaches them.
+        let (from, to) = query.window();
+        report.lost.extend(
+            store
+                .short_segments(&segments)?
+                .into_iter()
+                .filter(|u| u.reaches(from, to)),
+        );
         let (window_stats, baselines) = interface_stats(&segments, query, &mut report.skipped)?;
         report.drops_in_window = drops_in_window(&window_stats, &baselines);
 

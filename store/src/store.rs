@@ -325,6 +325,37 @@ impl Store {
         })
     }
 
+    /// The sealed segments of `segments` that hold fewer packets than the store's ledger
+    /// records they were sealed with, and no damage left to show for it: `verify --repair`
+    /// rebuilt them and moved the damaged bytes aside. Where in the segment the lost packets
+    /// lay is unknown, so each is named with the span the ledger records: every answer over
+    /// it misses them. None for a store without a ledger.
+    pub fn short_segments(&self, segments: &[SegmentReader]) -> Result<Vec<Unreadable>> {
+        let Some(ledger) = crate::ledger::read(&self.segments_dir())? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for seg in segments.iter().filter(|s| s.damaged().is_empty()) {
+            let held: u64 = seg.blocks().iter().map(|b| u64::from(b.packets)).sum();
+            let Some(r) = ledger.live.get(&seg.seq()).filter(|r| r.packets > held) else {
+                continue;
+            };
+            out.push(Unreadable {
+                seq: seg.seq(),
+                path: seg.path().to_path_buf(),
+                problem: format!(
+                    "it holds {held} of the {} packets it was sealed with: {} were lost to \
+                     damage (the store's ledger records the seal; `verify --repair` moves \
+                     damaged bytes aside, next to the segment)",
+                    r.packets,
+                    r.packets - held
+                ),
+                span: Some((r.first_ns, r.last_ns)),
+            });
+        }
+        Ok(out)
+    }
+
     /// Opens every segment for reading. Segments that vanish while being opened (retention)
     /// are skipped; an open segment sealed meanwhile is opened under its sealed name. A
     /// segment that cannot be read at all (its head is damaged) is skipped with a warning in
