@@ -413,3 +413,24 @@ fn every_error_of_a_file_is_reported_in_one_run() {
         );
     }
 }
+
+#[test]
+fn the_summary_lists_the_alert_rules_with_their_thresholds() {
+    let text = VALID.to_string()
+        + "\n[alerts]\negress_bytes = \"10M\"\negress_window = \"1m\"\n\
+           straggler_groups = [\"gpu\"]\ndisabled = [\"tcp_zero_window\"]\n";
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "c.toml", &text);
+    let (code, out, err) = check(&[], &f);
+    assert_eq!(code, 0, "{out}{err}");
+    for want in [
+        "alerts (6 rules on, 1 off):",
+        "egress",
+        "10.5 MB per flow direction in 1m 00s",
+        "straggler",
+        "groups gpu",
+        "tcp_zero_window      off",
+    ] {
+        assert!(out.contains(want), "{want:?} missing from:\n{out}");
+    }
+}
