@@ -63,7 +63,7 @@ fn load_client_file() -> Result<(capsule_config::ClientConfig, Option<PathBuf>)>
              ~/.config/capsule/client.toml): {source}",
             path.display()
         )),
-        e => crate::output::Usage(e.to_string()),
+        e => crate::output::Usage(crate::output::config_problems(&e)),
     })?;
     Ok((c, Some(path)))
 }

@@ -14,6 +14,18 @@ pub(crate) const PARTIAL_HEADER: &str = "capsule-partial";
 #[error("{0}")]
 pub(crate) struct Usage(pub String);
 
+/// The text of a config file's problems (not a read error): one `FILE:LINE:COL: KEY: ...`
+/// per problem, the later ones on lines of their own with the `capsule: error: ` that
+/// `main` puts before the first, so each line reads alike.
+pub(crate) fn config_problems(e: &capsule_config::ConfigError) -> String {
+    let all = e.all_invalid();
+    if all.is_empty() {
+        return e.to_string();
+    }
+    let lines: Vec<String> = all.iter().map(ToString::to_string).collect();
+    lines.join("\ncapsule: error: ")
+}
+
 /// Prints one JSON document on stdout, with an RFC 3339 string beside every instant.
 pub(crate) fn print_json(mut v: serde_json::Value) {
     with_times(&mut v);

@@ -98,7 +98,7 @@ pub(crate) fn load_config(path: &std::path::Path) -> Result<capsule_config::Conf
             path.display()
         ))
         .into(),
-        e @ capsule_config::ConfigError::Invalid(_) => Usage(e.to_string()).into(),
+        e => Usage(crate::output::config_problems(&e)).into(),
     })
 }
 

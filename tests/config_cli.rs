@@ -125,10 +125,15 @@ fn assert_refused(file: &Path, line: usize, key: &str, words: &[&str]) {
 #[test]
 fn an_unknown_key_exits_2_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
-    let f = write(dir.path(), "c.toml", &valid_but(17, "stat = \"08:00\""));
+    // Appended to the last section, [work_hours] (a replaced key would be missing too).
+    let f = write(
+        dir.path(),
+        "c.toml",
+        &(VALID.to_string() + "stat = \"08:00\"\n"),
+    );
     assert_refused(
         &f,
-        17,
+        19,
         "work_hours.stat",
         &["unknown key", "days, start, end, timezone"],
     );
@@ -356,4 +361,76 @@ fn a_serve_section_is_listed_with_its_flags_and_a_bad_one_names_its_line() {
     let plain = write(d.path(), "plain.toml", "[groups]\na = [\"10.0.0.0/8\"]\n");
     let (_, out, _) = check(&[], &plain);
     assert!(!out.contains("serve"), "{out}");
+}
+
+#[test]
+fn every_error_of_a_file_is_reported_in_one_run() {
+    // Six problems in five sections: an unknown section, a bad prefix (its group stays
+    // defined, so [dscp] naming it is no further error), an unknown key and a bad value in
+    // [alerts], a bad value in [cutoff], an unknown zone.
+    let text = "[groups]\n\
+                gpu = [\"10.1.1.0/33\"]\n\
+                [dscp]\n\
+                ef = [\"gpu\"]\n\
+                [alerts]\n\
+                egress_byte = \"1M\"\n\
+                straggler_ratio = 2.0\n\
+                [cutoff]\n\
+                idle = \"soon\"\n\
+                [work_hours]\n\
+                days = \"mon-fri\"\n\
+                start = \"08:00\"\n\
+                end = \"19:00\"\n\
+                timezone = \"Mars/Olympus\"\n\
+                [alert]\n\
+                x = 1\n";
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "c.toml", text);
+    let (code, out, err) = check(&[], &f);
+    assert_eq!(code, 2, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.is_empty(), "{out}");
+    let file = f.display().to_string();
+    let want = [
+        (2, "groups.gpu[0]", "bad address or prefix"),
+        (6, "alerts.egress_byte", "unknown key"),
+        (7, "alerts.straggler_ratio", "bad value"),
+        (9, "cutoff.idle", "bad value"),
+        (14, "work_hours.timezone", "unknown time zone"),
+        (15, "alert", "unknown key"),
+    ];
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), want.len(), "{err}");
+    // In file order, each naming the file, line and key.
+    for (l, (line, key, kind)) in lines.iter().zip(want) {
+        let prefix = format!("capsule: error: {file}:{line}:");
+        assert!(
+            l.starts_with(&prefix),
+            "{l:?} does not start with {prefix:?}"
+        );
+        assert!(
+            l.contains(&format!(": {key}: {kind}")),
+            "{l:?} lacks {key}: {kind}"
+        );
+    }
+}
+
+#[test]
+fn the_summary_lists_the_alert_rules_with_their_thresholds() {
+    let text = VALID.to_string()
+        + "\n[alerts]\negress_bytes = \"10M\"\negress_window = \"1m\"\n\
+           straggler_groups = [\"gpu\"]\ndisabled = [\"tcp_zero_window\"]\n";
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "c.toml", &text);
+    let (code, out, err) = check(&[], &f);
+    assert_eq!(code, 0, "{out}{err}");
+    for want in [
+        "alerts (6 rules on, 1 off):",
+        "egress",
+        "10.5 MB per flow direction in 1m 00s",
+        "straggler",
+        "groups gpu",
+        "tcp_zero_window      off",
+    ] {
+        assert!(out.contains(want), "{want:?} missing from:\n{out}");
+    }
 }

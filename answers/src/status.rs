@@ -232,6 +232,33 @@ pub struct Answer {
     pub alerts: Option<AlertStatus>,
 }
 
+/// Looks at the store and the capture's status at most this many times for a pair of the
+/// same moment.
+const STATUS_TRIES: usize = 3;
+
+/// `look()` between two `read()`s of a status, repeated (at most `tries` times) while the
+/// status's `stamp` changed between them: the look with the status read after it, and
+/// whether the two reads agreed (else the last attempt's pair).
+fn around<T, S, K: PartialEq, E>(
+    tries: usize,
+    mut read: impl FnMut() -> Result<S, E>,
+    mut look: impl FnMut() -> Result<T, E>,
+    stamp: impl Fn(&S) -> K,
+) -> Result<((T, S), bool), E> {
+    let mut before = read()?;
+    let mut attempt = 1;
+    loop {
+        let t = look()?;
+        let after = read()?;
+        let agreed = stamp(&before) == stamp(&after);
+        if agreed || attempt >= tries {
+            return Ok(((t, after), agreed));
+        }
+        attempt += 1;
+        before = after;
+    }
+}
+
 /// Looks at the store in `store_dir` as `req` asks.
 pub fn answer(store_dir: &Path, req: &Request) -> Result<Answer, AnswerError> {
     let (a_level, a_max_bytes) = (req.level, req.max_bytes);
@@ -240,23 +267,39 @@ pub fn answer(store_dir: &Path, req: &Request) -> Result<Answer, AnswerError> {
         source,
     };
     let mut warnings = Vec::new();
-    // The store first, then the capture's status file at once: listing the segments of a
-    // big store takes a while, and the two snapshots should be of the same moment.
-    let store = Store::open(store_dir).map_err(err)?;
-    let (segs, unreadable) = store.open_segments_checked().map_err(err)?;
     // The status file is a report of the capture, rewritten every second: a damaged one
     // (not JSON) says nothing of the store, so the rest is still shown.
-    let st = match capsule_capture::status::read_status(store_dir) {
-        Ok(st) => st,
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-            warnings.push(format!(
+    let read_st = || match capsule_capture::status::read_status(store_dir) {
+        Ok(st) => Ok((st, None)),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Ok((
+            None,
+            Some(format!(
                 "the capture's status cannot be read, shown as if no capture had run (a \
                  running capture rewrites it within a second): {e}"
-            ));
-            None
-        }
-        Err(e) => return Err(AnswerError::Status(e)),
+            )),
+        )),
+        Err(e) => Err(AnswerError::Status(e)),
     };
+    let look = || -> Result<_, AnswerError> {
+        let store = Store::open(store_dir).map_err(err)?;
+        let (segs, unreadable) = store.open_segments_checked().map_err(err)?;
+        Ok((store, segs, unreadable))
+    };
+    // The capture's status before and after the look at the store, again while it changed
+    // in between (a segment sealed), so that the two are of the same moment.
+    let stamp = |st: &(
+        Option<capsule_capture::status::CaptureStatus>,
+        Option<String>,
+    )| { st.0.as_ref().map(|s| (s.pid, s.updated_ns)) };
+    let (((store, segs, unreadable), (st, st_warning)), agreed) =
+        around(STATUS_TRIES, read_st, look, stamp)?;
+    warnings.extend(st_warning);
+    if !agreed {
+        warnings.push(format!(
+            "the capture rewrote its status during each of {STATUS_TRIES} looks at the store: \
+             its figures may be up to a second apart from the store's"
+        ));
+    }
     let packets: u64 = segs
         .iter()
         .flat_map(|s| s.blocks())
@@ -450,5 +493,52 @@ impl Shown {
                 .map(|l| (l.level, l.bytes, l.blocks))
                 .collect(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn the_look_is_retried_while_the_status_changed_around_it() {
+        // The status changes (a segment seals) during the first look only: the answer is
+        // the second look with the status read after it.
+        let status = Cell::new(1u64);
+        let looks = Cell::new(0u32);
+        let ((seen, st), agreed) = around(
+            3,
+            || Ok::<_, ()>(status.get()),
+            || {
+                looks.set(looks.get() + 1);
+                if looks.get() == 1 {
+                    status.set(2);
+                }
+                Ok(looks.get())
+            },
+            |s| *s,
+        )
+        .unwrap();
+        assert_eq!((seen, st, agreed), (2, 2, true));
+        assert_eq!(looks.get(), 2);
+    }
+
+    #[test]
+    fn a_status_that_always_changes_gives_up_after_the_tries_and_says_so() {
+        let status = Cell::new(0u64);
+        let looks = Cell::new(0u32);
+        let ((seen, _), agreed) = around(
+            3,
+            || Ok::<_, ()>(status.get()),
+            || {
+                looks.set(looks.get() + 1);
+                status.set(status.get() + 1);
+                Ok(looks.get())
+            },
+            |s| *s,
+        )
+        .unwrap();
+        assert_eq!((seen, agreed), (3, false));
     }
 }

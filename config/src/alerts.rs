@@ -228,163 +228,174 @@ impl AlertRules {
         path: &str,
         table: &DeTable<'_>,
         groups: &Groups,
-    ) -> Result<AlertRules, ConfigError> {
-        src.only_keys(path, table, &KEYS)?;
+    ) -> AlertRules {
+        src.only_keys(path, table, &KEYS);
         let mut r = AlertRules::default();
         let mut hook = HookKeys::default();
         for (k, v) in table {
             let name = k.get_ref().as_ref();
             let key = join(path, name);
-            match name {
-                "egress_bytes" => r.egress_bytes = size(src, &key, v)?,
-                "egress_window" => r.egress_window_ns = duration(src, &key, v)?,
-                "off_hours_bytes" => r.off_hours_bytes = size(src, &key, v)?,
-                "dscp_bytes" => r.dscp_bytes = size(src, &key, v)?,
-                "pair_bytes" => r.pair_bytes = size(src, &key, v)?,
-                "straggler_groups" => {
-                    r.straggler_groups = Vec::new();
-                    for it in src.strings(&key, v, "group names (strings)")? {
-                        if groups.by_name(&it.text).is_none() {
-                            return Err(groups.unknown(src, &it.path, &it.text, it.span));
-                        }
-                        if !r.straggler_groups.contains(&it.text) {
-                            r.straggler_groups.push(it.text);
+            // One key: its problem is kept and the reading goes on with the next key.
+            let one = (|| -> Result<(), ConfigError> {
+                match name {
+                    "egress_bytes" => r.egress_bytes = size(src, &key, v)?,
+                    "egress_window" => r.egress_window_ns = duration(src, &key, v)?,
+                    "off_hours_bytes" => r.off_hours_bytes = size(src, &key, v)?,
+                    "dscp_bytes" => r.dscp_bytes = size(src, &key, v)?,
+                    "pair_bytes" => r.pair_bytes = size(src, &key, v)?,
+                    "straggler_groups" => {
+                        r.straggler_groups = Vec::new();
+                        for it in src.strings(&key, v, "group names (strings)")? {
+                            if groups.by_name(&it.text).is_none() {
+                                src.keep::<()>(Err(
+                                    groups.unknown(src, &it.path, &it.text, it.span)
+                                ));
+                                continue;
+                            }
+                            if !r.straggler_groups.contains(&it.text) {
+                                r.straggler_groups.push(it.text);
+                            }
                         }
                     }
-                }
-                "straggler_interval" => r.straggler_interval_ns = duration(src, &key, v)?,
-                "straggler_ratio" => r.straggler_ratio = fraction(src, &key, v)?,
-                "straggler_min_bytes" => r.straggler_min_bytes = size(src, &key, v)?,
-                "retransmission_rate" => r.retransmission_rate = fraction(src, &key, v)?,
-                "retransmission_min_segments" => {
-                    r.retransmission_min_segments = count(src, &key, v)?
-                }
-                "zero_windows" => r.zero_windows = count(src, &key, v)?,
-                "live_file" => {
-                    let f = src.string(&key, v, "a file path (a string)")?;
-                    if f.is_empty() {
-                        return Err(src.err(
-                            v.span(),
-                            &key,
-                            ErrorKind::BadValue,
-                            "a file path",
-                            "an empty string",
-                        ));
+                    "straggler_interval" => r.straggler_interval_ns = duration(src, &key, v)?,
+                    "straggler_ratio" => r.straggler_ratio = fraction(src, &key, v)?,
+                    "straggler_min_bytes" => r.straggler_min_bytes = size(src, &key, v)?,
+                    "retransmission_rate" => r.retransmission_rate = fraction(src, &key, v)?,
+                    "retransmission_min_segments" => {
+                        r.retransmission_min_segments = count(src, &key, v)?
                     }
-                    r.live_file = Some(f.to_string());
-                }
-                "syslog_udp" => {
-                    let t = nonempty(src, &key, v, "HOST:PORT (a string)")?;
-                    let port = t.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>()));
-                    match port {
-                        Some((h, Ok(p))) if !h.is_empty() && p != 0 => {}
-                        _ => {
+                    "zero_windows" => r.zero_windows = count(src, &key, v)?,
+                    "live_file" => {
+                        let f = src.string(&key, v, "a file path (a string)")?;
+                        if f.is_empty() {
                             return Err(src.err(
                                 v.span(),
                                 &key,
                                 ErrorKind::BadValue,
-                                "HOST:PORT (\"127.0.0.1:514\", \"[::1]:514\", \"logs:514\")",
-                                src.found(v),
-                            ))
-                        }
-                    }
-                    r.syslog_udp = Some(t.to_string());
-                }
-                "syslog_socket" => {
-                    r.syslog_socket = Some(nonempty(src, &key, v, "a socket path (a string)")?)
-                }
-                "syslog_facility" => {
-                    let f = src.string(&key, v, "a facility name (a string)")?;
-                    r.syslog_facility =
-                        FACILITIES.iter().position(|n| *n == f).ok_or_else(|| {
-                            src.err(
-                                v.span(),
-                                &key,
-                                ErrorKind::BadValue,
-                                format!("one of {}", FACILITIES.join(", ")),
-                                src.found(v),
-                            )
-                        })? as u8;
-                }
-                "webhook_url" => {
-                    let u = nonempty(src, &key, v, "a URL (a string)")?;
-                    let rest = u
-                        .strip_prefix("http://")
-                        .or_else(|| u.strip_prefix("https://"));
-                    let host = rest.map(|r| r.split(['/', '?']).next().unwrap_or(""));
-                    if host.is_none_or(str::is_empty) || u.contains(char::is_whitespace) {
-                        return Err(src.err(
-                            v.span(),
-                            &key,
-                            ErrorKind::BadValue,
-                            "an http:// or https:// URL with a host",
-                            src.found(v),
-                        ));
-                    }
-                    hook.url = Some((u, v.span()));
-                }
-                "webhook_secret" => {
-                    let t = nonempty(src, &key, v, "the HMAC key (a string)")?;
-                    hook.secret = Some(SecretSource::Inline(Secret(t)));
-                    hook.both |= std::mem::replace(&mut hook.seen_secret, true);
-                }
-                "webhook_secret_file" => {
-                    let t = nonempty(src, &key, v, "a file path (a string)")?;
-                    hook.secret = Some(SecretSource::File(t));
-                    hook.both |= std::mem::replace(&mut hook.seen_secret, true);
-                }
-                "webhook_timeout" => hook.timeout_ns = Some(any_duration(src, &key, v)?),
-                "webhook_retries" => {
-                    let n = count(src, &key, v)?;
-                    if n > 10 {
-                        return Err(src.err(
-                            v.span(),
-                            &key,
-                            ErrorKind::BadValue,
-                            "0 to 10 retries",
-                            src.found(v),
-                        ));
-                    }
-                    hook.retries = Some(n as u32);
-                }
-                "webhook_ca" => hook.ca = Some(nonempty(src, &key, v, "a file path (a string)")?),
-                "sink_queue" => {
-                    let n = count(src, &key, v)?;
-                    if n == 0 || n > 1_000_000 {
-                        return Err(src.err(
-                            v.span(),
-                            &key,
-                            ErrorKind::BadValue,
-                            "1 to 1000000 events",
-                            src.found(v),
-                        ));
-                    }
-                    r.sink_queue = n as usize;
-                }
-                "evidence_max" => r.evidence_max = size(src, &key, v)?,
-                "live_every" => r.live_every_ns = duration(src, &key, v)?,
-                "suppress" => r.suppress_ns = duration(src, &key, v)?,
-                "release_after" => r.release_after_ns = duration(src, &key, v)?,
-                "disabled" => {
-                    r.disabled = Vec::new();
-                    for it in src.strings(&key, v, "rule names (strings)")? {
-                        if !RULES.contains(&it.text.as_str()) {
-                            return Err(src.err(
-                                it.span,
-                                &it.path,
-                                ErrorKind::BadValue,
-                                format!("one of {}", RULES.join(", ")),
-                                format!("{:?}", it.text),
+                                "a file path",
+                                "an empty string",
                             ));
                         }
-                        r.disabled.push(it.text);
+                        r.live_file = Some(f.to_string());
                     }
+                    "syslog_udp" => {
+                        let t = nonempty(src, &key, v, "HOST:PORT (a string)")?;
+                        let port = t.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>()));
+                        match port {
+                            Some((h, Ok(p))) if !h.is_empty() && p != 0 => {}
+                            _ => {
+                                return Err(src.err(
+                                    v.span(),
+                                    &key,
+                                    ErrorKind::BadValue,
+                                    "HOST:PORT (\"127.0.0.1:514\", \"[::1]:514\", \"logs:514\")",
+                                    src.found(v),
+                                ))
+                            }
+                        }
+                        r.syslog_udp = Some(t.to_string());
+                    }
+                    "syslog_socket" => {
+                        r.syslog_socket = Some(nonempty(src, &key, v, "a socket path (a string)")?)
+                    }
+                    "syslog_facility" => {
+                        let f = src.string(&key, v, "a facility name (a string)")?;
+                        r.syslog_facility =
+                            FACILITIES.iter().position(|n| *n == f).ok_or_else(|| {
+                                src.err(
+                                    v.span(),
+                                    &key,
+                                    ErrorKind::BadValue,
+                                    format!("one of {}", FACILITIES.join(", ")),
+                                    src.found(v),
+                                )
+                            })? as u8;
+                    }
+                    "webhook_url" => {
+                        let u = nonempty(src, &key, v, "a URL (a string)")?;
+                        let rest = u
+                            .strip_prefix("http://")
+                            .or_else(|| u.strip_prefix("https://"));
+                        let host = rest.map(|r| r.split(['/', '?']).next().unwrap_or(""));
+                        if host.is_none_or(str::is_empty) || u.contains(char::is_whitespace) {
+                            return Err(src.err(
+                                v.span(),
+                                &key,
+                                ErrorKind::BadValue,
+                                "an http:// or https:// URL with a host",
+                                src.found(v),
+                            ));
+                        }
+                        hook.url = Some((u, v.span()));
+                    }
+                    "webhook_secret" => {
+                        let t = nonempty(src, &key, v, "the HMAC key (a string)")?;
+                        hook.secret = Some(SecretSource::Inline(Secret(t)));
+                        hook.both |= std::mem::replace(&mut hook.seen_secret, true);
+                    }
+                    "webhook_secret_file" => {
+                        let t = nonempty(src, &key, v, "a file path (a string)")?;
+                        hook.secret = Some(SecretSource::File(t));
+                        hook.both |= std::mem::replace(&mut hook.seen_secret, true);
+                    }
+                    "webhook_timeout" => hook.timeout_ns = Some(any_duration(src, &key, v)?),
+                    "webhook_retries" => {
+                        let n = count(src, &key, v)?;
+                        if n > 10 {
+                            return Err(src.err(
+                                v.span(),
+                                &key,
+                                ErrorKind::BadValue,
+                                "0 to 10 retries",
+                                src.found(v),
+                            ));
+                        }
+                        hook.retries = Some(n as u32);
+                    }
+                    "webhook_ca" => {
+                        hook.ca = Some(nonempty(src, &key, v, "a file path (a string)")?)
+                    }
+                    "sink_queue" => {
+                        let n = count(src, &key, v)?;
+                        if n == 0 || n > 1_000_000 {
+                            return Err(src.err(
+                                v.span(),
+                                &key,
+                                ErrorKind::BadValue,
+                                "1 to 1000000 events",
+                                src.found(v),
+                            ));
+                        }
+                        r.sink_queue = n as usize;
+                    }
+                    "evidence_max" => r.evidence_max = size(src, &key, v)?,
+                    "live_every" => r.live_every_ns = duration(src, &key, v)?,
+                    "suppress" => r.suppress_ns = duration(src, &key, v)?,
+                    "release_after" => r.release_after_ns = duration(src, &key, v)?,
+                    "disabled" => {
+                        r.disabled = Vec::new();
+                        for it in src.strings(&key, v, "rule names (strings)")? {
+                            if !RULES.contains(&it.text.as_str()) {
+                                src.keep::<()>(Err(src.err(
+                                    it.span,
+                                    &it.path,
+                                    ErrorKind::BadValue,
+                                    format!("one of {}", RULES.join(", ")),
+                                    format!("{:?}", it.text),
+                                )));
+                                continue;
+                            }
+                            r.disabled.push(it.text);
+                        }
+                    }
+                    _ => {}
                 }
-                _ => {}
-            }
+                Ok(())
+            })();
+            src.keep(one);
         }
-        r.webhook = hook.finish(src, path, table)?;
-        Ok(r)
+        r.webhook = src.keep(hook.finish(src, path, table)).flatten();
+        r
     }
 }
 

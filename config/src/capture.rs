@@ -113,18 +113,20 @@ fn interfaces(
     path: &str,
     v: &toml::Spanned<DeValue<'_>>,
     out: &mut Vec<CaptureSetting>,
-) -> Result<(), ConfigError> {
+) {
     let key = join(path, INTERFACES_KEY);
     let t = src.table(
         &key,
         v,
         "a table of interfaces, e.g. [capture.interfaces.eth1]",
-    )?;
+    );
+    let Some(t) = src.keep(t) else { return };
     let names: Vec<&str> = INTERFACE_KEYS.iter().map(|(k, _)| *k).collect();
     for (name, per) in t {
         let ikey = join(&key, name.get_ref());
-        let per = src.table(&ikey, per, "a table of settings of this interface (mode)")?;
-        src.only_keys(&ikey, per, &names)?;
+        let per = src.table(&ikey, per, "a table of settings of this interface (mode)");
+        let Some(per) = src.keep(per) else { continue };
+        src.only_keys(&ikey, per, &names);
         for (k, v) in per {
             let Some(&(_, flag)) = INTERFACE_KEYS
                 .iter()
@@ -133,7 +135,9 @@ fn interfaces(
                 continue;
             };
             let skey = join(&ikey, k.get_ref());
-            let text = src.string(&skey, v, "a string")?;
+            let Some(text) = src.keep(src.string(&skey, v, "a string")) else {
+                continue;
+            };
             let (line, column) = line_col(src.text, v.span().start);
             out.push(CaptureSetting {
                 key: skey,
@@ -144,7 +148,6 @@ fn interfaces(
             });
         }
     }
-    Ok(())
 }
 
 /// A table of flag settings (`[capture]` with [`CAPTURE_KEYS`] and its
@@ -155,113 +158,119 @@ pub(crate) fn parse(
     path: &str,
     table: &DeTable<'_>,
     keys: &[(&str, &'static str, CaptureType)],
-) -> Result<Vec<CaptureSetting>, ConfigError> {
+) -> Vec<CaptureSetting> {
     let mut names: Vec<&str> = keys.iter().map(|(k, _, _)| *k).collect();
     let per_interface = path == "capture";
     if per_interface {
         names.push(INTERFACES_KEY);
     }
-    src.only_keys(path, table, &names)?;
+    src.only_keys(path, table, &names);
     let mut out = Vec::new();
     for (k, v) in table {
         let name = k.get_ref().as_ref();
         let key = join(path, name);
         if per_interface && name == INTERFACES_KEY {
-            interfaces(src, path, v, &mut out)?;
+            interfaces(src, path, v, &mut out);
             continue;
         }
         let Some(&(_, flag, ty)) = keys.iter().find(|(n, _, _)| *n == name) else {
             continue;
         };
-        let wrong =
-            |expected: &str| src.err(v.span(), &key, ErrorKind::WrongType, expected, src.found(v));
-        let count = |v: &DeValue<'_>| -> Option<String> {
-            let DeValue::Integer(i) = v else { return None };
-            u64::from_str_radix(i.as_str(), i.radix())
-                .ok()
-                .map(|n| n.to_string())
-        };
-        if let (CaptureType::TextList, DeValue::Array(_)) = (ty, v.get_ref()) {
-            let items = src.strings(&key, v, "strings")?;
-            if items.is_empty() {
-                return Err(wrong("a string or a non-empty array of strings"));
+        // One key: its problem is kept and the reading goes on with the next key.
+        let one = (|| -> Result<(), ConfigError> {
+            let wrong = |expected: &str| {
+                src.err(v.span(), &key, ErrorKind::WrongType, expected, src.found(v))
+            };
+            let count = |v: &DeValue<'_>| -> Option<String> {
+                let DeValue::Integer(i) = v else { return None };
+                u64::from_str_radix(i.as_str(), i.radix())
+                    .ok()
+                    .map(|n| n.to_string())
+            };
+            if let (CaptureType::TextList, DeValue::Array(_)) = (ty, v.get_ref()) {
+                let items = src.strings(&key, v, "strings")?;
+                if items.is_empty() {
+                    return Err(wrong("a string or a non-empty array of strings"));
+                }
+                for it in items {
+                    let (line, column) = line_col(src.text, it.span.start);
+                    out.push(CaptureSetting {
+                        key: it.path,
+                        flag,
+                        value: it.text,
+                        line,
+                        column,
+                    });
+                }
+                return Ok(());
             }
-            for it in items {
-                let (line, column) = line_col(src.text, it.span.start);
-                out.push(CaptureSetting {
-                    key: it.path,
-                    flag,
-                    value: it.text,
-                    line,
-                    column,
-                });
-            }
-            continue;
-        }
-        let value = match (ty, v.get_ref()) {
-            (
-                CaptureType::Text
-                | CaptureType::TextList
-                | CaptureType::TextOrCount
-                | CaptureType::Queues,
-                DeValue::String(s),
-            ) => s.to_string(),
-            (
-                CaptureType::Count | CaptureType::TextOrCount | CaptureType::Queues,
-                DeValue::Integer(_),
-            ) => {
-                // A negative level (`level = -10`) is a valid level: the flag parses it.
-                match count(v.get_ref()) {
-                    Some(n) => n,
-                    None if ty == CaptureType::TextOrCount => {
-                        src.text.get(v.span()).unwrap_or_default().replace('_', "")
+            let value = match (ty, v.get_ref()) {
+                (
+                    CaptureType::Text
+                    | CaptureType::TextList
+                    | CaptureType::TextOrCount
+                    | CaptureType::Queues,
+                    DeValue::String(s),
+                ) => s.to_string(),
+                (
+                    CaptureType::Count | CaptureType::TextOrCount | CaptureType::Queues,
+                    DeValue::Integer(_),
+                ) => {
+                    // A negative level (`level = -10`) is a valid level: the flag parses it.
+                    match count(v.get_ref()) {
+                        Some(n) => n,
+                        None if ty == CaptureType::TextOrCount => {
+                            src.text.get(v.span()).unwrap_or_default().replace('_', "")
+                        }
+                        None => return Err(wrong("a non-negative integer")),
                     }
-                    None => return Err(wrong("a non-negative integer")),
                 }
-            }
-            (CaptureType::Queues, DeValue::Array(a)) => {
-                let mut list = Vec::with_capacity(a.len());
-                for (i, e) in a.iter().enumerate() {
-                    let n = count(e.get_ref()).ok_or_else(|| {
-                        src.err(
-                            e.span(),
-                            &format!("{key}[{i}]"),
-                            ErrorKind::WrongType,
-                            "a queue number (a non-negative integer)",
-                            src.found(e),
-                        )
-                    })?;
-                    list.push(n);
+                (CaptureType::Queues, DeValue::Array(a)) => {
+                    let mut list = Vec::with_capacity(a.len());
+                    for (i, e) in a.iter().enumerate() {
+                        let n = count(e.get_ref()).ok_or_else(|| {
+                            src.err(
+                                e.span(),
+                                &format!("{key}[{i}]"),
+                                ErrorKind::WrongType,
+                                "a queue number (a non-negative integer)",
+                                src.found(e),
+                            )
+                        })?;
+                        list.push(n);
+                    }
+                    if list.is_empty() {
+                        return Err(wrong(
+                            "\"all\", a queue number or a non-empty array of them",
+                        ));
+                    }
+                    list.join(",")
                 }
-                if list.is_empty() {
+                (CaptureType::Switch, DeValue::Boolean(b)) => b.to_string(),
+                (CaptureType::Text, _) => return Err(wrong("a string")),
+                (CaptureType::TextList, _) => {
+                    return Err(wrong("a string or a non-empty array of strings"))
+                }
+                (CaptureType::Count, _) => return Err(wrong("a non-negative integer")),
+                (CaptureType::TextOrCount, _) => return Err(wrong("a string or an integer")),
+                (CaptureType::Queues, _) => {
                     return Err(wrong(
-                        "\"all\", a queue number or a non-empty array of them",
-                    ));
+                        "\"all\", \"0,1\", a queue number or an array of them",
+                    ))
                 }
-                list.join(",")
-            }
-            (CaptureType::Switch, DeValue::Boolean(b)) => b.to_string(),
-            (CaptureType::Text, _) => return Err(wrong("a string")),
-            (CaptureType::TextList, _) => {
-                return Err(wrong("a string or a non-empty array of strings"))
-            }
-            (CaptureType::Count, _) => return Err(wrong("a non-negative integer")),
-            (CaptureType::TextOrCount, _) => return Err(wrong("a string or an integer")),
-            (CaptureType::Queues, _) => {
-                return Err(wrong(
-                    "\"all\", \"0,1\", a queue number or an array of them",
-                ))
-            }
-            (CaptureType::Switch, _) => return Err(wrong("true or false")),
-        };
-        let (line, column) = line_col(src.text, v.span().start);
-        out.push(CaptureSetting {
-            key,
-            flag,
-            value,
-            line,
-            column,
-        });
+                (CaptureType::Switch, _) => return Err(wrong("true or false")),
+            };
+            let (line, column) = line_col(src.text, v.span().start);
+            out.push(CaptureSetting {
+                key,
+                flag,
+                value,
+                line,
+                column,
+            });
+            Ok(())
+        })();
+        src.keep(one);
     }
-    Ok(out)
+    out
 }

@@ -48,14 +48,21 @@ impl ClientConfig {
 
     /// Checks `text`; errors name `file`. Relative paths are taken from `dir`.
     pub fn parse(text: &str, file: &str, dir: &Path) -> Result<ClientConfig, ConfigError> {
-        let src = Src { file, text };
+        let found = std::cell::RefCell::new(Vec::new());
+        let src = Src {
+            file,
+            text,
+            found: &found,
+        };
         let doc = DeTable::parse(text).map_err(|e| {
             let span = e.span().unwrap_or(0..0);
             let message = e.message().trim().replace('\n', "; ");
             src.err(span, "", ErrorKind::Syntax, "", message)
         })?;
         let doc = doc.get_ref();
-        src.only_keys("", doc, &CLIENT_KEYS)?;
+        // Unknown keys are all reported together, before the values are read.
+        src.only_keys("", doc, &CLIENT_KEYS);
+        src.finish(())?;
         let text_of = |key: &str, expected: &str| -> Result<Option<(String, _)>, ConfigError> {
             let Some(v) = doc.get(key) else {
                 return Ok(None);

@@ -10,7 +10,7 @@ use serde::Serialize;
 use toml::de::DeTable;
 
 use crate::alerts::{count, duration, size};
-use crate::error::{line_col, ConfigError, ErrorKind};
+use crate::error::{line_col, ErrorKind};
 use crate::walk::{join, Src};
 
 /// The keys of `[cutoff]`.
@@ -63,26 +63,29 @@ pub struct KeepRule {
     pub column: usize,
 }
 
-pub(crate) fn parse(src: &Src<'_>, path: &str, table: &DeTable<'_>) -> Result<Cutoff, ConfigError> {
-    src.only_keys(path, table, &CUTOFF_KEYS)?;
+/// The `[cutoff]` table; a problem is kept (see [`Src::keep`]) and the reading goes on.
+pub(crate) fn parse(src: &Src<'_>, path: &str, table: &DeTable<'_>) -> Cutoff {
+    src.only_keys(path, table, &CUTOFF_KEYS);
     let mut c = Cutoff::default();
     for (k, v) in table {
         let name = k.get_ref().as_ref();
         let key = join(path, name);
         match name {
-            "bytes" => c.bytes = size(src, &key, v)?,
-            "packets" => c.packets = count(src, &key, v)?,
-            "idle" => c.idle_ns = duration(src, &key, v)?,
+            "bytes" => c.bytes = src.keep(size(src, &key, v)).unwrap_or(c.bytes),
+            "packets" => c.packets = src.keep(count(src, &key, v)).unwrap_or(c.packets),
+            "idle" => c.idle_ns = src.keep(duration(src, &key, v)).unwrap_or(c.idle_ns),
             "keep" => {
-                for it in src.strings(&key, v, "filters (strings in the query language)")? {
+                let items = src.strings(&key, v, "filters (strings in the query language)");
+                for it in src.keep(items).unwrap_or_default() {
                     if it.text.trim().is_empty() {
-                        return Err(src.err(
+                        src.keep::<()>(Err(src.err(
                             it.span,
                             &it.path,
                             ErrorKind::BadValue,
                             "a filter (`udp port 53`, `dscp ef`, `tcp-control`)",
                             "an empty string",
-                        ));
+                        )));
+                        continue;
                     }
                     let (line, column) = line_col(src.text, it.span.start);
                     c.keep.push(KeepRule {
@@ -96,5 +99,5 @@ pub(crate) fn parse(src: &Src<'_>, path: &str, table: &DeTable<'_>) -> Result<Cu
             _ => {}
         }
     }
-    Ok(c)
+    c
 }

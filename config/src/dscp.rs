@@ -9,7 +9,7 @@
 use serde::Serialize;
 use toml::de::DeTable;
 
-use crate::error::{ConfigError, ErrorKind};
+use crate::error::ErrorKind;
 use crate::groups::{GroupId, Groups};
 use crate::walk::{join, Src};
 
@@ -93,13 +93,9 @@ impl DscpPolicy {
         &self.rules
     }
 
-    /// The rules of a `[dscp]` table; every group named must be in `groups`.
-    pub fn parse(
-        src: &Src<'_>,
-        path: &str,
-        table: &DeTable<'_>,
-        groups: &Groups,
-    ) -> Result<DscpPolicy, ConfigError> {
+    /// The rules of a `[dscp]` table; every group named must be in `groups`. A problem is
+    /// kept (see [`Src::keep`]) and the reading goes on with the next entry or name.
+    pub fn parse(src: &Src<'_>, path: &str, table: &DeTable<'_>, groups: &Groups) -> DscpPolicy {
         let mut p = DscpPolicy::default();
         let mut at = [0usize; 64];
         for (k, v) in table {
@@ -113,10 +109,13 @@ impl DscpPolicy {
                     "a DSCP name (df, be, le, cs0-cs7, af11-af43, va, ef) or a number 0-63",
                     format!("`{text}`"),
                 )
-            })?;
+            });
+            let Some(value) = src.keep(value) else {
+                continue;
+            };
             if let Some(i) = p.by_value[usize::from(value)] {
                 let first = &p.rules[usize::from(i)];
-                return Err(src.err(
+                src.keep::<()>(Err(src.err(
                     k.span(),
                     &key,
                     ErrorKind::DuplicateDscp,
@@ -126,14 +125,17 @@ impl DscpPolicy {
                         first.name,
                         src.line(at[usize::from(value)])
                     ),
-                ));
+                )));
+                continue;
             }
-            let items = src.strings(&key, v, "group names (strings)")?;
+            let items = src.strings(&key, v, "group names (strings)");
+            let items = src.keep(items).unwrap_or_default();
             let mut allowed = Vec::with_capacity(items.len());
             for it in items {
                 let g = groups
                     .by_name(&it.text)
-                    .ok_or_else(|| groups.unknown(src, &it.path, &it.text, it.span.clone()))?;
+                    .ok_or_else(|| groups.unknown(src, &it.path, &it.text, it.span.clone()));
+                let Some(g) = src.keep(g) else { continue };
                 if !allowed.contains(&g) {
                     allowed.push(g);
                 }
@@ -146,7 +148,7 @@ impl DscpPolicy {
                 groups: allowed,
             });
         }
-        Ok(p)
+        p
     }
 }
 

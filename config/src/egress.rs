@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use serde::Serialize;
 use toml::de::DeTable;
 
-use crate::error::{ConfigError, ErrorKind};
+use crate::error::ErrorKind;
 use crate::groups::{parse_prefix, GroupId, Groups, Prefix, PrefixSet};
 use crate::walk::{join, Src};
 
@@ -54,12 +54,7 @@ impl Egress {
         &self.rules
     }
 
-    pub fn parse(
-        src: &Src<'_>,
-        path: &str,
-        table: &DeTable<'_>,
-        groups: &Groups,
-    ) -> Result<Egress, ConfigError> {
+    pub fn parse(src: &Src<'_>, path: &str, table: &DeTable<'_>, groups: &Groups) -> Egress {
         let mut e = Egress {
             rules: Vec::new(),
             by_group: vec![None; groups.len()],
@@ -69,8 +64,12 @@ impl Egress {
             let key = join(path, name);
             let group = groups
                 .by_name(name)
-                .ok_or_else(|| groups.unknown(src, &key, name, k.span()))?;
-            let items = src.strings(&key, v, "group names or prefixes (strings)")?;
+                .ok_or_else(|| groups.unknown(src, &key, name, k.span()));
+            let Some(group) = src.keep(group) else {
+                continue;
+            };
+            let items = src.strings(&key, v, "group names or prefixes (strings)");
+            let items = src.keep(items).unwrap_or_default();
             let mut rule = EgressRule {
                 group,
                 groups: Vec::new(),
@@ -85,20 +84,23 @@ impl Egress {
                 if looks_like_name {
                     let g = groups
                         .by_name(&it.text)
-                        .ok_or_else(|| groups.unknown(src, &it.path, &it.text, it.span.clone()))?;
+                        .ok_or_else(|| groups.unknown(src, &it.path, &it.text, it.span.clone()));
+                    let Some(g) = src.keep(g) else { continue };
                     if !rule.groups.contains(&g) {
                         rule.groups.push(g);
                     }
                 } else {
-                    let p = parse_prefix(src, &it.path, &it.text, it.span.clone())?;
+                    let p = parse_prefix(src, &it.path, &it.text, it.span.clone());
+                    let Some(p) = src.keep(p) else { continue };
                     if rule.table.insert(p, ()).is_some() {
-                        return Err(src.err(
+                        src.keep::<()>(Err(src.err(
                             it.span,
                             &it.path,
                             ErrorKind::DuplicatePrefix,
                             "each prefix once",
                             format!("{p} twice in this list"),
-                        ));
+                        )));
+                        continue;
                     }
                     rule.prefixes.push(p);
                 }
@@ -107,6 +109,6 @@ impl Egress {
             e.by_group[group.index()] = Some(e.rules.len());
             e.rules.push(rule);
         }
-        Ok(e)
+        e
     }
 }

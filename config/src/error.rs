@@ -19,14 +19,48 @@ pub enum ConfigError {
     /// The file was read but is not valid: a TOML syntax error, an unknown key or a bad value.
     #[error("{0}")]
     Invalid(Box<Invalid>),
+    /// The file was read but has several problems: each one, in file order (one per line
+    /// when displayed).
+    #[error("{}", display_all(.0))]
+    Several(Vec<Invalid>),
+}
+
+fn display_all(all: &[Invalid]) -> String {
+    let lines: Vec<String> = all.iter().map(Invalid::to_string).collect();
+    lines.join("\n")
 }
 
 impl ConfigError {
-    /// The problem in the text, if the file was read.
+    /// The first problem in the text, if the file was read.
     pub fn invalid(&self) -> Option<&Invalid> {
+        self.all_invalid().first()
+    }
+
+    /// Every problem found in the text, in file order (none if the file was not read).
+    pub fn all_invalid(&self) -> &[Invalid] {
         match self {
-            ConfigError::Invalid(i) => Some(i),
-            ConfigError::Read { .. } => None,
+            ConfigError::Invalid(i) => std::slice::from_ref(&**i),
+            ConfigError::Several(all) => all,
+            ConfigError::Read { .. } => &[],
+        }
+    }
+
+    /// The problems as a list (a read error has none: the parsers read no file).
+    pub(crate) fn into_invalid(self) -> Vec<Invalid> {
+        match self {
+            ConfigError::Invalid(i) => vec![*i],
+            ConfigError::Several(all) => all,
+            ConfigError::Read { .. } => Vec::new(),
+        }
+    }
+
+    /// One error for `all` (`None` when empty): [`ConfigError::Invalid`] for one problem,
+    /// [`ConfigError::Several`] for more.
+    pub(crate) fn from_invalid(mut all: Vec<Invalid>) -> Option<ConfigError> {
+        match all.len() {
+            0 => None,
+            1 => all.pop().map(|i| ConfigError::Invalid(Box::new(i))),
+            _ => Some(ConfigError::Several(all)),
         }
     }
 }

@@ -373,21 +373,22 @@ impl Groups {
         self.groups.is_empty()
     }
 
-    /// The groups of a `[groups]` table.
-    pub(crate) fn parse(
-        src: &Src<'_>,
-        path: &str,
-        table: &DeTable<'_>,
-    ) -> Result<Groups, ConfigError> {
+    /// The groups of a `[groups]` table. A problem is kept (see [`Src::keep`]) and the
+    /// reading goes on: a group with a bad name is left out, one with a bad element keeps
+    /// the others.
+    pub(crate) fn parse(src: &Src<'_>, path: &str, table: &DeTable<'_>) -> Groups {
         let mut g = Groups::default();
         // Prefix -> (group, byte offset of its entry), to name both sides of a duplicate.
         let mut seen: HashMap<Prefix, (GroupId, usize)> = HashMap::new();
         for (k, v) in table {
             let name = k.get_ref().as_ref();
             let key = join(path, name);
-            check_name(name).map_err(|why| {
+            let ok = check_name(name).map_err(|why| {
                 src.err(k.span(), &key, ErrorKind::BadName, why, format!("{name:?}"))
-            })?;
+            });
+            if src.keep(ok).is_none() {
+                continue;
+            }
             let id = u16::try_from(g.groups.len()).map(GroupId).map_err(|_| {
                 src.err(
                     k.span(),
@@ -396,24 +397,28 @@ impl Groups {
                     "at most 65536 groups",
                     "more",
                 )
-            })?;
-            let items = src.strings(&key, v, "addresses or prefixes (strings)")?;
+            });
+            let Some(id) = src.keep(id) else { break };
+            let items = src.strings(&key, v, "addresses or prefixes (strings)");
+            let items = src.keep(items).unwrap_or_default();
             let mut prefixes = Vec::with_capacity(items.len());
             for it in items {
-                let p = parse_prefix(src, &it.path, &it.text, it.span.clone())?;
+                let p = parse_prefix(src, &it.path, &it.text, it.span.clone());
+                let Some(p) = src.keep(p) else { continue };
                 if let Some((other, at)) = seen.get(&p) {
                     let where_ = if *other == id {
                         "earlier in the same group".to_string()
                     } else {
                         format!("also in group `{}`", g.groups[other.index()].name)
                     };
-                    return Err(src.err(
+                    src.keep::<()>(Err(src.err(
                         it.span,
                         &it.path,
                         ErrorKind::DuplicatePrefix,
                         "each prefix in one group only",
                         format!("{p} {where_} (line {})", src.line(*at)),
-                    ));
+                    )));
+                    continue;
                 }
                 seen.insert(p, (id, it.span.start));
                 g.table.insert(p, id);
@@ -427,7 +432,7 @@ impl Groups {
             });
         }
         g.table.build();
-        Ok(g)
+        g
     }
 }
 

@@ -136,15 +136,16 @@ impl WorkHours {
         parts.join(",")
     }
 
-    /// The `[work_hours]` table; `header` is the span of its key, for a missing key.
+    /// The `[work_hours]` table; `header` is the span of its key, for a missing key. `None`
+    /// after keeping (see [`Src::keep`]) each problem found, every key checked.
     pub(crate) fn parse(
         src: &Src<'_>,
         path: &str,
         header: std::ops::Range<usize>,
         table: &DeTable<'_>,
-    ) -> Result<WorkHours, ConfigError> {
+    ) -> Option<WorkHours> {
         const KEYS: [&str; 4] = ["days", "start", "end", "timezone"];
-        src.only_keys(path, table, &KEYS)?;
+        src.only_keys(path, table, &KEYS);
         let get = |name: &str, expected: &str| {
             let key = join(path, name);
             match table.get(name) {
@@ -158,16 +159,20 @@ impl WorkHours {
                 )),
             }
         };
-        let (key, text, span) = get("days", "a string of days (\"mon-fri\", \"mon,wed,fri\")")?;
-        let days = parse_days(text).map_err(|why| {
-            src.err(
-                span,
-                &key,
-                ErrorKind::BadDays,
-                "days mon..sun, comma-separated, ranges with '-' (\"mon-fri\", \"mon-fri,sun\")",
-                format!("{text:?} ({why})"),
-            )
-        })?;
+        let days = get("days", "a string of days (\"mon-fri\", \"mon,wed,fri\")").and_then(
+            |(key, text, span)| {
+                parse_days(text).map_err(|why| {
+                    src.err(
+                        span,
+                        &key,
+                        ErrorKind::BadDays,
+                        "days mon..sun, comma-separated, ranges with '-' (\"mon-fri\", \"mon-fri,sun\")",
+                        format!("{text:?} ({why})"),
+                    )
+                })
+            },
+        );
+        let days = src.keep(days);
         let time =
             |name: &str, allow_24: bool| -> Result<(u16, std::ops::Range<usize>), ConfigError> {
                 let (key, text, span) = get(name, "a time of day as a string (\"08:00\")")?;
@@ -189,34 +194,41 @@ impl WorkHours {
                     })?;
                 Ok((m, span))
             };
-        let (start, _) = time("start", false)?;
-        let (end, end_span) = time("end", true)?;
-        if start == end {
-            return Err(src.err(
-                end_span,
-                &join(path, "end"),
-                ErrorKind::BadTime,
-                "an end different from the start (\"00:00\" to \"24:00\" for whole days)",
-                format!("start and end both {}", hhmm(start)),
-            ));
+        let start = src.keep(time("start", false));
+        let end = src.keep(time("end", true));
+        if let (Some((start, _)), Some((end, end_span))) = (&start, &end) {
+            if start == end {
+                src.keep::<()>(Err(src.err(
+                    end_span.clone(),
+                    &join(path, "end"),
+                    ErrorKind::BadTime,
+                    "an end different from the start (\"00:00\" to \"24:00\" for whole days)",
+                    format!("start and end both {}", hhmm(*start)),
+                )));
+                return None;
+            }
         }
-        let (key, zone_name, span) = get(
+        let zone = get(
             "timezone",
             "an IANA time zone name (\"Europe/Berlin\", \"UTC\")",
-        )?;
-        let zone = TimeZoneDatabase::bundled().get(zone_name).map_err(|_| {
-            src.err(
-                span,
-                &key,
-                ErrorKind::UnknownZone,
-                "an IANA time zone name (\"Europe/Berlin\", \"America/New_York\", \"UTC\")",
-                format!("{zone_name:?}"),
-            )
-        })?;
-        Ok(WorkHours {
-            days,
-            start,
-            end,
+        )
+        .and_then(|(key, zone_name, span)| {
+            let zone = TimeZoneDatabase::bundled().get(zone_name).map_err(|_| {
+                src.err(
+                    span,
+                    &key,
+                    ErrorKind::UnknownZone,
+                    "an IANA time zone name (\"Europe/Berlin\", \"America/New_York\", \"UTC\")",
+                    format!("{zone_name:?}"),
+                )
+            })?;
+            Ok((zone_name, zone))
+        });
+        let (zone_name, zone) = src.keep(zone)?;
+        Some(WorkHours {
+            days: days?,
+            start: start?.0,
+            end: end?.0,
             zone_name: zone_name.to_string(),
             zone,
         })

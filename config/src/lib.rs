@@ -16,7 +16,9 @@
 //!   -> [serve] capture.rs too: one key per `capsule serve` flag, kept as text like
 //!      [capture]
 //!   -> Config; any problem: ConfigError::Invalid naming file:line:column, the dotted key
-//!      (`groups.gpu[2]`), what was expected and what was found
+//!      (`groups.gpu[2]`), what was expected and what was found; the parsers keep each
+//!      problem (Src::keep) and go on with the next key or element, so a file with several
+//!      gives ConfigError::Several, all of them in file order
 //! ```
 //!
 //! The raw TOML types stay private: callers see only the typed model. Every section is
@@ -93,63 +95,88 @@ impl Config {
         Config::parse(&text, &path.display().to_string())
     }
 
-    /// Validates `text`; errors name `file` (the name to report, usually the path).
+    /// Validates `text`; errors name `file` (the name to report, usually the path). Every
+    /// problem found is reported, in file order ([`ConfigError::Several`] when more than
+    /// one), except that a TOML syntax error stops the parse.
     pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
-        let src = Src { file, text };
+        let found = std::cell::RefCell::new(Vec::new());
+        let src = Src {
+            file,
+            text,
+            found: &found,
+        };
         let doc = DeTable::parse(text).map_err(|e| {
             let span = e.span().unwrap_or(0..0);
             let message = e.message().trim().replace('\n', "; ");
             src.err(span, "", ErrorKind::Syntax, "", message)
         })?;
         let doc = doc.get_ref();
-        src.only_keys("", doc, &SECTIONS)?;
+        src.only_keys("", doc, &SECTIONS);
         let mut c = Config::default();
+        // A section with a problem is kept as far as it was read (a group with a bad prefix
+        // stays defined, so the sections naming it report nothing more).
         // Groups first: the other sections name them.
         if let Some(v) = doc.get("groups") {
-            let t = src.table("groups", v, "a table of group = [addresses or prefixes]")?;
-            c.groups = Groups::parse(&src, "groups", t)?;
+            let t = src.table("groups", v, "a table of group = [addresses or prefixes]");
+            if let Some(t) = src.keep(t) {
+                c.groups = Groups::parse(&src, "groups", t);
+            }
         }
         if let Some(v) = doc.get("dscp") {
-            let t = src.table("dscp", v, "a table of DSCP value = [group names]")?;
-            c.dscp = dscp::DscpPolicy::parse(&src, "dscp", t, &c.groups)?;
+            let t = src.table("dscp", v, "a table of DSCP value = [group names]");
+            if let Some(t) = src.keep(t) {
+                c.dscp = dscp::DscpPolicy::parse(&src, "dscp", t, &c.groups);
+            }
         }
         if let Some(v) = doc.get("egress") {
-            let t = src.table("egress", v, "a table of group = [group names or prefixes]")?;
-            c.egress = egress::Egress::parse(&src, "egress", t, &c.groups)?;
+            let t = src.table("egress", v, "a table of group = [group names or prefixes]");
+            if let Some(t) = src.keep(t) {
+                c.egress = egress::Egress::parse(&src, "egress", t, &c.groups);
+            }
         }
         if let Some((k, v)) = doc.get_key_value("work_hours") {
-            let t = src.table("work_hours", v, "a table with days, start, end, timezone")?;
-            c.work_hours = Some(WorkHours::parse(&src, "work_hours", k.span(), t)?);
+            let t = src.table("work_hours", v, "a table with days, start, end, timezone");
+            if let Some(t) = src.keep(t) {
+                c.work_hours = WorkHours::parse(&src, "work_hours", k.span(), t);
+            }
         }
         if let Some(v) = doc.get("capture") {
             let t = src.table(
                 "capture",
                 v,
                 "a table of capture settings (iface, store, ...)",
-            )?;
-            c.capture = capture::parse(&src, "capture", t, CAPTURE_KEYS)?;
+            );
+            if let Some(t) = src.keep(t) {
+                c.capture = capture::parse(&src, "capture", t, CAPTURE_KEYS);
+            }
         }
         if let Some(v) = doc.get("cutoff") {
             let t = src.table(
                 "cutoff",
                 v,
                 "a table of cut-off rules (bytes, packets, keep, idle)",
-            )?;
-            c.cutoff = cutoff::parse(&src, "cutoff", t)?;
+            );
+            if let Some(t) = src.keep(t) {
+                c.cutoff = cutoff::parse(&src, "cutoff", t);
+            }
         }
         if let Some(v) = doc.get("alerts") {
             let t = src.table(
                 "alerts",
                 v,
                 "a table of alert thresholds (egress_bytes, ...)",
-            )?;
-            c.alerts = AlertRules::parse(&src, "alerts", t, &c.groups)?;
+            );
+            if let Some(t) = src.keep(t) {
+                c.alerts = AlertRules::parse(&src, "alerts", t, &c.groups);
+            }
         }
         if let Some(v) = doc.get("serve") {
-            let t = src.table("serve", v, "a table of serve settings (listen, cert, ...)")?;
-            c.serve = capture::parse(&src, "serve", t, SERVE_KEYS)?;
+            let t = src.table("serve", v, "a table of serve settings (listen, cert, ...)");
+            if let Some(t) = src.keep(t) {
+                c.serve = capture::parse(&src, "serve", t, SERVE_KEYS);
+            }
         }
-        Ok(c)
+        src.finish(c)
     }
 
     /// The host groups.

@@ -331,7 +331,10 @@ fn wrong_types_name_the_key_and_what_was_found() {
         &["found an array [ \"10.0.0.0/8\", ]"],
     );
     assert!(!e.to_string().contains('\n'));
-    let e = err("[work_hours]\ndays = [\"mon\"]\n");
+    // The other three keys given: a missing one would be reported too, at the header.
+    let e = err(
+        "[work_hours]\ndays = [\"mon\"]\nstart = \"08:00\"\nend = \"19:00\"\ntimezone = \"UTC\"\n",
+    );
     check(
         &e,
         ErrorKind::WrongType,

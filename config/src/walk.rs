@@ -4,6 +4,7 @@
 //! The raw TOML types (`toml::de::DeTable`, `DeValue`) stay inside the crate: the section
 //! parsers read them through this module and build the typed model.
 
+use std::cell::RefCell;
 use std::ops::Range;
 
 use toml::de::{DeTable, DeValue};
@@ -11,14 +12,38 @@ use toml::Spanned;
 
 use crate::error::{line_col, ConfigError, ErrorKind, Invalid};
 
-/// The text being parsed and the name to report it under.
+/// The text being parsed, the name to report it under, and the problems found so far: a
+/// parser that can go on past a problem (the next key, the next list element) hands it to
+/// [`Src::keep`] and goes on, so one run reports every problem it can find.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Src<'a> {
     pub file: &'a str,
     pub text: &'a str,
+    pub found: &'a RefCell<Vec<Invalid>>,
 }
 
 impl Src<'_> {
+    /// The value of `r`, or `None` with its problem kept for the end of the parse.
+    pub fn keep<T>(&self, r: Result<T, ConfigError>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.found.borrow_mut().extend(e.into_invalid());
+                None
+            }
+        }
+    }
+
+    /// `value` if no problem was kept, else every problem kept, in file order.
+    pub fn finish<T>(&self, value: T) -> Result<T, ConfigError> {
+        let mut all = std::mem::take(&mut *self.found.borrow_mut());
+        all.sort_by_key(|i| (i.line, i.column));
+        match ConfigError::from_invalid(all) {
+            Some(e) => Err(e),
+            None => Ok(value),
+        }
+    }
+
     /// An error at byte range `span`.
     pub fn err(
         &self,
@@ -119,26 +144,21 @@ impl Src<'_> {
             .collect()
     }
 
-    /// Refuses any key of `table` not in `known`, naming it and listing the known ones.
-    pub fn only_keys(
-        &self,
-        path: &str,
-        table: &DeTable<'_>,
-        known: &[&str],
-    ) -> Result<(), ConfigError> {
+    /// Keeps a problem for each key of `table` not in `known`, naming it and listing the
+    /// known ones; the caller goes on with the known keys.
+    pub fn only_keys(&self, path: &str, table: &DeTable<'_>, known: &[&str]) {
         for k in table.keys() {
             if !known.contains(&k.get_ref().as_ref()) {
                 let list = known.join(", ");
-                return Err(self.err(
+                self.keep::<()>(Err(self.err(
                     k.span(),
                     &join(path, k.get_ref()),
                     ErrorKind::UnknownKey,
                     format!("one of {list}"),
                     format!("`{}`", k.get_ref()),
-                ));
+                )));
             }
         }
-        Ok(())
     }
 }
 

@@ -84,7 +84,7 @@ pub fn parse_args(mut args: Vec<std::ffi::OsString>) -> Result<Cli, ArgsError> {
             "{}: cannot read the config file: {source}",
             path.display()
         )),
-        e => ArgsError::Config(e.to_string()),
+        e => ArgsError::Config(crate::output::config_problems(&e)),
     })?;
     let command = cmd.find_subcommand(name).expect("the subcommand exists");
     let (settings, needed): (_, &[&str]) = if name == "capture" {

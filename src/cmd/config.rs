@@ -1,6 +1,7 @@
 //! `capsule config check FILE`: validates a config file and summarises it (or prints the
-//! validated model with `--json`). An invalid or unreadable file is a [`Usage`](crate::output::Usage) error: exit 2,
-//! the message naming file, line, column and key.
+//! validated model with `--json`), `[alerts]` as each rule with its thresholds. An invalid or
+//! unreadable file is a [`Usage`](crate::output::Usage) error: exit 2, one line per problem
+//! (every one found) naming file, line, column and key.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -129,6 +130,7 @@ fn summary(out: &mut impl Write, file: &str, c: &Config) -> std::io::Result<()> 
     } else {
         writeln!(out, "cutoff: none (every packet stored)")?;
     }
+    alerts(out, c)?;
     if c.capture().is_empty() {
         writeln!(
             out,
@@ -153,6 +155,88 @@ fn summary(out: &mut impl Write, file: &str, c: &Config) -> std::io::Result<()> 
         for s in c.serve() {
             writeln!(out, "  {:<22}  {}", s.flag, s.value)?;
         }
+    }
+    Ok(())
+}
+
+/// `[alerts]`: each rule with its thresholds (or `off`), then the live sinks.
+fn alerts(out: &mut impl Write, c: &Config) -> std::io::Result<()> {
+    use crate::units::{format_bytes, format_duration_ns};
+    let a = c.alerts();
+    let rules = capsule_config::ALERT_RULES;
+    let off = rules.iter().filter(|r| !a.enabled(r)).count();
+    writeln!(out, "alerts ({} rules on, {off} off):", rules.len() - off)?;
+    for rule in rules {
+        let what = if !a.enabled(rule) {
+            "off".to_string()
+        } else {
+            match rule {
+                "egress" => format!(
+                    "{} per flow direction in {} to a destination [egress] does not allow",
+                    format_bytes(a.egress_bytes),
+                    format_duration_ns(a.egress_window_ns)
+                ),
+                "off_hours" if c.work_hours().is_none() => {
+                    "nothing to check (no [work_hours])".to_string()
+                }
+                "off_hours" => format!(
+                    "{} per flow direction outside work hours to an address in no group",
+                    format_bytes(a.off_hours_bytes)
+                ),
+                "dscp" => format!(
+                    "{} to one destination marked with a value [dscp] forbids the sender",
+                    format_bytes(a.dscp_bytes)
+                ),
+                "group_pair" => format!(
+                    "{} from a group to another its [egress] entry does not list",
+                    format_bytes(a.pair_bytes)
+                ),
+                "straggler" if a.straggler_groups.is_empty() => {
+                    "nothing to check (no straggler_groups)".to_string()
+                }
+                "straggler" => format!(
+                    "groups {}: a member under {}% of the median per {} (idle below {})",
+                    a.straggler_groups.join(", "),
+                    a.straggler_ratio * 100.0,
+                    format_duration_ns(a.straggler_interval_ns),
+                    format_bytes(a.straggler_min_bytes)
+                ),
+                "tcp_retransmissions" => format!(
+                    "a host with {}% of its data segments retransmitted, of at least {} sent",
+                    a.retransmission_rate * 100.0,
+                    a.retransmission_min_segments
+                ),
+                "tcp_zero_window" => format!(
+                    "a host advertising a zero window {} times or more",
+                    a.zero_windows
+                ),
+                _ => "on".to_string(),
+            }
+        };
+        writeln!(out, "  {rule:<19}  {what}")?;
+    }
+    let mut sinks = Vec::new();
+    if let Some(f) = &a.live_file {
+        sinks.push(format!("file {f}"));
+    }
+    if let Some(u) = &a.syslog_udp {
+        sinks.push(format!("syslog udp {u}"));
+    }
+    if let Some(s) = &a.syslog_socket {
+        sinks.push(format!("syslog socket {s}"));
+    }
+    if let Some(w) = &a.webhook {
+        sinks.push(format!("webhook {}", w.url));
+    }
+    if sinks.is_empty() {
+        writeln!(out, "  live alerts: none (capsule alerts and triage only)")?;
+    } else {
+        writeln!(
+            out,
+            "  live alerts from capture every {} to: {}",
+            format_duration_ns(a.live_every_ns),
+            sinks.join(", ")
+        )?;
     }
     Ok(())
 }
