@@ -647,6 +647,7 @@ fn progress_shows_on_a_terminal_only() {
     let s = p(&store);
     let out = d.path().join("out.pcap");
     let synth_out = d.path().join("synth.pcap");
+    let triage_out = d.path().join("triage");
     let commands: Vec<Vec<&str>> = vec![
         vec!["import", "--store", s, p(&pcap)],
         vec!["reindex", "--store", s],
@@ -663,6 +664,16 @@ fn progress_shows_on_a_terminal_only() {
             p(&synth_out),
         ],
         vec!["query", "--store", s, "--count"],
+        vec![
+            "triage",
+            "--store",
+            s,
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/capsule.toml"),
+            "-o",
+            p(&triage_out),
+            "--quiet",
+        ],
     ];
     // Not a terminal (and so in every test but script(1)'s below): no bar, no spinner, no
     // control characters. Hidden with --json too, which this cannot see.

@@ -58,7 +58,14 @@ pub fn run(a: &TriageArgs) -> Result<ExitCode> {
     };
     // Written beside -o DIR, then put in its place: DIR holds exactly this run's report.
     let staging = outdir::Staging::begin(&a.out)?;
-    let input = analytics::input(&source, &request.query, true).map_err(answer_error)?;
+    // On a terminal, a spinner while the window's flows are read from the index (a long
+    // window takes a while); each evidence file then shows its own bar. Nothing when
+    // stderr is not a terminal.
+    let progress = crate::progress::Progress::spinner("triage", false);
+    progress.message("reading the window's flows from the index".into());
+    let input = analytics::input(&source, &request.query, true);
+    progress.finish();
+    let input = input.map_err(answer_error)?;
     let ask = |q: Question| analytics::body(&input, &q, Some(config)).map_err(answer_error);
     let Body::Alerts { alerts } = ask(Question::Alerts)? else {
         bail!("the alerts question got another answer");
