@@ -225,7 +225,7 @@ fn compact_refuses_while_a_writer_holds_the_lock_and_names_its_counts() {
     let o = run_ok(capsule().args(["compact", "--store", p(&store)]));
     let text = stdout_str(&o);
     assert!(
-        text.contains("compacted") && text.contains("bytes"),
+        text.contains("compacted") && text.contains("B -> "),
         "{text}"
     );
 }

@@ -305,7 +305,7 @@ fn cutoff_config_errors_name_the_key_and_line() {
     );
     let out = run_ok(capsule().args(["config", "check", p(&good)]));
     assert!(
-        stdout_str(&out).contains("cutoff: first 65536 bytes"),
+        stdout_str(&out).contains("cutoff: first 65.5 kB"),
         "{}",
         stdout_str(&out)
     );

@@ -511,11 +511,12 @@ fn a_store_the_user_cannot_write_is_refused_before_set_up() {
     let store = tmp.path().join("store");
     std::fs::create_dir(&store).unwrap();
     std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o700)).unwrap();
-    // No such interface: an error about the store proves it came first.
+    // An interface that exists (lo; capture checks the interface's existence first, which
+    // touches nothing): the store's error comes before any set-up on it.
     let out = run(capsule().args([
         "capture",
         "--iface",
-        "capsule-nosuch0",
+        "lo",
         "--store",
         p(&store),
         "--user",
@@ -531,12 +532,12 @@ fn a_store_the_user_cannot_write_is_refused_before_set_up() {
             && err.contains(&format!("chown -R {TEST_USER}:")),
         "{err}"
     );
-    assert!(!err.contains("capsule-nosuch0"), "{err}");
+    assert!(!err.contains("capturing on"), "{err}");
     // A user that does not exist is named.
     let out = run(capsule().args([
         "capture",
         "--iface",
-        "capsule-nosuch0",
+        "lo",
         "--store",
         p(&store),
         "--user",
