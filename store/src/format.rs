@@ -487,20 +487,27 @@ fn stored_name(iface: &Interface) -> &[u8] {
 /// "Interface record"): the name's length is the low 15 bits.
 const IFACE_HAS_OPTIONS: u16 = 0x8000;
 
-/// The options of an interface as written: each run cut (at whole options) to
-/// [`capsule_pcap::options::MAX_KEPT`] bytes, so that a record always fits in a block header.
-fn stored_options(iface: &Interface) -> (Vec<u8>, Vec<u8>) {
-    let fit = |opts: &[u8]| {
-        let mut out = Vec::with_capacity(opts.len().min(capsule_pcap::options::MAX_KEPT));
-        for (code, value) in capsule_pcap::options::iter(opts) {
-            if out.len() + 4 + value.len().div_ceil(4) * 4 > capsule_pcap::options::MAX_KEPT {
-                break;
-            }
-            capsule_pcap::options::put(&mut out, code, value);
+/// A run of options as a record holds it: whole, well-formed options only (what follows a
+/// malformed one is dropped), cut (at whole options) to [`capsule_pcap::options::MAX_KEPT`]
+/// bytes so that a record always fits in a block header. Idempotent: what a record decodes to
+/// encodes to the same bytes.
+fn canonical_options(opts: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(opts.len().min(capsule_pcap::options::MAX_KEPT));
+    for (code, value) in capsule_pcap::options::iter(opts) {
+        if out.len() + 4 + value.len().div_ceil(4) * 4 > capsule_pcap::options::MAX_KEPT {
+            break;
         }
-        out
-    };
-    (fit(&iface.options.idb), fit(&iface.options.section))
+        capsule_pcap::options::put(&mut out, code, value);
+    }
+    out
+}
+
+/// The options of an interface as written ([`canonical_options`]).
+fn stored_options(iface: &Interface) -> (Vec<u8>, Vec<u8>) {
+    (
+        canonical_options(&iface.options.idb),
+        canonical_options(&iface.options.section),
+    )
 }
 
 fn iface_record_len(iface: &Interface) -> usize {
@@ -573,8 +580,11 @@ fn get_ifaces(
                     ),
                 });
             }
-            iface.options.idb = r.take(usize::from(idb_len)).map_err(short)?.to_vec();
-            iface.options.section = r.take(usize::from(section_len)).map_err(short)?.to_vec();
+            // Damage inside a run costs only the options after it (the lengths above keep
+            // the record's own framing).
+            iface.options.idb = canonical_options(r.take(usize::from(idb_len)).map_err(short)?);
+            iface.options.section =
+                canonical_options(r.take(usize::from(section_len)).map_err(short)?);
         }
         v.push(iface);
     }
@@ -974,6 +984,18 @@ mod tests {
         let (got, used) = get_ifaces("t", &rec, 0, 1).unwrap();
         assert_eq!(used, rec.len());
         assert_eq!(got[0].description(), huge.description());
+        // A run that is not whole options (one option running past the run's end, as the
+        // fuzzer found) decodes to what encodes back to the same bytes: the malformed
+        // option is dropped, so decode . encode is a fixed point.
+        let mut odd = old.clone();
+        odd[3] |= 0x80;
+        odd.extend_from_slice(&[4, 0, 0, 0, 1, 0, 0, 0x45]);
+        let (got, used) = get_ifaces("t", &odd, 0, 1).unwrap();
+        assert_eq!(used, odd.len());
+        assert!(got[0].options.idb.is_empty(), "{:?}", got[0].options);
+        let mut again = Vec::new();
+        put_iface(&mut again, &got[0]);
+        assert_eq!(get_ifaces("t", &again, 0, 1).unwrap().0, got);
         // Damage: an options length past the cap is refused, not allocated.
         let mut bad = old.clone();
         bad[3] |= 0x80;
