@@ -48,26 +48,33 @@ fn files(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-#[test]
-fn a_hundred_flipped_bytes_are_each_named_and_never_give_a_wrong_answer() {
-    let d = tempfile::tempdir().unwrap();
-    let input = d.path().join("in.pcap");
-    synth(&input, &d.path().join("truth.json"), 11, "1s", "20M", None);
-    let clean = d.path().join("clean");
+/// A sealed store of 1 s of synth traffic (`seed`) in small segments under `dir/clean`, its
+/// export (the reference answer) and its segment files.
+fn clean_store(dir: &Path, seed: u64) -> (PathBuf, Capture, Vec<PathBuf>) {
+    let input = dir.join("in.pcap");
+    synth(&input, &dir.join("truth.json"), seed, "1s", "20M", None);
+    let clean = dir.join("clean");
     import_ok(
         &clean,
         &["--block-size", "16K", "--segment-size", "512K"],
         &[p(&input)],
     );
-    let reference = decode(&query_ok(&clean, &d.path().join("ref.pcap"), &[])).whole("reference");
+    let reference = decode(&query_ok(&clean, &dir.join("ref.pcap"), &[])).whole("reference");
+    let segs = files(&clean.join("segments"))
+        .into_iter()
+        .filter(|f| f.to_string_lossy().ends_with(".pcapng.zst"))
+        .collect();
+    (clean, reference, segs)
+}
+
+#[test]
+fn a_hundred_flipped_bytes_are_each_named_and_never_give_a_wrong_answer() {
+    let d = tempfile::tempdir().unwrap();
+    let (clean, reference, segs) = clean_store(d.path(), 11);
     let all: Vec<(u64, Vec<u8>)> = reference
         .packets
         .iter()
         .map(|p| (p.ts_ns, p.data.clone()))
-        .collect();
-    let segs: Vec<PathBuf> = files(&clean.join("segments"))
-        .into_iter()
-        .filter(|f| f.to_string_lossy().ends_with(".pcapng.zst"))
         .collect();
     let idxs = files(&clean.join("index"));
     assert!(segs.len() >= 3 && idxs.len() == segs.len());
@@ -185,25 +192,13 @@ fn a_hundred_flipped_bytes_are_each_named_and_never_give_a_wrong_answer() {
 #[test]
 fn store_damage_cases_never_answer_short_with_exit_0() {
     let d = tempfile::tempdir().unwrap();
-    let input = d.path().join("in.pcap");
-    synth(&input, &d.path().join("truth.json"), 13, "1s", "20M", None);
-    let clean = d.path().join("clean");
-    import_ok(
-        &clean,
-        &["--block-size", "16K", "--segment-size", "512K"],
-        &[p(&input)],
-    );
-    let reference = decode(&query_ok(&clean, &d.path().join("ref.pcap"), &[])).whole("reference");
+    let (clean, reference, segs) = clean_store(d.path(), 13);
     let flows_of = |store: &Path| {
         let o = run(capsule().args(["flows", "--store", p(store), "--json", "--limit", "100000"]));
         (o.status.code(), stdout_str(&o), stderr_str(&o))
     };
     let (code, ref_flows, err) = flows_of(&clean);
     assert_eq!(code, Some(0), "{err}");
-    let segs: Vec<PathBuf> = files(&clean.join("segments"))
-        .into_iter()
-        .filter(|f| f.to_string_lossy().ends_with(".pcapng.zst"))
-        .collect();
     assert!(segs.len() >= 3, "the test needs several segments");
     let name = |f: &Path| f.file_name().unwrap().to_string_lossy().into_owned();
     let idx_of = |seg: &Path| {

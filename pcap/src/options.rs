@@ -63,7 +63,7 @@ fn layout(of: OptionsOf, code: u16) -> Option<usize> {
             _ => None,
         },
         OptionsOf::Interface => match code {
-            2 | 9 | 14 => None,          // if_name, if_tsresol, if_tsoffset: rewritten
+            // if_name, if_tsresol, if_tsoffset (2, 9, 14) never get here: `keep` drops them.
             3 | 11 | 12 | 15 => Some(0), // description, filter, os, hardware
             4..=7 | 13 => Some(0),       // addresses (network order), if_fcslen
             8 | 16 | 17 => Some(8),      // if_speed, if_txspeed, if_rxspeed

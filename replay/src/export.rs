@@ -288,12 +288,13 @@ impl Window {
         // Segments a repair left short of what they were sealed with, where the window
         // reaches them.
         let (from, to) = query.window();
-        report.lost.extend(
-            store
-                .short_segments(&segments)?
-                .into_iter()
-                .filter(|u| u.reaches(from, to)),
-        );
+        if let Some(l) = &ledger {
+            report.lost.extend(
+                capsule_store::Unreadable::short_of(l, &segments)
+                    .into_iter()
+                    .filter(|u| u.reaches(from, to)),
+            );
+        }
         let (window_stats, baselines) = interface_stats(&segments, query, &mut report.skipped)?;
         report.drops_in_window = drops_in_window(&window_stats, &baselines);
 

@@ -331,29 +331,9 @@ impl Store {
     /// lay is unknown, so each is named with the span the ledger records: every answer over
     /// it misses them. None for a store without a ledger.
     pub fn short_segments(&self, segments: &[SegmentReader]) -> Result<Vec<Unreadable>> {
-        let Some(ledger) = crate::ledger::read(&self.segments_dir())? else {
-            return Ok(Vec::new());
-        };
-        let mut out = Vec::new();
-        for seg in segments.iter().filter(|s| s.damaged().is_empty()) {
-            let held: u64 = seg.blocks().iter().map(|b| u64::from(b.packets)).sum();
-            let Some(r) = ledger.live.get(&seg.seq()).filter(|r| r.packets > held) else {
-                continue;
-            };
-            out.push(Unreadable {
-                seq: seg.seq(),
-                path: seg.path().to_path_buf(),
-                problem: format!(
-                    "it holds {held} of the {} packets it was sealed with: {} were lost to \
-                     damage (the store's ledger records the seal; `verify --repair` moves \
-                     damaged bytes aside, next to the segment)",
-                    r.packets,
-                    r.packets - held
-                ),
-                span: Some((r.first_ns, r.last_ns)),
-            });
-        }
-        Ok(out)
+        Ok(crate::ledger::read(&self.segments_dir())?
+            .map(|l| Unreadable::short_of(&l, segments))
+            .unwrap_or_default())
     }
 
     /// Opens every segment for reading. Segments that vanish while being opened (retention)
@@ -423,6 +403,30 @@ pub struct Unreadable {
 }
 
 impl Unreadable {
+    /// [`Store::short_segments`] with a ledger already read.
+    pub fn short_of(ledger: &crate::ledger::Ledger, segments: &[SegmentReader]) -> Vec<Self> {
+        let mut out = Vec::new();
+        for seg in segments.iter().filter(|s| s.damaged().is_empty()) {
+            let held: u64 = seg.blocks().iter().map(|b| u64::from(b.packets)).sum();
+            let Some(r) = ledger.live.get(&seg.seq()).filter(|r| r.packets > held) else {
+                continue;
+            };
+            out.push(Unreadable {
+                seq: seg.seq(),
+                path: seg.path().to_path_buf(),
+                problem: format!(
+                    "it holds {held} of the {} packets it was sealed with: {} were lost to \
+                     damage (the store's ledger records the seal; `verify --repair` moves \
+                     damaged bytes aside, next to the segment)",
+                    r.packets,
+                    r.packets - held
+                ),
+                span: Some((r.first_ns, r.last_ns)),
+            });
+        }
+        out
+    }
+
     fn of(seq: u64, path: PathBuf, err: &StoreError) -> Self {
         Unreadable {
             seq,
