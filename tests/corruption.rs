@@ -187,8 +187,9 @@ fn a_hundred_flipped_bytes_are_each_named_and_never_give_a_wrong_answer() {
 /// missing and a stale side index, damaged metadata files, and a segment rebuilt by
 /// `verify --repair`. For each, `query` and `flows` either give the clean store's answer
 /// with exit 0, or say the answer is partial (exit 3) and name the segment or file; never
-/// fewer packets or flows with exit 0. (A damaged journal needs an open segment: it is
-/// covered by tests/index_journal.rs and the kill rounds.)
+/// fewer packets or flows with exit 0. (A damaged journal needs an open segment: flows, top
+/// and query over one are checked in tests/index_journal.rs,
+/// `kill_9_with_a_fold_checkpoint_present_recovers_to_a_correct_index`.)
 #[test]
 fn store_damage_cases_never_answer_short_with_exit_0() {
     let d = tempfile::tempdir().unwrap();

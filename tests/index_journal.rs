@@ -183,12 +183,34 @@ fn kill_9_with_a_fold_checkpoint_present_recovers_to_a_correct_index() {
     std::fs::write(&journal, &broken).unwrap();
     assert_eq!(flows(&store), (0, with.clone(), String::new()), "covered");
     std::fs::rename(&ck, d.path().join("aside")).unwrap();
-    let (_, without, err) = flows(&store);
+    let (code, without, err) = flows(&store);
     assert!(
         err.contains("journal"),
         "the damaged record is noted: {err}"
     );
     assert_ne!(without, with);
+    // An answer that misses the damaged record's flows is partial, from every reader of
+    // the index (issue [mend-store] 4: a damaged journal answered exit 0).
+    assert_eq!(code, 3, "flows over a damaged journal record: {err}");
+    let top = run(capsule().args(["top", "--store", p(&store)]));
+    assert_eq!(top.status.code(), Some(3), "top: {}", stderr_str(&top));
+    assert!(stderr_str(&top).contains("journal"), "{}", stderr_str(&top));
+    // Packets come from the segment itself: whole, or partial and named.
+    let total = run(capsule().args(["query", "--store", p(&store), "--count"]));
+    let count = run(capsule().args(["query", "--store", p(&store), "--count", &filter]));
+    match count.status.code() {
+        Some(0) => assert!(
+            parse_packets_bytes(&stdout_str(&count)).0 > 0 && total.status.success(),
+            "{}",
+            stderr_str(&count)
+        ),
+        Some(3) => assert!(
+            stderr_str(&count).contains("journal"),
+            "{}",
+            stderr_str(&count)
+        ),
+        other => panic!("query --count exit {other:?}: {}", stderr_str(&count)),
+    }
     std::fs::rename(d.path().join("aside"), &ck).unwrap();
     std::fs::write(&journal, &j).unwrap();
     // Damaged (one bit of its index), then gone: the journal alone says the same.

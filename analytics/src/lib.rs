@@ -119,6 +119,9 @@ pub struct Limits {
     /// Segments the store's ledger records whose files are gone, in the window: what
     /// they held is missing (segment, what the ledger says).
     pub missing_segments: Vec<(u64, String)>,
+    /// Segments in the window that `verify --repair` rebuilt with fewer packets than they
+    /// were sealed with (the ledger records both): their lost packets' flows are missing.
+    pub repaired_segments: Vec<(u64, String)>,
     /// Packets dropped by capture, as the binary found them (capture status), with when.
     pub drops: Option<String>,
     /// Flows the window cuts, whose per-value DSCP counters are scaled from the whole record.
@@ -153,6 +156,12 @@ impl Limits {
         if !self.missing_segments.is_empty() {
             let segs: Vec<u64> = self.missing_segments.iter().map(|(s, _)| *s).collect();
             why.push(format!("the file of segment(s) {segs:?} is missing"));
+        }
+        if !self.repaired_segments.is_empty() {
+            let segs: Vec<u64> = self.repaired_segments.iter().map(|(s, _)| *s).collect();
+            why.push(format!(
+                "segment(s) {segs:?} lost packets to damage (`verify --repair` rebuilt them)"
+            ));
         }
         why
     }
@@ -190,7 +199,7 @@ impl Limits {
         for (seq, why) in &self.journal_notes {
             out.push(format!("open segment {seq}: index journal: {why}"));
         }
-        for (seq, why) in &self.missing_segments {
+        for (seq, why) in self.missing_segments.iter().chain(&self.repaired_segments) {
             out.push(format!("segment {seq}: {why}"));
         }
         if let Some(d) = &self.drops {
@@ -369,6 +378,24 @@ pub fn load(
         .filter(|m| m.overlaps(qf, qt))
         .map(|m| (m.sealed.seq, m.problem()))
         .collect();
+    let repaired_segments = store
+        .lost_to_repairs()
+        .map_err(err)?
+        .into_iter()
+        .filter(|(s, _)| s.first_ns < qt && s.last_ns >= qf)
+        .map(|(s, held)| {
+            (
+                s.seq,
+                format!(
+                    "holds {held} of the {} packets it was sealed with: {} were lost to \
+                     damage and moved aside by `verify --repair` (the store's ledger \
+                     records both)",
+                    s.packets,
+                    s.packets - held
+                ),
+            )
+        })
+        .collect();
     let horizon = held_from.filter(|&h| q.from_ns.is_some_and(|f| f < h));
     let limits = Limits {
         held_from_ns: held_from,
@@ -383,6 +410,7 @@ pub fn load(
         unseen_blocks: listing.unseen,
         journal_notes: listing.journal_notes,
         missing_segments,
+        repaired_segments,
         drops: None,
         approximate_flows: listing.flows.iter().filter(|f| f.approximate).count(),
         invisible: INVISIBLE,

@@ -165,6 +165,7 @@ fn limits(a: Limits, b: Limits, flows: &[capsule_index::flows::FlowSummary]) -> 
         unseen_blocks: union(a.unseen_blocks, b.unseen_blocks),
         journal_notes: union(a.journal_notes, b.journal_notes),
         missing_segments: union(a.missing_segments, b.missing_segments),
+        repaired_segments: union(a.repaired_segments, b.repaired_segments),
         drops: match (a.drops, b.drops) {
             (Some(x), Some(y)) if x != y => Some(format!("{x}; {y}")),
             (x, y) => x.or(y),

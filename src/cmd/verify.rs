@@ -63,23 +63,34 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
             };
         }
         let segment_damaged = !found.is_empty();
-        if a.repair && segment_damaged && e.state == SegmentState::Sealed {
-            // A sealed segment with damage is rebuilt the way recovery rebuilds a torn one:
-            // every verified block kept, the damaged bytes moved aside, a new footer.
+        let mut sealed = e.state == SegmentState::Sealed;
+        if a.repair && segment_damaged {
+            // A damaged segment is rebuilt the way recovery rebuilds a torn one: every
+            // verified block kept, the damaged bytes moved aside, a new head and footer. An
+            // open one has no writer (--repair holds the lock): recovery seals it, as the
+            // next writer would.
             let open = store
                 .segments_dir()
                 .join(capsule_store::segment::open_name(e.seq));
-            capsule_store::fsx::rename(&e.path, &open, "reopen damaged segment for repair")?;
-            capsule_store::segment::sync_dir(&store.segments_dir())?;
+            if sealed {
+                capsule_store::fsx::rename(&e.path, &open, "reopen damaged segment for repair")?;
+                capsule_store::segment::sync_dir(&store.segments_dir())?;
+            }
             let r = capsule_store::segment::recover(&store.segments_dir(), &open)?;
             repaired.push(format!("segment {}: {r}", e.seq));
+            sealed = r.sealed().is_some();
+            if sealed {
+                // The ledger keeps what a sealed segment was sealed with; this records what
+                // it holds now, so that answers from the index alone name the loss too.
+                store.record_repair(e.seq, r.kept_packets())?;
+            }
             found = r
                 .sealed()
                 .map(|s| verify_segment(&s.path))
                 .unwrap_or_default();
         }
         problems.extend(found);
-        if e.state != SegmentState::Sealed || segment_damaged && !a.repair {
+        if !sealed || segment_damaged && !a.repair {
             continue;
         }
         let Ok(seg) = SegmentReader::open(

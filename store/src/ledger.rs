@@ -8,11 +8,15 @@
 //! ```text
 //! sealed SEQ FIRST_NS LAST_NS PACKETS BYTES
 //! deleted SEQ
+//! repaired SEQ PACKETS
 //! ```
 //!
 //! A writer appends `sealed` when it seals a segment (capture, import, recovery), and
 //! `deleted` before retention unlinks a file: a reader that lists the directory first and
 //! reads the ledger after never takes a segment retention is deleting for a missing one.
+//! `capsule verify --repair` appends `repaired` with the packets a rebuilt segment still
+//! holds: the `sealed` line keeps what it was sealed with, so every answer (also one read
+//! from the side index alone) can name what the repair lost.
 //! A line that does not parse (torn by a crash) is skipped. When a writer opens the store
 //! it adds a line for every sealed segment it finds without one (a store made before the
 //! ledger, or a crash between a seal and its line), records as deleted the missing ones
@@ -60,6 +64,8 @@ impl From<&segment::SealedSegment> for Sealed {
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
     pub live: BTreeMap<u64, Sealed>,
+    /// Of the live segments, those `verify --repair` rebuilt: the packets each holds since.
+    pub repaired: BTreeMap<u64, u64>,
     /// Lines in the file, and of them the ones that did not parse.
     pub lines: usize,
     pub bad_lines: usize,
@@ -136,8 +142,15 @@ pub fn read(segments_dir: &Path) -> Result<Option<Ledger>> {
             (Some("deleted"), 2) => match num(1) {
                 Some(seq) => {
                     l.live.remove(&seq);
+                    l.repaired.remove(&seq);
                 }
                 None => l.bad_lines += 1,
+            },
+            (Some("repaired"), 3) => match (num(1), num(2)) {
+                (Some(seq), Some(packets)) => {
+                    l.repaired.insert(seq, packets);
+                }
+                _ => l.bad_lines += 1,
             },
             _ => l.bad_lines += 1,
         }
@@ -149,7 +162,23 @@ pub fn read(segments_dir: &Path) -> Result<Option<Ledger>> {
             l.bad_lines
         );
     }
+    // Repairs of segments deleted since, or never recorded as sealed, say nothing.
+    let live = &l.live;
+    l.repaired.retain(|seq, _| live.contains_key(seq));
     Ok(Some(l))
+}
+
+impl Ledger {
+    /// The live segments a repair left with fewer packets than they were sealed with, and
+    /// the packets each holds now.
+    pub fn short(&self) -> impl Iterator<Item = (&Sealed, u64)> {
+        self.repaired.iter().filter_map(|(seq, &held)| {
+            self.live
+                .get(seq)
+                .filter(|s| s.packets > held)
+                .map(|s| (s, held))
+        })
+    }
 }
 
 fn sealed_line(s: &Sealed) -> String {
@@ -195,6 +224,11 @@ fn append(segments_dir: &Path, text: &str) -> Result<()> {
 /// Records that segment `s` was sealed.
 pub(crate) fn record_sealed(segments_dir: &Path, s: &Sealed) -> Result<()> {
     append(segments_dir, &sealed_line(s))
+}
+
+/// Records that `verify --repair` rebuilt segment `seq`, which holds `packets` since.
+pub(crate) fn record_repaired(segments_dir: &Path, seq: u64, packets: u64) -> Result<()> {
+    append(segments_dir, &format!("repaired {seq} {packets}\n"))
 }
 
 /// Records that capsule is deleting segment `seq`: called before its file is unlinked.
@@ -260,7 +294,12 @@ pub(crate) fn reconcile(segments_dir: &Path, present: &[Present<'_>]) -> Result<
             .collect();
         all.extend(added.iter().copied());
         all.sort_by_key(|s| s.seq);
-        let text: String = all.iter().map(sealed_line).collect();
+        let mut text: String = all.iter().map(sealed_line).collect();
+        for (seq, packets) in &ledger.repaired {
+            if !expired.contains(seq) {
+                text.push_str(&format!("repaired {seq} {packets}\n"));
+            }
+        }
         fsx::write_atomic(&path_of(segments_dir), text.as_bytes())?;
     } else if !added.is_empty() || !expired.is_empty() {
         let mut text: String = added.iter().map(sealed_line).collect();
@@ -324,6 +363,35 @@ mod tests {
         assert_eq!(l.live.keys().copied().collect::<Vec<_>>(), [2]);
         assert_eq!(l.live[&2], s(2));
         assert_eq!((l.lines, l.bad_lines), (4, 1));
+    }
+
+    #[test]
+    fn a_repair_is_short_until_its_segment_is_deleted_and_survives_a_rewrite() {
+        let d = tempfile::tempdir().unwrap();
+        for q in 1..=3 {
+            record_sealed(d.path(), &s(q)).unwrap();
+        }
+        record_repaired(d.path(), 2, 1).unwrap();
+        // A repair that lost nothing (a damaged head frame) is not short.
+        record_repaired(d.path(), 3, 3).unwrap();
+        let l = read(d.path()).unwrap().unwrap();
+        let short: Vec<(u64, u64)> = l.short().map(|(s, held)| (s.seq, held)).collect();
+        assert_eq!(short, [(2, 1)]);
+        // The rewrite at a writer's open (most lines deleted) keeps the repair.
+        for q in 4..=80 {
+            record_sealed(d.path(), &s(q)).unwrap();
+            record_deleted(d.path(), q).unwrap();
+        }
+        let present: Vec<PathBuf> = (1..=3).map(|q| d.path().join(format!("{q}"))).collect();
+        let present: Vec<Present<'_>> = (1..=3)
+            .map(|q| (q, present[q as usize - 1].as_path(), 100))
+            .collect();
+        reconcile(d.path(), &present).unwrap();
+        let l = read(d.path()).unwrap().unwrap();
+        assert_eq!(l.lines, 5, "rewritten: 3 sealed and 2 repaired lines");
+        assert_eq!(l.short().map(|(s, _)| s.seq).collect::<Vec<_>>(), [2]);
+        record_deleted(d.path(), 2).unwrap();
+        assert_eq!(read(d.path()).unwrap().unwrap().short().count(), 0);
     }
 
     #[test]

@@ -336,6 +336,21 @@ impl Store {
             .unwrap_or_default())
     }
 
+    /// Records in the ledger that `verify --repair` rebuilt segment `seq`, which now holds
+    /// `packets`: answers over its span name what the repair lost ([`Store::lost_to_repairs`]).
+    pub fn record_repair(&self, seq: u64, packets: u64) -> Result<()> {
+        crate::ledger::record_repaired(&self.segments_dir(), seq, packets)
+    }
+
+    /// The live segments a repair left with fewer packets than they were sealed with, from
+    /// the ledger alone (no segment file is read: what answers from the side index use),
+    /// each with the packets it holds now. None for a store without a ledger.
+    pub fn lost_to_repairs(&self) -> Result<Vec<(crate::ledger::Sealed, u64)>> {
+        Ok(crate::ledger::read(&self.segments_dir())?
+            .map(|l| l.short().map(|(s, held)| (*s, held)).collect())
+            .unwrap_or_default())
+    }
+
     /// Opens every segment for reading. Segments that vanish while being opened (retention)
     /// are skipped; an open segment sealed meanwhile is opened under its sealed name. A
     /// segment that cannot be read at all (its head is damaged) is skipped with a warning in

@@ -71,7 +71,8 @@ pub(super) fn corrupt(path: &Path, offset: u64, problem: DecodeError) -> StoreEr
 /// one; both are listed in [`Scan::damaged`]. The walk stops at a block cut short by the end
 /// of the file, or at damage with no block after it, and says why in [`Scan::problem`];
 /// less than a page of zero bytes after the last block is direct-I/O padding, not a problem.
-/// A damaged head or segment header is an error.
+/// A head frame that is not a zstd frame, or a damaged segment header, is an error; with
+/// `verify`, a head frame that is one but does not decompress is the first [`Damage`].
 pub fn scan(path: &Path, file: &File, verify: bool) -> Result<Scan> {
     Ok(scan_known(path, file, verify, &[])?.0)
 }
@@ -109,6 +110,20 @@ pub(super) fn scan_known(
             },
         )
     })? as u64;
+    // With `verify`, the head frame's content checksum too: a head that does not decompress
+    // is damage a rebuild replaces (the blocks after it are whole), not a reason to give
+    // up on the segment.
+    let mut damaged = Vec::new();
+    if verify {
+        if let Err(e) = zstd::stream::decode_all(&head[..head_len as usize]) {
+            damaged.push(Damage {
+                offset: 0,
+                len: head_len,
+                block: None,
+                problem: format!("head frame does not decompress: {e}"),
+            });
+        }
+    }
     let mut pos = head_len;
     let header = match read_meta(path, file, pos, file_len, "segment header")? {
         Ok(p) => SegmentHeader::decode(&p.payload).map_err(|e| corrupt(path, pos, e))?,
@@ -119,7 +134,6 @@ pub(super) fn scan_known(
     let mut blocks = Vec::new();
     let mut interfaces = Vec::new();
     let mut problem = None;
-    let mut damaged = Vec::new();
     let mut footer_at = None;
     // The index the next block header must carry: one more than the last header read,
     // whether its frame was whole or not.
