@@ -527,6 +527,56 @@ fn a_client_that_times_out_frees_a_limit_of_one_at_once() {
     assert!(t0.elapsed() < Duration::from_secs(2));
 }
 
+/// A client that reads 1.5 MB of an export and resets the connection (its receive buffer
+/// small, as on a slow WAN link) is audited with what reached its TCP: before, with
+/// everything the server's socket took, 4.4 MB more.
+#[test]
+fn a_cut_stream_is_audited_with_what_reached_the_client() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "200M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let s = start(d.path(), &store, &tokens, &[]);
+    let client = r#"
+import socket, ssl, struct, sys, time
+ca, port, token = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+s.connect(("127.0.0.1", port))
+t = ssl.create_default_context(cafile=ca).wrap_socket(s, server_hostname="127.0.0.1")
+t.sendall(("GET /v1/packets HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n" % token).encode())
+got = 0
+while got < 1500000:
+    got += len(t.recv(65536))
+time.sleep(1.0)  # the server fills its socket meanwhile
+t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+t.close()
+print(got)
+"#;
+    let out = run_ok(Command::new(need_tool("python3")).args([
+        "-c",
+        client,
+        p(&s.ca),
+        s.addr.rsplit(':').next().unwrap(),
+        &t,
+    ]));
+    // What the client read: the body, its chunk framing and the response head.
+    let read: u64 = stdout_str(&out).trim().parse().unwrap();
+    let audit = s.audit_lines();
+    let cut = audit
+        .iter()
+        .find(|r| r["status"] == 499)
+        .unwrap_or_else(|| panic!("no 499 line: {audit:?}"));
+    let bytes = cut["bytes"].as_u64().unwrap();
+    // More only by what the client's socket held unread (128 KiB here) and the server's
+    // HTTP and TLS buffers.
+    assert!(
+        bytes + (64 << 10) >= read && bytes < read + (1 << 20),
+        "audit says {bytes} bytes, the client read {read}: {}",
+        cut["outcome"]
+    );
+}
+
 #[test]
 fn the_byte_limit_answers_413_or_cuts_the_stream() {
     let d = tempfile::tempdir().unwrap();

@@ -45,6 +45,8 @@ pub(super) struct StreamAudit {
     pub(super) delivered: AtomicU64,
     /// The body was read to its end (its last chunk, or its trailers, handed over).
     pub(super) finished: AtomicBool,
+    /// The connection's socket counts, when the route knew them.
+    pub(super) conn: Option<Arc<super::conn::ConnIo>>,
 }
 
 impl Drop for StreamAudit {
@@ -55,11 +57,21 @@ impl Drop for StreamAudit {
             "the export ended without saying how".into(),
             None,
         ));
-        let bytes = self.delivered.load(Ordering::Acquire);
+        let mut bytes = self.delivered.load(Ordering::Acquire);
         let finished = self.finished.load(Ordering::Acquire);
-        if status.is_success() && !finished && bytes > 0 {
+        let went_away = !finished && bytes > 0 && (status.is_success() || status.as_u16() == 499);
+        if went_away {
+            // What the socket took and the client's TCP never acknowledged did not reach
+            // it (counted in TLS records, a little more than the body bytes they carry).
+            let lost = self.conn.as_ref().and_then(|c| c.unreceived()).unwrap_or(0);
+            bytes = bytes.saturating_sub(lost);
             status = StatusCode::from_u16(499).expect("a valid code");
             outcome = format!("the client went away after {bytes} bytes");
+            if lost > 0 {
+                outcome.push_str(&format!(
+                    " ({lost} more were in its socket, never acknowledged)"
+                ));
+            }
         } else if !status.is_success() && bytes > 0 {
             outcome = format!("stopped after {bytes} bytes: {outcome}");
         }

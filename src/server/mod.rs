@@ -32,6 +32,7 @@ use crate::tokens::Tokens;
 
 mod audit;
 mod body;
+mod conn;
 mod guard;
 mod params;
 mod routes;
@@ -176,7 +177,11 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
             };
             let acceptor = tokio_rustls::TlsAcceptor::from(tls.config());
             let server = server.clone();
-            tokio::spawn(async move {
+            // Counted at the socket: what the client's TCP acknowledged is what a cut
+            // stream's audit line says it was given.
+            let tcp = conn::Counted::new(tcp);
+            let io = tcp.io();
+            tokio::spawn(conn::CONN.scope(io, async move {
                 let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
                     .await
                 {
@@ -224,7 +229,7 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
                 if let Err(e) = conn.await {
                     tracing::info!("connection from {peer}: {e}");
                 }
-            });
+            }));
         }
     })
 }

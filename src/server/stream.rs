@@ -236,6 +236,7 @@ pub(super) async fn packets(g: Guard, q: Option<&str>) -> Response<Body> {
         end: Mutex::new(None),
         delivered: AtomicU64::new(0),
         finished: AtomicBool::new(false),
+        conn: super::conn::CONN.try_with(Arc::clone).ok(),
     });
     let (s2, a2) = (server.clone(), audit.clone());
     tokio::task::spawn_blocking(move || export_thread(s2, request, w, a2, slot));

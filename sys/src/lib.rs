@@ -81,7 +81,7 @@ pub mod xsk;
 pub use error::SysError;
 pub use huge::HugeAlloc;
 pub use iface::{clock_ns, host_addresses, if_index, rx_vlan_offload};
-pub use socket::promiscuous;
+pub use socket::{promiscuous, tcp_bytes_acked};
 
 /// The unit tests run on the allocator the binary installs.
 #[cfg(test)]

@@ -62,11 +62,47 @@ unsafe impl Plain for libc::tpacket_stats_v3 {}
 unsafe impl Plain for libc::xdp_statistics {}
 // SAFETY: as above.
 unsafe impl Plain for libc::xdp_mmap_offsets {}
+// SAFETY: `#[repr(C)]`, integer fields only.
+unsafe impl Plain for TcpInfoHead {}
+
+/// The head of the kernel's `struct tcp_info` (include/uapi/linux/tcp.h), up to
+/// `tcpi_bytes_acked` (Linux 4.1): the kernel writes as much of its struct as fits, and says
+/// how much it wrote.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct TcpInfoHead {
+    /// `tcpi_state` .. the wscale and rate bit fields: 8 bytes.
+    flags: [u8; 8],
+    /// `tcpi_rto` .. `tcpi_total_retrans`: 24 `u32`s.
+    counters: [u32; 24],
+    pacing_rate: u64,
+    max_pacing_rate: u64,
+    bytes_acked: u64,
+}
+
+/// The bytes of its stream the peer of TCP socket `fd` has acknowledged (`tcpi_bytes_acked`,
+/// RFC 4898 `tcpEStatsAppHCThruOctetsAcked`): what reached the peer's TCP, whatever its
+/// application has read of it. Still readable after the peer reset the connection.
+pub fn tcp_bytes_acked(fd: &impl AsRawFd) -> Result<u64, SysError> {
+    let (info, len) = getsockopt::<TcpInfoHead>(fd, libc::IPPROTO_TCP, libc::TCP_INFO, "TCP_INFO")?;
+    if len < std::mem::size_of::<TcpInfoHead>() {
+        return Err(SysError::new(
+            "TCP_INFO",
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "the kernel's tcp_info has {len} bytes, without tcpi_bytes_acked (Linux 4.1)"
+                ),
+            ),
+        ));
+    }
+    Ok(info.bytes_acked)
+}
 
 /// Reads socket option `name` as a `T`; returns it with the number of bytes the kernel wrote.
 /// `call` names the option in the error.
 pub(crate) fn getsockopt<T: Plain>(
-    fd: &OwnedFd,
+    fd: &impl AsRawFd,
     level: libc::c_int,
     name: libc::c_int,
     call: &'static str,
@@ -150,6 +186,33 @@ pub(crate) fn bind_packet(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tcp_bytes_acked_counts_what_the_peer_acknowledged() {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        assert_eq!(super::tcp_bytes_acked(&s).unwrap(), 0);
+        s.write_all(&[7u8; 100_000]).unwrap();
+        let mut got = vec![0u8; 100_000];
+        c.read_exact(&mut got).unwrap();
+        let t0 = std::time::Instant::now();
+        // Loopback acknowledges within microseconds; wait for the last ACK, not a guess.
+        while super::tcp_bytes_acked(&s).unwrap() < 100_000 {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(super::tcp_bytes_acked(&s).unwrap(), 100_000);
+        // The peer closes with bytes unread: its kernel resets the connection, and the
+        // count is still there (what an audit reads after a client went away).
+        s.write_all(&[7u8; 1000]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        drop(c);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let _ = s.write_all(&[7u8; 1000]);
+        assert_eq!(super::tcp_bytes_acked(&s).unwrap(), 101_000);
+    }
 
     #[test]
     fn a_failed_socket_names_the_call_and_what_it_was_for() {
