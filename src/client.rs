@@ -76,6 +76,14 @@ impl Selection {
 
     /// As [`Selection::remote`], with `query`/`flows`' older `--cert`/`--key` names.
     pub fn remote_with(&self, old: &OldClientCert) -> Result<Option<Remote>> {
+        if self.fleet {
+            return Err(crate::output::Usage(
+                "--fleet answers the analytics commands (top, tcp, dscp, matrix, stragglers, \
+                 alerts); `query` and `flows` over the fleet are not built yet (docs/fleet.md)"
+                    .into(),
+            )
+            .into());
+        }
         self.remote.remote(Some(old))
     }
 }
