@@ -199,11 +199,32 @@ fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
         query_ok(&all, &part, &[filter]);
         total += capinfos_packets(&part);
         let store = d.path().join(format!("node{i}"));
-        import_ok(&store, &["--segment-size", "1M"], &[p(&part)]);
         let config = node_config(d.path(), &format!("node{i}"), &ch.url());
-        let (code, doc, err) = publish(&store, &config);
-        assert_eq!(code, 0, "{doc} {err}");
-        assert!(!doc["staged"].as_array().unwrap().is_empty(), "{doc}");
+        if i == 1 {
+            // An import with the [fleet] section publishes what it sealed; publishing
+            // again finds nothing new.
+            let out = import_ok(
+                &store,
+                &["--segment-size", "1M", "--config", p(&config)],
+                &[p(&part)],
+            );
+            assert!(
+                stderr_str(&out).contains("fleet: node node1 published"),
+                "{}",
+                stderr_str(&out)
+            );
+            let (code, doc, err) = publish(&store, &config);
+            assert_eq!(
+                (code, doc["staged"].as_array().unwrap().len()),
+                (0, 0),
+                "{doc} {err}"
+            );
+        } else {
+            import_ok(&store, &["--segment-size", "1M"], &[p(&part)]);
+            let (code, doc, err) = publish(&store, &config);
+            assert_eq!(code, 0, "{doc} {err}");
+            assert!(!doc["staged"].as_array().unwrap().is_empty(), "{doc}");
+        }
         configs.push(config);
     }
     assert_eq!(total, capinfos_packets(&pcap), "the parts split the trace");
