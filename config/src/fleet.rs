@@ -36,7 +36,7 @@ pub const FLEET_KEYS: [&str; 6] = [
 pub struct Fleet {
     /// This node's name: 1 to 64 letters, digits, `.`, `_` or `-`.
     pub node: String,
-    /// ClickHouse's HTTP interface, `http://HOST:PORT` (or `https://`), no path.
+    /// ClickHouse's HTTP interface, `http://HOST:PORT`, no path.
     pub clickhouse: String,
     pub clickhouse_password_file: Option<PathBuf>,
     /// This node's `capsule serve` URL (`https://HOST:PORT`), for the fleet's registry.
@@ -132,7 +132,8 @@ pub(crate) fn parse(
         )));
     };
     const NODE: &str = "a node name: 1 to 64 letters, digits, '.', '_' or '-'";
-    const CH: &str = "ClickHouse's HTTP interface, http://HOST:PORT (or https://), no path";
+    const CH: &str =
+        "ClickHouse's HTTP interface, http://HOST:PORT, no path (HTTPS is not supported yet)";
     const ADV: &str = "this node's `capsule serve` URL, https://HOST:PORT";
     let node = match text("node", NODE) {
         Some((s, span)) if !valid_node_name(&s) => {
@@ -146,7 +147,7 @@ pub(crate) fn parse(
         n => n.map(|(s, _)| s),
     };
     let clickhouse = match text("clickhouse", CH) {
-        Some((s, span)) if !base_url(&s, &["http", "https"]) => {
+        Some((s, span)) if !base_url(&s, &["http"]) => {
             bad(span, "clickhouse", CH, &s);
             None
         }
@@ -257,6 +258,12 @@ mod tests {
             ),
             (
                 "[fleet]\nnode = \"n\"\nclickhouse = \"http://h:99999\"\n",
+                "fleet.clickhouse",
+                ErrorKind::BadValue,
+                3,
+            ),
+            (
+                "[fleet]\nnode = \"n\"\nclickhouse = \"https://h:8443\"\n",
                 "fleet.clickhouse",
                 ErrorKind::BadValue,
                 3,
