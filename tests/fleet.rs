@@ -347,3 +347,57 @@ fn with_clickhouse_down_rows_wait_in_the_outbox_and_arrive_exactly_once() {
     );
     ch.stop();
 }
+
+#[test]
+fn the_fleet_section_is_checked_and_fleet_flags_are_refused_where_not_built() {
+    let d = tempfile::tempdir().unwrap();
+    let good = node_config(d.path(), "edge-1", "http://127.0.0.1:8123");
+    let out = run_ok(capsule().args(["config", "check", p(&good)]));
+    assert!(
+        stdout_str(&out).contains("fleet: node edge-1 publishes to http://127.0.0.1:8123"),
+        "{}",
+        stdout_str(&out)
+    );
+    let bad = d.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[fleet]\nnode = \"edge 1\"\nclickhouse = \"https://c:8443\"\n",
+    )
+    .unwrap();
+    let out = run(capsule().args(["config", "check", p(&bad)]));
+    let err = stderr_str(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("bad.toml:2:") && err.contains("fleet.node"),
+        "{err}"
+    );
+    assert!(
+        err.contains("bad.toml:3:") && err.contains("fleet.clickhouse"),
+        "{err}"
+    );
+    for (args, says) in [
+        (vec!["top", "--fleet"], "--fleet needs --config FILE"),
+        (vec!["query", "--fleet", "-w", "/dev/null"], "not built yet"),
+        (
+            vec!["top", "--fleet", "--store", "x"],
+            "cannot be used with",
+        ),
+    ] {
+        let out = run(capsule().args(&args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr_str(&out));
+        assert!(
+            stderr_str(&out).contains(says),
+            "{args:?}: {}",
+            stderr_str(&out)
+        );
+    }
+    let no_section = d.path().join("plain.toml");
+    std::fs::write(&no_section, "[groups]\na = [\"10.0.0.0/8\"]\n").unwrap();
+    let out = run(capsule().args(["fleet", "nodes", "--config", p(&no_section)]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_str(&out).contains("no [fleet] section"),
+        "{}",
+        stderr_str(&out)
+    );
+}
