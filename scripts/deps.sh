@@ -24,6 +24,8 @@ declare -A need=(
   [openssl]=openssl
   [systemd-analyze]=systemd
   [chromium]=chromium
+  # tests/fleet.rs: the fleet catalog (Debian ships 18.16)
+  [clickhouse-server]=clickhouse-server
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -74,8 +74,22 @@ impl Selection {
         self.remote.remote(None)
     }
 
+    /// `query` and `flows` refuse `--fleet` (a usage error saying so).
+    pub fn no_fleet(&self) -> Result<()> {
+        if self.fleet {
+            return Err(crate::output::Usage(
+                "--fleet answers the analytics commands (top, tcp, dscp, matrix, stragglers, \
+                 alerts); `query` and `flows` over the fleet are not built yet (docs/fleet.md)"
+                    .into(),
+            )
+            .into());
+        }
+        Ok(())
+    }
+
     /// As [`Selection::remote`], with `query`/`flows`' older `--cert`/`--key` names.
     pub fn remote_with(&self, old: &OldClientCert) -> Result<Option<Remote>> {
+        self.no_fleet()?;
         self.remote.remote(Some(old))
     }
 }

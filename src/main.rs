@@ -18,6 +18,7 @@ mod metrics;
 mod notes;
 mod output;
 mod progress;
+mod publisher;
 mod render;
 mod report;
 mod request;

@@ -133,6 +133,9 @@ pub(crate) fn answer_error(e: AnswerError) -> anyhow::Error {
 /// Runs an analytics command: its question asked of the local store, or of `--server`,
 /// and the answer printed as a table or (`--json`) one document.
 pub(crate) fn ask_analytics(a: &AnswerArgs, question: Question) -> Result<ExitCode> {
+    if a.q.fleet {
+        return ask_fleet(a, question);
+    }
     if let Some(remote) = a.q.remote()? {
         let query = a.q.query()?;
         return crate::client::ask_analytics(&remote, &query, &question, a.json);
@@ -142,4 +145,53 @@ pub(crate) fn ask_analytics(a: &AnswerArgs, question: Question) -> Result<ExitCo
     let width = crate::render::table::output_width();
     let place = crate::render::Place::default();
     crate::render::print(&crate::render::analytics(&answer, a.json, place, width))
+}
+
+/// The config file and its `[fleet]` section (a usage error without one).
+pub(crate) fn fleet_config(
+    path: &std::path::Path,
+) -> Result<(capsule_config::Config, capsule_config::Fleet)> {
+    let config = crate::request::load_config(path)?;
+    let fleet = config.fleet().cloned().ok_or_else(|| {
+        Usage(format!(
+            "{}: no [fleet] section: the fleet needs this node's name and the ClickHouse \
+             server (node = \"NAME\", clickhouse = \"http://HOST:8123\"; docs/fleet.md)",
+            path.display()
+        ))
+    })?;
+    Ok((config, fleet))
+}
+
+/// An analytics question asked of the fleet's catalog (`--fleet`): the same answer type as
+/// a local one, rendered by the same code; partial (exit 3) when a node had batches waiting
+/// in its outbox at its last publish.
+fn ask_fleet(a: &AnswerArgs, question: Question) -> Result<ExitCode> {
+    let path = a.config.as_deref().ok_or_else(|| {
+        Usage("--fleet needs --config FILE: its [fleet] section names the ClickHouse server".into())
+    })?;
+    let (config, fleet) = fleet_config(path)?;
+    let ch = capsule_fleet::ClickHouse::of(&fleet)?;
+    let request = analytics::Request {
+        query: a.q.query()?,
+        question,
+    };
+    let got = capsule_fleet::ask::answer(&ch, &request, Some(&config)).map_err(|e| {
+        if e.is_usage() {
+            Usage(e.to_string()).into()
+        } else {
+            anyhow::Error::from(e)
+        }
+    })?;
+    let width = crate::render::table::output_width();
+    let place = crate::render::Place::default();
+    let mut r = crate::render::analytics(&got.answer, a.json, place, width);
+    for n in &got.behind {
+        r.why.push(format!(
+            "node {} had {} batch(es) in its outbox at its last publish ({})",
+            n.node,
+            n.backlog,
+            capsule_query::format_instant(n.last_seen_ns)
+        ));
+    }
+    crate::render::print(&r)
 }

@@ -327,7 +327,62 @@ pub fn load(
     let store = Store::open(store_dir).map_err(err)?;
     let listing = capsule_index::flows::list_index_only(&store, q, buckets).map_err(err)?;
     let (qf, qt) = q.window();
-    let (held_from, held_to) = match listing.held {
+    let listed = store.list().map_err(err)?;
+    let missing_segments = store
+        .missing_segments(&listed)
+        .map_err(err)?
+        .into_iter()
+        .filter(|m| m.overlaps(qf, qt))
+        .map(|m| (m.sealed.seq, m.problem()))
+        .collect();
+    let repaired_segments = store
+        .lost_to_repairs()
+        .map_err(err)?
+        .into_iter()
+        .filter(|(s, _)| s.first_ns < qt && s.last_ns >= qf)
+        .map(|(s, held)| {
+            (
+                s.seq,
+                format!(
+                    "holds {held} of the {} packets it was sealed with: {} were lost to \
+                     damage and moved aside by `verify --repair` (the store's ledger \
+                     records both)",
+                    s.packets,
+                    s.packets - held
+                ),
+            )
+        })
+        .collect();
+    let mut input = assemble(
+        listing.flows,
+        listing.held,
+        q,
+        filter,
+        store_dir.display().to_string(),
+    );
+    let l = &mut input.limits;
+    l.unindexed_segments = listing.unindexed;
+    l.damaged_indexes = listing.damaged_index;
+    l.unseen_blocks = listing.unseen;
+    l.journal_notes = listing.journal_notes;
+    l.missing_segments = missing_segments;
+    l.repaired_segments = repaired_segments;
+    Ok(input)
+}
+
+/// The input of flows listed already (by [`load`] from a store's index, or from a fleet
+/// catalog's copy of several nodes' indexes): the window bounded by `held` (the first and
+/// last packet time of everything the source holds) as [`load`] bounds a store's, and the
+/// limits that follow from it; `store` names the source in findings.
+pub fn assemble(
+    flows: Vec<FlowSummary>,
+    held: Option<(u64, u64)>,
+    q: &Query,
+    filter: &str,
+    store: String,
+) -> Input {
+    let (qf, qt) = q.window();
+    let (held_from, held_to) = match held {
         Some((a, b)) => (Some(a), Some(b)),
         None => (None, None),
     };
@@ -370,32 +425,6 @@ pub fn load(
             (at, at)
         }
     };
-    let listed = store.list().map_err(err)?;
-    let missing_segments = store
-        .missing_segments(&listed)
-        .map_err(err)?
-        .into_iter()
-        .filter(|m| m.overlaps(qf, qt))
-        .map(|m| (m.sealed.seq, m.problem()))
-        .collect();
-    let repaired_segments = store
-        .lost_to_repairs()
-        .map_err(err)?
-        .into_iter()
-        .filter(|(s, _)| s.first_ns < qt && s.last_ns >= qf)
-        .map(|(s, held)| {
-            (
-                s.seq,
-                format!(
-                    "holds {held} of the {} packets it was sealed with: {} were lost to \
-                     damage and moved aside by `verify --repair` (the store's ledger \
-                     records both)",
-                    s.packets,
-                    s.packets - held
-                ),
-            )
-        })
-        .collect();
     let horizon = held_from.filter(|&h| q.from_ns.is_some_and(|f| f < h));
     let limits = Limits {
         held_from_ns: held_from,
@@ -405,25 +434,19 @@ pub fn load(
         horizon_ns: horizon,
         horizon: horizon.map(rfc),
         window_misses: window_misses.map(|(_, m)| m),
-        unindexed_segments: listing.unindexed,
-        damaged_indexes: listing.damaged_index,
-        unseen_blocks: listing.unseen,
-        journal_notes: listing.journal_notes,
-        missing_segments,
-        repaired_segments,
-        drops: None,
-        approximate_flows: listing.flows.iter().filter(|f| f.approximate).count(),
+        approximate_flows: flows.iter().filter(|f| f.approximate).count(),
         invisible: INVISIBLE,
+        ..Limits::default()
     };
-    Ok(Input {
-        flows: listing.flows,
+    Input {
+        flows,
         from_ns,
         to_ns: to_ns.max(from_ns),
         filter: filter.trim().to_string(),
         within: q.filter.clone(),
-        store: store_dir.display().to_string(),
+        store,
         limits,
-    })
+    }
 }
 
 impl Input {

@@ -103,7 +103,7 @@ impl Question {
     }
 
     /// Whether the answer reads each flow's 1-second buckets (not only its totals).
-    fn buckets(&self) -> bool {
+    pub fn buckets(&self) -> bool {
         !matches!(self, Question::Dscp | Question::Matrix { .. })
     }
 }

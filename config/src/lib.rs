@@ -15,6 +15,7 @@
 //!   -> [alerts] alerts.rs: AlertRules (each rule's thresholds, defaults for the rest)
 //!   -> [serve] capture.rs too: one key per `capsule serve` flag, kept as text like
 //!      [capture]
+//!   -> [fleet] fleet.rs: Fleet (node name, ClickHouse URL, advertised serve URL, files)
 //!   -> Config; any problem: ConfigError::Invalid naming file:line:column, the dotted key
 //!      (`groups.gpu[2]`), what was expected and what was found; the parsers keep each
 //!      problem (Src::keep) and go on with the next key or element, so a file with several
@@ -35,6 +36,7 @@ mod cutoff;
 mod dscp;
 mod egress;
 mod error;
+mod fleet;
 mod groups;
 mod hours;
 mod walk;
@@ -55,13 +57,14 @@ pub use cutoff::{Cutoff, KeepRule, CUTOFF_KEYS, DEFAULT_IDLE_NS};
 pub use dscp::{dscp_name, parse_dscp, DscpRule};
 pub use egress::EgressRule;
 pub use error::{line_col, ConfigError, ErrorKind, Invalid};
+pub use fleet::{valid_node_name, Fleet, FLEET_KEYS};
 pub use groups::{Group, GroupId, Groups, Prefix, PrefixError, UNASSIGNED};
 pub use hours::WorkHours;
 
 use walk::Src;
 
 /// The sections a config file may have, in the order they are read.
-pub const SECTIONS: [&str; 8] = [
+pub const SECTIONS: [&str; 9] = [
     "groups",
     "dscp",
     "egress",
@@ -70,6 +73,7 @@ pub const SECTIONS: [&str; 8] = [
     "cutoff",
     "alerts",
     "serve",
+    "fleet",
 ];
 
 /// A validated config file.
@@ -83,6 +87,7 @@ pub struct Config {
     cutoff: Cutoff,
     alerts: AlertRules,
     serve: Vec<CaptureSetting>,
+    fleet: Option<Fleet>,
 }
 
 impl Config {
@@ -92,7 +97,11 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        Config::parse(&text, &path.display().to_string())
+        let mut c = Config::parse(&text, &path.display().to_string())?;
+        if let Some(f) = &mut c.fleet {
+            f.resolve(path.parent().unwrap_or(Path::new("")));
+        }
+        Ok(c)
     }
 
     /// Validates `text`; errors name `file` (the name to report, usually the path). Every
@@ -176,6 +185,16 @@ impl Config {
                 c.serve = capture::parse(&src, "serve", t, SERVE_KEYS);
             }
         }
+        if let Some((k, v)) = doc.get_key_value("fleet") {
+            let t = src.table(
+                "fleet",
+                v,
+                "a table of fleet settings (node, clickhouse, ...)",
+            );
+            if let Some(t) = src.keep(t) {
+                c.fleet = fleet::parse(&src, "fleet", t, k.span());
+            }
+        }
         src.finish(c)
     }
 
@@ -233,6 +252,11 @@ impl Config {
     pub fn alerts(&self) -> &AlertRules {
         &self.alerts
     }
+
+    /// The `[fleet]` section, if the file has one (paths absolute when loaded from a file).
+    pub fn fleet(&self) -> Option<&Fleet> {
+        self.fleet.as_ref()
+    }
 }
 
 /// The model as `capsule config check --json` prints it: group ids become names.
@@ -247,6 +271,8 @@ struct ConfigJson<'a> {
     alerts: &'a AlertRules,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     serve: &'a [CaptureSetting],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fleet: Option<&'a Fleet>,
 }
 
 #[derive(Serialize)]
@@ -291,6 +317,7 @@ impl Serialize for Config {
             cutoff: &self.cutoff,
             alerts: &self.alerts,
             serve: &self.serve,
+            fleet: self.fleet.as_ref(),
         }
         .serialize(s)
     }

@@ -127,6 +127,25 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
     Ok(listing)
 }
 
+/// Flow records from elsewhere (a fleet catalog's copy of several nodes' indexes) merged as
+/// [`list_index_only`] merges a store's segments: each record matched against `q`'s filter
+/// and cut to its window, records of the same flow merged (counters summed, buckets merged),
+/// in first-seen order, flows without packets in the window left out. Given the records of
+/// a store's indexes, it lists what [`list_index_only`] lists.
+pub fn merge_counts(
+    records: impl IntoIterator<Item = FlowCounts>,
+    q: &Query,
+    keep_buckets: bool,
+) -> Vec<FlowSummary> {
+    let (from, to) = q.window();
+    let records: Vec<FlowCounts> = records.into_iter().collect();
+    let mut out = Merged::with_capacity(records.len());
+    merge_segment(&mut out, records, q, from, to, keep_buckets);
+    let mut flows = out.flows;
+    flows.retain(|f| f.flow.totals.total_packets() > 0);
+    flows
+}
+
 /// What one segment's index gave [`list_index_only`].
 #[derive(Default)]
 struct Loaded {
@@ -480,4 +499,65 @@ pub fn cut_summary(store: &Store, segments: &[SegmentReader], q: &Query) -> Resu
         };
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sideindex::CountsBucket;
+
+    fn rec(a: &str, first_s: u64, packets: u64) -> FlowCounts {
+        let key = FlowKey {
+            vlans: [None, None],
+            ip_version: 4,
+            proto: 17,
+            a: a.parse().unwrap(),
+            b: "10.0.0.9".parse().unwrap(),
+            ports: Some((1000, 53)),
+        };
+        let mut f = FlowCounts::new(key, first_s * 1_000_000_000, first_s * 1_000_000_000 + 10);
+        f.totals.packets = [packets, 0];
+        f.totals.bytes = [packets * 100, 0];
+        f.buckets = vec![CountsBucket {
+            second: first_s,
+            bytes: [packets * 100, 0],
+            packets: [packets as u32, 0],
+            ..CountsBucket::default()
+        }];
+        f
+    }
+
+    #[test]
+    fn records_of_one_flow_merge_and_the_filter_and_window_apply() {
+        let q = Query::all();
+        let m = merge_counts(
+            [
+                rec("10.0.0.1", 5, 2),
+                rec("10.0.0.2", 5, 1),
+                rec("10.0.0.1", 7, 3),
+            ],
+            &q,
+            true,
+        );
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].flow.totals.packets, [5, 0]);
+        assert_eq!(m[0].flow.buckets.len(), 2);
+        assert_eq!(m[0].flow.totals.first_ns, 5_000_000_000);
+        let q = Query {
+            filter: capsule_query::Filter::parse("host 10.0.0.1").unwrap(),
+            from_ns: Some(6_000_000_000),
+            to_ns: None,
+        };
+        let m = merge_counts(
+            [
+                rec("10.0.0.1", 5, 2),
+                rec("10.0.0.2", 7, 1),
+                rec("10.0.0.1", 7, 3),
+            ],
+            &q,
+            true,
+        );
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].flow.totals.packets, [3, 0]);
+    }
 }

@@ -277,6 +277,10 @@ problems remain, each printed with its file, byte offset, and what was expected 
     /// Manage the bearer tokens of `capsule serve`.
     #[command(subcommand)]
     Token(TokenCmd),
+    /// Publish a store to the fleet's ClickHouse catalog, and list the fleet's nodes
+    /// (docs/fleet.md).
+    #[command(subcommand)]
+    Fleet(FleetCmd),
     /// Work with the config file (`--config FILE`: host groups, DSCP and egress policy, work
     /// hours; docs/config.md).
     #[command(subcommand)]
@@ -309,6 +313,46 @@ pub enum ConfigCmd {
 error is printed with its line and key."
     )]
     Check(ConfigCheckArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum FleetCmd {
+    /// Catch a store up with the fleet catalog: stage every sealed, indexed segment not
+    /// staged yet into the store's outbox (STORE/fleet/outbox), then push the outbox to
+    /// ClickHouse. Idempotent: run it again, nothing is published twice.
+    #[command(
+        after_help = "Exit status: 0 everything staged reached ClickHouse; 1 an error; 2 bad \
+usage; 3 ClickHouse could not take it all (unreachable or refusing): the rest waits in the \
+outbox, and the next publish sends it."
+    )]
+    Publish(FleetPublishArgs),
+    /// List the fleet's nodes: their serve URL, version, span of published traffic, last
+    /// publish and outbox backlog (as each node last reported it).
+    Nodes(FleetNodesArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FleetPublishArgs {
+    /// The store directory.
+    #[arg(long)]
+    pub store: PathBuf,
+    /// The config file whose `[fleet]` section names this node and the ClickHouse server
+    /// (its `[groups]` name the senders of the per-minute rollups).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Print one JSON document instead of lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct FleetNodesArgs {
+    /// The config file whose `[fleet]` section names the ClickHouse server.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand, Debug)]

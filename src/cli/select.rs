@@ -29,10 +29,16 @@ pub struct Selection {
     /// The store directory.
     #[arg(
         long,
-        required_unless_present = "to_server",
-        conflicts_with = "to_server"
+        required_unless_present_any = ["to_server", "fleet"],
+        conflicts_with_all = ["to_server", "fleet"]
     )]
     pub store: Option<PathBuf>,
+    /// Answer over every node of the fleet, from its ClickHouse catalog (the `[fleet]`
+    /// section of --config FILE; docs/fleet.md): the same answer as the local command over
+    /// all the nodes' published segments. Analytics commands only (top, tcp, dscp, matrix,
+    /// stragglers, alerts).
+    #[arg(long, conflicts_with = "to_server")]
+    pub fleet: bool,
     #[command(flatten)]
     pub remote: RemoteArgs,
     #[command(flatten)]

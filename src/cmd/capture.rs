@@ -164,6 +164,19 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
             }
         }
     }
+    // A node of a fleet publishes its sealed segments on a thread of its own.
+    let publisher = match a
+        .config
+        .as_deref()
+        .map(crate::request::load_config)
+        .transpose()
+    {
+        Ok(c) => c.and_then(|c| crate::publisher::Publisher::start(&a.store, c)),
+        Err(e) => {
+            let _ = writer.finish();
+            return Err(e);
+        }
+    };
     let captures = match live::open_all(&configs) {
         Ok(c) => c,
         Err(e) => {
@@ -255,6 +268,9 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     // Seal what was captured whether the capture ended well or not.
     let finished = writer.finish();
     status.finish();
+    if let Some(p) = publisher {
+        p.finish();
+    }
     if let Some(al) = alerts {
         al.finish();
     }

@@ -156,6 +156,27 @@ fn summary(out: &mut impl Write, file: &str, c: &Config) -> std::io::Result<()> 
             writeln!(out, "  {:<22}  {}", s.flag, s.value)?;
         }
     }
+    if let Some(f) = c.fleet() {
+        writeln!(out, "fleet: node {} publishes to {}", f.node, f.clickhouse)?;
+        let path = |p: &Option<std::path::PathBuf>| {
+            p.as_ref()
+                .map_or("-".to_string(), |p| p.display().to_string())
+        };
+        writeln!(
+            out,
+            "  {:<24}  {}",
+            "advertise",
+            f.advertise.as_deref().unwrap_or("-")
+        )?;
+        writeln!(
+            out,
+            "  {:<24}  {}",
+            "clickhouse_password_file",
+            path(&f.clickhouse_password_file)
+        )?;
+        writeln!(out, "  {:<24}  {}", "ca", path(&f.ca))?;
+        writeln!(out, "  {:<24}  {}", "token_file", path(&f.token_file))?;
+    }
     Ok(())
 }
 

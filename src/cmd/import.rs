@@ -276,6 +276,13 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     }
     let report = finished?;
     let secs = t0.elapsed().as_secs_f64();
+    // A node of a fleet publishes what it sealed (the outbox keeps it if ClickHouse is down).
+    if let Some(said) = config
+        .as_ref()
+        .and_then(|c| crate::publisher::publish_once(store, c))
+    {
+        eprintln!("capsule: {said}");
+    }
     // Packets dropped for a full disk were read, not stored.
     let stored = report.packets.saturating_sub(report.disk_full_drops);
     let ratio = report.uncompressed_bytes as f64 / report.compressed_bytes.max(1) as f64;

@@ -19,6 +19,7 @@ mod capture;
 mod compact;
 mod config;
 mod dscp;
+mod fleet;
 mod flows;
 mod import;
 mod man;
@@ -61,6 +62,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Config(c) => config::run(&c),
         Cmd::Serve(a) => crate::server::run(&a),
         Cmd::Token(c) => token::run(&c),
+        Cmd::Fleet(c) => fleet::run(&c),
         Cmd::Completions(a) => man::completions(&a),
         Cmd::Man(a) => man::run(&a.dir),
         Cmd::Filters => man::filters(),

@@ -26,6 +26,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         )
         .into());
     }
+    args.no_fleet()?;
     if args.remote.is_remote() {
         return remote(a);
     }

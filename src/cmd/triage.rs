@@ -39,6 +39,14 @@ mod outdir;
 pub const MAX_FINDINGS: usize = 25;
 
 pub fn run(a: &TriageArgs) -> Result<ExitCode> {
+    if a.a.q.fleet {
+        return Err(crate::output::Usage(
+            "triage writes evidence from the packets of a local store: it takes no --fleet \
+             (run it on the node that holds the window)"
+                .into(),
+        )
+        .into());
+    }
     if a.a.q.remote.is_remote() {
         return Err(crate::output::Usage(
             "triage writes evidence from the packets of a local store: it takes no --server \

@@ -1,0 +1,91 @@
+//! Fleet questions: the analytics of a window over every node, from the catalog.
+//!
+//! The flow rows of the window come back from ClickHouse (`FINAL`: one row per node,
+//! segment and flow however often it was pushed), are rebuilt into the side index's flow
+//! counts, and are merged and cut to the window and filter by the same code that merges a
+//! store's segments (`capsule_index::flows::merge_counts`); the answer is then made by the
+//! same code as a local one (`capsule_answers::analytics::body`), so it is the same type,
+//! rendered by the same renderers. The filter is applied here, not in SQL: it is the query
+//! language's own matcher, exactly as on a node.
+
+use capsule_answers::analytics::{self, Answer, Request, Window};
+
+use crate::clickhouse::ClickHouse;
+use crate::rowbinary::Reader;
+use crate::rows::{self, NodeRow};
+use crate::{FleetError, DATABASE};
+
+/// The name fleet answers give as their store (findings' export commands name it).
+pub const FLEET_STORE: &str = "fleet";
+
+/// A fleet answer, and the nodes whose outbox held batches at their last publish (their
+/// newest segments may be missing from it).
+#[derive(Debug, Clone)]
+pub struct FleetAnswer {
+    pub answer: Answer,
+    pub behind: Vec<NodeRow>,
+}
+
+/// Answers `req` over every node the catalog at `ch` holds (`config`: the groups and policy,
+/// needed by the questions that need them, as locally).
+pub fn answer(
+    ch: &ClickHouse,
+    req: &Request,
+    config: Option<&capsule_config::Config>,
+) -> Result<FleetAnswer, FleetError> {
+    let question = &req.question;
+    if let (None, Some(what)) = (config, question.needs_config()) {
+        return Err(FleetError::Usage(format!(
+            "{what} needs --config FILE: the host groups (and policy) it answers with"
+        )));
+    }
+    crate::schema::Schema::ensure(ch)?;
+    let (from, to) = req.query.window();
+    let cols: Vec<String> = rows::flow_columns().into_iter().map(|(n, _)| n).collect();
+    let sql = format!(
+        "SELECT {} FROM {DATABASE}.flows FINAL WHERE last_ns >= {from} AND first_ns < {to} \
+         ORDER BY node, segment FORMAT RowBinary",
+        cols.join(", ")
+    );
+    let bytes = ch.execute(&sql)?;
+    let what = format!("the flow rows ClickHouse at {} gave", ch.url());
+    let mut r = Reader::new(&bytes, &what);
+    let mut records = Vec::new();
+    while !r.is_empty() {
+        records.push(rows::get_flow(&mut r)?.1);
+    }
+    let held = held(ch)?;
+    let flows = capsule_index::flows::merge_counts(records, &req.query, question.buckets());
+    let filter = req.query.filter.to_string();
+    let mut input =
+        capsule_analytics::assemble(flows, held, &req.query, &filter, FLEET_STORE.to_string());
+    input.limits.drops = Some(
+        "drops: each node records its own capture's drops (`capsule status` on the node)"
+            .to_string(),
+    );
+    let body = analytics::body(&input, question, config)?;
+    let behind = crate::nodes::registry(ch)?
+        .into_iter()
+        .filter(|n| n.backlog > 0)
+        .collect();
+    Ok(FleetAnswer {
+        answer: Answer {
+            question: question.clone(),
+            window: Window::of(&input),
+            body,
+        },
+        behind,
+    })
+}
+
+/// The first and last packet time the catalog holds, over every node.
+fn held(ch: &ClickHouse) -> Result<Option<(u64, u64)>, FleetError> {
+    let b = ch.execute(&format!(
+        "SELECT count(), min(first_ns), max(last_ns) FROM {DATABASE}.segments FINAL \
+         WHERE flows > 0 FORMAT RowBinary"
+    ))?;
+    let what = format!("the span ClickHouse at {} gave", ch.url());
+    let mut r = Reader::new(&b, &what);
+    let (n, a, z) = (r.u64()?, r.u64()?, r.u64()?);
+    Ok((n > 0).then_some((a, z)))
+}

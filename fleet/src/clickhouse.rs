@@ -1,0 +1,202 @@
+//! ClickHouse's HTTP interface (port 8123 by default): a statement is the body of a POST, an
+//! insert is `?query=INSERT INTO t FORMAT RowBinary` with the rows as the body. Every
+//! request has a deadline (connect, and the whole exchange), so a hung server makes a
+//! publish or a question fail with [`FleetError::Unreachable`], never hang.
+
+use std::time::Duration;
+
+use crate::FleetError;
+
+/// A ClickHouse server, as one node or asker reaches it.
+#[derive(Debug, Clone)]
+pub struct ClickHouse {
+    url: String,
+    agent: ureq::Agent,
+    /// `Basic base64(default:PASSWORD)`, when a password file is configured.
+    auth: Option<String>,
+}
+
+/// The whole exchange's deadline (an insert of one segment's rows, a question's rows).
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+/// Connecting: a server that does not accept within this is unreachable.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl ClickHouse {
+    /// The server at `url` (`http://HOST:PORT`), as user `default` with `password` if given.
+    pub fn new(url: &str, password: Option<&str>) -> ClickHouse {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(TIMEOUT))
+            .timeout_connect(Some(CONNECT_TIMEOUT))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        ClickHouse {
+            url: url.trim_end_matches('/').to_string(),
+            agent,
+            auth: password.map(|p| format!("Basic {}", base64(format!("default:{p}").as_bytes()))),
+        }
+    }
+
+    /// The server of a config's `[fleet]` section (its password file read, one line).
+    pub fn of(f: &capsule_config::Fleet) -> Result<ClickHouse, FleetError> {
+        let password = match &f.clickhouse_password_file {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(crate::io("read the ClickHouse password file", p))?;
+                Some(text.trim_end_matches(['\n', '\r']).to_string())
+            }
+            None => None,
+        };
+        Ok(ClickHouse::new(&f.clickhouse, password.as_deref()))
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn post(&self, query: Option<&str>, body: &[u8], what: &str) -> Result<Vec<u8>, FleetError> {
+        let mut url = format!("{}/", self.url);
+        if let Some(q) = query {
+            url.push_str("?query=");
+            url.push_str(&percent_encode(q));
+        }
+        let mut req = self.agent.post(&url);
+        if let Some(a) = &self.auth {
+            req = req.header("Authorization", a);
+        }
+        let unreachable = |source| FleetError::Unreachable {
+            url: self.url.clone(),
+            source: Box::new(source),
+        };
+        let mut resp = req.send(body).map_err(unreachable)?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .body_mut()
+            .with_config()
+            .limit(u64::MAX)
+            .read_to_vec()
+            .map_err(unreachable)?;
+        if status != 200 {
+            let message = String::from_utf8_lossy(&bytes);
+            return Err(FleetError::Server {
+                url: self.url.clone(),
+                what: what.to_string(),
+                status,
+                message: message.trim().chars().take(500).collect(),
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Runs `sql` (a statement, or a query with its FORMAT) and returns what it answered.
+    pub fn execute(&self, sql: &str) -> Result<Vec<u8>, FleetError> {
+        let what: String = sql.split_whitespace().take(6).collect::<Vec<_>>().join(" ");
+        self.post(None, sql.as_bytes(), &format!("`{what} ...`"))
+    }
+
+    /// Inserts `rows` (RowBinary, in `table`'s column order) into `table`.
+    pub fn insert(&self, table: &str, rows: &[u8]) -> Result<(), FleetError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let q = format!("INSERT INTO {table} FORMAT RowBinary");
+        self.post(Some(&q), rows, &format!("an insert into {table}"))
+            .map(|_| ())
+    }
+
+    /// The server's version, `SELECT version()`.
+    pub fn version(&self) -> Result<Version, FleetError> {
+        let text = self.execute("SELECT version() FORMAT TabSeparated")?;
+        let text = String::from_utf8_lossy(&text).trim().to_string();
+        Version::parse(&text).ok_or_else(|| FleetError::Decode {
+            what: format!("the version ClickHouse at {} gave", self.url),
+            problem: format!("expected MAJOR.MINOR..., found {text:?}"),
+        })
+    }
+}
+
+/// A ClickHouse release, as `version()` gives it (`18.16.1`, `24.3.2.23`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl Version {
+    pub fn parse(s: &str) -> Option<Version> {
+        let mut it = s.split('.');
+        let major = it.next()?.parse().ok()?;
+        let minor = it.next()?.parse().ok()?;
+        Some(Version { major, minor })
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// `s` for a URL's query string (RFC 3986 unreserved characters kept).
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Standard base64 with padding (RFC 4648), for the Basic authorization header.
+fn base64(b: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
+    for c in b.chunks(3) {
+        let n = u32::from(c[0]) << 16
+            | u32::from(*c.get(1).unwrap_or(&0)) << 8
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_encodings_and_an_unreachable_server() {
+        assert_eq!(
+            Version::parse("18.16.1"),
+            Some(Version {
+                major: 18,
+                minor: 16
+            })
+        );
+        assert_eq!(Version::parse("24.3.2.23").unwrap().major, 24);
+        assert_eq!(Version::parse("x"), None);
+        assert_eq!(base64(b"default:pw"), "ZGVmYXVsdDpwdw==");
+        assert_eq!(base64(b"ab"), "YWI=");
+        assert_eq!(base64(b"abc"), "YWJj");
+        assert_eq!(percent_encode("INSERT INTO a.b"), "INSERT%20INTO%20a.b");
+        // A port nothing listens on: unreachable, quickly, never a hang.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let e = ClickHouse::new(&format!("http://127.0.0.1:{port}"), None)
+            .version()
+            .unwrap_err();
+        assert!(e.is_unreachable(), "{e}");
+    }
+}

@@ -1,0 +1,219 @@
+//! Publishing a store: staging its sealed segments' rows into the outbox (no network), then
+//! pushing the outbox to ClickHouse. Both are idempotent: a segment staged is not staged
+//! again (unless compacted since), and a batch pushed twice collapses in ClickHouse.
+
+use std::path::Path;
+
+use capsule_index::sideindex::{index_name, SegmentIndex};
+use capsule_store::{SegmentState, Store};
+
+use crate::clickhouse::ClickHouse;
+use crate::outbox::{Batch, Outbox, TABLES};
+use crate::rowbinary::Writer;
+use crate::rows::{self, NodeRow, Origin, SegmentRow};
+use crate::schema::Schema;
+use crate::{FleetError, DATABASE};
+
+/// The node publishing: its name, its `serve` URL, and the config whose groups name the
+/// rollups' senders.
+#[derive(Debug, Clone, Copy)]
+pub struct Node<'a> {
+    pub name: &'a str,
+    pub advertise: Option<&'a str>,
+    pub config: Option<&'a capsule_config::Config>,
+    /// The software's version, for the registry.
+    pub version: &'a str,
+}
+
+/// What a staging pass did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Staged {
+    /// Segments staged now.
+    pub staged: Vec<u64>,
+    /// Sealed segments without a current side index (`capsule reindex` builds it): not
+    /// staged, tried again next time.
+    pub unindexed: Vec<u64>,
+}
+
+/// What a push did.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Pushed {
+    pub batches: usize,
+    /// Rows inserted, per table of [`TABLES`].
+    pub rows: [u64; 3],
+    /// Damaged outbox files removed (their segments are staged again from the index).
+    pub damaged: Vec<String>,
+}
+
+fn store_err(dir: &Path) -> impl Fn(capsule_store::StoreError) -> FleetError + '_ {
+    move |source| FleetError::Store {
+        store: dir.display().to_string(),
+        source,
+    }
+}
+
+/// Stages every sealed, indexed segment of the store at `dir` not staged yet.
+pub fn stage(dir: &Path, node: &Node) -> Result<Staged, FleetError> {
+    let store = Store::open(dir).map_err(store_err(dir))?;
+    let outbox = Outbox::of(dir);
+    let entries = store.list().map_err(store_err(dir))?;
+    let before = outbox.staged()?;
+    let mut staged = before.clone();
+    // Segments retention deleted are forgotten (their rows stay in ClickHouse until its
+    // partitions are dropped).
+    staged.retain(|(seq, _)| entries.iter().any(|e| e.seq == *seq));
+    let mut out = Staged::default();
+    let published_ns = capsule_store::now_ns();
+    let group_of = |ip| {
+        node.config
+            .and_then(|c| capsule_analytics::Policy::group_of(c, ip))
+            .unwrap_or_default()
+    };
+    for e in entries.iter().filter(|e| e.state == SegmentState::Sealed) {
+        if staged.contains(&(e.seq, e.bytes)) {
+            continue;
+        }
+        let path = store.index_dir().join(index_name(e.seq));
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                out.unindexed.push(e.seq);
+                continue;
+            }
+            Err(err) => return Err(crate::io("read index", &path)(err)),
+        };
+        let index = match SegmentIndex::decode_counts(&bytes, None) {
+            Ok(i) if i.seq == e.seq && i.segment_len == e.bytes => i,
+            _ => {
+                out.unindexed.push(e.seq);
+                continue;
+            }
+        };
+        let origin = Origin {
+            node: node.name.to_string(),
+            segment: e.seq,
+            segment_len: e.bytes,
+            published_ns,
+        };
+        let mut flows = Writer::default();
+        for f in &index.flows {
+            rows::put_flow(&mut flows, &origin, f);
+        }
+        let mut minutes = Writer::default();
+        let m = rows::minutes(&index.flows, &group_of);
+        for row in &m {
+            rows::put_minute(&mut minutes, &origin, row);
+        }
+        let t = |f: fn(&capsule_index::sideindex::FlowTotals) -> u64| {
+            index.flows.iter().map(|x| f(&x.totals)).sum::<u64>()
+        };
+        let seg = SegmentRow {
+            node: origin.node.clone(),
+            segment: e.seq,
+            segment_len: e.bytes,
+            published_ns,
+            first_ns: index
+                .flows
+                .iter()
+                .map(|f| f.totals.first_ns)
+                .min()
+                .unwrap_or(0),
+            last_ns: index
+                .flows
+                .iter()
+                .map(|f| f.totals.last_ns)
+                .max()
+                .unwrap_or(0),
+            flows: index.flows.len() as u64,
+            packets: t(|x| x.total_packets()),
+            bytes: t(|x| x.total_bytes()),
+            path: e.path.display().to_string(),
+        };
+        let mut segs = Writer::default();
+        rows::put_segment(&mut segs, &seg);
+        outbox.put(&Batch {
+            segment: e.seq,
+            segment_len: e.bytes,
+            tables: [
+                (index.flows.len() as u64, flows.buf),
+                (m.len() as u64, minutes.buf),
+                (1, segs.buf),
+            ],
+        })?;
+        staged.insert((e.seq, e.bytes));
+        out.staged.push(e.seq);
+    }
+    if staged != before {
+        outbox.set_staged(&staged)?;
+    }
+    Ok(out)
+}
+
+/// Pushes the outbox of the store at `dir` to `ch`, oldest first, each batch removed once
+/// ClickHouse took it; then writes the node's registry row. Stops at the first failure
+/// (what was not pushed stays in the outbox).
+pub fn push(dir: &Path, node: &Node, ch: &ClickHouse) -> Result<Pushed, FleetError> {
+    Schema::ensure(ch)?;
+    let outbox = Outbox::of(dir);
+    let mut out = Pushed::default();
+    for path in outbox.pending()? {
+        let batch = match outbox.read(&path) {
+            Ok(b) => b,
+            Err(FleetError::Decode { what, problem }) => {
+                // Rebuilt from the index at the next staging.
+                let mut staged = outbox.staged()?;
+                staged.retain(|(s, _)| {
+                    !path
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(&format!("{s:020}.")))
+                });
+                outbox.set_staged(&staged)?;
+                outbox.done(&path)?;
+                out.damaged.push(format!("{what}: {problem}"));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        for (i, table) in TABLES.iter().enumerate() {
+            ch.insert(&format!("{DATABASE}.{table}"), &batch.tables[i].1)?;
+            out.rows[i] += batch.tables[i].0;
+        }
+        outbox.done(&path)?;
+        out.batches += 1;
+    }
+    register(dir, node, ch)?;
+    Ok(out)
+}
+
+/// Writes the node's registry row: last seen now, and its outbox backlog.
+pub fn register(dir: &Path, node: &Node, ch: &ClickHouse) -> Result<(), FleetError> {
+    let outbox = Outbox::of(dir);
+    let row = NodeRow {
+        node: node.name.to_string(),
+        advertise: node.advertise.unwrap_or("").to_string(),
+        version: node.version.to_string(),
+        last_seen_ns: capsule_store::now_ns(),
+        backlog: outbox.pending()?.len() as u64,
+        published_segments: outbox.staged()?.len() as u64,
+    };
+    let mut w = Writer::default();
+    rows::put_node(&mut w, &row);
+    ch.insert(&format!("{DATABASE}.nodes"), &w.buf)
+}
+
+/// Stages, then pushes: what `capsule fleet publish` and a capture's publisher do. The
+/// staging's report, and the push's or why it failed (the outbox keeps the rest).
+pub fn publish(
+    dir: &Path,
+    node: &Node,
+    ch: &ClickHouse,
+) -> Result<(Staged, Result<Pushed, FleetError>), FleetError> {
+    let staged = stage(dir, node)?;
+    Ok((staged, push(dir, node, ch)))
+}
+
+/// Batches waiting in the outbox of the store at `dir`.
+pub fn backlog(dir: &Path) -> Result<usize, FleetError> {
+    Ok(Outbox::of(dir).pending()?.len())
+}

@@ -1,0 +1,207 @@
+//! ClickHouse's RowBinary format, the subset the fleet tables use: little-endian integers,
+//! `FixedString(16)` (and `IPv6`, the same 16 bytes), `String` (LEB128 length, bytes),
+//! `Nullable(T)` (a null byte, then T when 0) and `Array(T)` (LEB128 count, elements).
+//! Both ways: nodes insert rows in it, fleet questions read rows back in it (no text
+//! parsing, no float or escaping questions). It is in every ClickHouse release since 1.1.
+
+use crate::FleetError;
+
+/// Rows being encoded.
+#[derive(Debug, Default)]
+pub struct Writer {
+    pub buf: Vec<u8>,
+}
+
+impl Writer {
+    pub fn u8(&mut self, v: u8) {
+        self.buf.push(v);
+    }
+    pub fn u16(&mut self, v: u16) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    pub fn u32(&mut self, v: u32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    pub fn u64(&mut self, v: u64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    fn len(&mut self, mut n: u64) {
+        while n >= 0x80 {
+            self.buf.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        self.buf.push(n as u8);
+    }
+    pub fn string(&mut self, s: &str) {
+        self.len(s.len() as u64);
+        self.buf.extend_from_slice(s.as_bytes());
+    }
+    pub fn fixed16(&mut self, b: &[u8; 16]) {
+        self.buf.extend_from_slice(b);
+    }
+    pub fn nullable_u64(&mut self, v: Option<u64>) {
+        match v {
+            None => self.u8(1),
+            Some(v) => {
+                self.u8(0);
+                self.u64(v);
+            }
+        }
+    }
+    /// An array of `items`, each written by `put`.
+    pub fn array<T>(&mut self, items: &[T], mut put: impl FnMut(&mut Self, &T)) {
+        self.len(items.len() as u64);
+        for i in items {
+            put(self, i);
+        }
+    }
+}
+
+/// Rows being decoded; every read names what it expected when the bytes end early.
+#[derive(Debug)]
+pub struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+    what: &'a str,
+}
+
+impl<'a> Reader<'a> {
+    /// `what` names the bytes in errors (`flows of ClickHouse`, an outbox file).
+    pub fn new(b: &'a [u8], what: &'a str) -> Reader<'a> {
+        Reader { b, at: 0, what }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.at >= self.b.len()
+    }
+
+    fn take(&mut self, n: usize, of: &str) -> Result<&'a [u8], FleetError> {
+        match self.b.get(self.at..self.at.saturating_add(n)) {
+            Some(s) => {
+                self.at += n;
+                Ok(s)
+            }
+            None => Err(FleetError::Decode {
+                what: self.what.to_string(),
+                problem: format!(
+                    "at byte {}: expected {n} byte(s) of {of}, found {}",
+                    self.at,
+                    self.b.len().saturating_sub(self.at)
+                ),
+            }),
+        }
+    }
+    /// The next `n` bytes as they are.
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], FleetError> {
+        self.take(n, "bytes")
+    }
+    pub fn u8(&mut self) -> Result<u8, FleetError> {
+        Ok(self.take(1, "UInt8")?[0])
+    }
+    pub fn u16(&mut self) -> Result<u16, FleetError> {
+        let s = self.take(2, "UInt16")?;
+        Ok(u16::from_le_bytes([s[0], s[1]]))
+    }
+    pub fn u32(&mut self) -> Result<u32, FleetError> {
+        let s = self.take(4, "UInt32")?;
+        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    }
+    pub fn u64(&mut self) -> Result<u64, FleetError> {
+        let s = self.take(8, "UInt64")?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn len(&mut self) -> Result<usize, FleetError> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.u8()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                // No count can exceed the bytes left: a damaged one fails here, not in an
+                // allocation.
+                return usize::try_from(v)
+                    .ok()
+                    .filter(|&n| n <= self.b.len() - self.at)
+                    .ok_or_else(|| FleetError::Decode {
+                        what: self.what.to_string(),
+                        problem: format!("at byte {}: a length of {v} past the end", self.at),
+                    });
+            }
+        }
+        Err(FleetError::Decode {
+            what: self.what.to_string(),
+            problem: format!("at byte {}: a length longer than 64 bits", self.at),
+        })
+    }
+    pub fn string(&mut self) -> Result<String, FleetError> {
+        let n = self.len()?;
+        let s = self.take(n, "String")?;
+        String::from_utf8(s.to_vec()).map_err(|_| FleetError::Decode {
+            what: self.what.to_string(),
+            problem: format!("at byte {}: a String that is not UTF-8", self.at - n),
+        })
+    }
+    pub fn fixed16(&mut self) -> Result<[u8; 16], FleetError> {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(self.take(16, "FixedString(16)")?);
+        Ok(a)
+    }
+    pub fn nullable_u64(&mut self) -> Result<Option<u64>, FleetError> {
+        Ok(match self.u8()? {
+            0 => Some(self.u64()?),
+            _ => None,
+        })
+    }
+    pub fn array<T>(
+        &mut self,
+        mut get: impl FnMut(&mut Self) -> Result<T, FleetError>,
+    ) -> Result<Vec<T>, FleetError> {
+        let n = self.len()?;
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push(get(self)?);
+        }
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_and_a_short_input_names_what_it_expected() {
+        let mut w = Writer::default();
+        w.u8(7);
+        w.u16(300);
+        w.u32(70_000);
+        w.u64(u64::MAX - 1);
+        w.string(&"é".repeat(100));
+        w.fixed16(&[9; 16]);
+        w.nullable_u64(None);
+        w.nullable_u64(Some(5));
+        w.array(&[1u64, 2, 3], |w, v| w.u64(*v));
+        let mut r = Reader::new(&w.buf, "test rows");
+        assert_eq!(r.u8().unwrap(), 7);
+        assert_eq!(r.u16().unwrap(), 300);
+        assert_eq!(r.u32().unwrap(), 70_000);
+        assert_eq!(r.u64().unwrap(), u64::MAX - 1);
+        assert_eq!(r.string().unwrap(), "é".repeat(100));
+        assert_eq!(r.fixed16().unwrap(), [9; 16]);
+        assert_eq!(r.nullable_u64().unwrap(), None);
+        assert_eq!(r.nullable_u64().unwrap(), Some(5));
+        assert_eq!(r.array(|r| r.u64()).unwrap(), vec![1, 2, 3]);
+        assert!(r.is_empty());
+        let e = Reader::new(&w.buf[..3], "test rows").u32().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "test rows: at byte 0: expected 4 byte(s) of UInt32, found 3"
+        );
+        // A count past the end fails before allocating.
+        let e = Reader::new(&[0xff, 0xff, 0xff, 0x7f], "x")
+            .array(|r| r.u8())
+            .unwrap_err();
+        assert!(e.to_string().contains("past the end"), "{e}");
+    }
+}

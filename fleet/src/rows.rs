@@ -1,0 +1,592 @@
+//! The rows of the fleet tables, with their columns (name and type, in RowBinary order) and
+//! their encoding: one list of columns per table, written and read field by field in the
+//! same order (the round-trip test below holds them together). `{ADDR}` and `{NODE}` are
+//! the address and node-name types the schema fills in by the server's version.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use capsule_index::sideindex::{CountsBucket, DscpChange, DscpCount, FlowCounts, FlowKey};
+
+use crate::rowbinary::{Reader, Writer};
+use crate::FleetError;
+
+/// The flow table's sorting key: one row per node, segment and flow.
+pub const FLOW_KEY: [&str; 13] = [
+    "node",
+    "segment",
+    "ip_version",
+    "proto",
+    "a",
+    "b",
+    "port_a",
+    "port_b",
+    "has_ports",
+    "vlan_outer",
+    "vlan_inner",
+    "vlan_tags",
+    "families",
+];
+
+/// Per-direction columns: `_ab` (a -> b) then `_ba`.
+const DIRECTED: [(&str, &str); 20] = [
+    ("packets", "UInt64"),
+    ("bytes", "UInt64"),
+    ("dscp_mask", "UInt64"),
+    ("tcp_flags", "UInt8"),
+    ("data", "UInt64"),
+    ("retransmissions", "UInt64"),
+    ("zero_windows", "UInt64"),
+    ("resets", "UInt64"),
+    ("zero_window_ns", "UInt64"),
+    ("handshake", "UInt8"),
+    ("cut_packets", "UInt64"),
+    ("cut_bytes", "UInt64"),
+    ("cut_at_ns", "Nullable(UInt64)"),
+    ("dscp_values", "Array(UInt8)"),
+    ("dscp_packets", "Array(UInt64)"),
+    ("dscp_bytes", "Array(UInt64)"),
+    ("dscp_change_ordinal", "UInt64"),
+    ("dscp_change_ns", "UInt64"),
+    ("dscp_change_from", "UInt8"),
+    ("dscp_change_to", "UInt8"),
+];
+
+/// Per-direction 1-second bucket columns (parallel to `bucket_second`).
+const BUCKETS: [(&str, &str); 6] = [
+    ("bucket_bytes", "Array(UInt64)"),
+    ("bucket_packets", "Array(UInt32)"),
+    ("bucket_data", "Array(UInt32)"),
+    ("bucket_retransmissions", "Array(UInt32)"),
+    ("bucket_zero_windows", "Array(UInt32)"),
+    ("bucket_resets", "Array(UInt32)"),
+];
+
+fn owned(c: &[(&str, &str)]) -> Vec<(String, String)> {
+    c.iter()
+        .map(|(n, t)| (n.to_string(), t.to_string()))
+        .collect()
+}
+
+/// The columns of `capsule.flows`, in order.
+pub fn flow_columns() -> Vec<(String, String)> {
+    let mut c = owned(&[
+        ("node", "{NODE}"),
+        ("segment", "UInt64"),
+        ("segment_len", "UInt64"),
+        ("published_ns", "UInt64"),
+        ("ip_version", "UInt8"),
+        ("proto", "UInt8"),
+        ("a", "{ADDR}"),
+        ("b", "{ADDR}"),
+        ("has_ports", "UInt8"),
+        ("port_a", "UInt16"),
+        ("port_b", "UInt16"),
+        ("vlan_outer", "UInt16"),
+        ("vlan_inner", "UInt16"),
+        ("vlan_tags", "UInt8"),
+        ("families", "UInt8"),
+        ("first_ns", "UInt64"),
+        ("last_ns", "UInt64"),
+    ]);
+    for d in ["ab", "ba"] {
+        c.extend(
+            DIRECTED
+                .iter()
+                .map(|(n, t)| (format!("{n}_{d}"), t.to_string())),
+        );
+    }
+    c.push(("bucket_second".into(), "Array(UInt64)".into()));
+    for d in ["ab", "ba"] {
+        c.extend(
+            BUCKETS
+                .iter()
+                .map(|(n, t)| (format!("{n}_{d}"), t.to_string())),
+        );
+    }
+    c
+}
+
+/// The columns of `capsule.segments` (the segment ledger), in order.
+pub fn segment_columns() -> Vec<(String, String)> {
+    owned(&[
+        ("node", "{NODE}"),
+        ("segment", "UInt64"),
+        ("segment_len", "UInt64"),
+        ("published_ns", "UInt64"),
+        ("first_ns", "UInt64"),
+        ("last_ns", "UInt64"),
+        ("flows", "UInt64"),
+        ("packets", "UInt64"),
+        ("bytes", "UInt64"),
+        ("path", "String"),
+    ])
+}
+
+/// The columns of `capsule.minutes` (per-minute rollups), in order.
+pub fn minute_columns() -> Vec<(String, String)> {
+    owned(&[
+        ("node", "{NODE}"),
+        ("segment", "UInt64"),
+        ("published_ns", "UInt64"),
+        ("minute", "UInt64"),
+        ("dscp", "UInt8"),
+        ("grp", "String"),
+        ("packets", "UInt64"),
+        ("bytes", "UInt64"),
+    ])
+}
+
+/// The columns of `capsule.nodes` (the node registry), in order.
+pub fn node_columns() -> Vec<(String, String)> {
+    owned(&[
+        ("node", "{NODE}"),
+        ("advertise", "String"),
+        ("version", "String"),
+        ("last_seen_ns", "UInt64"),
+        ("backlog", "UInt64"),
+        ("published_segments", "UInt64"),
+    ])
+}
+
+/// Where a flow row comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub node: String,
+    pub segment: u64,
+    pub segment_len: u64,
+    pub published_ns: u64,
+}
+
+fn addr16(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
+        IpAddr::V6(v) => v.octets(),
+    }
+}
+
+fn addr_of(b: [u8; 16], v6: bool) -> IpAddr {
+    let v = Ipv6Addr::from(b);
+    match (v6, v.to_ipv4_mapped()) {
+        (false, Some(v4)) => IpAddr::V4(v4),
+        (false, None) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        (true, _) => IpAddr::V6(v),
+    }
+}
+
+/// Appends one flow row.
+pub fn put_flow(w: &mut Writer, o: &Origin, f: &FlowCounts) {
+    let k = &f.key;
+    let t = &f.totals;
+    w.string(&o.node);
+    w.u64(o.segment);
+    w.u64(o.segment_len);
+    w.u64(o.published_ns);
+    w.u8(k.ip_version);
+    w.u8(k.proto);
+    w.fixed16(&addr16(k.a));
+    w.fixed16(&addr16(k.b));
+    let (pa, pb) = k.ports.unwrap_or((0, 0));
+    w.u8(u8::from(k.ports.is_some()));
+    w.u16(pa);
+    w.u16(pb);
+    w.u16(k.vlans[0].unwrap_or(0));
+    w.u16(k.vlans[1].unwrap_or(0));
+    w.u8(u8::from(k.vlans[0].is_some()) | u8::from(k.vlans[1].is_some()) << 1);
+    w.u8(u8::from(k.a.is_ipv6()) | u8::from(k.b.is_ipv6()) << 1);
+    w.u64(t.first_ns);
+    w.u64(t.last_ns);
+    for d in 0..2 {
+        w.u64(t.packets[d]);
+        w.u64(t.bytes[d]);
+        w.u64(t.dscp[d]);
+        w.u8(t.tcp_flags[d]);
+        w.u64(t.data[d]);
+        w.u64(t.retransmissions[d]);
+        w.u64(t.zero_windows[d]);
+        w.u64(t.resets[d]);
+        w.u64(t.zero_window_ns[d]);
+        w.u8(t.handshake[d]);
+        w.u64(t.cut_packets[d]);
+        w.u64(t.cut_bytes[d]);
+        w.nullable_u64(t.cut_at_ns[d]);
+        w.array(&t.dscp_counts[d], |w, c| w.u8(c.dscp));
+        w.array(&t.dscp_counts[d], |w, c| w.u64(c.packets));
+        w.array(&t.dscp_counts[d], |w, c| w.u64(c.bytes));
+        let c = t.dscp_change[d].unwrap_or_default();
+        // Ordinals are 1-based: 0 is "no change".
+        w.u64(t.dscp_change[d].map_or(0, |c| c.ordinal));
+        w.u64(c.ts_ns);
+        w.u8(c.from);
+        w.u8(c.to);
+    }
+    w.array(&f.buckets, |w, b| w.u64(b.second));
+    for d in 0..2 {
+        w.array(&f.buckets, |w, b| w.u64(b.bytes[d]));
+        w.array(&f.buckets, |w, b| w.u32(b.packets[d]));
+        w.array(&f.buckets, |w, b| w.u32(b.data[d]));
+        w.array(&f.buckets, |w, b| w.u32(b.retransmissions[d]));
+        w.array(&f.buckets, |w, b| w.u32(b.zero_windows[d]));
+        w.array(&f.buckets, |w, b| w.u32(b.resets[d]));
+    }
+}
+
+/// Reads one flow row back.
+pub fn get_flow(r: &mut Reader) -> Result<(Origin, FlowCounts), FleetError> {
+    let origin = Origin {
+        node: r.string()?,
+        segment: r.u64()?,
+        segment_len: r.u64()?,
+        published_ns: r.u64()?,
+    };
+    let ip_version = r.u8()?;
+    let proto = r.u8()?;
+    let (a, b) = (r.fixed16()?, r.fixed16()?);
+    let has_ports = r.u8()? != 0;
+    let (pa, pb) = (r.u16()?, r.u16()?);
+    let (v0, v1, tags) = (r.u16()?, r.u16()?, r.u8()?);
+    let families = r.u8()?;
+    let key = FlowKey {
+        vlans: [(tags & 1 != 0).then_some(v0), (tags & 2 != 0).then_some(v1)],
+        ip_version,
+        proto,
+        a: addr_of(a, families & 1 != 0),
+        b: addr_of(b, families & 2 != 0),
+        ports: has_ports.then_some((pa, pb)),
+    };
+    let first_ns = r.u64()?;
+    let last_ns = r.u64()?;
+    let mut f = FlowCounts::new(key, first_ns, last_ns);
+    let t = &mut f.totals;
+    for d in 0..2 {
+        t.packets[d] = r.u64()?;
+        t.bytes[d] = r.u64()?;
+        t.dscp[d] = r.u64()?;
+        t.tcp_flags[d] = r.u8()?;
+        t.data[d] = r.u64()?;
+        t.retransmissions[d] = r.u64()?;
+        t.zero_windows[d] = r.u64()?;
+        t.resets[d] = r.u64()?;
+        t.zero_window_ns[d] = r.u64()?;
+        t.handshake[d] = r.u8()?;
+        t.cut_packets[d] = r.u64()?;
+        t.cut_bytes[d] = r.u64()?;
+        t.cut_at_ns[d] = r.nullable_u64()?;
+        let values = r.array(|r| r.u8())?;
+        let packets = r.array(|r| r.u64())?;
+        let bytes = r.array(|r| r.u64())?;
+        if values.len() != packets.len() || values.len() != bytes.len() {
+            return Err(bad_lengths(r, "dscp_values, dscp_packets and dscp_bytes"));
+        }
+        t.dscp_counts[d] = values
+            .into_iter()
+            .zip(packets)
+            .zip(bytes)
+            .map(|((dscp, packets), bytes)| DscpCount {
+                dscp,
+                packets,
+                bytes,
+            })
+            .collect();
+        let ordinal = r.u64()?;
+        let change = DscpChange {
+            ordinal,
+            ts_ns: r.u64()?,
+            from: r.u8()?,
+            to: r.u8()?,
+        };
+        t.dscp_change[d] = (ordinal != 0).then_some(change);
+    }
+    let seconds = r.array(|r| r.u64())?;
+    f.buckets = seconds
+        .iter()
+        .map(|&second| CountsBucket {
+            second,
+            ..CountsBucket::default()
+        })
+        .collect();
+    for d in 0..2 {
+        let bytes = r.array(|r| r.u64())?;
+        let mut cols = Vec::with_capacity(5);
+        for _ in 0..5 {
+            cols.push(r.array(|r| r.u32())?);
+        }
+        if bytes.len() != seconds.len() || cols.iter().any(|c| c.len() != seconds.len()) {
+            return Err(bad_lengths(r, "the bucket arrays"));
+        }
+        for (i, b) in f.buckets.iter_mut().enumerate() {
+            b.bytes[d] = bytes[i];
+            b.packets[d] = cols[0][i];
+            b.data[d] = cols[1][i];
+            b.retransmissions[d] = cols[2][i];
+            b.zero_windows[d] = cols[3][i];
+            b.resets[d] = cols[4][i];
+        }
+    }
+    Ok((origin, f))
+}
+
+fn bad_lengths(_r: &Reader, what: &str) -> FleetError {
+    FleetError::Decode {
+        what: "a flow row".into(),
+        problem: format!("{what} differ in length"),
+    }
+}
+
+/// One segment's ledger row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentRow {
+    pub node: String,
+    pub segment: u64,
+    pub segment_len: u64,
+    pub published_ns: u64,
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub flows: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    pub path: String,
+}
+
+pub fn put_segment(w: &mut Writer, s: &SegmentRow) {
+    w.string(&s.node);
+    for v in [
+        s.segment,
+        s.segment_len,
+        s.published_ns,
+        s.first_ns,
+        s.last_ns,
+        s.flows,
+        s.packets,
+        s.bytes,
+    ] {
+        w.u64(v);
+    }
+    w.string(&s.path);
+}
+
+/// One minute's rollup row of a segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MinuteRow {
+    pub minute: u64,
+    pub dscp: u8,
+    pub group: String,
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+pub fn put_minute(w: &mut Writer, o: &Origin, m: &MinuteRow) {
+    w.string(&o.node);
+    w.u64(o.segment);
+    w.u64(o.published_ns);
+    w.u64(m.minute);
+    w.u8(m.dscp);
+    w.string(&m.group);
+    w.u64(m.packets);
+    w.u64(m.bytes);
+}
+
+/// A node's registry row.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NodeRow {
+    pub node: String,
+    pub advertise: String,
+    pub version: String,
+    pub last_seen_ns: u64,
+    pub backlog: u64,
+    pub published_segments: u64,
+}
+
+pub fn put_node(w: &mut Writer, n: &NodeRow) {
+    w.string(&n.node);
+    w.string(&n.advertise);
+    w.string(&n.version);
+    w.u64(n.last_seen_ns);
+    w.u64(n.backlog);
+    w.u64(n.published_segments);
+}
+
+pub fn get_node(r: &mut Reader) -> Result<NodeRow, FleetError> {
+    Ok(NodeRow {
+        node: r.string()?,
+        advertise: r.string()?,
+        version: r.string()?,
+        last_seen_ns: r.u64()?,
+        backlog: r.u64()?,
+        published_segments: r.u64()?,
+    })
+}
+
+/// The rollup rows of one segment's flows: per minute, DSCP and sending group (`group_of`
+/// the sender's group, "" for none), packets and bytes from the 1-second buckets. A
+/// direction that carried several DSCP values counts under the one with most packets (the
+/// buckets are not split by value).
+pub fn minutes(flows: &[FlowCounts], group_of: &dyn Fn(IpAddr) -> String) -> Vec<MinuteRow> {
+    let mut m: std::collections::BTreeMap<(u64, u8, String), (u64, u64)> = Default::default();
+    for f in flows {
+        for d in 0..2 {
+            let dscp = f.totals.dscp_counts[d]
+                .iter()
+                .max_by_key(|c| (c.packets, std::cmp::Reverse(c.dscp)))
+                .map_or(0, |c| c.dscp);
+            let group = group_of(if d == 0 { f.key.a } else { f.key.b });
+            for b in f.buckets.iter().filter(|b| b.packets[d] > 0) {
+                let e = m.entry((b.second / 60, dscp, group.clone())).or_default();
+                e.0 += u64::from(b.packets[d]);
+                e.1 += b.bytes[d];
+            }
+        }
+    }
+    m.into_iter()
+        .map(|((minute, dscp, group), (packets, bytes))| MinuteRow {
+            minute,
+            dscp,
+            group,
+            packets,
+            bytes,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(a: &str, b: &str) -> FlowCounts {
+        let key = FlowKey {
+            vlans: [Some(200), None],
+            ip_version: if a.contains(':') { 6 } else { 4 },
+            proto: 6,
+            a: a.parse().unwrap(),
+            b: b.parse().unwrap(),
+            ports: Some((40000, 443)),
+        };
+        let mut f = FlowCounts::new(key, 61_000_000_000, 62_500_000_000);
+        let t = &mut f.totals;
+        t.packets = [3, 2];
+        t.bytes = [3000, 120];
+        t.dscp = [1 << 46, 1];
+        t.tcp_flags = [0x1b, 0x12];
+        t.data = [2, 0];
+        t.retransmissions = [1, 0];
+        t.zero_windows = [0, 1];
+        t.resets = [0, 1];
+        t.zero_window_ns = [0, 5];
+        t.handshake = [1, 2];
+        t.cut_packets = [1, 0];
+        t.cut_bytes = [1000, 0];
+        t.cut_at_ns = [Some(62_000_000_000), None];
+        t.dscp_counts = [
+            vec![
+                DscpCount {
+                    dscp: 0,
+                    packets: 1,
+                    bytes: 60,
+                },
+                DscpCount {
+                    dscp: 46,
+                    packets: 2,
+                    bytes: 2940,
+                },
+            ],
+            vec![DscpCount {
+                dscp: 0,
+                packets: 2,
+                bytes: 120,
+            }],
+        ];
+        t.dscp_change = [
+            Some(DscpChange {
+                ordinal: 2,
+                ts_ns: 61_500_000_000,
+                from: 0,
+                to: 46,
+            }),
+            None,
+        ];
+        f.buckets = vec![
+            CountsBucket {
+                second: 61,
+                bytes: [1060, 60],
+                packets: [2, 1],
+                data: [1, 0],
+                retransmissions: [0, 0],
+                zero_windows: [0, 1],
+                resets: [0, 0],
+            },
+            CountsBucket {
+                second: 62,
+                bytes: [1940, 60],
+                packets: [1, 1],
+                data: [1, 0],
+                retransmissions: [1, 0],
+                zero_windows: [0, 0],
+                resets: [0, 1],
+            },
+        ];
+        f
+    }
+
+    #[test]
+    fn a_flow_row_round_trips_every_field_of_both_families() {
+        let o = Origin {
+            node: "n1".into(),
+            segment: 4,
+            segment_len: 1 << 20,
+            published_ns: 9,
+        };
+        let flows = [
+            flow("10.0.0.1", "10.0.0.2"),
+            flow("fd00::1", "fd00::2"),
+            flow("::ffff:10.0.0.1", "10.0.0.2"),
+        ];
+        let mut w = Writer::default();
+        for f in &flows {
+            put_flow(&mut w, &o, f);
+        }
+        let mut r = Reader::new(&w.buf, "test");
+        for f in &flows {
+            let (o2, f2) = get_flow(&mut r).unwrap();
+            assert_eq!(o2, o);
+            assert_eq!(&f2, f);
+        }
+        assert!(r.is_empty());
+        // One value written per column: the count of the schema's list.
+        let mut one = Writer::default();
+        put_flow(&mut one, &o, &FlowCounts::new(flows[0].key, 0, 0));
+        assert_eq!(
+            flow_columns().len(),
+            17 + 2 * DIRECTED.len() + 1 + 2 * BUCKETS.len()
+        );
+    }
+
+    #[test]
+    fn rollups_count_each_direction_under_its_main_dscp_and_sender_group() {
+        let f = flow("10.0.0.1", "10.0.0.2");
+        let m = minutes(&[f], &|ip| {
+            if ip.to_string() == "10.0.0.1" {
+                "web".into()
+            } else {
+                String::new()
+            }
+        });
+        assert_eq!(
+            m,
+            vec![
+                MinuteRow {
+                    minute: 1,
+                    dscp: 0,
+                    group: String::new(),
+                    packets: 2,
+                    bytes: 120
+                },
+                MinuteRow {
+                    minute: 1,
+                    dscp: 46,
+                    group: "web".into(),
+                    packets: 3,
+                    bytes: 3000
+                },
+            ]
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! The fleet tables' DDL, chosen by the server's version (as Akvorado does).
+//!
+//! Debian's ClickHouse 18.16 has no DateTime64, no IPv4/IPv6 types, no TTL and no skip
+//! indexes: times are UInt64 nanoseconds, addresses FixedString(16) (IPv4 as IPv4-mapped
+//! IPv6), partitions by day of the row's first packet, retention by dropping partitions.
+//! From 20.1 on, addresses are IPv6 and node names LowCardinality(String): in RowBinary the
+//! same bytes, so the nodes' encoder and the askers' decoder do not depend on the version.
+//! Every table is a ReplacingMergeTree whose sorting key identifies a row (node, segment,
+//! and the flow, minute or nothing), its version column the time it was published: a row
+//! pushed twice collapses to one.
+
+use crate::clickhouse::{ClickHouse, Version};
+use crate::{FleetError, DATABASE};
+
+/// The DDL variant of a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schema {
+    /// IPv6 and LowCardinality columns (20.1 and later).
+    pub modern: bool,
+}
+
+/// The placeholders of the column types in rows.rs's lists: an address, a node name.
+const ADDR: &str = "{ADDR}";
+const NODE: &str = "{NODE}";
+
+impl Schema {
+    pub fn for_version(v: Version) -> Schema {
+        Schema {
+            modern: v
+                >= Version {
+                    major: 20,
+                    minor: 1,
+                },
+        }
+    }
+
+    fn ty(&self, t: &str) -> String {
+        let (addr, node) = if self.modern {
+            ("IPv6", "LowCardinality(String)")
+        } else {
+            ("FixedString(16)", "String")
+        };
+        t.replace(ADDR, addr).replace(NODE, node)
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` of every table, in order.
+    pub fn ddl(&self) -> Vec<String> {
+        let cols = |c: &[(String, String)]| {
+            c.iter()
+                .map(|(n, t)| format!("    {n} {}", self.ty(t)))
+                .collect::<Vec<_>>()
+                .join(",\n")
+        };
+        let day_of = |ns: &str| format!("toYYYYMMDD(toDateTime(intDiv({ns}, 1000000000)))");
+        vec![
+            format!("CREATE DATABASE IF NOT EXISTS {DATABASE}"),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {DATABASE}.flows (\n{}\n) ENGINE = \
+                 ReplacingMergeTree(published_ns)\nPARTITION BY {}\nORDER BY ({})",
+                cols(&crate::rows::flow_columns()),
+                day_of("first_ns"),
+                crate::rows::FLOW_KEY.join(", ")
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {DATABASE}.segments (\n{}\n) ENGINE = \
+                 ReplacingMergeTree(published_ns)\nPARTITION BY {}\nORDER BY (node, segment)",
+                cols(&crate::rows::segment_columns()),
+                day_of("first_ns"),
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {DATABASE}.minutes (\n{}\n) ENGINE = \
+                 ReplacingMergeTree(published_ns)\nPARTITION BY {}\n\
+                 ORDER BY (node, segment, minute, dscp, grp)",
+                cols(&crate::rows::minute_columns()),
+                day_of("minute * 60000000000"),
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {DATABASE}.nodes (\n{}\n) ENGINE = \
+                 ReplacingMergeTree(last_seen_ns)\nORDER BY node",
+                cols(&crate::rows::node_columns()),
+            ),
+        ]
+    }
+
+    /// The schema of `ch`'s version, its tables created when missing.
+    pub fn ensure(ch: &ClickHouse) -> Result<Schema, FleetError> {
+        let s = Schema::for_version(ch.version()?);
+        for stmt in s.ddl() {
+            ch.execute(&stmt)?;
+        }
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debians_server_gets_no_type_it_lacks() {
+        let old = Schema::for_version(Version {
+            major: 18,
+            minor: 16,
+        });
+        assert!(!old.modern);
+        let ddl = old.ddl().join("\n");
+        for absent in [
+            "DateTime64",
+            "IPv6",
+            "IPv4",
+            "TTL",
+            "INDEX",
+            "LowCardinality",
+            "{",
+        ] {
+            assert!(!ddl.contains(absent), "{absent} in\n{ddl}");
+        }
+        assert!(ddl.contains("a FixedString(16)"), "{ddl}");
+        let new = Schema::for_version(Version {
+            major: 24,
+            minor: 3,
+        })
+        .ddl()
+        .join("\n");
+        assert!(
+            new.contains("a IPv6") && new.contains("node LowCardinality(String)"),
+            "{new}"
+        );
+    }
+}

@@ -1,0 +1,403 @@
+//! The fleet (issue 30) against a real ClickHouse: Debian's `clickhouse-server` (18.16,
+//! installed by scripts/deps.sh), started by the test on loopback with its own config
+//! (ephemeral HTTP, TCP and interserver ports, a temporary data path) and stopped by PID
+//! when the test ends, also on panic.
+//!
+//! - three stores, one synthetic trace split by host into three imports, published as
+//!   three nodes: fleet `top`, `dscp` and `tcp` equal the same commands on one store holding
+//!   all the traffic (`--json`, the store's name and drop note aside);
+//! - ClickHouse stopped: local questions still answer, publishing goes to the outbox (exit
+//!   3); after ClickHouse restarts every row arrives exactly once, a full re-push included.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// A ClickHouse server of the test's own, stopped (by PID) when dropped.
+struct ClickHouse {
+    dir: PathBuf,
+    http: u16,
+    child: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl ClickHouse {
+    /// Starts a server whose data lives in `dir`.
+    fn start(dir: &Path) -> ClickHouse {
+        let (http, tcp, inter) = (free_port(), free_port(), free_port());
+        let mut c = ClickHouse {
+            dir: dir.to_path_buf(),
+            http,
+            child: None,
+        };
+        std::fs::create_dir_all(dir).unwrap();
+        let d = dir.display();
+        std::fs::write(
+            dir.join("users.xml"),
+            "<yandex><profiles><default></default></profiles><users><default><password>\
+             </password><networks><ip>127.0.0.1</ip></networks><profile>default</profile>\
+             <quota>default</quota></default></users><quotas><default></default></quotas>\
+             </yandex>\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("config.xml"),
+            format!(
+                "<yandex><logger><level>warning</level><log>{d}/log.txt</log>\
+                 <errorlog>{d}/err.txt</errorlog><console>0</console></logger>\
+                 <http_port>{http}</http_port><tcp_port>{tcp}</tcp_port>\
+                 <interserver_http_port>{inter}</interserver_http_port>\
+                 <listen_host>127.0.0.1</listen_host><path>{d}/data/</path>\
+                 <tmp_path>{d}/tmp/</tmp_path><user_files_path>{d}/user_files/</user_files_path>\
+                 <format_schema_path>{d}/format_schemas/</format_schema_path>\
+                 <users_config>{d}/users.xml</users_config><default_profile>default\
+                 </default_profile><default_database>default</default_database>\
+                 <mark_cache_size>268435456</mark_cache_size></yandex>\n"
+            ),
+        )
+        .unwrap();
+        c.run();
+        c
+    }
+
+    fn run(&mut self) {
+        let bin = need_tool("clickhouse-server");
+        let child = Command::new(bin)
+            .arg(format!(
+                "--config-file={}",
+                self.dir.join("config.xml").display()
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start clickhouse-server");
+        self.child = Some(child);
+        let t0 = Instant::now();
+        while self.sql("SELECT 1").is_none() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "ClickHouse did not answer on port {} within 60 s: {}",
+                self.http,
+                std::fs::read_to_string(self.dir.join("err.txt")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http)
+    }
+
+    /// Runs `sql` over HTTP (curl); `None` when the server does not answer 200.
+    fn sql(&self, sql: &str) -> Option<String> {
+        let out = Command::new(need_tool("curl"))
+            .args(["-sf", "--max-time", "10", "--data-binary", sql, &self.url()])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    fn number(&self, sql: &str) -> u64 {
+        let s = self
+            .sql(sql)
+            .unwrap_or_else(|| panic!("ClickHouse refused {sql}"));
+        s.parse().unwrap_or_else(|_| panic!("{sql}: {s:?}"))
+    }
+}
+
+impl Drop for ClickHouse {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A config naming `node` and the server at `url`.
+fn node_config(dir: &Path, node: &str, url: &str) -> PathBuf {
+    let p = dir.join(format!("{node}.toml"));
+    std::fs::write(
+        &p,
+        format!(
+            "[groups]\ngpu = [\"10.10.0.0/24\"]\nstorage = [\"10.20.0.0/24\"]\n\n\
+             [fleet]\nnode = \"{node}\"\nclickhouse = \"{url}\"\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn publish(store: &Path, config: &Path) -> (i32, Value, String) {
+    let out = run(capsule()
+        .args([
+            "fleet",
+            "publish",
+            "--json",
+            "--store",
+            p(store),
+            "--config",
+        ])
+        .arg(config));
+    let doc = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", stdout_str(&out), stderr_str(&out)));
+    (out.status.code().unwrap_or(-1), doc, stderr_str(&out))
+}
+
+/// `capsule ARGS --json`, exit 0, as JSON with the source's name and drop note taken out.
+fn answer(args: &[&str], store_name: &str) -> Value {
+    let out = run_ok(capsule().args(args).arg("--json"));
+    let text = stdout_str(&out).replace(store_name, "SOURCE");
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v["limits"]["drops"] = Value::Null;
+    v
+}
+
+fn outbox_len(store: &Path) -> usize {
+    std::fs::read_dir(store.join("fleet/outbox"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
+    let d = tempfile::tempdir().unwrap();
+    let mut ch = ClickHouse::start(&d.path().join("clickhouse"));
+    let pcap = d.path().join("synth.pcap");
+    synth(&pcap, &d.path().join("truth.json"), 3, "2s", "20M", None);
+    let all = d.path().join("all");
+    import_ok(&all, &["--segment-size", "1M"], &[p(&pcap)]);
+    // One trace split by host into three: every packet in exactly one part.
+    let parts = [
+        "net 10.10.0.0/16",
+        "not net 10.10.0.0/16 and vlan 200",
+        "not net 10.10.0.0/16 and not vlan 200",
+    ];
+    let mut configs = Vec::new();
+    let mut total = 0;
+    for (i, filter) in parts.iter().enumerate() {
+        let part = d.path().join(format!("part{i}.pcap"));
+        query_ok(&all, &part, &[filter]);
+        total += capinfos_packets(&part);
+        let store = d.path().join(format!("node{i}"));
+        let config = node_config(d.path(), &format!("node{i}"), &ch.url());
+        if i == 1 {
+            // An import with the [fleet] section publishes what it sealed; publishing
+            // again finds nothing new.
+            let out = import_ok(
+                &store,
+                &["--segment-size", "1M", "--config", p(&config)],
+                &[p(&part)],
+            );
+            assert!(
+                stderr_str(&out).contains("fleet: node node1 published"),
+                "{}",
+                stderr_str(&out)
+            );
+            let (code, doc, err) = publish(&store, &config);
+            assert_eq!(
+                (code, doc["staged"].as_array().unwrap().len()),
+                (0, 0),
+                "{doc} {err}"
+            );
+        } else {
+            import_ok(&store, &["--segment-size", "1M"], &[p(&part)]);
+            let (code, doc, err) = publish(&store, &config);
+            assert_eq!(code, 0, "{doc} {err}");
+            assert!(!doc["staged"].as_array().unwrap().is_empty(), "{doc}");
+        }
+        configs.push(config);
+    }
+    assert_eq!(total, capinfos_packets(&pcap), "the parts split the trace");
+    let c0 = p(&configs[0]);
+    for q in [
+        vec!["top"],
+        vec!["top", "--key", "src", "--by", "packets"],
+        vec!["dscp"],
+        vec!["tcp", "--interval", "1s"],
+    ] {
+        let mut fleet = q.clone();
+        fleet.extend(["--fleet", "--config", c0]);
+        let mut local = q.clone();
+        local.extend(["--store", p(&all), "--config", c0]);
+        let f = answer(&fleet, "fleet");
+        let l = answer(&local, p(&all));
+        assert_eq!(
+            f, l,
+            "{q:?}: the fleet's answer differs from the one store's"
+        );
+    }
+    // A window and a filter cut the fleet's flows as they cut a store's.
+    let w = ["--from", "2026-11-30T02:00:00.5Z", "--to", "+1s", "tcp"];
+    let mut fleet = vec!["top", "--fleet", "--config", c0];
+    fleet.extend(w);
+    let mut local = vec!["top", "--store", p(&all)];
+    local.extend(w);
+    assert_eq!(answer(&fleet, "fleet"), answer(&local, p(&all)));
+    // The nodes, each with its span and an empty backlog.
+    let out = run_ok(capsule().args(["fleet", "nodes", "--json", "--config", c0]));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{v}");
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(n["node"], format!("node{i}"));
+        assert_eq!(n["backlog"], 0);
+        assert!(
+            n["segments"].as_u64().unwrap() >= 1 && n["first_ns"].is_u64(),
+            "{n}"
+        );
+    }
+    ch.stop();
+}
+
+#[test]
+fn with_clickhouse_down_rows_wait_in_the_outbox_and_arrive_exactly_once() {
+    let d = tempfile::tempdir().unwrap();
+    let mut ch = ClickHouse::start(&d.path().join("clickhouse"));
+    let (a, b) = (d.path().join("a.pcap"), d.path().join("b.pcap"));
+    synth(
+        &a,
+        &d.path().join("ta.json"),
+        4,
+        "1s",
+        "20M",
+        Some("2026-11-30T02:00:00Z"),
+    );
+    synth(
+        &b,
+        &d.path().join("tb.json"),
+        5,
+        "1s",
+        "20M",
+        Some("2026-11-30T02:00:05Z"),
+    );
+    let store = d.path().join("node");
+    let config = node_config(d.path(), "edge", &ch.url());
+    import_ok(&store, &["--segment-size", "1M"], &[p(&a)]);
+    let (code, first, err) = publish(&store, &config);
+    assert_eq!(code, 0, "{first} {err}");
+
+    ch.stop();
+    import_ok(&store, &["--segment-size", "1M"], &[p(&b)]);
+    // Local questions need no ClickHouse.
+    run_ok(capsule().args(["top", "--store", p(&store), "--config", p(&config)]));
+    let (code, down, err) = publish(&store, &config);
+    assert_eq!(code, 3, "{down} {err}");
+    assert!(
+        err.contains("unreachable") && err.contains("outbox"),
+        "{err}"
+    );
+    let waiting = outbox_len(&store);
+    assert!(waiting >= 1 && down["backlog"] == waiting, "{down}");
+    // Publishing again stages nothing twice.
+    let (code, again, _) = publish(&store, &config);
+    assert_eq!((code, again["staged"].as_array().unwrap().len()), (3, 0));
+    assert_eq!(outbox_len(&store), waiting);
+
+    ch.run();
+    let (code, back, err) = publish(&store, &config);
+    assert_eq!(code, 0, "{back} {err}");
+    assert_eq!(back["pushed_batches"], waiting as u64);
+    assert_eq!(outbox_len(&store), 0);
+    let flows = first["pushed_rows"]["flows"].as_u64().unwrap()
+        + back["pushed_rows"]["flows"].as_u64().unwrap();
+    // Everything again (a crash between insert and removal, or a lost staging list).
+    std::fs::remove_file(store.join("fleet/staged")).unwrap();
+    let (code, repush, err) = publish(&store, &config);
+    assert_eq!(code, 0, "{repush} {err}");
+    assert_eq!(repush["pushed_rows"]["flows"], flows);
+
+    let key = "node, segment, ip_version, proto, a, b, port_a, port_b, has_ports, vlan_outer, \
+               vlan_inner, vlan_tags, families";
+    assert_eq!(ch.number("SELECT count() FROM capsule.flows FINAL"), flows);
+    assert_eq!(
+        ch.number(&format!(
+            "SELECT count() FROM (SELECT {key} FROM capsule.flows GROUP BY {key})"
+        )),
+        flows
+    );
+    assert_eq!(
+        ch.number("SELECT count() FROM (SELECT node, segment FROM capsule.segments GROUP BY node, segment)"),
+        ch.number("SELECT count() FROM capsule.segments FINAL"),
+    );
+    // And the fleet's answer is the store's.
+    let c = p(&config);
+    assert_eq!(
+        answer(&["top", "--fleet", "--config", c], "fleet"),
+        answer(&["top", "--store", p(&store), "--config", c], p(&store))
+    );
+    ch.stop();
+}
+
+#[test]
+fn the_fleet_section_is_checked_and_fleet_flags_are_refused_where_not_built() {
+    let d = tempfile::tempdir().unwrap();
+    let good = node_config(d.path(), "edge-1", "http://127.0.0.1:8123");
+    let out = run_ok(capsule().args(["config", "check", p(&good)]));
+    assert!(
+        stdout_str(&out).contains("fleet: node edge-1 publishes to http://127.0.0.1:8123"),
+        "{}",
+        stdout_str(&out)
+    );
+    let bad = d.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[fleet]\nnode = \"edge 1\"\nclickhouse = \"https://c:8443\"\n",
+    )
+    .unwrap();
+    let out = run(capsule().args(["config", "check", p(&bad)]));
+    let err = stderr_str(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("bad.toml:2:") && err.contains("fleet.node"),
+        "{err}"
+    );
+    assert!(
+        err.contains("bad.toml:3:") && err.contains("fleet.clickhouse"),
+        "{err}"
+    );
+    for (args, says) in [
+        (vec!["top", "--fleet"], "--fleet needs --config FILE"),
+        (vec!["query", "--fleet", "-w", "/dev/null"], "not built yet"),
+        (
+            vec!["top", "--fleet", "--store", "x"],
+            "cannot be used with",
+        ),
+    ] {
+        let out = run(capsule().args(&args));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr_str(&out));
+        assert!(
+            stderr_str(&out).contains(says),
+            "{args:?}: {}",
+            stderr_str(&out)
+        );
+    }
+    let no_section = d.path().join("plain.toml");
+    std::fs::write(&no_section, "[groups]\na = [\"10.0.0.0/8\"]\n").unwrap();
+    let out = run(capsule().args(["fleet", "nodes", "--config", p(&no_section)]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_str(&out).contains("no [fleet] section"),
+        "{}",
+        stderr_str(&out)
+    );
+}
