@@ -37,6 +37,7 @@ mod egress;
 mod error;
 mod groups;
 mod hours;
+mod links;
 mod walk;
 
 use std::net::IpAddr;
@@ -57,11 +58,12 @@ pub use egress::EgressRule;
 pub use error::{line_col, ConfigError, ErrorKind, Invalid};
 pub use groups::{Group, GroupId, Groups, Prefix, PrefixError, UNASSIGNED};
 pub use hours::WorkHours;
+pub use links::{parse_rate, rate_text, Link};
 
 use walk::Src;
 
 /// The sections a config file may have, in the order they are read.
-pub const SECTIONS: [&str; 8] = [
+pub const SECTIONS: [&str; 9] = [
     "groups",
     "dscp",
     "egress",
@@ -70,6 +72,7 @@ pub const SECTIONS: [&str; 8] = [
     "cutoff",
     "alerts",
     "serve",
+    "links",
 ];
 
 /// A validated config file.
@@ -83,6 +86,7 @@ pub struct Config {
     cutoff: Cutoff,
     alerts: AlertRules,
     serve: Vec<CaptureSetting>,
+    links: Vec<links::Link>,
 }
 
 impl Config {
@@ -176,7 +180,26 @@ impl Config {
                 c.serve = capture::parse(&src, "serve", t, SERVE_KEYS);
             }
         }
+        if let Some(v) = doc.get("links") {
+            let t = src.table("links", v, "a table of interface = \"RATE\" (\"10G\")");
+            if let Some(t) = src.keep(t) {
+                c.links = links::parse(&src, "links", t);
+            }
+        }
         src.finish(c)
+    }
+
+    /// The `[links]` line rates, in the file's order.
+    pub fn links(&self) -> &[Link] {
+        &self.links
+    }
+
+    /// The line rate of interface `name`, bits per second, if `[links]` states it.
+    pub fn link_rate(&self, name: &str) -> Option<u64> {
+        self.links
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| l.bits_per_second)
     }
 
     /// The host groups.
