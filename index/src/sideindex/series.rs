@@ -14,9 +14,39 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use capsule_store::format::DecodeError;
 use capsule_store::indexer::Record;
-use capsule_wire::view::Reader;
+use capsule_wire::view::{Reader, Short, VarintError};
 
-use super::file::{bad_varint, invalid, put_varint, short};
+// The index file's encoding helpers, for the series alone (file.rs calls this module, so
+// this one does not call back into it).
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn short(e: Short) -> DecodeError {
+    DecodeError::Short {
+        what: "millisecond series",
+        expected: e.end(),
+        found: e.offset + e.found,
+    }
+}
+
+fn bad_varint(e: VarintError) -> DecodeError {
+    match e {
+        VarintError::Short(e) => short(e),
+        VarintError::TooLong { .. } => invalid("a varint longer than 10 bytes"),
+    }
+}
+
+fn invalid(detail: impl Into<String>) -> DecodeError {
+    DecodeError::Invalid {
+        what: "segment index millisecond series",
+        detail: detail.into(),
+    }
+}
 
 /// A destination's senders within one bin are kept when at least this many distinct
 /// senders sent to it in the bin (in one block); incast questions ask for this many or
