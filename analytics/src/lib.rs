@@ -29,6 +29,7 @@ use capsule_wire::IpProto;
 use serde::Serialize;
 
 pub mod alerts;
+pub mod bursts;
 pub mod dscp;
 pub mod matrix;
 pub mod stragglers;

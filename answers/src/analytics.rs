@@ -2,7 +2,9 @@
 //! stragglers and alerts. One [`Request`] (a query and a [`Question`]) gets one
 //! [`Answer`]: the window actually answered, its limits, and the question's own result.
 
-use capsule_analytics::{alerts, dscp, matrix, stragglers, tcp, top, Input, Limits, Policy};
+use capsule_analytics::{
+    alerts, bursts, dscp, matrix, stragglers, tcp, top, Input, Limits, Policy,
+};
 use capsule_query::{format_instant, Query};
 use serde::Serialize;
 
@@ -32,6 +34,14 @@ pub enum Question {
     },
     /// The config's `[alerts]` rules over the window.
     Alerts,
+    /// The millisecond view: peaks at 1 ms to 1 s, time above a rate, bursts, incast.
+    Bursts {
+        above: bursts::Above,
+        incast: u32,
+        limit: usize,
+        /// List every millisecond with traffic too.
+        series: bool,
+    },
 }
 
 /// The kinds of [`Question`], by the name the CLI and the API give them.
@@ -44,17 +54,19 @@ pub enum Kind {
     Matrix,
     Stragglers,
     Alerts,
+    Bursts,
 }
 
 impl Kind {
     /// Every kind, in the order the API lists them.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Top,
         Kind::Tcp,
         Kind::Dscp,
         Kind::Matrix,
         Kind::Stragglers,
         Kind::Alerts,
+        Kind::Bursts,
     ];
 
     /// The command's name (`capsule top`, `/v1/top`).
@@ -66,6 +78,7 @@ impl Kind {
             Kind::Matrix => "matrix",
             Kind::Stragglers => "stragglers",
             Kind::Alerts => "alerts",
+            Kind::Bursts => "bursts",
         }
     }
 
@@ -84,6 +97,7 @@ impl Question {
             Question::Matrix { .. } => Kind::Matrix,
             Question::Stragglers { .. } => Kind::Stragglers,
             Question::Alerts => Kind::Alerts,
+            Question::Bursts { .. } => Kind::Bursts,
         }
     }
 
@@ -98,7 +112,10 @@ impl Question {
             Question::Matrix { .. } => Some("matrix"),
             Question::Stragglers { .. } => Some("stragglers"),
             Question::Alerts => Some("alerts"),
-            Question::Top { .. } | Question::Tcp { .. } | Question::Dscp => None,
+            Question::Top { .. }
+            | Question::Tcp { .. }
+            | Question::Dscp
+            | Question::Bursts { .. } => None,
         }
     }
 
@@ -151,6 +168,7 @@ pub enum Body {
     Matrix(matrix::Matrix),
     Stragglers(stragglers::Stragglers),
     Alerts { alerts: Vec<alerts::Alert> },
+    Bursts(Box<bursts::Bursts>),
 }
 
 /// An answer: which question, over which window, and what it found. It serialises as its
@@ -197,7 +215,17 @@ impl Answer {
     /// Why the answer misses flows, if it does (empty: it is whole). A partial answer exits
     /// 3 on the command line and carries `capsule-partial: true` over HTTP.
     pub fn missing(&self) -> Vec<String> {
-        self.window.limits.missing()
+        let mut why = self.window.limits.missing();
+        if let Body::Bursts(b) = &self.body {
+            if !b.no_series_segments.is_empty() {
+                why.push(format!(
+                    "no millisecond series in segment(s) {:?} (indexed before the series; \
+                     `capsule reindex` rebuilds them)",
+                    b.no_series_segments
+                ));
+            }
+        }
+        why
     }
 }
 
@@ -230,12 +258,79 @@ pub fn answer(source: &Source, req: &Request) -> Result<Answer, AnswerError> {
         (None, None) => None,
     };
     let input = input(source, &req.query, question.buckets())?;
+    if let Question::Bursts {
+        above,
+        incast,
+        limit,
+        series,
+    } = question
+    {
+        let ask = bursts::Ask {
+            above: *above,
+            incast: *incast,
+            limit: *limit,
+            series: *series,
+        };
+        let body = bursts_body(source, &req.query, &input, ask)?;
+        return Ok(Answer {
+            question: question.clone(),
+            window: Window::of(&input),
+            body,
+        });
+    }
     let body = body(&input, question, policy)?;
     Ok(Answer {
         question: question.clone(),
         window: Window::of(&input),
         body,
     })
+}
+
+/// The link whose rate `bursts` states rates against: the `[links]` entry of the store's
+/// capture interface (from its capture status), or the only entry.
+pub fn link_of(source: &Source) -> Option<bursts::LinkRate> {
+    let links = source.config.as_ref()?.links();
+    let pick = match links {
+        [one] => Some(one),
+        _ => {
+            let iface = capsule_capture::status::read_status(&source.store)
+                .ok()
+                .flatten()
+                .map(|s| s.iface)?;
+            links.iter().find(|l| l.name == iface)
+        }
+    }?;
+    Some(bursts::LinkRate {
+        name: pick.name.clone(),
+        bits_per_second: pick.bits_per_second,
+    })
+}
+
+/// The `bursts` answer over `input`'s window: the index's millisecond series of the window
+/// (no segment file is read) and the window's flows.
+fn bursts_body(
+    source: &Source,
+    query: &Query,
+    input: &Input,
+    ask: bursts::Ask,
+) -> Result<Body, AnswerError> {
+    if !query.filter.to_string().is_empty() {
+        return Err(AnswerError::Usage(
+            "bursts answers for the whole link (the millisecond series is per DSCP value, \
+             not per host): give no filter"
+                .into(),
+        ));
+    }
+    let dir = &source.store;
+    let err = |e| AnswerError::Store {
+        store: dir.display().to_string(),
+        source: e,
+    };
+    let store = capsule_store::Store::open(dir).map_err(err)?;
+    let listing =
+        capsule_index::millis::list_index_only(&store, input.from_ns, input.to_ns).map_err(err)?;
+    let b = bursts::bursts(input, &listing, link_of(source), ask)?;
+    Ok(Body::Bursts(Box::new(b)))
 }
 
 /// The question's own result over `input` (`config`: checked present by [`answer`] when the
@@ -274,6 +369,13 @@ pub fn body(
             *ratio,
             *min_bytes,
         )?),
+        Question::Bursts { .. } => {
+            return Err(AnswerError::Usage(
+                "bursts is answered from the index's millisecond series, not from a window's \
+                 flows: ask it with analytics::answer"
+                    .into(),
+            ))
+        }
         Question::Alerts => Body::Alerts {
             alerts: alerts::evaluate(input, need()?).map_err(|e| match e {
                 capsule_analytics::AnalyticsError::Usage(m) => {

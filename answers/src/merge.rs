@@ -48,6 +48,11 @@ impl Kind {
             Kind::Matrix => "cell flow counts count a flow that crosses the split twice",
             Kind::Stragglers => "members are judged against the group median of each interval",
             Kind::Alerts => "rules judge the whole window against their thresholds",
+            Kind::Bursts => {
+                "it is answered from the index's millisecond series, not from the flows: a \
+                 burst or an incast that crosses the split would be cut in two; ask the \
+                 whole window again"
+            }
         })
     }
 }

@@ -5,6 +5,7 @@
 //! line uses ([`interval`], the names of [`top::Key`] ...). A bad value is refused with a
 //! message that names the parameter.
 
+use capsule_analytics::bursts::Above;
 use capsule_analytics::{matrix, top};
 
 use crate::analytics::{Kind, Question};
@@ -14,6 +15,32 @@ pub const TOP_LIMIT: usize = 10;
 pub const TCP_INTERVAL_NS: u64 = 60_000_000_000;
 pub const STRAGGLERS_INTERVAL_NS: u64 = 10_000_000_000;
 pub const STRAGGLERS_RATIO: f64 = 0.5;
+pub const BURSTS_ABOVE: Above = Above::Percent(80.0);
+pub const BURSTS_INCAST: u32 = 16;
+pub const BURSTS_LIMIT: usize = 10;
+
+/// A `bursts --above` threshold: a share of the link's rate (`80%`) or a rate in bits per
+/// second (`5G`, `400M`).
+pub fn above(s: &str) -> Result<Above, String> {
+    match s.strip_suffix('%') {
+        Some(p) => p
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|p| p.is_finite() && *p > 0.0 && *p <= 1000.0)
+            .map(Above::Percent)
+            .ok_or_else(|| format!("expected a percentage of the link's rate (80%), found {s:?}")),
+        None => capsule_config::parse_rate(s).map(Above::Rate),
+    }
+}
+
+/// A threshold as a parameter value: `80%` or `5G`.
+pub fn above_text(a: Above) -> String {
+    match a {
+        Above::Percent(p) => format!("{p}%"),
+        Above::Rate(r) => r.to_string(),
+    }
+}
 
 /// An interval: a duration (`1m`, `10s`) of whole seconds, in nanoseconds.
 pub fn interval(s: &str) -> Result<u64, String> {
@@ -79,6 +106,7 @@ impl Kind {
             Kind::Dscp | Kind::Alerts => &[],
             Kind::Matrix => &["by"],
             Kind::Stragglers => &["group", "interval", "ratio", "min-bytes"],
+            Kind::Bursts => &["above", "incast", "limit", "series"],
         }
     }
 }
@@ -105,6 +133,17 @@ impl Question {
                 ("interval", interval_text(*interval_ns)),
                 ("ratio", ratio.to_string()),
                 ("min-bytes", min_bytes.to_string()),
+            ],
+            Question::Bursts {
+                above,
+                incast,
+                limit,
+                series,
+            } => vec![
+                ("above", above_text(*above)),
+                ("incast", incast.to_string()),
+                ("limit", limit.to_string()),
+                ("series", series.to_string()),
             ],
         }
     }
@@ -154,6 +193,35 @@ impl Question {
                     get("by"),
                     |s| by_name(&MATRIX_BY, s),
                     matrix::By::Bytes,
+                )?,
+            },
+            Kind::Bursts => Question::Bursts {
+                above: parsed("above", get("above"), above, BURSTS_ABOVE)?,
+                incast: parsed(
+                    "incast",
+                    get("incast"),
+                    |s| {
+                        number("a number of senders")(s).and_then(|n| {
+                            u32::try_from(n).map_err(|_| format!("{n} senders is too many"))
+                        })
+                    },
+                    BURSTS_INCAST,
+                )?,
+                limit: parsed(
+                    "limit",
+                    get("limit"),
+                    |s| number("a whole number")(s).map(|n| n as usize),
+                    BURSTS_LIMIT,
+                )?,
+                series: parsed(
+                    "series",
+                    get("series"),
+                    |s| match s {
+                        "true" => Ok(true),
+                        "false" => Ok(false),
+                        _ => Err(format!("expected true or false, found {s:?}")),
+                    },
+                    false,
                 )?,
             },
             Kind::Stragglers => Question::Stragglers {
@@ -222,6 +290,18 @@ mod tests {
                 min_bytes: 1000,
             },
             Question::Alerts,
+            Question::Bursts {
+                above: Above::Percent(62.5),
+                incast: 24,
+                limit: 3,
+                series: true,
+            },
+            Question::Bursts {
+                above: Above::Rate(5_000_000_000),
+                incast: 16,
+                limit: 10,
+                series: false,
+            },
         ];
         for q in questions {
             let p = q.params();
@@ -253,6 +333,9 @@ mod tests {
                 "ratio",
             ),
             (Kind::Stragglers, &[][..], "group"),
+            (Kind::Bursts, &[("above", "fast")][..], "above"),
+            (Kind::Bursts, &[("above", "-5%")][..], "above"),
+            (Kind::Bursts, &[("incast", "many")][..], "incast"),
         ] {
             let e = decode(kind, pairs).unwrap_err();
             assert!(e.contains(name), "{e}");

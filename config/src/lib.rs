@@ -39,6 +39,7 @@ mod error;
 mod fleet;
 mod groups;
 mod hours;
+mod links;
 mod walk;
 
 use std::net::IpAddr;
@@ -60,6 +61,7 @@ pub use error::{line_col, ConfigError, ErrorKind, Invalid};
 pub use fleet::{valid_node_name, Fleet, FLEET_KEYS};
 pub use groups::{Group, GroupId, Groups, Prefix, PrefixError, UNASSIGNED};
 pub use hours::WorkHours;
+pub use links::{parse_rate, rate_text, Link};
 
 use walk::Src;
 
@@ -74,6 +76,7 @@ pub const SECTIONS: [&str; 9] = [
     "alerts",
     "serve",
     "fleet",
+    "links",
 ];
 
 /// A validated config file.
@@ -88,6 +91,7 @@ pub struct Config {
     alerts: AlertRules,
     serve: Vec<CaptureSetting>,
     fleet: Option<Fleet>,
+    links: Vec<links::Link>,
 }
 
 impl Config {
@@ -195,7 +199,26 @@ impl Config {
                 c.fleet = fleet::parse(&src, "fleet", t, k.span());
             }
         }
+        if let Some(v) = doc.get("links") {
+            let t = src.table("links", v, "a table of interface = \"RATE\" (\"10G\")");
+            if let Some(t) = src.keep(t) {
+                c.links = links::parse(&src, "links", t);
+            }
+        }
         src.finish(c)
+    }
+
+    /// The `[links]` line rates, in the file's order.
+    pub fn links(&self) -> &[Link] {
+        &self.links
+    }
+
+    /// The line rate of interface `name`, bits per second, if `[links]` states it.
+    pub fn link_rate(&self, name: &str) -> Option<u64> {
+        self.links
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| l.bits_per_second)
     }
 
     /// The host groups.

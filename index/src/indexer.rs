@@ -702,3 +702,81 @@ mod tests {
         w.finish().unwrap();
     }
 }
+
+#[cfg(test)]
+mod series_tests {
+    use super::*;
+    use crate::sideindex::tests::{tcp4, A, B};
+    use crate::sideindex::{index_name, SegmentIndex};
+    use capsule_pcap::Interface;
+    use std::time::Duration;
+
+    /// The millisecond series of the open segment (journal) and of the sealed one (index)
+    /// are the same; an index of version 4 has none, and the listing names its segment.
+    #[test]
+    fn the_series_is_listed_from_journal_and_index_and_old_indexes_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let cfg = WriterConfig {
+            block_bytes: 4096,
+            segment_age: Duration::from_secs(100),
+            threads: 1,
+            ..WriterConfig::default()
+        };
+        let (mut w, _) = open_writer(root, cfg).unwrap();
+        let i = w.add_interface(Interface {
+            linktype: 1,
+            snaplen: 0,
+            name: None,
+            options: Default::default(),
+        });
+        const T: u64 = 1_000_000_000;
+        for (k, ts) in [T, T + 10, T + 1_000_000, T + 3_500_000]
+            .into_iter()
+            .enumerate()
+        {
+            let f = tcp4(None, A, B, 40000, 80, 100 + k as u32, 0x18, 1000, 10, 46);
+            w.append(i, ts, f.len() as u32, &f).unwrap();
+        }
+        w.flush().unwrap();
+        let store = Store::open(root).unwrap();
+        // The writer thread journals the blocks as they reach the disk.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let open = loop {
+            let l = crate::millis::list_index_only(&store, 0, u64::MAX).unwrap();
+            let n: u64 = l
+                .blocks
+                .iter()
+                .flat_map(|s| s.bins.iter().map(|b| b.total().0))
+                .sum();
+            if n == 4 {
+                break l;
+            }
+            assert!(std::time::Instant::now() < deadline, "never journaled");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        w.finish().unwrap();
+        let sealed = crate::millis::list_index_only(&store, 0, u64::MAX).unwrap();
+        let bins = |l: &crate::millis::SeriesListing| -> Vec<(u64, u64)> {
+            l.blocks
+                .iter()
+                .flat_map(|s| s.bins.iter().map(|b| (b.ms, b.total().0)))
+                .collect()
+        };
+        assert_eq!(bins(&sealed), vec![(1000, 2), (1001, 1), (1003, 1)]);
+        assert_eq!(
+            bins(&open),
+            bins(&sealed),
+            "the journal's series is the index's"
+        );
+        assert!(sealed.no_series.is_empty());
+        // The same index written as version 4: no series, its segment named.
+        let path = store.index_dir().join(index_name(1));
+        let mut idx = SegmentIndex::decode(&std::fs::read(&path).unwrap()).unwrap();
+        idx.series = None;
+        idx.write(&store.index_dir()).unwrap();
+        let old = crate::millis::list_index_only(&store, 0, u64::MAX).unwrap();
+        assert_eq!(old.no_series, vec![1]);
+        assert!(old.blocks.is_empty());
+    }
+}

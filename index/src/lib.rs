@@ -28,6 +28,7 @@
 pub mod cutoff;
 pub mod flows;
 pub mod indexer;
+pub mod millis;
 pub mod plan;
 mod scrub;
 pub mod sideindex;

@@ -221,6 +221,19 @@ pub enum Cmd {
     /// DSCP values seen, senders the policy does not allow, flows remarked mid-flow.
     #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
     Dscp(DscpArgs),
+    /// The millisecond view: peaks at 1 ms, 10 ms, 100 ms and 1 s for the link and each
+    /// DSCP value, time above a rate, microbursts and the flows that made them, incast.
+    ///
+    /// From the side index's millisecond series alone (no segment file is read). Rates
+    /// are stated against the link's rate from the config's `[links]` (`span0 = "10G"`),
+    /// or the link's rate is stated as unknown. A burst is a run of consecutive
+    /// milliseconds with the link above `--above`; its flows are those of its DSCP values
+    /// with the most bytes in its second (the index counts flows per second). An incast is
+    /// a destination that `--incast` or more distinct senders reached within one
+    /// millisecond. Segments indexed before the series (by an earlier build) are named and
+    /// the answer is partial until `capsule reindex` rebuilds them.
+    #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
+    Bursts(BurstsArgs),
     /// Traffic from group to group, cells the egress policy does not allow flagged.
     #[command(after_help = EXIT_STATUS, after_long_help = QUERY_LONG_AFTER)]
     Matrix(MatrixArgs),

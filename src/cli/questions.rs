@@ -1,5 +1,5 @@
 //! The arguments of the questions: `query`, `replay`, `flows`, and the analytics commands
-//! (`top`, `tcp`, `dscp`, `matrix`, `stragglers`, `alerts`, `triage`).
+//! (`top`, `tcp`, `dscp`, `bursts`, `matrix`, `stragglers`, `alerts`, `triage`).
 
 use std::path::PathBuf;
 
@@ -172,6 +172,32 @@ pub struct TcpArgs {
 pub struct DscpArgs {
     #[command(flatten)]
     pub a: AnswerArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct BurstsArgs {
+    #[command(flatten)]
+    pub a: AnswerArgs,
+    /// The rate a millisecond must exceed to count as above (time above, bursts): a share
+    /// of the link's rate from the config's `[links]` (`80%`), or a rate in bits per second
+    /// (`5G`, `400M`).
+    #[arg(long, default_value = "80%", value_parser = parse_above)]
+    pub above: capsule_analytics::bursts::Above,
+    /// Distinct senders to one destination within one millisecond that make an incast
+    /// (4 or more: the index keeps the senders of destinations with at least 4).
+    #[arg(long, default_value_t = capsule_answers::params::BURSTS_INCAST)]
+    pub incast: u32,
+    /// Bursts listed, the largest first.
+    #[arg(long, default_value_t = capsule_answers::params::BURSTS_LIMIT)]
+    pub limit: usize,
+    /// List every millisecond of the window with traffic (bytes and packets, per DSCP
+    /// value): the series itself. Meant for short windows.
+    #[arg(long)]
+    pub series: bool,
+}
+
+fn parse_above(s: &str) -> Result<capsule_analytics::bursts::Above, String> {
+    capsule_answers::params::above(s)
 }
 
 #[derive(Args, Debug)]

@@ -15,6 +15,7 @@ use anyhow::Result;
 use crate::cli::{Cli, Cmd};
 
 mod alerts;
+mod bursts;
 mod capture;
 mod compact;
 mod config;
@@ -49,6 +50,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Top(a) => top::run(&a),
         Cmd::Tcp(a) => tcp::run(&a),
         Cmd::Dscp(a) => dscp::run(&a),
+        Cmd::Bursts(a) => bursts::run(&a),
         Cmd::Matrix(a) => matrix::run(&a),
         Cmd::Stragglers(a) => stragglers::run(&a),
         Cmd::Alerts(a) => alerts::run(&a),

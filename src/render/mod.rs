@@ -19,6 +19,7 @@ use capsule_answers::analytics::{Answer, Body, Question};
 use crate::output::PARTIAL;
 
 mod alerts;
+mod bursts;
 mod dscp;
 mod matrix;
 mod stragglers;
@@ -81,6 +82,7 @@ pub(crate) fn analytics(
             }
             Body::Stragglers(s) => stragglers::lines(s, clock, place, width),
             Body::Alerts { alerts } => alerts::table(alerts, place, width),
+            Body::Bursts(b) => bursts::lines(b, clock, width),
         };
         // Lines of text wrap to the terminal like the table (whose rows already fit);
         // `capsule query` command lines stay whole, to be copied.

@@ -16,6 +16,7 @@ use capsule_store::indexer::Record;
 use capsule_store::{Result, SegmentReader, StoreError};
 use capsule_wire::dissect;
 
+use super::series::{BlockSeries, SeriesBuilder};
 use super::{
     index_name, BlockSummary, Bucket, FlowKey, FlowRecord, SegmentIndex, TcpCarry, TcpState,
     SENT_SYN, SENT_SYN_ACK,
@@ -31,6 +32,9 @@ pub struct BlockDelta {
     /// their first packets came. Their block list is empty (it is `[block]`); `tcp_in` is
     /// the flow's state carried into the segment, `tcp_out` its state after this block.
     pub flows: Vec<FlowRecord>,
+    /// The block's millisecond series (`None` in journal records written before index
+    /// version 5).
+    pub series: Option<BlockSeries>,
 }
 
 /// Not in the block being counted.
@@ -55,6 +59,9 @@ pub struct IndexBuilder {
     /// TCP state carried in from the previous segment, taken as flows first appear.
     seed: TcpCarry,
     delta: BlockDelta,
+    /// The millisecond series of the block being counted, and of every block added.
+    series_builder: SeriesBuilder,
+    series: Vec<BlockSeries>,
 }
 
 impl IndexBuilder {
@@ -91,8 +98,8 @@ impl IndexBuilder {
     /// The index of the blocks added so far, borrowed: their summaries and the flows'
     /// records, as [`IndexBuilder::finish`] would return them now (the fold checkpoint is
     /// encoded from these).
-    pub fn so_far(&self) -> (&[BlockSummary], &[FlowRecord]) {
-        (&self.blocks, &self.flows)
+    pub fn so_far(&self) -> (&[BlockSummary], &[FlowRecord], &[BlockSeries]) {
+        (&self.blocks, &self.flows, &self.series)
     }
 
     /// Indexes the next block of the segment. `meta.new_interfaces` extends the segment's
@@ -148,6 +155,9 @@ impl IndexBuilder {
         self.delta.block = block;
         self.delta.summary = summary;
         self.blocks.push(summary);
+        let series = self.series_builder.take();
+        self.series.push(series.clone());
+        self.delta.series = Some(series);
     }
 
     /// Counts one record of the block being added: a stored packet, or a cut one.
@@ -158,6 +168,7 @@ impl IndexBuilder {
         r: &Record,
     ) {
         let (ts_ns, wire, cut) = (r.ts_ns, u64::from(r.wire), r.cut());
+        self.series_builder.count(r);
         if r.malformed() {
             summary.malformed_packets += 1;
         }
@@ -277,6 +288,7 @@ impl IndexBuilder {
             segment_len,
             blocks: self.blocks,
             flows: self.flows,
+            series: Some(self.series),
         }
     }
 }

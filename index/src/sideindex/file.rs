@@ -9,18 +9,21 @@ use capsule_store::fsx;
 use capsule_store::{Result, SegmentReader, StoreError};
 use capsule_wire::view::{Reader, Short, VarintError};
 
+use super::series::{get_series, put_series, BlockSeries};
 use super::{
     index_name, BlockSummary, Bucket, DscpChange, DscpCount, DscpState, FlowCounts, FlowKey,
     FlowRecord, SegmentIndex, TcpState,
 };
 
 /// Index format version written by this build.
-pub const INDEX_VERSION: u16 = 4;
+pub const INDEX_VERSION: u16 = 5;
 /// The oldest index format version this build reads: version 3 is version 4 without the
 /// cut-off's counters (no packet of its segment was cut), so it is read as is.
 pub const INDEX_VERSION_MIN: u16 = 3;
 const INDEX_MAGIC: [u8; 8] = *b"CPSLIDX\0";
 pub(super) const HEADER_LEN: usize = 80;
+/// The first index version with millisecond series.
+pub const SERIES_VERSION: u16 = 5;
 const NO_VLAN: u16 = 0xFFFF;
 /// Where the header's body CRC is.
 const BODY_CRC_AT: usize = 56;
@@ -517,6 +520,51 @@ fn get_block_summaries(
     Ok(blocks)
 }
 
+/// An index decoded by [`SegmentIndex::decode_series`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeriesIndex {
+    pub seq: u64,
+    pub segment_len: u64,
+    /// One series per block; `None`: the index predates the series (version 4 or 3).
+    pub series: Option<Vec<BlockSeries>>,
+}
+
+/// The series section of a version 5 body (its length, then one series per block): decoded
+/// when `decode`, else skipped by its length. `None` for earlier versions.
+fn get_series_section(
+    c: &mut Reader<'_>,
+    h: &BodyHeader,
+    decode: bool,
+) -> std::result::Result<Option<Vec<BlockSeries>>, DecodeError> {
+    if h.version < SERIES_VERSION {
+        return Ok(None);
+    }
+    let len = c.u64_le().map_err(short)?;
+    if len > c.remaining() as u64 {
+        return Err(invalid(format!(
+            "series section of {len} bytes, {} left in the body",
+            c.remaining()
+        )));
+    }
+    let section = c.take(len as usize).map_err(short)?;
+    if !decode {
+        return Ok(Some(Vec::new()));
+    }
+    let mut s = Reader::new(section);
+    let mut out = Vec::with_capacity(h.n_blocks.min(1 << 20));
+    for _ in 0..h.n_blocks {
+        out.push(get_series(&mut s)?);
+    }
+    if s.remaining() != 0 {
+        return Err(invalid(format!(
+            "{} bytes left over after the series of {} blocks",
+            s.remaining(),
+            h.n_blocks
+        )));
+    }
+    Ok(Some(out))
+}
+
 fn all_read(c: &Reader<'_>, len: usize) -> std::result::Result<(), DecodeError> {
     if c.position() != len {
         return Err(invalid(format!(
@@ -531,11 +579,15 @@ fn all_read(c: &Reader<'_>, len: usize) -> std::result::Result<(), DecodeError> 
 /// flows, in the layout of index `version`, its body compressed at zstd `level`: what
 /// [`SegmentIndex::encode`] writes (level 3), and what the open segment's fold checkpoint
 /// holds (from the builder's records, without copying them).
+///
+/// Version 5 and later hold each block's millisecond series: `series` must then have one
+/// per block (a missing one is written empty); without series, ask for version 4.
 pub(super) fn encode_index(
     seq: u64,
     segment_len: u64,
     blocks: &[BlockSummary],
     flows: &[FlowRecord],
+    series: Option<&[BlockSeries]>,
     version: u16,
     level: i32,
 ) -> Vec<u8> {
@@ -545,6 +597,18 @@ pub(super) fn encode_index(
         body.extend_from_slice(&b.ip_packets.to_le_bytes());
         body.extend_from_slice(&b.non_ip_packets.to_le_bytes());
         body.extend_from_slice(&b.malformed_packets.to_le_bytes());
+    }
+    if version >= SERIES_VERSION {
+        // The section's length first, so that a reader of the flows skips it unread.
+        let at = body.len();
+        body.extend_from_slice(&0u64.to_le_bytes());
+        let empty = BlockSeries::default();
+        for i in 0..blocks.len() {
+            let s = series.and_then(|s| s.get(i)).unwrap_or(&empty);
+            put_series(&mut body, s);
+        }
+        let len = (body.len() - at - 8) as u64;
+        body[at..at + 8].copy_from_slice(&len.to_le_bytes());
     }
     for f in flows {
         put_flow_as(&mut body, f, true, version);
@@ -587,11 +651,18 @@ impl SegmentIndex {
     /// Encodes the index file in the layout of `version` (3 or 4), for tests that files of
     /// an older version still read.
     pub(crate) fn encode_as(&self, version: u16) -> Vec<u8> {
+        // An index read from a file of an earlier version has no series: it is written
+        // in that layout (version 4), never as a version 5 index claiming empty series.
+        let version = match self.series {
+            None => version.min(SERIES_VERSION - 1),
+            Some(_) => version,
+        };
         encode_index(
             self.seq,
             self.segment_len,
             &self.blocks,
             &self.flows,
+            self.series.as_deref(),
             version,
             3,
         )
@@ -640,6 +711,7 @@ impl SegmentIndex {
         let (h, body) = Self::open_body(b)?;
         let mut c = Reader::new(&body);
         let blocks = get_block_summaries(&mut c, h.n_blocks)?;
+        let series = get_series_section(&mut c, &h, true)?;
         let mut flows = Vec::with_capacity(h.n_flows.min(1 << 20));
         for _ in 0..h.n_flows {
             flows.push(get_flow(&mut c, Some(h.n_blocks), body.len(), h.version)?);
@@ -650,6 +722,21 @@ impl SegmentIndex {
             segment_len: h.segment_len,
             blocks,
             flows,
+            series,
+        })
+    }
+
+    /// Decodes an index file's millisecond series only (the flows are not decoded): its
+    /// segment, segment length, and each block's series, `None` for an index of a version
+    /// before 5 (it has none).
+    pub fn decode_series(b: &[u8]) -> std::result::Result<SeriesIndex, DecodeError> {
+        let (h, body) = Self::open_body(b)?;
+        let mut c = Reader::new(&body);
+        get_block_summaries(&mut c, h.n_blocks)?;
+        Ok(SeriesIndex {
+            seq: h.seq,
+            segment_len: h.segment_len,
+            series: get_series_section(&mut c, &h, true)?,
         })
     }
 
@@ -664,6 +751,7 @@ impl SegmentIndex {
         let (h, body) = Self::open_body(b)?;
         let mut c = Reader::new(&body);
         get_block_summaries(&mut c, h.n_blocks)?;
+        get_series_section(&mut c, &h, false)?;
         let mut flows = Vec::with_capacity(h.n_flows.min(1 << 20));
         for _ in 0..h.n_flows {
             flows.push(get_counts(

@@ -24,6 +24,7 @@ use capsule_store::{fsx, Result, SegmentReader, StoreError};
 use capsule_wire::view::Reader;
 
 use super::file::{bad_varint, get_flow, invalid, put_flow, put_varint, short};
+use super::series::{get_series, put_series, BlockSeries};
 use super::{BlockDelta, BlockSummary, FlowKey, FlowRecord, SegmentIndex};
 
 pub mod checkpoint;
@@ -37,7 +38,9 @@ pub use capsule_store::segment::journal::{journal_name, FRAME_LEN, RECORD_MAGIC}
 /// segment's block table, read by the store's SegmentReader), and its body is stored as it
 /// is. Versions 2 (index version 3 flow records, without the cut-off's counters), 3 (no
 /// block table) and 4 (a zstd-compressed body) are still read.
-pub const JOURNAL_VERSION: u16 = 5;
+pub const JOURNAL_VERSION: u16 = 6;
+/// The first journal record version whose body ends with the block's millisecond series.
+pub const SERIES_JOURNAL_VERSION: u16 = 6;
 /// The first record version whose body is not compressed. Compressing a record's body (a
 /// few KiB: 2.6 KiB a 1 MiB block on the capture benchmark's traffic) with zstd level 1 cost
 /// 15 µs a block on the writer thread, 3.7% of a store-rung capture's CPU, to save 0.2% of
@@ -138,6 +141,10 @@ pub fn encode_record(
     for f in &delta.flows {
         put_flow(body, f, false);
     }
+    put_series(
+        body,
+        delta.series.as_ref().unwrap_or(&BlockSeries::default()),
+    );
     framing::encode_record(JOURNAL_VERSION, seq, delta.block, meta, body, out);
 }
 
@@ -301,6 +308,11 @@ fn decode_payload(
         let flow_version = if version >= 3 { 4 } else { 3 };
         flows.push(get_flow(&mut c, None, body.len(), flow_version)?);
     }
+    let series = if version >= SERIES_JOURNAL_VERSION {
+        Some(get_series(&mut c)?)
+    } else {
+        None
+    };
     if c.position() != body.len() {
         return Err(invalid(format!(
             "{} bytes left over after the flows",
@@ -317,6 +329,7 @@ fn decode_payload(
             block,
             summary,
             flows,
+            series,
         },
     }))
 }
@@ -386,10 +399,16 @@ fn fold_onto(
         segment_len,
         blocks: Vec::new(),
         flows: Vec::new(),
+        series: Some(Vec::new()),
     });
     index.seq = seq;
     index.segment_len = segment_len;
     index.blocks.resize(blocks.len(), BlockSummary::default());
+    // A block without a usable record has an empty series (it is named unseen); a record
+    // of a version before the series leaves the whole segment without one.
+    if let Some(s) = &mut index.series {
+        s.resize(blocks.len(), BlockSeries::default());
+    }
     let mut by_key: std::collections::HashMap<FlowKey, usize> = Default::default();
     if used[covered..].iter().any(Option::is_some) {
         by_key.reserve(index.flows.len());
@@ -402,6 +421,10 @@ fn fold_onto(
             continue;
         };
         index.blocks[b] = r.delta.summary;
+        match (&mut index.series, &r.delta.series) {
+            (Some(s), Some(one)) => s[b] = one.clone(),
+            (s, _) => *s = None,
+        }
         for d in &r.delta.flows {
             let i = *by_key.entry(d.key).or_insert_with(|| {
                 let mut f = FlowRecord::new(d.key, d.totals.first_ns, d.totals.last_ns);
@@ -706,7 +729,12 @@ mod tests {
     /// (a block part), both with a zstd-compressed body, as earlier builds wrote them.
     fn as_older(bytes: &[u8], version: u16) -> Vec<u8> {
         let mut old = Vec::new();
-        for (_, p) in framing::frames(bytes).records {
+        let records = parse(bytes).records;
+        for (i, (_, p)) in framing::frames(bytes).records.into_iter().enumerate() {
+            // Records before version 6 end with the flows: the series is cut off.
+            let mut series = Vec::new();
+            put_series(&mut series, records[i].delta.series.as_ref().unwrap());
+            let p = &p[..p.len() - series.len()];
             let placed = framing::placed(p).unwrap().unwrap();
             let end = if version >= framing::BLOCK_TABLE_VERSION {
                 placed.body_at
@@ -715,7 +743,14 @@ mod tests {
             };
             let mut q = p[..end].to_vec();
             q[..2].copy_from_slice(&version.to_le_bytes());
-            q.extend_from_slice(&zstd::bulk::compress(&p[placed.body_at..], 1).unwrap());
+            let body = &p[placed.body_at..];
+            if version >= RAW_BODY_VERSION {
+                q[40..44].copy_from_slice(&(body.len() as u32).to_le_bytes());
+                q.extend_from_slice(body);
+            } else {
+                q[40..44].copy_from_slice(&(body.len() as u32).to_le_bytes());
+                q.extend_from_slice(&zstd::bulk::compress(body, 1).unwrap());
+            }
             old.extend_from_slice(&RECORD_MAGIC);
             old.extend_from_slice(&(q.len() as u32).to_le_bytes());
             old.extend_from_slice(&capsule_store::crc::crc32c(&q).to_le_bytes());
@@ -733,15 +768,22 @@ mod tests {
         let (bytes, _, sealed) = journal_of(&b);
         let v5 = parse(&bytes);
         assert!(v5.notes.is_empty(), "{:?}", v5.notes);
-        for version in [3, 4] {
+        // Records before version 6 have no series: the fold has none either.
+        let mut no_series = v5.records.clone();
+        for r in &mut no_series {
+            r.delta.series = None;
+        }
+        let mut sealed_old = sealed.clone();
+        sealed_old.series = None;
+        for version in [3, 4, 5] {
             let old = as_older(&bytes, version);
             let read = parse(&old);
             assert!(read.notes.is_empty(), "version {version}: {:?}", read.notes);
-            assert_eq!(read.records, v5.records, "version {version}");
-            assert_eq!(fold(5, &metas(&b), 777, &read).index, sealed);
+            assert_eq!(read.records, no_series, "version {version}");
+            assert_eq!(fold(5, &metas(&b), 777, &read).index, sealed_old);
             // The store finds a block table in version 4 records only.
             let table = framing::block_table(&old, 5).len();
-            assert_eq!(table, if version == 4 { 3 } else { 0 });
+            assert_eq!(table, if version >= 4 { 3 } else { 0 });
         }
         assert_eq!(framing::block_table(&bytes, 5).len(), 3);
     }

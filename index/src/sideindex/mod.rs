@@ -25,6 +25,7 @@ use std::net::IpAddr;
 mod build;
 mod file;
 pub mod journal;
+pub mod series;
 
 pub use build::{rebuild, rebuild_seeded, BlockDelta, IndexBuilder};
 pub use file::{CountsIndex, IndexHeader, INDEX_VERSION};
@@ -700,6 +701,9 @@ pub struct SegmentIndex {
     pub segment_len: u64,
     pub blocks: Vec<BlockSummary>,
     pub flows: Vec<FlowRecord>,
+    /// Each block's millisecond series (index version 5); `None` for an index of an
+    /// earlier version, which has none.
+    pub series: Option<Vec<series::BlockSeries>>,
 }
 
 /// Per flow, the TCP state handed from one segment's build to the next (foldhash: the
@@ -1048,13 +1052,51 @@ pub(crate) mod tests {
                     ],
                 },
             }],
+            series: Some(vec![
+                series::BlockSeries {
+                    bins: vec![series::MsBin {
+                        ms: 5_000,
+                        classes: vec![series::ClassCount {
+                            dscp: 46,
+                            packets: 1,
+                            bytes: 100,
+                        }],
+                    }],
+                    fanin: vec![series::Fanin {
+                        ms: 5_000,
+                        dst: "fd00::2".parse().unwrap(),
+                        senders: vec![
+                            series::Sender {
+                                addr: "fd00::1".parse().unwrap(),
+                                packets: 1,
+                                bytes: 100,
+                            };
+                            4
+                        ],
+                    }],
+                },
+                series::BlockSeries::default(),
+                series::BlockSeries::default(),
+            ]),
         };
         let bytes = idx.encode();
         assert_eq!(SegmentIndex::decode(&bytes).unwrap(), idx);
+        let s = SegmentIndex::decode_series(&bytes).unwrap();
+        assert_eq!((s.seq, s.segment_len), (3, 99));
+        assert_eq!(s.series, idx.series);
+        // Version 4 (before the series) still reads, as an index without series; an index
+        // without series is written as version 4, never as a version 5 with empty ones.
+        let v4 = idx.encode_as(4);
+        assert_eq!(u16::from_le_bytes([v4[8], v4[9]]), 4);
+        let mut old = idx.clone();
+        old.series = None;
+        assert_eq!(SegmentIndex::decode(&v4).unwrap(), old);
+        assert_eq!(SegmentIndex::decode_series(&v4).unwrap().series, None);
+        assert_eq!(old.encode(), v4);
         // Version 3 (before the cut-off) still reads: the same record, nothing cut.
         let v3 = idx.encode_as(3);
         assert_eq!(u16::from_le_bytes([v3[8], v3[9]]), 3);
-        let mut uncut = idx.clone();
+        let mut uncut = old.clone();
         uncut.flows[0].totals.cut_packets = [0; 2];
         uncut.flows[0].totals.cut_bytes = [0; 2];
         uncut.flows[0].totals.cut_at_ns = [None; 2];

@@ -141,9 +141,9 @@ fn invalid(detail: impl Into<String>) -> DecodeError {
 
 /// Encodes the checkpoint of what `b` has built so far, whose blocks are `matches`.
 pub fn encode(b: &IndexBuilder, matches: &[BlockMatch]) -> Vec<u8> {
-    let (blocks, flows) = b.so_far();
+    let (blocks, flows, series) = b.so_far();
     debug_assert_eq!(blocks.len(), matches.len());
-    let index = encode_index(b.seq(), 0, blocks, flows, INDEX_VERSION, 1);
+    let index = encode_index(b.seq(), 0, blocks, flows, Some(series), INDEX_VERSION, 1);
     let mut out = Vec::with_capacity(HEAD_LEN + matches.len() * MATCH_LEN + index.len() + 4);
     out.extend_from_slice(&CHECKPOINT_MAGIC);
     out.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());

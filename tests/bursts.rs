@@ -1,0 +1,257 @@
+//! `capsule bursts` (issue 33) on synth's traffic with two planted events written here: a
+//! 2 ms line-rate EF burst from one sender and an incast of 24 senders to one address within
+//! one millisecond, on a link the config states as 10G. The answer names both, exactly, and
+//! nothing else; its millisecond series equals an independent count of the pcaps
+//! (scripts/ms_bins.py); and it reads no segment file (they are overwritten with zeros of
+//! their own length, and the answer is the same).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::Value;
+
+const MS: u64 = 1_000_000;
+/// synth's default start, 2026-11-30T02:00:00Z, in milliseconds.
+const START_MS: u64 = 1_796_004_000_000;
+/// The burst's first millisecond: 825 frames of 1514 bytes (9.99 Gbit/s) in each of two.
+const BURST_MS: u64 = START_MS + 1_234;
+const BURST_FRAMES: u64 = 825;
+const FRAME: u64 = 1514;
+/// The incast's millisecond: 24 senders, one 1000-byte frame each.
+const INCAST_MS: u64 = START_MS + 1_567;
+const SENDERS: u8 = 24;
+
+/// The headers of an Ethernet/IPv4/UDP frame of `len` bytes on the wire (the rest is not
+/// captured: the pcap record's original length says how long it was).
+fn udp(src: [u8; 4], dst: [u8; 4], dscp: u8, ports: (u16, u16), len: u64) -> Vec<u8> {
+    let mut f = vec![2, 0, dst[0], dst[1], dst[2], dst[3]];
+    f.extend_from_slice(&[2, 0, src[0], src[1], src[2], src[3]]);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let ip_len = (len - 14) as u16;
+    let mut ip = vec![0x45, dscp << 2];
+    ip.extend_from_slice(&ip_len.to_be_bytes());
+    ip.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&dst);
+    let sum = ip
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum::<u32>();
+    let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&ports.0.to_be_bytes());
+    f.extend_from_slice(&ports.1.to_be_bytes());
+    f.extend_from_slice(&(ip_len - 20).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f
+}
+
+/// The planted events as a nanosecond pcap.
+fn planted() -> Vec<u8> {
+    let mut packets = Vec::new();
+    for ms in [BURST_MS, BURST_MS + 1] {
+        for i in 0..BURST_FRAMES {
+            let f = udp([10, 77, 0, 1], [10, 77, 0, 2], 46, (4000, 5000), FRAME);
+            packets.push((ms * MS + i * 1212, FRAME as u32, f));
+        }
+    }
+    for s in 1..=SENDERS {
+        let f = udp([10, 88, 0, s], [10, 88, 1, 1], 0, (7000, 9000), 1000);
+        packets.push((INCAST_MS * MS + u64::from(s) * 40_000, 1000, f));
+    }
+    write_pcap_ns(1, 65535, &packets)
+}
+
+struct Fixture {
+    dir: PathBuf,
+    store: PathBuf,
+    config: PathBuf,
+    pcaps: Vec<PathBuf>,
+}
+
+fn fixture(name: &str) -> Fixture {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let synth_pcap = dir.join("synth.pcap");
+    synth(&synth_pcap, &dir.join("truth.json"), 1, "2s", "20M", None);
+    let planted_pcap = dir.join("planted.pcap");
+    std::fs::write(&planted_pcap, planted()).unwrap();
+    let store = dir.join("store");
+    import_ok(&store, &[], &[p(&synth_pcap), p(&planted_pcap)]);
+    let config = dir.join("capsule.toml");
+    std::fs::write(&config, "[links]\nspan0 = \"10G\"\n").unwrap();
+    Fixture {
+        dir,
+        store,
+        config,
+        pcaps: vec![synth_pcap, planted_pcap],
+    }
+}
+
+fn bursts(f: &Fixture, extra: &[&str]) -> Value {
+    let mut cmd = capsule();
+    cmd.args(["bursts", "--store", p(&f.store), "--config", p(&f.config)])
+        .args(["--json"])
+        .args(extra);
+    let out = run_ok(&mut cmd);
+    serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
+
+fn scope(v: &Value, dscp: Option<u64>) -> &Value {
+    v["scopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["dscp"].as_u64() == dscp)
+        .unwrap_or_else(|| panic!("no scope of DSCP {dscp:?} in {v}"))
+}
+
+#[test]
+fn the_planted_burst_and_incast_exactly_and_nothing_else() {
+    let f = fixture("bursts");
+    let v = bursts(&f, &["--series"]);
+    assert_eq!(v["command"], "bursts");
+    assert_eq!(
+        v["link"]["bits_per_second"], 10_000_000_000u64,
+        "{}",
+        v["link"]
+    );
+    assert_eq!(v["threshold_bits_per_second"], 8_000_000_000u64);
+
+    // The independent count: every frame of both pcaps binned by epoch millisecond.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/ms_bins.py");
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(&script).args(f.pcaps.iter().map(|x| p(x)));
+    let bins: BTreeMap<String, BTreeMap<String, [u64; 2]>> =
+        serde_json::from_slice(&run_ok(&mut cmd).stdout).unwrap();
+    let series = v["series"].as_array().unwrap();
+    assert_eq!(series.len(), bins.len(), "milliseconds with traffic");
+    for (s, (ms, values)) in series.iter().zip(&bins) {
+        let ms: u64 = ms.parse().unwrap();
+        assert_eq!(s["start_ns"], ms * MS);
+        let mut want = BTreeMap::new();
+        for (d, [pk, by]) in values {
+            want.insert(d.parse::<u64>().unwrap(), (*pk, *by));
+        }
+        let got: BTreeMap<u64, (u64, u64)> = s["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| {
+                let n = |k: &str| x[k].as_u64().unwrap();
+                (n("dscp"), (n("packets"), n("bytes")))
+            })
+            .collect();
+        assert_eq!(got, want, "millisecond {ms}");
+        let total: u64 = want.values().map(|x| x.1).sum();
+        assert_eq!(s["bytes"], total, "millisecond {ms}");
+    }
+    let ef_in = |ms: u64| bins[&ms.to_string()].get("46").map_or(0, |x| x[1]);
+
+    // The burst: one, from its first millisecond, two long, EF, from its sender.
+    assert_eq!(v["burst_count"], 1, "{}", v["bursts"]);
+    let b = &v["bursts"][0];
+    assert_eq!(b["start_ns"], BURST_MS * MS);
+    assert_eq!(b["start"], "2026-11-30T02:00:01.234000000Z");
+    assert_eq!(b["duration_ns"], 2 * MS);
+    let planted_ms = BURST_FRAMES * FRAME;
+    let ef = b["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["dscp"] == 46)
+        .unwrap();
+    assert_eq!(ef["bytes"], ef_in(BURST_MS) + ef_in(BURST_MS + 1));
+    assert!(ef["bytes"].as_u64().unwrap() >= 2 * planted_ms);
+    assert_eq!(b["flows"][0]["src"], "10.77.0.1", "{}", b["flows"]);
+    assert_eq!(b["flows"][0]["dst"], "10.77.0.2");
+    // EF's peak 1 ms is the burst's, to the byte; at 1 s the same burst is under 1% of the
+    // link, and so is the whole link.
+    let ef_scope = scope(&v, Some(46));
+    let peak = &ef_scope["peaks"][0];
+    assert_eq!(peak["resolution_ms"], 1);
+    assert_eq!(peak["bytes"], ef_in(BURST_MS).max(ef_in(BURST_MS + 1)));
+    assert!(peak["bytes"].as_u64().unwrap() >= planted_ms);
+    assert!(peak["link_percent"].as_f64().unwrap() > 80.0, "{peak}");
+    for s in [ef_scope, scope(&v, None)] {
+        let second = &s["peaks"][3];
+        assert_eq!(second["resolution_ms"], 1000);
+        assert!(second["link_percent"].as_f64().unwrap() < 1.0, "{second}");
+    }
+    // Time above 80%: the burst's two milliseconds, for the link and EF; none elsewhere.
+    for s in v["scopes"].as_array().unwrap() {
+        let want = if s["dscp"].is_null() || s["dscp"] == 46 {
+            2 * MS
+        } else {
+            0
+        };
+        assert_eq!(s["ns_above"], want, "{}", s["scope"]);
+    }
+
+    // The incast: one, in its millisecond, to its destination, from all 24 senders.
+    assert_eq!(v["incast_count"], 1, "{}", v["incast"]);
+    let i = &v["incast"][0];
+    assert_eq!(i["start_ns"], INCAST_MS * MS);
+    assert_eq!(i["dst"], "10.88.1.1");
+    let senders: BTreeSet<String> = i["senders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["addr"].as_str().unwrap().to_string())
+        .collect();
+    let want: BTreeSet<String> = (1..=SENDERS).map(|s| format!("10.88.0.{s}")).collect();
+    assert_eq!(senders, want);
+    assert_eq!(i["bytes"], u64::from(SENDERS) * 1000);
+
+    // No segment file is read: zeros in place of every segment's bytes (the same length,
+    // so the index stays current) change nothing in the answer, though a query fails.
+    let whole = bursts(&f, &[]);
+    let segs = f.store.join("segments");
+    for e in std::fs::read_dir(&segs).unwrap() {
+        let path = e.unwrap().path();
+        if path.to_string_lossy().ends_with(".pcapng.zst") {
+            let len = std::fs::metadata(&path).unwrap().len();
+            std::fs::write(&path, vec![0u8; len as usize]).unwrap();
+        }
+    }
+    assert_eq!(bursts(&f, &[]), whole);
+    let out = run(capsule().args([
+        "query",
+        "--store",
+        p(&f.store),
+        "-w",
+        p(&f.dir.join("out.pcap")),
+    ]));
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "the segments really are unreadable"
+    );
+}
+
+#[test]
+fn bad_thresholds_are_usage_errors_and_an_unknown_link_is_said() {
+    let f = fixture("bursts-usage");
+    for (args, what) in [
+        (&["--above", "fast"][..], "--above"),
+        (&["--incast", "2"][..], "4 or more"),
+    ] {
+        let mut cmd = capsule();
+        cmd.args(["bursts", "--store", p(&f.store)]).args(args);
+        let out = run(&mut cmd);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr_str(&out));
+        assert!(stderr_str(&out).contains(what), "{}", stderr_str(&out));
+    }
+    // No config: the link's rate is unknown, so 80% of it is too: peaks, no bursts.
+    let out = run_ok(capsule().args(["bursts", "--store", p(&f.store), "--json"]));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["link"].is_null());
+    assert!(v["threshold_bits_per_second"].is_null());
+    assert!(v["scopes"][0]["peaks"][0]["bytes"].as_u64().unwrap() > 0);
+    assert_eq!(v["incast_count"], 1, "incast needs no link rate");
+}
