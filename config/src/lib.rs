@@ -37,6 +37,7 @@ mod egress;
 mod error;
 mod groups;
 mod hours;
+mod tier;
 mod walk;
 
 use std::net::IpAddr;
@@ -57,11 +58,12 @@ pub use egress::EgressRule;
 pub use error::{line_col, ConfigError, ErrorKind, Invalid};
 pub use groups::{Group, GroupId, Groups, Prefix, PrefixError, UNASSIGNED};
 pub use hours::WorkHours;
+pub use tier::{TierConfig, DEFAULT_REGION, TIER_KEYS};
 
 use walk::Src;
 
 /// The sections a config file may have, in the order they are read.
-pub const SECTIONS: [&str; 8] = [
+pub const SECTIONS: [&str; 9] = [
     "groups",
     "dscp",
     "egress",
@@ -70,6 +72,7 @@ pub const SECTIONS: [&str; 8] = [
     "cutoff",
     "alerts",
     "serve",
+    "tier",
 ];
 
 /// A validated config file.
@@ -83,6 +86,7 @@ pub struct Config {
     cutoff: Cutoff,
     alerts: AlertRules,
     serve: Vec<CaptureSetting>,
+    tier: Option<TierConfig>,
 }
 
 impl Config {
@@ -92,7 +96,15 @@ impl Config {
             path: path.to_path_buf(),
             source,
         })?;
-        Config::parse(&text, &path.display().to_string())
+        let mut c = Config::parse(&text, &path.display().to_string())?;
+        // A relative credentials file is the config file's neighbour.
+        if let Some(t) = c.tier.as_mut() {
+            if t.credentials_file.is_relative() {
+                let dir = path.parent().unwrap_or(Path::new(""));
+                t.credentials_file = dir.join(&t.credentials_file);
+            }
+        }
+        Ok(c)
     }
 
     /// Validates `text`; errors name `file` (the name to report, usually the path). Every
@@ -176,6 +188,16 @@ impl Config {
                 c.serve = capture::parse(&src, "serve", t, SERVE_KEYS);
             }
         }
+        if let Some((k, v)) = doc.get_key_value("tier") {
+            let t = src.table(
+                "tier",
+                v,
+                "a table of tier settings (endpoint, bucket, ...)",
+            );
+            if let Some(t) = src.keep(t) {
+                c.tier = tier::parse(&src, "tier", k.span(), t);
+            }
+        }
         src.finish(c)
     }
 
@@ -229,6 +251,11 @@ impl Config {
         &self.cutoff
     }
 
+    /// The `[tier]` section, if the file has one.
+    pub fn tier(&self) -> Option<&TierConfig> {
+        self.tier.as_ref()
+    }
+
     /// The `[alerts]` thresholds (every one at its default when the file has no section).
     pub fn alerts(&self) -> &AlertRules {
         &self.alerts
@@ -247,6 +274,8 @@ struct ConfigJson<'a> {
     alerts: &'a AlertRules,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     serve: &'a [CaptureSetting],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tier: Option<&'a TierConfig>,
 }
 
 #[derive(Serialize)]
@@ -291,6 +320,7 @@ impl Serialize for Config {
             cutoff: &self.cutoff,
             alerts: &self.alerts,
             serve: &self.serve,
+            tier: self.tier.as_ref(),
         }
         .serialize(s)
     }
