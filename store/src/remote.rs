@@ -1,0 +1,28 @@
+//! Segments read from somewhere other than the local disk: the seam through which the tier
+//! (capsule-tier, an object store) serves the segments retention trimmed. The store knows
+//! nothing of object stores: it reads a tiered segment through [`RangeRead`] exactly as it
+//! reads a local file, through its footer, and opens one through [`RemoteSegments`].
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use crate::error::Result;
+
+/// Reads byte ranges of one segment's bytes.
+pub trait RangeRead: Send + Sync + Debug {
+    /// Fills `buf` with the bytes at `offset`; an error when fewer are there.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
+}
+
+impl RangeRead for std::fs::File {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
+    }
+}
+
+/// Opens the segments that live only in the object store.
+pub trait RemoteSegments: Send + Sync + Debug {
+    /// Segment `seq`, `bytes` long (what the ledger recorded at upload): its bytes by range,
+    /// and a name for messages (the object's URL).
+    fn open(&self, seq: u64, bytes: u64) -> Result<(Arc<dyn RangeRead>, String)>;
+}
