@@ -26,3 +26,19 @@ pub trait RemoteSegments: Send + Sync + Debug {
     /// and a name for messages (the object's URL).
     fn open(&self, seq: u64, bytes: u64) -> Result<(Arc<dyn RangeRead>, String)>;
 }
+
+static INSTALLED: std::sync::OnceLock<Arc<dyn RemoteSegments>> = std::sync::OnceLock::new();
+
+/// Makes `tier` the way every [`crate::Store`] this process opens from now on reads its
+/// trimmed segments (a command given a config with a `[tier]` section installs it once,
+/// before it opens the store, so every reader, whichever crate opens the store, sees the
+/// tiered segments as part of it). A second call is ignored; returns whether this one was
+/// installed.
+pub fn install(tier: Arc<dyn RemoteSegments>) -> bool {
+    INSTALLED.set(tier).is_ok()
+}
+
+/// The tier [`install`]ed, if any.
+pub(crate) fn installed() -> Option<Arc<dyn RemoteSegments>> {
+    INSTALLED.get().cloned()
+}

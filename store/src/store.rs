@@ -129,7 +129,7 @@ impl Store {
         }
         Ok(Store {
             root: root.to_path_buf(),
-            tier: None,
+            tier: crate::remote::installed(),
         })
     }
 
@@ -395,18 +395,16 @@ impl Store {
             let opened = match &self.tier {
                 Some(t) => t
                     .open(seq, bytes)
-                    .and_then(|(src, name)| SegmentReader::open_remote(&name, seq, bytes, src)),
-                None => Err(StoreError::Config(format!(
-                    "segment {seq} lives only in the object store (its local file was \
-                     trimmed after upload): give --config with the [tier] section to read it"
-                ))),
+                    .and_then(|(src, name)| SegmentReader::open_remote(&name, seq, bytes, src))
+                    .map_err(|e| crate::error::chain(&e)),
+                None => Err(TRIMMED_PROBLEM.to_string()),
             };
             match opened {
                 Ok(r) => out.push(r),
-                Err(err) => unreadable.push(Unreadable {
+                Err(problem) => unreadable.push(Unreadable {
                     seq,
                     path,
-                    problem: crate::error::chain(&err),
+                    problem,
                     span: Some((sealed.first_ns, sealed.last_ns)),
                 }),
             }
@@ -433,6 +431,10 @@ impl Store {
         Ok((out, unreadable))
     }
 }
+
+/// Why a segment trimmed after upload cannot be read by a store opened without a tier.
+pub const TRIMMED_PROBLEM: &str = "it lives only in the object store (its local file was \
+     trimmed after upload): give --config with the [tier] section to read it";
 
 /// A segment no reader can use: what was found wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
