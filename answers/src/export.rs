@@ -162,6 +162,10 @@ pub struct Count {
     pub from_ns: Option<u64>,
     pub to_ns: Option<u64>,
     pub partial: bool,
+    /// Bytes fetched from the object store for this answer (segments trimmed after upload,
+    /// read by range; docs/tier.md).
+    #[serde(default)]
+    pub tier_fetched_bytes: u64,
 }
 
 impl Count {
@@ -186,6 +190,7 @@ impl Count {
             from_ns: query.from_ns,
             to_ns: query.to_ns,
             partial: report.is_partial(),
+            tier_fetched_bytes: 0,
         }
     }
 }
@@ -239,6 +244,7 @@ mod tests {
             from_ns: Some(1),
             to_ns: None,
             partial: true,
+            tier_fetched_bytes: 7,
         };
         let back: Count = serde_json::from_value(serde_json::to_value(&c).unwrap()).unwrap();
         assert_eq!(back, c);

@@ -230,6 +230,9 @@ pub struct Answer {
     pub warnings: Vec<String>,
     /// Live alerts' counts, if live alerts ever ran on the store.
     pub alerts: Option<AlertStatus>,
+    /// Where the segments live, from the store's ledger (`None`: nothing ever tiered and
+    /// no backlog recorded, or no ledger).
+    pub tier: Option<TierStatus>,
 }
 
 /// Looks at the store and the capture's status at most this many times for a pair of the
@@ -282,7 +285,9 @@ pub fn answer(store_dir: &Path, req: &Request) -> Result<Answer, AnswerError> {
     };
     let look = || -> Result<_, AnswerError> {
         let store = Store::open(store_dir).map_err(err)?;
-        let (segs, unreadable) = store.open_segments_checked().map_err(err)?;
+        let (segs, mut unreadable) = store.open_segments_checked().map_err(err)?;
+        // Segments in the object store only are no problem: the tier line counts them.
+        unreadable.retain(|u| u.problem != capsule_store::store::TRIMMED_PROBLEM);
         Ok((store, segs, unreadable))
     };
     // The capture's status before and after the look at the store, again while it changed
@@ -339,6 +344,7 @@ pub fn answer(store_dir: &Path, req: &Request) -> Result<Answer, AnswerError> {
         unreadable,
         warnings,
         alerts: read_alert_status(store_dir),
+        tier: TierStatus::of(&store.segments_dir()),
         st,
         live,
         segs,
@@ -378,6 +384,7 @@ impl Answer {
             )
         });
         serde_json::json!({
+            "tier": g.tier,
             "alerts": g.alerts,
             "capture": g.st, "live": g.live,
             "store": {"segments": g.segs.len(), "packets": g.packets, "bytes": g.bytes,
@@ -393,6 +400,56 @@ impl Answer {
                       "retention_horizon_after_compaction_ns": cp.horizon_after_ns,
                       "budgets": g.saved},
         })
+    }
+}
+
+/// The object-store tier as the store's ledger records it (docs/tier.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierStatus {
+    /// Bytes of the live segments on the local disk, and their count.
+    pub local_bytes: u64,
+    pub local_segments: usize,
+    /// Bytes of the segments confirmed in the object store (some also local).
+    pub tiered_bytes: u64,
+    pub tiered_segments: usize,
+    /// Of those, the ones whose local file was trimmed.
+    pub tiered_only_segments: usize,
+    /// Sealed segments not uploaded yet.
+    pub backlog_segments: usize,
+    pub backlog_bytes: u64,
+    /// The oldest packet the object store holds.
+    pub horizon_ns: Option<u64>,
+}
+
+impl TierStatus {
+    /// From the ledger of `segments_dir`; `None` when nothing was ever tiered.
+    pub fn of(segments_dir: &std::path::Path) -> Option<TierStatus> {
+        let l = capsule_store::ledger::read(segments_dir).ok()??;
+        if l.tiered.is_empty() {
+            return None;
+        }
+        let mut t = TierStatus::default();
+        for s in l.live.values() {
+            if !l.trimmed.contains(&s.seq) {
+                t.local_bytes += s.bytes;
+                t.local_segments += 1;
+            }
+            match l.tiered.get(&s.seq) {
+                Some(x) => {
+                    t.tiered_bytes += x.bytes;
+                    t.tiered_segments += 1;
+                    if s.packets > 0 {
+                        t.horizon_ns = Some(t.horizon_ns.map_or(s.first_ns, |h| h.min(s.first_ns)));
+                    }
+                }
+                None => {
+                    t.backlog_segments += 1;
+                    t.backlog_bytes += s.bytes;
+                }
+            }
+        }
+        t.tiered_only_segments = l.trimmed.len();
+        Some(t)
     }
 }
 
@@ -427,6 +484,7 @@ pub struct Shown {
     pub alerts: Option<AlertStatus>,
     /// [`bytes_by_level`]: the level's name, its bytes and blocks.
     pub levels: Vec<(String, u64, u64)>,
+    pub tier: Option<TierStatus>,
 }
 
 impl Shown {
@@ -457,6 +515,8 @@ impl Shown {
         }
         #[derive(Deserialize)]
         struct Doc {
+            #[serde(default)]
+            tier: Option<TierStatus>,
             alerts: Option<AlertStatus>,
             capture: Option<capsule_capture::status::CaptureStatus>,
             live: bool,
@@ -487,6 +547,7 @@ impl Shown {
             rate: s.compactor_bytes_per_s,
             saved: s.budgets,
             alerts: d.alerts,
+            tier: d.tier,
             levels: s
                 .bytes_by_level
                 .into_iter()

@@ -40,6 +40,7 @@ mod fleet;
 mod groups;
 mod hours;
 mod links;
+mod tier;
 mod walk;
 
 use std::net::IpAddr;
@@ -62,11 +63,12 @@ pub use fleet::{valid_node_name, Fleet, FLEET_KEYS};
 pub use groups::{Group, GroupId, Groups, Prefix, PrefixError, UNASSIGNED};
 pub use hours::WorkHours;
 pub use links::{parse_rate, rate_text, Link};
+pub use tier::{TierConfig, DEFAULT_REGION, TIER_KEYS};
 
 use walk::Src;
 
 /// The sections a config file may have, in the order they are read.
-pub const SECTIONS: [&str; 9] = [
+pub const SECTIONS: [&str; 11] = [
     "groups",
     "dscp",
     "egress",
@@ -77,6 +79,7 @@ pub const SECTIONS: [&str; 9] = [
     "serve",
     "fleet",
     "links",
+    "tier",
 ];
 
 /// A validated config file.
@@ -92,6 +95,7 @@ pub struct Config {
     serve: Vec<CaptureSetting>,
     fleet: Option<Fleet>,
     links: Vec<links::Link>,
+    tier: Option<TierConfig>,
 }
 
 impl Config {
@@ -104,6 +108,13 @@ impl Config {
         let mut c = Config::parse(&text, &path.display().to_string())?;
         if let Some(f) = &mut c.fleet {
             f.resolve(path.parent().unwrap_or(Path::new("")));
+        }
+        // A relative credentials file is the config file's neighbour.
+        if let Some(t) = c.tier.as_mut() {
+            if t.credentials_file.is_relative() {
+                let dir = path.parent().unwrap_or(Path::new(""));
+                t.credentials_file = dir.join(&t.credentials_file);
+            }
         }
         Ok(c)
     }
@@ -205,6 +216,16 @@ impl Config {
                 c.links = links::parse(&src, "links", t);
             }
         }
+        if let Some((k, v)) = doc.get_key_value("tier") {
+            let t = src.table(
+                "tier",
+                v,
+                "a table of tier settings (endpoint, bucket, ...)",
+            );
+            if let Some(t) = src.keep(t) {
+                c.tier = tier::parse(&src, "tier", k.span(), t);
+            }
+        }
         src.finish(c)
     }
 
@@ -271,6 +292,11 @@ impl Config {
         &self.cutoff
     }
 
+    /// The `[tier]` section, if the file has one.
+    pub fn tier(&self) -> Option<&TierConfig> {
+        self.tier.as_ref()
+    }
+
     /// The `[alerts]` thresholds (every one at its default when the file has no section).
     pub fn alerts(&self) -> &AlertRules {
         &self.alerts
@@ -296,6 +322,7 @@ struct ConfigJson<'a> {
     serve: &'a [CaptureSetting],
     #[serde(skip_serializing_if = "Option::is_none")]
     fleet: Option<&'a Fleet>,
+    tier: Option<&'a TierConfig>,
 }
 
 #[derive(Serialize)]
@@ -341,6 +368,7 @@ impl Serialize for Config {
             alerts: &self.alerts,
             serve: &self.serve,
             fleet: self.fleet.as_ref(),
+            tier: self.tier.as_ref(),
         }
         .serialize(s)
     }

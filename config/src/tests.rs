@@ -842,3 +842,87 @@ fn cutoff_errors_name_key_and_line() {
         &["bytes, packets, keep, idle"],
     );
 }
+
+#[test]
+fn a_tier_section_parses_with_defaults_and_the_config_dir_resolves_the_credentials() {
+    let c = ok("[tier]\nendpoint = \"http://127.0.0.1:8333/\"\nbucket = \"capsule\"\n\
+                credentials_file = \"tier.cred\"\nprefix = \"site-a/probe-1/\"\nmax_age = \"90d\"\n");
+    let t = c.tier().unwrap();
+    assert_eq!(t.endpoint, "http://127.0.0.1:8333");
+    assert_eq!(
+        (t.bucket.as_str(), t.prefix.as_str()),
+        ("capsule", "site-a/probe-1")
+    );
+    assert_eq!(t.region, DEFAULT_REGION);
+    assert!(t.path_style);
+    assert_eq!(t.max_age_ns, Some(90 * 86_400 * 1_000_000_000));
+    let d = tempfile_dir();
+    let p = d.join("c.toml");
+    std::fs::write(
+        &p,
+        "[tier]\nendpoint = \"https://s3.example\"\nbucket = \"b-1\"\n\
+                        credentials_file = \"tier.cred\"\npath_style = false\n",
+    )
+    .unwrap();
+    let t = Config::load(&p).unwrap().tier.unwrap();
+    assert_eq!(t.credentials_file, d.join("tier.cred"));
+    assert!(!t.path_style);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("capsule-config-tier-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn tier_errors_name_the_field_and_what_was_wrong() {
+    let e = err("[tier]\nbucket = \"capsule\"\ncredentials_file = \"c\"\n");
+    check(
+        &e,
+        ErrorKind::MissingKey,
+        1,
+        "tier.endpoint",
+        &["http://HOST:PORT"],
+    );
+    let e =
+        err("[tier]\nendpoint = \"s3.example\"\nbucket = \"capsule\"\ncredentials_file = \"c\"\n");
+    check(
+        &e,
+        ErrorKind::BadValue,
+        2,
+        "tier.endpoint",
+        &["\"s3.example\""],
+    );
+    let e =
+        err("[tier]\nendpoint = \"http://h:1\"\nbucket = \"Caps_ule\"\ncredentials_file = \"c\"\n");
+    check(
+        &e,
+        ErrorKind::BadValue,
+        3,
+        "tier.bucket",
+        &["lowercase", "\"Caps_ule\""],
+    );
+    let e = err("[tier]\nendpoint = \"http://h:1\"\nbucket = \"capsule\"\ncredentials_file = \"c\"\nprefix = \"/x\"\n");
+    check(
+        &e,
+        ErrorKind::BadValue,
+        5,
+        "tier.prefix",
+        &["leading \"/\""],
+    );
+    let e = err("[tier]\nendpoint = \"http://h:1\"\nbucket = \"capsule\"\ncredentials_file = \"c\"\nmax_age = \"soon\"\n");
+    check(&e, ErrorKind::BadValue, 5, "tier.max_age", &["duration"]);
+    let e =
+        err("[tier]\nendpoint = \"http://h:1\"\nbucket = \"capsule\"\ncredentials_file = \"\"\n");
+    check(
+        &e,
+        ErrorKind::BadValue,
+        4,
+        "tier.credentials_file",
+        &["empty"],
+    );
+    let e = err("[tier]\nendpoint = \"http://h:1\"\nbucket = \"capsule\"\ncredentials_file = \"c\"\nacl = \"x\"\n");
+    check(&e, ErrorKind::UnknownKey, 5, "tier.acl", &["endpoint"]);
+}

@@ -36,6 +36,10 @@ pub struct QueryArgs {
     /// With --count or --explain: print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+    /// A config file whose `[tier]` section (docs/tier.md) says where the segments trimmed
+    /// after upload are: they are read from the object store by range, as part of the store.
+    #[arg(long, conflicts_with = "to_server")]
+    pub config: Option<PathBuf>,
 }
 
 /// `capsule replay`'s exit statuses.
@@ -94,6 +98,10 @@ pub struct FlowsArgs {
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// A config file whose `[tier]` section (docs/tier.md) says where the segments trimmed
+    /// after upload are: they are read from the object store by range, as part of the store.
+    #[arg(long, conflicts_with = "to_server")]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]

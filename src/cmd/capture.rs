@@ -111,6 +111,16 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         age_tier: a.age_tier,
         ..writer_cfg
     };
+    // With [tier]: segments are uploaded beside the capture, and only uploaded ones leave
+    // the disk (docs/tier.md).
+    let tier = match a.config.as_deref() {
+        Some(p) => crate::tier::client_of(&crate::request::load_config(p)?)?,
+        None => None,
+    };
+    let cfg = capsule_store::WriterConfig {
+        tier: tier.is_some(),
+        ..cfg
+    };
     // The store first: a locked or unusable store fails in well under a second, before the
     // interface is touched (XDP attach attempts, rings of hundreds of MiB).
     let (mut writer, opened) = capsule_index::open_writer(&a.store, cfg)?;
@@ -118,6 +128,15 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         max_bytes: writer.config().max_bytes,
         min_free: writer.config().min_free,
         max_age: writer.config().max_age,
+    };
+    let upload = match tier {
+        Some(c) => Some(crate::tier::Upload::start(
+            c,
+            &a.store,
+            writer.budget_handle(),
+            budgets,
+        )?),
+        None => None,
     };
     let mut reload = crate::live::reload::Reload::new(a, budgets, writer.budget_handle());
     if let Some(n) = note {
@@ -267,6 +286,10 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
     // Seal what was captured whether the capture ended well or not.
     let finished = writer.finish();
+    // The backlog left waits in the ledger for the next writer.
+    if let Some(u) = upload {
+        u.stop();
+    }
     status.finish();
     if let Some(p) = publisher {
         p.finish();

@@ -147,12 +147,20 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     let (store, args, files) = (&a.store, &a.writer, &a.files);
-    let (cfg, note) = args.config(store)?;
+    let (mut cfg, note) = args.config(store)?;
     let config = a
         .config
         .as_deref()
         .map(crate::request::load_config)
         .transpose()?;
+    // With [tier]: segments are uploaded beside the import, and only uploaded ones leave
+    // the disk (docs/tier.md).
+    let tier = match &config {
+        Some(c) => crate::tier::client_of(c)?,
+        None => None,
+    };
+    cfg.tier = tier.is_some();
+    let trim_cfg = cfg.clone();
     let cutoff = crate::request::cutoff_from(config.as_ref().zip(a.config.as_deref()), a.cutoff)?;
     // Every input is opened first: one that cannot be read, or is not a capture, stops the
     // import before the store is created or touched.
@@ -170,6 +178,23 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     if let Some(c) = cutoff {
         writer.set_cut_policy(Box::new(c));
     }
+    let upload = match tier {
+        Some(client) => {
+            let budgets =
+                capsule_store::budget::load(store)?.unwrap_or(capsule_store::budget::Budgets {
+                    max_bytes: trim_cfg.max_bytes,
+                    min_free: trim_cfg.min_free,
+                    max_age: trim_cfg.max_age,
+                });
+            Some(crate::tier::Upload::start(
+                client,
+                store,
+                writer.budget_handle(),
+                budgets,
+            )?)
+        }
+        None => None,
+    };
     if let Some(n) = note {
         eprintln!("{n}");
     }
@@ -275,6 +300,9 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
         return Err(e.into());
     }
     let report = finished?;
+    if let Some(u) = upload {
+        u.finish(store, &trim_cfg)?;
+    }
     let secs = t0.elapsed().as_secs_f64();
     // A node of a fleet publishes what it sealed (the outbox keeps it if ClickHouse is down).
     if let Some(said) = config

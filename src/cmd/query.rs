@@ -88,6 +88,8 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
             report.unindexed
         );
     }
+    let mut c = c;
+    c.tier_fetched_bytes = crate::tier::fetched_bytes();
     if count {
         print_count(&c, a.json);
     } else {

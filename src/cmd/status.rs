@@ -93,6 +93,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
             saved,
             alerts,
             levels,
+            tier,
         } = &g;
         let (live, packets, bytes, first, last, span, rate) =
             (*live, *packets, *bytes, *first, *last, *span, *rate);
@@ -314,6 +315,21 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                 }
             }
             say!("budgets: {}", describe_budgets(saved.as_ref()));
+            if let Some(t) = tier {
+                say!(
+                    "tier: {} local in {} segment(s), {} in the object store in {} segment(s) \
+                     ({} only there), oldest packet there {}; upload backlog {} segment(s), {}",
+                    crate::units::format_bytes(t.local_bytes),
+                    t.local_segments,
+                    crate::units::format_bytes(t.tiered_bytes),
+                    t.tiered_segments,
+                    t.tiered_only_segments,
+                    t.horizon_ns
+                        .map_or("-".into(), capsule_query::format_instant),
+                    t.backlog_segments,
+                    crate::units::format_bytes(t.backlog_bytes)
+                );
+            }
             match (cp.budget, cp.horizon_now_ns) {
                 (Some(b), Some(h)) => say!(
                     "retention: a budget of {} holds {} of packets at the ratio now, {} after \

@@ -7,9 +7,16 @@
 //!
 //! ```text
 //! sealed SEQ FIRST_NS LAST_NS PACKETS BYTES
+//! tiered SEQ BYTES ETAG
+//! trimmed SEQ
 //! deleted SEQ
 //! repaired SEQ PACKETS
 //! ```
+//!
+//! With a `[tier]` section, the uploader appends `tiered` once the segment's object is
+//! confirmed in the object store (its size and ETag checked), and retention appends
+//! `trimmed` before it unlinks a tiered segment's local file: the segment lives on in the
+//! object store ([`Location`]). `deleted` ends a segment wherever it lives.
 //!
 //! A writer appends `sealed` when it seals a segment (capture, import, recovery), and
 //! `deleted` before retention unlinks a file: a reader that lists the directory first and
@@ -60,15 +67,60 @@ impl From<&segment::SealedSegment> for Sealed {
     }
 }
 
+/// A segment's object in the object store, as the uploader confirmed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tiered {
+    pub bytes: u64,
+    /// The ETag the object store gave the object (checked against its content at upload).
+    pub etag: String,
+}
+
+/// Where a live segment's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Location {
+    /// On the local disk only (not uploaded yet, or no tier).
+    Local,
+    /// In the object store only (its local file trimmed).
+    Tiered,
+    /// Both.
+    Both,
+}
+
 /// What the ledger holds: the sealed segments not deleted since, by number.
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
     pub live: BTreeMap<u64, Sealed>,
     /// Of the live segments, those `verify --repair` rebuilt: the packets each holds since.
     pub repaired: BTreeMap<u64, u64>,
+    /// Of the live segments, those confirmed in the object store.
+    pub tiered: BTreeMap<u64, Tiered>,
+    /// Of the tiered segments, those whose local file retention removed.
+    pub trimmed: std::collections::BTreeSet<u64>,
     /// Lines in the file, and of them the ones that did not parse.
     pub lines: usize,
     pub bad_lines: usize,
+}
+
+impl Ledger {
+    /// Where live segment `seq` lives (`None`: not live).
+    pub fn location(&self, seq: u64) -> Option<Location> {
+        self.live.get(&seq)?;
+        Some(
+            match (self.tiered.contains_key(&seq), self.trimmed.contains(&seq)) {
+                (true, true) => Location::Tiered,
+                (true, false) => Location::Both,
+                (false, _) => Location::Local,
+            },
+        )
+    }
+
+    /// The live segments not confirmed in the object store yet: the upload backlog.
+    pub fn backlog(&self) -> impl Iterator<Item = &Sealed> {
+        self.live
+            .values()
+            .filter(|s| !self.tiered.contains_key(&s.seq))
+    }
 }
 
 /// A segment the ledger records as sealed and not deleted whose file is gone.
@@ -139,10 +191,25 @@ pub fn read(segments_dir: &Path) -> Result<Option<Ledger>> {
                 }
                 _ => l.bad_lines += 1,
             },
+            (Some("tiered"), 4) => match (num(1), num(2)) {
+                (Some(seq), Some(bytes)) if !w[3].is_empty() => {
+                    let etag = w[3].to_string();
+                    l.tiered.insert(seq, Tiered { bytes, etag });
+                }
+                _ => l.bad_lines += 1,
+            },
+            (Some("trimmed"), 2) => match num(1) {
+                Some(seq) => {
+                    l.trimmed.insert(seq);
+                }
+                None => l.bad_lines += 1,
+            },
             (Some("deleted"), 2) => match num(1) {
                 Some(seq) => {
                     l.live.remove(&seq);
                     l.repaired.remove(&seq);
+                    l.tiered.remove(&seq);
+                    l.trimmed.remove(&seq);
                 }
                 None => l.bad_lines += 1,
             },
@@ -231,6 +298,34 @@ pub(crate) fn record_repaired(segments_dir: &Path, seq: u64, packets: u64) -> Re
     append(segments_dir, &format!("repaired {seq} {packets}\n"))
 }
 
+/// Records that segment `seq` is in the object store as `bytes` bytes with ETag `etag`,
+/// after the upload was confirmed. Called by the writer-lock holder's uploader.
+pub fn record_tiered(segments_dir: &Path, seq: u64, bytes: u64, etag: &str) -> Result<()> {
+    // An ETag is one word in the line: quotes and spaces are not part of it.
+    let etag: String = etag
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '"')
+        .collect();
+    let etag = if etag.is_empty() {
+        "-".to_string()
+    } else {
+        etag
+    };
+    append(segments_dir, &format!("tiered {seq} {bytes} {etag}\n"))
+}
+
+/// Records that tiered segment `seq`'s local file is being removed (it lives on in the
+/// object store): called before the file is unlinked.
+pub(crate) fn record_trimmed(segments_dir: &Path, seq: u64) -> Result<()> {
+    append(segments_dir, &format!("trimmed {seq}\n"))
+}
+
+/// Records that capsule deleted segment `seq` from the object store (after its local file,
+/// if any, was gone): its span is no longer kept anywhere.
+pub fn record_deleted_tiered(segments_dir: &Path, seq: u64) -> Result<()> {
+    record_deleted(segments_dir, seq)
+}
+
 /// Records that capsule is deleting segment `seq`: called before its file is unlinked.
 pub(crate) fn record_deleted(segments_dir: &Path, seq: u64) -> Result<()> {
     append(segments_dir, &format!("deleted {seq}\n"))
@@ -280,7 +375,8 @@ pub(crate) fn reconcile(segments_dir: &Path, present: &[Present<'_>]) -> Result<
             .live
             .keys()
             .copied()
-            .filter(|q| *q < o && !have.contains(q))
+            // A trimmed segment lives in the object store: not gone.
+            .filter(|q| *q < o && !have.contains(q) && !ledger.trimmed.contains(q))
             .collect(),
         None => Vec::new(),
     };
@@ -299,6 +395,12 @@ pub(crate) fn reconcile(segments_dir: &Path, present: &[Present<'_>]) -> Result<
             if !expired.contains(seq) {
                 text.push_str(&format!("repaired {seq} {packets}\n"));
             }
+        }
+        for (q, t) in ledger.tiered.iter().filter(|(q, _)| !expired.contains(q)) {
+            text.push_str(&format!("tiered {q} {} {}\n", t.bytes, t.etag));
+        }
+        for q in ledger.trimmed.iter().filter(|q| !expired.contains(q)) {
+            text.push_str(&format!("trimmed {q}\n"));
         }
         fsx::write_atomic(&path_of(segments_dir), text.as_bytes())?;
     } else if !added.is_empty() || !expired.is_empty() {
@@ -320,7 +422,8 @@ pub fn missing(
     ledger
         .live
         .values()
-        .filter(|s| !have.contains(&s.seq))
+        // A trimmed segment lives in the object store.
+        .filter(|s| !have.contains(&s.seq) && !ledger.trimmed.contains(&s.seq))
         .map(|s| Missing {
             path: segments_dir.join(segment::sealed_name(s.seq)),
             sealed: *s,
@@ -392,6 +495,40 @@ mod tests {
         assert_eq!(l.short().map(|(s, _)| s.seq).collect::<Vec<_>>(), [2]);
         record_deleted(d.path(), 2).unwrap();
         assert_eq!(read(d.path()).unwrap().unwrap().short().count(), 0);
+    }
+
+    #[test]
+    fn tiered_and_trimmed_segments_are_located_and_never_missing_or_expired() {
+        let d = tempfile::tempdir().unwrap();
+        for q in 1..=4 {
+            record_sealed(d.path(), &s(q)).unwrap();
+        }
+        record_tiered(d.path(), 1, 100, "\"abc-2\"").unwrap();
+        record_tiered(d.path(), 2, 100, "def").unwrap();
+        record_trimmed(d.path(), 1).unwrap();
+        let l = read(d.path()).unwrap().unwrap();
+        assert_eq!(l.tiered[&1].etag, "abc-2");
+        assert_eq!(l.location(1), Some(Location::Tiered));
+        assert_eq!(l.location(2), Some(Location::Both));
+        assert_eq!(l.location(3), Some(Location::Local));
+        assert_eq!(l.backlog().map(|s| s.seq).collect::<Vec<_>>(), [3, 4]);
+        // Segment 1's file is gone (trimmed): not missing, and not expired at a writer's open.
+        assert!(missing(d.path(), &l, [2, 3, 4]).is_empty());
+        let seg = |q: u64| d.path().join(segment::sealed_name(q));
+        let present: Vec<(u64, PathBuf)> = (2..=4).map(|q| (q, seg(q))).collect();
+        let present: Vec<Present<'_>> = present
+            .iter()
+            .map(|(q, p)| (*q, p.as_path(), 100))
+            .collect();
+        reconcile(d.path(), &present).unwrap();
+        let l = read(d.path()).unwrap().unwrap();
+        assert_eq!(l.location(1), Some(Location::Tiered));
+        record_deleted(d.path(), 1).unwrap();
+        let l = read(d.path()).unwrap().unwrap();
+        assert_eq!(
+            (l.location(1), l.tiered.len(), l.trimmed.len()),
+            (None, 1, 0)
+        );
     }
 
     #[test]

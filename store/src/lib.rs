@@ -47,6 +47,7 @@ pub mod format;
 pub mod fsx;
 pub mod indexer;
 pub mod ledger;
+pub mod remote;
 pub mod segment;
 mod seq;
 pub mod store;

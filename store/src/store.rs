@@ -58,6 +58,8 @@ pub struct SegmentEntry {
 #[derive(Debug, Clone)]
 pub struct Store {
     root: PathBuf,
+    /// Opens the segments that live only in the object store ([`Store::with_tier`]).
+    tier: Option<std::sync::Arc<dyn crate::remote::RemoteSegments>>,
 }
 
 /// Wall-clock time now, in ns since the Unix epoch.
@@ -127,6 +129,7 @@ impl Store {
         }
         Ok(Store {
             root: root.to_path_buf(),
+            tier: crate::remote::installed(),
         })
     }
 
@@ -189,6 +192,7 @@ impl Store {
         }
         let store = Store {
             root: fsx::resolve_root(root)?,
+            tier: None,
         };
         // The lock comes first, so the directory is judged while no other writer can be
         // half-way through creating a store in it (a loser would otherwise see the winner's
@@ -252,6 +256,13 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// The store, reading the segments the ledger records as trimmed (tiered, their local
+    /// file removed) from `tier`. Without it they are named as unreadable, with their span.
+    pub fn with_tier(mut self, tier: std::sync::Arc<dyn crate::remote::RemoteSegments>) -> Self {
+        self.tier = Some(tier);
+        self
     }
 
     /// The store's root directory.
@@ -372,14 +383,46 @@ impl Store {
         let mut out = Vec::new();
         let mut unreadable = Vec::new();
         let listed = self.list()?;
-        // Read after the listing: retention records a deletion before it unlinks.
-        for m in self.missing_segments(&listed)? {
-            unreadable.push(Unreadable {
-                seq: m.sealed.seq,
-                problem: m.problem(),
-                span: Some((m.sealed.first_ns, m.sealed.last_ns)),
-                path: m.path,
-            });
+        // Read after the listing: retention records a deletion (or a trim) before it
+        // unlinks.
+        let dir = self.segments_dir();
+        let ledger = crate::ledger::read(&dir)?;
+        if let Some(l) = &ledger {
+            for m in crate::ledger::missing(&dir, l, listed.iter().map(|e| e.seq)) {
+                unreadable.push(Unreadable {
+                    seq: m.sealed.seq,
+                    problem: m.problem(),
+                    span: Some((m.sealed.first_ns, m.sealed.last_ns)),
+                    path: m.path,
+                });
+            }
+        }
+        // Segments that live only in the object store, oldest first, before the local ones.
+        let have: std::collections::HashSet<u64> = listed.iter().map(|e| e.seq).collect();
+        for (&seq, sealed) in ledger.iter().flat_map(|l| {
+            l.live
+                .iter()
+                .filter(|(q, _)| l.trimmed.contains(q) && !have.contains(q))
+        }) {
+            let tiered = ledger.as_ref().and_then(|l| l.tiered.get(&seq));
+            let bytes = tiered.map_or(sealed.bytes, |t| t.bytes);
+            let path = dir.join(segment::sealed_name(seq));
+            let opened = match &self.tier {
+                Some(t) => t
+                    .open(seq, bytes)
+                    .and_then(|(src, name)| SegmentReader::open_remote(&name, seq, bytes, src))
+                    .map_err(|e| crate::error::chain(&e)),
+                None => Err(TRIMMED_PROBLEM.to_string()),
+            };
+            match opened {
+                Ok(r) => out.push(r),
+                Err(problem) => unreadable.push(Unreadable {
+                    seq,
+                    path,
+                    problem,
+                    span: Some((sealed.first_ns, sealed.last_ns)),
+                }),
+            }
         }
         for e in listed {
             match SegmentReader::open(&e.path) {
@@ -403,6 +446,10 @@ impl Store {
         Ok((out, unreadable))
     }
 }
+
+/// Why a segment trimmed after upload cannot be read by a store opened without a tier.
+pub const TRIMMED_PROBLEM: &str = "it lives only in the object store (its local file was \
+     trimmed after upload): give --config with the [tier] section to read it";
 
 /// A segment no reader can use: what was found wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,7 +19,9 @@ use crate::format::{self, BlockMeta, DecodeError, Footer, TRAILER_LEN};
 #[derive(Debug)]
 pub struct SegmentReader {
     path: PathBuf,
-    file: File,
+    file: std::sync::Arc<dyn crate::remote::RangeRead>,
+    /// Read from the object store (a tiered segment), not the local disk.
+    remote: bool,
     seq: u64,
     state: SegmentState,
     blocks: Vec<BlockMeta>,
@@ -111,7 +113,8 @@ impl SegmentReader {
         };
         Ok(SegmentReader {
             path: path.to_path_buf(),
-            file,
+            file: std::sync::Arc::new(file),
+            remote: false,
             seq,
             state,
             blocks,
@@ -121,6 +124,38 @@ impl SegmentReader {
             damaged,
             from_journal,
         })
+    }
+
+    /// Opens sealed segment `seq` of `bytes` bytes from `src` (a tiered segment in the object
+    /// store), through its footer: the trailer and footer, then the header, each by range.
+    /// `name` names it in messages (the object's URL).
+    pub fn open_remote(
+        name: &str,
+        seq: u64,
+        bytes: u64,
+        src: std::sync::Arc<dyn crate::remote::RangeRead>,
+    ) -> Result<Self> {
+        let path = PathBuf::from(name);
+        let footer = read_footer(&path, src.as_ref(), bytes)?;
+        check_header_seq(&path, &read_header(&path, src.as_ref(), bytes)?, seq)?;
+        Ok(SegmentReader {
+            path,
+            file: src,
+            remote: true,
+            seq,
+            state: SegmentState::Sealed,
+            blocks: footer.blocks,
+            interfaces: footer.interfaces,
+            bytes,
+            footer_problem: None,
+            damaged: Vec::new(),
+            from_journal: 0,
+        })
+    }
+
+    /// Whether the segment is read from the object store (its local file was trimmed).
+    pub fn is_remote(&self) -> bool {
+        self.remote
     }
 
     /// How many of an open segment's blocks (the first ones) were taken from its index
@@ -250,7 +285,7 @@ fn footer_starts_at(file: &File, at: u64, file_len: u64) -> bool {
     file.read_exact_at(&mut b, at).is_ok() && b[MAGIC_AT..] == format::FOOTER_MAGIC
 }
 
-fn read_footer(path: &Path, file: &File, len: u64) -> Result<Footer> {
+fn read_footer(path: &Path, file: &dyn crate::remote::RangeRead, len: u64) -> Result<Footer> {
     if len < TRAILER_LEN as u64 {
         return Err(corrupt(
             path,

@@ -3,7 +3,6 @@
 //! reader reads the block headers only).
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use capsule_pcap::Interface;
@@ -48,7 +47,12 @@ pub struct Damage {
     pub problem: String,
 }
 
-pub(super) fn read_at(file: &File, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>> {
+pub(super) fn read_at(
+    file: &dyn crate::remote::RangeRead,
+    path: &Path,
+    offset: u64,
+    len: usize,
+) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; len];
     file.read_exact_at(&mut buf, offset)
         .map_err(|e| StoreError::io("read segment", path, e))?;
@@ -320,7 +324,11 @@ pub(super) fn head_and_header_len() -> u64 {
 
 /// Reads the segment header of `file`, right after the fixed head frame: one small read,
 /// for a sealed segment read through its footer (a walk reads it on its way).
-pub(super) fn read_header(path: &Path, file: &File, file_len: u64) -> Result<SegmentHeader> {
+pub(super) fn read_header(
+    path: &Path,
+    file: &dyn crate::remote::RangeRead,
+    file_len: u64,
+) -> Result<SegmentHeader> {
     let at = head_frame_len();
     match read_meta(path, file, at, file_len, "segment header")? {
         Ok(m) => SegmentHeader::decode(&m.payload).map_err(|e| corrupt(path, at, e)),
@@ -368,7 +376,7 @@ struct Meta {
 /// the bytes there are not a whole metadata frame.
 fn read_meta(
     path: &Path,
-    file: &File,
+    file: &dyn crate::remote::RangeRead,
     pos: u64,
     file_len: u64,
     what: &'static str,

@@ -160,6 +160,10 @@ pub struct WriterConfig {
     /// How long the link must be quiet before [`StoreWriter::tick`] seals a sizeable open
     /// segment ([`IDLE_SEAL`]).
     pub idle_seal: Duration,
+    /// A `[tier]` is configured: retention only trims segments the ledger records as
+    /// uploaded (oldest first, keeping their index as the local copy), and never deletes
+    /// one whose upload is not confirmed, whatever the budgets say.
+    pub tier: bool,
 }
 
 impl Default for WriterConfig {
@@ -180,6 +184,7 @@ impl Default for WriterConfig {
             compact: false,
             age_tier: None,
             idle_seal: IDLE_SEAL,
+            tier: false,
         }
     }
 }
@@ -492,6 +497,14 @@ pub struct BudgetHandle {
 }
 
 impl BudgetHandle {
+    /// Has the writer thread apply `budgets` again without saving them: with a tier, after
+    /// an upload is confirmed, so that the segments now tiered are trimmed at once.
+    pub fn reapply(&self, budgets: crate::budget::Budgets) -> Result<()> {
+        self.tx
+            .send(budgets)
+            .map_err(|_| StoreError::Config("the writer has stopped".into()))
+    }
+
     /// Saves `budgets` in the store, like those given at open, and has the writer thread
     /// apply them at once: the segments they no longer keep are deleted then, oldest first.
     /// A byte budget below 16 blocks is refused, as at open; the segment size stays what it
@@ -659,6 +672,9 @@ impl StoreWriter {
         open::clear_crash_leftovers(&store, &mut report)?;
         let full = open::recover_torn_segments(&store, &mut report)?;
         let (mut retention, next_seq) = open::start_retention(&store, &budgets)?;
+        if cfg.tier {
+            retention.tier_only();
+        }
         open::fit_segments_to_room(&mut cfg, &mut retention);
         report.reindexed = open::reconcile_index(indexer.as_mut(), &store, &retention);
         let dir = store.segments_dir();

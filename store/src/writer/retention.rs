@@ -69,9 +69,95 @@ pub(super) struct Retention {
     /// Room kept beside the budgets for what the writer's own threads write outside them:
     /// the compactor's temporary copy of a segment ([`Retention::reserve`]).
     reserve: u64,
+    /// With a tier: the segments the ledger records as uploaded, and when it was read.
+    tier: Option<TierGate>,
+}
+
+/// What retention knows of the uploads: only these segments may leave the disk.
+#[derive(Debug, Default)]
+struct TierGate {
+    tiered: std::collections::HashSet<u64>,
+    read_at: Option<Instant>,
+    /// Bytes over the budgets that wait for their upload, last logged.
+    warned_at: Option<Instant>,
 }
 
 impl Retention {
+    /// A tier is configured: only uploaded segments are removed, by trimming their local
+    /// file ([`crate::ledger::record_trimmed`]).
+    pub(super) fn tier_only(&mut self) {
+        self.tier = Some(TierGate::default());
+    }
+
+    /// The position in `sealed` of the oldest segment whose upload is confirmed, reading the
+    /// ledger again when it was read more than 100 ms ago and none is known.
+    fn oldest_tiered(&mut self) -> Option<usize> {
+        let dir = self.dir.clone();
+        let gate = self.tier.as_mut()?;
+        let find = |g: &TierGate, sealed: &VecDeque<Held>| {
+            sealed.iter().position(|h| g.tiered.contains(&h.entry.seq))
+        };
+        if let Some(i) = find(gate, &self.sealed) {
+            return Some(i);
+        }
+        if gate
+            .read_at
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
+        {
+            return None;
+        }
+        gate.read_at = Some(Instant::now());
+        match crate::ledger::read(&dir) {
+            Ok(Some(l)) => gate.tiered = l.tiered.keys().copied().collect(),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("tier: cannot read the ledger: {}", crate::error::chain(&e)),
+        }
+        let found = find(gate, &self.sealed);
+        if found.is_none()
+            && gate
+                .warned_at
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
+        {
+            gate.warned_at = Some(Instant::now());
+            tracing::warn!(
+                bytes = self.total,
+                "retention: over the local budgets, but no segment's upload is confirmed yet: \
+                 nothing is deleted until the uploads catch up (see the backlog in `capsule status`)"
+            );
+        }
+        found
+    }
+
+    /// With a tier: removes the local file of the oldest uploaded segment (the ledger says
+    /// `trimmed` first), keeping its index as the local copy. `None`: none is uploaded.
+    fn trim_oldest_tiered(&mut self) -> Result<Option<DeletedSegment>> {
+        let Some(i) = self.oldest_tiered() else {
+            return Ok(None);
+        };
+        let held = self.sealed.remove(i).expect("position found above");
+        crate::ledger::record_trimmed(&self.dir, held.entry.seq)?;
+        match crate::fsx::remove(&held.entry.path, "trim tiered segment") {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => {
+                self.sealed.insert(i, held);
+                return Err(e);
+            }
+        }
+        let seg = held.entry;
+        if let Some(f) = self.free.as_mut() {
+            f.avail += seg.bytes;
+        }
+        if let Some(g) = self.tier.as_mut() {
+            g.tiered.remove(&seg.seq);
+        }
+        self.total = self.total.saturating_sub(seg.bytes);
+        Ok(Some(DeletedSegment {
+            seq: seg.seq,
+            bytes: seg.bytes,
+        }))
+    }
+
     /// Retention over the sealed segments `sealed` (oldest first) of segment directory `dir`,
     /// with the budgets of `b`. The age of each segment is read from its footer when an age
     /// budget is set.
@@ -109,6 +195,7 @@ impl Retention {
             max_age: b.max_age,
             newest_ns,
             reserve: 0,
+            tier: None,
         }
     }
 
@@ -227,6 +314,9 @@ impl Retention {
     /// Deletes the oldest sealed segment's file and tells `indexer`; an indexer error is
     /// logged, not returned (derived data is rebuilt by the next writer or `capsule reindex`).
     fn delete_oldest(&mut self, indexer: &mut dyn Indexer) -> Result<Option<DeletedSegment>> {
+        if self.tier.is_some() {
+            return self.trim_oldest_tiered();
+        }
         let Some(held) = self.sealed.pop_front() else {
             return Ok(None);
         };

@@ -550,6 +550,55 @@ fn retention_keeps_the_store_under_its_budget_and_deletes_oldest_first() {
 }
 
 #[test]
+fn with_a_tier_retention_trims_only_uploaded_segments_oldest_first_keeping_them_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let max = 400 * 1024;
+    let cfg = || WriterConfig {
+        max_bytes: Some(max),
+        tier: true,
+        ..small()
+    };
+    let (mut w, i) = open_eth(dir.path(), cfg());
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for k in 0..3000u64 {
+        w.append(i, k, 1000, &incompressible(1000, &mut x)).unwrap();
+    }
+    let report = w.finish().unwrap();
+    // Nothing uploaded: nothing deleted, whatever the budget.
+    assert!(report.deleted.is_empty(), "{:?}", report.deleted);
+    assert!(report.store_bytes > max);
+    let store = Store::open(dir.path()).unwrap();
+    let segs = store.segments_dir();
+    let all: Vec<u64> = store.list().unwrap().iter().map(|e| e.seq).collect();
+    // Segments 2 and 3 uploaded (not 1): the next writer trims those two only.
+    for q in [all[1], all[2]] {
+        let e = &store.list().unwrap()[(q - all[0]) as usize];
+        crate::ledger::record_tiered(&segs, q, e.bytes, "etag").unwrap();
+    }
+    let (w, rep) = StoreWriter::open(dir.path(), cfg()).unwrap();
+    let trimmed: Vec<u64> = rep.deleted.iter().map(|d| d.seq).collect();
+    assert_eq!(trimmed, [all[1], all[2]]);
+    w.finish().unwrap();
+    let left: Vec<u64> = store.list().unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(left[0], all[0], "the segment not uploaded stays");
+    let l = crate::ledger::read(&segs).unwrap().unwrap();
+    use crate::ledger::Location;
+    assert_eq!(l.location(all[0]), Some(Location::Local));
+    assert_eq!(l.location(all[1]), Some(Location::Tiered));
+    assert_eq!(l.location(all[2]), Some(Location::Tiered));
+    // Readers do not call a trimmed segment missing; without a tier they name it unreadable
+    // with its span and how to read it.
+    let (_, unreadable) = store.open_segments_checked().unwrap();
+    assert_eq!(unreadable.len(), 2, "{unreadable:?}");
+    assert!(
+        unreadable[0].problem.contains("[tier]"),
+        "{}",
+        unreadable[0].problem
+    );
+    assert!(unreadable[0].span.is_some());
+}
+
+#[test]
 fn segments_rotate_by_the_packet_time_they_span() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = WriterConfig {

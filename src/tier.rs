@@ -1,0 +1,127 @@
+//! The `[tier]` section in the binary: the readers' way to the segments trimmed after upload
+//! (installed once per process, before a store is opened), and the uploader that a writer
+//! (import, capture) runs beside its writer thread.
+
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use anyhow::{Context, Result};
+
+static REMOTE: OnceLock<capsule_tier::Remote> = OnceLock::new();
+
+/// The tier client of `[tier]` in `config`, if it has the section.
+pub(crate) fn client_of(
+    config: &capsule_config::Config,
+) -> Result<Option<Arc<capsule_tier::Client>>> {
+    let Some(t) = config.tier() else {
+        return Ok(None);
+    };
+    let c =
+        capsule_tier::Client::new(t).map_err(|e| crate::output::Usage(capsule_tier::chain(&e)))?;
+    Ok(Some(Arc::new(c)))
+}
+
+/// Reads `[tier]` from the config file at `path` and, when it has one, makes every store
+/// this process opens read its trimmed segments from the object store.
+pub(crate) fn install_from(path: &Path) -> Result<()> {
+    let config = crate::request::load_config(path)?;
+    if let Some(client) = client_of(&config)? {
+        install(client);
+    }
+    Ok(())
+}
+
+/// Makes every store this process opens read its trimmed segments through `client`.
+pub(crate) fn install(client: Arc<capsule_tier::Client>) {
+    let remote = capsule_tier::Remote::new(client);
+    if REMOTE.set(remote.clone()).is_ok() {
+        capsule_store::remote::install(Arc::new(remote));
+    }
+}
+
+/// Bytes this process fetched from the object store by range GETs (0 without a tier).
+pub(crate) fn fetched_bytes() -> u64 {
+    REMOTE.get().map_or(0, capsule_tier::Remote::fetched_bytes)
+}
+
+/// A writer's uploader: started beside the writer, drained and stopped at its end.
+#[derive(Debug)]
+pub(crate) struct Upload {
+    client: Arc<capsule_tier::Client>,
+    uploader: Option<capsule_tier::Uploader>,
+}
+
+impl Upload {
+    /// Starts uploading `store`'s backlog; each confirmed upload has the writer re-apply
+    /// `budgets` (through `handle`), so retention trims the segments now tiered.
+    pub(crate) fn start(
+        client: Arc<capsule_tier::Client>,
+        root: &Path,
+        handle: capsule_store::writer::BudgetHandle,
+        budgets: capsule_store::budget::Budgets,
+    ) -> Result<Upload> {
+        let store = capsule_store::Store::open(root)?;
+        let uploader = capsule_tier::Uploader::spawn(client.clone(), store, move || {
+            let _ = handle.reapply(budgets);
+        })
+        .context("start the uploader thread")?;
+        Ok(Upload {
+            client,
+            uploader: Some(uploader),
+        })
+    }
+
+    /// Stops the thread after the upload under way (a capture's end: the backlog left
+    /// waits in the ledger for the next writer).
+    pub(crate) fn stop(mut self) {
+        if let Some(u) = self.uploader.take() {
+            u.stop();
+        }
+    }
+
+    /// After the writer finished (its last segment sealed): stops the thread, uploads what
+    /// is left unless the endpoint fails, then trims the local store to `cfg`'s budgets by
+    /// a writer opened for that alone, and expires old objects. A failing endpoint leaves
+    /// the backlog for the next writer, with a warning.
+    pub(crate) fn finish(mut self, root: &Path, cfg: &capsule_store::WriterConfig) -> Result<()> {
+        if let Some(u) = self.uploader.take() {
+            u.stop();
+        }
+        let store = capsule_store::Store::open(root)?;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        match capsule_tier::drain(&self.client, &store, &stop, || {}) {
+            Ok(_) => {}
+            Err(e) => {
+                let (n, bytes) = capsule_tier::backlog_of(root).unwrap_or_default();
+                eprintln!(
+                    "capsule: warning: tier: {n} segment(s), {bytes} bytes, wait for upload \
+                     (kept local, uploaded by the next capture or import): {}",
+                    capsule_tier::chain(&e)
+                );
+            }
+        }
+        let trim = capsule_store::WriterConfig {
+            tier: true,
+            save_budgets: false,
+            ..cfg.clone()
+        };
+        let (w, _) = capsule_store::StoreWriter::open(root, trim)?;
+        w.finish()?;
+        let newest = capsule_store::ledger::read(&store.segments_dir())?
+            .and_then(|l| {
+                l.live
+                    .values()
+                    .filter(|s| s.packets > 0)
+                    .map(|s| s.last_ns)
+                    .max()
+            })
+            .unwrap_or(0);
+        if let Err(e) = capsule_tier::expire(&self.client, &store, newest) {
+            eprintln!(
+                "capsule: warning: tier: max_age: {}",
+                capsule_tier::chain(&e)
+            );
+        }
+        Ok(())
+    }
+}

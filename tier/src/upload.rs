@@ -1,0 +1,196 @@
+//! The uploader: the backlog is the ledger itself (sealed segments without a `tiered`
+//! line), so it survives any crash and a dead endpoint only makes it longer. It runs on a
+//! thread of the writer-lock holder (capture, import), never on the packets' path: the
+//! writer seals and goes on; the uploader finds the seal in the ledger.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use capsule_store::{ledger, segment, Store};
+
+use crate::client::Client;
+use crate::error::TierError;
+use crate::remote::{index_key, segment_key};
+
+/// What one pass over the backlog did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    /// Segments uploaded and recorded as tiered.
+    pub uploaded: usize,
+    pub bytes: u64,
+    /// Segments still waiting (when the pass stopped early, on `stop` or an error).
+    pub left: usize,
+}
+
+/// Uploads every segment of the backlog, oldest first, recording each in the ledger once
+/// its object is confirmed, and calls `confirmed` after each. Stops at the first error (the
+/// endpoint is down: the rest waits) and when `stop` is set.
+pub fn drain(
+    client: &Client,
+    store: &Store,
+    stop: &AtomicBool,
+    mut confirmed: impl FnMut(),
+) -> Result<Drained, TierError> {
+    let dir = store.segments_dir();
+    let Some(l) = ledger::read(&dir)? else {
+        return Ok(Drained::default());
+    };
+    let backlog: Vec<ledger::Sealed> = l.backlog().copied().collect();
+    let mut d = Drained {
+        left: backlog.len(),
+        ..Default::default()
+    };
+    for s in backlog {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let path = dir.join(segment::sealed_name(s.seq));
+        if !path.exists() {
+            // Deleted meanwhile (retention without a tier before, or by hand): nothing to
+            // upload; readers name it missing.
+            d.left -= 1;
+            continue;
+        }
+        // The index first: a tiered segment's index is in the object store whenever the
+        // segment is (a restored store fetches it from there).
+        let idx_name = format!("seg-{:012}.idx", s.seq);
+        let idx = store.index_dir().join(&idx_name);
+        if idx.exists() {
+            client.upload_file(&idx, &index_key(client, &idx_name))?;
+        }
+        let key = segment_key(client, s.seq);
+        let etag = client.upload_file(&path, &key)?;
+        let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(s.bytes);
+        ledger::record_tiered(&dir, s.seq, bytes, &etag)?;
+        tracing::info!(
+            seq = s.seq,
+            bytes,
+            key,
+            "tier: segment uploaded and confirmed"
+        );
+        d.uploaded += 1;
+        d.bytes += bytes;
+        d.left -= 1;
+        confirmed();
+    }
+    Ok(d)
+}
+
+/// Deletes from the object store the trimmed segments whose last packet is older than
+/// `[tier] max_age` before `newest_ns` (the newest packet the store holds), recording each
+/// as deleted. Returns how many went.
+pub fn expire(client: &Client, store: &Store, newest_ns: u64) -> Result<usize, TierError> {
+    let Some(max_age) = client.config().max_age_ns else {
+        return Ok(0);
+    };
+    let dir = store.segments_dir();
+    let Some(l) = ledger::read(&dir)? else {
+        return Ok(0);
+    };
+    let cutoff = newest_ns.saturating_sub(max_age);
+    let mut n = 0;
+    for s in l.live.values() {
+        if !l.trimmed.contains(&s.seq) || s.packets == 0 || s.last_ns >= cutoff {
+            continue;
+        }
+        client.delete(&segment_key(client, s.seq))?;
+        client.delete(&index_key(client, &format!("seg-{:012}.idx", s.seq)))?;
+        ledger::record_deleted_tiered(&dir, s.seq)?;
+        let _ = std::fs::remove_file(store.index_dir().join(format!("seg-{:012}.idx", s.seq)));
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// The uploader thread: drains the backlog, waits and tries again; after an error it waits
+/// longer each time (1 s doubling up to 30 s).
+#[derive(Debug)]
+pub struct Uploader {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Uploader {
+    /// Starts the thread for `store`; `confirmed` runs after each upload (the writer's
+    /// budgets re-applied, so that retention trims what is now tiered).
+    pub fn spawn(
+        client: Arc<Client>,
+        store: Store,
+        confirmed: impl FnMut() + Send + 'static,
+    ) -> std::io::Result<Uploader> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("capsule-upload".into())
+            .spawn(move || run(&client, &store, &s, confirmed))?;
+        Ok(Uploader {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread after the upload under way (a backlog left waits for the next
+    /// writer).
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Uploader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn run(client: &Client, store: &Store, stop: &AtomicBool, mut confirmed: impl FnMut()) {
+    let mut backoff = Duration::from_secs(1);
+    while !stop.load(Ordering::Relaxed) {
+        let wait = match drain(client, store, stop, &mut confirmed) {
+            Ok(_) => {
+                backoff = Duration::from_secs(1);
+                Duration::from_millis(500)
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "tier: upload failed, the segment stays local and is retried in {}s: {}",
+                    backoff.as_secs(),
+                    chain(&e)
+                );
+                let w = backoff;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+                w
+            }
+        };
+        let until = Instant::now() + wait;
+        while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The error and its causes, as one line.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// Whether `path` is a store whose ledger records a backlog (for messages).
+pub fn backlog_of(root: &Path) -> Option<(usize, u64)> {
+    let store = Store::open(root).ok()?;
+    let l = ledger::read(&store.segments_dir()).ok()??;
+    Some(l.backlog().fold((0, 0), |(n, b), s| (n + 1, b + s.bytes)))
+}
