@@ -24,6 +24,7 @@ declare -A need=(
   [openssl]=openssl
   [systemd-analyze]=systemd
   [chromium]=chromium
+  [chromedriver]=chromium-driver
 )
 missing=()
 for cmd in "${!need[@]}"; do
