@@ -127,6 +127,7 @@ pub(super) fn owns(path: &str) -> bool {
             | "/download"
             | "/static/console.css"
             | "/static/console.js"
+            | "/favicon.ico"
     )
 }
 
@@ -245,9 +246,16 @@ pub(super) async fn handle(
                 .body(Body::Full(Some(Bytes::from_static(CSS.as_bytes()))))
                 .expect("a valid response");
         }
+        (&Method::GET, "/favicon.ico") => {
+            // Browsers ask for it on their own: nothing, rather than an error in their console.
+            return secured(Response::builder().status(StatusCode::NO_CONTENT))
+                .body(Body::Full(None))
+                .expect("a valid response");
+        }
         (&Method::GET, "/login") => {
             let p = super::params::params(q.as_deref(), &["next"]).unwrap_or_default();
-            return login_form(&next_of(p.get("next").map(String::as_str)), None);
+            let login = cookie(&req, LOGIN_COOKIE);
+            return login_form(&next_of(p.get("next").map(String::as_str)), login, None);
         }
         (&Method::POST, "/login") => {
             let login = cookie(&req, LOGIN_COOKIE).map(str::to_string);
@@ -269,7 +277,7 @@ pub(super) async fn handle(
             if !origin_ok || !csrf_ok {
                 let m = "the sign-in form did not come from this console (no matching Origin \
                          or CSRF token): reload the sign-in page";
-                let r = login_form(&next, Some((StatusCode::FORBIDDEN, m)));
+                let r = login_form(&next, login.as_deref(), Some((StatusCode::FORBIDDEN, m)));
                 return refused(
                     &mut rec,
                     r,
@@ -293,6 +301,7 @@ pub(super) async fn handle(
                     };
                     let r = login_form(
                         &next,
+                        login.as_deref(),
                         Some((StatusCode::UNAUTHORIZED, "the token is not valid")),
                     );
                     return refused(&mut rec, r, why);
@@ -424,9 +433,17 @@ fn session_cookie(id: &str, max_age: u64) -> String {
     format!("{SESSION_COOKIE}={id}; Path=/; Max-Age={max_age}; HttpOnly; Secure; SameSite=Strict")
 }
 
-/// The sign-in page, with a fresh CSRF cookie, and an error when a sign-in failed.
-fn login_form(next: &str, error: Option<(StatusCode, &str)>) -> Response<Body> {
-    let csrf = random_hex();
+/// The sign-in page and its CSRF cookie (the browser's own when it has one, so that two
+/// loads of the page agree), with an error when a sign-in failed.
+fn login_form(
+    next: &str,
+    login: Option<&str>,
+    error: Option<(StatusCode, &str)>,
+) -> Response<Body> {
+    let csrf = match login {
+        Some(c) if c.len() == 64 && c.bytes().all(|b| b.is_ascii_hexdigit()) => c.to_string(),
+        _ => random_hex(),
+    };
     let status = error.map_or(StatusCode::OK, |e| e.0);
     let mut r = html(status, pages::login(next, &csrf, error.map(|e| e.1)));
     r.headers_mut().append(
