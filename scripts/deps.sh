@@ -26,6 +26,7 @@ declare -A need=(
   [chromium]=chromium
   # tests/fleet.rs: the fleet catalog (Debian ships 18.16)
   [clickhouse-server]=clickhouse-server
+  [chromedriver]=chromium-driver
 )
 missing=()
 for cmd in "${!need[@]}"; do

@@ -18,6 +18,10 @@ pub enum Sort {
     Packets,
     /// Earliest first packet first.
     First,
+    /// Longest (last packet minus first) first.
+    Duration,
+    /// Most retransmissions (both directions) first.
+    Retransmissions,
 }
 
 impl Sort {
@@ -27,14 +31,22 @@ impl Sort {
             Sort::Bytes => "bytes",
             Sort::Packets => "packets",
             Sort::First => "first",
+            Sort::Duration => "duration",
+            Sort::Retransmissions => "retransmissions",
         }
     }
 
     /// The order of a name.
     pub fn by_name(name: &str) -> Option<Sort> {
-        [Sort::Bytes, Sort::Packets, Sort::First]
-            .into_iter()
-            .find(|s| s.name() == name)
+        [
+            Sort::Bytes,
+            Sort::Packets,
+            Sort::First,
+            Sort::Duration,
+            Sort::Retransmissions,
+        ]
+        .into_iter()
+        .find(|s| s.name() == name)
     }
 }
 
@@ -128,6 +140,14 @@ fn list(
             .flows
             .sort_by_key(|f| std::cmp::Reverse(f.flow.totals.total_packets())),
         Sort::First => listing.flows.sort_by_key(|f| f.flow.totals.first_ns),
+        Sort::Duration => listing.flows.sort_by_key(|f| {
+            let t = &f.flow.totals;
+            std::cmp::Reverse(t.last_ns.saturating_sub(t.first_ns))
+        }),
+        Sort::Retransmissions => listing.flows.sort_by_key(|f| {
+            let r = f.flow.totals.retransmissions;
+            std::cmp::Reverse(r[0] + r[1])
+        }),
     }
     Ok(listing)
 }
@@ -249,6 +269,20 @@ pub fn client_side(f: &capsule_index::sideindex::FlowCounts) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_sort_has_a_name_that_reads_back() {
+        for s in [
+            Sort::Bytes,
+            Sort::Packets,
+            Sort::First,
+            Sort::Duration,
+            Sort::Retransmissions,
+        ] {
+            assert_eq!(Sort::by_name(s.name()), Some(s));
+        }
+        assert_eq!(Sort::by_name("size"), None);
+    }
 
     #[test]
     fn a_json_line_reads_back_into_the_same_line() {

@@ -33,6 +33,7 @@ use crate::tokens::Tokens;
 mod audit;
 mod body;
 mod conn;
+mod console;
 mod guard;
 mod params;
 mod routes;
@@ -64,6 +65,8 @@ struct Server {
     max_queries_per_user: usize,
     max_bytes: u64,
     max_time: Duration,
+    /// The web console's signed-in sessions.
+    console: console::Sessions,
 }
 
 /// A query's place under the concurrency limits, given back when dropped.
@@ -145,6 +148,7 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
         max_queries_per_user: a.max_queries_per_user.max(1),
         max_bytes: a.max_bytes_per_query,
         max_time: a.max_query_time,
+        console: console::Sessions::default(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

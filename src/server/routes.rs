@@ -45,6 +45,10 @@ pub(super) async fn handle(
         tokio::task::block_in_place(|| server.audit.record_unsynced(&r));
         resp
     };
+    if super::console::owns(&path) {
+        // The web console: its own sign-in (a session cookie), sign-out and forms.
+        return super::console::handle(server, rec, req).await;
+    }
     if req.method() != hyper::Method::GET {
         let r = error_response(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -162,7 +166,10 @@ async fn flows(g: Guard, q: Option<&str>) -> Response<Body> {
         let sort = match p.get("sort") {
             None => flows::Sort::Bytes,
             Some(s) => flows::Sort::by_name(s).ok_or_else(|| {
-                format!("invalid value for sort: expected bytes, packets or first, found {s:?}")
+                format!(
+                    "invalid value for sort: expected bytes, packets, first, duration or \
+                     retransmissions, found {s:?}"
+                )
             })?,
         };
         let limit = match p.get("limit") {

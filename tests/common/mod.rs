@@ -7,6 +7,8 @@
 //! code with the product.
 #![allow(dead_code)]
 
+pub mod serve;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
