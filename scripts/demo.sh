@@ -18,7 +18,8 @@
 #   6. From the index alone (docs/examples/capsule.toml gives the groups and policy):
 #      `capsule dscp` names the rogue EF senders as violations (the voice hosts may send EF),
 #      and `capsule stragglers` the GPU node that sends less than its peers and from when;
-#      both checked against the truth file.
+#      `capsule bursts` the millisecond peaks the one-second view hides;
+#      dscp and stragglers checked against the truth file.
 #   7. `capsule triage` over the store: the config's [alerts] rules, each finding with its
 #      evidence pcapng (packets and sha256 checked with capinfos and sha256sum), report.txt
 #      and the one-file report.html.
@@ -91,6 +92,8 @@ answers() {
   echo "== capsule stragglers: which GPU node sends less than its peers, from when"
   $capsule stragglers --store "$out/store" --config docs/examples/capsule.toml \
     --group gpu --interval 1s --ratio 0.75
+  echo "== capsule bursts: the millisecond view (the 1 s peak hides twice that rate at 1 ms)"
+  $capsule bursts --store "$out/store" --above 1G --limit 3
   $capsule dscp --store "$out/store" --config docs/examples/capsule.toml --json >"$out/dscp.json"
   $capsule stragglers --store "$out/store" --config docs/examples/capsule.toml \
     --group gpu --interval 1s --ratio 0.75 --json >"$out/stragglers.json"

@@ -92,17 +92,8 @@ pub(super) fn esc(s: &str) -> String {
     out
 }
 
-/// `s` percent-encoded as one URL query component.
-pub(super) fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+/// `s` percent-encoded as one URL query component (the one encoder of the client's URLs).
+pub(super) use crate::client::encode as enc;
 
 /// A whole page: the header with the views' links (keeping the window and filter) and the
 /// sign-out form, then `body` inside the view's root (`data-testid` = `view`).
