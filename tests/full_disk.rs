@@ -239,17 +239,25 @@ fn a_writer_killed_on_a_full_disk_leaves_a_torn_segment_the_next_one_recovers() 
         if child.try_wait().unwrap().is_some() {
             break;
         }
-        let deleted = std::fs::read_dir(store.join("segments"))
+        let names: Vec<String> = std::fs::read_dir(store.join("segments"))
             .map(|d| {
                 d.filter_map(|e| e.ok())
-                    .filter_map(|e| {
-                        capsule_store::segment::any_seq(&e.file_name().to_string_lossy())
-                    })
-                    .min()
-                    .unwrap_or(0)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
             })
+            .unwrap_or_default();
+        let deleted = names
+            .iter()
+            .filter_map(|n| capsule_store::segment::any_seq(n))
+            .min()
             .unwrap_or(0);
-        if deleted >= 4 {
+        // Killed while a segment is open (not between a seal and the next segment's
+        // creation, nor after the last seal): the torn segment the test is about.
+        let open = names.iter().any(|n| {
+            capsule_store::segment::parse_name(n)
+                .is_some_and(|(_, st)| st == capsule_store::SegmentState::Open)
+        });
+        if deleted >= 4 && open {
             child.kill().unwrap(); // SIGKILL to the import this test started
             killed = true;
             break;
