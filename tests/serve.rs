@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -1375,28 +1374,9 @@ fn serve_takes_its_flags_from_the_config_file_and_names_a_bad_key() {
     )
     .unwrap();
     // --listen on the command line overrides the file's.
-    let mut child = capsule()
-        .args(["serve", "--config", p(&config), "--listen", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("capsule serve: listening on https://")
-        .unwrap_or_else(|| panic!("expected the bound address, found {line:?}"))
-        .to_string();
-    let s = Server {
-        child,
-        addr,
-        ca: pki.ca.clone(),
-        audit,
-        dir: d.path().to_path_buf(),
-    };
+    let mut cmd = capsule();
+    cmd.args(["serve", "--config", p(&config), "--listen", "127.0.0.1:0"]);
+    let s = spawn(cmd, pki.ca.clone(), audit, d.path());
     // The groups of the same file answer the matrix.
     let g = s.get("/v1/matrix", Some(&t));
     assert_eq!(g.status, 200, "{}", String::from_utf8_lossy(&g.body));

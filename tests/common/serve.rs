@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -62,11 +62,18 @@ impl Drop for Server {
 pub fn start(dir: &Path, store: &Path, tokens: &Path, extra: &[&str]) -> Server {
     let pki = make_pki(dir);
     let audit = dir.join("audit.jsonl");
-    let mut child = capsule()
-        .args(["serve", "--store", p(store), "--listen", "127.0.0.1:0"])
+    let mut cmd = capsule();
+    cmd.args(["serve", "--store", p(store), "--listen", "127.0.0.1:0"])
         .args(["--cert", p(&pki.cert), "--key", p(&pki.key)])
         .args(["--tokens", p(tokens), "--audit-log", p(&audit)])
-        .args(extra)
+        .args(extra);
+    spawn(cmd, pki.ca, audit, dir)
+}
+
+/// Starts `cmd` (a `capsule serve` listening on port 0) and waits for the address it bound,
+/// which it prints first on stderr; the rest of stderr is drained so it never blocks.
+pub fn spawn(mut cmd: Command, ca: PathBuf, audit: PathBuf, dir: &Path) -> Server {
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -80,7 +87,6 @@ pub fn start(dir: &Path, store: &Path, tokens: &Path, extra: &[&str]) -> Server 
         .strip_prefix("capsule serve: listening on https://")
         .unwrap_or_else(|| panic!("expected the bound address on stderr, found {line:?}"))
         .to_string();
-    // Keep draining stderr so the server never blocks on it.
     std::thread::spawn(move || {
         let mut sink = String::new();
         while err.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {
@@ -90,7 +96,7 @@ pub fn start(dir: &Path, store: &Path, tokens: &Path, extra: &[&str]) -> Server 
     Server {
         child,
         addr,
-        ca: pki.ca,
+        ca,
         audit,
         dir: dir.to_path_buf(),
     }
