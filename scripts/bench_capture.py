@@ -402,12 +402,16 @@ def tree_bytes(path):
 
 
 def parse_capsule(text):
-    m = re.search(r"captured (\d+) packets \((\d+) bytes\) on \S+ in [\d.]+ s; "
-                  r"seen (\d+), dropped (\d+)", text)
+    # The byte count is exact ("(N bytes)") in older builds and three significant digits in
+    # SI units ("(2.61 GB)") since the summary became human-readable: 0.5% at worst, which
+    # only the disk-per-byte column uses.
+    m = re.search(r"captured (\d+) packets \(([\d.]+) (bytes|B|kB|MB|GB|TB)\) on \S+ in "
+                  r"[\d.]+ s; seen (\d+), dropped (\d+)", text)
     if not m:
         raise RuntimeError(f"no capsule summary line in:\n{text}")
-    return {"captured": int(m.group(1)), "bytes": int(m.group(2)),
-            "own_drops": int(m.group(4))}
+    scale = {"bytes": 1, "B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[m.group(3)]
+    return {"captured": int(m.group(1)), "bytes": int(float(m.group(2)) * scale),
+            "own_drops": int(m.group(5))}
 
 
 def parse_tcpdump(text, pcap):
