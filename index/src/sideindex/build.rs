@@ -168,11 +168,11 @@ impl IndexBuilder {
         r: &Record,
     ) {
         let (ts_ns, wire, cut) = (r.ts_ns, u64::from(r.wire), r.cut());
-        self.series_builder.count(r);
         if r.malformed() {
             summary.malformed_packets += 1;
         }
         let Some((src, dst)) = r.addrs() else {
+            self.series_builder.count(r, None);
             summary.non_ip_packets += 1;
             return;
         };
@@ -201,6 +201,9 @@ impl IndexBuilder {
                 i
             }
         };
+        // The series' fan-in counts per (sender, destination): the flow and its direction
+        // number that pair (several numbers for one address pair are summed by address).
+        self.series_builder.count(r, Some(2 * i + dir));
         if self.slot[i] == NONE {
             self.slot[i] = self.delta.flows.len() as u32;
             let mut f = FlowRecord::new(key, ts_ns, ts_ns);
