@@ -322,3 +322,193 @@ fn a_dead_endpoint_only_grows_the_backlog_and_it_drains_after_a_restart() {
     let c = count(&store, Some(&cfg), &[]);
     assert_eq!(c["packets"].as_u64().unwrap(), truth.packets, "{c}");
 }
+
+/// `curl --aws-sigv4` against the test's weed: (HTTP status, body).
+fn s3(weed: &Weed, method: &str, key: &str, body: Option<&Path>) -> (String, Vec<u8>) {
+    let d = tempfile::tempdir().unwrap();
+    let out_file = d.path().join("body");
+    let mut cmd = Command::new("curl");
+    cmd.args([
+        "-s",
+        "-o",
+        p(&out_file),
+        "-w",
+        "%{http_code}",
+        "--aws-sigv4",
+    ])
+    .arg("aws:amz:us-east-1:s3")
+    .args(["--user", &format!("{KEY}:{SECRET}")]);
+    // A body goes with -T (curl signs its hash; --data-binary's form encoding is refused).
+    match body {
+        Some(b) => cmd.args(["-T", p(b)]),
+        None => cmd.args(["-X", method]),
+    };
+    let out = cmd
+        .arg(format!("{}/capsule/{key}", weed.endpoint()))
+        .output()
+        .expect("run curl");
+    (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        std::fs::read(&out_file).unwrap_or_default(),
+    )
+}
+
+fn verify(store: &Path, extra: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let out = run(capsule()
+        .args(["verify", "--store", p(store), "--json"])
+        .args(extra));
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (out.status.code(), v, stderr_str(&out))
+}
+
+/// Trimmed segments' numbers, from the ledger.
+fn trimmed(store: &Path) -> Vec<u64> {
+    std::fs::read_to_string(store.join("segments/ledger"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("trimmed "))
+        .map(|s| s.trim().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn verify_checks_each_tiered_object_against_the_ledger_and_deep_reads_its_blocks() {
+    let d = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&d.path().join("weed"));
+    let pcap = d.path().join("in.pcap");
+    synth(&pcap, &d.path().join("truth.json"), 7, "4s", "30M", None);
+    let cfg = tier_config(d.path(), &weed, "verify");
+    let store = d.path().join("store");
+    let mut args = SMALL.to_vec();
+    args.extend(["--config", p(&cfg)]);
+    import_ok(&store, &args, &[p(&pcap)]);
+    let t = status(&store)["tier"].clone();
+    let only = trimmed(&store);
+    assert!(only.len() >= 3, "segments left the disk: {t}");
+
+    // Without the config: the segments only in the object store are named as not checked.
+    let (code, v, err) = verify(&store, &[]);
+    assert_eq!(code, Some(3), "{v} {err}");
+    assert_eq!(v["tiered_not_checked"], only.len(), "{v}");
+    assert!(
+        err.contains("not checked") && err.contains("--config"),
+        "{err}"
+    );
+
+    // With it: every tiered object checked, nothing wrong; --deep reads each whole.
+    let (code, v, err) = verify(&store, &["--config", p(&cfg)]);
+    assert_eq!(code, Some(0), "{v} {err}");
+    assert_eq!(v["tiered_checked"], t["tiered_segments"], "{v} {t}");
+    assert_eq!(v["tiered_only_checked"], only.len(), "{v}");
+    assert_eq!(v["problems"].as_array().unwrap().len(), 0, "{v}");
+    let (code, v, err) = verify(&store, &["--config", p(&cfg), "--deep"]);
+    assert_eq!(code, Some(0), "{v} {err}");
+    assert_eq!(v["tier_read_bytes"], t["tiered_bytes"], "{v} {t}");
+
+    // One object replaced by the same bytes with one byte changed inside a block, another
+    // deleted: each is named, by its key; --deep names the damaged block's offset too.
+    let key = |seq: u64| format!("verify/segments/seg-{seq:012}.pcapng.zst");
+    let (changed, gone) = (only[0], only[1]);
+    let (code, mut bytes) = s3(&weed, "GET", &key(changed), None);
+    assert_eq!(code, "200");
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    let edited = d.path().join("edited");
+    std::fs::write(&edited, &bytes).unwrap();
+    assert_eq!(s3(&weed, "PUT", &key(changed), Some(&edited)).0, "200");
+    assert_eq!(
+        s3(&weed, "GET", &key(changed), None).1,
+        bytes,
+        "the object replaced"
+    );
+    assert_eq!(s3(&weed, "DELETE", &key(gone), None).0, "204");
+
+    let (code, v, _) = verify(&store, &["--config", p(&cfg)]);
+    assert_eq!(code, Some(1), "{v}");
+    let problems = v["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 2, "{v}");
+    let named = |seq: u64, what: &str| {
+        problems.iter().any(|p| {
+            p["path"].as_str().unwrap().ends_with(&key(seq))
+                && p["detail"].as_str().unwrap().contains(what)
+        })
+    };
+    assert!(named(changed, "ETag"), "{v}");
+    assert!(named(gone, "gone"), "{v}");
+    let (code, v, _) = verify(&store, &["--config", p(&cfg), "--deep"]);
+    assert_eq!(code, Some(1), "{v}");
+    let block = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["what"] == "block")
+        .unwrap_or_else(|| panic!("a damaged block named: {v}"));
+    assert!(
+        block["path"].as_str().unwrap().ends_with(&key(changed)),
+        "{v}"
+    );
+    let off = block["offset"].as_u64().unwrap();
+    let len = block["len"].as_u64().unwrap_or(1);
+    assert!(
+        off <= at as u64 && (at as u64) < off + len.max(1),
+        "the block at {off} (+{len}) holds the changed byte {at}: {v}"
+    );
+}
+
+#[test]
+fn kill_9_during_uploads_records_no_object_that_is_not_whole_and_the_next_writer_finishes() {
+    let d = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&d.path().join("weed"));
+    let pcap = d.path().join("in.pcap");
+    let truth = synth(&pcap, &d.path().join("truth.json"), 8, "6s", "60M", None);
+    let cfg = tier_config(d.path(), &weed, "killed");
+    let store = d.path().join("store");
+    // Segments over PART_BYTES (8 MiB): uploaded in parts, the slowest uploads there are.
+    let args = [
+        "--block-size",
+        "256K",
+        "--segment-size",
+        "12M",
+        "--max-bytes",
+        "24M",
+        "--config",
+        p(&cfg),
+    ];
+    let mut child = capsule()
+        .arg("import")
+        .args(["--store", p(&store)])
+        .args(args)
+        .arg(p(&pcap))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed as soon as the first segment is sealed: its upload has just begun.
+    let ledger = store.join("segments/ledger");
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(&ledger)
+        .unwrap_or_default()
+        .contains("sealed ")
+    {
+        assert!(t0.elapsed() < Duration::from_secs(60), "nothing sealed");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(Duration::from_millis(30));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Whatever the ledger records as tiered is whole in the object store.
+    let (code, v, err) = verify(&store, &["--config", p(&cfg)]);
+    assert!(code == Some(0) || code == Some(3), "{v} {err}");
+    assert_eq!(v["problems"].as_array().unwrap().len(), 0, "{v}");
+    // The next writer drains what was left, and nothing is lost.
+    let empty = d.path().join("empty.pcap");
+    std::fs::write(&empty, write_pcap_ns(1, 65535, &[])).unwrap();
+    import_ok(&store, &args, &[p(&empty)]);
+    assert_eq!(status(&store)["tier"]["backlog_segments"], 0);
+    let (code, v, err) = verify(&store, &["--config", p(&cfg), "--deep"]);
+    assert_eq!(code, Some(0), "{v} {err}");
+    let c = count(&store, Some(&cfg), &[]);
+    // The kill lost what the importer had not stored yet, never what it had.
+    let stored = c["packets"].as_u64().unwrap();
+    assert!(stored > 0 && stored <= truth.packets, "{c}");
+}

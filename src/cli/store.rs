@@ -126,6 +126,17 @@ pub struct VerifyArgs {
     /// the writer lock.
     #[arg(long)]
     pub repair: bool,
+    /// A config file whose `[tier]` section (docs/tier.md) names the object store: every
+    /// tiered segment's object is checked against the ledger (there, its size and ETag).
+    /// Without it, a store with segments only in the object store is verified in part
+    /// (exit 3).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// With --config: also read each tiered object whole and verify its bytes (the ETag
+    /// recomputed, the head frame, every block's checksum, the footer), as a local segment
+    /// is verified. Costs one download of everything tiered.
+    #[arg(long, requires = "config")]
+    pub deep: bool,
 }
 
 #[derive(Args, Debug)]

@@ -174,9 +174,57 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
         });
     }
     drop(lock);
+    // The segments in the object store: checked there with the config's [tier], or named
+    // as not checked (the verification is partial).
+    let mut tier_checked = None;
+    let mut unchecked_tiered = 0usize;
+    let tier = match &a.config {
+        Some(path) => {
+            let config = crate::request::load_config(path)?;
+            let client = crate::tier::client_of(&config)?.ok_or_else(|| {
+                crate::output::Usage(format!(
+                    "{}: no [tier] section; --config names the object store of the tiered \
+                     segments (docs/tier.md)",
+                    path.display()
+                ))
+            })?;
+            Some(client)
+        }
+        None => None,
+    };
+    match &tier {
+        Some(client) => {
+            let progress = if a.json || !a.deep {
+                crate::progress::Progress::hidden()
+            } else {
+                crate::progress::Progress::bytes("verify tiered", None)
+            };
+            let (checked, found) =
+                capsule_tier::verify_tiered(client, &store, a.deep, |n| progress.add(n)).map_err(
+                    |e| {
+                        anyhow::anyhow!(
+                            "{}; the tiered segments could not be checked",
+                            capsule_tier::chain(&e)
+                        )
+                    },
+                )?;
+            progress.finish();
+            problems.extend(found);
+            tier_checked = Some(checked);
+        }
+        None => {
+            if let Some(l) = capsule_store::ledger::read(&store.segments_dir())? {
+                unchecked_tiered = l.trimmed.iter().filter(|s| l.live.contains_key(s)).count();
+            }
+        }
+    }
     if a.json {
         let v = serde_json::json!({
             "segments": entries.len(),
+            "tiered_checked": tier_checked.map(|c| c.segments),
+            "tiered_only_checked": tier_checked.map(|c| c.tiered_only),
+            "tier_read_bytes": tier_checked.map(|c| c.bytes_read),
+            "tiered_not_checked": unchecked_tiered,
             "problems": problems,
             "repaired": repaired,
         });
@@ -187,6 +235,18 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
         }
         for p in &problems {
             println!("{p}");
+        }
+        if let Some(c) = tier_checked {
+            println!(
+                "checked {} tiered segment(s) in the object store ({} only there){}",
+                c.segments,
+                c.tiered_only,
+                if a.deep {
+                    format!(", {} read", crate::units::format_bytes(c.bytes_read))
+                } else {
+                    String::new()
+                }
+            );
         }
         println!(
             "verified {} segment(s): {} problem(s){}",
@@ -199,10 +259,18 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
             }
         );
     }
-    Ok(if problems.is_empty() {
-        ExitCode::SUCCESS
-    } else {
+    if unchecked_tiered > 0 {
+        eprintln!(
+            "capsule: {unchecked_tiered} segment(s) live only in the object store and were not \
+             checked: give --config with the store's [tier] section (the verification is partial)"
+        );
+    }
+    Ok(if !problems.is_empty() {
         ExitCode::FAILURE
+    } else if unchecked_tiered > 0 {
+        ExitCode::from(crate::output::PARTIAL)
+    } else {
+        ExitCode::SUCCESS
     })
 }
 

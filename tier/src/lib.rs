@@ -8,6 +8,8 @@
 //!      kept only when it is the same bytes) -> HEAD: size and ETag checked
 //!   -> ledger `tiered SEQ BYTES ETAG` -> the writer re-applies its budgets: retention trims
 //!   -> objects older than max_age deleted, ledger `deleted SEQ`
+//! verify (verify.rs): each tiered object's size and ETag against the ledger; --deep reads
+//!   it whole: ETag recomputed from the bytes, then the segment checks of a local file
 //! readers: Store::with_tier(Remote) -> a trimmed segment opened by range: the footer
 //!   (one GET of the last 4 KiB, one more when the footer is larger), then only the blocks a plan reads, through a bounded
 //!   in-memory block cache; every byte fetched is counted (tier_fetched_bytes)
@@ -18,8 +20,10 @@ mod client;
 mod error;
 mod remote;
 mod upload;
+mod verify;
 
 pub use client::{Client, PART_BYTES};
 pub use error::TierError;
 pub use remote::Remote;
 pub use upload::{backlog_of, chain, drain, expire, Drained, Uploader};
+pub use verify::{verify_tiered, Checked};
