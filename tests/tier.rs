@@ -202,6 +202,16 @@ fn tiered_segments_leave_the_disk_and_come_back_byte_identical_by_range() {
     );
     assert!(segments_dir_bytes(&store) < 4 << 20, "{t}");
 
+    // The answers from the side index count the segments only in the object store too
+    // (their index stays local), with or without the config: the same as the reference's.
+    for q in [&["dscp"][..], &["top", "--key", "src"], &["bursts"]] {
+        let answer = |s: &Path| {
+            let out = run_ok(capsule().args(q).args(["--store", p(s)]));
+            stdout_str(&out).replace(p(s), "STORE")
+        };
+        assert_eq!(answer(&store), answer(&reference), "{q:?}");
+    }
+
     // Every packet, byte-identical, from the object store and the disk together.
     let want = query_ok(&reference, &d.path().join("ref.pcapng"), &[]);
     let mut cmd = capsule();

@@ -56,7 +56,7 @@ fn store_err(dir: &Path) -> impl Fn(capsule_store::StoreError) -> FleetError + '
 pub fn stage(dir: &Path, node: &Node) -> Result<Staged, FleetError> {
     let store = Store::open(dir).map_err(store_err(dir))?;
     let outbox = Outbox::of(dir);
-    let entries = store.list().map_err(store_err(dir))?;
+    let entries = store.list_held().map_err(store_err(dir))?;
     let before = outbox.staged()?;
     let mut staged = before.clone();
     // Segments retention deleted are forgotten (their rows stay in ClickHouse until its

@@ -54,7 +54,8 @@ pub struct FlowListing {
 /// The flows come in the order they were first seen (segment order), not ranked.
 pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<FlowListing> {
     let (from, to) = q.window();
-    let entries = store.list()?;
+    // Segments trimmed after upload too: their index stayed local.
+    let entries = store.list_held()?;
     let dir = store.index_dir();
     // Room for every flow record the sealed indexes of the window hold (headers only: one
     // read of 80 bytes each), so neither the listing nor its table grows while merging.

@@ -28,7 +28,7 @@ pub fn list_index_only(store: &Store, from: u64, to: u64) -> Result<SeriesListin
     let (from_ms, to_ms) = (from / 1_000_000, to.div_ceil(1_000_000));
     let mut out = SeriesListing::default();
     let dir = store.index_dir();
-    for entry in store.list()? {
+    for entry in store.list_held()? {
         let series = match entry.state {
             SegmentState::Sealed => {
                 let path = dir.join(index_name(entry.seq));

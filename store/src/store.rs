@@ -312,6 +312,35 @@ impl Store {
         Ok(out)
     }
 
+    /// Every segment the store holds, wherever its bytes are: the segment files
+    /// ([`Store::list`]) and the sealed segments the ledger records as trimmed after upload
+    /// (their bytes only in the object store; each listed as sealed, with its path where its
+    /// file was and the bytes the ledger recorded), ordered by sequence number. What the
+    /// answers read from the side index alone list: a trimmed segment keeps its index.
+    pub fn list_held(&self) -> Result<Vec<SegmentEntry>> {
+        let mut out = self.list()?;
+        // Read after the listing: retention records a trim before it unlinks.
+        let dir = self.segments_dir();
+        let Some(l) = crate::ledger::read(&dir)? else {
+            return Ok(out);
+        };
+        let have: std::collections::HashSet<u64> = out.iter().map(|e| e.seq).collect();
+        for (&seq, sealed) in l
+            .live
+            .iter()
+            .filter(|(q, _)| l.trimmed.contains(q) && !have.contains(q))
+        {
+            out.push(SegmentEntry {
+                seq,
+                state: SegmentState::Sealed,
+                path: dir.join(segment::sealed_name(seq)),
+                bytes: l.tiered.get(&seq).map_or(sealed.bytes, |t| t.bytes),
+            });
+        }
+        out.sort_by_key(|e| e.seq);
+        Ok(out)
+    }
+
     /// The highest segment number ever used in this store, counting damaged segments moved
     /// aside and segments removed since (0 for a new store).
     pub fn highest_seq(&self) -> Result<u64> {
