@@ -365,6 +365,30 @@ fn tcp_retransmissions_agree_with_tshark() {
     assert_eq!(t["total"]["rsts_sent"].as_u64().unwrap(), rst);
 }
 
+/// A flow stalled on a lost segment sends nothing until its retransmission timer fires,
+/// often for longer than a small segment lasts: its retransmission is still counted, so the
+/// count does not depend on how the traffic is cut into segments.
+#[test]
+fn tcp_retransmissions_do_not_depend_on_the_segment_size() {
+    let f = fixture();
+    let small = f.dir.join("small-segments");
+    let _ = std::fs::remove_dir_all(&small);
+    // About 20 ms of this traffic a segment, a tenth of the shortest timeout.
+    import_ok(
+        &small,
+        &["--segment-size", "256K", "--block-size", "64K"],
+        &[p(&f.pcap)],
+    );
+    let total = |store: &str| {
+        json(&["tcp", "--store", store, "--interval", "1s"])["total"]["retransmissions"]
+            .as_u64()
+            .unwrap()
+    };
+    let (big, many) = (total(f.store()), total(p(&small)));
+    assert!(big > 0);
+    assert_eq!(many, big, "8M segments count {big}, 256K segments {many}");
+}
+
 /// The openat calls of `capsule ARGS` (and its threads) that name a segment file.
 fn segment_opens(args: &[&str]) -> Vec<String> {
     need_tool("strace");

@@ -158,7 +158,8 @@ impl Indexer for SideIndexer {
                 }
             }
         }
-        // Flows idle for a whole segment start fresh: only the previous segment's state.
+        // What the previous segment's build carried forward (its flows' states, and those
+        // of flows idle in it within the carry horizon); after a gap in numbering, nothing.
         let seed = match self.carry.take() {
             Some((prev, carry)) if prev.checked_add(1) == Some(seq) => carry,
             _ => TcpCarry::default(),
@@ -246,12 +247,14 @@ impl Indexer for SideIndexer {
 
     fn sealed(&mut self, sealed: &SealedSegment) -> Result<()> {
         if let Some(b) = self.building.take() {
-            let idx = b.finish(sealed.bytes);
+            let (idx, idle) = b.finish_carry(sealed.bytes);
             {
                 let _guard = self.writes.lock().unwrap_or_else(|p| p.into_inner());
                 idx.write(&self.dir)?;
             }
-            self.carry = Some((idx.seq, idx.carry_out()));
+            // Flows idle in this segment keep their state for the next (a stalled flow's
+            // retransmission after its timer), within the carry horizon.
+            self.carry = Some((idx.seq, idx.carry_forward(idle)));
         }
         // The index is in place: the journal and its checkpoint are no longer needed.
         self.journal = None;
@@ -416,6 +419,13 @@ mod tests {
                 S + 2,
                 tcp4(None, A, B, 5000, 22, 7, 0x18, 1000, 50, 0),
             );
+            // And one idle until long after the carry horizon (120 s).
+            put(
+                &mut w,
+                i,
+                S + 3,
+                tcp4(None, A, B, 6000, 22, 9, 0x18, 1000, 40, 0),
+            );
             let mut w = if restart {
                 w.finish().unwrap();
                 let (mut w, _) = open_writer(root, cfg()).unwrap();
@@ -438,7 +448,8 @@ mod tests {
                 21 * S + 1,
                 tcp4(None, A, B, 40000, 80, 201, 0x18, 1000, 100, 0),
             );
-            // And the third, where the idle flow starts fresh: its old data is not counted.
+            // The third, 40 s after the idle flow's data: sent again, it is a retransmission
+            // (the stalled flow's timer fired; the state was carried through segment 2).
             w.flush().unwrap();
             put(
                 &mut w,
@@ -446,10 +457,26 @@ mod tests {
                 41 * S,
                 tcp4(None, A, B, 5000, 22, 7, 0x18, 1000, 50, 0),
             );
+            // A fourth ending past the horizon of the last flow's data, and a fifth where
+            // that flow sends its old data again: it starts fresh, no retransmission.
+            w.flush().unwrap();
+            put(
+                &mut w,
+                0,
+                150 * S,
+                tcp4(None, A, B, 7000, 22, 1, 0x18, 1000, 10, 0),
+            );
+            w.flush().unwrap();
+            put(
+                &mut w,
+                0,
+                170 * S,
+                tcp4(None, A, B, 6000, 22, 9, 0x18, 1000, 40, 0),
+            );
             w.finish().unwrap();
 
             let (store, segs) = readers(root);
-            assert_eq!(segs.len(), 3, "restart {restart}");
+            assert_eq!(segs.len(), 5, "restart {restart}");
             let dir = store.index_dir();
             let idx: Vec<SegmentIndex> = segs
                 .iter()
@@ -473,8 +500,19 @@ mod tests {
             assert_eq!(idx[2].flows.len(), 1);
             assert_eq!(
                 idx[2].flows[0].totals.retransmissions,
+                [1, 0],
+                "a flow idle for a whole segment keeps its state within the horizon"
+            );
+            assert_eq!(idx[2].flows[0].tcp_in.high[0], Some(57));
+            assert_eq!(idx[4].flows.len(), 1);
+            assert_eq!(
+                idx[4].flows[0].totals.retransmissions,
                 [0, 0],
-                "idle flows start fresh"
+                "a flow idle past the horizon starts fresh"
+            );
+            assert_eq!(
+                idx[4].flows[0].tcp_in,
+                crate::sideindex::TcpState::default()
             );
             for (s, i) in segs.iter().zip(&idx) {
                 assert_eq!(&rebuild(&dir, s).unwrap(), i, "rebuild of {}", s.seq());

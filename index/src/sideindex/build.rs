@@ -286,13 +286,22 @@ impl IndexBuilder {
 
     /// The finished index of a segment of `segment_len` bytes.
     pub fn finish(self, segment_len: u64) -> SegmentIndex {
-        SegmentIndex {
-            seq: self.seq,
-            segment_len,
-            blocks: self.blocks,
-            flows: self.flows,
-            series: Some(self.series),
-        }
+        self.finish_carry(segment_len).0
+    }
+
+    /// [`IndexBuilder::finish`], and the states carried in for flows that sent nothing in
+    /// this segment (for [`SegmentIndex::carry_forward`]).
+    pub fn finish_carry(self, segment_len: u64) -> (SegmentIndex, TcpCarry) {
+        (
+            SegmentIndex {
+                seq: self.seq,
+                segment_len,
+                blocks: self.blocks,
+                flows: self.flows,
+                series: Some(self.series),
+            },
+            self.seed,
+        )
     }
 }
 

@@ -710,10 +710,46 @@ pub struct SegmentIndex {
 /// builder looks every new flow up here, on the capture path).
 pub type TcpCarry = std::collections::HashMap<FlowKey, TcpState, foldhash::fast::RandomState>;
 
+/// How long a flow's TCP state is carried through segments in which the flow is idle
+/// (ns): Linux's longest retransmission timeout (TCP_RTO_MAX, 120 s). A flow stalled on a
+/// lost segment sends nothing until its timer fires, often for longer than a segment lasts
+/// (a 1 GiB segment holds about a second at 10 Gbit/s); its retransmission must still find
+/// the data it repeats. A flow idle for longer starts fresh.
+pub const CARRY_HORIZON_NS: u64 = 120 * 1_000_000_000;
+
+impl TcpState {
+    /// The time of the last packet that moved this state (0: none did).
+    pub fn last_active_ns(&self) -> u64 {
+        let zero = self.zero_since.iter().flatten().copied().max().unwrap_or(0);
+        self.high_ts[0].max(self.high_ts[1]).max(zero)
+    }
+}
+
 impl SegmentIndex {
-    /// What the next segment's build carries in: every flow's state after this segment.
-    /// Flows idle for a whole segment are not in it, so they start fresh after it (their
-    /// DSCP change ordinals then count from there).
+    /// What the next segment's build carries in: every flow's state after this segment
+    /// ([`SegmentIndex::carry_out`]), and the states carried into this segment's build for
+    /// flows idle in it (`idle`: what [`IndexBuilder::finish_carry`] hands back) that moved
+    /// within [`CARRY_HORIZON_NS`] of this segment's last packet.
+    pub fn carry_forward(&self, idle: TcpCarry) -> TcpCarry {
+        let mut carry = self.carry_out();
+        let end = self.span().map_or(0, |(_, last)| last).max(
+            idle.values()
+                .map(TcpState::last_active_ns)
+                .max()
+                .unwrap_or(0),
+        );
+        for (key, st) in idle {
+            let at = st.last_active_ns();
+            if at > 0 && at.saturating_add(CARRY_HORIZON_NS) >= end {
+                carry.entry(key).or_insert(st);
+            }
+        }
+        carry
+    }
+
+    /// Every flow's state after this segment. Flows idle for a whole segment are not in it:
+    /// only the live build carries them on ([`SegmentIndex::carry_forward`]); a rebuild from
+    /// this alone (the next segment's own index gone) starts them fresh.
     pub fn carry_out(&self) -> TcpCarry {
         self.flows
             .iter()
