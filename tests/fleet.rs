@@ -7,7 +7,13 @@
 //!   three nodes: fleet `top`, `dscp` and `tcp` equal the same commands on one store holding
 //!   all the traffic (`--json`, the store's name and drop note aside);
 //! - ClickHouse stopped: local questions still answer, publishing goes to the outbox (exit
-//!   3); after ClickHouse restarts every row arrives exactly once, a full re-push included.
+//!   3); after ClickHouse restarts every row arrives exactly once, a full re-push included;
+//! - three stores behind three `capsule serve` (TLS, one CA, tokens; one publishing by
+//!   itself with `serve --config`): `query --fleet` writes exactly the union of their
+//!   packets in timestamp order, one interface per node; a stopped node makes it exit 3
+//!   within the deadline, a node killed (-9) while the query waits on it exit 3 naming it,
+//!   with the others' packets; `fleet diff` between a node and one that lost every 50th
+//!   packet of a flow names exactly those packets, and the one-way delay.
 
 mod common;
 
@@ -718,6 +724,36 @@ fn fleet_query_pulls_every_nodes_packets_and_fleet_diff_names_the_lost_ones() {
         .as_str()
         .unwrap()
         .contains("capsule query --server https://"));
+
+    // The table names the flow, its losses and the command that exports them from edge.
+    let out = run_ok(capsule().args([
+        "fleet",
+        "diff",
+        "--between",
+        "edge",
+        "core",
+        "--config",
+        &cfg,
+    ]));
+    let text = stdout_str(&out);
+    assert!(
+        text.contains(&format!("{} packets A saw and B did not", dropped.len()))
+            && text.contains("capsule query --server https://"),
+        "{text}"
+    );
+    // The plan: every node, with its serve URL and candidate segments.
+    let out = run_ok(capsule().args(["query", "--fleet", "--config", &cfg, "--explain", "--json"]));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let planned = plan["nodes"].as_array().unwrap();
+    assert_eq!(planned.len(), 3, "{plan}");
+    for (n, node) in planned.iter().zip(["core", "edge", "spare"]) {
+        assert_eq!(n["node"], node);
+        assert!(n["advertise"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://127.0.0.1:"));
+        assert!(!n["segments"].as_array().unwrap().is_empty());
+    }
 
     // A node that hangs (stopped): the deadline makes the answer partial, never a hang.
     let spare_pid = nodes[2].server.child.id();

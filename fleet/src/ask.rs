@@ -90,6 +90,12 @@ fn held(ch: &ClickHouse) -> Result<Option<(u64, u64)>, FleetError> {
     Ok((n > 0).then_some((a, z)))
 }
 
+/// Each node's flows (node name, flow), and the nodes behind (see [`flows_by_node`]).
+pub type NodeFlows = (
+    Vec<(String, capsule_index::flows::FlowSummary)>,
+    Vec<NodeRow>,
+);
+
 /// The flows of the window and filter at each node (`flows --fleet`): each node's flow rows
 /// merged and cut as its own `flows` merges its segments, so a flow two capture points saw
 /// is listed once per node (never summed across points, which would count its packets
@@ -97,13 +103,7 @@ fn held(ch: &ClickHouse) -> Result<Option<(u64, u64)>, FleetError> {
 pub fn flows_by_node(
     ch: &ClickHouse,
     query: &capsule_query::Query,
-) -> Result<
-    (
-        Vec<(String, capsule_index::flows::FlowSummary)>,
-        Vec<NodeRow>,
-    ),
-    FleetError,
-> {
+) -> Result<NodeFlows, FleetError> {
     crate::schema::Schema::ensure(ch)?;
     let (from, to) = query.window();
     let cols: Vec<String> = rows::flow_columns().into_iter().map(|(n, _)| n).collect();

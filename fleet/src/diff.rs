@@ -319,6 +319,9 @@ fn match_key(a: &[(u64, usize)], b: &[(u64, usize)], tol: i128, est: i128) -> Ve
     out
 }
 
+/// One key's packets at A and at B: (time, index into that side's packets), in time order.
+type KeyPackets = [Vec<(u64, usize)>; 2];
+
 /// Candidate pairs of one key past which matching goes by time order alone.
 pub const MAX_PAIRS: usize = 4096;
 
@@ -349,7 +352,7 @@ pub fn diff(a: &[Seen], b: &[Seen], tolerance_ns: u64, window: (u64, u64)) -> Di
     }
     // Per flow, its keys; and the flow's typical delay, from the keys seen once at each
     // point (their pairing is not in doubt).
-    let mut by_flow: BTreeMap<FlowId, Vec<[Vec<(u64, usize)>; 2]>> = BTreeMap::new();
+    let mut by_flow: BTreeMap<FlowId, Vec<KeyPackets>> = BTreeMap::new();
     for (k, mut sides) in keys {
         for v in sides.iter_mut() {
             v.sort_unstable();

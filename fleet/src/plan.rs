@@ -105,12 +105,11 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
     })
 }
 
+/// (node, segment) to its first and last packet time.
+type Spans = BTreeMap<(String, u64), (u64, u64)>;
+
 /// The first and last packet time of each segment of the ledger that reaches `[from, to)`.
-fn segment_spans(
-    ch: &ClickHouse,
-    from: u64,
-    to: u64,
-) -> Result<BTreeMap<(String, u64), (u64, u64)>, FleetError> {
+fn segment_spans(ch: &ClickHouse, from: u64, to: u64) -> Result<Spans, FleetError> {
     let b = ch.execute(&format!(
         "SELECT node, segment, first_ns, last_ns FROM {DATABASE}.segments FINAL \
          WHERE last_ns >= {from} AND first_ns < {to} FORMAT RowBinary"
