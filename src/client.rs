@@ -78,8 +78,8 @@ impl Selection {
     pub fn no_fleet(&self) -> Result<()> {
         if self.fleet {
             return Err(crate::output::Usage(
-                "--fleet answers the analytics commands (top, tcp, dscp, matrix, stragglers, \
-                 alerts); `query` and `flows` over the fleet are not built yet (docs/fleet.md)"
+                "--fleet answers `query`, `flows` and the analytics commands (top, tcp, dscp, \
+                 matrix, stragglers, alerts), not with --server (docs/fleet.md)"
                     .into(),
             )
             .into());
@@ -314,6 +314,46 @@ fn tls(sel: &Remote) -> Result<tokio_rustls::rustls::ClientConfig> {
 /// With `progress`, bytes received and the rate are shown on standard error (rewritten in
 /// place every 250 ms, cleared at the end): for a person at a terminal.
 pub fn get(sel: &Remote, path_and_query: &str, out: &mut dyn Write, progress: bool) -> Result<Got> {
+    get_with(sel, path_and_query, out, progress, None)
+}
+
+/// How long a pull may wait: to connect (TCP, TLS and HTTP handshakes), for the answer's
+/// head after the request, and between two pieces of its body. A fleet query asks every
+/// node with these, so a node that hangs makes the answer partial, never the asker hang.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    pub connect: std::time::Duration,
+    pub first_byte: std::time::Duration,
+    pub idle: std::time::Duration,
+}
+
+/// `fut` within `d` (when given), else an error saying which deadline passed.
+async fn within<T>(
+    d: Option<std::time::Duration>,
+    what: impl FnOnce() -> String,
+    fut: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match d {
+        None => fut.await,
+        Some(d) => match tokio::time::timeout(d, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(anyhow::anyhow!(
+                "{} (no answer within {:.1} s)",
+                what(),
+                d.as_secs_f64()
+            )),
+        },
+    }
+}
+
+/// [`get`], with `deadlines` when given.
+pub fn get_with(
+    sel: &Remote,
+    path_and_query: &str,
+    out: &mut dyn Write,
+    progress: bool,
+    deadlines: Option<&Deadlines>,
+) -> Result<Got> {
     let url = sel.url.as_str();
     let token_file = sel.token_file.as_path();
     let token = std::fs::read_to_string(token_file)
@@ -332,20 +372,27 @@ pub fn get(sel: &Remote, path_and_query: &str, out: &mut dyn Write, progress: bo
         .enable_all()
         .build()
         .context("cannot start the client runtime")?;
+    let (connect, first_byte, idle) = (
+        deadlines.map(|d| d.connect),
+        deadlines.map(|d| d.first_byte),
+        deadlines.map(|d| d.idle),
+    );
     rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-            .await
-            .with_context(|| format!("cannot connect to {url}"))?;
-        let name = rustls_pki_types::ServerName::try_from(host.clone())
-            .with_context(|| format!("--server {url:?}: {host:?} is not a host name"))?;
-        let stream = tokio_rustls::TlsConnector::from(cfg)
-            .connect(name, tcp)
-            .await
-            .with_context(|| format!("TLS with {url} failed"))?;
-        let (mut send, conn) =
+        let (mut send, conn) = within(connect, || format!("cannot connect to {url}"), async {
+            let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+                .await
+                .with_context(|| format!("cannot connect to {url}"))?;
+            let name = rustls_pki_types::ServerName::try_from(host.clone())
+                .with_context(|| format!("--server {url:?}: {host:?} is not a host name"))?;
+            let stream = tokio_rustls::TlsConnector::from(cfg)
+                .connect(name, tcp)
+                .await
+                .with_context(|| format!("TLS with {url} failed"))?;
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
                 .await
-                .with_context(|| format!("HTTP with {url} failed"))?;
+                .with_context(|| format!("HTTP with {url} failed"))
+        })
+        .await?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
@@ -361,10 +408,12 @@ pub fn get(sel: &Remote, path_and_query: &str, out: &mut dyn Write, progress: bo
             .header(hyper::header::TE, "trailers")
             .body(http_body_util_empty())
             .context("cannot make the request")?;
-        let resp = send
-            .send_request(req)
-            .await
-            .with_context(|| format!("{url} did not answer"))?;
+        let resp = within(first_byte, || format!("{url} did not answer"), async {
+            send.send_request(req)
+                .await
+                .with_context(|| format!("{url} did not answer"))
+        })
+        .await?;
         let status = resp.status();
         let headers = resp.headers().clone();
         let mut body = resp.into_body();
@@ -393,9 +442,19 @@ pub fn get(sel: &Remote, path_and_query: &str, out: &mut dyn Write, progress: bo
             }
             bail!("{url} answered {status}: {msg}");
         }
-        while let Some(f) =
-            std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await
-        {
+        loop {
+            let next = within(
+                idle,
+                || format!("{url} stopped sending after {n} bytes"),
+                async {
+                    Ok(
+                        std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx))
+                            .await,
+                    )
+                },
+            )
+            .await?;
+            let Some(f) = next else { break };
             let f = f.with_context(|| {
                 format!(
                     "the answer from {url} was cut after {n} bytes (a server limit or a \

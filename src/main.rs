@@ -12,6 +12,7 @@ mod cli;
 mod client;
 mod cmd;
 mod files;
+mod fleet_pull;
 mod live;
 mod logging;
 mod metrics;

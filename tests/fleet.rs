@@ -7,7 +7,13 @@
 //!   three nodes: fleet `top`, `dscp` and `tcp` equal the same commands on one store holding
 //!   all the traffic (`--json`, the store's name and drop note aside);
 //! - ClickHouse stopped: local questions still answer, publishing goes to the outbox (exit
-//!   3); after ClickHouse restarts every row arrives exactly once, a full re-push included.
+//!   3); after ClickHouse restarts every row arrives exactly once, a full re-push included;
+//! - three stores behind three `capsule serve` (TLS, one CA, tokens; one publishing by
+//!   itself with `serve --config`): `query --fleet` writes exactly the union of their
+//!   packets in timestamp order, one interface per node; a stopped node makes it exit 3
+//!   within the deadline, a node killed (-9) while the query waits on it exit 3 naming it,
+//!   with the others' packets; `fleet diff` between a node and one that lost every 50th
+//!   packet of a flow names exactly those packets, and the one-way delay.
 
 mod common;
 
@@ -253,6 +259,41 @@ fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
     let mut local = vec!["top", "--store", p(&all)];
     local.extend(w);
     assert_eq!(answer(&fleet, "fleet"), answer(&local, p(&all)));
+    // `flows --fleet`: each node's flows, as that node lists them.
+    let lines = |out: &std::process::Output| -> Vec<Value> {
+        stdout_str(out)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let fleet_flows = lines(&run_ok(capsule().args([
+        "flows", "--fleet", "--config", c0, "--json", "--limit", "100000",
+    ])));
+    for i in 0..3 {
+        let store = d.path().join(format!("node{i}"));
+        let mut local = lines(&run_ok(capsule().args([
+            "flows",
+            "--store",
+            p(&store),
+            "--json",
+            "--limit",
+            "100000",
+        ])));
+        let mut mine: Vec<Value> = fleet_flows
+            .iter()
+            .filter(|f| f["node"] == format!("node{i}"))
+            .map(|f| {
+                let mut f = f.clone();
+                f.as_object_mut().unwrap().remove("node");
+                f
+            })
+            .collect();
+        let by = |v: &Value| v.to_string();
+        local.sort_by_key(by);
+        mine.sort_by_key(by);
+        assert!(!local.is_empty());
+        assert_eq!(mine, local, "node{i}'s flows over the fleet");
+    }
     // The nodes, each with its span and an empty backlog.
     let out = run_ok(capsule().args(["fleet", "nodes", "--json", "--config", c0]));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -377,7 +418,11 @@ fn the_fleet_section_is_checked_and_fleet_flags_are_refused_where_not_built() {
     );
     for (args, says) in [
         (vec!["top", "--fleet"], "--fleet needs --config FILE"),
-        (vec!["query", "--fleet", "-w", "/dev/null"], "not built yet"),
+        (
+            vec!["query", "--fleet", "-w", "/dev/null"],
+            "--fleet needs --config FILE",
+        ),
+        (vec!["flows", "--fleet"], "--fleet needs --config FILE"),
         (
             vec!["top", "--fleet", "--store", "x"],
             "cannot be used with",
@@ -400,4 +445,367 @@ fn the_fleet_section_is_checked_and_fleet_flags_are_refused_where_not_built() {
         "{}",
         stderr_str(&out)
     );
+}
+
+/// A node of the packet tests: its store and its `capsule serve` (TLS, tokens), killed
+/// (by PID) when dropped.
+struct ServeNode {
+    name: &'static str,
+    store: PathBuf,
+    server: common::serve::Server,
+    config: PathBuf,
+}
+
+/// A config for `node` at `url` that pulls with `ca` and `token_file` and advertises
+/// `advertise`.
+fn serve_config(
+    dir: &Path,
+    node: &str,
+    ch: &str,
+    advertise: &str,
+    ca: &Path,
+    token: &Path,
+) -> PathBuf {
+    let p = dir.join(format!("{node}.toml"));
+    std::fs::write(
+        &p,
+        format!(
+            "[fleet]\nnode = \"{node}\"\nclickhouse = \"{ch}\"\nadvertise = \"{advertise}\"\n\
+             ca = \"{}\"\ntoken_file = \"{}\"\n",
+            ca.display(),
+            token.display()
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// Starts `capsule serve` for `store` on a port chosen here (its URL goes in the config
+/// before it starts); with `publish`, given `--config` (it then publishes the store).
+#[allow(clippy::too_many_arguments)]
+fn serve_node(
+    d: &Path,
+    name: &'static str,
+    store: &Path,
+    pki: &common::serve::Pki,
+    tokens: &Path,
+    token: &Path,
+    ch: &str,
+    publish: bool,
+) -> ServeNode {
+    let port = free_port();
+    let url = format!("https://127.0.0.1:{port}");
+    let config = serve_config(d, name, ch, &url, &pki.ca, token);
+    let audit = d.join(format!("{name}-audit.jsonl"));
+    let mut cmd = capsule();
+    cmd.args(["serve", "--store", p(store), "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .args(["--cert", p(&pki.cert), "--key", p(&pki.key)])
+        .args(["--tokens", p(tokens), "--audit-log", p(&audit)]);
+    if publish {
+        cmd.args(["--config", p(&config)]);
+    }
+    let server = common::serve::spawn(cmd, pki.ca.clone(), audit, d);
+    ServeNode {
+        name,
+        store: store.to_path_buf(),
+        server,
+        config,
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    run_ok(Command::new("kill").args([sig, &pid.to_string()]));
+}
+
+/// (time, bytes) of every packet of `file`, in file order.
+fn packets_of(file: &Path) -> Vec<(u64, Vec<u8>)> {
+    let c = decode_file(file);
+    assert!(c.error.is_none(), "{}: {:?}", file.display(), c.error);
+    c.packets.into_iter().map(|p| (p.ts_ns, p.data)).collect()
+}
+
+#[test]
+fn fleet_query_pulls_every_nodes_packets_and_fleet_diff_names_the_lost_ones() {
+    need_tool("editcap");
+    let d = tempfile::tempdir().unwrap();
+    let dp = d.path();
+    let mut ch = ClickHouse::start(&dp.join("clickhouse"));
+    // edge saw trace T; core saw T 300 µs later, less every 50th packet of T's busiest
+    // TCP flow; spare saw another trace.
+    let t = dp.join("t.pcap");
+    synth(&t, &dp.join("t.json"), 11, "1s", "10M", None);
+    let lines = tshark_fields(&t, &["frame.number", "tcp.stream"]);
+    let mut streams: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for l in &lines {
+        let mut it = l.split('\t');
+        let (n, s) = (it.next().unwrap(), it.next().unwrap_or(""));
+        if !s.is_empty() {
+            streams
+                .entry(s.to_string())
+                .or_default()
+                .push(n.to_string());
+        }
+    }
+    let busiest = streams.values().max_by_key(|v| v.len()).unwrap();
+    assert!(
+        busiest.len() >= 100,
+        "a flow of at least 100 packets: {}",
+        busiest.len()
+    );
+    let dropped: Vec<&String> = busiest.iter().skip(49).step_by(50).collect();
+    let tb = dp.join("tb.pcap");
+    let mut editcap = Command::new("editcap");
+    editcap.args(["-t", "0.0003", p(&t), p(&tb)]).args(&dropped);
+    run_ok(&mut editcap);
+    let all_t = packets_of(&t);
+    let lost_ns: Vec<u64> = dropped
+        .iter()
+        .map(|n| all_t[n.parse::<usize>().unwrap() - 1].0)
+        .collect();
+    let s = dp.join("s.pcap");
+    synth(
+        &s,
+        &dp.join("s.json"),
+        12,
+        "1s",
+        "10M",
+        Some("2026-11-30T02:00:00.3Z"),
+    );
+
+    let pki = common::serve::make_pki(&{
+        let k = dp.join("pki");
+        std::fs::create_dir_all(&k).unwrap();
+        k
+    });
+    let tokens = dp.join("tokens");
+    let token = dp.join("token");
+    std::fs::write(&token, common::serve::add_token(&tokens, "fleet") + "\n").unwrap();
+    let mut nodes = Vec::new();
+    for (name, trace) in [("edge", &t), ("core", &tb), ("spare", &s)] {
+        let store = dp.join(name);
+        import_ok(&store, &["--segment-size", "1M"], &[p(trace)]);
+        // spare's serve publishes its own store (`serve --config` with a [fleet] section).
+        let publish_by_serve = name == "spare";
+        let n = serve_node(
+            dp,
+            name,
+            &store,
+            &pki,
+            &tokens,
+            &token,
+            &ch.url(),
+            publish_by_serve,
+        );
+        if !publish_by_serve {
+            let (code, doc, err) = publish(&n.store, &n.config);
+            assert_eq!(code, 0, "{doc} {err}");
+        }
+        nodes.push(n);
+    }
+    let cfg = p(&nodes[0].config).to_string();
+    let t0 = Instant::now();
+    loop {
+        let out = run_ok(capsule().args(["fleet", "nodes", "--json", "--config", &cfg]));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let spare = v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["node"] == "spare")
+            .cloned();
+        if spare.is_some_and(|n| n["segments"].as_u64() >= Some(1) && n["backlog"] == 0) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "serve --config never published: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // The union of the three, in time order, one interface per node.
+    let fleet_out = dp.join("fleet.pcapng");
+    let out = run(capsule().args([
+        "query",
+        "--fleet",
+        "--config",
+        &cfg,
+        "--json",
+        "-w",
+        p(&fleet_out),
+    ]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_str(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut union = Vec::new();
+    for n in &nodes {
+        let local = dp.join(format!("{}.pcapng", n.name));
+        query_ok(&n.store, &local, &[]);
+        union.extend(packets_of(&local));
+    }
+    let got = packets_of(&fleet_out);
+    assert_eq!(capinfos_packets(&fleet_out), union.len() as u64, "{doc}");
+    assert_eq!(capinfo(&capinfos(&fleet_out), "Strict time order"), "True");
+    assert!(
+        got.windows(2).all(|w| w[0].0 <= w[1].0),
+        "in timestamp order"
+    );
+    let (mut g, mut u) = (got.clone(), union.clone());
+    g.sort();
+    u.sort();
+    assert!(g == u, "the fleet's packets are the union of the nodes'");
+    let names: std::collections::BTreeSet<String> =
+        tshark_fields(&fleet_out, &["frame.interface_name"])
+            .into_iter()
+            .collect();
+    assert_eq!(
+        names.into_iter().collect::<Vec<_>>(),
+        ["core", "edge", "spare"],
+        "one interface per node, named after it"
+    );
+    assert_eq!(doc["partial"], serde_json::json!([]));
+    // Figures for docs/fleet.md (printed with --nocapture).
+    eprintln!(
+        "figures: fleet query of {} packets over 3 nodes in {:.3} s; per node {:?}",
+        doc["packets"],
+        doc["seconds"].as_f64().unwrap(),
+        doc["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| (
+                n["node"].as_str().unwrap().to_string(),
+                n["seconds"].as_f64().unwrap()
+            ))
+            .collect::<Vec<_>>()
+    );
+
+    // Which hop loses the packets: exactly those core never saw.
+    let lost = dp.join("lost.pcapng");
+    let out = run(capsule().args([
+        "fleet",
+        "diff",
+        "--between",
+        "edge",
+        "core",
+        "--config",
+        &cfg,
+        "--json",
+        "-w",
+        p(&lost),
+    ]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_str(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let named: Vec<u64> = v["a_only_ns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(named, lost_ns, "the packets edge saw and core did not");
+    assert_eq!(v["b_only"], 0, "{v}");
+    let lost_pkts = packets_of(&lost);
+    assert_eq!(lost_pkts.iter().map(|p| p.0).collect::<Vec<_>>(), lost_ns);
+    let flows = v["flows"].as_array().unwrap();
+    assert_eq!(flows[0]["a_only"], dropped.len() as u64, "{}", flows[0]);
+    assert!(flows[1..]
+        .iter()
+        .all(|f| f["a_only"] == 0 && f["b_only"] == 0));
+    let delay = &flows[0]["delay"];
+    let (lo, hi) = (
+        delay["min_ns"].as_i64().unwrap(),
+        delay["max_ns"].as_i64().unwrap(),
+    );
+    assert!(
+        299_000 <= lo && hi <= 301_000,
+        "the one-way delay is core's 300 µs: {delay}"
+    );
+    assert!(flows[0]["export"]
+        .as_str()
+        .unwrap()
+        .contains("capsule query --server https://"));
+
+    // The table names the flow, its losses and the command that exports them from edge.
+    let out = run_ok(capsule().args([
+        "fleet",
+        "diff",
+        "--between",
+        "edge",
+        "core",
+        "--config",
+        &cfg,
+    ]));
+    let text = stdout_str(&out);
+    assert!(
+        text.contains(&format!("{} packets A saw and B did not", dropped.len()))
+            && text.contains("capsule query --server https://"),
+        "{text}"
+    );
+    // The plan: every node, with its serve URL and candidate segments.
+    let out = run_ok(capsule().args(["query", "--fleet", "--config", &cfg, "--explain", "--json"]));
+    let plan: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let planned = plan["nodes"].as_array().unwrap();
+    assert_eq!(planned.len(), 3, "{plan}");
+    for (n, node) in planned.iter().zip(["core", "edge", "spare"]) {
+        assert_eq!(n["node"], node);
+        assert!(n["advertise"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://127.0.0.1:"));
+        assert!(!n["segments"].as_array().unwrap().is_empty());
+    }
+
+    // A node that hangs (stopped): the deadline makes the answer partial, never a hang.
+    let spare_pid = nodes[2].server.child.id();
+    signal(spare_pid, "-STOP");
+    let t0 = Instant::now();
+    let out = run(capsule()
+        .env("CAPSULE_FLEET_DEADLINES", "500,500,500")
+        .args([
+            "query",
+            "--fleet",
+            "--config",
+            &cfg,
+            "-w",
+            p(&dp.join("hung.pcapng")),
+        ]));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_str(&out));
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert!(
+        stderr_str(&out).contains("node spare"),
+        "{}",
+        stderr_str(&out)
+    );
+    // Killed mid-query (kill -9 while the query waits on it): exit 3 naming it, with the
+    // other nodes' packets.
+    let part = dp.join("part.pcapng");
+    let q = capsule()
+        .args([
+            "query",
+            "--fleet",
+            "--config",
+            &cfg,
+            "--json",
+            "-w",
+            p(&part),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    signal(spare_pid, "-9");
+    let out = q.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_str(&out));
+    assert!(
+        stderr_str(&out).contains("node spare"),
+        "{}",
+        stderr_str(&out)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["partial"], serde_json::json!(["spare"]));
+    let spare_n = packets_of(&dp.join("spare.pcapng")).len() as u64;
+    assert_eq!(capinfos_packets(&part), union.len() as u64 - spare_n);
+    drop(nodes);
+    ch.stop();
 }

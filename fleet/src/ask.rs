@@ -89,3 +89,45 @@ fn held(ch: &ClickHouse) -> Result<Option<(u64, u64)>, FleetError> {
     let (n, a, z) = (r.u64()?, r.u64()?, r.u64()?);
     Ok((n > 0).then_some((a, z)))
 }
+
+/// Each node's flows (node name, flow), and the nodes behind (see [`flows_by_node`]).
+pub type NodeFlows = (
+    Vec<(String, capsule_index::flows::FlowSummary)>,
+    Vec<NodeRow>,
+);
+
+/// The flows of the window and filter at each node (`flows --fleet`): each node's flow rows
+/// merged and cut as its own `flows` merges its segments, so a flow two capture points saw
+/// is listed once per node (never summed across points, which would count its packets
+/// twice); with the nodes whose outbox held batches at their last publish.
+pub fn flows_by_node(
+    ch: &ClickHouse,
+    query: &capsule_query::Query,
+) -> Result<NodeFlows, FleetError> {
+    crate::schema::Schema::ensure(ch)?;
+    let (from, to) = query.window();
+    let cols: Vec<String> = rows::flow_columns().into_iter().map(|(n, _)| n).collect();
+    let bytes = ch.execute(&format!(
+        "SELECT {} FROM {DATABASE}.flows FINAL WHERE last_ns >= {from} AND first_ns < {to} \
+         ORDER BY node, segment FORMAT RowBinary",
+        cols.join(", ")
+    ))?;
+    let what = format!("the flow rows ClickHouse at {} gave", ch.url());
+    let mut r = Reader::new(&bytes, &what);
+    let mut by_node: std::collections::BTreeMap<String, Vec<_>> = Default::default();
+    while !r.is_empty() {
+        let (origin, counts) = rows::get_flow(&mut r)?;
+        by_node.entry(origin.node).or_default().push(counts);
+    }
+    let mut out = Vec::new();
+    for (node, records) in by_node {
+        for f in capsule_index::flows::merge_counts(records, query, false) {
+            out.push((node.clone(), f));
+        }
+    }
+    let behind = crate::nodes::registry(ch)?
+        .into_iter()
+        .filter(|n| n.backlog > 0)
+        .collect();
+    Ok((out, behind))
+}

@@ -39,8 +39,11 @@ use std::path::PathBuf;
 
 pub mod ask;
 pub mod clickhouse;
+pub mod diff;
+pub mod merge;
 pub mod nodes;
 pub mod outbox;
+pub mod plan;
 pub mod publish;
 pub mod rowbinary;
 pub mod rows;

@@ -209,8 +209,25 @@ pub fn publish(
     node: &Node,
     ch: &ClickHouse,
 ) -> Result<(Staged, Result<Pushed, FleetError>), FleetError> {
+    let _lock = lock(dir)?;
     let staged = stage(dir, node)?;
     Ok((staged, push(dir, node, ch)))
+}
+
+/// An exclusive lock on the store's publishing (`STORE/fleet/publish.lock`), held until the
+/// file is dropped: a capture and a `serve` beside it both publish the store, one at a time.
+pub fn lock(dir: &Path) -> Result<std::fs::File, FleetError> {
+    let d = dir.join("fleet");
+    std::fs::create_dir_all(&d).map_err(crate::io("create", &d))?;
+    let p = d.join("publish.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .map_err(crate::io("open", &p))?;
+    f.lock().map_err(crate::io("lock", &p))?;
+    Ok(f)
 }
 
 /// Batches waiting in the outbox of the store at `dir`.

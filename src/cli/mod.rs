@@ -342,6 +342,47 @@ outbox, and the next publish sends it."
     /// List the fleet's nodes: their serve URL, version, span of published traffic, last
     /// publish and outbox backlog (as each node last reported it).
     Nodes(FleetNodesArgs),
+    /// Which hop loses the packets: the packets of the flows both NODE_A and NODE_B saw,
+    /// matched across the two captures by what a switch does not change (addresses, ports,
+    /// IP ID, TCP sequence and length, a hash of the payload's first bytes) within a
+    /// clock-skew tolerance; per flow and per second the packets one saw and the other did
+    /// not, and the one-way delay between them (docs/fleet.md).
+    #[command(
+        after_help = "Exit status: 0 compared (whatever was lost); 1 an error; 2 bad usage; 3 a \
+node did not answer whole (the comparison is then not made)."
+    )]
+    Diff(FleetDiffArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FleetDiffArgs {
+    /// The two nodes, as the fleet names them: packets NODE_A saw and NODE_B did not are
+    /// the ones lost between them (and the reverse).
+    #[arg(long, num_args = 2, value_names = ["NODE_A", "NODE_B"], required = true)]
+    pub between: Vec<String>,
+    #[command(flatten)]
+    pub window: WindowArgs,
+    /// The config file whose `[fleet]` section names the ClickHouse server, and the CA and
+    /// token to pull the nodes' packets with.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// How far apart the two nodes' clocks (and the path between them) may put one
+    /// packet's two times: `500ms`, `2s`.
+    #[arg(long, default_value = "500ms", value_parser = parse_tolerance)]
+    pub tolerance: std::time::Duration,
+    /// Write the packets NODE_A saw and NODE_B did not to FILE (pcapng).
+    #[arg(short = 'w', long, value_name = "FILE")]
+    pub write: Option<PathBuf>,
+    /// Print the per-flow table as one JSON document.
+    #[arg(long)]
+    pub json: bool,
+    /// Flows shown in the table (all are in --json).
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+}
+
+fn parse_tolerance(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (e.g. 500ms, 2s)"))
 }
 
 #[derive(Args, Debug)]

@@ -35,8 +35,9 @@ pub struct Selection {
     pub store: Option<PathBuf>,
     /// Answer over every node of the fleet, from its ClickHouse catalog (the `[fleet]`
     /// section of --config FILE; docs/fleet.md): the same answer as the local command over
-    /// all the nodes' published segments. Analytics commands only (top, tcp, dscp, matrix,
-    /// stragglers, alerts).
+    /// all the nodes' published segments. The analytics commands (top, tcp, dscp, matrix,
+    /// stragglers, alerts) answer from the catalog; `query` pulls the packets from the nodes
+    /// that hold them (their `serve`), merged by time into one pcapng.
     #[arg(long, conflicts_with = "to_server")]
     pub fleet: bool,
     #[command(flatten)]

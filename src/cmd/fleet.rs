@@ -16,6 +16,7 @@ pub fn run(c: &FleetCmd) -> Result<ExitCode> {
     match c {
         FleetCmd::Publish(a) => publish(a),
         FleetCmd::Nodes(a) => nodes(a),
+        FleetCmd::Diff(a) => diff(a),
     }
 }
 
@@ -29,6 +30,7 @@ fn publish(a: &FleetPublishArgs) -> Result<ExitCode> {
         config: Some(&config),
         version,
     };
+    let _lock = publish::lock(&a.store)?;
     let staged = publish::stage(&a.store, &node)
         .with_context(|| format!("staging {} into its outbox", a.store.display()))?;
     let pushed = publish::push(&a.store, &node, &ch);
@@ -137,4 +139,468 @@ fn nodes(a: &FleetNodesArgs) -> Result<ExitCode> {
         writeln!(out, "{line}")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The deadlines of a pull; `CAPSULE_FLEET_DEADLINES=CONNECT,FIRST,IDLE` (milliseconds)
+/// overrides them (tests, and a fleet on slow links).
+fn deadlines() -> crate::client::Deadlines {
+    let mut d = crate::fleet_pull::DEADLINES;
+    if let Ok(v) = std::env::var("CAPSULE_FLEET_DEADLINES") {
+        let ms: Vec<u64> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        if let [c, f, i] = ms[..] {
+            d.connect = std::time::Duration::from_millis(c);
+            d.first_byte = std::time::Duration::from_millis(f);
+            d.idle = std::time::Duration::from_millis(i);
+        }
+    }
+    d
+}
+
+/// The config of a fleet packet question (`--config`, needed).
+fn packet_config(config: Option<&std::path::Path>) -> Result<capsule_config::Fleet> {
+    let path = config.ok_or_else(|| {
+        crate::output::Usage(
+            "--fleet needs --config FILE: its [fleet] section names the ClickHouse server and \
+             the CA and token to pull the nodes' packets with"
+                .into(),
+        )
+    })?;
+    Ok(crate::request::fleet_config(path)?.1)
+}
+
+/// Names the nodes that did not answer whole on stderr; whether any did not.
+fn say_failures(pulled: &[crate::fleet_pull::Pulled]) -> bool {
+    let mut partial = false;
+    for p in pulled {
+        if let Some(why) = &p.failed {
+            partial = true;
+            eprintln!(
+                "capsule: warning: node {} ({}) did not answer whole, its packets are missing \
+                 from the answer: {why}",
+                p.plan.node,
+                if p.plan.advertise.is_empty() {
+                    "no serve URL"
+                } else {
+                    &p.plan.advertise
+                }
+            );
+        } else if let Some(why) = &p.partial {
+            partial = true;
+            eprintln!(
+                "capsule: warning: node {} says its answer is partial: {why}",
+                p.plan.node
+            );
+        }
+    }
+    partial
+}
+
+fn node_json(p: &crate::fleet_pull::Pulled, packets: Option<u64>) -> serde_json::Value {
+    serde_json::json!({
+        "node": p.plan.node,
+        "serve": p.plan.advertise,
+        "segments": p.plan.segments,
+        "from_ns": p.plan.from_ns,
+        "to_ns": p.plan.to_ns,
+        "status": if p.failed.is_some() { "failed" } else if p.partial.is_some() { "partial" } else { "ok" },
+        "error": p.failed.as_deref().or(p.partial.as_deref()),
+        "packets": packets,
+        "bytes_received": p.bytes,
+        "seconds": p.seconds,
+    })
+}
+
+/// `capsule query --fleet`: the packets of the window and filter over every node, merged
+/// by timestamp into one pcapng (one interface per node and interface, named after the
+/// node); `--explain` prints the plan (which node, which segments, which window).
+pub fn query(a: &crate::cli::QueryArgs) -> Result<ExitCode> {
+    use crate::output::Usage;
+    if a.count || a.bpf.is_some() {
+        return Err(Usage(
+            "--count and --bpf are not built with --fleet yet (docs/fleet.md)".into(),
+        )
+        .into());
+    }
+    if matches!(a.format, Some(crate::cli::OutFormat::Pcap)) {
+        return Err(Usage(
+            "--fleet writes pcapng: one interface per node and interface, which pcap cannot \
+             hold"
+                .into(),
+        )
+        .into());
+    }
+    let fleet = packet_config(a.config.as_deref())?;
+    let q = a.q.query()?;
+    let ch = ClickHouse::of(&fleet)?;
+    let plan = capsule_fleet::plan::plan(&ch, &q, None)?;
+    if a.explain {
+        if a.json {
+            crate::output::print_json(serde_json::json!({
+                "nodes": plan.nodes,
+                "behind": plan.behind.iter().map(|n| &n.node).collect::<Vec<_>>(),
+            }));
+        } else {
+            for n in &plan.nodes {
+                println!(
+                    "node {} ({}): segments {:?}, window {} .. {}",
+                    n.node,
+                    if n.advertise.is_empty() {
+                        "no serve URL"
+                    } else {
+                        &n.advertise
+                    },
+                    n.segments,
+                    capsule_query::format_instant(n.from_ns),
+                    capsule_query::format_instant(n.to_ns)
+                );
+            }
+            println!("plan: ask {} node(s)", plan.nodes.len());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let write = a.write.as_deref().unwrap_or("-");
+    if a.json && write == "-" {
+        return Err(
+            Usage("--json with --fleet goes with -w FILE (the packets go there)".into()).into(),
+        );
+    }
+    let filter = q.filter.to_string();
+    let t0 = std::time::Instant::now();
+    let pulled = crate::fleet_pull::pull_all(&fleet, &plan.nodes, &filter, &deadlines())?;
+    let mut inputs = Vec::new();
+    let mut order = Vec::new();
+    for (i, p) in pulled.iter().enumerate() {
+        if let Some(f) = &p.file {
+            inputs.push(capsule_fleet::merge::Input {
+                node: p.plan.node.clone(),
+                reader: std::io::BufReader::with_capacity(1 << 20, f),
+            });
+            order.push(i);
+        }
+    }
+    let merged = if write == "-" {
+        capsule_fleet::merge::merge(inputs, std::io::stdout().lock())?
+    } else {
+        let existed = std::path::Path::new(write).exists();
+        let f = crate::files::create(write, existed)?;
+        capsule_fleet::merge::merge(inputs, std::io::BufWriter::with_capacity(1 << 20, f))?
+    };
+    let mut packets = vec![None; pulled.len()];
+    for (k, &i) in order.iter().enumerate() {
+        packets[i] = Some(merged.per_input[k]);
+    }
+    let partial = say_failures(&pulled);
+    for n in &plan.behind {
+        eprintln!(
+            "capsule: warning: node {} had {} batch(es) in its outbox at its last publish ({}): \
+             its newest segments may be missing from the answer",
+            n.node,
+            n.backlog,
+            capsule_query::format_instant(n.last_seen_ns)
+        );
+    }
+    let partial = partial || !plan.behind.is_empty();
+    if a.json {
+        crate::output::print_json(serde_json::json!({
+            "packets": merged.packets,
+            "bytes": merged.bytes,
+            "seconds": t0.elapsed().as_secs_f64(),
+            "nodes": pulled.iter().zip(&packets).map(|(p, n)| node_json(p, *n)).collect::<Vec<_>>(),
+            "partial": pulled.iter().filter(|p| p.failed.is_some() || p.partial.is_some())
+                .map(|p| &p.plan.node).chain(plan.behind.iter().map(|n| &n.node)).collect::<Vec<_>>(),
+        }));
+    }
+    eprintln!(
+        "exported {} packets from {} node(s) in {:.3} s",
+        merged.packets,
+        order.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    if plan.nodes.is_empty() {
+        eprintln!(
+            "capsule: note: no node published a segment with packets of this window and filter"
+        );
+    }
+    if partial {
+        eprintln!(
+            "capsule: the answer is partial: the nodes named above are missing from it (exit \
+             status {PARTIAL})"
+        );
+        return Ok(ExitCode::from(PARTIAL));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One node's packets for `fleet diff`: times and keys, in file order.
+fn keys_of(node: &str, f: &std::fs::File) -> Result<Vec<capsule_fleet::diff::Seen>> {
+    use capsule_pcap::{CaptureReader, Record};
+    let mut r = CaptureReader::new(format!("node {node}"), std::io::BufReader::new(f))?;
+    let mut out = Vec::new();
+    let mut linktypes: Vec<u16> = Vec::new();
+    while let Some(rec) = r.next_record()? {
+        if let Record::Interface { .. } = rec {
+            linktypes = r.interfaces().iter().map(|i| i.linktype).collect();
+            continue;
+        }
+        if let Record::Packet(p) = rec {
+            let lt = linktypes.get(p.iface as usize).copied().unwrap_or(u16::MAX);
+            out.push(capsule_fleet::diff::Seen {
+                ts_ns: p.ts_ns,
+                key: capsule_fleet::diff::key(lt, p.data),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The packets at `indexes` (ascending, into the file's packets) written as pcapng.
+fn write_picked(
+    node: &str,
+    mut f: &std::fs::File,
+    indexes: &[usize],
+    out: &std::path::Path,
+) -> Result<()> {
+    use capsule_pcap::{CaptureReader, Record};
+    use std::io::{Seek, Write};
+    f.seek(std::io::SeekFrom::Start(0))?;
+    let mut r = CaptureReader::new(format!("node {node}"), std::io::BufReader::new(f))?;
+    let mut buf = Vec::new();
+    capsule_pcap::write::pcapng_shb(&mut buf, Some("capsule fleet diff"));
+    let mut ids = std::collections::HashMap::new();
+    let (mut i, mut k) = (0usize, 0usize);
+    let mut w = std::io::BufWriter::new(crate::files::create(
+        &out.display().to_string(),
+        out.exists(),
+    )?);
+    let mut ifaces: Vec<capsule_pcap::Interface> = Vec::new();
+    while let Some(rec) = r.next_record()? {
+        if let Record::Interface { .. } = rec {
+            ifaces = r.interfaces().to_vec();
+            continue;
+        }
+        let Record::Packet(p) = rec else { continue };
+        if indexes.get(k) == Some(&i) {
+            k += 1;
+            let n = ids.len() as u32;
+            let id = *ids.entry(p.iface).or_insert_with(|| {
+                if let Some(iface) = ifaces.get(p.iface as usize) {
+                    let mut iface = iface.clone();
+                    iface.name = Some(capsule_fleet::merge::interface_name(node, &iface));
+                    capsule_pcap::write::pcapng_idb(&mut buf, &iface);
+                }
+                n
+            });
+            capsule_pcap::write::pcapng_epb(&mut buf, id, p.ts_ns, p.orig_len, p.data);
+            if buf.len() >= 1 << 20 {
+                w.write_all(&buf)?;
+                buf.clear();
+            }
+        }
+        i += 1;
+    }
+    w.write_all(&buf)?;
+    w.flush()?;
+    Ok(())
+}
+
+fn diff(a: &crate::cli::FleetDiffArgs) -> Result<ExitCode> {
+    use crate::output::Usage;
+    let [na, nb] = [&a.between[0], &a.between[1]];
+    if na == nb {
+        return Err(Usage(format!("--between {na} {nb}: two different nodes")).into());
+    }
+    let fleet = packet_config(Some(&a.config))?;
+    let q = a.window.query()?;
+    let ch = ClickHouse::of(&fleet)?;
+    let plan = capsule_fleet::plan::plan(&ch, &q, Some(&[na.as_str(), nb.as_str()]))?;
+    let known: Vec<String> = capsule_fleet::nodes::registry(&ch)?
+        .into_iter()
+        .map(|n| n.node)
+        .collect();
+    for n in [na, nb] {
+        if !known.contains(n) {
+            return Err(Usage(format!(
+                "--between: no node {n} in the fleet (known: {})",
+                known.join(", ")
+            ))
+            .into());
+        }
+    }
+    // Both nodes over the same window: the union of their candidate spans.
+    let (mut from, mut to) = (u64::MAX, 0);
+    for p in &plan.nodes {
+        from = from.min(p.from_ns);
+        to = to.max(p.to_ns);
+    }
+    let tol = a.tolerance.as_nanos().min(u128::from(u64::MAX)) as u64;
+    let registry = capsule_fleet::nodes::registry(&ch)?;
+    let node_plan = |name: &str, extra: u64| capsule_fleet::plan::NodePlan {
+        node: name.to_string(),
+        advertise: registry
+            .iter()
+            .find(|n| n.node == name)
+            .map(|n| n.advertise.clone())
+            .unwrap_or_default(),
+        segments: plan
+            .nodes
+            .iter()
+            .find(|p| p.node == name)
+            .map(|p| p.segments.clone())
+            .unwrap_or_default(),
+        from_ns: from.saturating_sub(extra),
+        to_ns: to.saturating_add(extra),
+    };
+    let filter = q.filter.to_string();
+    let (pulled, ka, kb) = if from >= to {
+        (Vec::new(), Vec::new(), Vec::new())
+    } else {
+        let plans = [node_plan(na, tol), node_plan(nb, tol)];
+        let pulled = crate::fleet_pull::pull_all(&fleet, &plans, &filter, &deadlines())?;
+        if say_failures(&pulled) {
+            eprintln!(
+                "capsule: the comparison needs both nodes' packets whole; not made (exit status \
+                 {PARTIAL})"
+            );
+            if a.json {
+                crate::output::print_json(serde_json::json!({
+                    "a": na, "b": nb, "flows": null,
+                    "partial": pulled.iter().filter(|p| p.failed.is_some() || p.partial.is_some()).map(|p| &p.plan.node).collect::<Vec<_>>(),
+                    "nodes": pulled.iter().map(|p| node_json(p, None)).collect::<Vec<_>>(),
+                }));
+            }
+            return Ok(ExitCode::from(PARTIAL));
+        }
+        let ka = keys_of(na, pulled[0].file.as_ref().expect("answered whole"))?;
+        let kb = keys_of(nb, pulled[1].file.as_ref().expect("answered whole"))?;
+        (pulled, ka, kb)
+    };
+    // Both were asked for the tolerance more on each side: a packet inside the window has
+    // its twin to match, and only packets inside it are counted.
+    let d = capsule_fleet::diff::diff(&ka, &kb, tol, (from, to));
+    let b_only = d.b_only.clone();
+    if let Some(w) = &a.write {
+        match pulled.first().and_then(|p| p.file.as_ref()) {
+            Some(f) => write_picked(na, f, &d.a_only, w)?,
+            None => write_picked_empty(w)?,
+        }
+    }
+    let serve_a = pulled
+        .first()
+        .map(|p| p.plan.advertise.clone())
+        .unwrap_or_default();
+    let export = |f: &capsule_fleet::diff::FlowDiff| {
+        f.a_only_span.map(|(x, y)| {
+            let mut cmd = format!(
+                "capsule query --server {}",
+                capsule_analytics::shell_quote(&serve_a)
+            );
+            if let Some(t) = &fleet.token_file {
+                cmd += &format!(
+                    " --token-file {}",
+                    capsule_analytics::shell_quote(&t.display().to_string())
+                );
+            }
+            if let Some(ca) = &fleet.ca {
+                cmd += &format!(
+                    " --ca {}",
+                    capsule_analytics::shell_quote(&ca.display().to_string())
+                );
+            }
+            format!(
+                "{cmd} --from @{x} --to @{} {} -w lost-{na}-{nb}.pcapng",
+                y + 1,
+                capsule_analytics::shell_quote(&f.flow.filter().to_string())
+            )
+        })
+    };
+    if a.json {
+        let flows: Vec<_> = d
+            .flows
+            .iter()
+            .map(|f| {
+                let mut v = serde_json::to_value(f).expect("a flow diff is JSON");
+                v["filter"] = f.flow.filter().to_string().into();
+                v["export"] = export(f).into();
+                v
+            })
+            .collect();
+        crate::output::print_json(serde_json::json!({
+            "a": na,
+            "b": nb,
+            "from_ns": (from < to).then_some(from),
+            "to_ns": (from < to).then_some(to),
+            "tolerance_ns": tol,
+            "a_packets": ka.iter().filter(|s| s.ts_ns >= from && s.ts_ns < to).count(),
+            "b_packets": kb.iter().filter(|s| s.ts_ns >= from && s.ts_ns < to).count(),
+            "a_only": d.a_only.len(),
+            "b_only": b_only.len(),
+            "a_only_ns": d.a_only.iter().map(|&i| ka[i].ts_ns).collect::<Vec<_>>(),
+            "only_a_flows": d.only_a_flows,
+            "only_b_flows": d.only_b_flows,
+            "unkeyed": d.unkeyed,
+            "flows": flows,
+            "partial": Vec::<String>::new(),
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "A {na} -> B {nb}: {} flows both saw; {} packets A saw and B did not, {} the reverse \
+         (tolerance {:?}); {} flows only {na} saw, {} only {nb}",
+        d.flows.len(),
+        d.a_only.len(),
+        b_only.len(),
+        a.tolerance,
+        d.only_a_flows,
+        d.only_b_flows
+    );
+    let mut t = Table::new(vec![
+        Column::left("flow", u8::MAX),
+        Column::right("at A", 6),
+        Column::right("at B", 6),
+        Column::right("A only", 7),
+        Column::right("B only", 5),
+        Column::right("delay p50", 4),
+        Column::right("delay p99", 3),
+    ]);
+    let us = |ns: i64| format!("{:.1} µs", ns as f64 / 1e3);
+    for f in d.flows.iter().take(a.limit) {
+        t.push(vec![
+            f.flow.filter().to_string(),
+            f.a_packets.to_string(),
+            f.b_packets.to_string(),
+            f.a_only.to_string(),
+            f.b_only.to_string(),
+            f.delay.map_or("-".into(), |d| us(d.p50_ns)),
+            f.delay.map_or("-".into(), |d| us(d.p99_ns)),
+        ]);
+    }
+    for line in t.render(output_width()) {
+        println!("{line}");
+    }
+    for f in d.flows.iter().take(a.limit).filter(|f| f.a_only > 0) {
+        let secs: Vec<String> = f
+            .seconds
+            .iter()
+            .filter(|s| s.a_only > 0)
+            .map(|s| {
+                format!(
+                    "{} ({})",
+                    capsule_query::format_instant(s.second * 1_000_000_000),
+                    s.a_only
+                )
+            })
+            .collect();
+        println!("lost in {}: {}", f.flow.filter(), secs.join(", "));
+        if let Some(c) = export(f) {
+            println!("  {c}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// An empty pcapng (nothing was lost, or nothing to compare).
+fn write_picked_empty(out: &std::path::Path) -> Result<()> {
+    let mut buf = Vec::new();
+    capsule_pcap::write::pcapng_shb(&mut buf, Some("capsule fleet diff"));
+    std::fs::write(out, buf).with_context(|| format!("cannot write {}", out.display()))
 }

@@ -12,6 +12,9 @@ use crate::units;
 
 pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     let (args, sort, limit, json) = (&a.q, a.sort, a.limit, a.json);
+    if args.fleet {
+        return fleet(a);
+    }
     if let Some(remote) = args.remote_with(&a.old_cert)? {
         let sort = match sort {
             FlowSort::Bytes => "bytes",
@@ -220,4 +223,64 @@ fn table(shown: &[&capsule_index::flows::FlowSummary], out: &mut dyn Write) -> R
         )?;
     }
     Ok(())
+}
+
+/// `flows --fleet`: each node's flows of the window and filter, from the fleet's catalog,
+/// sorted together; a flow two nodes saw is listed once per node (`node` in `--json`, a
+/// `node` column in the table).
+fn fleet(a: &FlowsArgs) -> Result<ExitCode> {
+    let path = a.config.as_deref().ok_or_else(|| {
+        crate::output::Usage(
+            "--fleet needs --config FILE: its [fleet] section names the ClickHouse server".into(),
+        )
+    })?;
+    let (_, fleet) = crate::request::fleet_config(path)?;
+    let ch = capsule_fleet::ClickHouse::of(&fleet)?;
+    let q = a.q.query()?;
+    let (mut listing, behind) = capsule_fleet::ask::flows_by_node(&ch, &q)?;
+    let key = |s: &capsule_index::flows::FlowSummary| match a.sort {
+        FlowSort::Bytes => u64::MAX - s.flow.totals.total_bytes(),
+        FlowSort::Packets => u64::MAX - s.flow.totals.total_packets(),
+        FlowSort::First => s.flow.totals.first_ns,
+    };
+    listing.sort_by_key(|(n, s)| (key(s), n.clone()));
+    listing.truncate(a.limit);
+    let mut out = std::io::stdout().lock();
+    if a.json {
+        for (node, s) in &listing {
+            let mut v = flows::json_line(s);
+            v["node"] = node.clone().into();
+            writeln!(out, "{v}")?;
+        }
+    } else {
+        let mut nodes: Vec<&String> = listing.iter().map(|(n, _)| n).collect();
+        nodes.sort();
+        nodes.dedup();
+        for node in nodes {
+            writeln!(out, "node {node}:")?;
+            let shown: Vec<_> = listing
+                .iter()
+                .filter(|(n, _)| n == node)
+                .map(|(_, s)| s)
+                .collect();
+            table(&shown, &mut out)?;
+        }
+    }
+    if behind.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for n in &behind {
+        eprintln!(
+            "capsule: warning: node {} had {} batch(es) in its outbox at its last publish ({}): \
+             its newest flows may be missing",
+            n.node,
+            n.backlog,
+            capsule_query::format_instant(n.last_seen_ns)
+        );
+    }
+    eprintln!(
+        "capsule: the answer is partial (exit status {})",
+        crate::output::PARTIAL
+    );
+    Ok(ExitCode::from(crate::output::PARTIAL))
 }

@@ -20,6 +20,9 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         a.explain,
         a.count,
     );
+    if args.fleet {
+        return crate::cmd::fleet::query(a);
+    }
     if a.json && !explain && !count {
         return Err(crate::output::Usage(
             "--json goes with --count or --explain (an export writes packets, not JSON)".into(),

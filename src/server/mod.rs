@@ -134,10 +134,13 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
         current: Mutex::new((files.stamps(), first)),
         files,
     });
-    if let Some(c) = &a.config {
+    // With a [fleet] section, the store is published every few seconds (a capture beside
+    // it may publish it too: the store's publish lock takes them one at a time).
+    let _publisher = match &a.config {
         // A config that does not load is an error now, not at the first answer.
-        crate::request::load_config(c)?;
-    }
+        Some(c) => crate::publisher::Publisher::start(&a.store, crate::request::load_config(c)?),
+        None => None,
+    };
     let server = Arc::new(Server {
         store: a.store.clone(),
         config: a.config.clone(),

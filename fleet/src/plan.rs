@@ -1,0 +1,127 @@
+//! Which node holds which segments for a window and filter: the plan of a fleet `query`
+//! (and of `fleet diff`), from the catalog.
+//!
+//! The flow rows of the window come back from ClickHouse; each node's rows are grouped by
+//! segment and matched against the filter by the code that matches a store's side index
+//! (`capsule_index::flows::merge_counts`, the query language's own matcher). A segment with
+//! at least one flow of the filter in the window is a candidate; a node with no candidate
+//! segment is not asked at all. Each asked node gets the window narrowed to the span of its
+//! candidate segments (from the segment ledger), so its own side index skips every other
+//! segment, and the packets are then pulled from its `serve` (`/v1/packets`).
+
+use std::collections::BTreeMap;
+
+use capsule_query::Query;
+
+use crate::clickhouse::ClickHouse;
+use crate::rowbinary::Reader;
+use crate::rows::{self, NodeRow};
+use crate::{FleetError, DATABASE};
+
+/// One node to pull from: its serve URL, its candidate segments and the window to ask it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NodePlan {
+    pub node: String,
+    /// The node's `serve` URL as it advertised it (empty when it advertised none).
+    pub advertise: String,
+    /// The candidate segments, ascending.
+    pub segments: Vec<u64>,
+    /// The window to ask: the question's window cut to the candidate segments' span.
+    pub from_ns: u64,
+    /// Exclusive.
+    pub to_ns: u64,
+}
+
+/// The plan of a fleet packet question.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// The nodes to ask, by name.
+    pub nodes: Vec<NodePlan>,
+    /// Nodes whose outbox held batches at their last publish (their newest segments may be
+    /// missing from the catalog, so from the answer).
+    pub behind: Vec<NodeRow>,
+}
+
+/// Plans `query` over the catalog at `ch`; with `only`, over those nodes alone.
+pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Plan, FleetError> {
+    crate::schema::Schema::ensure(ch)?;
+    let (from, to) = query.window();
+    let cols: Vec<String> = rows::flow_columns().into_iter().map(|(n, _)| n).collect();
+    let bytes = ch.execute(&format!(
+        "SELECT {} FROM {DATABASE}.flows FINAL WHERE last_ns >= {from} AND first_ns < {to} \
+         ORDER BY node, segment FORMAT RowBinary",
+        cols.join(", ")
+    ))?;
+    let what = format!("the flow rows ClickHouse at {} gave", ch.url());
+    let mut r = Reader::new(&bytes, &what);
+    let mut by_segment: BTreeMap<(String, u64), Vec<_>> = BTreeMap::new();
+    while !r.is_empty() {
+        let (origin, counts) = rows::get_flow(&mut r)?;
+        if only.is_some_and(|o| !o.contains(&origin.node.as_str())) {
+            continue;
+        }
+        by_segment
+            .entry((origin.node, origin.segment))
+            .or_default()
+            .push(counts);
+    }
+    let candidates: Vec<(String, u64)> = by_segment
+        .into_iter()
+        .filter(|(_, records)| {
+            !capsule_index::flows::merge_counts(records.clone(), query, false).is_empty()
+        })
+        .map(|(k, _)| k)
+        .collect();
+    let spans = segment_spans(ch, from, to)?;
+    let registry = crate::nodes::registry(ch)?;
+    let mut nodes: BTreeMap<String, NodePlan> = BTreeMap::new();
+    for (node, seg) in candidates {
+        let Some(&(a, z)) = spans.get(&(node.clone(), seg)) else {
+            continue;
+        };
+        let advertise = registry
+            .iter()
+            .find(|n| n.node == node)
+            .map(|n| n.advertise.clone())
+            .unwrap_or_default();
+        let p = nodes.entry(node.clone()).or_insert_with(|| NodePlan {
+            node,
+            advertise,
+            segments: Vec::new(),
+            from_ns: u64::MAX,
+            to_ns: 0,
+        });
+        p.segments.push(seg);
+        p.from_ns = p.from_ns.min(a.max(from));
+        p.to_ns = p.to_ns.max(z.saturating_add(1).min(to));
+    }
+    let behind = registry
+        .into_iter()
+        .filter(|n| n.backlog > 0 && only.is_none_or(|o| o.contains(&n.node.as_str())))
+        .collect();
+    Ok(Plan {
+        nodes: nodes.into_values().collect(),
+        behind,
+    })
+}
+
+/// (node, segment) to its first and last packet time.
+type Spans = BTreeMap<(String, u64), (u64, u64)>;
+
+/// The first and last packet time of each segment of the ledger that reaches `[from, to)`.
+fn segment_spans(ch: &ClickHouse, from: u64, to: u64) -> Result<Spans, FleetError> {
+    let b = ch.execute(&format!(
+        "SELECT node, segment, first_ns, last_ns FROM {DATABASE}.segments FINAL \
+         WHERE last_ns >= {from} AND first_ns < {to} FORMAT RowBinary"
+    ))?;
+    let what = format!("the segment ledger ClickHouse at {} gave", ch.url());
+    let mut r = Reader::new(&b, &what);
+    let mut out = BTreeMap::new();
+    while !r.is_empty() {
+        let node = r.string()?;
+        let seg = r.u64()?;
+        let (a, z) = (r.u64()?, r.u64()?);
+        out.insert((node, seg), (a, z));
+    }
+    Ok(out)
+}
