@@ -390,6 +390,35 @@ mod tests {
     }
 
     #[test]
+    fn a_row_rules_a_filter_out_only_when_no_packet_can_match() {
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let keys = Keys::of(vec![
+            key_hash(IndexKey::Addr(a)),
+            key_hash(IndexKey::Port(53)),
+        ]);
+        let row = Row {
+            seq: 1,
+            segment_len: 1,
+            blocks: 1,
+            first_ns: 1,
+            last_ns: 2,
+            keys,
+        };
+        let may = |f: &str| row.may_match(&f.parse::<Filter>().unwrap());
+        assert!(may("host 10.0.0.1"));
+        assert!(may("src host 10.0.0.1 and udp port 53"));
+        assert!(!may("host 10.0.0.2"));
+        assert!(!may("host 10.0.0.1 and port 54"));
+        assert!(!may("host 10.0.0.2 or port 54"));
+        // what the row does not know decides nothing
+        assert!(may("not host 10.0.0.2"));
+        assert!(may("host 10.0.0.2 or arp"));
+        assert!(may("net 10.0.0.0/8"));
+        assert!(may("vlan 7 or host 10.0.0.2 or portrange 1-2"));
+        assert!(may(""));
+    }
+
+    #[test]
     fn a_catalog_reads_back_and_damage_is_named() {
         let mut c = Catalog::default();
         for (seq, keys) in [
