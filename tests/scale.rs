@@ -52,7 +52,10 @@ fn answers(store: &Path, filters: &[String]) -> Vec<String> {
         let o = run(capsule()
             .args(["query", "--store", p(store), "--count"])
             .arg(f));
-        out.push(format!("{f}: {} {}", o.status, stdout_str(&o)));
+        // the count without its time ("... in 0.023 s")
+        let count = stdout_str(&o);
+        let count = count.rsplit_once(" in ").map_or(&*count, |(c, _)| c);
+        out.push(format!("{f}: {} {count}", o.status));
         let tmp = store.with_extension("pcap");
         let o = run(capsule()
             .args(["query", "--store", p(store), "-w", p(&tmp)])
