@@ -208,13 +208,13 @@ pub struct Counted {
 pub fn counted(source: &Source, req: &Request) -> Result<Counted, AnswerError> {
     let t0 = std::time::Instant::now();
     let store = open(source)?;
-    let report = capsule_replay::count(&store, &req.options())?;
+    // The segments the count opened serve the cut-off summary too.
+    let (report, segments) = capsule_replay::count_with_segments(&store, &req.options())?;
     let seconds = t0.elapsed().as_secs_f64();
     let store_err = |e| AnswerError::Store {
         store: source.store.display().to_string(),
         source: e,
     };
-    let segments = store.open_segments_checked().map_err(store_err)?.0;
     let cut =
         capsule_index::flows::cut_summary(&store, &segments, &req.query).map_err(store_err)?;
     Ok(Counted {

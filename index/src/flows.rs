@@ -17,6 +17,7 @@
 use capsule_query::{Query, Tri};
 use capsule_store::{Result, SegmentReader, Store, StoreError};
 
+use crate::catalog::Catalog;
 use crate::plan::key_side;
 use crate::sideindex::journal::load_any;
 use crate::sideindex::{index_name, FlowCounts, FlowKey, SegmentIndex};
@@ -74,16 +75,24 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
     // the other the odd) while this one merges them in segment order, a bounded queue from
     // each (one index ahead: a 24-hour store's segment index decodes to tens of MB).
     const READERS: usize = 2;
+    // The catalog rules segments out by the filter's hosts and ports (catalog.rs).
+    let catalog = (!q.filter.is_all())
+        .then(|| Catalog::load(&dir).ok().flatten())
+        .flatten();
     std::thread::scope(|scope| -> Result<()> {
         let dir = &dir;
         let entries = &entries;
+        let catalog = catalog.as_ref();
         let mut queues = Vec::with_capacity(READERS);
         for k in 0..READERS {
             let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Loaded>>(1);
             queues.push(rx);
             scope.spawn(move || {
                 for entry in entries.iter().skip(k).step_by(READERS) {
-                    let loaded = load_entry(dir, entry, q, keep_buckets);
+                    let loaded = match catalog.and_then(|c| ruled_out(c, entry, q)) {
+                        Some(l) => Ok(l),
+                        None => load_entry(dir, entry, q, keep_buckets),
+                    };
                     let failed = loaded.is_err();
                     if tx.send(loaded).is_err() || failed {
                         return;
@@ -163,6 +172,24 @@ struct Loaded {
 }
 
 /// Reads and decodes the index of one segment (`.idx` when sealed, the journal when open).
+/// A sealed segment whose current catalog row says no packet of it can match `q`'s filter:
+/// what its index would have given (no flow of the filter; the span it holds), without
+/// reading it. `None`: the index decides.
+fn ruled_out(c: &Catalog, entry: &capsule_store::SegmentEntry, q: &Query) -> Option<Loaded> {
+    let row = c.rows.get(&entry.seq)?;
+    if entry.state != capsule_store::SegmentState::Sealed
+        || row.segment_len != entry.bytes
+        || row.may_match(&q.filter)
+    {
+        return None;
+    }
+    Some(Loaded {
+        seq: entry.seq,
+        held: ((row.first_ns, row.last_ns) != (0, 0)).then_some((row.first_ns, row.last_ns)),
+        ..Loaded::default()
+    })
+}
+
 fn load_entry(
     dir: &std::path::Path,
     entry: &capsule_store::SegmentEntry,
@@ -365,12 +392,23 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
     let mut damaged_index = Vec::new();
     let mut unseen = Vec::new();
     let mut journal_notes = Vec::new();
+    let catalog = (!q.filter.is_all())
+        .then(|| Catalog::load(&store.index_dir()).ok().flatten())
+        .flatten();
     for seg in segments {
         let overlaps = seg
             .blocks()
             .iter()
             .any(|b| b.last_ns >= from && b.first_ns < to);
         if !overlaps {
+            continue;
+        }
+        // No flow of a segment its catalog row rules out can match the filter.
+        if catalog
+            .as_ref()
+            .and_then(|c| c.row_for(seg))
+            .is_some_and(|r| !r.may_match(&q.filter))
+        {
             continue;
         }
         let idx = match load_any(&store.index_dir(), seg) {

@@ -20,6 +20,7 @@ use capsule_store::{
     Indexer, OpenReport, Result, SegmentEntry, SegmentReader, Store, StoreWriter, WriterConfig,
 };
 
+use crate::catalog::{self, Catalog, Row};
 use crate::scrub::{self, Scrubber};
 use crate::sideindex::journal::checkpoint::{self, Checkpointer};
 use crate::sideindex::journal::{self, JournalWriter};
@@ -52,6 +53,62 @@ pub struct SideIndexer {
     scrub: Option<Scrubber>,
     /// How often it looks ([`scrub::DEFAULT_INTERVAL`] when `None`).
     scrub_interval: Option<Duration>,
+    /// The store's catalog (catalog.rs) as this writer keeps it: a row added at each seal,
+    /// updated at compaction, removed at retention; written at most every
+    /// [`catalog::FLUSH_EVERY`] and when the writer closes. `None` until `reconcile`.
+    catalog: Option<CatalogState>,
+}
+
+#[derive(Debug)]
+struct CatalogState {
+    dir: PathBuf,
+    catalog: Catalog,
+    dirty: bool,
+    written: std::time::Instant,
+}
+
+impl CatalogState {
+    /// Writes the catalog if it changed (and, unless `now`, the last write is old enough).
+    /// A failed write is logged: the catalog is derived, and planning checks every row.
+    fn flush(&mut self, now: bool) {
+        if !self.dirty || (!now && self.written.elapsed() < catalog::FLUSH_EVERY) {
+            return;
+        }
+        match self.catalog.write(&self.dir) {
+            Ok(()) => {
+                self.dirty = false;
+                self.written = std::time::Instant::now();
+            }
+            Err(e) => tracing::warn!(
+                "the store's catalog cannot be written (planning reads each segment's index \
+                 instead): {}",
+                capsule_store::error::chain(&e)
+            ),
+        }
+    }
+}
+
+/// The writer closes: what changed since the last write is written.
+impl Drop for CatalogState {
+    fn drop(&mut self) {
+        self.flush(true);
+    }
+}
+
+impl SideIndexer {
+    fn catalog_changed(&mut self, change: impl FnOnce(&mut Catalog)) {
+        if let Some(c) = &mut self.catalog {
+            change(&mut c.catalog);
+            c.dirty = true;
+        }
+        self.flush_catalog(false);
+    }
+
+    fn flush_catalog(&mut self, now: bool) {
+        if let Some(c) = &mut self.catalog {
+            c.flush(now);
+        }
+    }
 }
 
 impl SideIndexer {
@@ -73,6 +130,10 @@ impl Indexer for SideIndexer {
     fn reconcile(&mut self, store: &Store, sealed: &[SegmentEntry]) -> Result<Vec<u64>> {
         self.dir = store.index_dir();
         let mut rebuilt = Vec::new();
+        // Recovery of the catalog: rows that still describe their segment are kept, the
+        // others derived again below; a damaged catalog is rebuilt whole.
+        let old = Catalog::load(&self.dir).ok().flatten().unwrap_or_default();
+        let mut cat = Catalog::default();
         for e in sealed {
             // Damage stays local: a segment that cannot be read, or whose blocks cannot all
             // be read, is left without an index (queries plan it as a scan) and logged; it
@@ -92,6 +153,7 @@ impl Indexer for SideIndexer {
                 match rebuild(&self.dir, &seg) {
                     Ok(idx) => {
                         idx.write(&self.dir)?;
+                        cat.rows.insert(idx.seq, Row::of(&idx));
                         rebuilt.push(seg.seq());
                     }
                     Err(err) => tracing::warn!(
@@ -100,8 +162,20 @@ impl Indexer for SideIndexer {
                         capsule_store::error::chain(&err)
                     ),
                 }
+            } else if let Some(r) = old.row_for(&seg) {
+                cat.rows.insert(r.seq, r.clone());
+            } else if let Ok(Some(idx)) = SegmentIndex::load(&self.dir, &seg) {
+                cat.rows.insert(idx.seq, Row::of(&idx));
             }
         }
+        let dirty = cat != old || !catalog::path(&self.dir).exists();
+        self.catalog = Some(CatalogState {
+            dir: self.dir.clone(),
+            catalog: cat,
+            dirty,
+            written: std::time::Instant::now(),
+        });
+        self.flush_catalog(true);
         // Journals of segments no longer open are stale: their segment was sealed (by
         // recovery, just now) and has its index, or is gone.
         let open: Vec<u64> = store
@@ -252,6 +326,10 @@ impl Indexer for SideIndexer {
                 let _guard = self.writes.lock().unwrap_or_else(|p| p.into_inner());
                 idx.write(&self.dir)?;
             }
+            let row = Row::of(&idx);
+            self.catalog_changed(|c| {
+                c.rows.insert(row.seq, row);
+            });
             // Flows idle in this segment keep their state for the next (a stalled flow's
             // retransmission after its timer), within the carry horizon.
             self.carry = Some((idx.seq, idx.carry_forward(idle)));
@@ -284,15 +362,29 @@ impl Indexer for SideIndexer {
                 {
                     idx.segment_len = seg.bytes;
                     idx.write(&self.dir)?;
+                    drop(_guard);
+                    let row = Row::of(&idx);
+                    self.catalog_changed(|c| {
+                        c.rows.insert(row.seq, row);
+                    });
                     return Ok(());
                 }
             }
         }
-        rebuild(&self.dir, &SegmentReader::open(&seg.path)?)?.write(&self.dir)?;
+        let idx = rebuild(&self.dir, &SegmentReader::open(&seg.path)?)?;
+        idx.write(&self.dir)?;
+        drop(_guard);
+        let row = Row::of(&idx);
+        self.catalog_changed(|c| {
+            c.rows.insert(row.seq, row);
+        });
         Ok(())
     }
 
     fn deleted(&mut self, seq: u64) -> Result<()> {
+        self.catalog_changed(|c| {
+            c.rows.remove(&seq);
+        });
         let _guard = self.write_lock();
         let idx = self.dir.join(index_name(seq));
         match capsule_store::fsx::remove(&idx, "delete old index") {

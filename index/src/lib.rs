@@ -17,6 +17,8 @@
 //! query: capsule_query::Query -> plan (plan.rs): blocks in the window whose flows or DSCP
 //!   set may match (the open segment's from its journal) -> capsule-replay reads exactly those
 //! flows (flows.rs): flow records merged across segments, from the index alone
+//! catalog (catalog.rs): STORE/index/catalog, one row per sealed segment (its addresses
+//!   and ports): planning skips the index of a segment whose row rules the filter out
 //! ```
 //!
 //! The index is derived data: [`sideindex::rebuild`] recomputes it from a segment's blocks,
@@ -25,6 +27,7 @@
 //! byte of an index file is specified in docs/format.md.
 #![forbid(unsafe_code)]
 
+pub mod catalog;
 pub mod cutoff;
 pub mod flows;
 pub mod indexer;

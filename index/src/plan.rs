@@ -4,6 +4,7 @@
 //! ```text
 //! segments -> blocks overlapping [from, to)                       (footer / block headers)
 //!   filter is `all`           -> those blocks
+//!   the store's catalog row of the segment rules the filter out -> none (catalog.rs)
 //!   segment has no index      -> those blocks (reported; `capsule reindex` builds it)
 //!   otherwise, from the index (the open segment's: its journal folded, sideindex/journal.rs):
 //!     every flow direction the filter may match (Yes or Maybe)  -> the flow's blocks
@@ -17,6 +18,7 @@
 use capsule_query::{Filter, FlowSide, Query, Tri};
 use capsule_store::{Result, SegmentReader, Store, StoreError};
 
+use crate::catalog::Catalog;
 use crate::sideindex::journal::load_any;
 use crate::sideindex::{FlowKey, FlowRecord, SegmentIndex};
 
@@ -91,6 +93,13 @@ pub fn key_side(key: &FlowKey, tcp_flags: u8, dir: usize, dscp_mask: u64) -> Flo
 pub fn plan(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Plan> {
     let (from, to) = q.window();
     let mut out = Plan::default();
+    // The catalog, when the filter needs an index: a damaged one is as good as none (each
+    // segment's own index then decides).
+    let catalog = if q.filter.is_all() {
+        None
+    } else {
+        Catalog::load(&store.index_dir()).ok().flatten()
+    };
     for (si, seg) in segments.iter().enumerate() {
         // Blocks that only declare interfaces (no packets) are never read.
         let in_window: Vec<bool> = seg
@@ -108,8 +117,18 @@ pub fn plan(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Plan
             indexed: false,
             unjournaled: 0,
         };
+        let ruled_out = || {
+            catalog
+                .as_ref()
+                .and_then(|c| c.row_for(seg))
+                .is_some_and(|r| !r.may_match(&q.filter))
+        };
         let wanted: Vec<bool> = if n_in == 0 || q.filter.is_all() {
             in_window.clone()
+        } else if ruled_out() {
+            // No packet of the segment can match: its index is not opened.
+            sp.indexed = true;
+            vec![false; in_window.len()]
         } else {
             match load_any(&store.index_dir(), seg) {
                 Ok(Some(live)) => {

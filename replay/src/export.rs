@@ -161,9 +161,26 @@ pub fn export<W: Write>(
 /// answer, and everything the report of [`export`] says about damage, in one pass over the
 /// selected blocks in any order (no merge by time, so no block is held past its count).
 pub fn count(store: &Store, opts: &ExportOptions) -> Result<ExportReport, ExportError> {
+    Ok(count_with_segments(store, opts)?.0)
+}
+
+/// [`count`], and the store's segments as it opened them (opening every segment again
+/// costs as much as the count's own opening on a store of many segments).
+pub fn count_with_segments(
+    store: &Store,
+    opts: &ExportOptions,
+) -> Result<(ExportReport, Vec<SegmentReader>), ExportError> {
     let mut window = Window::open(store, &opts.query, opts.bpf.as_deref(), false)?;
     window.tally(opts.threads)?;
-    Ok(window.report)
+    let Window {
+        report, segments, ..
+    } = window;
+    // The reader threads are done: the window holds the only reference.
+    let segments = match Arc::try_unwrap(segments) {
+        Ok(s) => s,
+        Err(_) => store.open_segments()?,
+    };
+    Ok((report, segments))
 }
 
 /// A query's window made ready to read: its plan, the interfaces its packets are written

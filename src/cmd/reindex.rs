@@ -62,15 +62,18 @@ pub fn run(a: &ReindexArgs) -> Result<ExitCode> {
         }
     }
     progress.finish();
+    // The store-wide catalog, from the indexes just written.
+    let rows = capsule_index::catalog::rebuild(&store)?;
     let secs = t0.elapsed().as_secs_f64();
     if a.json {
         crate::output::print_json(serde_json::json!({
             "segments": segs.len(), "indexed": indexed, "failed": failed, "seconds": secs,
-            "index_bytes": idx_bytes, "stored_bytes": bytes,
+            "index_bytes": idx_bytes, "stored_bytes": bytes, "catalog_rows": rows,
         }));
     } else {
         println!(
-            "reindexed {} segment(s) in {secs:.2} s; index is {}, {:.3}% of {} stored",
+            "reindexed {} segment(s) in {secs:.2} s ({rows} in the catalog); index is {}, {:.3}% \
+             of {} stored",
             segs.len(),
             crate::units::format_bytes(idx_bytes),
             100.0 * idx_bytes as f64 / bytes.max(1) as f64,

@@ -137,6 +137,26 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
             });
         }
     }
+    // The store's catalog (derived from the side indexes): damaged or disagreeing with
+    // them, it is named, and --repair rebuilds it.
+    let segments = store.open_segments()?;
+    if let Some(why) = capsule_index::catalog::verify(&store, &segments) {
+        let path = capsule_index::catalog::path(&store.index_dir());
+        if a.repair {
+            capsule_index::catalog::rebuild(&store)?;
+            repaired.push(format!("{}: rebuilt ({why})", path.display()));
+        } else {
+            problems.push(Problem {
+                path,
+                what: "catalog",
+                offset: None,
+                len: None,
+                detail: format!(
+                    "{why}; `capsule reindex` or `capsule verify --repair` rebuilds it"
+                ),
+            });
+        }
+    }
     let budgets = store.root().join(capsule_store::budget::BUDGET_FILE);
     if let Err(e @ capsule_store::StoreError::BadBudgets { .. }) =
         capsule_store::budget::load(store.root())

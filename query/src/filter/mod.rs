@@ -226,6 +226,14 @@ pub struct Filter {
     reads_bytes: bool,
 }
 
+/// What a summary of many packets may record as occurring: an IP address (source or
+/// destination) or a transport port (source or destination). See [`Filter::matches_keys`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IndexKey {
+    Addr(IpAddr),
+    Port(u16),
+}
+
 /// One direction of one flow, as the side index records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FlowSide {
@@ -1184,6 +1192,21 @@ impl Filter {
             }
         }
         Tri::from(seen_yes)
+    }
+
+    /// Planning from a summary that knows only which addresses and ports occur in a set of
+    /// packets (the store's catalog, capsule-index `catalog.rs`): `has` says whether a key
+    /// may occur. `host A` / `port P` are `No` when their key cannot occur, every other
+    /// primitive `Maybe`, in Kleene logic: `No` means no packet of the set can match.
+    pub fn matches_keys(&self, has: &dyn Fn(IndexKey) -> bool) -> Tri {
+        let Some(expr) = &self.expr else {
+            return Tri::Yes;
+        };
+        expr.eval_tri(&|p| match *p {
+            Prim::Host(_, a) if !has(IndexKey::Addr(a)) => Tri::No,
+            Prim::Port(_, n) if !has(IndexKey::Port(n)) => Tri::No,
+            _ => Tri::Maybe,
+        })
     }
 
     /// Planning for packets that are not IP (ARP, LLDP, ...), whose VLAN tags are unknown:

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Scale benchmark (issue 34, "Done when"): the same synthetic traffic imported into stores of
+about 10, 1,000 and 100,000 segments (the same --block-size, the segment size chosen so the
+store holds the wanted count), then, for each store, the best of --runs (whole process, start
+to exit, index and catalog in the page cache) of:
+
+* a 1 ms window, `query --count`;
+* a 5-tuple over the whole store, `query --count` (a short DNS exchange);
+* a host over the whole store, `query --count` (the client of that exchange);
+* `top --key src` over the whole span;
+
+printed with the ratio to the smallest store. Goals: every lookup under 1.5x at 100,000
+segments, `top` under 2 s.
+
+    python3 scripts/bench_scale.py [--bin target/release/capsule] [--dir /dev/shm/capsule-scale]
+        [--counts 10,1000,100000] [--rate 320M] [--duration 20s] [--keep]
+
+The stores go under --dir (default /dev/shm: a tmpfs, so building 100,000 segments is not
+bound by one fsync per seal; a disk works too, slower to build). With --keep, stores already
+built there (same counts, same traffic) are reused and left in place.
+"""
+import argparse, json, os, re, resource, shutil, subprocess, sys, time
+
+# Every reader holds each segment file open while it answers: a store of 100,000 segments
+# needs more descriptors than the usual limit (raising the hard limit needs root).
+try:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (400_000, 400_000))
+except (ValueError, OSError):
+    pass
+
+def run(cmd, check=True):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode not in (0,):
+        sys.exit(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
+    return r
+
+def best(cmd, runs):
+    times, out = [], None
+    for _ in range(runs):
+        t = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        times.append(time.perf_counter() - t)
+        if r.returncode not in (0, 3):
+            return None, f"failed ({r.returncode}): {r.stderr.strip().splitlines()[-1][-160:]}"
+        out = r.stdout.strip().splitlines()[:1]
+    return min(times), (out[0] if out else "")
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default="target/release/capsule")
+    ap.add_argument("--dir", default="/dev/shm/capsule-scale" if os.path.isdir("/dev/shm") else "/tmp/capsule-scale")
+    ap.add_argument("--counts", default="10,1000,100000")
+    ap.add_argument("--rate", default="320M")
+    ap.add_argument("--duration", default="20s")
+    ap.add_argument("--block-size", type=int, default=4096)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--build-only", action="store_true")
+    a = ap.parse_args()
+    capsule = os.path.abspath(a.bin)
+    os.makedirs(a.dir, exist_ok=True)
+    pcap = os.path.join(a.dir, f"synth-{a.rate}-{a.duration}.pcap")
+    if not os.path.exists(pcap):
+        run([capsule, "synth", "--seed", "7", "--duration", a.duration, "--rate", a.rate, "--write", pcap + ".part"])
+        os.rename(pcap + ".part", pcap)
+    size = os.path.getsize(pcap)
+    counts = [int(c) for c in a.counts.split(",")]
+    stores = {}
+    for n in counts:
+        s = os.path.join(a.dir, f"store-{n}")
+        done = os.path.join(s, "bench-built")
+        if not (a.keep and os.path.exists(done)):
+            shutil.rmtree(s, ignore_errors=True)
+            # compressed blocks are about 1/1.45 of the traffic: n segments of this size
+            seg = int(size / 1.45 / n)
+            # a 4K block compresses to about 2.8K: a segment of the block size seals after
+            # two blocks, the most segments this traffic makes at this block size
+            seg = a.block_size if seg < 1.5 * a.block_size else seg
+            t = time.perf_counter()
+            run([capsule, "import", "--store", s, "--block-size", str(a.block_size),
+                 "--segment-size", str(seg), "--min-free", "0", pcap])
+            open(done, "w").write(f"{time.perf_counter() - t:.1f}\n")
+        segs = sum(1 for f in os.listdir(os.path.join(s, "segments")) if f.endswith(".pcapng.zst"))
+        stores[n] = (s, segs)
+        print(f"store of {segs} segments: {s} (built in {open(done).read().strip()} s)", flush=True)
+    if a.build_only:
+        return
+    s0 = stores[counts[0]][0]
+    # a short DNS exchange: its 5-tuple and its client
+    flows = run([capsule, "flows", "--store", s0, "--json", "udp port 53"], check=False).stdout
+    rows = [json.loads(l) for l in flows.splitlines() if l.startswith("{")]
+    f = rows[len(rows) // 2]
+    cli, srv = ("b", "a") if f.get("client") == "b" else ("a", "b")
+    qs = [
+        ("1 ms window --count", ["query", "--count", "--from", "2026-11-30T02:00:10Z", "--to", "+1ms"]),
+        ("5-tuple, whole store --count", ["query", "--count", f"{f['proto_name']} and host {f[cli]} and port {f[cli + '_port']} and host {f[srv]} and port {f[srv + '_port']}"]),
+        ("host, whole store --count", ["query", "--count", f"host {f[cli]}"]),
+        ("top --key src, whole span", ["top", "--key", "src"]),
+    ]
+    print(f"\n{'question':<30}" + "".join(f"{stores[n][1]:>12} seg {'ratio':>6}" for n in counts))
+    for name, args in qs:
+        line, base = f"{name:<30}", None
+        answers = []
+        for n in counts:
+            secs, first = best([capsule] + args[:1] + ["--store", stores[n][0]] + args[1:], a.runs)
+            answers.append(first)
+            if secs is None:
+                line += f"{'failed':>15} {'-':>6}"
+                continue
+            base = base or secs
+            line += f"{secs * 1000:>13.1f}ms {secs / base:>5.2f}x"
+        print(line, flush=True)
+        if name.endswith("--count") or any(x.startswith("failed") for x in answers):
+            print(f"{'':<30}" + "".join(f"  {x.split(';')[0]:>20}" for x in answers))
+    print(f"\n5-tuple: {qs[1][1][-1]}")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+//! The store-wide catalog ([scale] issue 34): kept by the writer at seal, retention and
+//! compaction, rebuilt at open, by `reindex` and by `verify --repair` when deleted or
+//! damaged, and never changing an answer: every answer with and without it is the same.
+
+mod common;
+
+use std::path::Path;
+
+use capsule_index::catalog::{self, Catalog};
+use capsule_store::Store;
+use common::*;
+
+const SMALL: [&str; 6] = [
+    "--block-size",
+    "8K",
+    "--segment-size",
+    "16K",
+    "--min-free",
+    "0",
+];
+
+fn catalog_of(store: &Path) -> Catalog {
+    Catalog::load(&Store::open(store).unwrap().index_dir())
+        .unwrap()
+        .expect("the store has a catalog")
+}
+
+/// Every sealed segment has exactly its row, equal to the one derived from its index.
+fn assert_catalog_current(store: &Path) {
+    let s = Store::open(store).unwrap();
+    let segs = s.open_segments().unwrap();
+    assert_eq!(catalog::verify(&s, &segs), None);
+    let c = catalog_of(store);
+    let sealed: Vec<u64> = segs
+        .iter()
+        .filter(|g| g.state() == capsule_store::SegmentState::Sealed)
+        .map(|g| g.seq())
+        .collect();
+    assert_eq!(c.rows.keys().copied().collect::<Vec<_>>(), sealed);
+    for g in &segs {
+        assert!(
+            c.row_for(g).is_some(),
+            "segment {} has no current row",
+            g.seq()
+        );
+    }
+}
+
+fn answers(store: &Path, filters: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in filters {
+        let o = run(capsule()
+            .args(["query", "--store", p(store), "--count"])
+            .arg(f));
+        // the count without its time ("... in 0.023 s")
+        let count = stdout_str(&o);
+        let count = count.rsplit_once(" in ").map_or(&*count, |(c, _)| c);
+        out.push(format!("{f}: {} {count}", o.status));
+        let tmp = store.with_extension("pcap");
+        let o = run(capsule()
+            .args(["query", "--store", p(store), "-w", p(&tmp)])
+            .arg(f));
+        out.push(format!(
+            "{f}: {} {:x?}",
+            o.status,
+            capsule_store::crc::crc32c(&std::fs::read(&tmp).unwrap_or_default())
+        ));
+        let o = run(capsule()
+            .args(["flows", "--store", p(store), "--json"])
+            .arg(f));
+        out.push(format!("flows {f}: {} {}", o.status, stdout_str(&o)));
+    }
+    let o = run(capsule().args(["top", "--store", p(store), "--key", "src", "--json"]));
+    out.push(format!("top: {} {}", o.status, stdout_str(&o)));
+    out
+}
+
+/// A short DNS exchange of the store: (client, server, client port).
+fn a_dns_exchange(store: &Path) -> (String, String, u64) {
+    let o = run_ok(capsule().args(["flows", "--store", p(store), "--json", "udp port 53"]));
+    let rows: Vec<serde_json::Value> = stdout_str(&o)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let f = &rows[rows.len() / 2];
+    let (c, s) = if f["client"] == "b" {
+        ("b", "a")
+    } else {
+        ("a", "b")
+    };
+    (
+        f[c].as_str().unwrap().to_string(),
+        f[s].as_str().unwrap().to_string(),
+        f[format!("{c}_port")].as_u64().unwrap(),
+    )
+}
+
+/// Hundreds of small segments: the same answers (query --count, the packets, flows, top)
+/// with the catalog, with it deleted, and with it damaged; the catalog is rebuilt by the
+/// next writer and by `reindex` after it was deleted, and by `verify --repair` after damage.
+#[test]
+fn answers_with_and_without_the_catalog_are_identical_and_it_is_rebuilt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pcap = tmp.path().join("t.pcap");
+    synth(&pcap, &tmp.path().join("truth.json"), 11, "10s", "9M", None);
+    let store = tmp.path().join("s");
+    import_ok(&store, &SMALL, &[p(&pcap)]);
+    let n = segments(&store).len();
+    assert!(n >= 200, "{n} segments");
+    assert_catalog_current(&store);
+
+    let (client, server, port) = a_dns_exchange(&store);
+    let filters = vec![
+        format!("host {client}"),
+        format!("udp and host {client} and port {port} and host {server} and port 53"),
+        format!("not host {client} and port {port}"),
+        format!("host {client} or arp"),
+        "host 192.0.2.77".to_string(),
+        "port 53".to_string(),
+    ];
+    let with = answers(&store, &filters);
+    // the host is in few segments: its answer is not empty, and the catalog rules most out
+    assert!(
+        with[0].contains(" 2 packets") || !with[0].contains(" 0 packets"),
+        "{}",
+        with[0]
+    );
+    let c = catalog_of(&store);
+    let f: capsule_query::Filter = filters[0].parse().unwrap();
+    let ruled_out = c.rows.values().filter(|r| !r.may_match(&f)).count();
+    assert!(
+        ruled_out * 10 >= c.rows.len() * 9,
+        "{ruled_out} of {}",
+        c.rows.len()
+    );
+
+    // deleted: the same answers; `reindex` rebuilds it
+    let cat_path = catalog::path(&Store::open(&store).unwrap().index_dir());
+    std::fs::remove_file(&cat_path).unwrap();
+    assert_eq!(answers(&store, &filters), with);
+    run_ok(capsule().args(["reindex", "--store", p(&store)]));
+    assert_catalog_current(&store);
+
+    // damaged: the same answers; verify names it, --repair rebuilds it
+    let mut b = std::fs::read(&cat_path).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 0x40;
+    std::fs::write(&cat_path, &b).unwrap();
+    assert_eq!(answers(&store, &filters), with);
+    let o = run(capsule().args(["verify", "--store", p(&store)]));
+    assert!(
+        !o.status.success() && stdout_str(&o).contains("catalog"),
+        "{}",
+        stdout_str(&o)
+    );
+    run_ok(capsule().args(["verify", "--store", p(&store), "--repair"]));
+    assert_catalog_current(&store);
+    assert_eq!(answers(&store, &filters), with);
+
+    // a wrong row (it claims the segment holds nothing the filter names) is never used:
+    // rows are checked against their segment, so one stale row changes nothing either
+    std::fs::remove_file(&cat_path).unwrap();
+    // the next writer (an import of nothing new) rebuilds it at open
+    let empty = tmp.path().join("empty.pcap");
+    // a pcap file of no packets: its 24-byte header
+    let mut h = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0];
+    h.extend([0u8; 8]);
+    h.extend(65535u32.to_le_bytes());
+    h.extend(1u32.to_le_bytes());
+    std::fs::write(&empty, h).unwrap();
+    import(&store, &SMALL, &[p(&empty)]);
+    assert_catalog_current(&store);
+}
+
+/// Segments deleted by retention lose their rows, recompacted ones get rows for their new
+/// files, and segments sealed later gain theirs.
+#[test]
+fn retention_and_compaction_are_reflected_in_the_catalog() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("a.pcap");
+    let b = tmp.path().join("b.pcap");
+    synth(&a, &tmp.path().join("ta.json"), 3, "2s", "4M", None);
+    synth(
+        &b,
+        &tmp.path().join("tb.json"),
+        4,
+        "2s",
+        "4M",
+        Some("2026-11-30T03:00:00Z"),
+    );
+    let store = tmp.path().join("s");
+    import_ok(&store, &SMALL, &[p(&a)]);
+    assert_catalog_current(&store);
+    let first: Vec<u64> = catalog_of(&store).rows.keys().copied().collect();
+
+    // retention: a budget of about half the store deletes the oldest segments
+    let bytes = segments_dir_bytes(&store);
+    let mut args = SMALL.to_vec();
+    let budget = (bytes * 3 / 4).to_string();
+    args.extend(["--max-bytes", &budget]);
+    import_ok(&store, &args, &[p(&b)]);
+    let rows: Vec<u64> = catalog_of(&store).rows.keys().copied().collect();
+    assert!(
+        rows.first() > first.first(),
+        "no segment was deleted: {rows:?}"
+    );
+    assert!(rows.last() > first.last(), "no segment was added");
+    assert_catalog_current(&store);
+
+    // compaction rewrites every segment at another level: every row follows its file
+    let before = catalog_of(&store);
+    run_ok(capsule().args(["compact", "--store", p(&store), "--level", "9"]));
+    let after = catalog_of(&store);
+    assert_ne!(before, after);
+    assert_catalog_current(&store);
+}
