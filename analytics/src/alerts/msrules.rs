@@ -260,8 +260,9 @@ pub fn ms_rules(
     }
     if let Some(n) = incast {
         // Per destination: its events (ms), the largest one's senders.
-        let mut by_dst: BTreeMap<IpAddr, Vec<(u64, BTreeMap<IpAddr, (u64, u64)>)>> =
-            BTreeMap::new();
+        // A millisecond and its senders' (packets, bytes).
+        type Event = (u64, BTreeMap<IpAddr, (u64, u64)>);
+        let mut by_dst: BTreeMap<IpAddr, Vec<Event>> = BTreeMap::new();
         for ((ms_at, dst), senders) in fanin_union(ms.listing) {
             if senders.len() >= n as usize {
                 by_dst.entry(dst).or_default().push((ms_at, senders));
@@ -563,5 +564,32 @@ pub fn expectation_rules(
                 input.export(start, end, group_filter(config, name)),
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_need_every_millisecond_above_and_the_stated_length() {
+        // 1 ms at 10G is 1,250,000 bytes; the threshold is 5G (625,000 bytes a ms).
+        let s = [
+            (10, 1, 700_000),
+            (11, 1, 700_000),
+            (12, 1, 600_000), // below: ends the run
+            (13, 1, 900_000),
+            (15, 1, 900_000), // a gap: its own run
+            (16, 1, 900_000),
+            (17, 1, 900_000),
+        ];
+        assert_eq!(runs(&s, 5_000_000_000, 1), vec![(0, 1), (3, 3), (4, 6)]);
+        assert_eq!(runs(&s, 5_000_000_000, 2), vec![(0, 1), (4, 6)]);
+        assert_eq!(runs(&s, 5_000_000_000, 3), vec![(4, 6)]);
+        assert!(runs(&s, 8_000_000_000, 1).is_empty());
+        let w = window(5_001_000_000, 5_003_000_000);
+        assert_eq!(w["window_start_ms"], 5001);
+        assert_eq!(w["window_ms"], 2);
+        assert_eq!(w["window_start"], "1970-01-01T00:00:05.001000000Z");
     }
 }
