@@ -686,3 +686,144 @@ fn an_idle_port_with_the_example_config_keeps_capturing() {
         file_events(&sink)
     );
 }
+
+/// A whole Ethernet/IPv4/UDP frame of `len` bytes (tcpreplay sends what is captured).
+fn udp_frame(src: [u8; 4], dst: [u8; 4], dscp: u8, len: usize) -> Vec<u8> {
+    let mut f = vec![2, 0, dst[0], dst[1], dst[2], dst[3]];
+    f.extend_from_slice(&[2, 0, src[0], src[1], src[2], src[3]]);
+    f.extend_from_slice(&[0x08, 0x00]);
+    let ip_len = (len - 14) as u16;
+    let mut ip = vec![0x45, dscp << 2];
+    ip.extend_from_slice(&ip_len.to_be_bytes());
+    ip.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+    ip.extend_from_slice(&src);
+    ip.extend_from_slice(&dst);
+    let sum = ip
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum::<u32>();
+    let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&[0x1f, 0x40, 0x23, 0x28]);
+    f.extend_from_slice(&(ip_len - 20).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.resize(len, 0);
+    f
+}
+
+/// Issue 33: the millisecond rules and the group expectations evaluated live. Replayed at
+/// 100 Mbit/s onto a link the config states as 100M: an EF run from group `backup` (above
+/// half the link, and above backup's 20M-per-10-ms ceiling), 24 senders to one address in
+/// a fraction of a millisecond, and group `night` sending outside its hours (set two hours
+/// ahead of now). Each engages exactly once; nothing else does.
+#[test]
+fn live_millisecond_rules_and_expectations_engage_where_planted() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("alerts-live-ms");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut packets = Vec::new();
+    let mut t = 1_000_000_000u64;
+    let mut push = |f: Vec<u8>| {
+        t += 10_000;
+        packets.push((t, f.len() as u32, f));
+    };
+    for _ in 0..300 {
+        push(udp_frame([10, 50, 0, 1], [10, 50, 0, 2], 0, 1000));
+    }
+    for _ in 0..400 {
+        push(udp_frame([10, 77, 0, 1], [10, 77, 0, 2], 46, 1514));
+    }
+    for s in 1..=24u8 {
+        push(udp_frame([10, 88, 0, s], [10, 88, 1, 1], 0, 100));
+    }
+    for _ in 0..20 {
+        push(udp_frame([10, 66, 0, 1], [10, 66, 1, 1], 0, 500));
+    }
+    for _ in 0..300 {
+        push(udp_frame([10, 50, 0, 1], [10, 50, 0, 2], 0, 1000));
+    }
+    let pcap = dir.join("planted.pcap");
+    std::fs::write(&pcap, write_pcap_ns(1, 65535, &packets)).unwrap();
+    let sink = dir.join("alerts.jsonl");
+    let h = now_s() / 3600 % 24;
+    let cfg = dir.join("ms.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[links]\nveth = \"100M\"\n\n[groups]\nbackup = [\"10.77.0.0/24\"]\n\
+             night = [\"10.66.0.0/24\"]\nquiet = [\"10.88.0.0/24\"]\n\n\
+             [expect.backup]\nmax_rate = \"20M\"\nper = \"10ms\"\nhours = \"00:00-24:00\"\n\n\
+             [expect.night]\nhours = \"{:02}:00-{:02}:00\"\n\n\
+             [expect.quiet]\nmax_rate = \"10M\"\nper = \"1s\"\n\n\
+             [alerts]\nef_share = 0.5\nef_share_for = \"1ms\"\nincast_senders = 12\n\
+             live_every = \"1s\"\nlive_file = \"{}\"\n\
+             disabled = [\"egress\", \"off_hours\", \"dscp\", \"group_pair\", \"straggler\", \
+             \"tcp_retransmissions\", \"tcp_zero_window\"]\n",
+            (h + 2) % 24,
+            (h + 4) % 24,
+            p(&sink)
+        ),
+    )
+    .unwrap();
+    let link = Link::new("ms");
+    let store = dir.join("store");
+    let cap = link.capture(&store, &cfg);
+    link.send(&pcap);
+    let want: BTreeSet<&str> = [
+        "ef_share|ef",
+        "incast|10.88.1.1",
+        "rate_ceiling|backup",
+        "active_hours|night",
+    ]
+    .into();
+    let t0 = Instant::now();
+    let events: Vec<Value> = loop {
+        let events: Vec<Value> = file_events(&sink)
+            .iter()
+            .map(|l| serde_json::from_str(l).expect("one JSON object a line"))
+            .collect();
+        let engaged: BTreeSet<&str> = events
+            .iter()
+            .filter(|e| e["state"] == "engaged")
+            .map(|e| e["key"].as_str().unwrap())
+            .collect();
+        if engaged.is_superset(&want) {
+            // One more evaluation: a late extra alert would show.
+            std::thread::sleep(Duration::from_secs(2));
+            break file_events(&sink)
+                .iter()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(40),
+            "events so far: {events:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    stop(cap);
+    let engaged: Vec<&Value> = events.iter().filter(|e| e["state"] == "engaged").collect();
+    let keys: Vec<&str> = engaged.iter().map(|e| e["key"].as_str().unwrap()).collect();
+    assert_eq!(keys.len(), want.len(), "each once, nothing else: {keys:?}");
+    assert_eq!(keys.iter().copied().collect::<BTreeSet<_>>(), want);
+    let alert = |k: &str| &engaged.iter().find(|e| e["key"] == k).unwrap()["alert"];
+    let x = &alert("incast|10.88.1.1")["figures"];
+    assert!(x["senders"].as_u64().unwrap() >= 12, "{x}");
+    assert_eq!(x["window_ms"], 1);
+    let x = &alert("active_hours|night")["figures"];
+    assert_eq!(
+        (x["bytes"].as_u64(), x["packets"].as_u64()),
+        (Some(10_000), Some(20)),
+        "{x}"
+    );
+    let x = &alert("rate_ceiling|backup")["figures"];
+    assert_eq!(
+        (x["proven"].as_bool(), x["per_ms"].as_u64()),
+        (Some(true), Some(10)),
+        "{x}"
+    );
+    let x = &alert("ef_share|ef")["figures"];
+    assert_eq!(x["threshold_bits_per_second"], 50_000_000u64, "{x}");
+    assert!(x["window_start"].as_str().unwrap().ends_with('Z'));
+}

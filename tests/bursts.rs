@@ -23,6 +23,9 @@ const FRAME: u64 = 1514;
 /// The incast's millisecond: 24 senders, one 1000-byte frame each.
 const INCAST_MS: u64 = START_MS + 1_567;
 const SENDERS: u8 = 24;
+/// The night group's traffic: 20 frames of 500 bytes from 02:00:01.800.
+const NIGHT_MS: u64 = START_MS + 1_800;
+const NIGHT_FRAMES: u64 = 20;
 
 /// The headers of an Ethernet/IPv4/UDP frame of `len` bytes on the wire (the rest is not
 /// captured: the pcap record's original length says how long it was).
@@ -63,6 +66,13 @@ fn planted() -> Vec<u8> {
         let f = udp([10, 88, 0, s], [10, 88, 1, 1], 0, (7000, 9000), 1000);
         packets.push((INCAST_MS * MS + u64::from(s) * 40_000, 1000, f));
     }
+    // A group sending outside its hours (`active_hours`): NIGHT_FRAMES of 500 bytes, one a
+    // millisecond from NIGHT_MS.
+    for i in 0..NIGHT_FRAMES {
+        let f = udp([10, 66, 0, 1], [10, 66, 1, 1], 0, (6000, 6001), 500);
+        packets.push(((NIGHT_MS + i) * MS, 500, f));
+    }
+    packets.sort_by_key(|x| x.0);
     write_pcap_ns(1, 65535, &packets)
 }
 
@@ -254,4 +264,177 @@ fn bad_thresholds_are_usage_errors_and_an_unknown_link_is_said() {
     assert!(v["threshold_bits_per_second"].is_null());
     assert!(v["scopes"][0]["peaks"][0]["bytes"].as_u64().unwrap() > 0);
     assert_eq!(v["incast_count"], 1, "incast needs no link rate");
+}
+
+/// The new rules' alerts of `capsule alerts --json` with `alerts` as the `[alerts]` keys.
+fn ms_alerts(f: &Fixture, alerts: &str) -> Vec<Value> {
+    let cfg = f.dir.join("alerts.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[links]\nspan0 = \"10G\"\n\n[groups]\nbackup = [\"10.77.0.0/24\"]\n\
+             night = [\"10.66.0.0/24\"]\nquiet = [\"10.88.0.0/24\"]\n\n\
+             [expect.backup]\nmax_rate = \"1G\"\nper = \"10ms\"\nhours = \"22:00-06:00\"\n\n\
+             [expect.night]\nhours = \"08:00-18:00\"\n\n\
+             [expect.quiet]\nmax_rate = \"10M\"\nper = \"1s\"\nhours = \"00:00-24:00\"\n\n\
+             [alerts]\n{alerts}"
+        ),
+    )
+    .unwrap();
+    let out = run_ok(capsule().args([
+        "alerts",
+        "--store",
+        p(&f.store),
+        "--config",
+        p(&cfg),
+        "--json",
+    ]));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    const NEW: [&str; 5] = [
+        "ef_share",
+        "microburst",
+        "incast",
+        "rate_ceiling",
+        "active_hours",
+    ];
+    v["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| NEW.contains(&a["rule"].as_str().unwrap()))
+        .cloned()
+        .collect()
+}
+
+/// Issue 33 item 3: `ef_share`, `microburst`, `incast`, `rate_ceiling` and `active_hours`
+/// over the same store: each fires once, where it was planted, naming its group or class,
+/// its window (ms, ns, RFC 3339), its rate and its threshold; nothing else fires.
+#[test]
+fn the_millisecond_rules_and_group_expectations_fire_where_planted_only() {
+    let f = fixture("bursts-alerts");
+    let got = ms_alerts(
+        &f,
+        "ef_share = 0.5\nef_share_for = \"2ms\"\nmicroburst_rate = \"80%\"\n\
+         incast_senders = 16\n",
+    );
+    let by: BTreeMap<(String, String), &Value> = got
+        .iter()
+        .map(|a| {
+            let k = (
+                a["rule"].as_str().unwrap().to_string(),
+                a["entity"]["name"].as_str().unwrap().to_string(),
+            );
+            (k, a)
+        })
+        .collect();
+    let keys: BTreeSet<(&str, &str)> = by.keys().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let want: BTreeSet<(&str, &str)> = [
+        ("ef_share", "ef"),
+        ("microburst", "link"),
+        ("incast", "10.88.1.1"),
+        ("rate_ceiling", "backup"),
+        ("active_hours", "night"),
+    ]
+    .into();
+    assert_eq!(keys, want, "{got:#?}");
+    assert_eq!(got.len(), want.len(), "one alert each: {got:#?}");
+    let fig = |rule: &str, name: &str| &by[&(rule.to_string(), name.to_string())]["figures"];
+
+    // EF above half the link for 2 ms, from the burst's first millisecond.
+    for (rule, name, threshold) in [
+        ("ef_share", "ef", 5_000_000_000u64),
+        ("microburst", "link", 8_000_000_000),
+    ] {
+        let x = fig(rule, name);
+        assert_eq!(x["window_start_ms"], BURST_MS, "{rule}: {x}");
+        assert_eq!(x["window_start_ns"], BURST_MS * MS);
+        assert_eq!(x["window_start"], "2026-11-30T02:00:01.234000000Z");
+        assert_eq!(x["window_ms"], 2);
+        assert_eq!(x["runs"], 1);
+        assert_eq!(x["threshold_bits_per_second"], threshold);
+        let rate = x["rate_bits_per_second"].as_u64().unwrap();
+        assert!(
+            rate >= BURST_FRAMES * FRAME * 8000 && rate > threshold,
+            "{x}"
+        );
+    }
+    assert_eq!(fig("ef_share", "ef")["threshold_share"], 0.5);
+
+    // The incast: its millisecond, its destination, all 24 senders.
+    let x = fig("incast", "10.88.1.1");
+    assert_eq!(x["window_start_ns"], INCAST_MS * MS);
+    assert_eq!(x["window_ms"], 1);
+    assert_eq!(x["senders"], u64::from(SENDERS));
+    assert_eq!(x["threshold_senders"], 16);
+    assert_eq!(x["bytes"], u64::from(SENDERS) * 1000);
+    let senders: BTreeSet<&str> = x["sender_list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["addr"].as_str().unwrap())
+        .collect();
+    assert_eq!(senders.len(), usize::from(SENDERS));
+    assert!(senders.contains("10.88.0.1") && senders.contains("10.88.0.24"));
+
+    // backup's ceiling, 1G per 10 ms, is proven broken in the 10 ms holding the burst.
+    let x = fig("rate_ceiling", "backup");
+    assert_eq!(x["proven"], true, "{x}");
+    assert_eq!(x["window_start_ns"], BURST_MS / 10 * 10 * MS);
+    assert_eq!(x["window_ms"], 10);
+    assert_eq!(
+        (x["per_ms"].as_u64(), x["windows"].as_u64()),
+        (Some(10), Some(1))
+    );
+    assert_eq!(x["threshold_bits_per_second"], 1_000_000_000u64);
+    assert!(x["bytes"].as_u64().unwrap() > 1_250_000, "{x}");
+    assert!(x["rate_bits_per_second"].as_u64().unwrap() > 1_000_000_000);
+    assert_eq!(
+        by[&("rate_ceiling".into(), "backup".into())]["severity"],
+        "medium"
+    );
+
+    // night sent outside 08:00-18:00 UTC (at 02:00): its volume, its seconds.
+    let x = fig("active_hours", "night");
+    assert_eq!(x["bytes"], NIGHT_FRAMES * 500);
+    assert_eq!(x["packets"], NIGHT_FRAMES);
+    assert_eq!(x["hours"], "08:00-18:00 UTC");
+    assert_eq!(x["window_start_ns"], NIGHT_MS / 1000 * 1000 * MS);
+    assert!(x["window_start"]
+        .as_str()
+        .unwrap()
+        .starts_with("2026-11-30T02:00:01"));
+
+    // Triage's report zooms into each burst at 1 ms: the burst's window and 10 ms around.
+    let out = f.dir.join("triage");
+    run_ok(capsule().args([
+        "triage",
+        "--store",
+        p(&f.store),
+        "--config",
+        p(&f.dir.join("alerts.toml")),
+        "-o",
+        p(&out),
+        "--quiet",
+    ]));
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for rule in ["ef_share ef", "microburst link"] {
+        let at = html
+            .find(&format!("Millisecond zoom: {rule}"))
+            .unwrap_or_else(|| panic!("no zoom of {rule}"));
+        let para = &html[at..at + 600];
+        assert!(para.contains("02:00:01.224"), "{para}");
+        assert!(
+            para.contains("the burst: 2026-11-30T02:00:01.234Z to 2026-11-30T02:00:01.236Z"),
+            "{para}"
+        );
+    }
+    assert_eq!(html.matches("Millisecond zoom:").count(), 2);
+
+    // Held to 3 ms, the 2 ms EF burst is not one; 24 senders are not 25.
+    let got = ms_alerts(
+        &f,
+        "ef_share = 0.5\nef_share_for = \"3ms\"\nincast_senders = 25\n",
+    );
+    let rules: BTreeSet<&str> = got.iter().map(|a| a["rule"].as_str().unwrap()).collect();
+    assert_eq!(rules, ["rate_ceiling", "active_hours"].into(), "{got:#?}");
 }

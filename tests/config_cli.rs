@@ -424,7 +424,8 @@ fn the_summary_lists_the_alert_rules_with_their_thresholds() {
     let (code, out, err) = check(&[], &f);
     assert_eq!(code, 0, "{out}{err}");
     for want in [
-        "alerts (6 rules on, 1 off):",
+        "alerts (11 rules on, 1 off):",
+        "incast               nothing to check (no incast_senders)",
         "egress",
         "10.5 MB per flow direction in 1m 00s",
         "straggler",

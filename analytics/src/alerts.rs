@@ -12,6 +12,8 @@
 //!   group_pair  matrix.rs's flagged cells between two named groups, `pair_bytes` or more
 //!   straggler   stragglers.rs over each of `straggler_groups`
 //!   tcp_*       per host: retransmitted share of data segments sent, zero windows sent
+//!   ef_share, microburst, incast, rate_ceiling, active_hours: alerts/msrules.rs (the
+//!               millisecond series and the [expect.GROUP] entries)
 //!   -> alerts, worst first (severity, then bytes)
 //! ```
 
@@ -24,6 +26,8 @@ use capsule_query::Filter;
 use capsule_query::IpProto;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
+
+pub mod msrules;
 
 use crate::matrix::{self, UNASSIGNED};
 use crate::{dscp, rfc, side_filter, stragglers, AnalyticsError, Export, Input, Policy};
@@ -79,7 +83,7 @@ impl Alert {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn alert(
+pub(crate) fn alert(
     rule: &'static str,
     severity: Severity,
     entity: Entity,
@@ -107,8 +111,19 @@ fn alert(
     }
 }
 
-/// Evaluates every enabled rule of `config`'s `[alerts]` over `input`.
+/// Evaluates every enabled rule of `config`'s `[alerts]` over `input` (the millisecond
+/// rules need the series: [`evaluate_with`]).
 pub fn evaluate(input: &Input, config: &Config) -> Result<Vec<Alert>, AnalyticsError> {
+    evaluate_with(input, config, None)
+}
+
+/// Evaluates every enabled rule, the millisecond ones (`ef_share`, `microburst`,
+/// `incast`, a sub-second `rate_ceiling`) over `ms` when given.
+pub fn evaluate_with(
+    input: &Input,
+    config: &Config,
+    ms: Option<&msrules::MsInput<'_>>,
+) -> Result<Vec<Alert>, AnalyticsError> {
     let rules = config.alerts();
     let policy: &dyn Policy = config;
     let mut out = Vec::new();
@@ -202,6 +217,10 @@ pub fn evaluate(input: &Input, config: &Config) -> Result<Vec<Alert>, AnalyticsE
     if rules.enabled("tcp_retransmissions") || rules.enabled("tcp_zero_window") {
         tcp_rules(input, rules, &mut out);
     }
+    if let Some(ms) = ms {
+        msrules::ms_rules(input, config, ms, &mut out)?;
+    }
+    msrules::expectation_rules(input, config, ms, &mut out);
     out.sort_by(|a, b| {
         a.severity
             .cmp(&b.severity)
@@ -213,7 +232,7 @@ pub fn evaluate(input: &Input, config: &Config) -> Result<Vec<Alert>, AnalyticsE
 }
 
 /// `[first, last]` bounded by the answered window.
-fn clamp(input: &Input, first: u64, last: u64) -> (u64, u64) {
+pub(crate) fn clamp(input: &Input, first: u64, last: u64) -> (u64, u64) {
     let first = first.max(input.from_ns);
     let last = last.min(input.to_ns.saturating_sub(1)).max(first);
     (first, last)

@@ -197,14 +197,14 @@ pub struct Bursts {
 }
 
 /// Per millisecond: the link's (packets, bytes) and each value's bytes.
-struct Merged {
+pub(crate) struct Merged {
     /// Ascending by ms.
-    link: Vec<(u64, u64, u64)>,
+    pub(crate) link: Vec<(u64, u64, u64)>,
     /// Per value: ascending (ms, packets, bytes).
-    values: BTreeMap<u8, Vec<(u64, u64, u64)>>,
+    pub(crate) values: BTreeMap<u8, Vec<(u64, u64, u64)>>,
 }
 
-fn merge(listing: &SeriesListing) -> Merged {
+pub(crate) fn merge(listing: &SeriesListing) -> Merged {
     let mut all: Vec<(u64, u8, u64, u64)> = listing
         .blocks
         .iter()
@@ -240,7 +240,7 @@ fn merge(listing: &SeriesListing) -> Merged {
 }
 
 /// Bits per second of `bytes` over `ms` milliseconds.
-fn bps(bytes: u64, ms: u64) -> u64 {
+pub(crate) fn bps(bytes: u64, ms: u64) -> u64 {
     (u128::from(bytes) * 8 * 1000 / u128::from(ms.max(1))) as u64
 }
 
@@ -295,7 +295,7 @@ fn scope(
 }
 
 /// A value's display name: its DSCP name, or "non-IP" for the pseudo value 64.
-fn value_name(v: u8) -> String {
+pub(crate) fn value_name(v: u8) -> String {
     if v == capsule_index::sideindex::series::NON_IP {
         "non-IP".to_string()
     } else {
@@ -374,18 +374,7 @@ pub fn bursts(
         .map(|r| burst(input, &m, *r, link_bps))
         .collect();
 
-    // Incast: the union of each (ms, destination)'s senders over every block.
-    let mut fanin: BTreeMap<(u64, IpAddr), BTreeMap<IpAddr, (u64, u64)>> = BTreeMap::new();
-    for s in &listing.blocks {
-        for f in &s.fanin {
-            let e = fanin.entry((f.ms, f.dst)).or_default();
-            for x in &f.senders {
-                let c = e.entry(x.addr).or_default();
-                c.0 += x.packets;
-                c.1 += x.bytes;
-            }
-        }
-    }
+    let fanin = fanin_union(listing);
     let mut incast_count = 0;
     let mut incast = Vec::new();
     for ((ms, dst), senders) in fanin {
@@ -432,6 +421,41 @@ pub fn bursts(
         notes,
         series,
     })
+}
+
+/// Each (ms, destination)'s senders, (packets, bytes) each: the union over every block
+/// (blocks of different lanes share milliseconds).
+pub(crate) type FaninUnion = BTreeMap<(u64, IpAddr), BTreeMap<IpAddr, (u64, u64)>>;
+
+pub(crate) fn fanin_union(listing: &SeriesListing) -> FaninUnion {
+    let mut fanin = FaninUnion::new();
+    for s in &listing.blocks {
+        for f in &s.fanin {
+            let e = fanin.entry((f.ms, f.dst)).or_default();
+            for x in &f.senders {
+                let c = e.entry(x.addr).or_default();
+                c.0 += x.packets;
+                c.1 += x.bytes;
+            }
+        }
+    }
+    fanin
+}
+
+/// Bytes per DSCP value (64: non-IP) in each millisecond of `[from_ms, to_ms)`, zero where
+/// there was none: what a chart zooms into a burst with. Values with no bytes are left out.
+pub fn ms_by_value(listing: &SeriesListing, from_ms: u64, to_ms: u64) -> Vec<(u8, Vec<u64>)> {
+    let n = to_ms.saturating_sub(from_ms) as usize;
+    let mut out: BTreeMap<u8, Vec<u64>> = BTreeMap::new();
+    for s in &listing.blocks {
+        for b in s.bins.iter().filter(|b| b.ms >= from_ms && b.ms < to_ms) {
+            for c in &b.classes {
+                out.entry(c.dscp).or_insert_with(|| vec![0; n])[(b.ms - from_ms) as usize] +=
+                    c.bytes;
+            }
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// Every millisecond of `m`, with its values.

@@ -278,7 +278,10 @@ pub fn answer(source: &Source, req: &Request) -> Result<Answer, AnswerError> {
             body,
         });
     }
-    let body = body(&input, question, policy)?;
+    let body = match (question, policy) {
+        (Question::Alerts, Some(config)) => alerts_body(source, &input, config)?,
+        _ => body(&input, question, policy)?,
+    };
     Ok(Answer {
         question: question.clone(),
         window: Window::of(&input),
@@ -331,6 +334,40 @@ fn bursts_body(
         capsule_index::millis::list_index_only(&store, input.from_ns, input.to_ns).map_err(err)?;
     let b = bursts::bursts(input, &listing, link_of(source), ask)?;
     Ok(Body::Bursts(Box::new(b)))
+}
+
+/// The `alerts` answer over `input`: the flow rules, and the millisecond rules over the
+/// window's millisecond series (index only, no segment file read) when the config asks
+/// for any (capsule_analytics::alerts::msrules::needs_series).
+pub fn alerts_body(
+    source: &Source,
+    input: &Input,
+    config: &capsule_config::Config,
+) -> Result<Body, AnswerError> {
+    let usage = |e| match e {
+        capsule_analytics::AnalyticsError::Usage(m) => AnswerError::Usage(format!("[alerts]: {m}")),
+        e => e.into(),
+    };
+    if !capsule_analytics::alerts::msrules::needs_series(config) {
+        return Ok(Body::Alerts {
+            alerts: alerts::evaluate(input, config).map_err(usage)?,
+        });
+    }
+    let dir = &source.store;
+    let err = |e| AnswerError::Store {
+        store: dir.display().to_string(),
+        source: e,
+    };
+    let store = capsule_store::Store::open(dir).map_err(err)?;
+    let listing =
+        capsule_index::millis::list_index_only(&store, input.from_ns, input.to_ns).map_err(err)?;
+    let ms = capsule_analytics::alerts::msrules::MsInput {
+        listing: &listing,
+        link_bps: link_of(source).map(|l| l.bits_per_second),
+    };
+    Ok(Body::Alerts {
+        alerts: alerts::evaluate_with(input, config, Some(&ms)).map_err(usage)?,
+    })
 }
 
 /// The question's own result over `input` (`config`: checked present by [`answer`] when the

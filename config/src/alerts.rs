@@ -14,7 +14,13 @@
 //! webhook_url = "https://hooks.example/capsule"  webhook_secret_file = "/etc/capsule/hook.key"
 //! webhook_timeout = "5s"  webhook_retries = 3  webhook_ca = "/etc/capsule/ca.pem"
 //! sink_queue = 1000       evidence_max = "64M"
+//! ef_share = 0.3  ef_share_for = "2ms"   microburst_rate = "80%"  microburst_for = "1ms"
+//! microburst_class = "ef"  incast_senders = 16  active_hours_bytes = "1M"
 //! ```
+//!
+//! The millisecond rules (`ef_share`, `microburst`, `incast`) run only when their key is
+//! set; `rate_ceiling` and `active_hours` hold the groups of `[expect.GROUP]` to their
+//! entries (config/src/expect.rs).
 //!
 //! Sizes are integers (bytes) or strings with a unit (`K`, `M`, `G`, `T`: powers of 1024;
 //! `KB`, `MB`, `GB`, `TB`: powers of 1000); durations are strings (`10s`, `5m`, `1h`), whole
@@ -29,7 +35,7 @@ use crate::groups::Groups;
 use crate::walk::{join, Src};
 
 /// The rule names, as alerts carry them in `rule` and `disabled` lists them.
-pub const RULES: [&str; 7] = [
+pub const RULES: [&str; 12] = [
     "egress",
     "off_hours",
     "dscp",
@@ -37,6 +43,11 @@ pub const RULES: [&str; 7] = [
     "straggler",
     "tcp_retransmissions",
     "tcp_zero_window",
+    "ef_share",
+    "microburst",
+    "incast",
+    "rate_ceiling",
+    "active_hours",
 ];
 
 /// The syslog facilities by name (RFC 5424 section 6.2.1), in code order.
@@ -46,7 +57,14 @@ pub const FACILITIES: [&str; 24] = [
     "local5", "local6", "local7",
 ];
 
-const KEYS: [&str; 28] = [
+const KEYS: [&str; 35] = [
+    "ef_share",
+    "ef_share_for",
+    "microburst_rate",
+    "microburst_for",
+    "microburst_class",
+    "incast_senders",
+    "active_hours_bytes",
     "live_file",
     "syslog_udp",
     "syslog_socket",
@@ -118,6 +136,34 @@ pub struct Webhook {
     pub ca: Option<String>,
 }
 
+/// A rate a millisecond rule compares with: bits per second, or a share of the link.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MsRate {
+    BitsPerSecond(u64),
+    /// Percent of the link's line rate (`[links]`), 0 < p <= 100.
+    LinkPercent(f64),
+}
+
+impl MsRate {
+    /// Bits per second, against a link of `link` bits per second (`None` when a share of
+    /// an unknown link).
+    pub fn bps(&self, link: Option<u64>) -> Option<u64> {
+        match *self {
+            MsRate::BitsPerSecond(b) => Some(b),
+            MsRate::LinkPercent(p) => link.map(|l| (l as f64 * p / 100.0).round() as u64),
+        }
+    }
+
+    /// As written: `80%`, `8G`.
+    pub fn text(&self) -> String {
+        match *self {
+            MsRate::BitsPerSecond(b) => crate::links::rate_text(b),
+            MsRate::LinkPercent(p) => format!("{p}%"),
+        }
+    }
+}
+
 /// The thresholds of every alert rule.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AlertRules {
@@ -151,6 +197,24 @@ pub struct AlertRules {
     /// `tcp_zero_window`: a host advertising a zero window at least this many times.
     /// Default 10.
     pub zero_windows: u64,
+    /// `ef_share`: EF (46) above this share of the link's rate (0 < share <= 1) for
+    /// `ef_share_for`. None (default): not evaluated. Needs the link's rate (`[links]`).
+    pub ef_share: Option<f64>,
+    /// Milliseconds in a row EF must stay above `ef_share` (ns, whole ms). Default 1 ms.
+    pub ef_share_for_ns: u64,
+    /// `microburst`: the link (or `microburst_class`) above this rate for
+    /// `microburst_for`. None (default): not evaluated.
+    pub microburst_rate: Option<MsRate>,
+    /// Default 1 ms.
+    pub microburst_for_ns: u64,
+    /// The DSCP value held to `microburst_rate` (None: the whole link).
+    pub microburst_class: Option<u8>,
+    /// `incast`: at least this many distinct senders to one destination within one
+    /// millisecond (4 or more). None (default): not evaluated.
+    pub incast_senders: Option<u32>,
+    /// `active_hours`: a group of `[expect]` sending at least this many bytes outside its
+    /// hours. Default 1 (any).
+    pub active_hours_bytes: u64,
     /// Rules not evaluated (names from [`RULES`]).
     pub disabled: Vec<String>,
     /// Live alerts: the JSON-lines file `capsule capture --config` appends alerts to (none:
@@ -194,6 +258,13 @@ impl Default for AlertRules {
             retransmission_rate: 0.05,
             retransmission_min_segments: 1000,
             zero_windows: 10,
+            ef_share: None,
+            ef_share_for_ns: 1_000_000,
+            microburst_rate: None,
+            microburst_for_ns: 1_000_000,
+            microburst_class: None,
+            incast_senders: None,
+            active_hours_bytes: 1,
             disabled: Vec::new(),
             live_file: None,
             live_every_ns: 5 * 1_000_000_000,
@@ -265,6 +336,50 @@ impl AlertRules {
                         r.retransmission_min_segments = count(src, &key, v)?
                     }
                     "zero_windows" => r.zero_windows = count(src, &key, v)?,
+                    "ef_share" => {
+                        let x = fraction(src, &key, v)?;
+                        if x == 0.0 {
+                            return Err(src.err(
+                                v.span(),
+                                &key,
+                                ErrorKind::BadValue,
+                                "a share of the link above 0, at most 1 (0.3)",
+                                src.found(v),
+                            ));
+                        }
+                        r.ef_share = Some(x);
+                    }
+                    "ef_share_for" => r.ef_share_for_ns = ms_duration(src, &key, v)?,
+                    "microburst_for" => r.microburst_for_ns = ms_duration(src, &key, v)?,
+                    "microburst_rate" => r.microburst_rate = Some(ms_rate(src, &key, v)?),
+                    "microburst_class" => {
+                        let t = src.string(&key, v, "a DSCP name or value (\"ef\", \"46\")")?;
+                        r.microburst_class = Some(crate::dscp::parse_dscp(t).ok_or_else(|| {
+                            src.err(
+                                v.span(),
+                                &key,
+                                ErrorKind::BadDscp,
+                                "a DSCP name (df, le, cs0-cs7, af11-af43, va, ef) or a number \
+                                 0-63",
+                                src.found(v),
+                            )
+                        })?);
+                    }
+                    "incast_senders" => {
+                        let n = count(src, &key, v)?;
+                        if !(4..=65536).contains(&n) {
+                            return Err(src.err(
+                                v.span(),
+                                &key,
+                                ErrorKind::BadValue,
+                                "4 to 65536 senders (the index keeps the senders of a \
+                                 destination from 4 within a millisecond)",
+                                src.found(v),
+                            ));
+                        }
+                        r.incast_senders = Some(n as u32);
+                    }
+                    "active_hours_bytes" => r.active_hours_bytes = size(src, &key, v)?,
                     "live_file" => {
                         let f = src.string(&key, v, "a file path (a string)")?;
                         if f.is_empty() {
@@ -500,6 +615,37 @@ fn any_duration(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u6
         .and_then(|d| u64::try_from(d.as_nanos()).ok())
         .filter(|&ns| (1_000_000..=3_600_000_000_000).contains(&ns));
     ns.ok_or_else(|| src.err(v.span(), key, ErrorKind::BadValue, EXPECTED, src.found(v)))
+}
+
+/// A duration of whole milliseconds, 1 ms to 1 h (`"2ms"`, `"1s"`), in ns.
+fn ms_duration(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<u64, ConfigError> {
+    let ns = any_duration(src, key, v)?;
+    if !ns.is_multiple_of(1_000_000) {
+        return Err(src.err(
+            v.span(),
+            key,
+            ErrorKind::BadValue,
+            "whole milliseconds (\"2ms\", \"10ms\"): the series counts 1 ms bins",
+            src.found(v),
+        ));
+    }
+    Ok(ns)
+}
+
+/// `"80%"` (of the link) or a rate (`"8G"`).
+fn ms_rate(src: &Src<'_>, key: &str, v: &Spanned<DeValue<'_>>) -> Result<MsRate, ConfigError> {
+    const EXPECTED: &str = "a share of the link (\"80%\") or a rate (\"8G\", \"400M\")";
+    let t = src.string(key, v, EXPECTED)?;
+    let bad = || src.err(v.span(), key, ErrorKind::BadValue, EXPECTED, src.found(v));
+    match t.trim().strip_suffix('%') {
+        Some(p) => match p.trim().parse::<f64>() {
+            Ok(p) if p > 0.0 && p <= 100.0 => Ok(MsRate::LinkPercent(p)),
+            _ => Err(bad()),
+        },
+        None => crate::links::parse_rate(t)
+            .map(MsRate::BitsPerSecond)
+            .map_err(|_| bad()),
+    }
 }
 
 /// A non-negative integer.
@@ -825,6 +971,81 @@ mod tests {
                 "{text}: {e}"
             );
             assert!(e.to_string().starts_with(&format!("c.toml:{line}:")), "{e}");
+        }
+    }
+
+    #[test]
+    fn millisecond_rules_parse_and_bad_values_name_the_line() {
+        let c = Config::parse(
+            "[alerts]\nef_share = 0.3\nef_share_for = \"2ms\"\nmicroburst_rate = \"80%\"\n\
+             microburst_for = \"3ms\"\nmicroburst_class = \"ef\"\nincast_senders = 16\n\
+             active_hours_bytes = \"1M\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        let a = c.alerts();
+        assert_eq!((a.ef_share, a.ef_share_for_ns), (Some(0.3), 2_000_000));
+        assert_eq!(a.microburst_rate, Some(super::MsRate::LinkPercent(80.0)));
+        assert_eq!(
+            a.microburst_rate.unwrap().bps(Some(10_000_000_000)),
+            Some(8_000_000_000)
+        );
+        assert_eq!(
+            (a.microburst_for_ns, a.microburst_class),
+            (3_000_000, Some(46))
+        );
+        assert_eq!(
+            (a.incast_senders, a.active_hours_bytes),
+            (Some(16), 1 << 20)
+        );
+        let d = Config::parse("", "c.toml").unwrap();
+        assert_eq!(
+            (d.alerts().ef_share, d.alerts().incast_senders),
+            (None, None)
+        );
+        for (text, key, kind) in [
+            ("ef_share = 0", "alerts.ef_share", ErrorKind::BadValue),
+            ("ef_share = 1.5", "alerts.ef_share", ErrorKind::BadValue),
+            (
+                "ef_share_for = \"1.5ms\"",
+                "alerts.ef_share_for",
+                ErrorKind::BadValue,
+            ),
+            (
+                "microburst_rate = \"120%\"",
+                "alerts.microburst_rate",
+                ErrorKind::BadValue,
+            ),
+            (
+                "microburst_rate = \"fast\"",
+                "alerts.microburst_rate",
+                ErrorKind::BadValue,
+            ),
+            (
+                "microburst_class = \"zz\"",
+                "alerts.microburst_class",
+                ErrorKind::BadDscp,
+            ),
+            (
+                "incast_senders = 3",
+                "alerts.incast_senders",
+                ErrorKind::BadValue,
+            ),
+            (
+                "active_hours_bytes = \"x\"",
+                "alerts.active_hours_bytes",
+                ErrorKind::BadValue,
+            ),
+        ] {
+            let text = format!("[alerts]\n\n{text}\n");
+            let e = Config::parse(&text, "c.toml").unwrap_err();
+            let i = e.invalid().unwrap_or_else(|| panic!("{text}: {e}"));
+            assert_eq!(
+                (i.key.as_str(), i.kind, i.line),
+                (key, kind, 3),
+                "{text}: {e}"
+            );
+            assert!(e.to_string().starts_with("c.toml:3:"), "{e}");
         }
     }
 

@@ -268,7 +268,7 @@ fn parse_days(text: &str) -> Result<[bool; 7], String> {
 }
 
 /// `"08:00"` -> 480 minutes; `"24:00"` -> 1440.
-fn parse_hhmm(text: &str) -> Option<u16> {
+pub(crate) fn parse_hhmm(text: &str) -> Option<u16> {
     let (h, m) = text.split_once(':')?;
     if h.is_empty() || h.len() > 2 || m.len() != 2 {
         return None;
@@ -283,7 +283,7 @@ fn parse_hhmm(text: &str) -> Option<u16> {
     Some(h * 60 + m)
 }
 
-fn hhmm(m: u16) -> String {
+pub(crate) fn hhmm(m: u16) -> String {
     format!("{:02}:{:02}", m / 60, m % 60)
 }
 

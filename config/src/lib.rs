@@ -15,6 +15,8 @@
 //!   -> [alerts] alerts.rs: AlertRules (each rule's thresholds, defaults for the rest)
 //!   -> [serve] capture.rs too: one key per `capsule serve` flag, kept as text like
 //!      [capture]
+//!   -> [expect.GROUP] expect.rs: Expectation (a group's rate ceiling at a resolution,
+//!      its active hours), read after [groups] and [work_hours]
 //!   -> [fleet] fleet.rs: Fleet (node name, ClickHouse URL, advertised serve URL, files)
 //!   -> Config; any problem: ConfigError::Invalid naming file:line:column, the dotted key
 //!      (`groups.gpu[2]`), what was expected and what was found; the parsers keep each
@@ -36,6 +38,7 @@ mod cutoff;
 mod dscp;
 mod egress;
 mod error;
+mod expect;
 mod fleet;
 mod groups;
 mod hours;
@@ -50,7 +53,7 @@ use serde::Serialize;
 use toml::de::DeTable;
 
 pub use alerts::{
-    AlertRules, Secret, SecretSource, Webhook, FACILITIES as SYSLOG_FACILITIES,
+    AlertRules, MsRate, Secret, SecretSource, Webhook, FACILITIES as SYSLOG_FACILITIES,
     RULES as ALERT_RULES,
 };
 pub use capture::{CaptureSetting, CaptureType, CAPTURE_KEYS, SERVE_KEYS};
@@ -59,6 +62,7 @@ pub use cutoff::{Cutoff, KeepRule, CUTOFF_KEYS, DEFAULT_IDLE_NS};
 pub use dscp::{dscp_name, parse_dscp, DscpRule};
 pub use egress::EgressRule;
 pub use error::{line_col, ConfigError, ErrorKind, Invalid};
+pub use expect::{ActiveHours, Ceiling, Expectation, EXPECT_KEYS, PER_MS};
 pub use fleet::{valid_node_name, Fleet, FLEET_KEYS};
 pub use groups::{Group, GroupId, Groups, Prefix, PrefixError, UNASSIGNED};
 pub use hours::WorkHours;
@@ -68,7 +72,7 @@ pub use tier::{TierConfig, DEFAULT_REGION, TIER_KEYS};
 use walk::Src;
 
 /// The sections a config file may have, in the order they are read.
-pub const SECTIONS: [&str; 11] = [
+pub const SECTIONS: [&str; 12] = [
     "groups",
     "dscp",
     "egress",
@@ -80,6 +84,7 @@ pub const SECTIONS: [&str; 11] = [
     "fleet",
     "links",
     "tier",
+    "expect",
 ];
 
 /// A validated config file.
@@ -96,6 +101,7 @@ pub struct Config {
     fleet: Option<Fleet>,
     links: Vec<links::Link>,
     tier: Option<TierConfig>,
+    expect: Vec<Expectation>,
 }
 
 impl Config {
@@ -226,7 +232,22 @@ impl Config {
                 c.tier = tier::parse(&src, "tier", k.span(), t);
             }
         }
+        if let Some(v) = doc.get("expect") {
+            let t = src.table(
+                "expect",
+                v,
+                "a table of group = { max_rate, per, hours } ([expect.GROUP])",
+            );
+            if let Some(t) = src.keep(t) {
+                c.expect = expect::parse(&src, "expect", t, &c.groups, c.work_hours.as_ref());
+            }
+        }
         src.finish(c)
+    }
+
+    /// The `[expect.GROUP]` entries, in file order.
+    pub fn expectations(&self) -> &[Expectation] {
+        &self.expect
     }
 
     /// The `[links]` line rates, in the file's order.
@@ -323,6 +344,8 @@ struct ConfigJson<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     fleet: Option<&'a Fleet>,
     tier: Option<&'a TierConfig>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    expect: &'a [Expectation],
 }
 
 #[derive(Serialize)]
@@ -369,6 +392,7 @@ impl Serialize for Config {
             serve: &self.serve,
             fleet: self.fleet.as_ref(),
             tier: self.tier.as_ref(),
+            expect: &self.expect,
         }
         .serialize(s)
     }

@@ -231,6 +231,53 @@ fn alerts(out: &mut impl Write, c: &Config) -> std::io::Result<()> {
                     "a host advertising a zero window {} times or more",
                     a.zero_windows
                 ),
+                "ef_share" => match a.ef_share {
+                    None => "nothing to check (no ef_share)".to_string(),
+                    Some(x) => format!(
+                        "EF above {}% of the link for {} ms or more",
+                        x * 100.0,
+                        a.ef_share_for_ns / 1_000_000
+                    ),
+                },
+                "microburst" => match &a.microburst_rate {
+                    None => "nothing to check (no microburst_rate)".to_string(),
+                    Some(r) => format!(
+                        "{} above {} for {} ms or more",
+                        a.microburst_class
+                            .map_or("the link".to_string(), capsule_config::dscp_name),
+                        r.text(),
+                        a.microburst_for_ns / 1_000_000
+                    ),
+                },
+                "incast" => match a.incast_senders {
+                    None => "nothing to check (no incast_senders)".to_string(),
+                    Some(n) => format!("{n} or more senders to one address within 1 ms"),
+                },
+                "rate_ceiling" | "active_hours" => {
+                    let groups: Vec<String> = c
+                        .expectations()
+                        .iter()
+                        .filter_map(|e| match rule {
+                            "rate_ceiling" => e.max_rate.as_ref().map(|m| {
+                                format!(
+                                    "{} {} per {} ms",
+                                    e.group_name,
+                                    capsule_config::rate_text(m.bits_per_second),
+                                    m.per_ms
+                                )
+                            }),
+                            _ => e
+                                .hours
+                                .as_ref()
+                                .map(|h| format!("{} {}", e.group_name, h.describe())),
+                        })
+                        .collect();
+                    if groups.is_empty() {
+                        "nothing to check (no [expect.GROUP] entry for it)".to_string()
+                    } else {
+                        groups.join(", ")
+                    }
+                }
                 _ => "on".to_string(),
             }
         };

@@ -75,7 +75,9 @@ pub fn run(a: &TriageArgs) -> Result<ExitCode> {
     progress.finish();
     let input = input.map_err(answer_error)?;
     let ask = |q: Question| analytics::body(&input, &q, Some(config)).map_err(answer_error);
-    let Body::Alerts { alerts } = ask(Question::Alerts)? else {
+    let Body::Alerts { alerts } =
+        analytics::alerts_body(&source, &input, config).map_err(answer_error)?
+    else {
         bail!("the alerts question got another answer");
     };
     let window = Window::of(&input);
@@ -164,6 +166,7 @@ pub fn run(a: &TriageArgs) -> Result<ExitCode> {
         bail!("a chart's question got another answer");
     };
     let charts = Charts {
+        zooms: burst_zooms(&source, &alerts),
         dscp: dscp::over_time(&input, interval_ns),
         top: *top,
         matrix,
@@ -233,4 +236,39 @@ fn evidence(source: &Source, i: usize, al: &Alert, dir: &Path, cap: u64) -> Resu
         finding_packets: report.packets + report.packets_over_cap,
         finding_captured_bytes: report.captured_bytes + report.captured_bytes_over_cap,
     })
+}
+
+/// Bursts zoomed into, at most.
+const MAX_ZOOMS: usize = 5;
+/// Milliseconds shown on each side of a burst's window.
+const ZOOM_MARGIN_MS: u64 = 10;
+
+/// A millisecond zoom of each burst the alerts report (`ef_share`, `microburst`): the
+/// index's series around its window, bytes per DSCP value per millisecond (no segment file
+/// is read). A store whose series cannot be listed gives no zoom (the chart says none).
+fn burst_zooms(source: &Source, alerts: &[Alert]) -> Vec<crate::report::Zoom> {
+    let Ok(store) = capsule_store::Store::open(&source.store) else {
+        return Vec::new();
+    };
+    alerts
+        .iter()
+        .filter(|a| matches!(a.rule, "ef_share" | "microburst"))
+        .take(MAX_ZOOMS)
+        .filter_map(|a| {
+            let ms = |k: &str| a.figures.get(k).and_then(serde_json::Value::as_u64);
+            let start = ms("window_start_ns")? / 1_000_000;
+            let end = ms("window_end_ns")?.div_ceil(1_000_000);
+            let (from, to) = (start.saturating_sub(ZOOM_MARGIN_MS), end + ZOOM_MARGIN_MS);
+            let listing =
+                capsule_index::millis::list_index_only(&store, from * 1_000_000, to * 1_000_000)
+                    .ok()?;
+            Some(crate::report::Zoom {
+                title: format!("{} {}: {}", a.rule, a.entity.name, a.summary),
+                from_ns: from * 1_000_000,
+                to_ns: to * 1_000_000,
+                burst: (start * 1_000_000, end * 1_000_000),
+                dscp: capsule_analytics::bursts::ms_by_value(&listing, from, to),
+            })
+        })
+        .collect()
 }

@@ -114,6 +114,39 @@ pub(crate) fn html(w: &Window, alerts: &[Alert], findings: &[Finding<'_>], c: &C
         c.interval_ns / 1_000_000_000,
         stacked_svg("traffic by DSCP class", &series, "bytes", axis, None)
     );
+    // A millisecond zoom of each burst.
+    for z in &c.zooms {
+        let series: Vec<(String, Vec<u64>)> = z
+            .dscp
+            .iter()
+            .map(|(v, s)| {
+                let name = if *v == 64 {
+                    "non-IP".to_string()
+                } else {
+                    capsule_analytics::dscp_name(*v)
+                };
+                (format!("{name} ({v})"), s.clone())
+            })
+            .collect();
+        let (z0, z1) = (crate::render::ms(z.from_ns), crate::render::ms(z.to_ns));
+        let _ = write!(
+            o,
+            "<h3 class=\"zoom\">Millisecond zoom: {}</h3><p>bytes per 1 ms, stacked, from {} \
+             to {}; the burst: {} to {}</p>{}",
+            esc(&z.title),
+            esc(&z0),
+            esc(&z1),
+            esc(&crate::render::ms(z.burst.0)),
+            esc(&crate::render::ms(z.burst.1)),
+            stacked_svg(
+                "traffic by DSCP class per millisecond",
+                &series,
+                "bytes",
+                (z0.as_str(), z1.as_str()),
+                None
+            )
+        );
+    }
     // Top talkers.
     let rows: Vec<(String, f64, bool)> = c
         .top

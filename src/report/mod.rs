@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! Window + alerts + findings (each with its Evidence)  -> text()  report.txt
-//!          + Charts (answers: top, matrix, tcp, stragglers, DSCP over time)
+//!          + Charts (answers: top, matrix, tcp, stragglers, DSCP over time and a
+//!            millisecond zoom of each burst an alert reports)
 //!                                                       -> html()  report.html
 //!                                                            svg.rs: stacked bars, bars,
 //!                                                            the group matrix
@@ -83,7 +84,19 @@ pub(crate) struct Finding<'a> {
     pub(crate) evidence: Evidence,
 }
 
+/// A millisecond zoom of one burst: bytes per DSCP value per ms of `[from_ns, to_ns)`.
+pub(crate) struct Zoom {
+    pub(crate) title: String,
+    pub(crate) from_ns: u64,
+    pub(crate) to_ns: u64,
+    /// The burst's own window, inside.
+    pub(crate) burst: (u64, u64),
+    pub(crate) dscp: Vec<(u8, Vec<u64>)>,
+}
+
 pub(crate) struct Charts {
+    /// A millisecond zoom of each burst the alerts report.
+    pub(crate) zooms: Vec<Zoom>,
     pub(crate) dscp: Vec<(u8, Vec<u64>)>,
     pub(crate) top: top::Top,
     pub(crate) matrix: matrix::Matrix,

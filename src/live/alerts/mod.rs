@@ -4,6 +4,8 @@
 //!
 //! ```text
 //! every live_every: analytics::load(store, [now - lookback, now)) -> alerts::evaluate
+//!   (with the live millisecond series when a millisecond rule or a sub-second ceiling is
+//!   set: index::millis::list_index_only)
 //!   -> key = rule + entity; a new key: "engaged" sent; a key still raised: sent again only
 //!      after `suppress` (default 1 h); a key no raise has seen for `release_after`
 //!      (default 30 s): "released" sent once (keys.rs: hysteresis, no flapping)
@@ -391,7 +393,7 @@ fn run(
             }
         };
         match capsule_analytics::load(store, &q, "", true)
-            .and_then(|input| capsule_analytics::alerts::evaluate(&input, &config))
+            .and_then(|input| evaluate(store, &input, &config))
         {
             Ok(alerts) => {
                 status.evaluations += 1;
@@ -424,6 +426,33 @@ fn run(
             return;
         }
     }
+}
+
+/// The rules over the live window: the millisecond ones over the live index's series
+/// (sealed indexes and the open segment's journal) when the config asks for any.
+fn evaluate(
+    store: &Path,
+    input: &capsule_analytics::Input,
+    config: &Config,
+) -> std::result::Result<Vec<Alert>, capsule_analytics::AnalyticsError> {
+    if !capsule_analytics::alerts::msrules::needs_series(config) {
+        return capsule_analytics::alerts::evaluate(input, config);
+    }
+    let source = capsule_answers::Source {
+        store: store.to_path_buf(),
+        config: Some(config.clone()),
+    };
+    let listing = capsule_store::Store::open(store)
+        .and_then(|s| capsule_index::millis::list_index_only(&s, input.from_ns, input.to_ns))
+        .map_err(|source| capsule_analytics::AnalyticsError::Store {
+            store: store.display().to_string(),
+            source,
+        })?;
+    let ms = capsule_analytics::alerts::msrules::MsInput {
+        listing: &listing,
+        link_bps: capsule_answers::analytics::link_of(&source).map(|l| l.bits_per_second),
+    };
+    capsule_analytics::alerts::evaluate_with(input, config, Some(&ms))
 }
 
 #[cfg(test)]
