@@ -80,6 +80,8 @@
 //!            | proto_word [ follower ]             (* "tcp port 80" = "tcp and port 80" *)
 //!            | "proto" protocol
 //!            | "vlan" [ VLAN_ID ]
+//!            | "tunnel" [ "vni" NUMBER | "host" ADDRESS ]  (* the encapsulation, below *)
+//!            | "mpls" [ LABEL ]                    (* LABEL = NUMBER 0-1048575 *)
 //!            | "dscp" dscp
 //!            | "tcpflags" FLAG                     (* = tcp[tcpflags] & tcp-FLAG != 0 *)
 //!            | RELATION                            (* tcp[tcpflags] & MASK OP VALUE *)
@@ -121,6 +123,13 @@
 //! directly followed by a `host` / `net` / `port` / `portrange` / `src` / `dst` / `proto`
 //! primitive, which means `and` and binds like a single primitive: `not tcp port 80` is
 //! `not (tcp and port 80)`.
+//!
+//! Encapsulations (MPLS, PPPoE, GRE, ERSPAN, VXLAN, Geneve, GTP-U; capsule_wire opens
+//! them): every term matches the innermost packet, except `tunnel` (any encapsulation),
+//! `tunnel vni N` (a VXLAN or Geneve VNI), `tunnel host A` (an outer endpoint of the outermost
+//! tunnel carried by IP) and `mpls [LABEL]` (an MPLS stack, its top label), which match the
+//! outer layers. tcpdump matches the outer headers instead (`host` there is a tunnel
+//! endpoint); byte offsets (`ip[1]`) count from the outermost headers, as tcpdump's.
 //!
 //! The empty filter (or only white space) matches everything ([`Filter::all`]). `Display`
 //! prints a canonical form: lowercase keywords, explicit `and`, an `and` or `or` inside
@@ -204,7 +213,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use capsule_wire::{Dissected, IpProto};
+use capsule_wire::{Dissected, EncapKind, IpProto};
 
 mod build;
 mod parse;
@@ -253,7 +262,7 @@ impl FlowSide {
     pub fn from_dissected(d: &Dissected) -> Option<FlowSide> {
         let ip = d.ip.as_ref()?;
         Some(FlowSide {
-            vlans: d.vlans,
+            vlans: [d.vlans[0], d.vlans[1]],
             ip_version: ip.version,
             proto: ip.proto,
             src: ip.src,
@@ -570,6 +579,13 @@ impl Net {
     }
 }
 
+/// What `tunnel` selects beyond any encapsulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum TunnelSel {
+    Vni(u32),
+    Host(IpAddr),
+}
+
 /// A primitive test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Prim {
@@ -582,6 +598,11 @@ enum Prim {
     Ip4,
     Ip6,
     Vlan(Option<u16>),
+    /// Any encapsulation; with a VNI, VXLAN or Geneve with it; with an address, a tunnel
+    /// carried by IP with it as an outer endpoint.
+    Tunnel(Option<TunnelSel>),
+    /// An MPLS label stack; with a label, whose top label it is.
+    Mpls(Option<u32>),
     Dscp(u8),
     /// `tcp[tcpflags] & mask OP value`: a TCP packet (with its header) whose flags byte,
     /// masked, compares so.
@@ -843,6 +864,11 @@ impl fmt::Display for Prim {
             Prim::Ip6 => f.write_str("ip6"),
             Prim::Vlan(None) => f.write_str("vlan"),
             Prim::Vlan(Some(n)) => write!(f, "vlan {n}"),
+            Prim::Tunnel(None) => f.write_str("tunnel"),
+            Prim::Tunnel(Some(TunnelSel::Vni(n))) => write!(f, "tunnel vni {n}"),
+            Prim::Tunnel(Some(TunnelSel::Host(a))) => write!(f, "tunnel host {a}"),
+            Prim::Mpls(None) => f.write_str("mpls"),
+            Prim::Mpls(Some(n)) => write!(f, "mpls {n}"),
             Prim::Dscp(n) => match dscp_name(n) {
                 Some(name) => write!(f, "dscp {name}"),
                 None => write!(f, "dscp {n}"),
@@ -887,7 +913,11 @@ impl fmt::Display for Prim {
 
 /// The fields the primitives look at, from a packet or a flow side.
 struct View {
-    vlans: [Option<u16>; 2],
+    vlans: [Option<u16>; capsule_wire::MAX_VLANS],
+    /// A flow side's VLAN tags are its first two: a tag beyond them is unknown.
+    vlans_partial: bool,
+    /// The packet's encapsulation; `None` for a flow side, where it is unknown.
+    encap: Option<Option<capsule_wire::Encap>>,
     ip: Option<IpView>,
     /// The frame's own fields; `None` for a flow side, where they are unknown.
     frame: Option<FrameView>,
@@ -943,7 +973,30 @@ impl View {
         let frame = self.frame.as_ref();
         match (*p, &self.ip) {
             (Prim::Vlan(None), _) => self.vlans.iter().any(Option::is_some).into(),
-            (Prim::Vlan(Some(n)), _) => self.vlans.contains(&Some(n)).into(),
+            (Prim::Vlan(Some(n)), _) => {
+                if self.vlans.contains(&Some(n)) {
+                    Tri::Yes
+                } else if self.vlans_partial && self.vlans[1].is_some() {
+                    Tri::Maybe
+                } else {
+                    Tri::No
+                }
+            }
+            (Prim::Tunnel(sel), _) => self.encap.map_or(Tri::Maybe, |e| {
+                Tri::from(e.is_some_and(|e| match sel {
+                    None => true,
+                    Some(TunnelSel::Vni(n)) => {
+                        matches!(e.kind, EncapKind::Vxlan | EncapKind::Geneve) && e.id == Some(n)
+                    }
+                    Some(TunnelSel::Host(a)) => e.outer.is_some_and(|(s, d)| s == a || d == a),
+                }))
+            }),
+            (Prim::Mpls(label), _) => self.encap.map_or(Tri::Maybe, |e| {
+                Tri::from(
+                    e.and_then(|e| e.mpls)
+                        .is_some_and(|l| label.is_none_or(|n| n == l)),
+                )
+            }),
             (Prim::Arp, _) => frame.map_or(Tri::from(self.ip.is_none()), |f| {
                 Tri::from(f.ethertype == 0x0806)
             }),
@@ -1111,6 +1164,8 @@ impl Filter {
         };
         let view = View {
             vlans: d.vlans,
+            vlans_partial: false,
+            encap: Some(d.encap),
             ip: d.ip.as_ref().map(|ip| IpView {
                 version: ip.version,
                 proto: ip.proto,
@@ -1141,7 +1196,9 @@ impl Filter {
             return Tri::Yes;
         };
         let mut view = View {
-            vlans: s.vlans,
+            vlans: [s.vlans[0], s.vlans[1], None],
+            vlans_partial: true,
+            encap: None,
             ip: Some(IpView {
                 version: s.ip_version,
                 proto: s.proto,
@@ -1194,6 +1251,8 @@ impl Filter {
         };
         expr.eval_tri(&|p| match p {
             Prim::Vlan(_)
+            | Prim::Tunnel(_)
+            | Prim::Mpls(_)
             | Prim::Arp
             | Prim::Ether(..)
             | Prim::Greater(_)
