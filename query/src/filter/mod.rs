@@ -1339,7 +1339,7 @@ mod tests {
     fn pkt(src: &str, dst: &str, proto: u8, l4: L4) -> Dissected {
         let (src, dst) = (ip4(src), ip4(dst));
         Dissected {
-            vlans: [None, None],
+            vlans: [None, None, None],
             ethertype: if src.is_ipv4() { 0x0800 } else { 0x86dd },
             ip: Some(IpInfo {
                 version: if src.is_ipv4() { 4 } else { 6 },
@@ -1353,6 +1353,7 @@ mod tests {
                 payload_len: 100,
             }),
             l4,
+            encap: None,
             malformed: None,
         }
     }
@@ -1392,16 +1393,55 @@ mod tests {
     }
 
     fn with_vlans(mut d: Dissected, vlans: [Option<u16>; 2]) -> Dissected {
-        d.vlans = vlans;
+        d.vlans = [vlans[0], vlans[1], None];
         d
     }
 
     fn arp(vlans: [Option<u16>; 2]) -> Dissected {
         Dissected {
-            vlans,
+            vlans: [vlans[0], vlans[1], None],
             ethertype: 0x0806,
             ..Dissected::default()
         }
+    }
+
+    #[test]
+    fn tunnel_and_mpls_terms_match_the_outer_layers() {
+        use capsule_wire::Encap;
+        let inner = tcp("10.1.0.5", 443, "10.2.0.9", 5123);
+        let mut vx = inner.clone();
+        vx.encap = Some(Encap {
+            kind: EncapKind::Vxlan,
+            outer: Some((ip4("192.0.2.1"), ip4("192.0.2.2"))),
+            outer_dscp: Some(10),
+            id: Some(42),
+            mpls: None,
+            layers: 1,
+        });
+        let mut lsp = inner.clone();
+        lsp.encap = Some(Encap {
+            kind: EncapKind::Mpls,
+            outer: None,
+            outer_dscp: None,
+            id: None,
+            mpls: Some(16),
+            layers: 1,
+        });
+        assert!(!m("tunnel", &inner) && m("tunnel", &vx) && m("tunnel", &lsp));
+        assert!(m("tunnel vni 42", &vx) && !m("tunnel vni 43", &vx) && !m("tunnel vni 42", &lsp));
+        assert!(m("tunnel host 192.0.2.2", &vx) && !m("tunnel host 10.1.0.5", &vx));
+        assert!(m("mpls", &lsp) && m("mpls 16", &lsp) && !m("mpls 17", &lsp) && !m("mpls", &vx));
+        // Every other term: the innermost packet.
+        assert!(m("host 10.1.0.5 and tcp port 443", &vx) && !m("host 192.0.2.1", &vx));
+        for f in ["tunnel", "tunnel vni 42", "tunnel host 192.0.2.1", "mpls", "mpls 16"] {
+            let parsed = Filter::parse(f).unwrap();
+            assert_eq!(parsed.to_string(), f);
+            // The side index does not know a flow's encapsulation: planned as "maybe".
+            let side = FlowSide::from_dissected(&vx).unwrap();
+            assert_eq!(parsed.matches_side(&side), Tri::Maybe, "{f}");
+        }
+        assert!(Filter::parse("tunnel vni x").is_err());
+        assert!(Filter::parse("mpls 1048576").is_err());
     }
 
     #[track_caller]

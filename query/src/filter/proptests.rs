@@ -172,8 +172,13 @@ fn ip_info() -> impl Strategy<Value = IpInfo> {
         })
 }
 
-fn vlans() -> impl Strategy<Value = [Option<u16>; 2]> {
-    (proptest::option::of(vlan()), proptest::option::of(vlan())).prop_map(|(a, b)| [a, b])
+fn vlans() -> impl Strategy<Value = [Option<u16>; 3]> {
+    (
+        proptest::option::of(vlan()),
+        proptest::option::of(vlan()),
+        proptest::option::of(vlan()),
+    )
+        .prop_map(|(a, b, c)| [a, b, c])
 }
 
 fn ip_packet() -> impl Strategy<Value = Dissected> {
@@ -182,6 +187,7 @@ fn ip_packet() -> impl Strategy<Value = Dissected> {
         ethertype: if ip.version == 4 { 0x0800 } else { 0x86dd },
         ip: Some(ip),
         l4,
+        encap: None,
         malformed: None,
     })
 }
@@ -193,6 +199,7 @@ fn non_ip_packet() -> impl Strategy<Value = Dissected> {
         ethertype,
         ip: None,
         l4,
+        encap: None,
         malformed: None,
     })
 }
@@ -389,7 +396,9 @@ fn kleene_side(f: &Filter, s: &FlowSide) -> Tri {
         return Tri::Yes;
     };
     let view = View {
-        vlans: s.vlans,
+        vlans: [s.vlans[0], s.vlans[1], None],
+        vlans_partial: true,
+        encap: None,
         ip: Some(IpView {
             version: s.ip_version,
             proto: s.proto,
