@@ -1433,7 +1433,13 @@ mod tests {
         assert!(m("mpls", &lsp) && m("mpls 16", &lsp) && !m("mpls 17", &lsp) && !m("mpls", &vx));
         // Every other term: the innermost packet.
         assert!(m("host 10.1.0.5 and tcp port 443", &vx) && !m("host 192.0.2.1", &vx));
-        for f in ["tunnel", "tunnel vni 42", "tunnel host 192.0.2.1", "mpls", "mpls 16"] {
+        for f in [
+            "tunnel",
+            "tunnel vni 42",
+            "tunnel host 192.0.2.1",
+            "mpls",
+            "mpls 16",
+        ] {
             let parsed = Filter::parse(f).unwrap();
             assert_eq!(parsed.to_string(), f);
             // The side index does not know a flow's encapsulation: planned as "maybe".
