@@ -16,6 +16,7 @@
 //!   -> [serve] capture.rs too: one key per `capsule serve` flag, kept as text like
 //!      [capture]
 //!   -> [fleet] fleet.rs: Fleet (node name, ClickHouse URL, advertised serve URL, files)
+//!   -> [tunnels] tunnels.rs: Tunnels (UDP ports of VXLAN, Geneve and GTP-U)
 //!   -> Config; any problem: ConfigError::Invalid naming file:line:column, the dotted key
 //!      (`groups.gpu[2]`), what was expected and what was found; the parsers keep each
 //!      problem (Src::keep) and go on with the next key or element, so a file with several
@@ -41,6 +42,7 @@ mod groups;
 mod hours;
 mod links;
 mod tier;
+mod tunnels;
 mod walk;
 
 use std::net::IpAddr;
@@ -64,11 +66,12 @@ pub use groups::{Group, GroupId, Groups, Prefix, PrefixError, UNASSIGNED};
 pub use hours::WorkHours;
 pub use links::{parse_rate, rate_text, Link};
 pub use tier::{TierConfig, DEFAULT_REGION, TIER_KEYS};
+pub use tunnels::{Tunnels, TUNNELS_KEYS};
 
 use walk::Src;
 
 /// The sections a config file may have, in the order they are read.
-pub const SECTIONS: [&str; 11] = [
+pub const SECTIONS: [&str; 12] = [
     "groups",
     "dscp",
     "egress",
@@ -80,6 +83,7 @@ pub const SECTIONS: [&str; 11] = [
     "fleet",
     "links",
     "tier",
+    "tunnels",
 ];
 
 /// A validated config file.
@@ -96,6 +100,7 @@ pub struct Config {
     fleet: Option<Fleet>,
     links: Vec<links::Link>,
     tier: Option<TierConfig>,
+    tunnels: Tunnels,
 }
 
 impl Config {
@@ -226,7 +231,22 @@ impl Config {
                 c.tier = tier::parse(&src, "tier", k.span(), t);
             }
         }
+        if let Some(v) = doc.get("tunnels") {
+            let t = src.table(
+                "tunnels",
+                v,
+                "a table of UDP port lists (vxlan_ports, geneve_ports, gtpu_ports)",
+            );
+            if let Some(t) = src.keep(t) {
+                c.tunnels = tunnels::parse(&src, "tunnels", t);
+            }
+        }
         src.finish(c)
+    }
+
+    /// The `[tunnels]` UDP ports (the defaults when the file has no section).
+    pub fn tunnels(&self) -> &Tunnels {
+        &self.tunnels
     }
 
     /// The `[links]` line rates, in the file's order.

@@ -461,7 +461,8 @@ fn net_layer(d: &mut Dissected, net: Net<'_>, depth: usize) -> Result<(), Malfor
 
 /// Reads a tunnel's payload as a packet of its own and, when an IP packet is found inside,
 /// makes `d` that packet's dissection (the tunnel noted in its [`Encap`]). Otherwise (not
-/// IP, or cut before the IP header) `d` stays the packet that carries the tunnel.
+/// IP, or cut before the IP header) `d` stays the packet that carries the tunnel, with the
+/// tunnel noted (an ARP inside VXLAN is still in that VNI).
 #[cold]
 fn enter(d: &mut Dissected, opened: tunnel::Opened<'_>, depth: usize) {
     let Some(outer) = d.ip else {
@@ -488,7 +489,7 @@ fn enter(d: &mut Dissected, opened: tunnel::Opened<'_>, depth: usize) {
         tunnel::Inner::Ip(data) => match data.first().map(|b| b >> 4) {
             Some(4) => Ok((ethertype::ETHERTYPE_IPV4, Net::Ipv4(data))),
             Some(6) => Ok((ethertype::ETHERTYPE_IPV6, Net::Ipv6(data))),
-            _ => return,
+            _ => Ok((0, Net::None)),
         },
     }
     .and_then(|(ethertype, net)| {
@@ -498,6 +499,8 @@ fn enter(d: &mut Dissected, opened: tunnel::Opened<'_>, depth: usize) {
     if inner.ip.is_some() {
         inner.malformed = read.err();
         *d = inner;
+    } else {
+        d.encap = inner.encap;
     }
 }
 

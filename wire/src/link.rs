@@ -181,39 +181,41 @@ pub(crate) fn ethertype<'a>(
                 let e = Dissected::shim(&mut d.encap, EncapKind::Mpls);
                 e.mpls = e.mpls.or(top);
                 // The payload has no type field: guess it from its first nibble, as tcpdump
-                // and Wireshark do: 4 IPv4, 6 IPv6, 0 a pseudowire control word and an
-                // Ethernet frame, 1 an associated channel (not followed), else an Ethernet
-                // frame without a control word, taken only when its EtherType is one read
-                // here.
+                // and Wireshark do: 4 IPv4, 6 IPv6, 1 an associated channel (not followed),
+                // anything else an Ethernet frame (a pseudowire), taken only when its
+                // EtherType is one read here. With a first nibble of 0 the frame may start
+                // with a control word: an Ethernet frame straight after the stack is tried
+                // first (as Wireshark does; many MACs start with 0), then one after a
+                // 4-byte control word.
                 let Some(first) = data.first() else {
                     return Ok((ethertype, Net::None));
                 };
-                match first >> 4 {
+                let nibble = first >> 4;
+                match nibble {
                     4 => return Ok((ETHERTYPE_IPV4, Net::Ipv4(data))),
                     6 => return Ok((ETHERTYPE_IPV6, Net::Ipv6(data))),
                     1 => return Ok((ethertype, Net::None)),
-                    nibble => {
-                        let eth = if nibble == 0 {
-                            match data.get(field::mpls::CONTROL_WORD..) {
-                                Some(eth) => eth,
-                                None => return Ok((ethertype, Net::None)),
-                            }
-                        } else {
-                            data
-                        };
-                        let Ok((h, rest)) =
-                            header::<{ field::ethernet::LEN }>(eth, UNBOUNDED, "ethernet")
-                        else {
-                            return Ok((ethertype, Net::None));
-                        };
-                        let inner = h.u16_be::<{ field::ethernet::ETHERTYPE }>();
-                        if !followed(inner) {
-                            return Ok((ethertype, Net::None));
-                        }
-                        ethertype = inner;
-                        data = rest;
-                    }
+                    _ => {}
                 }
+                let pseudowire = |at: usize| {
+                    let eth = data.get(at..)?;
+                    let (h, rest) =
+                        header::<{ field::ethernet::LEN }>(eth, UNBOUNDED, "ethernet").ok()?;
+                    let inner = h.u16_be::<{ field::ethernet::ETHERTYPE }>();
+                    followed(inner).then_some((inner, rest))
+                };
+                let found = pseudowire(0).or_else(|| {
+                    if nibble == 0 {
+                        pseudowire(field::mpls::CONTROL_WORD)
+                    } else {
+                        None
+                    }
+                });
+                let Some((inner, rest)) = found else {
+                    return Ok((ethertype, Net::None));
+                };
+                ethertype = inner;
+                data = rest;
             }
             ETHERTYPE_PPPOE_SESSION => {
                 let (h, rest) = header::<{ field::pppoe::LEN }>(data, UNBOUNDED, "pppoe")?;

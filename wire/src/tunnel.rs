@@ -533,11 +533,17 @@ mod tests {
         let p = vxlan(42);
         let outer_len = 14 + 20 + 8 + 8 + 14 + 10;
         let d = dissect(1, &p[..outer_len]);
-        assert_eq!(d.encap, None);
         assert_eq!(d.l4.ports(), Some((51000, 4789)));
-        // ARP inside VXLAN: not IP, so the packet is the tunnel's own.
-        let arp = vxlan_over(&ETH_ARP);
-        assert_eq!(dissect(1, &arp).l4.ports(), Some((51000, 4789)));
+        assert_eq!(d.ip.map(|ip| ip.dscp), Some(10));
+        // The tunnel is noted all the same.
+        assert_eq!(
+            d.encap.map(|e| (e.kind, e.id)),
+            Some((EncapKind::Vxlan, Some(42)))
+        );
+        // ARP inside VXLAN: not IP, so the packet is the tunnel's own, in VNI 42.
+        let d = dissect(1, &vxlan_over(&ETH_ARP));
+        assert_eq!(d.l4.ports(), Some((51000, 4789)));
+        assert_eq!(d.encap.map(|e| e.id), Some(Some(42)));
     }
 
     fn vxlan_over(frame: &[u8]) -> Vec<u8> {
