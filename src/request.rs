@@ -93,13 +93,15 @@ pub(crate) fn cutoff_from(
 /// Reads and validates a config file; any problem is the user's (exit 2). Its `[tunnels]`
 /// ports are applied to the dissector from here on (every later dissection in this process).
 pub(crate) fn load_config(path: &std::path::Path) -> Result<capsule_config::Config> {
-    let config = capsule_config::Config::load(path).map_err(|e| match e {
-        capsule_config::ConfigError::Read { path, source } => Usage(format!(
-            "{}: cannot read the config file: {source}",
-            path.display()
-        ))
-        .into(),
-        e => Usage(crate::output::config_problems(&e)).into(),
+    let config = capsule_config::Config::load(path).map_err(|e| -> anyhow::Error {
+        match e {
+            capsule_config::ConfigError::Read { path, source } => Usage(format!(
+                "{}: cannot read the config file: {source}",
+                path.display()
+            ))
+            .into(),
+            e => Usage(crate::output::config_problems(&e)).into(),
+        }
     })?;
     let t = config.tunnels();
     capsule_wire::set_tunnel_ports(&capsule_wire::TunnelPorts {
