@@ -506,7 +506,7 @@ mod tests {
         // tunnels, and a deeper one is left closed.
         let mut p = inner_eth().to_vec();
         let wrap = |inner: &[u8]| {
-            let h = [0x08, 0, 0, 0, 0, 0, 5 << 0, 0];
+            let h = [0x08, 0, 0, 0, 0, 0, 5, 0];
             eth(
                 0x0800,
                 &ipv4(A, B, 17, 10, &udp(1, 4789, &cat(&[&h, inner]))),

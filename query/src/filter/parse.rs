@@ -471,7 +471,7 @@ impl<'a> Parser<'a> {
                     let vni = number(v.text, 0xff_ffff)
                         .filter(|_| v.kind == Kind::Word)
                         .ok_or_else(|| self.error(v, "a VNI 0-16777215"))?;
-                    Prim::Tunnel(Some(TunnelSel::Vni(vni as u32)))
+                    Prim::Tunnel(Some(TunnelSel::Vni(vni)))
                 } else if sel("host") {
                     self.next();
                     let v = self.next();
@@ -492,7 +492,7 @@ impl<'a> Parser<'a> {
                     self.next();
                     let l = number(n.text, 0xf_ffff)
                         .ok_or_else(|| self.error(n, "an MPLS label 0-1048575"))?;
-                    Prim::Mpls(Some(l as u32))
+                    Prim::Mpls(Some(l))
                 } else {
                     Prim::Mpls(None)
                 }
