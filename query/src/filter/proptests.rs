@@ -337,6 +337,16 @@ fn check_planning(f: &Filter, d: &Dissected, extra_dscps: &[u8]) {
         );
         return;
     }
+    // A side keeps two VLAN tags: with both there, `vlan N` for another id may be a third
+    // tag the side index does not keep, so planning is only sound.
+    if side.vlans[1].is_some() && f.to_string().contains("vlan") {
+        let plan = f.matches_side(&side);
+        assert!(
+            plan == Tri::Maybe || plan == Tri::from(exact),
+            "{f} on {side:?}"
+        );
+        return;
+    }
     // A single packet's side is exact.
     assert_eq!(f.matches_side(&side), Tri::from(exact), "{f} on {side:?}");
 
