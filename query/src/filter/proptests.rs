@@ -172,13 +172,12 @@ fn ip_info() -> impl Strategy<Value = IpInfo> {
         })
 }
 
+/// Up to three tags, filled outermost first (as the dissector records them).
 fn vlans() -> impl Strategy<Value = [Option<u16>; 3]> {
-    (
-        proptest::option::of(vlan()),
-        proptest::option::of(vlan()),
-        proptest::option::of(vlan()),
-    )
-        .prop_map(|(a, b, c)| [a, b, c])
+    (0usize..=3, vlan(), vlan(), vlan()).prop_map(|(n, a, b, c)| {
+        let ids = [a, b, c];
+        [0, 1, 2].map(|k| (k < n).then_some(ids[k]))
+    })
 }
 
 fn ip_packet() -> impl Strategy<Value = Dissected> {
