@@ -90,16 +90,26 @@ pub(crate) fn cutoff_from(
     Ok(Some(capsule_index::cutoff::Cutoff::new(rules)))
 }
 
-/// Reads and validates a config file; any problem is the user's (exit 2).
+/// Reads and validates a config file; any problem is the user's (exit 2). Its `[tunnels]`
+/// ports are applied to the dissector from here on (every later dissection in this process).
 pub(crate) fn load_config(path: &std::path::Path) -> Result<capsule_config::Config> {
-    capsule_config::Config::load(path).map_err(|e| match e {
-        capsule_config::ConfigError::Read { path, source } => Usage(format!(
-            "{}: cannot read the config file: {source}",
-            path.display()
-        ))
-        .into(),
-        e => Usage(crate::output::config_problems(&e)).into(),
-    })
+    let config = capsule_config::Config::load(path).map_err(|e| -> anyhow::Error {
+        match e {
+            capsule_config::ConfigError::Read { path, source } => Usage(format!(
+                "{}: cannot read the config file: {source}",
+                path.display()
+            ))
+            .into(),
+            e => Usage(crate::output::config_problems(&e)).into(),
+        }
+    })?;
+    let t = config.tunnels();
+    capsule_wire::set_tunnel_ports(&capsule_wire::TunnelPorts {
+        vxlan: t.vxlan_ports.clone(),
+        geneve: t.geneve_ports.clone(),
+        gtpu: t.gtpu_ports.clone(),
+    });
+    Ok(config)
 }
 
 /// The source and request of an analytics command: the store, the config (when given),

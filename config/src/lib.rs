@@ -18,6 +18,7 @@
 //!   -> [expect.GROUP] expect.rs: Expectation (a group's rate ceiling at a resolution,
 //!      its active hours), read after [groups] and [work_hours]
 //!   -> [fleet] fleet.rs: Fleet (node name, ClickHouse URL, advertised serve URL, files)
+//!   -> [tunnels] tunnels.rs: Tunnels (UDP ports of VXLAN, Geneve and GTP-U)
 //!   -> Config; any problem: ConfigError::Invalid naming file:line:column, the dotted key
 //!      (`groups.gpu[2]`), what was expected and what was found; the parsers keep each
 //!      problem (Src::keep) and go on with the next key or element, so a file with several
@@ -44,6 +45,7 @@ mod groups;
 mod hours;
 mod links;
 mod tier;
+mod tunnels;
 mod walk;
 
 use std::net::IpAddr;
@@ -68,11 +70,12 @@ pub use groups::{Group, GroupId, Groups, Prefix, PrefixError, UNASSIGNED};
 pub use hours::WorkHours;
 pub use links::{parse_rate, rate_text, Link};
 pub use tier::{TierConfig, DEFAULT_REGION, TIER_KEYS};
+pub use tunnels::{Tunnels, TUNNELS_KEYS};
 
 use walk::Src;
 
 /// The sections a config file may have, in the order they are read.
-pub const SECTIONS: [&str; 12] = [
+pub const SECTIONS: [&str; 13] = [
     "groups",
     "dscp",
     "egress",
@@ -85,6 +88,7 @@ pub const SECTIONS: [&str; 12] = [
     "links",
     "tier",
     "expect",
+    "tunnels",
 ];
 
 /// A validated config file.
@@ -102,6 +106,7 @@ pub struct Config {
     links: Vec<links::Link>,
     tier: Option<TierConfig>,
     expect: Vec<Expectation>,
+    tunnels: Tunnels,
 }
 
 impl Config {
@@ -242,12 +247,27 @@ impl Config {
                 c.expect = expect::parse(&src, "expect", t, &c.groups, c.work_hours.as_ref());
             }
         }
+        if let Some(v) = doc.get("tunnels") {
+            let t = src.table(
+                "tunnels",
+                v,
+                "a table of UDP port lists (vxlan_ports, geneve_ports, gtpu_ports)",
+            );
+            if let Some(t) = src.keep(t) {
+                c.tunnels = tunnels::parse(&src, "tunnels", t);
+            }
+        }
         src.finish(c)
     }
 
     /// The `[expect.GROUP]` entries, in file order.
     pub fn expectations(&self) -> &[Expectation] {
         &self.expect
+    }
+
+    /// The `[tunnels]` UDP ports (the defaults when the file has no section).
+    pub fn tunnels(&self) -> &Tunnels {
+        &self.tunnels
     }
 
     /// The `[links]` line rates, in the file's order.

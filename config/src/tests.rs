@@ -844,6 +844,40 @@ fn cutoff_errors_name_key_and_line() {
 }
 
 #[test]
+fn the_tunnels_section_lists_udp_ports_per_kind() {
+    let c = ok("[tunnels]\nvxlan_ports = [4789, 8472]\ngtpu_ports = []\n");
+    let t = c.tunnels();
+    assert_eq!(t.vxlan_ports, [4789, 8472]);
+    assert_eq!(t.geneve_ports, [6081], "a key left out keeps its default");
+    assert!(t.gtpu_ports.is_empty());
+    assert_eq!(ok("").tunnels(), &crate::Tunnels::default());
+    let e = err("[tunnels]\nvxlan_ports = [4789, 70000]\n");
+    check(
+        &e,
+        ErrorKind::BadValue,
+        2,
+        "tunnels.vxlan_ports[1]",
+        &["70000", "port"],
+    );
+    let e = err("[tunnels]\ngeneve_ports = 6081\n");
+    check(
+        &e,
+        ErrorKind::WrongType,
+        2,
+        "tunnels.geneve_ports",
+        &["array"],
+    );
+    let e = err("[tunnels]\nnvgre_ports = [1]\n");
+    check(
+        &e,
+        ErrorKind::UnknownKey,
+        2,
+        "tunnels.nvgre_ports",
+        &["vxlan_ports"],
+    );
+}
+
+#[test]
 fn a_tier_section_parses_with_defaults_and_the_config_dir_resolves_the_credentials() {
     let c = ok("[tier]\nendpoint = \"http://127.0.0.1:8333/\"\nbucket = \"capsule\"\n\
                 credentials_file = \"tier.cred\"\nprefix = \"site-a/probe-1/\"\nmax_age = \"90d\"\n");

@@ -145,7 +145,14 @@ impl Cutoff {
             self.stats.kept += 1;
             return None;
         }
-        let (key, dir) = FlowKey::of(d.vlans, ip.version, ip.proto, ip.src, ip.dst, d.l4.ports());
+        let (key, dir) = FlowKey::of(
+            [d.vlans[0], d.vlans[1]],
+            ip.version,
+            ip.proto,
+            ip.src,
+            ip.dst,
+            d.l4.ports(),
+        );
         self.sweep(ts_ns);
         let idle = self.rules.idle_ns;
         let fresh = DirState {

@@ -26,7 +26,13 @@ form one filter. The empty filter selects every packet.
   tcp, udp, sctp, icmp, icmp6, ip, ip6
                         the protocol; `tcp port 80` is `tcp and port 80`
   proto N|NAME          IP protocol by number or name (gre, esp, ah, ...)
-  vlan [ID]             an 802.1Q/802.1ad tag (any of up to two) is ID
+  vlan [ID]             an 802.1Q/802.1ad tag (any of up to three, tunnels'
+                        inner frames included) is ID
+  tunnel                inside an encapsulation: MPLS, PPPoE, GRE, ERSPAN,
+                        VXLAN, Geneve, GTP-U ([tunnels] sets the UDP ports)
+  tunnel vni N          a VXLAN or Geneve VNI
+  tunnel host ADDR      an outer endpoint of the outermost IP tunnel
+  mpls [LABEL]          an MPLS label stack; LABEL: its top label
   dscp N|NAME           DS field: 0-63, ef, va, le, df (be, default), cs0-cs7,
                         af11-af43
   tcpflags FLAG         the TCP flag is set: fin, syn, rst, push, ack, urg,
@@ -62,6 +68,12 @@ Not supported (use --bpf with a tcpdump expression for these): host names,
 named offsets other than tcp[tcpflags] (icmp[icmptype]), icmptype, broadcast,
 multicast, ether proto, rarp. `vlan 100 and vlan 200` means both tags, in any
 order; every primitive looks through VLAN tags, and tcp[tcpflags] covers IPv6.
+
+Inside tunnels, unlike tcpdump: every primitive except tunnel and mpls matches
+the innermost packet (host, port, dscp, tcp, ... of the traffic carried), where
+tcpdump matches the outer headers (host would be a tunnel endpoint; use tunnel
+host for that). Byte expressions (ip[1]) count from the outer headers, as in
+tcpdump.
 
 TIMES (--from inclusive, --to exclusive; both optional):
   2026-11-30T02:00:00.123456789Z   RFC 3339, up to 9 fraction digits, any offset

@@ -56,9 +56,10 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
     let q = args.query()?;
     if q.filter.beyond_index() {
         eprintln!(
-            "capsule: note: the flow index keeps no MAC addresses or packet lengths, and \
-             of the TCP flags only those seen in each direction: these flows may have \
-             packets that match (`capsule query` checks each packet)"
+            "capsule: note: the flow index keeps no MAC addresses, packet lengths or \
+             encapsulations (tunnel, mpls), and of the TCP flags only those seen in each \
+             direction: these flows may have packets that match (`capsule query` checks \
+             each packet)"
         );
     }
     let request = flows::Request {

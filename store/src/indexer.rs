@@ -130,7 +130,7 @@ impl Record {
         if d.malformed.is_some() {
             r.flags |= Record::MALFORMED;
         }
-        for (k, v) in d.vlans.iter().enumerate() {
+        for (k, v) in d.vlans.iter().take(2).enumerate() {
             if let Some(id) = v {
                 r.vlan_ids[k] = *id;
                 r.flags |= Record::VLAN0 << k;
@@ -165,7 +165,7 @@ impl Record {
         self.flags & Record::MALFORMED != 0
     }
 
-    /// The VLAN ids as [`Dissected::vlans`] has them.
+    /// The first two VLAN ids of [`Dissected::vlans`] (what the side index keys flows by).
     pub fn vlans(&self) -> [Option<u16>; 2] {
         [0, 1].map(|k| (self.flags & (Record::VLAN0 << k) != 0).then_some(self.vlan_ids[k]))
     }
@@ -250,7 +250,7 @@ mod tests {
         let r = Record::of(9, 60, f.len() as u32, true, &d);
         let ip = d.ip.unwrap();
         assert_eq!(r.addrs(), Some((ip.src, ip.dst)));
-        assert_eq!(r.vlans(), d.vlans);
+        assert_eq!(r.vlans(), [d.vlans[0], d.vlans[1]]);
         assert_eq!(r.ports(), d.l4.ports());
         assert_eq!(
             (r.ip_version, r.proto, r.dscp),

@@ -15,3 +15,15 @@ pub const ETHERTYPE_VLAN: u16 = 0x8100;
 pub const ETHERTYPE_QINQ: u16 = 0x88a8;
 /// Pre-standard QinQ service tag.
 pub const ETHERTYPE_QINQ_OLD: u16 = 0x9100;
+/// MPLS unicast: a label stack, then a payload guessed from its first nibble.
+pub const ETHERTYPE_MPLS: u16 = 0x8847;
+/// MPLS multicast.
+pub const ETHERTYPE_MPLS_MC: u16 = 0x8848;
+/// PPPoE session stage: the PPPoE header, then a PPP protocol.
+pub const ETHERTYPE_PPPOE_SESSION: u16 = 0x8864;
+/// Transparent Ethernet bridging (a GRE or Geneve payload that is an Ethernet frame).
+pub const ETHERTYPE_TEB: u16 = 0x6558;
+/// ERSPAN type I and II (GRE protocol type).
+pub const ETHERTYPE_ERSPAN: u16 = 0x88be;
+/// ERSPAN type III (GRE protocol type).
+pub const ETHERTYPE_ERSPAN3: u16 = 0x22eb;

@@ -307,7 +307,7 @@ pub(crate) fn tcp_options_l4() -> L4 {
 
 pub(crate) fn raw_ipv4_icmp() -> Dissected {
     Dissected {
-        vlans: [None, None],
+        vlans: [None, None, None],
         ethertype: 0,
         ip: Some(IpInfo {
             version: 4,
@@ -321,13 +321,14 @@ pub(crate) fn raw_ipv4_icmp() -> Dissected {
             payload_len: 12,
         }),
         l4: L4::Icmp { kind: 8, code: 0 },
+        encap: None,
         malformed: None,
     }
 }
 
 pub(crate) fn raw_ipv6_tcp_syn() -> Dissected {
     Dissected {
-        vlans: [None, None],
+        vlans: [None, None, None],
         ethertype: 0,
         ip: Some(IpInfo {
             version: 6,
@@ -349,6 +350,7 @@ pub(crate) fn raw_ipv6_tcp_syn() -> Dissected {
             window: 65535,
             payload_len: 0,
         }),
+        encap: None,
         malformed: None,
     }
 }

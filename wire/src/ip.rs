@@ -100,7 +100,7 @@ impl Ipv4Header<'_> {
         self.0.u8::<{ field::ipv4::TTL }>()
     }
     #[inline]
-    fn protocol(self) -> u8 {
+    pub(crate) fn protocol(self) -> u8 {
         self.0.u8::<{ field::ipv4::PROTOCOL }>()
     }
     #[inline]
@@ -238,7 +238,7 @@ pub(crate) fn ipv4<'a>(
 pub(crate) struct Ipv6Chain<'a> {
     /// The next header after the chain: the transport protocol, ESP, no next header, or
     /// anything unknown.
-    next: u8,
+    pub(crate) next: u8,
     /// Captured bytes after the chain.
     rest: &'a [u8],
     /// The payload length as a bound for what follows the fixed header ([`UNBOUNDED`] for
@@ -398,7 +398,7 @@ mod tests {
         assert_eq!(
             dissect(1, &IPV6_HBH_FRAG_UDP),
             Dissected {
-                vlans: [None, None],
+                vlans: [None, None, None],
                 ethertype: 0x86dd,
                 ip: Some(IpInfo {
                     version: 6,
@@ -419,6 +419,7 @@ mod tests {
                     src_port: 5353,
                     dst_port: 5353
                 },
+                encap: None,
                 malformed: None,
             }
         );
@@ -429,7 +430,7 @@ mod tests {
         assert_eq!(
             dissect(229, &IPV6_FRAG_NON_FIRST),
             Dissected {
-                vlans: [None, None],
+                vlans: [None, None, None],
                 ethertype: 0,
                 ip: Some(IpInfo {
                     version: 6,
@@ -447,6 +448,7 @@ mod tests {
                     payload_len: 8,
                 }),
                 l4: L4::None,
+                encap: None,
                 malformed: None,
             }
         );
@@ -457,7 +459,7 @@ mod tests {
         assert_eq!(
             dissect(228, &IPV4_FRAG_NON_FIRST),
             Dissected {
-                vlans: [None, None],
+                vlans: [None, None, None],
                 ethertype: 0,
                 ip: Some(IpInfo {
                     version: 4,
@@ -475,6 +477,7 @@ mod tests {
                     payload_len: 8,
                 }),
                 l4: L4::None,
+                encap: None,
                 malformed: None,
             }
         );
@@ -485,7 +488,7 @@ mod tests {
         assert_eq!(
             dissect(1, &IPV4_EF_ECN_UDP),
             Dissected {
-                vlans: [None, None],
+                vlans: [None, None, None],
                 ethertype: 0x0800,
                 ip: Some(IpInfo {
                     version: 4,
@@ -506,6 +509,7 @@ mod tests {
                     src_port: 16384,
                     dst_port: 16386
                 },
+                encap: None,
                 malformed: None,
             }
         );
@@ -519,6 +523,7 @@ mod tests {
             dissect(1, &p),
             Dissected {
                 ethertype: 0x0800,
+                encap: None,
                 malformed: invalid("ipv4", "header length"),
                 ..Dissected::default()
             }
@@ -537,6 +542,7 @@ mod tests {
         assert_eq!(
             dissect(229, &IPV6_EXT_PAST_END),
             Dissected {
+                encap: None,
                 malformed: invalid("ipv6 extension header", "runs past the IP payload length"),
                 ..Dissected::default()
             }

@@ -23,12 +23,21 @@
 //!
 //! ```text
 //! bytes --link type--> link layer   Ethernet | Linux SLL / SLL2 | NULL / LOOP | raw IP
-//!       -> tags        802.1Q / 802.1ad / 0x9100, two recorded, more skipped -> EtherType
+//!       -> tags        802.1Q / 802.1ad / 0x9100, three recorded, more skipped -> EtherType
+//!       -> shims       MPLS label stack (payload guessed by its first nibble: IP, or a
+//!                      pseudowire control word and Ethernet) | PPPoE session -> IP
 //!       -> IP          IPv4 (options skipped by IHL) | IPv6 fixed header
 //!       -> extension   IPv6 hop-by-hop, routing, destination options, fragment, AH
 //!          headers     (at most 16; stops at ESP, no next header, or anything unknown)
 //!       -> transport   TCP | UDP | SCTP | ICMP | ICMPv6, only at fragment offset 0
+//!       -> tunnel      GRE (IP, Ethernet 0x6558, ERSPAN I/II/III) | UDP: VXLAN, Geneve,
+//!                      GTP-U on their ports (`tunnel.rs`, [`set_tunnel_ports`]): the
+//!                      payload is read again from the link layer or IP on, at most
+//!                      [`MAX_TUNNEL_DEPTH`] tunnels deep
 //! ```
+//!
+//! The packet reported is the innermost IP packet (a tunnel whose payload does not reach IP
+//! is left closed); [`Dissected::encap`] says what it was found in (docs/decisions.md).
 //!
 //! Nothing in the packet is trusted. The capture may end anywhere (a snap length, a damaged
 //! file), which gives [`Malformed::Truncated`] with everything read before it kept. Length and
@@ -68,8 +77,19 @@ mod fixtures;
 mod ip;
 mod link;
 mod transport;
+mod tunnel;
 
 pub use ipproto::IpProto;
+pub use tunnel::{set_tunnel_ports, TunnelPorts};
+
+/// How many VLAN tags a [`Dissected`] records (outermost first, inner frames' after the
+/// outer ones); tags beyond them are read past and not recorded.
+pub const MAX_VLANS: usize = 3;
+
+/// How many tunnels carried by IP (GRE, ERSPAN, VXLAN, Geneve, GTP-U) the dissector opens
+/// one inside the other; a tunnel deeper than that is left closed (the packet is the one
+/// that carries it). MPLS and PPPoE shims need no bound: each consumes bytes of the packet.
+pub const MAX_TUNNEL_DEPTH: usize = 4;
 
 use std::net::IpAddr;
 
@@ -82,14 +102,124 @@ use crate::view::{Reader, View};
 /// dissection stopped early. Dissection never panics.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Dissected {
-    /// 802.1Q / 802.1ad tags, outermost first: up to two (QinQ); VLAN ids are 12 bits.
-    pub vlans: [Option<u16>; 2],
-    /// The EtherType after the tags (0 when the link type has none, e.g. raw IP).
+    /// 802.1Q / 802.1ad tags, outermost first: up to [`MAX_VLANS`] recorded (the tags of a
+    /// frame inside a tunnel after those of the outer frame); VLAN ids are 12 bits.
+    pub vlans: [Option<u16>; MAX_VLANS],
+    /// The EtherType after the tags of the innermost frame (0 when the link type has none,
+    /// e.g. raw IP; IPv4's or IPv6's for an IP packet inside MPLS or PPPoE).
     pub ethertype: u16,
+    /// The innermost IP packet's fields (inside every encapsulation opened).
     pub ip: Option<IpInfo>,
+    /// The innermost IP packet's transport.
     pub l4: L4,
+    /// The encapsulations the innermost packet was found in, if any.
+    pub encap: Option<Encap>,
     /// Why dissection stopped before the end of the headers it expected, if it did.
     pub malformed: Option<Malformed>,
+}
+
+/// An encapsulation kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EncapKind {
+    /// An MPLS label stack (EtherType 0x8847 / 0x8848).
+    Mpls,
+    /// A PPPoE session (EtherType 0x8864).
+    Pppoe,
+    /// GRE (IP protocol 47), IP or Ethernet (0x6558) inside.
+    Gre,
+    /// ERSPAN type I, II or III (GRE 0x88BE / 0x22EB).
+    Erspan,
+    /// VXLAN (UDP, 4789 by default).
+    Vxlan,
+    /// Geneve (UDP, 6081 by default).
+    Geneve,
+    /// GTP-U (UDP, 2152 by default).
+    Gtpu,
+}
+
+impl EncapKind {
+    /// Every kind, in the order of their numbers ([`EncapKind::number`]).
+    pub const ALL: [EncapKind; 7] = [
+        EncapKind::Mpls,
+        EncapKind::Pppoe,
+        EncapKind::Gre,
+        EncapKind::Erspan,
+        EncapKind::Vxlan,
+        EncapKind::Geneve,
+        EncapKind::Gtpu,
+    ];
+
+    /// The name capsule prints and reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            EncapKind::Mpls => "mpls",
+            EncapKind::Pppoe => "pppoe",
+            EncapKind::Gre => "gre",
+            EncapKind::Erspan => "erspan",
+            EncapKind::Vxlan => "vxlan",
+            EncapKind::Geneve => "geneve",
+            EncapKind::Gtpu => "gtpu",
+        }
+    }
+
+    /// The kind's number in stored formats (1..=7).
+    pub fn number(self) -> u8 {
+        match self {
+            EncapKind::Mpls => 1,
+            EncapKind::Pppoe => 2,
+            EncapKind::Gre => 3,
+            EncapKind::Erspan => 4,
+            EncapKind::Vxlan => 5,
+            EncapKind::Geneve => 6,
+            EncapKind::Gtpu => 7,
+        }
+    }
+
+    /// The kind of a stored number.
+    pub fn from_number(n: u8) -> Option<EncapKind> {
+        EncapKind::ALL.into_iter().find(|k| k.number() == n)
+    }
+}
+
+/// Where the innermost packet was found: the outermost tunnel carried by IP (its kind,
+/// endpoints, DSCP and identifier), else the outermost link-layer shim (MPLS, PPPoE), and
+/// the top MPLS label of the first label stack crossed. Each field is set by the first
+/// layer that has it, outside in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Encap {
+    pub kind: EncapKind,
+    /// The outer IP packet's source and destination (absent for MPLS and PPPoE alone).
+    pub outer: Option<(IpAddr, IpAddr)>,
+    /// The outer IP packet's DSCP (the innermost one is [`IpInfo::dscp`]).
+    pub outer_dscp: Option<u8>,
+    /// VXLAN / Geneve VNI, GRE key, ERSPAN session id, GTP-U TEID, or PPPoE session id.
+    pub id: Option<u32>,
+    /// The top label of the first MPLS label stack crossed.
+    pub mpls: Option<u32>,
+    /// Encapsulations opened (shims and tunnels).
+    pub layers: u8,
+}
+
+impl Encap {
+    fn new(kind: EncapKind) -> Encap {
+        Encap {
+            kind,
+            outer: None,
+            outer_dscp: None,
+            id: None,
+            mpls: None,
+            layers: 0,
+        }
+    }
+}
+
+impl Dissected {
+    /// Notes a link-layer shim (MPLS, PPPoE) in `encap` and returns the encapsulation.
+    pub(crate) fn shim(encap: &mut Option<Encap>, kind: EncapKind) -> &mut Encap {
+        let e = encap.get_or_insert(Encap::new(kind));
+        e.layers = e.layers.saturating_add(1);
+        e
+    }
 }
 
 /// Network-layer fields.
@@ -258,15 +388,23 @@ pub fn dissect(linktype: LinkType, data: &[u8]) -> Dissected {
 /// extension chain that does not end well, gives `None` in both). Addresses, ports and the
 /// transport header are not read, and no [`Dissected`] is built.
 pub fn dscp_of(linktype: LinkType, data: &[u8]) -> Option<u8> {
-    let mut vlans = [None; 2];
-    let (_, net) = link::link_layer(&mut vlans, linktype, data).ok()?;
-    match net {
-        Net::Ipv4(data) => ip::ipv4_header(data).ok().map(|h| h.header.tos() >> 2),
+    let mut d = Dissected::default();
+    let (_, net) = link::link_layer(&mut d, linktype, data).ok()?;
+    // A packet that may carry a tunnel (GRE, or UDP to any port) is dissected in full: its
+    // DSCP is the innermost packet's, which only the tunnel's payload tells.
+    let (dscp, proto) = match net {
+        Net::Ipv4(data) => ip::ipv4_header(data)
+            .ok()
+            .map(|h| (h.header.tos() >> 2, h.header.protocol()))?,
         Net::Ipv6(data) => ip::ipv6_headers(data)
             .ok()
-            .map(|(h, _)| h.traffic_class() >> 2),
-        Net::None => None,
+            .map(|(h, chain)| (h.traffic_class() >> 2, chain.next))?,
+        Net::None => return None,
+    };
+    if matches!(proto, ipproto::UDP | ipproto::GRE) {
+        return dissect(linktype, data).ip.map(|ip| ip.dscp);
     }
+    Some(dscp)
 }
 
 /// Where the network header (IPv4 or IPv6) and the transport header start in `data`, as
@@ -276,7 +414,7 @@ pub fn dscp_of(linktype: LinkType, data: &[u8]) -> Option<u8> {
 /// that is not IP. Read only for filters that name such byte offsets.
 pub fn header_offsets(linktype: LinkType, data: &[u8]) -> (Option<usize>, Option<usize>) {
     let mut d = Dissected::default();
-    let Ok((_, net)) = link::link_layer(&mut d.vlans, linktype, data) else {
+    let Ok((_, net)) = link::link_layer(&mut d, linktype, data) else {
         return (None, None);
     };
     let at = |s: &[u8]| (s.as_ptr() as usize).wrapping_sub(data.as_ptr() as usize);
@@ -296,16 +434,73 @@ pub fn header_offsets(linktype: LinkType, data: &[u8]) -> (Option<usize>, Option
 /// (14 ns against 8 ns per packet, measured on the test fixtures).
 #[inline(never)]
 fn dissect_into(d: &mut Dissected, linktype: LinkType, data: &[u8]) -> Result<(), Malformed> {
-    let (ethertype, net) = link::link_layer(&mut d.vlans, linktype, data)?;
+    let (ethertype, net) = link::link_layer(d, linktype, data)?;
     d.ethertype = ethertype;
+    net_layer(d, net, 0)
+}
+
+/// The IP and transport layers of `net`, then the tunnel they carry, if any: `depth`
+/// tunnels carried by IP are open around it.
+fn net_layer(d: &mut Dissected, net: Net<'_>, depth: usize) -> Result<(), Malformed> {
     let transport = match net {
         Net::Ipv4(data) => ip::ipv4(d, data)?,
         Net::Ipv6(data) => ip::ipv6(d, data)?,
         Net::None => None,
     };
-    match transport {
-        Some(t) => transport::transport_layer(d, t),
-        None => Ok(()),
+    let Some(t) = transport else {
+        return Ok(());
+    };
+    transport::transport_layer(d, t)?;
+    if matches!(t.proto, ipproto::UDP | ipproto::GRE) && depth < MAX_TUNNEL_DEPTH {
+        if let Some(opened) = tunnel::open(&d.l4, &t) {
+            enter(d, opened, depth);
+        }
+    }
+    Ok(())
+}
+
+/// Reads a tunnel's payload as a packet of its own and, when an IP packet is found inside,
+/// makes `d` that packet's dissection (the tunnel noted in its [`Encap`]). Otherwise (not
+/// IP, or cut before the IP header) `d` stays the packet that carries the tunnel, with the
+/// tunnel noted (an ARP inside VXLAN is still in that VNI).
+#[cold]
+fn enter(d: &mut Dissected, opened: tunnel::Opened<'_>, depth: usize) {
+    let Some(outer) = d.ip else {
+        return;
+    };
+    let mut e = d.encap.unwrap_or(Encap::new(opened.kind));
+    e.layers = e.layers.saturating_add(1);
+    if e.outer.is_none() {
+        e.kind = opened.kind;
+        e.outer = Some((outer.src, outer.dst));
+        e.outer_dscp = Some(outer.dscp);
+        e.id = opened.id;
+    }
+    let mut inner = Dissected {
+        vlans: d.vlans,
+        encap: Some(e),
+        ..Dissected::default()
+    };
+    let read = match opened.inner {
+        tunnel::Inner::Ethernet(data) => {
+            link::link_layer(&mut inner, linktype::LINKTYPE_ETHERNET, data)
+        }
+        tunnel::Inner::EtherType(ethertype, data) => link::ethertype(&mut inner, ethertype, data),
+        tunnel::Inner::Ip(data) => match data.first().map(|b| b >> 4) {
+            Some(4) => Ok((ethertype::ETHERTYPE_IPV4, Net::Ipv4(data))),
+            Some(6) => Ok((ethertype::ETHERTYPE_IPV6, Net::Ipv6(data))),
+            _ => Ok((0, Net::None)),
+        },
+    }
+    .and_then(|(ethertype, net)| {
+        inner.ethertype = ethertype;
+        net_layer(&mut inner, net, depth + 1)
+    });
+    if inner.ip.is_some() {
+        inner.malformed = read.err();
+        *d = inner;
+    } else {
+        d.encap = inner.encap;
     }
 }
 
@@ -332,6 +527,7 @@ mod tests {
         assert_eq!(
             dissect(1, &p[..10]),
             Dissected {
+                encap: None,
                 malformed: truncated("ethernet", 14, 10),
                 ..Dissected::default()
             }
@@ -341,6 +537,7 @@ mod tests {
             dissect(1, &p[..14 + 12]),
             Dissected {
                 ethertype: 0x0800,
+                encap: None,
                 malformed: truncated("ipv4", 20, 12),
                 ..Dissected::default()
             }
@@ -351,6 +548,7 @@ mod tests {
             Dissected {
                 ethertype: 0x0800,
                 ip: Some(tcp_options_ip()),
+                encap: None,
                 malformed: truncated("ipv4", 24, 22),
                 ..Dissected::default()
             }
@@ -361,6 +559,7 @@ mod tests {
             Dissected {
                 ethertype: 0x0800,
                 ip: Some(tcp_options_ip()),
+                encap: None,
                 malformed: truncated("tcp", 20, 10),
                 ..Dissected::default()
             }
@@ -372,6 +571,7 @@ mod tests {
                 ethertype: 0x0800,
                 ip: Some(tcp_options_ip()),
                 l4: tcp_options_l4(),
+                encap: None,
                 malformed: truncated("tcp", 32, 25),
                 ..Dissected::default()
             }
@@ -383,6 +583,7 @@ mod tests {
             dissect(1, &IPV6_HBH_FRAG_UDP[..14 + 40 + 4]),
             Dissected {
                 ethertype: 0x86dd,
+                encap: None,
                 malformed: truncated("ipv6 extension header", 8, 4),
                 ..Dissected::default()
             }

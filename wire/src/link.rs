@@ -7,7 +7,8 @@
 //! [`crate::ip`] a [`Net`]: IPv4 or IPv6 bytes, or nothing more to read.
 
 use crate::ethertype::{
-    ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ, ETHERTYPE_QINQ_OLD, ETHERTYPE_VLAN,
+    ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_MPLS, ETHERTYPE_MPLS_MC, ETHERTYPE_PPPOE_SESSION,
+    ETHERTYPE_QINQ, ETHERTYPE_QINQ_OLD, ETHERTYPE_VLAN,
 };
 use crate::linktype::{
     LinkType, LINKTYPE_ETHERNET, LINKTYPE_IPV4, LINKTYPE_IPV6, LINKTYPE_LINUX_SLL,
@@ -16,6 +17,7 @@ use crate::linktype::{
 };
 use crate::view::Reader;
 use crate::{header, ip, Malformed, UNBOUNDED};
+use crate::{Dissected, EncapKind};
 
 /// `AF_INET` in every BSD.
 const AF_INET: u32 = 2;
@@ -35,6 +37,21 @@ mod field {
         pub const TCI: usize = 0;
         pub const ETHERTYPE: usize = 2;
         pub const LEN: usize = 4;
+    }
+    /// One MPLS label stack entry: label (20 bits), traffic class, bottom of stack, TTL.
+    /// A pseudowire control word is 4 bytes.
+    pub mod mpls {
+        pub const ENTRY: usize = 0;
+        pub const LEN: usize = 4;
+        pub const CONTROL_WORD: usize = 4;
+    }
+    /// The PPPoE session header (RFC 2516) and the PPP protocol field after it.
+    pub mod pppoe {
+        pub const SESSION: usize = 2;
+        pub const PROTOCOL: usize = 6;
+        pub const LEN: usize = 8;
+        pub const PPP_IPV4: u16 = 0x0021;
+        pub const PPP_IPV6: u16 = 0x0057;
     }
     pub mod sll {
         pub const PROTOCOL: usize = 14;
@@ -60,27 +77,28 @@ pub(crate) enum Net<'a> {
     None,
 }
 
-/// The link layer and any VLAN tags: records the tags read in `vlans` (even when a later
+/// The link layer, VLAN tags, MPLS label stacks and PPPoE sessions: records the tags read in
+/// `d.vlans` and the shims in `d.encap` (even when a later
 /// one is cut) and returns the EtherType after them (0 for link types without one) with
 /// what comes next. Shared by [`dissect`](crate::dissect) and [`dscp_of`](crate::dscp_of).
 #[inline(always)]
 pub(crate) fn link_layer<'a>(
-    vlans: &mut [Option<u16>; 2],
+    d: &mut Dissected,
     linktype: LinkType,
     data: &'a [u8],
 ) -> Result<(u16, Net<'a>), Malformed> {
     Ok(match linktype {
         LINKTYPE_ETHERNET => {
             let (eth, rest) = header::<{ field::ethernet::LEN }>(data, UNBOUNDED, "ethernet")?;
-            ethertype(vlans, eth.u16_be::<{ field::ethernet::ETHERTYPE }>(), rest)?
+            ethertype(d, eth.u16_be::<{ field::ethernet::ETHERTYPE }>(), rest)?
         }
         LINKTYPE_LINUX_SLL => {
             let (sll, rest) = header::<{ field::sll::LEN }>(data, UNBOUNDED, "sll")?;
-            ethertype(vlans, sll.u16_be::<{ field::sll::PROTOCOL }>(), rest)?
+            ethertype(d, sll.u16_be::<{ field::sll::PROTOCOL }>(), rest)?
         }
         LINKTYPE_LINUX_SLL2 => {
             let (sll, rest) = header::<{ field::sll2::LEN }>(data, UNBOUNDED, "sll2")?;
-            ethertype(vlans, sll.u16_be::<{ field::sll2::PROTOCOL }>(), rest)?
+            ethertype(d, sll.u16_be::<{ field::sll2::PROTOCOL }>(), rest)?
         }
         LINKTYPE_NULL | LINKTYPE_LOOP => {
             let layer = if linktype == LINKTYPE_NULL {
@@ -133,30 +151,106 @@ pub(crate) fn link_layer<'a>(
 /// EtherType after them with what comes next. The tag loop needs no bound: every tag
 /// consumes 4 bytes of a finite packet.
 #[inline(always)]
-fn ethertype<'a>(
-    vlans: &mut [Option<u16>; 2],
+pub(crate) fn ethertype<'a>(
+    d: &mut Dissected,
     mut ethertype: u16,
     mut data: &'a [u8],
 ) -> Result<(u16, Net<'a>), Malformed> {
-    let mut tags = 0usize;
-    while matches!(
-        ethertype,
-        ETHERTYPE_VLAN | ETHERTYPE_QINQ | ETHERTYPE_QINQ_OLD
-    ) {
-        let (tag, rest) = header::<{ field::vlan::LEN }>(data, UNBOUNDED, "vlan")?;
-        if let Some(slot) = vlans.get_mut(tags) {
-            *slot = Some(tag.u16_be::<{ field::vlan::TCI }>() & 0x0fff);
+    // Every turn of the loop consumes at least 4 bytes of a finite packet or returns.
+    loop {
+        match ethertype {
+            ETHERTYPE_VLAN | ETHERTYPE_QINQ | ETHERTYPE_QINQ_OLD => {
+                let (tag, rest) = header::<{ field::vlan::LEN }>(data, UNBOUNDED, "vlan")?;
+                if let Some(slot) = d.vlans.iter_mut().find(|v| v.is_none()) {
+                    *slot = Some(tag.u16_be::<{ field::vlan::TCI }>() & 0x0fff);
+                }
+                ethertype = tag.u16_be::<{ field::vlan::ETHERTYPE }>();
+                data = rest;
+            }
+            ETHERTYPE_MPLS | ETHERTYPE_MPLS_MC => {
+                let mut top = None;
+                loop {
+                    let (entry, rest) = header::<{ field::mpls::LEN }>(data, UNBOUNDED, "mpls")?;
+                    let word = entry.u32_be::<{ field::mpls::ENTRY }>();
+                    top.get_or_insert(word >> 12);
+                    data = rest;
+                    if word & 0x100 != 0 {
+                        break;
+                    }
+                }
+                let e = Dissected::shim(&mut d.encap, EncapKind::Mpls);
+                e.mpls = e.mpls.or(top);
+                // The payload has no type field: guess it from its first nibble, as tcpdump
+                // and Wireshark do: 4 IPv4, 6 IPv6, 1 an associated channel (not followed),
+                // anything else an Ethernet frame (a pseudowire), taken only when its
+                // EtherType is one read here. With a first nibble of 0 the frame may start
+                // with a control word: an Ethernet frame straight after the stack is tried
+                // first (as Wireshark does; many MACs start with 0), then one after a
+                // 4-byte control word.
+                let Some(first) = data.first() else {
+                    return Ok((ethertype, Net::None));
+                };
+                let nibble = first >> 4;
+                match nibble {
+                    4 => return Ok((ETHERTYPE_IPV4, Net::Ipv4(data))),
+                    6 => return Ok((ETHERTYPE_IPV6, Net::Ipv6(data))),
+                    1 => return Ok((ethertype, Net::None)),
+                    _ => {}
+                }
+                let pseudowire = |at: usize| {
+                    let eth = data.get(at..)?;
+                    let (h, rest) =
+                        header::<{ field::ethernet::LEN }>(eth, UNBOUNDED, "ethernet").ok()?;
+                    let inner = h.u16_be::<{ field::ethernet::ETHERTYPE }>();
+                    followed(inner).then_some((inner, rest))
+                };
+                let found = pseudowire(0).or_else(|| {
+                    if nibble == 0 {
+                        pseudowire(field::mpls::CONTROL_WORD)
+                    } else {
+                        None
+                    }
+                });
+                let Some((inner, rest)) = found else {
+                    return Ok((ethertype, Net::None));
+                };
+                ethertype = inner;
+                data = rest;
+            }
+            ETHERTYPE_PPPOE_SESSION => {
+                let (h, rest) = header::<{ field::pppoe::LEN }>(data, UNBOUNDED, "pppoe")?;
+                let e = Dissected::shim(&mut d.encap, EncapKind::Pppoe);
+                if e.kind == EncapKind::Pppoe {
+                    e.id =
+                        e.id.or(Some(u32::from(h.u16_be::<{ field::pppoe::SESSION }>())));
+                }
+                return Ok(match h.u16_be::<{ field::pppoe::PROTOCOL }>() {
+                    field::pppoe::PPP_IPV4 => (ETHERTYPE_IPV4, Net::Ipv4(rest)),
+                    field::pppoe::PPP_IPV6 => (ETHERTYPE_IPV6, Net::Ipv6(rest)),
+                    _ => (ethertype, Net::None),
+                });
+            }
+            ETHERTYPE_IPV4 => return Ok((ethertype, Net::Ipv4(data))),
+            ETHERTYPE_IPV6 => return Ok((ethertype, Net::Ipv6(data))),
+            _ => return Ok((ethertype, Net::None)),
         }
-        tags = tags.saturating_add(1);
-        ethertype = tag.u16_be::<{ field::vlan::ETHERTYPE }>();
-        data = rest;
     }
-    let net = match ethertype {
-        ETHERTYPE_IPV4 => Net::Ipv4(data),
-        ETHERTYPE_IPV6 => Net::Ipv6(data),
-        _ => Net::None,
-    };
-    Ok((ethertype, net))
+}
+
+/// EtherTypes the link layer reads further: what an Ethernet frame guessed inside an MPLS
+/// payload must carry to be taken for one.
+fn followed(ethertype: u16) -> bool {
+    matches!(
+        ethertype,
+        ETHERTYPE_IPV4
+            | ETHERTYPE_IPV6
+            | ETHERTYPE_VLAN
+            | ETHERTYPE_QINQ
+            | ETHERTYPE_QINQ_OLD
+            | ETHERTYPE_MPLS
+            | ETHERTYPE_MPLS_MC
+            | ETHERTYPE_PPPOE_SESSION
+    )
 }
 
 #[cfg(test)]
@@ -170,7 +264,7 @@ mod tests {
         assert_eq!(
             d,
             Dissected {
-                vlans: [Some(100), None],
+                vlans: [Some(100), None, None],
                 ethertype: 0x0800,
                 ip: Some(IpInfo {
                     version: 4,
@@ -187,6 +281,7 @@ mod tests {
                     src_port: 54321,
                     dst_port: 53
                 },
+                encap: None,
                 malformed: None,
             }
         );
@@ -198,7 +293,7 @@ mod tests {
         assert_eq!(
             dissect(1, &QINQ_IPV6_ICMPV6),
             Dissected {
-                vlans: [Some(200), Some(300)],
+                vlans: [Some(200), Some(300), None],
                 ethertype: 0x86dd,
                 ip: Some(IpInfo {
                     version: 6,
@@ -212,23 +307,25 @@ mod tests {
                     payload_len: 16,
                 }),
                 l4: L4::Icmp6 { kind: 128, code: 0 },
+                encap: None,
                 malformed: None,
             }
         );
     }
 
     #[test]
-    fn three_tags_record_two_and_skip_the_third() {
+    fn four_tags_record_three_and_skip_the_fourth() {
         let mut p = Vec::from(&ETH_ARP[..12]);
         p.extend_from_slice(&[0x91, 0x00, 0x00, 0x01]); // old QinQ TPID, VLAN 1
         p.extend_from_slice(&[0x88, 0xa8, 0xf0, 0x02]); // 802.1ad, PCP 7, VLAN 2
         p.extend_from_slice(&[0x81, 0x00, 0x0f, 0xff]); // 802.1Q, VLAN 4095
+        p.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]); // 802.1Q, VLAN 7: not recorded
         p.extend_from_slice(&ETH_ARP[12..]); // EtherType ARP + ARP
         let d = dissect(1, &p);
         assert_eq!(
             d,
             Dissected {
-                vlans: [Some(1), Some(2)],
+                vlans: [Some(1), Some(2), Some(4095)],
                 ethertype: 0x0806,
                 ..Dissected::default()
             }
@@ -238,8 +335,9 @@ mod tests {
         assert_eq!(
             cut,
             Dissected {
-                vlans: [Some(1), Some(2)],
+                vlans: [Some(1), Some(2), None],
                 ethertype: 0,
+                encap: None,
                 malformed: truncated("vlan", 4, 1),
                 ..Dissected::default()
             }
@@ -251,10 +349,11 @@ mod tests {
         assert_eq!(
             dissect(1, &ETH_ARP),
             Dissected {
-                vlans: [None, None],
+                vlans: [None, None, None],
                 ethertype: 0x0806,
                 ip: None,
                 l4: L4::None,
+                encap: None,
                 malformed: None,
             }
         );
@@ -280,6 +379,7 @@ mod tests {
         assert_eq!(
             dissect(228, &RAW_IPV6_TCP_SYN),
             Dissected {
+                encap: None,
                 malformed: invalid("ipv4", "version"),
                 ..Dissected::default()
             }
@@ -288,6 +388,7 @@ mod tests {
         assert_eq!(
             dissect(229, &[&RAW_IPV4_ICMP[..], &[0; 8]].concat()),
             Dissected {
+                encap: None,
                 malformed: invalid("ipv6", "version"),
                 ..Dissected::default()
             }
@@ -295,6 +396,7 @@ mod tests {
         assert_eq!(
             dissect(101, &[0x50; 40]),
             Dissected {
+                encap: None,
                 malformed: invalid("ip", "version"),
                 ..Dissected::default()
             }
@@ -302,6 +404,7 @@ mod tests {
         assert_eq!(
             dissect(101, &[]),
             Dissected {
+                encap: None,
                 malformed: truncated("ip", 20, 0),
                 ..Dissected::default()
             }
@@ -313,7 +416,7 @@ mod tests {
         assert_eq!(
             dissect(113, &SLL_IPV4_UDP),
             Dissected {
-                vlans: [None, None],
+                vlans: [None, None, None],
                 ethertype: 0x0800,
                 ip: Some(IpInfo {
                     version: 4,
@@ -330,12 +433,14 @@ mod tests {
                     src_port: 40514,
                     dst_port: 514
                 },
+                encap: None,
                 malformed: None,
             }
         );
         assert_eq!(
             dissect(113, &SLL_IPV4_UDP[..15]),
             Dissected {
+                encap: None,
                 malformed: truncated("sll", 16, 15),
                 ..Dissected::default()
             }
@@ -347,7 +452,7 @@ mod tests {
         assert_eq!(
             dissect(276, &SLL2_IPV6_UDP),
             Dissected {
-                vlans: [None, None],
+                vlans: [None, None, None],
                 ethertype: 0x86dd,
                 ip: Some(IpInfo {
                     version: 6,
@@ -364,6 +469,7 @@ mod tests {
                     src_port: 4789,
                     dst_port: 4789
                 },
+                encap: None,
                 malformed: None,
             }
         );
@@ -394,6 +500,7 @@ mod tests {
         assert_eq!(
             dissect(0, &[2, 0, 0]),
             Dissected {
+                encap: None,
                 malformed: truncated("null", 4, 3),
                 ..Dissected::default()
             }

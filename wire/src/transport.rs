@@ -147,10 +147,11 @@ mod tests {
         assert_eq!(
             dissect(1, &ETH_IPV4_TCP_OPTIONS),
             Dissected {
-                vlans: [None, None],
+                vlans: [None, None, None],
                 ethertype: 0x0800,
                 ip: Some(tcp_options_ip()),
                 l4: tcp_options_l4(),
+                encap: None,
                 malformed: None,
             }
         );
@@ -163,7 +164,7 @@ mod tests {
         assert_eq!(
             d,
             Dissected {
-                vlans: [None, None],
+                vlans: [None, None, None],
                 ethertype: 0x0800,
                 ip: Some(IpInfo {
                     version: 4,
@@ -180,6 +181,7 @@ mod tests {
                     src_port: 40000,
                     dst_port: 2905
                 },
+                encap: None,
                 malformed: None,
             }
         );

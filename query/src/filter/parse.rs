@@ -4,7 +4,9 @@ use std::net::IpAddr;
 
 use capsule_wire::{ipproto, IpProto};
 
-use super::{dscp_by_name, service_port, tcp_flag_by_name, Cmp, Direction, Expr, Layer, Net, Prim};
+use super::{
+    dscp_by_name, service_port, tcp_flag_by_name, Cmp, Direction, Expr, Layer, Net, Prim, TunnelSel,
+};
 
 /// Nesting limit for parentheses and `not`, so that hostile input cannot overflow the stack.
 const MAX_DEPTH: usize = 200;
@@ -458,6 +460,41 @@ impl<'a> Parser<'a> {
                     Prim::Vlan(Some(id as u16))
                 } else {
                     Prim::Vlan(None)
+                }
+            }
+            "tunnel" => {
+                let n = self.peek();
+                let sel = |w: &str| n.kind == Kind::Word && n.text.eq_ignore_ascii_case(w);
+                if sel("vni") {
+                    self.next();
+                    let v = self.next();
+                    let vni = number(v.text, 0xff_ffff)
+                        .filter(|_| v.kind == Kind::Word)
+                        .ok_or_else(|| self.error(v, "a VNI 0-16777215"))?;
+                    Prim::Tunnel(Some(TunnelSel::Vni(vni)))
+                } else if sel("host") {
+                    self.next();
+                    let v = self.next();
+                    let a = v
+                        .text
+                        .parse::<IpAddr>()
+                        .ok()
+                        .filter(|_| v.kind == Kind::Word)
+                        .ok_or_else(|| self.error(v, "an IPv4 or IPv6 address"))?;
+                    Prim::Tunnel(Some(TunnelSel::Host(a)))
+                } else {
+                    Prim::Tunnel(None)
+                }
+            }
+            "mpls" => {
+                let n = self.peek();
+                if n.kind == Kind::Word && n.text.starts_with(|c: char| c.is_ascii_digit()) {
+                    self.next();
+                    let l = number(n.text, 0xf_ffff)
+                        .ok_or_else(|| self.error(n, "an MPLS label 0-1048575"))?;
+                    Prim::Mpls(Some(l))
+                } else {
+                    Prim::Mpls(None)
                 }
             }
             "dscp" => {
