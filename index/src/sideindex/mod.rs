@@ -303,6 +303,9 @@ pub struct FlowTotals {
     pub cut_bytes: [u64; 2],
     /// The earliest packet of each direction the cut-off did not store.
     pub cut_at_ns: [Option<u64>; 2],
+    /// The flow's application and names (capsule-names), when its payload told anything:
+    /// index version 6's names table, boxed (most flows of a listing carry none).
+    pub names: Option<Box<capsule_names::FlowNames>>,
 }
 
 impl FlowTotals {
@@ -360,6 +363,12 @@ impl FlowTotals {
     pub fn absorb(&mut self, o: &FlowTotals) {
         self.first_ns = self.first_ns.min(o.first_ns);
         self.last_ns = self.last_ns.max(o.last_ns);
+        if let Some(on) = &o.names {
+            match &mut self.names {
+                Some(n) => n.absorb(on),
+                None => self.names = Some(on.clone()),
+            }
+        }
         for d in 0..2 {
             self.packets[d] += o.packets[d];
             self.bytes[d] += o.bytes[d];
