@@ -359,7 +359,7 @@ mod tests {
         ext.extend_from_slice(alpn);
         ext.extend_from_slice(&[0, 43, 0, 3, 2, 3, 4]);
         ext.extend_from_slice(&[0x0a, 0x0a, 0, 0]); // GREASE
-        ext.extend_from_slice(&[0, 21, 0, 600 >> 8, (600 & 0xff) as u8]);
+        ext.extend_from_slice(&[0, 21, 0x02, 0x58]);
         ext.extend(std::iter::repeat_n(0u8, 600)); // padding: the hello spans two segments
         let mut body = vec![3, 3];
         body.extend_from_slice(&[7; 32]);
