@@ -70,13 +70,16 @@ while True:
     ans = b""
     n = 0
     if qtype == 1:
-        ans = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + bytes([203, 0, 113, 77])
+        ans = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + bytes([127, 0, 0, 77])
         n = 1
     elif qtype == 28:
         ans = b"\xc0\x0c" + struct.pack("!HHIH", 28, 1, 60, 16) + bytes.fromhex("20010db8000000000000000000000077")
         n = 1
     s.sendto(struct.pack("!HHHHHH", tid, 0x8180, 1, n, 0, 0) + question + ans, peer)
 "#;
+
+/// tshark's `-d` (decode as) rules for the test's ports.
+static DECODE_AS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 fn flows_json(store: &Path) -> Vec<serde_json::Value> {
     let o = run_ok(capsule().args(["flows", "--store", p(store), "--json", "--limit", "100000"]));
@@ -127,6 +130,11 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
         "/CN=capsule-test",
     ]));
     let (tls_port, web_port, dns_port) = (free_tcp_port(), free_tcp_port(), free_udp_port());
+    *DECODE_AS.lock().unwrap() = vec![
+        format!("tcp.port=={tls_port},tls"),
+        format!("tcp.port=={web_port},http"),
+        format!("udp.port=={dns_port},dns"),
+    ];
     let cap = d.join("lo.pcap");
     let mut tcpdump = Proc(
         Command::new("tcpdump")
@@ -164,6 +172,22 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
                 "http.server",
                 "--bind",
                 "127.0.0.1",
+                &web_port.to_string(),
+            ])
+            .current_dir(d)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // The address the DNS answers give, served too: `dns NAME` finds the flows to it.
+    let _answered = Proc(
+        Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                "--bind",
+                "127.0.0.77",
                 &web_port.to_string(),
             ])
             .current_dir(d)
@@ -229,6 +253,19 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
             ty,
         ]));
     }
+    {
+        let t = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.77", web_port)).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "nothing listens on 127.0.0.77"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let r = format!("models.example-hub.io:{web_port}:127.0.0.77");
+    let u = format!("http://models.example-hub.io:{web_port}/");
+    curl(&["--resolve", &r, "--http1.1", &u]);
     std::thread::sleep(Duration::from_millis(500));
     // tcpdump writes its last packets on SIGINT.
     run_ok(Command::new("kill").args(["-INT", &tcpdump.0.id().to_string()]));
@@ -331,9 +368,104 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
             .unwrap();
         by_app.entry(app).or_default().insert(client);
     }
-    assert_eq!(by_app.get("tls"), Some(&tls_ports), "{by_app:?}");
+    assert!(
+        by_app.get("tls").is_some_and(|t| t.is_superset(&tls_ports)),
+        "{by_app:?}"
+    );
     assert_eq!(by_app.get("http"), Some(&http_ports), "{by_app:?}");
     assert_eq!(by_app.get("dns"), Some(&dns_ports), "{by_app:?}");
+
+    // Name filters select exactly the flows tshark's display filters select (client ports).
+    let fixed = [tls_port, web_port, dns_port];
+    let capsule_ports = |filter: &str| -> BTreeSet<u16> {
+        let o = run_ok(capsule().args([
+            "flows",
+            "--store",
+            p(&store),
+            "--json",
+            "--limit",
+            "100000",
+            filter,
+        ]));
+        stdout_str(&o)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let f: serde_json::Value = serde_json::from_str(l).unwrap();
+                [f["a_port"].as_u64(), f["b_port"].as_u64()]
+                    .into_iter()
+                    .flatten()
+                    .map(|p| p as u16)
+                    .find(|p| !fixed.contains(p))
+                    .unwrap()
+            })
+            .collect()
+    };
+    let tshark_ports = |filter: &str| -> BTreeSet<u16> {
+        tshark_fields_filtered(
+            &cap,
+            filter,
+            &["tcp.srcport", "tcp.dstport", "udp.srcport", "udp.dstport"],
+        )
+        .iter()
+        .flat_map(|l| {
+            l.iter()
+                .filter_map(|x| x.parse::<u16>().ok())
+                .collect::<Vec<_>>()
+        })
+        .filter(|p| !fixed.contains(p))
+        .collect()
+    };
+    for (ours, theirs) in [
+        (
+            "sni models.example-hub.io",
+            "tls.handshake.extensions_server_name == \"models.example-hub.io\"",
+        ),
+        (
+            "sni *.example.test",
+            "tls.handshake.extensions_server_name contains \".example.test\"",
+        ),
+        // A connection closed before its ClientHello (the test's probe) gets the server's
+        // TLS alert: TLS for tshark and capsule alike.
+        ("app tls", "tls"),
+        ("app dns", "dns"),
+        (
+            "http.host web.example.test",
+            "http.host == \"web.example.test:WEB\"",
+        ),
+        (
+            "http.host *.example-hub.io",
+            "http.host contains \".example-hub.io\"",
+        ),
+        ("dns models.example-hub.io", "ip.addr == 127.0.0.77"),
+        (
+            "dns *.example-hub.io and tcp",
+            "ip.addr == 127.0.0.77 and tcp",
+        ),
+        (
+            "sni nothing.example",
+            "tls.handshake.extensions_server_name == \"nothing.example\"",
+        ),
+    ] {
+        let theirs = theirs.replace("WEB", &web_port.to_string());
+        let want = tshark_ports(&theirs);
+        assert_eq!(capsule_ports(ours), want, "{ours} vs tshark {theirs}");
+    }
+    assert!(!capsule_ports("dns models.example-hub.io").is_empty());
+    // A packet query by name: exactly the packets of the flows named.
+    let sni_client = *capsule_ports("sni models.example-hub.io")
+        .iter()
+        .next()
+        .unwrap();
+    let out = d.join("sni.pcap");
+    query_ok(&store, &out, &["sni models.example-hub.io"]);
+    let want = tshark_fields_filtered(
+        &cap,
+        &format!("tcp.port == {sni_client}"),
+        &["frame.number"],
+    )
+    .len() as u64;
+    assert_eq!(capinfos_packets(&out), want);
 
     // The table names the server.
     let o = run_ok(capsule().args(["flows", "--store", p(&store)]));
@@ -348,6 +480,10 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
 fn tshark_fields_filtered(file: &Path, filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
     let mut cmd = Command::new("tshark");
     cmd.args(["-n", "-r", p(file), "-Y", filter, "-T", "fields"]);
+    // The servers listen on unregistered ports: tell tshark what they speak.
+    for d in DECODE_AS.lock().unwrap().iter() {
+        cmd.args(["-d", d]);
+    }
     for f in fields {
         cmd.args(["-e", f]);
     }

@@ -53,6 +53,8 @@ pub struct FlowListing {
 /// file is opened. With `keep_buckets`, each flow keeps its 1-second buckets in the window.
 /// The flows come in the order they were first seen (segment order), not ranked.
 pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<FlowListing> {
+    let resolved = crate::names::resolve_index_only(store, q)?;
+    let q = &resolved;
     let (from, to) = q.window();
     let entries = store.list()?;
     let dir = store.index_dir();
@@ -357,6 +359,8 @@ fn finish(out: Merged) -> Vec<FlowSummary> {
 
 /// Lists the flows of `q` (filter and window) from the side index of `segments`.
 pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<FlowListing> {
+    let resolved = crate::names::resolve(store, segments, q)?;
+    let q = &resolved;
     let from = q.from_ns.unwrap_or(0);
     let to = q.to_ns.unwrap_or(u64::MAX);
     let mut out = Merged::default();

@@ -248,6 +248,9 @@ impl Window {
     ) -> Result<Window, ExportError> {
         let (segments, unreadable) = store.open_segments_checked()?;
         let segments = Arc::new(segments);
+        // Name terms resolved from the index once, for the plan and every packet's check.
+        let resolved = capsule_index::names::resolve(store, &segments, query)?;
+        let query = &resolved;
         let the_plan = plan(store, &segments, query)?;
         let mut report = ExportReport {
             segments_total: segments.len(),
