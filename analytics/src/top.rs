@@ -434,12 +434,8 @@ pub fn flow_label(f: &capsule_index::sideindex::FlowCounts) -> String {
     } else {
         format!(" vlan {}", vlans.join("."))
     };
-    let names = match f.totals.names.as_ref().and_then(|n| n.describe()) {
-        Some(d) => format!(" ({d})"),
-        None => String::new(),
-    };
     format!(
-        "{proto}{vlan} {} <-> {}{names}",
+        "{proto}{vlan} {} <-> {}",
         ep(k.a, k.ports.map(|p| p.0)),
         ep(k.b, k.ports.map(|p| p.1))
     )

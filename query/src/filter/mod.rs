@@ -1977,3 +1977,98 @@ mod tests {
         assert_eq!(dscp_by_name(""), None);
     }
 }
+
+#[cfg(test)]
+mod name_terms {
+    use super::*;
+    use capsule_names::{App, FlowNames};
+
+    #[test]
+    fn name_terms_parse_print_and_read_back() {
+        let f =
+            Filter::parse("SNI *.Example.com or app TLS or dns a.example or http.host web.test")
+                .unwrap();
+        assert_eq!(
+            f.to_string(),
+            "sni *.example.com or app tls or dns a.example or http.host web.test"
+        );
+        assert_eq!(Filter::parse(&f.to_string()), Ok(f.clone()));
+        assert!(f.has_names());
+        assert!(!Filter::parse("tcp port 443").unwrap().has_names());
+        for bad in ["app unknown", "app nosuch", "sni", "dns (", "http.host"] {
+            assert!(Filter::parse(bad).is_err(), "{bad}");
+        }
+        // Unresolved, a name term matches no packet.
+        assert!(!f.matches(&Dissected::default()));
+    }
+
+    #[test]
+    fn name_terms_resolve_into_flow_tuples_and_hosts() {
+        let tls = FlowNames {
+            app: App::Tls,
+            sni: Some("x.Example.com".into()),
+            ..Default::default()
+        };
+        let dns = FlowNames {
+            app: App::Dns,
+            dns_queries: vec!["a.example".into()],
+            dns_answers: vec![("a.example".into(), "192.0.2.9".parse().unwrap())],
+            ..Default::default()
+        };
+        let flows = [
+            NamedFlow {
+                proto: 6,
+                a: "10.0.0.1".parse().unwrap(),
+                b: "10.0.0.2".parse().unwrap(),
+                ports: Some((40000, 443)),
+                names: &tls,
+            },
+            NamedFlow {
+                proto: 17,
+                a: "10.0.0.1".parse().unwrap(),
+                b: "10.0.0.53".parse().unwrap(),
+                ports: Some((5000, 53)),
+                names: &dns,
+            },
+        ];
+        let r = Filter::parse("sni *.example.com")
+            .unwrap()
+            .resolve_names(&flows);
+        assert!(!r.has_names());
+        let s = r.to_string();
+        assert!(
+            s.contains("src host 10.0.0.1") && s.contains("dst port 443"),
+            "{s}"
+        );
+        assert!(
+            s.contains("src port 443") && s.contains("dst port 40000"),
+            "{s}"
+        );
+        assert_eq!(Filter::parse(&s), Ok(r));
+        let r = Filter::parse("dns a.example")
+            .unwrap()
+            .resolve_names(&flows);
+        assert_eq!(r.to_string(), "host 192.0.2.9");
+        let r = Filter::parse("app dns and udp")
+            .unwrap()
+            .resolve_names(&flows);
+        assert!(r.to_string().contains("dst port 53"), "{r}");
+        let r = Filter::parse("sni none.example")
+            .unwrap()
+            .resolve_names(&flows);
+        assert_eq!(r.to_string(), "ip and ip6");
+        assert_eq!(
+            r.matches_side(&FlowSide {
+                vlans: [None, None],
+                ip_version: 4,
+                proto: 6,
+                src: "10.0.0.1".parse().unwrap(),
+                dst: "10.0.0.2".parse().unwrap(),
+                ports: Some((40000, 443)),
+                dscp_mask: 1,
+                tcp_flags: 0,
+            }),
+            Tri::No
+        );
+    }
+}
