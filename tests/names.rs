@@ -138,7 +138,9 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
     let cap = d.join("lo.pcap");
     let mut tcpdump = Proc(
         Command::new("tcpdump")
-            .args(["-i", "lo", "-U", "-n", "-w", p(&cap)])
+            // Immediate mode: no packet waits in the ring for a block to fill (those would be
+            // lost at SIGINT).
+            .args(["-i", "lo", "-U", "--immediate-mode", "-n", "-w", p(&cap)])
             .arg(format!(
                 "port {tls_port} or port {web_port} or port {dns_port}"
             ))
@@ -153,6 +155,7 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
         let mut line = String::new();
         std::io::BufReader::new(err).read_line(&mut line).unwrap();
         assert!(line.contains("listening"), "tcpdump: {line}");
+        std::thread::sleep(Duration::from_millis(500));
     }
     let _tls = Proc(
         Command::new("openssl")
@@ -267,7 +270,7 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
     let r = format!("models.example-hub.io:{web_port}:127.0.0.77");
     let u = format!("http://models.example-hub.io:{web_port}/");
     curl(&["--resolve", &r, "--http1.1", &u]);
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(1000));
     // tcpdump writes its last packets on SIGINT.
     run_ok(Command::new("kill").args(["-INT", &tcpdump.0.id().to_string()]));
     let _ = tcpdump.0.wait();
@@ -290,7 +293,19 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
     assert_eq!(
         snis,
         BTreeSet::from(["models.example-hub.io", "tls12.example.test"]),
-        "ClientHellos: {hellos:?}; {curls:?}"
+        "ClientHellos: {hellos:?}; {curls:?}; packets: {:?}",
+        tshark_fields_filtered(
+            &cap,
+            &format!("tcp.port == {tls_port}"),
+            &[
+                "frame.number",
+                "tcp.srcport",
+                "tcp.dstport",
+                "tcp.flags.str",
+                "tcp.len",
+                "_ws.col.Info"
+            ]
+        )
     );
     let mut tls_ports = BTreeSet::new();
     for h in &hellos {
