@@ -1006,6 +1006,13 @@ pub(crate) mod tests {
                     cut_packets: [1, 0],
                     cut_bytes: [100, 0],
                     cut_at_ns: [Some(5_000_000_000), None],
+                    names: Some(Box::new(capsule_names::FlowNames {
+                        app: capsule_names::App::Tls,
+                        sni: Some("models.example-hub.io".into()),
+                        alpn: vec!["h2".into()],
+                        dns_answers: vec![("a.example".into(), "2001:db8::1".parse().unwrap())],
+                        ..Default::default()
+                    })),
                 },
                 blocks: vec![0, 2],
                 buckets: vec![
@@ -1099,6 +1106,8 @@ pub(crate) mod tests {
         assert_eq!(u16::from_le_bytes([v4[8], v4[9]]), 4);
         let mut old = idx.clone();
         old.series = None;
+        // Nor names (version 6's names table).
+        old.flows[0].totals.names = None;
         assert_eq!(SegmentIndex::decode(&v4).unwrap(), old);
         assert_eq!(SegmentIndex::decode_series(&v4).unwrap().series, None);
         assert_eq!(old.encode(), v4);
