@@ -53,7 +53,7 @@ pub struct FlowListing {
 /// file is opened. With `keep_buckets`, each flow keeps its 1-second buckets in the window.
 /// The flows come in the order they were first seen (segment order), not ranked.
 pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<FlowListing> {
-    let resolved = crate::names::resolve_index_only(store, q)?;
+    let resolved = resolve_index_only(store, q)?;
     let q = &resolved;
     let (from, to) = q.window();
     let entries = store.list()?;
@@ -359,7 +359,7 @@ fn finish(out: Merged) -> Vec<FlowSummary> {
 
 /// Lists the flows of `q` (filter and window) from the side index of `segments`.
 pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<FlowListing> {
-    let resolved = crate::names::resolve(store, segments, q)?;
+    let resolved = resolve(store, segments, q)?;
     let q = &resolved;
     let from = q.from_ns.unwrap_or(0);
     let to = q.to_ns.unwrap_or(u64::MAX);
@@ -564,4 +564,51 @@ mod tests {
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].flow.totals.packets, [3, 0]);
     }
+}
+
+/// `q` with its name terms (`sni`, `dns`, `http.host`, `app`) resolved over the flows of its
+/// window in `segments`, from the index alone (index/src/names.rs); `q` itself without them.
+pub fn resolve(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Query> {
+    if !q.filter.has_names() {
+        return Ok(q.clone());
+    }
+    let all = Query {
+        filter: capsule_query::Filter::all(),
+        ..q.clone()
+    };
+    let listing = list(store, segments, &all)?;
+    let filter = crate::names::resolve_over(
+        &q.filter,
+        listing
+            .flows
+            .iter()
+            .map(|s| (&s.flow.key, s.flow.totals.names.as_deref())),
+    );
+    Ok(Query {
+        filter,
+        ..q.clone()
+    })
+}
+
+/// [`resolve`] from the index alone (no segment opened), as [`list_index_only`].
+pub fn resolve_index_only(store: &Store, q: &Query) -> Result<Query> {
+    if !q.filter.has_names() {
+        return Ok(q.clone());
+    }
+    let all = Query {
+        filter: capsule_query::Filter::all(),
+        ..q.clone()
+    };
+    let listing = list_index_only(store, &all, false)?;
+    let filter = crate::names::resolve_over(
+        &q.filter,
+        listing
+            .flows
+            .iter()
+            .map(|s| (&s.flow.key, s.flow.totals.names.as_deref())),
+    );
+    Ok(Query {
+        filter,
+        ..q.clone()
+    })
 }

@@ -14,56 +14,24 @@
 //! the query's window, so an address seen after the answer that produced it is found by the
 //! name.
 
-use capsule_query::{Filter, NamedFlow, Query};
-use capsule_store::{Result, SegmentReader, Store};
+use capsule_query::{Filter, NamedFlow};
 
-use crate::flows;
+use crate::sideindex::FlowKey;
 
-/// `q` with its name terms resolved over the flows of its window in `segments` (the index
-/// alone); `q` itself when it has none.
-pub fn resolve(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Query> {
-    if !q.filter.has_names() {
-        return Ok(q.clone());
-    }
-    let all = Query {
-        filter: Filter::all(),
-        ..q.clone()
-    };
-    let listing = flows::list(store, segments, &all)?;
-    Ok(Query {
-        filter: resolve_over(&q.filter, &listing),
-        ..q.clone()
-    })
-}
-
-/// [`resolve`] from the index alone (no segment opened), as [`flows::list_index_only`].
-pub fn resolve_index_only(store: &Store, q: &Query) -> Result<Query> {
-    if !q.filter.has_names() {
-        return Ok(q.clone());
-    }
-    let all = Query {
-        filter: Filter::all(),
-        ..q.clone()
-    };
-    let listing = flows::list_index_only(store, &all, false)?;
-    Ok(Query {
-        filter: resolve_over(&q.filter, &listing),
-        ..q.clone()
-    })
-}
-
-fn resolve_over(filter: &Filter, listing: &flows::FlowListing) -> Filter {
-    let named: Vec<NamedFlow<'_>> = listing
-        .flows
-        .iter()
-        .filter_map(|s| {
-            let f = &s.flow;
+/// `filter` with its name terms resolved over `flows` (the window's flows as listed from the
+/// index: their keys and names). The listing itself is [`crate::flows::resolve`]'s.
+pub fn resolve_over<'a>(
+    filter: &Filter,
+    flows: impl Iterator<Item = (&'a FlowKey, Option<&'a capsule_names::FlowNames>)>,
+) -> Filter {
+    let named: Vec<NamedFlow<'_>> = flows
+        .filter_map(|(k, n)| {
             Some(NamedFlow {
-                proto: f.key.proto,
-                a: f.key.a,
-                b: f.key.b,
-                ports: f.key.ports,
-                names: f.totals.names.as_deref()?,
+                proto: k.proto,
+                a: k.a,
+                b: k.b,
+                ports: k.ports,
+                names: n?,
             })
         })
         .collect();

@@ -88,10 +88,10 @@ pub fn key_side(key: &FlowKey, tcp_flags: u8, dir: usize, dscp_mask: u64) -> Flo
 }
 
 /// Plans `q` over `segments` (as opened from `store`).
+///
+/// Name terms (`sni`, `dns`, ...) are resolved by the caller first
+/// (`flows::resolve` in this crate); unresolved, they plan as `Maybe` (every block read).
 pub fn plan(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Plan> {
-    // Name terms become flow tuples and addresses from the index first (index/src/names.rs).
-    let resolved = crate::names::resolve(store, segments, q)?;
-    let q = &resolved;
     let (from, to) = q.window();
     let mut out = Plan::default();
     for (si, seg) in segments.iter().enumerate() {

@@ -115,7 +115,7 @@ pub fn app(p: &[u8], tcp: bool, dst_port: u16) -> App {
 
 /// NetBIOS session message then an SMB1/2/3 (or transform) header.
 fn smb(p: &[u8]) -> bool {
-    matches!(p, [0x00, _, _, _, 0xff | 0xfe | 0xfd, b'S', b'M', b'B', ..])
+    matches!(p, [0x00, _, _, _, 0xfd..=0xff, b'S', b'M', b'B', ..])
 }
 
 /// An ONC-RPC call: xid, message type 0, RPC version 2.

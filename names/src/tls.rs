@@ -43,6 +43,7 @@ fn grease(v: u16) -> bool {
 }
 
 /// Parses the ClientHello at the start of `stream` (TLS records as sent by the client).
+#[allow(clippy::while_let_loop)] // the loop has several exits, each commented
 pub fn client_hello(stream: &[u8]) -> Hello {
     // Unwrap handshake records into one message buffer (fixed cap).
     let mut msg: Vec<u8> = Vec::new();
@@ -105,6 +106,7 @@ pub fn client_hello(stream: &[u8]) -> Hello {
     }
 }
 
+#[allow(clippy::match_like_matches_macro)] // one arm a case reads better
 fn looks_like_tls_prefix(b: &[u8]) -> bool {
     match b {
         [] => true,
@@ -115,6 +117,7 @@ fn looks_like_tls_prefix(b: &[u8]) -> bool {
 }
 
 /// The ClientHello body (after the 4-byte handshake header).
+#[allow(clippy::collapsible_match)] // one arm an extension, its checks inside
 fn parse(body: &[u8]) -> Option<ClientHello> {
     let mut r = Reader::new(body);
     let legacy_version = r.u16_be().ok()?;
