@@ -505,6 +505,53 @@ pub fn cut_summary(store: &Store, segments: &[SegmentReader], q: &Query) -> Resu
     Ok(out)
 }
 
+/// `q` with its name terms (`sni`, `dns`, `http.host`, `app`) resolved over the flows of its
+/// window in `segments`, from the index alone (index/src/names.rs); `q` itself without them.
+pub fn resolve(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Query> {
+    if !q.filter.has_names() {
+        return Ok(q.clone());
+    }
+    let all = Query {
+        filter: capsule_query::Filter::all(),
+        ..q.clone()
+    };
+    let listing = list(store, segments, &all)?;
+    let filter = crate::names::resolve_over(
+        &q.filter,
+        listing
+            .flows
+            .iter()
+            .map(|s| (&s.flow.key, s.flow.totals.names.as_deref())),
+    );
+    Ok(Query {
+        filter,
+        ..q.clone()
+    })
+}
+
+/// [`resolve`] from the index alone (no segment opened), as [`list_index_only`].
+pub fn resolve_index_only(store: &Store, q: &Query) -> Result<Query> {
+    if !q.filter.has_names() {
+        return Ok(q.clone());
+    }
+    let all = Query {
+        filter: capsule_query::Filter::all(),
+        ..q.clone()
+    };
+    let listing = list_index_only(store, &all, false)?;
+    let filter = crate::names::resolve_over(
+        &q.filter,
+        listing
+            .flows
+            .iter()
+            .map(|s| (&s.flow.key, s.flow.totals.names.as_deref())),
+    );
+    Ok(Query {
+        filter,
+        ..q.clone()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,51 +611,4 @@ mod tests {
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].flow.totals.packets, [3, 0]);
     }
-}
-
-/// `q` with its name terms (`sni`, `dns`, `http.host`, `app`) resolved over the flows of its
-/// window in `segments`, from the index alone (index/src/names.rs); `q` itself without them.
-pub fn resolve(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Query> {
-    if !q.filter.has_names() {
-        return Ok(q.clone());
-    }
-    let all = Query {
-        filter: capsule_query::Filter::all(),
-        ..q.clone()
-    };
-    let listing = list(store, segments, &all)?;
-    let filter = crate::names::resolve_over(
-        &q.filter,
-        listing
-            .flows
-            .iter()
-            .map(|s| (&s.flow.key, s.flow.totals.names.as_deref())),
-    );
-    Ok(Query {
-        filter,
-        ..q.clone()
-    })
-}
-
-/// [`resolve`] from the index alone (no segment opened), as [`list_index_only`].
-pub fn resolve_index_only(store: &Store, q: &Query) -> Result<Query> {
-    if !q.filter.has_names() {
-        return Ok(q.clone());
-    }
-    let all = Query {
-        filter: capsule_query::Filter::all(),
-        ..q.clone()
-    };
-    let listing = list_index_only(store, &all, false)?;
-    let filter = crate::names::resolve_over(
-        &q.filter,
-        listing
-            .flows
-            .iter()
-            .map(|s| (&s.flow.key, s.flow.totals.names.as_deref())),
-    );
-    Ok(Query {
-        filter,
-        ..q.clone()
-    })
 }
