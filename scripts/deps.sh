@@ -9,6 +9,7 @@ declare -A need=(
   [capinfos]=wireshark-common
   [editcap]=wireshark-common
   [tcpdump]=tcpdump
+  [dig]=bind9-dnsutils
   [tcpreplay]=tcpreplay
   [zstd]=zstd
   [clang]=clang

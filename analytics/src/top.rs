@@ -36,6 +36,10 @@ pub enum Key {
     Group,
     /// A DSCP value.
     Dscp,
+    /// The TLS server name of the flow (`(none)` for flows without one).
+    Sni,
+    /// The application recognised from the flow's payload (`unknown` for none).
+    App,
 }
 
 /// One value's part of a row's bytes.
@@ -446,6 +450,8 @@ enum Id {
     Dst(IpAddr),
     Group(String),
     Dscp(u8),
+    Sni(Option<String>),
+    App(capsule_names::App),
 }
 
 impl Id {
@@ -456,6 +462,8 @@ impl Id {
             Id::Src(h) | Id::Dst(h) => h.to_string(),
             Id::Group(g) => g.clone(),
             Id::Dscp(v) => dscp_name(*v),
+            Id::Sni(n) => n.clone().unwrap_or_else(|| "(none)".into()),
+            Id::App(a) => a.as_str().to_string(),
         }
     }
 
@@ -473,6 +481,11 @@ impl Id {
                 .map(|h| Filter::host(Src, *h))
                 .reduce(Filter::or)?,
             Id::Group(_) => return None,
+            Id::Sni(Some(n)) => Filter::parse(&format!("sni {n}")).ok()?,
+            Id::App(a) if *a != capsule_names::App::Unknown => {
+                Filter::parse(&format!("app {}", a.as_str())).ok()?
+            }
+            Id::Sni(None) | Id::App(_) => return None,
         })
     }
 }
@@ -608,6 +621,23 @@ fn rows_of(
                 visit(Id::Group(g), [d == 0, d == 1], None, Some(src));
             }
         }
+        Key::Sni => visit(
+            Id::Sni(f.totals.names.as_ref().and_then(|n| n.sni.clone())),
+            [true, true],
+            None,
+            None,
+        ),
+        Key::App => visit(
+            Id::App(
+                f.totals
+                    .names
+                    .as_ref()
+                    .map_or(capsule_names::App::Unknown, |n| n.app),
+            ),
+            [true, true],
+            None,
+            None,
+        ),
         Key::Dscp => {
             for d in 0..2 {
                 for c in dscp_in_window(s, d).iter() {

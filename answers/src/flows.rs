@@ -180,6 +180,66 @@ pub fn json_line(s: &FlowSummary) -> serde_json::Value {
             "cut_at_ns": f.totals.cut_at_ns,
             "cut_at": f.totals.cut_at().map(capsule_query::format_instant),
         })),
+        // The application and names read from the flow's payload (null when none).
+        "names": f.totals.names.as_deref().map(names_json),
+    })
+}
+
+/// A flow's application and names as JSON (`names` of a flow line).
+pub fn names_json(n: &capsule_names::FlowNames) -> serde_json::Value {
+    serde_json::json!({
+        "app": n.app.as_str(),
+        "describe": n.describe(),
+        "sni": n.sni, "alpn": n.alpn, "ja4": n.ja4,
+        "http_host": n.http_host, "http_method": n.http_method,
+        "ssh": n.ssh,
+        "dns_queries": n.dns_queries,
+        "dns_answers": n.dns_answers.iter().map(|(q, a)| serde_json::json!({"name": q, "addr": a.to_string()})).collect::<Vec<_>>(),
+    })
+}
+
+/// [`names_json`] read back.
+fn names_from_json(v: &serde_json::Value) -> Option<capsule_names::FlowNames> {
+    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(String::from);
+    let list = |k: &str| -> Vec<String> {
+        v.get(k)
+            .and_then(|x| x.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let ssh = v.get("ssh").and_then(|x| x.as_array());
+    let ssh_at = |i: usize| {
+        ssh.and_then(|a| a.get(i))
+            .and_then(|x| x.as_str())
+            .map(String::from)
+    };
+    Some(capsule_names::FlowNames {
+        app: capsule_names::App::parse(v.get("app")?.as_str()?)?,
+        sni: s("sni"),
+        alpn: list("alpn"),
+        ja4: s("ja4"),
+        http_host: s("http_host"),
+        http_method: s("http_method"),
+        ssh: [ssh_at(0), ssh_at(1)],
+        dns_queries: list("dns_queries"),
+        dns_answers: v
+            .get("dns_answers")
+            .and_then(|x| x.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|e| {
+                        Some((
+                            e.get("name")?.as_str()?.to_string(),
+                            e.get("addr")?.as_str()?.parse().ok()?,
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
     })
 }
 
@@ -212,6 +272,8 @@ pub fn from_json_line(line: &str) -> Result<FlowSummary, String> {
         resets: [u64; 2],
         approximate: bool,
         cut: Option<Cut>,
+        #[serde(default)]
+        names: Option<serde_json::Value>,
     }
     let l: Line = serde_json::from_str(line).map_err(|e| format!("not a flow line: {e}"))?;
     if l.vlans.len() > 2 || l.dscp.iter().flatten().any(|d| *d > 63) {
@@ -234,6 +296,7 @@ pub fn from_json_line(line: &str) -> Result<FlowSummary, String> {
     t.retransmissions = l.retransmissions;
     t.zero_windows = l.zero_windows;
     t.resets = l.resets;
+    t.names = l.names.as_ref().and_then(names_from_json).map(Box::new);
     if let Some(c) = l.cut {
         t.cut_packets = c.cut_packets;
         t.cut_bytes = c.cut_bytes;

@@ -60,13 +60,15 @@ pub fn interval_text(ns: u64) -> String {
 }
 
 /// The names of [`top::Key`], as `--key` takes them.
-pub const TOP_KEYS: [(top::Key, &str); 6] = [
+pub const TOP_KEYS: [(top::Key, &str); 8] = [
     (top::Key::Flow, "flow"),
     (top::Key::Src, "src"),
     (top::Key::Dst, "dst"),
     (top::Key::Pair, "pair"),
     (top::Key::Group, "group"),
     (top::Key::Dscp, "dscp"),
+    (top::Key::Sni, "sni"),
+    (top::Key::App, "app"),
 ];
 
 /// The names of [`top::By`], as `top --by` takes them.

@@ -54,6 +54,8 @@ pub struct FlowListing {
 /// file is opened. With `keep_buckets`, each flow keeps its 1-second buckets in the window.
 /// The flows come in the order they were first seen (segment order), not ranked.
 pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<FlowListing> {
+    let resolved = resolve_index_only(store, q)?;
+    let q = &resolved;
     let (from, to) = q.window();
     // Segments trimmed after upload too: their index stayed local.
     let entries = store.list_held()?;
@@ -385,6 +387,8 @@ fn finish(out: Merged) -> Vec<FlowSummary> {
 
 /// Lists the flows of `q` (filter and window) from the side index of `segments`.
 pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<FlowListing> {
+    let resolved = resolve(store, segments, q)?;
+    let q = &resolved;
     let from = q.from_ns.unwrap_or(0);
     let to = q.to_ns.unwrap_or(u64::MAX);
     let mut out = Merged::default();
@@ -538,6 +542,53 @@ pub fn cut_summary(store: &Store, segments: &[SegmentReader], q: &Query) -> Resu
         };
     }
     Ok(out)
+}
+
+/// `q` with its name terms (`sni`, `dns`, `http.host`, `app`) resolved over the flows of its
+/// window in `segments`, from the index alone (index/src/names.rs); `q` itself without them.
+pub fn resolve(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Query> {
+    if !q.filter.has_names() {
+        return Ok(q.clone());
+    }
+    let all = Query {
+        filter: capsule_query::Filter::all(),
+        ..q.clone()
+    };
+    let listing = list(store, segments, &all)?;
+    let filter = crate::names::resolve_over(
+        &q.filter,
+        listing
+            .flows
+            .iter()
+            .map(|s| (&s.flow.key, s.flow.totals.names.as_deref())),
+    );
+    Ok(Query {
+        filter,
+        ..q.clone()
+    })
+}
+
+/// [`resolve`] from the index alone (no segment opened), as [`list_index_only`].
+pub fn resolve_index_only(store: &Store, q: &Query) -> Result<Query> {
+    if !q.filter.has_names() {
+        return Ok(q.clone());
+    }
+    let all = Query {
+        filter: capsule_query::Filter::all(),
+        ..q.clone()
+    };
+    let listing = list_index_only(store, &all, false)?;
+    let filter = crate::names::resolve_over(
+        &q.filter,
+        listing
+            .flows
+            .iter()
+            .map(|s| (&s.flow.key, s.flow.totals.names.as_deref())),
+    );
+    Ok(Query {
+        filter,
+        ..q.clone()
+    })
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ pub mod cutoff;
 pub mod flows;
 pub mod indexer;
 pub mod millis;
+pub mod names;
 pub mod plan;
 mod scrub;
 pub mod sideindex;

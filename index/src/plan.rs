@@ -90,6 +90,9 @@ pub fn key_side(key: &FlowKey, tcp_flags: u8, dir: usize, dscp_mask: u64) -> Flo
 }
 
 /// Plans `q` over `segments` (as opened from `store`).
+///
+/// Name terms (`sni`, `dns`, ...) are resolved by the caller first
+/// (`flows::resolve` in this crate); unresolved, they plan as `Maybe` (every block read).
 pub fn plan(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Plan> {
     let (from, to) = q.window();
     let mut out = Plan::default();

@@ -51,7 +51,10 @@ pub mod filter;
 pub mod time;
 
 pub use capsule_wire::IpProto;
-pub use filter::{Direction, Filter, FilterError, FilterValueError, FlowSide, IndexKey, Tri};
+pub use filter::{
+    Direction, Filter, FilterError, FilterValueError, FlowSide, IndexKey, NameKind, NameText,
+    NamedFlow, Tri,
+};
 pub use time::{
     format_instant, parse_duration, parse_instant, parse_time, TimeArg, TimeError, ACCEPTED,
 };

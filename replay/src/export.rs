@@ -91,7 +91,8 @@ pub fn bpf_linktypes(segments: &[SegmentReader]) -> Vec<u16> {
 /// Plans an export without reading any packet (`--explain`).
 pub fn explain(store: &Store, opts: &ExportOptions) -> Result<Plan, ExportError> {
     let segments = store.open_segments()?;
-    Ok(plan(store, &segments, &opts.query)?)
+    let query = capsule_index::flows::resolve(store, &segments, &opts.query)?;
+    Ok(plan(store, &segments, &query)?)
 }
 
 /// Exports the packets of `opts`' query from `store` to `out`, in timestamp order.
@@ -265,6 +266,9 @@ impl Window {
     ) -> Result<Window, ExportError> {
         let (segments, unreadable) = store.open_segments_checked()?;
         let segments = Arc::new(segments);
+        // Name terms resolved from the index once, for the plan and every packet's check.
+        let resolved = capsule_index::flows::resolve(store, &segments, query)?;
+        let query = &resolved;
         let the_plan = plan(store, &segments, query)?;
         let mut report = ExportReport {
             segments_total: segments.len(),

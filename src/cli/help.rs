@@ -51,6 +51,16 @@ form one filter. The empty filter selects every packet.
                         SIZE 1, 2 or 4 bytes), an optional & MASK, a
                         comparison and a number (decimal or 0x hex); read
                         from each packet, after any VLAN tags
+  sni NAME              the flow's TLS server name (ClientHello); *.example.com
+                        matches any name under example.com
+  http.host NAME        the flow's HTTP/1 Host header (its port ignored)
+  dns NAME              flows to or from an address a DNS answer in the window
+                        gave for NAME
+  app APP               the application read from the flow's first payload
+                        bytes: tls, quic, http, http2, dns, ssh, rpc, smb, rocev2
+                        (names are read at index time; a name term is looked
+                        up in the index, never by reading packets; tcpdump has
+                        no such terms)
   and (&&), or (||), not (!), ( )
                         not binds tightest; and and or bind equally,
                         from the left, as in tcpdump: tcp or udp and
@@ -61,6 +71,7 @@ form one filter. The empty filter selects every packet.
 Examples:
   capsule query --store S --from -10m -w out.pcap host 10.1.2.3 and tcp port 443
   capsule flows --store S dscp ef and not net 10.4.0.0/24
+  capsule flows --store S 'sni *.example-hub.io or dns *.example-hub.io'
   capsule query --store S --count 'udp and (dst port 53 or dst port 5353)'
   capsule query --store S --count 'tcpflags rst and port https or 8443'
 

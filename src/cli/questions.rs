@@ -165,6 +165,10 @@ pub enum TopKey {
     Pair,
     Group,
     Dscp,
+    /// The TLS server name of each flow (from the ClientHello).
+    Sni,
+    /// The application recognised from each flow's payload (tls, quic, http, dns, ssh, ...).
+    App,
 }
 
 #[derive(Args, Debug)]

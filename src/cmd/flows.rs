@@ -163,6 +163,11 @@ fn table(shown: &[&capsule_index::flows::FlowSummary], out: &mut dyn Write) -> R
             Some(_) => format!("{b} -> {a}"),
             None => format!("{a} <-> {b}"),
         };
+        // Who the other end is, from the flow's payload: `(tls: models.example-hub.io)`.
+        let flow = match f.totals.names.as_ref().and_then(|n| n.describe()) {
+            Some(d) => format!("{flow} ({d})"),
+            None => flow,
+        };
         let approx = if s.approximate { "~" } else { "" };
         let mut row = vec![
             capsule_wire::IpProto::from(k.proto).to_string(),

@@ -16,6 +16,8 @@ pub fn run(a: &TopArgs) -> Result<ExitCode> {
         TopKey::Pair => Key::Pair,
         TopKey::Group => Key::Group,
         TopKey::Dscp => Key::Dscp,
+        TopKey::Sni => Key::Sni,
+        TopKey::App => Key::App,
     };
     let by = match a.by {
         TopBy::Bytes => By::Bytes,

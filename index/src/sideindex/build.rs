@@ -62,6 +62,20 @@ pub struct IndexBuilder {
     /// The millisecond series of the block being counted, and of every block added.
     series_builder: SeriesBuilder,
     series: Vec<BlockSeries>,
+    /// Per flow: its payload inspection (capsule-names) while it may still learn something;
+    /// `None` before its first payload and once done (what it learned is then in the
+    /// record's `totals.names`).
+    trackers: Vec<Option<Box<capsule_names::Tracker>>>,
+    /// Per flow: its inspection is over (caps reached or nothing more to learn).
+    inspected: Vec<bool>,
+}
+
+/// A stored packet's bytes, for the payload inspection of flows that still need it.
+#[derive(Clone, Copy)]
+struct Packet<'a> {
+    linktype: u16,
+    orig_len: u32,
+    data: &'a [u8],
 }
 
 impl IndexBuilder {
@@ -131,8 +145,19 @@ impl IndexBuilder {
         // store) alike: the index counts what was seen; a cut record is counted as cut too.
         match records {
             Some(records) => {
+                // The block's packets, in the records' order (one per record, stored and
+                // cut alike): read only for flows whose payload is still inspected.
+                let mut packets = data.iter().flat_map(|piece| fragment_records(piece));
                 for r in records {
-                    self.count(&mut summary, &mut last_flow, r);
+                    let p = match packets.next() {
+                        Some(Ok((p, _))) if p.ts_ns == r.ts_ns => Some(Packet {
+                            linktype: self.linktypes.get(p.iface as usize).copied().unwrap_or(0),
+                            orig_len: p.orig_len,
+                            data: p.data,
+                        }),
+                        _ => None,
+                    };
+                    self.count(&mut summary, &mut last_flow, r, p);
                 }
             }
             None => {
@@ -143,7 +168,12 @@ impl IndexBuilder {
                     let linktype = self.linktypes.get(p.iface as usize).copied().unwrap_or(0);
                     let d = dissect(linktype, p.data);
                     let r = Record::of(p.ts_ns, p.orig_len, p.data.len() as u32, cut, &d);
-                    self.count(&mut summary, &mut last_flow, &r);
+                    let pkt = Packet {
+                        linktype,
+                        orig_len: p.orig_len,
+                        data: p.data,
+                    };
+                    self.count(&mut summary, &mut last_flow, &r, Some(pkt));
                 }
             }
         }
@@ -166,6 +196,7 @@ impl IndexBuilder {
         summary: &mut BlockSummary,
         last_flow: &mut Option<(FlowKey, usize)>,
         r: &Record,
+        packet: Option<Packet<'_>>,
     ) {
         let (ts_ns, wire, cut) = (r.ts_ns, u64::from(r.wire), r.cut());
         if r.malformed() {
@@ -193,6 +224,8 @@ impl IndexBuilder {
                         self.tcp.push(f.tcp_in);
                         self.flows.push(f);
                         self.slot.push(NONE);
+                        self.trackers.push(None);
+                        self.inspected.push(false);
                         self.by_key.insert(key, self.flows.len() - 1);
                         self.flows.len() - 1
                     }
@@ -210,6 +243,11 @@ impl IndexBuilder {
             f.tcp_in = self.flows[i].tcp_in;
             self.delta.flows.push(f);
             self.delta_of.push(i);
+        }
+        if !self.inspected[i] && (r.is_tcp() || r.proto == 17) {
+            if let Some(p) = packet {
+                self.inspect(i, dir, r, p);
+            }
         }
         let f = &mut self.delta.flows[self.slot[i] as usize];
         let st = &mut self.tcp[i];
@@ -284,6 +322,41 @@ impl IndexBuilder {
         }
     }
 
+    /// Feeds flow `i`'s packet (direction `dir`) to its payload inspection; once that is
+    /// done, its names go into the flow's record.
+    fn inspect(&mut self, i: usize, dir: usize, r: &Record, p: Packet<'_>) {
+        let d = dissect(p.linktype, p.data);
+        let Some(payload) = capsule_names::payload_of(&d, p.data, p.orig_len) else {
+            return;
+        };
+        if payload.is_empty() {
+            return;
+        }
+        let t = self.trackers[i].get_or_insert_with(Default::default);
+        let seq = r.is_tcp().then_some(r.seq);
+        t.observe(dir, seq, r.dst_port, payload);
+        if t.done() {
+            self.inspected[i] = true;
+            if let Some(t) = self.trackers[i].take() {
+                let names = t.into_names();
+                if !names.is_empty() {
+                    self.flows[i].totals.names = Some(Box::new(names));
+                }
+            }
+        }
+    }
+
+    /// Moves what unfinished inspections learned into their flows' records.
+    fn settle_names(&mut self) {
+        for (i, t) in self.trackers.iter().enumerate() {
+            if let Some(t) = t {
+                if !t.names().is_empty() {
+                    self.flows[i].totals.names = Some(Box::new(t.names().clone()));
+                }
+            }
+        }
+    }
+
     /// The finished index of a segment of `segment_len` bytes.
     pub fn finish(self, segment_len: u64) -> SegmentIndex {
         self.finish_carry(segment_len).0
@@ -291,7 +364,8 @@ impl IndexBuilder {
 
     /// [`IndexBuilder::finish`], and the states carried in for flows that sent nothing in
     /// this segment (for [`SegmentIndex::carry_forward`]).
-    pub fn finish_carry(self, segment_len: u64) -> (SegmentIndex, TcpCarry) {
+    pub fn finish_carry(mut self, segment_len: u64) -> (SegmentIndex, TcpCarry) {
+        self.settle_names();
         (
             SegmentIndex {
                 seq: self.seq,

@@ -16,7 +16,7 @@ use super::{
 };
 
 /// Index format version written by this build.
-pub const INDEX_VERSION: u16 = 5;
+pub const INDEX_VERSION: u16 = 6;
 /// The oldest index format version this build reads: version 3 is version 4 without the
 /// cut-off's counters (no packet of its segment was cut), so it is read as is.
 pub const INDEX_VERSION_MIN: u16 = 3;
@@ -24,6 +24,8 @@ const INDEX_MAGIC: [u8; 8] = *b"CPSLIDX\0";
 pub(super) const HEADER_LEN: usize = 80;
 /// The first index version with millisecond series.
 pub const SERIES_VERSION: u16 = 5;
+/// The first index version with the names table (each flow's application and names).
+pub const NAMES_VERSION: u16 = 6;
 const NO_VLAN: u16 = 0xFFFF;
 /// Where the header's body CRC is.
 const BODY_CRC_AT: usize = 56;
@@ -613,6 +615,9 @@ pub(super) fn encode_index(
     for f in flows {
         put_flow_as(&mut body, f, true, version);
     }
+    if version >= NAMES_VERSION {
+        put_names_section(&mut body, flows.iter().map(|f| f.totals.names.as_deref()));
+    }
     let compressed =
         zstd::bulk::compress(&body, level).expect("compressing into a Vec cannot fail");
     let mut out = Vec::with_capacity(HEADER_LEN + compressed.len());
@@ -716,6 +721,11 @@ impl SegmentIndex {
         for _ in 0..h.n_flows {
             flows.push(get_flow(&mut c, Some(h.n_blocks), body.len(), h.version)?);
         }
+        if h.version >= NAMES_VERSION {
+            for (i, n) in get_names_section(&mut c, flows.len())? {
+                flows[i].totals.names = Some(Box::new(n));
+            }
+        }
         all_read(&c, body.len())?;
         Ok(SegmentIndex {
             seq: h.seq,
@@ -761,6 +771,11 @@ impl SegmentIndex {
                 h.version,
                 drop_buckets_within,
             )?);
+        }
+        if h.version >= NAMES_VERSION {
+            for (i, n) in get_names_section(&mut c, flows.len())? {
+                flows[i].totals.names = Some(Box::new(n));
+            }
         }
         all_read(&c, body.len())?;
         Ok(CountsIndex {
@@ -912,4 +927,156 @@ impl SegmentIndex {
         }
         Ok(Some(idx))
     }
+}
+
+/// Writes the names table (index version 6, docs/format.md): its length in bytes (u64 LE),
+/// the number of entries (varint), then per flow that has names, ascending: its position in
+/// the flows section (varint) and its names record.
+pub(super) fn put_names_section<'a>(
+    body: &mut Vec<u8>,
+    names: impl Iterator<Item = Option<&'a capsule_names::FlowNames>>,
+) {
+    let at = body.len();
+    body.extend_from_slice(&0u64.to_le_bytes());
+    let mut entries = Vec::new();
+    let mut n = 0u64;
+    for (i, fnames) in names.enumerate() {
+        if let Some(fnames) = fnames {
+            put_varint(&mut entries, i as u64);
+            put_names(&mut entries, fnames);
+            n += 1;
+        }
+    }
+    put_varint(body, n);
+    body.extend_from_slice(&entries);
+    let len = (body.len() - at - 8) as u64;
+    body[at..at + 8].copy_from_slice(&len.to_le_bytes());
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_varint(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// One flow's names record: app code (u8), presence bits (u8: 1 SNI, 2 JA4, 4 HTTP host,
+/// 8 HTTP method, 16 SSH a->b, 32 SSH b->a), those strings in bit order, then the ALPN
+/// values, DNS query names and DNS answers, each list a varint count first.
+fn put_names(out: &mut Vec<u8>, n: &capsule_names::FlowNames) {
+    out.push(n.app as u8);
+    let opts = [
+        n.sni.as_deref(),
+        n.ja4.as_deref(),
+        n.http_host.as_deref(),
+        n.http_method.as_deref(),
+        n.ssh[0].as_deref(),
+        n.ssh[1].as_deref(),
+    ];
+    let bits = opts
+        .iter()
+        .enumerate()
+        .fold(0u8, |b, (k, o)| b | (u8::from(o.is_some()) << k));
+    out.push(bits);
+    for s in opts.into_iter().flatten() {
+        put_str(out, s);
+    }
+    put_varint(out, n.alpn.len() as u64);
+    for s in &n.alpn {
+        put_str(out, s);
+    }
+    put_varint(out, n.dns_queries.len() as u64);
+    for s in &n.dns_queries {
+        put_str(out, s);
+    }
+    put_varint(out, n.dns_answers.len() as u64);
+    for (s, a) in &n.dns_answers {
+        put_str(out, s);
+        match a {
+            IpAddr::V4(_) => out.push(4),
+            IpAddr::V6(_) => out.push(6),
+        }
+        put_addr(out, *a);
+    }
+}
+
+fn get_str(c: &mut Reader<'_>) -> std::result::Result<String, DecodeError> {
+    let len = c.varint().map_err(bad_varint)?;
+    if len > capsule_names::MAX_NAME as u64 * 2 {
+        return Err(invalid(format!("a name of {len} bytes in the names table")));
+    }
+    let b = c.take(len as usize).map_err(short)?;
+    String::from_utf8(b.to_vec()).map_err(|_| invalid("a name that is not UTF-8"))
+}
+
+fn get_count(c: &mut Reader<'_>, max: usize) -> std::result::Result<usize, DecodeError> {
+    let n = c.varint().map_err(bad_varint)?;
+    if n > max as u64 {
+        return Err(invalid(format!(
+            "{n} entries in a names list of at most {max}"
+        )));
+    }
+    Ok(n as usize)
+}
+
+fn get_names(c: &mut Reader<'_>) -> std::result::Result<capsule_names::FlowNames, DecodeError> {
+    let mut n = capsule_names::FlowNames {
+        app: capsule_names::App::from_code(c.u8().map_err(short)?),
+        ..Default::default()
+    };
+    let bits = c.u8().map_err(short)?;
+    let mut opts: [Option<String>; 6] = Default::default();
+    for (k, o) in opts.iter_mut().enumerate() {
+        if bits & (1 << k) != 0 {
+            *o = Some(get_str(c)?);
+        }
+    }
+    let [sni, ja4, host, method, ssh0, ssh1] = opts;
+    (n.sni, n.ja4, n.http_host, n.http_method, n.ssh) = (sni, ja4, host, method, [ssh0, ssh1]);
+    for _ in 0..get_count(c, capsule_names::MAX_ALPN)? {
+        n.alpn.push(get_str(c)?);
+    }
+    for _ in 0..get_count(c, capsule_names::MAX_DNS_NAMES)? {
+        n.dns_queries.push(get_str(c)?);
+    }
+    for _ in 0..get_count(c, capsule_names::MAX_DNS_ANSWERS)? {
+        let s = get_str(c)?;
+        let v = c.u8().map_err(short)?;
+        if v != 4 && v != 6 {
+            return Err(invalid(format!("address family {v} in the names table")));
+        }
+        n.dns_answers.push((s, get_addr(c, v)?));
+    }
+    Ok(n)
+}
+
+/// Reads the names table of a version 6 index whose flows section held `n_flows` flows:
+/// (flow position, names) per entry.
+pub(super) fn get_names_section(
+    c: &mut Reader<'_>,
+    n_flows: usize,
+) -> std::result::Result<Vec<(usize, capsule_names::FlowNames)>, DecodeError> {
+    let len = c.u64_le().map_err(short)?;
+    let start = c.position();
+    let count = c.varint().map_err(bad_varint)?;
+    if count > n_flows as u64 {
+        return Err(invalid(format!(
+            "names table of {count} entries for {n_flows} flows"
+        )));
+    }
+    let mut out = Vec::with_capacity(count as usize);
+    let mut last: Option<usize> = None;
+    for _ in 0..count {
+        let i = c.varint().map_err(bad_varint)?;
+        if i >= n_flows as u64 || last.is_some_and(|l| i as usize <= l) {
+            return Err(invalid(format!("names table entry for flow {i}")));
+        }
+        last = Some(i as usize);
+        out.push((i as usize, get_names(c)?));
+    }
+    if (c.position() - start) as u64 != len {
+        return Err(invalid(format!(
+            "names table is {} bytes, its length says {len}",
+            c.position() - start
+        )));
+    }
+    Ok(out)
 }

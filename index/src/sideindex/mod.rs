@@ -303,6 +303,9 @@ pub struct FlowTotals {
     pub cut_bytes: [u64; 2],
     /// The earliest packet of each direction the cut-off did not store.
     pub cut_at_ns: [Option<u64>; 2],
+    /// The flow's application and names (capsule-names), when its payload told anything:
+    /// index version 6's names table, boxed (most flows of a listing carry none).
+    pub names: Option<Box<capsule_names::FlowNames>>,
 }
 
 impl FlowTotals {
@@ -360,6 +363,12 @@ impl FlowTotals {
     pub fn absorb(&mut self, o: &FlowTotals) {
         self.first_ns = self.first_ns.min(o.first_ns);
         self.last_ns = self.last_ns.max(o.last_ns);
+        if let Some(on) = &o.names {
+            match &mut self.names {
+                Some(n) => n.absorb(on),
+                None => self.names = Some(on.clone()),
+            }
+        }
         for d in 0..2 {
             self.packets[d] += o.packets[d];
             self.bytes[d] += o.bytes[d];
@@ -1033,6 +1042,13 @@ pub(crate) mod tests {
                     cut_packets: [1, 0],
                     cut_bytes: [100, 0],
                     cut_at_ns: [Some(5_000_000_000), None],
+                    names: Some(Box::new(capsule_names::FlowNames {
+                        app: capsule_names::App::Tls,
+                        sni: Some("models.example-hub.io".into()),
+                        alpn: vec!["h2".into()],
+                        dns_answers: vec![("a.example".into(), "2001:db8::1".parse().unwrap())],
+                        ..Default::default()
+                    })),
                 },
                 blocks: vec![0, 2],
                 buckets: vec![
@@ -1126,6 +1142,8 @@ pub(crate) mod tests {
         assert_eq!(u16::from_le_bytes([v4[8], v4[9]]), 4);
         let mut old = idx.clone();
         old.series = None;
+        // Nor names (version 6's names table).
+        old.flows[0].totals.names = None;
         assert_eq!(SegmentIndex::decode(&v4).unwrap(), old);
         assert_eq!(SegmentIndex::decode_series(&v4).unwrap().series, None);
         assert_eq!(old.encode(), v4);

@@ -87,6 +87,7 @@
 //!            | RELATION                            (* tcp[tcpflags] & MASK OP VALUE *)
 //!            | "ether" ( [ dir ] "host" | dir ) MAC
 //!            | "arp" | "greater" LENGTH | "less" LENGTH
+//!            | ( "sni" | "dns" | "http.host" ) NAME | "app" APP
 //!            | OPERAND ;                           (* after and / or: see port lists *)
 //! dir        = "src" | "dst" | "src" "or" "dst" | "src" "and" "dst"   (* and dst/src swapped *)
 //! addressed  = "host" ADDRESS | "net" NETWORK | "port" PORT | "portrange" PORTNUM "-" PORTNUM ;
@@ -162,6 +163,12 @@
 //! * `arp`: the EtherType after the VLAN tags is 0x0806.
 //! * `greater N` / `less N`: the packet's length on the wire is `>= N` / `<= N` (as tcpdump).
 //! * Every primitive about IP is false for a packet that is not IP (ARP, LLDP, ...).
+//! * `sni NAME`, `http.host NAME`, `app APP`: the packet's flow has that TLS server name,
+//!   HTTP/1 Host (its port ignored) or application in the side index's names table;
+//!   `dns NAME`: the packet is to or from an address a DNS answer in the query's window gave
+//!   for NAME. `*.suffix` matches names under suffix; case is ignored. These are resolved
+//!   from the index before a query runs ([`Filter::resolve_names`]: into flow tuples and
+//!   hosts); unresolved, they match no packet and plan as `Maybe`.
 //!
 //! # Differences from tcpdump (pcap-filter)
 //!
@@ -596,6 +603,7 @@ enum TunnelSel {
 
 /// A primitive test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(clippy::large_enum_variant)] // a name term holds its name inline: primitives stay Copy (docs/decisions.md)
 enum Prim {
     Host(Direction, IpAddr),
     Net(Direction, Net),
@@ -626,6 +634,11 @@ enum Prim {
     /// The packet's length on the wire is at least (`greater`) / at most (`less`) this.
     Greater(u32),
     Less(u32),
+    /// A name term (`sni NAME`, `dns NAME`, `http.host NAME`, `app APP`): what the side
+    /// index's names table says of the packet's flow. Resolved into flow tuples and
+    /// addresses from the index before a query runs ([`Filter::resolve_names`]); an
+    /// unresolved one matches no packet and plans as `Maybe`.
+    Name(NameKind, NameText),
     /// tcpdump's `LAYER[OFFSET:SIZE] & MASK OP VALUE`: `SIZE` bytes (1, 2 or 4, big-endian)
     /// at `OFFSET` from the start of the layer's header, masked, compare so. A packet
     /// without that layer, or whose capture ends before the bytes, does not match.
@@ -637,6 +650,77 @@ enum Prim {
         op: Cmp,
         value: u32,
     },
+}
+
+/// What a name term looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NameKind {
+    /// `sni NAME`: the TLS ClientHello's server name.
+    Sni,
+    /// `dns NAME`: flows to or from an address a DNS answer gave for NAME.
+    Dns,
+    /// `http.host NAME`: the HTTP/1 Host header.
+    HttpHost,
+    /// `app APP`: the application recognised from the payload.
+    App,
+}
+
+impl NameKind {
+    /// The keyword.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            NameKind::Sni => "sni",
+            NameKind::Dns => "dns",
+            NameKind::HttpHost => "http.host",
+            NameKind::App => "app",
+        }
+    }
+}
+
+/// A name term's name, held inline (a primitive is `Copy`): printable ASCII, 1 to 255 bytes,
+/// lowercase; `*.suffix` matches names ending in `.suffix`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NameText {
+    len: u8,
+    bytes: [u8; 255],
+}
+
+impl NameText {
+    /// `s` as a name term's name, if it is 1 to 255 printable ASCII characters.
+    pub fn new(s: &str) -> Option<NameText> {
+        let b = s.as_bytes();
+        if b.is_empty() || b.len() > 255 || !b.iter().all(|c| (0x21..0x7f).contains(c)) {
+            return None;
+        }
+        let mut bytes = [0u8; 255];
+        for (o, c) in bytes.iter_mut().zip(b) {
+            *o = c.to_ascii_lowercase();
+        }
+        Some(NameText {
+            len: b.len() as u8,
+            bytes,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl fmt::Debug for NameText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+/// A flow as the names resolution sees it: its canonical endpoints and its names.
+#[derive(Debug, Clone, Copy)]
+pub struct NamedFlow<'a> {
+    pub proto: u8,
+    pub a: IpAddr,
+    pub b: IpAddr,
+    pub ports: Option<(u16, u16)>,
+    pub names: &'a capsule_names::FlowNames,
 }
 
 /// Where a [`Prim::Bytes`] offset counts from.
@@ -684,6 +768,7 @@ impl Layer {
 /// kind (the constructors flatten), so that the canonical text form parses back to an equal
 /// tree.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[allow(clippy::large_enum_variant)] // its primitive holds a name term inline (see Prim)
 enum Expr {
     Prim(Prim),
     Not(Box<Expr>),
@@ -898,6 +983,7 @@ impl fmt::Display for Prim {
             ),
             Prim::Arp => f.write_str("arp"),
             Prim::Greater(n) => write!(f, "greater {n}"),
+            Prim::Name(k, n) => write!(f, "{} {}", k.keyword(), n.as_str()),
             Prim::Less(n) => write!(f, "less {n}"),
             Prim::Bytes {
                 layer,
@@ -1013,6 +1099,11 @@ impl View {
             (Prim::Ether(d, mac), _) => frame.map_or(Tri::Maybe, |f| {
                 Tri::from(f.macs.is_some_and(|(s, t)| d.pick(s == mac, t == mac)))
             }),
+            // Not resolved from the index: no packet is known to match.
+            (Prim::Name(..), _) => match frame {
+                Some(_) => Tri::No,
+                None => Tri::Maybe,
+            },
             (Prim::Greater(n), _) => frame.map_or(Tri::Maybe, |f| {
                 Tri::from(f.wire_len.is_some_and(|l| l >= n))
             }),
@@ -1288,6 +1379,117 @@ impl Filter {
             } => Tri::Maybe,
             _ => Tri::No,
         })
+    }
+    /// Whether the filter has a name term (`sni`, `dns`, `http.host`, `app`), which must be
+    /// resolved from the index ([`Filter::resolve_names`]) before it selects packets.
+    pub fn has_names(&self) -> bool {
+        self.expr.as_ref().is_some_and(Expr::has_names)
+    }
+
+    /// The filter with each name term replaced by what the index says of it, over `flows`
+    /// (every flow of the query's window that has names): `sni`, `http.host` and `app` by
+    /// the flows whose names match, each as its two directions' exact 5-tuples; `dns NAME` by
+    /// `host A` for every address A a DNS answer in the window gave for a matching name. A
+    /// term nothing matches becomes `ip and ip6` (no packet). Names match ignoring case;
+    /// `*.suffix` matches names ending in `.suffix`.
+    pub fn resolve_names(&self, flows: &[NamedFlow<'_>]) -> Filter {
+        let Some(expr) = &self.expr else {
+            return self.clone();
+        };
+        Filter {
+            expr: Some(expr.resolve(flows)),
+            reads_bytes: self.reads_bytes,
+        }
+    }
+}
+
+/// Whether flow names `n` satisfy name term (`kind`, `pattern`); `dns` terms are matched
+/// by address, not here.
+fn names_match(kind: NameKind, pattern: &str, n: &capsule_names::FlowNames) -> bool {
+    use capsule_names::name_matches;
+    match kind {
+        NameKind::Sni => n.sni.as_deref().is_some_and(|s| name_matches(pattern, s)),
+        NameKind::HttpHost => n.http_host.as_deref().is_some_and(|h| {
+            // The Host header may carry a port: the name is what comes before it.
+            let host = match h.rsplit_once(':') {
+                Some((name, port))
+                    if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) =>
+                {
+                    name
+                }
+                _ => h,
+            };
+            name_matches(pattern, host) || name_matches(pattern, h)
+        }),
+        NameKind::App => capsule_names::App::parse(pattern) == Some(n.app),
+        NameKind::Dns => false,
+    }
+}
+
+impl Expr {
+    fn has_names(&self) -> bool {
+        match self {
+            Expr::Prim(p) => matches!(p, Prim::Name(..)),
+            Expr::Not(e) => e.has_names(),
+            Expr::And(v) | Expr::Or(v) => v.iter().any(Expr::has_names),
+        }
+    }
+
+    fn resolve(&self, flows: &[NamedFlow<'_>]) -> Expr {
+        match self {
+            Expr::Prim(Prim::Name(kind, text)) => {
+                let pattern = text.as_str();
+                let p = |x| Expr::Prim(x);
+                let mut alts: Vec<Expr> = Vec::new();
+                if *kind == NameKind::Dns {
+                    let mut addrs: Vec<IpAddr> = flows
+                        .iter()
+                        .flat_map(|f| f.names.dns_answers.iter())
+                        .filter(|(q, _)| capsule_names::name_matches(pattern, q))
+                        .map(|(_, a)| *a)
+                        .collect();
+                    addrs.sort();
+                    addrs.dedup();
+                    alts.extend(
+                        addrs
+                            .into_iter()
+                            .map(|a| p(Prim::Host(Direction::SrcOrDst, a))),
+                    );
+                } else {
+                    for f in flows
+                        .iter()
+                        .filter(|f| names_match(*kind, pattern, f.names))
+                    {
+                        for (src, dst, ports) in [
+                            (f.a, f.b, f.ports),
+                            (f.b, f.a, f.ports.map(|(x, y)| (y, x))),
+                        ] {
+                            let mut all = vec![
+                                p(Prim::Proto(f.proto)),
+                                p(Prim::Host(Direction::Src, src)),
+                                p(Prim::Host(Direction::Dst, dst)),
+                            ];
+                            if let Some((sp, dp)) = ports {
+                                all.push(p(Prim::Port(Direction::Src, sp)));
+                                all.push(p(Prim::Port(Direction::Dst, dp)));
+                            }
+                            alts.push(Expr::and(all));
+                        }
+                    }
+                }
+                if alts.is_empty() {
+                    return Expr::and(vec![p(Prim::Ip4), p(Prim::Ip6)]);
+                }
+                if alts.len() == 1 {
+                    return alts.pop().expect("one");
+                }
+                Expr::or(alts)
+            }
+            Expr::Prim(x) => Expr::Prim(*x),
+            Expr::Not(e) => Expr::not(e.resolve(flows)),
+            Expr::And(v) => Expr::and(v.iter().map(|e| e.resolve(flows)).collect()),
+            Expr::Or(v) => Expr::or(v.iter().map(|e| e.resolve(flows)).collect()),
+        }
     }
 }
 
@@ -1909,5 +2111,100 @@ mod tests {
         assert_eq!(dscp_by_name("af14"), None);
         assert_eq!(dscp_by_name("cs8"), None);
         assert_eq!(dscp_by_name(""), None);
+    }
+}
+
+#[cfg(test)]
+mod name_terms {
+    use super::*;
+    use capsule_names::{App, FlowNames};
+
+    #[test]
+    fn name_terms_parse_print_and_read_back() {
+        let f =
+            Filter::parse("SNI *.Example.com or app TLS or dns a.example or http.host web.test")
+                .unwrap();
+        assert_eq!(
+            f.to_string(),
+            "sni *.example.com or app tls or dns a.example or http.host web.test"
+        );
+        assert_eq!(Filter::parse(&f.to_string()), Ok(f.clone()));
+        assert!(f.has_names());
+        assert!(!Filter::parse("tcp port 443").unwrap().has_names());
+        for bad in ["app unknown", "app nosuch", "sni", "dns (", "http.host"] {
+            assert!(Filter::parse(bad).is_err(), "{bad}");
+        }
+        // Unresolved, a name term matches no packet.
+        assert!(!f.matches(&Dissected::default()));
+    }
+
+    #[test]
+    fn name_terms_resolve_into_flow_tuples_and_hosts() {
+        let tls = FlowNames {
+            app: App::Tls,
+            sni: Some("x.Example.com".into()),
+            ..Default::default()
+        };
+        let dns = FlowNames {
+            app: App::Dns,
+            dns_queries: vec!["a.example".into()],
+            dns_answers: vec![("a.example".into(), "192.0.2.9".parse().unwrap())],
+            ..Default::default()
+        };
+        let flows = [
+            NamedFlow {
+                proto: 6,
+                a: "10.0.0.1".parse().unwrap(),
+                b: "10.0.0.2".parse().unwrap(),
+                ports: Some((40000, 443)),
+                names: &tls,
+            },
+            NamedFlow {
+                proto: 17,
+                a: "10.0.0.1".parse().unwrap(),
+                b: "10.0.0.53".parse().unwrap(),
+                ports: Some((5000, 53)),
+                names: &dns,
+            },
+        ];
+        let r = Filter::parse("sni *.example.com")
+            .unwrap()
+            .resolve_names(&flows);
+        assert!(!r.has_names());
+        let s = r.to_string();
+        assert!(
+            s.contains("src host 10.0.0.1") && s.contains("dst port 443"),
+            "{s}"
+        );
+        assert!(
+            s.contains("src port 443") && s.contains("dst port 40000"),
+            "{s}"
+        );
+        assert_eq!(Filter::parse(&s), Ok(r));
+        let r = Filter::parse("dns a.example")
+            .unwrap()
+            .resolve_names(&flows);
+        assert_eq!(r.to_string(), "host 192.0.2.9");
+        let r = Filter::parse("app dns and udp")
+            .unwrap()
+            .resolve_names(&flows);
+        assert!(r.to_string().contains("dst port 53"), "{r}");
+        let r = Filter::parse("sni none.example")
+            .unwrap()
+            .resolve_names(&flows);
+        assert_eq!(r.to_string(), "ip and ip6");
+        assert_eq!(
+            r.matches_side(&FlowSide {
+                vlans: [None, None],
+                ip_version: 4,
+                proto: 6,
+                src: "10.0.0.1".parse().unwrap(),
+                dst: "10.0.0.2".parse().unwrap(),
+                ports: Some((40000, 443)),
+                dscp_mask: 1,
+                tcp_flags: 0,
+            }),
+            Tri::No
+        );
     }
 }

@@ -5,7 +5,8 @@ use std::net::IpAddr;
 use capsule_wire::{ipproto, IpProto};
 
 use super::{
-    dscp_by_name, service_port, tcp_flag_by_name, Cmp, Direction, Expr, Layer, Net, Prim, TunnelSel,
+    dscp_by_name, service_port, tcp_flag_by_name, Cmp, Direction, Expr, Layer, NameKind, NameText,
+    Net, Prim, TunnelSel,
 };
 
 /// Nesting limit for parentheses and `not`, so that hostile input cannot overflow the stack.
@@ -282,6 +283,10 @@ const EXPECTED_RANGE: &str = "a port range LOW-HIGH with 0 <= LOW <= HIGH <= 655
 const EXPECTED_PROTO: &str =
     "an IP protocol number 0-255 or name (tcp, udp, sctp, icmp, icmp6, gre, esp, ah)";
 const EXPECTED_VLAN: &str = "a VLAN id 0-4095";
+const EXPECTED_NAME: &str =
+    "a host name (printable, at most 255 characters; *.suffix for any name under suffix)";
+const EXPECTED_APP: &str =
+    "an application: tls, quic, http, http2, dns, ssh, rpc (nfs), smb, rocev2";
 const EXPECTED_DSCP: &str = "a DSCP 0-63 or name (ef, va, le, default, be, cs0-cs7, af11-af43)";
 const EXPECTED_OP: &str = "'and' or 'or'";
 
@@ -496,6 +501,33 @@ impl<'a> Parser<'a> {
                 } else {
                     Prim::Mpls(None)
                 }
+            }
+            "sni" | "dns" | "http.host" | "app" => {
+                let kind = match w.as_str() {
+                    "sni" => NameKind::Sni,
+                    "dns" => NameKind::Dns,
+                    "http.host" => NameKind::HttpHost,
+                    _ => NameKind::App,
+                };
+                let n = self.next();
+                let ok = n.kind == Kind::Word
+                    && (kind != NameKind::App
+                        || capsule_names::App::parse(n.text)
+                            .is_some_and(|a| a != capsule_names::App::Unknown));
+                let text = ok.then(|| NameText::new(n.text)).flatten();
+                Prim::Name(
+                    kind,
+                    text.ok_or_else(|| {
+                        self.error(
+                            n,
+                            if kind == NameKind::App {
+                                EXPECTED_APP
+                            } else {
+                                EXPECTED_NAME
+                            },
+                        )
+                    })?,
+                )
             }
             "dscp" => {
                 let n = self.next();

@@ -1,0 +1,467 @@
+//! capsule-names: what application a flow carries and the names in it, from the first bytes
+//! of its payload (never from its port).
+//!
+//! ```text
+//! side index builder, per packet of a flow still being inspected     (capsule-index)
+//!   -> payload_of: the transport payload of a whole captured packet
+//!   -> Tracker::observe(direction, TCP seq, payload)
+//!        first payload -> detect::app: TLS | QUIC | HTTP/1 | HTTP/2 preface | DNS | SSH |
+//!                         ONC-RPC (NFS) | SMB | RoCEv2 BTH | unknown
+//!        TLS   -> the client's stream reassembled in order (up to STREAM_CAP bytes, so a
+//!                 ClientHello spanning two segments is read) -> tls::client_hello:
+//!                 server name, ALPN, JA4-style fingerprint
+//!        HTTP/1 -> Host header and method of the first request (text.rs)
+//!        SSH   -> each side's version string
+//!        DNS   -> every message of the flow's first MAX_PACKETS: query names, A/AAAA answers
+//!   -> FlowNames: what the index keeps per flow
+//! ```
+//!
+//! Fixed caps per flow, so a flow costs bounded memory and time however it behaves:
+//! [`MAX_PACKETS`] payload-carrying packets inspected per direction, [`STREAM_CAP`] bytes of
+//! a TCP stream buffered, names of at most [`MAX_NAME`] bytes, [`MAX_ALPN`] ALPN values,
+//! [`MAX_DNS_NAMES`] query names and [`MAX_DNS_ANSWERS`] answers. Every parser reads through
+//! capsule-wire's checked [`Reader`](capsule_wire::view::Reader): no panic on any input (one
+//! cargo-fuzz target per parser in fuzz/).
+//!
+//! The QUIC Initial's server name (its keys derive from public values) is not read yet:
+//! QUIC is recognised, its name is not.
+#![forbid(unsafe_code)]
+
+pub mod detect;
+pub mod dns;
+pub mod text;
+pub mod tls;
+
+use std::net::IpAddr;
+
+pub use detect::App;
+
+/// A name as kept: printable ASCII, at most [`MAX_NAME`] bytes.
+pub type Name = String;
+
+/// Longest name kept (a DNS name is at most 253).
+pub const MAX_NAME: usize = 255;
+/// Payload-carrying packets inspected per direction of a flow.
+pub const MAX_PACKETS: u32 = 8;
+/// Bytes of a TCP stream's start buffered per direction (a ClientHello with a
+/// post-quantum key share is about 1.8 kB).
+pub const STREAM_CAP: usize = 8192;
+/// ALPN values kept.
+pub const MAX_ALPN: usize = 4;
+/// DNS query names kept per flow.
+pub const MAX_DNS_NAMES: usize = 8;
+/// DNS A/AAAA answers kept per flow.
+pub const MAX_DNS_ANSWERS: usize = 16;
+
+/// `bytes` as a name, if it is printable ASCII (no space) of 1 to [`MAX_NAME`] bytes.
+pub fn clean_name(bytes: &[u8]) -> Option<Name> {
+    if bytes.is_empty() || bytes.len() > MAX_NAME || !bytes.iter().all(|b| (0x21..0x7f).contains(b))
+    {
+        return None;
+    }
+    Some(bytes.iter().map(|&b| char::from(b)).collect())
+}
+
+/// What the index keeps of one flow: its application and names.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FlowNames {
+    pub app: App,
+    /// TLS server name (ClientHello).
+    pub sni: Option<Name>,
+    /// TLS ALPN values offered.
+    pub alpn: Vec<Name>,
+    /// JA4-style fingerprint of the TLS client.
+    pub ja4: Option<String>,
+    /// HTTP/1 Host header and method of the first request.
+    pub http_host: Option<Name>,
+    pub http_method: Option<Name>,
+    /// SSH version strings, per direction of the flow (0: a -> b).
+    pub ssh: [Option<Name>; 2],
+    /// DNS query names.
+    pub dns_queries: Vec<Name>,
+    /// DNS A/AAAA answers: (the name asked, the address).
+    pub dns_answers: Vec<(Name, IpAddr)>,
+}
+
+impl FlowNames {
+    /// Nothing learned.
+    pub fn is_empty(&self) -> bool {
+        *self == FlowNames::default()
+    }
+
+    /// The one name that says who the other end is: SNI, else HTTP host, else the first DNS
+    /// query.
+    pub fn label(&self) -> Option<&str> {
+        self.sni
+            .as_deref()
+            .or(self.http_host.as_deref())
+            .or(self.dns_queries.first().map(String::as_str))
+    }
+
+    /// `tls: models.example-hub.io`, `dns: example.com`, `ssh`, or `None` when unknown.
+    pub fn describe(&self) -> Option<String> {
+        match (self.app, self.label()) {
+            (App::Unknown, None) => None,
+            (app, Some(l)) => Some(format!("{}: {l}", app.as_str())),
+            (app, None) => Some(app.as_str().to_string()),
+        }
+    }
+
+    /// Adds what another record of the same flow learned (another segment's): fields not
+    /// known yet are taken, lists extended up to their caps.
+    pub fn absorb(&mut self, o: &FlowNames) {
+        if self.app == App::Unknown {
+            self.app = o.app;
+        }
+        for (a, b) in [
+            (&mut self.sni, &o.sni),
+            (&mut self.ja4, &o.ja4),
+            (&mut self.http_host, &o.http_host),
+            (&mut self.http_method, &o.http_method),
+        ] {
+            if a.is_none() {
+                a.clone_from(b);
+            }
+        }
+        for (a, b) in self.ssh.iter_mut().zip(&o.ssh) {
+            if a.is_none() {
+                a.clone_from(b);
+            }
+        }
+        for v in &o.alpn {
+            if self.alpn.len() < MAX_ALPN && !self.alpn.contains(v) {
+                self.alpn.push(v.clone());
+            }
+        }
+        for v in &o.dns_queries {
+            if self.dns_queries.len() < MAX_DNS_NAMES && !self.dns_queries.contains(v) {
+                self.dns_queries.push(v.clone());
+            }
+        }
+        for v in &o.dns_answers {
+            if self.dns_answers.len() < MAX_DNS_ANSWERS && !self.dns_answers.contains(v) {
+                self.dns_answers.push(v.clone());
+            }
+        }
+    }
+}
+
+/// Whether `name` matches `pattern`, ignoring ASCII case: equal, or for `*.suffix` any name
+/// ending in `.suffix` (not `suffix` itself, as in TLS certificates).
+pub fn name_matches(pattern: &str, name: &str) -> bool {
+    let name = name.trim_end_matches('.');
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => {
+            name.len() > suffix.len() + 1
+                && name.as_bytes()[name.len() - suffix.len() - 1] == b'.'
+                && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+        }
+        None => name.eq_ignore_ascii_case(pattern.trim_end_matches('.')),
+    }
+}
+
+/// One direction's inspection state.
+#[derive(Debug, Clone, Default)]
+struct Side {
+    packets: u32,
+    /// The TCP sequence number the next in-order byte has.
+    next_seq: Option<u32>,
+    /// The stream's first bytes, in order (TCP only, while a parser waits for more).
+    stream: Vec<u8>,
+}
+
+/// A flow's inspection while the index is built: fed the payload of its packets until it is
+/// done (every cap reached, or nothing more to learn).
+#[derive(Debug, Clone, Default)]
+pub struct Tracker {
+    names: FlowNames,
+    sides: [Side; 2],
+    /// Which direction sent the first payload (the client for TCP/UDP request protocols).
+    client: Option<usize>,
+    done: bool,
+}
+
+impl Tracker {
+    /// Whether more packets can teach anything; when not, the caller skips them (the cost of
+    /// the names on the indexing path is then nothing but this check).
+    pub fn done(&self) -> bool {
+        self.done
+    }
+
+    /// What was learned so far.
+    pub fn names(&self) -> &FlowNames {
+        &self.names
+    }
+
+    /// Takes what was learned.
+    pub fn into_names(self) -> FlowNames {
+        self.names
+    }
+
+    /// Feeds one packet's transport payload, sent in direction `dir` (0 or 1). `tcp_seq` is
+    /// the TCP sequence number for TCP (its stream is then reassembled in order), `None` for
+    /// UDP. `dst_port` is the packet's destination port (only RoCEv2 is told by its port).
+    pub fn observe(&mut self, dir: usize, tcp_seq: Option<u32>, dst_port: u16, payload: &[u8]) {
+        if self.done || payload.is_empty() {
+            return;
+        }
+        let dir = dir & 1;
+        let side = &mut self.sides[dir];
+        if side.packets >= MAX_PACKETS {
+            if self.sides[1 - dir].packets >= MAX_PACKETS {
+                self.finish();
+            }
+            return;
+        }
+        side.packets += 1;
+        if self.names.app == App::Unknown && self.client.is_none() {
+            self.client = Some(dir);
+            self.names.app = detect::app(payload, tcp_seq.is_some(), dst_port);
+        }
+        // The bytes of this direction's stream so far (TCP: in order; UDP: this datagram).
+        let bytes: &[u8] = match tcp_seq {
+            Some(seq) => {
+                let side = &mut self.sides[dir];
+                let expected = *side.next_seq.get_or_insert(seq);
+                if seq != expected || side.stream.len() >= STREAM_CAP {
+                    // Out of order, a retransmission, or full: nothing new in order.
+                    return;
+                }
+                let take = payload.len().min(STREAM_CAP - side.stream.len());
+                side.stream.extend_from_slice(&payload[..take]);
+                side.next_seq = Some(seq.wrapping_add(payload.len() as u32));
+                &self.sides[dir].stream
+            }
+            None => payload,
+        };
+        let client = self.client == Some(dir);
+        match self.names.app {
+            App::Tls if client => match tls::client_hello(bytes) {
+                tls::Hello::Incomplete => {}
+                tls::Hello::Client(h) => {
+                    self.names.sni = h.sni;
+                    self.names.alpn = h.alpn;
+                    self.names.ja4 = Some(h.ja4);
+                    self.finish();
+                }
+                tls::Hello::Not => self.finish(),
+            },
+            App::Http1 if client => match text::http_request(bytes) {
+                text::Http::Incomplete => {}
+                text::Http::Request { method, host } => {
+                    self.names.http_method = method;
+                    self.names.http_host = host;
+                    self.finish();
+                }
+                text::Http::Not => self.finish(),
+            },
+            App::Ssh => {
+                if self.names.ssh[dir].is_none() {
+                    match text::ssh_version(bytes) {
+                        text::Ssh::Incomplete => {}
+                        text::Ssh::Version(v) => self.names.ssh[dir] = Some(v),
+                        text::Ssh::Not => self.names.ssh[dir] = Some(String::new()),
+                    }
+                }
+                if self.names.ssh.iter().all(Option::is_some) {
+                    for v in &mut self.names.ssh {
+                        if v.as_deref() == Some("") {
+                            *v = None;
+                        }
+                    }
+                    self.finish();
+                }
+            }
+            App::Dns => {
+                let m = match tcp_seq {
+                    Some(_) => dns::parse_tcp(bytes),
+                    None => dns::parse(bytes),
+                };
+                if let Some(m) = m {
+                    for q in m.queries {
+                        if self.names.dns_queries.len() < MAX_DNS_NAMES
+                            && !self.names.dns_queries.contains(&q)
+                        {
+                            self.names.dns_queries.push(q);
+                        }
+                    }
+                    for a in m.answers {
+                        if self.names.dns_answers.len() < MAX_DNS_ANSWERS
+                            && !self.names.dns_answers.contains(&a)
+                        {
+                            self.names.dns_answers.push(a);
+                        }
+                    }
+                }
+                if tcp_seq.is_some() {
+                    // One message per direction is read over TCP: the stream restarts.
+                    let side = &mut self.sides[dir];
+                    side.stream.clear();
+                    side.next_seq = None;
+                }
+            }
+            App::Tls | App::Http1 => {}
+            _ => self.finish(),
+        }
+    }
+
+    fn finish(&mut self) {
+        self.done = true;
+        self.sides = Default::default();
+    }
+}
+
+/// The transport payload of a captured packet dissected as `d`, when the capture holds it
+/// whole: found from the packet's end, as the IP length fields give the payload's length.
+/// `None` for a packet cut by the snap length (`caplen < orig_len`), a non-first fragment,
+/// or a frame that may carry link-layer padding after the IP packet (60 bytes or less).
+pub fn payload_of<'a>(
+    d: &capsule_wire::Dissected,
+    data: &'a [u8],
+    orig_len: u32,
+) -> Option<&'a [u8]> {
+    use capsule_wire::L4;
+    if (data.len() as u64) < u64::from(orig_len) || data.len() <= 60 || d.malformed.is_some() {
+        return None;
+    }
+    let ip = d.ip?;
+    if ip.fragment.is_some_and(|f| f.more || f.offset != 0) {
+        return None;
+    }
+    let len = match d.l4 {
+        L4::Tcp(t) => t.payload_len as usize,
+        L4::Udp { .. } => (ip.payload_len as usize).checked_sub(8)?,
+        _ => return None,
+    };
+    data.get(data.len().checked_sub(len)?..)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A TLS 1.3 ClientHello record offering `sni` and ALPN h2, http/1.1.
+    fn client_hello(sni: &str) -> Vec<u8> {
+        let mut ext = Vec::new();
+        let name = sni.as_bytes();
+        let mut sn = vec![0u8];
+        sn.extend_from_slice(&(name.len() as u16).to_be_bytes());
+        sn.extend_from_slice(name);
+        let mut e0 = (sn.len() as u16).to_be_bytes().to_vec();
+        e0.extend_from_slice(&sn);
+        ext.extend_from_slice(&[0, 0]);
+        ext.extend_from_slice(&(e0.len() as u16).to_be_bytes());
+        ext.extend_from_slice(&e0);
+        let alpn = b"\x02h2\x08http/1.1";
+        ext.extend_from_slice(&[0, 16]);
+        ext.extend_from_slice(&((alpn.len() + 2) as u16).to_be_bytes());
+        ext.extend_from_slice(&(alpn.len() as u16).to_be_bytes());
+        ext.extend_from_slice(alpn);
+        ext.extend_from_slice(&[0, 43, 0, 3, 2, 3, 4]);
+        ext.extend_from_slice(&[0x0a, 0x0a, 0, 0]); // GREASE
+        ext.extend_from_slice(&[0, 21, 0x02, 0x58]);
+        ext.extend(std::iter::repeat_n(0u8, 600)); // padding: the hello spans two segments
+        let mut body = vec![3, 3];
+        body.extend_from_slice(&[7; 32]);
+        body.push(0);
+        body.extend_from_slice(&[0, 4, 0x13, 0x01, 0x13, 0x02]);
+        body.extend_from_slice(&[1, 0]);
+        body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+        body.extend_from_slice(&ext);
+        let mut hs = vec![1, 0];
+        hs.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        hs.extend_from_slice(&body);
+        let mut rec = vec![0x16, 3, 1];
+        rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+        rec.extend_from_slice(&hs);
+        rec
+    }
+
+    #[test]
+    fn a_client_hello_split_over_two_segments_gives_its_names() {
+        let rec = client_hello("models.example-hub.io");
+        for cut in [5, 40, 300, rec.len() - 1] {
+            let mut t = Tracker::default();
+            t.observe(0, Some(1000), 443, &rec[..cut]);
+            assert!(!t.done(), "cut at {cut}");
+            assert_eq!(t.names().sni, None);
+            t.observe(0, Some(1000 + cut as u32), 443, &rec[cut..]);
+            assert!(t.done());
+            let n = t.names();
+            assert_eq!(n.app, App::Tls);
+            assert_eq!(n.sni.as_deref(), Some("models.example-hub.io"));
+            assert_eq!(n.alpn, ["h2", "http/1.1"]);
+            let ja4 = n.ja4.as_deref().unwrap();
+            // TLS 1.3 (supported_versions), SNI, 2 ciphers, 4 extensions (GREASE out), h2.
+            assert!(ja4.starts_with("t13d0204h2_"), "{ja4}");
+        }
+    }
+
+    #[test]
+    fn a_retransmitted_or_reordered_segment_does_not_corrupt_the_stream() {
+        let rec = client_hello("a.example");
+        let mut t = Tracker::default();
+        t.observe(0, Some(1), 443, &rec[..100]);
+        t.observe(0, Some(1), 443, &rec[..100]); // retransmission
+        t.observe(0, Some(101), 443, &rec[100..]);
+        assert_eq!(t.names().sni.as_deref(), Some("a.example"));
+    }
+
+    #[test]
+    fn names_match_exactly_or_by_suffix() {
+        assert!(name_matches("*.example.com", "a.b.Example.com"));
+        assert!(!name_matches("*.example.com", "example.com"));
+        assert!(!name_matches("*.example.com", "badexample.com"));
+        assert!(name_matches("example.com", "EXAMPLE.com."));
+        assert!(!name_matches("example.com", "a.example.com"));
+    }
+
+    #[test]
+    fn dns_answers_name_their_addresses_and_pointer_loops_end() {
+        let mut m = vec![0x12, 0x34, 0x81, 0x80, 0, 1, 0, 2, 0, 0, 0, 0];
+        m.extend_from_slice(b"\x03www\x07example\x03com\x00\x00\x01\x00\x01");
+        m.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 192, 0, 2, 1]);
+        m.extend_from_slice(&[0xc0, 12, 0, 28, 0, 1, 0, 0, 0, 60, 0, 16]);
+        m.extend_from_slice(&[0x20, 1, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        let d = dns::parse(&m).unwrap();
+        assert_eq!(d.queries, ["www.example.com"]);
+        let addrs: Vec<String> = d.answers.iter().map(|(_, a)| a.to_string()).collect();
+        assert_eq!(addrs, ["192.0.2.1", "2001:db8::1"]);
+        assert_eq!(detect::app(&m, false, 5353), App::Dns);
+        // A name that points at itself.
+        let mut l = vec![0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xc0, 12, 0, 1, 0, 1];
+        assert!(dns::parse(&l).is_none());
+        l.truncate(13);
+        assert!(dns::parse(&l).is_none());
+    }
+
+    #[test]
+    fn http_and_ssh_heads_give_host_method_and_versions() {
+        let mut t = Tracker::default();
+        t.observe(0, Some(7), 8080, b"GET / HTTP/1.1\r\nUser-Agent: x\r\n");
+        t.observe(
+            0,
+            Some(7 + 31),
+            8080,
+            b"Host: web.example.test:8080\r\n\r\n",
+        );
+        assert_eq!(t.names().app, App::Http1);
+        assert_eq!(
+            t.names().http_host.as_deref(),
+            Some("web.example.test:8080")
+        );
+        assert_eq!(t.names().http_method.as_deref(), Some("GET"));
+        let mut s = Tracker::default();
+        s.observe(1, Some(1), 22, b"SSH-2.0-OpenSSH_9.6 Debian\r\n");
+        s.observe(0, Some(9), 50000, b"SSH-2.0-PuTTY_0.80\r\n");
+        assert_eq!(s.names().app, App::Ssh);
+        assert_eq!(
+            s.names().ssh,
+            [
+                Some("2.0-PuTTY_0.80".into()),
+                Some("2.0-OpenSSH_9.6".into())
+            ]
+        );
+        assert!(s.done());
+    }
+}
