@@ -68,6 +68,10 @@ pub struct IndexBuilder {
     trackers: Vec<Option<Box<capsule_names::Tracker>>>,
     /// Per flow: its inspection is over (caps reached or nothing more to learn).
     inspected: Vec<bool>,
+    /// Of the block being counted from its records: (record, flow, direction) of each
+    /// record whose flow is still inspected, and the record being counted.
+    want: Vec<(usize, usize, usize)>,
+    record_no: usize,
 }
 
 /// A stored packet's bytes, for the payload inspection of flows that still need it.
@@ -145,19 +149,37 @@ impl IndexBuilder {
         // store) alike: the index counts what was seen; a cut record is counted as cut too.
         match records {
             Some(records) => {
-                // The block's packets, in the records' order (one per record, stored and
-                // cut alike): read only for flows whose payload is still inspected.
-                let mut packets = data.iter().flat_map(|piece| fragment_records(piece));
-                for r in records {
-                    let p = match packets.next() {
-                        Some(Ok((p, _))) if p.ts_ns == r.ts_ns => Some(Packet {
+                // Counted from the records alone; the records whose flow's payload is still
+                // inspected are noted, and the block's packets (one per record, stored and
+                // cut alike, in the records' order) are walked only when there are any, and
+                // only up to the last of them: most blocks of established flows need none
+                // (walking every block's packets cost a tenth of a store-rung capture).
+                self.want.clear();
+                for (n, r) in records.iter().enumerate() {
+                    self.record_no = n;
+                    self.count(&mut summary, &mut last_flow, r, None);
+                }
+                if !self.want.is_empty() {
+                    let want = std::mem::take(&mut self.want);
+                    let mut packets = data
+                        .iter()
+                        .flat_map(|piece| fragment_records(piece))
+                        .enumerate();
+                    for &(n, i, dir) in &want {
+                        let p = packets.find(|(k, _)| *k >= n);
+                        let Some((k, Ok((p, _)))) = p else { break };
+                        let r = &records[n];
+                        if k != n || p.ts_ns != r.ts_ns || self.inspected[i] {
+                            continue;
+                        }
+                        let pkt = Packet {
                             linktype: self.linktypes.get(p.iface as usize).copied().unwrap_or(0),
                             orig_len: p.orig_len,
                             data: p.data,
-                        }),
-                        _ => None,
-                    };
-                    self.count(&mut summary, &mut last_flow, r, p);
+                        };
+                        self.inspect(i, dir, r, pkt);
+                    }
+                    self.want = want;
                 }
             }
             None => {
@@ -245,8 +267,9 @@ impl IndexBuilder {
             self.delta_of.push(i);
         }
         if !self.inspected[i] && (r.is_tcp() || r.proto == 17) {
-            if let Some(p) = packet {
-                self.inspect(i, dir, r, p);
+            match packet {
+                Some(p) => self.inspect(i, dir, r, p),
+                None => self.want.push((self.record_no, i, dir)),
             }
         }
         let f = &mut self.delta.flows[self.slot[i] as usize];
