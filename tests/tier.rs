@@ -164,6 +164,24 @@ fn count(store: &Path, config: Option<&Path>, filter: &[&str]) -> serde_json::Va
     serde_json::from_slice(&out.stdout).expect("query --count --json")
 }
 
+/// Waits (up to 60 s, polling every `poll_ms`) until the store's ledger has a line
+/// starting with `word`.
+fn wait_for_ledger_line(store: &Path, word: &str, poll_ms: u64) {
+    let ledger = store.join("segments/ledger");
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(&ledger)
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with(word))
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no {word:?} line in the ledger"
+        );
+        std::thread::sleep(Duration::from_millis(poll_ms));
+    }
+}
+
 const SMALL: [&str; 6] = [
     "--block-size",
     "64K",
@@ -282,17 +300,7 @@ fn a_dead_endpoint_only_grows_the_backlog_and_it_drains_after_a_restart() {
         .spawn()
         .unwrap();
     let ledger = store.join("segments/ledger");
-    let t0 = Instant::now();
-    while !std::fs::read_to_string(&ledger)
-        .unwrap_or_default()
-        .contains("tiered ")
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "no upload confirmed"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_ledger_line(&store, "tiered ", 20);
     weed.stop();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr_str(&out));
@@ -494,15 +502,7 @@ fn kill_9_during_uploads_records_no_object_that_is_not_whole_and_the_next_writer
         .spawn()
         .unwrap();
     // Killed as soon as the first segment is sealed: its upload has just begun.
-    let ledger = store.join("segments/ledger");
-    let t0 = Instant::now();
-    while !std::fs::read_to_string(&ledger)
-        .unwrap_or_default()
-        .contains("sealed ")
-    {
-        assert!(t0.elapsed() < Duration::from_secs(60), "nothing sealed");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_for_ledger_line(&store, "sealed ", 2);
     std::thread::sleep(Duration::from_millis(30));
     child.kill().unwrap();
     child.wait().unwrap();

@@ -8,7 +8,7 @@
 //! when `B's time - A's time` is within a clock-skew tolerance; the median of those
 //! differences is the flow's typical delay. Copies of one key (a retransmission that
 //! reused its IP ID) are paired closest-first around that typical delay, each copy in one
-//! pair at most ([`match_key`]). What stays unmatched was seen at one point and not the
+//! pair at most (`match_key`). What stays unmatched was seen at one point and not the
 //! other.
 //!
 //! Only flows both points saw count: a flow one point never saw is not on both paths, so its

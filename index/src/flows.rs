@@ -554,7 +554,11 @@ pub fn resolve(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Q
         filter: capsule_query::Filter::all(),
         ..q.clone()
     };
-    let listing = list(store, segments, &all)?;
+    Ok(resolved(q, &list(store, segments, &all)?))
+}
+
+/// `q` with its name terms replaced by what `listing` (every flow of the window) names.
+fn resolved(q: &Query, listing: &FlowListing) -> Query {
     let filter = crate::names::resolve_over(
         &q.filter,
         listing
@@ -562,10 +566,10 @@ pub fn resolve(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Q
             .iter()
             .map(|s| (&s.flow.key, s.flow.totals.names.as_deref())),
     );
-    Ok(Query {
+    Query {
         filter,
         ..q.clone()
-    })
+    }
 }
 
 /// [`resolve`] from the index alone (no segment opened), as [`list_index_only`].
@@ -577,18 +581,7 @@ pub fn resolve_index_only(store: &Store, q: &Query) -> Result<Query> {
         filter: capsule_query::Filter::all(),
         ..q.clone()
     };
-    let listing = list_index_only(store, &all, false)?;
-    let filter = crate::names::resolve_over(
-        &q.filter,
-        listing
-            .flows
-            .iter()
-            .map(|s| (&s.flow.key, s.flow.totals.names.as_deref())),
-    );
-    Ok(Query {
-        filter,
-        ..q.clone()
-    })
+    Ok(resolved(q, &list_index_only(store, &all, false)?))
 }
 
 #[cfg(test)]

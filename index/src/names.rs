@@ -19,7 +19,7 @@ use capsule_query::{Filter, NamedFlow};
 use crate::sideindex::FlowKey;
 
 /// `filter` with its name terms resolved over `flows` (the window's flows as listed from the
-/// index: their keys and names). The listing itself is [`crate::flows::resolve`]'s.
+/// index: their keys and names). The listing itself is `flows::resolve`'s.
 pub fn resolve_over<'a>(
     filter: &Filter,
     flows: impl Iterator<Item = (&'a FlowKey, Option<&'a capsule_names::FlowNames>)>,
