@@ -18,7 +18,8 @@
 #   6. From the index alone (docs/examples/capsule.toml gives the groups and policy):
 #      `capsule dscp` names the rogue EF senders as violations (the voice hosts may send EF),
 #      and `capsule stragglers` the GPU node that sends less than its peers and from when;
-#      `capsule bursts` the millisecond peaks the one-second view hides;
+#      `capsule bursts` the millisecond peaks the one-second view hides; `capsule top --key
+#      app` the applications recognised from each flow's first payload bytes;
 #      dscp and stragglers checked against the truth file.
 #   7. `capsule triage` over the store: the config's [alerts] rules, each finding with its
 #      evidence pcapng (packets and sha256 checked with capinfos and sha256sum), report.txt
@@ -94,6 +95,8 @@ answers() {
     --group gpu --interval 1s --ratio 0.75
   echo "== capsule bursts: the millisecond view (the 1 s peak hides twice that rate at 1 ms)"
   $capsule bursts --store "$out/store" --above 1G --limit 3
+  echo "== capsule top --key app: who talks what, from the first bytes of each flow (not the port)"
+  $capsule top --store "$out/store" --key app --limit 6
   $capsule dscp --store "$out/store" --config docs/examples/capsule.toml --json >"$out/dscp.json"
   $capsule stragglers --store "$out/store" --config docs/examples/capsule.toml \
     --group gpu --interval 1s --ratio 0.75 --json >"$out/stragglers.json"

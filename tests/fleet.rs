@@ -288,6 +288,12 @@ fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
                 f
             })
             .collect();
+        // The fleet's flow rows do not carry the application names of the node's index
+        // (index version 6) yet: compared without them, and the fleet's are null.
+        assert!(mine.iter().all(|f| f["names"].is_null()));
+        for f in local.iter_mut().chain(mine.iter_mut()) {
+            f.as_object_mut().unwrap().remove("names");
+        }
         let by = |v: &Value| v.to_string();
         local.sort_by_key(by);
         mine.sort_by_key(by);

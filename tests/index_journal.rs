@@ -13,11 +13,19 @@ use std::time::{Duration, Instant};
 use common::*;
 
 /// `capsule flows --json` over the whole store: (exit code, flows, stderr).
+///
+/// Without the flows' application names: the open segment's journal records do not carry
+/// them yet (they come with the sealed index and the fold checkpoint), so the journal's and
+/// the index's listings are compared on everything else.
 fn flows(store: &Path) -> (i32, Vec<serde_json::Value>, String) {
     let o = run(capsule().args(["flows", "--store", p(store), "--json", "--limit", "100000"]));
     let flows = stdout_str(&o)
         .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line per flow"))
+        .map(|l| {
+            let mut f: serde_json::Value = serde_json::from_str(l).expect("a JSON line per flow");
+            f.as_object_mut().map(|o| o.remove("names"));
+            f
+        })
         .collect();
     (o.status.code().unwrap_or(-1), flows, stderr_str(&o))
 }

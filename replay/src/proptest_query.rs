@@ -172,7 +172,9 @@ impl Spec {
                     };
                     f.extend_from_slice(&[kind, 0, 0, 0, 0, 1, 0, 1]);
                 }
-                Proto::Gre => f.extend_from_slice(&[0, 0, 0x08, 0x00]),
+                // A protocol type the dissector does not open (the model knows no tunnels:
+                // an IPv4 type would have the random payload read as the inner packet).
+                Proto::Gre => f.extend_from_slice(&[0, 0, 0x00, 0x00]),
             }
             f.extend_from_slice(&self.payload);
             f.len() - start
@@ -266,7 +268,15 @@ fn proto() -> impl Strategy<Value = Proto> {
 }
 
 fn port() -> impl Strategy<Value = u16> {
-    prop_oneof![5 => select(PORTS), 1 => any::<u16>()]
+    // Never a UDP tunnel's port (VXLAN 4789, Geneve 6081, GTP-U 2152): the dissector would
+    // open a payload that happens to look like one, and the model here knows no tunnels.
+    prop_oneof![5 => select(PORTS), 1 => any::<u16>()].prop_map(|p| {
+        if matches!(p, 4789 | 6081 | 2152) {
+            p + 1
+        } else {
+            p
+        }
+    })
 }
 
 fn dscp() -> impl Strategy<Value = u8> {
@@ -516,7 +526,13 @@ fn in_net(net: IpAddr, len: u8, a: IpAddr) -> bool {
 
 /// The filter language's meaning, evaluated on the fields a whole frame was built from.
 fn eval_prim(p: &Prim, s: &Spec) -> bool {
-    let vlans: Vec<u16> = s.tags.iter().take(2).map(|t| t.1).collect();
+    // The dissector records the outermost MAX_VLANS tags (three); `vlan` matches any of them.
+    let vlans: Vec<u16> = s
+        .tags
+        .iter()
+        .take(capsule_wire::MAX_VLANS)
+        .map(|t| t.1)
+        .collect();
     match p {
         Prim::Vlan(None) => return !vlans.is_empty(),
         Prim::Vlan(Some(v)) => return vlans.contains(v),

@@ -57,7 +57,8 @@ form one filter. The empty filter selects every packet.
   dns NAME              flows to or from an address a DNS answer in the window
                         gave for NAME
   app APP               the application read from the flow's first payload
-                        bytes: tls, quic, http, http2, dns, ssh, rpc, smb, rocev2
+                        bytes: tls, quic, http, http2, dns, ssh, rpc, smb,
+                        rocev2
                         (names are read at index time; a name term is looked
                         up in the index, never by reading packets; tcpdump has
                         no such terms)
