@@ -104,19 +104,8 @@ pub fn flows_by_node(
     ch: &ClickHouse,
     query: &capsule_query::Query,
 ) -> Result<NodeFlows, FleetError> {
-    crate::schema::Schema::ensure(ch)?;
-    let (from, to) = query.window();
-    let cols: Vec<String> = rows::flow_columns().into_iter().map(|(n, _)| n).collect();
-    let bytes = ch.execute(&format!(
-        "SELECT {} FROM {DATABASE}.flows FINAL WHERE last_ns >= {from} AND first_ns < {to} \
-         ORDER BY node, segment FORMAT RowBinary",
-        cols.join(", ")
-    ))?;
-    let what = format!("the flow rows ClickHouse at {} gave", ch.url());
-    let mut r = Reader::new(&bytes, &what);
     let mut by_node: std::collections::BTreeMap<String, Vec<_>> = Default::default();
-    while !r.is_empty() {
-        let (origin, counts) = rows::get_flow(&mut r)?;
+    for (origin, counts) in crate::plan::flow_rows(ch, query)? {
         by_node.entry(origin.node).or_default().push(counts);
     }
     let mut out = Vec::new();

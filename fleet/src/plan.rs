@@ -42,8 +42,12 @@ pub struct Plan {
     pub behind: Vec<NodeRow>,
 }
 
-/// Plans `query` over the catalog at `ch`; with `only`, over those nodes alone.
-pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Plan, FleetError> {
+/// Every flow row of the catalog at `ch` that overlaps `query`'s window, by node and
+/// segment (the rows' filter is applied by the caller, with the side index's own code).
+pub(crate) fn flow_rows(
+    ch: &ClickHouse,
+    query: &Query,
+) -> Result<Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)>, FleetError> {
     crate::schema::Schema::ensure(ch)?;
     let (from, to) = query.window();
     let cols: Vec<String> = rows::flow_columns().into_iter().map(|(n, _)| n).collect();
@@ -54,9 +58,18 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
     ))?;
     let what = format!("the flow rows ClickHouse at {} gave", ch.url());
     let mut r = Reader::new(&bytes, &what);
-    let mut by_segment: BTreeMap<(String, u64), Vec<_>> = BTreeMap::new();
+    let mut out = Vec::new();
     while !r.is_empty() {
-        let (origin, counts) = rows::get_flow(&mut r)?;
+        out.push(rows::get_flow(&mut r)?);
+    }
+    Ok(out)
+}
+
+/// Plans `query` over the catalog at `ch`; with `only`, over those nodes alone.
+pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Plan, FleetError> {
+    let (from, to) = query.window();
+    let mut by_segment: BTreeMap<(String, u64), Vec<_>> = BTreeMap::new();
+    for (origin, counts) in flow_rows(ch, query)? {
         if only.is_some_and(|o| !o.contains(&origin.node.as_str())) {
             continue;
         }
