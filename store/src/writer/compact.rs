@@ -186,12 +186,31 @@ pub enum Outcome {
     Skipped(String),
     /// The caller's control asked to stop; the temporary file was removed.
     Stopped,
+    /// The segment left its path while the compaction waited (retention deleted it); the
+    /// temporary file was removed and the segment's file closed.
+    Vanished,
 }
 
-/// Asked between blocks: go on (after any pause the caller wants), or stop.
+/// What a [`Control`] says between blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proceed {
+    /// Go on with the next block.
+    Go,
+    /// Stop compacting (the caller is shutting down).
+    Stop,
+    /// Leave this segment: it was deleted (or replaced) while the control waited.
+    Abandon,
+}
+
+/// Asked between blocks: go on (after any pause the caller wants), stop, or abandon the
+/// segment.
 pub trait Control {
-    /// Returns false to stop. May sleep (a pause); the time it takes is not counted as busy.
-    fn proceed(&mut self) -> bool;
+    /// May sleep (a pause); the time it takes is not counted as busy. `gone` says whether the
+    /// segment being compacted has left its path since it was opened (retention deleted it):
+    /// a control that pauses asks it while it waits and answers [`Proceed::Abandon`], so that
+    /// the compaction's open file does not hold a deleted segment's bytes on the disk for as
+    /// long as capture keeps it paused.
+    fn proceed(&mut self, gone: &mut dyn FnMut() -> bool) -> Proceed;
 }
 
 /// Never pauses, never stops (offline compaction).
@@ -199,8 +218,8 @@ pub trait Control {
 pub struct Unpaused;
 
 impl Control for Unpaused {
-    fn proceed(&mut self) -> bool {
-        true
+    fn proceed(&mut self, _: &mut dyn FnMut() -> bool) -> Proceed {
+        Proceed::Go
     }
 }
 
@@ -276,7 +295,8 @@ pub fn prepare(path: &Path, target: Level, ctl: &mut dyn Control) -> Result<Outc
     };
 
     let (tmp_file, tmp) = fsx::create_temp(path)?;
-    let written = (|| -> Result<Option<(u64, Footer, usize, u64)>> {
+    let mut gone = || file_id(path).map_or(true, |id| id != ino);
+    let written = (|| -> Result<std::result::Result<(u64, Footer, usize, u64), Proceed>> {
         let mut out = BufWriter::with_capacity(1 << 20, tmp_file);
         let io = |e| StoreError::io("write compacted segment", &tmp, e);
         out.write_all(&head).map_err(io)?;
@@ -293,8 +313,9 @@ pub fn prepare(path: &Path, target: Level, ctl: &mut dyn Control) -> Result<Outc
         let (mut recompressed, mut pending_after) = (0, 0u64);
         for (i, old) in s.blocks.iter().enumerate() {
             let p0 = Instant::now();
-            if !ctl.proceed() {
-                return Ok(None);
+            match ctl.proceed(&mut gone) {
+                Proceed::Go => {}
+                not => return Ok(Err(not)),
             }
             paused += p0.elapsed();
             let mut meta = old.clone();
@@ -351,13 +372,17 @@ pub fn prepare(path: &Path, target: Level, ctl: &mut dyn Control) -> Result<Outc
         let f = out.into_inner().map_err(|e| io(e.into_error()))?;
         f.sync_all()
             .map_err(|e| StoreError::io("fsync compacted segment", &tmp, e))?;
-        Ok(Some((len, footer, recompressed, pending_after)))
+        Ok(Ok((len, footer, recompressed, pending_after)))
     })();
     let (bytes_after, footer, recompressed, pending_after) = match written {
-        Ok(Some(w)) => w,
-        Ok(None) => {
+        Ok(Ok(w)) => w,
+        Ok(Err(not)) => {
             let _ = fsx::remove(&tmp, "remove compaction's temporary file");
-            return Ok(Outcome::Stopped);
+            return Ok(if not == Proceed::Abandon {
+                Outcome::Vanished
+            } else {
+                Outcome::Stopped
+            });
         }
         Err(e) => {
             let _ = fsx::remove(&tmp, "remove compaction's temporary file");
