@@ -121,8 +121,17 @@ pub(crate) fn analytics_request(
     let config = a.config.as_deref().map(load_config).transpose()?;
     let query = a.q.query()?;
     let store = a.q.store().to_path_buf();
+    // Its `[tier]`: the trimmed segments' indexes, when missing locally, from the bucket.
+    let tier = match &config {
+        Some(c) => crate::tier::reader_of(c)?,
+        None => None,
+    };
     Ok((
-        Source { store, config },
+        Source {
+            store,
+            config,
+            tier: crate::tier::tier_of(tier.as_ref()),
+        },
         analytics::Request { query, question },
     ))
 }

@@ -114,7 +114,7 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     // With [tier]: segments are uploaded beside the capture, and only uploaded ones leave
     // the disk (docs/tier.md).
     let tier = match a.config.as_deref() {
-        Some(p) => crate::tier::client_of(&crate::request::load_config(p)?)?,
+        Some(p) => crate::tier::upload_client_of(&crate::request::load_config(p)?)?,
         None => None,
     };
     let cfg = capsule_store::WriterConfig {

@@ -156,7 +156,7 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     // With [tier]: segments are uploaded beside the import, and only uploaded ones leave
     // the disk (docs/tier.md).
     let tier = match &config {
-        Some(c) => crate::tier::client_of(c)?,
+        Some(c) => crate::tier::upload_client_of(c)?,
         None => None,
     };
     cfg.tier = tier.is_some();
