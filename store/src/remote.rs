@@ -12,7 +12,9 @@
 //! STORE/index/seg-N.idx      the side index; when missing, fetched from the object store
 //!                            (uploaded with the segment) and written here
 //! STORE/index/seg-N.footer   the byte ranges opening the segment read (its trailer and
-//!                            footer, its head and header), as a footer cache (below)
+//!                            footer, its head and header) and its blocks of no packets
+//!                            (interface statistics, which every export reads), as a
+//!                            footer cache (below)
 //! ```
 //!
 //! The footer cache (docs/format.md, "footer cache 1"), little-endian:
@@ -71,6 +73,9 @@ const MAGIC: &[u8; 4] = b"CPFC";
 const VERSION: u8 = 1;
 /// No footer cache is larger than this (a footer is about 50 bytes a block).
 const MAX_CACHE: u64 = 64 << 20;
+/// The most a footer cache keeps of a segment's blocks of no packets (a few hundred bytes
+/// each: one or two a segment).
+pub(crate) const CACHED_BLOCK_BYTES: u64 = 256 << 10;
 
 /// What a footer cache is for: the segment, its object's length and ETag.
 #[derive(Debug, Clone, Copy)]

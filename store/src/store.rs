@@ -320,7 +320,7 @@ impl Store {
 
     /// Opens trimmed segment `seq` through `tier`: from the footer cache when it has one for
     /// this object (no request), else by range from the object store, then caching what the
-    /// opening read.
+    /// opening read, and the segment's blocks of no packets.
     fn open_trimmed(
         &self,
         tier: &crate::remote::Tier,
@@ -344,6 +344,18 @@ impl Store {
         }
         let rec = std::sync::Arc::new(Recording::new(src));
         let r = SegmentReader::open_remote(&name, seq, bytes, rec.clone())?;
+        // The blocks of no packets (interface statistics, a few bytes each) too: every
+        // export reads them, for its drop counters' baselines, whatever its window. Most lie
+        // in the window the footer was fetched with. One that does not check out is left to
+        // the reader that needs it.
+        let mut frame = Vec::new();
+        let mut budget = crate::remote::CACHED_BLOCK_BYTES;
+        for (i, b) in r.blocks().iter().enumerate() {
+            if b.packets == 0 && u64::from(b.compressed_len) <= budget {
+                budget -= u64::from(b.compressed_len);
+                let _ = r.read_frame(i, &mut frame);
+            }
+        }
         crate::remote::save_cache(&cache, key, &rec.take());
         Ok(r)
     }

@@ -252,8 +252,16 @@ mod tests {
         let of = |tid: u32| (prio::nice_of(tid).unwrap(), prio::io_priority_of(tid).unwrap());
         // A readers' client first: its connection thread keeps the process's priority.
         let reader = Client::new(&cfg).unwrap();
-        let readers: Vec<u32> = threads_named("capsule-tier");
-        assert!(!readers.is_empty());
+        let t0 = Instant::now();
+        let readers: Vec<u32> = loop {
+            // Its worker starts (and names itself) a moment after the runtime is built.
+            let found = threads_named("capsule-tier");
+            if !found.is_empty() {
+                break found;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "no reader's thread");
+            std::thread::sleep(Duration::from_millis(20));
+        };
         for &t in &readers {
             assert_ne!(of(t), background, "a reader's thread {t}");
         }
