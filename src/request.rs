@@ -112,6 +112,16 @@ pub(crate) fn load_config(path: &std::path::Path) -> Result<capsule_config::Conf
     Ok(config)
 }
 
+/// The readers' way to the trimmed segments of `[tier]` in the config file at `path`
+/// (`None` without a path or a section): this command's own, so the bytes it fetched are
+/// its answer's.
+pub(crate) fn tier_reader(path: Option<&std::path::Path>) -> Result<Option<capsule_tier::Remote>> {
+    match path {
+        None => Ok(None),
+        Some(p) => crate::tier::reader_of(&load_config(p)?),
+    }
+}
+
 /// The source and request of an analytics command: the store, the config (when given),
 /// and the query of its window and filter.
 pub(crate) fn analytics_request(

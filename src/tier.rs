@@ -33,23 +33,17 @@ fn make_client(
     Ok(Some(Arc::new(c)))
 }
 
-/// The readers' way to the trimmed segments of `[tier]` in the config file at `path`
-/// (`None` without a path or a section). Each command makes its own; its
+/// The readers' way to the trimmed segments of `[tier]` in `config` (`None` without the
+/// section). Each command makes its own (`tier_reader` in request.rs); its
 /// [`capsule_tier::Remote::fetched_bytes`] is what the command fetched.
-pub(crate) fn reader_from(path: Option<&Path>) -> Result<Option<capsule_tier::Remote>> {
-    match path {
-        None => Ok(None),
-        Some(p) => reader_of(&crate::request::load_config(p)?),
-    }
-}
-
-/// [`reader_from`] of a config already read.
 pub(crate) fn reader_of(config: &capsule_config::Config) -> Result<Option<capsule_tier::Remote>> {
     Ok(client_of(config)?.map(capsule_tier::Remote::new))
 }
 
 /// The store's form of `remote`.
-pub(crate) fn tier_of(remote: Option<&capsule_tier::Remote>) -> Option<capsule_store::remote::Tier> {
+pub(crate) fn tier_of(
+    remote: Option<&capsule_tier::Remote>,
+) -> Option<capsule_store::remote::Tier> {
     remote.map(capsule_tier::Remote::tier)
 }
 

@@ -240,13 +240,8 @@ impl Serialize for Answer {
 /// report draws its charts from it.
 pub fn input(source: &Source, query: &Query, buckets: bool) -> Result<Input, AnswerError> {
     let filter = query.filter.to_string();
-    let mut input = capsule_analytics::load(
-        &source.store,
-        source.tier.clone(),
-        query,
-        &filter,
-        buckets,
-    )?;
+    let mut input =
+        capsule_analytics::load(&source.store, source.tier.clone(), query, &filter, buckets)?;
     input.limits.drops = Some(drops_note(&source.store, input.from_ns, input.to_ns));
     Ok(input)
 }

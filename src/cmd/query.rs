@@ -36,7 +36,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     let query = args.query()?;
     // The trimmed segments' way (`[tier]` in --config): this command's own, so the bytes it
     // fetched are this answer's.
-    let remote = crate::tier::reader_from(a.config.as_deref())?;
+    let remote = crate::request::tier_reader(a.config.as_deref())?;
     let tier = crate::tier::tier_of(remote.as_ref());
     let store = Store::open(args.store())?.with_tier(tier.clone());
     if let (Some(expr), false) = (&bpf, explain) {
@@ -96,7 +96,9 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         );
     }
     let mut c = c;
-    c.tier_fetched_bytes = remote.as_ref().map_or(0, capsule_tier::Remote::fetched_bytes);
+    c.tier_fetched_bytes = remote
+        .as_ref()
+        .map_or(0, capsule_tier::Remote::fetched_bytes);
     if count {
         print_count(&c, a.json);
     } else {

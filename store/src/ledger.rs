@@ -683,7 +683,10 @@ mod tests {
         assert_eq!(l.expired, Some(want));
         assert!(want.overlaps(0, 11) && want.overlaps(25, 26) && !want.overlaps(26, 99));
         let p = want.problem();
-        assert!(p.contains("2 segment(s) up to segment 2 with 6 packets") && p.contains("max_age"), "{p}");
+        assert!(
+            p.contains("2 segment(s) up to segment 2 with 6 packets") && p.contains("max_age"),
+            "{p}"
+        );
         // The rewrite at a writer's open keeps the span in one line, and later expiries add
         // to it.
         for q in 5..=80 {

@@ -32,7 +32,7 @@
 //! wrong answer.
 
 use std::fmt::Debug;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -57,7 +57,7 @@ pub trait RemoteSegments: Send + Sync + Debug {
     fn open(&self, seq: u64, bytes: u64) -> Result<(Arc<dyn RangeRead>, String)>;
 
     /// The side index of segment `seq` as it was uploaded with the segment (the file
-    /// [`crate::store::index_file_name`] names); `None` when the object store has none.
+    /// `seg-N.idx` of the index directory); `None` when the object store has none.
     fn fetch_index(&self, seq: u64) -> std::io::Result<Option<Vec<u8>>>;
 }
 
@@ -257,15 +257,6 @@ impl RangeRead for Recording {
         }
         Ok(())
     }
-}
-
-/// The paths of what readers cache of segment `seq` in `index_dir` from the object store
-/// (its side index and its footer cache): removed with the segment's object.
-pub fn cached_files(index_dir: &Path, seq: u64) -> [PathBuf; 2] {
-    [
-        index_dir.join(crate::store::index_file_name(seq)),
-        index_dir.join(footer_cache_name(seq)),
-    ]
 }
 
 #[cfg(test)]

@@ -277,6 +277,17 @@ impl Store {
         self
     }
 
+    /// What readers with a tier keep of segment `seq` in the index directory (its side
+    /// index, fetched when it was missing, and its footer cache): removed with the
+    /// segment's object.
+    pub fn tier_cache_files(&self, seq: u64) -> [PathBuf; 2] {
+        let dir = self.index_dir();
+        [
+            dir.join(index_file_name(seq)),
+            dir.join(crate::remote::footer_cache_name(seq)),
+        ]
+    }
+
     /// The tier this store reads its trimmed segments through, if any.
     pub fn tier(&self) -> Option<&crate::remote::Tier> {
         self.tier.as_ref()
@@ -476,7 +487,12 @@ impl Store {
         let Some(l) = crate::ledger::read(&self.segments_dir())? else {
             return Ok(None);
         };
-        Ok(Unreadable::expired_of(&l, &self.segments_dir(), from_ns, to_ns))
+        Ok(Unreadable::expired_of(
+            &l,
+            &self.segments_dir(),
+            from_ns,
+            to_ns,
+        ))
     }
 
     /// Records in the ledger that `verify --repair` rebuilt segment `seq`, which now holds

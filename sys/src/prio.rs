@@ -104,7 +104,10 @@ mod tests {
         })
         .join()
         .unwrap();
-        assert_eq!(got, (BACKGROUND_NICE, (IOPRIO_CLASS_BE, BACKGROUND_IO_LEVEL)));
+        assert_eq!(
+            got,
+            (BACKGROUND_NICE, (IOPRIO_CLASS_BE, BACKGROUND_IO_LEVEL))
+        );
         assert_eq!(
             (nice().unwrap(), io_priority().unwrap()),
             before,

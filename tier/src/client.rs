@@ -143,13 +143,11 @@ impl Client {
         if background {
             rt.on_thread_start(crate::upload::lower_priority);
         }
-        let rt = rt
-            .build()
-            .map_err(|source| TierError::Io {
-                op: "start the object-store client",
-                path: config.credentials_file.clone(),
-                source,
-            })?;
+        let rt = rt.build().map_err(|source| TierError::Io {
+            op: "start the object-store client",
+            path: config.credentials_file.clone(),
+            source,
+        })?;
         Ok(Client {
             s3,
             rt,

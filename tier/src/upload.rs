@@ -100,7 +100,7 @@ pub fn expire(client: &Client, store: &Store, newest_ns: u64) -> Result<usize, T
         client.delete(&index_key(client, s.seq))?;
         ledger::record_expired(&dir, s.seq)?;
         // What readers kept of it locally: its side index and its footer.
-        for f in capsule_store::remote::cached_files(&store.index_dir(), s.seq) {
+        for f in store.tier_cache_files(s.seq) {
             let _ = std::fs::remove_file(f);
         }
         n += 1;
@@ -186,7 +186,10 @@ fn run(client: &Client, store: &Store, stop: &AtomicBool, mut confirmed: impl Fn
 /// at the normal priority).
 pub(crate) fn lower_priority() {
     if let Err(e) = capsule_sys::prio::background_thread() {
-        tracing::warn!("tier: the uploads run at the normal priority: {}", chain(&e));
+        tracing::warn!(
+            "tier: the uploads run at the normal priority: {}",
+            chain(&e)
+        );
     }
 }
 
@@ -248,8 +251,16 @@ mod tests {
         use capsule_sys::prio;
         let d = tempfile::tempdir().unwrap();
         let cfg = config(d.path());
-        let background = (prio::BACKGROUND_NICE, (prio::IOPRIO_CLASS_BE, prio::BACKGROUND_IO_LEVEL));
-        let of = |tid: u32| (prio::nice_of(tid).unwrap(), prio::io_priority_of(tid).unwrap());
+        let background = (
+            prio::BACKGROUND_NICE,
+            (prio::IOPRIO_CLASS_BE, prio::BACKGROUND_IO_LEVEL),
+        );
+        let of = |tid: u32| {
+            (
+                prio::nice_of(tid).unwrap(),
+                prio::io_priority_of(tid).unwrap(),
+            )
+        };
         // A readers' client first: its connection thread keeps the process's priority.
         let reader = Client::new(&cfg).unwrap();
         let t0 = Instant::now();
@@ -276,8 +287,15 @@ mod tests {
                 .into_iter()
                 .filter(|t| !readers.contains(t))
                 .collect();
-            let all: Vec<(u32, _)> = uploaders.iter().chain(&writers).map(|&t| (t, of(t))).collect();
-            if uploaders.len() == 1 && !writers.is_empty() && all.iter().all(|(_, p)| *p == background) {
+            let all: Vec<(u32, _)> = uploaders
+                .iter()
+                .chain(&writers)
+                .map(|&t| (t, of(t)))
+                .collect();
+            if uploaders.len() == 1
+                && !writers.is_empty()
+                && all.iter().all(|(_, p)| *p == background)
+            {
                 break;
             }
             assert!(
@@ -287,7 +305,11 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         for &t in &readers {
-            assert_ne!(of(t), background, "a reader's thread {t} after the writers' start");
+            assert_ne!(
+                of(t),
+                background,
+                "a reader's thread {t} after the writers' start"
+            );
         }
         up.stop();
         drop(reader);
