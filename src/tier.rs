@@ -7,36 +7,38 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-/// The readers' tier client of `[tier]` in `config`, if it has the section.
+/// The readers' tier client of `[tier]` in `config`, if there is one with the section.
 pub(crate) fn client_of(
-    config: &capsule_config::Config,
+    config: Option<&capsule_config::Config>,
 ) -> Result<Option<Arc<capsule_tier::Client>>> {
     make_client(config, capsule_tier::Client::new)
 }
 
 /// The writers' tier client of `[tier]` in `config` (its threads at the background's
-/// priority), if it has the section.
+/// priority), if there is one with the section.
 pub(crate) fn upload_client_of(
-    config: &capsule_config::Config,
+    config: Option<&capsule_config::Config>,
 ) -> Result<Option<Arc<capsule_tier::Client>>> {
     make_client(config, capsule_tier::Client::for_uploads)
 }
 
 fn make_client(
-    config: &capsule_config::Config,
+    config: Option<&capsule_config::Config>,
     make: fn(&capsule_config::TierConfig) -> Result<capsule_tier::Client, capsule_tier::TierError>,
 ) -> Result<Option<Arc<capsule_tier::Client>>> {
-    let Some(t) = config.tier() else {
+    let Some(t) = config.and_then(capsule_config::Config::tier) else {
         return Ok(None);
     };
     let c = make(t).map_err(|e| crate::output::Usage(capsule_tier::chain(&e)))?;
     Ok(Some(Arc::new(c)))
 }
 
-/// The readers' way to the trimmed segments of `[tier]` in `config` (`None` without the
-/// section). Each command makes its own (`tier_reader` in request.rs); its
+/// The readers' way to the trimmed segments of `[tier]` in `config` (`None` without one
+/// or without the section). Each command makes its own (`tier_reader` in request.rs); its
 /// [`capsule_tier::Remote::fetched_bytes`] is what the command fetched.
-pub(crate) fn reader_of(config: &capsule_config::Config) -> Result<Option<capsule_tier::Remote>> {
+pub(crate) fn reader_of(
+    config: Option<&capsule_config::Config>,
+) -> Result<Option<capsule_tier::Remote>> {
     Ok(client_of(config)?.map(capsule_tier::Remote::new))
 }
 

@@ -596,13 +596,8 @@ fn serve_reads_the_tier_byte_identical_and_says_what_each_answer_fetched() {
     assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
     assert!(!got.headers.contains("capsule-partial"), "{}", got.headers);
     let c: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
-    let inside = [
-        "--from".to_string(),
-        format!("@{a}"),
-        "--to".to_string(),
-        format!("@{b}"),
-    ];
-    let inside: Vec<&str> = inside.iter().map(String::as_str).collect();
+    let inside = window(a, Some(b));
+    let inside = refs(&inside);
     assert_eq!(
         c["packets"],
         count(&pair.reference, None, &inside)["packets"]
@@ -655,6 +650,20 @@ fn serve_reads_the_tier_byte_identical_and_says_what_each_answer_fetched() {
     assert!(got.headers.contains("capsule-partial"), "{}", got.headers);
 }
 
+/// `--from @FROM` and, with `to`, `--to @TO`.
+fn window(from: u64, to: Option<u64>) -> Vec<String> {
+    let mut w = vec!["--from".to_string(), format!("@{from}")];
+    if let Some(t) = to {
+        w.extend(["--to".to_string(), format!("@{t}")]);
+    }
+    w
+}
+
+/// `args` as the `&str`s [`count`] takes.
+fn refs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 /// Every segment the store's ledger records as sealed: number, first and last packet time.
 fn sealed(store: &Path) -> Vec<(u64, u64, u64)> {
     let text = std::fs::read_to_string(store.join("segments/ledger")).unwrap();
@@ -696,30 +705,20 @@ fn a_missing_index_comes_from_the_bucket_and_footers_are_cached_so_later_questio
     let newest = sealed(store).iter().map(|s| s.0).max().unwrap();
     assert!(!only.contains(&newest));
     let (a, _) = span_of(store, newest);
-    let window = [
-        "--from".to_string(),
-        format!("@{a}"),
-        "--to".to_string(),
-        format!("@{}", a + 1_000_000),
-    ];
-    let window: Vec<&str> = window.iter().map(String::as_str).collect();
-    let first = count(store, Some(cfg), &window);
+    let newest_ms = window(a, Some(a + 1_000_000));
+    let newest_ms = refs(&newest_ms);
+    let first = count(store, Some(cfg), &newest_ms);
     assert!(first["tier_fetched_bytes"].as_u64().unwrap() > 0, "{first}");
     for &q in &only {
         assert!(footer(q).exists(), "segment {q}'s footer is cached");
     }
-    let again = count(store, Some(cfg), &window);
+    let again = count(store, Some(cfg), &newest_ms);
     assert_eq!(again["packets"], first["packets"]);
     assert_eq!(again["tier_fetched_bytes"], 0, "{again}");
     // A question over a trimmed segment fetches its blocks only, not its footer again.
     let (a, b) = span_of(store, only[1]);
-    let inside = [
-        "--from".to_string(),
-        format!("@{a}"),
-        "--to".to_string(),
-        format!("@{b}"),
-    ];
-    let inside: Vec<&str> = inside.iter().map(String::as_str).collect();
+    let inside = window(a, Some(b));
+    let inside = refs(&inside);
     let want = count(&pair.reference, None, &inside);
     let got = count(store, Some(cfg), &inside);
     assert_eq!(got["packets"], want["packets"]);
@@ -830,13 +829,8 @@ fn max_age_deletes_old_objects_and_answers_over_them_say_the_packets_are_gone() 
 
     // A window over what expired: the answers say the packets are gone (exit 3, named).
     let (first, _) = span_of(&pair.reference, 1);
-    let over = [
-        "--from".to_string(),
-        format!("@{first}"),
-        "--to".to_string(),
-        format!("@{cutoff}"),
-    ];
-    let over: Vec<&str> = over.iter().map(String::as_str).collect();
+    let over = window(first, Some(cutoff));
+    let over = refs(&over);
     let out = run(capsule()
         .args(["query", "--store", p(store), "--config", p(cfg), "--count"])
         .args(&over));
@@ -853,8 +847,8 @@ fn max_age_deletes_old_objects_and_answers_over_them_say_the_packets_are_gone() 
     }
     // A window after it is whole, and as the reference's; so is a question without a
     // start (what the store holds), as with local retention's horizon.
-    let after = ["--from".to_string(), format!("@{cutoff}")];
-    let after: Vec<&str> = after.iter().map(String::as_str).collect();
+    let after = window(cutoff, None);
+    let after = refs(&after);
     let got = count(store, Some(cfg), &after);
     assert_eq!(
         got["packets"],

@@ -140,15 +140,8 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
     // With a [fleet] section, the store is published every few seconds (a capture beside
     // it may publish it too: the store's publish lock takes them one at a time).
     // A config that does not load is an error now, not at the first answer.
-    let config = a
-        .config
-        .as_deref()
-        .map(crate::request::load_config)
-        .transpose()?;
-    let tier = match &config {
-        Some(c) => crate::tier::client_of(c)?,
-        None => None,
-    };
+    let config = crate::request::config_of(a.config.as_deref())?;
+    let tier = crate::tier::client_of(config.as_ref())?;
     let _publisher = match config {
         Some(c) => crate::publisher::Publisher::start(&a.store, c),
         None => None,
