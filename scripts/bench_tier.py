@@ -12,12 +12,16 @@ process, start to exit):
   5-tuple       `query --count` of one TCP flow picked from the truth file, whole span
   1 s export    `query -w` of one second in the middle (the packets themselves)
 
-For each it prints the local and the tiered time, their ratio (tiered over local), the bytes
-fetched from the object store (`tier_fetched_bytes`, one run) against the bytes tiered, and
-checks that both stores give the same packet count (a mismatch makes the exit status 1).
-Each capsule process starts with an empty block cache, so every tiered run pays its round
-trips: the fixed cost of opening the trimmed segments (two GETs each, see docs/tier.md) and
-one GET per block read. The machine is shared and noisy: compare the rows of one run.
+For each it prints the local time, the tiered time of one cold run (no footer cached: the
+readers' footer cache, STORE/index/seg-N.footer, removed first) and the best tiered time
+after it (the footers cached by the runs before), the ratio of the best tiered time over
+the local one, the bytes fetched from the object store (`tier_fetched_bytes`) cold and
+cached against the bytes tiered, and checks that both stores give the same packet count (a
+mismatch makes the exit status 1). Each capsule process starts with an empty block cache,
+so every tiered run pays a GET per block it reads; a cold run also pays the fixed cost of
+opening the trimmed segments (two GETs each, see docs/tier.md). A build without the footer
+cache (--capsule of an older binary) pays it on every run. The machine is shared and noisy:
+compare the rows of one run.
 
     python3 scripts/bench_tier.py [--dir /tmp/capsule-bench-tier] [--runs 5]
                                   [--size-mb 200] [--segment-size 16M] [--capsule PATH]
@@ -25,6 +29,7 @@ one GET per block read. The machine is shared and noisy: compare the rows of one
 Everything it starts (weed) is stopped by PID at the end, also on an error or Ctrl-C.
 """
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -110,6 +115,12 @@ def best_of(runs, cmd):
     return best
 
 
+def drop_footers(store):
+    """Removes the readers' footer cache of `store` (the next reader fetches them)."""
+    for f in glob.glob(os.path.join(store, "index", "*.footer")):
+        os.remove(f)
+
+
 def pick_flow(truth):
     """A TCP flow of a few dozen packets nearest the middle of the capture, as a filter."""
     mid = truth["config"]["start_ns"] + truth["config"]["duration_ns"] // 2
@@ -170,8 +181,8 @@ def bench(args, capsule, d, endpoint):
     print(f"{args.size_mb} MB of traffic, segments of {args.segment_size}: "
           f"{st['tiered_segments']} tiered ({st['tiered_only_segments']} only in the object "
           f"store, {st['tiered_bytes']} bytes); best of {args.runs}")
-    print(f"{'question':<12} {'local s':>9} {'tiered s':>9} {'ratio':>7} "
-          f"{'fetched B':>11} {'of tiered':>9} {'packets':>9}")
+    print(f"{'question':<12} {'local s':>9} {'cold s':>9} {'tiered s':>9} {'ratio':>7} "
+          f"{'cold B':>11} {'fetched B':>11} {'of tiered':>9} {'packets':>9}")
     bad = False
     for name, q, count_only in questions:
         def cmd(store, extra):
@@ -182,14 +193,19 @@ def bench(args, capsule, d, endpoint):
         out = f"{d}/out.pcapng"
         extra = ["--count", "--json"] if count_only else ["-w", out]
         t_local = best_of(args.runs, cmd(local, extra))
+        drop_footers(tiered)
+        t_cold = best_of(1, cmd(tiered, extra))
         t_tier = best_of(args.runs, cmd(tiered, extra))
         a = json.loads(run(cmd(local, ["--count", "--json"])))
+        drop_footers(tiered)
+        cold = json.loads(run(cmd(tiered, ["--count", "--json"])))
         b = json.loads(run(cmd(tiered, ["--count", "--json"])))
-        if a["packets"] != b["packets"]:
+        if a["packets"] != b["packets"] or a["packets"] != cold["packets"]:
             bad = True
-        print(f"{name:<12} {t_local:>9.3f} {t_tier:>9.3f} {t_tier / t_local:>6.1f}x "
-              f"{b.get('tier_fetched_bytes', 0):>11} "
-              f"{100 * b.get('tier_fetched_bytes', 0) / max(1, st['tiered_bytes']):>8.2f}% "
+        fetched = b.get("tier_fetched_bytes", 0)
+        print(f"{name:<12} {t_local:>9.3f} {t_cold:>9.3f} {t_tier:>9.3f} "
+              f"{t_tier / t_local:>6.1f}x {cold.get('tier_fetched_bytes', 0):>11} "
+              f"{fetched:>11} {100 * fetched / max(1, st['tiered_bytes']):>8.2f}% "
               f"{b['packets']:>9}{'' if a['packets'] == b['packets'] else ' MISMATCH'}")
     if bad:
         sys.exit("bench_tier.py: the tiered store's answers differ from the local store's")

@@ -112,17 +112,35 @@ pub(crate) fn load_config(path: &std::path::Path) -> Result<capsule_config::Conf
     Ok(config)
 }
 
+/// The config file at `path`, read and validated ([`load_config`]), when one is given.
+pub(crate) fn config_of(path: Option<&std::path::Path>) -> Result<Option<capsule_config::Config>> {
+    path.map(load_config).transpose()
+}
+
+/// The readers' way to the trimmed segments of `[tier]` in the config file at `path`
+/// (`None` without a path or a section): this command's own, so the bytes it fetched are
+/// its answer's.
+pub(crate) fn tier_reader(path: Option<&std::path::Path>) -> Result<Option<capsule_tier::Remote>> {
+    crate::tier::reader_of(config_of(path)?.as_ref())
+}
+
 /// The source and request of an analytics command: the store, the config (when given),
 /// and the query of its window and filter.
 pub(crate) fn analytics_request(
     a: &AnswerArgs,
     question: Question,
 ) -> Result<(Source, analytics::Request)> {
-    let config = a.config.as_deref().map(load_config).transpose()?;
+    let config = config_of(a.config.as_deref())?;
     let query = a.q.query()?;
     let store = a.q.store().to_path_buf();
+    // Its `[tier]`: the trimmed segments' indexes, when missing locally, from the bucket.
+    let tier = crate::tier::reader_of(config.as_ref())?;
     Ok((
-        Source { store, config },
+        Source {
+            store,
+            config,
+            tier: crate::tier::tier_of(tier.as_ref()),
+        },
         analytics::Request { query, question },
     ))
 }

@@ -1,47 +1,52 @@
 //! The `[tier]` section in the binary: the readers' way to the segments trimmed after upload
-//! (installed once per process, before a store is opened), and the uploader that a writer
-//! (import, capture) runs beside its writer thread.
+//! (a [`capsule_tier::Remote`] given to the store or answer source that reads them), and the
+//! uploader that a writer (import, capture) runs beside its writer thread.
 
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-static REMOTE: OnceLock<capsule_tier::Remote> = OnceLock::new();
-
-/// The tier client of `[tier]` in `config`, if it has the section.
+/// The readers' tier client of `[tier]` in `config`, if there is one with the section.
 pub(crate) fn client_of(
-    config: &capsule_config::Config,
+    config: Option<&capsule_config::Config>,
 ) -> Result<Option<Arc<capsule_tier::Client>>> {
-    let Some(t) = config.tier() else {
+    make_client(config, capsule_tier::Client::new)
+}
+
+/// The writers' tier client of `[tier]` in `config` (its threads at the background's
+/// priority), if there is one with the section.
+pub(crate) fn upload_client_of(
+    config: Option<&capsule_config::Config>,
+) -> Result<Option<Arc<capsule_tier::Client>>> {
+    make_client(config, capsule_tier::Client::for_uploads)
+}
+
+fn make_client(
+    config: Option<&capsule_config::Config>,
+    make: fn(&capsule_config::TierConfig) -> Result<capsule_tier::Client, capsule_tier::TierError>,
+) -> Result<Option<Arc<capsule_tier::Client>>> {
+    let Some(t) = config.and_then(capsule_config::Config::tier) else {
         return Ok(None);
     };
-    let c =
-        capsule_tier::Client::new(t).map_err(|e| crate::output::Usage(capsule_tier::chain(&e)))?;
+    let c = make(t).map_err(|e| crate::output::Usage(capsule_tier::chain(&e)))?;
     Ok(Some(Arc::new(c)))
 }
 
-/// Reads `[tier]` from the config file at `path` and, when it has one, makes every store
-/// this process opens read its trimmed segments from the object store.
-pub(crate) fn install_from(path: &Path) -> Result<()> {
-    let config = crate::request::load_config(path)?;
-    if let Some(client) = client_of(&config)? {
-        install(client);
-    }
-    Ok(())
+/// The readers' way to the trimmed segments of `[tier]` in `config` (`None` without one
+/// or without the section). Each command makes its own (`tier_reader` in request.rs); its
+/// [`capsule_tier::Remote::fetched_bytes`] is what the command fetched.
+pub(crate) fn reader_of(
+    config: Option<&capsule_config::Config>,
+) -> Result<Option<capsule_tier::Remote>> {
+    Ok(client_of(config)?.map(capsule_tier::Remote::new))
 }
 
-/// Makes every store this process opens read its trimmed segments through `client`.
-pub(crate) fn install(client: Arc<capsule_tier::Client>) {
-    let remote = capsule_tier::Remote::new(client);
-    if REMOTE.set(remote.clone()).is_ok() {
-        capsule_store::remote::install(Arc::new(remote));
-    }
-}
-
-/// Bytes this process fetched from the object store by range GETs (0 without a tier).
-pub(crate) fn fetched_bytes() -> u64 {
-    REMOTE.get().map_or(0, capsule_tier::Remote::fetched_bytes)
+/// The store's form of `remote`.
+pub(crate) fn tier_of(
+    remote: Option<&capsule_tier::Remote>,
+) -> Option<capsule_store::remote::Tier> {
+    remote.map(capsule_tier::Remote::tier)
 }
 
 /// A writer's uploader: started beside the writer, drained and stopped at its end.

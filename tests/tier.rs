@@ -191,24 +191,49 @@ const SMALL: [&str; 6] = [
     "2M",
 ];
 
-#[test]
-fn tiered_segments_leave_the_disk_and_come_back_byte_identical_by_range() {
-    let d = tempfile::tempdir().unwrap();
-    let weed = Weed::start(&d.path().join("weed"));
-    let pcap = d.path().join("in.pcap");
-    let truth = synth(&pcap, &d.path().join("truth.json"), 5, "6s", "30M", None);
-    let cfg = tier_config(d.path(), &weed, "site-a/probe-1");
-    // The reference: the same trace in a store without a budget.
-    let reference = d.path().join("ref");
+/// A trace of `duration` (synth `seed`, 30 Mbit/s) imported twice: into `ref`, a store
+/// without a budget (the reference), and into `store`, with `[tier]` under `prefix` and the
+/// small local budget, so that most of its segments are only in the object store. The
+/// segments are cut alike, so both stores' indexes are the same.
+struct Pair {
+    cfg: PathBuf,
+    reference: PathBuf,
+    store: PathBuf,
+    truth: Truth,
+}
+
+fn tiered_pair(d: &Path, weed: &Weed, prefix: &str, seed: u64, duration: &str) -> Pair {
+    let pcap = d.join("in.pcap");
+    let truth = synth(&pcap, &d.join("truth.json"), seed, duration, "30M", None);
+    let cfg = tier_config(d, weed, prefix);
+    let reference = d.join("ref");
     import_ok(
         &reference,
         &["--block-size", "64K", "--segment-size", "1M"],
         &[p(&pcap)],
     );
-    let store = d.path().join("store");
+    let store = d.join("store");
     let mut args = SMALL.to_vec();
     args.extend(["--config", p(&cfg)]);
     import_ok(&store, &args, &[p(&pcap)]);
+    Pair {
+        cfg,
+        reference,
+        store,
+        truth,
+    }
+}
+
+#[test]
+fn tiered_segments_leave_the_disk_and_come_back_byte_identical_by_range() {
+    let d = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&d.path().join("weed"));
+    let Pair {
+        cfg,
+        reference,
+        store,
+        truth,
+    } = tiered_pair(d.path(), &weed, "site-a/probe-1", 5, "6s");
 
     let t = &status(&store)["tier"];
     let total = t["tiered_segments"].as_u64().unwrap();
@@ -521,4 +546,317 @@ fn kill_9_during_uploads_records_no_object_that_is_not_whole_and_the_next_writer
     // The kill lost what the importer had not stored yet, never what it had.
     let stored = c["packets"].as_u64().unwrap();
     assert!(stored > 0 && stored <= truth.packets, "{c}");
+}
+
+/// What one HTTPS GET of a `capsule serve` answered: status, headers (lowercase names) and
+/// body.
+struct Answer {
+    status: u16,
+    headers: String,
+    body: Vec<u8>,
+}
+
+fn get(server: &common::serve::Server, token: &str, path: &str) -> Answer {
+    let d = tempfile::tempdir().unwrap();
+    let (body, head) = (d.path().join("body"), d.path().join("head"));
+    let out = run_ok(
+        Command::new(need_tool("curl"))
+            .args(["-sS", "--cacert", p(&server.ca), "-o", p(&body)])
+            .args(["-D", p(&head), "-w", "%{http_code}"])
+            .args(["-H", &format!("Authorization: Bearer {token}")])
+            .arg(server.url(path)),
+    );
+    Answer {
+        status: stdout_str(&out).trim().parse().unwrap_or(0),
+        headers: std::fs::read_to_string(&head).unwrap().to_lowercase(),
+        body: std::fs::read(&body).unwrap_or_default(),
+    }
+}
+
+#[test]
+fn serve_reads_the_tier_byte_identical_and_says_what_each_answer_fetched() {
+    let d = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&d.path().join("weed"));
+    let pair = tiered_pair(d.path(), &weed, "serve", 9, "3s");
+    assert!(trimmed(&pair.store).len() >= 4, "segments left the disk");
+    let tokens = d.path().join("tokens");
+    let token = common::serve::add_token(&tokens, "analyst");
+    std::fs::create_dir_all(d.path().join("srv")).unwrap();
+    let server = common::serve::start(
+        &d.path().join("srv"),
+        &pair.store,
+        &tokens,
+        &["--config", p(&pair.cfg)],
+    );
+
+    // The count of a window in a trimmed segment says what it fetched from the object store
+    // (the blocks it read), as `query --count --json` does.
+    let (a, b) = span_of(&pair.store, trimmed(&pair.store)[1]);
+    let got = get(&server, &token, &format!("/v1/count?from=@{a}&to=@{b}"));
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    assert!(!got.headers.contains("capsule-partial"), "{}", got.headers);
+    let c: serde_json::Value = serde_json::from_slice(&got.body).unwrap();
+    let inside = window(a, Some(b));
+    let inside = refs(&inside);
+    assert_eq!(
+        c["packets"],
+        count(&pair.reference, None, &inside)["packets"]
+    );
+    assert!(c["tier_fetched_bytes"].as_u64().unwrap() > 0, "{c}");
+
+    // Every packet of the whole span, byte-identical to the local reference's export.
+    let want = query_ok(&pair.reference, &d.path().join("ref.pcapng"), &[]);
+    let got = get(&server, &token, "/v1/packets?format=pcapng");
+    assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+    assert_eq!(
+        decode(&got.body).packets.len() as u64,
+        pair.truth.packets,
+        "every packet"
+    );
+    assert!(
+        got.body == want,
+        "the server's export differs from the reference's"
+    );
+    // The flows of the trimmed segments too: the reference's lines, byte for byte.
+    let got = get(&server, &token, "/v1/flows?limit=100000");
+    assert_eq!(got.status, 200);
+    let want = run_ok(
+        capsule()
+            .args(["flows", "--store", p(&pair.reference)])
+            .args(["--json", "--limit", "100000"]),
+    );
+    assert!(!got.headers.contains("capsule-partial"), "{}", got.headers);
+    assert_eq!(String::from_utf8_lossy(&got.body), stdout_str(&want));
+    // Each request's audit line says what that request fetched.
+    let lines = server.audit_lines();
+    let fetched = |endpoint: &str| {
+        lines
+            .iter()
+            .find(|l| l["endpoint"] == endpoint)
+            .and_then(|l| l["tier_fetched_bytes"].as_u64())
+            .unwrap_or_else(|| panic!("{endpoint}: {lines:?}"))
+    };
+    assert!(fetched("/v1/packets") > 0);
+    assert_eq!(
+        fetched("/v1/count"),
+        c["tier_fetched_bytes"].as_u64().unwrap()
+    );
+
+    // A server without the section names the trimmed segments and answers partial.
+    drop(server);
+    std::fs::create_dir_all(d.path().join("srv2")).unwrap();
+    let bare = common::serve::start(&d.path().join("srv2"), &pair.store, &tokens, &[]);
+    let got = get(&bare, &token, "/v1/count");
+    assert!(got.headers.contains("capsule-partial"), "{}", got.headers);
+}
+
+/// `--from @FROM` and, with `to`, `--to @TO`.
+fn window(from: u64, to: Option<u64>) -> Vec<String> {
+    let mut w = vec!["--from".to_string(), format!("@{from}")];
+    if let Some(t) = to {
+        w.extend(["--to".to_string(), format!("@{t}")]);
+    }
+    w
+}
+
+/// `args` as the `&str`s [`count`] takes.
+fn refs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// Every segment the store's ledger records as sealed: number, first and last packet time.
+fn sealed(store: &Path) -> Vec<(u64, u64, u64)> {
+    let text = std::fs::read_to_string(store.join("segments/ledger")).unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("sealed "))
+        .map(|l| {
+            l.split(' ')
+                .map(|w| w.parse::<u64>().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .map(|w| (w[0], w[1], w[2]))
+        .collect()
+}
+
+/// The first and last packet time of sealed segment `seq`, from the store's ledger.
+fn span_of(store: &Path, seq: u64) -> (u64, u64) {
+    sealed(store)
+        .into_iter()
+        .find(|s| s.0 == seq)
+        .map(|s| (s.1, s.2))
+        .unwrap_or_else(|| panic!("no seal of segment {seq}"))
+}
+
+#[test]
+fn a_missing_index_comes_from_the_bucket_and_footers_are_cached_so_later_questions_fetch_only_what_they_read(
+) {
+    let d = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&d.path().join("weed"));
+    let pair = tiered_pair(d.path(), &weed, "cache", 10, "3s");
+    let (store, cfg) = (&pair.store, &pair.cfg);
+    let only = trimmed(store);
+    assert!(only.len() >= 4, "segments left the disk");
+    let idx = |seq: u64| store.join(format!("index/seg-{seq:012}.idx"));
+    let footer = |seq: u64| store.join(format!("index/seg-{seq:012}.footer"));
+
+    // A window in the newest segment, which is local: the first question opens every
+    // trimmed segment (their footers, from the object store) and caches what it read; the
+    // next asks the object store for nothing.
+    let newest = sealed(store).iter().map(|s| s.0).max().unwrap();
+    assert!(!only.contains(&newest));
+    let (a, _) = span_of(store, newest);
+    let newest_ms = window(a, Some(a + 1_000_000));
+    let newest_ms = refs(&newest_ms);
+    let first = count(store, Some(cfg), &newest_ms);
+    assert!(first["tier_fetched_bytes"].as_u64().unwrap() > 0, "{first}");
+    for &q in &only {
+        assert!(footer(q).exists(), "segment {q}'s footer is cached");
+    }
+    let again = count(store, Some(cfg), &newest_ms);
+    assert_eq!(again["packets"], first["packets"]);
+    assert_eq!(again["tier_fetched_bytes"], 0, "{again}");
+    // A question over a trimmed segment fetches its blocks only, not its footer again.
+    let (a, b) = span_of(store, only[1]);
+    let inside = window(a, Some(b));
+    let inside = refs(&inside);
+    let want = count(&pair.reference, None, &inside);
+    let got = count(store, Some(cfg), &inside);
+    assert_eq!(got["packets"], want["packets"]);
+    assert!(got["tier_fetched_bytes"].as_u64().unwrap() > 0, "{got}");
+    // A damaged cache costs a fetch, never a wrong answer.
+    std::fs::write(footer(only[1]), b"not a footer").unwrap();
+    let got = count(store, Some(cfg), &inside);
+    assert_eq!(got["packets"], want["packets"]);
+
+    // Two trimmed segments' side indexes lost locally: fetched from the bucket (uploaded
+    // with their segments) and kept, and the answers are the reference's.
+    let lost = [only[0], only[2]];
+    let kept: Vec<Vec<u8>> = lost
+        .iter()
+        .map(|&q| std::fs::read(idx(q)).unwrap())
+        .collect();
+    for &q in &lost {
+        std::fs::remove_file(idx(q)).unwrap();
+    }
+    let flows = |s: &Path, config: Option<&Path>| {
+        let mut cmd = capsule();
+        cmd.args(["flows", "--store", p(s), "--json", "--limit", "100000"]);
+        if let Some(c) = config {
+            cmd.args(["--config", p(c)]);
+        }
+        stdout_str(&run_ok(&mut cmd))
+    };
+    assert_eq!(flows(store, Some(cfg)), flows(&pair.reference, None));
+    for (q, bytes) in lost.iter().zip(&kept) {
+        assert_eq!(
+            &std::fs::read(idx(*q)).unwrap(),
+            bytes,
+            "segment {q}'s index"
+        );
+    }
+    // The analytics too (their own path to the index): `dscp --config` as the reference's.
+    std::fs::remove_file(idx(only[3])).unwrap();
+    // (The same config for both: it says which policy the answer checks against.)
+    let dscp = |s: &Path| {
+        let out = run_ok(capsule().args(["dscp", "--store", p(s), "--config", p(cfg)]));
+        stdout_str(&out).replace(p(s), "STORE")
+    };
+    assert_eq!(dscp(store), dscp(&pair.reference));
+    assert!(idx(only[3]).exists());
+}
+
+#[test]
+fn max_age_deletes_old_objects_and_answers_over_them_say_the_packets_are_gone() {
+    let d = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&d.path().join("weed"));
+    let pair = tiered_pair(d.path(), &weed, "aged", 11, "4s");
+    let (store, cfg) = (&pair.store, &pair.cfg);
+    let only = trimmed(store);
+    assert!(only.len() >= 6, "segments left the disk");
+    // A reader caches footers: expiry removes them with the objects.
+    count(store, Some(cfg), &[]);
+    let key = |seq: u64| format!("aged/segments/seg-{seq:012}.pcapng.zst");
+    for &q in &only {
+        assert_eq!(s3(&weed, "GET", &key(q), None).0, "200");
+    }
+    // The next writer runs with max_age = 2s: what ends more than 2 s before the newest
+    // packet goes from the object store.
+    let text = std::fs::read_to_string(cfg).unwrap();
+    let aged = d.path().join("aged.toml");
+    std::fs::write(&aged, format!("{text}max_age = \"2s\"\n")).unwrap();
+    let empty = d.path().join("empty.pcap");
+    std::fs::write(&empty, write_pcap_ns(1, 65535, &[])).unwrap();
+    let mut args = SMALL.to_vec();
+    args.extend(["--config", p(&aged)]);
+    import_ok(store, &args, &[p(&empty)]);
+
+    let ledger = std::fs::read_to_string(store.join("segments/ledger")).unwrap();
+    let newest = sealed(store).iter().map(|s| s.2).max().unwrap();
+    let cutoff = newest - 2_000_000_000;
+    let expired: Vec<u64> = ledger
+        .lines()
+        .filter_map(|l| l.strip_prefix("expired "))
+        .map(|s| s.trim().parse().unwrap())
+        .collect();
+    assert!(
+        !expired.is_empty() && expired.len() < only.len(),
+        "{ledger}"
+    );
+    for &q in &only {
+        let (_, last) = span_of(store, q);
+        let gone = expired.contains(&q);
+        assert_eq!(
+            gone,
+            last < cutoff,
+            "segment {q} ends at {last}, cutoff {cutoff}"
+        );
+        let want = if gone { "404" } else { "200" };
+        assert_eq!(s3(&weed, "GET", &key(q), None).0, want, "segment {q}");
+        let cached = store.join(format!("index/seg-{q:012}.footer"));
+        assert_eq!(cached.exists(), !gone, "segment {q}'s cached footer");
+        assert_eq!(
+            store.join(format!("index/seg-{q:012}.idx")).exists(),
+            !gone,
+            "segment {q}'s index"
+        );
+    }
+    let t = &status(store)["tier"];
+    assert_eq!(
+        t["tiered_only_segments"].as_u64().unwrap() as usize,
+        trimmed(store).len() - expired.len(),
+        "{t}"
+    );
+
+    // A window over what expired: the answers say the packets are gone (exit 3, named).
+    let (first, _) = span_of(&pair.reference, 1);
+    let over = window(first, Some(cutoff));
+    let over = refs(&over);
+    let out = run(capsule()
+        .args(["query", "--store", p(store), "--config", p(cfg), "--count"])
+        .args(&over));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_str(&out));
+    assert!(stderr_str(&out).contains("max_age"), "{}", stderr_str(&out));
+    for q in [&["flows"][..], &["dscp"]] {
+        let out = run(capsule()
+            .args(q)
+            .args(["--store", p(store), "--config", p(cfg)])
+            .args(&over));
+        assert_eq!(out.status.code(), Some(3), "{q:?}: {}", stderr_str(&out));
+        let text = stdout_str(&out) + &stderr_str(&out);
+        assert!(text.contains("max_age"), "{q:?}: {text}");
+    }
+    // A window after it is whole, and as the reference's; so is a question without a
+    // start (what the store holds), as with local retention's horizon.
+    let after = window(cutoff, None);
+    let after = refs(&after);
+    let got = count(store, Some(cfg), &after);
+    assert_eq!(
+        got["packets"],
+        count(&pair.reference, None, &after)["packets"]
+    );
+    let all = count(store, Some(cfg), &[]);
+    assert!(
+        all["packets"].as_u64().unwrap() < pair.truth.packets,
+        "{all}"
+    );
 }

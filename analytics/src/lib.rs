@@ -117,8 +117,9 @@ pub struct Limits {
     pub unseen_blocks: Vec<(u64, Vec<usize>)>,
     /// Damaged journal records skipped.
     pub journal_notes: Vec<(u64, String)>,
-    /// Segments the store's ledger records whose files are gone, in the window: what
-    /// they held is missing (segment, what the ledger says).
+    /// Segments the store's ledger records whose files are gone, in the window, and what
+    /// `[tier] max_age` removed from the object store when the window starts before it:
+    /// what they held is missing (segment, what the ledger says).
     pub missing_segments: Vec<(u64, String)>,
     /// Segments in the window that `verify --repair` rebuilt with fewer packets than they
     /// were sealed with (the ledger records both): their lost packets' flows are missing.
@@ -156,7 +157,10 @@ impl Limits {
         }
         if !self.missing_segments.is_empty() {
             let segs: Vec<u64> = self.missing_segments.iter().map(|(s, _)| *s).collect();
-            why.push(format!("the file of segment(s) {segs:?} is missing"));
+            why.push(format!(
+                "segment(s) {segs:?} are missing (a file gone, or segments [tier] max_age \
+                 removed from the object store)"
+            ));
         }
         if !self.repaired_segments.is_empty() {
             let segs: Vec<u64> = self.repaired_segments.iter().map(|(s, _)| *s).collect();
@@ -310,13 +314,15 @@ impl Serialize for Export {
     }
 }
 
-/// Reads the flows of `q` from `store`'s side index (no segment file is opened).
-/// `filter` is `q`'s filter as the user wrote it. With `buckets`, each flow keeps its
+/// Reads the flows of `q` from `store`'s side index (no segment file is opened; with a
+/// `tier`, the index of a segment trimmed after upload that is missing locally is fetched
+/// from the object store). `filter` is `q`'s filter as the user wrote it. With `buckets`, each flow keeps its
 /// 1-second buckets in the window (what `top`, `tcp`, `stragglers` and `alerts` read); an
 /// answer that only reads flow totals (`dscp`, `matrix`) passes false and the listing
 /// holds none.
 pub fn load(
     store_dir: &Path,
+    tier: Option<capsule_store::remote::Tier>,
     q: &Query,
     filter: &str,
     buckets: bool,
@@ -325,17 +331,21 @@ pub fn load(
         store: store_dir.display().to_string(),
         source,
     };
-    let store = Store::open(store_dir).map_err(err)?;
+    let store = Store::open(store_dir).map_err(err)?.with_tier(tier);
     let listing = capsule_index::flows::list_index_only(&store, q, buckets).map_err(err)?;
     let (qf, qt) = q.window();
     let listed = store.list().map_err(err)?;
-    let missing_segments = store
+    let mut missing_segments: Vec<(u64, String)> = store
         .missing_segments(&listed)
         .map_err(err)?
         .into_iter()
         .filter(|m| m.overlaps(qf, qt))
         .map(|m| (m.sealed.seq, m.problem()))
         .collect();
+    // What [tier] max_age removed, when the window gives its start before it.
+    if let Some(u) = store.expired_in(q.from_ns, qt).map_err(err)? {
+        missing_segments.push((u.seq, u.problem));
+    }
     let repaired_segments = store
         .lost_to_repairs()
         .map_err(err)?

@@ -240,7 +240,8 @@ impl Serialize for Answer {
 /// report draws its charts from it.
 pub fn input(source: &Source, query: &Query, buckets: bool) -> Result<Input, AnswerError> {
     let filter = query.filter.to_string();
-    let mut input = capsule_analytics::load(&source.store, query, &filter, buckets)?;
+    let mut input =
+        capsule_analytics::load(&source.store, source.tier.clone(), query, &filter, buckets)?;
     input.limits.drops = Some(drops_note(&source.store, input.from_ns, input.to_ns));
     Ok(input)
 }
@@ -329,7 +330,7 @@ fn bursts_body(
         store: dir.display().to_string(),
         source: e,
     };
-    let store = capsule_store::Store::open(dir).map_err(err)?;
+    let store = source.open().map_err(err)?;
     let listing =
         capsule_index::millis::list_index_only(&store, input.from_ns, input.to_ns).map_err(err)?;
     let b = bursts::bursts(input, &listing, link_of(source), ask)?;
@@ -358,7 +359,7 @@ pub fn alerts_body(
         store: dir.display().to_string(),
         source: e,
     };
-    let store = capsule_store::Store::open(dir).map_err(err)?;
+    let store = source.open().map_err(err)?;
     let listing =
         capsule_index::millis::list_index_only(&store, input.from_ns, input.to_ns).map_err(err)?;
     let ms = capsule_analytics::alerts::msrules::MsInput {

@@ -49,7 +49,9 @@ impl Request {
 }
 
 fn open(source: &Source) -> Result<Store, AnswerError> {
-    Store::open(&source.store).map_err(|e| AnswerError::Export(ExportError::from(e)))
+    source
+        .open()
+        .map_err(|e| AnswerError::Export(ExportError::from(e)))
 }
 
 /// Which segments and blocks the request reads, without reading a packet.

@@ -85,10 +85,13 @@ pub fn answer(source: &Source, req: &Request) -> Result<Answer, AnswerError> {
         store: source.store.display().to_string(),
         source: e,
     };
-    let store = Store::open(&source.store).map_err(store_err)?;
+    let store = source.open().map_err(store_err)?;
     let (segments, mut unreadable) = store.open_segments_checked().map_err(store_err)?;
     // A segment a repair left short: its lost packets are missing from its flows too.
     unreadable.extend(store.short_segments(&segments).map_err(store_err)?);
+    // What [tier] max_age removed, when the window gives its start before it.
+    let to = req.query.window().1;
+    unreadable.extend(store.expired_in(req.query.from_ns, to).map_err(store_err)?);
     let mut listing = list(&store, &segments, &req.query, req.sort).map_err(store_err)?;
     let missing = missing(&listing, &unreadable, &req.query);
     if let Some(n) = req.limit {

@@ -10,7 +10,7 @@
 //! consumer can present a partial answer as whole.
 //!
 //! ```text
-//! Source { store, config }  +  analytics::Request { query, question }
+//! Source { store, config, tier }  +  analytics::Request { query, question }
 //!     -> analytics::answer      -> index only (capsule-analytics over capsule-index)
 //!     -> analytics::Answer { question, window (store, filter, from, to, limits), body }
 //!          .to_json()   the `--json` document (and /v1/top, /v1/tcp, ...)
@@ -46,22 +46,36 @@ pub mod status;
 
 /// Where answers come from: a store directory and, when the operator gave one, the config
 /// (host groups, DSCP and egress policy, alert rules) the questions that need it answer
-/// with.
+/// with, and the tier its trimmed segments are read through.
 #[derive(Debug, Clone)]
 pub struct Source {
     /// The store directory, as the operator named it (it appears in the commands that
     /// findings print).
     pub store: PathBuf,
     pub config: Option<capsule_config::Config>,
+    /// The object store the segments trimmed after upload are read from (`[tier]`);
+    /// without it they are named as unreadable and the answers over them are partial.
+    pub tier: Option<capsule_store::remote::Tier>,
 }
 
 impl Source {
-    /// A source without a config.
+    /// A source without a config or a tier.
     pub fn store(store: impl Into<PathBuf>) -> Source {
         Source {
             store: store.into(),
             config: None,
+            tier: None,
         }
+    }
+
+    /// This source, reading the trimmed segments through `tier`.
+    pub fn with_tier(self, tier: Option<capsule_store::remote::Tier>) -> Source {
+        Source { tier, ..self }
+    }
+
+    /// Opens the store, with the tier.
+    pub fn open(&self) -> Result<capsule_store::Store, capsule_store::StoreError> {
+        Ok(capsule_store::Store::open(&self.store)?.with_tier(self.tier.clone()))
     }
 }
 

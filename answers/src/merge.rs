@@ -207,8 +207,8 @@ mod tests {
         let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/examples/capsule.toml");
         let config = capsule_config::Config::load(std::path::Path::new(example)).unwrap();
         let source = Source {
-            store: dir.path().to_path_buf(),
             config: Some(config),
+            ..Source::store(dir.path())
         };
         (dir, source)
     }

@@ -890,6 +890,10 @@ fn a_tier_section_parses_with_defaults_and_the_config_dir_resolves_the_credentia
     assert_eq!(t.region, DEFAULT_REGION);
     assert!(t.path_style);
     assert_eq!(t.max_age_ns, Some(90 * 86_400 * 1_000_000_000));
+    assert_eq!(t.upload_rate_bps, None, "no bound unless given");
+    let c = ok("[tier]\nendpoint = \"http://h:1\"\nbucket = \"capsule\"\n\
+                credentials_file = \"c\"\nupload_rate = \"200M\"\n");
+    assert_eq!(c.tier().unwrap().upload_rate_bps, Some(200_000_000));
     let d = tempfile_dir();
     let p = d.join("c.toml");
     std::fs::write(
@@ -948,6 +952,14 @@ fn tier_errors_name_the_field_and_what_was_wrong() {
     );
     let e = err("[tier]\nendpoint = \"http://h:1\"\nbucket = \"capsule\"\ncredentials_file = \"c\"\nmax_age = \"soon\"\n");
     check(&e, ErrorKind::BadValue, 5, "tier.max_age", &["duration"]);
+    let e = err("[tier]\nendpoint = \"http://h:1\"\nbucket = \"capsule\"\ncredentials_file = \"c\"\nupload_rate = \"fast\"\n");
+    check(
+        &e,
+        ErrorKind::BadValue,
+        5,
+        "tier.upload_rate",
+        &["bits per second", "\"fast\""],
+    );
     let e =
         err("[tier]\nendpoint = \"http://h:1\"\nbucket = \"capsule\"\ncredentials_file = \"\"\n");
     check(

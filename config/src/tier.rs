@@ -10,6 +10,7 @@
 //! credentials_file = "tier.credentials"  # access key id, then the secret, on two lines
 //! max_age = "90d"                        # optional: objects older by packet time go
 //! path_style = true                      # optional (the default): BUCKET in the path
+//! upload_rate = "200M"                   # optional: uploads average at most this (bits/s)
 //! ```
 //!
 //! A relative `credentials_file` is taken from the config file's directory
@@ -25,7 +26,7 @@ use crate::error::ErrorKind;
 use crate::walk::{join, Src};
 
 /// The keys of `[tier]`, in the order docs/config.md lists them.
-pub const TIER_KEYS: [&str; 7] = [
+pub const TIER_KEYS: [&str; 8] = [
     "endpoint",
     "bucket",
     "prefix",
@@ -33,6 +34,7 @@ pub const TIER_KEYS: [&str; 7] = [
     "credentials_file",
     "max_age",
     "path_style",
+    "upload_rate",
 ];
 
 /// The region when none is given (what S3-compatible servers accept).
@@ -54,6 +56,8 @@ pub struct TierConfig {
     pub max_age_ns: Option<u64>,
     /// `https://endpoint/bucket/key` (true) or `https://bucket.endpoint/key` (false).
     pub path_style: bool,
+    /// The most the uploads send on average, in bits per second (`None`: no bound).
+    pub upload_rate_bps: Option<u64>,
 }
 
 /// An S3 bucket name: 3 to 63 of lowercase letters, digits, '.' and '-', starting and
@@ -184,6 +188,17 @@ pub(crate) fn parse(
             }
         }
     }
+    let mut upload_rate_bps = None;
+    if let Some(v) = table.get("upload_rate") {
+        const RATE: &str = "a rate in bits per second (200M, 1G, 50Mbps)";
+        match src.keep(src.string(&join(path, "upload_rate"), v, RATE)) {
+            Some(t) => match crate::links::parse_rate(t) {
+                Ok(bps) => upload_rate_bps = Some(bps),
+                Err(_) => ok &= bad("upload_rate", v.span(), RATE, format!("{t:?}")),
+            },
+            None => ok = false,
+        }
+    }
     Some(TierConfig {
         endpoint: endpoint?.0.trim_end_matches('/').to_string(),
         bucket: bucket?.0,
@@ -192,6 +207,7 @@ pub(crate) fn parse(
         credentials_file: PathBuf::from(credentials?.0),
         max_age_ns,
         path_style,
+        upload_rate_bps,
     })
     .filter(|_| ok)
 }

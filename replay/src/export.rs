@@ -315,6 +315,15 @@ impl Window {
                     .into_iter()
                     .filter(|u| u.reaches(from, to)),
             );
+            // What [tier] max_age removed, when the window gives its start before it.
+            report
+                .unreadable
+                .extend(capsule_store::Unreadable::expired_of(
+                    l,
+                    &store.segments_dir(),
+                    query.from_ns,
+                    to,
+                ));
         }
         let (window_stats, baselines) = interface_stats(&segments, query, &mut report.skipped)?;
         report.drops_in_window = drops_in_window(&window_stats, &baselines);

@@ -113,10 +113,8 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
     };
     // With [tier]: segments are uploaded beside the capture, and only uploaded ones leave
     // the disk (docs/tier.md).
-    let tier = match a.config.as_deref() {
-        Some(p) => crate::tier::client_of(&crate::request::load_config(p)?)?,
-        None => None,
-    };
+    let tier =
+        crate::tier::upload_client_of(crate::request::config_of(a.config.as_deref())?.as_ref())?;
     let cfg = capsule_store::WriterConfig {
         tier: tier.is_some(),
         ..cfg

@@ -71,8 +71,9 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         },
         limit: None,
     };
-    let answer = flows::answer(&Source::store(args.store()), &request)
-        .map_err(crate::request::answer_error)?;
+    let tier = crate::request::tier_reader(a.config.as_deref())?;
+    let source = Source::store(args.store()).with_tier(crate::tier::tier_of(tier.as_ref()));
+    let answer = flows::answer(&source, &request).map_err(crate::request::answer_error)?;
     let (listing, segments, unreadable) = (&answer.listing, &answer.segments, &answer.unreadable);
     let mut out = std::io::stdout().lock();
     let shown: Vec<_> = listing.flows.iter().take(limit).collect();

@@ -148,17 +148,10 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     let (store, args, files) = (&a.store, &a.writer, &a.files);
     let (mut cfg, note) = args.config(store)?;
-    let config = a
-        .config
-        .as_deref()
-        .map(crate::request::load_config)
-        .transpose()?;
+    let config = crate::request::config_of(a.config.as_deref())?;
     // With [tier]: segments are uploaded beside the import, and only uploaded ones leave
     // the disk (docs/tier.md).
-    let tier = match &config {
-        Some(c) => crate::tier::client_of(c)?,
-        None => None,
-    };
+    let tier = crate::tier::upload_client_of(config.as_ref())?;
     cfg.tier = tier.is_some();
     let trim_cfg = cfg.clone();
     let cutoff = crate::request::cutoff_from(config.as_ref().zip(a.config.as_deref()), a.cutoff)?;

@@ -41,16 +41,6 @@ mod xdp_probe;
 
 /// Runs the subcommand.
 pub fn run(cli: Cli) -> Result<ExitCode> {
-    // The readers' way to the tiered segments, before any store is opened.
-    let tier_config = match &cli.cmd {
-        Cmd::Query(a) => a.config.as_deref(),
-        Cmd::Flows(a) => a.config.as_deref(),
-        Cmd::Top(a) => a.a.config.as_deref(),
-        _ => None,
-    };
-    if let Some(path) = tier_config {
-        crate::tier::install_from(path)?;
-    }
     match cli.cmd {
         Cmd::Import(a) => import::run(&a),
         Cmd::Capture(a) => capture::run(&a),

@@ -34,7 +34,11 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         return remote(a);
     }
     let query = args.query()?;
-    let store = Store::open(args.store())?;
+    // The trimmed segments' way (`[tier]` in --config): this command's own, so the bytes it
+    // fetched are this answer's.
+    let remote = crate::request::tier_reader(a.config.as_deref())?;
+    let tier = crate::tier::tier_of(remote.as_ref());
+    let store = Store::open(args.store())?.with_tier(tier.clone());
     if let (Some(expr), false) = (&bpf, explain) {
         // Before any output: compiled in a child process with a time and memory limit.
         let linktypes = capsule_replay::bpf_linktypes(&store.open_segments()?);
@@ -50,7 +54,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         bpf,
         max_bytes: None,
     };
-    let source = Source::store(args.store());
+    let source = Source::store(args.store()).with_tier(tier);
     if explain {
         let plan = export::plan(&source, &request).map_err(answer_error)?;
         print_plan(&export::PlanShown::of(&plan), a.json);
@@ -92,7 +96,9 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         );
     }
     let mut c = c;
-    c.tier_fetched_bytes = crate::tier::fetched_bytes();
+    c.tier_fetched_bytes = remote
+        .as_ref()
+        .map_or(0, capsule_tier::Remote::fetched_bytes);
     if count {
         print_count(&c, a.json);
     } else {

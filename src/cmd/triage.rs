@@ -247,7 +247,7 @@ const ZOOM_MARGIN_MS: u64 = 10;
 /// index's series around its window, bytes per DSCP value per millisecond (no segment file
 /// is read). A store whose series cannot be listed gives no zoom (the chart says none).
 fn burst_zooms(source: &Source, alerts: &[Alert]) -> Vec<crate::report::Zoom> {
-    let Ok(store) = capsule_store::Store::open(&source.store) else {
+    let Ok(store) = source.open() else {
         return Vec::new();
     };
     alerts

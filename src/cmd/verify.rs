@@ -201,7 +201,7 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
     let tier = match &a.config {
         Some(path) => {
             let config = crate::request::load_config(path)?;
-            let client = crate::tier::client_of(&config)?.ok_or_else(|| {
+            let client = crate::tier::client_of(Some(&config))?.ok_or_else(|| {
                 crate::output::Usage(format!(
                     "{}: no [tier] section; --config names the object store of the tiered \
                      segments (docs/tier.md)",

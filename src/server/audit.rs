@@ -82,6 +82,9 @@ pub(super) struct Record {
     pub(super) endpoint: String,
     pub(super) user: Option<String>,
     pub(super) params: serde_json::Value,
+    /// This request's reader of the segments in the object store (`[tier]`), which counts
+    /// the bytes the request fetched from there.
+    pub(super) tier: Option<capsule_tier::Remote>,
 }
 
 /// The parameter names some endpoint takes: only their values are written to the audit
@@ -209,7 +212,7 @@ impl Record {
         packets: Option<u64>,
         bytes: u64,
     ) -> serde_json::Value {
-        json!({
+        let mut v = json!({
             "time": humantime::format_rfc3339_micros(self.started).to_string(),
             "user": self.user,
             "peer": self.peer.to_string(),
@@ -222,6 +225,10 @@ impl Record {
             "packets": packets,
             "bytes": bytes,
             "duration_s": self.t0.elapsed().as_secs_f64(),
-        })
+        });
+        if let Some(t) = &self.tier {
+            v["tier_fetched_bytes"] = json!(t.fetched_bytes());
+        }
+        v
     }
 }

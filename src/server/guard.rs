@@ -27,6 +27,13 @@ pub(super) enum Failure {
 }
 
 impl Guard {
+    /// The source this request's answer reads: the store, through this request's reader of
+    /// the object store when the server has a `[tier]`.
+    pub(super) fn source(&self) -> capsule_answers::Source {
+        capsule_answers::Source::store(&self.server.store)
+            .with_tier(crate::tier::tier_of(self.rec.tier.as_ref()))
+    }
+
     /// Ends the request with `resp`, writing its audit line.
     pub(super) fn finish(
         self,

@@ -67,6 +67,9 @@ struct Server {
     max_time: Duration,
     /// The web console's signed-in sessions.
     console: console::Sessions,
+    /// The object store of `[tier]` in the config (read at start): each request reads the
+    /// segments trimmed after upload through a reader of its own over this client.
+    tier: Option<Arc<capsule_tier::Client>>,
 }
 
 /// A query's place under the concurrency limits, given back when dropped.
@@ -136,9 +139,11 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
     });
     // With a [fleet] section, the store is published every few seconds (a capture beside
     // it may publish it too: the store's publish lock takes them one at a time).
-    let _publisher = match &a.config {
-        // A config that does not load is an error now, not at the first answer.
-        Some(c) => crate::publisher::Publisher::start(&a.store, crate::request::load_config(c)?),
+    // A config that does not load is an error now, not at the first answer.
+    let config = crate::request::config_of(a.config.as_deref())?;
+    let tier = crate::tier::client_of(config.as_ref())?;
+    let _publisher = match config {
+        Some(c) => crate::publisher::Publisher::start(&a.store, c),
         None => None,
     };
     let server = Arc::new(Server {
@@ -152,6 +157,7 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
         max_bytes: a.max_bytes_per_query,
         max_time: a.max_query_time,
         console: console::Sessions::default(),
+        tier,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

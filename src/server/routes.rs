@@ -35,6 +35,7 @@ pub(super) async fn handle(
         endpoint: req.uri().path().to_string(),
         user: None,
         params: audit_params(req.uri().query()),
+        tier: server.tier.clone().map(capsule_tier::Remote::new),
     };
     let path = req.uri().path().to_string();
     // A request without a valid token writes a bounded line, not fsynced on its own: an
@@ -188,7 +189,7 @@ async fn flows(g: Guard, q: Option<&str>) -> Response<Body> {
         Ok(r) => r,
         Err(e) => return g.refuse(StatusCode::BAD_REQUEST, &e),
     };
-    let source = Source::store(&g.server.store);
+    let source = g.source();
     let work = move || {
         let answer =
             flows::answer(&source, &request).map_err(|e| Failure::Server(format!("{e:#}")))?;
@@ -288,7 +289,7 @@ async fn analytics(g: Guard, kind: Kind, q: Option<&str>, host: Option<String>) 
         );
         return g.refuse(StatusCode::BAD_REQUEST, &m);
     }
-    let (store, config) = (g.server.store.clone(), g.server.config.clone());
+    let (source, config) = (g.source(), g.server.config.clone());
     let work = move || {
         // A config edited into something invalid is the server's fault (500), not the
         // client's, though the CLI calls it a usage error.
@@ -301,7 +302,7 @@ async fn analytics(g: Guard, kind: Kind, q: Option<&str>, host: Option<String>) 
                 ))
             })?),
         };
-        let source = Source { store, config };
+        let source = Source { config, ..source };
         let answer = analytics::answer(&source, &request).map_err(|e| {
             if e.is_usage() {
                 Failure::Asker(e.to_string())

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use super::body::{error_response, Body, Msg, StreamAudit};
 use super::guard::Guard;
 use super::params::{params, query_of};
-use super::{Server, Slot};
+use super::Slot;
 use crate::output::PARTIAL_HEADER;
 
 /// Bytes of one chunk of a packet export, and how many chunks wait for the client at most.
@@ -119,13 +119,12 @@ impl Write for ChunkWriter {
 /// `audit` (whose line is written once the response body is done too). `slot` is held until
 /// the export ends.
 pub(super) fn export_thread(
-    server: Arc<Server>,
+    source: capsule_answers::Source,
     request: capsule_answers::export::Request,
     mut w: ChunkWriter,
     audit: Arc<StreamAudit>,
     slot: Slot,
 ) {
-    let source = capsule_answers::Source::store(&server.store);
     let result = capsule_answers::export::stream(&source, &request, &mut w);
     let (status, outcome, packets) = match result {
         Ok(report) => match w.send() {
@@ -213,6 +212,7 @@ pub(super) async fn packets(g: Guard, q: Option<&str>) -> Response<Body> {
         Ok(s) => s,
         Err(e) => return g.refuse(StatusCode::TOO_MANY_REQUESTS, &e),
     };
+    let source = g.source();
     let Guard { server, rec, .. } = g;
     let request = capsule_answers::export::Request {
         format,
@@ -238,8 +238,8 @@ pub(super) async fn packets(g: Guard, q: Option<&str>) -> Response<Body> {
         finished: AtomicBool::new(false),
         conn: super::conn::CONN.try_with(Arc::clone).ok(),
     });
-    let (s2, a2) = (server.clone(), audit.clone());
-    tokio::task::spawn_blocking(move || export_thread(s2, request, w, a2, slot));
+    let a2 = audit.clone();
+    tokio::task::spawn_blocking(move || export_thread(source, request, w, a2, slot));
     // The status waits for the first chunk (or the failure before it): an error found
     // before any byte is an error response, not a cut file.
     let (ctype, name) = match format {

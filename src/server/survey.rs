@@ -11,7 +11,7 @@ use super::guard::{Failure, Guard};
 use super::params::{params, query_of};
 use super::stream::header_text;
 use crate::output::PARTIAL_HEADER;
-use capsule_answers::{export, segments, Source};
+use capsule_answers::{export, segments};
 
 /// The export request of `filter`, `from`, `to` and (for a count) `format`.
 fn export_request(q: Option<&str>, with_format: bool) -> Result<export::Request, String> {
@@ -54,15 +54,21 @@ pub(super) async fn count(g: Guard, q: Option<&str>) -> Response<Body> {
         Ok(r) => r,
         Err(e) => return g.refuse(StatusCode::BAD_REQUEST, &e),
     };
-    let source = Source::store(&g.server.store);
+    let source = g.source();
     let work = move || {
         let c = export::counted(&source, &request).map_err(failure)?;
         Ok((c.count, c.report.partial_note()))
     };
-    let (g, (count, note)) = match g.blocking("count", true, work).await {
+    let (g, (mut count, note)) = match g.blocking("count", true, work).await {
         Ok(x) => x,
         Err(resp) => return resp,
     };
+    // What this request fetched from the object store, as `query --count --json` says.
+    count.tier_fetched_bytes = g
+        .rec
+        .tier
+        .as_ref()
+        .map_or(0, capsule_tier::Remote::fetched_bytes);
     let mut v = serde_json::to_value(&count).expect("a count is JSON");
     crate::output::with_times(&mut v);
     let mut resp = json_response(StatusCode::OK, &v);
@@ -81,7 +87,7 @@ pub(super) async fn plan(g: Guard, q: Option<&str>) -> Response<Body> {
         Ok(r) => r,
         Err(e) => return g.refuse(StatusCode::BAD_REQUEST, &e),
     };
-    let source = Source::store(&g.server.store);
+    let source = g.source();
     let work = move || {
         let plan = export::plan(&source, &request).map_err(failure)?;
         Ok(export::plan_json(&plan))

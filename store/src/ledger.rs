@@ -10,13 +10,18 @@
 //! tiered SEQ BYTES ETAG
 //! trimmed SEQ
 //! deleted SEQ
+//! expired SEQ
+//! expired-all SEGMENTS LAST_SEQ FIRST_NS LAST_NS PACKETS
 //! repaired SEQ PACKETS
 //! ```
 //!
 //! With a `[tier]` section, the uploader appends `tiered` once the segment's object is
 //! confirmed in the object store (its size and ETag checked), and retention appends
 //! `trimmed` before it unlinks a tiered segment's local file: the segment lives on in the
-//! object store ([`Location`]). `deleted` ends a segment wherever it lives.
+//! object store ([`Location`]). `deleted` ends a segment wherever it lives. `expired` ends a
+//! trimmed segment that `[tier] max_age` removed from the object store, and keeps its span
+//! ([`Expired`]): every answer whose window reaches it says what is gone. A rewrite folds
+//! the expired segments into one `expired-all` line.
 //!
 //! A writer appends `sealed` when it seals a segment (capture, import, recovery), and
 //! `deleted` before retention unlinks a file: a reader that lists the directory first and
@@ -97,9 +102,80 @@ pub struct Ledger {
     pub tiered: BTreeMap<u64, Tiered>,
     /// Of the tiered segments, those whose local file retention removed.
     pub trimmed: std::collections::BTreeSet<u64>,
+    /// What `[tier] max_age` removed from the object store, as one span.
+    pub expired: Option<Expired>,
     /// Lines in the file, and of them the ones that did not parse.
     pub lines: usize,
     pub bad_lines: usize,
+}
+
+/// The segments `[tier] max_age` removed from the object store, as one span: whatever they
+/// held is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expired {
+    pub segments: u64,
+    /// The newest of them.
+    pub last_seq: u64,
+    /// The first and last packet time of all of them.
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub packets: u64,
+}
+
+impl Expired {
+    /// The span with segment `s` added.
+    fn with(self, s: &Sealed) -> Expired {
+        Expired {
+            segments: self.segments + 1,
+            last_seq: self.last_seq.max(s.seq),
+            first_ns: self.first_ns.min(s.first_ns),
+            last_ns: self.last_ns.max(s.last_ns),
+            packets: self.packets + s.packets,
+        }
+    }
+
+    fn merge(a: Option<Expired>, b: Expired) -> Expired {
+        match a {
+            None => b,
+            Some(a) => Expired {
+                segments: a.segments + b.segments,
+                last_seq: a.last_seq.max(b.last_seq),
+                first_ns: a.first_ns.min(b.first_ns),
+                last_ns: a.last_ns.max(b.last_ns),
+                packets: a.packets + b.packets,
+            },
+        }
+    }
+
+    /// What is gone, in one line.
+    pub fn problem(&self) -> String {
+        let at = |ns: u64| {
+            humantime::format_rfc3339_nanos(
+                std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns),
+            )
+        };
+        format!(
+            "{} segment(s) up to segment {} with {} packets from {} to {} were deleted from \
+             the object store by [tier] max_age: what they held is gone",
+            self.segments,
+            self.last_seq,
+            self.packets,
+            at(self.first_ns),
+            at(self.last_ns)
+        )
+    }
+
+    /// Whether the window `[from_ns, to_ns)` reaches what they held.
+    pub fn overlaps(&self, from_ns: u64, to_ns: u64) -> bool {
+        self.packets > 0 && self.first_ns < to_ns && self.last_ns >= from_ns
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "expired-all {} {} {} {} {}\n",
+            self.segments, self.last_seq, self.first_ns, self.last_ns, self.packets
+        )
+    }
 }
 
 impl Ledger {
@@ -213,6 +289,40 @@ pub fn read(segments_dir: &Path) -> Result<Option<Ledger>> {
                 }
                 None => l.bad_lines += 1,
             },
+            (Some("expired"), 2) => match num(1) {
+                Some(seq) => {
+                    if let Some(s) = l.live.remove(&seq) {
+                        let none = Expired {
+                            segments: 0,
+                            last_seq: 0,
+                            first_ns: u64::MAX,
+                            last_ns: 0,
+                            packets: 0,
+                        };
+                        // A segment of no packets expires without a span.
+                        if s.packets > 0 {
+                            l.expired = Some(l.expired.unwrap_or(none).with(&s));
+                        }
+                    }
+                    l.repaired.remove(&seq);
+                    l.tiered.remove(&seq);
+                    l.trimmed.remove(&seq);
+                }
+                None => l.bad_lines += 1,
+            },
+            (Some("expired-all"), 6) => match (num(1), num(2), num(3), num(4), num(5)) {
+                (Some(segments), Some(last_seq), Some(first_ns), Some(last_ns), Some(packets)) => {
+                    let e = Expired {
+                        segments,
+                        last_seq,
+                        first_ns,
+                        last_ns,
+                        packets,
+                    };
+                    l.expired = Some(Expired::merge(l.expired, e));
+                }
+                _ => l.bad_lines += 1,
+            },
             (Some("repaired"), 3) => match (num(1), num(2)) {
                 (Some(seq), Some(packets)) => {
                     l.repaired.insert(seq, packets);
@@ -320,10 +430,11 @@ pub(crate) fn record_trimmed(segments_dir: &Path, seq: u64) -> Result<()> {
     append(segments_dir, &format!("trimmed {seq}\n"))
 }
 
-/// Records that capsule deleted segment `seq` from the object store (after its local file,
-/// if any, was gone): its span is no longer kept anywhere.
-pub fn record_deleted_tiered(segments_dir: &Path, seq: u64) -> Result<()> {
-    record_deleted(segments_dir, seq)
+/// Records that capsule deleted segment `seq` from the object store by `[tier] max_age`
+/// (after its local file, if any, was gone): its span is no longer kept anywhere, and the
+/// answers over it say so ([`Ledger::expired`]).
+pub fn record_expired(segments_dir: &Path, seq: u64) -> Result<()> {
+    append(segments_dir, &format!("expired {seq}\n"))
 }
 
 /// Records that capsule is deleting segment `seq`: called before its file is unlinked.
@@ -401,6 +512,9 @@ pub(crate) fn reconcile(segments_dir: &Path, present: &[Present<'_>]) -> Result<
         }
         for q in ledger.trimmed.iter().filter(|q| !expired.contains(q)) {
             text.push_str(&format!("trimmed {q}\n"));
+        }
+        if let Some(e) = &ledger.expired {
+            text.push_str(&e.line());
         }
         fsx::write_atomic(&path_of(segments_dir), text.as_bytes())?;
     } else if !added.is_empty() || !expired.is_empty() {
@@ -544,5 +658,56 @@ mod tests {
         assert_eq!(m[0].sealed.seq, 2);
         assert!(m[0].overlaps(0, 21) && m[0].overlaps(25, 26) && !m[0].overlaps(26, 99));
         assert!(m[0].problem().contains("segment 2 sealed with 3 packets"));
+    }
+
+    #[test]
+    fn expired_segments_leave_one_span_that_survives_a_rewrite() {
+        let d = tempfile::tempdir().unwrap();
+        for q in 1..=4 {
+            record_sealed(d.path(), &s(q)).unwrap();
+            record_tiered(d.path(), q, 100, "e").unwrap();
+            record_trimmed(d.path(), q).unwrap();
+        }
+        record_expired(d.path(), 1).unwrap();
+        record_expired(d.path(), 2).unwrap();
+        let l = read(d.path()).unwrap().unwrap();
+        assert_eq!(l.live.keys().copied().collect::<Vec<_>>(), [3, 4]);
+        assert_eq!((l.tiered.len(), l.trimmed.len()), (2, 2));
+        let want = Expired {
+            segments: 2,
+            last_seq: 2,
+            first_ns: 10,
+            last_ns: 25,
+            packets: 6,
+        };
+        assert_eq!(l.expired, Some(want));
+        assert!(want.overlaps(0, 11) && want.overlaps(25, 26) && !want.overlaps(26, 99));
+        let p = want.problem();
+        assert!(
+            p.contains("2 segment(s) up to segment 2 with 6 packets") && p.contains("max_age"),
+            "{p}"
+        );
+        // The rewrite at a writer's open keeps the span in one line, and later expiries add
+        // to it.
+        for q in 5..=80 {
+            record_sealed(d.path(), &s(q)).unwrap();
+            record_deleted(d.path(), q).unwrap();
+        }
+        reconcile(d.path(), &[]).unwrap();
+        let l = read(d.path()).unwrap().unwrap();
+        assert!(l.lines < 10, "rewritten: {} lines", l.lines);
+        assert_eq!(l.expired, Some(want));
+        record_expired(d.path(), 3).unwrap();
+        let l = read(d.path()).unwrap().unwrap();
+        assert_eq!(
+            l.expired,
+            Some(Expired {
+                segments: 3,
+                last_seq: 3,
+                last_ns: 35,
+                packets: 9,
+                ..want
+            })
+        );
     }
 }

@@ -10,10 +10,13 @@
 //!     .seg-000000000002.pcapng.zst.open   the segment being written (at most one)
 //!   index/                 derived data, owned by capsule-index (see [`crate::Indexer`])
 //!     seg-000000000001.idx                the side index of sealed segment 1
+//!     seg-000000000001.footer             a trimmed segment's footer, cached by its readers
+//!                                         (crate::remote; only with a tier)
 //!   capture-status.json    what the running (or last) capture reports, owned by capture
 //! ```
 //!
-//! Readers never take the lock and never change files: they list the directory, read sealed
+//! Readers never take the lock and never change files (but for what a store read with a tier
+//! caches of its trimmed segments, crate::remote): they list the directory, read sealed
 //! segments through their footers and the open one through its block headers. A segment
 //! deleted by retention between listing and reading is skipped and reported.
 //!
@@ -59,7 +62,13 @@ pub struct SegmentEntry {
 pub struct Store {
     root: PathBuf,
     /// Opens the segments that live only in the object store ([`Store::with_tier`]).
-    tier: Option<std::sync::Arc<dyn crate::remote::RemoteSegments>>,
+    tier: Option<crate::remote::Tier>,
+}
+
+/// The file name of segment `seq`'s side index in the index directory (the side index is
+/// capsule-index's; the name is here so that the tier fetches and caches it by the same).
+pub fn index_file_name(seq: u64) -> String {
+    format!("seg-{seq:012}.idx")
 }
 
 /// Wall-clock time now, in ns since the Unix epoch.
@@ -129,7 +138,7 @@ impl Store {
         }
         Ok(Store {
             root: root.to_path_buf(),
-            tier: crate::remote::installed(),
+            tier: None,
         })
     }
 
@@ -259,10 +268,107 @@ impl Store {
     }
 
     /// The store, reading the segments the ledger records as trimmed (tiered, their local
-    /// file removed) from `tier`. Without it they are named as unreadable, with their span.
-    pub fn with_tier(mut self, tier: std::sync::Arc<dyn crate::remote::RemoteSegments>) -> Self {
-        self.tier = Some(tier);
+    /// file removed) from `tier`. Without one they are named as unreadable, with their span.
+    /// With one, a trimmed segment whose side index is missing locally has it fetched from
+    /// the object store (uploaded with the segment) and kept in the index directory, and
+    /// opening a trimmed segment keeps its footer there too ([`crate::remote`]).
+    pub fn with_tier(mut self, tier: Option<crate::remote::Tier>) -> Self {
+        self.tier = tier;
         self
+    }
+
+    /// What readers with a tier keep of segment `seq` in the index directory (its side
+    /// index, fetched when it was missing, and its footer cache): removed with the
+    /// segment's object.
+    pub fn tier_cache_files(&self, seq: u64) -> [PathBuf; 2] {
+        let dir = self.index_dir();
+        [
+            dir.join(index_file_name(seq)),
+            dir.join(crate::remote::footer_cache_name(seq)),
+        ]
+    }
+
+    /// The tier this store reads its trimmed segments through, if any.
+    pub fn tier(&self) -> Option<&crate::remote::Tier> {
+        self.tier.as_ref()
+    }
+
+    /// With a tier: fetches the side index of trimmed segment `seq` from the object store
+    /// when the index directory has none, and keeps it there. A failure is logged; the
+    /// segment's answers then say its index is missing, as without a tier.
+    fn fetch_missing_index(&self, seq: u64) {
+        let Some(tier) = &self.tier else { return };
+        let dir = self.index_dir();
+        let path = dir.join(index_file_name(seq));
+        if path.exists() || !dir.is_dir() {
+            return;
+        }
+        match tier.fetch_index(seq) {
+            Ok(Some(bytes)) => match fsx::write_atomic(&path, &bytes) {
+                Ok(()) => tracing::info!(
+                    seq,
+                    bytes = bytes.len(),
+                    "tier: the side index of a trimmed segment was missing; fetched it from \
+                     the object store"
+                ),
+                Err(e) => tracing::warn!(
+                    seq,
+                    "tier: cannot keep the side index fetched from the object store: {}",
+                    crate::error::chain(&e)
+                ),
+            },
+            Ok(None) => tracing::warn!(
+                seq,
+                "tier: the side index of a trimmed segment is missing, locally and in the \
+                 object store"
+            ),
+            Err(e) => tracing::warn!(
+                seq,
+                "tier: cannot fetch the side index of a trimmed segment: {e}"
+            ),
+        }
+    }
+
+    /// Opens trimmed segment `seq` through `tier`: from the footer cache when it has one for
+    /// this object (no request), else by range from the object store, then caching what the
+    /// opening read, and the segment's blocks of no packets.
+    fn open_trimmed(
+        &self,
+        tier: &crate::remote::Tier,
+        seq: u64,
+        bytes: u64,
+        etag: &str,
+    ) -> Result<SegmentReader> {
+        use crate::remote::{CacheKey, Pinned, Recording};
+        let (src, name) = tier.open(seq, bytes)?;
+        let key = CacheKey { seq, bytes, etag };
+        let cache = self.index_dir().join(crate::remote::footer_cache_name(seq));
+        if let Some(ranges) = crate::remote::load_cache(&cache, key) {
+            let pinned = std::sync::Arc::new(Pinned {
+                ranges,
+                inner: src.clone(),
+            });
+            match SegmentReader::open_remote(&name, seq, bytes, pinned) {
+                Ok(r) => return Ok(r),
+                Err(e) => crate::remote::drop_cache(&cache, &crate::error::chain(&e)),
+            }
+        }
+        let rec = std::sync::Arc::new(Recording::new(src));
+        let r = SegmentReader::open_remote(&name, seq, bytes, rec.clone())?;
+        // The blocks of no packets (interface statistics, a few bytes each) too: every
+        // export reads them, for its drop counters' baselines, whatever its window. Most lie
+        // in the window the footer was fetched with. One that does not check out is left to
+        // the reader that needs it.
+        let mut frame = Vec::new();
+        let mut budget = crate::remote::CACHED_BLOCK_BYTES;
+        for (i, b) in r.blocks().iter().enumerate() {
+            if b.packets == 0 && u64::from(b.compressed_len) <= budget {
+                budget -= u64::from(b.compressed_len);
+                let _ = r.read_frame(i, &mut frame);
+            }
+        }
+        crate::remote::save_cache(&cache, key, &rec.take());
+        Ok(r)
     }
 
     /// The store's root directory.
@@ -325,16 +431,13 @@ impl Store {
             return Ok(out);
         };
         let have: std::collections::HashSet<u64> = out.iter().map(|e| e.seq).collect();
-        for (&seq, sealed) in l
-            .live
-            .iter()
-            .filter(|(q, _)| l.trimmed.contains(q) && !have.contains(q))
-        {
+        for (seq, _, bytes, _) in trimmed(&l, &have) {
+            self.fetch_missing_index(seq);
             out.push(SegmentEntry {
                 seq,
                 state: SegmentState::Sealed,
                 path: dir.join(segment::sealed_name(seq)),
-                bytes: l.tiered.get(&seq).map_or(sealed.bytes, |t| t.bytes),
+                bytes,
             });
         }
         out.sort_by_key(|e| e.seq);
@@ -374,6 +477,22 @@ impl Store {
         Ok(crate::ledger::read(&self.segments_dir())?
             .map(|l| Unreadable::short_of(&l, segments))
             .unwrap_or_default())
+    }
+
+    /// What `[tier] max_age` removed from the object store, as an unreadable span, when the
+    /// window `[from_ns, to_ns)` gives its start (`from_ns`) and reaches it: an answer over it
+    /// misses what was there. A window without a start asks for what the store holds, as for
+    /// local retention's horizon. `None` for a store without a ledger or an expiry.
+    pub fn expired_in(&self, from_ns: Option<u64>, to_ns: u64) -> Result<Option<Unreadable>> {
+        let Some(l) = crate::ledger::read(&self.segments_dir())? else {
+            return Ok(None);
+        };
+        Ok(Unreadable::expired_of(
+            &l,
+            &self.segments_dir(),
+            from_ns,
+            to_ns,
+        ))
     }
 
     /// Records in the ledger that `verify --repair` rebuilt segment `seq`, which now holds
@@ -428,19 +547,14 @@ impl Store {
         }
         // Segments that live only in the object store, oldest first, before the local ones.
         let have: std::collections::HashSet<u64> = listed.iter().map(|e| e.seq).collect();
-        for (&seq, sealed) in ledger.iter().flat_map(|l| {
-            l.live
-                .iter()
-                .filter(|(q, _)| l.trimmed.contains(q) && !have.contains(q))
-        }) {
-            let tiered = ledger.as_ref().and_then(|l| l.tiered.get(&seq));
-            let bytes = tiered.map_or(sealed.bytes, |t| t.bytes);
+        for (seq, sealed, bytes, etag) in ledger.iter().flat_map(|l| trimmed(l, &have)) {
             let path = dir.join(segment::sealed_name(seq));
             let opened = match &self.tier {
-                Some(t) => t
-                    .open(seq, bytes)
-                    .and_then(|(src, name)| SegmentReader::open_remote(&name, seq, bytes, src))
-                    .map_err(|e| crate::error::chain(&e)),
+                Some(t) => {
+                    self.fetch_missing_index(seq);
+                    self.open_trimmed(t, seq, bytes, etag)
+                        .map_err(|e| crate::error::chain(&e))
+                }
                 None => Err(TRIMMED_PROBLEM.to_string()),
             };
             match opened {
@@ -474,6 +588,26 @@ impl Store {
         }
         Ok((out, unreadable))
     }
+}
+
+/// The live segments `l` records as trimmed after upload whose number is not in `have` (the
+/// segment files listed): number, the seal's record, the object's length and ETag.
+fn trimmed<'a>(
+    l: &'a crate::ledger::Ledger,
+    have: &'a std::collections::HashSet<u64>,
+) -> impl Iterator<Item = (u64, &'a crate::ledger::Sealed, u64, &'a str)> + 'a {
+    l.live
+        .iter()
+        .filter(|(q, _)| l.trimmed.contains(q) && !have.contains(q))
+        .map(|(&seq, sealed)| {
+            let t = l.tiered.get(&seq);
+            (
+                seq,
+                sealed,
+                t.map_or(sealed.bytes, |t| t.bytes),
+                t.map_or("", |t| t.etag.as_str()),
+            )
+        })
 }
 
 /// Why a segment trimmed after upload cannot be read by a store opened without a tier.
@@ -516,6 +650,23 @@ impl Unreadable {
             });
         }
         out
+    }
+
+    /// [`Store::expired_in`] with a ledger already read (`segments_dir`: the store's).
+    pub fn expired_of(
+        l: &crate::ledger::Ledger,
+        segments_dir: &Path,
+        from_ns: Option<u64>,
+        to_ns: u64,
+    ) -> Option<Self> {
+        let e = l.expired?;
+        let from = from_ns?;
+        e.overlaps(from, to_ns).then(|| Unreadable {
+            seq: e.last_seq,
+            path: segments_dir.join(segment::sealed_name(e.last_seq)),
+            problem: e.problem(),
+            span: Some((e.first_ns, e.last_ns)),
+        })
     }
 
     fn of(seq: u64, path: PathBuf, err: &StoreError) -> Self {

@@ -15,6 +15,8 @@
 //!   interface's MTU and hardware type;
 //! * [`link`]: the `bpf_link` that attaches the XDP program (a raw `bpf(2)` call, which is
 //!   why it lives here and not in capsule-bpf, whose loader is libbpf-rs);
+//! * [`prio`]: the calling thread's CPU and I/O priority (the tier's uploader lowers its
+//!   own);
 //! * [`privs`]: user and group look-ups, the file-system identity the store is opened with,
 //!   and the privilege drop in every thread (credentials are per thread in Linux);
 //! * [`huge`]: [`HugeAlloc`], the binary's global allocator, large allocations on
@@ -72,6 +74,7 @@ pub mod huge;
 mod iface;
 pub mod link;
 mod mapping;
+pub mod prio;
 pub mod privs;
 mod socket;
 pub mod tpacket;

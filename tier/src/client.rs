@@ -4,8 +4,9 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use md5::{Digest, Md5};
 use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
@@ -31,6 +32,35 @@ pub struct Client {
     fetched: Arc<AtomicU64>,
     pub(crate) cache: crate::remote::BlockCache,
     config: TierConfig,
+    /// `[tier] upload_rate`: when each upload may start.
+    pacer: Option<Pacer>,
+}
+
+/// Holds the uploads to an average rate: each part or object reserves its time on the line
+/// (its bits over the rate) after the reservations before it, and starts when its time
+/// comes. A part goes out at the link's speed; the average over the parts is the rate.
+#[derive(Debug)]
+pub(crate) struct Pacer {
+    bits_per_second: u64,
+    next: Mutex<Option<Instant>>,
+}
+
+impl Pacer {
+    pub(crate) fn new(bits_per_second: u64) -> Self {
+        Pacer {
+            bits_per_second: bits_per_second.max(1),
+            next: Mutex::new(None),
+        }
+    }
+
+    /// Reserves the line for `bytes` from `now` on: when they may start.
+    pub(crate) fn reserve(&self, bytes: u64, now: Instant) -> Instant {
+        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        let start = next.map_or(now, |n| n.max(now));
+        let on_the_line = Duration::from_secs_f64(bytes as f64 * 8.0 / self.bits_per_second as f64);
+        *next = Some(start + on_the_line);
+        start
+    }
 }
 
 /// The access key id and the secret: the first two non-empty lines of `path`.
@@ -73,8 +103,19 @@ fn unquote(etag: Option<&str>) -> String {
 }
 
 impl Client {
-    /// Connects to the bucket `[tier]` names (no request is made yet).
+    /// Connects to the bucket `[tier]` names (no request is made yet): the readers' client.
     pub fn new(config: &TierConfig) -> Result<Client, TierError> {
+        Client::build(config, false)
+    }
+
+    /// The writers' client (capture, import): the threads of its connections run at the
+    /// background's CPU and I/O priority (capsule_sys::prio), as the uploader's own does,
+    /// so that uploading never takes what capture needs.
+    pub fn for_uploads(config: &TierConfig) -> Result<Client, TierError> {
+        Client::build(config, true)
+    }
+
+    fn build(config: &TierConfig, background: bool) -> Result<Client, TierError> {
         let (id, secret) = credentials(&config.credentials_file)?;
         let s3 = AmazonS3Builder::new()
             .with_endpoint(&config.endpoint)
@@ -95,16 +136,18 @@ impl Client {
                 what: "endpoint, bucket or region",
                 source: Box::new(source),
             })?;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
+        let mut rt = tokio::runtime::Builder::new_multi_thread();
+        rt.worker_threads(1)
             .thread_name("capsule-tier")
-            .enable_all()
-            .build()
-            .map_err(|source| TierError::Io {
-                op: "start the object-store client",
-                path: config.credentials_file.clone(),
-                source,
-            })?;
+            .enable_all();
+        if background {
+            rt.on_thread_start(crate::upload::lower_priority);
+        }
+        let rt = rt.build().map_err(|source| TierError::Io {
+            op: "start the object-store client",
+            path: config.credentials_file.clone(),
+            source,
+        })?;
         Ok(Client {
             s3,
             rt,
@@ -113,7 +156,29 @@ impl Client {
             fetched: Arc::new(AtomicU64::new(0)),
             cache: crate::remote::BlockCache::new(crate::remote::CACHE_BYTES),
             config: config.clone(),
+            pacer: config.upload_rate_bps.map(Pacer::new),
         })
+    }
+
+    /// Waits until `[tier] upload_rate` lets `bytes` go (at once without one); `Err` when
+    /// `stop` is set meanwhile.
+    fn pace(&self, bytes: u64, key: &str, stop: &AtomicBool) -> Result<(), TierError> {
+        let Some(p) = &self.pacer else {
+            return Ok(());
+        };
+        let start = p.reserve(bytes, Instant::now());
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return Err(TierError::Stopped {
+                    key: key.to_string(),
+                });
+            }
+            let now = Instant::now();
+            if now >= start {
+                return Ok(());
+            }
+            std::thread::sleep((start - now).min(Duration::from_millis(50)));
+        }
     }
 
     /// The `[tier]` section this client was made from.
@@ -168,6 +233,23 @@ impl Client {
         Ok(b)
     }
 
+    /// The whole object at `key` (counted in [`Client::fetched_bytes`]); `None` when there
+    /// is none.
+    pub fn get(&self, key: &str) -> Result<Option<bytes::Bytes>, TierError> {
+        let got = self.rt.block_on(async {
+            match self.s3.get(&Key::from(key)).await {
+                Ok(r) => r.bytes().await.map(Some),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        });
+        let got = got.map_err(|e| self.request("GET", key, e))?;
+        if let Some(b) = &got {
+            self.fetched.fetch_add(b.len() as u64, Ordering::Relaxed);
+        }
+        Ok(got)
+    }
+
     /// Deletes the object at `key` (none there is fine).
     pub fn delete(&self, key: &str) -> Result<(), TierError> {
         match self.rt.block_on(self.s3.delete(&Key::from(key))) {
@@ -183,8 +265,15 @@ impl Client {
     /// ([`TierError::Conflict`]) otherwise. A file up to [`PART_BYTES`] goes in one PUT with
     /// If-None-Match (the object store refuses it when the key is taken meanwhile); a larger
     /// one in parts, completed only once every part is in (an interrupted upload leaves no
-    /// object). After the upload, the object's size and ETag must be the file's.
-    pub fn upload_file(&self, path: &Path, key: &str) -> Result<String, TierError> {
+    /// object). After the upload, the object's size and ETag must be the file's. With
+    /// `[tier] upload_rate`, each part waits its turn; `stop` ends the wait (and the upload:
+    /// nothing is recorded, the next writer uploads it).
+    pub fn upload_file(
+        &self,
+        path: &Path,
+        key: &str,
+        stop: &AtomicBool,
+    ) -> Result<String, TierError> {
         let io = |op, source| TierError::Io {
             op,
             path: path.to_path_buf(),
@@ -228,6 +317,7 @@ impl Client {
                 ..Default::default()
             };
             let data = PutPayload::from(read_part(0)?);
+            self.pace(len, key, stop)?;
             match self.rt.block_on(self.s3.put_opts(&k, data, opts)) {
                 Ok(_) => {}
                 Err(object_store::Error::AlreadyExists { .. }) => {}
@@ -241,6 +331,7 @@ impl Client {
             let mut sent = Ok(());
             for i in 0..parts {
                 let part = read_part(i).and_then(|b| {
+                    self.pace(b.len() as u64, key, stop)?;
                     self.rt
                         .block_on(up.put_part(PutPayload::from(b)))
                         .map_err(|e| self.request("PUT part of", key, e))
@@ -295,6 +386,21 @@ pub(crate) fn key_of(prefix: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pacer_spaces_uploads_by_their_bits_over_the_rate() {
+        // 8 Mbit/s: a megabyte is a second on the line.
+        let p = Pacer::new(8_000_000);
+        let t0 = Instant::now();
+        assert_eq!(p.reserve(1_000_000, t0), t0, "the first goes at once");
+        let second = p.reserve(500_000, t0);
+        assert_eq!(second - t0, Duration::from_secs(1));
+        let third = p.reserve(1, t0 + Duration::from_millis(100));
+        assert_eq!(third - t0, Duration::from_millis(1500));
+        // After a pause longer than the reservations, the next goes at once again.
+        let later = t0 + Duration::from_secs(10);
+        assert_eq!(p.reserve(1_000_000, later), later);
+    }
 
     #[test]
     fn keys_never_start_with_a_slash() {

@@ -40,6 +40,11 @@ pub enum TierError {
         key: String,
         detail: String,
     },
+    #[error(
+        "the upload of {key} was stopped before it was done (the segment stays in the \
+         backlog: the next writer uploads it)"
+    )]
+    Stopped { key: String },
     #[error("{op} {path}: {source}")]
     Io {
         op: &'static str,

@@ -4,6 +4,7 @@
 //! trip of their own), and what was fetched is kept in a bounded in-memory cache.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -82,6 +83,8 @@ struct Object {
     client: Arc<Client>,
     key: String,
     len: u64,
+    /// The opener's count of bytes fetched ([`Remote::fetched_bytes`]).
+    fetched: Arc<AtomicU64>,
 }
 
 impl RangeRead for Object {
@@ -128,6 +131,7 @@ impl RangeRead for Object {
                 ),
             ));
         }
+        self.fetched.fetch_add(got.len() as u64, Ordering::Relaxed);
         let off = (at - from) as usize;
         buf.copy_from_slice(&got[off..off + buf.len()]);
         self.client.cache.put(&self.key, from, got);
@@ -135,20 +139,33 @@ impl RangeRead for Object {
     }
 }
 
-/// The store's readers' way to the segments that live only in the object store.
+/// The store's readers' way to the segments that live only in the object store: given to
+/// the store that reads them (`Store::with_tier`). Each counts the bytes fetched through it,
+/// so one made per question (a server's request) says what that question fetched; the
+/// client, its connections and its block cache are shared.
 #[derive(Debug, Clone)]
 pub struct Remote {
     client: Arc<Client>,
+    fetched: Arc<AtomicU64>,
 }
 
 impl Remote {
     pub fn new(client: Arc<Client>) -> Self {
-        Remote { client }
+        Remote {
+            client,
+            fetched: Arc::new(AtomicU64::new(0)),
+        }
     }
 
-    /// Bytes fetched from the object store so far by this process's readers.
+    /// Bytes fetched from the object store through this value (and its clones): block
+    /// ranges, footers and side indexes; what the block cache served is not counted.
     pub fn fetched_bytes(&self) -> u64 {
-        self.client.fetched_bytes()
+        self.fetched.load(Ordering::Relaxed)
+    }
+
+    /// This value as the store takes it.
+    pub fn tier(&self) -> capsule_store::remote::Tier {
+        Arc::new(self.clone())
     }
 }
 
@@ -158,8 +175,11 @@ pub(crate) fn segment_key(client: &Client, seq: u64) -> String {
 }
 
 /// The object key of the side index of segment `seq`.
-pub(crate) fn index_key(client: &Client, name: &str) -> String {
-    client.key(&format!("index/{name}"))
+pub(crate) fn index_key(client: &Client, seq: u64) -> String {
+    client.key(&format!(
+        "index/{}",
+        capsule_store::store::index_file_name(seq)
+    ))
 }
 
 impl RemoteSegments for Remote {
@@ -175,8 +195,20 @@ impl RemoteSegments for Remote {
             client: self.client.clone(),
             key,
             len: bytes,
+            fetched: self.fetched.clone(),
         };
         Ok((Arc::new(obj), name))
+    }
+
+    fn fetch_index(&self, seq: u64) -> std::io::Result<Option<Vec<u8>>> {
+        let got = self
+            .client
+            .get(&index_key(&self.client, seq))
+            .map_err(std::io::Error::other)?;
+        if let Some(b) = &got {
+            self.fetched.fetch_add(b.len() as u64, Ordering::Relaxed);
+        }
+        Ok(got.map(|b| b.to_vec()))
     }
 }
 

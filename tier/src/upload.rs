@@ -55,13 +55,14 @@ pub fn drain(
         }
         // The index first: a tiered segment's index is in the object store whenever the
         // segment is (a restored store fetches it from there).
-        let idx_name = format!("seg-{:012}.idx", s.seq);
-        let idx = store.index_dir().join(&idx_name);
+        let idx = store
+            .index_dir()
+            .join(capsule_store::store::index_file_name(s.seq));
         if idx.exists() {
-            client.upload_file(&idx, &index_key(client, &idx_name))?;
+            client.upload_file(&idx, &index_key(client, s.seq), stop)?;
         }
         let key = segment_key(client, s.seq);
-        let etag = client.upload_file(&path, &key)?;
+        let etag = client.upload_file(&path, &key, stop)?;
         let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(s.bytes);
         ledger::record_tiered(&dir, s.seq, bytes, &etag)?;
         tracing::info!(
@@ -96,9 +97,12 @@ pub fn expire(client: &Client, store: &Store, newest_ns: u64) -> Result<usize, T
             continue;
         }
         client.delete(&segment_key(client, s.seq))?;
-        client.delete(&index_key(client, &format!("seg-{:012}.idx", s.seq)))?;
-        ledger::record_deleted_tiered(&dir, s.seq)?;
-        let _ = std::fs::remove_file(store.index_dir().join(format!("seg-{:012}.idx", s.seq)));
+        client.delete(&index_key(client, s.seq))?;
+        ledger::record_expired(&dir, s.seq)?;
+        // What readers kept of it locally: its side index and its footer.
+        for f in store.tier_cache_files(s.seq) {
+            let _ = std::fs::remove_file(f);
+        }
         n += 1;
     }
     Ok(n)
@@ -124,7 +128,10 @@ impl Uploader {
         let s = stop.clone();
         let thread = std::thread::Builder::new()
             .name("capsule-upload".into())
-            .spawn(move || run(&client, &store, &s, confirmed))?;
+            .spawn(move || {
+                lower_priority();
+                run(&client, &store, &s, confirmed)
+            })?;
         Ok(Uploader {
             stop,
             thread: Some(thread),
@@ -151,6 +158,7 @@ fn run(client: &Client, store: &Store, stop: &AtomicBool, mut confirmed: impl Fn
     let mut backoff = Duration::from_secs(1);
     while !stop.load(Ordering::Relaxed) {
         let wait = match drain(client, store, stop, &mut confirmed) {
+            Err(TierError::Stopped { .. }) => break,
             Ok(_) => {
                 backoff = Duration::from_secs(1);
                 Duration::from_millis(500)
@@ -170,6 +178,18 @@ fn run(client: &Client, store: &Store, stop: &AtomicBool, mut confirmed: impl Fn
         while Instant::now() < until && !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// Puts the calling thread (the uploader's, its client's) at the background's CPU and I/O
+/// priority, so that what capture needs goes first; a failure is logged (the uploads go on
+/// at the normal priority).
+pub(crate) fn lower_priority() {
+    if let Err(e) = capsule_sys::prio::background_thread() {
+        tracing::warn!(
+            "tier: the uploads run at the normal priority: {}",
+            chain(&e)
+        );
     }
 }
 
@@ -193,4 +213,105 @@ pub fn backlog_of(root: &Path) -> Option<(usize, u64)> {
     let store = Store::open(root).ok()?;
     let l = ledger::read(&store.segments_dir()).ok()??;
     Some(l.backlog().fold((0, 0), |(n, b), s| (n + 1, b + s.bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ids of this process's threads named `name`.
+    fn threads_named(name: &str) -> Vec<u32> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|e| {
+                let e = e.ok()?;
+                let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+                (comm.trim() == name).then(|| e.file_name().to_str()?.parse().ok())?
+            })
+            .collect()
+    }
+
+    fn config(dir: &Path) -> capsule_config::TierConfig {
+        std::fs::write(dir.join("cred"), "id\nsecret\n").unwrap();
+        capsule_config::TierConfig {
+            // Nothing listens there: the uploads fail, the threads stay.
+            endpoint: "http://127.0.0.1:9".into(),
+            bucket: "capsule".into(),
+            prefix: String::new(),
+            region: capsule_config::DEFAULT_REGION.into(),
+            credentials_file: dir.join("cred"),
+            max_age_ns: None,
+            path_style: true,
+            upload_rate_bps: None,
+        }
+    }
+
+    #[test]
+    fn the_uploader_and_its_connections_run_at_the_background_priority_and_readers_do_not() {
+        use capsule_sys::prio;
+        let d = tempfile::tempdir().unwrap();
+        let cfg = config(d.path());
+        let background = (
+            prio::BACKGROUND_NICE,
+            (prio::IOPRIO_CLASS_BE, prio::BACKGROUND_IO_LEVEL),
+        );
+        let of = |tid: u32| {
+            (
+                prio::nice_of(tid).unwrap(),
+                prio::io_priority_of(tid).unwrap(),
+            )
+        };
+        // A readers' client first: its connection thread keeps the process's priority.
+        let reader = Client::new(&cfg).unwrap();
+        let t0 = Instant::now();
+        let readers: Vec<u32> = loop {
+            // Its worker starts (and names itself) a moment after the runtime is built.
+            let found = threads_named("capsule-tier");
+            if !found.is_empty() {
+                break found;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "no reader's thread");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for &t in &readers {
+            assert_ne!(of(t), background, "a reader's thread {t}");
+        }
+        let store = Store::create_or_open(&d.path().join("store")).unwrap();
+        let client = Arc::new(Client::for_uploads(&cfg).unwrap());
+        let up = Uploader::spawn(client, store, || {}).unwrap();
+        // Each thread lowers itself as it starts: looked at until they have.
+        let t0 = Instant::now();
+        loop {
+            let uploaders = threads_named("capsule-upload");
+            let writers: Vec<u32> = threads_named("capsule-tier")
+                .into_iter()
+                .filter(|t| !readers.contains(t))
+                .collect();
+            let all: Vec<(u32, _)> = uploaders
+                .iter()
+                .chain(&writers)
+                .map(|&t| (t, of(t)))
+                .collect();
+            if uploaders.len() == 1
+                && !writers.is_empty()
+                && all.iter().all(|(_, p)| *p == background)
+            {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "uploader {uploaders:?}, its connections {writers:?}: {all:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for &t in &readers {
+            assert_ne!(
+                of(t),
+                background,
+                "a reader's thread {t} after the writers' start"
+            );
+        }
+        up.stop();
+        drop(reader);
+    }
 }

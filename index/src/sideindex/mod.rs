@@ -33,7 +33,7 @@ pub use journal::{journal_name, LiveIndex};
 
 /// Name of segment `seq`'s index file.
 pub fn index_name(seq: u64) -> String {
-    format!("seg-{seq:012}.idx")
+    capsule_store::store::index_file_name(seq)
 }
 
 /// A flow, with its endpoints in canonical order (`a` sorts before `b` by address, then

@@ -392,7 +392,7 @@ fn run(
                 json: json.to_string(),
             }
         };
-        match capsule_analytics::load(store, &q, "", true)
+        match capsule_analytics::load(store, None, &q, "", true)
             .and_then(|input| evaluate(store, &input, &config))
         {
             Ok(alerts) => {
@@ -439,8 +439,8 @@ fn evaluate(
         return capsule_analytics::alerts::evaluate(input, config);
     }
     let source = capsule_answers::Source {
-        store: store.to_path_buf(),
         config: Some(config.clone()),
+        ..capsule_answers::Source::store(store)
     };
     let listing = capsule_store::Store::open(store)
         .and_then(|s| capsule_index::millis::list_index_only(&s, input.from_ns, input.to_ns))

@@ -12,7 +12,7 @@ use super::super::body::Body;
 use super::super::guard::{Failure, Guard};
 use super::super::params::{params, query_of};
 use super::html;
-use capsule_answers::{flows, Source};
+use capsule_answers::flows;
 use capsule_index::flows::FlowSummary;
 
 /// Flows on one page of the sessions view.
@@ -341,7 +341,7 @@ pub(super) async fn sessions(g: Guard, nav: Nav, q: Option<&str>) -> Response<Bo
         Ok(x) => x,
         Err(e) => return bad_input(g, &nav, "view-sessions", "/sessions", &w, &e),
     };
-    let source = Source::store(&g.server.store);
+    let source = g.source();
     let request = flows::Request {
         query: query.clone(),
         sort,
