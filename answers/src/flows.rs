@@ -123,6 +123,13 @@ pub fn missing(listing: &FlowListing, unreadable: &[Unreadable], q: &Query) -> V
     for u in unreadable.iter().filter(|u| u.reaches(from, to)) {
         why.push(format!("segment {} cannot be read", u.seq));
     }
+    if !listing.names_unseen.is_empty() {
+        why.push(format!(
+            "segment(s) {:?} have no names in their index: the filter's name terms cannot \
+             select their flows",
+            listing.names_unseen
+        ));
+    }
     why
 }
 
@@ -195,6 +202,8 @@ pub fn names_json(n: &capsule_names::FlowNames) -> serde_json::Value {
         "ssh": n.ssh,
         "dns_queries": n.dns_queries,
         "dns_answers": n.dns_answers.iter().map(|(q, a)| serde_json::json!({"name": q, "addr": a.to_string()})).collect::<Vec<_>>(),
+        // The side that sent the first payload (`a` or `b`; null: unknown).
+        "client": n.client.map(|c| if c == 0 { "a" } else { "b" }),
     })
 }
 
@@ -225,6 +234,11 @@ fn names_from_json(v: &serde_json::Value) -> Option<capsule_names::FlowNames> {
         http_host: s("http_host"),
         http_method: s("http_method"),
         ssh: [ssh_at(0), ssh_at(1)],
+        client: match v.get("client").and_then(|x| x.as_str()) {
+            Some("a") => Some(0),
+            Some("b") => Some(1),
+            _ => None,
+        },
         dns_queries: list("dns_queries"),
         dns_answers: v
             .get("dns_answers")
@@ -308,26 +322,7 @@ pub fn from_json_line(line: &str) -> Result<FlowSummary, String> {
     })
 }
 
-/// Which side (0: a, 1: b) is the client, judged by the ports: the side whose port is a
-/// well-known one (below 1024) while the other's is not, or else the side whose port is in
-/// the ephemeral range (32768 and up, Linux's default) while the other's is not. `None`
-/// when the ports do not tell (both or neither in the same class, or no ports).
-///
-/// The side index keeps the union of each direction's TCP flags, which cannot tell a SYN
-/// from the SYN-ACK's ACK after the handshake, so the ports are the evidence used here.
-pub fn client_side(f: &capsule_index::sideindex::FlowCounts) -> Option<usize> {
-    let (pa, pb) = f.key.ports?;
-    let class = |p: u16| match p {
-        0..=1023 => 0,
-        1024..=32767 => 1,
-        _ => 2,
-    };
-    match class(pa).cmp(&class(pb)) {
-        std::cmp::Ordering::Less => Some(1),
-        std::cmp::Ordering::Greater => Some(0),
-        std::cmp::Ordering::Equal => None,
-    }
-}
+pub use capsule_index::flows::client_side;
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,8 @@
 //!        TLS   -> the client's stream reassembled in order (up to STREAM_CAP bytes, so a
 //!                 ClientHello spanning two segments is read) -> tls::client_hello:
 //!                 server name, ALPN, JA4-style fingerprint
+//!        QUIC  -> the client's Initial packets, their protection removed (keys derived
+//!                 from public values, quic.rs), CRYPTO data joined -> the ClientHello
 //!        HTTP/1 -> Host header and method of the first request (text.rs)
 //!        SSH   -> each side's version string
 //!        DNS   -> every message of the flow's first MAX_PACKETS: query names, A/AAAA answers
@@ -22,13 +24,11 @@
 //! [`MAX_DNS_NAMES`] query names and [`MAX_DNS_ANSWERS`] answers. Every parser reads through
 //! capsule-wire's checked [`Reader`](capsule_wire::view::Reader): no panic on any input (one
 //! cargo-fuzz target per parser in fuzz/).
-//!
-//! The QUIC Initial's server name (its keys derive from public values) is not read yet:
-//! QUIC is recognised, its name is not.
 #![forbid(unsafe_code)]
 
 pub mod detect;
 pub mod dns;
+pub mod quic;
 pub mod text;
 pub mod tls;
 
@@ -81,12 +81,25 @@ pub struct FlowNames {
     pub dns_queries: Vec<Name>,
     /// DNS A/AAAA answers: (the name asked, the address).
     pub dns_answers: Vec<(Name, IpAddr)>,
+    /// The direction of the flow (0: a -> b, 1: b -> a) that sent its first payload: the
+    /// client of a request protocol, so the server (the end the SNI and HTTP host name) is
+    /// the other. `None` when not known (an index written before this was kept).
+    pub client: Option<u8>,
 }
 
 impl FlowNames {
-    /// Nothing learned.
+    /// Nothing learned (which side sent first is no name: a flow with only that is empty).
     pub fn is_empty(&self) -> bool {
-        *self == FlowNames::default()
+        FlowNames {
+            client: None,
+            ..self.clone()
+        } == FlowNames::default()
+    }
+
+    /// The side of the flow (0: a, 1: b) its names name (SNI, HTTP host: the server's), when
+    /// known: the side that did not send the first payload.
+    pub fn server_side(&self) -> Option<usize> {
+        self.client.map(|c| 1 - usize::from(c & 1))
     }
 
     /// The one name that says who the other end is: SNI, else HTTP host, else the first DNS
@@ -112,6 +125,9 @@ impl FlowNames {
     pub fn absorb(&mut self, o: &FlowNames) {
         if self.app == App::Unknown {
             self.app = o.app;
+        }
+        if self.client.is_none() {
+            self.client = o.client;
         }
         for (a, b) in [
             (&mut self.sni, &o.sni),
@@ -168,6 +184,8 @@ struct Side {
     next_seq: Option<u32>,
     /// The stream's first bytes, in order (TCP only, while a parser waits for more).
     stream: Vec<u8>,
+    /// A QUIC client's Initial packets so far.
+    quic: Option<Box<quic::Initials>>,
 }
 
 /// A flow's inspection while the index is built: fed the payload of its packets until it is
@@ -178,6 +196,8 @@ pub struct Tracker {
     sides: [Side; 2],
     /// Which direction sent the first payload (the client for TCP/UDP request protocols).
     client: Option<usize>,
+    /// Per direction: its SSH version line was read (a version, or none found).
+    ssh_read: [bool; 2],
     done: bool,
 }
 
@@ -188,7 +208,9 @@ impl Tracker {
         self.done
     }
 
-    /// What was learned so far.
+    /// What was learned so far: every field final once set (later packets only fill
+    /// fields still empty and extend lists), so two snapshots of one flow's inspection,
+    /// joined with [`FlowNames::absorb`], give the later one.
     pub fn names(&self) -> &FlowNames {
         &self.names
     }
@@ -216,6 +238,7 @@ impl Tracker {
         side.packets += 1;
         if self.names.app == App::Unknown && self.client.is_none() {
             self.client = Some(dir);
+            self.names.client = Some(dir as u8);
             self.names.app = detect::app(payload, tcp_seq.is_some(), dst_port);
         }
         // The bytes of this direction's stream so far (TCP: in order; UDP: this datagram).
@@ -236,16 +259,18 @@ impl Tracker {
         };
         let client = self.client == Some(dir);
         match self.names.app {
-            App::Tls if client => match tls::client_hello(bytes) {
-                tls::Hello::Incomplete => {}
-                tls::Hello::Client(h) => {
-                    self.names.sni = h.sni;
-                    self.names.alpn = h.alpn;
-                    self.names.ja4 = Some(h.ja4);
-                    self.finish();
-                }
-                tls::Hello::Not => self.finish(),
-            },
+            App::Quic if client && tcp_seq.is_none() => {
+                let q = self.sides[dir].quic.get_or_insert_with(Default::default);
+                let h = q.datagram(bytes);
+                self.hello(h);
+            }
+            App::Quic if client => self.finish(),
+            // The server's packets teach nothing here: wait for the client's.
+            App::Quic => {}
+            App::Tls if client => {
+                let h = tls::client_hello(bytes);
+                self.hello(h);
+            }
             App::Http1 if client => match text::http_request(bytes) {
                 text::Http::Incomplete => {}
                 text::Http::Request { method, host } => {
@@ -256,19 +281,17 @@ impl Tracker {
                 text::Http::Not => self.finish(),
             },
             App::Ssh => {
-                if self.names.ssh[dir].is_none() {
+                if !self.ssh_read[dir] {
                     match text::ssh_version(bytes) {
                         text::Ssh::Incomplete => {}
-                        text::Ssh::Version(v) => self.names.ssh[dir] = Some(v),
-                        text::Ssh::Not => self.names.ssh[dir] = Some(String::new()),
+                        text::Ssh::Version(v) => {
+                            self.names.ssh[dir] = Some(v);
+                            self.ssh_read[dir] = true;
+                        }
+                        text::Ssh::Not => self.ssh_read[dir] = true,
                     }
                 }
-                if self.names.ssh.iter().all(Option::is_some) {
-                    for v in &mut self.names.ssh {
-                        if v.as_deref() == Some("") {
-                            *v = None;
-                        }
-                    }
+                if self.ssh_read == [true, true] {
                     self.finish();
                 }
             }
@@ -302,6 +325,20 @@ impl Tracker {
             }
             App::Tls | App::Http1 => {}
             _ => self.finish(),
+        }
+    }
+
+    /// Takes what the client's hello (TLS, or QUIC's Initial) gave.
+    fn hello(&mut self, h: tls::Hello) {
+        match h {
+            tls::Hello::Incomplete => {}
+            tls::Hello::Client(h) => {
+                self.names.sni = h.sni;
+                self.names.alpn = h.alpn;
+                self.names.ja4 = Some(h.ja4);
+                self.finish();
+            }
+            tls::Hello::Not => self.finish(),
         }
     }
 
@@ -341,7 +378,7 @@ mod tests {
     use super::*;
 
     /// A TLS 1.3 ClientHello record offering `sni` and ALPN h2, http/1.1.
-    fn client_hello(sni: &str) -> Vec<u8> {
+    pub(crate) fn client_hello(sni: &str) -> Vec<u8> {
         let mut ext = Vec::new();
         let name = sni.as_bytes();
         let mut sn = vec![0u8];
