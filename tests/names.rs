@@ -760,7 +760,12 @@ fn names_reach_every_answer_and_egress_allow_lists_take_names() {
         "{alerts:#?}"
     );
     let e77 = egress["127.0.0.77"];
-    assert_eq!(e77["figures"]["dst_name"]["name"].as_str(), Some(hub.as_str()));
+    assert_eq!(
+        e77["figures"]["dst_name"]["name"].as_str(),
+        Some(hub.as_str()),
+        "{e77:#}\n{}",
+        stdout_str(&run_ok(capsule().args(["flows", "--store", s, "--json"])))
+    );
     assert_eq!(e77["figures"]["dst_name"]["by"], "sni");
     let named = format!("127.0.0.77:{port} (tls: {hub})");
     assert!(

@@ -5,7 +5,7 @@
 //! ```text
 //! Input { flows, dns }                 (the listing's DNS answers, whatever the filter)
 //!   -> end_name(f, side): the flow's own name when `side` is its server (the side that did
-//!      not send the first payload: capsule_index::flows::client_side), and the names DNS
+//!      send the client's hello, request or query: capsule_index::flows::client_side), and the names DNS
 //!      answers of the window gave the address -> EndName { app, name, by, dns_names }
 //!      "tls: models.example-hub.io", "quic; dns answer: models.example-hub.io"
 //!   -> matrix, dscp, top, tcp rows, alerts (egress, off_hours, dscp) and through them

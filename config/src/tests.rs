@@ -473,7 +473,7 @@ fn bad_and_duplicate_dscp_values_are_named() {
 
 #[test]
 fn egress_lists_take_dns_names_beside_groups_and_prefixes() {
-    let c = ok("[groups]\nstore = [\"10.7.0.10\"]\nbackup.dc1 = [\"10.8.0.0/24\"]\n\
+    let c = ok("[groups]\nstore = [\"10.7.0.10\"]\n\"backup.dc1\" = [\"10.8.0.0/24\"]\n\
                 [egress]\nstore = [\"backup.dc1\", \"*.Backup.example.com\", \
                 \"models.example-hub.io\", \"192.0.2.0/24\"]\n");
     let r = &c.egress_rules()[0];

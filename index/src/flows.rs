@@ -597,8 +597,8 @@ pub fn cut_summary(store: &Store, segments: &[SegmentReader], q: &Query) -> Resu
 }
 
 /// Which side of a flow (0: a, 1: b) is the client, from the best evidence the index holds:
-/// the side that sent the flow's first payload (its names record, index version 6 with
-/// the client bits); else the side that sent a SYN the other answered with a SYN-ACK, when
+/// the side whose bytes were a client's, its ClientHello, request or query (the names
+/// record's client bits); else the side that sent a SYN the other answered with a SYN-ACK, when
 /// only one did; else the ports: the side whose port is not a well-known one (below 1024)
 /// while the other's is, or else the side whose port is in the ephemeral range (32768 and
 /// up, Linux's default) while the other's is not. `None` when nothing tells.
