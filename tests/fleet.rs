@@ -182,7 +182,10 @@ fn answer(args: &[&str], store_name: &str) -> Value {
         if let Some(o) = row.as_object_mut() {
             let got = o.remove(key);
             if fleet {
-                assert!(got.is_none_or(|x| x.is_null()), "the fleet named {key}: {row}");
+                assert!(
+                    got.is_none_or(|x| x.is_null()),
+                    "the fleet named {key}: {row}"
+                );
             }
         }
     };

@@ -108,7 +108,16 @@ fn tcpdump_lo(cap: &Path, filter: &str) -> Proc {
         Command::new("tcpdump")
             // Immediate mode: no packet waits in the ring for a block to fill (those would be
             // lost at SIGINT).
-            .args(["-i", "lo", "-U", "--immediate-mode", "-n", "-w", p(cap), filter])
+            .args([
+                "-i",
+                "lo",
+                "-U",
+                "--immediate-mode",
+                "-n",
+                "-w",
+                p(cap),
+                filter,
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -808,12 +817,17 @@ fn names_reach_every_answer_and_egress_allow_lists_take_names() {
         .iter()
         .map(|f| (f["dst"].as_str().unwrap(), &f["dst_name"]))
         .collect();
-    assert_eq!(flagged.keys().copied().collect::<Vec<_>>(), ["127.0.0.77", "127.0.0.80"]);
+    assert_eq!(
+        flagged.keys().copied().collect::<Vec<_>>(),
+        ["127.0.0.77", "127.0.0.80"]
+    );
     assert_eq!(
         flagged["127.0.0.77"]["describe"].as_str(),
         Some(format!("tls: {hub}").as_str())
     );
-    let text = stdout_str(&run_ok(capsule().args(["matrix", "--store", s, "--config", c])));
+    let text = stdout_str(&run_ok(
+        capsule().args(["matrix", "--store", s, "--config", c]),
+    ));
     assert!(text.contains(&format!("127.0.0.77 (tls: {hub})")), "{text}");
     // dscp: the violation's destination.
     let dj = json_of(&["dscp", "--store", s, "--config", c]);
@@ -827,7 +841,12 @@ fn names_reach_every_answer_and_egress_allow_lists_take_names() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|r| r["key"].as_str().unwrap().contains(&format!("{host}:{port}")))
+            .find(|r| {
+                r["key"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!("{host}:{port}"))
+            })
             .unwrap()["name"]
             .clone()
     };
@@ -845,7 +864,16 @@ fn names_reach_every_answer_and_egress_allow_lists_take_names() {
 
     // triage: the findings and the report name the destinations too.
     let out = d.join("triage");
-    run_ok(capsule().args(["triage", "--store", s, "--config", c, "-o", p(&out), "--quiet"]));
+    run_ok(capsule().args([
+        "triage",
+        "--store",
+        s,
+        "--config",
+        c,
+        "-o",
+        p(&out),
+        "--quiet",
+    ]));
     let doc: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("findings.json")).unwrap()).unwrap();
     let f77 = doc["findings"]
@@ -855,7 +883,10 @@ fn names_reach_every_answer_and_egress_allow_lists_take_names() {
         .find(|x| x["kind"] == "egress" && x["hosts"][1] == "127.0.0.77")
         .unwrap();
     assert!(f77["summary"].as_str().unwrap().contains(&named), "{f77}");
-    assert_eq!(f77["figures"]["dst_name"]["name"].as_str(), Some(hub.as_str()));
+    assert_eq!(
+        f77["figures"]["dst_name"]["name"].as_str(),
+        Some(hub.as_str())
+    );
     let report = std::fs::read_to_string(out.join("report.txt")).unwrap();
     assert!(report.contains(&named), "{report}");
 
@@ -874,9 +905,7 @@ fn names_reach_every_answer_and_egress_allow_lists_take_names() {
     old.named = false;
     std::fs::write(&idx[0], old.encode()).unwrap();
     let sni = format!("sni {hub}");
-    let flows = |filter: &str| {
-        run(capsule().args(["flows", "--store", s, "--json", filter]))
-    };
+    let flows = |filter: &str| run(capsule().args(["flows", "--store", s, "--json", filter]));
     let o = flows(&sni);
     assert_eq!(o.status.code(), Some(3), "{}", stderr_str(&o));
     assert!(
@@ -887,7 +916,11 @@ fn names_reach_every_answer_and_egress_allow_lists_take_names() {
     assert_eq!(flows("tcp").status.code(), Some(0));
     let o = run(capsule().args(["query", "--store", s, "-w", p(&d.join("q.pcap")), &sni]));
     assert_eq!(o.status.code(), Some(3), "{}", stderr_str(&o));
-    assert!(stderr_str(&o).contains(&format!("[{seq}]")), "{}", stderr_str(&o));
+    assert!(
+        stderr_str(&o).contains(&format!("[{seq}]")),
+        "{}",
+        stderr_str(&o)
+    );
     let o = run(capsule().args(["top", "--store", s, "--key", "flow", &sni]));
     assert_eq!(o.status.code(), Some(3), "{}", stderr_str(&o));
     // reindex writes the names again: whole answers, the flow found.
@@ -924,10 +957,17 @@ fn the_quic_initials_server_name_equals_what_tshark_decrypts() {
         need_tool(t);
     }
     let out = Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/install_aioquic.sh"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/install_aioquic.sh"
+        ))
         .output()
         .expect("run scripts/install_aioquic.sh");
-    assert!(out.status.success(), "install_aioquic.sh: {}", stderr_str(&out));
+    assert!(
+        out.status.success(),
+        "install_aioquic.sh: {}",
+        stderr_str(&out)
+    );
     let py = stdout_str(&out).trim().to_string();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -939,7 +979,8 @@ fn the_quic_initials_server_name_equals_what_tshark_decrypts() {
     let cap = d.join("quic.pcap");
     let tcpdump = tcpdump_lo(&cap, &format!("udp port {port}"));
     for name in ["models.example-hub.io", "cdn.example.test"] {
-        let o = run(Command::new(&py).args(["-c", QUIC_CLIENT, "127.0.0.1", &port.to_string(), name]));
+        let o =
+            run(Command::new(&py).args(["-c", QUIC_CLIENT, "127.0.0.1", &port.to_string(), name]));
         assert!(o.status.success(), "{}", stderr_str(&o));
     }
     stop_tcpdump(tcpdump);

@@ -686,7 +686,11 @@ mod tests {
                 // Named by that answer only: allowed by the name, but off hours.
                 flow(me, [198, 51, 100, 7], &[(t, 5000)]),
                 // Named by its ClientHello, not allowed.
-                tls(flow(me, [203, 0, 113, 77], &[(t, 4000)]), me, "models.example-hub.io"),
+                tls(
+                    flow(me, [203, 0, 113, 77], &[(t, 4000)]),
+                    me,
+                    "models.example-hub.io",
+                ),
                 // Named by nothing.
                 flow(me, [203, 0, 113, 99], &[(t, 3000)]),
             ],
@@ -735,7 +739,11 @@ mod tests {
             json!(["files.backup.example.com"])
         );
         let u = find("egress", "203.0.113.99");
-        assert!(u.summary.contains("to 203.0.113.99:6000, in no group"), "{}", u.summary);
+        assert!(
+            u.summary.contains("to 203.0.113.99:6000, in no group"),
+            "{}",
+            u.summary
+        );
         assert!(u.figures["dst_name"].is_null());
     }
 

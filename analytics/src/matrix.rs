@@ -217,9 +217,17 @@ mod tests {
         let me = [10, 0, 0, 3];
         let i = with_dns(input(
             vec![
-                dns(flow(me, [10, 0, 0, 53], &[(0, 100)]), "files.allowed.example", [192, 0, 2, 7]),
+                dns(
+                    flow(me, [10, 0, 0, 53], &[(0, 100)]),
+                    "files.allowed.example",
+                    [192, 0, 2, 7],
+                ),
                 flow(me, [192, 0, 2, 7], &[(1, 5000)]),
-                tls(flow(me, [192, 0, 2, 8], &[(1, 3000)]), me, "models.example-hub.io"),
+                tls(
+                    flow(me, [192, 0, 2, 8], &[(1, 3000)]),
+                    me,
+                    "models.example-hub.io",
+                ),
             ],
             0,
             2_000_000_000,
@@ -236,7 +244,10 @@ mod tests {
         assert_eq!(f.dst, "192.0.2.8");
         let n = f.dst_name.as_ref().unwrap();
         assert_eq!(n.describe, "tls: models.example-hub.io");
-        assert_eq!((n.by, n.names()), (Some("sni"), vec!["models.example-hub.io"]));
+        assert_eq!(
+            (n.by, n.names()),
+            (Some("sni"), vec!["models.example-hub.io"])
+        );
         // The allowed one is named by the DNS answer only; the TLS flow's client end is not
         // named by the server's name.
         let to7 = &i.flows[1].flow;

@@ -468,7 +468,11 @@ impl Id {
     }
 
     /// What names the row, for flows and hosts (names.rs).
-    fn name(&self, f: Option<&capsule_index::sideindex::FlowCounts>, input: &Input) -> Option<String> {
+    fn name(
+        &self,
+        f: Option<&capsule_index::sideindex::FlowCounts>,
+        input: &Input,
+    ) -> Option<String> {
         match self {
             Id::Flow(_) => input.flow_name(f?),
             Id::Src(h) | Id::Dst(h) => input.host_name(*h),

@@ -39,11 +39,10 @@ impl EgressRule {
     fn allows(&self, dst: IpAddr, dst_group: Option<GroupId>, dst_names: &[&str]) -> bool {
         dst_group.is_some_and(|g| g == self.group || self.groups.contains(&g))
             || self.table.lookup(dst).is_some()
-            || self.names.iter().any(|p| {
-                dst_names
-                    .iter()
-                    .any(|n| capsule_names::name_matches(p, n))
-            })
+            || self
+                .names
+                .iter()
+                .any(|p| dst_names.iter().any(|n| capsule_names::name_matches(p, n)))
     }
 }
 
@@ -199,7 +198,9 @@ fn check_dns_name(text: &str) -> Result<(), String> {
         if label.len() > 63 {
             return Err(format!("label {label:?} is longer than 63 bytes"));
         }
-        if !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
             || label.starts_with('-')
             || label.ends_with('-')
         {

@@ -163,7 +163,10 @@ fn egress_allows_listed_targets_and_the_own_group_only() {
     let g = c.groups();
     let ms = g.by_name("model-store");
     assert!(c.egress_allowed(ms, ip("10.8.0.20"), &[]), "a listed group");
-    assert!(c.egress_allowed(ms, ip("192.0.2.77"), &[]), "a listed prefix");
+    assert!(
+        c.egress_allowed(ms, ip("192.0.2.77"), &[]),
+        "a listed prefix"
+    );
     assert!(c.egress_allowed(ms, ip("10.7.0.10"), &[]), "its own group");
     assert!(!c.egress_allowed(ms, ip("10.1.1.5"), &[]), "another group");
     assert!(
@@ -473,9 +476,11 @@ fn bad_and_duplicate_dscp_values_are_named() {
 
 #[test]
 fn egress_lists_take_dns_names_beside_groups_and_prefixes() {
-    let c = ok("[groups]\nstore = [\"10.7.0.10\"]\n\"backup.dc1\" = [\"10.8.0.0/24\"]\n\
+    let c = ok(
+        "[groups]\nstore = [\"10.7.0.10\"]\n\"backup.dc1\" = [\"10.8.0.0/24\"]\n\
                 [egress]\nstore = [\"backup.dc1\", \"*.Backup.example.com\", \
-                \"models.example-hub.io\", \"192.0.2.0/24\"]\n");
+                \"models.example-hub.io\", \"192.0.2.0/24\"]\n",
+    );
     let r = &c.egress_rules()[0];
     // A defined group's name stays a group, dotted or not.
     assert_eq!(r.groups.len(), 1);

@@ -58,8 +58,7 @@ impl DnsNames {
     pub fn add(&mut self, addr: std::net::IpAddr, name: &str) {
         let names = self.by_addr.entry(addr).or_default();
         let name = name.trim_end_matches('.');
-        if names.len() < MAX_NAMES_PER_ADDR && !names.iter().any(|n| n.eq_ignore_ascii_case(name))
-        {
+        if names.len() < MAX_NAMES_PER_ADDR && !names.iter().any(|n| n.eq_ignore_ascii_case(name)) {
             names.push(name.to_string());
         }
     }

@@ -481,11 +481,19 @@ mod tests {
         t.observe(0, Some(100), 443, &client_hello("models.example-hub.io"));
         assert!(t.done());
         assert_eq!(t.names().sni.as_deref(), Some("models.example-hub.io"));
-        assert_eq!((t.names().client, t.names().server_side()), (Some(0), Some(1)));
+        assert_eq!(
+            (t.names().client, t.names().server_side()),
+            (Some(0), Some(1))
+        );
         // An HTTP response first, then the request.
         let mut h = Tracker::default();
         h.observe(0, Some(5), 40000, b"HTTP/1.1 200 OK\r\n\r\n");
-        h.observe(1, Some(9), 80, b"GET / HTTP/1.1\r\nHost: web.example\r\n\r\n");
+        h.observe(
+            1,
+            Some(9),
+            80,
+            b"GET / HTTP/1.1\r\nHost: web.example\r\n\r\n",
+        );
         assert_eq!(h.names().http_host.as_deref(), Some("web.example"));
         assert_eq!(h.names().client, Some(1));
         // A DNS response first: its peer is the client.

@@ -812,11 +812,17 @@ mod tests {
                 ],
                 true,
             ),
-            block(&[(2 * S, tcp4(None, B, A, 22, 40000, 900, 0x10, 1000, 0, 0))], false),
+            block(
+                &[(2 * S, tcp4(None, B, A, 22, 40000, 900, 0x10, 1000, 0, 0))],
+                false,
+            ),
             block(
                 &[(
                     3 * S,
-                    with(tcp4(None, B, A, 22, 40000, 901, 0x18, 1000, sv.len(), 0), sv),
+                    with(
+                        tcp4(None, B, A, 22, 40000, 901, 0x18, 1000, sv.len(), 0),
+                        sv,
+                    ),
                 )],
                 false,
             ),
@@ -837,7 +843,10 @@ mod tests {
             [Some("2.0-client_1".into()), Some("2.0-server_9".into())]
         );
         // The second block taught nothing: its record carries no names.
-        assert!(parse(&bytes).records[1].delta.flows[0].totals.names.is_none());
+        assert!(parse(&bytes).records[1].delta.flows[0]
+            .totals
+            .names
+            .is_none());
     }
 
     /// Version 3 records (written before records carried their block's place and header),
