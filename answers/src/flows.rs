@@ -177,6 +177,9 @@ pub fn json_line(s: &FlowSummary) -> serde_json::Value {
         "dscp": [(0..64).filter(|d| f.totals.dscp[0] & (1u64 << d) != 0).collect::<Vec<u8>>(),
                  (0..64).filter(|d| f.totals.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
         "tcp_flags": f.totals.tcp_flags, "retransmissions": f.totals.retransmissions,
+        // What of a TCP handshake each direction sent (bit 0 SYN, bit 1 SYN-ACK): with the
+        // names, what `client` is judged from, so a remote table judges as the local one.
+        "handshake": f.totals.handshake,
         "zero_windows": f.totals.zero_windows, "resets": f.totals.resets, "approximate": s.approximate,
         // What the cut-off stored of a cut flow (packets and bytes above count what was
         // seen); null for a flow stored whole.
@@ -287,6 +290,8 @@ pub fn from_json_line(line: &str) -> Result<FlowSummary, String> {
         approximate: bool,
         cut: Option<Cut>,
         #[serde(default)]
+        handshake: [u8; 2],
+        #[serde(default)]
         names: Option<serde_json::Value>,
     }
     let l: Line = serde_json::from_str(line).map_err(|e| format!("not a flow line: {e}"))?;
@@ -310,6 +315,7 @@ pub fn from_json_line(line: &str) -> Result<FlowSummary, String> {
     t.retransmissions = l.retransmissions;
     t.zero_windows = l.zero_windows;
     t.resets = l.resets;
+    t.handshake = l.handshake;
     t.names = l.names.as_ref().and_then(names_from_json).map(Box::new);
     if let Some(c) = l.cut {
         t.cut_packets = c.cut_packets;
