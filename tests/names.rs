@@ -139,11 +139,25 @@ fn stop_tcpdump(mut t: Proc) {
     let _ = t.0.wait();
 }
 
-/// The DNS responder on 127.0.0.1:`port`, answering every A question with `a`; ready.
-fn dns_responder(port: u16, a: &str) -> Proc {
-    let mut dns = Proc(
+/// `dig` asking the responder on 127.0.0.1:`port` for `name`'s records of type `ty`.
+fn dig(port: u16, name: &str, ty: &str) {
+    run_ok(Command::new("dig").args([
+        "@127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "+tries=1",
+        "+time=3",
+        name,
+        ty,
+    ]));
+}
+
+/// `python3 -c SCRIPT ARGS...`, started, once it printed `ready`.
+fn python_ready(script: &str, args: &[&str]) -> Proc {
+    let mut child = Proc(
         Command::new("python3")
-            .args(["-c", DNS_RESPONDER, &port.to_string(), a])
+            .args(["-c", script])
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -151,11 +165,16 @@ fn dns_responder(port: u16, a: &str) -> Proc {
     );
     use std::io::BufRead;
     let mut line = String::new();
-    std::io::BufReader::new(dns.0.stdout.take().unwrap())
+    std::io::BufReader::new(child.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     assert_eq!(line.trim(), "ready");
-    dns
+    child
+}
+
+/// The DNS responder on 127.0.0.1:`port`, answering every A question with `a`; ready.
+fn dns_responder(port: u16, a: &str) -> Proc {
+    python_ready(DNS_RESPONDER, &[&port.to_string(), a])
 }
 
 /// tshark's `-d` (decode as) rules for the test's ports.
@@ -278,15 +297,7 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
     web("web.example.test", "--http1.1");
     web("h2.example.test", "--http2-prior-knowledge");
     for ty in ["A", "AAAA"] {
-        run_ok(Command::new("dig").args([
-            "@127.0.0.1",
-            "-p",
-            &dns_port.to_string(),
-            "+tries=1",
-            "+time=3",
-            "models.example-hub.io",
-            ty,
-        ]));
+        dig(dns_port, "models.example-hub.io", ty);
     }
     {
         let t = Instant::now();
@@ -660,23 +671,16 @@ fn names_reach_every_answer_and_egress_allow_lists_take_names() {
     ];
     let cap = d.join("lo.pcap");
     let tcpdump = tcpdump_lo(&cap, &format!("port {port} or port {dns_port}"));
-    let mut servers = Proc(
-        Command::new("python3")
-            .args(["-c", SERVERS, &port.to_string(), p(&cert), p(&key)])
-            .args(["127.0.0.77,127.0.0.78", "127.0.0.79,127.0.0.80"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let _servers = python_ready(
+        SERVERS,
+        &[
+            &port.to_string(),
+            p(&cert),
+            p(&key),
+            "127.0.0.77,127.0.0.78",
+            "127.0.0.79,127.0.0.80",
+        ],
     );
-    {
-        use std::io::BufRead;
-        let mut line = String::new();
-        std::io::BufReader::new(servers.0.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready");
-    }
     let _dns = dns_responder(dns_port, "127.0.0.79");
     let client = |dst: &str, sni: &str, tos: u8| {
         run_ok(Command::new("python3").args([
@@ -692,15 +696,7 @@ fn names_reach_every_answer_and_egress_allow_lists_take_names() {
     };
     client("127.0.0.77", "models.example-hub.io", 46 << 2);
     client("127.0.0.78", "files.backup.example.com", 0);
-    run_ok(Command::new("dig").args([
-        "@127.0.0.1",
-        "-p",
-        &dns_port.to_string(),
-        "+tries=1",
-        "+time=3",
-        "files.backup.example.com",
-        "A",
-    ]));
+    dig(dns_port, "files.backup.example.com", "A");
     client("127.0.0.79", "-", 0);
     client("127.0.0.80", "-", 0);
     stop_tcpdump(tcpdump);

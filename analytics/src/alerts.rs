@@ -618,6 +618,13 @@ mod tests {
     use crate::tests::{flow, input};
     use capsule_index::flows::FlowSummary;
 
+    /// Each alert's rule and the second host it names (a flow's destination).
+    fn rules_and_destinations(a: &[Alert]) -> Vec<(&str, &str)> {
+        a.iter()
+            .map(|a| (a.rule, a.entity.hosts[1].as_str()))
+            .collect()
+    }
+
     #[test]
     fn egress_and_off_hours_fire_over_their_thresholds_only() {
         let cfg = Config::parse(
@@ -645,10 +652,7 @@ mod tests {
         ];
         let i = input(flows, t * 1_000_000_000, (t + 10) * 1_000_000_000);
         let a = evaluate(&i, &cfg).unwrap();
-        let got: Vec<(&str, &str)> = a
-            .iter()
-            .map(|a| (a.rule, a.entity.hosts[1].as_str()))
-            .collect();
+        let got = rules_and_destinations(&a);
         assert_eq!(
             got,
             vec![("egress", "203.0.113.77"), ("off_hours", "203.0.113.77")],
@@ -698,10 +702,7 @@ mod tests {
             (t + 10) * 1_000_000_000,
         ));
         let a = evaluate(&i, &cfg).unwrap();
-        let got: Vec<(&str, &str)> = a
-            .iter()
-            .map(|a| (a.rule, a.entity.hosts[1].as_str()))
-            .collect();
+        let got = rules_and_destinations(&a);
         assert_eq!(
             got,
             vec![
