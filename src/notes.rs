@@ -20,6 +20,20 @@ pub(crate) fn warn_unreadable(unreadable: &[capsule_store::Unreadable], conseque
     }
 }
 
+/// Names, on standard error, the segments whose flows the filter's name terms (`sni`,
+/// `dns`, `http.host`, `app`) could not see (their index keeps no names, or they have none),
+/// and that their `what` (flows, packets) may be missing.
+pub(crate) fn warn_names_unseen(segments: &[u64], what: &str) {
+    if !segments.is_empty() {
+        eprintln!(
+            "capsule: warning: segment(s) {segments:?} have no names in their side index \
+             (written before index version 6, or no index): the filter's name terms (sni, \
+             dns, http.host, app) cannot select their {what}, which may be missing; `capsule \
+             reindex` adds the names"
+        );
+    }
+}
+
 /// Says on standard error when the window starts before the retention horizon (the oldest
 /// packet still held, where older segments were deleted), so a shorter answer is never
 /// mistaken for less traffic; and, when the answer came back empty (`empty`), whether the

@@ -58,6 +58,7 @@ const DNS_RESPONDER: &str = r#"
 import socket, struct, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind(("127.0.0.1", int(sys.argv[1])))
+a4 = bytes(int(x) for x in (sys.argv[2] if len(sys.argv) > 2 else "127.0.0.77").split("."))
 print("ready", flush=True)
 while True:
     q, peer = s.recvfrom(4096)
@@ -70,13 +71,111 @@ while True:
     ans = b""
     n = 0
     if qtype == 1:
-        ans = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + bytes([127, 0, 0, 77])
+        ans = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 60, 4) + a4
         n = 1
     elif qtype == 28:
         ans = b"\xc0\x0c" + struct.pack("!HHIH", 28, 1, 60, 16) + bytes.fromhex("20010db8000000000000000000000077")
         n = 1
     s.sendto(struct.pack("!HHHHHH", tid, 0x8180, 1, n, 0, 0) + question + ans, peer)
 "#;
+
+/// A self-signed certificate and its key, in `dir`.
+fn self_signed(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
+    run_ok(Command::new("openssl").args([
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        p(&key),
+        "-out",
+        p(&cert),
+        "-days",
+        "1",
+        "-subj",
+        "/CN=capsule-test",
+    ]));
+    (key, cert)
+}
+
+/// `tcpdump -i lo` writing `cap`, started and listening.
+fn tcpdump_lo(cap: &Path, filter: &str) -> Proc {
+    let mut t = Proc(
+        Command::new("tcpdump")
+            // Immediate mode: no packet waits in the ring for a block to fill (those would be
+            // lost at SIGINT).
+            .args([
+                "-i",
+                "lo",
+                "-U",
+                "--immediate-mode",
+                "-n",
+                "-w",
+                p(cap),
+                filter,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    use std::io::BufRead;
+    let err = t.0.stderr.take().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(err).read_line(&mut line).unwrap();
+    assert!(line.contains("listening"), "tcpdump: {line}");
+    std::thread::sleep(Duration::from_millis(500));
+    t
+}
+
+/// Stops `tcpdump_lo`'s capture (it writes its last packets on SIGINT).
+fn stop_tcpdump(mut t: Proc) {
+    std::thread::sleep(Duration::from_millis(1000));
+    run_ok(Command::new("kill").args(["-INT", &t.0.id().to_string()]));
+    let _ = t.0.wait();
+}
+
+/// `dig` asking the responder on 127.0.0.1:`port` for `name`'s records of type `ty`.
+fn dig(port: u16, name: &str, ty: &str) {
+    run_ok(Command::new("dig").args([
+        "@127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "+tries=1",
+        "+time=3",
+        name,
+        ty,
+    ]));
+}
+
+/// `python3 -c SCRIPT ARGS...`, started, once it printed `ready`.
+fn python_ready(script: &str, args: &[&str]) -> Proc {
+    let mut child = Proc(
+        Command::new("python3")
+            .args(["-c", script])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    child
+}
+
+/// The DNS responder on 127.0.0.1:`port`, answering every A question with `a`; ready.
+fn dns_responder(port: u16, a: &str) -> Proc {
+    python_ready(DNS_RESPONDER, &[&port.to_string(), a])
+}
 
 /// tshark's `-d` (decode as) rules for the test's ports.
 static DECODE_AS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
@@ -111,24 +210,7 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (key, cert) = (d.join("key.pem"), d.join("cert.pem"));
-    run_ok(Command::new("openssl").args([
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-keyout",
-        p(&key),
-        "-out",
-        p(&cert),
-        "-days",
-        "1",
-        "-subj",
-        "/CN=capsule-test",
-    ]));
+    let (key, cert) = self_signed(d);
     let (tls_port, web_port, dns_port) = (free_tcp_port(), free_tcp_port(), free_udp_port());
     *DECODE_AS.lock().unwrap() = vec![
         format!("tcp.port=={tls_port},tls"),
@@ -136,27 +218,10 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
         format!("udp.port=={dns_port},dns"),
     ];
     let cap = d.join("lo.pcap");
-    let mut tcpdump = Proc(
-        Command::new("tcpdump")
-            // Immediate mode: no packet waits in the ring for a block to fill (those would be
-            // lost at SIGINT).
-            .args(["-i", "lo", "-U", "--immediate-mode", "-n", "-w", p(&cap)])
-            .arg(format!(
-                "port {tls_port} or port {web_port} or port {dns_port}"
-            ))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+    let tcpdump = tcpdump_lo(
+        &cap,
+        &format!("port {tls_port} or port {web_port} or port {dns_port}"),
     );
-    {
-        use std::io::BufRead;
-        let err = tcpdump.0.stderr.take().unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(err).read_line(&mut line).unwrap();
-        assert!(line.contains("listening"), "tcpdump: {line}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
     let _tls = Proc(
         Command::new("openssl")
             .args(["s_server", "-quiet", "-www", "-accept"])
@@ -199,22 +264,7 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
             .spawn()
             .unwrap(),
     );
-    let mut dns = Proc(
-        Command::new("python3")
-            .args(["-c", DNS_RESPONDER, &dns_port.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    {
-        use std::io::BufRead;
-        let mut line = String::new();
-        std::io::BufReader::new(dns.0.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "ready");
-    }
+    let _dns = dns_responder(dns_port, "127.0.0.77");
     // No probe of the TLS server (s_server serves one connection at a time): curl retries
     // while it is not listening yet.
     wait_tcp(web_port);
@@ -247,15 +297,7 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
     web("web.example.test", "--http1.1");
     web("h2.example.test", "--http2-prior-knowledge");
     for ty in ["A", "AAAA"] {
-        run_ok(Command::new("dig").args([
-            "@127.0.0.1",
-            "-p",
-            &dns_port.to_string(),
-            "+tries=1",
-            "+time=3",
-            "models.example-hub.io",
-            ty,
-        ]));
+        dig(dns_port, "models.example-hub.io", ty);
     }
     {
         let t = Instant::now();
@@ -270,10 +312,7 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
     let r = format!("models.example-hub.io:{web_port}:127.0.0.77");
     let u = format!("http://models.example-hub.io:{web_port}/");
     curl(&["--resolve", &r, "--http1.1", &u]);
-    std::thread::sleep(Duration::from_millis(1000));
-    // tcpdump writes its last packets on SIGINT.
-    run_ok(Command::new("kill").args(["-INT", &tcpdump.0.id().to_string()]));
-    let _ = tcpdump.0.wait();
+    stop_tcpdump(tcpdump);
 
     let store = d.join("store");
     import_ok(&store, &[], &[p(&cap)]);
@@ -511,10 +550,21 @@ fn names_of_real_clients_equal_what_tshark_extracts() {
 
 /// `tshark -r FILE -Y FILTER -T fields -e ...`, each line split at tabs.
 fn tshark_fields_filtered(file: &Path, filter: &str, fields: &[&str]) -> Vec<Vec<String>> {
+    let decode = DECODE_AS.lock().unwrap().clone();
+    tshark_fields_as(file, &decode, filter, fields)
+}
+
+/// [`tshark_fields_filtered`] with the `-d` (decode as) rules `decode`.
+fn tshark_fields_as(
+    file: &Path,
+    decode: &[String],
+    filter: &str,
+    fields: &[&str],
+) -> Vec<Vec<String>> {
     let mut cmd = Command::new("tshark");
     cmd.args(["-n", "-r", p(file), "-Y", filter, "-T", "fields"]);
     // The servers listen on unregistered ports: tell tshark what they speak.
-    for d in DECODE_AS.lock().unwrap().iter() {
+    for d in decode {
         cmd.args(["-d", d]);
     }
     for f in fields {
@@ -524,4 +574,472 @@ fn tshark_fields_filtered(file: &Path, filter: &str, fields: &[&str]) -> Vec<Vec
         .lines()
         .map(|l| l.split('\t').map(str::to_string).collect())
         .collect()
+}
+
+/// TLS servers on some loopback addresses and plain TCP sinks on others, all on one port:
+/// each connection is read to its end. Prints `ready` once every socket listens.
+const SERVERS: &str = r#"
+import socket, ssl, sys, threading
+port, cert, key = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(cert, key)
+def handle(c, tls):
+    try:
+        if tls:
+            c = ctx.wrap_socket(c, server_side=True)
+        while c.recv(65536):
+            pass
+    except Exception:
+        pass
+    c.close()
+def accept(s, tls):
+    while True:
+        c, _ = s.accept()
+        threading.Thread(target=handle, args=(c, tls), daemon=True).start()
+for addrs, tls in ((sys.argv[4], True), (sys.argv[5], False)):
+    for a in addrs.split(","):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((a, port))
+        s.listen(16)
+        threading.Thread(target=accept, args=(s, tls), daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"#;
+
+/// One client connection: from SRC to DST:PORT, TOS byte TOS on its packets, TLS with the
+/// server name SNI (`-`: plain TCP), N bytes sent, then closed.
+const CLIENT: &str = r#"
+import socket, ssl, sys
+src, dst, port, sni, tos, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+s = socket.socket()
+s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+s.bind((src, 0))
+s.connect((dst, port))
+if sni != "-":
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    s = ctx.wrap_socket(s, server_hostname=sni)
+s.sendall(b"x" * n)
+s.close()
+"#;
+
+/// `capsule ARGS --json` that must succeed, as one JSON document.
+fn json_of(args: &[&str]) -> serde_json::Value {
+    let mut cmd = capsule();
+    cmd.args(args).arg("--json");
+    let o = run_ok(&mut cmd);
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{}: not one JSON document: {e}", show(&cmd)))
+}
+
+/// A day name three days from today (UTC): working hours on it leave all of today out.
+fn not_today() -> &'static str {
+    let days = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 86_400;
+    // 1970-01-01 was a Thursday.
+    ["thu", "fri", "sat", "sun", "mon", "tue", "wed"][((days + 3) % 7) as usize]
+}
+
+/// Names in the analytics and the policy, on traffic of real clients on loopback: a sender
+/// in group `store` (127.0.0.5, EF marked where the policy gives EF to another group only)
+/// opens TLS to 127.0.0.77 (`models.example-hub.io`) and 127.0.0.78
+/// (`files.backup.example.com`), asks a DNS server for `files.backup.example.com`
+/// (127.0.0.79) and sends to that address over plain TCP, and to 127.0.0.80, which nothing
+/// names. With `[egress] store = ["*.backup.example.com"]`: the two destinations named
+/// under that name (by a ClientHello, by a DNS answer) are allowed, the other two are found
+/// by `alerts`, `matrix` and `triage`, each named as tshark names it (or not at all); the
+/// off-hours rule, the DSCP violation, `top` and `tcp` name them too. Then the index of the
+/// store is put back to version 5 (no names): a name filter over it is a partial answer
+/// (exit 3) naming the segment, in `flows`, `query` and `top`, until `capsule reindex`.
+#[test]
+fn names_reach_every_answer_and_egress_allow_lists_take_names() {
+    for t in ["tcpdump", "tshark", "openssl", "dig", "python3"] {
+        need_tool(t);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (key, cert) = self_signed(d);
+    let (port, dns_port) = (free_tcp_port(), free_udp_port());
+    let decode = [
+        format!("tcp.port=={port},tls"),
+        format!("udp.port=={dns_port},dns"),
+    ];
+    let cap = d.join("lo.pcap");
+    let tcpdump = tcpdump_lo(&cap, &format!("port {port} or port {dns_port}"));
+    let _servers = python_ready(
+        SERVERS,
+        &[
+            &port.to_string(),
+            p(&cert),
+            p(&key),
+            "127.0.0.77,127.0.0.78",
+            "127.0.0.79,127.0.0.80",
+        ],
+    );
+    let _dns = dns_responder(dns_port, "127.0.0.79");
+    let client = |dst: &str, sni: &str, tos: u8| {
+        run_ok(Command::new("python3").args([
+            "-c",
+            CLIENT,
+            "127.0.0.5",
+            dst,
+            &port.to_string(),
+            sni,
+            &tos.to_string(),
+            "20000",
+        ]));
+    };
+    client("127.0.0.77", "models.example-hub.io", 46 << 2);
+    client("127.0.0.78", "files.backup.example.com", 0);
+    dig(dns_port, "files.backup.example.com", "A");
+    client("127.0.0.79", "-", 0);
+    client("127.0.0.80", "-", 0);
+    stop_tcpdump(tcpdump);
+
+    let store = d.join("store");
+    import_ok(&store, &[], &[p(&cap)]);
+    let config = d.join("capsule.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[groups]\nstore = [\"127.0.0.5\"]\nvoice = [\"127.0.0.200\"]\n\
+             [dscp]\nef = [\"voice\"]\n\
+             [egress]\nstore = [\"*.backup.example.com\"]\n\
+             [work_hours]\ndays = \"{}\"\nstart = \"08:00\"\nend = \"19:00\"\n\
+             timezone = \"UTC\"\n\
+             [alerts]\negress_bytes = 1000\negress_window = \"10s\"\n\
+             off_hours_bytes = 1000\ndscp_bytes = 1000\n",
+            not_today()
+        ),
+    )
+    .unwrap();
+    let (s, c) = (p(&store), p(&config));
+
+    // What tshark reads: each ClientHello's server name by destination, and the address
+    // the DNS answer gave for the name asked.
+    let sni_of: BTreeMap<String, String> = tshark_fields_as(
+        &cap,
+        &decode,
+        "tls.handshake.type == 1",
+        &["ip.dst", "tls.handshake.extensions_server_name"],
+    )
+    .into_iter()
+    .map(|l| (l[0].clone(), l[1].clone()))
+    .collect();
+    assert_eq!(sni_of.len(), 2, "{sni_of:?}");
+    let answers = tshark_fields_as(
+        &cap,
+        &decode,
+        "dns.flags.response == 1",
+        &["dns.qry.name", "dns.a"],
+    );
+    assert_eq!(
+        answers,
+        vec![vec![
+            "files.backup.example.com".to_string(),
+            "127.0.0.79".to_string()
+        ]]
+    );
+    let hub = &sni_of["127.0.0.77"];
+    let asked = &answers[0][0];
+
+    // Alerts: egress to the two destinations no allowed name names; off hours to all four.
+    let a = json_of(&["alerts", "--store", s, "--config", c]);
+    let alerts = a["alerts"].as_array().unwrap();
+    let of = |rule: &str| -> BTreeMap<String, &serde_json::Value> {
+        alerts
+            .iter()
+            .filter(|x| x["rule"] == rule)
+            .map(|x| (x["entity"]["hosts"][1].as_str().unwrap().to_string(), x))
+            .collect()
+    };
+    let egress = of("egress");
+    assert_eq!(
+        egress.keys().collect::<Vec<_>>(),
+        ["127.0.0.77", "127.0.0.80"],
+        "{alerts:#?}"
+    );
+    let e77 = egress["127.0.0.77"];
+    assert_eq!(
+        e77["figures"]["dst_name"]["name"].as_str(),
+        Some(hub.as_str()),
+        "{e77:#}\n{}",
+        stdout_str(&run_ok(capsule().args(["flows", "--store", s, "--json"])))
+    );
+    assert_eq!(e77["figures"]["dst_name"]["by"], "sni");
+    let named = format!("127.0.0.77:{port} (tls: {hub})");
+    assert!(
+        e77["summary"].as_str().unwrap().contains(&named),
+        "{}",
+        e77["summary"]
+    );
+    assert!(egress["127.0.0.80"]["figures"]["dst_name"].is_null());
+    let off = of("off_hours");
+    assert_eq!(off.len(), 4, "{alerts:#?}");
+    assert_eq!(
+        off["127.0.0.79"]["figures"]["dst_name"]["dns_names"],
+        serde_json::json!([asked])
+    );
+    assert!(off["127.0.0.79"]["summary"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("127.0.0.79:{port} (dns answer: {asked})")));
+    assert_eq!(
+        off["127.0.0.78"]["figures"]["dst_name"]["name"].as_str(),
+        Some(sni_of["127.0.0.78"].as_str())
+    );
+    // The DSCP violation names its destination.
+    let dscp = of("dscp");
+    assert_eq!(dscp.len(), 1, "{alerts:#?}");
+    let v = &dscp["127.0.0.77"]["figures"]["destinations"][0];
+    assert_eq!(v["dst_name"]["name"].as_str(), Some(hub.as_str()));
+
+    // matrix: the flagged flows of store -> unassigned are the two, named as above.
+    let m = json_of(&["matrix", "--store", s, "--config", c]);
+    let cell = m["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["src_group"] == "store" && x["dst_group"] == "unassigned")
+        .unwrap();
+    let flagged: BTreeMap<&str, &serde_json::Value> = cell["flagged_flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["dst"].as_str().unwrap(), &f["dst_name"]))
+        .collect();
+    assert_eq!(
+        flagged.keys().copied().collect::<Vec<_>>(),
+        ["127.0.0.77", "127.0.0.80"]
+    );
+    assert_eq!(
+        flagged["127.0.0.77"]["describe"].as_str(),
+        Some(format!("tls: {hub}").as_str())
+    );
+    let text = stdout_str(&run_ok(
+        capsule().args(["matrix", "--store", s, "--config", c]),
+    ));
+    assert!(text.contains(&format!("127.0.0.77 (tls: {hub})")), "{text}");
+    // dscp: the violation's destination.
+    let dj = json_of(&["dscp", "--store", s, "--config", c]);
+    let viol = &dj["violations"][0];
+    assert_eq!(viol["dst"], "127.0.0.77");
+    assert_eq!(viol["dst_name"]["name"].as_str(), Some(hub.as_str()));
+    // top: each flow row named as `flows` names it, the answered address by the answer.
+    let t = json_of(&["top", "--store", s, "--key", "flow", "--limit", "100"]);
+    let row_name = |host: &str| {
+        t["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| {
+                r["key"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!("{host}:{port}"))
+            })
+            .unwrap()["name"]
+            .clone()
+    };
+    assert_eq!(row_name("127.0.0.77"), format!("tls: {hub}"));
+    assert_eq!(row_name("127.0.0.79"), format!("dns answer: {asked}"));
+    assert!(row_name("127.0.0.80").is_null());
+    let td = json_of(&["top", "--store", s, "--key", "dst", "--limit", "100"]);
+    let dst79 = td["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == "127.0.0.79")
+        .unwrap();
+    assert_eq!(dst79["name"], format!("dns answer: {asked}"));
+
+    // triage: the findings and the report name the destinations too.
+    let out = d.join("triage");
+    run_ok(capsule().args([
+        "triage",
+        "--store",
+        s,
+        "--config",
+        c,
+        "-o",
+        p(&out),
+        "--quiet",
+    ]));
+    let doc: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("findings.json")).unwrap()).unwrap();
+    let f77 = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["kind"] == "egress" && x["hosts"][1] == "127.0.0.77")
+        .unwrap();
+    assert!(f77["summary"].as_str().unwrap().contains(&named), "{f77}");
+    assert_eq!(
+        f77["figures"]["dst_name"]["name"].as_str(),
+        Some(hub.as_str())
+    );
+    let report = std::fs::read_to_string(out.join("report.txt")).unwrap();
+    assert!(report.contains(&named), "{report}");
+
+    // An index without names (version 5, as before names were kept): a name filter over
+    // it says which segment it could not see, and exits 3; other filters do not.
+    let idx_dir = store.join("index");
+    let idx: Vec<_> = std::fs::read_dir(&idx_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|x| x.extension().is_some_and(|e| e == "idx"))
+        .collect();
+    assert_eq!(idx.len(), 1, "{idx:?}");
+    let mut old =
+        capsule_index::sideindex::SegmentIndex::decode(&std::fs::read(&idx[0]).unwrap()).unwrap();
+    let seq = old.seq;
+    old.named = false;
+    std::fs::write(&idx[0], old.encode()).unwrap();
+    let sni = format!("sni {hub}");
+    let flows = |filter: &str| run(capsule().args(["flows", "--store", s, "--json", filter]));
+    let o = flows(&sni);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr_str(&o));
+    assert!(
+        stderr_str(&o).contains(&format!("segment(s) [{seq}] have no names")),
+        "{}",
+        stderr_str(&o)
+    );
+    assert_eq!(flows("tcp").status.code(), Some(0));
+    let o = run(capsule().args(["query", "--store", s, "-w", p(&d.join("q.pcap")), &sni]));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr_str(&o));
+    assert!(
+        stderr_str(&o).contains(&format!("[{seq}]")),
+        "{}",
+        stderr_str(&o)
+    );
+    let o = run(capsule().args(["top", "--store", s, "--key", "flow", &sni]));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr_str(&o));
+    // reindex writes the names again: whole answers, the flow found.
+    run_ok(capsule().args(["reindex", "--store", s]));
+    let o = flows(&sni);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr_str(&o));
+    assert_eq!(stdout_str(&o).lines().count(), 1, "{}", stdout_str(&o));
+}
+
+/// A QUIC client (aioquic, a real one, with its own TLS 1.3) to a UDP port that only reads:
+/// it sends its Initial packets (and resends them) until its timeout.
+const QUIC_CLIENT: &str = r#"
+import asyncio, ssl, sys
+from aioquic.asyncio import connect
+from aioquic.quic.configuration import QuicConfiguration
+async def main():
+    cfg = QuicConfiguration(is_client=True, alpn_protocols=["h3"], server_name=sys.argv[3])
+    cfg.verify_mode = ssl.CERT_NONE
+    async with connect(sys.argv[1], int(sys.argv[2]), configuration=cfg) as c:
+        pass
+try:
+    asyncio.run(asyncio.wait_for(main(), 1.5))
+except BaseException:
+    pass
+"#;
+
+/// The QUIC Initial's server name and ALPN, from a real client's packets: what capsule
+/// reads (keys derived from the client's first DCID, header protection and AES-128-GCM
+/// removed, CRYPTO frames joined) equals what tshark decrypts from the same packets, and
+/// the `sni` and `app quic` filters select exactly tshark's QUIC flows.
+#[test]
+fn the_quic_initials_server_name_equals_what_tshark_decrypts() {
+    for t in ["tcpdump", "tshark", "python3"] {
+        need_tool(t);
+    }
+    let out = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/install_aioquic.sh"
+        ))
+        .output()
+        .expect("run scripts/install_aioquic.sh");
+    assert!(
+        out.status.success(),
+        "install_aioquic.sh: {}",
+        stderr_str(&out)
+    );
+    let py = stdout_str(&out).trim().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A UDP socket that reads and answers nothing (so no ICMP port-unreachable ends the
+    // client early).
+    let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = sink.local_addr().unwrap().port();
+    let decode = [format!("udp.port=={port},quic")];
+    let cap = d.join("quic.pcap");
+    let tcpdump = tcpdump_lo(&cap, &format!("udp port {port}"));
+    for name in ["models.example-hub.io", "cdn.example.test"] {
+        let o =
+            run(Command::new(&py).args(["-c", QUIC_CLIENT, "127.0.0.1", &port.to_string(), name]));
+        assert!(o.status.success(), "{}", stderr_str(&o));
+    }
+    stop_tcpdump(tcpdump);
+    drop(sink);
+    let store = d.join("store");
+    import_ok(&store, &[], &[p(&cap)]);
+    let flows = flows_json(&store);
+    let hellos = tshark_fields_as(
+        &cap,
+        &decode,
+        "tls.handshake.type == 1",
+        &[
+            "udp.srcport",
+            "tls.handshake.extensions_server_name",
+            "tls.handshake.extensions_alpn_str",
+        ],
+    );
+    let by_port: BTreeMap<u16, (String, String)> = hellos
+        .iter()
+        .map(|h| (h[0].parse().unwrap(), (h[1].clone(), h[2].clone())))
+        .collect();
+    assert_eq!(by_port.len(), 2, "tshark's ClientHellos: {hellos:?}");
+    for (port, (sni, alpn)) in &by_port {
+        let f = flow_of_port(&flows, 17, *port);
+        let n = &f["names"];
+        assert_eq!(n["app"], "quic", "{f}");
+        assert_eq!(n["sni"].as_str(), Some(sni.as_str()), "{f}");
+        let got: Vec<&str> = n["alpn"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(got.join(","), *alpn, "{f}");
+        assert!(n["ja4"].as_str().unwrap().starts_with('q'), "{f}");
+    }
+    // The name filters select exactly tshark's flows.
+    let ports = |filter: &str| -> BTreeSet<u16> {
+        let o = run_ok(capsule().args(["flows", "--store", p(&store), "--json", filter]));
+        stdout_str(&o)
+            .lines()
+            .map(|l| {
+                let f: serde_json::Value = serde_json::from_str(l).unwrap();
+                [f["a_port"].as_u64(), f["b_port"].as_u64()]
+                    .into_iter()
+                    .flatten()
+                    .map(|x| x as u16)
+                    .find(|x| *x != port)
+                    .unwrap()
+            })
+            .collect()
+    };
+    let theirs = |filter: &str| -> BTreeSet<u16> {
+        tshark_fields_as(&cap, &decode, filter, &["udp.srcport"])
+            .iter()
+            .filter_map(|l| l[0].parse().ok())
+            .filter(|x| *x != port)
+            .collect()
+    };
+    assert_eq!(
+        ports("sni models.example-hub.io"),
+        theirs("tls.handshake.extensions_server_name == \"models.example-hub.io\"")
+    );
+    assert_eq!(ports("app quic"), theirs("quic"));
+    assert_eq!(ports("app quic").len(), 2);
 }

@@ -30,6 +30,7 @@ use serde_json::{json, Map, Value};
 pub mod msrules;
 
 use crate::matrix::{self, UNASSIGNED};
+use crate::names::{endpoint, with_name, EndName};
 use crate::{dscp, rfc, side_filter, stragglers, AnalyticsError, Export, Input, Policy};
 
 /// How urgent an alert is: the order of the report.
@@ -242,15 +243,10 @@ pub(crate) fn clamp(input: &Input, first: u64, last: u64) -> (u64, u64) {
 fn side_label(f: &capsule_index::sideindex::FlowCounts, d: usize) -> String {
     let proto = IpProto::from(f.key.proto);
     let (src, dst, ports) = f.key.side(d);
-    let ep = |a: IpAddr, p: Option<u16>| match (a, p) {
-        (IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
-        (a, Some(p)) => format!("{a}:{p}"),
-        (a, None) => a.to_string(),
-    };
     format!(
         "{proto} {} -> {}",
-        ep(src, ports.map(|p| p.0)),
-        ep(dst, ports.map(|p| p.1))
+        endpoint(src, ports.map(|p| p.0)),
+        endpoint(dst, ports.map(|p| p.1))
     )
 }
 
@@ -277,7 +273,10 @@ fn dscp_rule(input: &Input, policy: &dyn Policy, rules: &AlertRules, out: &mut V
         }
         let marks: Vec<String> = vs
             .iter()
-            .map(|v| format!("{} {} ({})", v.dst, v.name, v.dscp))
+            .map(|v| {
+                let dst = with_name(&v.dst, v.dst_name.as_ref().map(|n| n.describe.as_str()));
+                format!("{dst} {} ({})", v.name, v.dscp)
+            })
             .collect();
         let first = vs.iter().map(|v| v.first_ns).min().unwrap_or(top.first_ns);
         let last = vs.iter().map(|v| v.last_ns).max().unwrap_or(top.last_ns);
@@ -291,7 +290,8 @@ fn dscp_rule(input: &Input, policy: &dyn Policy, rules: &AlertRules, out: &mut V
         let destinations: Vec<Value> = vs
             .iter()
             .map(|v| {
-                json!({"dst": v.dst, "dscp": v.dscp, "dscp_name": v.name, "bytes": v.bytes,
+                json!({"dst": v.dst, "dst_name": v.dst_name, "dscp": v.dscp,
+                       "dscp_name": v.name, "bytes": v.bytes,
                        "packets": v.packets, "flows": v.flows})
             })
             .collect();
@@ -348,10 +348,12 @@ pub const STORM_HIGH: f64 = 0.30;
 /// A retransmitted share from which a retransmission finding is medium.
 pub const STORM_MEDIUM: f64 = 0.10;
 
-/// `egress` and `off_hours`: one pass over the flow directions.
+/// `egress` and `off_hours`: one pass over the flow directions. The destination is named
+/// as the window's names name it (names.rs: `203.0.113.77:443 (tls: models.example-hub.io)`),
+/// and an `[egress]` allow-list by name allows what those names match.
 fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<Alert>) {
     let groups = config.groups();
-    let hours = config.work_hours();
+    let hours = config.work_hours().filter(|_| rules.enabled("off_hours"));
     let window_s = (rules.egress_window_ns / 1_000_000_000).max(1);
     let from_s = input.from_ns / 1_000_000_000;
     for s in &input.flows {
@@ -360,10 +362,17 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
             if f.totals.bytes[d] == 0 {
                 continue;
             }
-            let (src, dst, _) = f.key.side(d);
+            let (src, dst, ports) = f.key.side(d);
             let Some(gs) = groups.group_of(src) else {
                 continue;
             };
+            // What the groups and prefixes allow needs no names; only what they do not, and
+            // what may be off hours, are looked at further.
+            let egress = rules.enabled("egress") && !config.egress_allowed(Some(gs), dst, &[]);
+            let off_hours = hours.filter(|_| groups.group_of(dst).is_none());
+            if !egress && off_hours.is_none() {
+                continue;
+            }
             let src_group = groups.name(gs).to_string();
             let secs: Vec<(u64, u64)> = f
                 .buckets
@@ -379,6 +388,9 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                 f.totals.first_ns.max(first_s.0 * 1_000_000_000),
                 f.totals.last_ns.min(last_s.0 * 1_000_000_000 + 999_999_999),
             );
+            let dst_name = input.dst_name(f, d);
+            let names = dst_name.as_ref().map(EndName::names).unwrap_or_default();
+            let egress = egress && !config.egress_allowed(Some(gs), dst, &names);
             let query = input.export(first, last + 1, side_filter(f, d));
             let label = side_label(f, d);
             let entity = || Entity {
@@ -386,8 +398,13 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                 name: label.clone(),
                 hosts: vec![src.to_string(), dst.to_string()],
             };
+            // `203.0.113.77:443 (tls: models.example-hub.io)`.
+            let dst_text = with_name(
+                &endpoint(dst, ports.map(|p| p.1)),
+                dst_name.as_ref().map(|n| n.describe.as_str()),
+            );
             let packets = f.totals.packets[d];
-            if rules.enabled("egress") && !config.egress_allowed(Some(gs), dst) {
+            if egress {
                 let mut per: BTreeMap<u64, u64> = BTreeMap::new();
                 for &(sec, b) in &secs {
                     *per.entry(sec.saturating_sub(from_s) / window_s)
@@ -404,11 +421,13 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                         entity(),
                         format!(
                             "{src} ({src_group}) sent {peak} bytes in one {window_s} s window \
-                             to {dst} ({dst_group}), outside its [egress] allow-list"
+                             to {dst_text}, {}, outside its [egress] allow-list",
+                            in_group(&dst_group)
                         ),
                         first,
                         last,
                         json!({"src_group": src_group, "dst_group": dst_group,
+                               "dst_name": dst_name,
                                "bytes": f.totals.bytes[d], "packets": packets,
                                "peak_window_bytes": peak, "window_s": window_s,
                                "threshold_bytes": rules.egress_bytes}),
@@ -416,10 +435,7 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                     ));
                 }
             }
-            if let Some(h) = hours.filter(|_| rules.enabled("off_hours")) {
-                if groups.group_of(dst).is_some() {
-                    continue;
-                }
+            if let Some(h) = off_hours {
                 let off: u64 = secs
                     .iter()
                     .filter(|(sec, _)| !h.contains(sec * 1_000_000_000))
@@ -431,13 +447,14 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                         Severity::High,
                         entity(),
                         format!(
-                            "{src} ({src_group}) sent {off} bytes to {dst}, outside every \
+                            "{src} ({src_group}) sent {off} bytes to {dst_text}, outside every \
                              group, outside working hours ({})",
                             h.describe()
                         ),
                         first,
                         last,
                         json!({"src_group": src_group, "bytes": f.totals.bytes[d], "packets": packets,
+                               "dst_name": dst_name,
                                "off_hours_bytes": off,
                                "threshold_bytes": rules.off_hours_bytes}),
                         query,
@@ -445,6 +462,15 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                 }
             }
         }
+    }
+}
+
+/// `in group NAME`, or `in no group` for [`UNASSIGNED`].
+fn in_group(g: &str) -> String {
+    if g == UNASSIGNED {
+        "in no group".to_string()
+    } else {
+        format!("in group {g}")
     }
 }
 
@@ -592,6 +618,13 @@ mod tests {
     use crate::tests::{flow, input};
     use capsule_index::flows::FlowSummary;
 
+    /// Each alert's rule and the second host it names (a flow's destination).
+    fn rules_and_destinations(a: &[Alert]) -> Vec<(&str, &str)> {
+        a.iter()
+            .map(|a| (a.rule, a.entity.hosts[1].as_str()))
+            .collect()
+    }
+
     #[test]
     fn egress_and_off_hours_fire_over_their_thresholds_only() {
         let cfg = Config::parse(
@@ -619,10 +652,7 @@ mod tests {
         ];
         let i = input(flows, t * 1_000_000_000, (t + 10) * 1_000_000_000);
         let a = evaluate(&i, &cfg).unwrap();
-        let got: Vec<(&str, &str)> = a
-            .iter()
-            .map(|a| (a.rule, a.entity.hosts[1].as_str()))
-            .collect();
+        let got = rules_and_destinations(&a);
         assert_eq!(
             got,
             vec![("egress", "203.0.113.77"), ("off_hours", "203.0.113.77")],
@@ -633,6 +663,89 @@ mod tests {
         let f = a[0].query.filter.to_string();
         assert!(f.contains("src host 10.60.0.5"), "{f}");
         assert_eq!(a[0].first_ns, t * 1_000_000_000);
+    }
+
+    #[test]
+    fn egress_by_name_allows_what_names_match_and_findings_name_the_destination() {
+        use crate::tests::{dns, tls, with_dns};
+        let cfg = Config::parse(
+            "[groups]\nstore = [\"10.60.0.5\"]\n\
+             [egress]\nstore = [\"*.backup.example.com\"]\n\
+             [work_hours]\ndays = \"mon-fri\"\nstart = \"08:00\"\nend = \"19:00\"\n\
+             timezone = \"UTC\"\n\
+             [alerts]\negress_bytes = 1000\negress_window = \"1s\"\noff_hours_bytes = 1000\n",
+            "c.toml",
+        )
+        .unwrap();
+        let t = 1_796_004_000; // a Monday, 02:00 UTC
+        let me = [10, 60, 0, 5];
+        let i = with_dns(input(
+            vec![
+                // The DNS answer that names 198.51.100.7 (under both thresholds itself).
+                dns(
+                    flow(me, [10, 0, 0, 53], &[(t, 200)]),
+                    "files.backup.example.com",
+                    [198, 51, 100, 7],
+                ),
+                // Named by that answer only: allowed by the name, but off hours.
+                flow(me, [198, 51, 100, 7], &[(t, 5000)]),
+                // Named by its ClientHello, not allowed.
+                tls(
+                    flow(me, [203, 0, 113, 77], &[(t, 4000)]),
+                    me,
+                    "models.example-hub.io",
+                ),
+                // Named by nothing.
+                flow(me, [203, 0, 113, 99], &[(t, 3000)]),
+            ],
+            t * 1_000_000_000,
+            (t + 10) * 1_000_000_000,
+        ));
+        let a = evaluate(&i, &cfg).unwrap();
+        let got = rules_and_destinations(&a);
+        assert_eq!(
+            got,
+            vec![
+                ("off_hours", "198.51.100.7"),
+                ("egress", "203.0.113.77"),
+                ("off_hours", "203.0.113.77"),
+                ("egress", "203.0.113.99"),
+                ("off_hours", "203.0.113.99"),
+            ],
+            "{a:#?}"
+        );
+        let find = |rule: &str, host: &str| {
+            a.iter()
+                .find(|x| x.rule == rule && x.entity.hosts[1] == host)
+                .unwrap()
+        };
+        let e = find("egress", "203.0.113.77");
+        assert!(
+            e.summary
+                .contains("to 203.0.113.77:6000 (tls: models.example-hub.io), in no group"),
+            "{}",
+            e.summary
+        );
+        assert_eq!(e.figures["dst_name"]["name"], "models.example-hub.io");
+        assert_eq!(e.figures["dst_name"]["by"], "sni");
+        let o = find("off_hours", "198.51.100.7");
+        assert!(
+            o.summary
+                .contains("to 198.51.100.7:6000 (dns answer: files.backup.example.com)"),
+            "{}",
+            o.summary
+        );
+        assert_eq!(
+            o.figures["dst_name"]["dns_names"],
+            json!(["files.backup.example.com"])
+        );
+        let u = find("egress", "203.0.113.99");
+        assert!(
+            u.summary.contains("to 203.0.113.99:6000, in no group"),
+            "{}",
+            u.summary
+        );
+        assert!(u.figures["dst_name"].is_null());
     }
 
     /// A TCP flow from `src` sending `data` data segments, `retrans` of them retransmitted,

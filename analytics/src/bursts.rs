@@ -575,6 +575,7 @@ mod tests {
             within: capsule_query::Filter::default(),
             store: "s".into(),
             limits: crate::Limits::default(),
+            dns: Default::default(),
         }
     }
 

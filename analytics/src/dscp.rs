@@ -9,6 +9,7 @@ use capsule_query::Direction::{Dst, Src};
 use capsule_query::Filter;
 use serde::Serialize;
 
+use crate::names::EndName;
 use crate::top::flow_label;
 use crate::{dscp_filter, dscp_in_window, dscp_name, rfc, side_filter, Export, Input, Policy};
 
@@ -40,6 +41,8 @@ pub struct Violation {
     pub src: String,
     pub src_group: Option<String>,
     pub dst: String,
+    /// Who the destination is, if anything names it (names.rs).
+    pub dst_name: Option<EndName>,
     pub dscp: u8,
     pub name: String,
     pub bytes: u64,
@@ -60,6 +63,8 @@ pub struct Remark {
     pub flow: String,
     pub src: String,
     pub dst: String,
+    /// Who the destination is, if anything names it (names.rs).
+    pub dst_name: Option<EndName>,
     /// The packet carrying the new value: its ordinal in that direction (1-based, from the
     /// flow's first packet) and time.
     pub packet: u64,
@@ -97,6 +102,8 @@ struct ViolationAcc {
     flows: u64,
     first: u64,
     last: u64,
+    /// The destination as the first of its flows that names it names it.
+    dst_name: Option<EndName>,
 }
 
 /// Audits the window's DSCP marks (against `policy` when given).
@@ -133,6 +140,13 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                         x.flows += 1;
                         x.first = x.first.min(f.totals.first_ns);
                         x.last = x.last.max(f.totals.last_ns);
+                        if x.dst_name.as_ref().is_none_or(|n| n.name.is_none()) {
+                            if let Some(n) = input.dst_name(f, d) {
+                                if x.dst_name.is_none() || n.name.is_some() {
+                                    x.dst_name = Some(n);
+                                }
+                            }
+                        }
                     }
                 }
             }
@@ -142,6 +156,7 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                         flow: flow_label(f),
                         src: src.to_string(),
                         dst: dst.to_string(),
+                        dst_name: input.dst_name(f, d),
                         packet: ch.ordinal,
                         at_ns: ch.ts_ns,
                         at: rfc(ch.ts_ns),
@@ -192,6 +207,7 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                 src: src.to_string(),
                 src_group: p.group_of(src),
                 dst: dst.to_string(),
+                dst_name: v.dst_name,
                 dscp,
                 name: dscp_name(dscp),
                 bytes: v.bytes,

@@ -32,6 +32,7 @@ pub mod alerts;
 pub mod bursts;
 pub mod dscp;
 pub mod matrix;
+pub mod names;
 pub mod stragglers;
 pub mod tcp;
 pub mod top;
@@ -58,8 +59,9 @@ pub trait Policy {
     fn groups(&self) -> Vec<String>;
     /// Whether `src` may send packets marked `dscp`.
     fn dscp_allowed(&self, dscp: u8, src: IpAddr) -> bool;
-    /// Whether `src` may send to `dst`.
-    fn egress_allowed(&self, src: IpAddr, dst: IpAddr) -> bool;
+    /// Whether `src` may send to `dst`, which the traffic names `dst_names` (its TLS server
+    /// name or HTTP host, names DNS answers gave its address: [`names::EndName::names`]).
+    fn egress_allowed(&self, src: IpAddr, dst: IpAddr, dst_names: &[&str]) -> bool;
 }
 
 impl Policy for capsule_config::Config {
@@ -79,8 +81,8 @@ impl Policy for capsule_config::Config {
         capsule_config::Config::dscp_allowed(self, dscp, self.groups().group_of(src))
     }
 
-    fn egress_allowed(&self, src: IpAddr, dst: IpAddr) -> bool {
-        capsule_config::Config::egress_allowed(self, self.groups().group_of(src), dst)
+    fn egress_allowed(&self, src: IpAddr, dst: IpAddr, dst_names: &[&str]) -> bool {
+        capsule_config::Config::egress_allowed(self, self.groups().group_of(src), dst, dst_names)
     }
 }
 
@@ -124,6 +126,9 @@ pub struct Limits {
     /// Segments in the window that `verify --repair` rebuilt with fewer packets than they
     /// were sealed with (the ledger records both): their lost packets' flows are missing.
     pub repaired_segments: Vec<(u64, String)>,
+    /// With name terms in the filter: segments of the window whose index keeps no names
+    /// (or that have none), whose flows those terms cannot select.
+    pub names_unseen: Vec<u64>,
     /// Packets dropped by capture, as the binary found them (capture status), with when.
     pub drops: Option<String>,
     /// Flows the window cuts, whose per-value DSCP counters are scaled from the whole record.
@@ -168,6 +173,13 @@ impl Limits {
                 "segment(s) {segs:?} lost packets to damage (`verify --repair` rebuilt them)"
             ));
         }
+        if !self.names_unseen.is_empty() {
+            why.push(format!(
+                "segment(s) {:?} have no names in their index: the filter's name terms \
+                 cannot select their flows",
+                self.names_unseen
+            ));
+        }
         why
     }
 
@@ -207,6 +219,14 @@ impl Limits {
         for (seq, why) in self.missing_segments.iter().chain(&self.repaired_segments) {
             out.push(format!("segment {seq}: {why}"));
         }
+        if !self.names_unseen.is_empty() {
+            out.push(format!(
+                "segment(s) {:?} have no names in their side index (written before index \
+                 version 6): the filter's name terms cannot select their flows, which may be \
+                 missing (`capsule reindex` adds the names)",
+                self.names_unseen
+            ));
+        }
         if let Some(d) = &self.drops {
             out.push(d.clone());
         }
@@ -235,6 +255,9 @@ pub struct Input {
     /// The store directory as given, for the `query` of findings.
     pub store: String,
     pub limits: Limits,
+    /// The window's address -> name map (its DNS answers, whatever the filter): what
+    /// names a destination whose own flow names nothing (names.rs).
+    pub dns: capsule_index::names::DnsNames,
 }
 
 /// The packets behind a finding: a window and a filter of the store the answer is of,
@@ -371,6 +394,7 @@ pub fn load(
         filter,
         store_dir.display().to_string(),
     );
+    input.dns = listing.dns;
     let l = &mut input.limits;
     l.unindexed_segments = listing.unindexed;
     l.damaged_indexes = listing.damaged_index;
@@ -378,6 +402,7 @@ pub fn load(
     l.journal_notes = listing.journal_notes;
     l.missing_segments = missing_segments;
     l.repaired_segments = repaired_segments;
+    l.names_unseen = listing.names_unseen;
     Ok(input)
 }
 
@@ -457,6 +482,7 @@ pub fn assemble(
         within: q.filter.clone(),
         store,
         limits,
+        dns: Default::default(),
     }
 }
 
@@ -642,8 +668,10 @@ pub(crate) mod tests {
         fn dscp_allowed(&self, dscp: u8, src: IpAddr) -> bool {
             dscp != 46 || src == IpAddr::from([10, 0, 0, 1])
         }
-        fn egress_allowed(&self, src: IpAddr, dst: IpAddr) -> bool {
-            self.group_of(src).is_none() || self.group_of(dst).is_some()
+        fn egress_allowed(&self, src: IpAddr, dst: IpAddr, dst_names: &[&str]) -> bool {
+            self.group_of(src).is_none()
+                || self.group_of(dst).is_some()
+                || dst_names.iter().any(|n| n.ends_with(".allowed.example"))
         }
     }
 
@@ -690,7 +718,44 @@ pub(crate) mod tests {
             within: Filter::all(),
             store: "/s".into(),
             limits: Limits::default(),
+            dns: Default::default(),
         }
+    }
+
+    /// `i` with its address -> name map made from its flows' DNS answers (as a listing
+    /// makes it).
+    pub(crate) fn with_dns(mut i: Input) -> Input {
+        for s in &i.flows {
+            if let Some(n) = s.flow.totals.names.as_deref() {
+                i.dns.add_flow(n);
+            }
+        }
+        i
+    }
+
+    /// `f` named as a TLS flow to `sni`, its client `client`.
+    pub(crate) fn tls(mut f: FlowSummary, client: [u8; 4], sni: &str) -> FlowSummary {
+        let c = u8::from(f.flow.key.a != IpAddr::from(client));
+        f.flow.totals.names = Some(Box::new(capsule_names::FlowNames {
+            app: capsule_names::App::Tls,
+            sni: Some(sni.into()),
+            client: Some(c),
+            ..Default::default()
+        }));
+        f
+    }
+
+    /// `f` named as a DNS flow whose answer gave `addr` for `name` (its client is the key's
+    /// a).
+    pub(crate) fn dns(mut f: FlowSummary, name: &str, addr: [u8; 4]) -> FlowSummary {
+        f.flow.totals.names = Some(Box::new(capsule_names::FlowNames {
+            app: capsule_names::App::Dns,
+            dns_queries: vec![name.into()],
+            dns_answers: vec![(name.into(), IpAddr::from(addr))],
+            client: Some(0),
+            ..Default::default()
+        }));
+        f
     }
 
     #[test]

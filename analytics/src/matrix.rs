@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::names::EndName;
 use crate::top::flow_label;
 use crate::{rfc, side_filter, Export, Input, Policy};
 
@@ -32,6 +33,8 @@ pub struct Flagged {
     pub flow: String,
     pub src: String,
     pub dst: String,
+    /// Who the destination is, if anything names it (names.rs).
+    pub dst_name: Option<EndName>,
     pub bytes: u64,
     pub packets: u64,
     pub first_ns: u64,
@@ -113,12 +116,19 @@ pub fn matrix(input: &Input, policy: &dyn Policy, by: By) -> Matrix {
             if d == opener {
                 c.flows += 1;
             }
-            if f.totals.packets[d] > 0 && !policy.egress_allowed(src, dst) {
+            // Names are looked up only for what the groups and prefixes do not allow.
+            if f.totals.packets[d] == 0 || policy.egress_allowed(src, dst, &[]) {
+                continue;
+            }
+            let dst_name = input.dst_name(f, d);
+            let names = dst_name.as_ref().map(EndName::names).unwrap_or_default();
+            if !policy.egress_allowed(src, dst, &names) {
                 c.flagged = true;
                 c.flagged_flows.push(Flagged {
                     flow: flow_label(f),
                     src: src.to_string(),
                     dst: dst.to_string(),
+                    dst_name,
                     bytes: f.totals.bytes[d],
                     packets: f.totals.packets[d],
                     first_ns: f.totals.first_ns,
@@ -192,7 +202,65 @@ mod tests {
             !cell(UNASSIGNED, "g").flagged,
             "unassigned senders have no egress rule"
         );
+        assert!(out.flagged_flows[0].dst_name.is_none());
         let sum: u64 = m.cells.iter().map(|c| c.flows).sum();
         assert_eq!(sum, 3);
+    }
+
+    #[test]
+    fn a_destination_named_by_a_dns_answer_is_allowed_by_name_and_others_are_named() {
+        use crate::tests::{dns, tls, with_dns};
+        use std::net::IpAddr;
+        // 10.0.0.3 asks 10.0.0.53 for files.allowed.example: 192.0.2.7. It then sends to
+        // 192.0.2.7 (allowed by that name) and, over TLS, to 192.0.2.8 (named
+        // models.example-hub.io by its ClientHello: not allowed).
+        let me = [10, 0, 0, 3];
+        let i = with_dns(input(
+            vec![
+                dns(
+                    flow(me, [10, 0, 0, 53], &[(0, 100)]),
+                    "files.allowed.example",
+                    [192, 0, 2, 7],
+                ),
+                flow(me, [192, 0, 2, 7], &[(1, 5000)]),
+                tls(
+                    flow(me, [192, 0, 2, 8], &[(1, 3000)]),
+                    me,
+                    "models.example-hub.io",
+                ),
+            ],
+            0,
+            2_000_000_000,
+        ));
+        let m = matrix(&i, &Groups, By::Bytes);
+        let out = m
+            .cells
+            .iter()
+            .find(|c| c.src_group == "g" && c.dst_group == UNASSIGNED)
+            .unwrap();
+        assert_eq!(out.bytes, 8000);
+        assert_eq!(out.flagged_flows.len(), 1, "{:?}", out.flagged_flows);
+        let f = &out.flagged_flows[0];
+        assert_eq!(f.dst, "192.0.2.8");
+        let n = f.dst_name.as_ref().unwrap();
+        assert_eq!(n.describe, "tls: models.example-hub.io");
+        assert_eq!(
+            (n.by, n.names()),
+            (Some("sni"), vec!["models.example-hub.io"])
+        );
+        // The allowed one is named by the DNS answer only; the TLS flow's client end is not
+        // named by the server's name.
+        let to7 = &i.flows[1].flow;
+        let d = usize::from(to7.key.a != IpAddr::from(me));
+        let named = i.dst_name(to7, d).unwrap();
+        assert_eq!(named.describe, "dns answer: files.allowed.example");
+        assert_eq!(named.names(), vec!["files.allowed.example"]);
+        let t = &i.flows[2].flow;
+        let client_side = usize::from(t.key.a != IpAddr::from(me));
+        assert!(i.end_name(t, client_side).is_none());
+        assert_eq!(
+            i.flow_name(to7).as_deref(),
+            Some("dns answer: files.allowed.example")
+        );
     }
 }

@@ -90,6 +90,8 @@ pub struct Interval {
 #[derive(Debug, Clone, Serialize)]
 pub struct Session {
     pub flow: String,
+    /// What names the flow (names.rs: `tls: models.example-hub.io`), if anything does.
+    pub name: Option<String>,
     /// Per direction (a -> b, b -> a, as in `flow`).
     pub data_segments: [u64; 2],
     pub retransmissions: [u64; 2],
@@ -199,6 +201,7 @@ pub fn tcp(input: &Input, interval_ns: u64) -> Result<Tcp, AnalyticsError> {
         .iter()
         .map(|&(_, _, _, f)| Session {
             flow: flow_label(f),
+            name: input.flow_name(f),
             data_segments: f.totals.data,
             retransmissions: f.totals.retransmissions,
             zero_window_segments: f.totals.zero_windows,

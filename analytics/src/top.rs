@@ -57,6 +57,9 @@ pub struct Row {
     /// 1-based; absent on the "other" and "total" rows.
     pub rank: Option<usize>,
     pub key: String,
+    /// What names the row (names.rs): a flow's `tls: models.example-hub.io`, a host's
+    /// `dns answer: NAME`; absent when nothing does (and for other keys).
+    pub name: Option<String>,
     pub bytes: u64,
     pub packets: u64,
     pub flows: u64,
@@ -389,6 +392,7 @@ impl Acc {
         Row {
             rank,
             key,
+            name: None,
             bytes: self.bytes,
             packets: self.packets,
             flows: self.flows,
@@ -421,12 +425,8 @@ impl Acc {
 
 /// A flow's text: protocol, VLANs and endpoints, `a <-> b` in canonical order.
 pub fn flow_label(f: &capsule_index::sideindex::FlowCounts) -> String {
+    use crate::names::endpoint;
     let k = &f.key;
-    let ep = |addr: std::net::IpAddr, port: Option<u16>| match (addr, port) {
-        (std::net::IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
-        (a, Some(p)) => format!("{a}:{p}"),
-        (a, None) => a.to_string(),
-    };
     let proto = capsule_query::IpProto::from(k.proto);
     let vlans: Vec<String> = k.vlans.iter().flatten().map(|v| v.to_string()).collect();
     let vlan = if vlans.is_empty() {
@@ -436,8 +436,8 @@ pub fn flow_label(f: &capsule_index::sideindex::FlowCounts) -> String {
     };
     format!(
         "{proto}{vlan} {} <-> {}",
-        ep(k.a, k.ports.map(|p| p.0)),
-        ep(k.b, k.ports.map(|p| p.1))
+        endpoint(k.a, k.ports.map(|p| p.0)),
+        endpoint(k.b, k.ports.map(|p| p.1))
     )
 }
 
@@ -464,6 +464,19 @@ impl Id {
             Id::Dscp(v) => dscp_name(*v),
             Id::Sni(n) => n.clone().unwrap_or_else(|| "(none)".into()),
             Id::App(a) => a.as_str().to_string(),
+        }
+    }
+
+    /// What names the row, for flows and hosts (names.rs).
+    fn name(
+        &self,
+        f: Option<&capsule_index::sideindex::FlowCounts>,
+        input: &Input,
+    ) -> Option<String> {
+        match self {
+            Id::Flow(_) => input.flow_name(f?),
+            Id::Src(h) | Id::Dst(h) => input.host_name(*h),
+            _ => None,
         }
     }
 
@@ -549,13 +562,15 @@ fn top_flows(input: &Input, by: By, limit: usize) -> Top {
             }
             let id = Id::Flow(s.flow.key);
             a.filter = id.filter(&a.hosts);
-            rows.push(a.row(
+            let mut row = a.row(
                 Some(i + 1),
                 id.label(Some(&s.flow)),
                 total_measure,
                 by,
                 input,
-            ));
+            );
+            row.name = id.name(Some(&s.flow), input);
+            rows.push(row);
         } else if subtract {
             other.span(&s.flow);
         } else {
@@ -719,8 +734,10 @@ fn top_by_key(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn
                 other.subtract_seconds(a);
             }
             a.filter = id.filter(&a.hosts);
-            let label = id.label(input.flows.get(*first).map(|s| &s.flow));
-            rows.push(a.row(Some(i + 1), label, total_measure, by, input));
+            let f = input.flows.get(*first).map(|s| &s.flow);
+            let mut row = a.row(Some(i + 1), id.label(f), total_measure, by, input);
+            row.name = id.name(f, input);
+            rows.push(row);
         } else {
             rest.merge(a);
         }

@@ -126,6 +126,13 @@ pub fn missing(listing: &FlowListing, unreadable: &[Unreadable], q: &Query) -> V
     for u in unreadable.iter().filter(|u| u.reaches(from, to)) {
         why.push(format!("segment {} cannot be read", u.seq));
     }
+    if !listing.names_unseen.is_empty() {
+        why.push(format!(
+            "segment(s) {:?} have no names in their index: the filter's name terms cannot \
+             select their flows",
+            listing.names_unseen
+        ));
+    }
     why
 }
 
@@ -173,6 +180,9 @@ pub fn json_line(s: &FlowSummary) -> serde_json::Value {
         "dscp": [(0..64).filter(|d| f.totals.dscp[0] & (1u64 << d) != 0).collect::<Vec<u8>>(),
                  (0..64).filter(|d| f.totals.dscp[1] & (1u64 << d) != 0).collect::<Vec<u8>>()],
         "tcp_flags": f.totals.tcp_flags, "retransmissions": f.totals.retransmissions,
+        // What of a TCP handshake each direction sent (bit 0 SYN, bit 1 SYN-ACK): with the
+        // names, what `client` is judged from, so a remote table judges as the local one.
+        "handshake": f.totals.handshake,
         "zero_windows": f.totals.zero_windows, "resets": f.totals.resets, "approximate": s.approximate,
         // What the cut-off stored of a cut flow (packets and bytes above count what was
         // seen); null for a flow stored whole.
@@ -198,6 +208,8 @@ pub fn names_json(n: &capsule_names::FlowNames) -> serde_json::Value {
         "ssh": n.ssh,
         "dns_queries": n.dns_queries,
         "dns_answers": n.dns_answers.iter().map(|(q, a)| serde_json::json!({"name": q, "addr": a.to_string()})).collect::<Vec<_>>(),
+        // The side that sent the first payload (`a` or `b`; null: unknown).
+        "client": n.client.map(|c| if c == 0 { "a" } else { "b" }),
     })
 }
 
@@ -228,6 +240,11 @@ fn names_from_json(v: &serde_json::Value) -> Option<capsule_names::FlowNames> {
         http_host: s("http_host"),
         http_method: s("http_method"),
         ssh: [ssh_at(0), ssh_at(1)],
+        client: match v.get("client").and_then(|x| x.as_str()) {
+            Some("a") => Some(0),
+            Some("b") => Some(1),
+            _ => None,
+        },
         dns_queries: list("dns_queries"),
         dns_answers: v
             .get("dns_answers")
@@ -276,6 +293,8 @@ pub fn from_json_line(line: &str) -> Result<FlowSummary, String> {
         approximate: bool,
         cut: Option<Cut>,
         #[serde(default)]
+        handshake: [u8; 2],
+        #[serde(default)]
         names: Option<serde_json::Value>,
     }
     let l: Line = serde_json::from_str(line).map_err(|e| format!("not a flow line: {e}"))?;
@@ -299,6 +318,7 @@ pub fn from_json_line(line: &str) -> Result<FlowSummary, String> {
     t.retransmissions = l.retransmissions;
     t.zero_windows = l.zero_windows;
     t.resets = l.resets;
+    t.handshake = l.handshake;
     t.names = l.names.as_ref().and_then(names_from_json).map(Box::new);
     if let Some(c) = l.cut {
         t.cut_packets = c.cut_packets;
@@ -311,26 +331,7 @@ pub fn from_json_line(line: &str) -> Result<FlowSummary, String> {
     })
 }
 
-/// Which side (0: a, 1: b) is the client, judged by the ports: the side whose port is a
-/// well-known one (below 1024) while the other's is not, or else the side whose port is in
-/// the ephemeral range (32768 and up, Linux's default) while the other's is not. `None`
-/// when the ports do not tell (both or neither in the same class, or no ports).
-///
-/// The side index keeps the union of each direction's TCP flags, which cannot tell a SYN
-/// from the SYN-ACK's ACK after the handshake, so the ports are the evidence used here.
-pub fn client_side(f: &capsule_index::sideindex::FlowCounts) -> Option<usize> {
-    let (pa, pb) = f.key.ports?;
-    let class = |p: u16| match p {
-        0..=1023 => 0,
-        1024..=32767 => 1,
-        _ => 2,
-    };
-    match class(pa).cmp(&class(pb)) {
-        std::cmp::Ordering::Less => Some(1),
-        std::cmp::Ordering::Greater => Some(0),
-        std::cmp::Ordering::Equal => None,
-    }
-}
+pub use capsule_index::flows::client_side;
 
 #[cfg(test)]
 mod tests {

@@ -134,6 +134,8 @@ pub fn inputs(a: Input, b: Input) -> Result<Input, MergeError> {
         }
     }
     let limits = limits(a.limits, b.limits, &flows);
+    let mut dns = a.dns;
+    dns.absorb(&b.dns);
     Ok(Input {
         flows,
         from_ns: a.from_ns,
@@ -142,6 +144,7 @@ pub fn inputs(a: Input, b: Input) -> Result<Input, MergeError> {
         within: a.within,
         store: a.store,
         limits,
+        dns,
     })
 }
 
@@ -171,6 +174,7 @@ fn limits(a: Limits, b: Limits, flows: &[capsule_index::flows::FlowSummary]) -> 
         journal_notes: union(a.journal_notes, b.journal_notes),
         missing_segments: union(a.missing_segments, b.missing_segments),
         repaired_segments: union(a.repaired_segments, b.repaired_segments),
+        names_unseen: union(a.names_unseen, b.names_unseen),
         drops: match (a.drops, b.drops) {
             (Some(x), Some(y)) if x != y => Some(format!("{x}; {y}")),
             (x, y) => x.or(y),

@@ -1,6 +1,12 @@
 //! The `[egress]` policy: where each group may send. A group with an entry may send to the
-//! groups and prefixes it lists and to its own group; anything else it sends is a finding. A
-//! group without an entry, and an address in no group, may send anywhere.
+//! groups, prefixes and names it lists and to its own group; anything else it sends is a
+//! finding. A group without an entry, and an address in no group, may send anywhere.
+//!
+//! A name (`backup.example.com`, or `*.backup.example.com` for any name under it) allows a
+//! destination the traffic names so: the TLS server name or HTTP host of the flow (when the
+//! destination is its server), or a DNS answer of the window that gave the destination's
+//! address for that name. The caller gives those names ([`Egress::allowed`]); matching is
+//! capsule-names' (`name_matches`: case-insensitive, `*.` any name under the suffix).
 
 use std::net::IpAddr;
 
@@ -20,16 +26,23 @@ pub struct EgressRule {
     pub groups: Vec<GroupId>,
     /// Prefixes it may send to, in file order.
     pub prefixes: Vec<Prefix>,
+    /// Names it may send to (`backup.example.com`, `*.backup.example.com`), in file order.
+    pub names: Vec<String>,
     /// `prefixes` as a lookup table.
     #[serde(skip)]
     table: PrefixSet<()>,
 }
 
 impl EgressRule {
-    /// Whether this rule lets its group send to `dst`, whose group is `dst_group`.
-    fn allows(&self, dst: IpAddr, dst_group: Option<GroupId>) -> bool {
+    /// Whether this rule lets its group send to `dst`, whose group is `dst_group` and which
+    /// the traffic names `dst_names`.
+    fn allows(&self, dst: IpAddr, dst_group: Option<GroupId>, dst_names: &[&str]) -> bool {
         dst_group.is_some_and(|g| g == self.group || self.groups.contains(&g))
             || self.table.lookup(dst).is_some()
+            || self
+                .names
+                .iter()
+                .any(|p| dst_names.iter().any(|n| capsule_names::name_matches(p, n)))
     }
 }
 
@@ -42,12 +55,23 @@ pub(crate) struct Egress {
 }
 
 impl Egress {
-    pub fn allowed(&self, groups: &Groups, src: Option<GroupId>, dst: IpAddr) -> bool {
+    pub fn allowed(
+        &self,
+        groups: &Groups,
+        src: Option<GroupId>,
+        dst: IpAddr,
+        dst_names: &[&str],
+    ) -> bool {
         let Some(src) = src else { return true };
         let Some(Some(i)) = self.by_group.get(src.index()) else {
             return true;
         };
-        self.rules[*i].allows(dst, groups.group_of(dst))
+        self.rules[*i].allows(dst, groups.group_of(dst), dst_names)
+    }
+
+    /// Whether some entry lists a name (so the names of a destination matter).
+    pub fn has_names(&self) -> bool {
+        self.rules.iter().any(|r| !r.names.is_empty())
     }
 
     pub fn rules(&self) -> &[EgressRule] {
@@ -68,19 +92,59 @@ impl Egress {
             let Some(group) = src.keep(group) else {
                 continue;
             };
-            let items = src.strings(&key, v, "group names or prefixes (strings)");
+            let items = src.strings(&key, v, "group names, prefixes or DNS names (strings)");
             let items = src.keep(items).unwrap_or_default();
             let mut rule = EgressRule {
                 group,
                 groups: Vec::new(),
                 prefixes: Vec::new(),
+                names: Vec::new(),
                 table: PrefixSet::default(),
             };
             for it in items {
-                // Group names start with a letter and hold no ':' or '/': anything else is
-                // read as an address or prefix.
-                let looks_like_name = it.text.starts_with(|c: char| c.is_ascii_alphabetic())
-                    && !it.text.contains([':', '/']);
+                // What an item is (docs/config.md): with a ':' or '/' an address or prefix; a
+                // defined group's name a group; `*.` and then a name, or a dotted name whose
+                // last label starts with a letter, a DNS name; else a group name when it
+                // starts with a letter (undefined: an error), an address otherwise.
+                let text = it.text.as_str();
+                let prefix_like = text.contains([':', '/']);
+                let dns_like = text.starts_with("*.")
+                    || (text.contains('.')
+                        && text
+                            .rsplit('.')
+                            .next()
+                            .is_some_and(|l| l.starts_with(|c: char| c.is_ascii_alphabetic())));
+                if !prefix_like && groups.by_name(text).is_none() && dns_like {
+                    match check_dns_name(text) {
+                        Ok(()) => {
+                            let lower = text.to_ascii_lowercase();
+                            if rule.names.contains(&lower) {
+                                src.keep::<()>(Err(src.err(
+                                    it.span,
+                                    &it.path,
+                                    ErrorKind::DuplicatePrefix,
+                                    "each name once",
+                                    format!("{text} twice in this list"),
+                                )));
+                            } else {
+                                rule.names.push(lower);
+                            }
+                        }
+                        Err(why) => {
+                            src.keep::<()>(Err(src.err(
+                                it.span,
+                                &it.path,
+                                ErrorKind::BadValue,
+                                "a DNS name (`backup.example.com`) or `*.` and one \
+                                 (`*.backup.example.com`)",
+                                format!("{text:?} ({why})"),
+                            )));
+                        }
+                    }
+                    continue;
+                }
+                let looks_like_name =
+                    text.starts_with(|c: char| c.is_ascii_alphabetic()) && !prefix_like;
                 if looks_like_name {
                     let g = groups
                         .by_name(&it.text)
@@ -111,4 +175,39 @@ impl Egress {
         }
         e
     }
+}
+
+/// Whether `text` is a DNS name an allow-list can hold: `*.` at most once, at the start,
+/// then labels of letters, digits and `-` (1 to 63 bytes, not starting or ending with `-`)
+/// joined by dots, 253 bytes at most.
+fn check_dns_name(text: &str) -> Result<(), String> {
+    let name = text.strip_prefix("*.").unwrap_or(text);
+    if name.is_empty() {
+        return Err("no name after `*.`".into());
+    }
+    if name.len() > 253 {
+        return Err(format!("{} bytes, a DNS name has at most 253", name.len()));
+    }
+    for label in name.split('.') {
+        if label.is_empty() {
+            return Err("an empty label (two dots, or a dot at an end)".into());
+        }
+        if label == "*" {
+            return Err("`*` only as the first label, as `*.`".into());
+        }
+        if label.len() > 63 {
+            return Err(format!("label {label:?} is longer than 63 bytes"));
+        }
+        if !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            || label.starts_with('-')
+            || label.ends_with('-')
+        {
+            return Err(format!(
+                "label {label:?}: letters, digits and `-` (not at an end) only"
+            ));
+        }
+    }
+    Ok(())
 }

@@ -6,7 +6,7 @@
 //!   -> walk.rs: each section's table, type checks; byte offsets -> line:column
 //!   -> [groups] groups.rs: Groups (names in file order, longest-prefix lookup per family)
 //!   -> [dscp] dscp.rs: DscpPolicy (value -> groups allowed to send it)
-//!   -> [egress] egress.rs: Egress (group -> groups and prefixes it may send to)
+//!   -> [egress] egress.rs: Egress (group -> groups, prefixes and DNS names it may send to)
 //!   -> [work_hours] hours.rs: WorkHours (days, local times, IANA zone via jiff)
 //!   -> [capture] capture.rs: one key per `capsule capture` flag, kept as the flag's text
 //!      with its line (the binary parses it with the flag's own parser)
@@ -164,7 +164,11 @@ impl Config {
             }
         }
         if let Some(v) = doc.get("egress") {
-            let t = src.table("egress", v, "a table of group = [group names or prefixes]");
+            let t = src.table(
+                "egress",
+                v,
+                "a table of group = [group names, prefixes or DNS names]",
+            );
             if let Some(t) = src.keep(t) {
                 c.egress = egress::Egress::parse(&src, "egress", t, &c.groups);
             }
@@ -299,11 +303,18 @@ impl Config {
         self.dscp.rules()
     }
 
-    /// Whether a sender in `src` (`None`: in no group) may send to `dst`: a group without
-    /// an `[egress]` entry, and an address in no group, may send anywhere; a group with one
-    /// may send to its own group and to the groups and prefixes listed.
-    pub fn egress_allowed(&self, src: Option<GroupId>, dst: IpAddr) -> bool {
-        self.egress.allowed(&self.groups, src, dst)
+    /// Whether a sender in `src` (`None`: in no group) may send to `dst`, which the traffic
+    /// names `dst_names` (its TLS server name or HTTP host, the names DNS answers gave its
+    /// address; empty when nothing names it): a group without an `[egress]` entry, and an
+    /// address in no group, may send anywhere; a group with one may send to its own group
+    /// and to the groups, prefixes and names listed.
+    pub fn egress_allowed(&self, src: Option<GroupId>, dst: IpAddr, dst_names: &[&str]) -> bool {
+        self.egress.allowed(&self.groups, src, dst, dst_names)
+    }
+
+    /// Whether some `[egress]` entry lists a DNS name.
+    pub fn egress_has_names(&self) -> bool {
+        self.egress.has_names()
     }
 
     /// The `[egress]` entries, in file order.
@@ -380,6 +391,7 @@ struct EgressJson<'a> {
     group: &'a str,
     groups: Vec<&'a str>,
     prefixes: &'a [Prefix],
+    names: &'a [String],
 }
 
 impl Serialize for Config {
@@ -403,6 +415,7 @@ impl Serialize for Config {
                     group: name(&r.group),
                     groups: r.groups.iter().map(name).collect(),
                     prefixes: &r.prefixes,
+                    names: &r.names,
                 })
                 .collect(),
             work_hours: self.work_hours.as_ref(),

@@ -83,7 +83,7 @@ fn an_empty_file_is_a_valid_config_with_nothing_in_it() {
     let c = ok("# nothing\n");
     assert!(c.groups().is_empty());
     assert!(c.dscp_allowed(46, None));
-    assert!(c.egress_allowed(None, ip("1.2.3.4")));
+    assert!(c.egress_allowed(None, ip("1.2.3.4"), &[]));
     assert!(c.work_hours().is_none());
 }
 
@@ -162,21 +162,24 @@ fn egress_allows_listed_targets_and_the_own_group_only() {
     let c = ok(EXAMPLE);
     let g = c.groups();
     let ms = g.by_name("model-store");
-    assert!(c.egress_allowed(ms, ip("10.8.0.20")), "a listed group");
-    assert!(c.egress_allowed(ms, ip("192.0.2.77")), "a listed prefix");
-    assert!(c.egress_allowed(ms, ip("10.7.0.10")), "its own group");
-    assert!(!c.egress_allowed(ms, ip("10.1.1.5")), "another group");
+    assert!(c.egress_allowed(ms, ip("10.8.0.20"), &[]), "a listed group");
     assert!(
-        !c.egress_allowed(ms, ip("203.0.113.5")),
+        c.egress_allowed(ms, ip("192.0.2.77"), &[]),
+        "a listed prefix"
+    );
+    assert!(c.egress_allowed(ms, ip("10.7.0.10"), &[]), "its own group");
+    assert!(!c.egress_allowed(ms, ip("10.1.1.5"), &[]), "another group");
+    assert!(
+        !c.egress_allowed(ms, ip("203.0.113.5"), &[]),
         "an address in no group"
     );
     assert!(
-        !c.egress_allowed(ms, ip("10.7.0.11")),
+        !c.egress_allowed(ms, ip("10.7.0.11"), &[]),
         "lab: the /8, not model-store's /32"
     );
     // No entry: anywhere.
-    assert!(c.egress_allowed(g.by_name("gpu"), ip("203.0.113.5")));
-    assert!(c.egress_allowed(None, ip("10.7.0.10")));
+    assert!(c.egress_allowed(g.by_name("gpu"), ip("203.0.113.5"), &[]));
+    assert!(c.egress_allowed(None, ip("10.7.0.10"), &[]));
 }
 
 #[test]
@@ -469,6 +472,56 @@ fn bad_and_duplicate_dscp_values_are_named() {
         "dscp.46",
         &["already given as ef (line 2)"],
     );
+}
+
+#[test]
+fn egress_lists_take_dns_names_beside_groups_and_prefixes() {
+    let c = ok(
+        "[groups]\nstore = [\"10.7.0.10\"]\n\"backup.dc1\" = [\"10.8.0.0/24\"]\n\
+                [egress]\nstore = [\"backup.dc1\", \"*.Backup.example.com\", \
+                \"models.example-hub.io\", \"192.0.2.0/24\"]\n",
+    );
+    let r = &c.egress_rules()[0];
+    // A defined group's name stays a group, dotted or not.
+    assert_eq!(r.groups.len(), 1);
+    assert_eq!(r.names, ["*.backup.example.com", "models.example-hub.io"]);
+    let ms = c.groups().by_name("store");
+    let dst = ip("203.0.113.77");
+    assert!(!c.egress_allowed(ms, dst, &[]), "nothing names it");
+    assert!(c.egress_allowed(ms, dst, &["files.backup.example.com"]));
+    assert!(c.egress_allowed(ms, dst, &["x", "A.B.BACKUP.example.com."]));
+    assert!(
+        !c.egress_allowed(ms, dst, &["backup.example.com"]),
+        "`*.` is under the name, not the name itself"
+    );
+    assert!(c.egress_allowed(ms, dst, &["models.example-hub.io"]));
+    assert!(!c.egress_allowed(ms, dst, &["cdn.models.example-hub.io"]));
+    assert!(c.egress_allowed(ms, ip("10.8.0.5"), &[]), "the group");
+    assert!(c.egress_allowed(ms, ip("192.0.2.9"), &[]), "the prefix");
+    assert!(c.egress_has_names());
+    assert!(!ok(EXAMPLE).egress_has_names());
+    let json = serde_json::to_value(&c).unwrap();
+    assert_eq!(
+        json["egress"][0]["names"],
+        serde_json::json!(["*.backup.example.com", "models.example-hub.io"])
+    );
+    // Bad names, a name twice, and an undefined group (no dot: not a name) are named.
+    for (item, words) in [
+        ("*.", &["no name after"][..]),
+        ("a..example.com", &["empty label"][..]),
+        ("*.*.example.com", &["first label"][..]),
+        ("bad_label.example.com", &["letters, digits"][..]),
+        ("-x.example.com", &["not at an end"][..]),
+    ] {
+        let e = err(&format!(
+            "[groups]\na = []\n[egress]\na = [\"ok.example\", \"{item}\"]\n"
+        ));
+        check(&e, ErrorKind::BadValue, 4, "egress.a[1]", words);
+    }
+    let e = err("[groups]\na = []\n[egress]\na = [\"x.example\", \"X.example\"]\n");
+    check(&e, ErrorKind::DuplicatePrefix, 4, "egress.a[1]", &["twice"]);
+    let e = err("[groups]\na = []\n[egress]\na = [\"backup\"]\n");
+    check(&e, ErrorKind::UnknownGroup, 4, "egress.a[0]", &["`backup`"]);
 }
 
 #[test]

@@ -39,6 +39,15 @@ pub fn answer(
             "{what} needs --config FILE: the host groups (and policy) it answers with"
         )));
     }
+    if req.query.filter.has_names() {
+        // The catalog's flow rows carry no application names: a name term would match
+        // nothing there (or, unresolved, everything).
+        return Err(FleetError::Usage(
+            "the filter's name terms (sni, dns, http.host, app) need each node's names, \
+             which the fleet's flow rows do not carry: ask the node itself (without --fleet)"
+                .to_string(),
+        ));
+    }
     crate::schema::Schema::ensure(ch)?;
     let (from, to) = req.query.window();
     let cols: Vec<String> = rows::flow_columns().into_iter().map(|(n, _)| n).collect();

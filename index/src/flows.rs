@@ -47,6 +47,17 @@ pub struct FlowListing {
     /// [`list_index_only`]: the first and last packet time of every flow the indexes hold
     /// (whatever the window and filter), the store's span as the index knows it.
     pub held: Option<(u64, u64)>,
+    /// Segments of the window whose index keeps no names (written before index version 6,
+    /// or an open segment's journal records written without them), whatever the filter.
+    pub nameless: Vec<u64>,
+    /// Only when the filter has name terms (`sni`, `dns`, `http.host`, `app`): the segments
+    /// of the window those terms could not see (their index keeps no names, or they have
+    /// no index at all), so the listing may miss their flows. Empty otherwise.
+    pub names_unseen: Vec<u64>,
+    /// The window's address -> name map: the DNS answers of every flow of the window,
+    /// whatever the filter (of the segments read: one the catalog rules out for the filter
+    /// gives none).
+    pub dns: crate::names::DnsNames,
 }
 
 /// The flows of `q` (filter and window) from the side index alone: every sealed segment's
@@ -54,7 +65,7 @@ pub struct FlowListing {
 /// file is opened. With `keep_buckets`, each flow keeps its 1-second buckets in the window.
 /// The flows come in the order they were first seen (segment order), not ranked.
 pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<FlowListing> {
-    let resolved = resolve_index_only(store, q)?;
+    let (resolved, names_unseen) = resolve_index_only(store, q)?;
     let q = &resolved;
     let (from, to) = q.window();
     // Segments trimmed after upload too: their index stayed local.
@@ -70,7 +81,10 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
         .map(|h| h.flows as usize)
         .sum();
     let mut out = Merged::with_capacity(hint.min(1 << 26));
-    let mut listing = FlowListing::default();
+    let mut listing = FlowListing {
+        names_unseen,
+        ..FlowListing::default()
+    };
     // Reading and decoding an index (zstd, varints, one allocation per flow), cutting its
     // flows to the window and filter, and merging them into the listing (hash look-ups,
     // bucket merges): two reader threads decode segments in turn (one takes the even ones,
@@ -118,6 +132,9 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
             if l.unindexed {
                 listing.unindexed.push(l.seq);
             }
+            if l.nameless {
+                listing.nameless.push(l.seq);
+            }
             if let Some(d) = l.damaged {
                 listing.damaged_index.push((l.seq, d));
             }
@@ -127,6 +144,7 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
             listing
                 .journal_notes
                 .extend(l.notes.into_iter().map(|n| (l.seq, n)));
+            listing.dns.absorb(&l.dns);
             for part in l.flows {
                 out.add(part);
             }
@@ -166,11 +184,15 @@ struct Loaded {
     held: Option<(u64, u64)>,
     /// No usable index (missing, stale or damaged): its flows are missing from the listing.
     unindexed: bool,
+    /// Its index keeps no names, and holds flows of the window.
+    nameless: bool,
     damaged: Option<String>,
     unseen: Vec<usize>,
     notes: Vec<String>,
     /// The flows of the window and filter, cut to the window, when the index overlaps it.
     flows: Vec<FlowSummary>,
+    /// The DNS answers of the window's flows (whatever the filter).
+    dns: crate::names::DnsNames,
 }
 
 /// Reads and decodes the index of one segment (`.idx` when sealed, the journal when open).
@@ -233,7 +255,10 @@ fn load_entry(
             // Without `keep_buckets`, a flow wholly in the window needs none (windowed).
             let drop_within = (!keep_buckets).then_some((from, to));
             match SegmentIndex::decode_counts(&bytes, drop_within) {
-                Ok(i) if i.seq == entry.seq && i.segment_len == entry.bytes => i.flows,
+                Ok(i) if i.seq == entry.seq && i.segment_len == entry.bytes => {
+                    l.nameless = !i.named;
+                    i.flows
+                }
                 Ok(_) => {
                     l.unindexed = true; // stale: another file's index
                     return Ok(l);
@@ -262,6 +287,7 @@ fn load_entry(
             let live = journal::fold_journal(entry.seq, None, entry.bytes, &bytes, ck);
             l.unseen = live.unseen;
             l.notes = live.notes;
+            l.nameless = !live.index.named;
             live.index.flows.into_iter().map(FlowCounts::from).collect()
         }
     };
@@ -271,6 +297,11 @@ fn load_entry(
             Some((a, b)) => (a.min(f.totals.first_ns), b.max(f.totals.last_ns)),
         });
     }
+    // Names missing matter only where the index holds flows of the window.
+    l.nameless &= flows
+        .iter()
+        .any(|f| f.totals.last_ns >= from && f.totals.first_ns < to);
+    window_answers(&flows, from, to, &mut l.dns);
     l.flows = select(flows, q, from, to, keep_buckets);
     Ok(l)
 }
@@ -287,6 +318,18 @@ fn merge_segment(
     out.flows.reserve(flows.len());
     for part in select(flows, q, from, to, keep_buckets) {
         out.add(part);
+    }
+}
+
+/// Adds the DNS answers of the flows of `flows` that overlap [from, to) to `out`.
+fn window_answers(flows: &[FlowCounts], from: u64, to: u64, out: &mut crate::names::DnsNames) {
+    for f in flows {
+        if f.totals.last_ns < from || f.totals.first_ns >= to {
+            continue;
+        }
+        if let Some(n) = f.totals.names.as_deref() {
+            out.add_flow(n);
+        }
     }
 }
 
@@ -387,7 +430,7 @@ fn finish(out: Merged) -> Vec<FlowSummary> {
 
 /// Lists the flows of `q` (filter and window) from the side index of `segments`.
 pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<FlowListing> {
-    let resolved = resolve(store, segments, q)?;
+    let (resolved, names_unseen) = resolve(store, segments, q)?;
     let q = &resolved;
     let from = q.from_ns.unwrap_or(0);
     let to = q.to_ns.unwrap_or(u64::MAX);
@@ -396,6 +439,8 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
     let mut damaged_index = Vec::new();
     let mut unseen = Vec::new();
     let mut journal_notes = Vec::new();
+    let mut dns = crate::names::DnsNames::default();
+    let mut nameless = Vec::new();
     let catalog = (!q.filter.is_all())
         .then(|| Catalog::load(&store.index_dir()).ok().flatten())
         .flatten();
@@ -443,7 +488,11 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
             }
             Err(e) => return Err(e),
         };
-        let flows = idx.flows.into_iter().map(FlowCounts::from).collect();
+        if !idx.named {
+            nameless.push(seg.seq());
+        }
+        let flows: Vec<FlowCounts> = idx.flows.into_iter().map(FlowCounts::from).collect();
+        window_answers(&flows, from, to, &mut dns);
         merge_segment(&mut out, flows, q, from, to, false);
     }
     let flows = finish(out);
@@ -454,6 +503,9 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         unseen,
         journal_notes,
         held: None,
+        nameless,
+        names_unseen,
+        dns,
     })
 }
 
@@ -544,11 +596,44 @@ pub fn cut_summary(store: &Store, segments: &[SegmentReader], q: &Query) -> Resu
     Ok(out)
 }
 
+/// Which side of a flow (0: a, 1: b) is the client, from the best evidence the index holds:
+/// the side whose bytes were a client's, its ClientHello, request or query (the names
+/// record's client bits); else the side that sent a SYN the other answered with a SYN-ACK, when
+/// only one did; else the ports: the side whose port is not a well-known one (below 1024)
+/// while the other's is, or else the side whose port is in the ephemeral range (32768 and
+/// up, Linux's default) while the other's is not. `None` when nothing tells.
+pub fn client_side(f: &FlowCounts) -> Option<usize> {
+    use crate::sideindex::{SENT_SYN, SENT_SYN_ACK};
+    if let Some(c) = f.totals.names.as_ref().and_then(|n| n.client) {
+        return Some(usize::from(c & 1));
+    }
+    let h = f.totals.handshake;
+    let opened = |d: usize| h[d] & SENT_SYN != 0 && h[1 - d] & SENT_SYN_ACK != 0;
+    match (opened(0), opened(1)) {
+        (true, false) => return Some(0),
+        (false, true) => return Some(1),
+        _ => {}
+    }
+    let (pa, pb) = f.key.ports?;
+    let class = |p: u16| match p {
+        0..=1023 => 0,
+        1024..=32767 => 1,
+        _ => 2,
+    };
+    match class(pa).cmp(&class(pb)) {
+        std::cmp::Ordering::Less => Some(1),
+        std::cmp::Ordering::Greater => Some(0),
+        std::cmp::Ordering::Equal => None,
+    }
+}
+
 /// `q` with its name terms (`sni`, `dns`, `http.host`, `app`) resolved over the flows of its
 /// window in `segments`, from the index alone (index/src/names.rs); `q` itself without them.
-pub fn resolve(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Query> {
+/// With them, also the segments of the window those terms could not see (their index keeps
+/// no names, or they have none): an answer over them may miss flows, and says so.
+pub fn resolve(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<(Query, Vec<u64>)> {
     if !q.filter.has_names() {
-        return Ok(q.clone());
+        return Ok((q.clone(), Vec::new()));
     }
     let all = Query {
         filter: capsule_query::Filter::all(),
@@ -557,8 +642,9 @@ pub fn resolve(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Q
     Ok(resolved(q, &list(store, segments, &all)?))
 }
 
-/// `q` with its name terms replaced by what `listing` (every flow of the window) names.
-fn resolved(q: &Query, listing: &FlowListing) -> Query {
+/// `q` with its name terms replaced by what `listing` (every flow of the window) names, and
+/// the segments whose flows the listing could not name.
+fn resolved(q: &Query, listing: &FlowListing) -> (Query, Vec<u64>) {
     let filter = crate::names::resolve_over(
         &q.filter,
         listing
@@ -566,16 +652,27 @@ fn resolved(q: &Query, listing: &FlowListing) -> Query {
             .iter()
             .map(|s| (&s.flow.key, s.flow.totals.names.as_deref())),
     );
-    Query {
-        filter,
-        ..q.clone()
-    }
+    let mut unseen: Vec<u64> = listing
+        .nameless
+        .iter()
+        .chain(&listing.unindexed)
+        .copied()
+        .collect();
+    unseen.sort_unstable();
+    unseen.dedup();
+    (
+        Query {
+            filter,
+            ..q.clone()
+        },
+        unseen,
+    )
 }
 
 /// [`resolve`] from the index alone (no segment opened), as [`list_index_only`].
-pub fn resolve_index_only(store: &Store, q: &Query) -> Result<Query> {
+pub fn resolve_index_only(store: &Store, q: &Query) -> Result<(Query, Vec<u64>)> {
     if !q.filter.has_names() {
-        return Ok(q.clone());
+        return Ok((q.clone(), Vec::new()));
     }
     let all = Query {
         filter: capsule_query::Filter::all(),

@@ -10,6 +10,8 @@
 //!        TLS   -> the client's stream reassembled in order (up to STREAM_CAP bytes, so a
 //!                 ClientHello spanning two segments is read) -> tls::client_hello:
 //!                 server name, ALPN, JA4-style fingerprint
+//!        QUIC  -> the client's Initial packets, their protection removed (keys derived
+//!                 from public values, quic.rs), CRYPTO data joined -> the ClientHello
 //!        HTTP/1 -> Host header and method of the first request (text.rs)
 //!        SSH   -> each side's version string
 //!        DNS   -> every message of the flow's first MAX_PACKETS: query names, A/AAAA answers
@@ -22,13 +24,11 @@
 //! [`MAX_DNS_NAMES`] query names and [`MAX_DNS_ANSWERS`] answers. Every parser reads through
 //! capsule-wire's checked [`Reader`](capsule_wire::view::Reader): no panic on any input (one
 //! cargo-fuzz target per parser in fuzz/).
-//!
-//! The QUIC Initial's server name (its keys derive from public values) is not read yet:
-//! QUIC is recognised, its name is not.
 #![forbid(unsafe_code)]
 
 pub mod detect;
 pub mod dns;
+pub mod quic;
 pub mod text;
 pub mod tls;
 
@@ -81,12 +81,26 @@ pub struct FlowNames {
     pub dns_queries: Vec<Name>,
     /// DNS A/AAAA answers: (the name asked, the address).
     pub dns_answers: Vec<(Name, IpAddr)>,
+    /// The side of the flow (0: a, 1: b) that is the client, as its bytes tell (it sent the
+    /// TLS or QUIC ClientHello, the HTTP request or preface, the DNS query, the RPC call), so
+    /// the server (the end the SNI and HTTP host name) is the other. `None` when the bytes
+    /// do not tell (or an index written before this was kept).
+    pub client: Option<u8>,
 }
 
 impl FlowNames {
-    /// Nothing learned.
+    /// Nothing learned (which side sent first is no name: a flow with only that is empty).
     pub fn is_empty(&self) -> bool {
-        *self == FlowNames::default()
+        FlowNames {
+            client: None,
+            ..self.clone()
+        } == FlowNames::default()
+    }
+
+    /// The side of the flow (0: a, 1: b) its names name (SNI, HTTP host: the server's), when
+    /// known: the client's peer.
+    pub fn server_side(&self) -> Option<usize> {
+        self.client.map(|c| 1 - usize::from(c & 1))
     }
 
     /// The one name that says who the other end is: SNI, else HTTP host, else the first DNS
@@ -112,6 +126,9 @@ impl FlowNames {
     pub fn absorb(&mut self, o: &FlowNames) {
         if self.app == App::Unknown {
             self.app = o.app;
+        }
+        if self.client.is_none() {
+            self.client = o.client;
         }
         for (a, b) in [
             (&mut self.sni, &o.sni),
@@ -168,6 +185,12 @@ struct Side {
     next_seq: Option<u32>,
     /// The stream's first bytes, in order (TCP only, while a parser waits for more).
     stream: Vec<u8>,
+    /// A QUIC client's Initial packets so far.
+    quic: Option<Box<quic::Initials>>,
+    /// A payload was seen from this side.
+    seen: bool,
+    /// This side's bytes are no client's hello or request (TLS, QUIC, HTTP/1).
+    not_client: bool,
 }
 
 /// A flow's inspection while the index is built: fed the payload of its packets until it is
@@ -176,8 +199,8 @@ struct Side {
 pub struct Tracker {
     names: FlowNames,
     sides: [Side; 2],
-    /// Which direction sent the first payload (the client for TCP/UDP request protocols).
-    client: Option<usize>,
+    /// Per direction: its SSH version line was read (a version, or none found).
+    ssh_read: [bool; 2],
     done: bool,
 }
 
@@ -188,7 +211,9 @@ impl Tracker {
         self.done
     }
 
-    /// What was learned so far.
+    /// What was learned so far: every field final once set (later packets only fill
+    /// fields still empty and extend lists), so two snapshots of one flow's inspection,
+    /// joined with [`FlowNames::absorb`], give the later one.
     pub fn names(&self) -> &FlowNames {
         &self.names
     }
@@ -214,9 +239,17 @@ impl Tracker {
             return;
         }
         side.packets += 1;
-        if self.names.app == App::Unknown && self.client.is_none() {
-            self.client = Some(dir);
+        // Each side's first payload may tell the application: a store writes a flow's two
+        // directions into different lanes when their DSCP differs, so the index may see the
+        // server's first bytes before the client's. Which side is the client is told by
+        // the bytes too (a hello, a request, a DNS query), never by which came first.
+        let first_of_side = !std::mem::replace(&mut self.sides[dir].seen, true);
+        if self.names.app == App::Unknown && first_of_side {
             self.names.app = detect::app(payload, tcp_seq.is_some(), dst_port);
+            // An HTTP/2 preface and an ONC-RPC call are a client's.
+            if matches!(self.names.app, App::Http2 | App::OncRpc) {
+                self.client_is(dir);
+            }
         }
         // The bytes of this direction's stream so far (TCP: in order; UDP: this datagram).
         let bytes: &[u8] = match tcp_seq {
@@ -234,41 +267,41 @@ impl Tracker {
             }
             None => payload,
         };
-        let client = self.client == Some(dir);
         match self.names.app {
-            App::Tls if client => match tls::client_hello(bytes) {
-                tls::Hello::Incomplete => {}
-                tls::Hello::Client(h) => {
-                    self.names.sni = h.sni;
-                    self.names.alpn = h.alpn;
-                    self.names.ja4 = Some(h.ja4);
-                    self.finish();
-                }
-                tls::Hello::Not => self.finish(),
-            },
-            App::Http1 if client => match text::http_request(bytes) {
+            // A client's hello or request is told from the bytes; whichever side sends one
+            // is the client, and a side whose bytes are none is not (its peer is).
+            _ if self.sides[dir].not_client => {}
+            App::Quic if tcp_seq.is_none() => {
+                let q = self.sides[dir].quic.get_or_insert_with(Default::default);
+                let h = q.datagram(bytes);
+                self.hello(dir, h);
+            }
+            App::Tls if tcp_seq.is_some() => {
+                let h = tls::client_hello(bytes);
+                self.hello(dir, h);
+            }
+            App::Http1 if tcp_seq.is_some() => match text::http_request(bytes) {
                 text::Http::Incomplete => {}
                 text::Http::Request { method, host } => {
+                    self.client_is(dir);
                     self.names.http_method = method;
                     self.names.http_host = host;
                     self.finish();
                 }
-                text::Http::Not => self.finish(),
+                text::Http::Not => self.not_client(dir),
             },
             App::Ssh => {
-                if self.names.ssh[dir].is_none() {
+                if !self.ssh_read[dir] {
                     match text::ssh_version(bytes) {
                         text::Ssh::Incomplete => {}
-                        text::Ssh::Version(v) => self.names.ssh[dir] = Some(v),
-                        text::Ssh::Not => self.names.ssh[dir] = Some(String::new()),
+                        text::Ssh::Version(v) => {
+                            self.names.ssh[dir] = Some(v);
+                            self.ssh_read[dir] = true;
+                        }
+                        text::Ssh::Not => self.ssh_read[dir] = true,
                     }
                 }
-                if self.names.ssh.iter().all(Option::is_some) {
-                    for v in &mut self.names.ssh {
-                        if v.as_deref() == Some("") {
-                            *v = None;
-                        }
-                    }
+                if self.ssh_read == [true, true] {
                     self.finish();
                 }
             }
@@ -278,6 +311,12 @@ impl Tracker {
                     None => dns::parse(bytes),
                 };
                 if let Some(m) = m {
+                    // A query comes from the client, a response from the server.
+                    if m.response {
+                        self.client_is(1 - dir);
+                    } else {
+                        self.client_is(dir);
+                    }
                     for q in m.queries {
                         if self.names.dns_queries.len() < MAX_DNS_NAMES
                             && !self.names.dns_queries.contains(&q)
@@ -300,8 +339,41 @@ impl Tracker {
                     side.next_seq = None;
                 }
             }
-            App::Tls | App::Http1 => {}
+            // Nothing recognised yet: the other side's first payload may tell.
+            App::Unknown if !self.sides[1 - dir].seen => {}
             _ => self.finish(),
+        }
+    }
+
+    /// Side `dir` is the client (it sent a client's hello, request or query): the first
+    /// side found so is kept (a field once set is final, see [`Tracker::names`]).
+    fn client_is(&mut self, dir: usize) {
+        if self.names.client.is_none() {
+            self.names.client = Some(dir as u8);
+        }
+    }
+
+    /// Side `dir`'s bytes are no client's hello or request; when neither side's are,
+    /// nothing more can be learned.
+    fn not_client(&mut self, dir: usize) {
+        self.sides[dir].not_client = true;
+        if self.sides[1 - dir].not_client {
+            self.finish();
+        }
+    }
+
+    /// Takes what side `dir`'s hello (TLS, or QUIC's Initial) gave.
+    fn hello(&mut self, dir: usize, h: tls::Hello) {
+        match h {
+            tls::Hello::Incomplete => {}
+            tls::Hello::Client(h) => {
+                self.client_is(dir);
+                self.names.sni = h.sni;
+                self.names.alpn = h.alpn;
+                self.names.ja4 = Some(h.ja4);
+                self.finish();
+            }
+            tls::Hello::Not => self.not_client(dir),
         }
     }
 
@@ -341,7 +413,7 @@ mod tests {
     use super::*;
 
     /// A TLS 1.3 ClientHello record offering `sni` and ALPN h2, http/1.1.
-    fn client_hello(sni: &str) -> Vec<u8> {
+    pub(crate) fn client_hello(sni: &str) -> Vec<u8> {
         let mut ext = Vec::new();
         let name = sni.as_bytes();
         let mut sn = vec![0u8];
@@ -395,6 +467,47 @@ mod tests {
             // TLS 1.3 (supported_versions), SNI, 2 ciphers, 4 extensions (GREASE out), h2.
             assert!(ja4.starts_with("t13d0204h2_"), "{ja4}");
         }
+    }
+
+    /// The index may see a flow's server bytes first (the two directions of a flow lie in
+    /// different lanes of the store when their DSCP differs): the client is the side whose
+    /// bytes are a client's, whatever came first.
+    #[test]
+    fn the_server_seen_first_does_not_make_it_the_client() {
+        // A ServerHello record (handshake type 2), then the client's ClientHello.
+        let mut t = Tracker::default();
+        t.observe(1, Some(900), 51000, &[0x16, 3, 3, 0, 4, 2, 0, 0, 0]);
+        assert!(!t.done());
+        t.observe(0, Some(100), 443, &client_hello("models.example-hub.io"));
+        assert!(t.done());
+        assert_eq!(t.names().sni.as_deref(), Some("models.example-hub.io"));
+        assert_eq!(
+            (t.names().client, t.names().server_side()),
+            (Some(0), Some(1))
+        );
+        // An HTTP response first, then the request.
+        let mut h = Tracker::default();
+        h.observe(0, Some(5), 40000, b"HTTP/1.1 200 OK\r\n\r\n");
+        h.observe(
+            1,
+            Some(9),
+            80,
+            b"GET / HTTP/1.1\r\nHost: web.example\r\n\r\n",
+        );
+        assert_eq!(h.names().http_host.as_deref(), Some("web.example"));
+        assert_eq!(h.names().client, Some(1));
+        // A DNS response first: its peer is the client.
+        let mut m = vec![0x12, 0x34, 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0];
+        m.extend_from_slice(b"\x03www\x07example\x03com\x00\x00\x01\x00\x01");
+        let mut d = Tracker::default();
+        d.observe(1, None, 40000, &m);
+        assert_eq!(d.names().client, Some(0));
+        // A first payload that tells nothing waits for the other side's.
+        let mut u = Tracker::default();
+        u.observe(1, Some(1), 40000, b"\x00\x01\x02 nothing known");
+        assert!(!u.done());
+        u.observe(0, Some(1), 22, b"SSH-2.0-OpenSSH_9.6\r\n");
+        assert_eq!(u.names().app, App::Ssh);
     }
 
     #[test]

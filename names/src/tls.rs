@@ -97,12 +97,34 @@ pub fn client_hello(stream: &[u8]) -> Hello {
         Some(n) if msg.len() < n => {
             if n > crate::STREAM_CAP {
                 // Larger than the cap: read what is there as far as it goes.
-                parse(&msg[4..]).map_or(Hello::Not, Hello::Client)
+                parse(&msg[4..], 't').map_or(Hello::Not, Hello::Client)
             } else {
                 Hello::Incomplete
             }
         }
-        Some(n) => parse(&msg[4..n]).map_or(Hello::Not, Hello::Client),
+        Some(n) => parse(&msg[4..n], 't').map_or(Hello::Not, Hello::Client),
+    }
+}
+
+/// Parses the ClientHello handshake message at the start of `msg`, without a record layer
+/// (as QUIC's CRYPTO frames carry it). With `quic`, its fingerprint starts with `q`.
+pub fn handshake_message(msg: &[u8], quic: bool) -> Hello {
+    let proto = if quic { 'q' } else { 't' };
+    match msg {
+        [] => Hello::Incomplete,
+        [t, ..] if *t != 1 => Hello::Not,
+        [_, a, b, c, body @ ..] => {
+            let n = (usize::from(*a) << 16) | (usize::from(*b) << 8) | usize::from(*c);
+            if body.len() >= n {
+                parse(&body[..n], proto).map_or(Hello::Not, Hello::Client)
+            } else if 4 + n > crate::STREAM_CAP && msg.len() >= crate::STREAM_CAP {
+                // Larger than the cap: read what is there as far as it goes.
+                parse(body, proto).map_or(Hello::Not, Hello::Client)
+            } else {
+                Hello::Incomplete
+            }
+        }
+        _ => Hello::Incomplete,
     }
 }
 
@@ -118,7 +140,7 @@ fn looks_like_tls_prefix(b: &[u8]) -> bool {
 
 /// The ClientHello body (after the 4-byte handshake header).
 #[allow(clippy::collapsible_match)] // one arm an extension, its checks inside
-fn parse(body: &[u8]) -> Option<ClientHello> {
+fn parse(body: &[u8], proto: char) -> Option<ClientHello> {
     let mut r = Reader::new(body);
     let legacy_version = r.u16_be().ok()?;
     r.skip(32).ok()?;
@@ -203,7 +225,7 @@ fn parse(body: &[u8]) -> Option<ClientHello> {
             }
         }
     }
-    hello.ja4 = ja4(version, &hello, &ciphers, &exts, &sigalgs);
+    hello.ja4 = ja4(proto, version, &hello, &ciphers, &exts, &sigalgs);
     Some(hello)
 }
 
@@ -215,7 +237,14 @@ fn hex12(s: &str) -> String {
     d.iter().take(6).map(|b| format!("{b:02x}")).collect()
 }
 
-fn ja4(version: u16, h: &ClientHello, ciphers: &[u16], exts: &[u16], sigalgs: &[u16]) -> String {
+fn ja4(
+    proto: char,
+    version: u16,
+    h: &ClientHello,
+    ciphers: &[u16],
+    exts: &[u16],
+    sigalgs: &[u16],
+) -> String {
     let v = match version {
         0x0304 => "13",
         0x0303 => "12",
@@ -259,7 +288,7 @@ fn ja4(version: u16, h: &ClientHello, ciphers: &[u16], exts: &[u16], sigalgs: &[
         );
     }
     format!(
-        "t{v}{sni}{:02}{:02}{alpn}_{}_{}",
+        "{proto}{v}{sni}{:02}{:02}{alpn}_{}_{}",
         ciphers.len().min(99),
         exts.len().min(99),
         hex12(&cs),

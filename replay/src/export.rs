@@ -91,7 +91,7 @@ pub fn bpf_linktypes(segments: &[SegmentReader]) -> Vec<u16> {
 /// Plans an export without reading any packet (`--explain`).
 pub fn explain(store: &Store, opts: &ExportOptions) -> Result<Plan, ExportError> {
     let segments = store.open_segments()?;
-    let query = capsule_index::flows::resolve(store, &segments, &opts.query)?;
+    let (query, _) = capsule_index::flows::resolve(store, &segments, &opts.query)?;
     Ok(plan(store, &segments, &query)?)
 }
 
@@ -267,7 +267,7 @@ impl Window {
         let (segments, unreadable) = store.open_segments_checked()?;
         let segments = Arc::new(segments);
         // Name terms resolved from the index once, for the plan and every packet's check.
-        let resolved = capsule_index::flows::resolve(store, &segments, query)?;
+        let (resolved, names_unseen) = capsule_index::flows::resolve(store, &segments, query)?;
         let query = &resolved;
         let the_plan = plan(store, &segments, query)?;
         let mut report = ExportReport {
@@ -277,6 +277,7 @@ impl Window {
             blocks_read: the_plan.blocks_read(),
             unindexed: the_plan.unindexed.clone(),
             damaged_index: the_plan.damaged_index.clone(),
+            names_unseen,
             // A segment whose span is known (a missing one, from the ledger) counts only
             // when the window reaches it.
             unreadable: unreadable

@@ -42,7 +42,10 @@ impl SkippedBlock {
 impl ExportReport {
     /// Whether the answer is partial: damaged data inside the query was skipped.
     pub fn is_partial(&self) -> bool {
-        !self.skipped.is_empty() || !self.unreadable.is_empty() || !self.lost.is_empty()
+        !self.skipped.is_empty()
+            || !self.unreadable.is_empty()
+            || !self.lost.is_empty()
+            || !self.names_unseen.is_empty()
     }
 
     /// What a partial answer misses, in one line of at most 1 KiB (`None` when
@@ -78,6 +81,13 @@ impl ExportReport {
         }
         for l in &self.lost {
             parts.push(format!("segment {} lost a stretch ({})", l.seq, l.problem));
+        }
+        if !self.names_unseen.is_empty() {
+            parts.push(format!(
+                "the flows of segment(s) {:?}, whose index keeps no names, that the filter's \
+                 name terms would select",
+                self.names_unseen
+            ));
         }
         let mut note = format!(
             "capsule: this answer is partial, it misses {}",
@@ -117,6 +127,10 @@ pub struct ExportReport {
     pub unindexed: Vec<u64>,
     /// Of those, the ones whose side index is damaged, with what is wrong.
     pub damaged_index: Vec<(u64, String)>,
+    /// With name terms in the filter (`sni`, `dns`, `http.host`, `app`): the segments of the
+    /// window whose index keeps no names (written before index version 6, or none at all),
+    /// whose flows those terms cannot select: the answer may miss packets.
+    pub names_unseen: Vec<u64>,
     /// Blocks in the plan that could not be read (damaged): their packets are missing.
     pub skipped: Vec<SkippedBlock>,
     /// Segments that could not be opened at all: whatever they held is missing.

@@ -51,8 +51,9 @@ form one filter. The empty filter selects every packet.
                         SIZE 1, 2 or 4 bytes), an optional & MASK, a
                         comparison and a number (decimal or 0x hex); read
                         from each packet, after any VLAN tags
-  sni NAME              the flow's TLS server name (ClientHello); *.example.com
-                        matches any name under example.com
+  sni NAME              the flow's TLS server name (ClientHello, over TCP or in
+                        QUIC's Initial); *.example.com matches any name under
+                        example.com
   http.host NAME        the flow's HTTP/1 Host header (its port ignored)
   dns NAME              flows to or from an address a DNS answer in the window
                         gave for NAME
@@ -61,7 +62,9 @@ form one filter. The empty filter selects every packet.
                         rocev2
                         (names are read at index time; a name term is looked
                         up in the index, never by reading packets; tcpdump has
-                        no such terms)
+                        no such terms; over a segment indexed without names
+                        the answer is partial, exit 3, until `capsule
+                        reindex`)
   and (&&), or (||), not (!), ( )
                         not binds tightest; and and or bind equally,
                         from the left, as in tcpdump: tcp or udp and

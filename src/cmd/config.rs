@@ -97,6 +97,7 @@ fn summary(out: &mut impl Write, file: &str, c: &Config) -> std::io::Result<()> 
             let mut to = vec!["its own group".to_string()];
             to.extend(r.groups.iter().map(name));
             to.extend(r.prefixes.iter().map(|p| p.to_string()));
+            to.extend(r.names.iter().cloned());
             writeln!(
                 out,
                 "  {:<width$}  may send to: {}",

@@ -106,6 +106,7 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         eprintln!("capsule: warning: the flows of segment {seq} are missing: {why}");
     }
     crate::notes::warn_unreadable(unreadable, "its flows are missing");
+    crate::notes::warn_names_unseen(&listing.names_unseen, "flows");
     if answer.missing.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
@@ -151,11 +152,7 @@ fn table(shown: &[&capsule_index::flows::FlowSummary], out: &mut dyn Write) -> R
     for s in shown {
         let f = &s.flow;
         let k = &f.key;
-        let ep = |addr: std::net::IpAddr, port: Option<u16>| match (addr, port) {
-            (std::net::IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
-            (a, Some(p)) => format!("{a}:{p}"),
-            (a, None) => a.to_string(),
-        };
+        let ep = capsule_analytics::names::endpoint;
         let a = ep(k.a, k.ports.map(|p| p.0));
         let b = ep(k.b, k.ports.map(|p| p.1));
         // Client first where the ports show which side offers the service.

@@ -128,6 +128,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         );
     }
     crate::notes::warn_unreadable(&report.unreadable, "whatever it holds is missing");
+    crate::notes::warn_names_unseen(&report.names_unseen, "packets");
     for l in &report.lost {
         eprintln!(
             "capsule: warning: segment {} ({}) lost a stretch this window reaches, whatever \

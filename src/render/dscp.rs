@@ -59,7 +59,10 @@ pub(super) fn lines(
                         Some(g) => format!("{} ({g})", x.src),
                         None => x.src.clone(),
                     },
-                    x.dst.clone(),
+                    capsule_analytics::names::with_name(
+                        &x.dst,
+                        x.dst_name.as_ref().map(|n| n.describe.as_str()),
+                    ),
                     format!("{} ({})", x.name, x.dscp),
                     units::format_bytes(x.bytes),
                     units::format_count(x.packets),
@@ -90,7 +93,14 @@ pub(super) fn lines(
         for r in &d.remarked {
             t.push(vec![
                 r.flow.clone(),
-                format!("{} -> {}", r.src, r.dst),
+                format!(
+                    "{} -> {}",
+                    r.src,
+                    capsule_analytics::names::with_name(
+                        &r.dst,
+                        r.dst_name.as_ref().map(|n| n.describe.as_str())
+                    )
+                ),
                 r.packet.to_string(),
                 clock.ms(r.at_ns),
                 format!("{} -> {}", r.from_name, r.to_name),

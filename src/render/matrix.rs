@@ -59,7 +59,10 @@ pub(super) fn lines(
             lines.push(format!(
                 "  {} -> {}  {}  {}",
                 f.src,
-                f.dst,
+                capsule_analytics::names::with_name(
+                    &f.dst,
+                    f.dst_name.as_ref().map(|n| n.describe.as_str())
+                ),
                 units::format_bytes(f.bytes),
                 super::pasteable(&f.query, "matrix-flow.pcap", place)
             ));

@@ -81,7 +81,7 @@ pub(super) fn lines(
         ]);
         for s in &t.worst_sessions {
             w.push(vec![
-                s.flow.clone(),
+                capsule_analytics::names::with_name(&s.flow, s.name.as_deref()),
                 units::format_count(s.data_segments[0] + s.data_segments[1]),
                 format!("{}/{}", s.retransmissions[0], s.retransmissions[1]),
                 format!(

@@ -31,7 +31,7 @@ pub(super) fn lines(
     let row = |r: &Row| {
         vec![
             r.rank.map_or(String::new(), |n| n.to_string()),
-            r.key.clone(),
+            capsule_analytics::names::with_name(&r.key, r.name.as_deref()),
             units::format_bytes(r.bytes),
             units::format_count(r.packets),
             units::format_count(r.flows),

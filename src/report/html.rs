@@ -196,7 +196,10 @@ pub(crate) fn html(w: &Window, alerts: &[Alert], findings: &[Finding<'_>], c: &C
             let _ = write!(
                 o,
                 "<li>{} ({}): <code>{} -w FILE</code></li>",
-                esc(&f.flow),
+                esc(&capsule_analytics::names::with_name(
+                    &f.flow,
+                    f.dst_name.as_ref().map(|n| n.describe.as_str())
+                )),
                 esc(&units::format_bytes(f.bytes)),
                 esc(&f.query.store_command())
             );

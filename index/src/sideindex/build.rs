@@ -72,6 +72,11 @@ pub struct IndexBuilder {
     /// record whose flow is still inspected, and the record being counted.
     want: Vec<(usize, usize, usize)>,
     record_no: usize,
+    /// Flows whose payload was inspected in the block being counted: their names so far go
+    /// into the block's delta (so the journal, and readers of the open segment, have them).
+    named: Vec<usize>,
+    /// Per flow: 1 + the block in which it was last put in `named` (0: never).
+    named_at: Vec<u32>,
 }
 
 /// A stored packet's bytes, for the payload inspection of flows that still need it.
@@ -199,6 +204,24 @@ impl IndexBuilder {
                 }
             }
         }
+        // What the inspections of this block learned so far, in the delta: a reader folding
+        // the journal joins these snapshots as the records are joined (each later one holds
+        // the earlier), so an open segment's flows carry their names block by block.
+        let mut named = std::mem::take(&mut self.named);
+        for &i in &named {
+            let names = match &self.trackers[i] {
+                Some(t) => Some(t.names()),
+                None => self.flows[i].totals.names.as_deref(),
+            };
+            let slot = self.slot[i];
+            if let (Some(n), true) = (names, slot != NONE) {
+                if !n.is_empty() {
+                    self.delta.flows[slot as usize].totals.names = Some(Box::new(n.clone()));
+                }
+            }
+        }
+        named.clear();
+        self.named = named;
         for (d, &i) in self.delta.flows.iter_mut().zip(&self.delta_of) {
             d.tcp_out = self.tcp[i];
             self.slot[i] = NONE;
@@ -248,6 +271,7 @@ impl IndexBuilder {
                         self.slot.push(NONE);
                         self.trackers.push(None);
                         self.inspected.push(false);
+                        self.named_at.push(0);
                         self.by_key.insert(key, self.flows.len() - 1);
                         self.flows.len() - 1
                     }
@@ -358,6 +382,11 @@ impl IndexBuilder {
         let t = self.trackers[i].get_or_insert_with(Default::default);
         let seq = r.is_tcp().then_some(r.seq);
         t.observe(dir, seq, r.dst_port, payload);
+        let tag = self.blocks.len() as u32 + 1;
+        if self.named_at[i] != tag {
+            self.named_at[i] = tag;
+            self.named.push(i);
+        }
         if t.done() {
             self.inspected[i] = true;
             if let Some(t) = self.trackers[i].take() {
@@ -396,6 +425,7 @@ impl IndexBuilder {
                 blocks: self.blocks,
                 flows: self.flows,
                 series: Some(self.series),
+                named: true,
             },
             self.seed,
         )

@@ -495,6 +495,8 @@ pub struct CountsIndex {
     pub seq: u64,
     pub segment_len: u64,
     pub flows: Vec<FlowCounts>,
+    /// The index keeps its flows' names (version 6 and later).
+    pub named: bool,
 }
 
 /// What the header says of a checked index body.
@@ -662,6 +664,12 @@ impl SegmentIndex {
             None => version.min(SERIES_VERSION - 1),
             Some(_) => version,
         };
+        // Nor one without names as a version 6 index claiming it has them.
+        let version = if self.named {
+            version
+        } else {
+            version.min(NAMES_VERSION - 1)
+        };
         encode_index(
             self.seq,
             self.segment_len,
@@ -733,6 +741,7 @@ impl SegmentIndex {
             blocks,
             flows,
             series,
+            named: h.version >= NAMES_VERSION,
         })
     }
 
@@ -782,6 +791,7 @@ impl SegmentIndex {
             seq: h.seq,
             segment_len: h.segment_len,
             flows,
+            named: h.version >= NAMES_VERSION,
         })
     }
 
@@ -959,8 +969,9 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 }
 
 /// One flow's names record: app code (u8), presence bits (u8: 1 SNI, 2 JA4, 4 HTTP host,
-/// 8 HTTP method, 16 SSH a->b, 32 SSH b->a), those strings in bit order, then the ALPN
-/// values, DNS query names and DNS answers, each list a varint count first.
+/// 8 HTTP method, 16 SSH a->b, 32 SSH b->a; 64: the side that sent the first payload is
+/// known, 128: it is b), those strings in bit order, then the ALPN values, DNS query names
+/// and DNS answers, each list a varint count first.
 fn put_names(out: &mut Vec<u8>, n: &capsule_names::FlowNames) {
     out.push(n.app as u8);
     let opts = [
@@ -975,7 +986,12 @@ fn put_names(out: &mut Vec<u8>, n: &capsule_names::FlowNames) {
         .iter()
         .enumerate()
         .fold(0u8, |b, (k, o)| b | (u8::from(o.is_some()) << k));
-    out.push(bits);
+    let client = match n.client {
+        None => 0,
+        Some(0) => 64,
+        Some(_) => 64 | 128,
+    };
+    out.push(bits | client);
     for s in opts.into_iter().flatten() {
         put_str(out, s);
     }
@@ -1030,6 +1046,7 @@ fn get_names(c: &mut Reader<'_>) -> std::result::Result<capsule_names::FlowNames
         }
     }
     let [sni, ja4, host, method, ssh0, ssh1] = opts;
+    n.client = (bits & 64 != 0).then_some(u8::from(bits & 128 != 0));
     (n.sni, n.ja4, n.http_host, n.http_method, n.ssh) = (sni, ja4, host, method, [ssh0, ssh1]);
     for _ in 0..get_count(c, capsule_names::MAX_ALPN)? {
         n.alpn.push(get_str(c)?);

@@ -23,7 +23,10 @@ use capsule_store::format::{BlockMeta, DecodeError};
 use capsule_store::{fsx, Result, SegmentReader, StoreError};
 use capsule_wire::view::Reader;
 
-use super::file::{bad_varint, get_flow, invalid, put_flow, put_varint, short};
+use super::file::{
+    bad_varint, get_flow, get_names_section, invalid, put_flow, put_names_section, put_varint,
+    short,
+};
 use super::series::{get_series, put_series, BlockSeries};
 use super::{BlockDelta, BlockSummary, FlowKey, FlowRecord, SegmentIndex};
 
@@ -38,9 +41,13 @@ pub use capsule_store::segment::journal::{journal_name, FRAME_LEN, RECORD_MAGIC}
 /// segment's block table, read by the store's SegmentReader), and its body is stored as it
 /// is. Versions 2 (index version 3 flow records, without the cut-off's counters), 3 (no
 /// block table) and 4 (a zstd-compressed body) are still read.
-pub const JOURNAL_VERSION: u16 = 6;
+pub const JOURNAL_VERSION: u16 = 7;
 /// The first journal record version whose body ends with the block's millisecond series.
 pub const SERIES_JOURNAL_VERSION: u16 = 6;
+/// The first journal record version whose body ends, after the series, with the names
+/// table of the block's flows (what their payload taught so far, as the index's names
+/// table: docs/format.md).
+pub const NAMES_JOURNAL_VERSION: u16 = 7;
 /// The first record version whose body is not compressed. Compressing a record's body (a
 /// few KiB: 2.6 KiB a 1 MiB block on the capture benchmark's traffic) with zstd level 1 cost
 /// 15 µs a block on the writer thread, 3.7% of a store-rung capture's CPU, to save 0.2% of
@@ -145,6 +152,7 @@ pub fn encode_record(
         body,
         delta.series.as_ref().unwrap_or(&BlockSeries::default()),
     );
+    put_names_section(body, delta.flows.iter().map(|f| f.totals.names.as_deref()));
     framing::encode_record(JOURNAL_VERSION, seq, delta.block, meta, body, out);
 }
 
@@ -158,6 +166,9 @@ pub struct JournalRecord {
     pub last_ns: u64,
     pub frame_crc: u32,
     pub delta: BlockDelta,
+    /// The record's version keeps the names of its flows (7 and later): an open segment
+    /// folded from records without them has no names for those blocks' flows.
+    pub names: bool,
 }
 
 /// What a journal holds: its whole records, and what could not be read.
@@ -313,6 +324,12 @@ fn decode_payload(
     } else {
         None
     };
+    let names = version >= NAMES_JOURNAL_VERSION;
+    if names {
+        for (i, n) in get_names_section(&mut c, flows.len())? {
+            flows[i].totals.names = Some(Box::new(n));
+        }
+    }
     if c.position() != body.len() {
         return Err(invalid(format!(
             "{} bytes left over after the flows",
@@ -331,6 +348,7 @@ fn decode_payload(
             flows,
             series,
         },
+        names,
     }))
 }
 
@@ -400,6 +418,7 @@ fn fold_onto(
         blocks: Vec::new(),
         flows: Vec::new(),
         series: Some(Vec::new()),
+        named: true,
     });
     index.seq = seq;
     index.segment_len = segment_len;
@@ -421,6 +440,7 @@ fn fold_onto(
             continue;
         };
         index.blocks[b] = r.delta.summary;
+        index.named &= r.names;
         match (&mut index.series, &r.delta.series) {
             (Some(s), Some(one)) => s[b] = one.clone(),
             (s, _) => *s = None,
@@ -586,15 +606,20 @@ mod tests {
                 false,
             ),
         ];
-        // As the writer's metas: packets, times and a frame crc32c that tell blocks apart.
-        for (i, (m, d)) in out.iter_mut().enumerate() {
+        as_written(&mut out);
+        out
+    }
+
+    /// Gives `blocks` metas as the writer's: packets, times and a frame crc32c that tell
+    /// blocks apart.
+    fn as_written(blocks: &mut [(BlockMeta, Vec<u8>)]) {
+        for (i, (m, d)) in blocks.iter_mut().enumerate() {
             m.index = i as u32;
             m.packets = capsule_pcap::read::fragment_packets(d).count() as u32;
             m.first_ns = (i as u64 + 1) * S;
             m.last_ns = (i as u64 + 1) * S + 9;
             m.frame_crc = capsule_store::crc::crc32c(d);
         }
-        out
     }
 
     /// The journal of `blocks` and the index built from them.
@@ -725,16 +750,22 @@ mod tests {
         assert_ne!(live.index, sealed);
     }
 
-    /// `bytes` (version 5 records) rewritten as records of `version` 3 (no block part) or 4
-    /// (a block part), both with a zstd-compressed body, as earlier builds wrote them.
+    /// `bytes` (records of this build) rewritten as records of `version` 3 (no block part),
+    /// 4 (a block part; both with a zstd-compressed body), 5 (a raw body) or 6 (the series
+    /// too), as earlier builds wrote them.
     fn as_older(bytes: &[u8], version: u16) -> Vec<u8> {
         let mut old = Vec::new();
         let records = parse(bytes).records;
         for (i, (_, p)) in framing::frames(bytes).records.into_iter().enumerate() {
-            // Records before version 6 end with the flows: the series is cut off.
-            let mut series = Vec::new();
-            put_series(&mut series, records[i].delta.series.as_ref().unwrap());
-            let p = &p[..p.len() - series.len()];
+            // Records before version 7 have no names, before version 6 no series either:
+            // they end with the series, or with the flows.
+            let mut tail = Vec::new();
+            if version < SERIES_JOURNAL_VERSION {
+                put_series(&mut tail, records[i].delta.series.as_ref().unwrap());
+            }
+            let flows = &records[i].delta.flows;
+            put_names_section(&mut tail, flows.iter().map(|f| f.totals.names.as_deref()));
+            let p = &p[..p.len() - tail.len()];
             let placed = framing::placed(p).unwrap().unwrap();
             let end = if version >= framing::BLOCK_TABLE_VERSION {
                 placed.body_at
@@ -759,27 +790,92 @@ mod tests {
         old
     }
 
-    /// Version 3 records (written before records carried their block's place and header)
-    /// and version 4 ones (a compressed body) are read as the same records: the version 3
-    /// blocks' headers are walked by the segment reader.
+    /// What a flow's payload taught by a block is in that block's record: the fold of an
+    /// open segment's first record has the names learned so far (one side's SSH version),
+    /// the whole journal's fold the sealed index's (both).
     #[test]
-    fn version_3_and_4_records_are_still_read() {
+    fn names_learned_so_far_are_in_each_blocks_record() {
+        let with = |mut f: Vec<u8>, text: &[u8]| {
+            let n = f.len();
+            f[n - text.len()..].copy_from_slice(text);
+            f
+        };
+        let (c, sv) = (b"SSH-2.0-client_1\r\n", b"SSH-2.0-server_9\r\n");
+        let mut b = vec![
+            block(
+                &[
+                    (S, tcp4(None, A, B, 40000, 22, 100, 0x02, 1000, 0, 0)),
+                    (
+                        S + 1,
+                        with(tcp4(None, A, B, 40000, 22, 101, 0x18, 1000, c.len(), 0), c),
+                    ),
+                ],
+                true,
+            ),
+            block(
+                &[(2 * S, tcp4(None, B, A, 22, 40000, 900, 0x10, 1000, 0, 0))],
+                false,
+            ),
+            block(
+                &[(
+                    3 * S,
+                    with(
+                        tcp4(None, B, A, 22, 40000, 901, 0x18, 1000, sv.len(), 0),
+                        sv,
+                    ),
+                )],
+                false,
+            ),
+        ];
+        as_written(&mut b);
+        let (bytes, ends, sealed) = journal_of(&b);
+        let first = fold(5, &metas(&b)[..1], 777, &parse(&bytes[..ends[0]]));
+        assert!(first.index.named);
+        let n = first.index.flows[0].totals.names.as_deref().unwrap();
+        assert_eq!(n.app, capsule_names::App::Ssh);
+        assert_eq!(n.ssh, [Some("2.0-client_1".into()), None]);
+        // Both sides of SSH send a version line: the bytes do not tell the client.
+        assert_eq!(n.client, None);
+        let all = fold(5, &metas(&b), 777, &parse(&bytes));
+        assert_eq!(all.index, sealed);
+        assert_eq!(
+            sealed.flows[0].totals.names.as_deref().unwrap().ssh,
+            [Some("2.0-client_1".into()), Some("2.0-server_9".into())]
+        );
+        // The second block taught nothing: its record carries no names.
+        assert!(parse(&bytes).records[1].delta.flows[0]
+            .totals
+            .names
+            .is_none());
+    }
+
+    /// Version 3 records (written before records carried their block's place and header),
+    /// version 4 ones (a compressed body), 5 (no series) and 6 (no names) are read as the
+    /// same records: the version 3 blocks' headers are walked by the segment reader; an
+    /// open segment folded from records without names says it has none.
+    #[test]
+    fn records_of_versions_3_to_6_are_still_read() {
         let b = blocks();
         let (bytes, _, sealed) = journal_of(&b);
-        let v5 = parse(&bytes);
-        assert!(v5.notes.is_empty(), "{:?}", v5.notes);
-        // Records before version 6 have no series: the fold has none either.
-        let mut no_series = v5.records.clone();
-        for r in &mut no_series {
-            r.delta.series = None;
-        }
-        let mut sealed_old = sealed.clone();
-        sealed_old.series = None;
-        for version in [3, 4, 5] {
+        let now = parse(&bytes);
+        assert!(now.notes.is_empty(), "{:?}", now.notes);
+        for version in [3, 4, 5, 6] {
+            // Records before version 7 have no names, before version 6 no series: the fold
+            // has none either.
+            let mut want = now.records.clone();
+            let mut sealed_old = sealed.clone();
+            sealed_old.named = false;
+            for r in &mut want {
+                r.names = false;
+                if version < SERIES_JOURNAL_VERSION {
+                    r.delta.series = None;
+                    sealed_old.series = None;
+                }
+            }
             let old = as_older(&bytes, version);
             let read = parse(&old);
             assert!(read.notes.is_empty(), "version {version}: {:?}", read.notes);
-            assert_eq!(read.records, no_series, "version {version}");
+            assert_eq!(read.records, want, "version {version}");
             assert_eq!(fold(5, &metas(&b), 777, &read).index, sealed_old);
             // The store finds a block table in version 4 records only.
             let table = framing::block_table(&old, 5).len();

@@ -713,6 +713,10 @@ pub struct SegmentIndex {
     /// Each block's millisecond series (index version 5); `None` for an index of an
     /// earlier version, which has none.
     pub series: Option<Vec<series::BlockSeries>>,
+    /// The index keeps its flows' names (version 6 and later; an open segment's fold, when
+    /// its checkpoint and every journal record used do): without them, a name term of a
+    /// filter cannot match this segment's flows.
+    pub named: bool,
 }
 
 /// Per flow, the TCP state handed from one segment's build to the next (foldhash: the
@@ -1130,6 +1134,7 @@ pub(crate) mod tests {
                 series::BlockSeries::default(),
                 series::BlockSeries::default(),
             ]),
+            named: true,
         };
         let bytes = idx.encode();
         assert_eq!(SegmentIndex::decode(&bytes).unwrap(), idx);
@@ -1144,7 +1149,18 @@ pub(crate) mod tests {
         old.series = None;
         // Nor names (version 6's names table).
         old.flows[0].totals.names = None;
+        old.named = false;
         assert_eq!(SegmentIndex::decode(&v4).unwrap(), old);
+        // An index without names is written as version 5, never as a version 6 claiming
+        // its flows have none.
+        let mut unnamed = idx.clone();
+        unnamed.flows[0].totals.names = None;
+        unnamed.named = false;
+        let v5 = unnamed.encode();
+        assert_eq!(u16::from_le_bytes([v5[8], v5[9]]), 5);
+        assert_eq!(SegmentIndex::decode(&v5).unwrap(), unnamed);
+        let counts = SegmentIndex::decode_counts(&v5, None).unwrap();
+        assert!(!counts.named && SegmentIndex::decode_counts(&bytes, None).unwrap().named);
         assert_eq!(SegmentIndex::decode_series(&v4).unwrap().series, None);
         assert_eq!(old.encode(), v4);
         // Version 3 (before the cut-off) still reads: the same record, nothing cut.
