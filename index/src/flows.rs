@@ -415,6 +415,30 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         {
             continue;
         }
+        // A sealed segment's flows as counts only (no block lists, carried TCP state or
+        // series are kept; no buckets of a flow wholly in the window): what a listing reads.
+        let counts = if seg.state() == capsule_store::SegmentState::Open {
+            Ok(None)
+        } else {
+            SegmentIndex::load_counts(&store.index_dir(), seg, Some((from, to)))
+        };
+        match counts {
+            Ok(Some(idx)) => {
+                merge_segment(&mut out, idx.flows, q, from, to, false);
+                continue;
+            }
+            Ok(None) if seg.state() != capsule_store::SegmentState::Open => {
+                unindexed.push(seg.seq());
+                continue;
+            }
+            Err(e @ StoreError::DerivedDamaged { .. }) => {
+                unindexed.push(seg.seq());
+                damaged_index.push((seg.seq(), capsule_store::error::chain(&e)));
+                continue;
+            }
+            Err(e) => return Err(e),
+            Ok(None) => {}
+        }
         let idx = match load_any(&store.index_dir(), seg) {
             Ok(Some(live)) => {
                 let gaps: Vec<usize> = live
