@@ -318,11 +318,15 @@ pub fn from_series(
         .levels
         .iter()
         .rev()
-        .find_map(|(u, c)| c.as_ref().filter(|_| step % u == 0).map(|c| (*u, c)))
+        .find_map(|(u, c)| {
+            c.as_ref()
+                .filter(|_| step.is_multiple_of(*u))
+                .map(|c| (*u, c))
+        })
         .expect("the finest kept level divides every step it allows");
     let mut t = Timeline::new(from, to, step);
     let mut slots = [None; 65];
-    let mut entries: Vec<(&(u64, u8), &(u64, u64))> = counts.iter().collect();
+    let mut entries: Vec<_> = counts.iter().collect();
     // Values appear in a fixed order whatever the hash map's.
     entries.sort_unstable_by_key(|(k, _)| (k.1, k.0));
     for ((n, dscp), (packets, bytes)) in entries {
@@ -349,7 +353,10 @@ mod tests {
         // A year: whole weeks.
         let year = 365 * 86_400 * S;
         let s = step_for(year, 120, MS);
-        assert!(year.div_ceil(s) <= 120 && s % (7 * 86_400 * S) == 0, "{s}");
+        assert!(
+            year.div_ceil(s) <= 120 && s.is_multiple_of(7 * 86_400 * S),
+            "{s}"
+        );
     }
 
     fn flow(a: &str, dscp: u8, seconds: &[(u64, u64)]) -> FlowSummary {

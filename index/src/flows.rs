@@ -385,6 +385,13 @@ fn finish(out: Merged) -> Vec<FlowSummary> {
         .collect()
 }
 
+/// A segment's index as [`list`] reads it: a sealed segment's flow counts, the open
+/// segment's journal folded.
+enum Listed {
+    Counts(crate::sideindex::CountsIndex),
+    Live(crate::sideindex::LiveIndex),
+}
+
 /// Lists the flows of `q` (filter and window) from the side index of `segments`.
 pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<FlowListing> {
     let resolved = resolve(store, segments, q)?;
@@ -417,30 +424,16 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         }
         // A sealed segment's flows as counts only (no block lists, carried TCP state or
         // series are kept; no buckets of a flow wholly in the window): what a listing reads.
-        let counts = if seg.state() == capsule_store::SegmentState::Open {
-            Ok(None)
+        // The open segment's from its journal folded.
+        let dir = store.index_dir();
+        let loaded = if seg.state() == capsule_store::SegmentState::Open {
+            load_any(&dir, seg).map(|l| l.map(Listed::Live))
         } else {
-            SegmentIndex::load_counts(&store.index_dir(), seg, Some((from, to)))
+            SegmentIndex::load_counts(&dir, seg, Some((from, to))).map(|c| c.map(Listed::Counts))
         };
-        match counts {
-            Ok(Some(idx)) => {
-                merge_segment(&mut out, idx.flows, q, from, to, false);
-                continue;
-            }
-            Ok(None) if seg.state() != capsule_store::SegmentState::Open => {
-                unindexed.push(seg.seq());
-                continue;
-            }
-            Err(e @ StoreError::DerivedDamaged { .. }) => {
-                unindexed.push(seg.seq());
-                damaged_index.push((seg.seq(), capsule_store::error::chain(&e)));
-                continue;
-            }
-            Err(e) => return Err(e),
-            Ok(None) => {}
-        }
-        let idx = match load_any(&store.index_dir(), seg) {
-            Ok(Some(live)) => {
+        let flows: Vec<FlowCounts> = match loaded {
+            Ok(Some(Listed::Counts(counts))) => counts.flows,
+            Ok(Some(Listed::Live(live))) => {
                 let gaps: Vec<usize> = live
                     .unseen
                     .iter()
@@ -454,7 +447,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
                     unseen.push((seg.seq(), gaps));
                 }
                 journal_notes.extend(live.notes.into_iter().map(|n| (seg.seq(), n)));
-                live.index
+                live.index.flows.into_iter().map(FlowCounts::from).collect()
             }
             Ok(None) => {
                 unindexed.push(seg.seq());
@@ -467,7 +460,6 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
             }
             Err(e) => return Err(e),
         };
-        let flows = idx.flows.into_iter().map(FlowCounts::from).collect();
         merge_segment(&mut out, flows, q, from, to, false);
     }
     let flows = finish(out);
