@@ -754,6 +754,15 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
         assert!(zoomed.0 > 0, "traffic in {zf} .. {zt}");
         assert_eq!(totals(&c).await, zoomed, "the 20 ms window {zf} .. {zt}");
         shot(&c, "timeline-ms").await;
+        // The same chart in packets.
+        testid(&c, "unit-toggle").await.click().await.unwrap();
+        until(10, "the chart in packets", || async {
+            attr(&c, "timeline-chart", "aria-label")
+                .await
+                .filter(|l| l.starts_with("packets"))
+        })
+        .await;
+        assert_eq!(totals(&c).await, zoomed);
         collect(&c, &driver, &session, &mut seen, &mut log).await;
 
         // A drag across the whole store's chart selects a window, which the sessions view

@@ -93,7 +93,7 @@ impl Window {
         }
     }
 
-    /// As a map for [`query_of`](super::super::params::query_of) (the non-empty ones).
+    /// As a map for [`query_of`] (the non-empty ones).
     pub(super) fn map(&self) -> HashMap<String, String> {
         self.pairs()
             .into_iter()

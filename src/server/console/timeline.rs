@@ -19,10 +19,25 @@ use capsule_answers::flows;
 /// Bins at most in a chart.
 const MAX_BINS: u64 = 120;
 
-/// Colours of the DSCP values, in order of bytes (the stylesheet's `.c0` .. `.c7`).
-const COLOURS: [&str; 8] = [
-    "#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#9d755d",
-];
+/// The colour of a DSCP value, the same in every chart: the classes an operator looks for
+/// have their own (EF red, CS5 purple, never alike), the others one of a few by value.
+fn colour(v: u8) -> &'static str {
+    const OTHERS: [&str; 6] = [
+        "#9d755d", "#ff9da7", "#bab0ac", "#79706e", "#d67195", "#8cd17d",
+    ];
+    match v {
+        46 => "#e45756",
+        40 => "#8e44ad",
+        0 => "#9aa5b1",
+        26 => "#4c78a8",
+        10 => "#72b7b2",
+        34 => "#54a24b",
+        18 => "#f58518",
+        48 => "#1d2430",
+        64 => "#eeca3b",
+        v => OTHERS[usize::from(v) % OTHERS.len()],
+    }
+}
 
 /// What the chart stacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,7 +163,7 @@ fn chart(t: &Timeline, unit: Unit, w: &Window) -> String {
             packets
         );
         let mut y = top + ch;
-        for (c, v) in t.values.iter().enumerate() {
+        for v in &t.values {
             let n = unit.values(v)[i];
             if n == 0 {
                 continue;
@@ -159,7 +174,7 @@ fn chart(t: &Timeline, unit: Unit, w: &Window) -> String {
                 svg,
                 "<rect x=\"{x:.2}\" y=\"{y:.2}\" width=\"{:.2}\" height=\"{h:.2}\" fill=\"{}\"/>",
                 (bw - 0.5).max(0.5),
-                COLOURS[c.min(COLOURS.len() - 1)]
+                colour(v.dscp)
             );
         }
         svg.push_str("</a>");
@@ -320,11 +335,12 @@ pub(super) async fn timeline(g: Guard, nav: Nav, q: Option<&str>) -> Response<Bo
     );
     b.push_str(&chart(&t, unit, &w));
     b.push_str("<ul class=\"legend\">");
-    for (i, v) in t.values.iter().enumerate() {
+    for v in &t.values {
         let _ = write!(
             b,
-            "<li><span class=\"swatch c{}\"></span>{} ({})</li>",
-            i.min(COLOURS.len() - 1),
+            "<li><svg class=\"swatch\" viewBox=\"0 0 10 10\" aria-hidden=\"true\"><rect \
+             width=\"10\" height=\"10\" fill=\"{}\"/></svg>{} ({})</li>",
+            colour(v.dscp),
             esc(&value_name(v.dscp)),
             v.dscp
         );
@@ -347,5 +363,6 @@ mod tests {
         assert!(Unit::of(Some("bits")).unwrap_err().contains("\"bits\""));
         assert_eq!(value_name(64), "non-IP");
         assert_eq!(value_name(46), "ef");
+        assert_ne!(colour(46), colour(40), "EF and CS5 never look alike");
     }
 }
