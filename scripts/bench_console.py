@@ -129,7 +129,7 @@ class WebDriver:
         caps = {"capabilities": {"alwaysMatch": {
             "acceptInsecureCerts": True,
             "goog:chromeOptions": {"args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                 "--disable-background-networking", "--window-size=1280,900",
                 f"--user-data-dir={downloads}"]}}}}
         self.sid = self.call("POST", "/session", caps)["sessionId"]
@@ -172,12 +172,18 @@ def first_view(wd, addr, token):
     for _ in range(a.runs):
         wd.goto("about:blank")
         wd.goto(f"https://{addr}/")
-        t = wd.js("""
-            var p = performance.getEntriesByType('paint')
-              .filter(function (e) { return e.name === 'first-contentful-paint'; });
-            var n = performance.getEntriesByType('navigation')[0];
-            return [p.length ? p[0].startTime : null, n.loadEventEnd, location.pathname,
-                    document.querySelector('[data-testid=timeline-step]').textContent];""")
+        # The paint entry is recorded when the frame is presented, a moment after load.
+        for _ in range(50):
+            t = wd.js("""
+                var p = performance.getEntriesByType('paint')
+                  .filter(function (e) { return e.name === 'first-contentful-paint'; });
+                var n = performance.getEntriesByType('navigation')[0];
+                return [p.length ? p[0].startTime : null, n.loadEventEnd, location.pathname,
+                        document.querySelector('[data-testid=timeline-step]').textContent];""")
+            if t[0] is not None:
+                break
+            time.sleep(0.1)
+        assert t[0] is not None, "no first-contentful-paint entry"
         assert t[2] == "/timeline", t
         fcp.append(t[0] / 1000)
         load.append(t[1] / 1000)
@@ -222,7 +228,7 @@ def cli_flows(store, args):
 def span(store):
     st = json.loads(subprocess.run([capsule, "status", "--store", store, "--json"],
                                    check=True, capture_output=True, text=True).stdout)
-    return st["first_ns"], st["last_ns"]
+    return st["store"]["first_ns"], st["store"]["last_ns"]
 
 
 def iso(ns):
