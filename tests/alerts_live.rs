@@ -16,177 +16,13 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::netns::*;
 use common::*;
 use hmac::{Hmac, Mac};
 use serde_json::Value;
-
-fn ip(args: &[&str]) {
-    run_ok(Command::new("ip").args(args));
-}
-
-struct Link {
-    /// Namespaces: tcpreplay sends in `a`, capture runs in `b`.
-    a: String,
-    b: String,
-    /// The veth's ends (interface names: at most 15 bytes, the PID in them).
-    if_a: String,
-    if_b: String,
-}
-
-impl Link {
-    fn new(tag: &str) -> Link {
-        assert!(
-            rustix_is_root(),
-            "this test needs root (network namespaces)"
-        );
-        let pid = std::process::id();
-        let (a, b) = (
-            format!("caltest-{pid}-{tag}-a"),
-            format!("caltest-{pid}-{tag}-b"),
-        );
-        ip(&["netns", "add", &a]);
-        ip(&["netns", "add", &b]);
-        let link = Link {
-            a,
-            b,
-            if_a: format!("c{pid}{tag:.2}a"),
-            if_b: format!("c{pid}{tag:.2}b"),
-        };
-        ip(&[
-            "link", "add", "name", &link.if_a, "netns", &link.a, "type", "veth", "peer", "name",
-            &link.if_b, "netns", &link.b,
-        ]);
-        for (ns, ifname) in [(&link.a, &link.if_a), (&link.b, &link.if_b)] {
-            run_ok(Command::new("ip").args([
-                "netns",
-                "exec",
-                ns,
-                "sysctl",
-                "-qw",
-                &format!("net.ipv6.conf.{ifname}.disable_ipv6=1"),
-            ]));
-            ip(&["-n", ns, "link", "set", ifname, "mtu", "1600", "up"]);
-        }
-        // The capture's namespace has its own loopback: the test's sinks listen there.
-        ip(&["-n", &link.b, "link", "set", "lo", "up"]);
-        link
-    }
-
-    /// Runs `f` on a thread that entered the capture's namespace: sockets it makes are
-    /// that namespace's (they stay there whichever thread uses them).
-    fn in_capture_ns<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let ns = std::fs::File::open(format!("/run/netns/{}", self.b)).unwrap();
-        std::thread::spawn(move || {
-            rustix::thread::move_into_link_name_space(
-                std::os::fd::AsFd::as_fd(&ns),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .unwrap();
-            f()
-        })
-        .join()
-        .unwrap()
-    }
-
-    fn send(&self, file: &Path) {
-        need_tool("tcpreplay");
-        let out = run_ok(Command::new("ip").args([
-            "netns",
-            "exec",
-            &self.a,
-            "tcpreplay",
-            "-i",
-            &self.if_a,
-            "--mbps",
-            "100",
-            p(file),
-        ]));
-        let text = stdout_str(&out);
-        let failed = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("Failed packets:"))
-            .map(str::trim);
-        assert_eq!(failed, Some("0"), "{text}");
-    }
-
-    fn capture(&self, store: &Path, config: &Path) -> Running {
-        let mut c = Command::new("ip");
-        c.args([
-            "netns",
-            "exec",
-            &self.b,
-            bin(),
-            "capture",
-            "--iface",
-            &self.if_b,
-        ])
-        .args([
-            "--mode",
-            "afpacket",
-            "--store",
-            p(store),
-            "--config",
-            p(config),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let child = Running(Some(c.spawn().unwrap()));
-        // Ready when the status file names the interface.
-        let t0 = Instant::now();
-        while !store.join("capture-status.json").exists() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "capture did not start"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        std::thread::sleep(Duration::from_millis(500));
-        child
-    }
-}
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-fn rustix_is_root() -> bool {
-    stdout_str(&run_ok(Command::new("id").arg("-u"))).trim() == "0"
-}
-
-/// A running capture, stopped (SIGTERM) when dropped: a failing test leaves none behind.
-struct Running(Option<Child>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &c.id().to_string()])
-                .status();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn stop(mut r: Running) -> String {
-    let child = r.0.take().unwrap();
-    run_ok(Command::new("kill").args(["-TERM", &child.id().to_string()]));
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// The scenario's policy and `[alerts]` thresholds, with `sinks` (lines of `[alerts]`).
 fn config(dir: &Path, truth: &Value, sinks: &str) -> std::path::PathBuf {
@@ -381,7 +217,7 @@ fn live_alerts_engage_once_each_and_release_into_every_sink() {
         ),
     );
     let store = dir.join("store");
-    let cap = link.capture(&store, &cfg);
+    let cap = link.capture(&store, &["--config", p(&cfg)]);
     link.send(&pcap);
     // Engaged within a few seconds of the traffic; released once it left the 10 s window;
     // every sink has every event.
@@ -572,7 +408,7 @@ fn dead_sinks_cost_no_packet_and_are_counted_undelivered() {
         ),
     );
     let store = dir.join("store");
-    let cap = link.capture(&store, &cfg);
+    let cap = link.capture(&store, &["--config", p(&cfg)]);
     link.send(&pcap);
     std::thread::sleep(Duration::from_secs(3));
     let t0 = Instant::now();
@@ -665,7 +501,7 @@ fn an_idle_port_with_the_example_config_keeps_capturing() {
     );
     std::fs::write(&cfg, text).unwrap();
     let store = dir.join("store");
-    let cap = link.capture(&store, &cfg);
+    let cap = link.capture(&store, &["--config", p(&cfg)]);
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_secs(1));
@@ -768,7 +604,7 @@ fn live_millisecond_rules_and_expectations_engage_where_planted() {
     .unwrap();
     let link = Link::new("ms");
     let store = dir.join("store");
-    let cap = link.capture(&store, &cfg);
+    let cap = link.capture(&store, &["--config", p(&cfg)]);
     link.send(&pcap);
     let want: BTreeSet<&str> = [
         "ef_share|ef",

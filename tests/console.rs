@@ -1,12 +1,20 @@
 //! The web console of `capsule serve` in a real browser: headless Chromium driven over
 //! WebDriver (chromedriver, started here on loopback) by fantoccini, against a server of a
-//! synthetic store. One server and one browser session for the whole walk: sign in with a
-//! wrong token then the right one, find the rogue EF senders of the synth truth file, see a
-//! bad filter's caret, download the selection and compare it with `capsule query`, drag a
-//! window on the timeline, look at the status, sign out. Every page is checked for requests
-//! that leave the origin and for errors in the browser's console, and a screenshot of each
-//! view is kept under target/console-shots/. Plain HTTP checks (curl) prove that no console
-//! URL gives data without a session.
+//! synthetic store with a config (groups, policy, alert rules).
+//!
+//! The walk (one server, one browser session): sign in with a wrong token then the right
+//! one; find the rogue EF senders of the synth truth file in the sessions; see a bad
+//! filter's caret; read the selection's size before its download and download it by its
+//! link, with its progress, comparing the saved file with `capsule query`; the timeline of
+//! the whole store in millisecond bins, a bin zoomed into down to 1 ms, a window dragged;
+//! the analytics (the rogue senders among the DSCP violations, top senders as `capsule
+//! top` ranks them); the alerts by cause, an evidence download compared with `capsule
+//! query`; the status; sign-out. A second test watches the status view of a store a live
+//! capture is writing (root: a veth pair between two namespaces made here).
+//!
+//! Every page is checked for requests that leave the origin and for errors in the browser's
+//! console, and a screenshot of each view is kept under target/console-shots/. Plain HTTP
+//! checks (curl) prove that no console URL gives data without a session.
 //!
 //! Without chromium and chromedriver on the machine (scripts/deps.sh installs both) the
 //! browser part is skipped with a loud message naming what is missing; set
@@ -20,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::netns::*;
 use common::serve::*;
 use common::*;
 use fantoccini::actions::{InputSource, MouseActions, PointerAction, MOUSE_BUTTON_LEFT};
@@ -95,13 +104,17 @@ fn start_driver(bin: &Path, dir: &Path) -> Driver {
 }
 
 /// A WebDriver session of headless Chromium with a new empty profile, accepting the test's
-/// self-signed certificate, its console log kept.
-async fn browser(d: &Driver, chromium: &Path, profile: &Path) -> Client {
+/// self-signed certificate, its console log kept, its downloads saved in `downloads`.
+async fn browser(d: &Driver, chromium: &Path, profile: &Path, downloads: &Path) -> Client {
     let caps = serde_json::json!({
         "acceptInsecureCerts": true,
         "goog:loggingPrefs": {"browser": "ALL"},
         "goog:chromeOptions": {
             "binary": p(chromium),
+            "prefs": {
+                "download.default_directory": p(downloads),
+                "download.prompt_for_download": false,
+            },
             "args": [
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                 "--no-first-run", "--disable-background-networking",
@@ -189,7 +202,13 @@ fn no_data_without_a_session(s: &Server, rogue: &[String], token: &str) {
         "/sessions",
         "/sessions?filter=dscp%20ef",
         "/timeline",
+        "/timeline?from=2026-11-30T02%3A00%3A00Z&to=2026-11-30T02%3A00%3A00.020Z",
+        "/analytics",
+        "/analytics?key=src",
+        "/alerts",
         "/status",
+        "/selection",
+        "/selection?filter=dscp%20ef",
         "/download?format=pcapng",
         "/download?format=pcapng&filter=dscp%20ef",
         "/static/console.js",
@@ -256,6 +275,15 @@ async fn shot(c: &Client, name: &str) {
     std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
 }
 
+/// Keeps a screenshot of the element `id` (all of it, scrolled into view) as `name`.png
+/// under target/console-shots/.
+async fn shot_of(c: &Client, id: &str, name: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console-shots");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = testid(c, id).await.screenshot().await.unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
 async fn testid(c: &Client, id: &str) -> fantoccini::elements::Element {
     c.wait()
         .at_most(Duration::from_secs(10))
@@ -294,6 +322,209 @@ async fn rows(c: &Client) -> Vec<String> {
     out
 }
 
+/// Decodes a URL query component (`%XX`, `+` for a space).
+fn unenc(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap());
+                i += 2;
+            }
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// The value of `k` in the query of `url` (a path and query), decoded.
+fn arg(url: &str, k: &str) -> String {
+    url.split(['?', '&'])
+        .find_map(|kv| kv.strip_prefix(&format!("{k}=")[..]))
+        .map(unenc)
+        .unwrap_or_else(|| panic!("no {k} in {url}"))
+}
+
+/// Polls `f` every 100 ms until it gives a value, at most `secs` seconds.
+async fn until<T, F>(secs: u64, what: &str, mut f: impl FnMut() -> F) -> T
+where
+    F: std::future::Future<Output = Option<T>>,
+{
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(secs),
+            "waited {secs} s for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The attribute `name` of the element `id`, if both are there.
+async fn attr(c: &Client, id: &str, name: &str) -> Option<String> {
+    let e = c
+        .find(Locator::Css(&format!("[data-testid=\"{id}\"]")))
+        .await
+        .ok()?;
+    e.attr(name).await.ok().flatten()
+}
+
+/// The text of the element `id`, if it is there.
+async fn text_of(c: &Client, id: &str) -> Option<String> {
+    let e = c
+        .find(Locator::Css(&format!("[data-testid=\"{id}\"]")))
+        .await
+        .ok()?;
+    e.text().await.ok()
+}
+
+/// The file `name` once the browser has saved it whole in `dir`.
+fn downloaded(dir: &Path, name: &str) -> Vec<u8> {
+    let path = dir.join(name);
+    let t0 = Instant::now();
+    loop {
+        let partial = std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().ends_with(".crdownload"))
+            })
+            .unwrap_or(false);
+        if path.exists() && !partial {
+            return std::fs::read(&path).unwrap();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the browser saved no {} in {}",
+            name,
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Bytes `url` gives to the page's own `fetch` (with the session's cookie).
+async fn fetched(c: &Client, url: &str) -> Vec<u8> {
+    let hex = c
+        .execute_async(
+            "var done = arguments[arguments.length - 1];\
+             fetch(arguments[0]).then(function (r) { return r.arrayBuffer(); })\
+             .then(function (b) { done(Array.from(new Uint8Array(b), function (x) {\
+               return ('0' + x.toString(16)).slice(-2); }).join('')); });",
+            vec![serde_json::json!(url)],
+        )
+        .await
+        .unwrap();
+    let hex = hex.as_str().unwrap();
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// What the walk saw of a page: the resources it loaded and the browser's console.
+async fn collect(
+    c: &Client,
+    d: &Driver,
+    session: &str,
+    seen: &mut Vec<String>,
+    log: &mut Vec<serde_json::Value>,
+) {
+    seen.extend(resources(c).await);
+    log.extend(console_log(d, session));
+}
+
+/// chromium and chromedriver, or None after saying loudly why the browser part is skipped
+/// (a failure with CAPSULE_REQUIRE_BROWSER).
+fn tools_or_skip() -> Option<(PathBuf, PathBuf)> {
+    match browser_tools() {
+        Ok(t) => Some(t),
+        Err(why) => {
+            let m =
+                format!("SKIPPED the browser part of the console test: {why}; run scripts/deps.sh");
+            if std::env::var_os("CAPSULE_REQUIRE_BROWSER").is_some() {
+                panic!("{m} (CAPSULE_REQUIRE_BROWSER is set)");
+            }
+            eprintln!("\n{}\n!!! {m}\n{}\n", "!".repeat(80), "!".repeat(80));
+            None
+        }
+    }
+}
+
+/// Signs in with `token` from the sign-in page the browser is on.
+async fn sign_in(c: &Client, token: &str) {
+    fill(c, "login-token", token).await;
+    testid(c, "login-submit").await.click().await.unwrap();
+}
+
+/// The packets and captured bytes `capsule query --count` gives for `args`.
+fn count(store: &Path, args: &[&str]) -> (u64, u64) {
+    let o = run_ok(
+        capsule()
+            .args(["query", "--store", p(store), "--count", "--json"])
+            .args(args),
+    );
+    let v: serde_json::Value = serde_json::from_str(stdout_str(&o).trim()).unwrap();
+    (v["packets"].as_u64().unwrap(), v["bytes"].as_u64().unwrap())
+}
+
+/// The config of the walk: synth's groups, its DSCP and egress policy, and `[alerts]`
+/// thresholds sized for 2 s of traffic at 20 Mbit/s.
+fn config(dir: &Path, truth: &serde_json::Value) -> PathBuf {
+    let f = &truth["facts"];
+    let gpu: Vec<String> = f["gpu_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| format!("\"{}\"", h.as_str().unwrap()))
+        .collect();
+    let path = dir.join("capsule.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[groups]\nvoice = [\"{}\"]\ngpu = [{}]\nstorage = [\"{}\"]\n\
+             ml-bulk = [\"10.30.0.0/23\"]\nmodel-store = [\"{}\"]\n\n\
+             [dscp]\nef = [\"voice\"]\n\n[egress]\nmodel-store = [\"storage\"]\n\n\
+             [work_hours]\ndays = \"mon-fri\"\nstart = \"08:00\"\nend = \"19:00\"\n\
+             timezone = \"UTC\"\n\n\
+             [alerts]\negress_bytes = \"100k\"\negress_window = \"2s\"\n\
+             off_hours_bytes = \"100k\"\nstraggler_groups = [\"gpu\"]\n\
+             straggler_interval = \"1s\"\nstraggler_ratio = 0.75\n\
+             straggler_min_bytes = \"10k\"\n",
+            f["ef_allow_list"][0].as_str().unwrap(),
+            gpu.join(", "),
+            f["storage_subnet"].as_str().unwrap(),
+            f["exfil"]["src"].as_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Nothing left the origin; nothing went wrong in the browser's console but the refusals
+/// a walk asked for (the wrong token, the bad filter).
+fn assert_clean(origin: &str, seen: &[String], log: &[serde_json::Value]) {
+    for u in seen {
+        assert!(u.starts_with(origin), "a request left the origin: {u}");
+    }
+    let unexpected: Vec<_> = log
+        .iter()
+        .filter(|e| {
+            let m = e["message"].as_str().unwrap_or("");
+            let asked = (m.contains("/login") && m.contains("401"))
+                || (m.contains("/sessions") && m.contains("400"));
+            e["level"] != "INFO" && !asked
+        })
+        .collect();
+    assert!(unexpected.is_empty(), "browser console: {unexpected:#?}");
+}
+
 #[test]
 fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_does() {
     let d = tempfile::tempdir().unwrap();
@@ -311,23 +542,15 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
         .map(|h| h.as_str().unwrap().to_string())
         .collect();
     assert_eq!(rogue.len(), 3, "the truth file names the rogue senders");
+    let cfg = config(dir, &truth);
     let tokens = dir.join("tokens");
     let token = add_token(&tokens, "alice");
-    let s = start(dir, &store, &tokens, &[]);
+    let s = start(dir, &store, &tokens, &["--config", p(&cfg)]);
 
     no_data_without_a_session(&s, &rogue, &token);
 
-    let (chromium, driver_bin) = match browser_tools() {
-        Ok(t) => t,
-        Err(why) => {
-            let m =
-                format!("SKIPPED the browser part of the console test: {why}; run scripts/deps.sh");
-            if std::env::var_os("CAPSULE_REQUIRE_BROWSER").is_some() {
-                panic!("{m} (CAPSULE_REQUIRE_BROWSER is set)");
-            }
-            eprintln!("\n{}\n!!! {m}\n{}\n", "!".repeat(80), "!".repeat(80));
-            return;
-        }
+    let Some((chromium, driver_bin)) = tools_or_skip() else {
+        return;
     };
     // What the CLI says of the same window and filter: the flows, the packets, the caret.
     let flows_out = run_ok(capsule().args([
@@ -350,25 +573,41 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
         "{} flows",
         flows.len()
     );
+    let window = ["--from", FROM, "--to", TO, FILTER];
     let want = query_ok(
         &store,
         &dir.join("want.pcapng"),
         &["--from", FROM, "--to", TO, "--format", "pcapng", FILTER],
     );
+    let (want_packets, _) = count(&store, &window);
     let bad = run(capsule().args(["query", "--store", p(&store), "-w", "/dev/null", BAD_FILTER]));
     assert_eq!(bad.status.code(), Some(2));
     let cli_error = stderr_str(&bad);
+    let cli_json = |args: &[&str]| -> serde_json::Value {
+        let o = run_ok(capsule().args(args).args([
+            "--store",
+            p(&store),
+            "--config",
+            p(&cfg),
+            "--json",
+        ]));
+        serde_json::from_str(stdout_str(&o).trim()).unwrap()
+    };
+    let top_src = cli_json(&["top", "--key", "src", "--limit", "20"]);
+    let alerts = cli_json(&["alerts"]);
 
     let driver = start_driver(&driver_bin, dir);
     let profile = dir.join("profile");
+    let downloads = dir.join("downloads");
     std::fs::create_dir_all(&profile).unwrap();
+    std::fs::create_dir_all(&downloads).unwrap();
     let origin = format!("https://{}", s.addr);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let c = browser(&driver, &chromium, &profile).await;
+        let c = browser(&driver, &chromium, &profile, &downloads).await;
         let session = c.session_id().await.unwrap().expect("a session id");
         let mut log = Vec::new();
         let mut seen = Vec::new();
@@ -381,15 +620,12 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
             "{}",
             here(&c).await
         );
-        fill(&c, "login-token", "not-a-token").await;
-        testid(&c, "login-submit").await.click().await.unwrap();
+        sign_in(&c, "not-a-token").await;
         let err = testid(&c, "login-error").await.text().await.unwrap();
         assert_eq!(err, "the token is not valid");
         shot(&c, "login-refused").await;
-        seen.extend(resources(&c).await);
-        log.extend(console_log(&driver, &session));
-        fill(&c, "login-token", &token).await;
-        testid(&c, "login-submit").await.click().await.unwrap();
+        collect(&c, &driver, &session, &mut seen, &mut log).await;
+        sign_in(&c, &token).await;
         testid(&c, "view-sessions").await;
         assert_eq!(here(&c).await, "/sessions");
         let cookies = c.execute("return document.cookie", vec![]).await.unwrap();
@@ -419,9 +655,47 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
                 "{r} in {got:#?}"
             );
         }
+
+        // The selection's size before its download: the packets of `capsule query` and
+        // the exact size of its file; then the download by its link, its progress shown,
+        // saved by the browser: the bytes of `capsule query` of the same window and filter.
+        let size = until(20, "the selection's size", || attr(&c, "download-size", "data-bytes"))
+            .await;
+        assert_eq!(size.parse::<usize>().unwrap(), want.len(), "the size shown before");
+        let size_text = testid(&c, "download-size").await.text().await.unwrap();
+        assert!(
+            size_text.starts_with(&format!("{want_packets} packets, a pcapng file of ")),
+            "{size_text}"
+        );
         shot(&c, "sessions").await;
-        seen.extend(resources(&c).await);
-        log.extend(console_log(&driver, &session));
+        testid(&c, "download-pcap").await.click().await.unwrap();
+        let done = until(30, "the download's end", || {
+            attr(&c, "download-status", "data-bytes")
+        })
+        .await;
+        assert_eq!(done.parse::<usize>().unwrap(), want.len());
+        let progress = c
+            .execute(
+                "var p = document.querySelector('[data-testid=download-progress]');\
+                 return [p.hidden, p.value, p.max];",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            progress,
+            serde_json::json!([false, want.len(), want.len()]),
+            "the progress bar ends full"
+        );
+        let saved = downloaded(&downloads, "capsule-selection.pcapng");
+        assert!(
+            saved == want,
+            "the saved selection ({} bytes) differs from capsule query's ({} bytes)",
+            saved.len(),
+            want.len()
+        );
+        shot(&c, "sessions-downloaded").await;
+        collect(&c, &driver, &session, &mut seen, &mut log).await;
 
         // Sorting by start puts the earliest first.
         testid(&c, "sort-start").await.click().await.unwrap();
@@ -430,36 +704,6 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
         assert!(
             by_start[0].contains(first["a"].as_str().unwrap()),
             "{by_start:#?}"
-        );
-
-        // The selection's download: the bytes of `capsule query` of the same window and
-        // filter, fetched with the session as the link does.
-        let href = testid(&c, "download-pcap")
-            .await
-            .attr("href")
-            .await
-            .unwrap()
-            .unwrap();
-        let hex = c
-            .execute_async(
-                "var done = arguments[arguments.length - 1];\
-                 fetch(arguments[0]).then(function (r) { return r.arrayBuffer(); })\
-                 .then(function (b) { done(Array.from(new Uint8Array(b), function (x) {\
-                   return ('0' + x.toString(16)).slice(-2); }).join('')); });",
-                vec![serde_json::json!(href)],
-            )
-            .await
-            .unwrap();
-        let hex = hex.as_str().unwrap();
-        let got: Vec<u8> = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-            .collect();
-        assert!(
-            got == want,
-            "the console's selection ({} bytes) differs from capsule query's ({} bytes)",
-            got.len(),
-            want.len()
         );
 
         // A bad filter: the CLI's message, its caret under the same column.
@@ -477,16 +721,54 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
             "{shown}\n--- cli\n{cli_error}"
         );
         shot(&c, "sessions-bad-filter").await;
-        seen.extend(resources(&c).await);
-        log.extend(console_log(&driver, &session));
+        collect(&c, &driver, &session, &mut seen, &mut log).await;
 
-        // The timeline of the whole store; a drag selects a window, which the sessions
-        // view then shows.
+        // The timeline of the whole store (2 s) in bins of 20 ms from the millisecond
+        // series, every packet in it; one bin zoomed into: bins of 1 ms, the packets and
+        // bytes `capsule query --count` gives for that window.
+        c.goto(&s.url("/timeline")).await.unwrap();
+        testid(&c, "view-timeline").await;
+        assert_eq!(text_of(&c, "timeline-step").await.unwrap(), "20 ms");
+        let totals = |c: &Client| {
+            let c = c.clone();
+            async move {
+                (
+                    attr(&c, "timeline-summary", "data-packets").await.unwrap().parse().unwrap(),
+                    attr(&c, "timeline-summary", "data-bytes").await.unwrap().parse().unwrap(),
+                )
+            }
+        };
+        assert_eq!(totals(&c).await, count(&store, &[]), "the whole store's packets");
+        shot(&c, "timeline").await;
+        collect(&c, &driver, &session, &mut seen, &mut log).await;
+        let bins = c
+            .find_all(Locator::Css("[data-testid=\"bin\"]"))
+            .await
+            .unwrap();
+        assert_eq!(bins.len(), 100, "2 s in bins of 20 ms");
+        let zoom = bins[50].attr("href").await.unwrap().unwrap();
+        c.goto(&s.url(&zoom)).await.unwrap();
+        assert_eq!(text_of(&c, "timeline-step").await.unwrap(), "1 ms");
+        let (zf, zt) = (arg(&zoom, "from"), arg(&zoom, "to"));
+        let zoomed = count(&store, &["--from", &zf, "--to", &zt]);
+        assert!(zoomed.0 > 0, "traffic in {zf} .. {zt}");
+        assert_eq!(totals(&c).await, zoomed, "the 20 ms window {zf} .. {zt}");
+        shot(&c, "timeline-ms").await;
+        // The same chart in packets.
+        testid(&c, "unit-toggle").await.click().await.unwrap();
+        until(10, "the chart in packets", || async {
+            attr(&c, "timeline-chart", "aria-label")
+                .await
+                .filter(|l| l.starts_with("packets"))
+        })
+        .await;
+        assert_eq!(totals(&c).await, zoomed);
+        collect(&c, &driver, &session, &mut seen, &mut log).await;
+
+        // A drag across the whole store's chart selects a window, which the sessions view
+        // then shows.
         c.goto(&s.url("/timeline")).await.unwrap();
         let chart = testid(&c, "timeline-chart").await;
-        testid(&c, "view-timeline").await;
-        shot(&c, "timeline").await;
-        seen.extend(resources(&c).await);
         let drag = MouseActions::new("mouse".into())
             .then(PointerAction::MoveToElement {
                 element: chart.clone(),
@@ -507,23 +789,17 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
                 button: MOUSE_BUTTON_LEFT,
             });
         c.perform_actions(drag).await.unwrap();
-        let t0 = Instant::now();
-        while !here(&c).await.contains("from=") {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "the drag set no window"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let url = here(&c).await;
-        let arg = |k: &str| {
-            url.split(['?', '&'])
-                .find_map(|kv| kv.strip_prefix(&format!("{k}=")[..]))
-                .unwrap_or_else(|| panic!("no {k} in {url}"))
-                .to_string()
-        };
-        let (from, to) = (arg("from"), arg("to"));
+        let url = until(10, "the dragged window", || async {
+            Some(here(&c).await).filter(|u| u.contains("from="))
+        })
+        .await;
+        let (from, to) = (arg(&url, "from"), arg(&url, "to"));
         testid(&c, "view-timeline").await;
+        assert_eq!(
+            testid(&c, "from-input").await.prop("value").await.unwrap().as_deref(),
+            Some(from.as_str()),
+            "the window's fields show RFC 3339 times"
+        );
         shot(&c, "timeline-selected").await;
         testid(&c, "timeline-sessions").await.click().await.unwrap();
         testid(&c, "view-sessions").await;
@@ -537,15 +813,74 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
             );
             stdout_str(&o).lines().count()
         };
-        let (window, all) = (cli(&["--from", &from, "--to", &to]), cli(&[]));
+        let (window_flows, all) = (cli(&["--from", &from, "--to", &to]), cli(&[]));
         assert!(
-            text.contains(&format!("{window} flows in the window")) && window < all,
-            "the dragged window {from}..{to} shows the CLI's {window} flows (of {all}): {text}"
+            text.contains(&format!("{window_flows} flows in the window")) && window_flows < all,
+            "the dragged window {from}..{to} shows the CLI's {window_flows} flows (of {all}): {text}"
         );
-        seen.extend(resources(&c).await);
-        log.extend(console_log(&driver, &session));
+        collect(&c, &driver, &session, &mut seen, &mut log).await;
 
-        // The status view, which refreshes itself.
+        // Analytics of the whole store: the rogue senders among the DSCP violations, the
+        // TCP health per host, the group matrix; the top senders as `capsule top` ranks
+        // them.
+        c.goto(&s.url("/analytics")).await.unwrap();
+        testid(&c, "view-analytics").await;
+        let violations = testid(&c, "dscp-violations").await.text().await.unwrap();
+        for r in &rogue {
+            assert!(violations.contains(r.as_str()), "{r} in {violations}");
+        }
+        testid(&c, "tcp-heatmap").await;
+        c.find(Locator::Css("[data-testid=\"analytics-matrix\"] svg"))
+            .await
+            .expect("the group matrix");
+        shot(&c, "analytics").await;
+        for part in ["top", "dscp", "tcp", "matrix", "stragglers"] {
+            shot_of(&c, &format!("analytics-{part}"), &format!("analytics-{part}")).await;
+        }
+        collect(&c, &driver, &session, &mut seen, &mut log).await;
+        testid(&c, "top-key-src").await.click().await.unwrap();
+        let first = c
+            .find(Locator::Css("[data-testid=\"top-table\"] tbody tr"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let top1 = top_src["rows"][0]["key"].as_str().unwrap();
+        assert!(first.starts_with(&format!("1 {top1} ")), "{first} ranks {top1} first");
+
+        // Alerts of the whole store by cause, as many as `capsule alerts` gives; the
+        // rogue senders under the DSCP cause, and one alert's evidence: the packets of
+        // `capsule query` for its window and filter.
+        c.goto(&s.url("/alerts")).await.unwrap();
+        let n = alerts["alerts"].as_array().unwrap().len();
+        let summary = testid(&c, "alerts-summary").await.text().await.unwrap();
+        assert!(summary.starts_with(&format!("{n} alert(s)")), "{summary}");
+        let dscp = testid(&c, "cause-dscp").await.text().await.unwrap();
+        for r in &rogue {
+            assert!(dscp.contains(r.as_str()), "{r} in {dscp}");
+        }
+        shot(&c, "alerts").await;
+        collect(&c, &driver, &session, &mut seen, &mut log).await;
+        let ev = c
+            .find(Locator::Css(
+                "[data-testid=\"cause-dscp\"] [data-testid=\"evidence\"]",
+            ))
+            .await
+            .unwrap()
+            .attr("href")
+            .await
+            .unwrap()
+            .unwrap();
+        let (ef, et, eq) = (arg(&ev, "from"), arg(&ev, "to"), arg(&ev, "filter"));
+        let evidence = query_ok(
+            &store,
+            &dir.join("evidence.pcapng"),
+            &["--from", &ef, "--to", &et, "--format", "pcapng", &eq],
+        );
+        assert!(fetched(&c, &ev).await == evidence, "the evidence of {ev}");
+
+        // The status view, which reloads itself.
         c.find(Locator::Css("header nav a[href^=\"/status\"]"))
             .await
             .unwrap()
@@ -554,7 +889,7 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
             .unwrap();
         let st = testid(&c, "view-status").await.text().await.unwrap();
         assert!(
-            st.contains("Retention horizon") && st.contains("Last packet"),
+            st.contains("Retention horizon") && st.contains("Newest packet (freshness)"),
             "{st}"
         );
         let refresh = c
@@ -563,8 +898,7 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
             .unwrap();
         assert_eq!(refresh.attr("content").await.unwrap().as_deref(), Some("5"));
         shot(&c, "status").await;
-        seen.extend(resources(&c).await);
-        log.extend(console_log(&driver, &session));
+        collect(&c, &driver, &session, &mut seen, &mut log).await;
 
         // Sign-out ends the session: the views ask for sign-in again.
         testid(&c, "logout-submit").await.click().await.unwrap();
@@ -573,22 +907,7 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
         assert!(here(&c).await.starts_with("/login"), "{}", here(&c).await);
         log.extend(console_log(&driver, &session));
         c.close().await.unwrap();
-
-        // Nothing left the origin; nothing went wrong in the browser's console but the
-        // refusals the walk asked for (the wrong token, the bad filter).
-        for u in &seen {
-            assert!(u.starts_with(&origin), "a request left the origin: {u}");
-        }
-        let unexpected: Vec<_> = log
-            .iter()
-            .filter(|e| {
-                let m = e["message"].as_str().unwrap_or("");
-                let asked = (m.contains("/login") && m.contains("401"))
-                    || (m.contains("/sessions") && m.contains("400"));
-                e["level"] != "INFO" && !asked
-            })
-            .collect();
-        assert!(unexpected.is_empty(), "browser console: {unexpected:#?}");
+        assert_clean(&origin, &seen, &log);
     });
 
     // Every page of flows and every download was audited under alice.
@@ -606,11 +925,102 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
     assert!(of("/sessions")
         .iter()
         .any(|r| r["user"] == "alice" && r["params"]["filter"] == FILTER));
-    assert!(of("/timeline").iter().any(|r| r["user"] == "alice"));
+    for ep in [
+        "/timeline",
+        "/analytics",
+        "/alerts",
+        "/selection",
+        "/status",
+    ] {
+        assert!(
+            of(ep)
+                .iter()
+                .any(|r| r["user"] == "alice" && r["status"] == 200),
+            "{ep} audited under alice"
+        );
+    }
     assert!(of("/login")
         .iter()
         .any(|r| r["outcome"] == "console sign-in" && r["user"] == "alice"));
     assert!(of("/login")
         .iter()
         .any(|r| r["outcome"] == "console sign-in refused: unknown token (or revoked)"));
+}
+
+/// The packets stored and the time of the status view's text, as it shows them.
+async fn live_status(c: &Client) -> Option<(u64, String, String)> {
+    let packets = text_of(c, "status-packets").await?;
+    let stored = packets.split(' ').next()?.parse().ok()?;
+    Some((
+        stored,
+        text_of(c, "status-time").await?,
+        text_of(c, "status-capture").await?,
+    ))
+}
+
+#[test]
+fn the_status_view_updates_while_a_capture_runs() {
+    if !rustix_is_root() {
+        skip(
+            "console::the_status_view_updates_while_a_capture_runs",
+            "needs root (network namespaces for a live capture)",
+        );
+        return;
+    }
+    let Some((chromium, driver_bin)) = tools_or_skip() else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let pcap = dir.join("in.pcap");
+    synth(&pcap, &dir.join("truth.json"), 3, "2s", "20M", None);
+    let store = dir.join("store");
+    let link = Link::new("co");
+    let cap = link.capture(&store, &[]);
+    let tokens = dir.join("tokens");
+    let token = add_token(&tokens, "alice");
+    let s = start(dir, &store, &tokens, &[]);
+    let driver = start_driver(&driver_bin, dir);
+    let profile = dir.join("profile");
+    std::fs::create_dir_all(&profile).unwrap();
+    let origin = format!("https://{}", s.addr);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // About 10 s of traffic at 4 Mbit/s: the page reloads twice or more meanwhile.
+    let sender = std::thread::spawn(move || {
+        link.send_at(&pcap, "4");
+        link
+    });
+    rt.block_on(async {
+        let c = browser(&driver, &chromium, &profile, dir).await;
+        let session = c.session_id().await.unwrap().expect("a session id");
+        let (mut seen, mut log) = (Vec::new(), Vec::new());
+        c.goto(&s.url("/status")).await.unwrap();
+        sign_in(&c, &token).await;
+        testid(&c, "view-status").await;
+        let (p1, t1, state) = until(20, "stored packets of the running capture", || async {
+            live_status(&c).await.filter(|(p, _, _)| *p > 0)
+        })
+        .await;
+        assert!(state.starts_with("running"), "{state}");
+        let rates = text_of(&c, "status-rates").await.unwrap_or_default();
+        assert!(rates.contains("packets/s"), "live rates: {rates}");
+        // The page reloads by itself and shows more packets stored.
+        let (p2, t2, _) = until(15, "the status view's own reload", || async {
+            live_status(&c)
+                .await
+                .filter(|(p, t, _)| *t != t1 && *p > p1)
+        })
+        .await;
+        assert!(p2 > p1 && t2 != t1, "{p1} at {t1}, then {p2} at {t2}");
+        shot(&c, "status-live").await;
+        collect(&c, &driver, &session, &mut seen, &mut log).await;
+        c.close().await.unwrap();
+        assert_clean(&origin, &seen, &log);
+    });
+    let link = sender.join().unwrap();
+    stop(cap);
+    drop(link);
 }

@@ -1,7 +1,8 @@
 //! Answers to an operator's questions, from the side index alone: top talkers (`top`), the
 //! DSCP audit (`dscp`), TCP health per interval and host (`tcp`), the group matrix
 //! (`matrix`), stragglers in a group (`stragglers`), and the config's alert rules over all of
-//! them (`alerts`).
+//! them (`alerts`); bytes and packets over time by DSCP value for the web console
+//! (`timeline`).
 //!
 //! ```text
 //! STORE/index/seg-N.idx (sealed) + seg-N.journal (open)   capsule_index::flows::list_index_only
@@ -35,6 +36,7 @@ pub mod matrix;
 pub mod names;
 pub mod stragglers;
 pub mod tcp;
+pub mod timeline;
 pub mod top;
 
 /// What went wrong reading the index.

@@ -75,6 +75,33 @@ pub struct Stragglers {
     pub stragglers: Vec<Straggler>,
 }
 
+impl Stragglers {
+    /// Each member's mean ratio to the group's median over the judged intervals, by host
+    /// (members never judged are left out), and whether it is a straggler: what a chart of
+    /// the group shows.
+    pub fn mean_ratios(&self) -> Vec<(String, f64, bool)> {
+        let mut per: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
+        for i in self.intervals.iter().filter(|i| i.judged) {
+            for m in &i.members {
+                if let Some(r) = m.ratio {
+                    let e = per.entry(m.host.as_str()).or_default();
+                    e.0 += r;
+                    e.1 += 1;
+                }
+            }
+        }
+        per.iter()
+            .map(|(h, (sum, n))| {
+                (
+                    (*h).to_string(),
+                    sum / *n as f64,
+                    self.stragglers.iter().any(|x| x.host == *h),
+                )
+            })
+            .collect()
+    }
+}
+
 /// Finds the stragglers of `group`.
 pub fn stragglers(
     input: &Input,

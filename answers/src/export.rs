@@ -67,6 +67,22 @@ pub fn count(source: &Source, req: &Request) -> Result<ExportReport, AnswerError
     Ok(capsule_replay::count(&open(source)?, &req.options())?)
 }
 
+/// What the export would write, counted without writing it.
+#[derive(Debug)]
+pub struct Sized {
+    /// The count's report: packets, captured bytes, and what is missing.
+    pub report: ExportReport,
+    /// The exact size of the file [`stream`] would write, in bytes.
+    pub file_bytes: u64,
+}
+
+/// Counts `req`'s packets and the exact size of its file (what a download shows before it
+/// starts); `req.max_bytes` is not applied.
+pub fn size(source: &Source, req: &Request) -> Result<Sized, AnswerError> {
+    let (report, file_bytes) = capsule_replay::size(&open(source)?, &req.options())?;
+    Ok(Sized { report, file_bytes })
+}
+
 /// Writes the export into `out` as it is read, in timestamp order. The report says what it
 /// holds and, when it is partial, what it misses ([`ExportReport::partial_note`]).
 pub fn stream(

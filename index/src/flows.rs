@@ -428,6 +428,13 @@ fn finish(out: Merged) -> Vec<FlowSummary> {
         .collect()
 }
 
+/// A segment's index as [`list`] reads it: a sealed segment's flow counts, the open
+/// segment's journal folded.
+enum Listed {
+    Counts(crate::sideindex::CountsIndex),
+    Live(crate::sideindex::LiveIndex),
+}
+
 /// Lists the flows of `q` (filter and window) from the side index of `segments`.
 pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<FlowListing> {
     let (resolved, names_unseen) = resolve(store, segments, q)?;
@@ -460,8 +467,23 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         {
             continue;
         }
-        let idx = match load_any(&store.index_dir(), seg) {
-            Ok(Some(live)) => {
+        // A sealed segment's flows as counts only (no block lists, carried TCP state or
+        // series are kept; no buckets of a flow wholly in the window): what a listing reads.
+        // The open segment's from its journal folded.
+        let dir = store.index_dir();
+        let loaded = if seg.state() == capsule_store::SegmentState::Open {
+            load_any(&dir, seg).map(|l| l.map(Listed::Live))
+        } else {
+            SegmentIndex::load_counts(&dir, seg, Some((from, to))).map(|c| c.map(Listed::Counts))
+        };
+        let flows: Vec<FlowCounts> = match loaded {
+            Ok(Some(Listed::Counts(counts))) => {
+                if !counts.named {
+                    nameless.push(seg.seq());
+                }
+                counts.flows
+            }
+            Ok(Some(Listed::Live(live))) => {
                 let gaps: Vec<usize> = live
                     .unseen
                     .iter()
@@ -475,7 +497,10 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
                     unseen.push((seg.seq(), gaps));
                 }
                 journal_notes.extend(live.notes.into_iter().map(|n| (seg.seq(), n)));
-                live.index
+                if !live.index.named {
+                    nameless.push(seg.seq());
+                }
+                live.index.flows.into_iter().map(FlowCounts::from).collect()
             }
             Ok(None) => {
                 unindexed.push(seg.seq());
@@ -488,10 +513,6 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
             }
             Err(e) => return Err(e),
         };
-        if !idx.named {
-            nameless.push(seg.seq());
-        }
-        let flows: Vec<FlowCounts> = idx.flows.into_iter().map(FlowCounts::from).collect();
         window_answers(&flows, from, to, &mut dns);
         merge_segment(&mut out, flows, q, from, to, false);
     }

@@ -25,6 +25,21 @@ pub struct SeriesListing {
 
 /// The series of [from, to) (ns) from the side index alone.
 pub fn list_index_only(store: &Store, from: u64, to: u64) -> Result<SeriesListing> {
+    let mut blocks = Vec::new();
+    let mut out = visit_index_only(store, from, to, |s| blocks.push(s))?;
+    out.blocks = blocks;
+    Ok(out)
+}
+
+/// [`list_index_only`] handing each block's series to `visit` as it is read, none kept:
+/// what a caller folds into its own bins reads a long window in bounded memory. The
+/// listing returned names what is missing; its `blocks` is empty.
+pub fn visit_index_only(
+    store: &Store,
+    from: u64,
+    to: u64,
+    mut visit: impl FnMut(BlockSeries),
+) -> Result<SeriesListing> {
     let (from_ms, to_ms) = (from / 1_000_000, to.div_ceil(1_000_000));
     let mut out = SeriesListing::default();
     let dir = store.index_dir();
@@ -84,7 +99,7 @@ pub fn list_index_only(store: &Store, from: u64, to: u64) -> Result<SeriesListin
             s.bins.retain(|b| b.ms >= from_ms && b.ms < to_ms);
             s.fanin.retain(|f| f.ms >= from_ms && f.ms < to_ms);
             if !s.bins.is_empty() || !s.fanin.is_empty() {
-                out.blocks.push(s);
+                visit(s);
             }
         }
     }

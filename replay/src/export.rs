@@ -172,7 +172,7 @@ pub fn count_with_segments(
     opts: &ExportOptions,
 ) -> Result<(ExportReport, Vec<SegmentReader>), ExportError> {
     let mut window = Window::open(store, &opts.query, opts.bpf.as_deref(), false)?;
-    window.tally(opts.threads)?;
+    window.tally(opts.threads, |_, _| {})?;
     let Window {
         report, segments, ..
     } = window;
@@ -182,6 +182,30 @@ pub fn count_with_segments(
         Err(_) => store.open_segments()?,
     };
     Ok((report, segments))
+}
+
+/// What [`export`] of `opts` would write, without writing it: the report of a [`count`]
+/// and the exact size in bytes of the file in `opts.format`: its header and interfaces,
+/// every packet record with its options, the interface statistics and, for a partial
+/// pcapng answer, its closing note. A download shows it before it starts. `opts.max_bytes`
+/// is not applied (the size is that of the whole answer).
+pub fn size(store: &Store, opts: &ExportOptions) -> Result<(ExportReport, u64), ExportError> {
+    let pcapng = opts.format == Format::PcapNg;
+    let mut window = Window::open(store, &opts.query, opts.bpf.as_deref(), pcapng)?;
+    let mut enc = Encoder::new(std::io::sink(), opts.format, &window.out_ifaces)?;
+    let mut records = 0u64;
+    window.tally(opts.threads, |caplen, options| {
+        records += enc.record_len(caplen, options)
+    })?;
+    for (si, _, st) in &window.window_stats {
+        if let Some(&out_iface) = window.iface_map.get(&(*si, st.iface)) {
+            enc.stats(out_iface, st);
+        }
+    }
+    if let Some(note) = window.report.partial_note() {
+        enc.note(&note);
+    }
+    Ok((window.report, enc.encoded() + records))
 }
 
 /// A query's window made ready to read: its plan, the interfaces its packets are written
@@ -379,7 +403,13 @@ impl Window {
 
     /// Counts the selected packets of every planned block into the report, skipping and
     /// naming damaged blocks as [`Window::merge`] does.
-    fn tally(&mut self, threads: usize) -> Result<(), ExportError> {
+    /// Counts the selected packets into the report in one pass over the planned blocks in
+    /// any order, calling `record(captured bytes, options bytes)` for each.
+    fn tally(
+        &mut self,
+        threads: usize,
+        mut record: impl FnMut(usize, usize),
+    ) -> Result<(), ExportError> {
         let (recycle, reuse) = bounded::<Vec<u8>>(threads.clamp(1, 16) * 4 + 4);
         let loaded = prefetch(
             self.segments.clone(),
@@ -401,6 +431,7 @@ impl Window {
                         }
                         self.report.packets += 1;
                         self.report.captured_bytes += data.len() as u64;
+                        record(data.len(), (p.opts_end - p.opts_start) as usize);
                     }
                     let _ = recycle.try_send(block.data);
                 }
@@ -632,6 +663,75 @@ mod tests {
                 assert_eq!(g.2, w.2.len() as u32 + 4);
             }
         }
+    }
+
+    #[test]
+    fn size_is_the_length_of_the_export_whole_or_partial() {
+        use capsule_pcap::options;
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (mut w, _) = capsule_index::open_writer(dir.path(), cfg()).unwrap();
+            let id = w.add_interface(eth());
+            for i in 0..600u64 {
+                let (_, _, data) = packet(1000 + i * 10, 40 + (i as usize % 300));
+                // Every 7th packet carries a comment of its own length.
+                let mut opts = Vec::new();
+                if i % 7 == 0 {
+                    options::put(&mut opts, 1, &vec![b'c'; 1 + i as usize % 5]);
+                }
+                w.append_with(id, 1000 + i * 10, data.len() as u32, &data, &opts)
+                    .unwrap();
+            }
+            w.finish().unwrap();
+        }
+        let check = |dir: &std::path::Path, partial: bool| {
+            let store = Store::open(dir).unwrap();
+            for format in [Format::Pcap, Format::PcapNg] {
+                for (from, to) in [(0, u64::MAX), (1500, 3000), (9000, 9001)] {
+                    let opts = ExportOptions {
+                        format,
+                        ..ExportOptions::window(Some(from), Some(to))
+                    };
+                    let mut out = Vec::new();
+                    let rep = export(&store, &opts, &mut out).unwrap();
+                    let (counted, bytes) = size(&store, &opts).unwrap();
+                    assert_eq!(bytes, out.len() as u64, "{format:?} [{from}, {to})");
+                    assert_eq!(counted.packets, rep.packets);
+                    assert_eq!(counted.captured_bytes, rep.captured_bytes);
+                    if (from, to) == (0, u64::MAX) {
+                        assert_eq!(counted.partial_note().is_some(), partial);
+                    }
+                }
+            }
+        };
+        check(dir.path(), false);
+        // A damaged block: the pcapng answer ends with its note, counted too.
+        let seg = walk(dir.path())
+            .into_iter()
+            .find(|p| {
+                let name = p.file_name().unwrap().to_string_lossy();
+                name.starts_with("seg-") && name.ends_with(".pcapng.zst")
+            })
+            .expect("a segment file");
+        let mut bytes = std::fs::read(&seg).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid..mid + 64].fill(0);
+        std::fs::write(&seg, bytes).unwrap();
+        check(dir.path(), true);
+    }
+
+    /// Every file under `dir`.
+    fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
     }
 
     #[test]

@@ -44,7 +44,8 @@ mod stats;
 pub use encode::Format;
 pub use error::ExportError;
 pub use export::{
-    bpf_linktypes, count, count_with_segments, export, ExportOptions, ExportReport, SkippedBlock,
+    bpf_linktypes, count, count_with_segments, export, size, ExportOptions, ExportReport,
+    SkippedBlock,
 };
 pub use pace::Pacing;
 pub use prefetch::{bpf_compiles, check_bpf_len, MAX_BPF_LEN};

@@ -16,36 +16,6 @@ fn secs(ns: u64) -> String {
     }
 }
 
-/// The budgets saved in the store, for a person.
-fn describe_budgets(b: Option<&capsule_store::budget::Budgets>) -> String {
-    let Some(b) = b else {
-        return "none saved (a writer keeps the default floor of free space: 10% of the disk \
-                or 5 GiB, whichever is smaller)"
-            .into();
-    };
-    let mut parts = Vec::new();
-    if let Some(m) = b.max_bytes {
-        parts.push(format!("at most {}", crate::units::format_bytes(m)));
-    }
-    if let Some(f) = b.min_free {
-        let f = match f {
-            capsule_store::budget::FreeSpace::Bytes(n) => crate::units::format_bytes(n),
-            other => other.describe(),
-        };
-        parts.push(format!("keep {f} free"));
-    }
-    if let Some(age) = b.max_age {
-        parts.push(format!(
-            "data at most {} old",
-            humantime::format_duration(age)
-        ));
-    }
-    if parts.is_empty() {
-        return "none (the disk may fill; then the oldest segments are deleted for room)".into();
-    }
-    format!("{} (saved in the store)", parts.join(", "))
-}
-
 pub fn run(a: &StatusArgs) -> Result<ExitCode> {
     let (json, watch) = (a.json, a.watch);
     let remote = a.remote.remote(None)?;
@@ -161,12 +131,13 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                         s.seen,
                         s.drops
                     );
-                    let causes = drop_causes(&s.drop_causes, &s.mode, true);
+                    let causes = crate::render::status::drop_causes(&s.drop_causes, &s.mode, true);
                     say!("  drops by cause: {causes}");
                     if several {
                         for i in &s.interfaces {
                             // The disk is the store's, counted once above.
-                            let causes = drop_causes(&i.drop_causes, &i.mode, false);
+                            let causes =
+                                crate::render::status::drop_causes(&i.drop_causes, &i.mode, false);
                             let rate = if live {
                                 format!(
                                     "; {:.0} packets/s, {:.1} Mbit/s",
@@ -286,17 +257,7 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                 }
             }
             if let Some(al) = alerts {
-                say!(
-                    "live alerts: {} evaluation(s), {} event(s) sent, {} undelivered, {} \
-                     engaged{}",
-                    al.evaluations,
-                    al.sent,
-                    al.undelivered,
-                    al.engaged,
-                    al.last_error
-                        .clone()
-                        .map_or(String::new(), |e| format!("; last error: {e}"))
-                );
+                say!("live alerts: {}", crate::render::status::live_alerts(al));
                 for sk in &al.sinks {
                     say!(
                         "  alert sink {} {}: {} sent, {} undelivered{}",
@@ -314,7 +275,10 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
                     );
                 }
             }
-            say!("budgets: {}", describe_budgets(saved.as_ref()));
+            say!(
+                "budgets: {}",
+                crate::render::status::describe_budgets(saved.as_ref())
+            );
             if let Some(t) = tier {
                 say!(
                     "tier: {} local in {} segment(s), {} in the object store in {} segment(s) \
@@ -367,26 +331,4 @@ pub fn run(a: &StatusArgs) -> Result<ExitCode> {
         }
         std::thread::sleep(std::time::Duration::from_secs(1));
     }
-}
-
-/// The drop causes the capture mode `mode` can have, and any other that counted, as
-/// `"packet ring full 0, disk full 0"`; `disk` lists the store's disk-full drops.
-fn drop_causes(c: &capsule_capture::status::DropCauses, mode: &str, disk: bool) -> String {
-    let xdp = mode.starts_with("XDP");
-    [
-        ("packet ring full", c.packet_ring_full, !xdp),
-        ("AF_XDP RX ring full", c.xsk_ring_full, xdp),
-        ("AF_XDP dropped", c.xsk_dropped, xdp),
-        ("queue without socket", c.no_socket, xdp),
-        ("no headroom", c.no_room, false),
-        ("store behind", c.pipeline, xdp),
-        ("invalid descriptors", c.invalid, xdp),
-        ("disk full", c.disk_full, true),
-    ]
-    .into_iter()
-    .filter(|&(what, _, _)| disk || what != "disk full")
-    .filter(|&(_, n, active)| active || n > 0)
-    .map(|(what, n, _)| format!("{what} {n}"))
-    .collect::<Vec<_>>()
-    .join(", ")
 }

@@ -22,6 +22,7 @@ mod alerts;
 mod bursts;
 mod dscp;
 mod matrix;
+pub(crate) mod status;
 mod stragglers;
 pub mod table;
 mod tcp;

@@ -281,26 +281,7 @@ pub(crate) fn html(w: &Window, alerts: &[Alert], findings: &[Finding<'_>], c: &C
         o.push_str("<p>No group is listed in <code>[alerts] straggler_groups</code>.</p>");
     }
     for s in &c.stragglers {
-        let mut per: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
-        for i in s.intervals.iter().filter(|i| i.judged) {
-            for m in &i.members {
-                if let Some(r) = m.ratio {
-                    let e = per.entry(m.host.as_str()).or_default();
-                    e.0 += r;
-                    e.1 += 1;
-                }
-            }
-        }
-        let rows: Vec<(String, f64, bool)> = per
-            .iter()
-            .map(|(h, (sum, n))| {
-                (
-                    (*h).to_string(),
-                    sum / *n as f64,
-                    s.stragglers.iter().any(|x| x.host == *h),
-                )
-            })
-            .collect();
+        let rows = s.mean_ratios();
         let _ = write!(
             o,
             "<h3>group {}</h3><p>mean ratio to the group median over judged {} s intervals; \

@@ -25,6 +25,7 @@ mod html;
 mod svg;
 
 pub(crate) use html::html;
+pub(crate) use svg::{bars_svg, esc, matrix_svg, stacked_svg};
 
 /// A finding's evidence file.
 #[derive(Debug, Clone, Serialize)]

@@ -137,7 +137,13 @@ pub(crate) fn bars_svg(
     rows: &[(String, f64, bool)],
     fmt: &dyn Fn(f64) -> String,
 ) -> String {
-    let (w, row_h, left) = (900.0, 22.0, 260.0);
+    // Room for the longest label (about 7 px a character at 12 px), within bounds.
+    let longest = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
+    let (w, row_h, left) = (
+        900.0,
+        22.0,
+        (longest as f64 * 7.0 + 12.0).clamp(120.0, 420.0),
+    );
     let h = row_h * rows.len().max(1) as f64 + 10.0;
     let max = rows.iter().map(|r| r.1).fold(0.0, f64::max).max(1e-9);
     let mut o = format!(

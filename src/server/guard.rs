@@ -26,6 +26,18 @@ pub(super) enum Failure {
     Server(String),
 }
 
+impl Failure {
+    /// An answer's error: the asker's when it is a usage error, else the server's (with its
+    /// causes).
+    pub(super) fn of(e: capsule_answers::AnswerError) -> Failure {
+        if e.is_usage() {
+            Failure::Asker(e.to_string())
+        } else {
+            Failure::Server(format!("{:#}", anyhow::Error::from(e)))
+        }
+    }
+}
+
 impl Guard {
     /// The source this request's answer reads: the store, through this request's reader of
     /// the object store when the server has a `[tier]`.

@@ -97,6 +97,21 @@ impl Drop for Slot {
 }
 
 impl Server {
+    /// The config file's groups, policy and rules, read now (an edit applies to the next
+    /// answer); `None` when the server has none. A file edited into something invalid is
+    /// the server's fault (500), not the asker's, though the CLI calls it a usage error.
+    fn load_config(&self) -> Result<Option<capsule_config::Config>, guard::Failure> {
+        match &self.config {
+            None => Ok(None),
+            Some(c) => crate::request::load_config(c).map(Some).map_err(|e| {
+                guard::Failure::Server(format!(
+                    "the server's config file is not valid (the last start checked it; it \
+                     was edited since): {e:#}"
+                ))
+            }),
+        }
+    }
+
     fn acquire(self: &Arc<Self>, user: &str) -> Result<Slot, String> {
         let mut r = self.running.lock().unwrap_or_else(|p| p.into_inner());
         let mine = r.per_user.get(user).copied().unwrap_or(0);

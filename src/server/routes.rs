@@ -289,27 +289,13 @@ async fn analytics(g: Guard, kind: Kind, q: Option<&str>, host: Option<String>) 
         );
         return g.refuse(StatusCode::BAD_REQUEST, &m);
     }
-    let (source, config) = (g.source(), g.server.config.clone());
+    let (source, server) = (g.source(), g.server.clone());
     let work = move || {
-        // A config edited into something invalid is the server's fault (500), not the
-        // client's, though the CLI calls it a usage error.
-        let config = match &config {
-            None => None,
-            Some(c) => Some(crate::request::load_config(c).map_err(|e| {
-                Failure::Server(format!(
-                    "the server's config file is not valid (the last start checked it; it \
-                     was edited since): {e:#}"
-                ))
-            })?),
+        let source = Source {
+            config: server.load_config()?,
+            ..source
         };
-        let source = Source { config, ..source };
-        let answer = analytics::answer(&source, &request).map_err(|e| {
-            if e.is_usage() {
-                Failure::Asker(e.to_string())
-            } else {
-                Failure::Server(format!("{e:#}"))
-            }
-        })?;
+        let answer = analytics::answer(&source, &request).map_err(Failure::of)?;
         let place = crate::render::Place(Some(&place));
         Ok(crate::render::analytics(&answer, json, place, width))
     };

@@ -39,14 +39,6 @@ fn export_request(q: Option<&str>, with_format: bool) -> Result<export::Request,
     })
 }
 
-fn failure(e: capsule_answers::AnswerError) -> Failure {
-    if e.is_usage() {
-        Failure::Asker(e.to_string())
-    } else {
-        Failure::Server(format!("{:#}", anyhow::Error::from(e)))
-    }
-}
-
 /// `GET /v1/count`: the document of `capsule query --count --json`; a partial count says
 /// so in the `capsule-partial` header, as a pull does in its trailer.
 pub(super) async fn count(g: Guard, q: Option<&str>) -> Response<Body> {
@@ -56,7 +48,7 @@ pub(super) async fn count(g: Guard, q: Option<&str>) -> Response<Body> {
     };
     let source = g.source();
     let work = move || {
-        let c = export::counted(&source, &request).map_err(failure)?;
+        let c = export::counted(&source, &request).map_err(Failure::of)?;
         Ok((c.count, c.report.partial_note()))
     };
     let (g, (mut count, note)) = match g.blocking("count", true, work).await {
@@ -89,7 +81,7 @@ pub(super) async fn plan(g: Guard, q: Option<&str>) -> Response<Body> {
     };
     let source = g.source();
     let work = move || {
-        let plan = export::plan(&source, &request).map_err(failure)?;
+        let plan = export::plan(&source, &request).map_err(Failure::of)?;
         Ok(export::plan_json(&plan))
     };
     match g.blocking("plan", true, work).await {
@@ -106,7 +98,7 @@ pub(super) async fn segments(g: Guard, q: Option<&str>) -> Response<Body> {
     }
     let store = g.server.store.clone();
     let work = move || {
-        let a = segments::answer(&store).map_err(failure)?;
+        let a = segments::answer(&store).map_err(Failure::of)?;
         let mut v = serde_json::to_value(&a).map_err(|e| Failure::Server(e.to_string()))?;
         crate::output::with_times(&mut v);
         Ok(v)

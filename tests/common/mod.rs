@@ -7,6 +7,7 @@
 //! code with the product.
 #![allow(dead_code)]
 
+pub mod netns;
 pub mod serve;
 
 use std::path::{Path, PathBuf};

@@ -494,6 +494,8 @@ fn get_buckets<B: From<Bucket>>(
 pub struct CountsIndex {
     pub seq: u64,
     pub segment_len: u64,
+    /// Blocks the index describes.
+    pub blocks: usize,
     pub flows: Vec<FlowCounts>,
     /// The index keeps its flows' names (version 6 and later).
     pub named: bool,
@@ -790,6 +792,7 @@ impl SegmentIndex {
         Ok(CountsIndex {
             seq: h.seq,
             segment_len: h.segment_len,
+            blocks: h.n_blocks,
             flows,
             named: h.version >= NAMES_VERSION,
         })
@@ -914,6 +917,35 @@ impl SegmentIndex {
                 && blocks as usize == seg.blocks().len())
         })();
         header.unwrap_or(false)
+    }
+
+    /// [`SegmentIndex::load`] decoding the flows' counts only
+    /// ([`SegmentIndex::decode_counts`], `drop_buckets_within` as there): what a flow listing
+    /// reads. `None` when the index is missing or describes another file.
+    pub fn load_counts(
+        dir: &Path,
+        seg: &SegmentReader,
+        drop_buckets_within: Option<(u64, u64)>,
+    ) -> Result<Option<CountsIndex>> {
+        let path = dir.join(index_name(seg.seq()));
+        let bytes = match fsx::read(&path, "read index") {
+            Ok(b) => b,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let idx = SegmentIndex::decode_counts(&bytes, drop_buckets_within).map_err(|problem| {
+            StoreError::DerivedDamaged {
+                path: path.clone(),
+                problem,
+            }
+        })?;
+        if idx.seq != seg.seq()
+            || idx.segment_len != seg.bytes()
+            || idx.blocks != seg.blocks().len()
+        {
+            return Ok(None);
+        }
+        Ok(Some(idx))
     }
 
     /// Loads segment `seg`'s index from `dir`. `Ok(None)` when it is missing or describes a

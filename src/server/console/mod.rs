@@ -24,7 +24,12 @@ use super::guard::Guard;
 use super::Server;
 use crate::tokens::Auth;
 
+mod alerts;
+mod analytics;
 mod pages;
+mod sessions;
+mod status;
+mod timeline;
 
 /// The session cookie's name.
 const SESSION_COOKIE: &str = "capsule_session";
@@ -123,8 +128,11 @@ pub(super) fn owns(path: &str) -> bool {
             | "/logout"
             | "/sessions"
             | "/timeline"
+            | "/analytics"
+            | "/alerts"
             | "/status"
             | "/download"
+            | "/selection"
             | "/static/console.css"
             | "/static/console.js"
             | "/favicon.ico"
@@ -213,12 +221,12 @@ async fn read_form(body: hyper::body::Incoming) -> Result<HashMap<String, String
     Ok(out)
 }
 
-/// Where to go after signing in: `next` when it is a path of this origin, else the
-/// sessions view.
+/// Where to go after signing in: `next` when it is a path of this origin, else the first
+/// view.
 fn next_of(next: Option<&str>) -> String {
     match next {
         Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n.to_string(),
-        _ => "/sessions".to_string(),
+        _ => "/".to_string(),
     }
 }
 
@@ -410,13 +418,18 @@ pub(super) async fn handle(
             .header("content-type", "text/javascript; charset=utf-8")
             .body(Body::Full(Some(Bytes::from_static(JS.as_bytes()))))
             .expect("a valid response"),
+        // The first view: the whole store's timeline (from the index's millisecond series,
+        // fast on a big store), where a window is picked for the others.
         (&Method::GET, "/") => redirect(&match &q {
-            Some(q) => format!("/sessions?{q}"),
-            None => "/sessions".to_string(),
+            Some(q) => format!("/timeline?{q}"),
+            None => "/timeline".to_string(),
         }),
-        (&Method::GET, "/sessions") => pages::sessions(g, nav, q.as_deref()).await,
-        (&Method::GET, "/timeline") => pages::timeline(g, nav, q.as_deref()).await,
-        (&Method::GET, "/status") => pages::status(g, nav).await,
+        (&Method::GET, "/sessions") => sessions::sessions(g, nav, q.as_deref()).await,
+        (&Method::GET, "/selection") => sessions::size(g, q.as_deref()).await,
+        (&Method::GET, "/timeline") => timeline::timeline(g, nav, q.as_deref()).await,
+        (&Method::GET, "/analytics") => analytics::analytics(g, nav, q.as_deref()).await,
+        (&Method::GET, "/alerts") => alerts::alerts(g, nav, q.as_deref()).await,
+        (&Method::GET, "/status") => status::status(g, nav).await,
         (&Method::GET, "/download") => super::stream::packets(g, q.as_deref()).await,
         _ => {
             let r = html(
@@ -464,10 +477,10 @@ mod tests {
     #[test]
     fn next_stays_on_this_origin() {
         assert_eq!(next_of(Some("/timeline?from=1")), "/timeline?from=1");
-        assert_eq!(next_of(Some("//evil.example/")), "/sessions");
-        assert_eq!(next_of(Some("https://evil.example/")), "/sessions");
-        assert_eq!(next_of(Some("/\\evil.example")), "/sessions");
-        assert_eq!(next_of(None), "/sessions");
+        assert_eq!(next_of(Some("//evil.example/")), "/");
+        assert_eq!(next_of(Some("https://evil.example/")), "/");
+        assert_eq!(next_of(Some("/\\evil.example")), "/");
+        assert_eq!(next_of(None), "/");
     }
 
     #[test]
