@@ -135,7 +135,7 @@ fn tcpdump_lo(cap: &Path, filter: &str) -> Proc {
 /// Stops `tcpdump_lo`'s capture (it writes its last packets on SIGINT).
 fn stop_tcpdump(mut t: Proc) {
     std::thread::sleep(Duration::from_millis(1000));
-    run_ok(Command::new("kill").args(["-INT", &t.0.id().to_string()]));
+    assert!(signal(t.0.id(), Signal::INT), "tcpdump is gone");
     let _ = t.0.wait();
 }
 
