@@ -575,6 +575,17 @@ mod tests {
         (pkts, comps)
     }
 
+    /// Hands prepared compaction `p` to `w`'s writer thread: whether it was committed.
+    fn commit(w: &StoreWriter, p: Prepared) -> bool {
+        let (reply, rx) = bounded(1);
+        w.compact_tx
+            .as_ref()
+            .unwrap()
+            .send(CompactRequest { prepared: p, reply })
+            .unwrap();
+        rx.recv().unwrap().unwrap()
+    }
+
     fn seg_bytes(root: &std::path::Path) -> u64 {
         Store::open(root)
             .unwrap()
@@ -632,15 +643,6 @@ mod tests {
                 "retention never deleted the oldest segment"
             );
         }
-        let commit = |w: &StoreWriter, p: Prepared| {
-            let (reply, rx) = bounded(1);
-            w.compact_tx
-                .as_ref()
-                .unwrap()
-                .send(CompactRequest { prepared: p, reply })
-                .unwrap();
-            rx.recv().unwrap().unwrap()
-        };
         let (tmp1, tmpn, after) = (p1.tmp.clone(), pn.tmp.clone(), pn.bytes_after);
         assert!(
             !commit(&w, p1),
@@ -964,16 +966,7 @@ mod tests {
         };
         let tmp = p.tmp.clone();
         crate::ledger::record_tiered(&segs, second.0, was_second.len() as u64, "e2").unwrap();
-        let (reply, rx) = bounded(1);
-        w.compact_tx
-            .as_ref()
-            .unwrap()
-            .send(CompactRequest { prepared: p, reply })
-            .unwrap();
-        assert!(
-            !rx.recv().unwrap().unwrap(),
-            "a segment uploaded meanwhile was compacted"
-        );
+        assert!(!commit(&w, p), "a segment uploaded meanwhile was compacted");
         assert!(!tmp.exists(), "its temporary file was left");
         // Every other segment is compacted; the two in the object store are not touched.
         let rep = w.compact_all(Level::Zstd(3), &mut |_| {}).unwrap();
