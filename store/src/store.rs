@@ -221,6 +221,9 @@ impl Store {
         match fsx::open(&meta_path, fsx::Open::Read, "read") {
             Ok(_) => {}
             Err(e) if e.is_not_found() => {
+                // The segment directory first, the identity file last: a reader that finds
+                // the identity finds a whole (empty) store, never one without `segments/`.
+                fsx::create_dir(&store.segments_dir())?;
                 let meta = StoreMeta {
                     magic: MAGIC.into(),
                     format: FORMAT_VERSION,
@@ -238,8 +241,8 @@ impl Store {
 
     /// A directory that holds files but no store identity is someone else's: writing a store
     /// into it (and later deleting "old segments" there) is refused before anything is
-    /// created in it. What a creation cut short leaves (the lock file, a temporary identity
-    /// or status file) does not count.
+    /// created in it. What a creation cut short leaves (the lock file, an empty `segments/`,
+    /// a temporary identity or status file) does not count.
     fn refuse_foreign_directory(&self) -> Result<()> {
         if self.root.join(META_FILE).exists() {
             return Ok(());
@@ -250,6 +253,7 @@ impl Store {
             let entry = entry.map_err(|e| StoreError::io("list store directory", &self.root, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let ours = name == LOCK_FILE
+                || (name == SEGMENTS_DIR && is_empty_dir(&entry.path()))
                 || ([META_FILE, "capture-status.json"]
                     .iter()
                     .any(|f| name.starts_with(&format!(".{f}.")))
@@ -707,6 +711,11 @@ fn list_checked(dir: &Path) -> Result<Vec<fsx::Entry>> {
     Ok(entries)
 }
 
+/// Whether `path` is a directory with nothing in it.
+fn is_empty_dir(path: &Path) -> bool {
+    std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_none())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -733,6 +742,23 @@ mod tests {
                 .contains("format version 9 is not supported"),
             "{err}"
         );
+    }
+
+    /// A creation cut short after `segments/` and before the identity file leaves a store
+    /// being created, not a foreign directory; a `segments/` with files in it is foreign.
+    #[test]
+    fn a_creation_cut_short_is_finished_and_a_full_segments_dir_is_foreign() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(SEGMENTS_DIR)).unwrap();
+        std::fs::write(dir.path().join(LOCK_FILE), b"").unwrap();
+        let s = Store::create_or_open(dir.path()).unwrap();
+        assert!(s.list().unwrap().is_empty());
+        Store::open(dir.path()).unwrap();
+        let other = tempfile::tempdir().unwrap();
+        std::fs::create_dir(other.path().join(SEGMENTS_DIR)).unwrap();
+        std::fs::write(other.path().join(SEGMENTS_DIR).join("x"), b"x").unwrap();
+        let err = Store::create_or_open(other.path()).unwrap_err();
+        assert!(err.to_string().contains("holds no"), "{err}");
     }
 
     #[test]
