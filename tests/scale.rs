@@ -215,3 +215,65 @@ fn retention_and_compaction_are_reflected_in_the_catalog() {
     assert_ne!(before, after);
     assert_catalog_current(&store);
 }
+
+/// A store of more segments than the process may open files is answered, the same as
+/// without the limit: readers keep at most a quarter of `RLIMIT_NOFILE` segment files open
+/// (store/src/segment/handles.rs). Before, every reader held every segment open and each
+/// question failed with "Too many open files".
+#[test]
+fn a_store_of_more_segments_than_open_files_allowed_is_answered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pcap = tmp.path().join("t.pcap");
+    synth(&pcap, &tmp.path().join("truth.json"), 5, "4s", "4M", None);
+    let store = tmp.path().join("s");
+    import_ok(&store, &SMALL, &[p(&pcap)]);
+    const LIMIT: usize = 32;
+    let n = segments(&store).len();
+    assert!(n > 2 * LIMIT, "{n} segments");
+    let (client, _, _) = a_dns_exchange(&store);
+    let out = tmp.path().join("out.pcap");
+    let questions: Vec<Vec<String>> = vec![
+        vec!["query".into(), "--count".into()],
+        vec!["query".into(), "--count".into(), format!("host {client}")],
+        vec!["query".into(), "-w".into(), p(&out).into()],
+        vec!["flows".into(), "--json".into(), format!("host {client}")],
+        vec!["top".into(), "--key".into(), "src".into(), "--json".into()],
+    ];
+    for q in questions {
+        let mut args = vec![q[0].clone(), "--store".into(), p(&store).into()];
+        args.extend(q[1..].iter().cloned());
+        let answer = |limited: bool| {
+            let _ = std::fs::remove_file(&out);
+            let o = if limited {
+                // the limit for the child only: `ulimit -n` in its shell, then exec
+                run(std::process::Command::new("sh")
+                    .arg("-c")
+                    .arg(format!("ulimit -n {LIMIT} && exec \"$0\" \"$@\""))
+                    .arg(bin())
+                    .args(&args)
+                    .env_remove("CAPSULE_LOG"))
+            } else {
+                run(capsule().args(&args))
+            };
+            let text = stdout_str(&o);
+            // a count's time ("... in 0.023 s") varies
+            let text = text.rsplit_once(" in ").map_or(&*text, |(c, _)| c).to_string();
+            let written = std::fs::read(&out).map(|b| capsule_store::crc::crc32c(&b));
+            (o.status.code(), text, written.ok(), stderr_str(&o))
+        };
+        let free = answer(false);
+        assert_eq!(free.0, Some(0), "{args:?}: {}", free.3);
+        let limited = answer(true);
+        assert!(
+            !limited.3.contains("Too many open files"),
+            "{args:?} under ulimit -n {LIMIT}: {}",
+            limited.3
+        );
+        assert_eq!(
+            (&limited.0, &limited.1, &limited.2),
+            (&free.0, &free.1, &free.2),
+            "{args:?} under ulimit -n {LIMIT}: {}",
+            limited.3
+        );
+    }
+}

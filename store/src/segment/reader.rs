@@ -111,9 +111,19 @@ impl SegmentReader {
                 (s.blocks, s.interfaces)
             }
         };
+        // A sealed segment's file goes into the descriptor budget (handles.rs): closed when
+        // others are read, reopened when read again. An open one is renamed at seal (its
+        // path would not reopen it) and there are few: it keeps its descriptor.
+        let file: std::sync::Arc<dyn crate::remote::RangeRead> = match state {
+            SegmentState::Sealed => std::sync::Arc::new(
+                super::handles::Handle::new(path, file)
+                    .map_err(|e| StoreError::io("stat segment", path, e))?,
+            ),
+            SegmentState::Open => std::sync::Arc::new(file),
+        };
         Ok(SegmentReader {
             path: path.to_path_buf(),
-            file: std::sync::Arc::new(file),
+            file,
             remote: false,
             seq,
             state,
