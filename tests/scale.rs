@@ -229,7 +229,8 @@ fn a_store_of_more_segments_than_open_files_allowed_is_answered() {
     import_ok(&store, &SMALL, &[p(&pcap)]);
     const LIMIT: usize = 32;
     let n = segments(&store).len();
-    assert!(n > 2 * LIMIT, "{n} segments");
+    // past the limit, and far past the descriptor budget it gives (a quarter)
+    assert!(n > LIMIT + 16, "{n} segments");
     let (client, _, _) = a_dns_exchange(&store);
     let out = tmp.path().join("out.pcap");
     let questions: Vec<Vec<String>> = vec![
@@ -257,7 +258,10 @@ fn a_store_of_more_segments_than_open_files_allowed_is_answered() {
             };
             let text = stdout_str(&o);
             // a count's time ("... in 0.023 s") varies
-            let text = text.rsplit_once(" in ").map_or(&*text, |(c, _)| c).to_string();
+            let text = text
+                .rsplit_once(" in ")
+                .map_or(&*text, |(c, _)| c)
+                .to_string();
             let written = std::fs::read(&out).map(|b| capsule_store::crc::crc32c(&b));
             (o.status.code(), text, written.ok(), stderr_str(&o))
         };

@@ -117,10 +117,9 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// Puts `file` (opened from `path`) into the pool.
-    pub fn new(path: &Path, file: File) -> std::io::Result<Handle> {
+    /// Puts `file` (opened from `path`, `m` its metadata) into the pool.
+    pub fn new(path: &Path, file: File, m: &std::fs::Metadata) -> Handle {
         static NEXT: AtomicU64 = AtomicU64::new(1);
-        let m = file.metadata()?;
         let h = Handle {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
             path: path.to_path_buf(),
@@ -128,7 +127,7 @@ impl Handle {
             ino: m.ino(),
         };
         lock().put(h.id, Arc::new(file), budget());
-        Ok(h)
+        h
     }
 
     /// The file, from the pool or reopened.
@@ -146,8 +145,7 @@ impl Handle {
                 ),
             )
         };
-        let file = match crate::fsx::open(&self.path, crate::fsx::Open::Read, "reopen segment")
-        {
+        let file = match crate::fsx::open(&self.path, crate::fsx::Open::Read, "reopen segment") {
             Ok(f) => f,
             Err(e) if e.is_not_found() => return Err(gone("removed (retention?)")),
             Err(crate::error::StoreError::Io { error, .. }) => return Err(error),
@@ -206,7 +204,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("seg");
         std::fs::write(&path, b"abcdefgh").unwrap();
-        let h = Handle::new(&path, File::open(&path).unwrap()).unwrap();
+        let f = File::open(&path).unwrap();
+        let m = f.metadata().unwrap();
+        let h = Handle::new(&path, f, &m);
         // closed, as the pool does past its budget
         lock().remove(h.id);
         let mut b = [0u8; 3];
