@@ -19,6 +19,15 @@ const SMALL: [&str; 6] = [
     "0",
 ];
 
+/// `synth` traffic (seed, duration, rate) imported into `dir/s` in small segments.
+fn small_store(dir: &Path, seed: u64, duration: &str, rate: &str) -> std::path::PathBuf {
+    let pcap = dir.join("t.pcap");
+    synth(&pcap, &dir.join("truth.json"), seed, duration, rate, None);
+    let store = dir.join("s");
+    import_ok(&store, &SMALL, &[p(&pcap)]);
+    store
+}
+
 fn catalog_of(store: &Path) -> Catalog {
     Catalog::load(&Store::open(store).unwrap().index_dir())
         .unwrap()
@@ -102,10 +111,7 @@ fn a_dns_exchange(store: &Path) -> (String, String, u64) {
 #[test]
 fn answers_with_and_without_the_catalog_are_identical_and_it_is_rebuilt() {
     let tmp = tempfile::tempdir().unwrap();
-    let pcap = tmp.path().join("t.pcap");
-    synth(&pcap, &tmp.path().join("truth.json"), 11, "10s", "9M", None);
-    let store = tmp.path().join("s");
-    import_ok(&store, &SMALL, &[p(&pcap)]);
+    let store = small_store(tmp.path(), 11, "10s", "9M");
     let n = segments(&store).len();
     assert!(n >= 200, "{n} segments");
     assert_catalog_current(&store);
@@ -223,10 +229,7 @@ fn retention_and_compaction_are_reflected_in_the_catalog() {
 #[test]
 fn a_store_of_more_segments_than_open_files_allowed_is_answered() {
     let tmp = tempfile::tempdir().unwrap();
-    let pcap = tmp.path().join("t.pcap");
-    synth(&pcap, &tmp.path().join("truth.json"), 5, "4s", "4M", None);
-    let store = tmp.path().join("s");
-    import_ok(&store, &SMALL, &[p(&pcap)]);
+    let store = small_store(tmp.path(), 5, "4s", "4M");
     const LIMIT: usize = 32;
     let n = segments(&store).len();
     // past the limit, and far past the descriptor budget it gives (a quarter)
