@@ -30,7 +30,7 @@ const MIN_BUDGET: usize = 8;
 
 /// How many segment files this process keeps open at most: a quarter of the soft
 /// `RLIMIT_NOFILE` (the rest is left to index files, sockets, the writer and pipes), at
-/// least [`MIN_BUDGET`].
+/// least 8 (`MIN_BUDGET`).
 pub fn budget() -> usize {
     static BUDGET: OnceLock<usize> = OnceLock::new();
     *BUDGET.get_or_init(|| {
@@ -84,10 +84,6 @@ impl Pool {
             self.by_use.remove(&used);
         }
     }
-
-    fn len(&self) -> usize {
-        self.open.len()
-    }
 }
 
 fn pool() -> &'static Mutex<Pool> {
@@ -99,11 +95,6 @@ fn lock() -> std::sync::MutexGuard<'static, Pool> {
     // A thread that panicked holding the lock left a consistent map (no step above panics
     // half way): go on with it.
     pool().lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// How many segment files the pool holds open now.
-pub fn open_now() -> usize {
-    lock().len()
 }
 
 /// A local segment file read through the pool.
@@ -194,9 +185,9 @@ mod tests {
         // 2 was the least recently used
         assert!(p.get(2).is_none());
         assert!(p.get(1).is_some() && p.get(3).is_some());
-        assert_eq!(p.len(), 2);
+        assert_eq!(p.open.len(), 2);
         p.remove(1);
-        assert_eq!((p.len(), p.by_use.len()), (1, 1));
+        assert_eq!((p.open.len(), p.by_use.len()), (1, 1));
     }
 
     #[test]
