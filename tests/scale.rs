@@ -19,6 +19,15 @@ const SMALL: [&str; 6] = [
     "0",
 ];
 
+/// `synth` traffic (seed, duration, rate) imported into `dir/s` in small segments.
+fn small_store(dir: &Path, seed: u64, duration: &str, rate: &str) -> std::path::PathBuf {
+    let pcap = dir.join("t.pcap");
+    synth(&pcap, &dir.join("truth.json"), seed, duration, rate, None);
+    let store = dir.join("s");
+    import_ok(&store, &SMALL, &[p(&pcap)]);
+    store
+}
+
 fn catalog_of(store: &Path) -> Catalog {
     Catalog::load(&Store::open(store).unwrap().index_dir())
         .unwrap()
@@ -102,10 +111,7 @@ fn a_dns_exchange(store: &Path) -> (String, String, u64) {
 #[test]
 fn answers_with_and_without_the_catalog_are_identical_and_it_is_rebuilt() {
     let tmp = tempfile::tempdir().unwrap();
-    let pcap = tmp.path().join("t.pcap");
-    synth(&pcap, &tmp.path().join("truth.json"), 11, "10s", "9M", None);
-    let store = tmp.path().join("s");
-    import_ok(&store, &SMALL, &[p(&pcap)]);
+    let store = small_store(tmp.path(), 11, "10s", "9M");
     let n = segments(&store).len();
     assert!(n >= 200, "{n} segments");
     assert_catalog_current(&store);
@@ -214,4 +220,67 @@ fn retention_and_compaction_are_reflected_in_the_catalog() {
     let after = catalog_of(&store);
     assert_ne!(before, after);
     assert_catalog_current(&store);
+}
+
+/// A store of more segments than the process may open files is answered, the same as
+/// without the limit: readers keep at most a quarter of `RLIMIT_NOFILE` segment files open
+/// (store/src/segment/handles.rs). Before, every reader held every segment open and each
+/// question failed with "Too many open files".
+#[test]
+fn a_store_of_more_segments_than_open_files_allowed_is_answered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path(), 5, "4s", "4M");
+    const LIMIT: usize = 32;
+    let n = segments(&store).len();
+    // past the limit, and far past the descriptor budget it gives (a quarter)
+    assert!(n > LIMIT + 16, "{n} segments");
+    let (client, _, _) = a_dns_exchange(&store);
+    let out = tmp.path().join("out.pcap");
+    let questions: Vec<Vec<String>> = vec![
+        vec!["query".into(), "--count".into()],
+        vec!["query".into(), "--count".into(), format!("host {client}")],
+        vec!["query".into(), "-w".into(), p(&out).into()],
+        vec!["flows".into(), "--json".into(), format!("host {client}")],
+        vec!["top".into(), "--key".into(), "src".into(), "--json".into()],
+    ];
+    for q in questions {
+        let mut args = vec![q[0].clone(), "--store".into(), p(&store).into()];
+        args.extend(q[1..].iter().cloned());
+        let answer = |limited: bool| {
+            let _ = std::fs::remove_file(&out);
+            let o = if limited {
+                // the limit for the child only: `ulimit -n` in its shell, then exec
+                run(std::process::Command::new("sh")
+                    .arg("-c")
+                    .arg(format!("ulimit -n {LIMIT} && exec \"$0\" \"$@\""))
+                    .arg(bin())
+                    .args(&args)
+                    .env_remove("CAPSULE_LOG"))
+            } else {
+                run(capsule().args(&args))
+            };
+            let text = stdout_str(&o);
+            // a count's time ("... in 0.023 s") varies
+            let text = text
+                .rsplit_once(" in ")
+                .map_or(&*text, |(c, _)| c)
+                .to_string();
+            let written = std::fs::read(&out).map(|b| capsule_store::crc::crc32c(&b));
+            (o.status.code(), text, written.ok(), stderr_str(&o))
+        };
+        let free = answer(false);
+        assert_eq!(free.0, Some(0), "{args:?}: {}", free.3);
+        let limited = answer(true);
+        assert!(
+            !limited.3.contains("Too many open files"),
+            "{args:?} under ulimit -n {LIMIT}: {}",
+            limited.3
+        );
+        assert_eq!(
+            (&limited.0, &limited.1, &limited.2),
+            (&free.0, &free.1, &free.2),
+            "{args:?} under ulimit -n {LIMIT}: {}",
+            limited.3
+        );
+    }
 }

@@ -39,6 +39,7 @@ use crate::format::{self, BlockMeta, Footer, SegmentHeader};
 use crate::fsx;
 
 mod direct;
+pub mod handles;
 pub mod journal;
 mod reader;
 mod recover;

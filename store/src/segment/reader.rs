@@ -51,10 +51,10 @@ impl SegmentReader {
             detail: "expected a segment file name like seg-000000000001.pcapng.zst".into(),
         })?;
         let file = crate::fsx::open(path, crate::fsx::Open::Read, "open segment")?;
-        let bytes = file
+        let meta = file
             .metadata()
-            .map_err(|e| StoreError::io("stat segment", path, e))?
-            .len();
+            .map_err(|e| StoreError::io("stat segment", path, e))?;
+        let bytes = meta.len();
         let mut footer_problem = None;
         let mut damaged = Vec::new();
         let mut from_journal = 0;
@@ -111,9 +111,18 @@ impl SegmentReader {
                 (s.blocks, s.interfaces)
             }
         };
+        // A sealed segment's file goes into the descriptor budget (handles.rs): closed when
+        // others are read, reopened when read again. An open one is renamed at seal (its
+        // path would not reopen it) and there are few: it keeps its descriptor.
+        let file: std::sync::Arc<dyn crate::remote::RangeRead> = match state {
+            SegmentState::Sealed => {
+                std::sync::Arc::new(super::handles::Handle::new(path, file, &meta))
+            }
+            SegmentState::Open => std::sync::Arc::new(file),
+        };
         Ok(SegmentReader {
             path: path.to_path_buf(),
-            file: std::sync::Arc::new(file),
+            file,
             remote: false,
             seq,
             state,
