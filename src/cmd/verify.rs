@@ -40,14 +40,21 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
         let len_before = std::fs::metadata(&e.path).map_or(0, |m| m.len());
         progress.add(len_before);
         let mut found = verify_segment(&e.path);
-        // The last block of an open segment a live writer is appending to is cut short at
-        // the moment it is read: when the file is still growing, that is no problem.
-        if e.state == SegmentState::Open && found.iter().any(|p| p.detail.contains("cut short")) {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            let growing = std::fs::metadata(&e.path).is_ok_and(|m| m.len() > len_before);
-            if growing {
-                found.retain(|p| !p.detail.contains("cut short"));
+        // An open segment a live writer is appending to can be read mid-write: its last
+        // block's header or frame, or (just created) its head frame, cut short. While the
+        // file keeps growing it is read again (at most 5 times), and what the last reading
+        // finds stands: damage stays where it is, a write in progress does not.
+        let mut len = len_before;
+        for _ in 0..5 {
+            if e.state != SegmentState::Open || found.is_empty() {
+                break;
             }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            match std::fs::metadata(&e.path) {
+                Ok(m) if m.len() > len => len = m.len(),
+                _ => break,
+            }
+            found = verify_segment(&e.path);
         }
         // A live writer may seal the open segment (renaming it) or retention delete a
         // sealed one while it is read: what the reading then found is no problem of the
