@@ -8,7 +8,7 @@
 //! rendered by the same renderers. The filter is applied here, not in SQL: it is the query
 //! language's own matcher, exactly as on a node.
 
-use capsule_answers::analytics::{self, Answer, Request, Window};
+use capsule_answers::analytics::{self, Answer, Question, Request, Window};
 
 use crate::clickhouse::ClickHouse;
 use crate::rowbinary::Reader;
@@ -24,6 +24,9 @@ pub const FLEET_STORE: &str = "fleet";
 pub struct FleetAnswer {
     pub answer: Answer,
     pub behind: Vec<NodeRow>,
+    /// What else the answer misses, named (a node's segments without a millisecond series
+    /// in the catalog): the answer is partial when not empty.
+    pub missing: Vec<String>,
 }
 
 /// Answers `req` over every node the catalog at `ch` holds (`config`: the groups and policy,
@@ -47,6 +50,9 @@ pub fn answer(
              which the fleet's flow rows do not carry: ask the node itself (without --fleet)"
                 .to_string(),
         ));
+    }
+    if let Question::Bursts { .. } = question {
+        analytics::bursts_filter(&req.query)?;
     }
     crate::schema::Schema::ensure(ch)?;
     let (from, to) = req.query.window();
@@ -72,7 +78,59 @@ pub fn answer(
         "drops: each node records its own capture's drops (`capsule status` on the node)"
             .to_string(),
     );
-    let body = analytics::body(&input, question, config)?;
+    let mut missing = Vec::new();
+    // The millisecond series of the window, when the question reads it.
+    let series = match (question, config) {
+        (Question::Bursts { .. }, _) => true,
+        (Question::Alerts, Some(c)) => capsule_analytics::alerts::msrules::needs_series(c),
+        _ => false,
+    };
+    let listing = if series {
+        let (listing, no_series) = crate::series::listing(ch, input.from_ns, input.to_ns)?;
+        for (node, segments) in no_series {
+            missing.push(format!(
+                "node {node}: no millisecond series in the catalog for segment(s) \
+                 {segments:?} (published by a release before the series, or indexed before \
+                 it: `capsule reindex` on the node, then `capsule fleet publish`)"
+            ));
+        }
+        Some(listing)
+    } else {
+        None
+    };
+    // The link rates are stated against: the asker's `[links]`, its only entry.
+    let link = analytics::link_in(config, || None);
+    let body = match (question, &listing, config) {
+        (
+            Question::Bursts {
+                above,
+                incast,
+                limit,
+                series,
+            },
+            Some(listing),
+            _,
+        ) => {
+            let ask = capsule_analytics::bursts::Ask {
+                above: *above,
+                incast: *incast,
+                limit: *limit,
+                series: *series,
+            };
+            let mut b = capsule_analytics::bursts::bursts(&input, listing, link, ask)
+                .map_err(capsule_answers::AnswerError::from)?;
+            b.notes.extend(missing.iter().cloned());
+            analytics::Body::Bursts(Box::new(b))
+        }
+        (Question::Alerts, Some(listing), Some(config)) => {
+            let ms = capsule_analytics::alerts::msrules::MsInput {
+                listing,
+                link_bps: link.map(|l| l.bits_per_second),
+            };
+            analytics::alerts_over(&input, config, Some(&ms))?
+        }
+        _ => analytics::body(&input, question, config)?,
+    };
     let behind = crate::nodes::registry(ch)?
         .into_iter()
         .filter(|n| n.backlog > 0)
@@ -84,6 +142,7 @@ pub fn answer(
             body,
         },
         behind,
+        missing,
     })
 }
 
