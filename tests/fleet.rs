@@ -991,8 +991,23 @@ fn bursts_and_millisecond_alerts_over_three_nodes_equal_the_one_store() {
         fleet.extend(["--fleet", "--config", &c0]);
         let mut local = q.to_vec();
         local.extend(["--store", p(&all), "--config", &c0]);
-        let f = answer(&fleet, "fleet");
-        let l = answer(&local, p(&all));
+        let mut f = answer(&fleet, "fleet");
+        let mut l = answer(&local, p(&all));
+        if q.contains(&"--from") {
+            // How many flow records a window cuts (their counts then come from 1-second
+            // buckets) depends on where each store cut its segments: one store of all the
+            // traffic cuts them elsewhere than three. Both say some were; the rest is equal.
+            for v in [&mut f, &mut l] {
+                let n = v["limits"]["approximate_flows"].take();
+                assert!(n.as_u64() > Some(0), "{q:?}: {n}");
+            }
+        }
+        for (k, v) in l.as_object().unwrap() {
+            assert_eq!(
+                &f[k], v,
+                "{q:?}: the fleet's {k} differs from the one store's"
+            );
+        }
         assert_eq!(
             f, l,
             "{q:?}: the fleet's answer differs from the one store's"

@@ -543,7 +543,18 @@ fn burst(input: &Input, m: &Merged, (a, b): (usize, usize), link: Option<u64>) -
             });
         }
     }
-    flows.sort_by_key(|f| std::cmp::Reverse(f.bytes_in_seconds));
+    // Ties in bytes by the flow itself: the same list whatever order the flows came in (a
+    // store's segments, or the fleet's nodes).
+    flows.sort_by_key(|f| {
+        (
+            std::cmp::Reverse(f.bytes_in_seconds),
+            f.src,
+            f.dst,
+            f.src_port,
+            f.dst_port,
+            f.proto,
+        )
+    });
     flows.truncate(BURST_FLOWS);
     let rate = bps(peak_bytes, 1);
     Burst {

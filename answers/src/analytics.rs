@@ -119,6 +119,24 @@ impl Question {
         }
     }
 
+    /// What `bursts` is asked, when this is `bursts`.
+    pub fn bursts_ask(&self) -> Option<bursts::Ask> {
+        match *self {
+            Question::Bursts {
+                above,
+                incast,
+                limit,
+                series,
+            } => Some(bursts::Ask {
+                above,
+                incast,
+                limit,
+                series,
+            }),
+            _ => None,
+        }
+    }
+
     /// Whether the answer reads each flow's 1-second buckets (not only its totals).
     pub fn buckets(&self) -> bool {
         !matches!(self, Question::Dscp | Question::Matrix { .. })
@@ -259,19 +277,7 @@ pub fn answer(source: &Source, req: &Request) -> Result<Answer, AnswerError> {
         (None, None) => None,
     };
     let input = input(source, &req.query, question.buckets())?;
-    if let Question::Bursts {
-        above,
-        incast,
-        limit,
-        series,
-    } = question
-    {
-        let ask = bursts::Ask {
-            above: *above,
-            incast: *incast,
-            limit: *limit,
-            series: *series,
-        };
+    if let Some(ask) = question.bursts_ask() {
         let body = bursts_body(source, &req.query, &input, ask)?;
         return Ok(Answer {
             question: question.clone(),

@@ -100,29 +100,14 @@ pub fn answer(
     };
     // The link rates are stated against: the asker's `[links]`, its only entry.
     let link = analytics::link_in(config, || None);
-    let body = match (question, &listing, config) {
-        (
-            Question::Bursts {
-                above,
-                incast,
-                limit,
-                series,
-            },
-            Some(listing),
-            _,
-        ) => {
-            let ask = capsule_analytics::bursts::Ask {
-                above: *above,
-                incast: *incast,
-                limit: *limit,
-                series: *series,
-            };
+    let body = match (question.bursts_ask(), question, &listing, config) {
+        (Some(ask), _, Some(listing), _) => {
             let mut b = capsule_analytics::bursts::bursts(&input, listing, link, ask)
                 .map_err(capsule_answers::AnswerError::from)?;
             b.notes.extend(missing.iter().cloned());
             analytics::Body::Bursts(Box::new(b))
         }
-        (Question::Alerts, Some(listing), Some(config)) => {
+        (None, Question::Alerts, Some(listing), Some(config)) => {
             let ms = capsule_analytics::alerts::msrules::MsInput {
                 listing,
                 link_bps: link.map(|l| l.bits_per_second),
