@@ -90,7 +90,7 @@ def serve(capsule, d, name, store, pki, tokens):
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True)
     line = p.stderr.readline().strip()
-    prefix = "capsule serve: listening on "
+    prefix = "capsule serve: listening on https://"
     if not line.startswith(prefix):
         p.kill()
         sys.exit(f"serve {name}: {line!r}")

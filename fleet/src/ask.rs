@@ -12,7 +12,7 @@ use capsule_answers::analytics::{self, Answer, Question, Request, Window};
 
 use crate::clickhouse::ClickHouse;
 use crate::rowbinary::Reader;
-use crate::rows::{self, NodeRow};
+use crate::rows::NodeRow;
 use crate::{FleetError, DATABASE};
 
 /// The name fleet answers give as their store (findings' export commands name it).
@@ -56,20 +56,27 @@ pub fn answer(
     }
     crate::schema::Schema::ensure(ch)?;
     let (from, to) = req.query.window();
-    let cols: Vec<String> = rows::flow_columns().into_iter().map(|(n, _)| n).collect();
-    let sql = format!(
-        "SELECT {} FROM {DATABASE}.flows FINAL WHERE last_ns >= {from} AND first_ns < {to} \
-         ORDER BY node, segment FORMAT RowBinary",
-        cols.join(", ")
-    );
-    let bytes = ch.execute(&sql)?;
-    let what = format!("the flow rows ClickHouse at {} gave", ch.url());
-    let mut r = Reader::new(&bytes, &what);
-    let mut records = Vec::new();
-    while !r.is_empty() {
-        records.push(rows::get_flow(&mut r)?.1);
-    }
-    let held = held(ch)?;
+    // The millisecond series of the window, when the question reads it.
+    let series = match (question, config) {
+        (Question::Bursts { .. }, _) => true,
+        (Question::Alerts, Some(c)) => capsule_analytics::alerts::msrules::needs_series(c),
+        _ => false,
+    };
+    // Every question to ClickHouse at once: the answer waits for the slowest, not the sum.
+    let (records, held, registry, listing) = std::thread::scope(|s| {
+        let records = s.spawn(|| crate::plan::flow_rows(ch, &req.query));
+        let held = s.spawn(|| held(ch));
+        let registry = s.spawn(|| crate::nodes::registry(ch));
+        let listing = series.then(|| s.spawn(|| crate::series::listing(ch, from, to)));
+        (
+            joined(records),
+            joined(held),
+            joined(registry),
+            listing.map(joined),
+        )
+    });
+    let records: Vec<_> = records?.into_iter().map(|(_, f)| f).collect();
+    let held = held?;
     let flows = capsule_index::flows::merge_counts(records, &req.query, question.buckets());
     let filter = req.query.filter.to_string();
     let mut input =
@@ -79,14 +86,11 @@ pub fn answer(
             .to_string(),
     );
     let mut missing = Vec::new();
-    // The millisecond series of the window, when the question reads it.
-    let series = match (question, config) {
-        (Question::Bursts { .. }, _) => true,
-        (Question::Alerts, Some(c)) => capsule_analytics::alerts::msrules::needs_series(c),
-        _ => false,
-    };
-    let listing = if series {
-        let (listing, no_series) = crate::series::listing(ch, input.from_ns, input.to_ns)?;
+    let listing = if let Some(got) = listing {
+        let (mut listing, no_series) = got?;
+        // Asked for the question's window; cut to the answer's (bounded by what is held),
+        // as a store's series is.
+        crate::series::cut(&mut listing, input.from_ns, input.to_ns);
         for (node, segments) in no_series {
             missing.push(format!(
                 "node {node}: no millisecond series in the catalog for segment(s) \
@@ -116,10 +120,7 @@ pub fn answer(
         }
         _ => analytics::body(&input, question, config)?,
     };
-    let behind = crate::nodes::registry(ch)?
-        .into_iter()
-        .filter(|n| n.backlog > 0)
-        .collect();
+    let behind = registry?.into_iter().filter(|n| n.backlog > 0).collect();
     Ok(FleetAnswer {
         answer: Answer {
             question: question.clone(),
@@ -128,6 +129,16 @@ pub fn answer(
         },
         behind,
         missing,
+    })
+}
+
+/// What a thread asking ClickHouse returned (a thread that panicked is an error).
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T, FleetError>>) -> Result<T, FleetError> {
+    h.join().unwrap_or_else(|_| {
+        Err(FleetError::Decode {
+            what: "a question to ClickHouse".into(),
+            problem: "the thread asking it failed".into(),
+        })
     })
 }
 
@@ -158,6 +169,7 @@ pub fn flows_by_node(
     query: &capsule_query::Query,
 ) -> Result<NodeFlows, FleetError> {
     let mut by_node: std::collections::BTreeMap<String, Vec<_>> = Default::default();
+    crate::schema::Schema::ensure(ch)?;
     for (origin, counts) in crate::plan::flow_rows(ch, query)? {
         by_node.entry(origin.node).or_default().push(counts);
     }

@@ -95,25 +95,17 @@ fn origin(w: &mut Writer, o: &Origin) {
 /// The rows of one segment whose index spans `span` (ns) and holds `series` (one per
 /// block; `None`: an index without a series, recorded as such).
 pub fn rows(o: &Origin, span: Option<(u64, u64)>, series: Option<&[BlockSeries]>) -> SeriesRows {
+    let blocks = series.unwrap_or_default();
     let mut bins: BTreeMap<(u64, u8), (u64, u64)> = BTreeMap::new();
-    let mut fanin: BTreeMap<(u64, IpAddr), BTreeMap<IpAddr, (u64, u64)>> = BTreeMap::new();
-    for s in series.unwrap_or_default() {
-        for b in &s.bins {
-            for c in &b.classes {
-                let e = bins.entry((b.ms, c.dscp)).or_default();
-                e.0 += c.packets;
-                e.1 += c.bytes;
-            }
-        }
-        for f in &s.fanin {
-            let e = fanin.entry((f.ms, f.dst)).or_default();
-            for x in &f.senders {
-                let c = e.entry(x.addr).or_default();
-                c.0 += x.packets;
-                c.1 += x.bytes;
-            }
+    for b in blocks.iter().flat_map(|s| &s.bins) {
+        for c in &b.classes {
+            let e = bins.entry((b.ms, c.dscp)).or_default();
+            e.0 += c.packets;
+            e.1 += c.bytes;
         }
     }
+    // The senders of a destination's fan-ins, unioned as the answers union them.
+    let fanin = capsule_analytics::bursts::fanin_union(blocks);
     // Per second: (ms within it, value, packets, bytes), ascending.
     let mut seconds: BTreeMap<u64, Vec<(u16, u8, u64, u64)>> = BTreeMap::new();
     for ((ms, dscp), (p, b)) in bins {
@@ -227,6 +219,19 @@ pub fn get_fanin(r: &mut Reader) -> Result<(Origin, Fanin), FleetError> {
         })
         .collect();
     Ok((o, Fanin { ms, dst, senders }))
+}
+
+/// Cuts `listing` to [from, to) (ns), to the millisecond, as capsule_index::millis cuts a
+/// store's (blocks left empty are dropped).
+pub fn cut(listing: &mut SeriesListing, from: u64, to: u64) {
+    let (from_ms, to_ms) = (from / 1_000_000, to.div_ceil(1_000_000));
+    for s in &mut listing.blocks {
+        s.bins.retain(|b| b.ms >= from_ms && b.ms < to_ms);
+        s.fanin.retain(|f| f.ms >= from_ms && f.ms < to_ms);
+    }
+    listing
+        .blocks
+        .retain(|s| !s.bins.is_empty() || !s.fanin.is_empty());
 }
 
 /// The fleet's series of [from, to) (ns): every node's bins and fan-ins cut to the window
