@@ -138,10 +138,9 @@ fn sweep_stale_namespaces() {
                 // A capture that outlived its test: stop it (it seals its store) by pid.
                 let pids = run(Command::new("ip").args(["netns", "pids", name]));
                 for orphan in stdout_str(&pids).split_whitespace() {
-                    let _ = Command::new("kill")
-                        .args(["-TERM", orphan])
-                        .stdin(Stdio::null())
-                        .status();
+                    if let Ok(orphan) = orphan.parse() {
+                        signal(orphan, Signal::TERM);
+                    }
                 }
                 let _ = Command::new("ip")
                     .args(["netns", "del", name])
@@ -405,11 +404,8 @@ impl Capture {
         Ok(line[line.find(&with).map_or(line.len(), |at| at + with.len())..].to_string())
     }
 
-    fn signal(&self, sig: &str) {
-        let _ = Command::new("kill")
-            .args([sig, &self.pid.to_string()])
-            .stdin(Stdio::null())
-            .status();
+    fn signal(&self, sig: Signal) {
+        signal(self.pid, sig);
     }
 
     /// Waits up to `timeout` for the process to exit.
@@ -429,10 +425,10 @@ impl Capture {
 
     /// SIGTERM, then waits for the exit and collects the output.
     fn stop(&mut self) -> Stopped {
-        self.signal("-TERM");
+        self.signal(Signal::TERM);
         let Some(status) = self.wait_for(STOP_TIMEOUT) else {
             let err = self.stderr_so_far();
-            self.signal("-KILL");
+            self.signal(Signal::KILL);
             let _ = self.wait_for(STOP_TIMEOUT);
             panic!(
                 "{} did not exit within {STOP_TIMEOUT:?} of SIGTERM; stderr:\n{err}",
@@ -455,7 +451,7 @@ impl Drop for Capture {
         if self.reaped {
             return;
         }
-        self.signal("-TERM");
+        self.signal(Signal::TERM);
         if self.wait_for(Duration::from_secs(5)).is_none() {
             let _ = self.child.kill();
             let _ = self.child.wait();
@@ -725,10 +721,7 @@ impl Background {
         if matches!(self.child.try_wait(), Ok(Some(_))) {
             return;
         }
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .stdin(Stdio::null())
-            .status();
+        signal(self.child.id(), Signal::TERM);
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if matches!(self.child.try_wait(), Ok(Some(_))) {
@@ -2377,7 +2370,7 @@ fn restarts_after_kill_9(mode: Mode) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    cap.signal("-KILL");
+    cap.signal(Signal::KILL);
     assert!(
         cap.wait_for(STOP_TIMEOUT).is_some(),
         "kill -9 did not end capture"
@@ -2448,7 +2441,7 @@ fn kill_9_rounds_keep_every_packet_queryable_before_the_kill() {
         // The loss bound is measured only where traffic still flowed at the kill (on a loaded
         // machine the export above can outlast the sender).
         let flowing = sender.running();
-        cap.signal("-KILL");
+        cap.signal(Signal::KILL);
         let killed_at = capsule_store::now_ns();
         assert!(
             cap.wait_for(STOP_TIMEOUT).is_some(),
@@ -2569,7 +2562,7 @@ fn vlan_offload_is_restored_after_kill_9() {
     // kill -9 leaves it off and the record in place.
     let (cap, _) = start_capture(&link, &store, Mode::XdpGeneric, &[]);
     let mut cap = cap;
-    cap.signal("-KILL");
+    cap.signal(Signal::KILL);
     assert!(
         cap.wait_for(STOP_TIMEOUT).is_some(),
         "kill -9 did not end capture"

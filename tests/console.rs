@@ -50,9 +50,7 @@ impl Drop for Driver {
     fn drop(&mut self) {
         // chromedriver and the Chromium it started are one process group of their own: all
         // of it goes, also when a panic left the browser session open.
-        let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{}", self.child.id())])
-            .status();
+        signal_group(self.child.id(), Signal::KILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -549,8 +549,8 @@ fn serve_node(
     }
 }
 
-fn signal(pid: u32, sig: &str) {
-    run_ok(Command::new("kill").args([sig, &pid.to_string()]));
+fn send(pid: u32, sig: Signal) {
+    assert!(signal(pid, sig), "no process {pid} to signal");
 }
 
 /// (time, bytes) of every packet of `file`, in file order.
@@ -851,7 +851,7 @@ fn fleet_query_pulls_every_nodes_packets_and_fleet_diff_names_the_lost_ones() {
 
     // A node that hangs (stopped): the deadline makes the answer partial, never a hang.
     let spare_pid = nodes[2].server.child.id();
-    signal(spare_pid, "-STOP");
+    send(spare_pid, Signal::STOP);
     let t0 = Instant::now();
     let out = run(capsule()
         .env("CAPSULE_FLEET_DEADLINES", "500,500,500")
@@ -888,7 +888,7 @@ fn fleet_query_pulls_every_nodes_packets_and_fleet_diff_names_the_lost_ones() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
-    signal(spare_pid, "-9");
+    send(spare_pid, Signal::KILL);
     let out = q.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(3), "{}", stderr_str(&out));
     assert!(

@@ -135,7 +135,7 @@ fn tcpdump_lo(cap: &Path, filter: &str) -> Proc {
 /// Stops `tcpdump_lo`'s capture (it writes its last packets on SIGINT).
 fn stop_tcpdump(mut t: Proc) {
     std::thread::sleep(Duration::from_millis(1000));
-    run_ok(Command::new("kill").args(["-INT", &t.0.id().to_string()]));
+    assert!(signal(t.0.id(), Signal::INT), "tcpdump is gone");
     let _ = t.0.wait();
 }
 
@@ -1042,4 +1042,147 @@ fn the_quic_initials_server_name_equals_what_tshark_decrypts() {
     );
     assert_eq!(ports("app quic"), theirs("quic"));
     assert_eq!(ports("app quic").len(), 2);
+}
+
+/// The two ends of a flow or a packet, (address, port) each, in a fixed order.
+type Ends = ((String, u16), (String, u16));
+
+fn ends(x: (String, u16), y: (String, u16)) -> Ends {
+    if x <= y {
+        (x, y)
+    } else {
+        (y, x)
+    }
+}
+
+/// (ends, the row's remaining fields) of every packet tshark's display filter `filter`
+/// selects: IPv4 or IPv6 addresses, TCP or UDP ports, then `fields`.
+fn tshark_ends(file: &Path, filter: &str, fields: &[&str]) -> Vec<(Ends, Vec<String>)> {
+    let mut all = vec![
+        "ip.src",
+        "ipv6.src",
+        "tcp.srcport",
+        "udp.srcport",
+        "ip.dst",
+        "ipv6.dst",
+        "tcp.dstport",
+        "udp.dstport",
+    ];
+    all.extend_from_slice(fields);
+    tshark_fields_as(file, &[], filter, &all)
+        .into_iter()
+        .map(|r| {
+            let pick = |a: &str, b: &str| if a.is_empty() { b } else { a }.to_string();
+            let port = |a: &str, b: &str| pick(a, b).parse::<u16>().unwrap();
+            let src = (pick(&r[0], &r[1]), port(&r[2], &r[3]));
+            let dst = (pick(&r[4], &r[5]), port(&r[6], &r[7]));
+            (ends(src, dst), r[8..].to_vec())
+        })
+        .collect()
+}
+
+/// The synthetic generator's HTTP requests, DNS questions and answers and TLS sessions, as
+/// capsule names them per flow, equal what tshark extracts from the same packets; no other
+/// flow is given an application.
+#[test]
+fn the_synthetic_generators_names_equal_what_tshark_extracts() {
+    need_tool("tshark");
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("synth.pcap");
+    synth(&pcap, &d.path().join("truth.json"), 7, "3s", "20M", None);
+    let store = d.path().join("store");
+    import_ok(&store, &[], &[p(&pcap)]);
+    let mut flows: BTreeMap<Ends, serde_json::Value> = BTreeMap::new();
+    for f in flows_json(&store) {
+        let end = |k: &str| {
+            let port = f[format!("{k}_port")].as_u64().unwrap_or(0) as u16;
+            (f[k].as_str().unwrap().to_string(), port)
+        };
+        let key = ends(end("a"), end("b"));
+        assert!(flows.insert(key.clone(), f).is_none(), "{key:?} twice");
+    }
+    let named = |app: &str| -> BTreeSet<Ends> {
+        flows
+            .iter()
+            .filter(|(_, f)| f["names"]["app"].as_str() == Some(app))
+            .map(|(k, _)| k.clone())
+            .collect()
+    };
+
+    // HTTP/1: every request's Host and method on its flow.
+    let reqs = tshark_ends(&pcap, "http.request", &["http.host", "http.request.method"]);
+    assert!(reqs.len() >= 5, "{} HTTP requests", reqs.len());
+    for (k, r) in &reqs {
+        let n = &flows[k]["names"];
+        assert_eq!(n["http_host"].as_str(), Some(r[0].as_str()), "{k:?}: {n}");
+        assert_eq!(n["http_method"].as_str(), Some(r[1].as_str()), "{k:?}: {n}");
+    }
+    let http: BTreeSet<Ends> = tshark_ends(&pcap, "http", &[])
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
+    assert_eq!(named("http"), http, "flows named http vs tshark's");
+
+    // DNS: the question's name and every A/AAAA answer, per flow.
+    let answers = tshark_ends(
+        &pcap,
+        "dns.flags.response == 1",
+        &["dns.qry.name", "dns.a", "dns.aaaa"],
+    );
+    assert!(answers.len() >= 5, "{} DNS answers", answers.len());
+    let mut want: BTreeMap<Ends, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
+    for (k, r) in &answers {
+        let w = want.entry(k.clone()).or_default();
+        w.0.insert(r[0].clone());
+        let addrs = r[1].split(',').chain(r[2].split(','));
+        w.1.extend(addrs.filter(|a| !a.is_empty()).map(str::to_string));
+    }
+    for (k, (names, addrs)) in &want {
+        let n = &flows[k]["names"];
+        let got_names: BTreeSet<String> = n["dns_queries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect();
+        let got_addrs: BTreeSet<String> = n["dns_answers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["addr"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(&got_names, names, "{k:?}: {n}");
+        assert_eq!(&got_addrs, addrs, "{k:?}: {n}");
+    }
+    let dns: BTreeSet<Ends> = tshark_ends(&pcap, "dns", &[])
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
+    assert_eq!(named("dns"), dns, "flows named dns vs tshark's");
+
+    // TLS: the sessions tshark decodes, and their server names where a ClientHello has one.
+    let tls: BTreeSet<Ends> = tshark_ends(&pcap, "tls", &[])
+        .into_iter()
+        .map(|e| e.0)
+        .collect();
+    assert!(!tls.is_empty());
+    assert_eq!(named("tls"), tls, "flows named tls vs tshark's");
+    for (k, r) in tshark_ends(
+        &pcap,
+        "tls.handshake.type == 1",
+        &["tls.handshake.extensions_server_name"],
+    ) {
+        let sni = flows[&k]["names"]["sni"].as_str().map(str::to_string);
+        assert_eq!(sni, Some(r[0].clone()).filter(|s| !s.is_empty()), "{k:?}");
+    }
+
+    // Nothing else is given an application.
+    let others: Vec<_> = flows
+        .iter()
+        .filter(|(_, f)| {
+            let app = f["names"]["app"].as_str().unwrap_or("unknown");
+            !["http", "dns", "tls", "unknown"].contains(&app)
+        })
+        .collect();
+    assert!(others.is_empty(), "named by capsule only: {others:#?}");
 }

@@ -255,11 +255,8 @@ impl Capture {
         }
     }
 
-    fn signal(&self, sig: &str) {
-        let _ = Command::new("kill")
-            .args([sig, &self.pid.to_string()])
-            .stdin(Stdio::null())
-            .status();
+    fn signal(&self, sig: Signal) {
+        signal(self.pid, sig);
     }
 
     fn running(&mut self) -> bool {
@@ -268,7 +265,7 @@ impl Capture {
 
     /// SIGTERM, then the exit: (success, stdout, stderr lines).
     fn stop(&mut self) -> (bool, String, Vec<String>) {
-        self.signal("-TERM");
+        self.signal(Signal::TERM);
         let deadline = Instant::now() + Duration::from_secs(15);
         let status = loop {
             if let Some(st) = self.child.try_wait().unwrap() {
@@ -292,7 +289,7 @@ impl Capture {
 impl Drop for Capture {
     fn drop(&mut self) {
         if !self.done {
-            self.signal("-TERM");
+            self.signal(Signal::TERM);
             std::thread::sleep(Duration::from_millis(500));
             let _ = self.child.kill();
             let _ = self.child.wait();
@@ -621,7 +618,7 @@ fn sighup_reloads_budgets_alert_rules_and_log_level_and_a_bad_file_changes_nothi
         "max_age = \"1s\"\nsnaplen = 100\nlog_level = \"info\"",
         "disabled = [\"egress\"]",
     );
-    cap.signal("-HUP");
+    cap.signal(Signal::HUP);
     cap.wait_for_line("reloaded", Duration::from_secs(10));
     let err = cap.stderr();
     assert!(
@@ -663,7 +660,7 @@ fn sighup_reloads_budgets_alert_rules_and_log_level_and_a_bad_file_changes_nothi
         .position(|l| l.starts_with("max_age"))
         .unwrap()
         + 1;
-    cap.signal("-HUP");
+    cap.signal(Signal::HUP);
     cap.wait_for_line("refused", Duration::from_secs(10));
     let err = cap.stderr();
     assert!(

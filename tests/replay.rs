@@ -76,10 +76,9 @@ fn sweep_stale_namespaces() {
             if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
                 let pids = run(Command::new("ip").args(["netns", "pids", name]));
                 for orphan in stdout_str(&pids).split_whitespace() {
-                    let _ = Command::new("kill")
-                        .args(["-TERM", orphan])
-                        .stdin(Stdio::null())
-                        .status();
+                    if let Ok(orphan) = orphan.parse() {
+                        signal(orphan, Signal::TERM);
+                    }
                 }
                 let _ = Command::new("ip")
                     .args(["netns", "del", name])
@@ -238,11 +237,8 @@ impl Capture {
         }
     }
 
-    fn signal(&self, sig: &str) {
-        let _ = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .stdin(Stdio::null())
-            .status();
+    fn signal(&self, sig: Signal) {
+        signal(self.child.id(), sig);
     }
 
     fn pid(&self) -> u32 {
@@ -251,7 +247,7 @@ impl Capture {
 
     /// SIGTERM and waits (up to 10 s) for a clean exit.
     fn stop(mut self) {
-        self.signal("-TERM");
+        self.signal(Signal::TERM);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Some(st) = self.child.try_wait().expect("try_wait") {
@@ -270,7 +266,7 @@ impl Drop for Capture {
         if self.reaped {
             return;
         }
-        self.signal("-TERM");
+        self.signal(Signal::TERM);
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {

@@ -394,9 +394,7 @@ fn t02c_live_loopback_capture() {
     server.join().unwrap();
     if tcpdump.try_wait().unwrap().is_none() {
         // Stop it by its PID, cleanly (SIGINT makes tcpdump flush and close the file).
-        let _ = Command::new("kill")
-            .args(["-INT", &pid.to_string()])
-            .status();
+        signal(pid, Signal::INT);
     }
     let st = tcpdump.wait().unwrap();
     let log = reader.join().unwrap();

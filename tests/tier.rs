@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -244,6 +246,59 @@ fn tiered_segments_leave_the_disk_and_come_back_byte_identical_by_range() {
         "most segments leave the disk: {t}"
     );
     assert!(segments_dir_bytes(&store) < 4 << 20, "{t}");
+
+    // `segments` says where each segment lives; with the config the ones only in the object
+    // store are described (from their footers) as the ledger recorded them at their seal.
+    let out = run_ok(capsule().args([
+        "segments",
+        "--store",
+        p(&store),
+        "--json",
+        "--config",
+        p(&cfg),
+    ]));
+    let rows: Vec<serde_json::Value> = stdout_str(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let only_there = trimmed(&store);
+    let ledger = std::fs::read_to_string(store.join("segments/ledger")).unwrap();
+    let at_seal: BTreeMap<u64, Vec<u64>> = ledger
+        .lines()
+        .filter_map(|l| l.strip_prefix("sealed "))
+        .map(|l| {
+            l.split(' ')
+                .map(|w| w.parse::<u64>().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .map(|w| (w[0], w[1..].to_vec()))
+        .collect();
+    assert_eq!(rows.len(), at_seal.len(), "{rows:#?}");
+    let mut packets = 0;
+    for r in &rows {
+        let seq = r["seq"].as_u64().unwrap();
+        let w = &at_seal[&seq];
+        let got = ["first_ns", "last_ns", "packets", "bytes"].map(|k| r[k].as_u64().unwrap());
+        assert_eq!(got.to_vec(), *w, "segment {seq}: {r}");
+        assert!(r["blocks"].as_u64().unwrap() > 0, "{r}");
+        let location = if only_there.contains(&seq) {
+            "tiered"
+        } else {
+            "both"
+        };
+        assert_eq!(r["location"], location, "{r}");
+        packets += w[2];
+    }
+    assert!(!only_there.is_empty());
+    assert_eq!(packets, truth.packets);
+    let out = run_ok(capsule().args(["segments", "--store", p(&reference), "--json"]));
+    assert!(stdout_str(&out)
+        .lines()
+        .all(|l| l.contains(r#""location":"local""#)));
+    // Without it they are named as unreadable, with what to give.
+    let out = run_ok(capsule().args(["segments", "--store", p(&store)]));
+    assert!(stderr_str(&out).contains("[tier]"), "{}", stderr_str(&out));
+    assert!(stdout_str(&out).contains("where"), "{}", stdout_str(&out));
 
     // The answers from the side index count the segments only in the object store too
     // (their index stays local), with or without the config: the same as the reference's.

@@ -527,7 +527,7 @@ fn kernel_tunnels_between_namespaces_match_tshark() {
     ]));
     assert!(server.wait().unwrap().success());
     std::thread::sleep(std::time::Duration::from_millis(500));
-    run_ok(Command::new("kill").args(["-INT", &dump.id().to_string()]));
+    assert!(signal(dump.id(), Signal::INT), "tcpdump is gone");
     dump.wait().unwrap();
 
     let store = dir.path().join("store");

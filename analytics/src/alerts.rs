@@ -152,6 +152,32 @@ pub fn evaluate_with(
                 hosts.insert(a.clone());
                 hosts.insert(b.clone());
             }
+            // Who the destinations are, where anything names them (largest flows first).
+            let mut named: Vec<(String, String)> = Vec::new();
+            for f in ff {
+                let Some(n) = f.dst_name.as_ref().filter(|n| !n.describe.is_empty()) else {
+                    continue;
+                };
+                if !named.iter().any(|(a, _)| *a == f.dst) {
+                    named.push((f.dst.clone(), n.describe.clone()));
+                }
+            }
+            let to = match named.len() {
+                0 => String::new(),
+                n => {
+                    let shown: Vec<String> = named
+                        .iter()
+                        .take(3)
+                        .map(|(a, d)| format!("{a} ({d})"))
+                        .collect();
+                    let more = if n > 3 {
+                        format!(" and {} more named", n - 3)
+                    } else {
+                        String::new()
+                    };
+                    format!("; to {}{more}", shown.join(", "))
+                }
+            };
             let filter = pairs
                 .iter()
                 .filter_map(|(a, b)| Some((a.parse::<IpAddr>().ok()?, b.parse::<IpAddr>().ok()?)))
@@ -170,13 +196,15 @@ pub fn evaluate_with(
                     hosts: hosts.into_iter().collect(),
                 },
                 format!(
-                    "group {} sent to group {}, which its [egress] entry does not list",
+                    "group {} sent to group {}, which its [egress] entry does not list{to}",
                     c.src_group, c.dst_group
                 ),
                 first,
                 last,
                 json!({"src_group": c.src_group, "dst_group": c.dst_group, "bytes": bytes,
                        "packets": packets, "flows": ff.len(), "host_pairs": pairs.len(),
+                       "dst_names": named.iter().map(|(a, d)| json!({"addr": a, "name": d}))
+                           .collect::<Vec<_>>(),
                        "threshold_bytes": rules.pair_bytes}),
                 input.export(first, last + 1, filter),
             ));
@@ -746,6 +774,47 @@ mod tests {
             u.summary
         );
         assert!(u.figures["dst_name"].is_null());
+    }
+
+    /// A group pair's alert names the destinations the window's names name.
+    #[test]
+    fn group_pair_alerts_name_their_destinations() {
+        use crate::tests::tls;
+        let cfg = Config::parse(
+            "[groups]\nstore = [\"10.60.0.5\"]\nhub = [\"203.0.113.0/24\"]\n\
+             lan = [\"10.0.0.0/24\"]\n[egress]\nstore = [\"lan\"]\n\
+             [alerts]\npair_bytes = 1000\n",
+            "c.toml",
+        )
+        .unwrap();
+        let t = 1_796_004_000;
+        let me = [10, 60, 0, 5];
+        let i = input(
+            vec![
+                tls(
+                    flow(me, [203, 0, 113, 77], &[(t, 4000)]),
+                    me,
+                    "models.example-hub.io",
+                ),
+                flow(me, [203, 0, 113, 99], &[(t, 3000)]),
+            ],
+            t * 1_000_000_000,
+            (t + 10) * 1_000_000_000,
+        );
+        let a = evaluate(&i, &cfg).unwrap();
+        let g: Vec<_> = a.iter().filter(|x| x.rule == "group_pair").collect();
+        assert_eq!(g.len(), 1, "{a:#?}");
+        assert!(
+            g[0].summary.ends_with(
+                "which its [egress] entry does not list; to 203.0.113.77 (tls: models.example-hub.io)"
+            ),
+            "{}",
+            g[0].summary
+        );
+        assert_eq!(
+            g[0].figures["dst_names"],
+            json!([{"addr": "203.0.113.77", "name": "tls: models.example-hub.io"}])
+        );
     }
 
     /// A TCP flow from `src` sending `data` data segments, `retrans` of them retransmitted,

@@ -21,7 +21,7 @@
 //!     -> export::plan / count / stream(out)   the packets themselves (pcap, pcapng)
 //! status::Request { level, max_bytes } -> status::answer -> status::Answer (the store and
 //!                               the capture writing it)
-//! segments::answer(store)       -> segments::Answer (one row per segment file)
+//! segments::answer(source)      -> segments::Answer (one row per segment, where it lives)
 //! merge::inputs(a, b)           the flows of two adjacent windows as one; answers combine
 //!                               by being made again from them (Kind::merge_rule says why
 //!                               no answer merges exactly by itself)

@@ -1,8 +1,12 @@
-//! The segments of a store: `capsule segments`, one row per segment file.
+//! The segments of a store: `capsule segments`, one row per segment, with where its bytes
+//! are (the local disk, the object store of `[tier]`, or both). A segment trimmed after
+//! upload is described through the source's tier (its cached footer: no packet is fetched);
+//! without a tier it is named as unreadable, with what to give.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use capsule_store::{SegmentState, Store, Unreadable};
+use capsule_store::ledger::Location;
+use capsule_store::{SegmentState, Unreadable};
 use serde::{Deserialize, Serialize};
 
 use crate::AnswerError;
@@ -21,6 +25,11 @@ pub struct Segment {
     pub seq: u64,
     /// `sealed` or `open`.
     pub state: String,
+    /// Where its bytes are: `local`, `tiered` (in the object store only: its local file
+    /// trimmed) or `both` (uploaded, the local file still there). Absent in the answer of a
+    /// server older than this field.
+    #[serde(default)]
+    pub location: Option<String>,
     pub path: PathBuf,
     pub blocks: usize,
     pub packets: u64,
@@ -82,14 +91,24 @@ impl<'de> Deserialize<'de> for Answer {
     }
 }
 
-/// Lists the segments of the store in `store_dir`.
-pub fn answer(store_dir: &Path) -> Result<Answer, AnswerError> {
-    let err = |source| AnswerError::Store {
-        store: store_dir.display().to_string(),
-        source,
+/// Lists the segments of the source's store, the trimmed ones through its tier.
+pub fn answer(source: &crate::Source) -> Result<Answer, AnswerError> {
+    let err = |e| AnswerError::Store {
+        store: source.store.display().to_string(),
+        source: e,
     };
-    let store = Store::open(store_dir).map_err(err)?;
+    let store = source.open().map_err(err)?;
     let (segs, unreadable) = store.open_segments_checked().map_err(err)?;
+    let ledger = capsule_store::ledger::read(&store.segments_dir()).map_err(err)?;
+    let location = |seq: u64| {
+        let at = ledger.as_ref().and_then(|l| l.location(seq));
+        match at.unwrap_or(Location::Local) {
+            Location::Local => "local",
+            Location::Tiered => "tiered",
+            Location::Both => "both",
+        }
+        .to_string()
+    };
     let segments = segs
         .iter()
         .map(|s| Segment {
@@ -99,6 +118,7 @@ pub fn answer(store_dir: &Path) -> Result<Answer, AnswerError> {
                 SegmentState::Open => "open",
             }
             .to_string(),
+            location: Some(location(s.seq())),
             path: s.path().to_path_buf(),
             blocks: s.blocks().len(),
             packets: s.blocks().iter().map(|b| u64::from(b.packets)).sum(),

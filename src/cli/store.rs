@@ -108,6 +108,11 @@ pub struct SegmentsArgs {
     pub store: Option<PathBuf>,
     #[command(flatten)]
     pub remote: RemoteArgs,
+    /// A config file whose `[tier]` section (docs/tier.md) names the object store: the
+    /// segments only there are described from their cached footers (fetched once). Without
+    /// it they are named as unreadable.
+    #[arg(long, conflicts_with = "to_server")]
+    pub config: Option<PathBuf>,
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -24,7 +24,11 @@ pub fn run(a: &SegmentsArgs) -> Result<ExitCode> {
                 .store
                 .as_deref()
                 .expect("clap requires --store without --server");
-            segments::answer(store).map_err(crate::request::answer_error)?
+            // Its `[tier]`: the trimmed segments described through their cached footers.
+            let tier = crate::request::tier_reader(a.config.as_deref())?;
+            let source = capsule_answers::Source::store(store)
+                .with_tier(crate::tier::tier_of(tier.as_ref()));
+            segments::answer(&source).map_err(crate::request::answer_error)?
         }
     };
     print(&answer, a.json)?;
@@ -40,6 +44,7 @@ fn print(answer: &segments::Answer, json: bool) -> Result<()> {
     let mut table = Table::new(vec![
         Column::right("seq", 9),
         Column::left("state", 6),
+        Column::left("where", 5),
         Column::right("blocks", 2),
         Column::right("packets", 5),
         Column::right("size", 7),
@@ -62,6 +67,7 @@ fn print(answer: &segments::Answer, json: bool) -> Result<()> {
             table.push(vec![
                 s.seq.to_string(),
                 s.state.clone(),
+                s.location.clone().unwrap_or_else(|| "-".into()),
                 s.blocks.to_string(),
                 s.packets.to_string(),
                 units::format_bytes(s.bytes),

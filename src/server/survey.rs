@@ -96,9 +96,9 @@ pub(super) async fn segments(g: Guard, q: Option<&str>) -> Response<Body> {
     if let Err(e) = params(q, &[]) {
         return g.refuse(StatusCode::BAD_REQUEST, &e);
     }
-    let store = g.server.store.clone();
+    let source = g.source();
     let work = move || {
-        let a = segments::answer(&store).map_err(Failure::of)?;
+        let a = segments::answer(&source).map_err(Failure::of)?;
         let mut v = serde_json::to_value(&a).map_err(|e| Failure::Server(e.to_string()))?;
         crate::output::with_times(&mut v);
         Ok(v)

@@ -408,6 +408,24 @@ pub(crate) fn record_repaired(segments_dir: &Path, seq: u64, packets: u64) -> Re
     append(segments_dir, &format!("repaired {seq} {packets}\n"))
 }
 
+/// Serialises, within the writer-lock holder's process, the two steps that must not
+/// interleave for one segment: a compaction's rename of its new file over the segment, and
+/// an upload's confirmation ([`record_tiered`]). Whichever holds it first wins: a segment
+/// compacted before its upload is confirmed is uploaded again (the uploader sees another
+/// file under the name than the one it sent), and a segment recorded as tiered is never
+/// renamed over: its object, its local file and its side index stay the same bytes, which
+/// readers check against one another once the local file is trimmed.
+pub fn tier_commit_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Whether the ledger in `segments_dir` records segment `seq` as in the object store.
+pub fn is_tiered(segments_dir: &Path, seq: u64) -> Result<bool> {
+    Ok(read(segments_dir)?.is_some_and(|l| l.tiered.contains_key(&seq)))
+}
+
 /// Records that segment `seq` is in the object store as `bytes` bytes with ETag `etag`,
 /// after the upload was confirmed. Called by the writer-lock holder's uploader.
 pub fn record_tiered(segments_dir: &Path, seq: u64, bytes: u64, etag: &str) -> Result<()> {

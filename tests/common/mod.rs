@@ -1075,3 +1075,26 @@ pub fn verify_problems(store: &Path) -> (Vec<String>, Option<i32>, String) {
         .collect();
     (problems, v.status.code(), text)
 }
+
+pub use rustix::process::Signal;
+
+/// Sends `sig` to the process `pid` by the kill(2) system call; false when it is gone.
+///
+/// Tests never run the `kill` program: procps-ng 4.0.2's `kill` reads `kill -KILL -PGID` (a
+/// process group) as `kill -KILL -1`, every process the caller may signal, which as root is
+/// the whole machine. A test's cleanup once ended a CI run that way.
+pub fn signal(pid: u32, sig: Signal) -> bool {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw);
+    pid.is_some_and(|p| rustix::process::kill_process(p, sig).is_ok())
+}
+
+/// Sends `sig` to every process of the group `pgid` (a child started with
+/// `process_group(0)`: its PID); false when the group is gone.
+pub fn signal_group(pgid: u32, sig: Signal) -> bool {
+    let pid = i32::try_from(pgid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw);
+    pid.is_some_and(|p| rustix::process::kill_process_group(p, sig).is_ok())
+}

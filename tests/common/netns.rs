@@ -154,9 +154,7 @@ pub struct Running(pub Option<Child>);
 impl Drop for Running {
     fn drop(&mut self) {
         if let Some(mut c) = self.0.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &c.id().to_string()])
-                .status();
+            signal(c.id(), Signal::TERM);
             let _ = c.wait();
         }
     }
@@ -164,7 +162,7 @@ impl Drop for Running {
 
 pub fn stop(mut r: Running) -> String {
     let child = r.0.take().unwrap();
-    run_ok(Command::new("kill").args(["-TERM", &child.id().to_string()]));
+    assert!(signal(child.id(), Signal::TERM), "the capture is gone");
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),

@@ -47,12 +47,14 @@ pub fn drain(
             break;
         }
         let path = dir.join(segment::sealed_name(s.seq));
-        if !path.exists() {
+        // The file under the name before anything is sent: a compaction renames a new file
+        // over it, and what was sent must be the file the ledger then vouches for.
+        let Some(before) = identity(&path) else {
             // Deleted meanwhile (retention without a tier before, or by hand): nothing to
             // upload; readers name it missing.
             d.left -= 1;
             continue;
-        }
+        };
         // The index first: a tiered segment's index is in the object store whenever the
         // segment is (a restored store fetches it from there).
         let idx = store
@@ -63,8 +65,29 @@ pub fn drain(
         }
         let key = segment_key(client, s.seq);
         let etag = client.upload_file(&path, &key, stop)?;
-        let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(s.bytes);
-        ledger::record_tiered(&dir, s.seq, bytes, &etag)?;
+        let confirmed_here = {
+            // Held until the line is written: no compaction renames over the file meanwhile
+            // (never across a request to the object store: the writer thread commits
+            // compactions, and must not wait on the network).
+            let _commit = ledger::tier_commit_lock();
+            let same = identity(&path) == Some(before);
+            if same {
+                ledger::record_tiered(&dir, s.seq, before.2, &etag)?;
+            }
+            same
+        };
+        if !confirmed_here {
+            // Compacted (or replaced) while it was sent: the objects may hold the old bytes
+            // and the old index. They go; the next pass sends what is there now.
+            tracing::info!(
+                seq = s.seq,
+                "tier: segment changed during its upload (compacted); sending it again"
+            );
+            client.delete(&key)?;
+            client.delete(&index_key(client, s.seq))?;
+            continue;
+        }
+        let bytes = before.2;
         tracing::info!(
             seq = s.seq,
             bytes,
@@ -213,6 +236,14 @@ pub fn backlog_of(root: &Path) -> Option<(usize, u64)> {
     let store = Store::open(root).ok()?;
     let l = ledger::read(&store.segments_dir()).ok()??;
     Some(l.backlog().fold((0, 0), |(n, b), s| (n + 1, b + s.bytes)))
+}
+
+/// The file under `path` (device, inode, length), or none when there is none.
+fn identity(path: &Path) -> Option<(u64, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.len()))
 }
 
 #[cfg(test)]

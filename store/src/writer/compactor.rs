@@ -321,6 +321,16 @@ fn step(
     let Some((key, path, target)) = picked else {
         return Ok(Step::Done);
     };
+    if crate::ledger::is_tiered(dir, key.0)? {
+        // In the object store: what it holds there is what readers read once the local file
+        // is trimmed, against the local side index; recompacting the local copy would make
+        // the two disagree. Nothing is pending for it any more.
+        if let Some(i) = rounds.info.get_mut(&key) {
+            i.pending_tier = 0;
+            i.pending_base = 0;
+        }
+        return Ok(Step::Idle);
+    }
     let p = match compact::prepare(&path, target, ctl) {
         Ok(Outcome::Prepared(p)) => p,
         Ok(Outcome::Nothing) => {
@@ -565,6 +575,17 @@ mod tests {
         (pkts, comps)
     }
 
+    /// Hands prepared compaction `p` to `w`'s writer thread: whether it was committed.
+    fn commit(w: &StoreWriter, p: Prepared) -> bool {
+        let (reply, rx) = bounded(1);
+        w.compact_tx
+            .as_ref()
+            .unwrap()
+            .send(CompactRequest { prepared: p, reply })
+            .unwrap();
+        rx.recv().unwrap().unwrap()
+    }
+
     fn seg_bytes(root: &std::path::Path) -> u64 {
         Store::open(root)
             .unwrap()
@@ -622,15 +643,6 @@ mod tests {
                 "retention never deleted the oldest segment"
             );
         }
-        let commit = |w: &StoreWriter, p: Prepared| {
-            let (reply, rx) = bounded(1);
-            w.compact_tx
-                .as_ref()
-                .unwrap()
-                .send(CompactRequest { prepared: p, reply })
-                .unwrap();
-            rx.recv().unwrap().unwrap()
-        };
         let (tmp1, tmpn, after) = (p1.tmp.clone(), pn.tmp.clone(), pn.bytes_after);
         assert!(
             !commit(&w, p1),
@@ -919,6 +931,57 @@ mod tests {
             .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    /// A segment in the object store is what its object holds: once its local file is
+    /// trimmed, readers read the object against the local side index, so a local
+    /// recompaction (new bytes, a new index) would make them disagree. Neither one uploaded
+    /// before compaction nor one whose upload was confirmed while it was being compacted is
+    /// renamed over; the others are compacted as before.
+    #[test]
+    fn a_segment_in_the_object_store_is_never_recompacted() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let (mut w, _) = StoreWriter::open(root, cfg(Level::Store)).unwrap();
+        fill(&mut w, 800, 1_000_000);
+        w.finish().unwrap();
+        let segs = root.join("segments");
+        let sealed: Vec<(u64, std::path::PathBuf)> = Store::open(root)
+            .unwrap()
+            .list()
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.seq, e.path))
+            .collect();
+        assert!(sealed.len() >= 4, "{sealed:?}");
+        let bytes = |p: &std::path::Path| std::fs::read(p).unwrap();
+        let (first, second) = (&sealed[0], &sealed[1]);
+        let (was_first, was_second) = (bytes(&first.1), bytes(&second.1));
+        crate::ledger::record_tiered(&segs, first.0, was_first.len() as u64, "e1").unwrap();
+        let (mut w, _) = StoreWriter::open(root, cfg(Level::Store)).unwrap();
+        // The second's compaction prepared, then its upload confirmed, then the commit.
+        let p = match compact::prepare(&second.1, Level::Zstd(3), &mut compact::Unpaused) {
+            Ok(Outcome::Prepared(p)) => p,
+            o => panic!("{o:?}"),
+        };
+        let tmp = p.tmp.clone();
+        crate::ledger::record_tiered(&segs, second.0, was_second.len() as u64, "e2").unwrap();
+        assert!(!commit(&w, p), "a segment uploaded meanwhile was compacted");
+        assert!(!tmp.exists(), "its temporary file was left");
+        // Every other segment is compacted; the two in the object store are not touched.
+        let rep = w.compact_all(Level::Zstd(3), &mut |_| {}).unwrap();
+        let done: Vec<u64> = rep.compacted.iter().map(|c| c.seq).collect();
+        let others: Vec<u64> = sealed[2..].iter().map(|s| s.0).collect();
+        let mut sorted = done.clone();
+        sorted.sort();
+        assert_eq!(sorted, others, "{rep:?}");
+        w.finish().unwrap();
+        assert!(bytes(&first.1) == was_first, "segment {} changed", first.0);
+        assert!(
+            bytes(&second.1) == was_second,
+            "segment {} changed",
+            second.0
+        );
     }
 
     #[test]

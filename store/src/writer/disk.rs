@@ -266,6 +266,16 @@ impl WriterThread {
             super::compact::abandon(p);
             return Ok(false);
         }
+        // Uploaded meanwhile: its object holds the bytes as they are, so they stay.
+        let _tier = crate::ledger::tier_commit_lock();
+        if crate::ledger::is_tiered(&self.dir, p.seq)? {
+            tracing::info!(
+                seq = p.seq,
+                "not compacted: uploaded to the object store while it was being compacted"
+            );
+            super::compact::abandon(p);
+            return Ok(false);
+        }
         if !super::compact::commit(p)? {
             return Ok(false);
         }
