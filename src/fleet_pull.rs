@@ -1,8 +1,14 @@
 //! Packets pulled from the fleet's nodes: each node the plan names is asked for its
 //! candidate window (`GET /v1/packets`, pcapng) on a thread of its own, with the connect,
 //! first-byte and idle deadlines of [`DEADLINES`], into an unlinked temporary file. A node
-//! that fails or does not answer in time is reported with why, and its packets are left out
-//! whole (never half a node); the caller makes the answer partial (exit 3) and names it.
+//! that fails or does not answer in time is reported with why; the caller makes the answer
+//! partial (exit 3) and names it.
+//!
+//! [`pull_all`] hands each node's file over once the node finished (`fleet diff` compares
+//! whole captures); [`stream_all`] hands the merge a reader of each file while it is being
+//! written (capsule_fleet::spool), so `query --fleet` writes its first packet once every
+//! node's first packet is in, not after the slowest node's last byte. [`count_all`] asks
+//! each node for its count (`GET /v1/count`).
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
@@ -84,58 +90,176 @@ pub fn packets_path(plan: &NodePlan, filter: &str) -> String {
     )
 }
 
-/// Pulls every node of `plans` at once, each with `deadlines`.
+/// What a node's pull gave when it could not be asked or its thread failed.
+fn failed(plan: &NodePlan, why: &str) -> Pulled {
+    Pulled {
+        plan: plan.clone(),
+        file: None,
+        bytes: 0,
+        seconds: 0.0,
+        failed: Some(why.to_string()),
+        partial: None,
+    }
+}
+
+/// Runs `one` for every plan at once, on a thread each; a thread that panicked is a failed
+/// node.
+fn each_node<T: Send>(
+    plans: &[NodePlan],
+    one: impl Fn(usize, &NodePlan) -> (Pulled, T) + Sync,
+    none: impl Fn() -> T,
+) -> Vec<(Pulled, T)> {
+    std::thread::scope(|s| {
+        let one = &one;
+        let handles: Vec<_> = plans
+            .iter()
+            .enumerate()
+            .map(|(i, plan)| s.spawn(move || one(i, plan)))
+            .collect();
+        handles
+            .into_iter()
+            .zip(plans)
+            .map(|(h, plan)| {
+                h.join()
+                    .unwrap_or_else(|_| (failed(plan, "the thread pulling it failed"), none()))
+            })
+            .collect()
+    })
+}
+
+/// A missing token file is the asker's to fix, before anything is asked.
+fn check_token(fleet: &capsule_config::Fleet, plans: &[NodePlan]) -> Result<()> {
+    if !plans.is_empty() {
+        remote_of(fleet, "https://x")?;
+    }
+    Ok(())
+}
+
+/// Pulls every node of `plans` at once, each with `deadlines`, each into a file handed
+/// over (rewound) when the node finished.
 pub fn pull_all(
     fleet: &capsule_config::Fleet,
     plans: &[NodePlan],
     filter: &str,
     deadlines: &Deadlines,
 ) -> Result<Vec<Pulled>> {
-    // A missing token file is the asker's to fix, before anything is asked.
-    if !plans.is_empty() {
-        remote_of(fleet, "https://x")?;
-    }
-    let results = std::thread::scope(|s| {
-        let handles: Vec<_> = plans
-            .iter()
-            .enumerate()
-            .map(|(i, plan)| s.spawn(move || pull_one(fleet, plan, filter, deadlines, i)))
-            .collect();
-        handles
-            .into_iter()
-            .zip(plans)
-            .map(|(h, plan)| {
-                h.join().unwrap_or_else(|_| Pulled {
-                    plan: plan.clone(),
-                    file: None,
-                    bytes: 0,
-                    seconds: 0.0,
-                    failed: Some("the thread pulling it failed".into()),
-                    partial: None,
-                })
-            })
-            .collect()
-    });
-    Ok(results)
+    check_token(fleet, plans)?;
+    let one = |i: usize, plan: &NodePlan| {
+        let mut f = match scratch(i) {
+            Ok(f) => f,
+            Err(e) => return (failed(plan, &format!("{e:#}")), ()),
+        };
+        let mut out = {
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut f);
+            pull_into(fleet, plan, &packets_path(plan, filter), deadlines, &mut w)
+        };
+        if out.failed.is_none() {
+            match f.seek(SeekFrom::Start(0)) {
+                Ok(_) => out.file = Some(f),
+                Err(e) => out.failed = Some(format!("cannot rewind the pulled packets: {e}")),
+            }
+        }
+        (out, ())
+    };
+    Ok(each_node(plans, one, || ())
+        .into_iter()
+        .map(|(p, ())| p)
+        .collect())
 }
 
-fn pull_one(
+/// Pulls every node of `plans` at once and gives `consume` a reader of each node's packets
+/// (in the order of `plans`) while they arrive; the pulls' reports once every pull ended,
+/// with what `consume` returned.
+pub fn stream_all<T>(
     fleet: &capsule_config::Fleet,
-    plan: &NodePlan,
+    plans: &[NodePlan],
     filter: &str,
     deadlines: &Deadlines,
-    i: usize,
+    consume: impl FnOnce(Vec<capsule_fleet::spool::SpoolReader>) -> T,
+) -> Result<(Vec<Pulled>, T)> {
+    check_token(fleet, plans)?;
+    let mut writers = Vec::with_capacity(plans.len());
+    let mut readers = Vec::with_capacity(plans.len());
+    for i in 0..plans.len() {
+        let f = scratch(i)?;
+        let (w, r) = capsule_fleet::spool::spool(f).context("cannot open a spool file twice")?;
+        writers.push(std::sync::Mutex::new(Some(w)));
+        readers.push(r);
+    }
+    Ok(std::thread::scope(|s| {
+        let pulls = s.spawn(|| {
+            let one = |i: usize, plan: &NodePlan| {
+                let w = writers[i].lock().ok().and_then(|mut w| w.take());
+                let Some(mut w) = w else {
+                    return (failed(plan, "its spool was taken twice"), ());
+                };
+                let out = pull_into(fleet, plan, &packets_path(plan, filter), deadlines, &mut w);
+                // Dropped: the merge reads to the end of what came.
+                w.finish();
+                (out, ())
+            };
+            each_node(plans, one, || ())
+        });
+        let got = consume(readers);
+        let pulled = pulls
+            .join()
+            .unwrap_or_else(|_| {
+                plans
+                    .iter()
+                    .map(|p| (failed(p, "the thread pulling it failed"), ()))
+                    .collect()
+            })
+            .into_iter()
+            .map(|(p, ())| p)
+            .collect();
+        (pulled, got)
+    }))
+}
+
+/// Asks every node of `plans` for its count of `filter` in its window (`GET /v1/count`),
+/// at once, each with `deadlines`.
+pub fn count_all(
+    fleet: &capsule_config::Fleet,
+    plans: &[NodePlan],
+    filter: &str,
+    deadlines: &Deadlines,
+) -> Result<Vec<(Pulled, Option<capsule_answers::export::Count>)>> {
+    check_token(fleet, plans)?;
+    let one = |_: usize, plan: &NodePlan| {
+        let path = format!(
+            "/v1/count?filter={}&from=%40{}&to=%40{}&format=pcapng",
+            crate::client::encode(filter),
+            plan.from_ns,
+            plan.to_ns
+        );
+        let mut body = Vec::new();
+        let mut out = pull_into(fleet, plan, &path, deadlines, &mut body);
+        if out.failed.is_some() {
+            return (out, None);
+        }
+        match serde_json::from_slice::<capsule_answers::export::Count>(&body) {
+            Ok(c) => (out, Some(c)),
+            Err(e) => {
+                out.failed = Some(format!("its answer to {path} is not a count: {e}"));
+                (out, None)
+            }
+        }
+    };
+    Ok(each_node(plans, one, || None))
+}
+
+/// Asks one node for `path` with `deadlines`, its answer written into `w`.
+fn pull_into(
+    fleet: &capsule_config::Fleet,
+    plan: &NodePlan,
+    path: &str,
+    deadlines: &Deadlines,
+    w: &mut dyn std::io::Write,
 ) -> Pulled {
     let t0 = Instant::now();
-    let mut out = Pulled {
-        plan: plan.clone(),
-        file: None,
-        bytes: 0,
-        seconds: 0.0,
-        failed: None,
-        partial: None,
-    };
-    let got = (|| -> Result<(File, crate::client::Got)> {
+    let mut out = failed(plan, "");
+    out.failed = None;
+    let got = (|| -> Result<crate::client::Got> {
         if plan.advertise.is_empty() {
             anyhow::bail!(
                 "it advertised no serve URL (`advertise` in its [fleet] section), so its \
@@ -143,27 +267,15 @@ fn pull_one(
             );
         }
         let remote = remote_of(fleet, &plan.advertise)?;
-        let mut f = scratch(i)?;
-        let got = {
-            let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut f);
-            crate::client::get_with(
-                &remote,
-                &packets_path(plan, filter),
-                &mut w,
-                false,
-                Some(deadlines),
-            )?
-        };
-        f.seek(SeekFrom::Start(0))
-            .context("cannot rewind the pulled packets")?;
-        Ok((f, got))
+        let got = crate::client::get_with(&remote, path, w, false, Some(deadlines))?;
+        w.flush().context("cannot write the pulled packets")?;
+        Ok(got)
     })();
     out.seconds = t0.elapsed().as_secs_f64();
     match got {
-        Ok((f, got)) => {
+        Ok(got) => {
             out.bytes = got.bytes;
             out.partial = got.partial();
-            out.file = Some(f);
         }
         Err(e) => out.failed = Some(format!("{e:#}")),
     }

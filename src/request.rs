@@ -221,5 +221,6 @@ fn ask_fleet(a: &AnswerArgs, question: Question) -> Result<ExitCode> {
             capsule_query::format_instant(n.last_seen_ns)
         ));
     }
+    r.why.extend(got.missing.iter().cloned());
     crate::render::print(&r)
 }

@@ -699,6 +699,65 @@ fn fleet_query_pulls_every_nodes_packets_and_fleet_diff_names_the_lost_ones() {
         "one interface per node, named after it"
     );
     assert_eq!(doc["partial"], serde_json::json!([]));
+
+    // --count: the nodes' counts summed, the union's packets and bytes.
+    let local_count = |store: &Path, extra: &[&str]| -> (u64, u64) {
+        let out = run_ok(
+            capsule()
+                .args(["query", "--store", p(store), "--count", "--json"])
+                .args(extra),
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v["packets"].as_u64().unwrap(), v["bytes"].as_u64().unwrap())
+    };
+    let fleet_count = |extra: &[&str]| -> (u64, u64) {
+        let out = run(capsule()
+            .args(["query", "--fleet", "--config", &cfg, "--count", "--json"])
+            .args(extra));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_str(&out));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["partial"], serde_json::json!([]), "{v}");
+        (v["packets"].as_u64().unwrap(), v["bytes"].as_u64().unwrap())
+    };
+    let sum = |extra: &[&str]| {
+        nodes
+            .iter()
+            .map(|n| local_count(&n.store, extra))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    };
+    let whole = sum(&[]);
+    assert_eq!(whole.0, union.len() as u64);
+    assert_eq!(fleet_count(&[]), whole);
+    assert_eq!(fleet_count(&["tcp"]), sum(&["tcp"]));
+    // --bpf: applied to the nodes' packets as they merge; the union of each node's own
+    // `--bpf` answer, in time order; counted the same.
+    let bpf = ["--bpf", "tcp[tcpflags] & tcp-syn != 0"];
+    let fleet_bpf = dp.join("bpf.pcapng");
+    let out = run(capsule()
+        .args(["query", "--fleet", "--config", &cfg, "-w", p(&fleet_bpf)])
+        .args(bpf));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_str(&out));
+    let mut want = Vec::new();
+    for n in &nodes {
+        let local = dp.join(format!("{}-bpf.pcapng", n.name));
+        query_ok(&n.store, &local, &bpf);
+        want.extend(packets_of(&local));
+    }
+    let got = packets_of(&fleet_bpf);
+    assert!(
+        !want.is_empty() && want.len() < union.len(),
+        "{}",
+        want.len()
+    );
+    assert!(got.windows(2).all(|w| w[0].0 <= w[1].0), "in time order");
+    let (mut g, mut w) = (got, want.clone());
+    g.sort();
+    w.sort();
+    assert!(
+        g == w,
+        "--bpf over the fleet is the union of the nodes' --bpf"
+    );
+    assert_eq!(fleet_count(&bpf).0, want.len() as u64);
     // Figures for docs/fleet.md (printed with --nocapture).
     eprintln!(
         "figures: fleet query of {} packets over 3 nodes in {:.3} s; per node {:?}",
@@ -842,5 +901,185 @@ fn fleet_query_pulls_every_nodes_packets_and_fleet_diff_names_the_lost_ones() {
     let spare_n = packets_of(&dp.join("spare.pcapng")).len() as u64;
     assert_eq!(capinfos_packets(&part), union.len() as u64 - spare_n);
     drop(nodes);
+    ch.stop();
+}
+
+/// A config naming `node` at `url`, with the link's rate and the millisecond alert rules.
+fn ms_config(dir: &Path, node: &str, url: &str) -> PathBuf {
+    let p = dir.join(format!("{node}-ms.toml"));
+    std::fs::write(
+        &p,
+        format!(
+            "[links]\nspan0 = \"10G\"\n\n[alerts]\nef_share = 0.5\nef_share_for = \"2ms\"\n\
+             microburst_rate = \"80%\"\nincast_senders = 16\n\n\
+             [fleet]\nnode = \"{node}\"\nclickhouse = \"{url}\"\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// Issue 30 with issue 33: the nodes publish their millisecond series (bins per ms and DSCP
+/// value, fan-ins) beside their flows; `bursts --fleet` and the millisecond rules of
+/// `alerts --fleet` over three nodes equal the same commands on one store holding all the
+/// traffic, with the planted 2 ms EF burst and the 24-sender incast (its senders split
+/// between two nodes) found. Series missing from the catalog (as a release before them
+/// left it) are named, exit 3, and a publish of this release sends them.
+#[test]
+fn bursts_and_millisecond_alerts_over_three_nodes_equal_the_one_store() {
+    use common::planted::*;
+    let d = tempfile::tempdir().unwrap();
+    let dp = d.path();
+    let mut ch = ClickHouse::start(&dp.join("clickhouse"));
+    let synth_pcap = dp.join("synth.pcap");
+    synth(&synth_pcap, &dp.join("truth.json"), 1, "2s", "20M", None);
+    let planted_pcap = dp.join("planted.pcap");
+    std::fs::write(&planted_pcap, planted()).unwrap();
+    let all = dp.join("all");
+    import_ok(
+        &all,
+        &["--segment-size", "1M"],
+        &[p(&synth_pcap), p(&planted_pcap)],
+    );
+    // Split by host: the incast's senders 10.88.0.1-15 go to node0, 16-24 (with the
+    // burst) to node2.
+    let first = "(net 10.10.0.0/16 or src net 10.88.0.0/28)";
+    let parts = [
+        first.to_string(),
+        format!("not {first} and vlan 200"),
+        format!("not {first} and not vlan 200"),
+    ];
+    let mut configs = Vec::new();
+    let mut stores = Vec::new();
+    let mut total = 0;
+    for (i, filter) in parts.iter().enumerate() {
+        let part = dp.join(format!("part{i}.pcap"));
+        query_ok(&all, &part, &[filter]);
+        total += capinfos_packets(&part);
+        let store = dp.join(format!("node{i}"));
+        let config = ms_config(dp, &format!("node{i}"), &ch.url());
+        import_ok(&store, &["--segment-size", "1M"], &[p(&part)]);
+        let (code, doc, err) = publish(&store, &config);
+        assert_eq!(code, 0, "{doc} {err}");
+        assert!(doc["pushed_rows"]["ms_bins"].as_u64() > Some(0), "{doc}");
+        assert_eq!(
+            doc["pushed_rows"]["ms_segments"], doc["pushed_rows"]["segments"],
+            "{doc}"
+        );
+        configs.push(config);
+        stores.push(store);
+    }
+    assert_eq!(
+        total,
+        capinfos_packets(&synth_pcap) + capinfos_packets(&planted_pcap),
+        "the parts split the traffic"
+    );
+    let c0 = p(&configs[0]).to_string();
+    let asks: [&[&str]; 3] = [
+        &["bursts", "--series"],
+        &["bursts", "--above", "5G", "--limit", "3"],
+        &[
+            "bursts",
+            "--from",
+            "2026-11-30T02:00:01.2Z",
+            "--to",
+            "+400ms",
+        ],
+    ];
+    let compare = |q: &[&str]| -> Value {
+        let mut fleet = q.to_vec();
+        fleet.extend(["--fleet", "--config", &c0]);
+        let mut local = q.to_vec();
+        local.extend(["--store", p(&all), "--config", &c0]);
+        let mut f = answer(&fleet, "fleet");
+        let mut l = answer(&local, p(&all));
+        if q.contains(&"--from") {
+            // How many flow records a window cuts (their counts then come from 1-second
+            // buckets) depends on where each store cut its segments: one store of all the
+            // traffic cuts them elsewhere than three. Both say some were; the rest is equal.
+            for v in [&mut f, &mut l] {
+                let n = v["limits"]["approximate_flows"].take();
+                assert!(n.as_u64() > Some(0), "{q:?}: {n}");
+            }
+        }
+        for (k, v) in l.as_object().unwrap() {
+            assert_eq!(
+                &f[k], v,
+                "{q:?}: the fleet's {k} differs from the one store's"
+            );
+        }
+        assert_eq!(
+            f, l,
+            "{q:?}: the fleet's answer differs from the one store's"
+        );
+        f
+    };
+    for q in asks {
+        let v = compare(q);
+        // Not equal by being empty: the burst and the incast are in it.
+        assert_eq!(v["burst_count"], 1, "{q:?}: {}", v["bursts"]);
+        assert_eq!(v["bursts"][0]["start_ns"], BURST_MS * MS);
+        assert_eq!(v["incast_count"], 1, "{q:?}: {}", v["incast"]);
+        let i = &v["incast"][0];
+        assert_eq!(i["start_ns"], INCAST_MS * MS);
+        assert_eq!(
+            i["senders"].as_array().unwrap().len(),
+            usize::from(SENDERS),
+            "all senders, from two nodes"
+        );
+    }
+    // The millisecond rules of `alerts` read the same series.
+    let ms_rules = |v: Value| -> Vec<Value> {
+        v["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| ["ef_share", "microburst", "incast"].contains(&a["rule"].as_str().unwrap()))
+            .cloned()
+            .collect()
+    };
+    let f = ms_rules(answer(&["alerts", "--fleet", "--config", &c0], "fleet"));
+    let l = ms_rules(answer(
+        &["alerts", "--store", p(&all), "--config", &c0],
+        p(&all),
+    ));
+    assert_eq!(
+        f, l,
+        "the fleet's millisecond alerts differ from the one store's"
+    );
+    let rules: std::collections::BTreeSet<&str> =
+        f.iter().map(|a| a["rule"].as_str().unwrap()).collect();
+    assert_eq!(rules, ["ef_share", "incast", "microburst"].into(), "{f:#?}");
+
+    // The catalog as a release before the series left it: flows, no series. Named, exit 3.
+    for t in ["ms_bins", "ms_fanins", "ms_segments"] {
+        ch.sql(&format!("DROP TABLE capsule.{t}"))
+            .unwrap_or_else(|| panic!("DROP TABLE capsule.{t}"));
+    }
+    for store in &stores {
+        std::fs::remove_file(store.join("fleet/staged-series")).unwrap();
+    }
+    let out = run(capsule().args(["bursts", "--fleet", "--config", &c0, "--json"]));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_str(&out));
+    for i in 0..3 {
+        assert!(
+            stderr_str(&out).contains(&format!("node node{i}: no millisecond series")),
+            "{}",
+            stderr_str(&out)
+        );
+    }
+    // This release's publish stages the series alone (the flows were staged) and sends
+    // them: the answer is whole again, and the same.
+    for (store, config) in stores.iter().zip(&configs) {
+        let (code, doc, err) = publish(store, config);
+        assert_eq!(code, 0, "{doc} {err}");
+        assert_eq!(doc["pushed_rows"]["flows"], 0, "{doc}");
+        assert_eq!(doc["pushed_rows"]["segments"], 0, "{doc}");
+        assert!(
+            doc["pushed_rows"]["ms_segments"].as_u64() > Some(0),
+            "{doc}"
+        );
+    }
+    compare(asks[0]);
     ch.stop();
 }

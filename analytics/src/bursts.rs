@@ -374,7 +374,7 @@ pub fn bursts(
         .map(|r| burst(input, &m, *r, link_bps))
         .collect();
 
-    let fanin = fanin_union(listing);
+    let fanin = fanin_union(&listing.blocks);
     let mut incast_count = 0;
     let mut incast = Vec::new();
     for ((ms, dst), senders) in fanin {
@@ -425,11 +425,13 @@ pub fn bursts(
 
 /// Each (ms, destination)'s senders, (packets, bytes) each: the union over every block
 /// (blocks of different lanes share milliseconds).
-pub(crate) type FaninUnion = BTreeMap<(u64, IpAddr), BTreeMap<IpAddr, (u64, u64)>>;
+pub type FaninUnion = BTreeMap<(u64, IpAddr), BTreeMap<IpAddr, (u64, u64)>>;
 
-pub(crate) fn fanin_union(listing: &SeriesListing) -> FaninUnion {
+/// The union of `blocks`' fan-ins (what incast is found in; the fleet publishes a
+/// segment's so).
+pub fn fanin_union(blocks: &[capsule_index::sideindex::series::BlockSeries]) -> FaninUnion {
     let mut fanin = FaninUnion::new();
-    for s in &listing.blocks {
+    for s in blocks {
         for f in &s.fanin {
             let e = fanin.entry((f.ms, f.dst)).or_default();
             for x in &f.senders {
@@ -543,7 +545,18 @@ fn burst(input: &Input, m: &Merged, (a, b): (usize, usize), link: Option<u64>) -
             });
         }
     }
-    flows.sort_by_key(|f| std::cmp::Reverse(f.bytes_in_seconds));
+    // Ties in bytes by the flow itself: the same list whatever order the flows came in (a
+    // store's segments, or the fleet's nodes).
+    flows.sort_by_key(|f| {
+        (
+            std::cmp::Reverse(f.bytes_in_seconds),
+            f.src,
+            f.dst,
+            f.src_port,
+            f.dst_port,
+            f.proto,
+        )
+    });
     flows.truncate(BURST_FLOWS);
     let rate = bps(peak_bytes, 1);
     Burst {

@@ -119,6 +119,24 @@ impl Question {
         }
     }
 
+    /// What `bursts` is asked, when this is `bursts`.
+    pub fn bursts_ask(&self) -> Option<bursts::Ask> {
+        match *self {
+            Question::Bursts {
+                above,
+                incast,
+                limit,
+                series,
+            } => Some(bursts::Ask {
+                above,
+                incast,
+                limit,
+                series,
+            }),
+            _ => None,
+        }
+    }
+
     /// Whether the answer reads each flow's 1-second buckets (not only its totals).
     pub fn buckets(&self) -> bool {
         !matches!(self, Question::Dscp | Question::Matrix { .. })
@@ -259,19 +277,7 @@ pub fn answer(source: &Source, req: &Request) -> Result<Answer, AnswerError> {
         (None, None) => None,
     };
     let input = input(source, &req.query, question.buckets())?;
-    if let Question::Bursts {
-        above,
-        incast,
-        limit,
-        series,
-    } = question
-    {
-        let ask = bursts::Ask {
-            above: *above,
-            incast: *incast,
-            limit: *limit,
-            series: *series,
-        };
+    if let Some(ask) = question.bursts_ask() {
         let body = bursts_body(source, &req.query, &input, ask)?;
         return Ok(Answer {
             question: question.clone(),
@@ -293,14 +299,25 @@ pub fn answer(source: &Source, req: &Request) -> Result<Answer, AnswerError> {
 /// The link whose rate `bursts` states rates against: the `[links]` entry of the store's
 /// capture interface (from its capture status), or the only entry.
 pub fn link_of(source: &Source) -> Option<bursts::LinkRate> {
-    let links = source.config.as_ref()?.links();
+    link_in(source.config.as_ref(), || {
+        capsule_capture::status::read_status(&source.store)
+            .ok()
+            .flatten()
+            .map(|s| s.iface)
+    })
+}
+
+/// The `[links]` entry of `config` rates are stated against: the only one, or the one of
+/// the interface `iface` names (asked only when there are several).
+pub fn link_in(
+    config: Option<&capsule_config::Config>,
+    iface: impl FnOnce() -> Option<String>,
+) -> Option<bursts::LinkRate> {
+    let links = config?.links();
     let pick = match links {
         [one] => Some(one),
         _ => {
-            let iface = capsule_capture::status::read_status(&source.store)
-                .ok()
-                .flatten()
-                .map(|s| s.iface)?;
+            let iface = iface()?;
             links.iter().find(|l| l.name == iface)
         }
     }?;
@@ -318,13 +335,7 @@ fn bursts_body(
     input: &Input,
     ask: bursts::Ask,
 ) -> Result<Body, AnswerError> {
-    if !query.filter.to_string().is_empty() {
-        return Err(AnswerError::Usage(
-            "bursts answers for the whole link (the millisecond series is per DSCP value, \
-             not per host): give no filter"
-                .into(),
-        ));
-    }
+    bursts_filter(query)?;
     let dir = &source.store;
     let err = |e| AnswerError::Store {
         store: dir.display().to_string(),
@@ -337,6 +348,18 @@ fn bursts_body(
     Ok(Body::Bursts(Box::new(b)))
 }
 
+/// `bursts` takes no filter: the series is of the whole link.
+pub fn bursts_filter(query: &Query) -> Result<(), AnswerError> {
+    if !query.filter.to_string().is_empty() {
+        return Err(AnswerError::Usage(
+            "bursts answers for the whole link (the millisecond series is per DSCP value, \
+             not per host): give no filter"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The `alerts` answer over `input`: the flow rules, and the millisecond rules over the
 /// window's millisecond series (index only, no segment file read) when the config asks
 /// for any (capsule_analytics::alerts::msrules::needs_series).
@@ -345,14 +368,8 @@ pub fn alerts_body(
     input: &Input,
     config: &capsule_config::Config,
 ) -> Result<Body, AnswerError> {
-    let usage = |e| match e {
-        capsule_analytics::AnalyticsError::Usage(m) => AnswerError::Usage(format!("[alerts]: {m}")),
-        e => e.into(),
-    };
     if !capsule_analytics::alerts::msrules::needs_series(config) {
-        return Ok(Body::Alerts {
-            alerts: alerts::evaluate(input, config).map_err(usage)?,
-        });
+        return alerts_over(input, config, None);
     }
     let dir = &source.store;
     let err = |e| AnswerError::Store {
@@ -366,8 +383,22 @@ pub fn alerts_body(
         listing: &listing,
         link_bps: link_of(source).map(|l| l.bits_per_second),
     };
+    alerts_over(input, config, Some(&ms))
+}
+
+/// The `alerts` answer over `input`, the millisecond rules over `ms` when given.
+pub fn alerts_over(
+    input: &Input,
+    config: &capsule_config::Config,
+    ms: Option<&capsule_analytics::alerts::msrules::MsInput<'_>>,
+) -> Result<Body, AnswerError> {
     Ok(Body::Alerts {
-        alerts: alerts::evaluate_with(input, config, Some(&ms)).map_err(usage)?,
+        alerts: alerts::evaluate_with(input, config, ms).map_err(|e| match e {
+            capsule_analytics::AnalyticsError::Usage(m) => {
+                AnswerError::Usage(format!("[alerts]: {m}"))
+            }
+            e => e.into(),
+        })?,
     })
 }
 
@@ -414,14 +445,7 @@ pub fn body(
                     .into(),
             ))
         }
-        Question::Alerts => Body::Alerts {
-            alerts: alerts::evaluate(input, need()?).map_err(|e| match e {
-                capsule_analytics::AnalyticsError::Usage(m) => {
-                    AnswerError::Usage(format!("[alerts]: {m}"))
-                }
-                e => e.into(),
-            })?,
-        },
+        Question::Alerts => alerts_over(input, need()?, None)?,
     })
 }
 

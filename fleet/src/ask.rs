@@ -8,11 +8,11 @@
 //! rendered by the same renderers. The filter is applied here, not in SQL: it is the query
 //! language's own matcher, exactly as on a node.
 
-use capsule_answers::analytics::{self, Answer, Request, Window};
+use capsule_answers::analytics::{self, Answer, Question, Request, Window};
 
 use crate::clickhouse::ClickHouse;
 use crate::rowbinary::Reader;
-use crate::rows::{self, NodeRow};
+use crate::rows::NodeRow;
 use crate::{FleetError, DATABASE};
 
 /// The name fleet answers give as their store (findings' export commands name it).
@@ -24,6 +24,9 @@ pub const FLEET_STORE: &str = "fleet";
 pub struct FleetAnswer {
     pub answer: Answer,
     pub behind: Vec<NodeRow>,
+    /// What else the answer misses, named (a node's segments without a millisecond series
+    /// in the catalog): the answer is partial when not empty.
+    pub missing: Vec<String>,
 }
 
 /// Answers `req` over every node the catalog at `ch` holds (`config`: the groups and policy,
@@ -48,22 +51,32 @@ pub fn answer(
                 .to_string(),
         ));
     }
+    if let Question::Bursts { .. } = question {
+        analytics::bursts_filter(&req.query)?;
+    }
     crate::schema::Schema::ensure(ch)?;
     let (from, to) = req.query.window();
-    let cols: Vec<String> = rows::flow_columns().into_iter().map(|(n, _)| n).collect();
-    let sql = format!(
-        "SELECT {} FROM {DATABASE}.flows FINAL WHERE last_ns >= {from} AND first_ns < {to} \
-         ORDER BY node, segment FORMAT RowBinary",
-        cols.join(", ")
-    );
-    let bytes = ch.execute(&sql)?;
-    let what = format!("the flow rows ClickHouse at {} gave", ch.url());
-    let mut r = Reader::new(&bytes, &what);
-    let mut records = Vec::new();
-    while !r.is_empty() {
-        records.push(rows::get_flow(&mut r)?.1);
-    }
-    let held = held(ch)?;
+    // The millisecond series of the window, when the question reads it.
+    let series = match (question, config) {
+        (Question::Bursts { .. }, _) => true,
+        (Question::Alerts, Some(c)) => capsule_analytics::alerts::msrules::needs_series(c),
+        _ => false,
+    };
+    // Every question to ClickHouse at once: the answer waits for the slowest, not the sum.
+    let (records, held, registry, listing) = std::thread::scope(|s| {
+        let records = s.spawn(|| crate::plan::flow_rows(ch, &req.query));
+        let held = s.spawn(|| held(ch));
+        let registry = s.spawn(|| crate::nodes::registry(ch));
+        let listing = series.then(|| s.spawn(|| crate::series::listing(ch, from, to)));
+        (
+            joined(records),
+            joined(held),
+            joined(registry),
+            listing.map(joined),
+        )
+    });
+    let records: Vec<_> = records?.into_iter().map(|(_, f)| f).collect();
+    let held = held?;
     let flows = capsule_index::flows::merge_counts(records, &req.query, question.buckets());
     let filter = req.query.filter.to_string();
     let mut input =
@@ -72,11 +85,42 @@ pub fn answer(
         "drops: each node records its own capture's drops (`capsule status` on the node)"
             .to_string(),
     );
-    let body = analytics::body(&input, question, config)?;
-    let behind = crate::nodes::registry(ch)?
-        .into_iter()
-        .filter(|n| n.backlog > 0)
-        .collect();
+    let mut missing = Vec::new();
+    let listing = if let Some(got) = listing {
+        let (mut listing, no_series) = got?;
+        // Asked for the question's window; cut to the answer's (bounded by what is held),
+        // as a store's series is.
+        crate::series::cut(&mut listing, input.from_ns, input.to_ns);
+        for (node, segments) in no_series {
+            missing.push(format!(
+                "node {node}: no millisecond series in the catalog for segment(s) \
+                 {segments:?} (published by a release before the series, or indexed before \
+                 it: `capsule reindex` on the node, then `capsule fleet publish`)"
+            ));
+        }
+        Some(listing)
+    } else {
+        None
+    };
+    // The link rates are stated against: the asker's `[links]`, its only entry.
+    let link = analytics::link_in(config, || None);
+    let body = match (question.bursts_ask(), question, &listing, config) {
+        (Some(ask), _, Some(listing), _) => {
+            let mut b = capsule_analytics::bursts::bursts(&input, listing, link, ask)
+                .map_err(capsule_answers::AnswerError::from)?;
+            b.notes.extend(missing.iter().cloned());
+            analytics::Body::Bursts(Box::new(b))
+        }
+        (None, Question::Alerts, Some(listing), Some(config)) => {
+            let ms = capsule_analytics::alerts::msrules::MsInput {
+                listing,
+                link_bps: link.map(|l| l.bits_per_second),
+            };
+            analytics::alerts_over(&input, config, Some(&ms))?
+        }
+        _ => analytics::body(&input, question, config)?,
+    };
+    let behind = registry?.into_iter().filter(|n| n.backlog > 0).collect();
     Ok(FleetAnswer {
         answer: Answer {
             question: question.clone(),
@@ -84,6 +128,17 @@ pub fn answer(
             body,
         },
         behind,
+        missing,
+    })
+}
+
+/// What a thread asking ClickHouse returned (a thread that panicked is an error).
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T, FleetError>>) -> Result<T, FleetError> {
+    h.join().unwrap_or_else(|_| {
+        Err(FleetError::Decode {
+            what: "a question to ClickHouse".into(),
+            problem: "the thread asking it failed".into(),
+        })
     })
 }
 
@@ -114,6 +169,7 @@ pub fn flows_by_node(
     query: &capsule_query::Query,
 ) -> Result<NodeFlows, FleetError> {
     let mut by_node: std::collections::BTreeMap<String, Vec<_>> = Default::default();
+    crate::schema::Schema::ensure(ch)?;
     for (origin, counts) in crate::plan::flow_rows(ch, query)? {
         by_node.entry(origin.node).or_default().push(counts);
     }

@@ -48,6 +48,8 @@ pub mod publish;
 pub mod rowbinary;
 pub mod rows;
 pub mod schema;
+pub mod series;
+pub mod spool;
 
 pub use clickhouse::ClickHouse;
 

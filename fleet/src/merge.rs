@@ -2,6 +2,13 @@
 //! and node interface, named after the node (`NODE` when the node's interface has no name,
 //! else `NODE/NAME`), so Wireshark's `frame.interface_name` says which capture point saw a
 //! packet. Equal timestamps keep the order of the inputs (then each input's own order).
+//!
+//! The inputs may still be arriving (capsule_fleet::spool): the merge reads each input only
+//! as far as it needs its next packet, so it writes its first packet once every input's
+//! first packet is in. An input that ends early or damaged (a node cut off mid-answer) ends
+//! there: its packets so far are in the output, the rest is missing, and the merge says so
+//! ([`Merged::ended`]); the other inputs are merged on. A `keep` predicate (`--bpf`) drops
+//! packets it refuses.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -24,7 +31,12 @@ pub struct Merged {
     pub packets: u64,
     pub bytes: u64,
     pub per_input: Vec<u64>,
+    /// Per input: why it ended before its end (damaged, cut off), when it did.
+    pub ended: Vec<Option<String>>,
 }
+
+/// Whether a packet (its link type, its bytes) is kept: `--bpf`.
+pub type Keep<'a> = dyn FnMut(u16, &[u8]) -> Result<bool, FleetError> + 'a;
 
 /// A packet read ahead from one input.
 struct Head {
@@ -36,17 +48,18 @@ struct Head {
 
 struct Source<R: Read> {
     node: String,
-    reader: CaptureReader<R>,
+    /// None: the input never began (no capture header came).
+    reader: Option<CaptureReader<R>>,
 }
 
 impl<R: Read> Source<R> {
     /// The next packet, or `None` at the end.
-    fn next(&mut self) -> Result<Option<Head>, FleetError> {
+    fn next(&mut self) -> Result<Option<Head>, String> {
+        let Some(reader) = self.reader.as_mut() else {
+            return Ok(None);
+        };
         loop {
-            let rec = self.reader.next_record().map_err(|e| FleetError::Decode {
-                what: format!("the packets node {} sent", self.node),
-                problem: e.to_string(),
-            })?;
+            let rec = reader.next_record().map_err(|e| e.to_string())?;
             match rec {
                 None => return Ok(None),
                 Some(Record::Packet(p)) => {
@@ -71,21 +84,32 @@ pub fn interface_name(node: &str, iface: &Interface) -> String {
     }
 }
 
-/// Merges `inputs` by timestamp into one pcapng written to `out`.
-pub fn merge<R: Read, W: Write>(inputs: Vec<Input<R>>, mut out: W) -> Result<Merged, FleetError> {
+/// Merges `inputs` by timestamp into one pcapng written to `out`, keeping the packets
+/// `keep` keeps (all without one).
+pub fn merge<R: Read, W: Write>(
+    inputs: Vec<Input<R>>,
+    mut out: W,
+    mut keep: Option<&mut Keep<'_>>,
+) -> Result<Merged, FleetError> {
     let io = |source| FleetError::Io {
         op: "write the merged packets",
         path: "-".into(),
         source,
     };
+    let mut merged = Merged {
+        per_input: vec![0; inputs.len()],
+        ended: vec![None; inputs.len()],
+        ..Merged::default()
+    };
     let mut sources = Vec::with_capacity(inputs.len());
-    for i in inputs {
-        let reader = CaptureReader::new(format!("node {}", i.node), i.reader).map_err(|e| {
-            FleetError::Decode {
-                what: format!("the packets node {} sent", i.node),
-                problem: e.to_string(),
+    for (k, i) in inputs.into_iter().enumerate() {
+        let reader = match CaptureReader::new(format!("node {}", i.node), i.reader) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                merged.ended[k] = Some(format!("its answer is not a capture: {e}"));
+                None
             }
-        })?;
+        };
         sources.push(Source {
             node: i.node,
             reader,
@@ -95,49 +119,65 @@ pub fn merge<R: Read, W: Write>(inputs: Vec<Input<R>>, mut out: W) -> Result<Mer
     capsule_pcap::write::pcapng_shb(&mut buf, Some("capsule fleet query"));
     let mut heads: Vec<Option<Head>> = Vec::with_capacity(sources.len());
     let mut heap = BinaryHeap::new();
+    // The next packet of input `i`; an input that fails ends there, said in `ended`.
+    let next = |s: &mut Source<R>, ended: &mut Option<String>| match s.next() {
+        Ok(h) => h,
+        Err(e) => {
+            *ended = Some(format!("its answer ended damaged or cut off: {e}"));
+            None
+        }
+    };
     for (i, s) in sources.iter_mut().enumerate() {
-        let h = s.next()?;
+        let h = next(s, &mut merged.ended[i]);
         if let Some(h) = &h {
             heap.push(Reverse((h.ts_ns, i)));
         }
         heads.push(h);
     }
     let mut ids: HashMap<(usize, u32), u32> = HashMap::new();
-    let mut merged = Merged {
-        per_input: vec![0; sources.len()],
-        ..Merged::default()
-    };
+    let mut flushed = false;
     while let Some(Reverse((_, i))) = heap.pop() {
         let Some(h) = heads[i].take() else { continue };
-        let next_id = ids.len() as u32;
-        let id = match ids.get(&(i, h.iface)) {
-            Some(&id) => id,
-            None => {
-                let src = &sources[i];
-                let mut iface = src
-                    .reader
-                    .interfaces()
-                    .get(h.iface as usize)
-                    .cloned()
-                    .ok_or_else(|| FleetError::Decode {
-                        what: format!("the packets node {} sent", src.node),
-                        problem: format!("a packet names interface {} it never described", h.iface),
-                    })?;
-                iface.name = Some(interface_name(&src.node, &iface));
-                capsule_pcap::write::pcapng_idb(&mut buf, &iface);
-                ids.insert((i, h.iface), next_id);
-                next_id
-            }
+        let src = &sources[i];
+        let described = src
+            .reader
+            .as_ref()
+            .and_then(|r| r.interfaces().get(h.iface as usize))
+            .cloned()
+            .ok_or_else(|| FleetError::Decode {
+                what: format!("the packets node {} sent", src.node),
+                problem: format!("a packet names interface {} it never described", h.iface),
+            })?;
+        let kept = match keep.as_mut() {
+            Some(k) => k(described.linktype, &h.data)?,
+            None => true,
         };
-        capsule_pcap::write::pcapng_epb(&mut buf, id, h.ts_ns, h.orig_len, &h.data);
-        merged.packets += 1;
-        merged.bytes += h.data.len() as u64;
-        merged.per_input[i] += 1;
-        if buf.len() >= 1 << 20 {
-            out.write_all(&buf).map_err(io)?;
-            buf.clear();
+        if kept {
+            let next_id = ids.len() as u32;
+            let id = match ids.get(&(i, h.iface)) {
+                Some(&id) => id,
+                None => {
+                    let mut iface = described;
+                    iface.name = Some(interface_name(&src.node, &iface));
+                    capsule_pcap::write::pcapng_idb(&mut buf, &iface);
+                    ids.insert((i, h.iface), next_id);
+                    next_id
+                }
+            };
+            capsule_pcap::write::pcapng_epb(&mut buf, id, h.ts_ns, h.orig_len, &h.data);
+            merged.packets += 1;
+            merged.bytes += h.data.len() as u64;
+            merged.per_input[i] += 1;
+            // The first packet goes out at once (a reader sees the answer begin), then in
+            // large writes.
+            if buf.len() >= 1 << 20 || !flushed {
+                out.write_all(&buf).map_err(io)?;
+                out.flush().map_err(io)?;
+                buf.clear();
+                flushed = true;
+            }
         }
-        let n = sources[i].next()?;
+        let n = next(&mut sources[i], &mut merged.ended[i]);
         if let Some(n) = &n {
             heap.push(Reverse((n.ts_ns, i)));
         }
@@ -193,9 +233,11 @@ mod tests {
                 },
             ],
             &mut out,
+            None,
         )
         .unwrap();
         assert_eq!((m.packets, m.per_input.clone()), (7, vec![4, 3, 0]));
+        assert_eq!(m.ended, vec![None, None, None]);
         let mut r = CaptureReader::new("merged", &out[..]).unwrap();
         let mut got = Vec::new();
         while let Some(rec) = r.next_record().unwrap() {
@@ -209,16 +251,35 @@ mod tests {
         );
         let names: Vec<_> = r.interfaces().iter().map(|i| i.name.clone()).collect();
         assert_eq!(names, vec![Some("a/eth0".into()), Some("b".into())]);
-        // A damaged input is an error naming its node, never a panic.
+        // A damaged input, and one cut off mid-packet, end there, said; the others are
+        // merged whole, and `keep` drops what it refuses.
         let bad = b"not a capture".to_vec();
-        let e = merge(
-            vec![Input {
-                node: "z".into(),
-                reader: &bad[..],
-            }],
-            Vec::new(),
+        let cut = &b[..b.len() - 5];
+        let mut out = Vec::new();
+        let mut odd = |_: u16, d: &[u8]| Ok(d[0] % 2 == 1);
+        let m = merge(
+            vec![
+                Input {
+                    node: "z".into(),
+                    reader: &bad[..],
+                },
+                Input {
+                    node: "a".into(),
+                    reader: &a[..],
+                },
+                Input {
+                    node: "b".into(),
+                    reader: cut,
+                },
+            ],
+            &mut out,
+            Some(&mut odd),
         )
-        .unwrap_err();
-        assert!(e.to_string().contains("node z"), "{e}");
+        .unwrap();
+        assert!(m.ended[0].as_deref().unwrap().contains("not a capture"));
+        assert_eq!(m.ended[1], None);
+        assert!(m.ended[2].as_deref().unwrap().contains("cut off"), "{m:?}");
+        // a's odd times (1, 9), b's before the cut (2, 4: none odd).
+        assert_eq!((m.packets, m.per_input.clone()), (2, vec![0, 2, 0]));
     }
 }

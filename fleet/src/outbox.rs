@@ -5,10 +5,16 @@
 //! segments (sequence number and length) already staged, so staging again is a no-op; a
 //! segment compacted since (another length) is staged again, and its rows replace the old.
 //!
-//! File layout (little-endian): the magic line `capsule fleet outbox 1\n`, the segment's
-//! sequence number and length (u64 each), then three tables in the order
+//! A segment's first batch (`SEQ.LEN.batch`) holds every table; a batch of a segment whose
+//! flows were staged by a release before the millisecond series (`SEQ.LEN.series.batch`)
+//! holds only its series tables, staged once by the release that has them
+//! (`STORE/fleet/staged-series` lists the segments whose series are staged).
+//!
+//! File layout (little-endian): the magic line `capsule fleet outbox 2\n`, the segment's
+//! sequence number and length (u64 each), then six tables in the order
 //! [`TABLES`] names them, each as rows (u64), length (u64) and its RowBinary bytes; then
-//! the CRC-32C of everything before it (u32).
+//! the CRC-32C of everything before it (u32). Version 1 (before the series) had three
+//! tables, `flows`, `minutes` and `segments`, and is still read.
 
 use std::path::{Path, PathBuf};
 
@@ -17,11 +23,24 @@ use capsule_store::fsx;
 use crate::rowbinary::Reader;
 use crate::FleetError;
 
-const MAGIC: &[u8] = b"capsule fleet outbox 1\n";
+const MAGIC: &[u8] = b"capsule fleet outbox 2\n";
+/// The magic line of version 1, whose three tables are [`TABLES`]' `V1`.
+const MAGIC_V1: &[u8] = b"capsule fleet outbox 1\n";
+const V1: [usize; 3] = [0, 1, 5];
 
 /// The tables of a batch, in file order (and insert order: the ledger row last, so a
-/// segment the ledger lists has its flows).
-pub const TABLES: [&str; 3] = ["flows", "minutes", "segments"];
+/// segment the ledger lists has its flows and series).
+pub const TABLES: [&str; 6] = [
+    "flows",
+    "minutes",
+    "ms_bins",
+    "ms_fanins",
+    "ms_segments",
+    "segments",
+];
+
+/// Where the ledger row's table is in [`TABLES`].
+pub const LEDGER: usize = 5;
 
 /// One segment's rows, ready to insert.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +48,7 @@ pub struct Batch {
     pub segment: u64,
     pub segment_len: u64,
     /// Per table of [`TABLES`]: the number of rows and their RowBinary bytes.
-    pub tables: [(u64, Vec<u8>); 3],
+    pub tables: [(u64, Vec<u8>); 6],
 }
 
 impl Batch {
@@ -53,7 +72,8 @@ impl Batch {
             what: what.to_string(),
             problem,
         };
-        if !b.starts_with(MAGIC) {
+        let v1 = b.starts_with(MAGIC_V1);
+        if !b.starts_with(MAGIC) && !v1 {
             return Err(bad(format!("expected the magic line {MAGIC:?} at byte 0")));
         }
         let Some((body, crc)) = b.split_last_chunk::<4>() else {
@@ -69,12 +89,17 @@ impl Batch {
         let mut r = Reader::new(&body[MAGIC.len()..], what);
         let segment = r.u64()?;
         let segment_len = r.u64()?;
-        let mut tables: [(u64, Vec<u8>); 3] = Default::default();
-        for t in &mut tables {
+        let mut tables: [(u64, Vec<u8>); 6] = Default::default();
+        let order: Vec<usize> = if v1 {
+            V1.to_vec()
+        } else {
+            (0..TABLES.len()).collect()
+        };
+        for i in order {
             let rows = r.u64()?;
             let len = r.u64()?;
             let len = usize::try_from(len).unwrap_or(usize::MAX);
-            *t = (rows, r.bytes(len)?.to_vec());
+            tables[i] = (rows, r.bytes(len)?.to_vec());
         }
         if !r.is_empty() {
             return Err(bad("bytes after the last table".into()));
@@ -92,6 +117,14 @@ impl Batch {
 pub struct Outbox {
     dir: PathBuf,
     staged: PathBuf,
+    staged_series: PathBuf,
+}
+
+/// Which staging list: of the segments' flows (and ledger rows), or of their series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum List {
+    Flows,
+    Series,
 }
 
 fn store_err(dir: &Path) -> impl FnOnce(capsule_store::StoreError) -> FleetError + '_ {
@@ -107,6 +140,7 @@ impl Outbox {
         Outbox {
             dir: root.join("fleet").join("outbox"),
             staged: root.join("fleet").join("staged"),
+            staged_series: root.join("fleet").join("staged-series"),
         }
     }
 
@@ -114,14 +148,22 @@ impl Outbox {
         &self.dir
     }
 
-    fn name(segment: u64, len: u64) -> String {
-        format!("{segment:020}.{len}.batch")
+    /// A batch's file name: `SEQ.LEN.batch` for one with the segment's ledger row,
+    /// `SEQ.LEN.series.batch` for one with its series alone (so it never replaces a
+    /// segment's first batch still waiting).
+    fn name(b: &Batch) -> String {
+        let series = if b.tables[LEDGER].0 == 0 {
+            ".series"
+        } else {
+            ""
+        };
+        format!("{:020}.{}{series}.batch", b.segment, b.segment_len)
     }
 
     /// Writes `b` durably (before anything is pushed from it).
     pub fn put(&self, b: &Batch) -> Result<(), FleetError> {
         std::fs::create_dir_all(&self.dir).map_err(crate::io("create", &self.dir))?;
-        let path = self.dir.join(Self::name(b.segment, b.segment_len));
+        let path = self.dir.join(Self::name(b));
         fsx::write_atomic(&path, &b.encode()).map_err(store_err(&self.dir))
     }
 
@@ -153,12 +195,25 @@ impl Outbox {
         fsx::sync_dir(&self.dir).map_err(store_err(&self.dir))
     }
 
+    fn list(&self, l: List) -> &Path {
+        match l {
+            List::Flows => &self.staged,
+            List::Series => &self.staged_series,
+        }
+    }
+
     /// The segments staged so far: (sequence number, length).
     pub fn staged(&self) -> Result<std::collections::BTreeSet<(u64, u64)>, FleetError> {
-        let text = match std::fs::read_to_string(&self.staged) {
+        self.staged_in(List::Flows)
+    }
+
+    /// The segments of list `l` staged so far: (sequence number, length).
+    pub fn staged_in(&self, l: List) -> Result<std::collections::BTreeSet<(u64, u64)>, FleetError> {
+        let path = self.list(l);
+        let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
-            Err(e) => return Err(crate::io("read", &self.staged)(e)),
+            Err(e) => return Err(crate::io("read", path)(e)),
         };
         let mut out = std::collections::BTreeSet::new();
         for (i, line) in text.lines().enumerate() {
@@ -171,7 +226,7 @@ impl Outbox {
                 }
                 None => {
                     return Err(FleetError::Decode {
-                        what: self.staged.display().to_string(),
+                        what: path.display().to_string(),
                         problem: format!("line {}: expected `SEQ LENGTH`, found {line:?}", i + 1),
                     })
                 }
@@ -182,10 +237,20 @@ impl Outbox {
 
     /// Records the staged segments (the whole list, replaced durably).
     pub fn set_staged(&self, s: &std::collections::BTreeSet<(u64, u64)>) -> Result<(), FleetError> {
-        let parent = self.staged.parent().unwrap_or(Path::new("."));
+        self.set_staged_in(List::Flows, s)
+    }
+
+    /// Records the segments of list `l` (the whole list, replaced durably).
+    pub fn set_staged_in(
+        &self,
+        l: List,
+        s: &std::collections::BTreeSet<(u64, u64)>,
+    ) -> Result<(), FleetError> {
+        let path = self.list(l);
+        let parent = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(parent).map_err(crate::io("create", parent))?;
         let text: String = s.iter().map(|(a, b)| format!("{a} {b}\n")).collect();
-        fsx::write_atomic(&self.staged, text.as_bytes()).map_err(store_err(parent))
+        fsx::write_atomic(path, text.as_bytes()).map_err(store_err(parent))
     }
 }
 
@@ -201,7 +266,14 @@ mod tests {
         let b = Batch {
             segment: 3,
             segment_len: 4096,
-            tables: [(2, vec![1, 2, 3]), (0, vec![]), (1, vec![9])],
+            tables: [
+                (2, vec![1, 2, 3]),
+                (0, vec![]),
+                (1, vec![4]),
+                (0, vec![]),
+                (1, vec![5]),
+                (1, vec![9]),
+            ],
         };
         o.put(&b).unwrap();
         let p = o.pending().unwrap();
@@ -217,5 +289,39 @@ mod tests {
         let s = [(1, 10), (2, 20)].into_iter().collect();
         o.set_staged(&s).unwrap();
         assert_eq!(o.staged().unwrap(), s);
+        assert!(o.staged_in(List::Series).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_version_1_batch_is_read_and_a_series_batch_never_replaces_a_first_one() {
+        // Version 1, as the release before the series wrote it: flows, minutes, segments.
+        let mut v1 = MAGIC_V1.to_vec();
+        v1.extend_from_slice(&3u64.to_le_bytes());
+        v1.extend_from_slice(&4096u64.to_le_bytes());
+        for (rows, bytes) in [(2u64, &[1u8, 2][..]), (1, &[3]), (1, &[4])] {
+            v1.extend_from_slice(&rows.to_le_bytes());
+            v1.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            v1.extend_from_slice(bytes);
+        }
+        let crc = capsule_store::crc::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_le_bytes());
+        let b = Batch::decode(&v1, "v1").unwrap();
+        assert_eq!(b.tables[0], (2, vec![1, 2]));
+        assert_eq!(b.tables[1], (1, vec![3]));
+        assert_eq!(b.tables[LEDGER], (1, vec![4]));
+        assert!(b.tables[2..LEDGER].iter().all(|t| t.0 == 0));
+
+        let d = tempfile::tempdir().unwrap();
+        let o = Outbox::of(d.path());
+        o.put(&b).unwrap();
+        let mut series = b.clone();
+        series.tables = Default::default();
+        series.tables[2] = (1, vec![7]);
+        o.put(&series).unwrap();
+        let p = o.pending().unwrap();
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert_eq!(o.read(&p[0]).unwrap(), b);
+        assert_eq!(o.read(&p[1]).unwrap(), series);
+        assert!(p[1].to_string_lossy().ends_with(".4096.series.batch"));
     }
 }

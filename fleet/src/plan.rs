@@ -44,11 +44,11 @@ pub struct Plan {
 
 /// Every flow row of the catalog at `ch` that overlaps `query`'s window, by node and
 /// segment (the rows' filter is applied by the caller, with the side index's own code).
+/// The caller made sure the tables exist (`Schema::ensure`).
 pub(crate) fn flow_rows(
     ch: &ClickHouse,
     query: &Query,
 ) -> Result<Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)>, FleetError> {
-    crate::schema::Schema::ensure(ch)?;
     let (from, to) = query.window();
     let cols: Vec<String> = rows::flow_columns().into_iter().map(|(n, _)| n).collect();
     let bytes = ch.execute(&format!(
@@ -69,6 +69,7 @@ pub(crate) fn flow_rows(
 pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Plan, FleetError> {
     let (from, to) = query.window();
     let mut by_segment: BTreeMap<(String, u64), Vec<_>> = BTreeMap::new();
+    crate::schema::Schema::ensure(ch)?;
     for (origin, counts) in flow_rows(ch, query)? {
         if only.is_some_and(|o| !o.contains(&origin.node.as_str())) {
             continue;

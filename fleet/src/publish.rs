@@ -8,7 +8,7 @@ use capsule_index::sideindex::{index_name, SegmentIndex};
 use capsule_store::{SegmentState, Store};
 
 use crate::clickhouse::ClickHouse;
-use crate::outbox::{Batch, Outbox, TABLES};
+use crate::outbox::{Batch, List, Outbox, LEDGER, TABLES};
 use crate::rowbinary::Writer;
 use crate::rows::{self, NodeRow, Origin, SegmentRow};
 use crate::schema::Schema;
@@ -40,7 +40,7 @@ pub struct Staged {
 pub struct Pushed {
     pub batches: usize,
     /// Rows inserted, per table of [`TABLES`].
-    pub rows: [u64; 3],
+    pub rows: [u64; 6],
     /// Damaged outbox files removed (their segments are staged again from the index).
     pub damaged: Vec<String>,
 }
@@ -52,25 +52,31 @@ fn store_err(dir: &Path) -> impl Fn(capsule_store::StoreError) -> FleetError + '
     }
 }
 
-/// Stages every sealed, indexed segment of the store at `dir` not staged yet.
+/// Stages every sealed, indexed segment of the store at `dir` not staged yet: its flows,
+/// rollups and ledger row, and its millisecond series (a segment whose flows a release
+/// before the series staged gets its series alone, once).
 pub fn stage(dir: &Path, node: &Node) -> Result<Staged, FleetError> {
     let store = Store::open(dir).map_err(store_err(dir))?;
     let outbox = Outbox::of(dir);
     let entries = store.list_held().map_err(store_err(dir))?;
-    let before = outbox.staged()?;
+    let before = [
+        outbox.staged_in(List::Flows)?,
+        outbox.staged_in(List::Series)?,
+    ];
     let mut staged = before.clone();
     // Segments retention deleted are forgotten (their rows stay in ClickHouse until its
     // partitions are dropped).
-    staged.retain(|(seq, _)| entries.iter().any(|e| e.seq == *seq));
+    for s in &mut staged {
+        s.retain(|(seq, _)| entries.iter().any(|e| e.seq == *seq));
+    }
     let mut out = Staged::default();
     let published_ns = capsule_store::now_ns();
-    let group_of = |ip| {
-        node.config
-            .and_then(|c| capsule_analytics::Policy::group_of(c, ip))
-            .unwrap_or_default()
-    };
     for e in entries.iter().filter(|e| e.state == SegmentState::Sealed) {
-        if staged.contains(&(e.seq, e.bytes)) {
+        let want = [
+            !staged[0].contains(&(e.seq, e.bytes)),
+            !staged[1].contains(&(e.seq, e.bytes)),
+        ];
+        if want == [false, false] {
             continue;
         }
         let path = store.index_dir().join(index_name(e.seq));
@@ -82,71 +88,115 @@ pub fn stage(dir: &Path, node: &Node) -> Result<Staged, FleetError> {
             }
             Err(err) => return Err(crate::io("read index", &path)(err)),
         };
-        let index = match SegmentIndex::decode_counts(&bytes, None) {
-            Ok(i) if i.seq == e.seq && i.segment_len == e.bytes => i,
-            _ => {
-                out.unindexed.push(e.seq);
-                continue;
-            }
-        };
         let origin = Origin {
             node: node.name.to_string(),
             segment: e.seq,
             segment_len: e.bytes,
             published_ns,
         };
-        let mut flows = Writer::default();
-        for f in &index.flows {
-            rows::put_flow(&mut flows, &origin, f);
+        let mut tables: [(u64, Vec<u8>); 6] = Default::default();
+        if want[0] {
+            let Some(t) = flow_tables(&bytes, e, &origin, node) else {
+                out.unindexed.push(e.seq);
+                continue;
+            };
+            tables[0] = t[0].clone();
+            tables[1] = t[1].clone();
+            tables[LEDGER] = t[2].clone();
         }
-        let mut minutes = Writer::default();
-        let m = rows::minutes(&index.flows, &group_of);
-        for row in &m {
-            rows::put_minute(&mut minutes, &origin, row);
+        if want[1] {
+            let current = SegmentIndex::peek(&bytes)
+                .filter(|h| h.seq == e.seq && h.segment_len == e.bytes)
+                .map(|h| h.span);
+            let series = SegmentIndex::decode_series(&bytes).ok();
+            let (Some(span), Some(series)) = (current, series) else {
+                out.unindexed.push(e.seq);
+                continue;
+            };
+            let [bins, fanins, ledger] =
+                crate::series::rows(&origin, span, series.series.as_deref());
+            tables[2] = bins;
+            tables[3] = fanins;
+            tables[4] = ledger;
         }
-        let t = |f: fn(&capsule_index::sideindex::FlowTotals) -> u64| {
-            index.flows.iter().map(|x| f(&x.totals)).sum::<u64>()
-        };
-        let seg = SegmentRow {
-            node: origin.node.clone(),
-            segment: e.seq,
-            segment_len: e.bytes,
-            published_ns,
-            first_ns: index
-                .flows
-                .iter()
-                .map(|f| f.totals.first_ns)
-                .min()
-                .unwrap_or(0),
-            last_ns: index
-                .flows
-                .iter()
-                .map(|f| f.totals.last_ns)
-                .max()
-                .unwrap_or(0),
-            flows: index.flows.len() as u64,
-            packets: t(|x| x.total_packets()),
-            bytes: t(|x| x.total_bytes()),
-            path: e.path.display().to_string(),
-        };
-        let mut segs = Writer::default();
-        rows::put_segment(&mut segs, &seg);
         outbox.put(&Batch {
             segment: e.seq,
             segment_len: e.bytes,
-            tables: [
-                (index.flows.len() as u64, flows.buf),
-                (m.len() as u64, minutes.buf),
-                (1, segs.buf),
-            ],
+            tables,
         })?;
-        staged.insert((e.seq, e.bytes));
+        for (i, w) in want.iter().enumerate() {
+            if *w {
+                staged[i].insert((e.seq, e.bytes));
+            }
+        }
         out.staged.push(e.seq);
     }
-    if staged != before {
-        outbox.set_staged(&staged)?;
+    for (i, l) in [List::Flows, List::Series].into_iter().enumerate() {
+        if staged[i] != before[i] {
+            outbox.set_staged_in(l, &staged[i])?;
+        }
     }
     Ok(out)
+}
+
+/// A segment's flow rows, rollups and ledger row from its index's bytes (`None`: the index
+/// is not current or does not decode).
+fn flow_tables(
+    bytes: &[u8],
+    e: &capsule_store::SegmentEntry,
+    origin: &Origin,
+    node: &Node,
+) -> Option<[(u64, Vec<u8>); 3]> {
+    let group_of = |ip| {
+        node.config
+            .and_then(|c| capsule_analytics::Policy::group_of(c, ip))
+            .unwrap_or_default()
+    };
+    let index = match SegmentIndex::decode_counts(bytes, None) {
+        Ok(i) if i.seq == e.seq && i.segment_len == e.bytes => i,
+        _ => return None,
+    };
+    let mut flows = Writer::default();
+    for f in &index.flows {
+        rows::put_flow(&mut flows, origin, f);
+    }
+    let mut minutes = Writer::default();
+    let m = rows::minutes(&index.flows, &group_of);
+    for row in &m {
+        rows::put_minute(&mut minutes, origin, row);
+    }
+    let t = |f: fn(&capsule_index::sideindex::FlowTotals) -> u64| {
+        index.flows.iter().map(|x| f(&x.totals)).sum::<u64>()
+    };
+    let seg = SegmentRow {
+        node: origin.node.clone(),
+        segment: e.seq,
+        segment_len: e.bytes,
+        published_ns: origin.published_ns,
+        first_ns: index
+            .flows
+            .iter()
+            .map(|f| f.totals.first_ns)
+            .min()
+            .unwrap_or(0),
+        last_ns: index
+            .flows
+            .iter()
+            .map(|f| f.totals.last_ns)
+            .max()
+            .unwrap_or(0),
+        flows: index.flows.len() as u64,
+        packets: t(|x| x.total_packets()),
+        bytes: t(|x| x.total_bytes()),
+        path: e.path.display().to_string(),
+    };
+    let mut segs = Writer::default();
+    rows::put_segment(&mut segs, &seg);
+    Some([
+        (index.flows.len() as u64, flows.buf),
+        (m.len() as u64, minutes.buf),
+        (1, segs.buf),
+    ])
 }
 
 /// Pushes the outbox of the store at `dir` to `ch`, oldest first, each batch removed once
@@ -161,14 +211,16 @@ pub fn push(dir: &Path, node: &Node, ch: &ClickHouse) -> Result<Pushed, FleetErr
             Ok(b) => b,
             Err(FleetError::Decode { what, problem }) => {
                 // Rebuilt from the index at the next staging.
-                let mut staged = outbox.staged()?;
-                staged.retain(|(s, _)| {
-                    !path
-                        .file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with(&format!("{s:020}.")))
-                });
-                outbox.set_staged(&staged)?;
+                for l in [List::Flows, List::Series] {
+                    let mut staged = outbox.staged_in(l)?;
+                    staged.retain(|(s, _)| {
+                        !path
+                            .file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| n.starts_with(&format!("{s:020}.")))
+                    });
+                    outbox.set_staged_in(l, &staged)?;
+                }
                 outbox.done(&path)?;
                 out.damaged.push(format!("{what}: {problem}"));
                 continue;

@@ -61,7 +61,7 @@ const BUCKETS: [(&str, &str); 6] = [
     ("bucket_resets", "Array(UInt32)"),
 ];
 
-fn owned(c: &[(&str, &str)]) -> Vec<(String, String)> {
+pub(crate) fn owned(c: &[(&str, &str)]) -> Vec<(String, String)> {
     c.iter()
         .map(|(n, t)| (n.to_string(), t.to_string()))
         .collect()
@@ -157,14 +157,14 @@ pub struct Origin {
     pub published_ns: u64,
 }
 
-fn addr16(a: IpAddr) -> [u8; 16] {
+pub(crate) fn addr16(a: IpAddr) -> [u8; 16] {
     match a {
         IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
         IpAddr::V6(v) => v.octets(),
     }
 }
 
-fn addr_of(b: [u8; 16], v6: bool) -> IpAddr {
+pub(crate) fn addr_of(b: [u8; 16], v6: bool) -> IpAddr {
     let v = Ipv6Addr::from(b);
     match (v6, v.to_ipv4_mapped()) {
         (false, Some(v4)) => IpAddr::V4(v4),

@@ -75,6 +75,26 @@ impl Schema {
                 day_of("minute * 60000000000"),
             ),
             format!(
+                "CREATE TABLE IF NOT EXISTS {DATABASE}.ms_bins (\n{}\n) ENGINE = \
+                 ReplacingMergeTree(published_ns)\nPARTITION BY {}\n\
+                 ORDER BY (node, segment, second)",
+                cols(&crate::series::bin_columns()),
+                day_of("second * 1000000000"),
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {DATABASE}.ms_fanins (\n{}\n) ENGINE = \
+                 ReplacingMergeTree(published_ns)\nPARTITION BY {}\n\
+                 ORDER BY (node, segment, ms, dst, dst_v6)",
+                cols(&crate::series::fanin_columns()),
+                day_of("ms * 1000000"),
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {DATABASE}.ms_segments (\n{}\n) ENGINE = \
+                 ReplacingMergeTree(published_ns)\nPARTITION BY {}\nORDER BY (node, segment)",
+                cols(&crate::series::segment_columns()),
+                day_of("first_ns"),
+            ),
+            format!(
                 "CREATE TABLE IF NOT EXISTS {DATABASE}.nodes (\n{}\n) ENGINE = \
                  ReplacingMergeTree(last_seen_ns)\nORDER BY node",
                 cols(&crate::rows::node_columns()),
@@ -82,14 +102,49 @@ impl Schema {
         ]
     }
 
-    /// The schema of `ch`'s version, its tables created when missing.
-    pub fn ensure(ch: &ClickHouse) -> Result<Schema, FleetError> {
+    /// Creates the tables of `ch`'s version that are missing. One round trip when every
+    /// table is there (each question and each publish asks); the version and the DDL only
+    /// when one is not.
+    pub fn ensure(ch: &ClickHouse) -> Result<(), FleetError> {
+        let names: Vec<String> = TABLES.iter().map(|t| format!("'{t}'")).collect();
+        let text = ch.execute(&format!(
+            "SELECT count() FROM system.tables WHERE database = '{DATABASE}' AND name IN ({}) \
+             FORMAT TabSeparated",
+            names.join(", ")
+        ))?;
+        let text = String::from_utf8_lossy(&text);
+        if text.trim().parse::<usize>().ok() == Some(TABLES.len()) {
+            return Ok(());
+        }
         let s = Schema::for_version(ch.version()?);
         for stmt in s.ddl() {
             ch.execute(&stmt)?;
         }
-        Ok(s)
+        Ok(())
     }
+}
+
+/// Every table of the catalog, as [`Schema::ddl`] creates them.
+pub const TABLES: [&str; 7] = [
+    "flows",
+    "segments",
+    "minutes",
+    "ms_bins",
+    "ms_fanins",
+    "ms_segments",
+    "nodes",
+];
+
+#[cfg(test)]
+#[test]
+fn every_table_the_ddl_creates_is_listed() {
+    let ddl = Schema { modern: false }.ddl();
+    let created: Vec<&str> = ddl
+        .iter()
+        .filter_map(|s| s.strip_prefix(&format!("CREATE TABLE IF NOT EXISTS {DATABASE}.")))
+        .filter_map(|s| s.split(' ').next())
+        .collect();
+    assert_eq!(created, TABLES);
 }
 
 #[cfg(test)]

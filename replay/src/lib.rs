@@ -48,5 +48,5 @@ pub use export::{
     SkippedBlock,
 };
 pub use pace::Pacing;
-pub use prefetch::{bpf_compiles, check_bpf_len, MAX_BPF_LEN};
+pub use prefetch::{bpf_compiles, check_bpf_len, Bpf, MAX_BPF_LEN};
 pub use send::{replay, NotSent, ReplayError, ReplayOptions, ReplayReport, Wire, WireError};

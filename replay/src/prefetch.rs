@@ -82,7 +82,7 @@ pub fn check_bpf_len(expr: &str) -> Result<(), ExportError> {
 /// program rejects is tried again with its tags taken out. An expression that names `vlan`
 /// (or `mpls`, `pppoes`, `geneve`: the other keywords that move libpcap's offsets) is taken
 /// to manage tags itself and is applied to the frame as it is, with libpcap's meaning.
-pub(crate) struct Bpf {
+pub struct Bpf {
     expr: String,
     programs: HashMap<u16, pcap::BpfProgram>,
     through_tags: bool,
@@ -125,8 +125,17 @@ fn strip_tags(frame: &[u8], out: &mut Vec<u8>) -> bool {
     true
 }
 
+impl std::fmt::Debug for Bpf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bpf")
+            .field("expr", &self.expr)
+            .field("through_tags", &self.through_tags)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Bpf {
-    pub(crate) fn new(expr: String) -> Self {
+    pub fn new(expr: String) -> Self {
         Bpf {
             through_tags: !manages_tags(&expr),
             expr,
@@ -137,7 +146,7 @@ impl Bpf {
 
     /// Whether the packet `data` of link type `linktype` passes the program (see the type's
     /// docs for VLAN-tagged frames).
-    pub(crate) fn matches(&mut self, linktype: u16, data: &[u8]) -> Result<bool, ExportError> {
+    pub fn matches(&mut self, linktype: u16, data: &[u8]) -> Result<bool, ExportError> {
         if self.program(linktype)?.filter(data) {
             return Ok(true);
         }

@@ -48,7 +48,11 @@ fn publish(a: &FleetPublishArgs) -> Result<ExitCode> {
                 "staged": staged.staged,
                 "unindexed": staged.unindexed,
                 "pushed_batches": pushed.batches,
-                "pushed_rows": {"flows": pushed.rows[0], "minutes": pushed.rows[1], "segments": pushed.rows[2]},
+                "pushed_rows": capsule_fleet::outbox::TABLES
+                    .iter()
+                    .zip(pushed.rows)
+                    .map(|(t, n)| (t.to_string(), serde_json::json!(n)))
+                    .collect::<serde_json::Map<_, _>>(),
                 "damaged": pushed.damaged,
                 "backlog": backlog,
                 "error": failure.as_ref().map(|e| capsule_store::error::chain(e)),
@@ -175,8 +179,8 @@ fn say_failures(pulled: &[crate::fleet_pull::Pulled]) -> bool {
         if let Some(why) = &p.failed {
             partial = true;
             eprintln!(
-                "capsule: warning: node {} ({}) did not answer whole, its packets are missing \
-                 from the answer: {why}",
+                "capsule: warning: node {} ({}) did not answer whole, its packets (or those \
+                 after the packets it sent) are missing from the answer: {why}",
                 p.plan.node,
                 if p.plan.advertise.is_empty() {
                     "no serve URL"
@@ -215,12 +219,6 @@ fn node_json(p: &crate::fleet_pull::Pulled, packets: Option<u64>) -> serde_json:
 /// node); `--explain` prints the plan (which node, which segments, which window).
 pub fn query(a: &crate::cli::QueryArgs) -> Result<ExitCode> {
     use crate::output::Usage;
-    if a.count || a.bpf.is_some() {
-        return Err(Usage(
-            "--count and --bpf are not built with --fleet yet (docs/fleet.md)".into(),
-        )
-        .into());
-    }
     if matches!(a.format, Some(crate::cli::OutFormat::Pcap)) {
         return Err(Usage(
             "--fleet writes pcapng: one interface per node and interface, which pcap cannot \
@@ -258,39 +256,120 @@ pub fn query(a: &crate::cli::QueryArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let write = a.write.as_deref().unwrap_or("-");
-    if a.json && write == "-" {
+    let filter = q.filter.to_string();
+    let t0 = std::time::Instant::now();
+    if a.count && a.bpf.is_none() {
+        return count(a, &fleet, &plan, &filter, t0);
+    }
+    // --bpf: applied here, to the packets as they merge (a node's `serve` takes no BPF).
+    // The guard compiles it first for Ethernet, in a child with limits.
+    let mut bpf = match &a.bpf {
+        Some(expr) => {
+            crate::bpf_check::check(expr, &[1])?;
+            Some(capsule_replay::Bpf::new(expr.clone()))
+        }
+        None => None,
+    };
+    let mut bpf_keep = |linktype: u16, data: &[u8]| match bpf.as_mut() {
+        Some(b) => b
+            .matches(linktype, data)
+            .map_err(|e| capsule_fleet::FleetError::Usage(capsule_store::error::chain(&e))),
+        None => Ok(true),
+    };
+    let write = match (a.count, a.write.as_deref()) {
+        (true, _) => None,
+        (false, w) => Some(w.unwrap_or("-")),
+    };
+    if a.json && write == Some("-") {
         return Err(
             Usage("--json with --fleet goes with -w FILE (the packets go there)".into()).into(),
         );
     }
-    let filter = q.filter.to_string();
-    let t0 = std::time::Instant::now();
-    let pulled = crate::fleet_pull::pull_all(&fleet, &plan.nodes, &filter, &deadlines())?;
-    let mut inputs = Vec::new();
-    let mut order = Vec::new();
-    for (i, p) in pulled.iter().enumerate() {
-        if let Some(f) = &p.file {
-            inputs.push(capsule_fleet::merge::Input {
-                node: p.plan.node.clone(),
-                reader: std::io::BufReader::with_capacity(1 << 20, f),
-            });
-            order.push(i);
+    // The nodes' packets merged as they arrive.
+    let merge = |readers: Vec<capsule_fleet::spool::SpoolReader>| -> Result<Merged> {
+        let inputs = plan
+            .nodes
+            .iter()
+            .zip(readers)
+            .map(|(p, r)| capsule_fleet::merge::Input {
+                node: p.node.clone(),
+                reader: std::io::BufReader::with_capacity(1 << 16, r),
+            })
+            .collect();
+        let keep: Option<&mut capsule_fleet::merge::Keep> = Some(&mut bpf_keep);
+        let merged = match write {
+            None => capsule_fleet::merge::merge(inputs, std::io::sink(), keep),
+            Some("-") => capsule_fleet::merge::merge(inputs, std::io::stdout().lock(), keep),
+            Some(w) => {
+                let existed = std::path::Path::new(w).exists();
+                let f = crate::files::create(w, existed)?;
+                capsule_fleet::merge::merge(
+                    inputs,
+                    std::io::BufWriter::with_capacity(1 << 20, f),
+                    keep,
+                )
+            }
+        };
+        merged.map_err(|e| {
+            if e.is_usage() {
+                Usage(e.to_string()).into()
+            } else {
+                anyhow::Error::from(e)
+            }
+        })
+    };
+    let (mut pulled, merged) =
+        crate::fleet_pull::stream_all(&fleet, &plan.nodes, &filter, &deadlines(), merge)?;
+    let merged = merged?;
+    // A node whose answer ended damaged or cut off without its pull failing.
+    for (p, why) in pulled.iter_mut().zip(&merged.ended) {
+        if let (None, Some(why)) = (&p.failed, why) {
+            p.failed = Some(why.clone());
         }
     }
-    let merged = if write == "-" {
-        capsule_fleet::merge::merge(inputs, std::io::stdout().lock())?
-    } else {
-        let existed = std::path::Path::new(write).exists();
-        let f = crate::files::create(write, existed)?;
-        capsule_fleet::merge::merge(inputs, std::io::BufWriter::with_capacity(1 << 20, f))?
-    };
-    let mut packets = vec![None; pulled.len()];
-    for (k, &i) in order.iter().enumerate() {
-        packets[i] = Some(merged.per_input[k]);
-    }
+    let packets: Vec<Option<u64>> = merged.per_input.iter().map(|n| Some(*n)).collect();
     let partial = say_failures(&pulled);
-    for n in &plan.behind {
+    let partial = say_behind(&plan.behind) || partial;
+    let seconds = t0.elapsed().as_secs_f64();
+    let partial_nodes = || -> Vec<&String> {
+        pulled
+            .iter()
+            .filter(|p| p.failed.is_some() || p.partial.is_some())
+            .map(|p| &p.plan.node)
+            .chain(plan.behind.iter().map(|n| &n.node))
+            .collect()
+    };
+    if a.json {
+        crate::output::print_json(serde_json::json!({
+            "packets": merged.packets,
+            "bytes": merged.bytes,
+            "seconds": seconds,
+            "nodes": pulled.iter().zip(&packets).map(|(p, n)| node_json(p, *n)).collect::<Vec<_>>(),
+            "partial": partial_nodes(),
+        }));
+    } else if a.count {
+        println!(
+            "{} packets ({}) from {} node(s) in {seconds:.3} s",
+            merged.packets,
+            crate::units::format_bytes(merged.bytes),
+            plan.nodes.len()
+        );
+    }
+    if !a.count {
+        eprintln!(
+            "exported {} packets from {} node(s) in {seconds:.3} s",
+            merged.packets,
+            plan.nodes.len(),
+        );
+    }
+    finish(plan.nodes.is_empty(), partial)
+}
+
+type Merged = capsule_fleet::merge::Merged;
+
+/// Warns of the nodes behind (batches in their outbox at their last publish); whether any.
+fn say_behind(behind: &[capsule_fleet::rows::NodeRow]) -> bool {
+    for n in behind {
         eprintln!(
             "capsule: warning: node {} had {} batch(es) in its outbox at its last publish ({}): \
              its newest segments may be missing from the answer",
@@ -299,24 +378,12 @@ pub fn query(a: &crate::cli::QueryArgs) -> Result<ExitCode> {
             capsule_query::format_instant(n.last_seen_ns)
         );
     }
-    let partial = partial || !plan.behind.is_empty();
-    if a.json {
-        crate::output::print_json(serde_json::json!({
-            "packets": merged.packets,
-            "bytes": merged.bytes,
-            "seconds": t0.elapsed().as_secs_f64(),
-            "nodes": pulled.iter().zip(&packets).map(|(p, n)| node_json(p, *n)).collect::<Vec<_>>(),
-            "partial": pulled.iter().filter(|p| p.failed.is_some() || p.partial.is_some())
-                .map(|p| &p.plan.node).chain(plan.behind.iter().map(|n| &n.node)).collect::<Vec<_>>(),
-        }));
-    }
-    eprintln!(
-        "exported {} packets from {} node(s) in {:.3} s",
-        merged.packets,
-        order.len(),
-        t0.elapsed().as_secs_f64()
-    );
-    if plan.nodes.is_empty() {
+    !behind.is_empty()
+}
+
+/// The exit of a fleet packet question: a note when no node was asked; 3 when partial.
+fn finish(nobody: bool, partial: bool) -> Result<ExitCode> {
+    if nobody {
         eprintln!(
             "capsule: note: no node published a segment with packets of this window and filter"
         );
@@ -329,6 +396,46 @@ pub fn query(a: &crate::cli::QueryArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(PARTIAL));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `query --fleet --count`: each asked node's count of its window (`GET /v1/count`),
+/// summed; the nodes that did not answer named, exit 3.
+fn count(
+    a: &crate::cli::QueryArgs,
+    fleet: &capsule_config::Fleet,
+    plan: &capsule_fleet::plan::Plan,
+    filter: &str,
+    t0: std::time::Instant,
+) -> Result<ExitCode> {
+    let got = crate::fleet_pull::count_all(fleet, &plan.nodes, filter, &deadlines())?;
+    let (pulled, counts): (Vec<_>, Vec<_>) = got.into_iter().unzip();
+    let sum =
+        |f: fn(&capsule_answers::export::Count) -> u64| counts.iter().flatten().map(f).sum::<u64>();
+    let (packets, bytes) = (sum(|c| c.packets), sum(|c| c.bytes));
+    let partial = say_failures(&pulled);
+    let partial = say_behind(&plan.behind) || partial;
+    let seconds = t0.elapsed().as_secs_f64();
+    if a.json {
+        crate::output::print_json(serde_json::json!({
+            "packets": packets,
+            "bytes": bytes,
+            "seconds": seconds,
+            "nodes": pulled.iter().zip(&counts).map(|(p, c)| {
+                let mut v = node_json(p, c.as_ref().map(|c| c.packets));
+                v["bytes"] = serde_json::json!(c.as_ref().map(|c| c.bytes));
+                v
+            }).collect::<Vec<_>>(),
+            "partial": pulled.iter().filter(|p| p.failed.is_some() || p.partial.is_some())
+                .map(|p| &p.plan.node).chain(plan.behind.iter().map(|n| &n.node)).collect::<Vec<_>>(),
+        }));
+    } else {
+        println!(
+            "{packets} packets ({}) from {} node(s) in {seconds:.3} s",
+            crate::units::format_bytes(bytes),
+            plan.nodes.len()
+        );
+    }
+    finish(plan.nodes.is_empty(), partial)
 }
 
 /// One node's packets for `fleet diff`: times and keys, in file order.

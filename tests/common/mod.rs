@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod netns;
+pub mod planted;
 pub mod serve;
 
 use std::path::{Path, PathBuf};

@@ -263,7 +263,7 @@ pub fn ms_rules(
         // A millisecond and its senders' (packets, bytes).
         type Event = (u64, BTreeMap<IpAddr, (u64, u64)>);
         let mut by_dst: BTreeMap<IpAddr, Vec<Event>> = BTreeMap::new();
-        for ((ms_at, dst), senders) in fanin_union(ms.listing) {
+        for ((ms_at, dst), senders) in fanin_union(&ms.listing.blocks) {
             if senders.len() >= n as usize {
                 by_dst.entry(dst).or_default().push((ms_at, senders));
             }
