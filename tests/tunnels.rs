@@ -296,6 +296,211 @@ fn capsule_flows(store: &std::path::Path) -> FlowTotals {
     flows
 }
 
+/// An encapsulation as the test compares it: kind, identifier (VNI, GRE key, ERSPAN session,
+/// TEID, PPPoE session), top MPLS label, outer source and destination.
+type EncapTuple = (String, Option<u64>, Option<u64>, Option<(String, String)>);
+/// Per inner TCP flow (as in [`FlowTotals`]), per direction: packets per encapsulation they
+/// arrived in (packets that arrived bare are not counted).
+type FlowEncaps = BTreeMap<(String, String), [BTreeMap<EncapTuple, u64>; 2]>;
+
+/// A tshark field value as a number: decimal, or hexadecimal with `0x`.
+fn number(s: &str) -> Option<u64> {
+    let s = s.split(',').next()?.trim();
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// Each inner TCP flow's encapsulations per direction, as tshark decodes them: the kind from
+/// the frame's protocols (a tunnel carried by IP first, else PPPoE, else MPLS), its
+/// identifier (`vxlan.vni`, `geneve.vni`, `gre.key`, `erspan.spanid`, `gtp.teid`,
+/// `pppoes.session_id`), the top `mpls.label`, and the outer `ip.src`/`ip.dst` (the first of
+/// several IP layers).
+fn tshark_encaps(file: &std::path::Path, decode_as: &[&str]) -> FlowEncaps {
+    let fields = [
+        "ip.src",
+        "ip.dst",
+        "tcp.srcport",
+        "tcp.dstport",
+        "frame.protocols",
+        "vxlan.vni",
+        "geneve.vni",
+        "gre.key",
+        "erspan.spanid",
+        "gtp.teid",
+        "pppoes.session_id",
+        "mpls.label",
+    ];
+    let mut cmd = Command::new("tshark");
+    cmd.args(decode_as)
+        .args(["-n", "-r", p(file), "-Y", "tcp", "-T", "fields"])
+        .args([
+            "-E",
+            "occurrence=a",
+            "-E",
+            "aggregator=,",
+            "-E",
+            "separator=/t",
+        ]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = run_ok(&mut cmd);
+    let mut flows = FlowEncaps::new();
+    for l in stdout_str(&out).lines() {
+        let f: Vec<&str> = l.split('\t').collect();
+        let (srcs, dsts): (Vec<&str>, Vec<&str>) =
+            (f[0].split(',').collect(), f[1].split(',').collect());
+        let last = |v: &[&str]| v[v.len() - 1].to_string();
+        let (s, d) = (
+            format!("{}:{}", last(&srcs), f[2]),
+            format!("{}:{}", last(&dsts), f[3]),
+        );
+        let dir = usize::from(s > d);
+        let key = if dir == 0 { (s, d) } else { (d, s) };
+        let protos: Vec<&str> = f[4].split(':').collect();
+        let has = |p: &str| protos.contains(&p);
+        let (kind, id) = if has("erspan") {
+            ("erspan", number(f[8]))
+        } else if has("vxlan") {
+            ("vxlan", number(f[5]))
+        } else if has("geneve") {
+            ("geneve", number(f[6]))
+        } else if has("gtp") {
+            ("gtpu", number(f[9]))
+        } else if has("gre") {
+            ("gre", number(f[7]))
+        } else if has("pppoes") {
+            ("pppoe", number(f[10]))
+        } else if has("mpls") {
+            ("mpls", None)
+        } else {
+            flows.entry(key).or_default();
+            continue;
+        };
+        let outer = (srcs.len() > 1).then(|| (srcs[0].to_string(), dsts[0].to_string()));
+        let e = flows.entry(key).or_default();
+        *e[dir]
+            .entry((kind.to_string(), id, number(f[11]), outer))
+            .or_default() += 1;
+    }
+    flows
+}
+
+/// Each TCP flow's encapsulations per direction as `capsule flows --json` gives them (a
+/// direction whose packets arrived in more than one is keyed `mixed`, which tshark's never
+/// is).
+fn capsule_encaps(store: &std::path::Path) -> FlowEncaps {
+    let out = run_ok(capsule().args(["flows", "--store", p(store), "--json", "tcp"]));
+    let mut flows = FlowEncaps::new();
+    for l in stdout_str(&out).lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let a = format!("{}:{}", v["a"].as_str().unwrap(), v["a_port"]);
+        let b = format!("{}:{}", v["b"].as_str().unwrap(), v["b_port"]);
+        let dir = |k: usize| -> BTreeMap<EncapTuple, u64> {
+            let d = &v["encap"]["dirs"][k];
+            if d.is_null() {
+                return BTreeMap::new();
+            }
+            let s = |k: &str| d[k].as_str().map(String::from);
+            let kind = if d["mixed"].as_bool().unwrap() {
+                "mixed".to_string()
+            } else {
+                s("kind").unwrap()
+            };
+            let outer = s("outer_src").zip(s("outer_dst"));
+            let t = (kind, d["id"].as_u64(), d["mpls"].as_u64(), outer);
+            BTreeMap::from([(t, d["packets"].as_u64().unwrap())])
+        };
+        let e = if a <= b {
+            ((a, b), [dir(0), dir(1)])
+        } else {
+            ((b, a), [dir(1), dir(0)])
+        };
+        assert!(flows.insert(e.0, e.1).is_none(), "one record per flow: {l}");
+    }
+    flows
+}
+
+/// The inner TCP flows (as in [`FlowTotals`]) with a packet tshark's display filter
+/// `display` selects.
+fn tshark_flows_touched(
+    file: &std::path::Path,
+    decode_as: &[&str],
+    display: &str,
+) -> BTreeSet<(String, String)> {
+    let out = run_ok(Command::new("tshark").args(decode_as).args([
+        "-n",
+        "-r",
+        p(file),
+        "-Y",
+        &format!("tcp && ({display})"),
+        "-T",
+        "fields",
+        "-E",
+        "occurrence=l",
+        "-e",
+        "ip.src",
+        "-e",
+        "ip.dst",
+        "-e",
+        "tcp.srcport",
+        "-e",
+        "tcp.dstport",
+    ]));
+    stdout_str(&out)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            let (s, d) = (format!("{}:{}", f[0], f[2]), format!("{}:{}", f[1], f[3]));
+            if s <= d {
+                (s, d)
+            } else {
+                (d, s)
+            }
+        })
+        .collect()
+}
+
+/// `capsule flows` with `tcp and (FILTER)` answers exactly the flows tshark's display
+/// filter touches, from the index (the encapsulations decide every flow of the test: no
+/// note that the listed flows only may match).
+fn flows_by_encap_match_tshark(
+    store: &std::path::Path,
+    file: &std::path::Path,
+    decode_as: &[&str],
+    cases: &[(&str, &str)],
+) {
+    for (filter, display) in cases {
+        let want = tshark_flows_touched(file, decode_as, display);
+        assert!(!want.is_empty(), "{display} touches some flow");
+        let out = run_ok(capsule().args([
+            "flows",
+            "--store",
+            p(store),
+            "--json",
+            &format!("tcp and ({filter})"),
+        ]));
+        let got: BTreeSet<(String, String)> = stdout_str(&out)
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let a = format!("{}:{}", v["a"].as_str().unwrap(), v["a_port"]);
+                let b = format!("{}:{}", v["b"].as_str().unwrap(), v["b_port"]);
+                if a <= b {
+                    (a, b)
+                } else {
+                    (b, a)
+                }
+            })
+            .collect();
+        assert_eq!(got, want, "capsule flows {filter:?} vs tshark {display:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("may have packets"), "{filter}: {err}");
+    }
+}
+
 #[test]
 fn crafted_encapsulations_match_tshark() {
     need_tool("tshark");
@@ -310,6 +515,28 @@ fn crafted_encapsulations_match_tshark() {
     // tshark decodes every encapsulation: one inner conversation per encapsulation.
     assert_eq!(want.len(), ENCS.len() + 1, "{want:#?}");
     assert_eq!(capsule_flows(&store), want);
+    // Each inner flow's encapsulation, per direction, is what tshark decodes around its
+    // packets: every encapsulation of the test but the bare one and the VLAN tags.
+    let encaps = tshark_encaps(&pcap, &[]);
+    let tunnelled = encaps.values().filter(|e| !e[0].is_empty()).count();
+    assert_eq!(tunnelled, ENCS.len() - 1, "{encaps:#?}");
+    assert_eq!(capsule_encaps(&store), encaps);
+    flows_by_encap_match_tshark(
+        &store,
+        &pcap,
+        &[],
+        &[
+            ("tunnel vni 42", "vxlan.vni == 42"),
+            ("tunnel vni 5000", "geneve.vni == 5000"),
+            ("mpls 16", "mpls.label == 16"),
+            ("mpls", "mpls"),
+            ("tunnel host 192.0.2.3", "ip.addr == 192.0.2.3"),
+            (
+                "not tunnel",
+                "!(vxlan || gre || mpls || pppoes || geneve || gtp || erspan)",
+            ),
+        ],
+    );
 
     let cases = [
         ("tunnel vni 42", "vxlan.vni == 42"),
@@ -549,6 +776,22 @@ fn kernel_tunnels_between_namespaces_match_tshark() {
         .collect();
     assert!(dscp.contains(&46) && dscp.contains(&18), "{want:#?}");
     assert_eq!(capsule_flows(&store), want);
+    let encaps = tshark_encaps(&pcap, &DECODE_8472);
+    assert!(
+        encaps.values().all(|e| e.iter().all(|d| d.len() == 1)),
+        "{encaps:#?}"
+    );
+    assert_eq!(capsule_encaps(&store), encaps);
+    flows_by_encap_match_tshark(
+        &store,
+        &pcap,
+        &DECODE_8472,
+        &[
+            ("tunnel vni 42", "vxlan.vni == 42"),
+            ("tunnel vni 44", "vxlan.vni == 44"),
+            ("tunnel host 172.31.0.1", "ip.addr == 172.31.0.1"),
+        ],
+    );
 
     let cases = [
         ("tunnel vni 42", "vxlan.vni == 42"),

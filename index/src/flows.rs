@@ -18,7 +18,7 @@ use capsule_query::{Query, Tri};
 use capsule_store::{Result, SegmentReader, Store, StoreError};
 
 use crate::catalog::Catalog;
-use crate::plan::key_side;
+use crate::plan::{key_side, side_encap};
 use crate::sideindex::journal::load_any;
 use crate::sideindex::{index_name, FlowCounts, FlowKey, SegmentIndex};
 
@@ -54,6 +54,10 @@ pub struct FlowListing {
     /// of the window those terms could not see (their index keeps no names, or they have
     /// no index at all), so the listing may miss their flows. Empty otherwise.
     pub names_unseen: Vec<u64>,
+    /// Only when the filter has encapsulation terms (`tunnel`, `mpls`): the flows listed
+    /// whose encapsulation the index does not decide (an index older than version 7, a
+    /// direction whose packets arrived in more than one): they may have packets that match.
+    pub encap_undecided: usize,
     /// The window's address -> name map: the DNS answers of every flow of the window,
     /// whatever the filter (of the segments read: one the catalog rules out for the filter
     /// gives none).
@@ -145,6 +149,7 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
                 .journal_notes
                 .extend(l.notes.into_iter().map(|n| (l.seq, n)));
             listing.dns.absorb(&l.dns);
+            listing.encap_undecided += l.encap_undecided;
             for part in l.flows {
                 out.add(part);
             }
@@ -170,7 +175,8 @@ pub fn merge_counts(
     let (from, to) = q.window();
     let records: Vec<FlowCounts> = records.into_iter().collect();
     let mut out = Merged::with_capacity(records.len());
-    merge_segment(&mut out, records, q, from, to, keep_buckets);
+    // The fleet's rows keep no encapsulations: `tunnel` and `mpls` terms are "maybe" there.
+    merge_segment(&mut out, records, q, (from, to), keep_buckets, false);
     let mut flows = out.flows;
     flows.retain(|f| f.flow.totals.total_packets() > 0);
     flows
@@ -186,6 +192,10 @@ struct Loaded {
     unindexed: bool,
     /// Its index keeps no names, and holds flows of the window.
     nameless: bool,
+    /// Its index keeps encapsulations.
+    tunnels: bool,
+    /// Of `flows`, those whose encapsulation the filter's terms could not decide.
+    encap_undecided: usize,
     damaged: Option<String>,
     unseen: Vec<usize>,
     notes: Vec<String>,
@@ -257,6 +267,7 @@ fn load_entry(
             match SegmentIndex::decode_counts(&bytes, drop_within) {
                 Ok(i) if i.seq == entry.seq && i.segment_len == entry.bytes => {
                     l.nameless = !i.named;
+                    l.tunnels = i.tunnels;
                     i.flows
                 }
                 Ok(_) => {
@@ -288,6 +299,7 @@ fn load_entry(
             l.unseen = live.unseen;
             l.notes = live.notes;
             l.nameless = !live.index.named;
+            l.tunnels = live.index.tunnels;
             live.index.flows.into_iter().map(FlowCounts::from).collect()
         }
     };
@@ -302,7 +314,7 @@ fn load_entry(
         .iter()
         .any(|f| f.totals.last_ns >= from && f.totals.first_ns < to);
     window_answers(&flows, from, to, &mut l.dns);
-    l.flows = select(flows, q, from, to, keep_buckets);
+    (l.flows, l.encap_undecided) = select(flows, q, from, to, keep_buckets, l.tunnels);
     Ok(l)
 }
 
@@ -311,14 +323,16 @@ fn merge_segment(
     out: &mut Merged,
     flows: Vec<FlowCounts>,
     q: &Query,
-    from: u64,
-    to: u64,
+    (from, to): (u64, u64),
     keep_buckets: bool,
-) {
+    tunnels: bool,
+) -> usize {
     out.flows.reserve(flows.len());
-    for part in select(flows, q, from, to, keep_buckets) {
+    let (parts, undecided) = select(flows, q, from, to, keep_buckets, tunnels);
+    for part in parts {
         out.add(part);
     }
+    undecided
 }
 
 /// Adds the DNS answers of the flows of `flows` that overlap [from, to) to `out`.
@@ -333,34 +347,47 @@ fn window_answers(flows: &[FlowCounts], from: u64, to: u64, out: &mut crate::nam
     }
 }
 
-/// The flows of one segment's index that match `q` in [from, to), cut to the window.
+/// The flows of one segment's index that match `q` in [from, to), cut to the window
+/// (`tunnels`: the index keeps encapsulations), and how many of them matched only because
+/// their encapsulation is not known (when the filter has `tunnel` or `mpls` terms).
 fn select(
     flows: Vec<FlowCounts>,
     q: &Query,
     from: u64,
     to: u64,
     keep_buckets: bool,
-) -> Vec<FlowSummary> {
+    tunnels: bool,
+) -> (Vec<FlowSummary>, usize) {
     let mut out = Vec::with_capacity(flows.len());
+    let encap_terms = q.filter.has_encap_terms();
+    let mut undecided = 0;
     for f in flows {
         if f.totals.last_ns < from || f.totals.first_ns >= to {
             continue;
         }
-        let matches = (0..2).any(|d| {
-            f.totals.packets[d] > 0
-                && q.filter.matches_side(&key_side(
-                    &f.key,
-                    f.totals.tcp_flags[d],
-                    d,
-                    f.totals.dscp[d],
-                )) != Tri::No
+        let mut unsure = false;
+        let matches = (0..2).fold(false, |any, d| {
+            if f.totals.packets[d] == 0 {
+                return any;
+            }
+            let encap = side_encap(&f.totals, d, tunnels);
+            let t = q.filter.matches_side(&key_side(
+                &f.key,
+                f.totals.tcp_flags[d],
+                d,
+                f.totals.dscp[d],
+                encap,
+            ));
+            unsure |= t != Tri::No && encap.is_none() && encap_terms;
+            any || t != Tri::No
         });
         if !matches {
             continue;
         }
+        undecided += usize::from(unsure);
         out.push(windowed(f, from, to, keep_buckets));
     }
-    out
+    (out, undecided)
 }
 
 /// Flows merged across segments: the records in first-seen order, and where each key is.
@@ -448,6 +475,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
     let mut journal_notes = Vec::new();
     let mut dns = crate::names::DnsNames::default();
     let mut nameless = Vec::new();
+    let mut encap_undecided = 0;
     let catalog = (!q.filter.is_all())
         .then(|| Catalog::load(&store.index_dir()).ok().flatten())
         .flatten();
@@ -476,11 +504,13 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         } else {
             SegmentIndex::load_counts(&dir, seg, Some((from, to))).map(|c| c.map(Listed::Counts))
         };
+        let tunnels: bool;
         let flows: Vec<FlowCounts> = match loaded {
             Ok(Some(Listed::Counts(counts))) => {
                 if !counts.named {
                     nameless.push(seg.seq());
                 }
+                tunnels = counts.tunnels;
                 counts.flows
             }
             Ok(Some(Listed::Live(live))) => {
@@ -500,6 +530,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
                 if !live.index.named {
                     nameless.push(seg.seq());
                 }
+                tunnels = live.index.tunnels;
                 live.index.flows.into_iter().map(FlowCounts::from).collect()
             }
             Ok(None) => {
@@ -514,7 +545,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
             Err(e) => return Err(e),
         };
         window_answers(&flows, from, to, &mut dns);
-        merge_segment(&mut out, flows, q, from, to, false);
+        encap_undecided += merge_segment(&mut out, flows, q, (from, to), false, tunnels);
     }
     let flows = finish(out);
     Ok(FlowListing {
@@ -526,6 +557,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         held: None,
         nameless,
         names_unseen,
+        encap_undecided,
         dns,
     })
 }

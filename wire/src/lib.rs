@@ -185,7 +185,7 @@ impl EncapKind {
 /// endpoints, DSCP and identifier), else the outermost link-layer shim (MPLS, PPPoE), and
 /// the top MPLS label of the first label stack crossed. Each field is set by the first
 /// layer that has it, outside in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Encap {
     pub kind: EncapKind,
     /// The outer IP packet's source and destination (absent for MPLS and PPPoE alone).

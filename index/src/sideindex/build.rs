@@ -18,8 +18,8 @@ use capsule_wire::dissect;
 
 use super::series::{BlockSeries, SeriesBuilder};
 use super::{
-    index_name, BlockSummary, Bucket, EncapDir, FlowKey, FlowRecord, SegmentIndex, TcpCarry, TcpState,
-    SENT_SYN, SENT_SYN_ACK,
+    index_name, BlockSummary, Bucket, EncapDir, FlowKey, FlowRecord, SegmentIndex, TcpCarry,
+    TcpState, SENT_SYN, SENT_SYN_ACK,
 };
 
 /// One block's share of the index: what the journal records for it.
@@ -212,7 +212,13 @@ impl IndexBuilder {
                         orig_len: p.orig_len,
                         data: p.data,
                     };
-                    self.count(&mut summary, &mut last_flow, &r, Some(pkt), d.encap.as_ref());
+                    self.count(
+                        &mut summary,
+                        &mut last_flow,
+                        &r,
+                        Some(pkt),
+                        d.encap.as_ref(),
+                    );
                 }
             }
         }

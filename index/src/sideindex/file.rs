@@ -11,8 +11,8 @@ use capsule_wire::view::{Reader, Short, VarintError};
 
 use super::series::{get_series, put_series, BlockSeries};
 use super::{
-    index_name, BlockSummary, Bucket, DscpChange, DscpCount, DscpState, FlowCounts, FlowKey,
-    EncapDir, FlowEncap, FlowRecord, SegmentIndex, TcpState,
+    index_name, BlockSummary, Bucket, DscpChange, DscpCount, DscpState, EncapDir, FlowCounts,
+    FlowEncap, FlowKey, FlowRecord, SegmentIndex, TcpState,
 };
 
 /// Index format version written by this build.

@@ -24,8 +24,8 @@ use capsule_store::{fsx, Result, SegmentReader, StoreError};
 use capsule_wire::view::Reader;
 
 use super::file::{
-    bad_varint, get_flow, get_encap_section, get_names_section, invalid, put_encap_section, put_flow, put_names_section, put_varint,
-    short,
+    bad_varint, get_encap_section, get_flow, get_names_section, invalid, put_encap_section,
+    put_flow, put_names_section, put_varint, short,
 };
 use super::series::{get_series, put_series, BlockSeries};
 use super::{BlockDelta, BlockSummary, FlowKey, FlowRecord, SegmentIndex};
@@ -833,7 +833,10 @@ mod tests {
                 &[
                     (2 * S, vxlan(&ab(120, 10), v1, v2, 42, 10)),
                     (2 * S + 1, vxlan(&ba(901), v2, v1, 43, 0)),
-                    (2 * S + 2, tcp4(None, [10, 9, 9, 9], B, 5, 6, 1, 0x10, 9, 0, 0)),
+                    (
+                        2 * S + 2,
+                        tcp4(None, [10, 9, 9, 9], B, 5, 6, 1, 0x10, 9, 0, 0),
+                    ),
                 ],
                 false,
             ),
@@ -860,7 +863,12 @@ mod tests {
         let v = |a: [u8; 4]| std::net::IpAddr::from(a);
         assert_eq!(
             (d0.kind, d0.outer, d0.id, d0.mpls),
-            (capsule_wire::EncapKind::Vxlan, Some((v(v1), v(v2))), Some(42), None)
+            (
+                capsule_wire::EncapKind::Vxlan,
+                Some((v(v1), v(v2))),
+                Some(42),
+                None
+            )
         );
         assert_eq!((d0.packets, d0.mixed), (3, false));
         assert_eq!(d0.outer_dscp, 1 << 10 | 1 << 12);
@@ -884,7 +892,9 @@ mod tests {
         let r1 = &parse(&bytes).records[1].delta;
         let f1 = r1.flows.iter().find(|f| f.key.ports == Some((40000, 443)));
         assert_eq!(
-            f1.unwrap().totals.encap.as_deref().unwrap().dirs[1].unwrap().id,
+            f1.unwrap().totals.encap.as_deref().unwrap().dirs[1]
+                .unwrap()
+                .id,
             Some(43)
         );
     }

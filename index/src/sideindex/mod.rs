@@ -382,7 +382,56 @@ impl EncapDir {
     }
 }
 
+impl EncapDir {
+    /// The direction in words: kind, identifier, top MPLS label, outer endpoints
+    /// (`vxlan vni 42 192.0.2.1>192.0.2.2`).
+    pub fn describe(&self) -> String {
+        use capsule_wire::EncapKind as K;
+        let mut out = self.kind.name().to_string();
+        if let Some(id) = self.id {
+            let what = match self.kind {
+                K::Vxlan | K::Geneve => "vni",
+                K::Gre => "key",
+                K::Erspan | K::Pppoe => "session",
+                K::Gtpu => "teid",
+                K::Mpls => "id",
+            };
+            out.push_str(&format!(" {what} {id}"));
+        }
+        if let Some(l) = self.mpls {
+            out.push_str(&format!(" label {l}"));
+        }
+        if let Some((s, d)) = self.outer {
+            out.push_str(&format!(" {s}>{d}"));
+        }
+        out
+    }
+}
+
 impl FlowEncap {
+    /// The flow's encapsulation in words, for a flow of `packets` packets per direction:
+    /// a -> b's (`vxlan vni 42 192.0.2.1>192.0.2.2`), then b -> a's when it is not the same
+    /// tunnel with its endpoints swapped, `(mixed)` when a direction's packets arrived in
+    /// more than one encapsulation, `(partly)` when some arrived in none.
+    pub fn describe(&self, packets: [u64; 2]) -> String {
+        let same = |a: &EncapDir, b: &EncapDir| {
+            (a.kind, a.id, a.mpls, a.outer) == (b.kind, b.id, b.mpls, b.outer.map(|(s, d)| (d, s)))
+        };
+        let mut out = match &self.dirs {
+            [Some(a), Some(b)] if same(a, b) => a.describe(),
+            [Some(a), Some(b)] => format!("{}, {}", a.describe(), b.describe()),
+            [Some(a), None] | [None, Some(a)] => a.describe(),
+            [None, None] => String::new(),
+        };
+        let dirs = || self.dirs.iter().zip(packets);
+        if dirs().any(|(d, _)| d.is_some_and(|d| d.mixed)) {
+            out.push_str(" (mixed)");
+        } else if dirs().any(|(d, n)| d.map_or(n > 0, |d| d.packets < n)) {
+            out.push_str(" (partly)");
+        }
+        out
+    }
+
     /// Adds a later record of the same flow.
     pub fn absorb(&mut self, o: &FlowEncap) {
         for d in 0..2 {
@@ -972,7 +1021,13 @@ pub(crate) mod tests {
             .map_while(Result::ok)
             .map(|(p, cut)| {
                 let d = capsule_wire::dissect(1, p.data);
-                capsule_store::indexer::Record::of(p.ts_ns, p.orig_len, p.data.len() as u32, cut, &d)
+                capsule_store::indexer::Record::of(
+                    p.ts_ns,
+                    p.orig_len,
+                    p.data.len() as u32,
+                    cut,
+                    &d,
+                )
             })
             .collect()
     }
@@ -1322,7 +1377,10 @@ pub(crate) mod tests {
         let v6 = untunnelled.encode();
         assert_eq!(u16::from_le_bytes([v6[8], v6[9]]), 6);
         assert_eq!(SegmentIndex::decode(&v6).unwrap(), untunnelled);
-        assert_eq!(SegmentIndex::decode(&idx.encode_as(6)).unwrap(), untunnelled);
+        assert_eq!(
+            SegmentIndex::decode(&idx.encode_as(6)).unwrap(),
+            untunnelled
+        );
         let counts = SegmentIndex::decode_counts(&bytes, None).unwrap();
         assert!(counts.tunnels && counts.flows[0].totals.encap == idx.flows[0].totals.encap);
         assert!(!SegmentIndex::decode_counts(&v6, None).unwrap().tunnels);
@@ -1444,6 +1502,52 @@ pub(crate) mod tests {
                     .or_insert(*x);
             }
             proptest::prop_assert_eq!(dst, want.into_values().collect::<Vec<_>>());
+        }
+
+        /// Any encapsulation table round-trips, and any bytes read as one never panic.
+        #[test]
+        fn encap_table_round_trips_and_never_panics(
+            dirs in proptest::collection::vec(
+                proptest::option::of((
+                    1u8..=7, proptest::option::of((proptest::bool::ANY, proptest::num::u128::ANY, proptest::num::u128::ANY)),
+                    proptest::option::of(proptest::num::u32::ANY),
+                    proptest::option::of(0u32..1 << 20),
+                    proptest::num::u8::ANY, proptest::num::u64::ANY, proptest::bool::ANY,
+                    proptest::num::u64::ANY,
+                )),
+                2..=8,
+            ),
+            junk in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
+        ) {
+            let dir = |d: &Option<(u8, Option<(bool, u128, u128)>, Option<u32>, Option<u32>, u8, u64, bool, u64)>| {
+                d.map(|(k, outer, id, mpls, layers, packets, mixed, outer_dscp)| EncapDir {
+                    kind: capsule_wire::EncapKind::from_number(k).unwrap(),
+                    outer: outer.map(|(v6, s, t)| if v6 {
+                        (IpAddr::from(s.to_be_bytes()), IpAddr::from(t.to_be_bytes()))
+                    } else {
+                        (IpAddr::from((s as u32).to_be_bytes()), IpAddr::from((t as u32).to_be_bytes()))
+                    }),
+                    id, mpls, layers, packets, mixed, outer_dscp,
+                })
+            };
+            let encaps: Vec<Option<FlowEncap>> = dirs
+                .chunks(2)
+                .map(|c| Some(FlowEncap { dirs: [dir(&c[0]), c.get(1).and_then(dir)] }))
+                .map(|e| e.filter(|e| e.dirs.iter().any(Option::is_some)))
+                .collect();
+            let mut body = Vec::new();
+            file::put_encap_section(&mut body, encaps.iter().map(Option::as_ref));
+            let got = file::get_encap_section(&mut capsule_wire::view::Reader::new(&body), encaps.len()).unwrap();
+            let want: Vec<(usize, FlowEncap)> = encaps
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| e.clone().map(|e| (i, e)))
+                .collect();
+            proptest::prop_assert_eq!(got, want);
+            let _ = file::get_encap_section(&mut capsule_wire::view::Reader::new(&junk), 4);
+            let mut cut = body.clone();
+            cut.truncate(junk.len().min(body.len()));
+            let _ = file::get_encap_section(&mut capsule_wire::view::Reader::new(&cut), encaps.len());
         }
 
         #[test]
