@@ -315,7 +315,7 @@ fn number(s: &str) -> Option<u64> {
 /// Each inner TCP flow's encapsulations per direction, as tshark decodes them: the kind from
 /// the frame's protocols (a tunnel carried by IP first, else PPPoE, else MPLS), its
 /// identifier (`vxlan.vni`, `geneve.vni`, `gre.key`, `erspan.spanid`, `gtp.teid`,
-/// `pppoes.session_id`), the top `mpls.label`, and the outer `ip.src`/`ip.dst` (the first of
+/// `pppoe.session_id`), the top `mpls.label`, and the outer `ip.src`/`ip.dst` (the first of
 /// several IP layers).
 fn tshark_encaps(file: &std::path::Path, decode_as: &[&str]) -> FlowEncaps {
     let fields = [
@@ -329,7 +329,7 @@ fn tshark_encaps(file: &std::path::Path, decode_as: &[&str]) -> FlowEncaps {
         "gre.key",
         "erspan.spanid",
         "gtp.teid",
-        "pppoes.session_id",
+        "pppoe.session_id",
         "mpls.label",
     ];
     let mut cmd = Command::new("tshark");
