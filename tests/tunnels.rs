@@ -226,12 +226,17 @@ type FlowTotals = BTreeMap<(String, String), ([u64; 2], [u64; 2], [BTreeSet<u8>;
 /// Per inner TCP flow (endpoints "addr:port" in ascending order): packets, wire bytes and
 /// DSCP values per direction (0: from the lower endpoint), from tshark's innermost layers.
 fn tshark_flows(file: &std::path::Path, decode_as: &[&str]) -> FlowTotals {
+    tshark_flows_where(file, decode_as, "tcp")
+}
+
+/// [`tshark_flows`] of the TCP packets tshark's display filter `display` selects.
+fn tshark_flows_where(file: &std::path::Path, decode_as: &[&str], display: &str) -> FlowTotals {
     let out = run_ok(Command::new("tshark").args(decode_as).args([
         "-n",
         "-r",
         p(file),
         "-Y",
-        "tcp",
+        display,
         "-T",
         "fields",
         "-E",
@@ -263,13 +268,23 @@ fn tshark_flows(file: &std::path::Path, decode_as: &[&str]) -> FlowTotals {
     flows
 }
 
+/// A flow line's endpoints ("addr:port") in ascending text order, and whether that swaps
+/// capsule's a and b (capsule orders them by address and port).
+fn json_key(v: &serde_json::Value) -> ((String, String), bool) {
+    let a = format!("{}:{}", v["a"].as_str().unwrap(), v["a_port"]);
+    let b = format!("{}:{}", v["b"].as_str().unwrap(), v["b_port"]);
+    if a <= b {
+        ((a, b), false)
+    } else {
+        ((b, a), true)
+    }
+}
+
 fn capsule_flows(store: &std::path::Path) -> FlowTotals {
     let out = run_ok(capsule().args(["flows", "--store", p(store), "--json", "tcp"]));
     let mut flows = FlowTotals::new();
     for l in stdout_str(&out).lines() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
-        let a = format!("{}:{}", v["a"].as_str().unwrap(), v["a_port"]);
-        let b = format!("{}:{}", v["b"].as_str().unwrap(), v["b_port"]);
         let n = |x: &serde_json::Value, k: usize| x[k].as_u64().unwrap();
         let dscp = |k: usize| -> BTreeSet<u8> {
             v["dscp"][k]
@@ -280,11 +295,7 @@ fn capsule_flows(store: &std::path::Path) -> FlowTotals {
                 .collect()
         };
         // capsule orders endpoints by (address, port); the comparison here by text.
-        let (key, swap) = if a <= b {
-            ((a, b), false)
-        } else {
-            ((b, a), true)
-        };
+        let (key, swap) = json_key(&v);
         let (p, by) = (&v["packets"], &v["bytes"]);
         let e = if swap {
             ([n(p, 1), n(p, 0)], [n(by, 1), n(by, 0)], [dscp(1), dscp(0)])
@@ -396,8 +407,6 @@ fn capsule_encaps(store: &std::path::Path) -> FlowEncaps {
     let mut flows = FlowEncaps::new();
     for l in stdout_str(&out).lines() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
-        let a = format!("{}:{}", v["a"].as_str().unwrap(), v["a_port"]);
-        let b = format!("{}:{}", v["b"].as_str().unwrap(), v["b_port"]);
         let dir = |k: usize| -> BTreeMap<EncapTuple, u64> {
             let d = &v["encap"]["dirs"][k];
             if d.is_null() {
@@ -413,12 +422,16 @@ fn capsule_encaps(store: &std::path::Path) -> FlowEncaps {
             let t = (kind, d["id"].as_u64(), d["mpls"].as_u64(), outer);
             BTreeMap::from([(t, d["packets"].as_u64().unwrap())])
         };
-        let e = if a <= b {
-            ((a, b), [dir(0), dir(1)])
+        let (key, swap) = json_key(&v);
+        let dirs = if swap {
+            [dir(1), dir(0)]
         } else {
-            ((b, a), [dir(1), dir(0)])
+            [dir(0), dir(1)]
         };
-        assert!(flows.insert(e.0, e.1).is_none(), "one record per flow: {l}");
+        assert!(
+            flows.insert(key, dirs).is_none(),
+            "one record per flow: {l}"
+        );
     }
     flows
 }
@@ -430,36 +443,8 @@ fn tshark_flows_touched(
     decode_as: &[&str],
     display: &str,
 ) -> BTreeSet<(String, String)> {
-    let out = run_ok(Command::new("tshark").args(decode_as).args([
-        "-n",
-        "-r",
-        p(file),
-        "-Y",
-        &format!("tcp && ({display})"),
-        "-T",
-        "fields",
-        "-E",
-        "occurrence=l",
-        "-e",
-        "ip.src",
-        "-e",
-        "ip.dst",
-        "-e",
-        "tcp.srcport",
-        "-e",
-        "tcp.dstport",
-    ]));
-    stdout_str(&out)
-        .lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split('\t').collect();
-            let (s, d) = (format!("{}:{}", f[0], f[2]), format!("{}:{}", f[1], f[3]));
-            if s <= d {
-                (s, d)
-            } else {
-                (d, s)
-            }
-        })
+    tshark_flows_where(file, decode_as, &format!("tcp && ({display})"))
+        .into_keys()
         .collect()
 }
 
@@ -484,16 +469,7 @@ fn flows_by_encap_match_tshark(
         ]));
         let got: BTreeSet<(String, String)> = stdout_str(&out)
             .lines()
-            .map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                let a = format!("{}:{}", v["a"].as_str().unwrap(), v["a_port"]);
-                let b = format!("{}:{}", v["b"].as_str().unwrap(), v["b_port"]);
-                if a <= b {
-                    (a, b)
-                } else {
-                    (b, a)
-                }
-            })
+            .map(|l| json_key(&serde_json::from_str(l).unwrap()).0)
             .collect();
         assert_eq!(got, want, "capsule flows {filter:?} vs tshark {display:?}");
         let err = String::from_utf8_lossy(&out.stderr);

@@ -1003,14 +1003,25 @@ pub(super) fn put_names_section<'a>(
     body: &mut Vec<u8>,
     names: impl Iterator<Item = Option<&'a capsule_names::FlowNames>>,
 ) {
+    put_table(body, names, put_names);
+}
+
+/// A per-flow table after the flows (names, encapsulations): its length in bytes (u64 LE),
+/// the number of entries (varint), then per flow that has an entry, ascending: its position
+/// in the flows section (varint) and its record as `put` writes it.
+fn put_table<'a, T: 'a>(
+    body: &mut Vec<u8>,
+    items: impl Iterator<Item = Option<&'a T>>,
+    put: impl Fn(&mut Vec<u8>, &T),
+) {
     let at = body.len();
     body.extend_from_slice(&0u64.to_le_bytes());
     let mut entries = Vec::new();
     let mut n = 0u64;
-    for (i, fnames) in names.enumerate() {
-        if let Some(fnames) = fnames {
+    for (i, item) in items.enumerate() {
+        if let Some(item) = item {
             put_varint(&mut entries, i as u64);
-            put_names(&mut entries, fnames);
+            put(&mut entries, item);
             n += 1;
         }
     }
@@ -1018,6 +1029,41 @@ pub(super) fn put_names_section<'a>(
     body.extend_from_slice(&entries);
     let len = (body.len() - at - 8) as u64;
     body[at..at + 8].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Reads a per-flow table written by [`put_table`] (`what` names it in errors) of an index
+/// whose flows section held `n_flows` flows: (flow position, record) per entry.
+fn get_table<T>(
+    c: &mut Reader<'_>,
+    n_flows: usize,
+    what: &str,
+    get: impl Fn(&mut Reader<'_>) -> std::result::Result<T, DecodeError>,
+) -> std::result::Result<Vec<(usize, T)>, DecodeError> {
+    let len = c.u64_le().map_err(short)?;
+    let start = c.position();
+    let count = c.varint().map_err(bad_varint)?;
+    if count > n_flows as u64 {
+        return Err(invalid(format!(
+            "{what} of {count} entries for {n_flows} flows"
+        )));
+    }
+    let mut out = Vec::with_capacity(count as usize);
+    let mut last: Option<usize> = None;
+    for _ in 0..count {
+        let i = c.varint().map_err(bad_varint)?;
+        if i >= n_flows as u64 || last.is_some_and(|l| i as usize <= l) {
+            return Err(invalid(format!("{what} entry for flow {i}")));
+        }
+        last = Some(i as usize);
+        out.push((i as usize, get(c)?));
+    }
+    if (c.position() - start) as u64 != len {
+        return Err(invalid(format!(
+            "{what} is {} bytes, its length says {len}",
+            c.position() - start
+        )));
+    }
+    Ok(out)
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -1128,31 +1174,7 @@ pub(super) fn get_names_section(
     c: &mut Reader<'_>,
     n_flows: usize,
 ) -> std::result::Result<Vec<(usize, capsule_names::FlowNames)>, DecodeError> {
-    let len = c.u64_le().map_err(short)?;
-    let start = c.position();
-    let count = c.varint().map_err(bad_varint)?;
-    if count > n_flows as u64 {
-        return Err(invalid(format!(
-            "names table of {count} entries for {n_flows} flows"
-        )));
-    }
-    let mut out = Vec::with_capacity(count as usize);
-    let mut last: Option<usize> = None;
-    for _ in 0..count {
-        let i = c.varint().map_err(bad_varint)?;
-        if i >= n_flows as u64 || last.is_some_and(|l| i as usize <= l) {
-            return Err(invalid(format!("names table entry for flow {i}")));
-        }
-        last = Some(i as usize);
-        out.push((i as usize, get_names(c)?));
-    }
-    if (c.position() - start) as u64 != len {
-        return Err(invalid(format!(
-            "names table is {} bytes, its length says {len}",
-            c.position() - start
-        )));
-    }
-    Ok(out)
+    get_table(c, n_flows, "names table", get_names)
 }
 
 /// Writes the encapsulation table (index version 7, docs/format.md): its length in bytes
@@ -1162,21 +1184,8 @@ pub(super) fn put_encap_section<'a>(
     body: &mut Vec<u8>,
     encaps: impl Iterator<Item = Option<&'a FlowEncap>>,
 ) {
-    let at = body.len();
-    body.extend_from_slice(&0u64.to_le_bytes());
-    let mut entries = Vec::new();
-    let mut n = 0u64;
-    for (i, e) in encaps.enumerate() {
-        if let Some(e) = e.filter(|e| e.dirs.iter().any(Option::is_some)) {
-            put_varint(&mut entries, i as u64);
-            put_encap(&mut entries, e);
-            n += 1;
-        }
-    }
-    put_varint(body, n);
-    body.extend_from_slice(&entries);
-    let len = (body.len() - at - 8) as u64;
-    body[at..at + 8].copy_from_slice(&len.to_le_bytes());
+    let some = encaps.map(|e| e.filter(|e| e.dirs.iter().any(Option::is_some)));
+    put_table(body, some, put_encap);
 }
 
 /// Presence bits of an encapsulation record's direction.
@@ -1289,29 +1298,5 @@ pub(super) fn get_encap_section(
     c: &mut Reader<'_>,
     n_flows: usize,
 ) -> std::result::Result<Vec<(usize, FlowEncap)>, DecodeError> {
-    let len = c.u64_le().map_err(short)?;
-    let start = c.position();
-    let count = c.varint().map_err(bad_varint)?;
-    if count > n_flows as u64 {
-        return Err(invalid(format!(
-            "encapsulation table of {count} entries for {n_flows} flows"
-        )));
-    }
-    let mut out = Vec::with_capacity(count as usize);
-    let mut last: Option<usize> = None;
-    for _ in 0..count {
-        let i = c.varint().map_err(bad_varint)?;
-        if i >= n_flows as u64 || last.is_some_and(|l| i as usize <= l) {
-            return Err(invalid(format!("encapsulation table entry for flow {i}")));
-        }
-        last = Some(i as usize);
-        out.push((i as usize, get_encap(c)?));
-    }
-    if (c.position() - start) as u64 != len {
-        return Err(invalid(format!(
-            "encapsulation table is {} bytes, its length says {len}",
-            c.position() - start
-        )));
-    }
-    Ok(out)
+    get_table(c, n_flows, "encapsulation table", get_encap)
 }
