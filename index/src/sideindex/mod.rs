@@ -1462,6 +1462,19 @@ pub(crate) mod tests {
         BuildHasherDefault::<std::hash::DefaultHasher>::default().hash_one(k)
     }
 
+    /// An [`EncapDir`] as the proptest draws it: kind number, outer endpoints (IPv6?, the
+    /// two addresses' bits), identifier, label, layers, packets, mixed, outer DSCP mask.
+    type EncapArgs = (
+        u8,
+        Option<(bool, u128, u128)>,
+        Option<u32>,
+        Option<u32>,
+        u8,
+        u64,
+        bool,
+        u64,
+    );
+
     proptest::proptest! {
         /// The packed `Hash` of a key agrees with `Eq` and tells apart keys that differ in
         /// any one field (an IPv4 address from its IPv4-mapped IPv6 form, a missing VLAN
@@ -1519,7 +1532,7 @@ pub(crate) mod tests {
             ),
             junk in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
         ) {
-            let dir = |d: &Option<(u8, Option<(bool, u128, u128)>, Option<u32>, Option<u32>, u8, u64, bool, u64)>| {
+            let dir = |d: &Option<EncapArgs>| {
                 d.map(|(k, outer, id, mpls, layers, packets, mixed, outer_dscp)| EncapDir {
                     kind: capsule_wire::EncapKind::from_number(k).unwrap(),
                     outer: outer.map(|(v6, s, t)| if v6 {
