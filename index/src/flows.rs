@@ -586,6 +586,14 @@ fn windowed(mut f: FlowCounts, from: u64, to: u64, keep_buckets: bool) -> FlowSu
     let buckets = std::mem::take(&mut f.buckets);
     let mut flow = f;
     let t = &mut flow.totals;
+    // Whether each direction's packets all arrived in its one encapsulation: still so of
+    // the window's share of them.
+    let encap_whole = [0, 1].map(|d| {
+        t.encap
+            .as_deref()
+            .and_then(|e| e.dirs[d])
+            .is_some_and(|e| e.is_whole(t.packets[d]))
+    });
     t.first_ns = t.first_ns.max(from);
     t.last_ns = t.last_ns.min(to.saturating_sub(1));
     t.packets = [0; 2];
@@ -613,6 +621,13 @@ fn windowed(mut f: FlowCounts, from: u64, to: u64, keep_buckets: bool) -> FlowSu
             t.cut_at_ns[d] = None;
         }
         t.cut_packets[d] = t.cut_packets[d].min(t.packets[d]);
+        if let Some(e) = t.encap.as_deref_mut().and_then(|e| e.dirs[d].as_mut()) {
+            e.packets = if encap_whole[d] {
+                t.packets[d]
+            } else {
+                e.packets.min(t.packets[d].saturating_sub(1))
+            };
+        }
         t.cut_bytes[d] = t.cut_bytes[d].min(t.bytes[d]);
     }
     if keep_buckets {
@@ -792,5 +807,38 @@ mod tests {
         );
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].flow.totals.packets, [3, 0]);
+    }
+
+    /// A window that cuts a flow keeps what its encapsulation says: a direction whose packets
+    /// all arrived in one stays whole, one with some bare packets stays not whole.
+    #[test]
+    fn a_window_keeps_whether_a_direction_arrived_whole_in_its_encapsulation() {
+        let encap = |packets: u64| crate::sideindex::FlowEncap {
+            dirs: [
+                Some(crate::sideindex::EncapDir {
+                    kind: capsule_wire::EncapKind::Vxlan,
+                    outer: None,
+                    id: Some(42),
+                    mpls: None,
+                    layers: 1,
+                    packets,
+                    mixed: false,
+                    outer_dscp: 0,
+                }),
+                None,
+            ],
+        };
+        for (encapsulated, whole) in [(5, true), (4, false)] {
+            let mut f = rec("10.0.0.1", 5, 2);
+            let later = rec("10.0.0.1", 7, 3);
+            f.totals.absorb(&later.totals);
+            f.buckets.extend(later.buckets);
+            f.totals.encap = Some(Box::new(encap(encapsulated)));
+            let w = windowed(f, 6_000_000_000, u64::MAX, false);
+            let t = &w.flow.totals;
+            assert_eq!(t.packets, [3, 0]);
+            let d = t.encap.as_deref().unwrap().dirs[0].unwrap();
+            assert_eq!(d.is_whole(t.packets[0]), whole, "{encapsulated} of 5");
+        }
     }
 }
