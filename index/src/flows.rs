@@ -614,7 +614,7 @@ fn windowed(mut f: FlowCounts, from: u64, to: u64, keep_buckets: bool) -> FlowSu
     }
     // What the cut-off did not store has no buckets: none of it is in a window that ends
     // before the first cut packet; else the whole record's, at most what the window holds.
-    for d in 0..2 {
+    for (d, &whole) in encap_whole.iter().enumerate() {
         if t.cut_at_ns[d].is_none_or(|c| c >= to) {
             t.cut_packets[d] = 0;
             t.cut_bytes[d] = 0;
@@ -622,7 +622,7 @@ fn windowed(mut f: FlowCounts, from: u64, to: u64, keep_buckets: bool) -> FlowSu
         }
         t.cut_packets[d] = t.cut_packets[d].min(t.packets[d]);
         if let Some(e) = t.encap.as_deref_mut().and_then(|e| e.dirs[d].as_mut()) {
-            e.packets = if encap_whole[d] {
+            e.packets = if whole {
                 t.packets[d]
             } else {
                 e.packets.min(t.packets[d].saturating_sub(1))
