@@ -226,12 +226,17 @@ type FlowTotals = BTreeMap<(String, String), ([u64; 2], [u64; 2], [BTreeSet<u8>;
 /// Per inner TCP flow (endpoints "addr:port" in ascending order): packets, wire bytes and
 /// DSCP values per direction (0: from the lower endpoint), from tshark's innermost layers.
 fn tshark_flows(file: &std::path::Path, decode_as: &[&str]) -> FlowTotals {
+    tshark_flows_where(file, decode_as, "tcp")
+}
+
+/// [`tshark_flows`] of the TCP packets tshark's display filter `display` selects.
+fn tshark_flows_where(file: &std::path::Path, decode_as: &[&str], display: &str) -> FlowTotals {
     let out = run_ok(Command::new("tshark").args(decode_as).args([
         "-n",
         "-r",
         p(file),
         "-Y",
-        "tcp",
+        display,
         "-T",
         "fields",
         "-E",
@@ -263,13 +268,23 @@ fn tshark_flows(file: &std::path::Path, decode_as: &[&str]) -> FlowTotals {
     flows
 }
 
+/// A flow line's endpoints ("addr:port") in ascending text order, and whether that swaps
+/// capsule's a and b (capsule orders them by address and port).
+fn json_key(v: &serde_json::Value) -> ((String, String), bool) {
+    let a = format!("{}:{}", v["a"].as_str().unwrap(), v["a_port"]);
+    let b = format!("{}:{}", v["b"].as_str().unwrap(), v["b_port"]);
+    if a <= b {
+        ((a, b), false)
+    } else {
+        ((b, a), true)
+    }
+}
+
 fn capsule_flows(store: &std::path::Path) -> FlowTotals {
     let out = run_ok(capsule().args(["flows", "--store", p(store), "--json", "tcp"]));
     let mut flows = FlowTotals::new();
     for l in stdout_str(&out).lines() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
-        let a = format!("{}:{}", v["a"].as_str().unwrap(), v["a_port"]);
-        let b = format!("{}:{}", v["b"].as_str().unwrap(), v["b_port"]);
         let n = |x: &serde_json::Value, k: usize| x[k].as_u64().unwrap();
         let dscp = |k: usize| -> BTreeSet<u8> {
             v["dscp"][k]
@@ -280,11 +295,7 @@ fn capsule_flows(store: &std::path::Path) -> FlowTotals {
                 .collect()
         };
         // capsule orders endpoints by (address, port); the comparison here by text.
-        let (key, swap) = if a <= b {
-            ((a, b), false)
-        } else {
-            ((b, a), true)
-        };
+        let (key, swap) = json_key(&v);
         let (p, by) = (&v["packets"], &v["bytes"]);
         let e = if swap {
             ([n(p, 1), n(p, 0)], [n(by, 1), n(by, 0)], [dscp(1), dscp(0)])
@@ -294,6 +305,176 @@ fn capsule_flows(store: &std::path::Path) -> FlowTotals {
         assert!(flows.insert(key, e).is_none(), "one record per flow: {l}");
     }
     flows
+}
+
+/// An encapsulation as the test compares it: kind, identifier (VNI, GRE key, ERSPAN session,
+/// TEID, PPPoE session), top MPLS label, outer source and destination.
+type EncapTuple = (String, Option<u64>, Option<u64>, Option<(String, String)>);
+/// Per inner TCP flow (as in [`FlowTotals`]), per direction: packets per encapsulation they
+/// arrived in (packets that arrived bare are not counted).
+type FlowEncaps = BTreeMap<(String, String), [BTreeMap<EncapTuple, u64>; 2]>;
+
+/// A tshark field value as a number: decimal, or hexadecimal with `0x`.
+fn number(s: &str) -> Option<u64> {
+    let s = s.split(',').next()?.trim();
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// Each inner TCP flow's encapsulations per direction, as tshark decodes them: the kind from
+/// the frame's protocols (a tunnel carried by IP first, else PPPoE, else MPLS), its
+/// identifier (`vxlan.vni`, `geneve.vni`, `gre.key`, `erspan.spanid`, `gtp.teid`,
+/// `pppoe.session_id`), the top `mpls.label`, and the outer `ip.src`/`ip.dst` (the first of
+/// several IP layers).
+fn tshark_encaps(file: &std::path::Path, decode_as: &[&str]) -> FlowEncaps {
+    let fields = [
+        "ip.src",
+        "ip.dst",
+        "tcp.srcport",
+        "tcp.dstport",
+        "frame.protocols",
+        "vxlan.vni",
+        "geneve.vni",
+        "gre.key",
+        "erspan.spanid",
+        "gtp.teid",
+        "pppoe.session_id",
+        "mpls.label",
+    ];
+    let mut cmd = Command::new("tshark");
+    cmd.args(decode_as)
+        .args(["-n", "-r", p(file), "-Y", "tcp", "-T", "fields"])
+        .args([
+            "-E",
+            "occurrence=a",
+            "-E",
+            "aggregator=,",
+            "-E",
+            "separator=/t",
+        ]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = run_ok(&mut cmd);
+    let mut flows = FlowEncaps::new();
+    for l in stdout_str(&out).lines() {
+        let f: Vec<&str> = l.split('\t').collect();
+        let (srcs, dsts): (Vec<&str>, Vec<&str>) =
+            (f[0].split(',').collect(), f[1].split(',').collect());
+        let last = |v: &[&str]| v[v.len() - 1].to_string();
+        let (s, d) = (
+            format!("{}:{}", last(&srcs), f[2]),
+            format!("{}:{}", last(&dsts), f[3]),
+        );
+        let dir = usize::from(s > d);
+        let key = if dir == 0 { (s, d) } else { (d, s) };
+        let protos: Vec<&str> = f[4].split(':').collect();
+        let has = |p: &str| protos.contains(&p);
+        let (kind, id) = if has("erspan") {
+            ("erspan", number(f[8]))
+        } else if has("vxlan") {
+            ("vxlan", number(f[5]))
+        } else if has("geneve") {
+            ("geneve", number(f[6]))
+        } else if has("gtp") {
+            ("gtpu", number(f[9]))
+        } else if has("gre") {
+            ("gre", number(f[7]))
+        } else if has("pppoes") {
+            ("pppoe", number(f[10]))
+        } else if has("mpls") {
+            ("mpls", None)
+        } else {
+            flows.entry(key).or_default();
+            continue;
+        };
+        let outer = (srcs.len() > 1).then(|| (srcs[0].to_string(), dsts[0].to_string()));
+        let e = flows.entry(key).or_default();
+        *e[dir]
+            .entry((kind.to_string(), id, number(f[11]), outer))
+            .or_default() += 1;
+    }
+    flows
+}
+
+/// Each TCP flow's encapsulations per direction as `capsule flows --json` gives them (a
+/// direction whose packets arrived in more than one is keyed `mixed`, which tshark's never
+/// is).
+fn capsule_encaps(store: &std::path::Path) -> FlowEncaps {
+    let out = run_ok(capsule().args(["flows", "--store", p(store), "--json", "tcp"]));
+    let mut flows = FlowEncaps::new();
+    for l in stdout_str(&out).lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let dir = |k: usize| -> BTreeMap<EncapTuple, u64> {
+            let d = &v["encap"]["dirs"][k];
+            if d.is_null() {
+                return BTreeMap::new();
+            }
+            let s = |k: &str| d[k].as_str().map(String::from);
+            let kind = if d["mixed"].as_bool().unwrap() {
+                "mixed".to_string()
+            } else {
+                s("kind").unwrap()
+            };
+            let outer = s("outer_src").zip(s("outer_dst"));
+            let t = (kind, d["id"].as_u64(), d["mpls"].as_u64(), outer);
+            BTreeMap::from([(t, d["packets"].as_u64().unwrap())])
+        };
+        let (key, swap) = json_key(&v);
+        let dirs = if swap {
+            [dir(1), dir(0)]
+        } else {
+            [dir(0), dir(1)]
+        };
+        assert!(
+            flows.insert(key, dirs).is_none(),
+            "one record per flow: {l}"
+        );
+    }
+    flows
+}
+
+/// The inner TCP flows (as in [`FlowTotals`]) with a packet tshark's display filter
+/// `display` selects.
+fn tshark_flows_touched(
+    file: &std::path::Path,
+    decode_as: &[&str],
+    display: &str,
+) -> BTreeSet<(String, String)> {
+    tshark_flows_where(file, decode_as, &format!("tcp && ({display})"))
+        .into_keys()
+        .collect()
+}
+
+/// `capsule flows` with `tcp and (FILTER)` answers exactly the flows tshark's display
+/// filter touches, from the index (the encapsulations decide every flow of the test: no
+/// note that the listed flows only may match).
+fn flows_by_encap_match_tshark(
+    store: &std::path::Path,
+    file: &std::path::Path,
+    decode_as: &[&str],
+    cases: &[(&str, &str)],
+) {
+    for (filter, display) in cases {
+        let want = tshark_flows_touched(file, decode_as, display);
+        assert!(!want.is_empty(), "{display} touches some flow");
+        let out = run_ok(capsule().args([
+            "flows",
+            "--store",
+            p(store),
+            "--json",
+            &format!("tcp and ({filter})"),
+        ]));
+        let got: BTreeSet<(String, String)> = stdout_str(&out)
+            .lines()
+            .map(|l| json_key(&serde_json::from_str(l).unwrap()).0)
+            .collect();
+        assert_eq!(got, want, "capsule flows {filter:?} vs tshark {display:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("may have packets"), "{filter}: {err}");
+    }
 }
 
 #[test]
@@ -310,6 +491,28 @@ fn crafted_encapsulations_match_tshark() {
     // tshark decodes every encapsulation: one inner conversation per encapsulation.
     assert_eq!(want.len(), ENCS.len() + 1, "{want:#?}");
     assert_eq!(capsule_flows(&store), want);
+    // Each inner flow's encapsulation, per direction, is what tshark decodes around its
+    // packets: every encapsulation of the test but the bare one and the VLAN tags.
+    let encaps = tshark_encaps(&pcap, &[]);
+    let tunnelled = encaps.values().filter(|e| !e[0].is_empty()).count();
+    assert_eq!(tunnelled, ENCS.len() - 1, "{encaps:#?}");
+    assert_eq!(capsule_encaps(&store), encaps);
+    flows_by_encap_match_tshark(
+        &store,
+        &pcap,
+        &[],
+        &[
+            ("tunnel vni 42", "vxlan.vni == 42"),
+            ("tunnel vni 5000", "geneve.vni == 5000"),
+            ("mpls 16", "mpls.label == 16"),
+            ("mpls", "mpls"),
+            ("tunnel host 192.0.2.3", "ip.addr == 192.0.2.3"),
+            (
+                "not tunnel",
+                "!(vxlan || gre || mpls || pppoes || geneve || gtp || erspan)",
+            ),
+        ],
+    );
 
     let cases = [
         ("tunnel vni 42", "vxlan.vni == 42"),
@@ -549,6 +752,22 @@ fn kernel_tunnels_between_namespaces_match_tshark() {
         .collect();
     assert!(dscp.contains(&46) && dscp.contains(&18), "{want:#?}");
     assert_eq!(capsule_flows(&store), want);
+    let encaps = tshark_encaps(&pcap, &DECODE_8472);
+    assert!(
+        encaps.values().all(|e| e.iter().all(|d| d.len() == 1)),
+        "{encaps:#?}"
+    );
+    assert_eq!(capsule_encaps(&store), encaps);
+    flows_by_encap_match_tshark(
+        &store,
+        &pcap,
+        &DECODE_8472,
+        &[
+            ("tunnel vni 42", "vxlan.vni == 42"),
+            ("tunnel vni 44", "vxlan.vni == 44"),
+            ("tunnel host 172.31.0.1", "ip.addr == 172.31.0.1"),
+        ],
+    );
 
     let cases = [
         ("tunnel vni 42", "vxlan.vni == 42"),

@@ -195,6 +195,68 @@ pub fn json_line(s: &FlowSummary) -> serde_json::Value {
         })),
         // The application and names read from the flow's payload (null when none).
         "names": f.totals.names.as_deref().map(names_json),
+        // The encapsulation each direction's packets arrived in ([a -> b, b -> a], each null
+        // when none did; the whole field null when no packet was encapsulated).
+        "encap": f.totals.encap.as_deref().map(|e| encap_json(e, f.totals.packets)),
+    })
+}
+
+/// A flow's encapsulations as JSON (`encap` of a flow line): per direction, its kind, outer
+/// endpoints, identifier, top MPLS label, layers, packets that arrived encapsulated,
+/// whether some arrived in another encapsulation (`mixed`) and whether all arrived in this
+/// one (`whole`), the outer DSCP values; and the text the table shows.
+pub fn encap_json(e: &capsule_index::sideindex::FlowEncap, packets: [u64; 2]) -> serde_json::Value {
+    let dir = |d: &Option<capsule_index::sideindex::EncapDir>, n: u64| {
+        d.map(|d| {
+            serde_json::json!({
+                "kind": d.kind.name(),
+                "outer_src": d.outer.map(|o| o.0.to_string()),
+                "outer_dst": d.outer.map(|o| o.1.to_string()),
+                "id": d.id, "mpls": d.mpls, "layers": d.layers,
+                "packets": d.packets, "mixed": d.mixed, "whole": d.is_whole(n),
+                "outer_dscp": (0..64u8).filter(|v| d.outer_dscp & (1u64 << v) != 0).collect::<Vec<_>>(),
+            })
+        })
+    };
+    serde_json::json!({
+        "dirs": [dir(&e.dirs[0], packets[0]), dir(&e.dirs[1], packets[1])],
+        "describe": e.describe(packets),
+    })
+}
+
+/// [`encap_json`] read back (`None` for anything else).
+fn encap_from_json(v: &serde_json::Value) -> Option<capsule_index::sideindex::FlowEncap> {
+    let dir = |d: &serde_json::Value| -> Option<Option<capsule_index::sideindex::EncapDir>> {
+        if d.is_null() {
+            return Some(None);
+        }
+        let addr = |k: &str| d.get(k)?.as_str()?.parse::<std::net::IpAddr>().ok();
+        let u32_of = |k: &str| d.get(k)?.as_u64().and_then(|x| u32::try_from(x).ok());
+        let kind = d.get("kind")?.as_str()?;
+        Some(Some(capsule_index::sideindex::EncapDir {
+            kind: capsule_wire::EncapKind::ALL
+                .into_iter()
+                .find(|k| k.name() == kind)?,
+            outer: addr("outer_src").zip(addr("outer_dst")),
+            id: u32_of("id"),
+            mpls: u32_of("mpls"),
+            layers: d
+                .get("layers")?
+                .as_u64()
+                .and_then(|x| u8::try_from(x).ok())?,
+            packets: d.get("packets")?.as_u64()?,
+            mixed: d.get("mixed")?.as_bool()?,
+            outer_dscp: d
+                .get("outer_dscp")?
+                .as_array()?
+                .iter()
+                .filter_map(|x| x.as_u64().filter(|x| *x < 64))
+                .fold(0u64, |m, x| m | 1 << x),
+        }))
+    };
+    let dirs = v.get("dirs")?.as_array()?;
+    Some(capsule_index::sideindex::FlowEncap {
+        dirs: [dir(dirs.first()?)?, dir(dirs.get(1)?)?],
     })
 }
 
@@ -296,6 +358,8 @@ pub fn from_json_line(line: &str) -> Result<FlowSummary, String> {
         handshake: [u8; 2],
         #[serde(default)]
         names: Option<serde_json::Value>,
+        #[serde(default)]
+        encap: Option<serde_json::Value>,
     }
     let l: Line = serde_json::from_str(line).map_err(|e| format!("not a flow line: {e}"))?;
     if l.vlans.len() > 2 || l.dscp.iter().flatten().any(|d| *d > 63) {
@@ -320,6 +384,7 @@ pub fn from_json_line(line: &str) -> Result<FlowSummary, String> {
     t.resets = l.resets;
     t.handshake = l.handshake;
     t.names = l.names.as_ref().and_then(names_from_json).map(Box::new);
+    t.encap = l.encap.as_ref().and_then(encap_from_json).map(Box::new);
     if let Some(c) = l.cut {
         t.cut_packets = c.cut_packets;
         t.cut_bytes = c.cut_bytes;

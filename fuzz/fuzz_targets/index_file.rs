@@ -2,20 +2,21 @@
 //!
 //! An input that starts with the index magic is decoded as it is. Any other input is a body:
 //! two little-endian u16 counts (blocks, flows) and the uncompressed records, which the
-//! target compresses and wraps in a header with the right lengths and checksums, so the
-//! fuzzer reaches the record decoder past the CRCs and zstd.
+//! target compresses and wraps in a header of the current version (so the body holds the
+//! series, flows, names and encapsulation tables) with the right lengths and checksums, so
+//! the fuzzer reaches the record decoder past the CRCs and zstd.
 //!
 //! Property: an index that decodes encodes to bytes that decode to the same index, and
 //! encoding that again gives the same bytes.
 #![no_main]
 
-use capsule_index::sideindex::SegmentIndex;
+use capsule_index::sideindex::{SegmentIndex, INDEX_VERSION};
 use libfuzzer_sys::fuzz_target;
 
 /// Header layout (docs/format.md): magic 8, version 2, reserved 6, seq 8, segment length 8,
-/// blocks 4, flows 4, compressed length 8, uncompressed length 8, body crc32c 4, header
-/// crc32c 4.
-const HEADER_LEN: usize = 64;
+/// blocks 4, flows 4, compressed length 8, uncompressed length 8, body crc32c 4, the flows'
+/// span 16, header crc32c 4.
+const HEADER_LEN: usize = 80;
 
 fn wrap(input: &[u8]) -> Option<Vec<u8>> {
     let (counts, body) = input.split_first_chunk::<4>()?;
@@ -24,6 +25,7 @@ fn wrap(input: &[u8]) -> Option<Vec<u8>> {
     let compressed = zstd::bulk::compress(body, 1).ok()?;
     let mut out = SegmentIndex::default().encode();
     out.truncate(HEADER_LEN);
+    out[8..10].copy_from_slice(&INDEX_VERSION.to_le_bytes());
     out[16..24].copy_from_slice(&1u64.to_le_bytes());
     out[24..32].copy_from_slice(&1_000_000u64.to_le_bytes());
     out[32..36].copy_from_slice(&n_blocks.to_le_bytes());
@@ -32,7 +34,7 @@ fn wrap(input: &[u8]) -> Option<Vec<u8>> {
     out[48..56].copy_from_slice(&(body.len() as u64).to_le_bytes());
     out[56..60].copy_from_slice(&capsule_store::crc::crc32c(&compressed).to_le_bytes());
     let crc = capsule_store::crc::crc32c(&out[..HEADER_LEN - 4]);
-    out[60..64].copy_from_slice(&crc.to_le_bytes());
+    out[76..80].copy_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&compressed);
     Some(out)
 }

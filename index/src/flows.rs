@@ -18,7 +18,7 @@ use capsule_query::{Query, Tri};
 use capsule_store::{Result, SegmentReader, Store, StoreError};
 
 use crate::catalog::Catalog;
-use crate::plan::key_side;
+use crate::plan::{key_side, side_encap};
 use crate::sideindex::journal::load_any;
 use crate::sideindex::{index_name, FlowCounts, FlowKey, SegmentIndex};
 
@@ -54,6 +54,10 @@ pub struct FlowListing {
     /// of the window those terms could not see (their index keeps no names, or they have
     /// no index at all), so the listing may miss their flows. Empty otherwise.
     pub names_unseen: Vec<u64>,
+    /// Only when the filter has encapsulation terms (`tunnel`, `mpls`): the flows listed
+    /// whose encapsulation the index does not decide (an index older than version 7, a
+    /// direction whose packets arrived in more than one): they may have packets that match.
+    pub encap_undecided: usize,
     /// The window's address -> name map: the DNS answers of every flow of the window,
     /// whatever the filter (of the segments read: one the catalog rules out for the filter
     /// gives none).
@@ -145,6 +149,7 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
                 .journal_notes
                 .extend(l.notes.into_iter().map(|n| (l.seq, n)));
             listing.dns.absorb(&l.dns);
+            listing.encap_undecided += l.encap_undecided;
             for part in l.flows {
                 out.add(part);
             }
@@ -170,7 +175,8 @@ pub fn merge_counts(
     let (from, to) = q.window();
     let records: Vec<FlowCounts> = records.into_iter().collect();
     let mut out = Merged::with_capacity(records.len());
-    merge_segment(&mut out, records, q, from, to, keep_buckets);
+    // The fleet's rows keep no encapsulations: `tunnel` and `mpls` terms are "maybe" there.
+    merge_segment(&mut out, records, q, (from, to), keep_buckets, false);
     let mut flows = out.flows;
     flows.retain(|f| f.flow.totals.total_packets() > 0);
     flows
@@ -186,6 +192,10 @@ struct Loaded {
     unindexed: bool,
     /// Its index keeps no names, and holds flows of the window.
     nameless: bool,
+    /// Its index keeps encapsulations.
+    tunnels: bool,
+    /// Of `flows`, those whose encapsulation the filter's terms could not decide.
+    encap_undecided: usize,
     damaged: Option<String>,
     unseen: Vec<usize>,
     notes: Vec<String>,
@@ -257,6 +267,7 @@ fn load_entry(
             match SegmentIndex::decode_counts(&bytes, drop_within) {
                 Ok(i) if i.seq == entry.seq && i.segment_len == entry.bytes => {
                     l.nameless = !i.named;
+                    l.tunnels = i.tunnels;
                     i.flows
                 }
                 Ok(_) => {
@@ -288,6 +299,7 @@ fn load_entry(
             l.unseen = live.unseen;
             l.notes = live.notes;
             l.nameless = !live.index.named;
+            l.tunnels = live.index.tunnels;
             live.index.flows.into_iter().map(FlowCounts::from).collect()
         }
     };
@@ -302,7 +314,7 @@ fn load_entry(
         .iter()
         .any(|f| f.totals.last_ns >= from && f.totals.first_ns < to);
     window_answers(&flows, from, to, &mut l.dns);
-    l.flows = select(flows, q, from, to, keep_buckets);
+    (l.flows, l.encap_undecided) = select(flows, q, from, to, keep_buckets, l.tunnels);
     Ok(l)
 }
 
@@ -311,14 +323,16 @@ fn merge_segment(
     out: &mut Merged,
     flows: Vec<FlowCounts>,
     q: &Query,
-    from: u64,
-    to: u64,
+    (from, to): (u64, u64),
     keep_buckets: bool,
-) {
+    tunnels: bool,
+) -> usize {
     out.flows.reserve(flows.len());
-    for part in select(flows, q, from, to, keep_buckets) {
+    let (parts, undecided) = select(flows, q, from, to, keep_buckets, tunnels);
+    for part in parts {
         out.add(part);
     }
+    undecided
 }
 
 /// Adds the DNS answers of the flows of `flows` that overlap [from, to) to `out`.
@@ -333,34 +347,47 @@ fn window_answers(flows: &[FlowCounts], from: u64, to: u64, out: &mut crate::nam
     }
 }
 
-/// The flows of one segment's index that match `q` in [from, to), cut to the window.
+/// The flows of one segment's index that match `q` in [from, to), cut to the window
+/// (`tunnels`: the index keeps encapsulations), and how many of them matched only because
+/// their encapsulation is not known (when the filter has `tunnel` or `mpls` terms).
 fn select(
     flows: Vec<FlowCounts>,
     q: &Query,
     from: u64,
     to: u64,
     keep_buckets: bool,
-) -> Vec<FlowSummary> {
+    tunnels: bool,
+) -> (Vec<FlowSummary>, usize) {
     let mut out = Vec::with_capacity(flows.len());
+    let encap_terms = q.filter.has_encap_terms();
+    let mut undecided = 0;
     for f in flows {
         if f.totals.last_ns < from || f.totals.first_ns >= to {
             continue;
         }
-        let matches = (0..2).any(|d| {
-            f.totals.packets[d] > 0
-                && q.filter.matches_side(&key_side(
-                    &f.key,
-                    f.totals.tcp_flags[d],
-                    d,
-                    f.totals.dscp[d],
-                )) != Tri::No
+        let mut unsure = false;
+        let matches = (0..2).fold(false, |any, d| {
+            if f.totals.packets[d] == 0 {
+                return any;
+            }
+            let encap = side_encap(&f.totals, d, tunnels);
+            let t = q.filter.matches_side(&key_side(
+                &f.key,
+                f.totals.tcp_flags[d],
+                d,
+                f.totals.dscp[d],
+                encap,
+            ));
+            unsure |= t != Tri::No && encap.is_none() && encap_terms;
+            any || t != Tri::No
         });
         if !matches {
             continue;
         }
+        undecided += usize::from(unsure);
         out.push(windowed(f, from, to, keep_buckets));
     }
-    out
+    (out, undecided)
 }
 
 /// Flows merged across segments: the records in first-seen order, and where each key is.
@@ -448,6 +475,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
     let mut journal_notes = Vec::new();
     let mut dns = crate::names::DnsNames::default();
     let mut nameless = Vec::new();
+    let mut encap_undecided = 0;
     let catalog = (!q.filter.is_all())
         .then(|| Catalog::load(&store.index_dir()).ok().flatten())
         .flatten();
@@ -476,11 +504,13 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         } else {
             SegmentIndex::load_counts(&dir, seg, Some((from, to))).map(|c| c.map(Listed::Counts))
         };
+        let tunnels: bool;
         let flows: Vec<FlowCounts> = match loaded {
             Ok(Some(Listed::Counts(counts))) => {
                 if !counts.named {
                     nameless.push(seg.seq());
                 }
+                tunnels = counts.tunnels;
                 counts.flows
             }
             Ok(Some(Listed::Live(live))) => {
@@ -500,6 +530,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
                 if !live.index.named {
                     nameless.push(seg.seq());
                 }
+                tunnels = live.index.tunnels;
                 live.index.flows.into_iter().map(FlowCounts::from).collect()
             }
             Ok(None) => {
@@ -514,7 +545,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
             Err(e) => return Err(e),
         };
         window_answers(&flows, from, to, &mut dns);
-        merge_segment(&mut out, flows, q, from, to, false);
+        encap_undecided += merge_segment(&mut out, flows, q, (from, to), false, tunnels);
     }
     let flows = finish(out);
     Ok(FlowListing {
@@ -526,6 +557,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         held: None,
         nameless,
         names_unseen,
+        encap_undecided,
         dns,
     })
 }
@@ -554,6 +586,14 @@ fn windowed(mut f: FlowCounts, from: u64, to: u64, keep_buckets: bool) -> FlowSu
     let buckets = std::mem::take(&mut f.buckets);
     let mut flow = f;
     let t = &mut flow.totals;
+    // Whether each direction's packets all arrived in its one encapsulation: still so of
+    // the window's share of them.
+    let encap_whole = [0, 1].map(|d| {
+        t.encap
+            .as_deref()
+            .and_then(|e| e.dirs[d])
+            .is_some_and(|e| e.is_whole(t.packets[d]))
+    });
     t.first_ns = t.first_ns.max(from);
     t.last_ns = t.last_ns.min(to.saturating_sub(1));
     t.packets = [0; 2];
@@ -574,13 +614,20 @@ fn windowed(mut f: FlowCounts, from: u64, to: u64, keep_buckets: bool) -> FlowSu
     }
     // What the cut-off did not store has no buckets: none of it is in a window that ends
     // before the first cut packet; else the whole record's, at most what the window holds.
-    for d in 0..2 {
+    for (d, &whole) in encap_whole.iter().enumerate() {
         if t.cut_at_ns[d].is_none_or(|c| c >= to) {
             t.cut_packets[d] = 0;
             t.cut_bytes[d] = 0;
             t.cut_at_ns[d] = None;
         }
         t.cut_packets[d] = t.cut_packets[d].min(t.packets[d]);
+        if let Some(e) = t.encap.as_deref_mut().and_then(|e| e.dirs[d].as_mut()) {
+            e.packets = if whole {
+                t.packets[d]
+            } else {
+                e.packets.min(t.packets[d].saturating_sub(1))
+            };
+        }
         t.cut_bytes[d] = t.cut_bytes[d].min(t.bytes[d]);
     }
     if keep_buckets {
@@ -760,5 +807,38 @@ mod tests {
         );
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].flow.totals.packets, [3, 0]);
+    }
+
+    /// A window that cuts a flow keeps what its encapsulation says: a direction whose packets
+    /// all arrived in one stays whole, one with some bare packets stays not whole.
+    #[test]
+    fn a_window_keeps_whether_a_direction_arrived_whole_in_its_encapsulation() {
+        let encap = |packets: u64| crate::sideindex::FlowEncap {
+            dirs: [
+                Some(crate::sideindex::EncapDir {
+                    kind: capsule_wire::EncapKind::Vxlan,
+                    outer: None,
+                    id: Some(42),
+                    mpls: None,
+                    layers: 1,
+                    packets,
+                    mixed: false,
+                    outer_dscp: 0,
+                }),
+                None,
+            ],
+        };
+        for (encapsulated, whole) in [(5, true), (4, false)] {
+            let mut f = rec("10.0.0.1", 5, 2);
+            let later = rec("10.0.0.1", 7, 3);
+            f.totals.absorb(&later.totals);
+            f.buckets.extend(later.buckets);
+            f.totals.encap = Some(Box::new(encap(encapsulated)));
+            let w = windowed(f, 6_000_000_000, u64::MAX, false);
+            let t = &w.flow.totals;
+            assert_eq!(t.packets, [3, 0]);
+            let d = t.encap.as_deref().unwrap().dirs[0].unwrap();
+            assert_eq!(d.is_whole(t.packets[0]), whole, "{encapsulated} of 5");
+        }
     }
 }

@@ -20,7 +20,7 @@ use capsule_store::{Result, SegmentReader, Store, StoreError};
 
 use crate::catalog::Catalog;
 use crate::sideindex::journal::load_any;
-use crate::sideindex::{FlowKey, FlowRecord, SegmentIndex};
+use crate::sideindex::{FlowKey, FlowRecord, FlowTotals, SegmentIndex};
 
 /// The blocks to read from one segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,13 +69,47 @@ impl Plan {
     }
 }
 
-/// The side of a flow record as the filter sees it.
-pub fn flow_side(f: &FlowRecord, dir: usize, dscp_mask: u64) -> FlowSide {
-    key_side(&f.key, f.totals.tcp_flags[dir], dir, dscp_mask)
+/// The side of a flow record as the filter sees it; `tunnels`: its index keeps
+/// encapsulations ([`crate::sideindex::SegmentIndex::tunnels`]).
+pub fn flow_side(f: &FlowRecord, dir: usize, dscp_mask: u64, tunnels: bool) -> FlowSide {
+    let encap = side_encap(&f.totals, dir, tunnels);
+    key_side(&f.key, f.totals.tcp_flags[dir], dir, dscp_mask, encap)
 }
 
-/// [`flow_side`] of a flow given by its key and the TCP flags of direction `dir`.
-pub fn key_side(key: &FlowKey, tcp_flags: u8, dir: usize, dscp_mask: u64) -> FlowSide {
+/// The encapsulation every packet of direction `dir` arrived in, as [`FlowSide::encap`]
+/// says it: known when the index keeps encapsulations (`tunnels`) and the direction's
+/// packets arrived in none, or all in one.
+pub fn side_encap(
+    t: &FlowTotals,
+    dir: usize,
+    tunnels: bool,
+) -> Option<Option<capsule_wire::Encap>> {
+    if !tunnels {
+        return None;
+    }
+    match t.encap.as_deref().and_then(|e| e.dirs[dir]) {
+        None => Some(None),
+        Some(d) if d.is_whole(t.packets[dir]) => Some(Some(capsule_wire::Encap {
+            kind: d.kind,
+            outer: d.outer,
+            outer_dscp: None,
+            id: d.id,
+            mpls: d.mpls,
+            layers: d.layers,
+        })),
+        Some(_) => None,
+    }
+}
+
+/// [`flow_side`] of a flow given by its key, the TCP flags of direction `dir` and its
+/// encapsulation ([`side_encap`]).
+pub fn key_side(
+    key: &FlowKey,
+    tcp_flags: u8,
+    dir: usize,
+    dscp_mask: u64,
+    encap: Option<Option<capsule_wire::Encap>>,
+) -> FlowSide {
     let (src, dst, ports) = key.side(dir);
     FlowSide {
         vlans: key.vlans,
@@ -86,6 +120,7 @@ pub fn key_side(key: &FlowKey, tcp_flags: u8, dir: usize, dscp_mask: u64) -> Flo
         ports,
         dscp_mask,
         tcp_flags,
+        encap,
     }
 }
 
@@ -186,7 +221,8 @@ pub fn index_candidates(idx: &SegmentIndex, filter: &Filter, from: u64, to: u64)
             // A packet of this side in block b adds its DSCP to b's mask, so a block whose
             // mask shares no bit with the side's holds none of the side's packets. With
             // blocks filled per DSCP class, this is what keeps a DSCP query to its class.
-            let side = filter.matches_side(&flow_side(f, dir, f.totals.dscp[dir]));
+            let tunnels = idx.tunnels;
+            let side = filter.matches_side(&flow_side(f, dir, f.totals.dscp[dir], tunnels));
             if side == Tri::No {
                 continue;
             }
@@ -198,8 +234,12 @@ pub fn index_candidates(idx: &SegmentIndex, filter: &Filter, from: u64, to: u64)
                 let mask = f.totals.dscp[dir] & idx.blocks[b].dscp;
                 wanted[b] = match side {
                     Tri::Yes => mask != 0,
-                    // Only DSCP can make a side Maybe: decide again on the narrowed mask.
-                    _ => mask != 0 && filter.matches_side(&flow_side(f, dir, mask)) != Tri::No,
+                    // DSCP (or an encapsulation not known) makes a side Maybe: decide again
+                    // on the narrowed mask.
+                    _ => {
+                        mask != 0
+                            && filter.matches_side(&flow_side(f, dir, mask, tunnels)) != Tri::No
+                    }
                 };
             }
         }

@@ -54,12 +54,11 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let q = args.query()?;
-    if q.filter.beyond_index() {
+    if q.filter.beyond_index_but_encap() {
         eprintln!(
-            "capsule: note: the flow index keeps no MAC addresses, packet lengths or \
-             encapsulations (tunnel, mpls), and of the TCP flags only those seen in each \
-             direction: these flows may have packets that match (`capsule query` checks \
-             each packet)"
+            "capsule: note: the flow index keeps no MAC addresses or packet lengths, and of \
+             the TCP flags only those seen in each direction: these flows may have packets \
+             that match (`capsule query` checks each packet)"
         );
     }
     let request = flows::Request {
@@ -86,6 +85,15 @@ pub fn run(a: &FlowsArgs) -> Result<ExitCode> {
         table(&shown, &mut out)?;
     }
     crate::notes::note_window(segments, &q, listing.flows.is_empty());
+    if listing.encap_undecided > 0 {
+        eprintln!(
+            "capsule: note: {} flow(s) are listed whose encapsulation the index does not \
+             decide (their packets arrived in more than one, or their index predates \
+             encapsulations: `capsule reindex`): they may have packets that match the \
+             filter's tunnel or mpls terms (`capsule query` checks each packet)",
+            listing.encap_undecided
+        );
+    }
     if !listing.unindexed.is_empty() {
         eprintln!(
             "capsule: note: segment(s) {:?} have no side index and are not listed; \
@@ -129,6 +137,7 @@ fn table(shown: &[&capsule_index::flows::FlowSummary], out: &mut dyn Write) -> R
             .join(",")
     };
     let any_vlan = shown.iter().any(|s| s.flow.key.vlans[0].is_some());
+    let any_encap = shown.iter().any(|s| s.flow.totals.encap.is_some());
     let mut cols = vec![
         Column::left("proto", 10),
         Column::left("flow", u8::MAX),
@@ -144,9 +153,13 @@ fn table(shown: &[&capsule_index::flows::FlowSummary], out: &mut dyn Write) -> R
     if any_vlan {
         cols.insert(1, Column::left("vlan", 2));
     }
+    if any_encap {
+        cols.insert(if any_vlan { 3 } else { 2 }, Column::left("encap", 3));
+    }
     let any_cut = shown.iter().any(|s| s.flow.totals.is_cut());
     if any_cut {
-        cols.insert(if any_vlan { 5 } else { 4 }, Column::right("stored", 6));
+        let at = 4 + usize::from(any_vlan) + usize::from(any_encap);
+        cols.insert(at, Column::right("stored", 6));
     }
     let mut t = Table::new(cols);
     for s in shown {
@@ -186,6 +199,14 @@ fn table(shown: &[&capsule_index::flows::FlowSummary], out: &mut dyn Write) -> R
                 "all".to_string()
             };
             row.insert(4, stored);
+        }
+        if any_encap {
+            // The tunnel the flow's packets arrived in: `vxlan vni 42 192.0.2.1>192.0.2.2`.
+            let encap = f.totals.encap.as_deref();
+            row.insert(
+                2,
+                encap.map_or(String::new(), |e| e.describe(f.totals.packets)),
+            );
         }
         if any_vlan {
             let vlan = k

@@ -102,6 +102,13 @@ pub struct Record {
     /// [`Record::CUT`], [`Record::MALFORMED`], [`Record::PORTS`], [`Record::TCP`],
     /// [`Record::VLAN0`], [`Record::VLAN1`].
     pub flags: u8,
+    /// The encapsulation the packet arrived in, as its key ([`capsule_wire::Encap::key`]);
+    /// 0: none. With the outer DSCP below it fills the struct's padding (still 72 bytes): the
+    /// side index tells from these alone whether a flow's packets stay in one encapsulation,
+    /// and reads the packet again only for the first of a flow direction.
+    pub encap: u32,
+    /// The outer IP packet's DSCP when [`Record::encap`] is set and it has one; else 0xFF.
+    pub outer_dscp: u8,
 }
 
 impl Record {
@@ -129,6 +136,11 @@ impl Record {
         };
         if d.malformed.is_some() {
             r.flags |= Record::MALFORMED;
+        }
+        r.outer_dscp = 0xFF;
+        if let Some(e) = &d.encap {
+            r.encap = e.key();
+            r.outer_dscp = e.outer_dscp.unwrap_or(0xFF);
         }
         for (k, v) in d.vlans.iter().take(2).enumerate() {
             if let Some(id) = v {

@@ -185,7 +185,7 @@ impl EncapKind {
 /// endpoints, DSCP and identifier), else the outermost link-layer shim (MPLS, PPPoE), and
 /// the top MPLS label of the first label stack crossed. Each field is set by the first
 /// layer that has it, outside in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Encap {
     pub kind: EncapKind,
     /// The outer IP packet's source and destination (absent for MPLS and PPPoE alone).
@@ -201,6 +201,14 @@ pub struct Encap {
 }
 
 impl Encap {
+    /// The encapsulation's identity as a 32-bit key, never 0: what the side index compares
+    /// to tell whether the packets of a flow direction all arrived in one encapsulation
+    /// ([`encap_key`] of its kind, outer endpoints, identifier and top MPLS label; the outer
+    /// DSCP and the layer count are not part of it).
+    pub fn key(&self) -> u32 {
+        encap_key(self.kind, self.outer, self.id, self.mpls)
+    }
+
     fn new(kind: EncapKind) -> Encap {
         Encap {
             kind,
@@ -211,6 +219,54 @@ impl Encap {
             layers: 0,
         }
     }
+}
+
+/// An encapsulation's identity as a 32-bit key, never 0: FNV-1a over its kind number, its
+/// outer endpoints (family and address bytes), identifier and top MPLS label, each with a
+/// presence byte. Deterministic across processes and builds (stored data is compared with
+/// it: the live build and a rebuild must agree); two different encapsulations share a key
+/// with probability 2^-32.
+pub fn encap_key(
+    kind: EncapKind,
+    outer: Option<(IpAddr, IpAddr)>,
+    id: Option<u32>,
+    mpls: Option<u32>,
+) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+    };
+    eat(&[kind.number()]);
+    match outer {
+        None => eat(&[0]),
+        Some((s, d)) => {
+            for a in [s, d] {
+                match a {
+                    IpAddr::V4(v4) => {
+                        eat(&[4]);
+                        eat(&v4.octets());
+                    }
+                    IpAddr::V6(v6) => {
+                        eat(&[6]);
+                        eat(&v6.octets());
+                    }
+                }
+            }
+        }
+    }
+    for v in [id, mpls] {
+        match v {
+            None => eat(&[0]),
+            Some(v) => {
+                eat(&[1]);
+                eat(&v.to_le_bytes());
+            }
+        }
+    }
+    h.max(1)
 }
 
 impl Dissected {

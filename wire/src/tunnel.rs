@@ -465,6 +465,31 @@ mod tests {
         assert_eq!(dscp_of(1, &vxlan(42)), Some(0));
     }
 
+    /// An encapsulation's key (what the side index compares packets by) follows its kind,
+    /// endpoints, identifier and label, not its outer DSCP or layers, is never 0, and is
+    /// the same in every build (stored indexes are compared with it): a fixed value.
+    #[test]
+    fn encap_keys_tell_encapsulations_apart_and_are_fixed() {
+        let key = |f: &[u8]| dissect(1, f).encap.unwrap().key();
+        let all: Vec<u32> = [vxlan(42), vxlan(43), geneve(42), gre_key_ip(42), gretap()]
+            .iter()
+            .map(|f| key(f))
+            .collect();
+        let distinct: std::collections::BTreeSet<u32> = all.iter().copied().collect();
+        assert_eq!(distinct.len(), all.len(), "{all:?}");
+        assert!(!all.contains(&0));
+        let mut e = dissect(1, &vxlan(42)).encap.unwrap();
+        let k = e.key();
+        (e.outer_dscp, e.layers) = (Some(63), 9);
+        assert_eq!(e.key(), k);
+        e.outer = e.outer.map(|(s, d)| (d, s));
+        assert_ne!(e.key(), k, "the other direction's endpoints");
+        assert_eq!(
+            crate::encap_key(EncapKind::Mpls, None, None, Some(16)),
+            0x8263_68f7
+        );
+    }
+
     #[test]
     fn mpls_payload_is_guessed_by_its_first_nibble() {
         let want = dissect(1, inner_eth());

@@ -18,8 +18,8 @@ use capsule_wire::dissect;
 
 use super::series::{BlockSeries, SeriesBuilder};
 use super::{
-    index_name, BlockSummary, Bucket, FlowKey, FlowRecord, SegmentIndex, TcpCarry, TcpState,
-    SENT_SYN, SENT_SYN_ACK,
+    index_name, BlockSummary, Bucket, EncapDir, FlowKey, FlowRecord, SegmentIndex, TcpCarry,
+    TcpState, SENT_SYN, SENT_SYN_ACK,
 };
 
 /// One block's share of the index: what the journal records for it.
@@ -77,6 +77,13 @@ pub struct IndexBuilder {
     named: Vec<usize>,
     /// Per flow: 1 + the block in which it was last put in `named` (0: never).
     named_at: Vec<u32>,
+    /// Per entry of `delta.flows`: the key ([`capsule_wire::Encap::key`]) of the first
+    /// encapsulation each direction's packets arrived in within the block (0: none yet).
+    delta_keys: Vec<[u32; 2]>,
+    /// Of the block being counted from its records: (record, entry of `delta.flows`,
+    /// direction) of each first encapsulated packet of a direction whose encapsulation is
+    /// not known yet (read again from the block's bytes after the records are counted).
+    want_encap: Vec<(usize, usize, usize)>,
 }
 
 /// A stored packet's bytes, for the payload inspection of flows that still need it.
@@ -148,6 +155,8 @@ impl IndexBuilder {
         let block = self.blocks.len() as u32;
         self.delta.flows.clear();
         self.delta_of.clear();
+        self.delta_keys.clear();
+        self.want_encap.clear();
         let mut summary = BlockSummary::default();
         let mut last_flow: Option<(FlowKey, usize)> = None;
         // Stored packets and cut-packet records (the headers of packets the cut-off did not
@@ -162,7 +171,10 @@ impl IndexBuilder {
                 self.want.clear();
                 for (n, r) in records.iter().enumerate() {
                     self.record_no = n;
-                    self.count(&mut summary, &mut last_flow, r, None);
+                    self.count(&mut summary, &mut last_flow, r, None, None);
+                }
+                if !self.want_encap.is_empty() {
+                    self.resolve_encaps(data, records);
                 }
                 if !self.want.is_empty() {
                     let want = std::mem::take(&mut self.want);
@@ -200,7 +212,13 @@ impl IndexBuilder {
                         orig_len: p.orig_len,
                         data: p.data,
                     };
-                    self.count(&mut summary, &mut last_flow, &r, Some(pkt));
+                    self.count(
+                        &mut summary,
+                        &mut last_flow,
+                        &r,
+                        Some(pkt),
+                        d.encap.as_ref(),
+                    );
                 }
             }
         }
@@ -242,6 +260,7 @@ impl IndexBuilder {
         last_flow: &mut Option<(FlowKey, usize)>,
         r: &Record,
         packet: Option<Packet<'_>>,
+        encap: Option<&capsule_wire::Encap>,
     ) {
         let (ts_ns, wire, cut) = (r.ts_ns, u64::from(r.wire), r.cut());
         if r.malformed() {
@@ -289,6 +308,10 @@ impl IndexBuilder {
             f.tcp_in = self.flows[i].tcp_in;
             self.delta.flows.push(f);
             self.delta_of.push(i);
+            self.delta_keys.push([0; 2]);
+        }
+        if r.encap != 0 {
+            self.count_encap(i, dir, r, encap);
         }
         if !self.inspected[i] && (r.is_tcp() || r.proto == 17) {
             match packet {
@@ -369,6 +392,102 @@ impl IndexBuilder {
         }
     }
 
+    /// Counts flow `i`'s encapsulated packet (direction `dir`) in the block's delta: the
+    /// first of the direction in the block sets its encapsulation (from `full`, the
+    /// packet's dissection, when at hand; else from the segment's record of the flow when
+    /// its key is the same; else it is read again from the block after its records are
+    /// counted), each later one counts, and marks the direction mixed when its key differs.
+    fn count_encap(
+        &mut self,
+        i: usize,
+        dir: usize,
+        r: &Record,
+        full: Option<&capsule_wire::Encap>,
+    ) {
+        let slot = self.slot[i] as usize;
+        let outer = if r.outer_dscp < 64 {
+            1u64 << r.outer_dscp
+        } else {
+            0
+        };
+        let known = self.delta_keys[slot][dir];
+        let e = self.delta.flows[slot]
+            .totals
+            .encap
+            .get_or_insert_with(Default::default);
+        if let Some(ed) = &mut e.dirs[dir] {
+            ed.packets += 1;
+            ed.outer_dscp |= outer;
+            ed.mixed |= known != r.encap;
+            return;
+        }
+        let first = match full {
+            Some(f) => Some(EncapDir::of(f)),
+            None => self.flows[i]
+                .totals
+                .encap
+                .as_ref()
+                .and_then(|e| e.dirs[dir])
+                .filter(|d| d.key() == r.encap),
+        };
+        let mut ed = first.unwrap_or_else(|| {
+            self.want_encap.push((self.record_no, slot, dir));
+            EncapDir::of(&capsule_wire::Encap {
+                kind: capsule_wire::EncapKind::Mpls,
+                outer: None,
+                outer_dscp: None,
+                id: None,
+                mpls: None,
+                layers: 0,
+            })
+        });
+        (ed.packets, ed.mixed, ed.outer_dscp) = (1, false, outer);
+        self.delta_keys[slot][dir] = r.encap;
+        if let Some(e) = &mut self.delta.flows[slot].totals.encap {
+            e.dirs[dir] = Some(ed);
+        }
+    }
+
+    /// Reads again from the block's bytes the packets [`IndexBuilder::count_encap`] could
+    /// not name the encapsulation of, and fills it in. A packet that does not dissect to
+    /// the key its record holds (the store wrote both from one dissection, so none should)
+    /// leaves its direction mixed: undecided, never wrong.
+    fn resolve_encaps(&mut self, data: &[&[u8]], records: &[Record]) {
+        let want = std::mem::take(&mut self.want_encap);
+        let mut packets = data
+            .iter()
+            .flat_map(|piece| fragment_records(piece))
+            .enumerate();
+        for &(n, slot, dir) in &want {
+            let found = match packets.find(|(k, _)| *k >= n) {
+                Some((k, Ok((p, _)))) if k == n && p.ts_ns == records[n].ts_ns => {
+                    let linktype = self.linktypes.get(p.iface as usize).copied().unwrap_or(0);
+                    dissect(linktype, p.data)
+                        .encap
+                        .filter(|e| e.key() == records[n].encap)
+                }
+                _ => None,
+            };
+            let Some(Some(ed)) = self.delta.flows[slot]
+                .totals
+                .encap
+                .as_mut()
+                .map(|e| e.dirs[dir].as_mut())
+            else {
+                continue;
+            };
+            match found {
+                Some(e) => {
+                    (ed.kind, ed.outer, ed.id, ed.mpls, ed.layers) =
+                        (e.kind, e.outer, e.id, e.mpls, e.layers);
+                }
+                None => ed.mixed = true,
+            }
+        }
+        self.want_encap = want;
+        self.want_encap.clear();
+    }
+
     /// Feeds flow `i`'s packet (direction `dir`) to its payload inspection; once that is
     /// done, its names go into the flow's record.
     fn inspect(&mut self, i: usize, dir: usize, r: &Record, p: Packet<'_>) {
@@ -426,6 +545,7 @@ impl IndexBuilder {
                 flows: self.flows,
                 series: Some(self.series),
                 named: true,
+                tunnels: true,
             },
             self.seed,
         )

@@ -11,12 +11,12 @@ use capsule_wire::view::{Reader, Short, VarintError};
 
 use super::series::{get_series, put_series, BlockSeries};
 use super::{
-    index_name, BlockSummary, Bucket, DscpChange, DscpCount, DscpState, FlowCounts, FlowKey,
-    FlowRecord, SegmentIndex, TcpState,
+    index_name, BlockSummary, Bucket, DscpChange, DscpCount, DscpState, EncapDir, FlowCounts,
+    FlowEncap, FlowKey, FlowRecord, SegmentIndex, TcpState,
 };
 
 /// Index format version written by this build.
-pub const INDEX_VERSION: u16 = 6;
+pub const INDEX_VERSION: u16 = 7;
 /// The oldest index format version this build reads: version 3 is version 4 without the
 /// cut-off's counters (no packet of its segment was cut), so it is read as is.
 pub const INDEX_VERSION_MIN: u16 = 3;
@@ -26,6 +26,8 @@ pub(super) const HEADER_LEN: usize = 80;
 pub const SERIES_VERSION: u16 = 5;
 /// The first index version with the names table (each flow's application and names).
 pub const NAMES_VERSION: u16 = 6;
+/// The first index version with the encapsulation table (each flow's tunnel, per direction).
+pub const TUNNELS_VERSION: u16 = 7;
 const NO_VLAN: u16 = 0xFFFF;
 /// Where the header's body CRC is.
 const BODY_CRC_AT: usize = 56;
@@ -499,6 +501,8 @@ pub struct CountsIndex {
     pub flows: Vec<FlowCounts>,
     /// The index keeps its flows' names (version 6 and later).
     pub named: bool,
+    /// The index keeps its flows' encapsulations (version 7 and later).
+    pub tunnels: bool,
 }
 
 /// What the header says of a checked index body.
@@ -622,6 +626,9 @@ pub(super) fn encode_index(
     if version >= NAMES_VERSION {
         put_names_section(&mut body, flows.iter().map(|f| f.totals.names.as_deref()));
     }
+    if version >= TUNNELS_VERSION {
+        put_encap_section(&mut body, flows.iter().map(|f| f.totals.encap.as_deref()));
+    }
     let compressed =
         zstd::bulk::compress(&body, level).expect("compressing into a Vec cannot fail");
     let mut out = Vec::with_capacity(HEADER_LEN + compressed.len());
@@ -666,11 +673,17 @@ impl SegmentIndex {
             None => version.min(SERIES_VERSION - 1),
             Some(_) => version,
         };
-        // Nor one without names as a version 6 index claiming it has them.
+        // Nor one without names as a version 6 index claiming it has them, nor one without
+        // encapsulations as a version 7 index claiming its flows arrived in none.
         let version = if self.named {
             version
         } else {
             version.min(NAMES_VERSION - 1)
+        };
+        let version = if self.tunnels {
+            version
+        } else {
+            version.min(TUNNELS_VERSION - 1)
         };
         encode_index(
             self.seq,
@@ -736,6 +749,11 @@ impl SegmentIndex {
                 flows[i].totals.names = Some(Box::new(n));
             }
         }
+        if h.version >= TUNNELS_VERSION {
+            for (i, e) in get_encap_section(&mut c, flows.len())? {
+                flows[i].totals.encap = Some(Box::new(e));
+            }
+        }
         all_read(&c, body.len())?;
         Ok(SegmentIndex {
             seq: h.seq,
@@ -744,6 +762,7 @@ impl SegmentIndex {
             flows,
             series,
             named: h.version >= NAMES_VERSION,
+            tunnels: h.version >= TUNNELS_VERSION,
         })
     }
 
@@ -788,6 +807,11 @@ impl SegmentIndex {
                 flows[i].totals.names = Some(Box::new(n));
             }
         }
+        if h.version >= TUNNELS_VERSION {
+            for (i, e) in get_encap_section(&mut c, flows.len())? {
+                flows[i].totals.encap = Some(Box::new(e));
+            }
+        }
         all_read(&c, body.len())?;
         Ok(CountsIndex {
             seq: h.seq,
@@ -795,6 +819,7 @@ impl SegmentIndex {
             blocks: h.n_blocks,
             flows,
             named: h.version >= NAMES_VERSION,
+            tunnels: h.version >= TUNNELS_VERSION,
         })
     }
 
@@ -994,14 +1019,25 @@ pub(super) fn put_names_section<'a>(
     body: &mut Vec<u8>,
     names: impl Iterator<Item = Option<&'a capsule_names::FlowNames>>,
 ) {
+    put_table(body, names, put_names);
+}
+
+/// A per-flow table after the flows (names, encapsulations): its length in bytes (u64 LE),
+/// the number of entries (varint), then per flow that has an entry, ascending: its position
+/// in the flows section (varint) and its record as `put` writes it.
+fn put_table<'a, T: 'a>(
+    body: &mut Vec<u8>,
+    items: impl Iterator<Item = Option<&'a T>>,
+    put: impl Fn(&mut Vec<u8>, &T),
+) {
     let at = body.len();
     body.extend_from_slice(&0u64.to_le_bytes());
     let mut entries = Vec::new();
     let mut n = 0u64;
-    for (i, fnames) in names.enumerate() {
-        if let Some(fnames) = fnames {
+    for (i, item) in items.enumerate() {
+        if let Some(item) = item {
             put_varint(&mut entries, i as u64);
-            put_names(&mut entries, fnames);
+            put(&mut entries, item);
             n += 1;
         }
     }
@@ -1009,6 +1045,41 @@ pub(super) fn put_names_section<'a>(
     body.extend_from_slice(&entries);
     let len = (body.len() - at - 8) as u64;
     body[at..at + 8].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Reads a per-flow table written by [`put_table`] (`what` names it in errors) of an index
+/// whose flows section held `n_flows` flows: (flow position, record) per entry.
+fn get_table<T>(
+    c: &mut Reader<'_>,
+    n_flows: usize,
+    what: &str,
+    get: impl Fn(&mut Reader<'_>) -> std::result::Result<T, DecodeError>,
+) -> std::result::Result<Vec<(usize, T)>, DecodeError> {
+    let len = c.u64_le().map_err(short)?;
+    let start = c.position();
+    let count = c.varint().map_err(bad_varint)?;
+    if count > n_flows as u64 {
+        return Err(invalid(format!(
+            "{what} of {count} entries for {n_flows} flows"
+        )));
+    }
+    let mut out = Vec::with_capacity(count as usize);
+    let mut last: Option<usize> = None;
+    for _ in 0..count {
+        let i = c.varint().map_err(bad_varint)?;
+        if i >= n_flows as u64 || last.is_some_and(|l| i as usize <= l) {
+            return Err(invalid(format!("{what} entry for flow {i}")));
+        }
+        last = Some(i as usize);
+        out.push((i as usize, get(c)?));
+    }
+    if (c.position() - start) as u64 != len {
+        return Err(invalid(format!(
+            "{what} is {} bytes, its length says {len}",
+            c.position() - start
+        )));
+    }
+    Ok(out)
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -1119,29 +1190,129 @@ pub(super) fn get_names_section(
     c: &mut Reader<'_>,
     n_flows: usize,
 ) -> std::result::Result<Vec<(usize, capsule_names::FlowNames)>, DecodeError> {
-    let len = c.u64_le().map_err(short)?;
-    let start = c.position();
-    let count = c.varint().map_err(bad_varint)?;
-    if count > n_flows as u64 {
-        return Err(invalid(format!(
-            "names table of {count} entries for {n_flows} flows"
-        )));
-    }
-    let mut out = Vec::with_capacity(count as usize);
-    let mut last: Option<usize> = None;
-    for _ in 0..count {
-        let i = c.varint().map_err(bad_varint)?;
-        if i >= n_flows as u64 || last.is_some_and(|l| i as usize <= l) {
-            return Err(invalid(format!("names table entry for flow {i}")));
+    get_table(c, n_flows, "names table", get_names)
+}
+
+/// Writes the encapsulation table (index version 7, docs/format.md): its length in bytes
+/// (u64 LE), the number of entries (varint), then per flow that arrived in some
+/// encapsulation, ascending: its position in the flows section (varint) and its record.
+pub(super) fn put_encap_section<'a>(
+    body: &mut Vec<u8>,
+    encaps: impl Iterator<Item = Option<&'a FlowEncap>>,
+) {
+    let some = encaps.map(|e| e.filter(|e| e.dirs.iter().any(Option::is_some)));
+    put_table(body, some, put_encap);
+}
+
+/// Presence bits of an encapsulation record's direction.
+const ENC_OUTER: u8 = 1;
+const ENC_OUTER_V6: u8 = 2;
+const ENC_ID: u8 = 4;
+const ENC_MPLS: u8 = 8;
+const ENC_MIXED: u8 = 16;
+
+/// One flow's encapsulation record: a byte of directions present (bit 0: a -> b, bit 1:
+/// b -> a), then per direction present: kind (u8, 1..=7), bits (1 outer endpoints, 2 they
+/// are IPv6, 4 identifier, 8 MPLS label, 16 mixed), the outer source and destination (4 or
+/// 16 bytes each), the identifier (u32 LE), the label (varint), layers (u8), encapsulated
+/// packets (varint), outer DSCP mask (varint).
+fn put_encap(out: &mut Vec<u8>, e: &FlowEncap) {
+    out.push(u8::from(e.dirs[0].is_some()) | (u8::from(e.dirs[1].is_some()) << 1));
+    for d in e.dirs.iter().flatten() {
+        out.push(d.kind.number());
+        let v6 = matches!(d.outer, Some((IpAddr::V6(_), _) | (_, IpAddr::V6(_))));
+        let bits = if d.outer.is_some() { ENC_OUTER } else { 0 }
+            | if v6 { ENC_OUTER_V6 } else { 0 }
+            | if d.id.is_some() { ENC_ID } else { 0 }
+            | if d.mpls.is_some() { ENC_MPLS } else { 0 }
+            | if d.mixed { ENC_MIXED } else { 0 };
+        out.push(bits);
+        if let Some((s, t)) = d.outer {
+            for a in [s, t] {
+                match (a, v6) {
+                    (IpAddr::V4(v4), false) => out.extend_from_slice(&v4.octets()),
+                    (IpAddr::V4(v4), true) => out.extend_from_slice(&v4.to_ipv6_mapped().octets()),
+                    (IpAddr::V6(v6), _) => out.extend_from_slice(&v6.octets()),
+                }
+            }
         }
-        last = Some(i as usize);
-        out.push((i as usize, get_names(c)?));
+        if let Some(id) = d.id {
+            out.extend_from_slice(&id.to_le_bytes());
+        }
+        if let Some(l) = d.mpls {
+            put_varint(out, u64::from(l));
+        }
+        out.push(d.layers);
+        put_varint(out, d.packets);
+        put_varint(out, d.outer_dscp);
     }
-    if (c.position() - start) as u64 != len {
+}
+
+fn get_encap(c: &mut Reader<'_>) -> std::result::Result<FlowEncap, DecodeError> {
+    let present = c.u8().map_err(short)?;
+    if present == 0 || present > 3 {
         return Err(invalid(format!(
-            "names table is {} bytes, its length says {len}",
-            c.position() - start
+            "directions {present:#x} in the encapsulation table"
         )));
     }
-    Ok(out)
+    let mut e = FlowEncap::default();
+    for (d, slot) in e.dirs.iter_mut().enumerate() {
+        if present & (1 << d) == 0 {
+            continue;
+        }
+        let k = c.u8().map_err(short)?;
+        let kind = capsule_wire::EncapKind::from_number(k)
+            .ok_or_else(|| invalid(format!("encapsulation kind {k}")))?;
+        let bits = c.u8().map_err(short)?;
+        if bits >= 32 || (bits & ENC_OUTER_V6 != 0 && bits & ENC_OUTER == 0) {
+            return Err(invalid(format!("encapsulation bits {bits:#x}")));
+        }
+        let outer = if bits & ENC_OUTER != 0 {
+            let v = if bits & ENC_OUTER_V6 != 0 { 6 } else { 4 };
+            let mut addr = || -> std::result::Result<IpAddr, DecodeError> {
+                Ok(if v == 6 {
+                    IpAddr::V6(Ipv6Addr::from(c.array::<16>().map_err(short)?))
+                } else {
+                    IpAddr::V4(Ipv4Addr::from(c.array::<4>().map_err(short)?))
+                })
+            };
+            Some((addr()?, addr()?))
+        } else {
+            None
+        };
+        let id = if bits & ENC_ID != 0 {
+            Some(c.u32_le().map_err(short)?)
+        } else {
+            None
+        };
+        let mpls = if bits & ENC_MPLS != 0 {
+            let l = c.varint().map_err(bad_varint)?;
+            if l >= 1 << 20 {
+                return Err(invalid(format!("MPLS label {l}")));
+            }
+            Some(l as u32)
+        } else {
+            None
+        };
+        *slot = Some(EncapDir {
+            kind,
+            outer,
+            id,
+            mpls,
+            layers: c.u8().map_err(short)?,
+            packets: c.varint().map_err(bad_varint)?,
+            mixed: bits & ENC_MIXED != 0,
+            outer_dscp: c.varint().map_err(bad_varint)?,
+        });
+    }
+    Ok(e)
+}
+
+/// Reads the encapsulation table of a version 7 index whose flows section held `n_flows`
+/// flows: (flow position, encapsulations) per entry.
+pub(super) fn get_encap_section(
+    c: &mut Reader<'_>,
+    n_flows: usize,
+) -> std::result::Result<Vec<(usize, FlowEncap)>, DecodeError> {
+    get_table(c, n_flows, "encapsulation table", get_encap)
 }

@@ -24,8 +24,8 @@ use capsule_store::{fsx, Result, SegmentReader, StoreError};
 use capsule_wire::view::Reader;
 
 use super::file::{
-    bad_varint, get_flow, get_names_section, invalid, put_flow, put_names_section, put_varint,
-    short,
+    bad_varint, get_encap_section, get_flow, get_names_section, invalid, put_encap_section,
+    put_flow, put_names_section, put_varint, short,
 };
 use super::series::{get_series, put_series, BlockSeries};
 use super::{BlockDelta, BlockSummary, FlowKey, FlowRecord, SegmentIndex};
@@ -41,13 +41,16 @@ pub use capsule_store::segment::journal::{journal_name, FRAME_LEN, RECORD_MAGIC}
 /// segment's block table, read by the store's SegmentReader), and its body is stored as it
 /// is. Versions 2 (index version 3 flow records, without the cut-off's counters), 3 (no
 /// block table) and 4 (a zstd-compressed body) are still read.
-pub const JOURNAL_VERSION: u16 = 7;
+pub const JOURNAL_VERSION: u16 = 8;
 /// The first journal record version whose body ends with the block's millisecond series.
 pub const SERIES_JOURNAL_VERSION: u16 = 6;
 /// The first journal record version whose body ends, after the series, with the names
 /// table of the block's flows (what their payload taught so far, as the index's names
 /// table: docs/format.md).
 pub const NAMES_JOURNAL_VERSION: u16 = 7;
+/// The first journal record version whose body ends, after the names, with the
+/// encapsulation table of the block's flows (as the index's, version 7).
+pub const TUNNELS_JOURNAL_VERSION: u16 = 8;
 /// The first record version whose body is not compressed. Compressing a record's body (a
 /// few KiB: 2.6 KiB a 1 MiB block on the capture benchmark's traffic) with zstd level 1 cost
 /// 15 µs a block on the writer thread, 3.7% of a store-rung capture's CPU, to save 0.2% of
@@ -153,6 +156,7 @@ pub fn encode_record(
         delta.series.as_ref().unwrap_or(&BlockSeries::default()),
     );
     put_names_section(body, delta.flows.iter().map(|f| f.totals.names.as_deref()));
+    put_encap_section(body, delta.flows.iter().map(|f| f.totals.encap.as_deref()));
     framing::encode_record(JOURNAL_VERSION, seq, delta.block, meta, body, out);
 }
 
@@ -169,6 +173,8 @@ pub struct JournalRecord {
     /// The record's version keeps the names of its flows (7 and later): an open segment
     /// folded from records without them has no names for those blocks' flows.
     pub names: bool,
+    /// The record's version keeps the encapsulations of its flows (8 and later).
+    pub tunnels: bool,
 }
 
 /// What a journal holds: its whole records, and what could not be read.
@@ -330,6 +336,12 @@ fn decode_payload(
             flows[i].totals.names = Some(Box::new(n));
         }
     }
+    let tunnels = version >= TUNNELS_JOURNAL_VERSION;
+    if tunnels {
+        for (i, e) in get_encap_section(&mut c, flows.len())? {
+            flows[i].totals.encap = Some(Box::new(e));
+        }
+    }
     if c.position() != body.len() {
         return Err(invalid(format!(
             "{} bytes left over after the flows",
@@ -349,6 +361,7 @@ fn decode_payload(
             series,
         },
         names,
+        tunnels,
     }))
 }
 
@@ -419,6 +432,7 @@ fn fold_onto(
         flows: Vec::new(),
         series: Some(Vec::new()),
         named: true,
+        tunnels: true,
     });
     index.seq = seq;
     index.segment_len = segment_len;
@@ -441,6 +455,7 @@ fn fold_onto(
         };
         index.blocks[b] = r.delta.summary;
         index.named &= r.names;
+        index.tunnels &= r.tunnels;
         match (&mut index.series, &r.delta.series) {
             (Some(s), Some(one)) => s[b] = one.clone(),
             (s, _) => *s = None,
@@ -563,7 +578,7 @@ pub fn load_any(dir: &Path, seg: &SegmentReader) -> Result<Option<LiveIndex>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{arp, block, tcp4, A, B};
+    use super::super::tests::{arp, block, records_of, tcp4, vxlan, A, B};
     use super::*;
     use crate::sideindex::IndexBuilder;
 
@@ -759,12 +774,16 @@ mod tests {
         for (i, (_, p)) in framing::frames(bytes).records.into_iter().enumerate() {
             // Records before version 7 have no names, before version 6 no series either:
             // they end with the series, or with the flows.
+            // Records before version 8 have no encapsulations either.
             let mut tail = Vec::new();
             if version < SERIES_JOURNAL_VERSION {
                 put_series(&mut tail, records[i].delta.series.as_ref().unwrap());
             }
             let flows = &records[i].delta.flows;
-            put_names_section(&mut tail, flows.iter().map(|f| f.totals.names.as_deref()));
+            if version < NAMES_JOURNAL_VERSION {
+                put_names_section(&mut tail, flows.iter().map(|f| f.totals.names.as_deref()));
+            }
+            put_encap_section(&mut tail, flows.iter().map(|f| f.totals.encap.as_deref()));
             let p = &p[..p.len() - tail.len()];
             let placed = framing::placed(p).unwrap().unwrap();
             let end = if version >= framing::BLOCK_TABLE_VERSION {
@@ -788,6 +807,96 @@ mod tests {
             old.extend_from_slice(&q);
         }
         old
+    }
+
+    /// The encapsulation each flow direction arrived in is in each block's record, and the
+    /// fold of every prefix of the journal equals the index built from those blocks; the
+    /// capture path (the producer's records, the block read again only for a direction's
+    /// first encapsulated packet) builds the same index as dissecting every packet. A
+    /// direction whose packets arrived in two VNIs is mixed; one with a bare packet is not
+    /// whole.
+    #[test]
+    fn encapsulations_fold_to_the_sealed_index_on_both_paths() {
+        let (v1, v2) = ([192, 0, 2, 1], [192, 0, 2, 2]);
+        let ab = |seq: u32, n: usize| tcp4(None, A, B, 40000, 443, seq, 0x18, 1000, n, 0);
+        let ba = |seq: u32| tcp4(None, B, A, 443, 40000, seq, 0x10, 1000, 0, 0);
+        let mut b = vec![
+            block(
+                &[
+                    (S, vxlan(&ab(100, 10), v1, v2, 42, 10)),
+                    (S + 1, vxlan(&ba(900), v2, v1, 42, 0)),
+                    (S + 2, vxlan(&ab(110, 10), v1, v2, 42, 12)),
+                ],
+                true,
+            ),
+            block(
+                &[
+                    (2 * S, vxlan(&ab(120, 10), v1, v2, 42, 10)),
+                    (2 * S + 1, vxlan(&ba(901), v2, v1, 43, 0)),
+                    (
+                        2 * S + 2,
+                        tcp4(None, [10, 9, 9, 9], B, 5, 6, 1, 0x10, 9, 0, 0),
+                    ),
+                ],
+                false,
+            ),
+            block(&[(3 * S, ab(130, 10))], false),
+        ];
+        as_written(&mut b);
+        let (bytes, ends, sealed) = journal_of(&b);
+        assert!(sealed.tunnels);
+        for k in 1..=b.len() {
+            let live = fold(5, &metas(&b)[..k], 777, &parse(&bytes[..ends[k - 1]]));
+            let mut ix = IndexBuilder::new(5);
+            for (m, d) in &b[..k] {
+                ix.add_block(m, d);
+            }
+            assert_eq!(live.index, ix.finish(777), "the fold of {k} blocks");
+        }
+        let f = sealed
+            .flows
+            .iter()
+            .find(|f| f.key.ports == Some((40000, 443)))
+            .unwrap();
+        let e = f.totals.encap.as_deref().unwrap();
+        let d0 = e.dirs[0].unwrap();
+        let v = |a: [u8; 4]| std::net::IpAddr::from(a);
+        assert_eq!(
+            (d0.kind, d0.outer, d0.id, d0.mpls),
+            (
+                capsule_wire::EncapKind::Vxlan,
+                Some((v(v1), v(v2))),
+                Some(42),
+                None
+            )
+        );
+        assert_eq!((d0.packets, d0.mixed), (3, false));
+        assert_eq!(d0.outer_dscp, 1 << 10 | 1 << 12);
+        assert_eq!(f.totals.packets, [4, 2]);
+        assert!(!d0.is_whole(f.totals.packets[0]), "one packet came bare");
+        let d1 = e.dirs[1].unwrap();
+        assert_eq!((d1.outer, d1.id), (Some((v(v2), v(v1))), Some(42)));
+        assert_eq!((d1.packets, d1.mixed), (2, true), "VNI 42 then 43");
+        // The bare flow has none.
+        assert!(sealed
+            .flows
+            .iter()
+            .any(|f| f.key.ports == Some((6, 5)) && f.totals.encap.is_none()));
+        // The capture path: the same index from the producer's records.
+        let mut ix = IndexBuilder::new(5);
+        for (m, d) in &b {
+            ix.add_block_pieces(m, &[d], Some(&records_of(d)));
+        }
+        assert_eq!(ix.finish(777), sealed);
+        // Each record holds its block's share: the second block's has VNI 43 one way.
+        let r1 = &parse(&bytes).records[1].delta;
+        let f1 = r1.flows.iter().find(|f| f.key.ports == Some((40000, 443)));
+        assert_eq!(
+            f1.unwrap().totals.encap.as_deref().unwrap().dirs[1]
+                .unwrap()
+                .id,
+            Some(43)
+        );
     }
 
     /// What a flow's payload taught by a block is in that block's record: the fold of an
@@ -854,19 +963,21 @@ mod tests {
     /// same records: the version 3 blocks' headers are walked by the segment reader; an
     /// open segment folded from records without names says it has none.
     #[test]
-    fn records_of_versions_3_to_6_are_still_read() {
+    fn records_of_versions_3_to_7_are_still_read() {
         let b = blocks();
         let (bytes, _, sealed) = journal_of(&b);
         let now = parse(&bytes);
         assert!(now.notes.is_empty(), "{:?}", now.notes);
-        for version in [3, 4, 5, 6] {
-            // Records before version 7 have no names, before version 6 no series: the fold
-            // has none either.
+        for version in [3, 4, 5, 6, 7] {
+            // Records before version 8 have no encapsulations, before 7 no names, before
+            // version 6 no series: the fold has none either.
             let mut want = now.records.clone();
             let mut sealed_old = sealed.clone();
-            sealed_old.named = false;
+            sealed_old.named = version >= NAMES_JOURNAL_VERSION;
+            sealed_old.tunnels = false;
             for r in &mut want {
-                r.names = false;
+                r.names = version >= NAMES_JOURNAL_VERSION;
+                r.tunnels = false;
                 if version < SERIES_JOURNAL_VERSION {
                     r.delta.series = None;
                     sealed_old.series = None;

@@ -306,6 +306,142 @@ pub struct FlowTotals {
     /// The flow's application and names (capsule-names), when its payload told anything:
     /// index version 6's names table, boxed (most flows of a listing carry none).
     pub names: Option<Box<capsule_names::FlowNames>>,
+    /// The encapsulation the flow's packets arrived in (MPLS, PPPoE, GRE, ERSPAN, VXLAN,
+    /// Geneve, GTP-U), per direction, when some did: index version 7's encapsulation
+    /// table, boxed (most flows carry none).
+    pub encap: Option<Box<FlowEncap>>,
+}
+
+/// The encapsulations a flow's packets arrived in, per direction (0: a -> b).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FlowEncap {
+    /// The first encapsulation each direction's packets arrived in, in counting order;
+    /// `None`: no packet of that direction was encapsulated.
+    pub dirs: [Option<EncapDir>; 2],
+}
+
+/// One flow direction's encapsulation: the first its packets arrived in, how many of its
+/// packets arrived encapsulated, and whether any arrived in another one.
+///
+/// Whether every packet of the direction arrived in `first`'s encapsulation is
+/// `!mixed && packets == FlowTotals::packets[d]`; `packets < FlowTotals::packets[d]` means
+/// some arrived bare. Two records of one flow join exactly ([`EncapDir::absorb`]): the
+/// first stays, counts add, and a different first makes the join mixed, so the journal's
+/// fold, block by block, says what the sealed index says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncapDir {
+    pub kind: capsule_wire::EncapKind,
+    /// The outer IP packet's source and destination (absent for MPLS and PPPoE alone).
+    pub outer: Option<(IpAddr, IpAddr)>,
+    /// VXLAN / Geneve VNI, GRE key, ERSPAN session id, GTP-U TEID, or PPPoE session id.
+    pub id: Option<u32>,
+    /// The top label of the first MPLS label stack crossed.
+    pub mpls: Option<u32>,
+    /// Encapsulation layers the first packet was found in.
+    pub layers: u8,
+    /// Packets of the direction that arrived in any encapsulation.
+    pub packets: u64,
+    /// Some packet of the direction arrived in an encapsulation other than this one
+    /// (another kind, endpoints, identifier or label).
+    pub mixed: bool,
+    /// Bit n set: an encapsulated packet of the direction had outer DSCP n (its outer IP
+    /// packet's; MPLS and PPPoE alone have none).
+    pub outer_dscp: u64,
+}
+
+impl EncapDir {
+    /// The first packet's encapsulation, one packet counted.
+    pub fn of(e: &capsule_wire::Encap) -> Self {
+        EncapDir {
+            kind: e.kind,
+            outer: e.outer,
+            id: e.id,
+            mpls: e.mpls,
+            layers: e.layers,
+            packets: 1,
+            mixed: false,
+            outer_dscp: e.outer_dscp.map_or(0, |v| 1u64 << (v & 63)),
+        }
+    }
+
+    /// The identity packets are compared by ([`capsule_wire::encap_key`]).
+    pub fn key(&self) -> u32 {
+        capsule_wire::encap_key(self.kind, self.outer, self.id, self.mpls)
+    }
+
+    /// Adds a later record of the same flow direction.
+    pub fn absorb(&mut self, o: &EncapDir) {
+        self.mixed |= o.mixed || o.key() != self.key();
+        self.packets += o.packets;
+        self.outer_dscp |= o.outer_dscp;
+    }
+
+    /// Whether all of a direction's `packets` packets arrived in this one encapsulation.
+    pub fn is_whole(&self, packets: u64) -> bool {
+        !self.mixed && self.packets == packets
+    }
+}
+
+impl EncapDir {
+    /// The direction in words: kind, identifier, top MPLS label, outer endpoints
+    /// (`vxlan vni 42 192.0.2.1>192.0.2.2`).
+    pub fn describe(&self) -> String {
+        use capsule_wire::EncapKind as K;
+        let mut out = self.kind.name().to_string();
+        if let Some(id) = self.id {
+            let what = match self.kind {
+                K::Vxlan | K::Geneve => "vni",
+                K::Gre => "key",
+                K::Erspan | K::Pppoe => "session",
+                K::Gtpu => "teid",
+                K::Mpls => "id",
+            };
+            out.push_str(&format!(" {what} {id}"));
+        }
+        if let Some(l) = self.mpls {
+            out.push_str(&format!(" label {l}"));
+        }
+        if let Some((s, d)) = self.outer {
+            out.push_str(&format!(" {s}>{d}"));
+        }
+        out
+    }
+}
+
+impl FlowEncap {
+    /// The flow's encapsulation in words, for a flow of `packets` packets per direction:
+    /// a -> b's (`vxlan vni 42 192.0.2.1>192.0.2.2`), then b -> a's when it is not the same
+    /// tunnel with its endpoints swapped, `(mixed)` when a direction's packets arrived in
+    /// more than one encapsulation, `(partly)` when some arrived in none.
+    pub fn describe(&self, packets: [u64; 2]) -> String {
+        let same = |a: &EncapDir, b: &EncapDir| {
+            (a.kind, a.id, a.mpls, a.outer) == (b.kind, b.id, b.mpls, b.outer.map(|(s, d)| (d, s)))
+        };
+        let mut out = match &self.dirs {
+            [Some(a), Some(b)] if same(a, b) => a.describe(),
+            [Some(a), Some(b)] => format!("{}, {}", a.describe(), b.describe()),
+            [Some(a), None] | [None, Some(a)] => a.describe(),
+            [None, None] => String::new(),
+        };
+        let dirs = || self.dirs.iter().zip(packets);
+        if dirs().any(|(d, _)| d.is_some_and(|d| d.mixed)) {
+            out.push_str(" (mixed)");
+        } else if dirs().any(|(d, n)| d.map_or(n > 0, |d| d.packets < n)) {
+            out.push_str(" (partly)");
+        }
+        out
+    }
+
+    /// Adds a later record of the same flow.
+    pub fn absorb(&mut self, o: &FlowEncap) {
+        for d in 0..2 {
+            match (&mut self.dirs[d], &o.dirs[d]) {
+                (Some(a), Some(b)) => a.absorb(b),
+                (None, Some(b)) => self.dirs[d] = Some(*b),
+                _ => {}
+            }
+        }
+    }
 }
 
 impl FlowTotals {
@@ -367,6 +503,12 @@ impl FlowTotals {
             match &mut self.names {
                 Some(n) => n.absorb(on),
                 None => self.names = Some(on.clone()),
+            }
+        }
+        if let Some(oe) = &o.encap {
+            match &mut self.encap {
+                Some(e) => e.absorb(oe),
+                None => self.encap = Some(oe.clone()),
             }
         }
         for d in 0..2 {
@@ -717,6 +859,10 @@ pub struct SegmentIndex {
     /// its checkpoint and every journal record used do): without them, a name term of a
     /// filter cannot match this segment's flows.
     pub named: bool,
+    /// The index keeps its flows' encapsulations (version 7 and later; an open segment's
+    /// fold, when its checkpoint and every journal record used do): without them, a flow
+    /// without [`FlowTotals::encap`] may still have arrived in a tunnel.
+    pub tunnels: bool,
 }
 
 /// Per flow, the TCP state handed from one segment's build to the next (foldhash: the
@@ -847,6 +993,43 @@ pub(crate) mod tests {
         f.extend_from_slice(&[0, 0, 0, 0]);
         f.resize(f.len() + payload, 0xab);
         f
+    }
+
+    /// `frame` (an Ethernet frame) inside VXLAN `vni` over IPv4 from `src` to `dst` (outer
+    /// DSCP `dscp`), in an Ethernet frame.
+    pub(crate) fn vxlan(frame: &[u8], src: [u8; 4], dst: [u8; 4], vni: u32, dscp: u8) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 9, 0x02, 0, 0, 0, 0, 8, 0x08, 0x00];
+        let total = (20 + 8 + 8 + frame.len()) as u16;
+        f.extend_from_slice(&[0x45, dscp << 2]);
+        f.extend_from_slice(&total.to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&dst);
+        f.extend_from_slice(&49152u16.to_be_bytes());
+        f.extend_from_slice(&4789u16.to_be_bytes());
+        f.extend_from_slice(&((8 + 8 + frame.len()) as u16).to_be_bytes());
+        f.extend_from_slice(&[0, 0]);
+        f.extend_from_slice(&[0x08, 0, 0, 0]);
+        f.extend_from_slice(&(vni << 8).to_be_bytes());
+        f.extend_from_slice(frame);
+        f
+    }
+
+    /// The records the store's producer takes of `data`'s packets (a block's content).
+    pub(crate) fn records_of(data: &[u8]) -> Vec<capsule_store::indexer::Record> {
+        capsule_pcap::read::fragment_records(data)
+            .map_while(Result::ok)
+            .map(|(p, cut)| {
+                let d = capsule_wire::dissect(1, p.data);
+                capsule_store::indexer::Record::of(
+                    p.ts_ns,
+                    p.orig_len,
+                    p.data.len() as u32,
+                    cut,
+                    &d,
+                )
+            })
+            .collect()
     }
 
     pub(crate) fn arp() -> Vec<u8> {
@@ -1053,6 +1236,24 @@ pub(crate) mod tests {
                         dns_answers: vec![("a.example".into(), "2001:db8::1".parse().unwrap())],
                         ..Default::default()
                     })),
+                    encap: Some(Box::new(FlowEncap {
+                        dirs: [
+                            Some(EncapDir {
+                                kind: capsule_wire::EncapKind::Vxlan,
+                                outer: Some((
+                                    "2001:db8::a".parse().unwrap(),
+                                    "2001:db8::b".parse().unwrap(),
+                                )),
+                                id: Some(0x00ff_ffff),
+                                mpls: Some(0xfffff),
+                                layers: 2,
+                                packets: 1,
+                                mixed: true,
+                                outer_dscp: 1 << 63 | 1,
+                            }),
+                            None,
+                        ],
+                    })),
                 },
                 blocks: vec![0, 2],
                 buckets: vec![
@@ -1135,6 +1336,7 @@ pub(crate) mod tests {
                 series::BlockSeries::default(),
             ]),
             named: true,
+            tunnels: true,
         };
         let bytes = idx.encode();
         assert_eq!(SegmentIndex::decode(&bytes).unwrap(), idx);
@@ -1150,17 +1352,38 @@ pub(crate) mod tests {
         // Nor names (version 6's names table).
         old.flows[0].totals.names = None;
         old.named = false;
+        // Nor encapsulations (version 7's table).
+        old.flows[0].totals.encap = None;
+        old.tunnels = false;
         assert_eq!(SegmentIndex::decode(&v4).unwrap(), old);
         // An index without names is written as version 5, never as a version 6 claiming
         // its flows have none.
         let mut unnamed = idx.clone();
         unnamed.flows[0].totals.names = None;
         unnamed.named = false;
+        unnamed.flows[0].totals.encap = None;
+        unnamed.tunnels = false;
         let v5 = unnamed.encode();
         assert_eq!(u16::from_le_bytes([v5[8], v5[9]]), 5);
         assert_eq!(SegmentIndex::decode(&v5).unwrap(), unnamed);
         let counts = SegmentIndex::decode_counts(&v5, None).unwrap();
         assert!(!counts.named && SegmentIndex::decode_counts(&bytes, None).unwrap().named);
+        // Version 6 (names, no encapsulation table) still reads, as an index whose flows'
+        // encapsulations are not known; one without them is written as version 6.
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 7);
+        let mut untunnelled = idx.clone();
+        untunnelled.flows[0].totals.encap = None;
+        untunnelled.tunnels = false;
+        let v6 = untunnelled.encode();
+        assert_eq!(u16::from_le_bytes([v6[8], v6[9]]), 6);
+        assert_eq!(SegmentIndex::decode(&v6).unwrap(), untunnelled);
+        assert_eq!(
+            SegmentIndex::decode(&idx.encode_as(6)).unwrap(),
+            untunnelled
+        );
+        let counts = SegmentIndex::decode_counts(&bytes, None).unwrap();
+        assert!(counts.tunnels && counts.flows[0].totals.encap == idx.flows[0].totals.encap);
+        assert!(!SegmentIndex::decode_counts(&v6, None).unwrap().tunnels);
         assert_eq!(SegmentIndex::decode_series(&v4).unwrap().series, None);
         assert_eq!(old.encode(), v4);
         // Version 3 (before the cut-off) still reads: the same record, nothing cut.
@@ -1239,6 +1462,19 @@ pub(crate) mod tests {
         BuildHasherDefault::<std::hash::DefaultHasher>::default().hash_one(k)
     }
 
+    /// An [`EncapDir`] as the proptest draws it: kind number, outer endpoints (IPv6?, the
+    /// two addresses' bits), identifier, label, layers, packets, mixed, outer DSCP mask.
+    type EncapArgs = (
+        u8,
+        Option<(bool, u128, u128)>,
+        Option<u32>,
+        Option<u32>,
+        u8,
+        u64,
+        bool,
+        u64,
+    );
+
     proptest::proptest! {
         /// The packed `Hash` of a key agrees with `Eq` and tells apart keys that differ in
         /// any one field (an IPv4 address from its IPv4-mapped IPv6 form, a missing VLAN
@@ -1279,6 +1515,52 @@ pub(crate) mod tests {
                     .or_insert(*x);
             }
             proptest::prop_assert_eq!(dst, want.into_values().collect::<Vec<_>>());
+        }
+
+        /// Any encapsulation table round-trips, and any bytes read as one never panic.
+        #[test]
+        fn encap_table_round_trips_and_never_panics(
+            dirs in proptest::collection::vec(
+                proptest::option::of((
+                    1u8..=7, proptest::option::of((proptest::bool::ANY, proptest::num::u128::ANY, proptest::num::u128::ANY)),
+                    proptest::option::of(proptest::num::u32::ANY),
+                    proptest::option::of(0u32..1 << 20),
+                    proptest::num::u8::ANY, proptest::num::u64::ANY, proptest::bool::ANY,
+                    proptest::num::u64::ANY,
+                )),
+                2..=8,
+            ),
+            junk in proptest::collection::vec(proptest::num::u8::ANY, 0..200),
+        ) {
+            let dir = |d: &Option<EncapArgs>| {
+                d.map(|(k, outer, id, mpls, layers, packets, mixed, outer_dscp)| EncapDir {
+                    kind: capsule_wire::EncapKind::from_number(k).unwrap(),
+                    outer: outer.map(|(v6, s, t)| if v6 {
+                        (IpAddr::from(s.to_be_bytes()), IpAddr::from(t.to_be_bytes()))
+                    } else {
+                        (IpAddr::from((s as u32).to_be_bytes()), IpAddr::from((t as u32).to_be_bytes()))
+                    }),
+                    id, mpls, layers, packets, mixed, outer_dscp,
+                })
+            };
+            let encaps: Vec<Option<FlowEncap>> = dirs
+                .chunks(2)
+                .map(|c| Some(FlowEncap { dirs: [dir(&c[0]), c.get(1).and_then(dir)] }))
+                .map(|e| e.filter(|e| e.dirs.iter().any(Option::is_some)))
+                .collect();
+            let mut body = Vec::new();
+            file::put_encap_section(&mut body, encaps.iter().map(Option::as_ref));
+            let got = file::get_encap_section(&mut capsule_wire::view::Reader::new(&body), encaps.len()).unwrap();
+            let want: Vec<(usize, FlowEncap)> = encaps
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| e.clone().map(|e| (i, e)))
+                .collect();
+            proptest::prop_assert_eq!(got, want);
+            let _ = file::get_encap_section(&mut capsule_wire::view::Reader::new(&junk), 4);
+            let mut cut = body.clone();
+            cut.truncate(junk.len().min(body.len()));
+            let _ = file::get_encap_section(&mut capsule_wire::view::Reader::new(&cut), encaps.len());
         }
 
         #[test]

@@ -269,6 +269,12 @@ pub struct FlowSide {
     /// The union of the TCP flags of the side's packets (0 for other protocols): the flags
     /// of each packet are a subset of it.
     pub tcp_flags: u8,
+    /// The encapsulation every packet of the side arrived in, when that is known:
+    /// `Some(None)` none arrived encapsulated, `Some(Some(e))` all arrived in `e` (its kind,
+    /// outer endpoints, identifier and top label; its outer DSCP and layers are not looked
+    /// at); `None` unknown (an index that keeps no encapsulations, or a side whose packets
+    /// arrived in more than one), where `tunnel` and `mpls` terms are `Maybe`.
+    pub encap: Option<Option<capsule_wire::Encap>>,
 }
 
 impl FlowSide {
@@ -288,6 +294,7 @@ impl FlowSide {
                 capsule_wire::L4::Tcp(t) => t.flags,
                 _ => 0,
             },
+            encap: Some(d.encap),
         })
     }
 }
@@ -880,6 +887,26 @@ impl Expr {
         }
     }
 
+    /// True if the expression names a field the side index does not keep, encapsulation
+    /// terms aside (which it keeps per flow direction since index version 7).
+    fn beyond_index_but_encap(&self) -> bool {
+        match self {
+            Expr::Prim(Prim::Tunnel(_) | Prim::Mpls(_)) => false,
+            Expr::Prim(_) => self.beyond_index(),
+            Expr::Not(e) => e.beyond_index_but_encap(),
+            Expr::And(v) | Expr::Or(v) => v.iter().any(Expr::beyond_index_but_encap),
+        }
+    }
+
+    /// True if the expression has an encapsulation term (`tunnel`, `mpls`).
+    fn has_encap_terms(&self) -> bool {
+        match self {
+            Expr::Prim(p) => matches!(p, Prim::Tunnel(_) | Prim::Mpls(_)),
+            Expr::Not(e) => e.has_encap_terms(),
+            Expr::And(v) | Expr::Or(v) => v.iter().any(Expr::has_encap_terms),
+        }
+    }
+
     /// True if the expression has a byte offset (`ip[1] & 0xfc == 0xb8`).
     fn reads_bytes(&self) -> bool {
         match self {
@@ -1012,7 +1039,7 @@ struct View {
     vlans: [Option<u16>; capsule_wire::MAX_VLANS],
     /// A flow side's VLAN tags are its first two: a tag beyond them is unknown.
     vlans_partial: bool,
-    /// The packet's encapsulation; `None` for a flow side, where it is unknown.
+    /// The packet's encapsulation; for a flow side, [`FlowSide::encap`] (`None`: unknown).
     encap: Option<Option<capsule_wire::Encap>>,
     ip: Option<IpView>,
     /// The frame's own fields; `None` for a flow side, where they are unknown.
@@ -1209,6 +1236,17 @@ impl Filter {
         self.expr.as_ref().is_some_and(Expr::beyond_index)
     }
 
+    /// [`Filter::beyond_index`] but for its encapsulation terms (`tunnel`, `mpls`), which a
+    /// flow side decides when it knows its encapsulation ([`FlowSide::encap`]).
+    pub fn beyond_index_but_encap(&self) -> bool {
+        self.expr.as_ref().is_some_and(Expr::beyond_index_but_encap)
+    }
+
+    /// True if the filter has an encapsulation term (`tunnel`, `mpls`).
+    pub fn has_encap_terms(&self) -> bool {
+        self.expr.as_ref().is_some_and(Expr::has_encap_terms)
+    }
+
     /// The filter that matches every packet.
     pub fn all() -> Filter {
         Filter {
@@ -1299,7 +1337,7 @@ impl Filter {
         let mut view = View {
             vlans: [s.vlans[0], s.vlans[1], None],
             vlans_partial: true,
-            encap: None,
+            encap: s.encap,
             ip: Some(IpView {
                 version: s.ip_version,
                 proto: s.proto,
@@ -1669,9 +1707,14 @@ mod tests {
         ] {
             let parsed = Filter::parse(f).unwrap();
             assert_eq!(parsed.to_string(), f);
-            // The side index does not know a flow's encapsulation: planned as "maybe".
-            let side = FlowSide::from_dissected(&vx).unwrap();
+            // A side that knows its encapsulation is exact; one that does not (an index
+            // without them, a direction whose packets arrived in several) is "maybe".
+            let mut side = FlowSide::from_dissected(&vx).unwrap();
+            assert_eq!(parsed.matches_side(&side), Tri::from(m(f, &vx)), "{f}");
+            side.encap = None;
             assert_eq!(parsed.matches_side(&side), Tri::Maybe, "{f}");
+            assert!(parsed.beyond_index() && !parsed.beyond_index_but_encap());
+            assert!(parsed.has_encap_terms());
         }
         assert!(Filter::parse("tunnel vni x").is_err());
         assert!(Filter::parse("mpls 1048576").is_err());
@@ -1688,7 +1731,11 @@ mod tests {
             // A side keeps two VLAN tags: with both there, another id may be a third tag.
             let third_tag = side.vlans[1].is_some() && f.contains("vlan");
             if plan != Tri::Maybe
-                || !(filter.expr.as_ref().is_some_and(Expr::beyond_index) || third_tag)
+                || !(filter
+                    .expr
+                    .as_ref()
+                    .is_some_and(Expr::beyond_index_but_encap)
+                    || third_tag)
             {
                 assert_eq!(plan, Tri::from(r), "side of {f:?}");
             }
@@ -2037,6 +2084,7 @@ mod tests {
                 ports: Some((1000, 22)),
                 dscp_mask: 1 << 63,
                 tcp_flags: 0x02,
+                encap: Some(None),
             }
         );
         // An impossible DSCP (dissect never produces one) gives an empty set, not a panic.
@@ -2203,6 +2251,7 @@ mod name_terms {
                 ports: Some((40000, 443)),
                 dscp_mask: 1,
                 tcp_flags: 0,
+                encap: None,
             }),
             Tri::No
         );

@@ -323,7 +323,7 @@ fn check_planning(f: &Filter, d: &Dissected, extra_dscps: &[u8]) {
     };
     // What the side index does not keep (TCP flags, MACs, lengths) makes planning unsure:
     // then it is only sound.
-    if f.expr.as_ref().is_some_and(Expr::beyond_index) {
+    if f.expr.as_ref().is_some_and(Expr::beyond_index_but_encap) {
         // The generator pairs any protocol with any transport header; a "TCP" packet
         // without a TCP header has no flags to plan from.
         if side.proto == 6 && side.ports.is_some() && !matches!(d.l4, L4::Tcp(_)) {
