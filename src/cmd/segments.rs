@@ -40,17 +40,24 @@ fn print(answer: &segments::Answer, json: bool) -> Result<()> {
     crate::notes::warn_unreadable(&answer.unreadable, "");
     let mut out = std::io::stdout().lock();
     // Times to the second and sizes in SI units for people (--json has nanoseconds and
-    // bytes); the block count goes first when the terminal is narrow.
-    let mut table = Table::new(vec![
-        Column::right("seq", 9),
-        Column::left("state", 6),
-        Column::left("where", 5),
+    // bytes); the block count goes first when the terminal is narrow. Where a segment lives
+    // is shown when any lives in the object store (a store without a tier: all local).
+    let tiered = answer
+        .segments
+        .iter()
+        .any(|s| s.location.as_deref().is_some_and(|l| l != "local"));
+    let mut columns = vec![Column::right("seq", 9), Column::left("state", 6)];
+    if tiered {
+        columns.push(Column::left("where", 3));
+    }
+    columns.extend([
         Column::right("blocks", 2),
         Column::right("packets", 5),
         Column::right("size", 7),
         Column::left("first", 8),
         Column::left("last", 4),
     ]);
+    let mut table = Table::new(columns);
     let to_second = |ns: Option<u64>| {
         ns.map(|ns| {
             let t = capsule_query::format_instant(ns);
@@ -64,16 +71,18 @@ fn print(answer: &segments::Answer, json: bool) -> Result<()> {
             crate::output::with_times(&mut v);
             writeln!(out, "{v}")?;
         } else {
-            table.push(vec![
-                s.seq.to_string(),
-                s.state.clone(),
-                s.location.clone().unwrap_or_else(|| "-".into()),
+            let mut row = vec![s.seq.to_string(), s.state.clone()];
+            if tiered {
+                row.push(s.location.clone().unwrap_or_else(|| "-".into()));
+            }
+            row.extend([
                 s.blocks.to_string(),
                 s.packets.to_string(),
                 units::format_bytes(s.bytes),
                 to_second(s.first_ns),
                 to_second(s.last_ns),
             ]);
+            table.push(row);
         }
     }
     if !json {
