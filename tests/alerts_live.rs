@@ -523,27 +523,10 @@ fn an_idle_port_with_the_example_config_keeps_capturing() {
     );
 }
 
-/// A whole Ethernet/IPv4/UDP frame of `len` bytes (tcpreplay sends what is captured).
+/// A whole Ethernet/IPv4/UDP frame of `len` bytes (tcpreplay sends what is captured):
+/// `planted::udp`'s headers, from port 8000 to 9000, padded with zeros.
 fn udp_frame(src: [u8; 4], dst: [u8; 4], dscp: u8, len: usize) -> Vec<u8> {
-    let mut f = vec![2, 0, dst[0], dst[1], dst[2], dst[3]];
-    f.extend_from_slice(&[2, 0, src[0], src[1], src[2], src[3]]);
-    f.extend_from_slice(&[0x08, 0x00]);
-    let ip_len = (len - 14) as u16;
-    let mut ip = vec![0x45, dscp << 2];
-    ip.extend_from_slice(&ip_len.to_be_bytes());
-    ip.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
-    ip.extend_from_slice(&src);
-    ip.extend_from_slice(&dst);
-    let sum = ip
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum::<u32>();
-    let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&[0x1f, 0x40, 0x23, 0x28]);
-    f.extend_from_slice(&(ip_len - 20).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
+    let mut f = common::planted::udp(src, dst, dscp, (8000, 9000), len as u64);
     f.resize(len, 0);
     f
 }
