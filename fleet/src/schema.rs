@@ -52,47 +52,53 @@ impl Schema {
                 .join(",\n")
         };
         let day_of = |ns: &str| format!("toYYYYMMDD(toDateTime(intDiv({ns}, 1000000000)))");
+        // A table of published rows: the newest push of a row wins, partitioned by the day
+        // of `day_ns`, ordered by `order`.
+        let published = |table: &str, columns: &[(String, String)], day_ns: &str, order: &str| {
+            format!(
+                "CREATE TABLE IF NOT EXISTS {DATABASE}.{table} (\n{}\n) ENGINE = \
+                 ReplacingMergeTree(published_ns)\nPARTITION BY {}\nORDER BY {order}",
+                cols(columns),
+                day_of(day_ns),
+            )
+        };
         vec![
             format!("CREATE DATABASE IF NOT EXISTS {DATABASE}"),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {DATABASE}.flows (\n{}\n) ENGINE = \
-                 ReplacingMergeTree(published_ns)\nPARTITION BY {}\nORDER BY ({})",
-                cols(&crate::rows::flow_columns()),
-                day_of("first_ns"),
-                crate::rows::FLOW_KEY.join(", ")
+            published(
+                "flows",
+                &crate::rows::flow_columns(),
+                "first_ns",
+                &format!("({})", crate::rows::FLOW_KEY.join(", ")),
             ),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {DATABASE}.segments (\n{}\n) ENGINE = \
-                 ReplacingMergeTree(published_ns)\nPARTITION BY {}\nORDER BY (node, segment)",
-                cols(&crate::rows::segment_columns()),
-                day_of("first_ns"),
+            published(
+                "segments",
+                &crate::rows::segment_columns(),
+                "first_ns",
+                "(node, segment)",
             ),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {DATABASE}.minutes (\n{}\n) ENGINE = \
-                 ReplacingMergeTree(published_ns)\nPARTITION BY {}\n\
-                 ORDER BY (node, segment, minute, dscp, grp)",
-                cols(&crate::rows::minute_columns()),
-                day_of("minute * 60000000000"),
+            published(
+                "minutes",
+                &crate::rows::minute_columns(),
+                "minute * 60000000000",
+                "(node, segment, minute, dscp, grp)",
             ),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {DATABASE}.ms_bins (\n{}\n) ENGINE = \
-                 ReplacingMergeTree(published_ns)\nPARTITION BY {}\n\
-                 ORDER BY (node, segment, second)",
-                cols(&crate::series::bin_columns()),
-                day_of("second * 1000000000"),
+            published(
+                "ms_bins",
+                &crate::series::bin_columns(),
+                "second * 1000000000",
+                "(node, segment, second)",
             ),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {DATABASE}.ms_fanins (\n{}\n) ENGINE = \
-                 ReplacingMergeTree(published_ns)\nPARTITION BY {}\n\
-                 ORDER BY (node, segment, ms, dst, dst_v6)",
-                cols(&crate::series::fanin_columns()),
-                day_of("ms * 1000000"),
+            published(
+                "ms_fanins",
+                &crate::series::fanin_columns(),
+                "ms * 1000000",
+                "(node, segment, ms, dst, dst_v6)",
             ),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {DATABASE}.ms_segments (\n{}\n) ENGINE = \
-                 ReplacingMergeTree(published_ns)\nPARTITION BY {}\nORDER BY (node, segment)",
-                cols(&crate::series::segment_columns()),
-                day_of("first_ns"),
+            published(
+                "ms_segments",
+                &crate::series::segment_columns(),
+                "first_ns",
+                "(node, segment)",
             ),
             format!(
                 "CREATE TABLE IF NOT EXISTS {DATABASE}.nodes (\n{}\n) ENGINE = \

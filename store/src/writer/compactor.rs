@@ -575,6 +575,16 @@ mod tests {
         (pkts, comps)
     }
 
+    /// A new store holding `n` packets (`fill`, from 1 ms) at the store level, its writer
+    /// finished: the segments the compactions of a test work on.
+    fn stored(n: u64) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, _) = StoreWriter::open(dir.path(), cfg(Level::Store)).unwrap();
+        fill(&mut w, n, 1_000_000);
+        w.finish().unwrap();
+        dir
+    }
+
     /// Hands prepared compaction `p` to `w`'s writer thread: whether it was committed.
     fn commit(w: &StoreWriter, p: Prepared) -> bool {
         let (reply, rx) = bounded(1);
@@ -598,11 +608,8 @@ mod tests {
 
     #[test]
     fn retention_racing_the_compactor_never_brings_a_deleted_segment_back() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = stored(600);
         let root = dir.path();
-        let (mut w, _) = StoreWriter::open(root, cfg(Level::Store)).unwrap();
-        fill(&mut w, 600, 1_000_000);
-        w.finish().unwrap();
         let segs = Store::open(root).unwrap().segments_dir();
         let total = seg_bytes(root);
         let n = Store::open(root).unwrap().list().unwrap().len();
@@ -883,11 +890,8 @@ mod tests {
     /// a 64 MiB disk, 11.6 MiB below the free-space floor for as long as traffic lasted).
     #[test]
     fn a_paused_compaction_lets_go_of_a_segment_deleted_meanwhile() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = stored(800);
         let root = dir.path();
-        let (mut w, _) = StoreWriter::open(root, cfg(Level::Store)).unwrap();
-        fill(&mut w, 800, 1_000_000);
-        w.finish().unwrap();
         let (w, _) = StoreWriter::open(
             root,
             WriterConfig {
@@ -940,11 +944,8 @@ mod tests {
     /// renamed over; the others are compacted as before.
     #[test]
     fn a_segment_in_the_object_store_is_never_recompacted() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = stored(800);
         let root = dir.path();
-        let (mut w, _) = StoreWriter::open(root, cfg(Level::Store)).unwrap();
-        fill(&mut w, 800, 1_000_000);
-        w.finish().unwrap();
         let segs = root.join("segments");
         let sealed: Vec<(u64, std::path::PathBuf)> = Store::open(root)
             .unwrap()
@@ -986,11 +987,8 @@ mod tests {
 
     #[test]
     fn the_background_compactor_pauses_while_a_reader_is_behind_and_then_finishes() {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = stored(800);
         let root = dir.path();
-        let (mut w, _) = StoreWriter::open(root, cfg(Level::Store)).unwrap();
-        fill(&mut w, 800, 1_000_000);
-        w.finish().unwrap();
         let (before, comps) = contents(root);
         assert!(comps.iter().all(|c| *c == Compression::Stored));
         let n = Store::open(root).unwrap().list().unwrap().len() as u64;
