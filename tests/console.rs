@@ -365,6 +365,27 @@ where
     }
 }
 
+/// Clicks `e`, which loads a new page, and waits until that page has replaced this one:
+/// elements found before then may belong to the page being left and go stale under the
+/// reader (a StaleElementReference seen in CI right after a form submit).
+async fn follow(c: &Client, e: fantoccini::elements::Element) {
+    c.execute("window.__capsule_left = true", vec![])
+        .await
+        .unwrap();
+    e.click().await.unwrap();
+    until(20, "the next page", || async {
+        c.execute(
+            "return window.__capsule_left === undefined && document.readyState === 'complete'",
+            vec![],
+        )
+        .await
+        .ok()?
+        .as_bool()
+        .filter(|b| *b)
+    })
+    .await;
+}
+
 /// The attribute `name` of the element `id`, if both are there.
 async fn attr(c: &Client, id: &str, name: &str) -> Option<String> {
     let e = c
@@ -458,7 +479,7 @@ fn tools_or_skip() -> Option<(PathBuf, PathBuf)> {
 /// Signs in with `token` from the sign-in page the browser is on.
 async fn sign_in(c: &Client, token: &str) {
     fill(c, "login-token", token).await;
-    testid(c, "login-submit").await.click().await.unwrap();
+    follow(c, testid(c, "login-submit").await).await;
 }
 
 /// The packets and captured bytes `capsule query --count` gives for `args`.
@@ -637,7 +658,7 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
         fill(&c, "from-input", FROM).await;
         fill(&c, "to-input", TO).await;
         fill(&c, "filter-input", FILTER).await;
-        testid(&c, "filter-submit").await.click().await.unwrap();
+        follow(&c, testid(&c, "filter-submit").await).await;
         let got = rows(&c).await;
         assert_eq!(got.len(), flows.len(), "{got:#?}");
         for (row, f) in got.iter().zip(&flows) {
@@ -696,7 +717,7 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
         collect(&c, &driver, &session, &mut seen, &mut log).await;
 
         // Sorting by start puts the earliest first.
-        testid(&c, "sort-start").await.click().await.unwrap();
+        follow(&c, testid(&c, "sort-start").await).await;
         let by_start = rows(&c).await;
         let first = flows.iter().min_by_key(|f| f["first_ns"].as_u64()).unwrap();
         assert!(
@@ -706,7 +727,7 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
 
         // A bad filter: the CLI's message, its caret under the same column.
         fill(&c, "filter-input", BAD_FILTER).await;
-        testid(&c, "filter-submit").await.click().await.unwrap();
+        follow(&c, testid(&c, "filter-submit").await).await;
         let shown = testid(&c, "filter-error").await.text().await.unwrap();
         let caret = |t: &str| {
             let l = t.lines().find(|l| l.contains('^')).expect("a caret line");
@@ -799,7 +820,7 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
             "the window's fields show RFC 3339 times"
         );
         shot(&c, "timeline-selected").await;
-        testid(&c, "timeline-sessions").await.click().await.unwrap();
+        follow(&c, testid(&c, "timeline-sessions").await).await;
         testid(&c, "view-sessions").await;
         let text = testid(&c, "view-sessions").await.text().await.unwrap();
         let cli = |args: &[&str]| {
@@ -836,7 +857,7 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
             shot_of(&c, &format!("analytics-{part}"), &format!("analytics-{part}")).await;
         }
         collect(&c, &driver, &session, &mut seen, &mut log).await;
-        testid(&c, "top-key-src").await.click().await.unwrap();
+        follow(&c, testid(&c, "top-key-src").await).await;
         let first = c
             .find(Locator::Css("[data-testid=\"top-table\"] tbody tr"))
             .await
@@ -879,12 +900,11 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
         assert!(fetched(&c, &ev).await == evidence, "the evidence of {ev}");
 
         // The status view, which reloads itself.
-        c.find(Locator::Css("header nav a[href^=\"/status\"]"))
-            .await
-            .unwrap()
-            .click()
+        let status = c
+            .find(Locator::Css("header nav a[href^=\"/status\"]"))
             .await
             .unwrap();
+        follow(&c, status).await;
         let st = testid(&c, "view-status").await.text().await.unwrap();
         assert!(
             st.contains("Retention horizon") && st.contains("Newest packet (freshness)"),
@@ -899,7 +919,7 @@ fn the_console_in_a_browser_finds_the_rogue_senders_and_downloads_what_query_doe
         collect(&c, &driver, &session, &mut seen, &mut log).await;
 
         // Sign-out ends the session: the views ask for sign-in again.
-        testid(&c, "logout-submit").await.click().await.unwrap();
+        follow(&c, testid(&c, "logout-submit").await).await;
         testid(&c, "login-token").await;
         c.goto(&s.url("/sessions")).await.unwrap();
         assert!(here(&c).await.starts_with("/login"), "{}", here(&c).await);
