@@ -211,6 +211,23 @@ impl Tracker {
         self.done
     }
 
+    /// How many more payloads sent in direction `dir` can change anything: none once done;
+    /// the rest of this direction's [`MAX_PACKETS`]; once those are spent, one while the
+    /// other direction's are spent too (it ends the inspection), else none (such a packet
+    /// is dropped by [`Tracker::observe`] unread). A bulk flow whose other direction carries
+    /// only acknowledgements is never done; the indexer asks this before it reads a packet
+    /// again, so such a flow costs nothing after its first packets.
+    pub fn room(&self, dir: usize) -> u32 {
+        let dir = dir & 1;
+        if self.done {
+            0
+        } else if self.sides[dir].packets < MAX_PACKETS {
+            MAX_PACKETS - self.sides[dir].packets
+        } else {
+            u32::from(self.sides[1 - dir].packets >= MAX_PACKETS)
+        }
+    }
+
     /// What was learned so far: every field final once set (later packets only fill
     /// fields still empty and extend lists), so two snapshots of one flow's inspection,
     /// joined with [`FlowNames::absorb`], give the later one.
@@ -518,6 +535,30 @@ mod tests {
         t.observe(0, Some(1), 443, &rec[..100]); // retransmission
         t.observe(0, Some(101), 443, &rec[100..]);
         assert_eq!(t.names().sni.as_deref(), Some("a.example"));
+    }
+
+    #[test]
+    fn room_says_what_observe_would_still_read() {
+        // One direction of unknown bytes, the other silent (a bulk transfer and its
+        // acknowledgements): room shrinks to none and stays there though never done.
+        let mut t = Tracker::default();
+        assert_eq!((t.room(0), t.room(1)), (MAX_PACKETS, MAX_PACKETS));
+        for k in 0..MAX_PACKETS {
+            t.observe(0, Some(1 + k * 100), 5001, &[0xab; 100]);
+        }
+        assert!(!t.done());
+        assert_eq!((t.room(0), t.room(1)), (0, MAX_PACKETS));
+        let before = t.clone();
+        t.observe(0, Some(1 + MAX_PACKETS * 100), 5001, &[0xab; 100]);
+        assert_eq!(
+            format!("{t:?}"),
+            format!("{before:?}"),
+            "a packet without room is not read"
+        );
+        // The other side's first bytes are no better known: nothing more to learn.
+        t.observe(1, Some(1), 40000, &[0xcd; 100]);
+        assert!(t.done());
+        assert_eq!((t.room(0), t.room(1)), (0, 0));
     }
 
     #[test]
