@@ -185,6 +185,39 @@ def main():
             print(f"top: fleet {fleet_top * 1000:.1f} ms, one store {one_top * 1000:.1f} ms, "
                   f"ratio {fleet_top / one_top:.2f} (goal < 1.5)")
 
+            # Where the fleet top's time goes: process start, and each question it asks
+            # ClickHouse (curl, the same SQL and format; a `SELECT 1` is curl's own cost).
+            def ch_ms(sql):
+                return timed(["curl", "-sf", "-o", "/dev/null", "--data-binary", sql, url],
+                             a.runs)[0] * 1000
+            cols = run(["curl", "-sf", "--data-binary",
+                        "SELECT name FROM system.columns WHERE database = 'capsule' AND "
+                        "table = 'flows' FORMAT TabSeparated", url], text=True).stdout.split()
+            flows_sql = (f"SELECT {', '.join(cols)} FROM capsule.flows FINAL WHERE last_ns >= 0 "
+                         f"AND first_ns < 18446744073709551615 ORDER BY node, segment "
+                         f"FORMAT RowBinary")
+            base = ch_ms("SELECT 1")
+            parts_ms = {
+                "process start (capsule --version)": timed([capsule, "--version"], a.runs)[0] * 1000,
+                "curl + HTTP round trip (SELECT 1)": base,
+                "tables check (system.tables, system.columns)": ch_ms(
+                    "SELECT (SELECT count() FROM system.tables WHERE database = 'capsule'), "
+                    "(SELECT count() FROM system.columns WHERE database = 'capsule' AND "
+                    "table = 'segments' AND name = 'location') FORMAT TabSeparated") - base,
+                "flow rows, FINAL, RowBinary": ch_ms(flows_sql) - base,
+                "flow rows, no FINAL, RowBinary": ch_ms(flows_sql.replace(" FINAL", "")) - base,
+                "span (segments FINAL)": ch_ms(
+                    "SELECT count(), min(first_ns), max(last_ns) FROM capsule.segments FINAL "
+                    "WHERE flows > 0 FORMAT RowBinary") - base,
+                "registry (nodes FINAL)": ch_ms(
+                    "SELECT * FROM capsule.nodes FINAL ORDER BY node FORMAT RowBinary") - base,
+            }
+            rows = run(["curl", "-sf", "--data-binary", "SELECT count() FROM capsule.flows",
+                        url], text=True).stdout.strip()
+            print(f"top --fleet breakdown (median of {a.runs}; the catalog holds {rows} flow rows):")
+            for k, v in parts_ms.items():
+                print(f"  {k}: {v:.1f} ms")
+
             # 2. query's first byte against the slowest node's own first byte.
             fleet_fb, node_fb, fleet_end = [], [], []
             for _ in range(a.runs):
