@@ -186,34 +186,51 @@ def main():
                   f"ratio {fleet_top / one_top:.2f} (goal < 1.5)")
 
             # Where the fleet top's time goes: process start, and each question it asks
-            # ClickHouse (curl, the same SQL and format; a `SELECT 1` is curl's own cost).
+            # ClickHouse, timed over one kept-alive HTTP connection (the server's time plus
+            # loopback, no client start).
+            import http.client, urllib.parse
+            hp = urllib.parse.urlparse(url)
+            conn = http.client.HTTPConnection(hp.hostname, hp.port, timeout=30)
+
+            def post(sql):
+                conn.request("POST", "/", body=sql.encode())
+                r = conn.getresponse()
+                body = r.read()
+                if r.status != 200:
+                    sys.exit(f"ClickHouse refused {sql[:80]}: {body[:300]!r}")
+                return body
+
             def ch_ms(sql):
-                return timed(["curl", "-sf", "-o", "/dev/null", "--data-binary", sql, url],
-                             a.runs)[0] * 1000
-            cols = run(["curl", "-sf", "--data-binary",
-                        "SELECT name FROM system.columns WHERE database = 'capsule' AND "
-                        "table = 'flows' FORMAT TabSeparated", url], text=True).stdout.split()
+                post(sql)
+                ts = []
+                for _ in range(a.runs):
+                    t = time.perf_counter()
+                    post(sql)
+                    ts.append(time.perf_counter() - t)
+                return statistics.median(ts) * 1000
+
+            cols = post("SELECT name FROM system.columns WHERE database = 'capsule' AND "
+                        "table = 'flows' FORMAT TabSeparated").decode().split()
             flows_sql = (f"SELECT {', '.join(cols)} FROM capsule.flows FINAL WHERE last_ns >= 0 "
                          f"AND first_ns < 18446744073709551615 ORDER BY node, segment "
                          f"FORMAT RowBinary")
-            base = ch_ms("SELECT 1")
             parts_ms = {
                 "process start (capsule --version)": timed([capsule, "--version"], a.runs)[0] * 1000,
-                "curl + HTTP round trip (SELECT 1)": base,
+                "SELECT 1": ch_ms("SELECT 1"),
                 "tables check (system.tables, system.columns)": ch_ms(
                     "SELECT (SELECT count() FROM system.tables WHERE database = 'capsule'), "
                     "(SELECT count() FROM system.columns WHERE database = 'capsule' AND "
-                    "table = 'segments' AND name = 'location') FORMAT TabSeparated") - base,
-                "flow rows, FINAL, RowBinary": ch_ms(flows_sql) - base,
-                "flow rows, no FINAL, RowBinary": ch_ms(flows_sql.replace(" FINAL", "")) - base,
+                    "table = 'segments' AND name = 'location') FORMAT TabSeparated"),
+                "flow rows, FINAL, RowBinary": ch_ms(flows_sql),
+                "flow rows, no FINAL, RowBinary": ch_ms(flows_sql.replace(" FINAL", "")),
                 "span (segments FINAL)": ch_ms(
                     "SELECT count(), min(first_ns), max(last_ns) FROM capsule.segments FINAL "
-                    "WHERE flows > 0 FORMAT RowBinary") - base,
+                    "WHERE flows > 0 FORMAT RowBinary"),
                 "registry (nodes FINAL)": ch_ms(
-                    "SELECT * FROM capsule.nodes FINAL ORDER BY node FORMAT RowBinary") - base,
+                    "SELECT * FROM capsule.nodes FINAL ORDER BY node FORMAT RowBinary"),
             }
-            rows = run(["curl", "-sf", "--data-binary", "SELECT count() FROM capsule.flows",
-                        url], text=True).stdout.strip()
+            rows = post("SELECT count() FROM capsule.flows").decode().strip()
+            conn.close()
             print(f"top --fleet breakdown (median of {a.runs}; the catalog holds {rows} flow rows):")
             for k, v in parts_ms.items():
                 print(f"  {k}: {v:.1f} ms")

@@ -18,7 +18,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::clickhouse::{free_port, ClickHouse};
@@ -990,4 +990,50 @@ fn bursts_and_millisecond_alerts_over_three_nodes_equal_the_one_store() {
     }
     compare(asks[0]);
     ch.stop();
+}
+
+/// A catalog an earlier release made (`segments` without `location`, no other table yet):
+/// a fleet question is refused by it, makes the missing tables and column, and answers; the
+/// old row reads as `local`; a publish then inserts rows with their location.
+#[test]
+fn a_catalog_of_an_earlier_release_gets_the_location_column_at_the_first_question() {
+    let d = tempfile::tempdir().unwrap();
+    let ch = ClickHouse::start(&d.path().join("ch"));
+    for sql in [
+        "CREATE DATABASE capsule".to_string(),
+        "CREATE TABLE capsule.segments (node String, segment UInt64, segment_len UInt64, \
+         published_ns UInt64, first_ns UInt64, last_ns UInt64, flows UInt64, packets UInt64, \
+         bytes UInt64, path String) ENGINE = ReplacingMergeTree(published_ns) PARTITION BY \
+         toYYYYMMDD(toDateTime(intDiv(first_ns, 1000000000))) ORDER BY (node, segment)"
+            .to_string(),
+        "INSERT INTO capsule.segments VALUES ('old', 1, 100, 1, 1796004000000000000, \
+         1796004001000000000, 2, 3, 400, '/old/seg')"
+            .to_string(),
+    ] {
+        ch.sql(&sql).unwrap_or_else(|| panic!("ClickHouse refused {sql}"));
+    }
+    let config = node_config(d.path(), "edge", &ch.url());
+    let out = run_ok(capsule().args(["fleet", "nodes", "--config", p(&config), "--json"]));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["nodes"].as_array().map(Vec::len), Some(0), "{v}");
+    assert_eq!(
+        ch.sql("SELECT location FROM capsule.segments FINAL WHERE node = 'old'"),
+        Some("local".to_string())
+    );
+    let pcap = d.path().join("in.pcap");
+    synth(&pcap, &d.path().join("truth.json"), 5, "1s", "10M", None);
+    let store = d.path().join("store");
+    import_ok(&store, &["--segment-size", "1M"], &[p(&pcap)]);
+    let (code, doc, err) = publish(&store, &config);
+    assert_eq!(code, 0, "{doc} {err}");
+    let n = segments(&store).len() as u64;
+    assert_eq!(
+        ch.number(
+            "SELECT count() FROM capsule.segments FINAL WHERE node = 'edge' AND \
+             location = 'local'"
+        ),
+        n
+    );
+    let out = run_ok(capsule().args(["top", "--fleet", "--config", p(&config), "--json"]));
+    assert!(!out.stdout.is_empty());
 }

@@ -44,7 +44,7 @@ pub struct Plan {
 
 /// Every flow row of the catalog at `ch` that overlaps `query`'s window, by node and
 /// segment (the rows' filter is applied by the caller, with the side index's own code).
-/// The caller made sure the tables exist (`Schema::ensure`).
+/// The caller asks through [`crate::schema::with_tables`].
 pub(crate) fn flow_rows(
     ch: &ClickHouse,
     query: &Query,
@@ -69,8 +69,21 @@ pub(crate) fn flow_rows(
 pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Plan, FleetError> {
     let (from, to) = query.window();
     let mut by_segment: BTreeMap<(String, u64), Vec<_>> = BTreeMap::new();
-    crate::schema::Schema::ensure(ch)?;
-    for (origin, counts) in flow_rows(ch, query)? {
+    // The three questions at once (the plan waits for the slowest, not the sum); the
+    // tables checked only if one is refused.
+    let (rows, spans, registry) = crate::schema::with_tables(ch, || {
+        std::thread::scope(|s| {
+            let rows = s.spawn(|| flow_rows(ch, query));
+            let spans = s.spawn(|| segment_spans(ch, from, to));
+            let registry = s.spawn(|| crate::nodes::registry(ch));
+            Ok((
+                crate::ask::joined(rows)?,
+                crate::ask::joined(spans)?,
+                crate::ask::joined(registry)?,
+            ))
+        })
+    })?;
+    for (origin, counts) in rows {
         if only.is_some_and(|o| !o.contains(&origin.node.as_str())) {
             continue;
         }
@@ -86,8 +99,6 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
         })
         .map(|(k, _)| k)
         .collect();
-    let spans = segment_spans(ch, from, to)?;
-    let registry = crate::nodes::registry(ch)?;
     let mut nodes: BTreeMap<String, NodePlan> = BTreeMap::new();
     for (node, seg) in candidates {
         let Some(&(a, z)) = spans.get(&(node.clone(), seg)) else {

@@ -160,6 +160,23 @@ impl Schema {
     }
 }
 
+/// Runs `ask` (questions that read the tables) without checking the tables first; when
+/// ClickHouse refuses it (a catalog no node published to yet, or one an earlier release
+/// made, misses a table or a column), makes them ([`Schema::ensure`]) and asks once more.
+/// A question over a current catalog costs no round trip for the check.
+pub fn with_tables<T>(
+    ch: &ClickHouse,
+    ask: impl Fn() -> Result<T, FleetError>,
+) -> Result<T, FleetError> {
+    match ask() {
+        Err(FleetError::Server { .. }) => {
+            Schema::ensure(ch)?;
+            ask()
+        }
+        other => other,
+    }
+}
+
 /// The columns added to a table after its first release, with their type and default (what
 /// a row published before them reads as): each is the table's last column.
 const ADDED: [(&str, &str, &str); 1] = [("segments", "location", "String DEFAULT 'local'")];
