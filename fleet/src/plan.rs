@@ -45,12 +45,28 @@ pub struct Plan {
 /// Every flow row of the catalog at `ch` that overlaps `query`'s window, by node and
 /// segment (the rows' filter is applied by the caller, with the side index's own code).
 /// The caller asks through [`crate::schema::with_tables`].
+///
+/// Without `keep_buckets` (the answer keeps no per-second series), a flow wholly inside the
+/// window comes without its 1-second buckets (empty arrays): the merge drops them for such
+/// a flow (`capsule_index::flows::merge_counts`), and they are most of a long flow's row, so
+/// ClickHouse need not send them nor the asker decode them. A flow the window cuts keeps
+/// them (they estimate its share of the window).
 pub(crate) fn flow_rows(
     ch: &ClickHouse,
     query: &Query,
+    keep_buckets: bool,
 ) -> Result<Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)>, FleetError> {
     let (from, to) = query.window();
-    let cols: Vec<String> = rows::flow_columns().into_iter().map(|(n, _)| n).collect();
+    let cols: Vec<String> = rows::flow_columns()
+        .into_iter()
+        .map(|(n, _)| {
+            if keep_buckets || !n.starts_with("bucket_") {
+                n
+            } else {
+                format!("arrayFilter(x -> NOT (first_ns >= {from} AND last_ns < {to}), {n})")
+            }
+        })
+        .collect();
     let bytes = ch.execute(&format!(
         "SELECT {} FROM {DATABASE}.flows FINAL WHERE last_ns >= {from} AND first_ns < {to} \
          ORDER BY node, segment FORMAT RowBinary",
@@ -73,7 +89,7 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
     // tables checked only if one is refused.
     let (rows, spans, registry) = crate::schema::with_tables(ch, || {
         std::thread::scope(|s| {
-            let rows = s.spawn(|| flow_rows(ch, query));
+            let rows = s.spawn(|| flow_rows(ch, query, false));
             let spans = s.spawn(|| segment_spans(ch, from, to));
             let registry = s.spawn(|| crate::nodes::registry(ch));
             Ok((
