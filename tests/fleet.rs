@@ -1010,7 +1010,8 @@ fn a_catalog_of_an_earlier_release_gets_the_location_column_at_the_first_questio
          1796004001000000000, 2, 3, 400, '/old/seg')"
             .to_string(),
     ] {
-        ch.sql(&sql).unwrap_or_else(|| panic!("ClickHouse refused {sql}"));
+        ch.sql(&sql)
+            .unwrap_or_else(|| panic!("ClickHouse refused {sql}"));
     }
     let config = node_config(d.path(), "edge", &ch.url());
     let out = run_ok(capsule().args(["fleet", "nodes", "--config", p(&config), "--json"]));

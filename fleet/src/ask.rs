@@ -65,8 +65,7 @@ pub fn answer(
     // (and the tables are checked only if one is refused).
     let asked = crate::schema::with_tables(ch, || {
         std::thread::scope(|s| {
-            let records =
-                s.spawn(|| crate::plan::flow_rows(ch, &req.query, question.buckets()));
+            let records = s.spawn(|| crate::plan::flow_rows(ch, &req.query, question.buckets()));
             let held = s.spawn(|| held(ch));
             let registry = s.spawn(|| crate::nodes::registry(ch));
             let listing = series.then(|| s.spawn(|| crate::series::listing(ch, from, to)));
@@ -136,7 +135,9 @@ pub fn answer(
 }
 
 /// What a thread asking ClickHouse returned (a thread that panicked is an error).
-pub(crate) fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T, FleetError>>) -> Result<T, FleetError> {
+pub(crate) fn joined<T>(
+    h: std::thread::ScopedJoinHandle<'_, Result<T, FleetError>>,
+) -> Result<T, FleetError> {
     h.join().unwrap_or_else(|_| {
         Err(FleetError::Decode {
             what: "a question to ClickHouse".into(),
