@@ -1026,6 +1026,32 @@ fn the_fleet_catalog_says_where_each_segment_lives_and_follows_it_into_the_objec
     let count = |w: &str| now.iter().filter(|(_, l)| l == w).count() as u64;
     assert_eq!(n["tiered_segments"].as_u64(), Some(count("tiered")), "{v}");
     assert_eq!(n["both_segments"].as_u64(), Some(count("both")), "{v}");
+    // A fleet packet plan names the candidates the node reads from its object store.
+    let out = run_ok(capsule().args([
+        "query",
+        "--fleet",
+        "--config",
+        p(&fleet_only),
+        "--explain",
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let plan = &v["nodes"][0];
+    let listed = |k: &str| -> Vec<u64> {
+        plan[k]
+            .as_array()
+            .unwrap_or_else(|| panic!("{k} in {v}"))
+            .iter()
+            .map(|s| s.as_u64().unwrap())
+            .collect()
+    };
+    let tiered: Vec<u64> = now
+        .iter()
+        .filter(|(s, l)| l == "tiered" && listed("segments").contains(s))
+        .map(|(s, _)| *s)
+        .collect();
+    assert!(!tiered.is_empty(), "{v}");
+    assert_eq!(listed("tiered"), tiered, "{v}");
     let rows = ch.number("SELECT count() FROM capsule.segments");
     let out = run_ok(capsule().args([
         "fleet",

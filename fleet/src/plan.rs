@@ -26,6 +26,9 @@ pub struct NodePlan {
     pub advertise: String,
     /// The candidate segments, ascending.
     pub segments: Vec<u64>,
+    /// Of them, those the node's last publish said live only in its object store
+    /// (`location` `tiered`): the node reads their blocks by range GETs.
+    pub tiered: Vec<u64>,
     /// The window to ask: the question's window cut to the candidate segments' span.
     pub from_ns: u64,
     /// Exclusive.
@@ -117,7 +120,7 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
         .collect();
     let mut nodes: BTreeMap<String, NodePlan> = BTreeMap::new();
     for (node, seg) in candidates {
-        let Some(&(a, z)) = spans.get(&(node.clone(), seg)) else {
+        let Some(&(a, z, tiered)) = spans.get(&(node.clone(), seg)) else {
             continue;
         };
         let advertise = registry
@@ -129,10 +132,14 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
             node,
             advertise,
             segments: Vec::new(),
+            tiered: Vec::new(),
             from_ns: u64::MAX,
             to_ns: 0,
         });
         p.segments.push(seg);
+        if tiered {
+            p.tiered.push(seg);
+        }
         p.from_ns = p.from_ns.min(a.max(from));
         p.to_ns = p.to_ns.max(z.saturating_add(1).min(to));
     }
@@ -146,13 +153,15 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
     })
 }
 
-/// (node, segment) to its first and last packet time.
-type Spans = BTreeMap<(String, u64), (u64, u64)>;
+/// (node, segment) to its first and last packet time, and whether it lives only in the
+/// node's object store.
+type Spans = BTreeMap<(String, u64), (u64, u64, bool)>;
 
 /// The first and last packet time of each segment of the ledger that reaches `[from, to)`.
 fn segment_spans(ch: &ClickHouse, from: u64, to: u64) -> Result<Spans, FleetError> {
     let b = ch.execute(&format!(
-        "SELECT node, segment, first_ns, last_ns FROM {DATABASE}.segments FINAL \
+        "SELECT node, segment, first_ns, last_ns, location = 'tiered' FROM \
+         {DATABASE}.segments FINAL \
          WHERE last_ns >= {from} AND first_ns < {to} FORMAT RowBinary"
     ))?;
     let what = format!("the segment ledger ClickHouse at {} gave", ch.url());
@@ -161,8 +170,8 @@ fn segment_spans(ch: &ClickHouse, from: u64, to: u64) -> Result<Spans, FleetErro
     while !r.is_empty() {
         let node = r.string()?;
         let seg = r.u64()?;
-        let (a, z) = (r.u64()?, r.u64()?);
-        out.insert((node, seg), (a, z));
+        let (a, z, tiered) = (r.u64()?, r.u64()?, r.u8()? != 0);
+        out.insert((node, seg), (a, z, tiered));
     }
     Ok(out)
 }

@@ -255,8 +255,13 @@ pub fn query(a: &crate::cli::QueryArgs) -> Result<ExitCode> {
             }));
         } else {
             for n in &plan.nodes {
+                let tiered = if n.tiered.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (in its object store only: {:?})", n.tiered)
+                };
                 println!(
-                    "node {} ({}): segments {:?}, window {} .. {}",
+                    "node {} ({}): segments {:?}{tiered}, window {} .. {}",
                     n.node,
                     if n.advertise.is_empty() {
                         "no serve URL"
@@ -562,6 +567,7 @@ fn diff(a: &crate::cli::FleetDiffArgs) -> Result<ExitCode> {
         // Every segment of the widened window: B's packets within the tolerance may lie in
         // a segment the catalog did not find for the window itself.
         segments: Vec::new(),
+        tiered: Vec::new(),
         from_ns: from.saturating_sub(extra),
         to_ns: to.saturating_add(extra),
     };
