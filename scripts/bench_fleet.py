@@ -185,6 +185,74 @@ def main():
             print(f"top: fleet {fleet_top * 1000:.1f} ms, one store {one_top * 1000:.1f} ms, "
                   f"ratio {fleet_top / one_top:.2f} (goal < 1.5)")
 
+            # Where the fleet top's time goes: process start, and each question it asks
+            # ClickHouse, timed over one kept-alive HTTP connection (the server's time plus
+            # loopback, no client start).
+            import http.client, urllib.parse
+            hp = urllib.parse.urlparse(url)
+            conn = http.client.HTTPConnection(hp.hostname, hp.port, timeout=30)
+
+            def post(sql):
+                conn.request("POST", "/", body=sql.encode())
+                r = conn.getresponse()
+                body = r.read()
+                if r.status != 200:
+                    sys.exit(f"ClickHouse refused {sql[:80]}: {body[:300]!r}")
+                return body
+
+            def ch_ms(sql):
+                post(sql)
+                ts = []
+                for _ in range(a.runs):
+                    t = time.perf_counter()
+                    post(sql)
+                    ts.append(time.perf_counter() - t)
+                return statistics.median(ts) * 1000
+
+            cols = post("SELECT name FROM system.columns WHERE database = 'capsule' AND "
+                        "table = 'flows' FORMAT TabSeparated").decode().split()
+            flows_sql = (f"SELECT {', '.join(cols)} FROM capsule.flows FINAL WHERE last_ns >= 0 "
+                         f"AND first_ns < 18446744073709551615 ORDER BY node, segment "
+                         f"FORMAT RowBinary")
+            # What a question that keeps no per-second series asks: a flow wholly inside
+            # the window comes without its buckets (fleet/src/plan.rs flow_rows); with no
+            # window, every flow.
+            types = dict(line.split("\t") for line in post(
+                "SELECT name, type FROM system.columns WHERE database = 'capsule' AND "
+                "table = 'flows' FORMAT TabSeparated").decode().splitlines())
+            whole = "first_ns >= 0 AND last_ns < 18446744073709551615"
+            elided = [f"arrayFilter(x -> NOT ({whole}), {c})" if c.startswith("bucket_") else c
+                      for c in cols]
+            elided_sql = (f"SELECT {', '.join(elided)} FROM capsule.flows FINAL WHERE "
+                          f"last_ns >= 0 AND first_ns < 18446744073709551615 ORDER BY node, "
+                          f"segment FORMAT RowBinary")
+            empty = [f"if({whole}, emptyArray{types[c][6:-1]}(), {c})"
+                     if c.startswith("bucket_") else c for c in cols]
+            empty_sql = elided_sql.replace(", ".join(elided), ", ".join(empty))
+            parts_ms = {
+                "flow rows, FINAL, no buckets of whole flows (arrayFilter, what top asks)":
+                    ch_ms(elided_sql),
+                "flow rows, FINAL, no buckets of whole flows (if/emptyArray)": ch_ms(empty_sql),
+                "process start (capsule --version)": timed([capsule, "--version"], a.runs)[0] * 1000,
+                "SELECT 1": ch_ms("SELECT 1"),
+                "tables check (system.tables, system.columns)": ch_ms(
+                    "SELECT (SELECT count() FROM system.tables WHERE database = 'capsule'), "
+                    "(SELECT count() FROM system.columns WHERE database = 'capsule' AND "
+                    "table = 'segments' AND name = 'location') FORMAT TabSeparated"),
+                "flow rows, FINAL, RowBinary": ch_ms(flows_sql),
+                "flow rows, no FINAL, RowBinary": ch_ms(flows_sql.replace(" FINAL", "")),
+                "span (segments FINAL)": ch_ms(
+                    "SELECT count(), min(first_ns), max(last_ns) FROM capsule.segments FINAL "
+                    "WHERE flows > 0 FORMAT RowBinary"),
+                "registry (nodes FINAL)": ch_ms(
+                    "SELECT * FROM capsule.nodes FINAL ORDER BY node FORMAT RowBinary"),
+            }
+            rows = post("SELECT count() FROM capsule.flows").decode().strip()
+            conn.close()
+            print(f"top --fleet breakdown (median of {a.runs}; the catalog holds {rows} flow rows):")
+            for k, v in parts_ms.items():
+                print(f"  {k}: {v:.1f} ms")
+
             # 2. query's first byte against the slowest node's own first byte.
             fleet_fb, node_fb, fleet_end = [], [], []
             for _ in range(a.runs):

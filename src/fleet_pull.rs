@@ -80,14 +80,40 @@ fn scratch(i: usize) -> Result<File> {
     Ok(f)
 }
 
-/// The path of `/v1/packets` for `plan` and `filter` (pcapng).
-pub fn packets_path(plan: &NodePlan, filter: &str) -> String {
-    format!(
-        "/v1/packets?filter={}&from=%40{}&to=%40{}&format=pcapng",
-        crate::client::encode(filter),
+/// What every node is asked: the filter, and the `--bpf` expression the node applies
+/// itself (its `serve` checks it in its guard's child, as `query --bpf` does).
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    pub filter: &'a str,
+    pub bpf: Option<&'a str>,
+}
+
+/// The path of `/v1/packets` for `plan` and `ask` (pcapng): the node's window and its
+/// candidate segments (`segments`; a segment it no longer holds it names, and its answer
+/// is partial).
+pub fn packets_path(plan: &NodePlan, ask: &Ask) -> String {
+    format!("/v1/packets?{}", window_params(plan, ask))
+}
+
+/// `filter`, `bpf`, `from`, `to`, `format=pcapng` and `segments` of `plan` (none when the
+/// plan lists no segment: every segment of the window), as a query string.
+fn window_params(plan: &NodePlan, ask: &Ask) -> String {
+    let mut q = format!(
+        "filter={}&from=%40{}&to=%40{}&format=pcapng",
+        crate::client::encode(ask.filter),
         plan.from_ns,
-        plan.to_ns
-    )
+        plan.to_ns,
+    );
+    if let Some(bpf) = ask.bpf {
+        q.push_str("&bpf=");
+        q.push_str(&crate::client::encode(bpf));
+    }
+    if !plan.segments.is_empty() {
+        let segments: Vec<String> = plan.segments.iter().map(u64::to_string).collect();
+        q.push_str("&segments=");
+        q.push_str(&segments.join("%2C"));
+    }
+    q
 }
 
 /// What a node's pull gave when it could not be asked or its thread failed.
@@ -140,7 +166,7 @@ fn check_token(fleet: &capsule_config::Fleet, plans: &[NodePlan]) -> Result<()> 
 pub fn pull_all(
     fleet: &capsule_config::Fleet,
     plans: &[NodePlan],
-    filter: &str,
+    ask: &Ask,
     deadlines: &Deadlines,
 ) -> Result<Vec<Pulled>> {
     check_token(fleet, plans)?;
@@ -151,7 +177,7 @@ pub fn pull_all(
         };
         let mut out = {
             let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut f);
-            pull_into(fleet, plan, &packets_path(plan, filter), deadlines, &mut w)
+            pull_into(fleet, plan, &packets_path(plan, ask), deadlines, &mut w)
         };
         if out.failed.is_none() {
             match f.seek(SeekFrom::Start(0)) {
@@ -173,7 +199,7 @@ pub fn pull_all(
 pub fn stream_all<T>(
     fleet: &capsule_config::Fleet,
     plans: &[NodePlan],
-    filter: &str,
+    ask: &Ask,
     deadlines: &Deadlines,
     consume: impl FnOnce(Vec<capsule_fleet::spool::SpoolReader>) -> T,
 ) -> Result<(Vec<Pulled>, T)> {
@@ -193,7 +219,7 @@ pub fn stream_all<T>(
                 let Some(mut w) = w else {
                     return (failed(plan, "its spool was taken twice"), ());
                 };
-                let out = pull_into(fleet, plan, &packets_path(plan, filter), deadlines, &mut w);
+                let out = pull_into(fleet, plan, &packets_path(plan, ask), deadlines, &mut w);
                 // Dropped: the merge reads to the end of what came.
                 w.finish();
                 (out, ())
@@ -216,22 +242,17 @@ pub fn stream_all<T>(
     }))
 }
 
-/// Asks every node of `plans` for its count of `filter` in its window (`GET /v1/count`),
+/// Asks every node of `plans` for its count of `ask` in its window (`GET /v1/count`),
 /// at once, each with `deadlines`.
 pub fn count_all(
     fleet: &capsule_config::Fleet,
     plans: &[NodePlan],
-    filter: &str,
+    ask: &Ask,
     deadlines: &Deadlines,
 ) -> Result<Vec<(Pulled, Option<capsule_answers::export::Count>)>> {
     check_token(fleet, plans)?;
     let one = |_: usize, plan: &NodePlan| {
-        let path = format!(
-            "/v1/count?filter={}&from=%40{}&to=%40{}&format=pcapng",
-            crate::client::encode(filter),
-            plan.from_ns,
-            plan.to_ns
-        );
+        let path = format!("/v1/count?{}", window_params(plan, ask));
         let mut body = Vec::new();
         let mut out = pull_into(fleet, plan, &path, deadlines, &mut body);
         if out.failed.is_some() {

@@ -18,126 +18,12 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::clickhouse::{free_port, ClickHouse};
 use common::*;
 use serde_json::Value;
-
-/// A ClickHouse server of the test's own, stopped (by PID) when dropped.
-struct ClickHouse {
-    dir: PathBuf,
-    http: u16,
-    child: Option<Child>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl ClickHouse {
-    /// Starts a server whose data lives in `dir`.
-    fn start(dir: &Path) -> ClickHouse {
-        let (http, tcp, inter) = (free_port(), free_port(), free_port());
-        let mut c = ClickHouse {
-            dir: dir.to_path_buf(),
-            http,
-            child: None,
-        };
-        std::fs::create_dir_all(dir).unwrap();
-        let d = dir.display();
-        std::fs::write(
-            dir.join("users.xml"),
-            "<yandex><profiles><default></default></profiles><users><default><password>\
-             </password><networks><ip>127.0.0.1</ip></networks><profile>default</profile>\
-             <quota>default</quota></default></users><quotas><default></default></quotas>\
-             </yandex>\n",
-        )
-        .unwrap();
-        std::fs::write(
-            dir.join("config.xml"),
-            format!(
-                "<yandex><logger><level>warning</level><log>{d}/log.txt</log>\
-                 <errorlog>{d}/err.txt</errorlog><console>0</console></logger>\
-                 <http_port>{http}</http_port><tcp_port>{tcp}</tcp_port>\
-                 <interserver_http_port>{inter}</interserver_http_port>\
-                 <listen_host>127.0.0.1</listen_host><path>{d}/data/</path>\
-                 <tmp_path>{d}/tmp/</tmp_path><user_files_path>{d}/user_files/</user_files_path>\
-                 <format_schema_path>{d}/format_schemas/</format_schema_path>\
-                 <users_config>{d}/users.xml</users_config><default_profile>default\
-                 </default_profile><default_database>default</default_database>\
-                 <mark_cache_size>268435456</mark_cache_size></yandex>\n"
-            ),
-        )
-        .unwrap();
-        c.run();
-        c
-    }
-
-    fn run(&mut self) {
-        let bin = need_tool("clickhouse-server");
-        let child = Command::new(bin)
-            .arg(format!(
-                "--config-file={}",
-                self.dir.join("config.xml").display()
-            ))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start clickhouse-server");
-        self.child = Some(child);
-        let t0 = Instant::now();
-        while self.sql("SELECT 1").is_none() {
-            assert!(
-                t0.elapsed() < Duration::from_secs(60),
-                "ClickHouse did not answer on port {} within 60 s: {}",
-                self.http,
-                std::fs::read_to_string(self.dir.join("err.txt")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.http)
-    }
-
-    /// Runs `sql` over HTTP (curl); `None` when the server does not answer 200.
-    fn sql(&self, sql: &str) -> Option<String> {
-        let out = Command::new(need_tool("curl"))
-            .args(["-sf", "--max-time", "10", "--data-binary", sql, &self.url()])
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-    }
-
-    fn number(&self, sql: &str) -> u64 {
-        let s = self
-            .sql(sql)
-            .unwrap_or_else(|| panic!("ClickHouse refused {sql}"));
-        s.parse().unwrap_or_else(|_| panic!("{sql}: {s:?}"))
-    }
-}
-
-impl Drop for ClickHouse {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 /// A config naming `node` and the server at `url`.
 fn node_config(dir: &Path, node: &str, url: &str) -> PathBuf {
@@ -1104,4 +990,51 @@ fn bursts_and_millisecond_alerts_over_three_nodes_equal_the_one_store() {
     }
     compare(asks[0]);
     ch.stop();
+}
+
+/// A catalog an earlier release made (`segments` without `location`, no other table yet):
+/// a fleet question is refused by it, makes the missing tables and column, and answers; the
+/// old row reads as `local`; a publish then inserts rows with their location.
+#[test]
+fn a_catalog_of_an_earlier_release_gets_the_location_column_at_the_first_question() {
+    let d = tempfile::tempdir().unwrap();
+    let ch = ClickHouse::start(&d.path().join("ch"));
+    for sql in [
+        "CREATE DATABASE capsule".to_string(),
+        "CREATE TABLE capsule.segments (node String, segment UInt64, segment_len UInt64, \
+         published_ns UInt64, first_ns UInt64, last_ns UInt64, flows UInt64, packets UInt64, \
+         bytes UInt64, path String) ENGINE = ReplacingMergeTree(published_ns) PARTITION BY \
+         toYYYYMMDD(toDateTime(intDiv(first_ns, 1000000000))) ORDER BY (node, segment)"
+            .to_string(),
+        "INSERT INTO capsule.segments VALUES ('old', 1, 100, 1, 1796004000000000000, \
+         1796004001000000000, 2, 3, 400, '/old/seg')"
+            .to_string(),
+    ] {
+        ch.sql(&sql)
+            .unwrap_or_else(|| panic!("ClickHouse refused {sql}"));
+    }
+    let config = node_config(d.path(), "edge", &ch.url());
+    let out = run_ok(capsule().args(["fleet", "nodes", "--config", p(&config), "--json"]));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["nodes"].as_array().map(Vec::len), Some(0), "{v}");
+    assert_eq!(
+        ch.sql("SELECT location FROM capsule.segments FINAL WHERE node = 'old'"),
+        Some("local".to_string())
+    );
+    let pcap = d.path().join("in.pcap");
+    synth(&pcap, &d.path().join("truth.json"), 5, "1s", "10M", None);
+    let store = d.path().join("store");
+    import_ok(&store, &["--segment-size", "1M"], &[p(&pcap)]);
+    let (code, doc, err) = publish(&store, &config);
+    assert_eq!(code, 0, "{doc} {err}");
+    let n = segments(&store).len() as u64;
+    assert_eq!(
+        ch.number(
+            "SELECT count() FROM capsule.segments FINAL WHERE node = 'edge' AND \
+             location = 'local'"
+        ),
+        n
+    );
+    let out = run_ok(capsule().args(["top", "--fleet", "--config", p(&config), "--json"]));
+    assert!(!out.stdout.is_empty());
 }

@@ -1688,3 +1688,132 @@ fn a_client_file_gives_the_server_token_and_ca_and_flags_win_over_it() {
     );
     run_ok(client(bad_env).args(["segments", "--store", p(&store)]));
 }
+
+/// `segments=` on `/v1/packets` and `/v1/count` (what a fleet question sends each node: its
+/// candidate segments): only those are read, and a listed segment the store does not hold
+/// is named in the answer's partial note (header or trailer), never silently skipped.
+#[test]
+fn a_segment_list_reads_only_those_segments_and_names_one_not_held() {
+    let d = tempfile::tempdir().unwrap();
+    let pcap = d.path().join("in.pcap");
+    synth(&pcap, &d.path().join("truth.json"), 7, "2s", "30M", None);
+    let store = d.path().join("store");
+    import_ok(&store, &["--segment-size", "1M"], &[p(&pcap)]);
+    let segs = segments(&store);
+    assert!(segs.len() >= 3, "{} segments", segs.len());
+    let (one, two) = (&segs[0], &segs[2]);
+    let total: u64 = segs.iter().map(|s| s.packets).sum();
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let s = start(d.path(), &store, &tokens, &[]);
+    // The count, and its capsule-partial header (curl -D).
+    let count = |query: &str| {
+        let (body, head) = (d.path().join("count.json"), d.path().join("count.head"));
+        let mut c = s.curl_cmd(&format!("/v1/count?{query}"), Some(&t), &body);
+        c.args(["-D", p(&head)]);
+        let o = run_ok(&mut c);
+        assert_eq!(stdout_str(&o).trim(), "200", "{query}");
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&body).unwrap()).expect("a count");
+        let partial = std::fs::read_to_string(&head)
+            .unwrap()
+            .lines()
+            .find(|l| l.to_ascii_lowercase().starts_with("capsule-partial:"))
+            .map(str::to_string);
+        (v["packets"].as_u64().unwrap(), partial)
+    };
+    assert_eq!(count(""), (total, None));
+    let list = format!("segments={}%2C{}", one.seq, two.seq);
+    assert_eq!(count(&list), (one.packets + two.packets, None));
+    let (n, partial) = count(&format!("{list}%2C99999"));
+    assert_eq!(n, one.packets + two.packets);
+    let partial = partial.expect("a segment not held makes the answer partial");
+    assert!(partial.contains("segment 99999"), "{partial}");
+
+    // The packets: exactly those of the listed segment, and the trailer names the other.
+    let body = d.path().join("pulled.pcap");
+    let o = run_ok(&mut s.curl_cmd(
+        &format!("/v1/packets?segments={}", one.seq),
+        Some(&t),
+        &body,
+    ));
+    assert_eq!(stdout_str(&o).trim(), "200");
+    let got = decode_file(&body);
+    assert_eq!(got.packets.len() as u64, one.packets);
+    let (a, z) = (one.first_ns.unwrap(), one.last_ns.unwrap());
+    assert!(got.packets.iter().all(|p| p.ts_ns >= a && p.ts_ns <= z));
+    let g = s.get("/v1/packets?segments=1%2Cx", Some(&t));
+    assert_eq!(g.status, 400);
+    assert!(
+        error_of(&g).starts_with("invalid value for segments"),
+        "{}",
+        error_of(&g)
+    );
+    let g = s.get("/v1/packets?segments=99999&format=pcapng", Some(&t));
+    assert_eq!(g.status, 200);
+    let c = decode(&g.body);
+    assert!(c.packets.is_empty());
+    // The file says what it misses (its closing section's comment).
+    assert!(String::from_utf8_lossy(&g.body).contains("segment 99999"));
+}
+
+/// `bpf=` on `/v1/packets` and `/v1/count`: the server applies the tcpdump expression as
+/// `query --bpf` does (byte-identical files, equal counts; `query --server --bpf` uses it),
+/// and refuses one that does not compile with 400, checked in its guard's child.
+#[test]
+fn bpf_is_served_as_the_local_query_applies_it() {
+    let d = tempfile::tempdir().unwrap();
+    let store = make_store(d.path(), "30M");
+    let tokens = d.path().join("tokens");
+    let t = add_token(&tokens, "alice");
+    let token_file = d.path().join("alice.token");
+    std::fs::write(&token_file, format!("{t}\n")).unwrap();
+    let s = start(d.path(), &store, &tokens, &[]);
+    let url = format!("https://{}", s.addr);
+    let expr = "tcp[tcpflags] & tcp-syn != 0 or udp";
+    for format in ["pcap", "pcapng"] {
+        let local = d.path().join(format!("local.{format}"));
+        let want = query_ok(&store, &local, &["--format", format, "--bpf", expr]);
+        let all = query_ok(&store, &local, &["--format", format]);
+        assert!(decode(&want).packets.len() < decode(&all).packets.len() / 2);
+        assert!(!decode(&want).packets.is_empty());
+        let got = s.get(
+            &format!("/v1/packets?format={format}&bpf={}", enc(expr)),
+            Some(&t),
+        );
+        assert_eq!(got.status, 200, "{}", String::from_utf8_lossy(&got.body));
+        assert!(got.body == want, "{format}: the served file differs");
+        let out = d.path().join(format!("remote.{format}"));
+        run_ok(
+            capsule()
+                .args(["query", "--server", &url, "--token-file", p(&token_file)])
+                .args(["--ca", p(&s.ca), "-w", p(&out), "--format", format])
+                .args(["--bpf", expr]),
+        );
+        assert!(std::fs::read(&out).unwrap() == want, "query --server --bpf");
+    }
+    let count = |server: bool| {
+        let mut c = capsule();
+        c.args(["query", "--count", "--json", "--bpf", expr]);
+        if server {
+            c.args([
+                "--server",
+                &url,
+                "--token-file",
+                p(&token_file),
+                "--ca",
+                p(&s.ca),
+            ]);
+        } else {
+            c.args(["--store", p(&store)]);
+        }
+        let v: serde_json::Value = serde_json::from_slice(&run_ok(&mut c).stdout).unwrap();
+        (v["packets"].as_u64().unwrap(), v["bytes"].as_u64().unwrap())
+    };
+    assert_eq!(count(true), count(false));
+    let g = s.get(&format!("/v1/packets?bpf={}", enc("tcp[[")), Some(&t));
+    assert_eq!(g.status, 400);
+    assert!(error_of(&g).contains("bpf"), "{}", error_of(&g));
+    let g = s.get(&format!("/v1/count?bpf={}", enc("tcp[[")), Some(&t));
+    assert_eq!(g.status, 400);
+}

@@ -915,3 +915,155 @@ fn max_age_deletes_old_objects_and_answers_over_them_say_the_packets_are_gone() 
         "{all}"
     );
 }
+
+/// `capsule segments --json` of `store` (its `[tier]` in `config`): (seq, location).
+fn locations(store: &Path, config: &Path) -> Vec<(u64, String)> {
+    let out = run_ok(capsule().args([
+        "segments",
+        "--store",
+        p(store),
+        "--json",
+        "--config",
+        p(config),
+    ]));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("segments --json line");
+            (
+                v["seq"].as_u64().unwrap(),
+                v["location"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The catalog's ledger rows (as one reads them, FINAL): (segment, location).
+fn catalog_locations(ch: &common::clickhouse::ClickHouse) -> Vec<(u64, String)> {
+    let text = ch
+        .sql("SELECT segment, location FROM capsule.segments FINAL ORDER BY segment FORMAT TabSeparated")
+        .expect("ClickHouse answers");
+    text.lines()
+        .map(|l| {
+            let (s, loc) = l.split_once('\t').expect("two columns");
+            (s.parse().unwrap(), loc.to_string())
+        })
+        .collect()
+}
+
+/// `[tier]` and `[fleet]` together: the catalog's segment ledger (ClickHouse) says where
+/// each segment lives, as the store's ledger does, and follows a segment published `local`
+/// when a later writer uploads it and trims it; one row per segment as read (FINAL).
+#[test]
+fn the_fleet_catalog_says_where_each_segment_lives_and_follows_it_into_the_object_store() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let ch = common::clickhouse::ClickHouse::start(&d.join("ch"));
+    let weed = Weed::start(&d.join("weed"));
+    let fleet = format!("[fleet]\nnode = \"edge\"\nclickhouse = \"{}\"\n", ch.url());
+    let fleet_only = d.join("fleet.toml");
+    std::fs::write(&fleet_only, &fleet).unwrap();
+    let both = tier_config(d, &weed, "where");
+    let tier = std::fs::read_to_string(&both).unwrap();
+    std::fs::write(&both, format!("{tier}\n{fleet}")).unwrap();
+    let (one, two) = (d.join("one.pcap"), d.join("two.pcap"));
+    synth(
+        &one,
+        &d.join("t1.json"),
+        31,
+        "2s",
+        "30M",
+        Some("2026-03-01T10:00:00Z"),
+    );
+    synth(
+        &two,
+        &d.join("t2.json"),
+        32,
+        "2s",
+        "30M",
+        Some("2026-03-01T10:00:10Z"),
+    );
+    let store = d.join("store");
+
+    // A node without a tier: every segment published `local`.
+    import_ok(
+        &store,
+        &[
+            "--block-size",
+            "64K",
+            "--segment-size",
+            "1M",
+            "--config",
+            p(&fleet_only),
+        ],
+        &[p(&one)],
+    );
+    let first = locations(&store, &fleet_only);
+    assert!(first.len() >= 3, "{first:?}");
+    assert!(first.iter().all(|(_, l)| l == "local"), "{first:?}");
+    assert_eq!(catalog_locations(&ch), first);
+
+    // The tier turned on with a small budget: the next import uploads every segment and
+    // trims the oldest; its publish re-stages the ledger rows whose location changed.
+    let mut args = SMALL.to_vec();
+    args.extend(["--config", p(&both)]);
+    import_ok(&store, &args, &[p(&two)]);
+    let now = locations(&store, &both);
+    let moved: Vec<_> = now
+        .iter()
+        .filter(|(s, l)| first.iter().any(|(f, _)| f == s) && l != "local")
+        .collect();
+    assert!(
+        moved.iter().any(|(_, l)| l == "tiered"),
+        "no segment of the first import was trimmed: {now:?}"
+    );
+    assert_eq!(catalog_locations(&ch), now, "the catalog against the store");
+
+    // `fleet nodes` counts them; publishing again changes nothing.
+    let nodes = run_ok(capsule().args(["fleet", "nodes", "--config", p(&fleet_only), "--json"]));
+    let v: serde_json::Value = serde_json::from_slice(&nodes.stdout).unwrap();
+    let n = &v["nodes"][0];
+    let count = |w: &str| now.iter().filter(|(_, l)| l == w).count() as u64;
+    assert_eq!(n["tiered_segments"].as_u64(), Some(count("tiered")), "{v}");
+    assert_eq!(n["both_segments"].as_u64(), Some(count("both")), "{v}");
+    // A fleet packet plan names the candidates the node reads from its object store.
+    let out = run_ok(capsule().args([
+        "query",
+        "--fleet",
+        "--config",
+        p(&fleet_only),
+        "--explain",
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let plan = &v["nodes"][0];
+    let listed = |k: &str| -> Vec<u64> {
+        plan[k]
+            .as_array()
+            .unwrap_or_else(|| panic!("{k} in {v}"))
+            .iter()
+            .map(|s| s.as_u64().unwrap())
+            .collect()
+    };
+    let tiered: Vec<u64> = now
+        .iter()
+        .filter(|(s, l)| l == "tiered" && listed("segments").contains(s))
+        .map(|(s, _)| *s)
+        .collect();
+    assert!(!tiered.is_empty(), "{v}");
+    assert_eq!(listed("tiered"), tiered, "{v}");
+    let rows = ch.number("SELECT count() FROM capsule.segments");
+    let out = run_ok(capsule().args([
+        "fleet",
+        "publish",
+        "--store",
+        p(&store),
+        "--config",
+        p(&both),
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["staged"].as_array().map(Vec::len), Some(0), "{v}");
+    assert_eq!(ch.number("SELECT count() FROM capsule.segments"), rows);
+    assert_eq!(catalog_locations(&ch), now);
+}

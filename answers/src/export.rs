@@ -24,6 +24,9 @@ pub struct Request {
     /// At most this many bytes of output: the first packets that fit ([`ExportReport`]
     /// counts the rest).
     pub max_bytes: Option<u64>,
+    /// Only these segments (a fleet's candidate segments for this node): a listed segment
+    /// the store does not hold is named and makes the answer partial.
+    pub segments: Option<Vec<u64>>,
 }
 
 impl Request {
@@ -34,6 +37,7 @@ impl Request {
             format: Format::Pcap,
             bpf: None,
             max_bytes: None,
+            segments: None,
         }
     }
 
@@ -43,6 +47,7 @@ impl Request {
             query: self.query.clone(),
             bpf: self.bpf.clone(),
             max_bytes: self.max_bytes,
+            segments: self.segments.clone(),
             ..Default::default()
         }
     }

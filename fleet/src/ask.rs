@@ -54,7 +54,6 @@ pub fn answer(
     if let Question::Bursts { .. } = question {
         analytics::bursts_filter(&req.query)?;
     }
-    crate::schema::Schema::ensure(ch)?;
     let (from, to) = req.query.window();
     // The millisecond series of the window, when the question reads it.
     let series = match (question, config) {
@@ -62,21 +61,24 @@ pub fn answer(
         (Question::Alerts, Some(c)) => capsule_analytics::alerts::msrules::needs_series(c),
         _ => false,
     };
-    // Every question to ClickHouse at once: the answer waits for the slowest, not the sum.
-    let (records, held, registry, listing) = std::thread::scope(|s| {
-        let records = s.spawn(|| crate::plan::flow_rows(ch, &req.query));
-        let held = s.spawn(|| held(ch));
-        let registry = s.spawn(|| crate::nodes::registry(ch));
-        let listing = series.then(|| s.spawn(|| crate::series::listing(ch, from, to)));
-        (
-            joined(records),
-            joined(held),
-            joined(registry),
-            listing.map(joined),
-        )
-    });
-    let records: Vec<_> = records?.into_iter().map(|(_, f)| f).collect();
-    let held = held?;
+    // Every question to ClickHouse at once: the answer waits for the slowest, not the sum
+    // (and the tables are checked only if one is refused).
+    let asked = crate::schema::with_tables(ch, || {
+        std::thread::scope(|s| {
+            let records = s.spawn(|| crate::plan::flow_rows(ch, &req.query, question.buckets()));
+            let held = s.spawn(|| held(ch));
+            let registry = s.spawn(|| crate::nodes::registry(ch));
+            let listing = series.then(|| s.spawn(|| crate::series::listing(ch, from, to)));
+            Ok((
+                joined(records)?,
+                joined(held)?,
+                joined(registry)?,
+                listing.map(joined).transpose()?,
+            ))
+        })
+    })?;
+    let (records, held, registry, listing) = asked;
+    let records: Vec<_> = records.into_iter().map(|(_, f)| f).collect();
     let flows = capsule_index::flows::merge_counts(records, &req.query, question.buckets());
     let filter = req.query.filter.to_string();
     let mut input =
@@ -87,7 +89,7 @@ pub fn answer(
     );
     let mut missing = Vec::new();
     let listing = if let Some(got) = listing {
-        let (mut listing, no_series) = got?;
+        let (mut listing, no_series) = got;
         // Asked for the question's window; cut to the answer's (bounded by what is held),
         // as a store's series is.
         crate::series::cut(&mut listing, input.from_ns, input.to_ns);
@@ -120,7 +122,7 @@ pub fn answer(
         }
         _ => analytics::body(&input, question, config)?,
     };
-    let behind = registry?.into_iter().filter(|n| n.backlog > 0).collect();
+    let behind = registry.into_iter().filter(|n| n.backlog > 0).collect();
     Ok(FleetAnswer {
         answer: Answer {
             question: question.clone(),
@@ -133,7 +135,9 @@ pub fn answer(
 }
 
 /// What a thread asking ClickHouse returned (a thread that panicked is an error).
-fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T, FleetError>>) -> Result<T, FleetError> {
+pub(crate) fn joined<T>(
+    h: std::thread::ScopedJoinHandle<'_, Result<T, FleetError>>,
+) -> Result<T, FleetError> {
     h.join().unwrap_or_else(|_| {
         Err(FleetError::Decode {
             what: "a question to ClickHouse".into(),
@@ -169,8 +173,14 @@ pub fn flows_by_node(
     query: &capsule_query::Query,
 ) -> Result<NodeFlows, FleetError> {
     let mut by_node: std::collections::BTreeMap<String, Vec<_>> = Default::default();
-    crate::schema::Schema::ensure(ch)?;
-    for (origin, counts) in crate::plan::flow_rows(ch, query)? {
+    let (rows, registry) = crate::schema::with_tables(ch, || {
+        std::thread::scope(|s| {
+            let rows = s.spawn(|| crate::plan::flow_rows(ch, query, false));
+            let registry = s.spawn(|| crate::nodes::registry(ch));
+            Ok((joined(rows)?, joined(registry)?))
+        })
+    })?;
+    for (origin, counts) in rows {
         by_node.entry(origin.node).or_default().push(counts);
     }
     let mut out = Vec::new();
@@ -179,9 +189,6 @@ pub fn flows_by_node(
             out.push((node.clone(), f));
         }
     }
-    let behind = crate::nodes::registry(ch)?
-        .into_iter()
-        .filter(|n| n.backlog > 0)
-        .collect();
+    let behind = registry.into_iter().filter(|n| n.backlog > 0).collect();
     Ok((out, behind))
 }

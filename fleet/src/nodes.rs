@@ -18,6 +18,10 @@ pub struct NodeInfo {
     pub flows: u64,
     pub packets: u64,
     pub bytes: u64,
+    /// Of its segments, those in the object store only (`tiered`: trimmed locally) and
+    /// those both local and in the object store (`both`), as its last publish said.
+    pub tiered_segments: u64,
+    pub both_segments: u64,
 }
 
 /// The registry rows, by node name.
@@ -42,21 +46,31 @@ pub fn list(ch: &ClickHouse) -> Result<Vec<NodeInfo>, FleetError> {
     let reg = registry(ch)?;
     let b = ch.execute(&format!(
         "SELECT node, count(), min(first_ns), max(last_ns), sum(flows), sum(packets), \
-         sum(bytes) FROM {DATABASE}.segments FINAL GROUP BY node FORMAT RowBinary"
+         sum(bytes), countIf(location = 'tiered'), countIf(location = 'both') \
+         FROM {DATABASE}.segments FINAL GROUP BY node FORMAT RowBinary"
     ))?;
     let what = format!("the segment ledger ClickHouse at {} gave", ch.url());
     let mut r = Reader::new(&b, &what);
     let mut spans = std::collections::BTreeMap::new();
     while !r.is_empty() {
         let node = r.string()?;
-        let v = [r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?];
+        let v = [
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+            r.u64()?,
+        ];
         spans.insert(node, v);
     }
     Ok(reg
         .into_iter()
         .map(|row| {
             let s = spans.get(&row.node).copied();
-            let [n, a, z, flows, packets, bytes] = s.unwrap_or_default();
+            let [n, a, z, flows, packets, bytes, tiered, both] = s.unwrap_or_default();
             NodeInfo {
                 row,
                 segments: n,
@@ -65,6 +79,8 @@ pub fn list(ch: &ClickHouse) -> Result<Vec<NodeInfo>, FleetError> {
                 flows,
                 packets,
                 bytes,
+                tiered_segments: tiered,
+                both_segments: both,
             }
         })
         .collect())

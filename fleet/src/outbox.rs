@@ -10,11 +10,18 @@
 //! holds only its series tables, staged once by the release that has them
 //! (`STORE/fleet/staged-series` lists the segments whose series are staged).
 //!
-//! File layout (little-endian): the magic line `capsule fleet outbox 2\n`, the segment's
+//! When a staged segment's location changes (uploaded to the object store, then its local
+//! file trimmed), its ledger row alone is staged again with the new `location`
+//! (`SEQ.LEN.where.batch`; `STORE/fleet/staged-where` lists the location each segment's
+//! row was last staged with). Its newer `published_ns` makes it replace the older row.
+//!
+//! File layout (little-endian): the magic line `capsule fleet outbox 3\n`, the segment's
 //! sequence number and length (u64 each), then six tables in the order
 //! [`TABLES`] names them, each as rows (u64), length (u64) and its RowBinary bytes; then
-//! the CRC-32C of everything before it (u32). Version 1 (before the series) had three
-//! tables, `flows`, `minutes` and `segments`, and is still read.
+//! the CRC-32C of everything before it (u32). Version 2 is the same with ledger rows
+//! without `location`; version 1 (before the series) had three tables, `flows`, `minutes`
+//! and `segments`. Both are still read: their ledger rows get `location` `local` (what the
+//! segment was when they were staged; a later change is staged on its own).
 
 use std::path::{Path, PathBuf};
 
@@ -23,7 +30,9 @@ use capsule_store::fsx;
 use crate::rowbinary::Reader;
 use crate::FleetError;
 
-const MAGIC: &[u8] = b"capsule fleet outbox 2\n";
+const MAGIC: &[u8] = b"capsule fleet outbox 3\n";
+/// The magic line of version 2, whose ledger rows have no `location`.
+const MAGIC_V2: &[u8] = b"capsule fleet outbox 2\n";
 /// The magic line of version 1, whose three tables are [`TABLES`]' `V1`.
 const MAGIC_V1: &[u8] = b"capsule fleet outbox 1\n";
 const V1: [usize; 3] = [0, 1, 5];
@@ -73,7 +82,8 @@ impl Batch {
             problem,
         };
         let v1 = b.starts_with(MAGIC_V1);
-        if !b.starts_with(MAGIC) && !v1 {
+        let v2 = b.starts_with(MAGIC_V2);
+        if !b.starts_with(MAGIC) && !v1 && !v2 {
             return Err(bad(format!("expected the magic line {MAGIC:?} at byte 0")));
         }
         let Some((body, crc)) = b.split_last_chunk::<4>() else {
@@ -104,6 +114,19 @@ impl Batch {
         if !r.is_empty() {
             return Err(bad("bytes after the last table".into()));
         }
+        if v1 || v2 {
+            // Ledger rows from before the `location` column: re-encoded with it.
+            let (rows, old) = &tables[LEDGER];
+            let mut r = Reader::new(old, what);
+            let mut w = crate::rowbinary::Writer::default();
+            for _ in 0..*rows {
+                crate::rows::put_segment(&mut w, &crate::rows::get_segment(&mut r, false)?);
+            }
+            if !r.is_empty() {
+                return Err(bad("bytes after the last ledger row".into()));
+            }
+            tables[LEDGER].1 = w.buf;
+        }
         Ok(Batch {
             segment,
             segment_len,
@@ -118,6 +141,7 @@ pub struct Outbox {
     dir: PathBuf,
     staged: PathBuf,
     staged_series: PathBuf,
+    staged_where: PathBuf,
 }
 
 /// Which staging list: of the segments' flows (and ledger rows), or of their series.
@@ -141,6 +165,7 @@ impl Outbox {
             dir: root.join("fleet").join("outbox"),
             staged: root.join("fleet").join("staged"),
             staged_series: root.join("fleet").join("staged-series"),
+            staged_where: root.join("fleet").join("staged-where"),
         }
     }
 
@@ -165,6 +190,58 @@ impl Outbox {
         std::fs::create_dir_all(&self.dir).map_err(crate::io("create", &self.dir))?;
         let path = self.dir.join(Self::name(b));
         fsx::write_atomic(&path, &b.encode()).map_err(store_err(&self.dir))
+    }
+
+    /// Writes a batch holding a segment's ledger row alone, staged again because its
+    /// location changed (`SEQ.LEN.where.batch`: it never replaces the segment's first
+    /// batch, and sorts after it; a later change replaces it).
+    pub fn put_location(&self, b: &Batch) -> Result<(), FleetError> {
+        std::fs::create_dir_all(&self.dir).map_err(crate::io("create", &self.dir))?;
+        let path = self
+            .dir
+            .join(format!("{:020}.{}.where.batch", b.segment, b.segment_len));
+        fsx::write_atomic(&path, &b.encode()).map_err(store_err(&self.dir))
+    }
+
+    /// The location each segment's ledger row was last staged with (a segment staged
+    /// before this list existed is not in it: it was staged `local`).
+    pub fn staged_where(&self) -> Result<std::collections::BTreeMap<u64, String>, FleetError> {
+        let path = &self.staged_where;
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+            Err(e) => return Err(crate::io("read", path)(e)),
+        };
+        let mut out = std::collections::BTreeMap::new();
+        for (i, line) in text.lines().enumerate() {
+            let parsed = line
+                .split_once(' ')
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.to_string())));
+            match parsed {
+                Some((seq, loc)) if !loc.is_empty() && !loc.contains(' ') => {
+                    out.insert(seq, loc);
+                }
+                _ => {
+                    return Err(FleetError::Decode {
+                        what: path.display().to_string(),
+                        problem: format!("line {}: expected `SEQ LOCATION`, found {line:?}", i + 1),
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records the locations staged (the whole list, replaced durably).
+    pub fn set_staged_where(
+        &self,
+        m: &std::collections::BTreeMap<u64, String>,
+    ) -> Result<(), FleetError> {
+        let path = &self.staged_where;
+        let parent = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent).map_err(crate::io("create", parent))?;
+        let text: String = m.iter().map(|(a, b)| format!("{a} {b}\n")).collect();
+        fsx::write_atomic(path, text.as_bytes()).map_err(store_err(parent))
     }
 
     /// The batch files waiting, oldest segment first.
@@ -294,11 +371,31 @@ mod tests {
 
     #[test]
     fn a_version_1_batch_is_read_and_a_series_batch_never_replaces_a_first_one() {
+        // A ledger row as versions 1 and 2 wrote it (no `location`), and as it is read.
+        let mut row = crate::rows::SegmentRow {
+            node: "n".into(),
+            segment: 3,
+            segment_len: 4096,
+            published_ns: 5,
+            first_ns: 6,
+            last_ns: 7,
+            flows: 1,
+            packets: 2,
+            bytes: 100,
+            path: "/s/seg".into(),
+            location: String::new(),
+        };
+        let mut old = crate::rowbinary::Writer::default();
+        crate::rows::put_segment(&mut old, &row);
+        old.buf.pop(); // the empty location's length
+        row.location = "local".into();
+        let mut read = crate::rowbinary::Writer::default();
+        crate::rows::put_segment(&mut read, &row);
         // Version 1, as the release before the series wrote it: flows, minutes, segments.
         let mut v1 = MAGIC_V1.to_vec();
         v1.extend_from_slice(&3u64.to_le_bytes());
         v1.extend_from_slice(&4096u64.to_le_bytes());
-        for (rows, bytes) in [(2u64, &[1u8, 2][..]), (1, &[3]), (1, &[4])] {
+        for (rows, bytes) in [(2u64, &[1u8, 2][..]), (1, &[3]), (1, &old.buf)] {
             v1.extend_from_slice(&rows.to_le_bytes());
             v1.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
             v1.extend_from_slice(bytes);
@@ -308,7 +405,7 @@ mod tests {
         let b = Batch::decode(&v1, "v1").unwrap();
         assert_eq!(b.tables[0], (2, vec![1, 2]));
         assert_eq!(b.tables[1], (1, vec![3]));
-        assert_eq!(b.tables[LEDGER], (1, vec![4]));
+        assert_eq!(b.tables[LEDGER], (1, read.buf.clone()));
         assert!(b.tables[2..LEDGER].iter().all(|t| t.0 == 0));
 
         let d = tempfile::tempdir().unwrap();
@@ -323,5 +420,37 @@ mod tests {
         assert_eq!(o.read(&p[0]).unwrap(), b);
         assert_eq!(o.read(&p[1]).unwrap(), series);
         assert!(p[1].to_string_lossy().ends_with(".4096.series.batch"));
+        // A location change: its own file, after both, replaced by a later change.
+        let mut moved = b.clone();
+        moved.tables = Default::default();
+        moved.tables[LEDGER] = (1, vec![8]);
+        o.put_location(&moved).unwrap();
+        moved.tables[LEDGER] = (1, vec![9]);
+        o.put_location(&moved).unwrap();
+        let p = o.pending().unwrap();
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert_eq!(o.read(&p[2]).unwrap(), moved);
+        assert!(p[2].to_string_lossy().ends_with(".4096.where.batch"));
+
+        // Version 2: six tables, ledger rows without `location`.
+        let mut v2 = MAGIC_V2.to_vec();
+        v2.extend_from_slice(&3u64.to_le_bytes());
+        v2.extend_from_slice(&4096u64.to_le_bytes());
+        for i in 0..TABLES.len() {
+            let (rows, bytes): (u64, &[u8]) = if i == LEDGER { (1, &old.buf) } else { (0, &[]) };
+            v2.extend_from_slice(&rows.to_le_bytes());
+            v2.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+            v2.extend_from_slice(bytes);
+        }
+        let crc = capsule_store::crc::crc32c(&v2);
+        v2.extend_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            Batch::decode(&v2, "v2").unwrap().tables[LEDGER],
+            (1, read.buf)
+        );
+
+        let m = [(3, "both".to_string()), (4, "tiered".to_string())].into();
+        o.set_staged_where(&m).unwrap();
+        assert_eq!(o.staged_where().unwrap(), m);
     }
 }

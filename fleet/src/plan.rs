@@ -26,6 +26,9 @@ pub struct NodePlan {
     pub advertise: String,
     /// The candidate segments, ascending.
     pub segments: Vec<u64>,
+    /// Of them, those the node's last publish said live only in its object store
+    /// (`location` `tiered`): the node reads their blocks by range GETs.
+    pub tiered: Vec<u64>,
     /// The window to ask: the question's window cut to the candidate segments' span.
     pub from_ns: u64,
     /// Exclusive.
@@ -44,13 +47,29 @@ pub struct Plan {
 
 /// Every flow row of the catalog at `ch` that overlaps `query`'s window, by node and
 /// segment (the rows' filter is applied by the caller, with the side index's own code).
-/// The caller made sure the tables exist (`Schema::ensure`).
+/// The caller asks through [`crate::schema::with_tables`].
+///
+/// Without `keep_buckets` (the answer keeps no per-second series), a flow wholly inside the
+/// window comes without its 1-second buckets (empty arrays): the merge drops them for such
+/// a flow (`capsule_index::flows::merge_counts`), and they are most of a long flow's row, so
+/// ClickHouse need not send them nor the asker decode them. A flow the window cuts keeps
+/// them (they estimate its share of the window).
 pub(crate) fn flow_rows(
     ch: &ClickHouse,
     query: &Query,
+    keep_buckets: bool,
 ) -> Result<Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)>, FleetError> {
     let (from, to) = query.window();
-    let cols: Vec<String> = rows::flow_columns().into_iter().map(|(n, _)| n).collect();
+    let cols: Vec<String> = rows::flow_columns()
+        .into_iter()
+        .map(|(n, _)| {
+            if keep_buckets || !n.starts_with("bucket_") {
+                n
+            } else {
+                format!("arrayFilter(x -> NOT (first_ns >= {from} AND last_ns < {to}), {n})")
+            }
+        })
+        .collect();
     let bytes = ch.execute(&format!(
         "SELECT {} FROM {DATABASE}.flows FINAL WHERE last_ns >= {from} AND first_ns < {to} \
          ORDER BY node, segment FORMAT RowBinary",
@@ -69,8 +88,21 @@ pub(crate) fn flow_rows(
 pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Plan, FleetError> {
     let (from, to) = query.window();
     let mut by_segment: BTreeMap<(String, u64), Vec<_>> = BTreeMap::new();
-    crate::schema::Schema::ensure(ch)?;
-    for (origin, counts) in flow_rows(ch, query)? {
+    // The three questions at once (the plan waits for the slowest, not the sum); the
+    // tables checked only if one is refused.
+    let (rows, spans, registry) = crate::schema::with_tables(ch, || {
+        std::thread::scope(|s| {
+            let rows = s.spawn(|| flow_rows(ch, query, false));
+            let spans = s.spawn(|| segment_spans(ch, from, to));
+            let registry = s.spawn(|| crate::nodes::registry(ch));
+            Ok((
+                crate::ask::joined(rows)?,
+                crate::ask::joined(spans)?,
+                crate::ask::joined(registry)?,
+            ))
+        })
+    })?;
+    for (origin, counts) in rows {
         if only.is_some_and(|o| !o.contains(&origin.node.as_str())) {
             continue;
         }
@@ -86,11 +118,9 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
         })
         .map(|(k, _)| k)
         .collect();
-    let spans = segment_spans(ch, from, to)?;
-    let registry = crate::nodes::registry(ch)?;
     let mut nodes: BTreeMap<String, NodePlan> = BTreeMap::new();
     for (node, seg) in candidates {
-        let Some(&(a, z)) = spans.get(&(node.clone(), seg)) else {
+        let Some(&(a, z, tiered)) = spans.get(&(node.clone(), seg)) else {
             continue;
         };
         let advertise = registry
@@ -102,10 +132,14 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
             node,
             advertise,
             segments: Vec::new(),
+            tiered: Vec::new(),
             from_ns: u64::MAX,
             to_ns: 0,
         });
         p.segments.push(seg);
+        if tiered {
+            p.tiered.push(seg);
+        }
         p.from_ns = p.from_ns.min(a.max(from));
         p.to_ns = p.to_ns.max(z.saturating_add(1).min(to));
     }
@@ -119,13 +153,15 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
     })
 }
 
-/// (node, segment) to its first and last packet time.
-type Spans = BTreeMap<(String, u64), (u64, u64)>;
+/// (node, segment) to its first and last packet time, and whether it lives only in the
+/// node's object store.
+type Spans = BTreeMap<(String, u64), (u64, u64, bool)>;
 
 /// The first and last packet time of each segment of the ledger that reaches `[from, to)`.
 fn segment_spans(ch: &ClickHouse, from: u64, to: u64) -> Result<Spans, FleetError> {
     let b = ch.execute(&format!(
-        "SELECT node, segment, first_ns, last_ns FROM {DATABASE}.segments FINAL \
+        "SELECT node, segment, first_ns, last_ns, location = 'tiered' FROM \
+         {DATABASE}.segments FINAL \
          WHERE last_ns >= {from} AND first_ns < {to} FORMAT RowBinary"
     ))?;
     let what = format!("the segment ledger ClickHouse at {} gave", ch.url());
@@ -134,8 +170,8 @@ fn segment_spans(ch: &ClickHouse, from: u64, to: u64) -> Result<Spans, FleetErro
     while !r.is_empty() {
         let node = r.string()?;
         let seg = r.u64()?;
-        let (a, z) = (r.u64()?, r.u64()?);
-        out.insert((node, seg), (a, z));
+        let (a, z, tiered) = (r.u64()?, r.u64()?, r.u8()? != 0);
+        out.insert((node, seg), (a, z, tiered));
     }
     Ok(out)
 }

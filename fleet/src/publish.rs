@@ -54,7 +54,8 @@ fn store_err(dir: &Path) -> impl Fn(capsule_store::StoreError) -> FleetError + '
 
 /// Stages every sealed, indexed segment of the store at `dir` not staged yet: its flows,
 /// rollups and ledger row, and its millisecond series (a segment whose flows a release
-/// before the series staged gets its series alone, once).
+/// before the series staged gets its series alone, once); and the ledger row again of each
+/// staged segment whose location (local, both, tiered) changed since it was staged.
 pub fn stage(dir: &Path, node: &Node) -> Result<Staged, FleetError> {
     let store = Store::open(dir).map_err(store_err(dir))?;
     let outbox = Outbox::of(dir);
@@ -69,14 +70,36 @@ pub fn stage(dir: &Path, node: &Node) -> Result<Staged, FleetError> {
     for s in &mut staged {
         s.retain(|(seq, _)| entries.iter().any(|e| e.seq == *seq));
     }
+    // Where each segment lives (read after the listing, as `list_held` reads it), and the
+    // location each one's ledger row was last staged with.
+    let ledger = capsule_store::ledger::read(&store.segments_dir()).map_err(store_err(dir))?;
+    let location_of = |seq: u64| {
+        ledger
+            .as_ref()
+            .and_then(|l| l.location(seq))
+            .map(rows::location_name)
+            .unwrap_or(rows::LOCAL)
+    };
+    let where_before = outbox.staged_where()?;
+    let mut where_now = where_before.clone();
+    where_now.retain(|seq, _| entries.iter().any(|e| e.seq == *seq));
     let mut out = Staged::default();
     let published_ns = capsule_store::now_ns();
     for e in entries.iter().filter(|e| e.state == SegmentState::Sealed) {
+        let location = location_of(e.seq);
         let want = [
             !staged[0].contains(&(e.seq, e.bytes)),
             !staged[1].contains(&(e.seq, e.bytes)),
         ];
-        if want == [false, false] {
+        // A segment staged before whose location changed since (uploaded, then trimmed):
+        // its ledger row again, alone, with the new location.
+        let moved = !want[0]
+            && where_now
+                .get(&e.seq)
+                .map(String::as_str)
+                .unwrap_or(rows::LOCAL)
+                != location;
+        if want == [false, false] && !moved {
             continue;
         }
         let path = store.index_dir().join(index_name(e.seq));
@@ -95,14 +118,20 @@ pub fn stage(dir: &Path, node: &Node) -> Result<Staged, FleetError> {
             published_ns,
         };
         let mut tables: [(u64, Vec<u8>); 6] = Default::default();
-        if want[0] {
-            let Some(t) = flow_tables(&bytes, e, &origin, node) else {
+        let mut ledger_row = None;
+        if want[0] || moved {
+            let Some(t) = flow_tables(&bytes, e, &origin, node, location) else {
                 out.unindexed.push(e.seq);
                 continue;
             };
-            tables[0] = t[0].clone();
-            tables[1] = t[1].clone();
-            tables[LEDGER] = t[2].clone();
+            let [flows, minutes, ledger] = t;
+            if want[0] {
+                tables[0] = flows;
+                tables[1] = minutes;
+                tables[LEDGER] = ledger;
+            } else {
+                ledger_row = Some(ledger);
+            }
         }
         if want[1] {
             let current = SegmentIndex::peek(&bytes)
@@ -119,15 +148,29 @@ pub fn stage(dir: &Path, node: &Node) -> Result<Staged, FleetError> {
             tables[3] = fanins;
             tables[4] = ledger;
         }
-        outbox.put(&Batch {
-            segment: e.seq,
-            segment_len: e.bytes,
-            tables,
-        })?;
+        if want != [false, false] {
+            outbox.put(&Batch {
+                segment: e.seq,
+                segment_len: e.bytes,
+                tables,
+            })?;
+        }
+        if let Some(row) = ledger_row {
+            let mut tables: [(u64, Vec<u8>); 6] = Default::default();
+            tables[LEDGER] = row;
+            outbox.put_location(&Batch {
+                segment: e.seq,
+                segment_len: e.bytes,
+                tables,
+            })?;
+        }
         for (i, w) in want.iter().enumerate() {
             if *w {
                 staged[i].insert((e.seq, e.bytes));
             }
+        }
+        if want[0] || moved {
+            where_now.insert(e.seq, location.to_string());
         }
         out.staged.push(e.seq);
     }
@@ -135,6 +178,9 @@ pub fn stage(dir: &Path, node: &Node) -> Result<Staged, FleetError> {
         if staged[i] != before[i] {
             outbox.set_staged_in(l, &staged[i])?;
         }
+    }
+    if where_now != where_before {
+        outbox.set_staged_where(&where_now)?;
     }
     Ok(out)
 }
@@ -146,6 +192,7 @@ fn flow_tables(
     e: &capsule_store::SegmentEntry,
     origin: &Origin,
     node: &Node,
+    location: &str,
 ) -> Option<[(u64, Vec<u8>); 3]> {
     let group_of = |ip| {
         node.config
@@ -189,6 +236,7 @@ fn flow_tables(
         packets: t(|x| x.total_packets()),
         bytes: t(|x| x.total_bytes()),
         path: e.path.display().to_string(),
+        location: location.to_string(),
     };
     let mut segs = Writer::default();
     rows::put_segment(&mut segs, &seg);

@@ -119,6 +119,7 @@ pub fn segment_columns() -> Vec<(String, String)> {
         ("packets", "UInt64"),
         ("bytes", "UInt64"),
         ("path", "String"),
+        ("location", "String"),
     ])
 }
 
@@ -345,6 +346,9 @@ pub struct SegmentRow {
     pub packets: u64,
     pub bytes: u64,
     pub path: String,
+    /// Where the segment lives on its node when the row was published: `local`, `both`
+    /// (local and in the object store) or `tiered` (the object store only).
+    pub location: String,
 }
 
 pub fn put_segment(w: &mut Writer, s: &SegmentRow) {
@@ -362,6 +366,42 @@ pub fn put_segment(w: &mut Writer, s: &SegmentRow) {
         w.u64(v);
     }
     w.string(&s.path);
+    w.string(&s.location);
+}
+
+/// Reads one ledger row; `with_location`: false for the rows of an outbox file of version 1
+/// or 2, written before the column (their segments were `local` when staged).
+pub fn get_segment(r: &mut Reader, with_location: bool) -> Result<SegmentRow, FleetError> {
+    Ok(SegmentRow {
+        node: r.string()?,
+        segment: r.u64()?,
+        segment_len: r.u64()?,
+        published_ns: r.u64()?,
+        first_ns: r.u64()?,
+        last_ns: r.u64()?,
+        flows: r.u64()?,
+        packets: r.u64()?,
+        bytes: r.u64()?,
+        path: r.string()?,
+        location: if with_location {
+            r.string()?
+        } else {
+            LOCAL.to_string()
+        },
+    })
+}
+
+/// The `location` of a segment on the local disk only.
+pub const LOCAL: &str = "local";
+
+/// The `location` column's value for where the store's ledger says a segment lives.
+pub fn location_name(l: capsule_store::ledger::Location) -> &'static str {
+    use capsule_store::ledger::Location;
+    match l {
+        Location::Local => LOCAL,
+        Location::Both => "both",
+        Location::Tiered => "tiered",
+    }
 }
 
 /// One minute's rollup row of a segment.

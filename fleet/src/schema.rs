@@ -108,27 +108,78 @@ impl Schema {
         ]
     }
 
-    /// Creates the tables of `ch`'s version that are missing. One round trip when every
-    /// table is there (each question and each publish asks); the version and the DDL only
-    /// when one is not.
+    /// Creates the tables of `ch`'s version that are missing, and the columns a release
+    /// added since a table was created (`segments.location`). One round trip when every
+    /// table and column is there (each question and each publish asks); the version and the
+    /// DDL only when one is not.
     pub fn ensure(ch: &ClickHouse) -> Result<(), FleetError> {
         let names: Vec<String> = TABLES.iter().map(|t| format!("'{t}'")).collect();
-        let text = ch.execute(&format!(
-            "SELECT count() FROM system.tables WHERE database = '{DATABASE}' AND name IN ({}) \
-             FORMAT TabSeparated",
-            names.join(", ")
-        ))?;
-        let text = String::from_utf8_lossy(&text);
-        if text.trim().parse::<usize>().ok() == Some(TABLES.len()) {
+        let added: Vec<String> = ADDED
+            .iter()
+            .map(|(t, c, _)| format!("(table = '{t}' AND name = '{c}')"))
+            .collect();
+        let have = || -> Result<(usize, usize), FleetError> {
+            let text = ch.execute(&format!(
+                "SELECT (SELECT count() FROM system.tables WHERE database = '{DATABASE}' AND \
+                 name IN ({})), (SELECT count() FROM system.columns WHERE database = \
+                 '{DATABASE}' AND ({})) FORMAT TabSeparated",
+                names.join(", "),
+                added.join(" OR ")
+            ))?;
+            let text = String::from_utf8_lossy(&text);
+            let mut it = text.split_whitespace().map(|n| n.parse::<usize>().ok());
+            match (it.next().flatten(), it.next().flatten()) {
+                (Some(t), Some(c)) => Ok((t, c)),
+                _ => Err(FleetError::Decode {
+                    what: format!("the table count ClickHouse at {} gave", ch.url()),
+                    problem: format!("expected two numbers, found {:?}", text.trim()),
+                }),
+            }
+        };
+        if have()? == (TABLES.len(), ADDED.len()) {
             return Ok(());
         }
         let s = Schema::for_version(ch.version()?);
         for stmt in s.ddl() {
             ch.execute(&stmt)?;
         }
+        // Tables created by an earlier release: the columns added since, at the end (18.16
+        // has no ADD COLUMN IF NOT EXISTS: asked for one by one).
+        for (table, column, ty) in ADDED {
+            let text = ch.execute(&format!(
+                "SELECT count() FROM system.columns WHERE database = '{DATABASE}' AND \
+                 table = '{table}' AND name = '{column}' FORMAT TabSeparated"
+            ))?;
+            if String::from_utf8_lossy(&text).trim() == "0" {
+                ch.execute(&format!(
+                    "ALTER TABLE {DATABASE}.{table} ADD COLUMN {column} {ty}"
+                ))?;
+            }
+        }
         Ok(())
     }
 }
+
+/// Runs `ask` (questions that read the tables) without checking the tables first; when
+/// ClickHouse refuses it (a catalog no node published to yet, or one an earlier release
+/// made, misses a table or a column), makes them ([`Schema::ensure`]) and asks once more.
+/// A question over a current catalog costs no round trip for the check.
+pub fn with_tables<T>(
+    ch: &ClickHouse,
+    ask: impl Fn() -> Result<T, FleetError>,
+) -> Result<T, FleetError> {
+    match ask() {
+        Err(FleetError::Server { .. }) => {
+            Schema::ensure(ch)?;
+            ask()
+        }
+        other => other,
+    }
+}
+
+/// The columns added to a table after its first release, with their type and default (what
+/// a row published before them reads as): each is the table's last column.
+const ADDED: [(&str, &str, &str); 1] = [("segments", "location", "String DEFAULT 'local'")];
 
 /// Every table of the catalog, as [`Schema::ddl`] creates them.
 pub const TABLES: [&str; 7] = [

@@ -33,6 +33,11 @@ pub struct ExportOptions {
     /// ([`ExportReport::packets_over_cap`]). `None`: no cap. A partial pcapng answer's
     /// closing note ([`ExportReport::partial_note`], at most about 1 KiB) may pass it.
     pub max_bytes: Option<u64>,
+    /// Only these segments (sequence numbers): the candidate segments a fleet's catalog
+    /// found for this node. The others are not read; a listed segment the store does not
+    /// hold is named in the report ([`ExportReport::unreadable`]: the answer is partial).
+    /// `None`: every segment.
+    pub segments: Option<Vec<u64>>,
 }
 
 impl Default for ExportOptions {
@@ -43,6 +48,7 @@ impl Default for ExportOptions {
             bpf: None,
             threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
             max_bytes: None,
+            segments: None,
         }
     }
 }
@@ -107,6 +113,7 @@ pub fn export<W: Write>(
         &opts.query,
         opts.bpf.as_deref(),
         opts.format == Format::PcapNg,
+        opts.segments.as_deref(),
     )?;
     let mut enc = Encoder::new(out, opts.format, &window.out_ifaces)?;
     // With a cap, the statistics written at the end are kept room for: the file never
@@ -171,7 +178,13 @@ pub fn count_with_segments(
     store: &Store,
     opts: &ExportOptions,
 ) -> Result<(ExportReport, Vec<SegmentReader>), ExportError> {
-    let mut window = Window::open(store, &opts.query, opts.bpf.as_deref(), false)?;
+    let mut window = Window::open(
+        store,
+        &opts.query,
+        opts.bpf.as_deref(),
+        false,
+        opts.segments.as_deref(),
+    )?;
     window.tally(opts.threads, |_, _| {})?;
     let Window {
         report, segments, ..
@@ -191,7 +204,13 @@ pub fn count_with_segments(
 /// is not applied (the size is that of the whole answer).
 pub fn size(store: &Store, opts: &ExportOptions) -> Result<(ExportReport, u64), ExportError> {
     let pcapng = opts.format == Format::PcapNg;
-    let mut window = Window::open(store, &opts.query, opts.bpf.as_deref(), pcapng)?;
+    let mut window = Window::open(
+        store,
+        &opts.query,
+        opts.bpf.as_deref(),
+        pcapng,
+        opts.segments.as_deref(),
+    )?;
     let mut enc = Encoder::new(std::io::sink(), opts.format, &window.out_ifaces)?;
     let mut records = 0u64;
     window.tally(opts.threads, |caplen, options| {
@@ -277,18 +296,50 @@ fn lost_in_window(
     lost
 }
 
+/// The segments of `only` the store holds neither as `segments` nor as `unreadable`: named,
+/// with no span (whatever they held, the answer misses it).
+fn not_held(
+    store: &Store,
+    only: &[u64],
+    segments: &[SegmentReader],
+    unreadable: &[capsule_store::Unreadable],
+) -> Vec<capsule_store::Unreadable> {
+    let mut seen = std::collections::BTreeSet::new();
+    only.iter()
+        .filter(|&&seq| seen.insert(seq))
+        .filter(|&&seq| {
+            !segments.iter().any(|s| s.seq() == seq) && !unreadable.iter().any(|u| u.seq == seq)
+        })
+        .map(|&seq| capsule_store::Unreadable {
+            seq,
+            path: store.segments_dir(),
+            problem: format!(
+                "segment {seq} was asked for but this store does not hold it (deleted by \
+                 retention since it was published, or never here)"
+            ),
+            span: None,
+        })
+        .collect()
+}
+
 impl Window {
     /// Plans `query` over `store` and maps the interfaces of the segments it reads (and,
     /// with `stats_ifaces`, of the segments holding statistics of the window). A `bpf`
     /// expression that does not compile for a link type of the store fails here, before any
-    /// packet is handed over.
+    /// packet is handed over. `only`: the segments to read ([`ExportOptions::segments`]).
     pub(crate) fn open(
         store: &Store,
         query: &Query,
         bpf: Option<&str>,
         stats_ifaces: bool,
+        only: Option<&[u64]>,
     ) -> Result<Window, ExportError> {
-        let (segments, unreadable) = store.open_segments_checked()?;
+        let (mut segments, mut unreadable) = store.open_segments_checked()?;
+        if let Some(only) = only {
+            segments.retain(|s| only.contains(&s.seq()));
+            unreadable.retain(|u| only.contains(&u.seq));
+            unreadable.extend(not_held(store, only, &segments, &unreadable));
+        }
         let segments = Arc::new(segments);
         // Name terms resolved from the index once, for the plan and every packet's check.
         let (resolved, names_unseen) = capsule_index::flows::resolve(store, &segments, query)?;

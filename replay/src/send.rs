@@ -178,7 +178,7 @@ pub fn replay(
     wire: &mut dyn Wire,
 ) -> Result<ReplayReport, ReplayError> {
     opts.pacing.check().map_err(ReplayError::BadPacing)?;
-    let mut window = Window::open(store, &opts.query, None, false)?;
+    let mut window = Window::open(store, &opts.query, None, false, None)?;
     let ethernet: Vec<bool> = window
         .out_ifaces
         .iter()

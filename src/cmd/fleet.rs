@@ -113,18 +113,27 @@ fn nodes(a: &FleetNodesArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let fmt = |ns: Option<u64>| ns.map_or("-".to_string(), capsule_query::format_instant);
-    let mut t = Table::new(vec![
+    // When a node tiers: its segments uploaded to the object store, and of them those
+    // trimmed from its disk (only in the object store).
+    let tiers = list.iter().any(|n| n.tiered_segments + n.both_segments > 0);
+    let mut columns = vec![
         Column::left("node", u8::MAX),
         Column::left("serve", 5),
         Column::left("first packet", 4),
         Column::left("last packet", 4),
         Column::right("segments", 6),
+    ];
+    if tiers {
+        columns.extend([Column::right("uploaded", 6), Column::right("trimmed", 6)]);
+    }
+    columns.extend([
         Column::right("bytes", 6),
         Column::left("last publish", 3),
         Column::right("backlog", 7),
     ]);
+    let mut t = Table::new(columns);
     for n in &list {
-        t.push(vec![
+        let mut row = vec![
             n.row.node.clone(),
             if n.row.advertise.is_empty() {
                 "-".into()
@@ -134,10 +143,17 @@ fn nodes(a: &FleetNodesArgs) -> Result<ExitCode> {
             fmt(n.first_ns),
             fmt(n.last_ns),
             n.segments.to_string(),
+        ];
+        if tiers {
+            row.push((n.tiered_segments + n.both_segments).to_string());
+            row.push(n.tiered_segments.to_string());
+        }
+        row.extend([
             crate::units::format_bytes(n.bytes),
             fmt(Some(n.row.last_seen_ns)),
             n.row.backlog.to_string(),
         ]);
+        t.push(row);
     }
     for line in t.render(output_width()) {
         writeln!(out, "{line}")?;
@@ -239,8 +255,13 @@ pub fn query(a: &crate::cli::QueryArgs) -> Result<ExitCode> {
             }));
         } else {
             for n in &plan.nodes {
+                let tiered = if n.tiered.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (in its object store only: {:?})", n.tiered)
+                };
                 println!(
-                    "node {} ({}): segments {:?}, window {} .. {}",
+                    "node {} ({}): segments {:?}{tiered}, window {} .. {}",
                     n.node,
                     if n.advertise.is_empty() {
                         "no serve URL"
@@ -258,24 +279,19 @@ pub fn query(a: &crate::cli::QueryArgs) -> Result<ExitCode> {
     }
     let filter = q.filter.to_string();
     let t0 = std::time::Instant::now();
-    if a.count && a.bpf.is_none() {
-        return count(a, &fleet, &plan, &filter, t0);
+    // --bpf: sent to the nodes, which apply it to their own packets (each checks it in its
+    // guard's child first); checked here too, so a bad expression is refused before any
+    // node is asked.
+    if let Some(expr) = &a.bpf {
+        crate::bpf_check::check(expr, &[capsule_pcap::LINKTYPE_ETHERNET])?;
     }
-    // --bpf: applied here, to the packets as they merge (a node's `serve` takes no BPF).
-    // The guard compiles it first for Ethernet, in a child with limits.
-    let mut bpf = match &a.bpf {
-        Some(expr) => {
-            crate::bpf_check::check(expr, &[1])?;
-            Some(capsule_replay::Bpf::new(expr.clone()))
-        }
-        None => None,
+    let ask = crate::fleet_pull::Ask {
+        filter: &filter,
+        bpf: a.bpf.as_deref(),
     };
-    let mut bpf_keep = |linktype: u16, data: &[u8]| match bpf.as_mut() {
-        Some(b) => b
-            .matches(linktype, data)
-            .map_err(|e| capsule_fleet::FleetError::Usage(capsule_store::error::chain(&e))),
-        None => Ok(true),
-    };
+    if a.count {
+        return count(a, &fleet, &plan, &ask, t0);
+    }
     let write = match (a.count, a.write.as_deref()) {
         (true, _) => None,
         (false, w) => Some(w.unwrap_or("-")),
@@ -296,7 +312,7 @@ pub fn query(a: &crate::cli::QueryArgs) -> Result<ExitCode> {
                 reader: std::io::BufReader::with_capacity(1 << 16, r),
             })
             .collect();
-        let keep: Option<&mut capsule_fleet::merge::Keep> = Some(&mut bpf_keep);
+        let keep: Option<&mut capsule_fleet::merge::Keep> = None;
         let merged = match write {
             None => capsule_fleet::merge::merge(inputs, std::io::sink(), keep),
             Some("-") => capsule_fleet::merge::merge(inputs, std::io::stdout().lock(), keep),
@@ -319,7 +335,7 @@ pub fn query(a: &crate::cli::QueryArgs) -> Result<ExitCode> {
         })
     };
     let (mut pulled, merged) =
-        crate::fleet_pull::stream_all(&fleet, &plan.nodes, &filter, &deadlines(), merge)?;
+        crate::fleet_pull::stream_all(&fleet, &plan.nodes, &ask, &deadlines(), merge)?;
     let merged = merged?;
     // A node whose answer ended damaged or cut off without its pull failing.
     for (p, why) in pulled.iter_mut().zip(&merged.ended) {
@@ -404,10 +420,10 @@ fn count(
     a: &crate::cli::QueryArgs,
     fleet: &capsule_config::Fleet,
     plan: &capsule_fleet::plan::Plan,
-    filter: &str,
+    ask: &crate::fleet_pull::Ask,
     t0: std::time::Instant,
 ) -> Result<ExitCode> {
-    let got = crate::fleet_pull::count_all(fleet, &plan.nodes, filter, &deadlines())?;
+    let got = crate::fleet_pull::count_all(fleet, &plan.nodes, ask, &deadlines())?;
     let (pulled, counts): (Vec<_>, Vec<_>) = got.into_iter().unzip();
     let sum =
         |f: fn(&capsule_answers::export::Count) -> u64| counts.iter().flatten().map(f).sum::<u64>();
@@ -548,12 +564,10 @@ fn diff(a: &crate::cli::FleetDiffArgs) -> Result<ExitCode> {
             .find(|n| n.node == name)
             .map(|n| n.advertise.clone())
             .unwrap_or_default(),
-        segments: plan
-            .nodes
-            .iter()
-            .find(|p| p.node == name)
-            .map(|p| p.segments.clone())
-            .unwrap_or_default(),
+        // Every segment of the widened window: B's packets within the tolerance may lie in
+        // a segment the catalog did not find for the window itself.
+        segments: Vec::new(),
+        tiered: Vec::new(),
         from_ns: from.saturating_sub(extra),
         to_ns: to.saturating_add(extra),
     };
@@ -562,7 +576,15 @@ fn diff(a: &crate::cli::FleetDiffArgs) -> Result<ExitCode> {
         (Vec::new(), Vec::new(), Vec::new())
     } else {
         let plans = [node_plan(na, tol), node_plan(nb, tol)];
-        let pulled = crate::fleet_pull::pull_all(&fleet, &plans, &filter, &deadlines())?;
+        let pulled = crate::fleet_pull::pull_all(
+            &fleet,
+            &plans,
+            &crate::fleet_pull::Ask {
+                filter: &filter,
+                bpf: None,
+            },
+            &deadlines(),
+        )?;
         if say_failures(&pulled) {
             eprintln!(
                 "capsule: the comparison needs both nodes' packets whole; not made (exit status \

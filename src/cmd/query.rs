@@ -53,6 +53,7 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         query,
         bpf,
         max_bytes: None,
+        segments: None,
     };
     let source = Source::store(args.store()).with_tier(tier);
     if explain {
@@ -161,11 +162,10 @@ fn out_format(format: Option<OutFormat>, write: Option<&str>, count: bool) -> Ou
 fn remote(a: &QueryArgs) -> Result<ExitCode> {
     let remote = a.q.remote_with(&a.old_cert)?.expect("called with --server");
     let url = remote.url.as_str();
-    if a.bpf.is_some() {
-        return Err(
-            crate::output::Usage(format!("--bpf is not served: not with --server {url}")).into(),
-        );
-    }
+    // --bpf: the server applies it (checked in its guard's child), for packets and counts.
+    let bpf = a.bpf.as_deref().map_or(String::new(), |b| {
+        format!("&bpf={}", crate::client::encode(b))
+    });
     let name = |f: OutFormat| match f {
         OutFormat::Pcap => "pcap",
         OutFormat::Pcapng => "pcapng",
@@ -177,7 +177,7 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
             crate::client::selection_params(&a.q)?
         );
         if a.count {
-            path += &format!("&format={}", name(out_format(a.format, None, true)));
+            path += &format!("&format={}{bpf}", name(out_format(a.format, None, true)));
         }
         let mut body = Vec::new();
         let got = crate::client::get(&remote, &path, &mut body, false)?;
@@ -195,7 +195,7 @@ fn remote(a: &QueryArgs) -> Result<ExitCode> {
     let write = a.write.as_deref().unwrap_or("-");
     let format = name(out_format(a.format, Some(write), false));
     let path = format!(
-        "/v1/packets?{}&format={format}",
+        "/v1/packets?{}&format={format}{bpf}",
         crate::client::selection_params(&a.q)?
     );
     let t0 = Instant::now();

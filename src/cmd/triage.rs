@@ -216,6 +216,7 @@ fn evidence(source: &Source, i: usize, al: &Alert, dir: &Path, cap: u64) -> Resu
         query: al.query.query(),
         bpf: None,
         max_bytes: Some(cap),
+        segments: None,
     };
     let report = crate::files::write_file(source, &request, path_s)?;
     let data = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;

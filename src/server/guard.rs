@@ -26,6 +26,22 @@ pub(super) enum Failure {
     Server(String),
 }
 
+/// Checks a `bpf` parameter as the CLI checks `--bpf`: its length, then a compile for
+/// Ethernet in the guard's child process with limits (src/bpf_check.rs); the export then
+/// compiles it in-process for each link type it meets, as `query --bpf` does. Run on a
+/// blocking thread (it waits for the child).
+pub(super) fn check_bpf(expr: &str) -> Result<(), Failure> {
+    use crate::bpf_check::BpfGuardError;
+    crate::bpf_check::check(expr, &[capsule_pcap::LINKTYPE_ETHERNET]).map_err(|e| {
+        match e.downcast_ref::<BpfGuardError>() {
+            Some(BpfGuardError::Spawn { .. } | BpfGuardError::Failed { .. }) => {
+                Failure::Server(format!("{e:#}"))
+            }
+            _ => Failure::Asker(format!("{e:#}")),
+        }
+    })
+}
+
 impl Failure {
     /// An answer's error: the asker's when it is a usage error, else the server's (with its
     /// causes).

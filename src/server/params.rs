@@ -65,9 +65,46 @@ pub(super) fn query_of(p: &HashMap<String, String>) -> Result<capsule_query::Que
         .map_err(|e| format!("{e:#}"))
 }
 
+/// The `bpf` parameter: a tcpdump expression (absent or empty: none), checked by
+/// [`super::guard::check_bpf`] before the export runs.
+pub(super) fn bpf_of(p: &HashMap<String, String>) -> Option<String> {
+    p.get("bpf").filter(|s| !s.trim().is_empty()).cloned()
+}
+
+/// The `segments` parameter: sequence numbers separated by commas (a fleet's candidate
+/// segments for this node). `None` when absent; an empty list or a bad number is refused.
+pub(super) fn segments_of(p: &HashMap<String, String>) -> Result<Option<Vec<u64>>, String> {
+    let Some(v) = p.get("segments") else {
+        return Ok(None);
+    };
+    v.split(',')
+        .map(|s| {
+            s.trim().parse::<u64>().map_err(|_| {
+                format!(
+                    "invalid value for segments: expected segment numbers separated by \
+                     commas, found {s:?}"
+                )
+            })
+        })
+        .collect::<Result<Vec<u64>, String>>()
+        .map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn segments_are_numbers_separated_by_commas() {
+        let p = params(Some("segments=3%2C5,9"), &["segments"]).unwrap();
+        assert_eq!(segments_of(&p).unwrap(), Some(vec![3, 5, 9]));
+        assert_eq!(segments_of(&HashMap::new()).unwrap(), None);
+        for bad in ["segments=", "segments=3,,4", "segments=x", "segments=-1"] {
+            let p = params(Some(bad), &["segments"]).unwrap();
+            let e = segments_of(&p).unwrap_err();
+            assert!(e.starts_with("invalid value for segments"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn url_components_decode_and_bad_escapes_are_refused() {

@@ -125,6 +125,18 @@ pub(super) fn export_thread(
     audit: Arc<StreamAudit>,
     slot: Slot,
 ) {
+    // A `bpf` expression is checked in the guard's child first: refused, it is the answer
+    // (nothing was sent yet).
+    if let Some(Err(f)) = request.bpf.as_deref().map(super::guard::check_bpf) {
+        let (s, m) = match f {
+            super::guard::Failure::Asker(m) => (StatusCode::BAD_REQUEST, m),
+            super::guard::Failure::Server(m) => (StatusCode::INTERNAL_SERVER_ERROR, m),
+        };
+        let _ = w.tx.blocking_send(Msg::Fail(s, m.clone()));
+        drop(slot);
+        *audit.end.lock().unwrap_or_else(|p| p.into_inner()) = Some((s, m, None));
+        return;
+    }
     let result = capsule_answers::export::stream(&source, &request, &mut w);
     let (status, outcome, packets) = match result {
         Ok(report) => match w.send() {
@@ -191,8 +203,10 @@ pub(super) fn header_text(text: &str) -> String {
 
 /// `GET /v1/packets`: the packets of a window and filter as pcap or pcapng, streamed.
 pub(super) async fn packets(g: Guard, q: Option<&str>) -> Response<Body> {
-    let parsed = params(q, &["filter", "from", "to", "format"]).and_then(|p| {
+    let parsed = params(q, &["filter", "from", "to", "format", "segments", "bpf"]).and_then(|p| {
         let query = query_of(&p)?;
+        let segments = super::params::segments_of(&p)?;
+        let bpf = super::params::bpf_of(&p);
         let format = match p.get("format").map(String::as_str) {
             None | Some("pcap") => capsule_replay::Format::Pcap,
             Some("pcapng") => capsule_replay::Format::PcapNg,
@@ -202,9 +216,9 @@ pub(super) async fn packets(g: Guard, q: Option<&str>) -> Response<Body> {
                 ))
             }
         };
-        Ok((query, format))
+        Ok((query, format, segments, bpf))
     });
-    let (query, format) = match parsed {
+    let (query, format, segments, bpf) = match parsed {
         Ok(x) => x,
         Err(e) => return g.refuse(StatusCode::BAD_REQUEST, &e),
     };
@@ -216,6 +230,8 @@ pub(super) async fn packets(g: Guard, q: Option<&str>) -> Response<Body> {
     let Guard { server, rec, .. } = g;
     let request = capsule_answers::export::Request {
         format,
+        segments,
+        bpf,
         ..capsule_answers::export::Request::of(query)
     };
     let (tx, mut rx) = mpsc::channel(CHUNKS_QUEUED);

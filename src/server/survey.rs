@@ -16,7 +16,7 @@ use capsule_answers::{export, segments};
 /// The export request of `filter`, `from`, `to` and (for a count) `format`.
 fn export_request(q: Option<&str>, with_format: bool) -> Result<export::Request, String> {
     let allowed: &[&str] = if with_format {
-        &["filter", "from", "to", "format"]
+        &["filter", "from", "to", "format", "segments", "bpf"]
     } else {
         &["filter", "from", "to"]
     };
@@ -35,6 +35,8 @@ fn export_request(q: Option<&str>, with_format: bool) -> Result<export::Request,
     };
     Ok(export::Request {
         format,
+        segments: super::params::segments_of(&p)?,
+        bpf: super::params::bpf_of(&p),
         ..export::Request::of(query)
     })
 }
@@ -48,6 +50,9 @@ pub(super) async fn count(g: Guard, q: Option<&str>) -> Response<Body> {
     };
     let source = g.source();
     let work = move || {
+        if let Some(expr) = &request.bpf {
+            super::guard::check_bpf(expr)?;
+        }
         let c = export::counted(&source, &request).map_err(Failure::of)?;
         Ok((c.count, c.report.partial_note()))
     };

@@ -7,6 +7,7 @@
 //! code with the product.
 #![allow(dead_code)]
 
+pub mod clickhouse;
 pub mod netns;
 pub mod planted;
 pub mod serve;
