@@ -301,7 +301,7 @@ fn a_question_opens_only_the_segments_the_catalog_cannot_rule_out() {
         "--from",
         "2026-11-30T02:00:03Z",
         "--to",
-        "+1ms",
+        "+100ms",
     ];
     let count = |args: &[&str]| {
         let o = run(capsule()

@@ -124,14 +124,18 @@ pub struct RowHeld {
     /// First and last packet of its blocks of packets (any packet, IP or not; 0, 0 without).
     pub first_ns: u64,
     pub last_ns: u64,
-    /// Start of its earliest block without packets (interface statistics: the drop
-    /// counters' baselines), `u64::MAX` when it has none.
+    /// Time of its earliest interface statistics record (the drop counters, in its blocks
+    /// without packets: what every export reads before its window's end for the counters'
+    /// baselines), `u64::MAX` when it has none; 0 when such a block could not be read.
     pub stats_first_ns: u64,
 }
 
 impl RowHeld {
-    /// What `seg` holds, from its block headers.
+    /// What `seg` holds, from its block headers and its blocks without packets (a few
+    /// bytes each: interface declarations and statistics).
     pub fn of(seg: &SegmentReader) -> RowHeld {
+        let mut dctx = zstd::bulk::Decompressor::new().ok();
+        let (mut frame, mut data) = (Vec::new(), Vec::new());
         let mut h = RowHeld {
             packets: 0,
             first_ns: u64::MAX,
@@ -143,8 +147,19 @@ impl RowHeld {
                 h.packets += u64::from(b.packets);
                 h.first_ns = h.first_ns.min(b.first_ns);
                 h.last_ns = h.last_ns.max(b.last_ns);
-            } else {
-                h.stats_first_ns = h.stats_first_ns.min(b.first_ns);
+            }
+        }
+        for (i, _) in seg.blocks().iter().enumerate().filter(|(_, b)| b.packets == 0) {
+            let read = dctx
+                .as_mut()
+                .is_some_and(|d| seg.read_block(i, d, &mut frame, &mut data).is_ok());
+            if !read {
+                // what it holds is unknown: every question opens the segment
+                h.stats_first_ns = 0;
+                break;
+            }
+            for st in capsule_pcap::read::fragment_stats(&data) {
+                h.stats_first_ns = h.stats_first_ns.min(st.ts_ns);
             }
         }
         if h.packets == 0 {

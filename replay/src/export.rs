@@ -470,7 +470,7 @@ impl Window {
                     }
                     let _ = recycle.try_send(block.data);
                 }
-                Err(e) if e.is_damage() => {
+                Err(e) if e.is_skippable() => {
                     let seg = &self.segments[p.seg];
                     self.report
                         .skipped
@@ -532,7 +532,7 @@ impl Window {
                 let block = match got {
                     Ok(b) => b,
                     // Damage stays local: skip the block, say what was lost, go on.
-                    Err(e) if e.is_damage() => {
+                    Err(e) if e.is_skippable() => {
                         let p = plan[slot];
                         let seg = &segments[p.seg];
                         report
@@ -697,6 +697,51 @@ mod tests {
                 assert_eq!((g.0, &g.3), (w.0, &w.2));
                 assert_eq!(g.2, w.2.len() as u32 + 4);
             }
+        }
+    }
+
+    /// Past the descriptor budget a reader reopens its segment by path: a segment removed
+    /// (retention) or replaced (compaction) after the question opened it is skipped and
+    /// named, the answer partial (exit 3), and the other segments' packets still counted.
+    /// Before, the question failed (exit 1) with the first such read.
+    #[test]
+    fn a_segment_removed_or_replaced_during_a_question_makes_it_partial() {
+        let batches: Vec<Vec<Pkt>> = (0..3u64)
+            .map(|b| (0..100).map(|i| packet(1000 + b * 10_000 + i * 10, 300)).collect())
+            .collect();
+        for replace in [false, true] {
+            let dir = store_with(&batches, &[eth()]);
+            let store = Store::open(dir.path()).unwrap();
+            let query = Query::all();
+            let mut window = Window::open(&store, &query, None, false).unwrap();
+            let victim = window.segments[0].path().to_path_buf();
+            let victim_packets: u64 = window.segments[0]
+                .blocks()
+                .iter()
+                .map(|b| u64::from(b.packets))
+                .sum();
+            assert!(victim_packets > 0);
+            // the budget closed every descriptor; then retention or compaction came
+            capsule_store::segment::handles::close_all();
+            if replace {
+                let other = window.segments[1].path().to_path_buf();
+                std::fs::copy(&other, victim.with_extension("new")).unwrap();
+                std::fs::rename(victim.with_extension("new"), &victim).unwrap();
+            } else {
+                std::fs::remove_file(&victim).unwrap();
+            }
+            window.tally(2, |_, _| {}).unwrap();
+            let r = &window.report;
+            assert!(r.is_partial());
+            let what = if replace { "replaced" } else { "removed" };
+            assert!(
+                !r.skipped.is_empty() && r.skipped.iter().all(|s| s.problem.contains(what)),
+                "{:?}",
+                r.skipped
+            );
+            let skipped: u64 = r.skipped.iter().map(|s| u64::from(s.packets)).sum();
+            assert_eq!(skipped, victim_packets);
+            assert_eq!(r.packets, 300 - victim_packets);
         }
     }
 
