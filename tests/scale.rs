@@ -297,24 +297,26 @@ fn a_question_opens_only_the_segments_the_catalog_cannot_rule_out() {
     let store = small_store(tmp.path(), 5, "4s", "4M");
     let segs = segments(&store);
     assert!(segs.len() > 20, "{} segments", segs.len());
-    let window = [
-        "--from",
-        "2026-11-30T02:00:03Z",
-        "--to",
-        "+100ms",
-    ];
+    let window = ["--from", "2026-11-30T02:00:03Z", "--to", "+100ms"];
     let count = |args: &[&str]| {
         let o = run(capsule()
             .args(["query", "--store", p(&store), "--count"])
             .args(args));
         let text = stdout_str(&o);
-        let text = text.rsplit_once(" in ").map_or(&*text, |(c, _)| c).to_string();
+        let text = text
+            .rsplit_once(" in ")
+            .map_or(&*text, |(c, _)| c)
+            .to_string();
         (o.status.code(), text, stderr_str(&o))
     };
     let before_window = count(&window);
     let before_absent = count(&["host 192.0.2.77"]);
     assert_eq!(before_window.0, Some(0), "{}", before_window.2);
-    assert!(!before_window.1.starts_with("0 packets"), "{}", before_window.1);
+    assert!(
+        !before_window.1.starts_with("0 packets"),
+        "{}",
+        before_window.1
+    );
 
     // the first segment's head damaged, its length kept
     let first = &segs[0];

@@ -149,7 +149,12 @@ impl RowHeld {
                 h.last_ns = h.last_ns.max(b.last_ns);
             }
         }
-        for (i, _) in seg.blocks().iter().enumerate().filter(|(_, b)| b.packets == 0) {
+        for (i, _) in seg
+            .blocks()
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.packets == 0)
+        {
             let read = dctx
                 .as_mut()
                 .is_some_and(|d| seg.read_block(i, d, &mut frame, &mut data).is_ok());
@@ -218,7 +223,9 @@ impl Row {
     /// [`Row::of`] with what `seg` (the segment `idx` describes) holds.
     pub fn of_segment(idx: &SegmentIndex, seg: &SegmentReader) -> Row {
         let mut r = Row::of(idx);
-        if r.seq == seg.seq() && r.segment_len == seg.bytes() && r.blocks as usize == seg.blocks().len()
+        if r.seq == seg.seq()
+            && r.segment_len == seg.bytes()
+            && r.blocks as usize == seg.blocks().len()
         {
             r.held = Some(RowHeld::of(seg));
         }
@@ -689,11 +696,16 @@ mod tests {
         assert!(!row.skips(&e, l, &mine, 1500, 1501));
         // the file is not the one the row describes (a compaction), no ledger, a repair
         // left it short, statistics before the window's end: opened
-        let longer = capsule_store::SegmentEntry { bytes: 501, ..e.clone() };
+        let longer = capsule_store::SegmentEntry {
+            bytes: 501,
+            ..e.clone()
+        };
         assert!(!row.skips(&longer, l, &all, 3000, 4000));
         assert!(!row.skips(&e, None, &all, 3000, 4000));
         let mut short = ledger.clone();
-        short.live.insert(3, capsule_store::ledger::Sealed { packets: 11, ..rec });
+        short
+            .live
+            .insert(3, capsule_store::ledger::Sealed { packets: 11, ..rec });
         assert!(!row.skips(&e, Some(&short), &all, 3000, 4000));
         let stats = Row {
             held: Some(RowHeld {
@@ -706,7 +718,13 @@ mod tests {
         assert!(stats.skips(&e, l, &all, 2100, 2500));
         // the ledger's span (which bounds a stretch lost to damage since) reaches the window
         let mut wider = ledger.clone();
-        wider.live.insert(3, capsule_store::ledger::Sealed { last_ns: 3500, ..rec });
+        wider.live.insert(
+            3,
+            capsule_store::ledger::Sealed {
+                last_ns: 3500,
+                ..rec
+            },
+        );
         assert!(!row.skips(&e, Some(&wider), &all, 3000, 4000));
     }
 }

@@ -707,7 +707,11 @@ mod tests {
     #[test]
     fn a_segment_removed_or_replaced_during_a_question_makes_it_partial() {
         let batches: Vec<Vec<Pkt>> = (0..3u64)
-            .map(|b| (0..100).map(|i| packet(1000 + b * 10_000 + i * 10, 300)).collect())
+            .map(|b| {
+                (0..100)
+                    .map(|i| packet(1000 + b * 10_000 + i * 10, 300))
+                    .collect()
+            })
             .collect();
         for replace in [false, true] {
             let dir = store_with(&batches, &[eth()]);
