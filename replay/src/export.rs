@@ -166,21 +166,18 @@ pub fn count(store: &Store, opts: &ExportOptions) -> Result<ExportReport, Export
 }
 
 /// [`count`], and the store's segments as it opened them (opening every segment again
-/// costs as much as the count's own opening on a store of many segments).
+/// costs as much as the count's own opening on a store of many segments; and the count
+/// opened only the segments the catalog could not rule out, which are the ones a flow
+/// summary of the same question needs).
 pub fn count_with_segments(
     store: &Store,
     opts: &ExportOptions,
-) -> Result<(ExportReport, Vec<SegmentReader>), ExportError> {
+) -> Result<(ExportReport, Arc<Vec<SegmentReader>>), ExportError> {
     let mut window = Window::open(store, &opts.query, opts.bpf.as_deref(), false)?;
     window.tally(opts.threads, |_, _| {})?;
     let Window {
         report, segments, ..
     } = window;
-    // The reader threads are done: the window holds the only reference.
-    let segments = match Arc::try_unwrap(segments) {
-        Ok(s) => s,
-        Err(_) => store.open_segments()?,
-    };
     Ok((report, segments))
 }
 
