@@ -45,19 +45,16 @@ pub(crate) fn note_window(
     q: &capsule_query::Query,
     empty: bool,
 ) {
+    note_window_held(&capsule_store::Held::of(segments), q, empty)
+}
+
+/// [`note_window`] from what the store holds ([`capsule_store::Held`]: an export's report
+/// counts it over the segments the catalog kept it from opening too).
+pub(crate) fn note_window_held(held: &capsule_store::Held, q: &capsule_query::Query, empty: bool) {
     let (from, to) = q.window();
-    let first = segments
-        .iter()
-        .flat_map(|s| s.blocks())
-        .filter(|b| b.packets > 0)
-        .map(|b| b.first_ns)
-        .min();
+    let first = held.first_ns;
     // Segment numbers start at 1: a store whose lowest is higher has deleted older data.
-    let deleted = segments
-        .iter()
-        .map(|s| s.seq())
-        .min()
-        .is_some_and(|s| s > 1);
+    let deleted = held.lowest_seq.is_some_and(|s| s > 1);
     // A window given from a time before it; without --from the question is "all we hold".
     let given = q.from_ns.is_some();
     if let Some(first) = first.filter(|f| given && deleted && from < *f && to > *f) {
@@ -69,26 +66,14 @@ pub(crate) fn note_window(
         );
     }
     if empty {
-        note_if_window_misses(segments, q);
+        note_if_window_misses_held(held, q);
     }
 }
 
 /// When an answer came back empty, says whether the window lies outside what the store
 /// holds (see [`note_window`]).
-pub(crate) fn note_if_window_misses(
-    segments: &[capsule_store::SegmentReader],
-    q: &capsule_query::Query,
-) {
-    let blocks = || {
-        segments
-            .iter()
-            .flat_map(|s| s.blocks())
-            .filter(|b| b.packets > 0)
-    };
-    let (Some(first), Some(last)) = (
-        blocks().map(|b| b.first_ns).min(),
-        blocks().map(|b| b.last_ns).max(),
-    ) else {
+fn note_if_window_misses_held(held: &capsule_store::Held, q: &capsule_query::Query) {
+    let (Some(first), Some(last)) = (held.first_ns, held.last_ns) else {
         eprintln!("capsule: note: the store holds no packets");
         return;
     };

@@ -284,3 +284,64 @@ fn a_store_of_more_segments_than_open_files_allowed_is_answered() {
         );
     }
 }
+
+/// A question opens only the segments the catalog cannot rule out (issue 34: at 100,000
+/// segments, opening each cost seconds). Seen from outside: a segment zeroed after its
+/// seal (its length kept) is named by every answer it may be part of,
+/// and by none its row rules out (a window away from what the ledger records it held, a
+/// host absent from its keys). Before, every question opened every segment, so each
+/// answer was partial (exit 3) for a segment it could not have read a packet from.
+#[test]
+fn a_question_opens_only_the_segments_the_catalog_cannot_rule_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path(), 5, "4s", "4M");
+    let segs = segments(&store);
+    assert!(segs.len() > 20, "{} segments", segs.len());
+    let window = ["--from", "2026-11-30T02:00:03Z", "--to", "+100ms"];
+    let count = |args: &[&str]| {
+        let o = run(capsule()
+            .args(["query", "--store", p(&store), "--count"])
+            .args(args));
+        let text = stdout_str(&o);
+        let text = text
+            .rsplit_once(" in ")
+            .map_or(&*text, |(c, _)| c)
+            .to_string();
+        (o.status.code(), text, stderr_str(&o))
+    };
+    let before_window = count(&window);
+    let before_absent = count(&["host 192.0.2.77"]);
+    assert_eq!(before_window.0, Some(0), "{}", before_window.2);
+    assert!(
+        !before_window.1.starts_with("0 packets"),
+        "{}",
+        before_window.1
+    );
+
+    // the first segment's bytes zeroed, its length kept: it cannot be opened
+    let first = &segs[0];
+    let len = std::fs::metadata(&first.path).unwrap().len();
+    std::fs::write(&first.path, vec![0u8; len as usize]).unwrap();
+
+    // a window after it, and a host it never held: whole answers, as before the damage
+    assert_eq!(count(&window), before_window);
+    assert_eq!(count(&["host 192.0.2.77"]), before_absent);
+    // the whole store: partial, the segment named
+    let whole = count(&[]);
+    assert_eq!(whole.0, Some(3), "{}", whole.2);
+    assert!(
+        whole.2.contains(&format!("segment {} ", first.seq)),
+        "{}",
+        whole.2
+    );
+    // without the catalog every segment is opened: the same answer over the window, now
+    // partial for the damaged one
+    let cat_path = catalog::path(&Store::open(&store).unwrap().index_dir());
+    std::fs::remove_file(&cat_path).unwrap();
+    let without = count(&window);
+    let packets = |t: &str| t.split(';').next().unwrap_or_default().to_string();
+    assert_eq!(
+        (without.0, packets(&without.1)),
+        (Some(3), packets(&before_window.1))
+    );
+}

@@ -218,13 +218,14 @@ impl Count {
     }
 }
 
-/// A [`Count`] with what it was made from: the report (what was skipped, why) and the
-/// segments of the store (for notes about its span).
+/// A [`Count`] with what it was made from: the report (what was skipped, why; what the
+/// store holds, `report.held`) and the segments the count opened (those the catalog did
+/// not rule out).
 #[derive(Debug)]
 pub struct Counted {
     pub count: Count,
     pub report: ExportReport,
-    pub segments: Vec<capsule_store::SegmentReader>,
+    pub segments: std::sync::Arc<Vec<capsule_store::SegmentReader>>,
 }
 
 /// Counts the packets and bytes of `req` and the flows of its window the cut-off cut.

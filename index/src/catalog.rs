@@ -31,8 +31,9 @@ use crate::sideindex::SegmentIndex;
 /// The catalog's file name in `STORE/index/`.
 pub const CATALOG_FILE: &str = "catalog";
 const MAGIC: &[u8; 8] = b"CAPSCATL";
-/// Version of the catalog's bytes (docs/format.md).
-pub const CATALOG_VERSION: u32 = 1;
+/// Version of the catalog's bytes (docs/format.md). Version 1 (rows without
+/// [`Row::held`]) is still read.
+pub const CATALOG_VERSION: u32 = 2;
 /// At most this many distinct keys are kept exactly (sorted hashes); more go into a Bloom
 /// filter.
 pub const EXACT_MAX: usize = 1024;
@@ -114,6 +115,65 @@ pub fn key_hash(k: IndexKey) -> u64 {
     h
 }
 
+/// What a question reads from every segment besides its packets, kept in the row (catalog
+/// version 2) so that a segment the row rules out is not opened at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowHeld {
+    /// Packets in its blocks (the ledger's count at seal, unless damage was repaired away).
+    pub packets: u64,
+    /// First and last packet of its blocks of packets (any packet, IP or not; 0, 0 without).
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// Time of its earliest interface statistics record (the drop counters, in its blocks
+    /// without packets: what every export reads before its window's end for the counters'
+    /// baselines), `u64::MAX` when it has none; 0 when such a block could not be read.
+    pub stats_first_ns: u64,
+}
+
+impl RowHeld {
+    /// What `seg` holds, from its block headers and its blocks without packets (a few
+    /// bytes each: interface declarations and statistics).
+    pub fn of(seg: &SegmentReader) -> RowHeld {
+        let mut dctx = zstd::bulk::Decompressor::new().ok();
+        let (mut frame, mut data) = (Vec::new(), Vec::new());
+        let mut h = RowHeld {
+            packets: 0,
+            first_ns: u64::MAX,
+            last_ns: 0,
+            stats_first_ns: u64::MAX,
+        };
+        for b in seg.blocks() {
+            if b.packets > 0 {
+                h.packets += u64::from(b.packets);
+                h.first_ns = h.first_ns.min(b.first_ns);
+                h.last_ns = h.last_ns.max(b.last_ns);
+            }
+        }
+        for (i, _) in seg
+            .blocks()
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.packets == 0)
+        {
+            let read = dctx
+                .as_mut()
+                .is_some_and(|d| seg.read_block(i, d, &mut frame, &mut data).is_ok());
+            if !read {
+                // what it holds is unknown: every question opens the segment
+                h.stats_first_ns = 0;
+                break;
+            }
+            for st in capsule_pcap::read::fragment_stats(&data) {
+                h.stats_first_ns = h.stats_first_ns.min(st.ts_ns);
+            }
+        }
+        if h.packets == 0 {
+            (h.first_ns, h.last_ns) = (0, 0);
+        }
+        h
+    }
+}
+
 /// One sealed segment as the catalog knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Row {
@@ -125,6 +185,9 @@ pub struct Row {
     pub first_ns: u64,
     pub last_ns: u64,
     pub keys: Keys,
+    /// What its blocks hold (version 2; `None` in a version-1 row, or one derived from the
+    /// index alone): without it, a question opens the segment.
+    pub held: Option<RowHeld>,
 }
 
 impl Row {
@@ -153,7 +216,56 @@ impl Row {
             first_ns,
             last_ns,
             keys: Keys::of(hashes),
+            held: None,
         }
+    }
+
+    /// [`Row::of`] with what `seg` (the segment `idx` describes) holds.
+    pub fn of_segment(idx: &SegmentIndex, seg: &SegmentReader) -> Row {
+        let mut r = Row::of(idx);
+        if r.seq == seg.seq()
+            && r.segment_len == seg.bytes()
+            && r.blocks as usize == seg.blocks().len()
+        {
+            r.held = Some(RowHeld::of(seg));
+        }
+        r
+    }
+
+    /// Whether a question over `[from, to)` with `filter` may leave the segment of listed
+    /// `entry` unopened: the row describes the file listed (same number and length: a
+    /// compaction changes the length), it says what the segment holds, the store's ledger
+    /// records the seal with as many packets as the segment holds (none lost to a repair,
+    /// and the index the keys come from saw every packet), and then either neither its
+    /// packets nor the span the ledger records (which bounds any stretch lost to damage
+    /// since) reach the window, or no packet of it can match the filter; and it has no
+    /// interface statistics before the window's end (the drop baselines).
+    pub fn skips(
+        &self,
+        entry: &capsule_store::SegmentEntry,
+        ledger: Option<&capsule_store::ledger::Ledger>,
+        filter: &Filter,
+        from: u64,
+        to: u64,
+    ) -> bool {
+        let Some(h) = self.held else { return false };
+        let Some(rec) = ledger.and_then(|l| l.live.get(&entry.seq)) else {
+            return false;
+        };
+        if entry.state != SegmentState::Sealed
+            || self.seq != entry.seq
+            || self.segment_len != entry.bytes
+            || rec.packets != h.packets
+            || h.stats_first_ns < to
+        {
+            return false;
+        }
+        let reaches = h.packets > 0 && h.last_ns >= from && h.first_ns < to;
+        let recorded = rec.packets > 0 && rec.last_ns >= from && rec.first_ns < to;
+        if !reaches && !recorded {
+            return true;
+        }
+        !filter.is_all() && !self.may_match(filter)
     }
 
     /// Whether this row describes `seg` as it is now (same number, length and blocks).
@@ -204,6 +316,15 @@ impl Catalog {
             for w in words {
                 b.extend_from_slice(&w.to_le_bytes());
             }
+            match &r.held {
+                None => b.push(0),
+                Some(h) => {
+                    b.push(1);
+                    for v in [h.packets, h.first_ns, h.last_ns, h.stats_first_ns] {
+                        b.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
         }
         let crc = capsule_store::crc::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
@@ -231,9 +352,9 @@ impl Catalog {
         let u32_ = |s: &[u8]| u32::from_le_bytes(s.try_into().expect("4 bytes"));
         let u64_ = |s: &[u8]| u64::from_le_bytes(s.try_into().expect("8 bytes"));
         let version = u32_(take(4)?);
-        if version != CATALOG_VERSION {
+        if version != 1 && version != CATALOG_VERSION {
             return Err(format!(
-                "version {version} is not supported (this build reads {CATALOG_VERSION})"
+                "version {version} is not supported (this build reads 1 to {CATALOG_VERSION})"
             ));
         }
         let n = u32_(take(4)?);
@@ -254,6 +375,19 @@ impl Catalog {
                 (1, 1..=32) => Keys::Bloom { probes, bits: v },
                 _ => return Err(format!("segment {seq}: bad key set (kind {kind})")),
             };
+            let held = match version {
+                1 => None,
+                _ => match take(1)?[0] {
+                    0 => None,
+                    1 => Some(RowHeld {
+                        packets: u64_(take(8)?),
+                        first_ns: u64_(take(8)?),
+                        last_ns: u64_(take(8)?),
+                        stats_first_ns: u64_(take(8)?),
+                    }),
+                    k => return Err(format!("segment {seq}: bad held flag {k}")),
+                },
+            };
             if rows
                 .insert(
                     seq,
@@ -264,6 +398,7 @@ impl Catalog {
                         first_ns,
                         last_ns,
                         keys,
+                        held,
                     },
                 )
                 .is_some()
@@ -319,10 +454,13 @@ pub fn refreshed(store: &Store, segments: &[SegmentReader], old: Option<&Catalog
         .iter()
         .filter(|s| s.state() == SegmentState::Sealed)
     {
-        if let Some(r) = old.and_then(|c| c.row_for(seg)) {
+        if let Some(r) = old
+            .and_then(|c| c.row_for(seg))
+            .filter(|r| r.held.is_some())
+        {
             out.rows.insert(r.seq, r.clone());
         } else if let Ok(Some(idx)) = SegmentIndex::load(&dir, seg) {
-            out.rows.insert(idx.seq, Row::of(&idx));
+            out.rows.insert(idx.seq, Row::of_segment(&idx, seg));
         }
     }
     out
@@ -362,7 +500,11 @@ pub fn verify(store: &Store, segments: &[SegmentReader]) -> Option<String> {
     for (seq, r) in &fresh.rows {
         match c.rows.get(seq) {
             Some(have)
-                if have.segment_len == r.segment_len && have.blocks == r.blocks && have != r =>
+                if have.segment_len == r.segment_len
+                    && have.blocks == r.blocks
+                    // a version-1 row says nothing of what the segment holds
+                    && (have.held.is_some() && have != r
+                        || have.held.is_none() && *have != Row { held: None, ..r.clone() }) =>
             {
                 problems.push(format!(
                     "segment {seq}: its row differs from the one derived from its index"
@@ -414,6 +556,7 @@ mod tests {
             first_ns: 1,
             last_ns: 2,
             keys,
+            held: None,
         };
         let may = |f: &str| row.may_match(&f.parse::<Filter>().unwrap());
         assert!(may("host 10.0.0.1"));
@@ -445,6 +588,12 @@ mod tests {
                     first_ns: 10,
                     last_ns: 20,
                     keys,
+                    held: (seq == 7).then_some(RowHeld {
+                        packets: 5,
+                        first_ns: 9,
+                        last_ns: 21,
+                        stats_first_ns: u64::MAX,
+                    }),
                 },
             );
         }
@@ -456,5 +605,126 @@ mod tests {
         let mut flipped = b.clone();
         flipped[30] ^= 1;
         assert!(Catalog::decode(&flipped).unwrap_err().contains("crc32c"));
+    }
+
+    /// A catalog written before version 2 (rows without what their segment holds) is still
+    /// read: its rows rule segments out by keys once opened, and never skip an open.
+    #[test]
+    fn a_version_1_catalog_is_still_read_and_its_rows_skip_nothing() {
+        let keys = Keys::of(vec![key_hash(IndexKey::Port(53))]);
+        let Keys::Exact(words) = &keys else {
+            unreachable!()
+        };
+        let mut b = Vec::new();
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&1u32.to_le_bytes());
+        for v in [4u64, 1000] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&2u32.to_le_bytes());
+        for v in [10u64, 20] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&[0, 0]);
+        b.extend_from_slice(&(words.len() as u32).to_le_bytes());
+        for w in words {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        let crc = capsule_store::crc::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        let c = Catalog::decode(&b).unwrap();
+        let r = &c.rows[&4];
+        assert_eq!((r.segment_len, r.blocks, r.held), (1000, 2, None));
+        assert!(!r.may_match(&"port 54".parse().unwrap()));
+        let e = capsule_store::SegmentEntry {
+            seq: 4,
+            state: SegmentState::Sealed,
+            path: PathBuf::from("x"),
+            bytes: 1000,
+        };
+        assert!(!r.skips(&e, None, &"port 54".parse().unwrap(), 100, 200));
+        // written again, it is version 2
+        assert_eq!(&c.encode()[8..12], &CATALOG_VERSION.to_le_bytes());
+    }
+
+    /// A row skips its segment only when it describes the listed file, the ledger records
+    /// as many packets, and neither the window nor the filter can reach it; statistics
+    /// before the window's end keep it.
+    #[test]
+    fn a_row_skips_its_segment_only_when_nothing_of_it_can_be_in_the_answer() {
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let held = RowHeld {
+            packets: 10,
+            first_ns: 1000,
+            last_ns: 2000,
+            stats_first_ns: u64::MAX,
+        };
+        let row = Row {
+            seq: 3,
+            segment_len: 500,
+            blocks: 2,
+            first_ns: 1000,
+            last_ns: 2000,
+            keys: Keys::of(vec![key_hash(IndexKey::Addr(a))]),
+            held: Some(held),
+        };
+        let e = capsule_store::SegmentEntry {
+            seq: 3,
+            state: SegmentState::Sealed,
+            path: PathBuf::from("x"),
+            bytes: 500,
+        };
+        let mut ledger = capsule_store::ledger::Ledger::default();
+        let rec = capsule_store::ledger::Sealed {
+            seq: 3,
+            first_ns: 1000,
+            last_ns: 2000,
+            packets: 10,
+            bytes: 500,
+        };
+        ledger.live.insert(3, rec);
+        let all = Filter::default();
+        let other: Filter = "host 10.0.0.2".parse().unwrap();
+        let mine: Filter = "host 10.0.0.1".parse().unwrap();
+        let l = Some(&ledger);
+        // outside the window, any filter; inside, only a filter its keys rule out
+        assert!(row.skips(&e, l, &all, 3000, 4000));
+        assert!(row.skips(&e, l, &mine, 0, 1000));
+        assert!(!row.skips(&e, l, &all, 1500, 1501));
+        assert!(row.skips(&e, l, &other, 1500, 1501));
+        assert!(!row.skips(&e, l, &mine, 1500, 1501));
+        // the file is not the one the row describes (a compaction), no ledger, a repair
+        // left it short, statistics before the window's end: opened
+        let longer = capsule_store::SegmentEntry {
+            bytes: 501,
+            ..e.clone()
+        };
+        assert!(!row.skips(&longer, l, &all, 3000, 4000));
+        assert!(!row.skips(&e, None, &all, 3000, 4000));
+        let mut short = ledger.clone();
+        short
+            .live
+            .insert(3, capsule_store::ledger::Sealed { packets: 11, ..rec });
+        assert!(!row.skips(&e, Some(&short), &all, 3000, 4000));
+        let stats = Row {
+            held: Some(RowHeld {
+                stats_first_ns: 2500,
+                ..held
+            }),
+            ..row.clone()
+        };
+        assert!(!stats.skips(&e, l, &all, 3000, 4000));
+        assert!(stats.skips(&e, l, &all, 2100, 2500));
+        // the ledger's span (which bounds a stretch lost to damage since) reaches the window
+        let mut wider = ledger.clone();
+        wider.live.insert(
+            3,
+            capsule_store::ledger::Sealed {
+                last_ns: 3500,
+                ..rec
+            },
+        );
+        assert!(!row.skips(&e, Some(&wider), &all, 3000, 4000));
     }
 }

@@ -153,7 +153,7 @@ impl Indexer for SideIndexer {
                 match rebuild(&self.dir, &seg) {
                     Ok(idx) => {
                         idx.write(&self.dir)?;
-                        cat.rows.insert(idx.seq, Row::of(&idx));
+                        cat.rows.insert(idx.seq, Row::of_segment(&idx, &seg));
                         rebuilt.push(seg.seq());
                     }
                     Err(err) => tracing::warn!(
@@ -162,10 +162,10 @@ impl Indexer for SideIndexer {
                         capsule_store::error::chain(&err)
                     ),
                 }
-            } else if let Some(r) = old.row_for(&seg) {
+            } else if let Some(r) = old.row_for(&seg).filter(|r| r.held.is_some()) {
                 cat.rows.insert(r.seq, r.clone());
             } else if let Ok(Some(idx)) = SegmentIndex::load(&self.dir, &seg) {
-                cat.rows.insert(idx.seq, Row::of(&idx));
+                cat.rows.insert(idx.seq, Row::of_segment(&idx, &seg));
             }
         }
         let dirty = cat != old || !catalog::path(&self.dir).exists();
@@ -326,7 +326,11 @@ impl Indexer for SideIndexer {
                 let _guard = self.writes.lock().unwrap_or_else(|p| p.into_inner());
                 idx.write(&self.dir)?;
             }
-            let row = Row::of(&idx);
+            // What the segment holds, from its block headers (the footer just written).
+            let row = match SegmentReader::open(&sealed.path) {
+                Ok(seg) => Row::of_segment(&idx, &seg),
+                Err(_) => Row::of(&idx),
+            };
             self.catalog_changed(|c| {
                 c.rows.insert(row.seq, row);
             });
@@ -363,7 +367,10 @@ impl Indexer for SideIndexer {
                     idx.segment_len = seg.bytes;
                     idx.write(&self.dir)?;
                     drop(_guard);
-                    let row = Row::of(&idx);
+                    let row = match SegmentReader::open(&seg.path) {
+                        Ok(s) => Row::of_segment(&idx, &s),
+                        Err(_) => Row::of(&idx),
+                    };
                     self.catalog_changed(|c| {
                         c.rows.insert(row.seq, row);
                     });
@@ -371,10 +378,11 @@ impl Indexer for SideIndexer {
                 }
             }
         }
-        let idx = rebuild(&self.dir, &SegmentReader::open(&seg.path)?)?;
+        let reader = SegmentReader::open(&seg.path)?;
+        let idx = rebuild(&self.dir, &reader)?;
         idx.write(&self.dir)?;
         drop(_guard);
-        let row = Row::of(&idx);
+        let row = Row::of_segment(&idx, &reader);
         self.catalog_changed(|c| {
             c.rows.insert(row.seq, row);
         });

@@ -62,6 +62,21 @@ impl ExportError {
         }
     }
 
+    /// Whether a read found its segment removed (retention) or replaced (compaction) after
+    /// the question opened it: a reader whose descriptor the budget had closed reopens the
+    /// file by path and finds it gone or another file (store/src/segment/handles.rs).
+    pub fn is_gone(&self) -> bool {
+        matches!(self, ExportError::Store(StoreError::Io { error, .. })
+            if error.kind() == std::io::ErrorKind::NotFound)
+    }
+
+    /// What the export skips and names, going on with the rest (the answer is partial, exit
+    /// 3): damage ([`ExportError::is_damage`]) or a segment gone during the question
+    /// ([`ExportError::is_gone`]).
+    pub fn is_skippable(&self) -> bool {
+        self.is_damage() || self.is_gone()
+    }
+
     /// Whether the reader of the output went away (`| head`): a normal end for a CLI.
     pub fn is_broken_pipe(&self) -> bool {
         matches!(self, ExportError::Write(e) if e.kind() == std::io::ErrorKind::BrokenPipe)

@@ -173,11 +173,13 @@ pub fn count(store: &Store, opts: &ExportOptions) -> Result<ExportReport, Export
 }
 
 /// [`count`], and the store's segments as it opened them (opening every segment again
-/// costs as much as the count's own opening on a store of many segments).
+/// costs as much as the count's own opening on a store of many segments; and the count
+/// opened only the segments the catalog could not rule out, which are the ones a flow
+/// summary of the same question needs).
 pub fn count_with_segments(
     store: &Store,
     opts: &ExportOptions,
-) -> Result<(ExportReport, Vec<SegmentReader>), ExportError> {
+) -> Result<(ExportReport, Arc<Vec<SegmentReader>>), ExportError> {
     let mut window = Window::open(
         store,
         &opts.query,
@@ -189,11 +191,6 @@ pub fn count_with_segments(
     let Window {
         report, segments, ..
     } = window;
-    // The reader threads are done: the window holds the only reference.
-    let segments = match Arc::try_unwrap(segments) {
-        Ok(s) => s,
-        Err(_) => store.open_segments()?,
-    };
     Ok((report, segments))
 }
 
@@ -334,11 +331,50 @@ impl Window {
         stats_ifaces: bool,
         only: Option<&[u64]>,
     ) -> Result<Window, ExportError> {
-        let (mut segments, mut unreadable) = store.open_segments_checked()?;
+        // The catalog rules segments out before any is opened (issue 34): a store of many
+        // segments answers from the few the window and the filter can reach. A list of
+        // segments to read (`only`, a fleet's candidates) is applied first.
+        let catalog = capsule_index::catalog::Catalog::load(&store.index_dir())
+            .ok()
+            .flatten();
+        let (from, to) = query.window();
+        let listed = |seq: u64| only.is_none_or(|o| o.contains(&seq));
+        let (mut segments, mut unreadable, mut skipped) = match &catalog {
+            Some(c) => store.open_segments_selected(&|e, ledger| {
+                listed(e.seq)
+                    && !c
+                        .rows
+                        .get(&e.seq)
+                        .is_some_and(|r| r.skips(e, ledger, &query.filter, from, to))
+            })?,
+            None => {
+                let (s, u) = store.open_segments_checked()?;
+                (s, u, Vec::new())
+            }
+        };
         if let Some(only) = only {
             segments.retain(|s| only.contains(&s.seq()));
             unreadable.retain(|u| only.contains(&u.seq));
-            unreadable.extend(not_held(store, only, &segments, &unreadable));
+            skipped.retain(|e| only.contains(&e.seq));
+            // A listed segment the catalog ruled out is held, not missing.
+            let ruled_out: Vec<u64> = skipped.iter().map(|e| e.seq).collect();
+            unreadable.extend(
+                not_held(store, only, &segments, &unreadable)
+                    .into_iter()
+                    .filter(|u| !ruled_out.contains(&u.seq)),
+            );
+        }
+        let mut held = capsule_store::Held::of(&segments);
+        for e in &skipped {
+            held.add_seq(e.seq);
+            if let Some(h) = catalog
+                .as_ref()
+                .and_then(|c| c.rows.get(&e.seq))
+                .and_then(|r| r.held)
+                .filter(|h| h.packets > 0)
+            {
+                held.add_span(h.first_ns, h.last_ns);
+            }
         }
         let segments = Arc::new(segments);
         // Name terms resolved from the index once, for the plan and every packet's check.
@@ -346,9 +382,16 @@ impl Window {
         let query = &resolved;
         let the_plan = plan(store, &segments, query)?;
         let mut report = ExportReport {
-            segments_total: segments.len(),
+            segments_total: segments.len() + skipped.len(),
+            held,
             segments_touched: the_plan.segments_touched(),
-            blocks_total: the_plan.blocks_total(),
+            // the segments ruled out count as their rows say (a row describes its file)
+            blocks_total: the_plan.blocks_total()
+                + skipped
+                    .iter()
+                    .filter_map(|e| catalog.as_ref()?.rows.get(&e.seq))
+                    .map(|r| r.blocks as usize)
+                    .sum::<usize>(),
             blocks_read: the_plan.blocks_read(),
             unindexed: the_plan.unindexed.clone(),
             damaged_index: the_plan.damaged_index.clone(),
@@ -486,7 +529,7 @@ impl Window {
                     }
                     let _ = recycle.try_send(block.data);
                 }
-                Err(e) if e.is_damage() => {
+                Err(e) if e.is_skippable() => {
                     let seg = &self.segments[p.seg];
                     self.report
                         .skipped
@@ -548,7 +591,7 @@ impl Window {
                 let block = match got {
                     Ok(b) => b,
                     // Damage stays local: skip the block, say what was lost, go on.
-                    Err(e) if e.is_damage() => {
+                    Err(e) if e.is_skippable() => {
                         let p = plan[slot];
                         let seg = &segments[p.seg];
                         report
@@ -713,6 +756,55 @@ mod tests {
                 assert_eq!((g.0, &g.3), (w.0, &w.2));
                 assert_eq!(g.2, w.2.len() as u32 + 4);
             }
+        }
+    }
+
+    /// Past the descriptor budget a reader reopens its segment by path: a segment removed
+    /// (retention) or replaced (compaction) after the question opened it is skipped and
+    /// named, the answer partial (exit 3), and the other segments' packets still counted.
+    /// Before, the question failed (exit 1) with the first such read.
+    #[test]
+    fn a_segment_removed_or_replaced_during_a_question_makes_it_partial() {
+        let batches: Vec<Vec<Pkt>> = (0..3u64)
+            .map(|b| {
+                (0..100)
+                    .map(|i| packet(1000 + b * 10_000 + i * 10, 300))
+                    .collect()
+            })
+            .collect();
+        for replace in [false, true] {
+            let dir = store_with(&batches, &[eth()]);
+            let store = Store::open(dir.path()).unwrap();
+            let query = Query::all();
+            let mut window = Window::open(&store, &query, None, false, None).unwrap();
+            let victim = window.segments[0].path().to_path_buf();
+            let victim_packets: u64 = window.segments[0]
+                .blocks()
+                .iter()
+                .map(|b| u64::from(b.packets))
+                .sum();
+            assert!(victim_packets > 0);
+            // the budget closed every descriptor; then retention or compaction came
+            capsule_store::segment::handles::close_all();
+            if replace {
+                let other = window.segments[1].path().to_path_buf();
+                std::fs::copy(&other, victim.with_extension("new")).unwrap();
+                std::fs::rename(victim.with_extension("new"), &victim).unwrap();
+            } else {
+                std::fs::remove_file(&victim).unwrap();
+            }
+            window.tally(2, |_, _| {}).unwrap();
+            let r = &window.report;
+            assert!(r.is_partial());
+            let what = if replace { "replaced" } else { "removed" };
+            assert!(
+                !r.skipped.is_empty() && r.skipped.iter().all(|s| s.problem.contains(what)),
+                "{:?}",
+                r.skipped
+            );
+            let skipped: u64 = r.skipped.iter().map(|s| u64::from(s.packets)).sum();
+            assert_eq!(skipped, victim_packets);
+            assert_eq!(r.packets, 300 - victim_packets);
         }
     }
 

@@ -232,7 +232,7 @@ pub(crate) fn prefetch(
                 return;
             };
             // Damage in one block is the merge's to skip; any other error ends the export.
-            let stop = r.as_ref().is_err_and(|e| !e.is_damage());
+            let stop = r.as_ref().is_err_and(|e| !e.is_skippable());
             if out_tx.send(r).is_err() || stop {
                 return;
             }

@@ -145,4 +145,7 @@ pub struct ExportReport {
     /// Packets the capture interfaces reported dropped inside the window, from the interface
     /// statistics stored with the data; `None` when the store has none for the window.
     pub drops_in_window: Option<u64>,
+    /// What the store holds (first and last packet, lowest segment number), for the notes
+    /// beside an answer; counted over the segments the catalog ruled out too.
+    pub held: capsule_store::Held,
 }

@@ -35,7 +35,7 @@ pub(crate) fn interface_stats(
             }
             if let Err(e) = seg.read_block(bi, &mut dctx, &mut frame, &mut data) {
                 let e = ExportError::from(e);
-                if !e.is_damage() {
+                if !e.is_skippable() {
                     return Err(e);
                 }
                 skipped.push(SkippedBlock::of(seg, b, &e));

@@ -62,13 +62,13 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let t0 = Instant::now();
-    let (c, report, segments) = match write {
+    let (c, report) = match write {
         _ if count => {
             let progress = crate::progress::Progress::spinner("counting", a.json);
             let c = export::counted(&source, &request);
             progress.finish();
             let c = c.map_err(answer_error)?;
-            (c.count, c.report, c.segments)
+            (c.count, c.report)
         }
         _ => {
             let report = match write {
@@ -85,7 +85,6 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
             (
                 export::Count::of(&report, &cut, &request.query, seconds),
                 report,
-                segments,
             )
         }
     };
@@ -109,7 +108,9 @@ pub fn run(a: &QueryArgs) -> Result<ExitCode> {
     for (seq, why) in &report.damaged_index {
         eprintln!("capsule: note: segment {seq} was read whole: {why}");
     }
-    crate::notes::note_window(&segments, &request.query, report.packets == 0);
+    // The report's account of what the store holds: the segments the catalog ruled out
+    // were never opened.
+    crate::notes::note_window_held(&report.held, &request.query, report.packets == 0);
     if !report.is_partial() {
         return Ok(ExitCode::SUCCESS);
     }

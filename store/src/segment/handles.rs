@@ -97,6 +97,16 @@ fn lock() -> std::sync::MutexGuard<'static, Pool> {
     pool().lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Closes every segment descriptor the pool holds, as the budget does to the least
+/// recently read ones: each reader reopens its file by path at its next read (and finds it
+/// removed or replaced if retention or compaction changed it meanwhile). A read in progress
+/// keeps its descriptor until it ends.
+pub fn close_all() {
+    let mut p = lock();
+    p.open.clear();
+    p.by_use.clear();
+}
+
 /// A local segment file read through the pool.
 #[derive(Debug)]
 pub struct Handle {
