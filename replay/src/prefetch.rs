@@ -246,9 +246,10 @@ pub(crate) fn prefetch(
 /// applied after, by the one thread that merges: see `Window`).
 ///
 /// A datagram's later fragments (no transport header) are judged with the ports of its first
-/// fragment, found as the side index finds them (capsule_wire::fragments: in this block, or
-/// in the blocks before it, read only when a later fragment is not resolved in this one), so
-/// a port filter selects every fragment of the datagrams it selects.
+/// fragment, found as the side index finds them (capsule_wire::fragments: earlier in this
+/// block, or in the blocks before it whose time range comes within the window of this one's,
+/// read only when a later fragment is not resolved in this block), so a port filter selects
+/// every fragment of the datagrams it selects.
 fn load(
     seg: &SegmentReader,
     p: Planned,
@@ -262,9 +263,8 @@ fn load(
     let base = data.as_ptr() as usize;
     let filtering = !query.filter.is_all();
     let mut frags = FragmentPorts::default();
-    frags.begin_block(p.block as u32);
     // This block's first fragments so far, and whether the blocks before were read.
-    let mut firsts: Vec<(FragmentKey, (u16, u16))> = Vec::new();
+    let mut firsts: Vec<(FragmentKey, (u16, u16), u64)> = Vec::new();
     let mut widened = false;
     for r in fragment_packets(&data) {
         let pkt: PacketRef<'_> = r.map_err(|problem| ExportError::BadPacket {
@@ -280,19 +280,18 @@ fn load(
             if let Some((fk, ports)) = d.fragment_key() {
                 match ports {
                     Some(ports) => {
-                        frags.first(fk, ports);
-                        firsts.push((fk, ports));
+                        frags.first(fk, ports, pkt.ts_ns);
+                        firsts.push((fk, ports, pkt.ts_ns));
                     }
                     None => {
-                        let mut found = frags.later(&fk);
+                        let mut found = frags.later(&fk, pkt.ts_ns);
                         if found.is_none() && !widened && p.block > 0 && in_window {
                             widened = true;
                             frags = firsts_before(seg, p.block, dctx, frame);
-                            frags.begin_block(p.block as u32);
-                            for &(k, ports) in &firsts {
-                                frags.first(k, ports);
+                            for &(k, ports, ts) in &firsts {
+                                frags.first(k, ports, ts);
                             }
-                            found = frags.later(&fk);
+                            found = frags.later(&fk, pkt.ts_ns);
                         }
                         if let Some((src_port, dst_port)) = found {
                             d.l4 = if fk.proto == capsule_wire::ipproto::SCTP {
@@ -338,9 +337,9 @@ fn load(
     })
 }
 
-/// The first fragments of the [`FragmentPorts::WINDOW_BLOCKS`] blocks before block `block`,
-/// as the side index holds them when it starts that block. A block that cannot be read adds
-/// none (its own load reports the damage).
+/// The first fragments of the blocks before block `block` whose time range comes within
+/// [`FragmentPorts::WINDOW_NS`] of its own: those the side index may join a later fragment of
+/// `block` to. A block that cannot be read adds none (its own load reports the damage).
 fn firsts_before(
     seg: &SegmentReader,
     block: usize,
@@ -349,8 +348,15 @@ fn firsts_before(
 ) -> FragmentPorts {
     let mut frags = FragmentPorts::default();
     let mut data = Vec::new();
-    for b in block.saturating_sub(FragmentPorts::WINDOW_BLOCKS as usize)..block {
-        frags.begin_block(b as u32);
+    let Some(me) = seg.blocks().get(block) else {
+        return frags;
+    };
+    let w = FragmentPorts::WINDOW_NS;
+    let (from, to) = (me.first_ns.saturating_sub(w), me.last_ns.saturating_add(w));
+    for (b, meta) in seg.blocks().iter().enumerate().take(block) {
+        if meta.last_ns < from || meta.first_ns > to {
+            continue;
+        }
         if seg.read_block(b, dctx, frame, &mut data).is_err() {
             continue;
         }
@@ -358,7 +364,7 @@ fn firsts_before(
             let Ok(pkt) = pkt else { break };
             let d = dissect(linktype_of(seg, pkt.iface), pkt.data);
             if let Some((fk, Some(ports))) = d.fragment_key() {
-                frags.first(fk, ports);
+                frags.first(fk, ports, pkt.ts_ns);
             }
         }
     }

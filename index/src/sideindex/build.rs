@@ -85,8 +85,8 @@ pub struct IndexBuilder {
     /// direction) of each first encapsulated packet of a direction whose encapsulation is
     /// not known yet (read again from the block's bytes after the records are counted).
     want_encap: Vec<(usize, usize, usize)>,
-    /// The first fragments of the block being counted and the one before: a datagram's
-    /// later fragments are counted in its flow (capsule_wire::fragments).
+    /// The segment's first fragments: a datagram's later fragments are counted in its flow
+    /// (capsule_wire::fragments).
     frags: FragmentPorts,
 }
 
@@ -157,7 +157,6 @@ impl IndexBuilder {
         self.linktypes
             .extend(meta.new_interfaces.iter().map(|i| i.linktype));
         let block = self.blocks.len() as u32;
-        self.frags.begin_block(block);
         self.delta.flows.clear();
         self.delta_of.clear();
         self.delta_keys.clear();
@@ -295,10 +294,10 @@ impl IndexBuilder {
                 id,
             };
             match (first, ports) {
-                (true, Some(p)) => self.frags.first(fk, p),
+                (true, Some(p)) => self.frags.first(fk, p, ts_ns),
                 _ => {
                     later = true;
-                    ports = self.frags.later(&fk);
+                    ports = self.frags.later(&fk, ts_ns);
                 }
             }
         }
@@ -969,17 +968,17 @@ mod tests {
         f
     }
 
-    /// A datagram's later fragments are counted in the flow of its first fragment, seen in
-    /// their block or up to WINDOW_BLOCKS blocks before, from the blocks' bytes and from the
-    /// records the writer's producer takes alike; a fragment whose first fragment came after
-    /// it, or too many blocks before, stays portless.
+    /// A datagram's later fragments are counted in the flow of its first fragment, seen
+    /// before them in the segment (in their block or an earlier one) within WINDOW_NS, from
+    /// the blocks' bytes and from the records the writer's producer takes alike; a fragment
+    /// whose first fragment came after it, or too long before, stays portless.
     #[test]
     fn later_fragments_join_the_flow_of_their_first_fragment() {
-        let w = FragmentPorts::WINDOW_BLOCKS as usize;
+        let w = FragmentPorts::WINDOW_NS;
         // Block 0: datagram 1's first fragment (port 5000), datagram 2's first (5001) and
         // its second. Block 1: datagram 1's two later fragments, datagram 3's later fragment
         // before its first. Then empty blocks; the last: datagram 9 (first in block 0) too
-        // late.
+        // late, and datagram 2's last, in time (an earlier block of a quieter class).
         let mut blocks: Vec<Vec<(u64, Vec<u8>)>> = vec![
             vec![
                 (S, udp_frag(1, 0, true, 5000, 1480)),
@@ -994,8 +993,11 @@ mod tests {
                 (S + 7, udp_frag(3, 0, true, 5003, 1480)),
             ],
         ];
-        blocks.resize(w + 1, Vec::new());
-        blocks.push(vec![(S + 9, udp_frag(9, 185, false, 0, 30))]);
+        blocks.resize(20, Vec::new());
+        blocks.push(vec![
+            (S + 3 + w + 1, udp_frag(9, 185, false, 0, 30)),
+            (S + 1 + w, udp_frag(2, 370, false, 0, 20)),
+        ]);
         for with_records in [false, true] {
             let mut ix = IndexBuilder::new(1);
             for (n, b) in blocks.iter().enumerate() {
@@ -1028,7 +1030,7 @@ mod tests {
             );
             assert_eq!(
                 flow(Some((5001, 53))),
-                Some(([2, 0], [len(1480) + len(100), 0]))
+                Some(([3, 0], [len(1480) + len(100) + len(20), 0]))
             );
             assert_eq!(flow(Some((5003, 53))), Some(([1, 0], [len(1480), 0])));
             assert_eq!(flow(Some((5009, 53))), Some(([1, 0], [len(1480), 0])));
