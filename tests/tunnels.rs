@@ -966,10 +966,11 @@ fn top_by_tunnel_and_flow_rows_show_the_encapsulation_tshark_decodes() {
     let f = top("flow");
     let mut got: BTreeMap<(String, String), Kinds> = BTreeMap::new();
     for r in f["rows"].as_array().unwrap() {
-        // `tcp 10.1.1.5:443 <-> 10.2.1.9:5123`
+        // `tcp 10.1.1.5:443 <-> 10.2.1.9:5123`, `tcp vlan 10.20 10.1.12.5:443 <-> ...`
         let label = r["key"].as_str().unwrap();
-        let ends: Vec<&str> = label.split_once(' ').unwrap().1.split(" <-> ").collect();
-        let (a, b) = (ends[0].to_string(), ends[1].to_string());
+        let (left, right) = label.split_once(" <-> ").unwrap();
+        let a = left.rsplit(' ').next().unwrap().to_string();
+        let b = right.to_string();
         let key = if a <= b { (a, b) } else { (b, a) };
         let kinds = match r["tunnel"].as_object() {
             None => Kinds::new(),
