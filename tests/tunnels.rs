@@ -813,3 +813,179 @@ fn kernel_tunnels_between_namespaces_match_tshark() {
         assert_eq!(got, picked, "capsule {filter:?} vs tshark {display:?}");
     }
 }
+
+/// Per tunnel as `top --key tunnel` labels it (kind, identifier, top MPLS label, outer
+/// endpoints in ascending order; `(none)` for frames in none), packets and wire bytes, from
+/// tshark's decoding of every frame of the crafted capture.
+fn tshark_tunnel_totals(file: &std::path::Path) -> BTreeMap<String, (u64, u64)> {
+    let fields = [
+        "ip.src",
+        "ip.dst",
+        "frame.protocols",
+        "vxlan.vni",
+        "geneve.vni",
+        "gre.key",
+        "erspan.spanid",
+        "gtp.teid",
+        "pppoe.session_id",
+        "mpls.label",
+        "frame.len",
+    ];
+    let mut cmd = Command::new("tshark");
+    cmd.args(["-n", "-r", p(file), "-T", "fields"]).args([
+        "-E",
+        "occurrence=a",
+        "-E",
+        "aggregator=,",
+        "-E",
+        "separator=/t",
+    ]);
+    for f in fields {
+        cmd.args(["-e", f]);
+    }
+    let out = run_ok(&mut cmd);
+    let mut rows: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for l in stdout_str(&out).lines() {
+        let f: Vec<&str> = l.split('\t').collect();
+        let protos: Vec<&str> = f[2].split(':').collect();
+        let has = |p: &str| protos.contains(&p);
+        let tunnel = if has("erspan") {
+            Some(("erspan", "session", number(f[6])))
+        } else if has("vxlan") {
+            Some(("vxlan", "vni", number(f[3])))
+        } else if has("geneve") {
+            Some(("geneve", "vni", number(f[4])))
+        } else if has("gtp") {
+            Some(("gtpu", "teid", number(f[7])))
+        } else if has("gre") {
+            Some(("gre", "key", number(f[5])))
+        } else if has("pppoes") {
+            Some(("pppoe", "session", number(f[8])))
+        } else if has("mpls") {
+            Some(("mpls", "", None))
+        } else {
+            None
+        };
+        let label = match tunnel {
+            None => "(none)".to_string(),
+            Some((kind, what, id)) => {
+                let mut s = kind.to_string();
+                if let Some(id) = id {
+                    s.push_str(&format!(" {what} {id}"));
+                }
+                if let Some(l) = number(f[9]) {
+                    s.push_str(&format!(" label {l}"));
+                }
+                let srcs: Vec<&str> = f[0].split(',').collect();
+                let dsts: Vec<&str> = f[1].split(',').collect();
+                if srcs.len() > 1 {
+                    let mut ends: Vec<std::net::IpAddr> =
+                        vec![srcs[0].parse().unwrap(), dsts[0].parse().unwrap()];
+                    ends.sort();
+                    s.push_str(&format!(" {}<->{}", ends[0], ends[1]));
+                }
+                s
+            }
+        };
+        let e = rows.entry(label).or_default();
+        e.0 += 1;
+        e.1 += f[10].parse::<u64>().unwrap();
+    }
+    rows
+}
+
+/// `top --key tunnel` ranks the crafted traffic by the tunnel each flow direction arrived
+/// in, with the packets and bytes tshark decodes in each; `top --key flow` rows carry their
+/// flow's encapsulation, typed, as tshark decodes it around the flow's packets.
+#[test]
+fn top_by_tunnel_and_flow_rows_show_the_encapsulation_tshark_decodes() {
+    need_tool("tshark");
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("tunnels.pcap");
+    std::fs::write(&pcap, write_pcap_ns(1, 65535, &crafted())).unwrap();
+    let store = dir.path().join("store");
+    import_ok(&store, &[], &[p(&pcap)]);
+    let top = |key: &str| -> serde_json::Value {
+        let out = run_ok(capsule().args([
+            "top",
+            "--store",
+            p(&store),
+            "--key",
+            key,
+            "--limit",
+            "100",
+            "--json",
+        ]));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+
+    let t = top("tunnel");
+    let got: BTreeMap<String, (u64, u64)> = t["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let n = |k: &str| r[k].as_u64().unwrap();
+            (
+                r["key"].as_str().unwrap().to_string(),
+                (n("packets"), n("bytes")),
+            )
+        })
+        .collect();
+    let want = tshark_tunnel_totals(&pcap);
+    assert!(want.len() > ENCS.len(), "{want:#?}");
+    assert_eq!(got, want);
+    // Each tunnel's row exports its packets where the filter language names it.
+    let vni42 = t["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"].as_str().unwrap().starts_with("vxlan vni 42 "))
+        .unwrap();
+    // The row's export command names the VNI and both outer endpoints.
+    let q = vni42["query"].as_str().unwrap();
+    assert!(
+        q.contains("tunnel vni 42")
+            && q.contains("tunnel host 192.0.2.3")
+            && q.contains("tunnel host 192.0.2.4"),
+        "{vni42}"
+    );
+
+    // Flow rows: the kinds and identifiers of each direction's encapsulation.
+    type Kinds = BTreeSet<(String, Option<u64>)>;
+    let want: BTreeMap<(String, String), Kinds> = tshark_encaps(&pcap, &[])
+        .into_iter()
+        .map(|(k, dirs)| {
+            let kinds = dirs
+                .iter()
+                .flat_map(|d| d.keys().map(|t| (t.0.clone(), t.1)))
+                .collect();
+            (k, kinds)
+        })
+        .collect();
+    let f = top("flow");
+    let mut got: BTreeMap<(String, String), Kinds> = BTreeMap::new();
+    for r in f["rows"].as_array().unwrap() {
+        // `tcp 10.1.1.5:443 <-> 10.2.1.9:5123`, `tcp vlan 10.20 10.1.12.5:443 <-> ...`
+        let label = r["key"].as_str().unwrap();
+        let (left, right) = label.split_once(" <-> ").unwrap();
+        let a = left.rsplit(' ').next().unwrap().to_string();
+        let b = right.to_string();
+        let key = if a <= b { (a, b) } else { (b, a) };
+        let kinds = match r["tunnel"].as_object() {
+            None => Kinds::new(),
+            Some(t) => {
+                assert!(!t["describe"].as_str().unwrap().is_empty(), "{r}");
+                t["dirs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|d| !d.is_null())
+                    .map(|d| (d["kind"].as_str().unwrap().to_string(), d["id"].as_u64()))
+                    .collect()
+            }
+        };
+        got.insert(key, kinds);
+    }
+    assert_eq!(got, want);
+}

@@ -426,11 +426,16 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                 name: label.clone(),
                 hosts: vec![src.to_string(), dst.to_string()],
             };
-            // `203.0.113.77:443 (tls: models.example-hub.io)`.
-            let dst_text = with_name(
+            // `203.0.113.77:443 (tls: models.example-hub.io)`, and the tunnel the traffic
+            // came in: `... via vxlan vni 42 192.0.2.1>192.0.2.2`.
+            let tunnel = crate::tunnel::dir_tunnel(f, d);
+            let mut dst_text = with_name(
                 &endpoint(dst, ports.map(|p| p.1)),
                 dst_name.as_ref().map(|n| n.describe.as_str()),
             );
+            if let Some(t) = &tunnel {
+                dst_text.push_str(&format!(" via {}", t.describe));
+            }
             let packets = f.totals.packets[d];
             if egress {
                 let mut per: BTreeMap<u64, u64> = BTreeMap::new();
@@ -455,7 +460,7 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                         first,
                         last,
                         json!({"src_group": src_group, "dst_group": dst_group,
-                               "dst_name": dst_name,
+                               "dst_name": dst_name, "tunnel": tunnel,
                                "bytes": f.totals.bytes[d], "packets": packets,
                                "peak_window_bytes": peak, "window_s": window_s,
                                "threshold_bytes": rules.egress_bytes}),
@@ -482,7 +487,7 @@ fn flow_rules(input: &Input, config: &Config, rules: &AlertRules, out: &mut Vec<
                         first,
                         last,
                         json!({"src_group": src_group, "bytes": f.totals.bytes[d], "packets": packets,
-                               "dst_name": dst_name,
+                               "dst_name": dst_name, "tunnel": tunnel,
                                "off_hours_bytes": off,
                                "threshold_bytes": rules.off_hours_bytes}),
                         query,
@@ -774,6 +779,63 @@ mod tests {
             u.summary
         );
         assert!(u.figures["dst_name"].is_null());
+    }
+
+    /// A finding about a flow that arrived in a tunnel says which one, in words and typed.
+    #[test]
+    fn egress_findings_name_the_tunnel_the_flow_came_in() {
+        use capsule_index::sideindex::{EncapDir, FlowEncap};
+        let cfg = Config::parse(
+            "[groups]\nstore = [\"10.60.0.5\"]\n[egress]\nstore = []\n\
+             [alerts]\negress_bytes = 1000\negress_window = \"1s\"\n",
+            "c.toml",
+        )
+        .unwrap();
+        let t = 1_796_004_000;
+        let me = [10, 60, 0, 5];
+        let mut tunnelled = flow(me, [203, 0, 113, 77], &[(t, 4000)]);
+        let packets = tunnelled.flow.totals.packets[0];
+        tunnelled.flow.totals.encap = Some(Box::new(FlowEncap {
+            dirs: [
+                Some(EncapDir {
+                    kind: capsule_wire::EncapKind::Vxlan,
+                    outer: Some(("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap())),
+                    id: Some(42),
+                    mpls: None,
+                    layers: 1,
+                    packets,
+                    mixed: false,
+                    outer_dscp: 1,
+                }),
+                None,
+            ],
+        }));
+        let bare = flow(me, [203, 0, 113, 99], &[(t, 3000)]);
+        let i = input(
+            vec![tunnelled, bare],
+            t * 1_000_000_000,
+            (t + 10) * 1_000_000_000,
+        );
+        let a = evaluate(&i, &cfg).unwrap();
+        let find = |host: &str| {
+            a.iter()
+                .find(|x| x.rule == "egress" && x.entity.hosts[1] == host)
+                .unwrap()
+        };
+        let e = find("203.0.113.77");
+        assert!(
+            e.summary
+                .contains("to 203.0.113.77:6000 via vxlan vni 42 192.0.2.1>192.0.2.2, in no group"),
+            "{}",
+            e.summary
+        );
+        assert_eq!(e.figures["tunnel"]["kind"], "vxlan");
+        assert_eq!(e.figures["tunnel"]["id_kind"], "vni");
+        assert_eq!(e.figures["tunnel"]["id"], 42);
+        assert_eq!(e.figures["tunnel"]["outer_src"], "192.0.2.1");
+        let u = find("203.0.113.99");
+        assert!(!u.summary.contains(" via "), "{}", u.summary);
+        assert!(u.figures["tunnel"].is_null());
     }
 
     /// A group pair's alert names the destinations the window's names name.

@@ -38,6 +38,7 @@ pub mod stragglers;
 pub mod tcp;
 pub mod timeline;
 pub mod top;
+pub mod tunnel;
 
 /// What went wrong reading the index.
 #[derive(Debug, thiserror::Error)]

@@ -35,6 +35,8 @@ pub struct Flagged {
     pub dst: String,
     /// Who the destination is, if anything names it (names.rs).
     pub dst_name: Option<EndName>,
+    /// The encapsulation the direction arrived in (absent: none).
+    pub tunnel: Option<crate::tunnel::DirTunnel>,
     pub bytes: u64,
     pub packets: u64,
     pub first_ns: u64,
@@ -129,6 +131,7 @@ pub fn matrix(input: &Input, policy: &dyn Policy, by: By) -> Matrix {
                     src: src.to_string(),
                     dst: dst.to_string(),
                     dst_name,
+                    tunnel: crate::tunnel::dir_tunnel(f, d),
                     bytes: f.totals.bytes[d],
                     packets: f.totals.packets[d],
                     first_ns: f.totals.first_ns,

@@ -40,6 +40,10 @@ pub enum Key {
     Sni,
     /// The application recognised from the flow's payload (`unknown` for none).
     App,
+    /// The encapsulation a flow direction arrived in: kind, identifier (VNI, GRE key, ...),
+    /// top MPLS label and outer endpoints, both ways of one tunnel in one row (`(none)` for
+    /// traffic that arrived bare).
+    Tunnel,
 }
 
 /// One value's part of a row's bytes.
@@ -60,6 +64,9 @@ pub struct Row {
     /// What names the row (names.rs): a flow's `tls: models.example-hub.io`, a host's
     /// `dns answer: NAME`; absent when nothing does (and for other keys).
     pub name: Option<String>,
+    /// The flow's encapsulation (flow rows; absent when it arrived bare, and for other
+    /// keys).
+    pub tunnel: Option<crate::tunnel::FlowTunnel>,
     pub bytes: u64,
     pub packets: u64,
     pub flows: u64,
@@ -393,6 +400,7 @@ impl Acc {
             rank,
             key,
             name: None,
+            tunnel: None,
             bytes: self.bytes,
             packets: self.packets,
             flows: self.flows,
@@ -452,6 +460,7 @@ enum Id {
     Dscp(u8),
     Sni(Option<String>),
     App(capsule_names::App),
+    Tunnel(Option<crate::tunnel::TunnelKey>),
 }
 
 impl Id {
@@ -464,6 +473,7 @@ impl Id {
             Id::Dscp(v) => dscp_name(*v),
             Id::Sni(n) => n.clone().unwrap_or_else(|| "(none)".into()),
             Id::App(a) => a.as_str().to_string(),
+            Id::Tunnel(t) => t.map_or_else(|| "(none)".into(), |t| t.label()),
         }
     }
 
@@ -498,6 +508,8 @@ impl Id {
             Id::App(a) if *a != capsule_names::App::Unknown => {
                 Filter::parse(&format!("app {}", a.as_str())).ok()?
             }
+            Id::Tunnel(Some(t)) => t.filter()?,
+            Id::Tunnel(None) => Filter::parse("not tunnel").ok()?,
             Id::Sni(None) | Id::App(_) => return None,
         })
     }
@@ -570,6 +582,7 @@ fn top_flows(input: &Input, by: By, limit: usize) -> Top {
                 input,
             );
             row.name = id.name(Some(&s.flow), input);
+            row.tunnel = crate::tunnel::flow_tunnel(&s.flow);
             rows.push(row);
         } else if subtract {
             other.span(&s.flow);
@@ -653,6 +666,22 @@ fn rows_of(
             None,
             None,
         ),
+        Key::Tunnel => {
+            let of = |d: usize| {
+                f.totals
+                    .encap
+                    .as_deref()
+                    .and_then(|e| e.dirs[d].as_ref())
+                    .map(crate::tunnel::TunnelKey::of)
+            };
+            let (k0, k1) = (of(0), of(1));
+            if k0 == k1 {
+                visit(Id::Tunnel(k0), [true, true], None, None);
+            } else {
+                visit(Id::Tunnel(k0), [true, false], None, None);
+                visit(Id::Tunnel(k1), [false, true], None, None);
+            }
+        }
         Key::Dscp => {
             for d in 0..2 {
                 for c in dscp_in_window(s, d).iter() {
@@ -737,6 +766,9 @@ fn top_by_key(input: &Input, key: Key, by: By, limit: usize, policy: Option<&dyn
             let f = input.flows.get(*first).map(|s| &s.flow);
             let mut row = a.row(Some(i + 1), id.label(f), total_measure, by, input);
             row.name = id.name(f, input);
+            if let (Id::Flow(_), Some(f)) = (&id, f) {
+                row.tunnel = crate::tunnel::flow_tunnel(f);
+            }
             rows.push(row);
         } else {
             rest.merge(a);

@@ -60,7 +60,7 @@ pub fn interval_text(ns: u64) -> String {
 }
 
 /// The names of [`top::Key`], as `--key` takes them.
-pub const TOP_KEYS: [(top::Key, &str); 8] = [
+pub const TOP_KEYS: [(top::Key, &str); 9] = [
     (top::Key::Flow, "flow"),
     (top::Key::Src, "src"),
     (top::Key::Dst, "dst"),
@@ -69,6 +69,7 @@ pub const TOP_KEYS: [(top::Key, &str); 8] = [
     (top::Key::Dscp, "dscp"),
     (top::Key::Sni, "sni"),
     (top::Key::App, "app"),
+    (top::Key::Tunnel, "tunnel"),
 ];
 
 /// The names of [`top::By`], as `top --by` takes them.

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use capsule_pcap::{read::fragment_packets, PacketRef};
 use capsule_query::Query;
 use capsule_store::SegmentReader;
-use capsule_wire::dissect;
+use capsule_wire::fragments::{FragmentKey, FragmentPorts};
+use capsule_wire::{dissect, L4};
 use crossbeam_channel::{bounded, Receiver};
 
 use crate::error::ExportError;
@@ -243,6 +244,12 @@ pub(crate) fn prefetch(
 
 /// Reads block `p`, and keeps the packets in the window that pass the filter (`--bpf` is
 /// applied after, by the one thread that merges: see `Window`).
+///
+/// A datagram's later fragments (no transport header) are judged with the ports of its first
+/// fragment, found as the side index finds them (capsule_wire::fragments: earlier in this
+/// block, or in the blocks before it whose time range comes within the window of this one's,
+/// read only when a later fragment is not resolved in this block), so a port filter selects
+/// every fragment of the datagrams it selects.
 fn load(
     seg: &SegmentReader,
     p: Planned,
@@ -254,24 +261,56 @@ fn load(
     seg.read_block(p.block, dctx, frame, &mut data)?;
     let mut packets = Vec::new();
     let base = data.as_ptr() as usize;
+    let filtering = !query.filter.is_all();
+    let mut frags = FragmentPorts::default();
+    // This block's first fragments so far, and whether the blocks before were read.
+    let mut firsts: Vec<(FragmentKey, (u16, u16), u64)> = Vec::new();
+    let mut widened = false;
     for r in fragment_packets(&data) {
         let pkt: PacketRef<'_> = r.map_err(|problem| ExportError::BadPacket {
             path: seg.path().to_path_buf(),
             block: p.block as u32,
             problem,
         })?;
-        if !query.in_window(pkt.ts_ns) {
-            continue;
-        }
-        let linktype = linktype_of(seg, pkt.iface);
-        if !query.filter.is_all()
-            && !query.filter.matches_packet(
-                &dissect(linktype, pkt.data),
-                linktype,
-                pkt.data,
-                pkt.orig_len,
-            )
-        {
+        let in_window = query.in_window(pkt.ts_ns);
+        if filtering {
+            let linktype = linktype_of(seg, pkt.iface);
+            let mut d = dissect(linktype, pkt.data);
+            // First fragments count whether or not they are in the window.
+            if let Some((fk, ports)) = d.fragment_key() {
+                match ports {
+                    Some(ports) => {
+                        frags.first(fk, ports, pkt.ts_ns);
+                        firsts.push((fk, ports, pkt.ts_ns));
+                    }
+                    None => {
+                        let mut found = frags.later(&fk, pkt.ts_ns);
+                        if found.is_none() && !widened && p.block > 0 && in_window {
+                            widened = true;
+                            frags = firsts_before(seg, p.block, dctx, frame);
+                            for &(k, ports, ts) in &firsts {
+                                frags.first(k, ports, ts);
+                            }
+                            found = frags.later(&fk, pkt.ts_ns);
+                        }
+                        if let Some((src_port, dst_port)) = found {
+                            d.l4 = if fk.proto == capsule_wire::ipproto::SCTP {
+                                L4::Sctp { src_port, dst_port }
+                            } else {
+                                L4::Udp { src_port, dst_port }
+                            };
+                        }
+                    }
+                }
+            }
+            if !in_window
+                || !query
+                    .filter
+                    .matches_packet(&d, linktype, pkt.data, pkt.orig_len)
+            {
+                continue;
+            }
+        } else if !in_window {
             continue;
         }
         let start = pkt.data.as_ptr() as usize - base;
@@ -296,6 +335,40 @@ fn load(
         data,
         packets,
     })
+}
+
+/// The first fragments of the blocks before block `block` whose time range comes within
+/// [`FragmentPorts::WINDOW_NS`] of its own: those the side index may join a later fragment of
+/// `block` to. A block that cannot be read adds none (its own load reports the damage).
+fn firsts_before(
+    seg: &SegmentReader,
+    block: usize,
+    dctx: &mut zstd::bulk::Decompressor<'static>,
+    frame: &mut Vec<u8>,
+) -> FragmentPorts {
+    let mut frags = FragmentPorts::default();
+    let mut data = Vec::new();
+    let Some(me) = seg.blocks().get(block) else {
+        return frags;
+    };
+    let w = FragmentPorts::WINDOW_NS;
+    let (from, to) = (me.first_ns.saturating_sub(w), me.last_ns.saturating_add(w));
+    for (b, meta) in seg.blocks().iter().enumerate().take(block) {
+        if meta.last_ns < from || meta.first_ns > to {
+            continue;
+        }
+        if seg.read_block(b, dctx, frame, &mut data).is_err() {
+            continue;
+        }
+        for pkt in fragment_packets(&data) {
+            let Ok(pkt) = pkt else { break };
+            let d = dissect(linktype_of(seg, pkt.iface), pkt.data);
+            if let Some((fk, Some(ports))) = d.fragment_key() {
+                frags.first(fk, ports, pkt.ts_ns);
+            }
+        }
+    }
+    frags
 }
 
 #[cfg(test)]

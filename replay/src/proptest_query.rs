@@ -188,7 +188,16 @@ impl Spec {
                     Frag::First => 0x2000,
                     Frag::Later(off) => off & 0x1fff,
                 };
-                f.extend_from_slice(&[0x45, self.dscp << 2, 0, 0, 0x12, 0x34]);
+                // Later fragments take another identification than first ones: none joins a
+                // first fragment's flow (capsule_wire::fragments), which the brute force here,
+                // packet by packet, does not model (tests/fragments.rs and the side index's
+                // unit tests check the join).
+                let id: [u8; 2] = if let Frag::Later(_) = frag {
+                    [0x56, 0x78]
+                } else {
+                    [0x12, 0x34]
+                };
+                f.extend_from_slice(&[0x45, self.dscp << 2, 0, 0, id[0], id[1]]);
                 f.extend_from_slice(&flags.to_be_bytes());
                 f.extend_from_slice(&[64, self.proto_number(), 0, 0]);
                 f.extend_from_slice(&V4[src]);

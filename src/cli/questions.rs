@@ -169,6 +169,9 @@ pub enum TopKey {
     Sni,
     /// The application recognised from each flow's payload (tls, quic, http, dns, ssh, ...).
     App,
+    /// The tunnel each flow direction arrived in: kind, VNI/key/session, MPLS label and
+    /// outer endpoints (both ways of a tunnel in one row; `(none)`: not encapsulated).
+    Tunnel,
 }
 
 #[derive(Args, Debug)]

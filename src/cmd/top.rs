@@ -18,6 +18,7 @@ pub fn run(a: &TopArgs) -> Result<ExitCode> {
         TopKey::Dscp => Key::Dscp,
         TopKey::Sni => Key::Sni,
         TopKey::App => Key::App,
+        TopKey::Tunnel => Key::Tunnel,
     };
     let by = match a.by {
         TopBy::Bytes => By::Bytes,

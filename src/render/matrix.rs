@@ -56,8 +56,12 @@ pub(super) fn lines(
     for c in m.cells.iter().filter(|c| c.flagged) {
         lines.push(format!("{} -> {} not allowed:", c.src_group, c.dst_group));
         for f in c.flagged_flows.iter().take(5) {
+            let via = f
+                .tunnel
+                .as_ref()
+                .map_or(String::new(), |t| format!(" via {}", t.describe));
             lines.push(format!(
-                "  {} -> {}  {}  {}",
+                "  {} -> {}{via}  {}  {}",
                 f.src,
                 capsule_analytics::names::with_name(
                     &f.dst,

@@ -31,7 +31,15 @@ pub(super) fn lines(
     let row = |r: &Row| {
         vec![
             r.rank.map_or(String::new(), |n| n.to_string()),
-            capsule_analytics::names::with_name(&r.key, r.name.as_deref()),
+            // A flow's tunnel after it: `tcp 10.0.0.1:1 <-> 10.0.0.2:2 via vxlan vni 42 ...`.
+            match &r.tunnel {
+                Some(t) => format!(
+                    "{} via {}",
+                    capsule_analytics::names::with_name(&r.key, r.name.as_deref()),
+                    t.describe
+                ),
+                None => capsule_analytics::names::with_name(&r.key, r.name.as_deref()),
+            },
             units::format_bytes(r.bytes),
             units::format_count(r.packets),
             units::format_count(r.flows),

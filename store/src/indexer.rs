@@ -81,7 +81,9 @@ pub struct Record {
     pub ts_ns: u64,
     /// Bytes on the wire: the original length, at least the captured length.
     pub wire: u32,
-    /// TCP only: sequence number, and payload bytes by the IP length fields.
+    /// TCP only: sequence number, and payload bytes by the IP length fields. For a fragment
+    /// that is not a TCP one ([`Record::FRAG_FIRST`], [`Record::FRAG_LATER`]): the fragment's
+    /// identification (IPv4 ID, IPv6 Fragment header identification).
     pub seq: u32,
     pub tcp_payload: u32,
     /// VLAN ids, outermost first, where [`Record::flags`] marks them present.
@@ -100,7 +102,7 @@ pub struct Record {
     /// TCP only: the flags byte.
     pub tcp_flags: u8,
     /// [`Record::CUT`], [`Record::MALFORMED`], [`Record::PORTS`], [`Record::TCP`],
-    /// [`Record::VLAN0`], [`Record::VLAN1`].
+    /// [`Record::VLAN0`], [`Record::VLAN1`], [`Record::FRAG_FIRST`], [`Record::FRAG_LATER`].
     pub flags: u8,
     /// The encapsulation the packet arrived in, as its key ([`capsule_wire::Encap::key`]);
     /// 0: none. With the outer DSCP below it fills the struct's padding (still 72 bytes): the
@@ -123,6 +125,14 @@ impl Record {
     /// The outer and the inner VLAN id are present.
     pub const VLAN0: u8 = 16;
     pub const VLAN1: u8 = 32;
+    /// The first fragment (offset 0, more fragments) of an IP datagram that is not TCP; its
+    /// identification in [`Record::seq`].
+    pub const FRAG_FIRST: u8 = 64;
+    /// A non-first fragment (offset > 0: no transport header) of an IP datagram that is not
+    /// TCP; its identification in [`Record::seq`]. A fragmented TCP segment (rare: TCP sizes
+    /// its segments to the path and sends them unfragmented) is not marked: its first
+    /// fragment's sequence number takes the field.
+    pub const FRAG_LATER: u8 = 128;
 
     /// The record of a packet of `orig_len` bytes on the wire and `caplen` stored, at
     /// `ts_ns`, dissected as `d` (for a cut record: its headers, which dissect as the whole
@@ -154,6 +164,16 @@ impl Record {
             r.dscp = ip.dscp;
             r.src = addr_bytes(ip.src);
             r.dst = addr_bytes(ip.dst);
+            if let Some(f) = ip.fragment {
+                if ip.proto != capsule_wire::ipproto::TCP {
+                    r.flags |= if f.offset == 0 {
+                        Record::FRAG_FIRST
+                    } else {
+                        Record::FRAG_LATER
+                    };
+                    r.seq = f.id;
+                }
+            }
         }
         if let Some((sp, dp)) = d.l4.ports() {
             (r.src_port, r.dst_port) = (sp, dp);
@@ -200,6 +220,29 @@ impl Record {
     pub fn is_tcp(&self) -> bool {
         self.flags & Record::TCP != 0
     }
+
+    /// The fragment identification of a first fragment that has ports (its datagram's
+    /// later fragments join its flow), or of a later fragment; see [`Record::FRAG_FIRST`].
+    pub fn fragment(&self) -> Option<Frag> {
+        if self.flags & Record::FRAG_LATER != 0 {
+            Some(Frag::Later(self.seq))
+        } else if self.flags & (Record::FRAG_FIRST | Record::PORTS)
+            == Record::FRAG_FIRST | Record::PORTS
+        {
+            Some(Frag::First(self.seq))
+        } else {
+            None
+        }
+    }
+}
+
+/// A fragment of a datagram that is not TCP, by its identification ([`Record::fragment`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frag {
+    /// The first fragment, with its transport header's ports.
+    First(u32),
+    /// A fragment at offset > 0: no transport header.
+    Later(u32),
 }
 
 fn addr_bytes(a: IpAddr) -> [u8; 16] {

@@ -68,6 +68,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ethertype;
+pub mod fragments;
 pub mod ipproto;
 pub mod linktype;
 pub mod view;

@@ -12,9 +12,10 @@ use std::path::Path;
 
 use capsule_pcap::read::fragment_records;
 use capsule_store::format::BlockMeta;
-use capsule_store::indexer::Record;
+use capsule_store::indexer::{Frag, Record};
 use capsule_store::{Result, SegmentReader, StoreError};
 use capsule_wire::dissect;
+use capsule_wire::fragments::{FragmentKey, FragmentPorts};
 
 use super::series::{BlockSeries, SeriesBuilder};
 use super::{
@@ -90,6 +91,9 @@ pub struct IndexBuilder {
     want_encap: Vec<(usize, usize, usize)>,
     /// Packets handed to the payload inspection so far (each dissected again).
     inspected_packets: u64,
+    /// The segment's first fragments: a datagram's later fragments are counted in its flow
+    /// (capsule_wire::fragments).
+    frags: FragmentPorts,
 }
 
 /// A stored packet's bytes, for the payload inspection of flows that still need it.
@@ -285,7 +289,31 @@ impl IndexBuilder {
         };
         summary.ip_packets += 1;
         summary.dscp |= 1u64 << (r.dscp & 63);
-        let (key, dir) = FlowKey::of(r.vlans(), r.ip_version, r.proto, src, dst, r.ports());
+        // A datagram's later fragments carry no ports: they are counted in the flow of its
+        // first fragment when that was seen (capsule_wire::fragments).
+        let mut ports = r.ports();
+        let mut later = false;
+        if let Some(frag) = r.fragment() {
+            let (id, first) = match frag {
+                Frag::First(id) => (id, true),
+                Frag::Later(id) => (id, false),
+            };
+            let fk = FragmentKey {
+                vlans: r.vlans(),
+                proto: r.proto,
+                src,
+                dst,
+                id,
+            };
+            match (first, ports) {
+                (true, Some(p)) => self.frags.first(fk, p, ts_ns),
+                _ => {
+                    later = true;
+                    ports = self.frags.later(&fk, ts_ns);
+                }
+            }
+        }
+        let (key, dir) = FlowKey::of(r.vlans(), r.ip_version, r.proto, src, dst, ports);
 
         // Packets come in trains of one flow: the last flow found is compared first,
         // which saves hashing the key for most packets of a train.
@@ -326,7 +354,7 @@ impl IndexBuilder {
         if r.encap != 0 {
             self.count_encap(i, dir, r, encap);
         }
-        if !self.inspected[i] && (r.is_tcp() || r.proto == 17) && may_carry_payload(r) {
+        if !self.inspected[i] && !later && (r.is_tcp() || r.proto == 17) && may_carry_payload(r) {
             let room = self.trackers[i]
                 .as_ref()
                 .map_or(capsule_names::MAX_PACKETS, |t| t.room(dir));
@@ -999,5 +1027,103 @@ mod tests {
         );
         assert_eq!(f.totals.data, [30, 0]);
         assert_eq!(SegmentIndex::decode(&idx.encode()).unwrap(), idx);
+    }
+
+    /// An Ethernet + IPv4 fragment of a UDP datagram from A to B: `id`, `offset` in 8-byte
+    /// units (0: the first, with the UDP header from `sport` to 53), `len` bytes of payload.
+    fn udp_frag(id: u16, offset: u16, more: bool, sport: u16, len: usize) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&((20 + len) as u16).to_be_bytes());
+        f.extend_from_slice(&id.to_be_bytes());
+        f.extend_from_slice(&(offset | if more { 0x2000 } else { 0 }).to_be_bytes());
+        f.extend_from_slice(&[64, 17, 0, 0]);
+        f.extend_from_slice(&A);
+        f.extend_from_slice(&B);
+        if offset == 0 {
+            f.extend_from_slice(&sport.to_be_bytes());
+            f.extend_from_slice(&53u16.to_be_bytes());
+            f.extend_from_slice(&4000u16.to_be_bytes());
+            f.extend_from_slice(&[0, 0]);
+            f.resize(f.len() + len - 8, 0xab);
+        } else {
+            f.resize(f.len() + len, 0xab);
+        }
+        f
+    }
+
+    /// A datagram's later fragments are counted in the flow of its first fragment, seen
+    /// before them in the segment (in their block or an earlier one) within WINDOW_NS, from
+    /// the blocks' bytes and from the records the writer's producer takes alike; a fragment
+    /// whose first fragment came after it, or too long before, stays portless.
+    #[test]
+    fn later_fragments_join_the_flow_of_their_first_fragment() {
+        let w = FragmentPorts::WINDOW_NS;
+        // Block 0: datagram 1's first fragment (port 5000), datagram 2's first (5001) and
+        // its second. Block 1: datagram 1's two later fragments, datagram 3's later fragment
+        // before its first. Then empty blocks; the last: datagram 9 (first in block 0) too
+        // late, and datagram 2's last, in time (an earlier block of a quieter class).
+        let mut blocks: Vec<Vec<(u64, Vec<u8>)>> = vec![
+            vec![
+                (S, udp_frag(1, 0, true, 5000, 1480)),
+                (S + 1, udp_frag(2, 0, true, 5001, 1480)),
+                (S + 2, udp_frag(2, 185, false, 0, 100)),
+                (S + 3, udp_frag(9, 0, true, 5009, 1480)),
+            ],
+            vec![
+                (S + 4, udp_frag(1, 185, true, 0, 1480)),
+                (S + 5, udp_frag(1, 370, false, 0, 40)),
+                (S + 6, udp_frag(3, 185, false, 0, 60)),
+                (S + 7, udp_frag(3, 0, true, 5003, 1480)),
+            ],
+        ];
+        blocks.resize(20, Vec::new());
+        blocks.push(vec![
+            (S + 3 + w + 1, udp_frag(9, 185, false, 0, 30)),
+            (S + 1 + w, udp_frag(2, 370, false, 0, 20)),
+        ]);
+        for with_records in [false, true] {
+            let mut ix = IndexBuilder::new(1);
+            for (n, b) in blocks.iter().enumerate() {
+                let (m, d) = block(b, n == 0);
+                if with_records {
+                    let records: Vec<Record> = b
+                        .iter()
+                        .map(|(ts, f)| {
+                            let dis = dissect(1, f);
+                            Record::of(*ts, f.len() as u32, f.len() as u32, false, &dis)
+                        })
+                        .collect();
+                    ix.add_block_pieces(&m, &[&d], Some(&records));
+                } else {
+                    ix.add_block(&m, &d);
+                }
+            }
+            let idx = ix.finish(1);
+            let flow = |ports: Option<(u16, u16)>| {
+                idx.flows
+                    .iter()
+                    .find(|f| f.key.ports == ports)
+                    .map(|f| (f.totals.packets, f.totals.bytes))
+            };
+            let len = |l: u64| 14 + 20 + l;
+            assert_eq!(
+                flow(Some((5000, 53))),
+                Some(([3, 0], [len(1480) * 2 + len(40), 0])),
+                "records: {with_records}"
+            );
+            assert_eq!(
+                flow(Some((5001, 53))),
+                Some(([3, 0], [len(1480) + len(100) + len(20), 0]))
+            );
+            assert_eq!(flow(Some((5003, 53))), Some(([1, 0], [len(1480), 0])));
+            assert_eq!(flow(Some((5009, 53))), Some(([1, 0], [len(1480), 0])));
+            assert_eq!(
+                flow(None),
+                Some(([2, 0], [len(60) + len(30), 0])),
+                "the fragment before its first, and the one too late"
+            );
+            assert_eq!(idx.flows.len(), 5);
+        }
     }
 }

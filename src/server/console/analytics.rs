@@ -212,6 +212,7 @@ fn top_section(b: &mut String, a: &Answers, q: &Question, w: &Window, place: &st
         (top::Key::Group, "groups"),
         (top::Key::Dscp, "DSCP values"),
         (top::Key::App, "applications"),
+        (top::Key::Tunnel, "tunnels"),
     ] {
         let cur = if k == *key { " class=\"current\"" } else { "" };
         let _ = write!(
