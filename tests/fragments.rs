@@ -13,6 +13,7 @@
 
 mod common;
 
+use common::netns::{ip, Namespaces};
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -20,21 +21,6 @@ use std::process::Command;
 /// Per flow (endpoints "addr:port" in ascending text order): packets, wire bytes and DSCP
 /// values per direction (0: from the lower endpoint).
 type FlowTotals = BTreeMap<(String, String), ([u64; 2], [u64; 2], [BTreeSet<u8>; 2])>;
-
-/// Network namespaces this test made, deleted on drop.
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for ns in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
-}
-
-fn ip(args: &[&str]) {
-    run_ok(Command::new("ip").args(args));
-}
 
 /// The sender: per argument FAMILY,ADDR,SPORT,DPORT,TOS,SIZE,COUNT, COUNT datagrams of SIZE
 /// bytes from SPORT to ADDR:DPORT with that TOS / traffic class.

@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::netns::{ip, Namespaces};
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -549,21 +550,6 @@ fn crafted_encapsulations_match_tshark() {
         let got: BTreeSet<u64> = decode_file(&out).packets.iter().map(|k| k.ts_ns).collect();
         assert_eq!(got, picked, "capsule {filter:?} vs tshark {display:?}");
     }
-}
-
-/// Network namespaces this test made, deleted on drop.
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for ns in &self.0 {
-            let _ = Command::new("ip").args(["netns", "del", ns]).output();
-        }
-    }
-}
-
-fn ip(args: &[&str]) {
-    run_ok(Command::new("ip").args(args));
 }
 
 /// tshark told that UDP port 8472 is VXLAN too, as the config tells capsule.

@@ -12,6 +12,17 @@ pub fn ip(args: &[&str]) {
     run_ok(Command::new("ip").args(args));
 }
 
+/// Network namespaces a test made itself (beyond a [`Link`]), deleted on drop.
+pub struct Namespaces(pub Vec<String>);
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for ns in &self.0 {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+    }
+}
+
 pub struct Link {
     /// Namespaces: tcpreplay sends in `a`, capture runs in `b`.
     pub a: String,
