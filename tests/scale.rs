@@ -345,3 +345,44 @@ fn a_question_opens_only_the_segments_the_catalog_cannot_rule_out() {
         (Some(3), packets(&before_window.1))
     );
 }
+
+/// A question lists the segments without a stat each (issue 34, round 2), so a row is
+/// trusted by its number and the ledger, not by the file's length: a sealed file rewritten
+/// under its name with another length (what a compaction does; here garbage, which no
+/// compaction writes, so that an open would show) is left unopened by the answers its row
+/// rules out, and named by those it may be part of.
+#[test]
+fn a_segment_whose_length_changed_is_not_opened_by_the_answers_its_row_rules_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = small_store(tmp.path(), 5, "4s", "4M");
+    let segs = segments(&store);
+    assert!(segs.len() > 20, "{} segments", segs.len());
+    let window = ["--from", "2026-11-30T02:00:03Z", "--to", "+100ms"];
+    let count = |args: &[&str]| {
+        let o = run(capsule()
+            .args(["query", "--store", p(&store), "--count"])
+            .args(args));
+        let text = stdout_str(&o);
+        let text = text
+            .rsplit_once(" in ")
+            .map_or(&*text, |(c, _)| c)
+            .to_string();
+        (o.status.code(), text, stderr_str(&o))
+    };
+    let before_window = count(&window);
+    assert_eq!(before_window.0, Some(0), "{}", before_window.2);
+    let first = &segs[0];
+    let len = std::fs::metadata(&first.path).unwrap().len();
+    std::fs::write(&first.path, vec![0u8; len as usize + 4096]).unwrap();
+    // the window after it: whole, the same answer (before: the length differed from the
+    // row's, the file was opened and the answer partial)
+    assert_eq!(count(&window), before_window);
+    // the whole store: partial, the segment named
+    let whole = count(&[]);
+    assert_eq!(whole.0, Some(3), "{}", whole.2);
+    assert!(
+        whole.2.contains(&format!("segment {} ", first.seq)),
+        "{}",
+        whole.2
+    );
+}

@@ -360,36 +360,41 @@ pub fn load(
     let store = Store::open(store_dir).map_err(err)?.with_tier(tier);
     let listing = capsule_index::flows::list_index_only(&store, q, buckets).map_err(err)?;
     let (qf, qt) = q.window();
-    let listed = store.list().map_err(err)?;
-    let mut missing_segments: Vec<(u64, String)> = store
-        .missing_segments(&listed)
-        .map_err(err)?
-        .into_iter()
-        .filter(|m| m.overlaps(qf, qt))
-        .map(|m| (m.sealed.seq, m.problem()))
-        .collect();
-    // What [tier] max_age removed, when the window gives its start before it.
-    if let Some(u) = store.expired_in(q.from_ns, qt).map_err(err)? {
-        missing_segments.push((u.seq, u.problem));
+    // One listing (names only: no stat per file) and one parse of the ledger for the
+    // notes below (issue 34: at 100,000 segments each costs tens of ms).
+    let listed = store.list_unsized().map_err(err)?;
+    let dir = store.segments_dir();
+    let ledger = capsule_store::ledger::read(&dir).map_err(err)?;
+    let mut missing_segments: Vec<(u64, String)> = Vec::new();
+    let mut repaired_segments = Vec::new();
+    if let Some(l) = &ledger {
+        missing_segments.extend(
+            capsule_store::ledger::missing(&dir, l, listed.iter().map(|e| e.0))
+                .into_iter()
+                .filter(|m| m.overlaps(qf, qt))
+                .map(|m| (m.sealed.seq, m.problem())),
+        );
+        // What [tier] max_age removed, when the window gives its start before it.
+        if let Some(u) = capsule_store::Unreadable::expired_of(l, &dir, q.from_ns, qt) {
+            missing_segments.push((u.seq, u.problem));
+        }
+        repaired_segments.extend(
+            l.short()
+                .filter(|(s, _)| s.first_ns < qt && s.last_ns >= qf)
+                .map(|(s, held)| {
+                    (
+                        s.seq,
+                        format!(
+                            "holds {held} of the {} packets it was sealed with: {} were lost \
+                             to damage and moved aside by `verify --repair` (the store's \
+                             ledger records both)",
+                            s.packets,
+                            s.packets - held
+                        ),
+                    )
+                }),
+        );
     }
-    let repaired_segments = store
-        .lost_to_repairs()
-        .map_err(err)?
-        .into_iter()
-        .filter(|(s, _)| s.first_ns < qt && s.last_ns >= qf)
-        .map(|(s, held)| {
-            (
-                s.seq,
-                format!(
-                    "holds {held} of the {} packets it was sealed with: {} were lost to \
-                     damage and moved aside by `verify --repair` (the store's ledger \
-                     records both)",
-                    s.packets,
-                    s.packets - held
-                ),
-            )
-        })
-        .collect();
     let mut input = assemble(
         listing.flows,
         listing.held,

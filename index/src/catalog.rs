@@ -12,7 +12,9 @@
 //!         checked at open (recovery); the file rewritten (atomic replace) at most every
 //!         FLUSH_EVERY and when the writer closes
 //! reader: a row is used only when its seq, segment length and block count are the
-//!         segment's own (else: the segment's index, as without a catalog)
+//!         segment's own (else: the segment's index, as without a catalog); a question
+//!         leaves a sealed segment unopened on its row, its number and the ledger alone
+//!         (Row::skips; the file is not even stat'ed)
 //! ```
 //!
 //! The catalog is derived data and never makes an answer wrong: a missing, damaged or stale
@@ -22,6 +24,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use capsule_query::{Filter, IndexKey, Tri};
 use capsule_store::{fsx, Result, SegmentReader, SegmentState, Store, StoreError};
@@ -232,32 +235,30 @@ impl Row {
         r
     }
 
-    /// Whether a question over `[from, to)` with `filter` may leave the segment of listed
-    /// `entry` unopened: the row describes the file listed (same number and length: a
-    /// compaction changes the length), it says what the segment holds, the store's ledger
-    /// records the seal with as many packets as the segment holds (none lost to a repair,
-    /// and the index the keys come from saw every packet), and then either neither its
-    /// packets nor the span the ledger records (which bounds any stretch lost to damage
-    /// since) reach the window, or no packet of it can match the filter; and it has no
-    /// interface statistics before the window's end (the drop baselines).
+    /// Whether a question over `[from, to)` with `filter` may leave sealed segment `seq`
+    /// (listed under its sealed name) unopened: the row is that segment's and says what it
+    /// holds, the store's ledger records the seal with as many packets as the segment holds
+    /// (none lost to a repair, and the index the keys come from saw every packet), and then
+    /// either neither its packets nor the span the ledger records (which bounds any stretch
+    /// lost to damage since) reach the window, or no packet of it can match the filter; and
+    /// it has no interface statistics before the window's end (the drop baselines).
+    ///
+    /// The file's length is not compared (it would cost a `lstat` per listed file): the one
+    /// rewrite of a sealed file under its name, a compaction, keeps every fact this reads
+    /// (blocks, times, packet counts, interfaces; docs/decisions.md, issue 34).
     pub fn skips(
         &self,
-        entry: &capsule_store::SegmentEntry,
+        seq: u64,
         ledger: Option<&capsule_store::ledger::Ledger>,
         filter: &Filter,
         from: u64,
         to: u64,
     ) -> bool {
         let Some(h) = self.held else { return false };
-        let Some(rec) = ledger.and_then(|l| l.live.get(&entry.seq)) else {
+        let Some(rec) = ledger.and_then(|l| l.live.get(&seq)) else {
             return false;
         };
-        if entry.state != SegmentState::Sealed
-            || self.seq != entry.seq
-            || self.segment_len != entry.bytes
-            || rec.packets != h.packets
-            || h.stats_first_ns < to
-        {
+        if self.seq != seq || rec.packets != h.packets || h.stats_first_ns < to {
             return false;
         }
         let reaches = h.packets > 0 && h.last_ns >= from && h.first_ns < to;
@@ -430,6 +431,58 @@ impl Catalog {
                     detail,
                 },
             })
+    }
+
+    /// [`Catalog::load`], decoded once per process while the file stays the same: the
+    /// file is opened, and when its identity (device, inode, length, modification and
+    /// change times, from the open file) is that of the catalog this process decoded last,
+    /// that one is returned. One question asks for the catalog up to three times (the
+    /// window, the plan, the flow listing) and at 100,000 segments it is 21 MB to decode
+    /// (issue 34). A rewrite is an atomic replace (a new file), so a changed catalog is
+    /// never mistaken for the one decoded.
+    pub fn load_shared(dir: &Path) -> Result<Option<Arc<Catalog>>> {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+        type Id = (u64, u64, u64, i64, i64, i64, i64);
+        static LAST: Mutex<Option<(Id, Arc<Catalog>)>> = Mutex::new(None);
+        let p = path(dir);
+        let mut f = match fsx::open(&p, fsx::Open::Read, "open catalog") {
+            Ok(f) => f,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let m = f
+            .metadata()
+            .map_err(|e| StoreError::io("stat catalog", &p, e))?;
+        let id: Id = (
+            m.dev(),
+            m.ino(),
+            m.len(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+        );
+        let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((have, c)) = last.as_ref() {
+            if *have == id {
+                return Ok(Some(Arc::clone(c)));
+            }
+        }
+        let mut bytes = Vec::with_capacity(m.len() as usize);
+        f.read_to_end(&mut bytes)
+            .map_err(|e| StoreError::io("read catalog", &p, e))?;
+        let c = Arc::new(
+            Catalog::decode(&bytes).map_err(|detail| StoreError::DerivedDamaged {
+                path: p,
+                problem: capsule_store::format::DecodeError::Invalid {
+                    what: "catalog",
+                    detail,
+                },
+            })?,
+        );
+        *last = Some((id, Arc::clone(&c)));
+        Ok(Some(c))
     }
 
     /// Writes the catalog to index directory `dir` (temporary file, fsync, rename).
@@ -607,6 +660,42 @@ mod tests {
         assert!(Catalog::decode(&flipped).unwrap_err().contains("crc32c"));
     }
 
+    /// The catalog decoded once per process is the one on disk: loaded again unchanged, it
+    /// is the same; rewritten (an atomic replace, as every writer does), the new one; gone,
+    /// none; damaged, an error.
+    #[test]
+    fn a_shared_catalog_is_decoded_once_and_follows_a_rewrite() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(Catalog::load_shared(dir.path()).unwrap().is_none());
+        let row = |seq: u64| Row {
+            seq,
+            segment_len: 100,
+            blocks: 1,
+            first_ns: 1,
+            last_ns: 2,
+            keys: Keys::of(vec![seq]),
+            held: None,
+        };
+        let mut c = Catalog::default();
+        c.rows.insert(1, row(1));
+        c.write(dir.path()).unwrap();
+        let a = Catalog::load_shared(dir.path()).unwrap().unwrap();
+        let b = Catalog::load_shared(dir.path()).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(*a, c);
+        c.rows.insert(2, row(2));
+        c.write(dir.path()).unwrap();
+        let d = Catalog::load_shared(dir.path()).unwrap().unwrap();
+        assert_eq!(*d, c);
+        assert_eq!(d.rows.len(), 2);
+        let mut bytes = c.encode();
+        bytes[20] ^= 1;
+        fsx::write_atomic(&path(dir.path()), &bytes).unwrap();
+        assert!(Catalog::load_shared(dir.path()).is_err());
+        std::fs::remove_file(path(dir.path())).unwrap();
+        assert!(Catalog::load_shared(dir.path()).unwrap().is_none());
+    }
+
     /// A catalog written before version 2 (rows without what their segment holds) is still
     /// read: its rows rule segments out by keys once opened, and never skip an open.
     #[test]
@@ -637,13 +726,7 @@ mod tests {
         let r = &c.rows[&4];
         assert_eq!((r.segment_len, r.blocks, r.held), (1000, 2, None));
         assert!(!r.may_match(&"port 54".parse().unwrap()));
-        let e = capsule_store::SegmentEntry {
-            seq: 4,
-            state: SegmentState::Sealed,
-            path: PathBuf::from("x"),
-            bytes: 1000,
-        };
-        assert!(!r.skips(&e, None, &"port 54".parse().unwrap(), 100, 200));
+        assert!(!r.skips(4, None, &"port 54".parse().unwrap(), 100, 200));
         // written again, it is version 2
         assert_eq!(&c.encode()[8..12], &CATALOG_VERSION.to_le_bytes());
     }
@@ -669,12 +752,7 @@ mod tests {
             keys: Keys::of(vec![key_hash(IndexKey::Addr(a))]),
             held: Some(held),
         };
-        let e = capsule_store::SegmentEntry {
-            seq: 3,
-            state: SegmentState::Sealed,
-            path: PathBuf::from("x"),
-            bytes: 500,
-        };
+        let e = 3;
         let mut ledger = capsule_store::ledger::Ledger::default();
         let rec = capsule_store::ledger::Sealed {
             seq: 3,
@@ -689,24 +767,23 @@ mod tests {
         let mine: Filter = "host 10.0.0.1".parse().unwrap();
         let l = Some(&ledger);
         // outside the window, any filter; inside, only a filter its keys rule out
-        assert!(row.skips(&e, l, &all, 3000, 4000));
-        assert!(row.skips(&e, l, &mine, 0, 1000));
-        assert!(!row.skips(&e, l, &all, 1500, 1501));
-        assert!(row.skips(&e, l, &other, 1500, 1501));
-        assert!(!row.skips(&e, l, &mine, 1500, 1501));
-        // the file is not the one the row describes (a compaction), no ledger, a repair
-        // left it short, statistics before the window's end: opened
-        let longer = capsule_store::SegmentEntry {
-            bytes: 501,
-            ..e.clone()
-        };
-        assert!(!row.skips(&longer, l, &all, 3000, 4000));
-        assert!(!row.skips(&e, None, &all, 3000, 4000));
+        assert!(row.skips(e, l, &all, 3000, 4000));
+        assert!(row.skips(e, l, &mine, 0, 1000));
+        assert!(!row.skips(e, l, &all, 1500, 1501));
+        assert!(row.skips(e, l, &other, 1500, 1501));
+        assert!(!row.skips(e, l, &mine, 1500, 1501));
+        // another segment's row, no ledger, a repair left it short, statistics before the
+        // window's end: opened
+        let mut four = ledger.clone();
+        four.live
+            .insert(4, capsule_store::ledger::Sealed { seq: 4, ..rec });
+        assert!(!row.skips(4, Some(&four), &all, 3000, 4000));
+        assert!(!row.skips(e, None, &all, 3000, 4000));
         let mut short = ledger.clone();
         short
             .live
             .insert(3, capsule_store::ledger::Sealed { packets: 11, ..rec });
-        assert!(!row.skips(&e, Some(&short), &all, 3000, 4000));
+        assert!(!row.skips(e, Some(&short), &all, 3000, 4000));
         let stats = Row {
             held: Some(RowHeld {
                 stats_first_ns: 2500,
@@ -714,8 +791,8 @@ mod tests {
             }),
             ..row.clone()
         };
-        assert!(!stats.skips(&e, l, &all, 3000, 4000));
-        assert!(stats.skips(&e, l, &all, 2100, 2500));
+        assert!(!stats.skips(e, l, &all, 3000, 4000));
+        assert!(stats.skips(e, l, &all, 2100, 2500));
         // the ledger's span (which bounds a stretch lost to damage since) reaches the window
         let mut wider = ledger.clone();
         wider.live.insert(
@@ -725,6 +802,6 @@ mod tests {
                 ..rec
             },
         );
-        assert!(!row.skips(&e, Some(&wider), &all, 3000, 4000));
+        assert!(!row.skips(e, Some(&wider), &all, 3000, 4000));
     }
 }

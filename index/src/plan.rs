@@ -136,7 +136,7 @@ pub fn plan(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Plan
     let catalog = if q.filter.is_all() {
         None
     } else {
-        Catalog::load(&store.index_dir()).ok().flatten()
+        Catalog::load_shared(&store.index_dir()).ok().flatten()
     };
     for (si, seg) in segments.iter().enumerate() {
         // Blocks that only declare interfaces (no packets) are never read.

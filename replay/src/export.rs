@@ -334,23 +334,26 @@ impl Window {
         // The catalog rules segments out before any is opened (issue 34): a store of many
         // segments answers from the few the window and the filter can reach. A list of
         // segments to read (`only`, a fleet's candidates) is applied first.
-        let catalog = capsule_index::catalog::Catalog::load(&store.index_dir())
+        let catalog = capsule_index::catalog::Catalog::load_shared(&store.index_dir())
             .ok()
             .flatten();
         let (from, to) = query.window();
         let listed = |seq: u64| only.is_none_or(|o| o.contains(&seq));
-        let (mut segments, mut unreadable, mut skipped) = match &catalog {
-            Some(c) => store.open_segments_selected(&|e, ledger| {
-                listed(e.seq)
-                    && !c
-                        .rows
-                        .get(&e.seq)
-                        .is_some_and(|r| r.skips(e, ledger, &query.filter, from, to))
+        let capsule_store::Selected {
+            mut segments,
+            mut unreadable,
+            mut skipped,
+            ledger,
+        } = match &catalog {
+            Some(c) => store.open_segments_selected(&|seq, ledger| {
+                if !listed(seq) {
+                    return Some(0);
+                }
+                let r = c.rows.get(&seq)?;
+                r.skips(seq, ledger, &query.filter, from, to)
+                    .then_some(r.segment_len)
             })?,
-            None => {
-                let (s, u) = store.open_segments_checked()?;
-                (s, u, Vec::new())
-            }
+            None => store.open_segments_selected(&|_, _| None)?,
         };
         if let Some(only) = only {
             segments.retain(|s| only.contains(&s.seq()));
@@ -421,9 +424,8 @@ impl Window {
             .collect();
         plan.sort_by_key(|p| (p.first_ns, segments[p.seg].seq(), p.block));
 
-        let ledger = capsule_store::ledger::read(&store.segments_dir())
-            .ok()
-            .flatten();
+        // The ledger read right after the listing (retention records a deletion before it
+        // unlinks): one parse of it per question.
         report.lost = lost_in_window(&segments, query, ledger.as_ref());
         // Segments a repair left short of what they were sealed with, where the window
         // reaches them.

@@ -65,6 +65,14 @@ pub struct Entry {
     pub len: u64,
 }
 
+/// An entry of a directory listed by [`list_names`]: its type without its length.
+#[derive(Debug, Clone)]
+pub struct Named {
+    pub name: OsString,
+    pub path: PathBuf,
+    pub kind: Kind,
+}
+
 /// Files the store creates: owner read-write, group read (packet data is not for every
 /// user of the machine), whatever the umask (a created file is fchmod'ed to it).
 pub const FILE_MODE: u32 = 0o640;
@@ -433,9 +441,68 @@ pub fn list(path: &Path) -> Result<Vec<Entry>> {
     Ok(out)
 }
 
+/// Lists directory `path` (which must not be a symlink) like [`list`], but without the
+/// lengths: the type comes from the directory entry itself (`d_type`), and an entry is
+/// `lstat`ed only where the file system does not give it (`DT_UNKNOWN`). A directory of
+/// 100,000 segments is listed without 100,000 `lstat`s (issue 34).
+pub fn list_names(path: &Path) -> Result<Vec<Named>> {
+    let fd = dir_fd(path)?;
+    let rd = rfs::Dir::read_from(&fd).map_err(|e| StoreError::io("list", path, e.into()))?;
+    let mut out = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| StoreError::io("list", path, e.into()))?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let name = OsString::from(std::ffi::OsStr::from_bytes(name));
+        let kind = match entry.file_type() {
+            FileType::Unknown => match rfs::statat(&fd, &name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => kind_of(FileType::from_raw_mode(st.st_mode)),
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => return Err(StoreError::io("stat", path.join(&name), e.into())),
+            },
+            t => kind_of(t),
+        };
+        out.push(Named {
+            path: path.join(&name),
+            kind,
+            name,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The listing without lengths gives every entry the type the listing with them does,
+    /// and refuses a symlinked directory the same way.
+    #[test]
+    fn names_are_listed_with_the_types_lstat_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("file"), b"x").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("file"), dir.path().join("link")).unwrap();
+        let mut named: Vec<(OsString, Kind)> = list_names(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.kind))
+            .collect();
+        let mut stated: Vec<(OsString, Kind)> = list(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.kind))
+            .collect();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        stated.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(named.len(), 3);
+        assert_eq!(format!("{named:?}"), format!("{stated:?}"));
+        let sub = dir.path().join("linked");
+        std::os::unix::fs::symlink(dir.path(), &sub).unwrap();
+        assert!(matches!(list_names(&sub), Err(StoreError::Symlink { .. })));
+    }
 
     #[test]
     fn symlinks_are_refused_and_never_followed() {

@@ -422,6 +422,25 @@ impl Store {
         Ok(out)
     }
 
+    /// Lists segment files like [`Store::list`] but without their lengths (no `lstat` per
+    /// file where the file system gives each entry's type): `(seq, state, path)`, ordered by
+    /// sequence number.
+    pub fn list_unsized(&self) -> Result<Vec<(u64, SegmentState, PathBuf)>> {
+        let dir = self.segments_dir();
+        let names = fsx::list_names(&dir)?;
+        check_kinds(names.iter().map(|e| (&e.path, e.name.as_os_str(), e.kind)))?;
+        let mut out: Vec<(u64, SegmentState, PathBuf)> = names
+            .into_iter()
+            .filter_map(|e| {
+                let (seq, state) = segment::parse_name(&e.name.to_string_lossy())?;
+                Some((seq, state, e.path))
+            })
+            .collect();
+        out.sort_by_key(|e| (e.0, e.1));
+        out.dedup_by_key(|e| e.0);
+        Ok(out)
+    }
+
     /// Every segment the store holds, wherever its bytes are: the segment files
     /// ([`Store::list`]) and the sealed segments the ledger records as trimmed after upload
     /// (their bytes only in the object store; each listed as sealed, with its path where its
@@ -532,31 +551,32 @@ impl Store {
     /// A segment the store's ledger records as sealed whose file is gone (removed outside
     /// capsule) is named too, with the span it held ([`Unreadable::span`]).
     pub fn open_segments_checked(&self) -> Result<(Vec<SegmentReader>, Vec<Unreadable>)> {
-        let (out, unreadable, _) = self.open_segments_selected(&|_, _| true)?;
-        Ok((out, unreadable))
+        let s = self.open_segments_selected(&|_, _| None)?;
+        Ok((s.segments, s.unreadable))
     }
 
-    /// [`Store::open_segments_checked`], opening only the sealed segment files `open` says
-    /// yes to (given the listed entry and the store's ledger, when it has one); the entries
-    /// it said no to are returned as the third part, unopened. The open segment and the
-    /// segments that live only in the object store are always opened. What a question uses
-    /// to skip the segments the catalog rules out (issue 34: a file opened costs a few
-    /// system calls, and a store holds 100,000 segments).
-    #[allow(clippy::type_complexity)]
+    /// [`Store::open_segments_checked`], leaving unopened the sealed segment files `skip`
+    /// gives a length for (given the segment's number and the store's ledger, when it has
+    /// one): they are returned in [`Selected::skipped`] with that length. The open segment
+    /// and the segments that live only in the object store are always opened. What a
+    /// question uses to skip the segments the catalog rules out (issue 34: a file opened
+    /// costs a few system calls, and a store holds 100,000 segments). The directory is
+    /// listed without a `lstat` per file ([`Store::list_unsized`]): a segment's length is
+    /// read when it is opened.
     pub fn open_segments_selected(
         &self,
-        open: &dyn Fn(&SegmentEntry, Option<&crate::ledger::Ledger>) -> bool,
-    ) -> Result<(Vec<SegmentReader>, Vec<Unreadable>, Vec<SegmentEntry>)> {
+        skip: &dyn Fn(u64, Option<&crate::ledger::Ledger>) -> Option<u64>,
+    ) -> Result<Selected> {
         let mut out = Vec::new();
         let mut unreadable = Vec::new();
         let mut skipped = Vec::new();
-        let listed = self.list()?;
+        let listed = self.list_unsized()?;
         // Read after the listing: retention records a deletion (or a trim) before it
         // unlinks.
         let dir = self.segments_dir();
         let ledger = crate::ledger::read(&dir)?;
         if let Some(l) = &ledger {
-            for m in crate::ledger::missing(&dir, l, listed.iter().map(|e| e.seq)) {
+            for m in crate::ledger::missing(&dir, l, listed.iter().map(|e| e.0)) {
                 unreadable.push(Unreadable {
                     seq: m.sealed.seq,
                     problem: m.problem(),
@@ -566,7 +586,7 @@ impl Store {
             }
         }
         // Segments that live only in the object store, oldest first, before the local ones.
-        let have: std::collections::HashSet<u64> = listed.iter().map(|e| e.seq).collect();
+        let have: std::collections::HashSet<u64> = listed.iter().map(|e| e.0).collect();
         for (seq, sealed, bytes, etag) in ledger.iter().flat_map(|l| trimmed(l, &have)) {
             let path = dir.join(segment::sealed_name(seq));
             let opened = match &self.tier {
@@ -587,31 +607,57 @@ impl Store {
                 }),
             }
         }
-        for e in listed {
-            if e.state == SegmentState::Sealed && !open(&e, ledger.as_ref()) {
-                skipped.push(e);
-                continue;
+        for (seq, state, path) in listed {
+            if state == SegmentState::Sealed {
+                if let Some(bytes) = skip(seq, ledger.as_ref()) {
+                    skipped.push(SegmentEntry {
+                        seq,
+                        state,
+                        path,
+                        bytes,
+                    });
+                    continue;
+                }
             }
-            match SegmentReader::open(&e.path) {
+            match SegmentReader::open(&path) {
                 Ok(r) => out.push(r),
                 Err(err) if err.is_not_found() => {
-                    if e.state == SegmentState::Open {
-                        let sealed = self.segments_dir().join(segment::sealed_name(e.seq));
+                    if state == SegmentState::Open {
+                        let sealed = self.segments_dir().join(segment::sealed_name(seq));
                         match SegmentReader::open(&sealed) {
                             Ok(r) => out.push(r),
-                            Err(e) if e.is_not_found() => {}
-                            Err(err) => unreadable.push(Unreadable::of(e.seq, sealed, &err)),
+                            Err(err) if err.is_not_found() => {}
+                            Err(err) => unreadable.push(Unreadable::of(seq, sealed, &err)),
                         }
                     }
                 }
                 Err(err @ (StoreError::Corrupt { .. } | StoreError::Io { .. })) => {
-                    unreadable.push(Unreadable::of(e.seq, e.path.clone(), &err));
+                    unreadable.push(Unreadable::of(seq, path.clone(), &err));
                 }
                 Err(err) => return Err(err),
             }
         }
-        Ok((out, unreadable, skipped))
+        Ok(Selected {
+            segments: out,
+            unreadable,
+            skipped,
+            ledger,
+        })
     }
+}
+
+/// What [`Store::open_segments_selected`] found.
+#[derive(Debug)]
+pub struct Selected {
+    /// The segments opened, oldest first (those only in the object store before the local
+    /// ones).
+    pub segments: Vec<SegmentReader>,
+    /// The segments that could not be read, or that the ledger records but are gone.
+    pub unreadable: Vec<Unreadable>,
+    /// The sealed segments left unopened, each with the length it was skipped with.
+    pub skipped: Vec<SegmentEntry>,
+    /// The store's ledger as read right after the listing (`None`: the store has none).
+    pub ledger: Option<crate::ledger::Ledger>,
 }
 
 /// What a store holds, as the notes beside an answer need it: its first and last packet
@@ -745,24 +791,33 @@ impl Unreadable {
 /// Lists `dir` (through [`fsx::list`]), refusing any symlink or directory in it.
 fn list_checked(dir: &Path) -> Result<Vec<fsx::Entry>> {
     let entries = fsx::list(dir)?;
-    for e in &entries {
-        match e.kind {
-            fsx::Kind::Symlink => {
-                return Err(StoreError::Symlink {
-                    path: e.path.clone(),
-                })
-            }
+    check_kinds(
+        entries
+            .iter()
+            .map(|e| (&e.path, e.name.as_os_str(), e.kind)),
+    )?;
+    Ok(entries)
+}
+
+/// Refuses any symlink, and any directory or other non-file named like a segment, among
+/// listed entries `(path, name, kind)`.
+fn check_kinds<'a>(
+    entries: impl Iterator<Item = (&'a PathBuf, &'a std::ffi::OsStr, fsx::Kind)>,
+) -> Result<()> {
+    for (path, name, kind) in entries {
+        match kind {
+            fsx::Kind::Symlink => return Err(StoreError::Symlink { path: path.clone() }),
             fsx::Kind::File => {}
-            _ if segment::any_seq(&e.name.to_string_lossy()).is_none() => {}
+            _ if segment::any_seq(&name.to_string_lossy()).is_none() => {}
             _ => {
                 return Err(StoreError::WrongType {
-                    path: e.path.clone(),
+                    path: path.clone(),
                     expected: "regular file",
                 })
             }
         }
     }
-    Ok(entries)
+    Ok(())
 }
 
 /// Whether `path` is a directory with nothing in it.
@@ -880,7 +935,19 @@ mod tests {
             "{err}"
         );
         assert!(matches!(s.highest_seq(), Err(StoreError::Symlink { .. })));
+        // The listing without lengths (a question's) refuses it too, and a directory named
+        // like a segment.
+        assert!(matches!(
+            s.open_segments_checked(),
+            Err(StoreError::Symlink { path }) if path == planted
+        ));
         std::fs::remove_file(&planted).unwrap();
+        std::fs::create_dir(&planted).unwrap();
+        assert!(matches!(
+            s.open_segments_checked(),
+            Err(StoreError::WrongType { .. })
+        ));
+        std::fs::remove_dir(&planted).unwrap();
         // The root given as a symlink is the operator's choice.
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&root, &link).unwrap();
