@@ -65,7 +65,14 @@ pub fn answer(
     // (and the tables are checked only if one is refused).
     let asked = crate::schema::with_tables(ch, || {
         std::thread::scope(|s| {
-            let records = s.spawn(|| crate::plan::flow_rows(ch, &req.query, question.buckets()));
+            let records = s.spawn(|| {
+                crate::plan::flow_rows(
+                    ch,
+                    &req.query,
+                    question.buckets(),
+                    crate::plan::Table::for_question(question),
+                )
+            });
             let held = s.spawn(|| held(ch));
             let registry = s.spawn(|| crate::nodes::registry(ch));
             let listing = series.then(|| s.spawn(|| crate::series::listing(ch, from, to)));
@@ -175,7 +182,8 @@ pub fn flows_by_node(
     let mut by_node: std::collections::BTreeMap<String, Vec<_>> = Default::default();
     let (rows, registry) = crate::schema::with_tables(ch, || {
         std::thread::scope(|s| {
-            let rows = s.spawn(|| crate::plan::flow_rows(ch, query, false));
+            let rows =
+                s.spawn(|| crate::plan::flow_rows(ch, query, false, crate::plan::Table::Wide));
             let registry = s.spawn(|| crate::nodes::registry(ch));
             Ok((joined(rows)?, joined(registry)?))
         })

@@ -54,13 +54,31 @@ pub struct Plan {
 /// a flow (`capsule_index::flows::merge_counts`), and they are most of a long flow's row, so
 /// ClickHouse need not send them nor the asker decode them. A flow the window cuts keeps
 /// them (they estimate its share of the window).
+///
+/// With `narrow`, from `capsule.flow_totals` (the flow rows' keys, totals, DSCP counts and
+/// the bytes and packets a second, [`rows::narrow_columns`]), for the answers made from
+/// those alone ([`Table::for_question`]); it names the marker of its filling, so a catalog
+/// whose narrow table is not filled yet refuses the question and gets it filled
+/// ([`crate::schema::with_tables`]).
 pub(crate) fn flow_rows(
     ch: &ClickHouse,
     query: &Query,
     keep_buckets: bool,
+    table: Table,
 ) -> Result<Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)>, FleetError> {
     let (from, to) = query.window();
-    let cols: Vec<String> = rows::flow_columns()
+    let (columns, name, filled) = match table {
+        Table::Wide => (rows::flow_columns(), "flows", String::new()),
+        Table::Narrow => (
+            rows::narrow_columns(),
+            "flow_totals",
+            format!(
+                " AND (SELECT count() FROM {DATABASE}.{}) >= 0",
+                crate::schema::FILLED[1]
+            ),
+        ),
+    };
+    let cols: Vec<String> = columns
         .into_iter()
         .map(|(n, _)| {
             if keep_buckets || !n.starts_with("bucket_") {
@@ -71,17 +89,45 @@ pub(crate) fn flow_rows(
         })
         .collect();
     let bytes = ch.execute(&format!(
-        "SELECT {} FROM {DATABASE}.flows FINAL WHERE last_ns >= {from} AND first_ns < {to} \
-         ORDER BY node, segment FORMAT RowBinary",
+        "SELECT {} FROM {DATABASE}.{name} FINAL WHERE last_ns >= {from} AND first_ns < {to}\
+         {filled} ORDER BY node, segment FORMAT RowBinary",
         cols.join(", ")
     ))?;
     let what = format!("the flow rows ClickHouse at {} gave", ch.url());
     let mut r = Reader::new(&bytes, &what);
     let mut out = Vec::new();
     while !r.is_empty() {
-        out.push(rows::get_flow(&mut r)?);
+        out.push(match table {
+            Table::Wide => rows::get_flow(&mut r)?,
+            Table::Narrow => rows::get_narrow(&mut r)?,
+        });
     }
     Ok(out)
+}
+
+/// Which flow table a question reads: the smallest that can answer it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    /// `capsule.flows`: every count of the side index.
+    Wide,
+    /// `capsule.flow_totals`: keys, totals, DSCP counts and remarks, the TCP flags and
+    /// handshake bits, the bytes and packets a second.
+    Narrow,
+}
+
+impl Table {
+    /// The table an analytics question reads: `top`, `dscp` and `matrix` are made from what
+    /// the narrow table holds (any window: a flow the window cuts is cut by its packets and
+    /// bytes a second, the only counts these answers read of it; any filter the fleet takes:
+    /// its terms read the key, the TCP flags and the DSCP values), the others from TCP
+    /// health counts only the wide table holds.
+    pub fn for_question(q: &capsule_answers::analytics::Question) -> Table {
+        use capsule_answers::analytics::Question;
+        match q {
+            Question::Top { .. } | Question::Dscp | Question::Matrix { .. } => Table::Narrow,
+            _ => Table::Wide,
+        }
+    }
 }
 
 /// Plans `query` over the catalog at `ch`; with `only`, over those nodes alone.
@@ -92,7 +138,7 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
     // tables checked only if one is refused.
     let (rows, spans, registry) = crate::schema::with_tables(ch, || {
         std::thread::scope(|s| {
-            let rows = s.spawn(|| flow_rows(ch, query, false));
+            let rows = s.spawn(|| flow_rows(ch, query, false, Table::Narrow));
             let spans = s.spawn(|| segment_spans(ch, from, to));
             let registry = s.spawn(|| crate::nodes::registry(ch));
             Ok((
