@@ -67,21 +67,31 @@ pub(crate) fn flow_rows(
     table: Table,
 ) -> Result<Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)>, FleetError> {
     let (from, to) = query.window();
-    let (columns, name, filled) = match table {
-        Table::Wide => (rows::flow_columns(), "flows", String::new()),
-        Table::Narrow => (
+    let (columns, name, filled, unread) = match table {
+        Table::Wide => (rows::flow_columns(), "flows", String::new(), &[][..]),
+        Table::Narrow(unread) => (
             rows::narrow_columns(),
             "flow_totals",
             format!(
                 " AND (SELECT count() FROM {DATABASE}.{}) >= 0",
                 crate::schema::FILLED[1]
             ),
+            unread,
         ),
     };
     let cols: Vec<String> = columns
         .into_iter()
-        .map(|(n, _)| {
-            if keep_buckets || !n.starts_with("bucket_") {
+        .map(|(n, t)| {
+            if unread.iter().any(|u| n.starts_with(u)) {
+                // Not read by the answer: its type's zero, so ClickHouse does not read the
+                // column (a file per column and part is most of its time) and the row
+                // decodes as ever.
+                let zero = match t.strip_prefix("Array(") {
+                    Some(inner) => format!("emptyArray{}()", inner.trim_end_matches(')')),
+                    None => format!("to{t}(0)"),
+                };
+                format!("{zero} AS {n}")
+            } else if keep_buckets || !n.starts_with("bucket_") {
                 n
             } else {
                 format!("arrayFilter(x -> NOT (first_ns >= {from} AND last_ns < {to}), {n})")
@@ -99,7 +109,7 @@ pub(crate) fn flow_rows(
     while !r.is_empty() {
         out.push(match table {
             Table::Wide => rows::get_flow(&mut r)?,
-            Table::Narrow => rows::get_narrow(&mut r)?,
+            Table::Narrow(_) => rows::get_narrow(&mut r)?,
         });
     }
     Ok(out)
@@ -111,8 +121,9 @@ pub enum Table {
     /// `capsule.flows`: every count of the side index.
     Wide,
     /// `capsule.flow_totals`: keys, totals, DSCP counts and remarks, the TCP flags and
-    /// handshake bits, the bytes and packets a second.
-    Narrow,
+    /// handshake bits, the bytes and packets a second; of them, those whose names begin
+    /// with one of these are not read (the answer does not use them: they decode as zero).
+    Narrow(&'static [&'static str]),
 }
 
 impl Table {
@@ -124,10 +135,28 @@ impl Table {
     pub fn for_question(q: &capsule_answers::analytics::Question) -> Table {
         use capsule_answers::analytics::Question;
         match q {
-            Question::Top { .. } | Question::Dscp | Question::Matrix { .. } => Table::Narrow,
+            // analytics/src/top.rs reads the totals, DSCP counts and bytes a second.
+            Question::Top { .. } => Table::Narrow(&["handshake_", "dscp_change_"]),
+            // dscp.rs the DSCP counts, remarks and bytes a second.
+            Question::Dscp => Table::Narrow(&["handshake_"]),
+            // matrix.rs the totals and the handshake bits.
+            Question::Matrix { .. } => Table::Narrow(&["dscp_change_"]),
             _ => Table::Wide,
         }
     }
+
+    /// The table the plan of a packet question reads: which flows of the window match the
+    /// filter (the key, TCP flags and DSCP mask) and have packets in it (their packets a
+    /// second when the window cuts them).
+    pub const PLAN: Table = Table::Narrow(&[
+        "bytes_",
+        "handshake_",
+        "dscp_values_",
+        "dscp_packets_",
+        "dscp_bytes_",
+        "dscp_change_",
+        "bucket_bytes_",
+    ]);
 }
 
 /// Plans `query` over the catalog at `ch`; with `only`, over those nodes alone.
@@ -138,7 +167,7 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
     // tables checked only if one is refused.
     let (rows, spans, registry) = crate::schema::with_tables(ch, || {
         std::thread::scope(|s| {
-            let rows = s.spawn(|| flow_rows(ch, query, false, Table::Narrow));
+            let rows = s.spawn(|| flow_rows(ch, query, false, Table::PLAN));
             let spans = s.spawn(|| segment_spans(ch, from, to));
             let registry = s.spawn(|| crate::nodes::registry(ch));
             Ok((
