@@ -256,7 +256,7 @@ def main():
                 "narrow flow rows as top asks (handshake and remarks not read: literals)":
                     ch_ms(pruned_sql),
                 "narrow flow rows, no FINAL": ch_ms(narrow_sql.replace(" FINAL", "")),
-                "flow rows, FINAL, no buckets of whole flows (arrayFilter, what top asked)":
+                "flow rows, FINAL, no buckets of whole flows (arrayFilter: what the plan asked before)":
                     ch_ms(elided_sql),
                 "flow rows, FINAL, no buckets of whole flows (if/emptyArray)": ch_ms(empty_sql),
                 "process start (capsule --version)": timed([capsule, "--version"], a.runs)[0] * 1000,
@@ -265,7 +265,7 @@ def main():
                     "SELECT (SELECT count() FROM system.tables WHERE database = 'capsule'), "
                     "(SELECT count() FROM system.columns WHERE database = 'capsule' AND "
                     "table = 'segments' AND name = 'location') FORMAT TabSeparated"),
-                "flow rows, FINAL, RowBinary": ch_ms(flows_sql),
+                "flow rows, FINAL, RowBinary (what top asked before)": ch_ms(flows_sql),
                 "flow rows, no FINAL, RowBinary": ch_ms(flows_sql.replace(" FINAL", "")),
                 "span (segments FINAL)": ch_ms(
                     "SELECT count(), min(first_ns), max(last_ns) FROM capsule.segments FINAL "
