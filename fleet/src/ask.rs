@@ -66,11 +66,12 @@ pub fn answer(
     let asked = crate::schema::with_tables(ch, || {
         std::thread::scope(|s| {
             let records = s.spawn(|| {
-                crate::plan::flow_rows(
+                crate::plan::flow_rows_as(
                     ch,
                     &req.query,
                     question.buckets(),
                     crate::plan::Table::for_question(question),
+                    |_, f| f,
                 )
             });
             let held = s.spawn(|| held(ch));
@@ -85,7 +86,6 @@ pub fn answer(
         })
     })?;
     let (records, held, registry, listing) = asked;
-    let records: Vec<_> = records.into_iter().map(|(_, f)| f).collect();
     let flows = capsule_index::flows::merge_counts(records, &req.query, question.buckets());
     let filter = req.query.filter.to_string();
     let mut input =

@@ -66,6 +66,18 @@ pub(crate) fn flow_rows(
     keep_buckets: bool,
     table: Table,
 ) -> Result<Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)>, FleetError> {
+    flow_rows_as(ch, query, keep_buckets, table, |o, f| (o, f))
+}
+
+/// [`flow_rows`], each row as `keep` makes it (the counts alone, for an answer over every
+/// node: the records are large, and a second vector of them costs more than decoding).
+pub(crate) fn flow_rows_as<T>(
+    ch: &ClickHouse,
+    query: &Query,
+    keep_buckets: bool,
+    table: Table,
+    keep: impl Fn(rows::Origin, capsule_index::sideindex::FlowCounts) -> T,
+) -> Result<Vec<T>, FleetError> {
     let (from, to) = query.window();
     let (columns, name, filled, unread) = match table {
         Table::Wide => (rows::flow_columns(), "flows", String::new(), &[][..]),
@@ -91,9 +103,13 @@ pub(crate) fn flow_rows(
                     None => format!("to{t}(0)"),
                 };
                 format!("{zero} AS {n}")
-            } else if keep_buckets || !n.starts_with("bucket_") {
+            } else if (keep_buckets || !n.starts_with("bucket_"))
+                && !(table != Table::Wide && n.starts_with("bucket_packets_"))
+            {
                 n
             } else {
+                // The narrow table's packets a second serve only to cut a flow to the
+                // window (the answers read the bytes a second): a whole flow's come empty.
                 format!("arrayFilter(x -> NOT (first_ns >= {from} AND last_ns < {to}), {n})")
             }
         })
@@ -107,10 +123,11 @@ pub(crate) fn flow_rows(
     let mut r = Reader::new(&bytes, &what);
     let mut out = Vec::new();
     while !r.is_empty() {
-        out.push(match table {
+        let (o, f) = match table {
             Table::Wide => rows::get_flow(&mut r)?,
             Table::Narrow(_) => rows::get_narrow(&mut r)?,
-        });
+        };
+        out.push(keep(o, f));
     }
     Ok(out)
 }
