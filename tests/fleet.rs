@@ -154,6 +154,7 @@ fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
         vec!["top"],
         vec!["top", "--key", "src", "--by", "packets"],
         vec!["dscp"],
+        vec!["matrix"],
         vec!["tcp", "--interval", "1s"],
     ] {
         let mut fleet = q.clone();
@@ -1037,4 +1038,74 @@ fn a_catalog_of_an_earlier_release_gets_the_location_column_at_the_first_questio
     );
     let out = run_ok(capsule().args(["top", "--fleet", "--config", p(&config), "--json"]));
     assert!(!out.stdout.is_empty());
+}
+
+/// The narrow flow table (`capsule.flow_totals`, what `top`, `dscp`, `matrix` and the
+/// packet plan read) of a catalog whose flow rows an earlier release published, without
+/// it: filled from `capsule.flows` at the first question, then by ClickHouse itself at
+/// every insert (also an insert the earlier release's node makes, which knows nothing of
+/// it); the answers equal the store's own.
+#[test]
+fn the_narrow_flow_table_is_filled_for_rows_published_before_it_and_after() {
+    let d = tempfile::tempdir().unwrap();
+    let mut ch = ClickHouse::start(&d.path().join("ch"));
+    let pcap = d.path().join("in.pcap");
+    synth(&pcap, &d.path().join("truth.json"), 7, "2s", "10M", None);
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    query_ok_into(&pcap, &a, "net 10.10.0.0/16");
+    query_ok_into(&pcap, &b, "not net 10.10.0.0/16");
+    let ca = node_config(d.path(), "na", &ch.url());
+    let cb = node_config(d.path(), "nb", &ch.url());
+    let (code, doc, err) = publish(&a, &ca);
+    assert_eq!(code, 0, "{doc} {err}");
+    // What an earlier release's catalog is: the flow rows, no narrow table, no view.
+    for sql in [
+        "DROP TABLE capsule.flows_to_totals",
+        "DROP TABLE capsule.flow_totals_filled",
+        "DROP TABLE capsule.flow_totals",
+    ] {
+        ch.sql(sql)
+            .unwrap_or_else(|| panic!("ClickHouse refused {sql}"));
+    }
+    let rows = |t: &str| ch.number(&format!("SELECT count() FROM capsule.{t} FINAL"));
+    let flows_a = rows("flows");
+    assert!(flows_a > 0);
+    let top = |args: &[&str]| {
+        let mut v = args.to_vec();
+        v.extend(["--fleet", "--config", p(&ca)]);
+        answer(&v, "fleet")
+    };
+    let local = |store: &Path, args: &[&str]| {
+        let mut v = args.to_vec();
+        v.extend(["--store", p(store), "--config", p(&ca)]);
+        answer(&v, p(store))
+    };
+    assert_eq!(top(&["top"]), local(&a, &["top"]));
+    assert_eq!(rows("flow_totals"), flows_a, "the rows published before it");
+    // A second node publishes: the view copies its rows as they are inserted.
+    let (code, doc, err) = publish(&b, &cb);
+    assert_eq!(code, 0, "{doc} {err}");
+    let flows_ab = rows("flows");
+    assert!(flows_ab > flows_a);
+    assert_eq!(rows("flow_totals"), flows_ab, "the rows published after it");
+    // A row inserted into `capsule.flows` by a node that never creates the narrow table
+    // (an earlier release's): copied too, the re-push collapsing.
+    ch.sql("INSERT INTO capsule.flows SELECT * FROM capsule.flows WHERE node = 'nb'")
+        .expect("ClickHouse refused the re-insert");
+    assert_eq!(rows("flow_totals"), flows_ab);
+    let all = d.path().join("all");
+    import_ok(&all, &["--segment-size", "1M"], &[p(&pcap)]);
+    for q in [vec!["top", "--key", "pair"], vec!["dscp"], vec!["matrix"]] {
+        assert_eq!(top(&q), local(&all, &q), "{q:?}");
+    }
+    ch.stop();
+}
+
+/// `filter` of `pcap` imported into a new store `store`.
+fn query_ok_into(pcap: &Path, store: &Path, filter: &str) {
+    let whole = store.with_extension("whole");
+    import_ok(&whole, &["--segment-size", "1M"], &[p(pcap)]);
+    let part = store.with_extension("pcap");
+    query_ok(&whole, &part, &[filter]);
+    import_ok(store, &["--segment-size", "1M"], &[p(&part)]);
 }

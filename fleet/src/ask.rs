@@ -65,7 +65,15 @@ pub fn answer(
     // (and the tables are checked only if one is refused).
     let asked = crate::schema::with_tables(ch, || {
         std::thread::scope(|s| {
-            let records = s.spawn(|| crate::plan::flow_rows(ch, &req.query, question.buckets()));
+            let records = s.spawn(|| {
+                crate::plan::flow_rows_as(
+                    ch,
+                    &req.query,
+                    question.buckets(),
+                    crate::plan::Table::for_question(question),
+                    |_, f| f,
+                )
+            });
             let held = s.spawn(|| held(ch));
             let registry = s.spawn(|| crate::nodes::registry(ch));
             let listing = series.then(|| s.spawn(|| crate::series::listing(ch, from, to)));
@@ -78,7 +86,6 @@ pub fn answer(
         })
     })?;
     let (records, held, registry, listing) = asked;
-    let records: Vec<_> = records.into_iter().map(|(_, f)| f).collect();
     let flows = capsule_index::flows::merge_counts(records, &req.query, question.buckets());
     let filter = req.query.filter.to_string();
     let mut input =
@@ -175,7 +182,8 @@ pub fn flows_by_node(
     let mut by_node: std::collections::BTreeMap<String, Vec<_>> = Default::default();
     let (rows, registry) = crate::schema::with_tables(ch, || {
         std::thread::scope(|s| {
-            let rows = s.spawn(|| crate::plan::flow_rows(ch, query, false));
+            let rows =
+                s.spawn(|| crate::plan::flow_rows(ch, query, false, crate::plan::Table::Wide));
             let registry = s.spawn(|| crate::nodes::registry(ch));
             Ok((joined(rows)?, joined(registry)?))
         })

@@ -54,34 +54,126 @@ pub struct Plan {
 /// a flow (`capsule_index::flows::merge_counts`), and they are most of a long flow's row, so
 /// ClickHouse need not send them nor the asker decode them. A flow the window cuts keeps
 /// them (they estimate its share of the window).
+///
+/// With `narrow`, from `capsule.flow_totals` (the flow rows' keys, totals, DSCP counts and
+/// the bytes and packets a second, [`rows::narrow_columns`]), for the answers made from
+/// those alone ([`Table::for_question`]); it names the marker of its filling, so a catalog
+/// whose narrow table is not filled yet refuses the question and gets it filled
+/// ([`crate::schema::with_tables`]).
 pub(crate) fn flow_rows(
     ch: &ClickHouse,
     query: &Query,
     keep_buckets: bool,
+    table: Table,
 ) -> Result<Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)>, FleetError> {
+    flow_rows_as(ch, query, keep_buckets, table, |o, f| (o, f))
+}
+
+/// [`flow_rows`], each row as `keep` makes it (the counts alone, for an answer over every
+/// node: the records are large, and a second vector of them costs more than decoding).
+pub(crate) fn flow_rows_as<T>(
+    ch: &ClickHouse,
+    query: &Query,
+    keep_buckets: bool,
+    table: Table,
+    keep: impl Fn(rows::Origin, capsule_index::sideindex::FlowCounts) -> T,
+) -> Result<Vec<T>, FleetError> {
     let (from, to) = query.window();
-    let cols: Vec<String> = rows::flow_columns()
+    let (columns, name, filled, unread) = match table {
+        Table::Wide => (rows::flow_columns(), "flows", String::new(), &[][..]),
+        Table::Narrow(unread) => (
+            rows::narrow_columns(),
+            "flow_totals",
+            format!(
+                " AND (SELECT count() FROM {DATABASE}.{}) >= 0",
+                crate::schema::FILLED[1]
+            ),
+            unread,
+        ),
+    };
+    let cols: Vec<String> = columns
         .into_iter()
-        .map(|(n, _)| {
-            if keep_buckets || !n.starts_with("bucket_") {
+        .map(|(n, t)| {
+            if unread.iter().any(|u| n.starts_with(u)) {
+                // Not read by the answer: its type's zero, so ClickHouse does not read the
+                // column (a file per column and part is most of its time) and the row
+                // decodes as ever.
+                let zero = match t.strip_prefix("Array(") {
+                    Some(inner) => format!("emptyArray{}()", inner.trim_end_matches(')')),
+                    None => format!("to{t}(0)"),
+                };
+                format!("{zero} AS {n}")
+            } else if (keep_buckets || !n.starts_with("bucket_"))
+                && !(table != Table::Wide && n.starts_with("bucket_packets_"))
+            {
                 n
             } else {
+                // The narrow table's packets a second serve only to cut a flow to the
+                // window (the answers read the bytes a second): a whole flow's come empty.
                 format!("arrayFilter(x -> NOT (first_ns >= {from} AND last_ns < {to}), {n})")
             }
         })
         .collect();
     let bytes = ch.execute(&format!(
-        "SELECT {} FROM {DATABASE}.flows FINAL WHERE last_ns >= {from} AND first_ns < {to} \
-         ORDER BY node, segment FORMAT RowBinary",
+        "SELECT {} FROM {DATABASE}.{name} FINAL WHERE last_ns >= {from} AND first_ns < {to}\
+         {filled} ORDER BY node, segment FORMAT RowBinary",
         cols.join(", ")
     ))?;
     let what = format!("the flow rows ClickHouse at {} gave", ch.url());
     let mut r = Reader::new(&bytes, &what);
     let mut out = Vec::new();
     while !r.is_empty() {
-        out.push(rows::get_flow(&mut r)?);
+        let (o, f) = match table {
+            Table::Wide => rows::get_flow(&mut r)?,
+            Table::Narrow(_) => rows::get_narrow(&mut r)?,
+        };
+        out.push(keep(o, f));
     }
     Ok(out)
+}
+
+/// Which flow table a question reads: the smallest that can answer it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    /// `capsule.flows`: every count of the side index.
+    Wide,
+    /// `capsule.flow_totals`: keys, totals, DSCP counts and remarks, the TCP flags and
+    /// handshake bits, the bytes and packets a second; of them, those whose names begin
+    /// with one of these are not read (the answer does not use them: they decode as zero).
+    Narrow(&'static [&'static str]),
+}
+
+impl Table {
+    /// The table an analytics question reads: `top`, `dscp` and `matrix` are made from what
+    /// the narrow table holds (any window: a flow the window cuts is cut by its packets and
+    /// bytes a second, the only counts these answers read of it; any filter the fleet takes:
+    /// its terms read the key, the TCP flags and the DSCP values), the others from TCP
+    /// health counts only the wide table holds.
+    pub fn for_question(q: &capsule_answers::analytics::Question) -> Table {
+        use capsule_answers::analytics::Question;
+        match q {
+            // analytics/src/top.rs reads the totals, DSCP counts and bytes a second.
+            Question::Top { .. } => Table::Narrow(&["handshake_", "dscp_change_"]),
+            // dscp.rs the DSCP counts, remarks and bytes a second.
+            Question::Dscp => Table::Narrow(&["handshake_"]),
+            // matrix.rs the totals and the handshake bits.
+            Question::Matrix { .. } => Table::Narrow(&["dscp_change_"]),
+            _ => Table::Wide,
+        }
+    }
+
+    /// The table the plan of a packet question reads: which flows of the window match the
+    /// filter (the key, TCP flags and DSCP mask) and have packets in it (their packets a
+    /// second when the window cuts them).
+    pub const PLAN: Table = Table::Narrow(&[
+        "bytes_",
+        "handshake_",
+        "dscp_values_",
+        "dscp_packets_",
+        "dscp_bytes_",
+        "dscp_change_",
+        "bucket_bytes_",
+    ]);
 }
 
 /// Plans `query` over the catalog at `ch`; with `only`, over those nodes alone.
@@ -92,7 +184,7 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
     // tables checked only if one is refused.
     let (rows, spans, registry) = crate::schema::with_tables(ch, || {
         std::thread::scope(|s| {
-            let rows = s.spawn(|| flow_rows(ch, query, false));
+            let rows = s.spawn(|| flow_rows(ch, query, false, Table::PLAN));
             let spans = s.spawn(|| segment_spans(ch, from, to));
             let registry = s.spawn(|| crate::nodes::registry(ch));
             Ok((

@@ -75,6 +75,11 @@ impl<'a> Reader<'a> {
         self.at >= self.b.len()
     }
 
+    /// How many bytes are left to read.
+    pub fn remaining(&self) -> usize {
+        self.b.len().saturating_sub(self.at)
+    }
+
     fn take(&mut self, n: usize, of: &str) -> Result<&'a [u8], FleetError> {
         match self.b.get(self.at..self.at.saturating_add(n)) {
             Some(s) => {

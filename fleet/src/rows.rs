@@ -106,6 +106,97 @@ pub fn flow_columns() -> Vec<(String, String)> {
     c
 }
 
+/// The per-direction columns of `capsule.flow_totals`, the narrow flow table: of the flow
+/// row's, those the answers that read only totals (`top`, `dscp`, `matrix`) and the plan
+/// of a packet question read, with the filter's (`dscp_mask`, `tcp_flags`).
+const NARROW_DIRECTED: [&str; 12] = [
+    "packets",
+    "bytes",
+    "dscp_mask",
+    "tcp_flags",
+    "handshake",
+    "dscp_values",
+    "dscp_packets",
+    "dscp_bytes",
+    "dscp_change_ordinal",
+    "dscp_change_ns",
+    "dscp_change_from",
+    "dscp_change_to",
+];
+
+/// The bucket columns of `capsule.flow_totals` (parallel to `bucket_second`): the bytes a
+/// second (the peak rates) and the packets (a flow the window cuts).
+const NARROW_BUCKETS: [&str; 2] = ["bucket_bytes", "bucket_packets"];
+
+/// The columns of `capsule.flow_totals`, in order: the flow row's key and span, then a
+/// subset of its columns, same names and types (the materialised view that fills it from
+/// `capsule.flows` selects them by name).
+pub fn narrow_columns() -> Vec<(String, String)> {
+    let all = flow_columns();
+    let ty = |n: &str| {
+        all.iter()
+            .find(|(c, _)| c == n)
+            .map(|(_, t)| t.clone())
+            .unwrap_or_default()
+    };
+    let mut c: Vec<(String, String)> = all[..17].to_vec();
+    for d in ["ab", "ba"] {
+        for n in NARROW_DIRECTED {
+            let n = format!("{n}_{d}");
+            let t = ty(&n);
+            c.push((n, t));
+        }
+    }
+    c.push(("bucket_second".into(), ty("bucket_second")));
+    for d in ["ab", "ba"] {
+        for n in NARROW_BUCKETS {
+            let n = format!("{n}_{d}");
+            let t = ty(&n);
+            c.push((n, t));
+        }
+    }
+    c
+}
+
+/// Reads one row of `capsule.flow_totals` back (columns as [`narrow_columns`]): a flow's
+/// counts with what the narrow table does not hold zero (TCP health, cut-off counts).
+pub fn get_narrow(r: &mut Reader) -> Result<(Origin, FlowCounts), FleetError> {
+    let (origin, key, first_ns, last_ns) = get_head(r)?;
+    let mut f = FlowCounts::new(key, first_ns, last_ns);
+    let t = &mut f.totals;
+    for d in 0..2 {
+        t.packets[d] = r.u64()?;
+        t.bytes[d] = r.u64()?;
+        t.dscp[d] = r.u64()?;
+        t.tcp_flags[d] = r.u8()?;
+        t.handshake[d] = r.u8()?;
+        t.dscp_counts[d] = get_dscp_counts(r)?;
+        t.dscp_change[d] = get_dscp_change(r)?;
+    }
+    let seconds = r.array(|r| r.u64())?;
+    f.buckets = seconds
+        .iter()
+        .map(|&second| CountsBucket {
+            second,
+            ..CountsBucket::default()
+        })
+        .collect();
+    for d in 0..2 {
+        let bytes = r.array(|r| r.u64())?;
+        let packets = r.array(|r| r.u32())?;
+        // The packets a second come empty for a flow the window does not cut (only a cut
+        // reads them, fleet/src/plan.rs): zero.
+        if bytes.len() != seconds.len() || (packets.len() != seconds.len() && !packets.is_empty()) {
+            return Err(bad_lengths(r, "the bucket arrays"));
+        }
+        for (i, b) in f.buckets.iter_mut().enumerate() {
+            b.bytes[d] = bytes[i];
+            b.packets[d] = packets.get(i).copied().unwrap_or(0);
+        }
+    }
+    Ok((origin, f))
+}
+
 /// The columns of `capsule.segments` (the segment ledger), in order.
 pub fn segment_columns() -> Vec<(String, String)> {
     owned(&[
@@ -233,6 +324,31 @@ pub fn put_flow(w: &mut Writer, o: &Origin, f: &FlowCounts) {
 
 /// Reads one flow row back.
 pub fn get_flow(r: &mut Reader) -> Result<(Origin, FlowCounts), FleetError> {
+    let (origin, key, first_ns, last_ns) = get_head(r)?;
+    let mut f = FlowCounts::new(key, first_ns, last_ns);
+    let t = &mut f.totals;
+    for d in 0..2 {
+        t.packets[d] = r.u64()?;
+        t.bytes[d] = r.u64()?;
+        t.dscp[d] = r.u64()?;
+        t.tcp_flags[d] = r.u8()?;
+        t.data[d] = r.u64()?;
+        t.retransmissions[d] = r.u64()?;
+        t.zero_windows[d] = r.u64()?;
+        t.resets[d] = r.u64()?;
+        t.zero_window_ns[d] = r.u64()?;
+        t.handshake[d] = r.u8()?;
+        t.cut_packets[d] = r.u64()?;
+        t.cut_bytes[d] = r.u64()?;
+        t.cut_at_ns[d] = r.nullable_u64()?;
+        t.dscp_counts[d] = get_dscp_counts(r)?;
+        t.dscp_change[d] = get_dscp_change(r)?;
+    }
+    get_buckets(r, f).map(|f| (origin, f))
+}
+
+/// The columns every flow row begins with: where it comes from, its key and its span.
+fn get_head(r: &mut Reader) -> Result<(Origin, FlowKey, u64, u64), FleetError> {
     let origin = Origin {
         node: r.string()?,
         segment: r.u64()?,
@@ -256,47 +372,43 @@ pub fn get_flow(r: &mut Reader) -> Result<(Origin, FlowCounts), FleetError> {
     };
     let first_ns = r.u64()?;
     let last_ns = r.u64()?;
-    let mut f = FlowCounts::new(key, first_ns, last_ns);
-    let t = &mut f.totals;
-    for d in 0..2 {
-        t.packets[d] = r.u64()?;
-        t.bytes[d] = r.u64()?;
-        t.dscp[d] = r.u64()?;
-        t.tcp_flags[d] = r.u8()?;
-        t.data[d] = r.u64()?;
-        t.retransmissions[d] = r.u64()?;
-        t.zero_windows[d] = r.u64()?;
-        t.resets[d] = r.u64()?;
-        t.zero_window_ns[d] = r.u64()?;
-        t.handshake[d] = r.u8()?;
-        t.cut_packets[d] = r.u64()?;
-        t.cut_bytes[d] = r.u64()?;
-        t.cut_at_ns[d] = r.nullable_u64()?;
-        let values = r.array(|r| r.u8())?;
-        let packets = r.array(|r| r.u64())?;
-        let bytes = r.array(|r| r.u64())?;
-        if values.len() != packets.len() || values.len() != bytes.len() {
-            return Err(bad_lengths(r, "dscp_values, dscp_packets and dscp_bytes"));
-        }
-        t.dscp_counts[d] = values
-            .into_iter()
-            .zip(packets)
-            .zip(bytes)
-            .map(|((dscp, packets), bytes)| DscpCount {
-                dscp,
-                packets,
-                bytes,
-            })
-            .collect();
-        let ordinal = r.u64()?;
-        let change = DscpChange {
-            ordinal,
-            ts_ns: r.u64()?,
-            from: r.u8()?,
-            to: r.u8()?,
-        };
-        t.dscp_change[d] = (ordinal != 0).then_some(change);
+    Ok((origin, key, first_ns, last_ns))
+}
+
+/// A direction's exact per-value DSCP counts (three parallel arrays).
+fn get_dscp_counts(r: &mut Reader) -> Result<Vec<DscpCount>, FleetError> {
+    let values = r.array(|r| r.u8())?;
+    let packets = r.array(|r| r.u64())?;
+    let bytes = r.array(|r| r.u64())?;
+    if values.len() != packets.len() || values.len() != bytes.len() {
+        return Err(bad_lengths(r, "dscp_values, dscp_packets and dscp_bytes"));
     }
+    Ok(values
+        .into_iter()
+        .zip(packets)
+        .zip(bytes)
+        .map(|((dscp, packets), bytes)| DscpCount {
+            dscp,
+            packets,
+            bytes,
+        })
+        .collect())
+}
+
+/// A direction's first DSCP remark (ordinal 0: none).
+fn get_dscp_change(r: &mut Reader) -> Result<Option<DscpChange>, FleetError> {
+    let ordinal = r.u64()?;
+    let change = DscpChange {
+        ordinal,
+        ts_ns: r.u64()?,
+        from: r.u8()?,
+        to: r.u8()?,
+    };
+    Ok((ordinal != 0).then_some(change))
+}
+
+/// The 1-second buckets of a flow row, every column.
+fn get_buckets(r: &mut Reader, mut f: FlowCounts) -> Result<FlowCounts, FleetError> {
     let seconds = r.array(|r| r.u64())?;
     f.buckets = seconds
         .iter()
@@ -323,7 +435,7 @@ pub fn get_flow(r: &mut Reader) -> Result<(Origin, FlowCounts), FleetError> {
             b.resets[d] = cols[4][i];
         }
     }
-    Ok((origin, f))
+    Ok(f)
 }
 
 fn bad_lengths(_r: &Reader, what: &str) -> FleetError {
@@ -597,6 +709,90 @@ mod tests {
             flow_columns().len(),
             17 + 2 * DIRECTED.len() + 1 + 2 * BUCKETS.len()
         );
+    }
+
+    #[test]
+    fn the_narrow_table_is_columns_of_the_flow_table_read_in_its_order() {
+        let wide = flow_columns();
+        let narrow = narrow_columns();
+        assert_eq!(
+            narrow.len(),
+            17 + 2 * NARROW_DIRECTED.len() + 1 + 2 * NARROW_BUCKETS.len()
+        );
+        // Every column is the flow table's, with its type (the view selects them by name).
+        for c in &narrow {
+            assert!(wide.contains(c), "{c:?}");
+        }
+        // What the narrow reader reads of a flow row, in the narrow table's order: the
+        // flow's totals, DSCP counts and remark, TCP flags and handshake, and buckets.
+        let f = flow("10.0.0.1", "fd00::2");
+        let o = Origin {
+            node: "n".into(),
+            segment: 1,
+            segment_len: 2,
+            published_ns: 3,
+        };
+        let mut w = Writer::default();
+        put_flow(&mut w, &o, &f);
+        let mut r = Reader::new(&w.buf, "test");
+        let (_, full) = get_flow(&mut r).unwrap();
+        let mut n = Writer::default();
+        put_narrow_for_test(&mut n, &o, &full);
+        let (o2, got) = get_narrow(&mut Reader::new(&n.buf, "test")).unwrap();
+        assert_eq!(o2, o);
+        assert_eq!(got.key, f.key);
+        let (t, u) = (&got.totals, &f.totals);
+        assert_eq!((t.first_ns, t.last_ns), (u.first_ns, u.last_ns));
+        assert_eq!((t.packets, t.bytes, t.dscp), (u.packets, u.bytes, u.dscp));
+        assert_eq!((t.tcp_flags, t.handshake), (u.tcp_flags, u.handshake));
+        assert_eq!(
+            (&t.dscp_counts, t.dscp_change),
+            (&u.dscp_counts, u.dscp_change)
+        );
+        let secs = |f: &FlowCounts| {
+            f.buckets
+                .iter()
+                .map(|b| (b.second, b.bytes, b.packets))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(secs(&got), secs(&f));
+    }
+
+    /// A narrow row as ClickHouse's view makes it from a flow row: the named columns.
+    fn put_narrow_for_test(w: &mut Writer, o: &Origin, f: &FlowCounts) {
+        let mut full = Writer::default();
+        put_flow(&mut full, o, f);
+        let wide = flow_columns();
+        let narrow = narrow_columns();
+        // Re-encode column by column: decode each wide column's bytes by its type.
+        let mut r = Reader::new(&full.buf, "test");
+        let mut cols: Vec<(String, Vec<u8>)> = Vec::new();
+        for (name, ty) in &wide {
+            let start = full.buf.len() - r.remaining();
+            skip(&mut r, ty);
+            let end = full.buf.len() - r.remaining();
+            cols.push((name.clone(), full.buf[start..end].to_vec()));
+        }
+        for (name, _) in &narrow {
+            let (_, b) = cols.iter().find(|(n, _)| n == name).unwrap();
+            w.buf.extend_from_slice(b);
+        }
+    }
+
+    fn skip(r: &mut Reader, ty: &str) {
+        match ty {
+            "{NODE}" => drop(r.string().unwrap()),
+            "{ADDR}" => drop(r.fixed16().unwrap()),
+            "UInt8" => drop(r.u8().unwrap()),
+            "UInt16" => drop(r.u16().unwrap()),
+            "UInt32" => drop(r.u32().unwrap()),
+            "UInt64" => drop(r.u64().unwrap()),
+            "Nullable(UInt64)" => drop(r.nullable_u64().unwrap()),
+            "Array(UInt8)" => drop(r.array(|r| r.u8()).unwrap()),
+            "Array(UInt32)" => drop(r.array(|r| r.u32()).unwrap()),
+            "Array(UInt64)" => drop(r.array(|r| r.u64()).unwrap()),
+            other => panic!("type {other}"),
+        }
     }
 
     #[test]

@@ -71,6 +71,12 @@ impl Schema {
                 &format!("({})", crate::rows::FLOW_KEY.join(", ")),
             ),
             published(
+                "flow_totals",
+                &crate::rows::narrow_columns(),
+                "first_ns",
+                &format!("({})", crate::rows::FLOW_KEY.join(", ")),
+            ),
+            published(
                 "segments",
                 &crate::rows::segment_columns(),
                 "first_ns",
@@ -113,7 +119,11 @@ impl Schema {
     /// table and column is there (each question and each publish asks); the version and the
     /// DDL only when one is not.
     pub fn ensure(ch: &ClickHouse) -> Result<(), FleetError> {
-        let names: Vec<String> = TABLES.iter().map(|t| format!("'{t}'")).collect();
+        let names: Vec<String> = TABLES
+            .iter()
+            .chain(&FILLED)
+            .map(|t| format!("'{t}'"))
+            .collect();
         let added: Vec<String> = ADDED
             .iter()
             .map(|(t, c, _)| format!("(table = '{t}' AND name = '{c}')"))
@@ -136,7 +146,7 @@ impl Schema {
                 }),
             }
         };
-        if have()? == (TABLES.len(), ADDED.len()) {
+        if have()? == (TABLES.len() + FILLED.len(), ADDED.len()) {
             return Ok(());
         }
         let s = Schema::for_version(ch.version()?);
@@ -156,8 +166,49 @@ impl Schema {
                 ))?;
             }
         }
-        Ok(())
+        fill_totals(ch)
     }
+}
+
+/// The narrow flow table's filling: the materialised view that copies each block inserted
+/// into `capsule.flows` into `capsule.flow_totals`, and the marker that says the rows
+/// published before the view are in it too.
+pub const FILLED: [&str; 2] = ["flows_to_totals", "flow_totals_filled"];
+
+/// Makes `capsule.flow_totals` hold every flow row, whichever release published it: the
+/// view first (every row inserted from then on is copied by ClickHouse itself, also a row
+/// an earlier release's node pushes), then the rows already there copied once (a row both
+/// copies reach collapses, the table being a ReplacingMergeTree with the flow table's key
+/// and version), then the marker the narrow questions name, so a catalog whose copy did not
+/// finish (a crash) is never read narrow: its questions are refused, the copy is made
+/// again and the question asked again ([`with_tables`]).
+fn fill_totals(ch: &ClickHouse) -> Result<(), FleetError> {
+    let text = ch.execute(&format!(
+        "SELECT count() FROM system.tables WHERE database = '{DATABASE}' AND name = '{}' \
+         FORMAT TabSeparated",
+        FILLED[1]
+    ))?;
+    if String::from_utf8_lossy(&text).trim() != "0" {
+        return Ok(());
+    }
+    let cols: Vec<String> = crate::rows::narrow_columns()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    let cols = cols.join(", ");
+    ch.execute(&format!(
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS {DATABASE}.{} TO {DATABASE}.flow_totals AS \
+         SELECT {cols} FROM {DATABASE}.flows",
+        FILLED[0]
+    ))?;
+    ch.execute(&format!(
+        "INSERT INTO {DATABASE}.flow_totals ({cols}) SELECT {cols} FROM {DATABASE}.flows"
+    ))?;
+    ch.execute(&format!(
+        "CREATE TABLE IF NOT EXISTS {DATABASE}.{} (filled_ns UInt64) ENGINE = TinyLog",
+        FILLED[1]
+    ))?;
+    Ok(())
 }
 
 /// Runs `ask` (questions that read the tables) without checking the tables first; when
@@ -182,8 +233,9 @@ pub fn with_tables<T>(
 const ADDED: [(&str, &str, &str); 1] = [("segments", "location", "String DEFAULT 'local'")];
 
 /// Every table of the catalog, as [`Schema::ddl`] creates them.
-pub const TABLES: [&str; 7] = [
+pub const TABLES: [&str; 8] = [
     "flows",
+    "flow_totals",
     "segments",
     "minutes",
     "ms_bins",
