@@ -511,6 +511,14 @@ fn net_layer(d: &mut Dissected, net: Net<'_>, depth: usize) -> Result<(), Malfor
     if matches!(t.proto, ipproto::UDP | ipproto::GRE) && depth < MAX_TUNNEL_DEPTH {
         if let Some(opened) = tunnel::open(&d.l4, &t) {
             enter(d, opened, depth);
+        } else if let Some((layer, needed)) = tunnel::cut_short(&d.l4, &t) {
+            // The capture ends inside the tunnel's header: the packet stays the outer one,
+            // marked cut, as a longer capture of it would say more.
+            return Err(Malformed::Truncated {
+                layer,
+                needed,
+                found: t.data.len(),
+            });
         }
     }
     Ok(())
@@ -558,6 +566,10 @@ fn enter(d: &mut Dissected, opened: tunnel::Opened<'_>, depth: usize) {
         *d = inner;
     } else {
         d.encap = inner.encap;
+        // Cut before the inner IP header: a longer capture may have found one.
+        if let Err(e @ Malformed::Truncated { .. }) = read {
+            d.malformed = Some(e);
+        }
     }
 }
 

@@ -4,7 +4,8 @@
 //! [`open`] looks at what the transport layer found and, when it is a tunnel whose header
 //! reads whole, returns the tunnel's kind and identifier with its payload ([`Inner`]); the
 //! dissector then reads the payload as a packet of its own (see `lib.rs`). A tunnel header
-//! that is cut or not understood opens nothing: the packet stays the outer one.
+//! that is cut or not understood opens nothing: the packet stays the outer one; cut by the
+//! capture ([`cut_short`]), it is marked truncated like any other header.
 //!
 //! The UDP ports are process-wide settings ([`set_tunnel_ports`]), read with one relaxed
 //! load per UDP packet.
@@ -117,54 +118,114 @@ fn payload<'a>(t: &Transport<'a>, header: usize) -> Option<&'a [u8]> {
     t.data.get(header..end)
 }
 
+/// Why a tunnel header did not open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fail {
+    /// Not a tunnel (its fields say otherwise).
+    Not,
+    /// The data ended inside the header.
+    Short,
+}
+
 /// The tunnel the transport `t` (dissected as `l4`) carries, if it is one whose header
 /// reads whole.
 #[inline]
 pub(crate) fn open<'a>(l4: &L4, t: &Transport<'a>) -> Option<Opened<'a>> {
+    parse(l4, t).ok()
+}
+
+/// [`open`], saying why not.
+fn parse<'a>(l4: &L4, t: &Transport<'a>) -> Result<Opened<'a>, Fail> {
     match (t.proto, *l4) {
-        (ipproto::GRE, _) => gre(payload(t, 0)?),
-        (ipproto::UDP, L4::Udp { src_port, dst_port }) => {
-            let kind = match port_kind(dst_port) {
-                NONE => port_kind(src_port),
-                k => k,
-            };
-            if kind == NONE {
-                return None;
+        (ipproto::GRE, _) => gre(payload(t, 0).ok_or(Fail::Short)?),
+        (ipproto::UDP, L4::Udp { src_port, dst_port }) => match kind_of_ports(src_port, dst_port) {
+            NONE => Err(Fail::Not),
+            kind => {
+                let data = payload(t, 8).ok_or(Fail::Short)?;
+                match kind {
+                    VXLAN => vxlan(data),
+                    GENEVE => geneve(data),
+                    _ => gtpu(data),
+                }
             }
-            let data = payload(t, 8)?;
-            match kind {
-                VXLAN => vxlan(data),
-                GENEVE => geneve(data),
-                _ => gtpu(data),
-            }
-        }
-        _ => None,
+        },
+        _ => Err(Fail::Not),
     }
 }
 
-/// GRE (RFC 2784, key and sequence number of RFC 2890), version 0 only.
-fn gre(data: &[u8]) -> Option<Opened<'_>> {
-    let mut r = Reader::new(data);
-    let flags = r.u16_be().ok()?;
-    let proto = r.u16_be().ok()?;
-    // Version 0, no routing (RFC 1701's source routes are not followed).
-    if flags & 0x0007 != 0 || flags & 0x4000 != 0 {
+/// The tunnel kind of a UDP packet's ports (the destination's first).
+fn kind_of_ports(src_port: u16, dst_port: u16) -> u8 {
+    match port_kind(dst_port) {
+        NONE => port_kind(src_port),
+        k => k,
+    }
+}
+
+/// Bytes past the end of the capture [`cut_short`] looks at for where a header ends.
+const CUT_LOOKAHEAD: usize = 1024;
+
+/// When [`open`] opened nothing because the capture ends inside the tunnel's header (its
+/// data ran out before the header did, and the capture is shorter than the IP payload): the
+/// tunnel's name, and how many bytes of the transport's data the header needs (where a
+/// reading of the data with zeros after the captured bytes stops running out; at least one
+/// more than captured). Cold: a snap length that cuts tunnelled traffic pays it, nothing
+/// else.
+#[cold]
+pub(crate) fn cut_short(l4: &L4, t: &Transport<'_>) -> Option<(&'static str, usize)> {
+    let have = t.data.len();
+    if have >= t.bound || parse(l4, t).err() != Some(Fail::Short) {
         return None;
     }
+    let name = match (t.proto, *l4) {
+        (ipproto::UDP, L4::Udp { src_port, dst_port }) => match kind_of_ports(src_port, dst_port) {
+            VXLAN => EncapKind::Vxlan.name(),
+            GENEVE => EncapKind::Geneve.name(),
+            _ => EncapKind::Gtpu.name(),
+        },
+        _ => EncapKind::Gre.name(),
+    };
+    let limit = t.bound.min(have.saturating_add(CUT_LOOKAHEAD));
+    let mut padded = t.data.to_vec();
+    padded.resize(limit, 0);
+    let needed = (have + 1..=limit)
+        .find(|&n| {
+            parse(
+                l4,
+                &Transport {
+                    data: &padded[..n],
+                    ..*t
+                },
+            )
+            .err()
+                != Some(Fail::Short)
+        })
+        .unwrap_or(have + 1);
+    Some((name, needed))
+}
+
+/// GRE (RFC 2784, key and sequence number of RFC 2890), version 0 only.
+fn gre(data: &[u8]) -> Result<Opened<'_>, Fail> {
+    let mut r = Reader::new(data);
+    let flags = r.u16_be().map_err(|_| Fail::Short)?;
+    let proto = r.u16_be().map_err(|_| Fail::Short)?;
+    // Version 0, no routing (RFC 1701's source routes are not followed).
+    if flags & 0x0007 != 0 || flags & 0x4000 != 0 {
+        return Err(Fail::Not);
+    }
     if flags & 0x8000 != 0 {
-        r.skip(4).ok()?; // checksum and reserved
+        r.skip(4).map_err(|_| Fail::Short)?; // checksum and reserved
     }
     let key = if flags & 0x2000 != 0 {
-        Some(r.u32_be().ok()?)
+        Some(r.u32_be().map_err(|_| Fail::Short)?)
     } else {
         None
     };
     let seq = flags & 0x1000 != 0;
     if seq {
-        r.skip(4).ok()?;
+        r.skip(4).map_err(|_| Fail::Short)?;
     }
     let rest = r.rest();
-    Some(match proto {
+    Ok(match proto {
         ETHERTYPE_TEB => Opened {
             kind: EncapKind::Gre,
             id: key,
@@ -177,9 +238,9 @@ fn gre(data: &[u8]) -> Option<Opened<'_>> {
             inner: Inner::Ethernet(rest),
         },
         ETHERTYPE_ERSPAN => {
-            let (h, eth) = View::<8>::split(rest).ok()?;
+            let (h, eth) = View::<8>::split(rest).map_err(|_| Fail::Short)?;
             if h.u8::<0>() >> 4 != 1 {
-                return None;
+                return Err(Fail::Not);
             }
             Opened {
                 kind: EncapKind::Erspan,
@@ -188,13 +249,13 @@ fn gre(data: &[u8]) -> Option<Opened<'_>> {
             }
         }
         ETHERTYPE_ERSPAN3 => {
-            let (h, after) = View::<12>::split(rest).ok()?;
+            let (h, after) = View::<12>::split(rest).map_err(|_| Fail::Short)?;
             if h.u8::<0>() >> 4 != 2 {
-                return None;
+                return Err(Fail::Not);
             }
             // The O bit: an 8-byte platform-specific subheader follows.
             let eth = if h.u8::<11>() & 0x01 != 0 {
-                after.get(8..)?
+                after.get(8..).ok_or(Fail::Short)?
             } else {
                 after
             };
@@ -213,12 +274,12 @@ fn gre(data: &[u8]) -> Option<Opened<'_>> {
 }
 
 /// VXLAN (RFC 7348): flags with the I bit, VNI, then an Ethernet frame.
-fn vxlan(data: &[u8]) -> Option<Opened<'_>> {
-    let (h, eth) = View::<8>::split(data).ok()?;
+fn vxlan(data: &[u8]) -> Result<Opened<'_>, Fail> {
+    let (h, eth) = View::<8>::split(data).map_err(|_| Fail::Short)?;
     if h.u8::<0>() & 0x08 == 0 {
-        return None;
+        return Err(Fail::Not);
     }
-    Some(Opened {
+    Ok(Opened {
         kind: EncapKind::Vxlan,
         id: Some(h.u32_be::<4>() >> 8),
         inner: Inner::Ethernet(eth),
@@ -226,16 +287,16 @@ fn vxlan(data: &[u8]) -> Option<Opened<'_>> {
 }
 
 /// Geneve (RFC 8926): version 0, options skipped by their length, VNI, protocol type.
-fn geneve(data: &[u8]) -> Option<Opened<'_>> {
-    let (h, _) = View::<8>::split(data).ok()?;
+fn geneve(data: &[u8]) -> Result<Opened<'_>, Fail> {
+    let (h, _) = View::<8>::split(data).map_err(|_| Fail::Short)?;
     let first = h.u8::<0>();
     if first >> 6 != 0 {
-        return None;
+        return Err(Fail::Not);
     }
     let len = 8 + usize::from(first & 0x3f) * 4;
-    let rest = data.get(len..)?;
+    let rest = data.get(len..).ok_or(Fail::Short)?;
     let proto = h.u16_be::<2>();
-    Some(Opened {
+    Ok(Opened {
         kind: EncapKind::Geneve,
         id: Some(h.u32_be::<4>() >> 8),
         inner: if proto == ETHERTYPE_TEB {
@@ -248,29 +309,29 @@ fn geneve(data: &[u8]) -> Option<Opened<'_>> {
 
 /// GTP-U version 1 (3GPP TS 29.281): a T-PDU (message type 255) carries an IP packet after
 /// the optional sequence number, N-PDU number and extension headers.
-fn gtpu(data: &[u8]) -> Option<Opened<'_>> {
-    let (h, _) = View::<8>::split(data).ok()?;
+fn gtpu(data: &[u8]) -> Result<Opened<'_>, Fail> {
+    let (h, _) = View::<8>::split(data).map_err(|_| Fail::Short)?;
     let flags = h.u8::<0>();
     // Version 1, protocol type GTP.
     if flags >> 5 != 1 || flags & 0x10 == 0 || h.u8::<1>() != 0xff {
-        return None;
+        return Err(Fail::Not);
     }
     let mut r = Reader::new(data);
-    r.skip(8).ok()?;
+    r.skip(8).map_err(|_| Fail::Short)?;
     if flags & 0x07 != 0 {
-        r.skip(3).ok()?; // sequence number, N-PDU number
-        let mut next = r.u8().ok()?;
+        r.skip(3).map_err(|_| Fail::Short)?; // sequence number, N-PDU number
+        let mut next = r.u8().map_err(|_| Fail::Short)?;
         // Each extension header is at least 4 bytes long: the loop ends with the packet.
         while next != 0 {
-            let units = usize::from(r.u8().ok()?);
+            let units = usize::from(r.u8().map_err(|_| Fail::Short)?);
             if units == 0 {
-                return None;
+                return Err(Fail::Not);
             }
-            r.skip(units * 4 - 2).ok()?;
-            next = r.u8().ok()?;
+            r.skip(units * 4 - 2).map_err(|_| Fail::Short)?;
+            next = r.u8().map_err(|_| Fail::Short)?;
         }
     }
-    Some(Opened {
+    Ok(Opened {
         kind: EncapKind::Gtpu,
         id: Some(h.u32_be::<4>()),
         inner: Inner::Ip(r.rest()),
@@ -589,6 +650,57 @@ mod tests {
             mpls(&[16, 17], &cat(&[&[0, 0, 0, 0], inner_eth()])),
             pppoe(5),
         ]
+    }
+
+    /// A capture that ends inside a tunnel's header says so (the outer packet, marked cut),
+    /// as it does inside any other header: a longer capture of it would open the tunnel.
+    /// Before, such a prefix read as a whole UDP packet (a proptest found it).
+    #[test]
+    fn a_tunnel_header_cut_by_the_capture_is_marked_truncated() {
+        let p = vxlan(42);
+        for len in 42..50 {
+            let d = dissect(1, &p[..len]);
+            assert_eq!(d.encap, None);
+            assert_eq!(d.l4.ports(), Some((51000, 4789)));
+            assert_eq!(
+                d.malformed,
+                Some(Malformed::Truncated {
+                    layer: "vxlan",
+                    needed: 16,
+                    found: len - 34
+                }),
+                "{len}"
+            );
+        }
+        // The header whole, the inner frame cut before its IP header: the tunnel is known
+        // and the cut named.
+        let d = dissect(1, &p[..50]);
+        assert_eq!(
+            d.encap.map(|e| (e.kind, e.id)),
+            Some((EncapKind::Vxlan, Some(42)))
+        );
+        assert_eq!(
+            d.malformed,
+            Some(Malformed::Truncated {
+                layer: "ethernet",
+                needed: 14,
+                found: 0
+            })
+        );
+        // A GRE header cut after its flags: the key is still to come.
+        let g = gre_key_ip(7);
+        let d = dissect(1, &g[..34 + 6]);
+        assert!(
+            matches!(
+                d.malformed,
+                Some(Malformed::Truncated {
+                    layer: "gre",
+                    needed: 8,
+                    found: 6
+                })
+            ),
+            "{d:?}"
+        );
     }
 
     #[test]
