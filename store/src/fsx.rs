@@ -416,19 +416,11 @@ pub fn check_dir(path: &Path) -> Result<()> {
 /// with its type and length as `lstat` gives them. Entries removed while listing are left
 /// out.
 pub fn list(path: &Path) -> Result<Vec<Entry>> {
-    let fd = dir_fd(path)?;
-    let rd = rfs::Dir::read_from(&fd).map_err(|e| StoreError::io("list", path, e.into()))?;
     let mut out = Vec::new();
-    for entry in rd {
-        let entry = entry.map_err(|e| StoreError::io("list", path, e.into()))?;
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        let name = OsString::from(std::ffi::OsStr::from_bytes(name));
-        let st = match rfs::statat(&fd, &name, AtFlags::SYMLINK_NOFOLLOW) {
+    each_entry(path, |fd, name, _| {
+        let st = match rfs::statat(fd, &name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => st,
-            Err(rustix::io::Errno::NOENT) => continue,
+            Err(rustix::io::Errno::NOENT) => return Ok(()),
             Err(e) => return Err(StoreError::io("stat", path.join(&name), e.into())),
         };
         out.push(Entry {
@@ -437,7 +429,8 @@ pub fn list(path: &Path) -> Result<Vec<Entry>> {
             len: st.st_size as u64,
             name,
         });
-    }
+        Ok(())
+    })?;
     Ok(out)
 }
 
@@ -446,20 +439,12 @@ pub fn list(path: &Path) -> Result<Vec<Entry>> {
 /// `lstat`ed only where the file system does not give it (`DT_UNKNOWN`). A directory of
 /// 100,000 segments is listed without 100,000 `lstat`s (issue 34).
 pub fn list_names(path: &Path) -> Result<Vec<Named>> {
-    let fd = dir_fd(path)?;
-    let rd = rfs::Dir::read_from(&fd).map_err(|e| StoreError::io("list", path, e.into()))?;
     let mut out = Vec::new();
-    for entry in rd {
-        let entry = entry.map_err(|e| StoreError::io("list", path, e.into()))?;
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        let name = OsString::from(std::ffi::OsStr::from_bytes(name));
-        let kind = match entry.file_type() {
-            FileType::Unknown => match rfs::statat(&fd, &name, AtFlags::SYMLINK_NOFOLLOW) {
+    each_entry(path, |fd, name, d_type| {
+        let kind = match d_type {
+            FileType::Unknown => match rfs::statat(fd, &name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) => kind_of(FileType::from_raw_mode(st.st_mode)),
-                Err(rustix::io::Errno::NOENT) => continue,
+                Err(rustix::io::Errno::NOENT) => return Ok(()),
                 Err(e) => return Err(StoreError::io("stat", path.join(&name), e.into())),
             },
             t => kind_of(t),
@@ -469,8 +454,33 @@ pub fn list_names(path: &Path) -> Result<Vec<Named>> {
             kind,
             name,
         });
-    }
+        Ok(())
+    })?;
     Ok(out)
+}
+
+/// Calls `f` with the directory's descriptor, the name and the `d_type` of every entry of
+/// directory `path` (which must not be a symlink) but `.` and `..`: what [`list`] and
+/// [`list_names`] share.
+fn each_entry(
+    path: &Path,
+    mut f: impl FnMut(&OwnedFd, OsString, FileType) -> Result<()>,
+) -> Result<()> {
+    let fd = dir_fd(path)?;
+    let rd = rfs::Dir::read_from(&fd).map_err(|e| StoreError::io("list", path, e.into()))?;
+    for entry in rd {
+        let entry = entry.map_err(|e| StoreError::io("list", path, e.into()))?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        f(
+            &fd,
+            OsString::from(std::ffi::OsStr::from_bytes(name)),
+            entry.file_type(),
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
