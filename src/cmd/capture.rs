@@ -248,16 +248,14 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         ],
     );
     let mut watchdog_usec = 0u64;
-    let watchdog = sd_notify::watchdog_enabled(false, &mut watchdog_usec)
-        .then(|| Duration::from_micros(watchdog_usec) / 2);
-    let mut last_ping = Instant::now();
+    let mut watchdog = sd_notify::watchdog_enabled(false, &mut watchdog_usec)
+        .then(|| Watchdog::new(Duration::from_micros(watchdog_usec), Instant::now()));
     let t0 = Instant::now();
     let mut last_log = Instant::now();
     let gauge = writer.pressure_gauge();
     let on_stats = |states: &[live::IfaceState]| {
-        if watchdog.is_some_and(|every| last_ping.elapsed() >= every) {
+        if watchdog.as_mut().is_some_and(|w| w.due(Instant::now())) {
             let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Watchdog]);
-            last_ping = Instant::now();
         }
         status.update_many(states, gauge.read());
         if hup.swap(false, std::sync::atomic::Ordering::Relaxed) {
@@ -408,4 +406,83 @@ fn drop_causes_of(
         c.invalid += d.invalid;
     }
     c
+}
+
+/// How often the capture loop pings systemd's watchdog. It can ping only when the readers
+/// report, about once a second ([`REPORT_EVERY`]), so it pings at the last report that
+/// comes before half the watchdog's interval has passed, not the first one after: waiting
+/// for "half the interval passed" would, with a report landing a hair early, put the next
+/// ping a whole report later (a 2 s watchdog then saw gaps of 2.007 s, long enough for
+/// systemd to kill a healthy capture). The longest gap is half the interval plus a
+/// report's lateness.
+struct Watchdog {
+    every: Duration,
+    last: Instant,
+}
+
+/// The readers report their counters about this often (`on_stats` of `live::run_all`).
+const REPORT_EVERY: Duration = Duration::from_secs(1);
+
+impl Watchdog {
+    /// A watchdog of `interval` (systemd's `WATCHDOG_USEC`), last fed at `now`.
+    fn new(interval: Duration, now: Instant) -> Self {
+        Self {
+            every: (interval / 2).saturating_sub(REPORT_EVERY),
+            last: now,
+        }
+    }
+
+    /// Whether a report arriving at `now` must ping; if so, counts it as the last ping.
+    fn due(&mut self, now: Instant) -> bool {
+        let due = now.saturating_duration_since(self.last) >= self.every;
+        if due {
+            self.last = now;
+        }
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reports about a second apart, each a little earlier or later: the gap between two
+    /// pings stays within half the watchdog's interval plus a report's lateness.
+    fn worst_gap(interval: Duration, reports: &[Duration]) -> Duration {
+        let t0 = Instant::now();
+        let mut w = Watchdog::new(interval, t0);
+        let mut last = t0;
+        let mut worst = Duration::ZERO;
+        for at in reports {
+            let now = t0 + *at;
+            if w.due(now) {
+                worst = worst.max(now - last);
+                last = now;
+            }
+        }
+        worst
+    }
+
+    #[test]
+    fn a_report_a_hair_early_still_pings_a_two_second_watchdog() {
+        // The CI's case: reports 1 s apart, one landing 1 ms short of the previous ping + 1 s.
+        let reports: Vec<Duration> = [1000, 2001, 3000, 4001, 5001]
+            .iter()
+            .map(|ms| Duration::from_millis(*ms))
+            .collect();
+        let worst = worst_gap(Duration::from_secs(2), &reports);
+        assert!(worst <= Duration::from_millis(1002), "gap {worst:?}");
+    }
+
+    #[test]
+    fn a_long_watchdog_is_pinged_within_half_its_interval() {
+        // 30 s (the unit file's WatchdogSec): reports every 1.01 s for two minutes.
+        let reports: Vec<Duration> = (1..120).map(|i| Duration::from_millis(i * 1010)).collect();
+        let worst = worst_gap(Duration::from_secs(30), &reports);
+        assert!(worst <= Duration::from_secs(15), "gap {worst:?}");
+        assert!(
+            worst >= Duration::from_secs(13),
+            "pinged far too often: {worst:?}"
+        );
+    }
 }
