@@ -196,6 +196,13 @@ fn t01_synth_roundtrip_is_byte_identical() {
     let store = d.path().join("store");
     // Small blocks so the round trip crosses many block boundaries.
     let out = import_ok(&store, &["--block-size", "64K"], &[p(&input)]);
+    // Nothing went wrong, so nothing is logged as if it had: a new store's first catalog
+    // used to be written before its index directory existed (a WARN on every first import).
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("WARN") && !err.contains("ERROR"),
+        "a first import into a new store logs a problem:\n{err}"
+    );
     assert!(
         stdout_str(&out).contains(&format!("stored {} packets", truth.packets)),
         "{}",

@@ -487,6 +487,9 @@ impl Catalog {
 
     /// Writes the catalog to index directory `dir` (temporary file, fsync, rename).
     pub fn write(&self, dir: &Path) -> Result<()> {
+        // A new store's writer writes its first (empty) catalog before any segment is
+        // sealed, so before any index has made the directory.
+        fsx::create_dir(dir)?;
         fsx::write_atomic(&path(dir), &self.encode())
     }
 
@@ -663,6 +666,15 @@ mod tests {
     /// The catalog decoded once per process is the one on disk: loaded again unchanged, it
     /// is the same; rewritten (an atomic replace, as every writer does), the new one; gone,
     /// none; damaged, an error.
+    #[test]
+    fn a_catalog_is_written_before_the_index_directory_exists() {
+        // A new store: the writer's first catalog comes before its first index.
+        let store = tempfile::tempdir().unwrap();
+        let dir = store.path().join("index");
+        Catalog::default().write(&dir).unwrap();
+        assert_eq!(Catalog::load(&dir).unwrap(), Some(Catalog::default()));
+    }
+
     #[test]
     fn a_shared_catalog_is_decoded_once_and_follows_a_rewrite() {
         let dir = tempfile::tempdir().unwrap();
