@@ -435,6 +435,16 @@ pub fn dissect(linktype: LinkType, data: &[u8]) -> Dissected {
     d
 }
 
+/// Dissects `data` into `d`, reusing its storage: leaves `d` equal to what
+/// `dissect(linktype, data)` returns. For a caller dissecting packet after packet on a hot
+/// path, this writes the result once where it is kept instead of moving it out of a frame.
+pub fn dissect_in_place(d: &mut Dissected, linktype: LinkType, data: &[u8]) {
+    *d = Dissected::default();
+    if let Err(why) = dissect_into(d, linktype, data) {
+        d.malformed = Some(why);
+    }
+}
+
 /// The DSCP that [`dissect`] reports for the packet (`dissect(..).ip.map(|ip| ip.dscp)`),
 /// without the rest of the dissection.
 ///

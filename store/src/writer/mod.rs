@@ -570,6 +570,10 @@ pub struct StoreWriter {
     records_pool: Receiver<Vec<Record>>,
     /// The indexer wants a [`Record`] of each record ([`Indexer::wants_records`]).
     collect: bool,
+    /// The dissection of the packet being appended, kept between packets: filled in place,
+    /// so a packet's dissection is not built on the stack and moved twice (those copies
+    /// were 4.5% of a store-rung capture's samples). Empty after an error.
+    scratch: Option<Box<capsule_wire::Dissected>>,
     ratio: Arc<Ratio>,
     /// Set by capture while its kernel rings fill up (see [`StoreWriter::urgency`]).
     urgent: Arc<AtomicU32>,
@@ -752,8 +756,12 @@ impl StoreWriter {
         }
         // With an indexer that wants records, or a cut-off, the packet is dissected here,
         // once, while it is in this thread's cache; the lane comes from the same dissection.
-        let dissected =
-            (self.collect || self.cut.is_some()).then(|| capsule_wire::dissect(linktype, data));
+        let scratch = (self.collect || self.cut.is_some()).then(|| {
+            let mut d = self.scratch.take().unwrap_or_default();
+            capsule_wire::dissect_in_place(&mut d, linktype, data);
+            d
+        });
+        let dissected = scratch.as_deref();
         let lane = match self.last {
             _ if self.disordered => 0,
             Some((ts, lane)) if ts == ts_ns => lane,
@@ -804,7 +812,7 @@ impl StoreWriter {
         b.prev_ns = ts_ns;
         b.records += 1;
         b.room_for(epb_len);
-        if let Some(d) = dissected.as_ref().filter(|_| self.collect) {
+        if let Some(d) = dissected.filter(|_| self.collect) {
             // As the record will hold it: a cut record's original length is at least the
             // packet's captured length.
             let orig = if kept.is_some() {
@@ -838,6 +846,9 @@ impl StoreWriter {
         }
         if self.seg_first_ns.is_none() {
             self.seg_first_ns = Some(ts_ns);
+        }
+        if scratch.is_some() {
+            self.scratch = scratch;
         }
         Ok(())
     }

@@ -562,6 +562,7 @@ impl StoreWriter {
             pool: p.pool,
             records_pool: p.records_pool,
             collect: p.collect,
+            scratch: None,
             ratio: p.ratio,
             urgent: p.urgent,
             gauge: p.gauge,
