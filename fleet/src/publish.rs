@@ -116,6 +116,7 @@ pub fn stage(dir: &Path, node: &Node) -> Result<Staged, FleetError> {
             segment: e.seq,
             segment_len: e.bytes,
             published_ns,
+            kept: Default::default(),
         };
         let mut tables: [(u64, Vec<u8>); 6] = Default::default();
         let mut ledger_row = None;
@@ -202,6 +203,14 @@ fn flow_tables(
     let index = match SegmentIndex::decode_counts(bytes, None) {
         Ok(i) if i.seq == e.seq && i.segment_len == e.bytes => i,
         _ => return None,
+    };
+    // What this index kept of its flows' attributes, said in each of its rows.
+    let origin = &Origin {
+        kept: rows::Kept {
+            names: index.named,
+            tunnels: index.tunnels,
+        },
+        ..origin.clone()
     };
     let mut flows = Writer::default();
     for f in &index.flows {
