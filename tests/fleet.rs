@@ -196,7 +196,7 @@ fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
     let pcap = d.path().join("all.pcap");
     run_ok(
         Command::new(need_tool("mergecap"))
-            .args(["-F", "pcap", "-w", p(&pcap)])
+            .args(["-F", "nsecpcap", "-w", p(&pcap)])
             .args([&synthetic, &tunnels]),
     );
     let all = d.path().join("all");
@@ -1289,19 +1289,25 @@ fn a_catalog_before_the_flow_attributes_gets_them_and_a_view_that_copies_them() 
             .unwrap_or_else(|| panic!("ClickHouse refused {sql}"));
     }
     // The first question: the columns added, na's rows read as not kept.
-    let fleet = |args: &[&str]| {
-        let mut v = args.to_vec();
-        v.extend(["--fleet", "--config", p(&ca)]);
-        v
+    let fleet = |args: &[&'static str]| -> Vec<String> {
+        args.iter()
+            .copied()
+            .chain(["--fleet", "--config", p(&ca)])
+            .map(String::from)
+            .collect()
     };
-    let apps = answer(&fleet(&["top", "--key", "app"]), "fleet");
+    let args = fleet(&["top", "--key", "app"]);
+    let apps = answer(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        "fleet",
+    );
     assert_eq!(apps["rows"].as_array().map(Vec::len), Some(1), "{apps}");
     assert_eq!(apps["rows"][0]["key"], "unknown", "{apps}");
     let count = |sql: &str| ch.number(sql);
     assert_eq!(
         count(
-            "SELECT count() FROM system.columns WHERE database = 'capsule' AND name IN \
-               ('names', 'encap')"
+            "SELECT count() FROM system.columns WHERE database = 'capsule' AND table IN \
+             ('flows', 'flow_totals') AND name IN ('names', 'encap')"
         ),
         4
     );

@@ -285,7 +285,8 @@ pub fn push(dir: &Path, node: &Node, ch: &ClickHouse) -> Result<Pushed, FleetErr
             Err(e) => return Err(e),
         };
         for (i, table) in TABLES.iter().enumerate() {
-            ch.insert(&format!("{DATABASE}.{table}"), &batch.tables[i].1)?;
+            let columns = rows::columns_of(table);
+            ch.insert(&format!("{DATABASE}.{table}"), &columns, &batch.tables[i].1)?;
             out.rows[i] += batch.tables[i].0;
         }
         outbox.done(&path)?;
@@ -308,7 +309,11 @@ pub fn register(dir: &Path, node: &Node, ch: &ClickHouse) -> Result<(), FleetErr
     };
     let mut w = Writer::default();
     rows::put_node(&mut w, &row);
-    ch.insert(&format!("{DATABASE}.nodes"), &w.buf)
+    ch.insert(
+        &format!("{DATABASE}.nodes"),
+        &rows::columns_of("nodes"),
+        &w.buf,
+    )
 }
 
 /// Stages, then pushes: what `capsule fleet publish` and a capture's publisher do. The

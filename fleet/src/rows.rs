@@ -310,6 +310,22 @@ pub fn minute_columns() -> Vec<(String, String)> {
     ])
 }
 
+/// The names of the columns of the published table `table` (of [`crate::outbox::TABLES`]
+/// and `nodes`), in the order its rows are encoded: what an insert names.
+pub fn columns_of(table: &str) -> Vec<String> {
+    let c = match table {
+        "flows" => flow_columns(),
+        "minutes" => minute_columns(),
+        "ms_bins" => crate::series::bin_columns(),
+        "ms_fanins" => crate::series::fanin_columns(),
+        "ms_segments" => crate::series::segment_columns(),
+        "segments" => segment_columns(),
+        "nodes" => node_columns(),
+        _ => Vec::new(),
+    };
+    c.into_iter().map(|(n, _)| n).collect()
+}
+
 /// The columns of `capsule.nodes` (the node registry), in order.
 pub fn node_columns() -> Vec<(String, String)> {
     owned(&[
@@ -892,6 +908,13 @@ mod tests {
                 get_flow(&mut Reader::new(&w.buf, "test")).is_err(),
                 "{bad:?}"
             );
+        }
+    }
+
+    #[test]
+    fn every_published_table_names_its_columns() {
+        for t in crate::outbox::TABLES.iter().chain(&["nodes"]) {
+            assert!(!columns_of(t).is_empty(), "{t}");
         }
     }
 
