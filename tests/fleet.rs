@@ -56,41 +56,114 @@ fn publish(store: &Path, config: &Path) -> (i32, Value, String) {
 }
 
 /// `capsule ARGS --json`, exit 0, as JSON with the source's name and drop note taken out.
+/// (The flows' names and tunnels stay: the fleet's flow rows carry them.)
 fn answer(args: &[&str], store_name: &str) -> Value {
     let out = run_ok(capsule().args(args).arg("--json"));
     let text = stdout_str(&out).replace(store_name, "SOURCE");
     let mut v: Value = serde_json::from_str(&text).unwrap();
     v["limits"]["drops"] = Value::Null;
-    // The fleet's flow rows do not carry the nodes' application names, so its answers name
-    // no flow or destination: compared without those fields, which the fleet leaves null.
-    let fleet = store_name == "fleet";
-    let strip = |row: &mut Value, key: &str| {
-        if let Some(o) = row.as_object_mut() {
-            let got = o.remove(key);
-            if fleet {
-                assert!(
-                    got.is_none_or(|x| x.is_null()),
-                    "the fleet named {key}: {row}"
-                );
-            }
-        }
-    };
-    for (list, key) in [
-        ("rows", "name"),
-        ("worst_sessions", "name"),
-        ("violations", "dst_name"),
-        ("remarked", "dst_name"),
-    ] {
-        if let Some(rows) = v[list].as_array_mut() {
-            for r in rows {
-                strip(r, key);
-            }
-        }
-    }
-    for one in ["other", "total"] {
-        strip(&mut v[one], "name");
-    }
     v
+}
+
+/// An IPv4 packet (DSCP `dscp`) around `payload`, its header checksum right.
+fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, dscp: u8, payload: &[u8]) -> Vec<u8> {
+    let len = u16::try_from(20 + payload.len()).unwrap();
+    let mut h = vec![0x45, dscp << 2];
+    h.extend_from_slice(&len.to_be_bytes());
+    h.extend_from_slice(&[0x12, 0x34, 0x40, 0x00, 64, proto, 0, 0]);
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    let mut sum: u32 = h
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    h.extend_from_slice(payload);
+    h
+}
+
+fn eth(ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut e = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
+    e.extend_from_slice(&ethertype.to_be_bytes());
+    e.extend_from_slice(payload);
+    e
+}
+
+/// A TLS 1.2 record holding a ClientHello that names `sni` (one cipher suite, the
+/// server_name extension alone).
+fn client_hello(sni: &str) -> Vec<u8> {
+    let name = sni.as_bytes();
+    let n = u16::try_from(name.len()).unwrap();
+    let mut ext = vec![0, 0];
+    ext.extend_from_slice(&(n + 5).to_be_bytes());
+    ext.extend_from_slice(&(n + 3).to_be_bytes());
+    ext.push(0);
+    ext.extend_from_slice(&n.to_be_bytes());
+    ext.extend_from_slice(name);
+    let mut body = vec![3, 3];
+    body.extend_from_slice(&[7; 32]);
+    body.extend_from_slice(&[0, 0, 2, 0x13, 0x01, 1, 0]);
+    body.extend_from_slice(&u16::try_from(ext.len()).unwrap().to_be_bytes());
+    body.extend_from_slice(&ext);
+    let mut hs = vec![1, 0];
+    hs.extend_from_slice(&u16::try_from(body.len()).unwrap().to_be_bytes());
+    hs.extend_from_slice(&body);
+    let mut rec = vec![0x16, 3, 1];
+    rec.extend_from_slice(&u16::try_from(hs.len()).unwrap().to_be_bytes());
+    rec.extend_from_slice(&hs);
+    rec
+}
+
+/// Four TLS conversations inside VXLAN tunnels (VNI 100 + i, outer 192.0.2.1 and
+/// 192.0.2.2, inner DSCP 46 from the client, 10 outside), from `start_ns`: the client
+/// 10.10.9.i (even i) or 10.77.9.i (odd), the server 198.51.100.i:443, named
+/// `models.hub-i.example`; the client's ClientHello, the server's 200 bytes, the client's
+/// 60. What a mirror fed over VXLAN carries.
+fn tunnelled_tls(start_ns: u64) -> Vec<(u64, u32, Vec<u8>)> {
+    let mut out = Vec::new();
+    for i in 1..=4u8 {
+        let client = [10, if i % 2 == 0 { 10 } else { 77 }, 9, i];
+        let server = [198, 51, 100, i];
+        let payloads = [
+            (false, client_hello(&format!("models.hub-{i}.example"))),
+            (true, vec![b's'; 200]),
+            (false, vec![b'c'; 60]),
+        ];
+        for (k, (rev, payload)) in payloads.into_iter().enumerate() {
+            let (sp, dp) = if rev { (443, 40000) } else { (40000, 443) };
+            let mut tcp = Vec::new();
+            tcp.extend_from_slice(&u16::to_be_bytes(sp));
+            tcp.extend_from_slice(&u16::to_be_bytes(dp));
+            tcp.extend_from_slice(&(1 + k as u32 * 1000).to_be_bytes());
+            tcp.extend_from_slice(&1u32.to_be_bytes());
+            tcp.extend_from_slice(&[0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+            tcp.extend_from_slice(&payload);
+            let inner = if rev {
+                ipv4(server, client, 6, 0, &tcp)
+            } else {
+                ipv4(client, server, 6, 46, &tcp)
+            };
+            let mut vx = vec![0x08, 0, 0, 0];
+            vx.extend_from_slice(&((100 + u32::from(i)) << 8).to_be_bytes());
+            vx.extend_from_slice(&eth(0x0800, &inner));
+            let mut udp = Vec::new();
+            udp.extend_from_slice(&(50000 + u16::from(i)).to_be_bytes());
+            udp.extend_from_slice(&4789u16.to_be_bytes());
+            udp.extend_from_slice(&u16::try_from(8 + vx.len()).unwrap().to_be_bytes());
+            udp.extend_from_slice(&[0, 0]);
+            udp.extend_from_slice(&vx);
+            let (a, b) = ([192, 0, 2, 1], [192, 0, 2, 2]);
+            let (s, d) = if rev { (b, a) } else { (a, b) };
+            let frame = eth(0x0800, &ipv4(s, d, 17, 10, &udp));
+            let ts = start_ns + u64::from(i) * 50_000_000 + k as u64 * 1_000_000;
+            out.push((ts, frame.len() as u32, frame));
+        }
+    }
+    out.sort_by_key(|x| x.0);
+    out
 }
 
 fn outbox_len(store: &Path) -> usize {
@@ -103,8 +176,40 @@ fn outbox_len(store: &Path) -> usize {
 fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
     let d = tempfile::tempdir().unwrap();
     let mut ch = ClickHouse::start(&d.path().join("clickhouse"));
-    let pcap = d.path().join("synth.pcap");
-    synth(&pcap, &d.path().join("truth.json"), 3, "2s", "20M", None);
+    let synthetic = d.path().join("synth.pcap");
+    synth(
+        &synthetic,
+        &d.path().join("truth.json"),
+        3,
+        "2s",
+        "20M",
+        None,
+    );
+    // With TLS conversations inside VXLAN tunnels among the synthetic traffic (its DNS and
+    // HTTP name flows too): the flows' names and tunnels reach the fleet's answers.
+    let tunnels = d.path().join("tunnels.pcap");
+    std::fs::write(
+        &tunnels,
+        write_pcap_ns(1, 65535, &tunnelled_tls(1_796_004_000_300_000_000)),
+    )
+    .unwrap();
+    // Without the synthetic trace's one TLS flow that starts mid-stream (its first records
+    // are application data, no hello): which of its packets the index inspects first
+    // depends on how the store's lanes split it, so a store of all the traffic and a store
+    // of a third of it may name it differently (`tls` or nothing), run to run. That is the
+    // index's, not the fleet's (the fleet carries each node's record as the node has it).
+    let kept = d.path().join("synth-kept.pcap");
+    run_ok(
+        Command::new(need_tool("tshark"))
+            .args(["-r", p(&synthetic), "-Y", "not ip.addr == 203.0.113.77"])
+            .args(["-F", "nsecpcap", "-w", p(&kept)]),
+    );
+    let pcap = d.path().join("all.pcap");
+    run_ok(
+        Command::new(need_tool("mergecap"))
+            .args(["-F", "nsecpcap", "-w", p(&pcap)])
+            .args([&kept, &tunnels]),
+    );
     let all = d.path().join("all");
     import_ok(&all, &["--segment-size", "1M"], &[p(&pcap)]);
     // One trace split by host into three: every packet in exactly one part.
@@ -153,6 +258,14 @@ fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
     for q in [
         vec!["top"],
         vec!["top", "--key", "src", "--by", "packets"],
+        vec!["top", "--key", "sni"],
+        vec!["top", "--key", "app"],
+        vec!["top", "--key", "tunnel"],
+        vec!["top", "--key", "flow", "sni", "*.example"],
+        vec!["top", "--key", "dst", "dns", "*.corp.example"],
+        vec![
+            "top", "--key", "flow", "app", "http", "or", "tunnel", "vni", "102",
+        ],
         vec!["dscp"],
         vec!["matrix"],
         vec!["tcp", "--interval", "1s"],
@@ -168,6 +281,43 @@ fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
             "{q:?}: the fleet's answer differs from the one store's"
         );
     }
+    // What those answers hold: every planted server name, its tunnel, TLS among the apps.
+    let key_of = |args: &[&str]| -> Vec<String> {
+        let mut v = args.to_vec();
+        v.extend(["--fleet", "--config", c0]);
+        answer(&v, "fleet")["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["key"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let snis = key_of(&["top", "--key", "sni"]);
+    for i in 1..=4 {
+        assert!(
+            snis.contains(&format!("models.hub-{i}.example")),
+            "{snis:?}"
+        );
+    }
+    let vnis = key_of(&["top", "--key", "tunnel"]);
+    for i in 101..=104 {
+        assert!(
+            vnis.iter()
+                .any(|k| k.starts_with(&format!("vxlan vni {i} "))),
+            "{vnis:?}"
+        );
+    }
+    let apps = key_of(&["top", "--key", "app"]);
+    assert!(
+        ["tls", "dns", "http"]
+            .iter()
+            .all(|a| apps.iter().any(|k| k == a)),
+        "{apps:?}"
+    );
+    assert_eq!(
+        key_of(&["top", "--key", "flow", "sni", "models.hub-3.example"]).len(),
+        1
+    );
     // A window and a filter cut the fleet's flows as they cut a store's. The window is on
     // whole seconds: the per-second buckets then cut every flow exactly on both sides. (A
     // window that cuts a second is estimated from how the records lie in it, and the node
@@ -196,6 +346,12 @@ fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
     let fleet_flows = lines(&run_ok(capsule().args([
         "flows", "--fleet", "--config", c0, "--json", "--limit", "100000",
     ])));
+    for key in ["names", "encap"] {
+        assert!(
+            fleet_flows.iter().any(|f| !f[key].is_null()),
+            "no flow with {key} over the fleet"
+        );
+    }
     for i in 0..3 {
         let store = d.path().join(format!("node{i}"));
         let mut local = lines(&run_ok(capsule().args([
@@ -215,12 +371,7 @@ fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
                 f
             })
             .collect();
-        // The fleet's flow rows do not carry the application names of the node's index
-        // (index version 6) yet: compared without them, and the fleet's are null.
-        assert!(mine.iter().all(|f| f["names"].is_null()));
-        for f in local.iter_mut().chain(mine.iter_mut()) {
-            f.as_object_mut().unwrap().remove("names");
-        }
+        // Names and tunnels included: the fleet's flow rows carry them.
         let by = |v: &Value| v.to_string();
         local.sort_by_key(by);
         mine.sort_by_key(by);
@@ -1061,7 +1212,7 @@ fn the_narrow_flow_table_is_filled_for_rows_published_before_it_and_after() {
     // What an earlier release's catalog is: the flow rows, no narrow table, no view.
     for sql in [
         "DROP TABLE capsule.flows_to_totals",
-        "DROP TABLE capsule.flow_totals_filled",
+        "DROP TABLE capsule.flow_totals_filled_attrs",
         "DROP TABLE capsule.flow_totals",
     ] {
         ch.sql(sql)
@@ -1098,6 +1249,114 @@ fn the_narrow_flow_table_is_filled_for_rows_published_before_it_and_after() {
     for q in [vec!["top", "--key", "pair"], vec!["dscp"], vec!["matrix"]] {
         assert_eq!(top(&q), local(&all, &q), "{q:?}");
     }
+    ch.stop();
+}
+
+/// A catalog of the release before the flows' attributes (`flows` and `flow_totals`
+/// without `names` and `encap`, its view selecting the columns it had, its marker): the
+/// first question adds the columns (its rows read "not kept") and replaces the view, so a
+/// newer node's rows reach the narrow table with their names; a name term over rows that
+/// carry none says which node's segments it could not see (exit 3), and over the newer
+/// node's flows answers as that node's store does.
+#[test]
+fn a_catalog_before_the_flow_attributes_gets_them_and_a_view_that_copies_them() {
+    let d = tempfile::tempdir().unwrap();
+    let mut ch = ClickHouse::start(&d.path().join("ch"));
+    let pcap = d.path().join("in.pcap");
+    synth(&pcap, &d.path().join("truth.json"), 7, "2s", "10M", None);
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    query_ok_into(&pcap, &a, "net 10.10.0.0/16");
+    query_ok_into(&pcap, &b, "not net 10.10.0.0/16");
+    let ca = node_config(d.path(), "na", &ch.url());
+    let cb = node_config(d.path(), "nb", &ch.url());
+    let (code, doc, err) = publish(&a, &ca);
+    assert_eq!(code, 0, "{doc} {err}");
+    // The earlier release's catalog: what it made, with na's rows as it published them.
+    let mut sqls = vec!["DROP TABLE capsule.flows_to_totals".to_string()];
+    for t in ["flows", "flow_totals"] {
+        for c in ["names", "encap"] {
+            sqls.push(format!("ALTER TABLE capsule.{t} DROP COLUMN {c}"));
+        }
+    }
+    for sql in &sqls {
+        ch.sql(sql)
+            .unwrap_or_else(|| panic!("ClickHouse refused {sql}"));
+    }
+    let cols = ch
+        .sql(
+            "SELECT arrayStringConcat(groupArray(name), ', ') FROM (SELECT name FROM \
+             system.columns WHERE database = 'capsule' AND table = 'flow_totals')",
+        )
+        .unwrap();
+    for sql in [
+        format!(
+            "CREATE MATERIALIZED VIEW capsule.flows_to_totals TO capsule.flow_totals AS \
+             SELECT {cols} FROM capsule.flows"
+        ),
+        "DROP TABLE capsule.flow_totals_filled_attrs".to_string(),
+        "CREATE TABLE capsule.flow_totals_filled (filled_ns UInt64) ENGINE = TinyLog".to_string(),
+    ] {
+        ch.sql(&sql)
+            .unwrap_or_else(|| panic!("ClickHouse refused {sql}"));
+    }
+    // The first question: the columns added, na's rows read as not kept.
+    let fleet = |args: &[&'static str]| -> Vec<String> {
+        args.iter()
+            .copied()
+            .chain(["--fleet", "--config", p(&ca)])
+            .map(String::from)
+            .collect()
+    };
+    let args = fleet(&["top", "--key", "app"]);
+    let apps = answer(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        "fleet",
+    );
+    assert_eq!(apps["rows"].as_array().map(Vec::len), Some(1), "{apps}");
+    assert_eq!(apps["rows"][0]["key"], "unknown", "{apps}");
+    let count = |sql: &str| ch.number(sql);
+    assert_eq!(
+        count(
+            "SELECT count() FROM system.columns WHERE database = 'capsule' AND table IN \
+             ('flows', 'flow_totals') AND name IN ('names', 'encap')"
+        ),
+        4
+    );
+    // A newer node publishes: its rows reach the narrow table with their names.
+    let (code, doc, err) = publish(&b, &cb);
+    assert_eq!(code, 0, "{doc} {err}");
+    let named = |t: &str| {
+        count(&format!(
+            "SELECT count() FROM capsule.{t} FINAL WHERE node = 'nb' AND names != ''"
+        ))
+    };
+    assert!(named("flows") > 0);
+    assert_eq!(named("flow_totals"), named("flows"));
+    // A name term: over nb's flows as nb's store answers, na's segments named as unseen.
+    let q = [
+        "top",
+        "--key",
+        "flow",
+        "app",
+        "dns",
+        "and",
+        "not",
+        "net",
+        "10.10.0.0/16",
+    ];
+    let out = run(capsule().args(fleet(&q)).arg("--json"));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_str(&out));
+    assert!(
+        stderr_str(&out).contains("node na: the flows of segment(s)"),
+        "{}",
+        stderr_str(&out)
+    );
+    let mut local = q.to_vec();
+    local.extend(["--store", p(&b), "--config", p(&ca)]);
+    let l = answer(&local, p(&b));
+    let f: Value = serde_json::from_str(&stdout_str(&out).replace("fleet", "SOURCE")).unwrap();
+    assert!(l["rows"].as_array().is_some_and(|r| !r.is_empty()), "{l}");
+    assert_eq!(f["rows"], l["rows"]);
     ch.stop();
 }
 

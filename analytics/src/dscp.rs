@@ -43,6 +43,9 @@ pub struct Violation {
     pub dst: String,
     /// Who the destination is, if anything names it (names.rs).
     pub dst_name: Option<EndName>,
+    /// The encapsulation the first of its flows' packets that carries one arrived in
+    /// (tunnel.rs), when any did.
+    pub tunnel: Option<crate::tunnel::DirTunnel>,
     pub dscp: u8,
     pub name: String,
     pub bytes: u64,
@@ -65,6 +68,8 @@ pub struct Remark {
     pub dst: String,
     /// Who the destination is, if anything names it (names.rs).
     pub dst_name: Option<EndName>,
+    /// The encapsulation that direction's packets arrived in (tunnel.rs), when they did.
+    pub tunnel: Option<crate::tunnel::DirTunnel>,
     /// The packet carrying the new value: its ordinal in that direction (1-based, from the
     /// flow's first packet) and time.
     pub packet: u64,
@@ -104,6 +109,8 @@ struct ViolationAcc {
     last: u64,
     /// The destination as the first of its flows that names it names it.
     dst_name: Option<EndName>,
+    /// The first of its flows' directions that arrived in an encapsulation's.
+    tunnel: Option<crate::tunnel::DirTunnel>,
 }
 
 /// Audits the window's DSCP marks (against `policy` when given).
@@ -140,6 +147,9 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                         x.flows += 1;
                         x.first = x.first.min(f.totals.first_ns);
                         x.last = x.last.max(f.totals.last_ns);
+                        if x.tunnel.is_none() {
+                            x.tunnel = crate::tunnel::dir_tunnel(f, d);
+                        }
                         if x.dst_name.as_ref().is_none_or(|n| n.name.is_none()) {
                             if let Some(n) = input.dst_name(f, d) {
                                 if x.dst_name.is_none() || n.name.is_some() {
@@ -157,6 +167,7 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                         src: src.to_string(),
                         dst: dst.to_string(),
                         dst_name: input.dst_name(f, d),
+                        tunnel: crate::tunnel::dir_tunnel(f, d),
                         packet: ch.ordinal,
                         at_ns: ch.ts_ns,
                         at: rfc(ch.ts_ns),
@@ -208,6 +219,7 @@ pub fn dscp(input: &Input, policy: Option<&dyn Policy>) -> Dscp {
                 src_group: p.group_of(src),
                 dst: dst.to_string(),
                 dst_name: v.dst_name,
+                tunnel: v.tunnel,
                 dscp,
                 name: dscp_name(dscp),
                 bytes: v.bytes,
@@ -316,7 +328,57 @@ mod tests {
         );
         assert_eq!(a.remarked.len(), 1);
         assert_eq!((a.remarked[0].packet, a.remarked[0].to_dscp), (5, 46));
+        assert!(a.remarked[0].tunnel.is_none() && v[0].tunnel.is_none());
         // Without a policy: no violations list at all.
         assert!(dscp(&i, None).violations.is_none());
+    }
+}
+
+#[cfg(test)]
+mod tunnel_tests {
+    use super::*;
+    use crate::tests::{flow, input, Groups};
+    use capsule_index::sideindex::{DscpChange, DscpCount, EncapDir, FlowEncap};
+    use capsule_wire::EncapKind;
+
+    /// A remark and a violation of a flow that arrived in a VXLAN tunnel name the tunnel,
+    /// as the matrix's flagged flows and `top`'s rows do.
+    #[test]
+    fn remarks_and_violations_name_the_tunnel_their_packets_arrived_in() {
+        let mut ef = flow([10, 0, 0, 2], [10, 0, 0, 9], &[(0, 1000), (1, 1000)]);
+        let d = usize::from(ef.flow.key.a != IpAddr::from([10, 0, 0, 2]));
+        ef.flow.totals.dscp_counts[d] = vec![DscpCount {
+            dscp: 46,
+            packets: 16,
+            bytes: 1600,
+        }];
+        ef.flow.totals.dscp_change[d] = Some(DscpChange {
+            ordinal: 5,
+            ts_ns: 400_000_000,
+            from: 0,
+            to: 46,
+        });
+        let mut e = FlowEncap::default();
+        e.dirs[d] = Some(EncapDir {
+            kind: EncapKind::Vxlan,
+            outer: Some(("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap())),
+            id: Some(42),
+            mpls: None,
+            layers: 1,
+            packets: ef.flow.totals.packets[d],
+            mixed: false,
+            outer_dscp: 1,
+        });
+        ef.flow.totals.encap = Some(Box::new(e));
+        let i = input(vec![ef], 0, 2_000_000_000);
+        let a = dscp(&i, Some(&Groups));
+        let want = "vxlan vni 42 192.0.2.1>192.0.2.2";
+        let r = &a.remarked[0];
+        assert_eq!(r.tunnel.as_ref().map(|t| t.describe.as_str()), Some(want));
+        let v = a.violations.unwrap();
+        assert_eq!(
+            v[0].tunnel.as_ref().map(|t| t.describe.as_str()),
+            Some(want)
+        );
     }
 }

@@ -12,7 +12,9 @@ use capsule_answers::analytics::{self, Answer, Question, Request, Window};
 
 use crate::clickhouse::ClickHouse;
 use crate::rowbinary::Reader;
-use crate::rows::NodeRow;
+use capsule_index::sideindex::FlowCounts;
+
+use crate::rows::{Kept, NodeRow};
 use crate::{FleetError, DATABASE};
 
 /// The name fleet answers give as their store (findings' export commands name it).
@@ -42,15 +44,6 @@ pub fn answer(
             "{what} needs --config FILE: the host groups (and policy) it answers with"
         )));
     }
-    if req.query.filter.has_names() {
-        // The catalog's flow rows carry no application names: a name term would match
-        // nothing there (or, unresolved, everything).
-        return Err(FleetError::Usage(
-            "the filter's name terms (sni, dns, http.host, app) need each node's names, \
-             which the fleet's flow rows do not carry: ask the node itself (without --fleet)"
-                .to_string(),
-        ));
-    }
     if let Question::Bursts { .. } = question {
         analytics::bursts_filter(&req.query)?;
     }
@@ -71,7 +64,7 @@ pub fn answer(
                     &req.query,
                     question.buckets(),
                     crate::plan::Table::for_question(question),
-                    |_, f| f,
+                    |o, f| (f, o.kept, (o.node, o.segment)),
                 )
             });
             let held = s.spawn(|| held(ch));
@@ -86,15 +79,25 @@ pub fn answer(
         })
     })?;
     let (records, held, registry, listing) = asked;
-    let flows = capsule_index::flows::merge_counts(records, &req.query, question.buckets());
+    // What a store's listing gives with its flows: the DNS answers of every flow of the
+    // window (they name destinations whose own flows name nothing), and the filter's name
+    // terms resolved over the window's flows (index/src/names.rs), as on a node.
+    let mut dns = capsule_index::names::DnsNames::default();
+    capsule_index::flows::window_answers(records.iter().map(|r| &r.0), from, to, &mut dns);
+    let (query, mut missing) = resolve_names(&req.query, &records);
+    let flows = capsule_index::flows::merge_counts(
+        records.into_iter().map(|(f, k, _)| (f, k.tunnels)),
+        &query,
+        question.buckets(),
+    );
     let filter = req.query.filter.to_string();
     let mut input =
         capsule_analytics::assemble(flows, held, &req.query, &filter, FLEET_STORE.to_string());
+    input.dns = dns;
     input.limits.drops = Some(
         "drops: each node records its own capture's drops (`capsule status` on the node)"
             .to_string(),
     );
-    let mut missing = Vec::new();
     let listing = if let Some(got) = listing {
         let (mut listing, no_series) = got;
         // Asked for the question's window; cut to the answer's (bounded by what is held),
@@ -141,6 +144,64 @@ pub fn answer(
     })
 }
 
+/// `query` with its filter's name terms (`sni`, `dns`, `http.host`, `app`) resolved over
+/// `records` (flow rows of its window, with what their node's index kept and where they
+/// come from) as a store resolves them over its window's flows (index/src/names.rs), and
+/// what the resolution could not see: the segments whose rows carry no names (published by
+/// a release before names, or from an index written before them), named per node; the
+/// answer may miss their flows. `query` itself, and nothing missing, without name terms.
+fn resolve_names(
+    query: &capsule_query::Query,
+    records: &[(FlowCounts, Kept, (String, u64))],
+) -> (capsule_query::Query, Vec<String>) {
+    if !query.filter.has_names() {
+        return (query.clone(), Vec::new());
+    }
+    let (from, to) = query.window();
+    let all = capsule_query::Query {
+        filter: capsule_query::Filter::all(),
+        ..query.clone()
+    };
+    let window = capsule_index::flows::merge_counts(
+        records.iter().map(|(f, k, _)| (f.clone(), k.tunnels)),
+        &all,
+        false,
+    );
+    let filter = capsule_index::names::resolve_over(
+        &query.filter,
+        window
+            .iter()
+            .map(|s| (&s.flow.key, s.flow.totals.names.as_deref())),
+    );
+    let mut unseen: std::collections::BTreeMap<&str, Vec<u64>> = Default::default();
+    for (f, k, (node, seg)) in records {
+        if !k.names && f.totals.last_ns >= from && f.totals.first_ns < to {
+            let s = unseen.entry(node.as_str()).or_default();
+            if s.last() != Some(seg) {
+                s.push(*seg);
+            }
+        }
+    }
+    let missing = unseen
+        .into_iter()
+        .map(|(node, segments)| {
+            format!(
+                "node {node}: the flows of segment(s) {segments:?} carry no names in the \
+                 catalog (published by a release before names, or indexed before them: \
+                 `capsule reindex` on the node, then `capsule fleet publish`): the filter's \
+                 name terms could not see them"
+            )
+        })
+        .collect();
+    (
+        capsule_query::Query {
+            filter,
+            ..query.clone()
+        },
+        missing,
+    )
+}
+
 /// What a thread asking ClickHouse returned (a thread that panicked is an error).
 pub(crate) fn joined<T>(
     h: std::thread::ScopedJoinHandle<'_, Result<T, FleetError>>,
@@ -169,6 +230,7 @@ fn held(ch: &ClickHouse) -> Result<Option<(u64, u64)>, FleetError> {
 pub type NodeFlows = (
     Vec<(String, capsule_index::flows::FlowSummary)>,
     Vec<NodeRow>,
+    Vec<String>,
 );
 
 /// The flows of the window and filter at each node (`flows --fleet`): each node's flow rows
@@ -189,14 +251,23 @@ pub fn flows_by_node(
         })
     })?;
     for (origin, counts) in rows {
-        by_node.entry(origin.node).or_default().push(counts);
+        by_node.entry(origin.node.clone()).or_default().push((
+            counts,
+            origin.kept,
+            (origin.node, origin.segment),
+        ));
     }
     let mut out = Vec::new();
+    let mut missing = Vec::new();
     for (node, records) in by_node {
-        for f in capsule_index::flows::merge_counts(records, query, false) {
+        // Each node's name terms resolved over its own flows, as it resolves them itself.
+        let (q, m) = resolve_names(query, &records);
+        missing.extend(m);
+        let records = records.into_iter().map(|(f, k, _)| (f, k.tunnels));
+        for f in capsule_index::flows::merge_counts(records, &q, false) {
             out.push((node.clone(), f));
         }
     }
     let behind = registry.into_iter().filter(|n| n.backlog > 0).collect();
-    Ok((out, behind))
+    Ok((out, behind, missing))
 }

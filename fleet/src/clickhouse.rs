@@ -94,12 +94,17 @@ impl ClickHouse {
         self.post(None, sql.as_bytes(), &format!("`{what} ...`"))
     }
 
-    /// Inserts `rows` (RowBinary, in `table`'s column order) into `table`.
-    pub fn insert(&self, table: &str, rows: &[u8]) -> Result<(), FleetError> {
+    /// Inserts `rows` (RowBinary, the values of `columns` in that order) into `table`. The
+    /// columns are named, so a column a later release adds to the table (with its default)
+    /// does not make this release's inserts refused.
+    pub fn insert(&self, table: &str, columns: &[String], rows: &[u8]) -> Result<(), FleetError> {
         if rows.is_empty() {
             return Ok(());
         }
-        let q = format!("INSERT INTO {table} FORMAT RowBinary");
+        let q = format!(
+            "INSERT INTO {table} ({}) FORMAT RowBinary",
+            columns.join(", ")
+        );
         self.post(Some(&q), rows, &format!("an insert into {table}"))
             .map(|_| ())
     }

@@ -15,13 +15,15 @@
 //! (`SEQ.LEN.where.batch`; `STORE/fleet/staged-where` lists the location each segment's
 //! row was last staged with). Its newer `published_ns` makes it replace the older row.
 //!
-//! File layout (little-endian): the magic line `capsule fleet outbox 3\n`, the segment's
+//! File layout (little-endian): the magic line `capsule fleet outbox 4\n`, the segment's
 //! sequence number and length (u64 each), then six tables in the order
 //! [`TABLES`] names them, each as rows (u64), length (u64) and its RowBinary bytes; then
-//! the CRC-32C of everything before it (u32). Version 2 is the same with ledger rows
-//! without `location`; version 1 (before the series) had three tables, `flows`, `minutes`
-//! and `segments`. Both are still read: their ledger rows get `location` `local` (what the
-//! segment was when they were staged; a later change is staged on its own).
+//! the CRC-32C of everything before it (u32). Version 3 is the same with flow rows without
+//! the attribute columns (`names`, `encap`); version 2 also with ledger rows without
+//! `location`; version 1 (before the series) had three tables, `flows`, `minutes` and
+//! `segments`. All are still read: their flow rows get attributes "not kept" (empty: what
+//! an earlier release's row says in the catalog too), their ledger rows `location` `local`
+//! (what the segment was when they were staged; a later change is staged on its own).
 
 use std::path::{Path, PathBuf};
 
@@ -30,7 +32,9 @@ use capsule_store::fsx;
 use crate::rowbinary::Reader;
 use crate::FleetError;
 
-const MAGIC: &[u8] = b"capsule fleet outbox 3\n";
+const MAGIC: &[u8] = b"capsule fleet outbox 4\n";
+/// The magic line of version 3, whose flow rows have no attribute columns.
+const MAGIC_V3: &[u8] = b"capsule fleet outbox 3\n";
 /// The magic line of version 2, whose ledger rows have no `location`.
 const MAGIC_V2: &[u8] = b"capsule fleet outbox 2\n";
 /// The magic line of version 1, whose three tables are [`TABLES`]' `V1`.
@@ -83,7 +87,8 @@ impl Batch {
         };
         let v1 = b.starts_with(MAGIC_V1);
         let v2 = b.starts_with(MAGIC_V2);
-        if !b.starts_with(MAGIC) && !v1 && !v2 {
+        let v3 = b.starts_with(MAGIC_V3);
+        if !b.starts_with(MAGIC) && !v1 && !v2 && !v3 {
             return Err(bad(format!("expected the magic line {MAGIC:?} at byte 0")));
         }
         let Some((body, crc)) = b.split_last_chunk::<4>() else {
@@ -126,6 +131,20 @@ impl Batch {
                 return Err(bad("bytes after the last ledger row".into()));
             }
             tables[LEDGER].1 = w.buf;
+        }
+        if v1 || v2 || v3 {
+            // Flow rows from before the attribute columns: re-encoded with them, empty.
+            let (rows, old) = &tables[0];
+            let mut r = Reader::new(old, what);
+            let mut w = crate::rowbinary::Writer::default();
+            for _ in 0..*rows {
+                let (o, f) = crate::rows::get_flow_of(&mut r, false)?;
+                crate::rows::put_flow(&mut w, &o, &f);
+            }
+            if !r.is_empty() {
+                return Err(bad("bytes after the last flow row".into()));
+            }
+            tables[0].1 = w.buf;
         }
         Ok(Batch {
             segment,
@@ -369,6 +388,39 @@ mod tests {
         assert!(o.staged_in(List::Series).unwrap().is_empty());
     }
 
+    /// Two flow rows as outbox versions 1 to 3 hold them, and as version 4 reads them.
+    fn old_flow_rows() -> (Vec<u8>, Vec<u8>) {
+        use capsule_index::sideindex::{FlowCounts, FlowKey};
+        let o = crate::rows::Origin {
+            node: "n".into(),
+            segment: 3,
+            segment_len: 4096,
+            published_ns: 5,
+            kept: Default::default(),
+        };
+        let (mut old, mut read) = (Vec::new(), Vec::new());
+        for port in [53, 443] {
+            let key = FlowKey {
+                vlans: [None, None],
+                ip_version: 4,
+                proto: 17,
+                a: "10.0.0.1".parse().unwrap(),
+                b: "10.0.0.2".parse().unwrap(),
+                ports: Some((40000, port)),
+            };
+            let mut f = FlowCounts::new(key, 6, 7);
+            f.totals.packets = [1, 0];
+            f.totals.bytes = [100, 0];
+            let mut w = crate::rowbinary::Writer::default();
+            crate::rows::put_flow(&mut w, &o, &f);
+            read.extend_from_slice(&w.buf);
+            // The two attribute columns, empty: one length byte each.
+            assert_eq!(w.buf.split_off(w.buf.len() - 2), [0, 0]);
+            old.extend_from_slice(&w.buf);
+        }
+        (old, read)
+    }
+
     #[test]
     fn a_version_1_batch_is_read_and_a_series_batch_never_replaces_a_first_one() {
         // A ledger row as versions 1 and 2 wrote it (no `location`), and as it is read.
@@ -391,11 +443,14 @@ mod tests {
         row.location = "local".into();
         let mut read = crate::rowbinary::Writer::default();
         crate::rows::put_segment(&mut read, &row);
+        // Two flow rows as versions 1 to 3 wrote them (no attribute columns), and as they
+        // are read: attributes not kept (two empty Strings).
+        let (flow_old, flow_read) = old_flow_rows();
         // Version 1, as the release before the series wrote it: flows, minutes, segments.
         let mut v1 = MAGIC_V1.to_vec();
         v1.extend_from_slice(&3u64.to_le_bytes());
         v1.extend_from_slice(&4096u64.to_le_bytes());
-        for (rows, bytes) in [(2u64, &[1u8, 2][..]), (1, &[3]), (1, &old.buf)] {
+        for (rows, bytes) in [(2u64, &flow_old[..]), (1, &[3]), (1, &old.buf)] {
             v1.extend_from_slice(&rows.to_le_bytes());
             v1.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
             v1.extend_from_slice(bytes);
@@ -403,7 +458,7 @@ mod tests {
         let crc = capsule_store::crc::crc32c(&v1);
         v1.extend_from_slice(&crc.to_le_bytes());
         let b = Batch::decode(&v1, "v1").unwrap();
-        assert_eq!(b.tables[0], (2, vec![1, 2]));
+        assert_eq!(b.tables[0], (2, flow_read.clone()));
         assert_eq!(b.tables[1], (1, vec![3]));
         assert_eq!(b.tables[LEDGER], (1, read.buf.clone()));
         assert!(b.tables[2..LEDGER].iter().all(|t| t.0 == 0));
@@ -446,8 +501,37 @@ mod tests {
         v2.extend_from_slice(&crc.to_le_bytes());
         assert_eq!(
             Batch::decode(&v2, "v2").unwrap().tables[LEDGER],
-            (1, read.buf)
+            (1, read.buf.clone())
         );
+
+        // Version 3: flow rows without the attribute columns, read with them empty; a
+        // flow row cut short is refused, not read as another.
+        let v3 = |flows: &[u8]| {
+            let mut v3 = MAGIC_V3.to_vec();
+            v3.extend_from_slice(&3u64.to_le_bytes());
+            v3.extend_from_slice(&4096u64.to_le_bytes());
+            for i in 0..TABLES.len() {
+                let (rows, bytes): (u64, &[u8]) = match i {
+                    0 => (2, flows),
+                    LEDGER => (1, &read.buf),
+                    _ => (0, &[]),
+                };
+                v3.extend_from_slice(&rows.to_le_bytes());
+                v3.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+                v3.extend_from_slice(bytes);
+            }
+            let crc = capsule_store::crc::crc32c(&v3);
+            v3.extend_from_slice(&crc.to_le_bytes());
+            v3
+        };
+        let b3 = Batch::decode(&v3(&flow_old), "v3").unwrap();
+        assert_eq!(b3.tables[0], (2, flow_read.clone()));
+        assert_eq!(b3.tables[LEDGER], (1, read.buf.clone()));
+        assert!(Batch::decode(&v3(&flow_old[..flow_old.len() - 1]), "v3").is_err());
+        // Version 4 (this one) keeps the attributes as written.
+        let mut b4 = b3.clone();
+        b4.tables[0] = (2, flow_read.clone());
+        assert_eq!(Batch::decode(&b4.encode(), "v4").unwrap(), b4);
 
         let m = [(3, "both".to_string()), (4, "tiered".to_string())].into();
         o.set_staged_where(&m).unwrap();

@@ -201,7 +201,7 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
         by_segment
             .entry((origin.node, origin.segment))
             .or_default()
-            .push(counts);
+            .push((counts, origin.kept.tunnels));
     }
     let candidates: Vec<(String, u64)> = by_segment
         .into_iter()

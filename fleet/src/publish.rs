@@ -116,6 +116,7 @@ pub fn stage(dir: &Path, node: &Node) -> Result<Staged, FleetError> {
             segment: e.seq,
             segment_len: e.bytes,
             published_ns,
+            kept: Default::default(),
         };
         let mut tables: [(u64, Vec<u8>); 6] = Default::default();
         let mut ledger_row = None;
@@ -203,6 +204,14 @@ fn flow_tables(
         Ok(i) if i.seq == e.seq && i.segment_len == e.bytes => i,
         _ => return None,
     };
+    // What this index kept of its flows' attributes, said in each of its rows.
+    let origin = &Origin {
+        kept: rows::Kept {
+            names: index.named,
+            tunnels: index.tunnels,
+        },
+        ..origin.clone()
+    };
     let mut flows = Writer::default();
     for f in &index.flows {
         rows::put_flow(&mut flows, origin, f);
@@ -276,7 +285,8 @@ pub fn push(dir: &Path, node: &Node, ch: &ClickHouse) -> Result<Pushed, FleetErr
             Err(e) => return Err(e),
         };
         for (i, table) in TABLES.iter().enumerate() {
-            ch.insert(&format!("{DATABASE}.{table}"), &batch.tables[i].1)?;
+            let columns = rows::columns_of(table);
+            ch.insert(&format!("{DATABASE}.{table}"), &columns, &batch.tables[i].1)?;
             out.rows[i] += batch.tables[i].0;
         }
         outbox.done(&path)?;
@@ -299,7 +309,11 @@ pub fn register(dir: &Path, node: &Node, ch: &ClickHouse) -> Result<(), FleetErr
     };
     let mut w = Writer::default();
     rows::put_node(&mut w, &row);
-    ch.insert(&format!("{DATABASE}.nodes"), &w.buf)
+    ch.insert(
+        &format!("{DATABASE}.nodes"),
+        &rows::columns_of("nodes"),
+        &w.buf,
+    )
 }
 
 /// Stages, then pushes: what `capsule fleet publish` and a capture's publisher do. The

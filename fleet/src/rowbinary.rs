@@ -36,6 +36,11 @@ impl Writer {
         self.len(s.len() as u64);
         self.buf.extend_from_slice(s.as_bytes());
     }
+    /// A String column holding bytes that need not be UTF-8.
+    pub fn blob(&mut self, b: &[u8]) {
+        self.len(b.len() as u64);
+        self.buf.extend_from_slice(b);
+    }
     pub fn fixed16(&mut self, b: &[u8; 16]) {
         self.buf.extend_from_slice(b);
     }
@@ -146,6 +151,11 @@ impl<'a> Reader<'a> {
             what: self.what.to_string(),
             problem: format!("at byte {}: a String that is not UTF-8", self.at - n),
         })
+    }
+    /// A String column's bytes, whatever they are.
+    pub fn blob(&mut self) -> Result<&'a [u8], FleetError> {
+        let n = self.len()?;
+        self.take(n, "String")
     }
     pub fn fixed16(&mut self) -> Result<[u8; 16], FleetError> {
         let mut a = [0u8; 16];

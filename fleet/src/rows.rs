@@ -103,7 +103,86 @@ pub fn flow_columns() -> Vec<(String, String)> {
                 .map(|(n, t)| (format!("{n}_{d}"), t.to_string())),
         );
     }
+    c.extend(owned(&ATTRIBUTES));
     c
+}
+
+/// The flow's attributes, the last columns of both flow tables (added by release 0.32 to
+/// the tables of an earlier one, [`crate::schema`]): its application and names, and the
+/// encapsulations its packets arrived in, each the index's own record of them
+/// (docs/format.md, the names and encapsulation tables) behind one byte: empty, the node's
+/// index did not keep them (a row of an earlier release, or of an index written before
+/// them); `0`, kept, and the flow has none; `1` then the record.
+pub const ATTRIBUTES: [(&str, &str); 2] = [("names", "String"), ("encap", "String")];
+
+/// What the index a flow row was made from kept of its flows' attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Kept {
+    /// Application and names (index version 6 and later).
+    pub names: bool,
+    /// Encapsulations (index version 7 and later).
+    pub tunnels: bool,
+}
+
+fn put_attribute(w: &mut Writer, kept: bool, record: Option<Vec<u8>>) {
+    match (kept, record) {
+        (false, _) => w.blob(&[]),
+        (true, None) => w.blob(&[0]),
+        (true, Some(mut r)) => {
+            r.insert(0, 1);
+            w.blob(&r)
+        }
+    }
+}
+
+/// Writes the attribute columns of a flow row.
+fn put_attributes(w: &mut Writer, kept: Kept, f: &FlowCounts) {
+    let t = &f.totals;
+    // As the index's names table: every flow that has names, whatever they hold.
+    let names = t
+        .names
+        .as_deref()
+        .map(capsule_index::sideindex::names_record);
+    put_attribute(w, kept.names, names);
+    let encap = t
+        .encap
+        .as_deref()
+        .and_then(capsule_index::sideindex::encap_record);
+    put_attribute(w, kept.tunnels, encap);
+}
+
+/// Reads the attribute columns of a flow row into `f`: what the node's index kept.
+fn get_attributes(r: &mut Reader, f: &mut FlowCounts) -> Result<Kept, FleetError> {
+    let bad = |what: &str, problem: String| FleetError::Decode {
+        what: format!("the {what} column of a flow row"),
+        problem,
+    };
+    let mut kept = Kept::default();
+    let names = r.blob()?;
+    match names.split_first() {
+        None => {}
+        Some((0, [])) => kept.names = true,
+        Some((1, rec)) => {
+            kept.names = true;
+            let n = capsule_index::sideindex::names_from_record(rec)
+                .map_err(|e| bad("names", e.to_string()))?;
+            f.totals.names = Some(Box::new(n));
+        }
+        Some((t, _)) => return Err(bad("names", format!("tag byte {t}"))),
+    }
+    let encap = r.blob()?;
+    match encap.split_first() {
+        None => {}
+        Some((0, [])) => kept.tunnels = true,
+        Some((1, rec)) => {
+            kept.tunnels = true;
+            let e = capsule_index::sideindex::encap_from_record(rec)
+                .map_err(|e| bad("encap", e.to_string()))?;
+            f.totals.encap = Some(Box::new(e));
+        }
+        Some((t, _)) => return Err(bad("encap", format!("tag byte {t}"))),
+    }
+    Ok(kept)
 }
 
 /// The per-direction columns of `capsule.flow_totals`, the narrow flow table: of the flow
@@ -155,6 +234,7 @@ pub fn narrow_columns() -> Vec<(String, String)> {
             c.push((n, t));
         }
     }
+    c.extend(owned(&ATTRIBUTES));
     c
 }
 
@@ -194,6 +274,8 @@ pub fn get_narrow(r: &mut Reader) -> Result<(Origin, FlowCounts), FleetError> {
             b.packets[d] = packets.get(i).copied().unwrap_or(0);
         }
     }
+    let mut origin = origin;
+    origin.kept = get_attributes(r, &mut f)?;
     Ok((origin, f))
 }
 
@@ -228,6 +310,22 @@ pub fn minute_columns() -> Vec<(String, String)> {
     ])
 }
 
+/// The names of the columns of the published table `table` (of [`crate::outbox::TABLES`]
+/// and `nodes`), in the order its rows are encoded: what an insert names.
+pub fn columns_of(table: &str) -> Vec<String> {
+    let c = match table {
+        "flows" => flow_columns(),
+        "minutes" => minute_columns(),
+        "ms_bins" => crate::series::bin_columns(),
+        "ms_fanins" => crate::series::fanin_columns(),
+        "ms_segments" => crate::series::segment_columns(),
+        "segments" => segment_columns(),
+        "nodes" => node_columns(),
+        _ => Vec::new(),
+    };
+    c.into_iter().map(|(n, _)| n).collect()
+}
+
 /// The columns of `capsule.nodes` (the node registry), in order.
 pub fn node_columns() -> Vec<(String, String)> {
     owned(&[
@@ -247,6 +345,9 @@ pub struct Origin {
     pub segment: u64,
     pub segment_len: u64,
     pub published_ns: u64,
+    /// Of a flow row: what its node's index kept of the flow's attributes (default for
+    /// the other tables' rows).
+    pub kept: Kept,
 }
 
 pub(crate) fn addr16(a: IpAddr) -> [u8; 16] {
@@ -320,11 +421,18 @@ pub fn put_flow(w: &mut Writer, o: &Origin, f: &FlowCounts) {
         w.array(&f.buckets, |w, b| w.u32(b.zero_windows[d]));
         w.array(&f.buckets, |w, b| w.u32(b.resets[d]));
     }
+    put_attributes(w, o.kept, f);
 }
 
 /// Reads one flow row back.
 pub fn get_flow(r: &mut Reader) -> Result<(Origin, FlowCounts), FleetError> {
-    let (origin, key, first_ns, last_ns) = get_head(r)?;
+    get_flow_of(r, true)
+}
+
+/// Reads one flow row back; without `attributes`, a row as an outbox file of version 3 or
+/// earlier holds it (no attribute columns: read as kept by no index).
+pub fn get_flow_of(r: &mut Reader, attributes: bool) -> Result<(Origin, FlowCounts), FleetError> {
+    let (mut origin, key, first_ns, last_ns) = get_head(r)?;
     let mut f = FlowCounts::new(key, first_ns, last_ns);
     let t = &mut f.totals;
     for d in 0..2 {
@@ -344,7 +452,11 @@ pub fn get_flow(r: &mut Reader) -> Result<(Origin, FlowCounts), FleetError> {
         t.dscp_counts[d] = get_dscp_counts(r)?;
         t.dscp_change[d] = get_dscp_change(r)?;
     }
-    get_buckets(r, f).map(|f| (origin, f))
+    let mut f = get_buckets(r, f)?;
+    if attributes {
+        origin.kept = get_attributes(r, &mut f)?;
+    }
+    Ok((origin, f))
 }
 
 /// The columns every flow row begins with: where it comes from, its key and its span.
@@ -354,6 +466,7 @@ fn get_head(r: &mut Reader) -> Result<(Origin, FlowKey, u64, u64), FleetError> {
         segment: r.u64()?,
         segment_len: r.u64()?,
         published_ns: r.u64()?,
+        kept: Kept::default(),
     };
     let ip_version = r.u8()?;
     let proto = r.u8()?;
@@ -685,6 +798,7 @@ mod tests {
             segment: 4,
             segment_len: 1 << 20,
             published_ns: 9,
+            kept: Kept::default(),
         };
         let flows = [
             flow("10.0.0.1", "10.0.0.2"),
@@ -707,8 +821,101 @@ mod tests {
         put_flow(&mut one, &o, &FlowCounts::new(flows[0].key, 0, 0));
         assert_eq!(
             flow_columns().len(),
-            17 + 2 * DIRECTED.len() + 1 + 2 * BUCKETS.len()
+            17 + 2 * DIRECTED.len() + 1 + 2 * BUCKETS.len() + ATTRIBUTES.len()
         );
+    }
+
+    /// A flow's names and encapsulations, and what its node's index kept, read back from
+    /// both flow tables' rows: kept with a record, kept without one, and not kept.
+    #[test]
+    fn a_flow_rows_attributes_round_trip_and_say_what_the_index_kept() {
+        use capsule_index::sideindex::{EncapDir, FlowEncap};
+        let mut named = flow("10.0.0.1", "10.0.0.2");
+        named.totals.names = Some(Box::new(capsule_names::FlowNames {
+            app: capsule_names::App::Tls,
+            sni: Some("models.example-hub.io".into()),
+            alpn: vec!["h2".into()],
+            dns_answers: vec![("a.example".into(), "fd00::9".parse().unwrap())],
+            client: Some(0),
+            ..Default::default()
+        }));
+        let mut e = FlowEncap::default();
+        e.dirs[1] = Some(EncapDir {
+            kind: capsule_wire::EncapKind::Vxlan,
+            outer: Some(("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap())),
+            id: Some(42),
+            mpls: Some(16),
+            layers: 2,
+            packets: 2,
+            mixed: true,
+            outer_dscp: 1 << 10,
+        });
+        named.totals.encap = Some(Box::new(e));
+        let bare = flow("fd00::1", "fd00::2");
+        let all = Kept {
+            names: true,
+            tunnels: true,
+        };
+        for (kept, f) in [
+            (all, &named),
+            (all, &bare),
+            (Kept::default(), &bare),
+            (
+                Kept {
+                    names: true,
+                    tunnels: false,
+                },
+                &bare,
+            ),
+        ] {
+            let o = Origin {
+                node: "n".into(),
+                segment: 1,
+                segment_len: 2,
+                published_ns: 3,
+                kept,
+            };
+            let mut w = Writer::default();
+            put_flow(&mut w, &o, f);
+            let mut r = Reader::new(&w.buf, "test");
+            let (o2, f2) = get_flow(&mut r).unwrap();
+            assert!(r.is_empty());
+            assert_eq!((&o2, &f2), (&o, f));
+            let mut n = Writer::default();
+            put_narrow_for_test(&mut n, &o, f);
+            let (o3, f3) = get_narrow(&mut Reader::new(&n.buf, "test")).unwrap();
+            assert_eq!(o3, o);
+            assert_eq!(
+                (&f3.totals.names, &f3.totals.encap),
+                (&f.totals.names, &f.totals.encap)
+            );
+        }
+        // A tag byte other than 0 and 1, or a record with bytes after it, is refused.
+        for bad in [&[2u8][..], &[0, 0], &[1, 0xff]] {
+            let mut w = Writer::default();
+            let o = Origin {
+                node: "n".into(),
+                segment: 1,
+                segment_len: 2,
+                published_ns: 3,
+                kept: Kept::default(),
+            };
+            put_flow(&mut w, &o, &bare);
+            w.buf.truncate(w.buf.len() - 2);
+            w.blob(bad);
+            w.blob(&[]);
+            assert!(
+                get_flow(&mut Reader::new(&w.buf, "test")).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_published_table_names_its_columns() {
+        for t in crate::outbox::TABLES.iter().chain(&["nodes"]) {
+            assert!(!columns_of(t).is_empty(), "{t}");
+        }
     }
 
     #[test]
@@ -717,7 +924,7 @@ mod tests {
         let narrow = narrow_columns();
         assert_eq!(
             narrow.len(),
-            17 + 2 * NARROW_DIRECTED.len() + 1 + 2 * NARROW_BUCKETS.len()
+            17 + 2 * NARROW_DIRECTED.len() + 1 + 2 * NARROW_BUCKETS.len() + ATTRIBUTES.len()
         );
         // Every column is the flow table's, with its type (the view selects them by name).
         for c in &narrow {
@@ -731,6 +938,7 @@ mod tests {
             segment: 1,
             segment_len: 2,
             published_ns: 3,
+            kept: Kept::default(),
         };
         let mut w = Writer::default();
         put_flow(&mut w, &o, &f);
@@ -791,6 +999,7 @@ mod tests {
             "Array(UInt8)" => drop(r.array(|r| r.u8()).unwrap()),
             "Array(UInt32)" => drop(r.array(|r| r.u32()).unwrap()),
             "Array(UInt64)" => drop(r.array(|r| r.u64()).unwrap()),
+            "String" => drop(r.blob().unwrap()),
             other => panic!("type {other}"),
         }
     }

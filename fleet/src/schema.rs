@@ -172,8 +172,10 @@ impl Schema {
 
 /// The narrow flow table's filling: the materialised view that copies each block inserted
 /// into `capsule.flows` into `capsule.flow_totals`, and the marker that says the rows
-/// published before the view are in it too.
-pub const FILLED: [&str; 2] = ["flows_to_totals", "flow_totals_filled"];
+/// published before the view are in it too, with the columns of this release's view (the
+/// flows' attributes: an earlier release's marker, `flow_totals_filled`, said so of a view
+/// without them, which is replaced).
+pub const FILLED: [&str; 2] = ["flows_to_totals", "flow_totals_filled_attrs"];
 
 /// Makes `capsule.flow_totals` hold every flow row, whichever release published it: the
 /// view first (every row inserted from then on is copied by ClickHouse itself, also a row
@@ -196,6 +198,9 @@ fn fill_totals(ch: &ClickHouse) -> Result<(), FleetError> {
         .map(|(n, _)| n)
         .collect();
     let cols = cols.join(", ");
+    // A view an earlier release made selects fewer columns (no attributes): replaced. The
+    // rows inserted while there is none are copied below, the copy following the view.
+    ch.execute(&format!("DROP TABLE IF EXISTS {DATABASE}.{}", FILLED[0]))?;
     ch.execute(&format!(
         "CREATE MATERIALIZED VIEW IF NOT EXISTS {DATABASE}.{} TO {DATABASE}.flow_totals AS \
          SELECT {cols} FROM {DATABASE}.flows",
@@ -230,7 +235,15 @@ pub fn with_tables<T>(
 
 /// The columns added to a table after its first release, with their type and default (what
 /// a row published before them reads as): each is the table's last column.
-const ADDED: [(&str, &str, &str); 1] = [("segments", "location", "String DEFAULT 'local'")];
+/// The flows' attributes (`names`, `encap`, [`crate::rows::ATTRIBUTES`]) of a row an
+/// earlier release published read empty: not kept.
+const ADDED: [(&str, &str, &str); 5] = [
+    ("segments", "location", "String DEFAULT 'local'"),
+    ("flows", "names", "String DEFAULT ''"),
+    ("flows", "encap", "String DEFAULT ''"),
+    ("flow_totals", "names", "String DEFAULT ''"),
+    ("flow_totals", "encap", "String DEFAULT ''"),
+];
 
 /// Every table of the catalog, as [`Schema::ddl`] creates them.
 pub const TABLES: [&str; 8] = [

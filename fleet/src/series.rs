@@ -158,6 +158,7 @@ fn get_origin(r: &mut Reader) -> Result<Origin, FleetError> {
         segment: r.u64()?,
         segment_len: r.u64()?,
         published_ns: r.u64()?,
+        kept: Default::default(),
     })
 }
 
@@ -324,6 +325,7 @@ mod tests {
             segment: 2,
             segment_len: 9,
             published_ns: 1,
+            kept: Default::default(),
         };
         // Two blocks (two lanes) share millisecond 5_000_999; the second spills into the
         // next second. The same destination's senders are split between them.

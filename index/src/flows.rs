@@ -206,17 +206,25 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
 /// [`list_index_only`] merges a store's segments: each record matched against `q`'s filter
 /// and cut to its window, records of the same flow merged (counters summed, buckets merged),
 /// in first-seen order, flows without packets in the window left out. Given the records of
-/// a store's indexes, it lists what [`list_index_only`] lists.
+/// a store's indexes, it lists what [`list_index_only`] lists. With each record, whether
+/// the index it was made from kept encapsulations (a record of an index that did not is
+/// "maybe" for `tunnel` and `mpls` terms, as that index's own listing says).
 pub fn merge_counts(
-    records: impl IntoIterator<Item = FlowCounts>,
+    records: impl IntoIterator<Item = (FlowCounts, bool)>,
     q: &Query,
     keep_buckets: bool,
 ) -> Vec<FlowSummary> {
     let (from, to) = q.window();
-    let records: Vec<FlowCounts> = records.into_iter().collect();
-    let mut out = Merged::with_capacity(records.len());
-    // The fleet's rows keep no encapsulations: `tunnel` and `mpls` terms are "maybe" there.
-    merge_segment(&mut out, records, q, (from, to), keep_buckets, false);
+    let mut records = records.into_iter().peekable();
+    let mut out = Merged::with_capacity(records.size_hint().0);
+    // Runs of records alike in what their index kept, in order (first-seen order holds).
+    while let Some((first, tunnels)) = records.next() {
+        let mut run = vec![first];
+        while let Some((f, _)) = records.next_if(|(_, t)| *t == tunnels) {
+            run.push(f);
+        }
+        merge_segment(&mut out, run, q, (from, to), keep_buckets, tunnels);
+    }
     let mut flows = out.flows;
     flows.retain(|f| f.flow.totals.total_packets() > 0);
     flows
@@ -376,7 +384,12 @@ fn merge_segment(
 }
 
 /// Adds the DNS answers of the flows of `flows` that overlap [from, to) to `out`.
-fn window_answers(flows: &[FlowCounts], from: u64, to: u64, out: &mut crate::names::DnsNames) {
+pub fn window_answers<'a>(
+    flows: impl IntoIterator<Item = &'a FlowCounts>,
+    from: u64,
+    to: u64,
+    out: &mut crate::names::DnsNames,
+) {
     for f in flows {
         if f.totals.last_ns < from || f.totals.first_ns >= to {
             continue;
@@ -823,7 +836,8 @@ mod tests {
                 rec("10.0.0.1", 5, 2),
                 rec("10.0.0.2", 5, 1),
                 rec("10.0.0.1", 7, 3),
-            ],
+            ]
+            .map(|r| (r, true)),
             &q,
             true,
         );
@@ -841,7 +855,8 @@ mod tests {
                 rec("10.0.0.1", 5, 2),
                 rec("10.0.0.2", 7, 1),
                 rec("10.0.0.1", 7, 3),
-            ],
+            ]
+            .map(|r| (r, true)),
             &q,
             true,
         );

@@ -262,7 +262,7 @@ fn fleet(a: &FlowsArgs) -> Result<ExitCode> {
     let (_, fleet) = crate::request::fleet_config(path)?;
     let ch = capsule_fleet::ClickHouse::of(&fleet)?;
     let q = a.q.query()?;
-    let (mut listing, behind) = capsule_fleet::ask::flows_by_node(&ch, &q)?;
+    let (mut listing, behind, missing) = capsule_fleet::ask::flows_by_node(&ch, &q)?;
     let key = |s: &capsule_index::flows::FlowSummary| match a.sort {
         FlowSort::Bytes => u64::MAX - s.flow.totals.total_bytes(),
         FlowSort::Packets => u64::MAX - s.flow.totals.total_packets(),
@@ -291,8 +291,11 @@ fn fleet(a: &FlowsArgs) -> Result<ExitCode> {
             table(&shown, &mut out)?;
         }
     }
-    if behind.is_empty() {
+    if behind.is_empty() && missing.is_empty() {
         return Ok(ExitCode::SUCCESS);
+    }
+    for m in &missing {
+        eprintln!("capsule: warning: {m}");
     }
     for n in &behind {
         eprintln!(

@@ -59,9 +59,13 @@ pub(super) fn lines(
                         Some(g) => format!("{} ({g})", x.src),
                         None => x.src.clone(),
                     },
-                    capsule_analytics::names::with_name(
-                        &x.dst,
-                        x.dst_name.as_ref().map(|n| n.describe.as_str()),
+                    format!(
+                        "{}{}",
+                        capsule_analytics::names::with_name(
+                            &x.dst,
+                            x.dst_name.as_ref().map(|n| n.describe.as_str()),
+                        ),
+                        via(x.tunnel.as_ref())
                     ),
                     format!("{} ({})", x.name, x.dscp),
                     units::format_bytes(x.bytes),
@@ -94,12 +98,13 @@ pub(super) fn lines(
             t.push(vec![
                 r.flow.clone(),
                 format!(
-                    "{} -> {}",
+                    "{} -> {}{}",
                     r.src,
                     capsule_analytics::names::with_name(
                         &r.dst,
                         r.dst_name.as_ref().map(|n| n.describe.as_str())
-                    )
+                    ),
+                    via(r.tunnel.as_ref())
                 ),
                 r.packet.to_string(),
                 clock.ms(r.at_ns),
@@ -109,4 +114,10 @@ pub(super) fn lines(
         lines.extend(t.render(width));
     }
     lines
+}
+
+/// ` via vxlan vni 42 192.0.2.1>192.0.2.2` for a row whose packets arrived in a tunnel (as
+/// the matrix's flagged flows say it), nothing otherwise.
+fn via(t: Option<&capsule_analytics::tunnel::DirTunnel>) -> String {
+    t.map_or(String::new(), |t| format!(" via {}", t.describe))
 }

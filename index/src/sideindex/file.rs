@@ -1316,3 +1316,49 @@ pub(super) fn get_encap_section(
 ) -> std::result::Result<Vec<(usize, FlowEncap)>, DecodeError> {
     get_table(c, n_flows, "encapsulation table", get_encap)
 }
+
+/// One flow's names record as the names table holds it (docs/format.md), on its own: what
+/// the fleet's flow rows carry in their `names` column.
+pub fn names_record(n: &capsule_names::FlowNames) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_names(&mut out, n);
+    out
+}
+
+/// Reads a record written by [`names_record`]: every byte must be the record's.
+pub fn names_from_record(b: &[u8]) -> std::result::Result<capsule_names::FlowNames, DecodeError> {
+    let mut c = Reader::new(b);
+    let n = get_names(&mut c)?;
+    if !c.is_empty() {
+        return Err(invalid(format!(
+            "{} bytes after a names record",
+            c.remaining()
+        )));
+    }
+    Ok(n)
+}
+
+/// One flow's encapsulation record as the encapsulation table holds it (docs/format.md),
+/// on its own: what the fleet's flow rows carry in their `encap` column. `None` when no
+/// direction arrived encapsulated (the table holds no entry for such a flow).
+pub fn encap_record(e: &FlowEncap) -> Option<Vec<u8>> {
+    if e.dirs.iter().all(Option::is_none) {
+        return None;
+    }
+    let mut out = Vec::new();
+    put_encap(&mut out, e);
+    Some(out)
+}
+
+/// Reads a record written by [`encap_record`]: every byte must be the record's.
+pub fn encap_from_record(b: &[u8]) -> std::result::Result<FlowEncap, DecodeError> {
+    let mut c = Reader::new(b);
+    let e = get_encap(&mut c)?;
+    if !c.is_empty() {
+        return Err(invalid(format!(
+            "{} bytes after an encapsulation record",
+            c.remaining()
+        )));
+    }
+    Ok(e)
+}

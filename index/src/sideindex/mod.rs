@@ -28,7 +28,10 @@ pub mod journal;
 pub mod series;
 
 pub use build::{rebuild, rebuild_seeded, BlockDelta, IndexBuilder};
-pub use file::{CountsIndex, IndexHeader, INDEX_VERSION};
+pub use file::{
+    encap_from_record, encap_record, names_from_record, names_record, CountsIndex, IndexHeader,
+    INDEX_VERSION,
+};
 pub use journal::{journal_name, LiveIndex};
 
 /// Name of segment `seq`'s index file.
