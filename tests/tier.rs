@@ -1166,6 +1166,10 @@ fn a_reader_that_cannot_write_the_store_keeps_what_it_fetched_in_its_own_cache()
         second["tier_fetched_bytes"].as_u64().unwrap(),
     );
     let index_len = lost_index.len() as u64;
+    eprintln!(
+        "read-only reader, {} trimmed segments: first question fetched {f1} B, second {f2} B",
+        only.len()
+    );
     // Each trimmed segment's opening costs at least 4 KiB the first time; the index too.
     assert!(
         f1 >= f2 + index_len + 4096 * only.len() as u64,
