@@ -355,10 +355,9 @@ impl Store {
             Err(e) => match &mine {
                 // A reader without write access to the store keeps it in its own directory.
                 Some(m) => crate::remote::write_cached(m, &index_file_name(seq), &bytes)
-                    .map(|p| {
+                    .inspect(|_| {
                         self.keep_elsewhere(seq, m);
                         tier.cache_written();
-                        p
                     })
                     .map_err(|e2| format!("{}; {}", crate::error::chain(&e), e2)),
                 None => Err(crate::error::chain(&e)),
