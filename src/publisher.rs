@@ -17,8 +17,13 @@ pub(crate) const EVERY: Duration = Duration::from_secs(5);
 
 /// One publish of the store at `store` for the config's `[fleet]` node: what happened, as
 /// one line for the operator (`None` when everything reached ClickHouse and nothing was
-/// new).
-pub(crate) fn publish_once(store: &Path, config: &capsule_config::Config) -> Option<String> {
+/// new). With `tier`, a segment only in the object store whose side index is missing
+/// locally has it fetched (a few a pass, [`publish::INDEX_FETCHES_PER_PASS`]).
+pub(crate) fn publish_once(
+    store: &Path,
+    config: &capsule_config::Config,
+    tier: Option<&capsule_store::remote::Tier>,
+) -> Option<String> {
     let fleet = config.fleet()?;
     let ch = match ClickHouse::of(fleet) {
         Ok(ch) => ch,
@@ -29,6 +34,7 @@ pub(crate) fn publish_once(store: &Path, config: &capsule_config::Config) -> Opt
         advertise: fleet.advertise.as_deref(),
         config: Some(config),
         version: crate::cli::VERSION.as_str(),
+        tier,
     };
     match publish::publish(store, &node, &ch) {
         Err(e) => Some(format!(
@@ -58,21 +64,29 @@ pub(crate) struct Publisher {
     thread: std::thread::JoinHandle<()>,
     store: PathBuf,
     config: capsule_config::Config,
+    tier: Option<capsule_store::remote::Tier>,
 }
 
 impl Publisher {
-    /// Starts publishing `store` every [`EVERY`] when the config has a `[fleet]` section.
-    pub(crate) fn start(store: &Path, config: capsule_config::Config) -> Option<Publisher> {
+    /// Starts publishing `store` every [`EVERY`] when the config has a `[fleet]` section,
+    /// fetching the missing side indexes of segments only in the object store through
+    /// `tier` (`serve`'s; a writer keeps its indexes and gives none).
+    pub(crate) fn start(
+        store: &Path,
+        config: capsule_config::Config,
+        tier: Option<capsule_store::remote::Tier>,
+    ) -> Option<Publisher> {
         config.fleet()?;
         let stop = Arc::new(AtomicBool::new(false));
         let (s, st, c) = (stop.clone(), store.to_path_buf(), config.clone());
+        let t = tier.clone();
         let thread = std::thread::Builder::new()
             .name("fleet-publish".into())
             .spawn(move || {
                 let mut last = None;
                 while !s.load(Ordering::Relaxed) {
                     let t0 = Instant::now();
-                    let said = publish_once(&st, &c);
+                    let said = publish_once(&st, &c, t.as_ref());
                     // A problem is said once, not every turn while it lasts.
                     if said.is_some() && said != last {
                         crate::logging::note(&format!(
@@ -92,6 +106,7 @@ impl Publisher {
             thread,
             store: store.to_path_buf(),
             config,
+            tier,
         })
     }
 
@@ -99,7 +114,7 @@ impl Publisher {
     pub(crate) fn finish(self) {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.join();
-        if let Some(said) = publish_once(&self.store, &self.config) {
+        if let Some(said) = publish_once(&self.store, &self.config, self.tier.as_ref()) {
             crate::logging::note(&format!("capsule: {said}"));
         }
     }

@@ -87,7 +87,12 @@ fn the_serve_unit_holds_no_capability_reads_the_stores_and_writes_only_its_log()
     assert_eq!(key("ReadOnlyPaths"), ["/var/lib/capsule"]);
     assert!(
         key("ReadWritePaths").is_empty(),
-        "writes only its LogsDirectory"
+        "writes only its LogsDirectory and CacheDirectory"
+    );
+    assert_eq!(
+        key("CacheDirectory"),
+        ["capsule-serve"],
+        "where it keeps what it fetched from the object store (the store is read-only)"
     );
     assert_eq!(key("RestrictAddressFamilies"), ["AF_UNIX AF_INET AF_INET6"]);
     let exec = key("ExecStart").pop().unwrap();

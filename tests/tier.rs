@@ -1067,3 +1067,373 @@ fn the_fleet_catalog_says_where_each_segment_lives_and_follows_it_into_the_objec
     assert_eq!(ch.number("SELECT count() FROM capsule.segments"), rows);
     assert_eq!(catalog_locations(&ch), now);
 }
+
+/// `capsule ARGS` with the store's directory seen read-only at `ro` (a read-only bind mount
+/// in a mount namespace of the command's own: not even root can write the store through
+/// it) and `$XDG_CACHE_HOME` at `cache`.
+fn read_only(store: &Path, ro: &Path, cache: &Path, args: &[&str]) -> std::process::Output {
+    need_tool("unshare");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("mount --bind \"$1\" \"$2\" && mount -o remount,bind,ro \"$2\" && shift 2 && exec \"$@\"")
+        .args(["sh", p(store), p(ro)])
+        .arg(capsule().get_program())
+        .args(args)
+        .env("XDG_CACHE_HOME", cache)
+        .env_remove("CACHE_DIRECTORY")
+        .env_remove("CAPSULE_LOG");
+    run(&mut cmd)
+}
+
+/// `query --count --json` over the store read-only (see [`read_only`]), with `config`.
+fn count_read_only(
+    store: &Path,
+    ro: &Path,
+    cache: &Path,
+    config: &Path,
+    filter: &[&str],
+) -> serde_json::Value {
+    let mut args = vec![
+        "query",
+        "--store",
+        p(ro),
+        "--count",
+        "--json",
+        "--config",
+        p(config),
+    ];
+    args.extend(filter);
+    let out = read_only(store, ro, cache, &args);
+    assert!(
+        out.status.success(),
+        "query over the read-only store: {}\n{}",
+        out.status,
+        stderr_str(&out)
+    );
+    serde_json::from_slice(&out.stdout).expect("query --count --json")
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                todo.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_reader_that_cannot_write_the_store_keeps_what_it_fetched_in_its_own_cache() {
+    let d = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&d.path().join("weed"));
+    let pair = tiered_pair(d.path(), &weed, "readonly", 12, "3s");
+    let (store, cfg) = (&pair.store, &pair.cfg);
+    let only = trimmed(store);
+    assert!(only.len() >= 4, "segments left the disk");
+    // A store restored without one trimmed segment's side index: the reader fetches it.
+    let lost = only[1];
+    let idx = store.join(format!("index/seg-{lost:012}.idx"));
+    let lost_index = std::fs::read(&idx).unwrap();
+    std::fs::remove_file(&idx).unwrap();
+    let ro = d.path().join("ro");
+    let cache = d.path().join("cache");
+    std::fs::create_dir_all(&ro).unwrap();
+    let before = files_under(&store.join("index"));
+
+    // Two questions over the trimmed segment's window, as the reference answers them: the
+    // second fetches only its blocks (no footer, no index again).
+    let (a, b) = span_of(store, lost);
+    let w = window(a, Some(b));
+    let w = refs(&w);
+    let want = count(&pair.reference, None, &w);
+    assert!(want["packets"].as_u64().unwrap() > 0);
+    let first = count_read_only(store, &ro, &cache, cfg, &w);
+    let second = count_read_only(store, &ro, &cache, cfg, &w);
+    for got in [&first, &second] {
+        assert_eq!(got["packets"], want["packets"], "{got}");
+        assert_eq!(got["bytes"], want["bytes"], "{got}");
+    }
+    let (f1, f2) = (
+        first["tier_fetched_bytes"].as_u64().unwrap(),
+        second["tier_fetched_bytes"].as_u64().unwrap(),
+    );
+    let index_len = lost_index.len() as u64;
+    eprintln!(
+        "read-only reader, {} trimmed segments: first question fetched {f1} B, second {f2} B",
+        only.len()
+    );
+    // Each trimmed segment's opening costs at least 4 KiB the first time; the index too.
+    assert!(
+        f1 >= f2 + index_len + 4096 * only.len() as u64,
+        "first {f1} bytes fetched, second {f2}: the second fetched the footers again"
+    );
+    // The store is as it was; what was fetched is under the reader's cache, by object.
+    assert_eq!(
+        files_under(&store.join("index")),
+        before,
+        "nothing written to the store"
+    );
+    let kept = files_under(&cache.join("capsule"));
+    for &q in &only {
+        let footer = format!("seg-{q:012}.footer");
+        assert!(
+            kept.iter().any(|f| f.ends_with(&footer)),
+            "segment {q}'s footer kept in the reader's cache: {kept:?}"
+        );
+    }
+    let cached_idx = kept
+        .iter()
+        .find(|f| f.ends_with(format!("seg-{lost:012}.idx")))
+        .unwrap_or_else(|| panic!("the fetched index kept in the reader's cache: {kept:?}"));
+    assert!(
+        std::fs::read(cached_idx).unwrap() == lost_index,
+        "the cached index is the one uploaded with the segment"
+    );
+
+    // A window in the newest segment (local): nothing fetched at all now.
+    let newest = sealed(store).iter().map(|s| s.0).max().unwrap();
+    let (a, _) = span_of(store, newest);
+    let w = window(a, Some(a + 1_000_000));
+    let got = count_read_only(store, &ro, &cache, cfg, &refs(&w));
+    assert_eq!(got["tier_fetched_bytes"], 0, "{got}");
+
+    // A damaged cached footer costs its fetch again, never a wrong answer.
+    let footer = kept
+        .iter()
+        .find(|f| f.ends_with(format!("seg-{lost:012}.footer")))
+        .unwrap();
+    std::fs::write(footer, b"not a footer").unwrap();
+    let (a, b) = span_of(store, lost);
+    let w = window(a, Some(b));
+    let got = count_read_only(store, &ro, &cache, cfg, &refs(&w));
+    assert_eq!(got["packets"], want["packets"], "{got}");
+    assert!(
+        got["tier_fetched_bytes"].as_u64().unwrap() >= f2 + 4096,
+        "{got}"
+    );
+
+    // `[tier] cache_dir` says where instead.
+    let mine = d.path().join("mine");
+    let text = std::fs::read_to_string(cfg).unwrap();
+    let cfg2 = d.path().join("cache-dir.toml");
+    std::fs::write(&cfg2, format!("{text}cache_dir = \"{}\"\n", p(&mine))).unwrap();
+    let got = count_read_only(store, &ro, &cache, &cfg2, &refs(&w));
+    assert_eq!(got["packets"], want["packets"], "{got}");
+    assert!(files_under(&mine)
+        .iter()
+        .any(|f| f.ends_with(format!("seg-{lost:012}.idx"))));
+}
+
+/// The ledger's `tiered SEQ BYTES ETAG` lines: segment -> (bytes, ETag).
+fn tiered_lines(store: &Path) -> BTreeMap<u64, (u64, String)> {
+    std::fs::read_to_string(store.join("segments/ledger"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("tiered "))
+        .map(|l| {
+            let w: Vec<&str> = l.split(' ').collect();
+            (
+                w[0].parse().unwrap(),
+                (w[1].parse().unwrap(), w[2].to_string()),
+            )
+        })
+        .collect()
+}
+
+/// The uploader against the compactor, made deterministic: a compaction of a segment is
+/// committed (`capsule compact`, the same rename the background compactor makes) after
+/// the segment's objects were sent and before the upload is recorded. The upload is not
+/// recorded for the old bytes (its objects are deleted); the next pass sends the compacted
+/// file, and the ledger's line then names exactly what the object holds, which is the
+/// local file.
+#[test]
+fn a_compaction_committed_while_a_segment_uploads_is_sent_again_and_the_ledger_matches_the_object()
+{
+    let d = tempfile::tempdir().unwrap();
+    let weed = Weed::start(&d.path().join("weed"));
+    let pcap = d.path().join("in.pcap");
+    synth(&pcap, &d.path().join("truth.json"), 13, "2s", "30M", None);
+    let store = d.path().join("store");
+    // Stored blocks (what live capture writes when short of CPU): every segment compacts.
+    import_ok(
+        &store,
+        &[
+            "--level",
+            "store",
+            "--block-size",
+            "64K",
+            "--segment-size",
+            "1M",
+        ],
+        &[p(&pcap)],
+    );
+    let cfg = tier_config(d.path(), &weed, "race");
+    let config = capsule_config::Config::load(&cfg).unwrap();
+    let client = capsule_tier::Client::for_uploads(config.tier().unwrap()).unwrap();
+    let opened = capsule_store::Store::open(&store).unwrap();
+    let seg = |seq: u64| store.join(format!("segments/seg-{seq:012}.pcapng.zst"));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut steps = Vec::new();
+    let mut raced = None;
+    let first = capsule_tier::drain_observed(&client, &opened, &stop, |step| {
+        steps.push(step);
+        if let (capsule_tier::Step::Sent(seq), None) = (step, raced) {
+            let before = std::fs::read(seg(seq)).unwrap();
+            run_ok(capsule().args(["compact", "--store", p(&store), "--level", "3"]));
+            let after = std::fs::read(seg(seq)).unwrap();
+            assert_ne!(before, after, "segment {seq} was compacted");
+            raced = Some(seq);
+        }
+    })
+    .unwrap();
+    let raced = raced.expect("a segment was sent");
+    assert!(
+        steps.contains(&capsule_tier::Step::Changed(raced)),
+        "the upload of segment {raced} went on as if nothing changed: {steps:?}"
+    );
+    assert!(
+        !tiered_lines(&store).contains_key(&raced),
+        "segment {raced} recorded as tiered with the bytes it had before its compaction"
+    );
+    assert!(first.left >= 1, "{first:?}");
+    // The next pass sends what is there now; every line names what its object holds.
+    let second = capsule_tier::drain(&client, &opened, &stop, || {}).unwrap();
+    assert_eq!(second.left, 0, "{second:?}");
+    let lines = tiered_lines(&store);
+    assert!(lines.contains_key(&raced));
+    for (seq, (bytes, etag)) in &lines {
+        let local = std::fs::read(seg(*seq)).unwrap();
+        let (code, object) = s3(
+            &weed,
+            "GET",
+            &format!("race/segments/seg-{seq:012}.pcapng.zst"),
+            None,
+        );
+        assert_eq!(code, "200");
+        assert!(
+            object == local,
+            "segment {seq}: the object is not the local file"
+        );
+        assert_eq!(
+            *bytes,
+            local.len() as u64,
+            "segment {seq}'s recorded length"
+        );
+        let md5: String = md5_hex(&local);
+        assert_eq!(etag.trim_matches('"'), md5, "segment {seq}'s recorded ETag");
+    }
+    // And the store's own check agrees (size and ETag of each object, its blocks).
+    let (code, v, err) = verify(&store, &["--config", p(&cfg), "--deep"]);
+    assert_eq!(code, Some(0), "{v}\n{err}");
+}
+
+/// The hex MD5 of `b` (a single-part object's ETag).
+fn md5_hex(b: &[u8]) -> String {
+    let out = Command::new("md5sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(b)?;
+            c.wait_with_output()
+        })
+        .expect("run md5sum");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Flow rows per segment the catalog holds for `node` (as one reads them, FINAL).
+fn catalog_flows(ch: &common::clickhouse::ClickHouse, node: &str) -> Vec<(u64, u64)> {
+    let text = ch
+        .sql(&format!(
+            "SELECT segment, count() FROM capsule.flows FINAL WHERE node = '{node}' \
+             GROUP BY segment ORDER BY segment FORMAT TabSeparated"
+        ))
+        .expect("ClickHouse answers");
+    text.lines()
+        .map(|l| {
+            let (s, n) = l.split_once('\t').expect("two columns");
+            (s.parse().unwrap(), n.parse().unwrap())
+        })
+        .collect()
+}
+
+/// `serve` with `[tier]` and `[fleet]` publishing a store restored without the side indexes
+/// of its segments that live only in the object store: its publisher fetches them from the
+/// bucket (a few a pass) and every segment's flows reach ClickHouse, as a publish of a copy
+/// of the store made before its indexes were lost puts them there.
+#[test]
+fn serve_publishes_the_flows_of_trimmed_segments_whose_index_it_fetches_from_the_bucket() {
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let ch = common::clickhouse::ClickHouse::start(&d.join("ch"));
+    let weed = Weed::start(&d.join("weed"));
+    let pair = tiered_pair(d, &weed, "publish", 14, "3s");
+    let store = &pair.store;
+    let only = trimmed(store);
+    assert!(only.len() >= 4, "segments left the disk");
+    // The reference: a copy of the store with every index, published as another node.
+    let copy = d.join("copy");
+    run_ok(Command::new("cp").args(["-a", p(store), p(&copy)]));
+    let idx = |seq: u64| store.join(format!("index/seg-{seq:012}.idx"));
+    for &q in &only {
+        std::fs::remove_file(idx(q)).unwrap();
+    }
+    let fleet = |node: &str| {
+        format!(
+            "[fleet]\nnode = \"{node}\"\nclickhouse = \"{}\"\n",
+            ch.url()
+        )
+    };
+    let reference = d.join("ref.toml");
+    std::fs::write(&reference, fleet("ref")).unwrap();
+    run_ok(capsule().args([
+        "fleet",
+        "publish",
+        "--store",
+        p(&copy),
+        "--config",
+        p(&reference),
+    ]));
+    let want = catalog_flows(&ch, "ref");
+    assert!(
+        only.iter().all(|q| want.iter().any(|(s, _)| s == q)),
+        "{want:?}"
+    );
+    let both = d.join("both.toml");
+    let tier = std::fs::read_to_string(&pair.cfg).unwrap();
+    std::fs::write(&both, format!("{tier}\n{}", fleet("edge"))).unwrap();
+
+    let tokens = d.join("tokens");
+    common::serve::add_token(&tokens, "analyst");
+    std::fs::create_dir_all(d.join("srv")).unwrap();
+    let _server = common::serve::start(&d.join("srv"), store, &tokens, &["--config", p(&both)]);
+    let t0 = Instant::now();
+    loop {
+        let got = catalog_flows(&ch, "edge");
+        if got == want {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "the node's flows in the catalog {got:?}, the reference's {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Fetched into the store (the server can write it), so never fetched again.
+    for &q in &only {
+        assert!(idx(q).exists(), "segment {q}'s index kept");
+    }
+}

@@ -126,6 +126,9 @@ impl Config {
                 let dir = path.parent().unwrap_or(Path::new(""));
                 t.credentials_file = dir.join(&t.credentials_file);
             }
+            if let Some(c) = t.cache_dir.as_mut().filter(|c| c.is_relative()) {
+                *c = path.parent().unwrap_or(Path::new("")).join(&*c);
+            }
         }
         Ok(c)
     }

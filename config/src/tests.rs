@@ -952,12 +952,15 @@ fn a_tier_section_parses_with_defaults_and_the_config_dir_resolves_the_credentia
     std::fs::write(
         &p,
         "[tier]\nendpoint = \"https://s3.example\"\nbucket = \"b-1\"\n\
-                        credentials_file = \"tier.cred\"\npath_style = false\n",
+                        credentials_file = \"tier.cred\"\npath_style = false\n\
+                        cache_dir = \"cache\"\n",
     )
     .unwrap();
     let t = Config::load(&p).unwrap().tier.unwrap();
     assert_eq!(t.credentials_file, d.join("tier.cred"));
     assert!(!t.path_style);
+    assert_eq!(t.cache_dir, Some(d.join("cache")), "beside the config too");
+    assert_eq!(c.tier().unwrap().cache_dir, None, "none unless given");
     std::fs::remove_dir_all(&d).unwrap();
 }
 

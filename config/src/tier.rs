@@ -11,6 +11,8 @@
 //! max_age = "90d"                        # optional: objects older by packet time go
 //! path_style = true                      # optional (the default): BUCKET in the path
 //! upload_rate = "200M"                   # optional: uploads average at most this (bits/s)
+//! cache_dir = "/var/cache/capsule"       # optional: where a reader that cannot write the
+//!                                        # store keeps fetched indexes and footers
 //! ```
 //!
 //! A relative `credentials_file` is taken from the config file's directory
@@ -26,7 +28,7 @@ use crate::error::ErrorKind;
 use crate::walk::{join, Src};
 
 /// The keys of `[tier]`, in the order docs/config.md lists them.
-pub const TIER_KEYS: [&str; 8] = [
+pub const TIER_KEYS: [&str; 9] = [
     "endpoint",
     "bucket",
     "prefix",
@@ -35,6 +37,7 @@ pub const TIER_KEYS: [&str; 8] = [
     "max_age",
     "path_style",
     "upload_rate",
+    "cache_dir",
 ];
 
 /// The region when none is given (what S3-compatible servers accept).
@@ -58,6 +61,10 @@ pub struct TierConfig {
     pub path_style: bool,
     /// The most the uploads send on average, in bits per second (`None`: no bound).
     pub upload_rate_bps: Option<u64>,
+    /// Where a reader without write access to the store keeps the side indexes and footers
+    /// it fetched (`None`: `$CACHE_DIRECTORY`, `$XDG_CACHE_HOME/capsule` or
+    /// `$HOME/.cache/capsule`, the first set).
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// An S3 bucket name: 3 to 63 of lowercase letters, digits, '.' and '-', starting and
@@ -199,6 +206,13 @@ pub(crate) fn parse(
             None => ok = false,
         }
     }
+    let mut cache_dir = None;
+    if table.get("cache_dir").is_some() {
+        match text("cache_dir", "a directory the readers can write") {
+            Some((d, _)) => cache_dir = Some(PathBuf::from(d)),
+            None => ok = false,
+        }
+    }
     Some(TierConfig {
         endpoint: endpoint?.0.trim_end_matches('/').to_string(),
         bucket: bucket?.0,
@@ -208,6 +222,7 @@ pub(crate) fn parse(
         max_age_ns,
         path_style,
         upload_rate_bps,
+        cache_dir,
     })
     .filter(|_| ok)
 }

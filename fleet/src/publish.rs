@@ -23,7 +23,15 @@ pub struct Node<'a> {
     pub config: Option<&'a capsule_config::Config>,
     /// The software's version, for the registry.
     pub version: &'a str,
+    /// The node's `[tier]`: the side index of a segment only in the object store that is
+    /// missing locally (a store restored without its indexes) is fetched through it, at most
+    /// [`INDEX_FETCHES_PER_PASS`] a staging pass. `None`: such a segment stays unindexed.
+    pub tier: Option<&'a capsule_store::remote::Tier>,
 }
+
+/// The most side indexes a staging pass fetches from the object store (`serve` and
+/// `capture` stage every 5 s: at most 3.2 fetches a second); the rest wait for the next.
+pub const INDEX_FETCHES_PER_PASS: usize = 16;
 
 /// What a staging pass did.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -85,6 +93,10 @@ pub fn stage(dir: &Path, node: &Node) -> Result<Staged, FleetError> {
     where_now.retain(|seq, _| entries.iter().any(|e| e.seq == *seq));
     let mut out = Staged::default();
     let published_ns = capsule_store::now_ns();
+    // The store as a reader with the tier sees it: the indexes it fetches are kept in the
+    // store (or, when it cannot be written, where `index_dir_of` finds them).
+    let fetcher = node.tier.map(|t| store.clone().with_tier(Some(t.clone())));
+    let mut fetches = 0;
     for e in entries.iter().filter(|e| e.state == SegmentState::Sealed) {
         let location = location_of(e.seq);
         let want = [
@@ -102,7 +114,20 @@ pub fn stage(dir: &Path, node: &Node) -> Result<Staged, FleetError> {
         if want == [false, false] && !moved {
             continue;
         }
-        let path = store.index_dir().join(index_name(e.seq));
+        let trimmed = ledger.as_ref().and_then(|l| {
+            l.trimmed
+                .contains(&e.seq)
+                .then(|| l.tiered.get(&e.seq))
+                .flatten()
+        });
+        if let (Some(f), Some(t)) = (&fetcher, trimmed) {
+            let missing = !store.index_dir_of(e.seq).join(index_name(e.seq)).exists();
+            if missing && fetches < INDEX_FETCHES_PER_PASS {
+                fetches += 1;
+                f.fetch_missing_index(e.seq, &t.etag);
+            }
+        }
+        let path = store.index_dir_of(e.seq).join(index_name(e.seq));
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => {

@@ -89,7 +89,9 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
         0
     } else {
         sealed()
-            .filter_map(|e| SegmentIndex::peek_file(&dir.join(index_name(e.seq))))
+            .filter_map(|e| {
+                SegmentIndex::peek_file(&store.index_dir_of(e.seq).join(index_name(e.seq)))
+            })
             .filter(|h| h.span.is_some_and(|(a, b)| b >= from && a < to))
             .map(|h| h.flows as usize)
             .sum()
@@ -116,7 +118,6 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
         .then(|| Catalog::load_shared(&dir).ok().flatten())
         .flatten();
     std::thread::scope(|scope| -> Result<()> {
-        let dir = &dir;
         let entries = &entries;
         let catalog = catalog.as_ref();
         let mut queues = Vec::with_capacity(READERS);
@@ -129,7 +130,7 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
                 for entry in entries.iter().skip(k).step_by(READERS) {
                     let loaded = match catalog.and_then(|c| ruled_out(c, entry, q)) {
                         Some(l) => Ok(l),
-                        None => load_entry(dir, entry, q, keep_buckets),
+                        None => load_entry(&store.index_dir_of(entry.seq), entry, q, keep_buckets),
                     };
                     let l = match loaded {
                         Ok(l) => l,
@@ -551,7 +552,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         // A sealed segment's flows as counts only (no block lists, carried TCP state or
         // series are kept; no buckets of a flow wholly in the window): what a listing reads.
         // The open segment's from its journal folded.
-        let dir = store.index_dir();
+        let dir = store.index_dir_of(seg.seq());
         let loaded = if seg.state() == capsule_store::SegmentState::Open {
             load_any(&dir, seg).map(|l| l.map(Listed::Live))
         } else {

@@ -46,7 +46,7 @@ pub fn visit_index_only(
     for entry in store.list_held()? {
         let series = match entry.state {
             SegmentState::Sealed => {
-                let path = dir.join(index_name(entry.seq));
+                let path = store.index_dir_of(entry.seq).join(index_name(entry.seq));
                 let bytes = match capsule_store::fsx::read(&path, "read index") {
                     Ok(b) => b,
                     Err(e) if e.is_not_found() => {

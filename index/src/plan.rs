@@ -168,7 +168,7 @@ pub fn plan(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Plan
             sp.indexed = true;
             vec![false; in_window.len()]
         } else {
-            match load_any(&store.index_dir(), seg) {
+            match load_any(&store.index_dir_of(seg.seq()), seg) {
                 Ok(Some(live)) => {
                     sp.indexed = true;
                     let mut wanted = index_candidates(&live.index, &q.filter, from, to);

@@ -188,7 +188,7 @@ pub fn run(a: &CaptureArgs) -> Result<ExitCode> {
         .map(crate::request::load_config)
         .transpose()
     {
-        Ok(c) => c.and_then(|c| crate::publisher::Publisher::start(&a.store, c)),
+        Ok(c) => c.and_then(|c| crate::publisher::Publisher::start(&a.store, c, None)),
         Err(e) => {
             let _ = writer.finish();
             return Err(e);

@@ -24,11 +24,13 @@ fn publish(a: &FleetPublishArgs) -> Result<ExitCode> {
     let (config, fleet) = crate::request::fleet_config(&a.config)?;
     let ch = ClickHouse::of(&fleet)?;
     let version = crate::cli::VERSION.as_str();
+    let tier = crate::tier::tier_of(crate::tier::reader_of(Some(&config))?.as_ref());
     let node = Node {
         name: &fleet.node,
         advertise: fleet.advertise.as_deref(),
         config: Some(&config),
         version,
+        tier: tier.as_ref(),
     };
     let _lock = publish::lock(&a.store)?;
     let staged = publish::stage(&a.store, &node)

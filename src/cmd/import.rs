@@ -300,7 +300,7 @@ pub fn run(a: &ImportArgs) -> Result<ExitCode> {
     // A node of a fleet publishes what it sealed (the outbox keeps it if ClickHouse is down).
     if let Some(said) = config
         .as_ref()
-        .and_then(|c| crate::publisher::publish_once(store, c))
+        .and_then(|c| crate::publisher::publish_once(store, c, None))
     {
         eprintln!("capsule: {said}");
     }

@@ -158,7 +158,12 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
     let config = crate::request::config_of(a.config.as_deref())?;
     let tier = crate::tier::client_of(config.as_ref())?;
     let _publisher = match config {
-        Some(c) => crate::publisher::Publisher::start(&a.store, c),
+        // Through a reader of its own, so the requests' fetched bytes are theirs alone.
+        Some(c) => crate::publisher::Publisher::start(
+            &a.store,
+            c,
+            tier.clone().map(|t| capsule_tier::Remote::new(t).tier()),
+        ),
         None => None,
     };
     let server = Arc::new(Server {

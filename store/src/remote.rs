@@ -59,6 +59,20 @@ pub trait RemoteSegments: Send + Sync + Debug {
     /// The side index of segment `seq` as it was uploaded with the segment (the file
     /// `seg-N.idx` of the index directory); `None` when the object store has none.
     fn fetch_index(&self, seq: u64) -> std::io::Result<Option<Vec<u8>>>;
+
+    /// Where a reader that cannot write the store's index directory keeps what it fetched of
+    /// segment `seq`, whose object has ETag `etag` (its side index and its footer cache):
+    /// a directory outside the store, named by the object's identity (the bucket, the
+    /// store's prefix, the segment and the ETag), so that a file there is only ever used for
+    /// the object it came from. `None`: no such place (the reader pays the round trips).
+    fn cache_dir(&self, seq: u64, etag: &str) -> Option<std::path::PathBuf> {
+        let _ = (seq, etag);
+        None
+    }
+
+    /// Called once a file was written under a [`RemoteSegments::cache_dir`]: keeps the
+    /// directories under their bound (the oldest go first).
+    fn cache_written(&self) {}
 }
 
 /// The tier a store reads its trimmed segments through.
@@ -187,19 +201,42 @@ pub(crate) fn drop_cache(path: &Path, why: &str) {
     let _ = crate::fsx::remove(path, "remove footer cache");
 }
 
-/// Writes the footer cache of `key` at `path`; a failure (a reader without write access to
-/// the store) costs the next reader its round trips only, and is logged.
-pub(crate) fn save_cache(path: &Path, key: CacheKey<'_>, ranges: &[(u64, Vec<u8>)]) {
+/// Writes the footer cache of `key` at `path`; `false` when it could not (a reader without
+/// write access to the store: the caller tries the reader's own cache directory), logged.
+pub(crate) fn save_cache(path: &Path, key: CacheKey<'_>, ranges: &[(u64, Vec<u8>)]) -> bool {
     if !path.parent().is_some_and(Path::is_dir) {
-        return;
+        return false;
     }
-    if let Err(e) = crate::fsx::replace(path, &encode_cache(key, ranges)) {
-        tracing::debug!(
-            "cannot cache the footer of segment {}: {}",
-            key.seq,
-            crate::error::chain(&e)
-        );
+    match crate::fsx::replace(path, &encode_cache(key, ranges)) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!(
+                "cannot cache the footer of segment {}: {}",
+                key.seq,
+                crate::error::chain(&e)
+            );
+            false
+        }
     }
+}
+
+/// Writes `bytes` as file `name` of a reader's own cache directory `dir`
+/// ([`RemoteSegments::cache_dir`]), made (owner-only) when missing; atomically (a temporary
+/// file renamed), so a reader never finds a file half-written. Its path, or why not.
+pub(crate) fn write_cached(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> std::result::Result<std::path::PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let path = dir.join(name);
+    crate::fsx::replace(&path, bytes).map_err(|e| crate::error::chain(&e))?;
+    Ok(path)
 }
 
 /// A segment's bytes with some ranges held in memory (a footer cache's), the rest read from

@@ -63,6 +63,10 @@ pub struct Store {
     root: PathBuf,
     /// Opens the segments that live only in the object store ([`Store::with_tier`]).
     tier: Option<crate::remote::Tier>,
+    /// Trimmed segments whose side index this reader keeps outside the store (it cannot
+    /// write the index directory): segment number -> the directory holding it
+    /// ([`crate::remote::RemoteSegments::cache_dir`]). Shared by the store's clones.
+    elsewhere: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<u64, PathBuf>>>,
 }
 
 /// The file name of segment `seq`'s side index in the index directory (the side index is
@@ -139,6 +143,7 @@ impl Store {
         Ok(Store {
             root: root.to_path_buf(),
             tier: None,
+            elsewhere: Default::default(),
         })
     }
 
@@ -202,6 +207,7 @@ impl Store {
         let store = Store {
             root: fsx::resolve_root(root)?,
             tier: None,
+            elsewhere: Default::default(),
         };
         // The lock comes first, so the directory is judged while no other writer can be
         // half-way through creating a store in it (a loser would otherwise see the winner's
@@ -297,45 +303,92 @@ impl Store {
         self.tier.as_ref()
     }
 
-    /// With a tier: fetches the side index of trimmed segment `seq` from the object store
-    /// when the index directory has none, and keeps it there. A failure is logged; the
-    /// segment's answers then say its index is missing, as without a tier.
-    fn fetch_missing_index(&self, seq: u64) {
+    /// The directory holding the side index of segment `seq`, for readers: the store's
+    /// index directory, unless the segment is trimmed, its index is missing there and this
+    /// reader (which cannot write the store) keeps the one it fetched in its own cache
+    /// directory ([`crate::remote::RemoteSegments::cache_dir`]).
+    pub fn index_dir_of(&self, seq: u64) -> PathBuf {
+        let held = self.elsewhere.lock().unwrap_or_else(|p| p.into_inner());
+        match held.get(&seq) {
+            Some(d) if !self.index_dir().join(index_file_name(seq)).exists() => d.clone(),
+            _ => self.index_dir(),
+        }
+    }
+
+    /// With a tier: fetches the side index of trimmed segment `seq` (its object's ETag
+    /// `etag`) from the object store when the index directory has none, and keeps it there,
+    /// or, when the store cannot be written, in the reader's cache directory (where the next
+    /// question finds it). A failure is logged; the segment's answers then say its index is
+    /// missing, as without a tier.
+    pub fn fetch_missing_index(&self, seq: u64, etag: &str) {
         let Some(tier) = &self.tier else { return };
         let dir = self.index_dir();
         let path = dir.join(index_file_name(seq));
         if path.exists() || !dir.is_dir() {
             return;
         }
-        match tier.fetch_index(seq) {
-            Ok(Some(bytes)) => match fsx::write_atomic(&path, &bytes) {
-                Ok(()) => tracing::info!(
+        let mine = tier.cache_dir(seq, etag);
+        if let Some(m) = &mine {
+            if m.join(index_file_name(seq)).exists() {
+                self.keep_elsewhere(seq, m);
+                return;
+            }
+        }
+        let bytes = match tier.fetch_index(seq) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                return tracing::warn!(
                     seq,
-                    bytes = bytes.len(),
-                    "tier: the side index of a trimmed segment was missing; fetched it from \
-                     the object store"
-                ),
-                Err(e) => tracing::warn!(
+                    "tier: the side index of a trimmed segment is missing, locally and in the \
+                     object store"
+                )
+            }
+            Err(e) => {
+                return tracing::warn!(
                     seq,
-                    "tier: cannot keep the side index fetched from the object store: {}",
-                    crate::error::chain(&e)
-                ),
+                    "tier: cannot fetch the side index of a trimmed segment: {e}"
+                )
+            }
+        };
+        let kept = match fsx::write_atomic(&path, &bytes) {
+            Ok(()) => Ok(path),
+            Err(e) => match &mine {
+                // A reader without write access to the store keeps it in its own directory.
+                Some(m) => crate::remote::write_cached(m, &index_file_name(seq), &bytes)
+                    .inspect(|_| {
+                        self.keep_elsewhere(seq, m);
+                        tier.cache_written();
+                    })
+                    .map_err(|e2| format!("{}; {}", crate::error::chain(&e), e2)),
+                None => Err(crate::error::chain(&e)),
             },
-            Ok(None) => tracing::warn!(
+        };
+        match kept {
+            Ok(p) => tracing::info!(
                 seq,
-                "tier: the side index of a trimmed segment is missing, locally and in the \
-                 object store"
+                bytes = bytes.len(),
+                "tier: the side index of a trimmed segment was missing; fetched it from \
+                 the object store into {}",
+                p.display()
             ),
             Err(e) => tracing::warn!(
                 seq,
-                "tier: cannot fetch the side index of a trimmed segment: {e}"
+                "tier: cannot keep the side index fetched from the object store: {e}"
             ),
         }
     }
 
+    fn keep_elsewhere(&self, seq: u64, dir: &Path) {
+        self.elsewhere
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(seq, dir.to_path_buf());
+    }
+
     /// Opens trimmed segment `seq` through `tier`: from the footer cache when it has one for
-    /// this object (no request), else by range from the object store, then caching what the
-    /// opening read, and the segment's blocks of no packets.
+    /// this object (no request; the store's, else the reader's own cache directory's), else
+    /// by range from the object store, then caching what the opening read, and the
+    /// segment's blocks of no packets (in the store, or where the reader can write).
     fn open_trimmed(
         &self,
         tier: &crate::remote::Tier,
@@ -346,15 +399,19 @@ impl Store {
         use crate::remote::{CacheKey, Pinned, Recording};
         let (src, name) = tier.open(seq, bytes)?;
         let key = CacheKey { seq, bytes, etag };
-        let cache = self.index_dir().join(crate::remote::footer_cache_name(seq));
-        if let Some(ranges) = crate::remote::load_cache(&cache, key) {
-            let pinned = std::sync::Arc::new(Pinned {
-                ranges,
-                inner: src.clone(),
-            });
-            match SegmentReader::open_remote(&name, seq, bytes, pinned) {
-                Ok(r) => return Ok(r),
-                Err(e) => crate::remote::drop_cache(&cache, &crate::error::chain(&e)),
+        let file = crate::remote::footer_cache_name(seq);
+        let cache = self.index_dir().join(&file);
+        let mine = tier.cache_dir(seq, etag).map(|d| d.join(&file));
+        for c in std::iter::once(&cache).chain(mine.as_ref()) {
+            if let Some(ranges) = crate::remote::load_cache(c, key) {
+                let pinned = std::sync::Arc::new(Pinned {
+                    ranges,
+                    inner: src.clone(),
+                });
+                match SegmentReader::open_remote(&name, seq, bytes, pinned) {
+                    Ok(r) => return Ok(r),
+                    Err(e) => crate::remote::drop_cache(c, &crate::error::chain(&e)),
+                }
             }
         }
         let rec = std::sync::Arc::new(Recording::new(src));
@@ -371,7 +428,17 @@ impl Store {
                 let _ = r.read_frame(i, &mut frame);
             }
         }
-        crate::remote::save_cache(&cache, key, &rec.take());
+        let ranges = rec.take();
+        if !crate::remote::save_cache(&cache, key, &ranges) {
+            if let Some(m) = &mine {
+                let dir = m.parent().expect("a file in a directory");
+                let body = crate::remote::encode_cache(key, &ranges);
+                match crate::remote::write_cached(dir, &file, &body) {
+                    Ok(_) => tier.cache_written(),
+                    Err(e) => tracing::debug!("cannot cache the footer of segment {seq}: {e}"),
+                }
+            }
+        }
         Ok(r)
     }
 
@@ -454,8 +521,8 @@ impl Store {
             return Ok(out);
         };
         let have: std::collections::HashSet<u64> = out.iter().map(|e| e.seq).collect();
-        for (seq, _, bytes, _) in trimmed(&l, &have) {
-            self.fetch_missing_index(seq);
+        for (seq, _, bytes, etag) in trimmed(&l, &have) {
+            self.fetch_missing_index(seq, etag);
             out.push(SegmentEntry {
                 seq,
                 state: SegmentState::Sealed,
@@ -591,7 +658,7 @@ impl Store {
             let path = dir.join(segment::sealed_name(seq));
             let opened = match &self.tier {
                 Some(t) => {
-                    self.fetch_missing_index(seq);
+                    self.fetch_missing_index(seq, etag);
                     self.open_trimmed(t, seq, bytes, etag)
                         .map_err(|e| crate::error::chain(&e))
                 }

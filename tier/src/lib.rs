@@ -29,5 +29,5 @@ mod verify;
 pub use client::{Client, PART_BYTES};
 pub use error::TierError;
 pub use remote::Remote;
-pub use upload::{backlog_of, chain, drain, expire, Drained, Uploader};
+pub use upload::{backlog_of, chain, drain, drain_observed, expire, Drained, Step, Uploader};
 pub use verify::{verify_tiered, Checked};

@@ -4,12 +4,14 @@
 //! trip of their own), and what was fetched is kept in a bounded in-memory cache.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use capsule_store::remote::{RangeRead, RemoteSegments};
 use capsule_store::{segment, StoreError};
+use md5::Digest;
 
 use crate::client::Client;
 
@@ -147,6 +149,8 @@ impl RangeRead for Object {
 pub struct Remote {
     client: Arc<Client>,
     fetched: Arc<AtomicU64>,
+    /// Whether this reader has pruned its own cache directory ([`prune`]) yet.
+    pruned: Arc<AtomicBool>,
 }
 
 impl Remote {
@@ -154,6 +158,7 @@ impl Remote {
         Remote {
             client,
             fetched: Arc::new(AtomicU64::new(0)),
+            pruned: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -166,6 +171,83 @@ impl Remote {
     /// This value as the store takes it.
     pub fn tier(&self) -> capsule_store::remote::Tier {
         Arc::new(self.clone())
+    }
+}
+
+/// The most a reader's own cache directory holds for one store (side indexes and footers of
+/// trimmed segments, [`RemoteSegments::cache_dir`]); past it the least recently written
+/// segments' files go.
+pub const DIR_CACHE_BYTES: u64 = 1 << 30;
+
+/// The base of the readers' own cache: `[tier] cache_dir`, else `$CACHE_DIRECTORY` (what
+/// systemd's `CacheDirectory=` sets), `$XDG_CACHE_HOME/capsule`, `$HOME/.cache/capsule`, the
+/// first set.
+fn cache_base(client: &Client) -> Option<PathBuf> {
+    if let Some(d) = &client.config().cache_dir {
+        return Some(d.clone());
+    }
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    var("CACHE_DIRECTORY")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("capsule")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache/capsule")))
+}
+
+/// A file-name-safe form of `s`: letters, digits, '-' and '.' kept, anything else '_'.
+fn safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The directory of one store's cached files under `base`: named by the store's place in
+/// the object store (endpoint, bucket, prefix), which no other store shares.
+fn store_cache_dir(client: &Client, base: &Path) -> PathBuf {
+    let place = format!("{}/{}", client.url(), client.key(""));
+    let digest = md5::Md5::digest(place.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    base.join("tier").join(hex)
+}
+
+/// Removes the least recently written segment directories under `dir` until what is left
+/// holds at most `bound` bytes. Best effort: a file that cannot be removed is left.
+pub(crate) fn prune(dir: &Path, bound: u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut segs: Vec<(std::time::SystemTime, PathBuf, u64)> = Vec::new();
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(files) = std::fs::read_dir(&path) else {
+            continue;
+        };
+        let (mut newest, mut bytes) = (std::time::UNIX_EPOCH, 0);
+        for f in files.flatten() {
+            if let Ok(m) = f.metadata() {
+                bytes += m.len();
+                newest = newest.max(m.modified().unwrap_or(std::time::UNIX_EPOCH));
+            }
+        }
+        segs.push((newest, path, bytes));
+    }
+    let mut held: u64 = segs.iter().map(|s| s.2).sum();
+    segs.sort();
+    for (_, path, bytes) in segs {
+        if held <= bound {
+            break;
+        }
+        if std::fs::remove_dir_all(&path).is_ok() {
+            held -= bytes;
+        }
     }
 }
 
@@ -210,6 +292,22 @@ impl RemoteSegments for Remote {
         }
         Ok(got.map(|b| b.to_vec()))
     }
+
+    fn cache_dir(&self, seq: u64, etag: &str) -> Option<PathBuf> {
+        let base = cache_base(&self.client)?;
+        let name = format!("{}-{}", segment::sealed_name(seq), safe(etag));
+        Some(store_cache_dir(&self.client, &base).join(name))
+    }
+
+    fn cache_written(&self) {
+        // Once per process: the bound is kept to within one process's writes.
+        if self.pruned.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        if let Some(base) = cache_base(&self.client) {
+            prune(&store_cache_dir(&self.client, &base), DIR_CACHE_BYTES);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -230,5 +328,31 @@ mod tests {
             "the oldest range went past the bound"
         );
         assert!(c.get("k", 210, &mut b));
+    }
+
+    #[test]
+    fn pruning_removes_the_least_recently_written_segments_until_the_bound_holds() {
+        let d = tempfile::tempdir().unwrap();
+        let t0 = std::time::SystemTime::now();
+        for (i, name) in ["old", "mid", "new"].iter().enumerate() {
+            let dir = d.path().join(name);
+            std::fs::create_dir(&dir).unwrap();
+            let f = dir.join("seg.footer");
+            std::fs::write(&f, vec![0u8; 100]).unwrap();
+            let when = t0 - std::time::Duration::from_secs(100 - 10 * i as u64);
+            std::fs::File::options()
+                .write(true)
+                .open(&f)
+                .unwrap()
+                .set_modified(when)
+                .unwrap();
+        }
+        prune(d.path(), 250);
+        let left = |n: &str| d.path().join(n).exists();
+        assert!(!left("old") && left("mid") && left("new"));
+        prune(d.path(), 1000);
+        assert!(left("mid") && left("new"), "under the bound nothing goes");
+        prune(d.path(), 0);
+        assert!(!left("mid") && !left("new"));
     }
 }

@@ -33,6 +33,33 @@ pub fn drain(
     stop: &AtomicBool,
     mut confirmed: impl FnMut(),
 ) -> Result<Drained, TierError> {
+    drain_observed(client, store, stop, |step| {
+        if let Step::Confirmed(_) = step {
+            confirmed()
+        }
+    })
+}
+
+/// A step of [`drain_observed`] for one segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Its index and segment objects are sent and checked; not recorded yet.
+    Sent(u64),
+    /// Recorded in the ledger as tiered.
+    Confirmed(u64),
+    /// Another file was under its name once sent (a compaction renamed over it): its
+    /// objects were deleted, and the next pass sends it again.
+    Changed(u64),
+}
+
+/// [`drain`], calling `on` at each [`Step`] of each segment (`Sent` before the step that
+/// may record it: what a compaction committed then makes the upload be sent again).
+pub fn drain_observed(
+    client: &Client,
+    store: &Store,
+    stop: &AtomicBool,
+    mut on: impl FnMut(Step),
+) -> Result<Drained, TierError> {
     let dir = store.segments_dir();
     let Some(l) = ledger::read(&dir)? else {
         return Ok(Drained::default());
@@ -65,6 +92,7 @@ pub fn drain(
         }
         let key = segment_key(client, s.seq);
         let etag = client.upload_file(&path, &key, stop)?;
+        on(Step::Sent(s.seq));
         let confirmed_here = {
             // Held until the line is written: no compaction renames over the file meanwhile
             // (never across a request to the object store: the writer thread commits
@@ -85,6 +113,7 @@ pub fn drain(
             );
             client.delete(&key)?;
             client.delete(&index_key(client, s.seq))?;
+            on(Step::Changed(s.seq));
             continue;
         }
         let bytes = before.2;
@@ -97,7 +126,7 @@ pub fn drain(
         d.uploaded += 1;
         d.bytes += bytes;
         d.left -= 1;
-        confirmed();
+        on(Step::Confirmed(s.seq));
     }
     Ok(d)
 }
@@ -274,6 +303,7 @@ mod tests {
             max_age_ns: None,
             path_style: true,
             upload_rate_bps: None,
+            cache_dir: None,
         }
     }
 
