@@ -554,7 +554,7 @@ fn answers_from_rollups_are_those_of_the_indexes() {
         &tmp.path().join("t2.json"),
         10,
         "1s",
-        "4M",
+        "8M",
         Some("2026-11-30T03:00:00Z"),
     );
     let mut args = tiny.to_vec();

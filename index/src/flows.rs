@@ -18,6 +18,8 @@ use capsule_query::{Query, Tri};
 use capsule_store::{Result, SegmentReader, Store, StoreError};
 
 use crate::catalog::Catalog;
+
+pub mod rollup;
 use crate::plan::{key_side, side_encap};
 use crate::sideindex::journal::load_any;
 use crate::sideindex::{index_name, FlowCounts, FlowKey, SegmentIndex};
@@ -62,6 +64,11 @@ pub struct FlowListing {
     /// whatever the filter (of the segments read: one the catalog rules out for the filter
     /// gives none).
     pub dns: crate::names::DnsNames,
+    /// [`list_index_only`]: the segments it listed ([`Store::list_held`]) and the store's
+    /// ledger as read right after, for the notes of an answer (missing and repaired
+    /// segments) without listing and reading it again.
+    pub listed: Vec<u64>,
+    pub ledger: Option<std::sync::Arc<capsule_store::ledger::Ledger>>,
 }
 
 /// The flows of `q` (filter and window) from the side index alone: every sealed segment's
@@ -73,7 +80,7 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
     let q = &resolved;
     let (from, to) = q.window();
     // Segments trimmed after upload too: their index stayed local.
-    let entries = store.list_held()?;
+    let (entries, ledger) = store.list_held_with_ledger()?;
     let dir = store.index_dir();
     // Room for every flow record the sealed indexes of the window hold (headers only: one
     // read of 80 bytes each), so neither the listing nor its table grows while merging.
@@ -97,6 +104,8 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
     let mut out = Merged::with_capacity(hint.min(1 << 26));
     let mut listing = FlowListing {
         names_unseen,
+        listed: entries.iter().map(|e| e.seq).collect(),
+        ledger: ledger.map(std::sync::Arc::new),
         ..FlowListing::default()
     };
     // Reading and decoding an index (zstd, varints, one allocation per flow), cutting its
@@ -708,6 +717,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         names_unseen,
         encap_undecided,
         dns,
+        ..FlowListing::default()
     })
 }
 

@@ -447,11 +447,19 @@ impl Store {
     /// file was and the bytes the ledger recorded), ordered by sequence number. What the
     /// answers read from the side index alone list: a trimmed segment keeps its index.
     pub fn list_held(&self) -> Result<Vec<SegmentEntry>> {
+        Ok(self.list_held_with_ledger()?.0)
+    }
+
+    /// [`Store::list_held`], and the ledger it read (right after the listing), so that a
+    /// caller that needs both reads the ledger once (issue 34: 100,000 lines).
+    pub fn list_held_with_ledger(
+        &self,
+    ) -> Result<(Vec<SegmentEntry>, Option<crate::ledger::Ledger>)> {
         let mut out = self.list()?;
         // Read after the listing: retention records a trim before it unlinks.
         let dir = self.segments_dir();
         let Some(l) = crate::ledger::read(&dir)? else {
-            return Ok(out);
+            return Ok((out, None));
         };
         let have: std::collections::HashSet<u64> = out.iter().map(|e| e.seq).collect();
         for (seq, _, bytes, _) in trimmed(&l, &have) {
@@ -464,7 +472,7 @@ impl Store {
             });
         }
         out.sort_by_key(|e| e.seq);
-        Ok(out)
+        Ok((out, Some(l)))
     }
 
     /// The highest segment number ever used in this store, counting damaged segments moved
