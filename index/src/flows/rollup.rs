@@ -376,8 +376,8 @@ impl<'a> Cursor<'a> {
 
 /// Makes the slice of `k` again from the listed segments (seq, length) when its file is
 /// missing, does not decode, or does not stand for them; removes it when no slice can be
-/// made (a member without a current index). Only whole slices, below the open segment:
-/// `complete` says the slice's last segment is sealed. Returns whether it was written.
+/// made (a member without a current index). The caller asks only for whole slices (their
+/// last segment sealed). Returns whether it was written.
 pub fn refresh(dir: &Path, k: u64, listed: &[(u64, u64)]) -> Result<bool> {
     let mine: Vec<(u64, u64)> = listed
         .iter()
