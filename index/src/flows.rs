@@ -80,7 +80,15 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
     let q = &resolved;
     let (from, to) = q.window();
     // Segments trimmed after upload too: their index stayed local.
-    let (entries, ledger) = store.list_held_with_ledger()?;
+    // Names only: a segment's length is read (one `lstat`) only where its index is read;
+    // a rollup slice stands for its members without (see `load_item`).
+    let (entries, ledger) = store.list_held_unsized_with_ledger()?;
+    // Segments `verify --repair` rebuilt with fewer packets than they were sealed with: a
+    // slice made before the repair would still hold their lost packets' flows.
+    let short: std::collections::HashSet<u64> = ledger
+        .iter()
+        .flat_map(|l| l.short().map(|(s, _)| s.seq))
+        .collect();
     let dir = store.index_dir();
     // Room for every flow record the sealed indexes of the window hold (headers only: one
     // read of 80 bytes each), so neither the listing nor its table grows while merging.
@@ -132,6 +140,7 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
         let dir = &dir;
         let entries = &entries;
         let items = &items;
+        let short = &short;
         let catalog = catalog.as_ref();
         let mut queues = Vec::with_capacity(READERS);
         for k in 0..READERS {
@@ -141,7 +150,7 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
                 let mut batch = Vec::new();
                 let mut flows = 0;
                 for item in items.iter().skip(k).step_by(READERS) {
-                    let loaded = load_item(dir, entries, item, q, keep_buckets, catalog);
+                    let loaded = load_item(dir, entries, item, q, keep_buckets, catalog, short);
                     let l = match loaded {
                         Ok(l) => l,
                         Err(e) => {
@@ -316,12 +325,24 @@ fn load_item(
     q: &Query,
     keep_buckets: bool,
     catalog: Option<&std::sync::Arc<Catalog>>,
+    short: &std::collections::HashSet<u64>,
 ) -> Result<Vec<Loaded>> {
     let (from, to) = q.window();
     let mine = &entries[item.at..item.at + item.len];
-    let one = |entry| match catalog.and_then(|c| ruled_out(c, entry, q)) {
-        Some(l) => Ok(l),
-        None => load_entry(dir, entry, q, keep_buckets),
+    let one = |entry: &capsule_store::SegmentEntry| {
+        // Its length first (listed without): a file gone since the listing is missing from
+        // the answer, which says so.
+        let Some(entry) = entry.sized()? else {
+            return Ok(Loaded {
+                seq: entry.seq,
+                unindexed: true,
+                ..Loaded::default()
+            });
+        };
+        match catalog.and_then(|c| ruled_out(c, &entry, q)) {
+            Some(l) => Ok(l),
+            None => load_entry(dir, &entry, q, keep_buckets),
+        }
     };
     let slice = match item.slice.filter(|_| item.len > 1) {
         // A slice file that cannot be read or decoded is as good as none: the indexes say
@@ -335,7 +356,8 @@ fn load_item(
     let used = slice.and_then(|s| {
         let at = s.stands_for(entries)?;
         let inside = s.held().is_none_or(|(a, b)| a >= from && b < to);
-        (inside && at >= item.at && at + s.members.len() <= item.at + item.len)
+        let repaired = s.members.iter().any(|m| short.contains(&m.seq));
+        (inside && !repaired && at >= item.at && at + s.members.len() <= item.at + item.len)
             .then_some((at - item.at, s))
     });
     let Some((at, s)) = used else {

@@ -170,8 +170,11 @@ impl Slice {
     }
 
     /// Whether the slice stands for the listed segments `entries` (ascending) between its
-    /// first and last member: each member listed sealed with its length, nothing else
-    /// listed among them. The members' position in `entries`, when it does.
+    /// first and last member: each member listed sealed with its length (or listed without
+    /// one, [`capsule_store::SegmentEntry::UNSIZED`]: the only rewrite of a sealed file
+    /// under its name that keeps its index is a compaction, which keeps its flows; a repair
+    /// is the caller's to rule out, from the ledger), nothing else listed among them. The
+    /// members' position in `entries`, when it does.
     pub fn stands_for(&self, entries: &[capsule_store::SegmentEntry]) -> Option<usize> {
         let first = self.members.first()?.seq;
         let at = entries.partition_point(|e| e.seq < first);
@@ -179,7 +182,7 @@ impl Slice {
         let same = run.iter().zip(&self.members).all(|(e, m)| {
             e.seq == m.seq
                 && e.state == capsule_store::SegmentState::Sealed
-                && e.bytes == m.segment_len
+                && (e.bytes == m.segment_len || e.bytes == capsule_store::SegmentEntry::UNSIZED)
         });
         let next_in = entries
             .get(at + self.members.len())
