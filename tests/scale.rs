@@ -386,3 +386,213 @@ fn a_segment_whose_length_changed_is_not_opened_by_the_answers_its_row_rules_out
         whole.2
     );
 }
+
+/// The answers from the index alone (`top`, `dscp`, `matrix`, `tcp`) over a store of more
+/// than two slices of segments (index/src/rollup.rs).
+fn index_answers(store: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let questions: Vec<Vec<&str>> = vec![
+        vec!["top", "--key", "src", "--json"],
+        vec!["top", "--key", "flow", "--json"],
+        vec!["top", "--key", "dst", "--by", "packets", "--json"],
+        vec!["top", "--key", "tunnel", "--json"],
+        // a window that cuts a slice: its segments are read from their indexes
+        vec![
+            "top",
+            "--key",
+            "pair",
+            "--json",
+            "--from",
+            "2026-11-30T02:00:01.3Z",
+            "--to",
+            "+1500ms",
+        ],
+        // a filter: no rollup is used
+        vec!["top", "--key", "src", "--json", "udp"],
+        vec!["dscp", "--json"],
+        vec!["tcp", "--json"],
+    ];
+    for q in questions {
+        let o = run(capsule().args([q[0], "--store", p(store)]).args(&q[1..]));
+        out.push(format!(
+            "{q:?}: {:?} {} {}",
+            o.status.code(),
+            stdout_str(&o),
+            stderr_str(&o)
+        ));
+    }
+    out
+}
+
+fn rollup_files(store: &Path) -> Vec<std::path::PathBuf> {
+    let dir = Store::open(store).unwrap().index_dir();
+    let mut v: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "slice"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `top` and the other answers from the index read a whole slice of segments from its
+/// rollup, and answer exactly what every segment's index answers: with the rollups, without
+/// them, with one damaged (ignored, named by `verify`, rebuilt by `--repair` and by the next
+/// writer), after a compaction (lengths followed) and after retention (the slice of deleted
+/// segments dropped). That a rollup stands in for its segments' indexes is seen by deleting
+/// those indexes: the answer is still whole (before: partial, exit 3, the segments named
+/// as unindexed).
+#[test]
+fn answers_from_rollups_are_those_of_the_indexes() {
+    use capsule_index::rollup;
+    let tmp = tempfile::tempdir().unwrap();
+    let pcap = tmp.path().join("t.pcap");
+    synth(&pcap, &tmp.path().join("truth.json"), 9, "3s", "45M", None);
+    let store = tmp.path().join("s");
+    let tiny = [
+        "--block-size",
+        "4K",
+        "--segment-size",
+        "4K",
+        "--min-free",
+        "0",
+    ];
+    import_ok(&store, &tiny, &[p(&pcap)]);
+    let n = segments(&store).len() as u64;
+    assert!(n > 2 * rollup::SLICE, "{n} segments");
+    let dir = Store::open(&store).unwrap().index_dir();
+    let files = rollup_files(&store);
+    assert_eq!(
+        files,
+        vec![rollup::path(&dir, 0), rollup::path(&dir, 1)],
+        "the writer made the whole slices' rollups"
+    );
+    assert_eq!(rollup::verify(&Store::open(&store).unwrap()), None);
+
+    let with = index_answers(&store);
+    assert!(
+        with[0].starts_with("[\"top\", \"--key\", \"src\", \"--json\"]: Some(0)"),
+        "{}",
+        with[0]
+    );
+    for f in &files {
+        std::fs::rename(f, f.with_extension("aside")).unwrap();
+    }
+    let without = index_answers(&store);
+    assert_eq!(with, without);
+
+    // the rollup stands in for its segments' indexes: whole without them
+    for f in &files {
+        std::fs::rename(f.with_extension("aside"), f).unwrap();
+    }
+    let moved: Vec<_> = (1..rollup::SLICE)
+        .map(|seq| dir.join(capsule_index::sideindex::index_name(seq)))
+        .collect();
+    for m in &moved {
+        std::fs::rename(m, m.with_extension("aside")).unwrap();
+    }
+    let o = run(capsule().args(["top", "--store", p(&store), "--key", "src", "--json"]));
+    assert_eq!(
+        format!(
+            "[\"top\", \"--key\", \"src\", \"--json\"]: {:?} {} {}",
+            o.status.code(),
+            stdout_str(&o),
+            stderr_str(&o)
+        ),
+        with[0]
+    );
+    for m in &moved {
+        std::fs::rename(m.with_extension("aside"), m).unwrap();
+    }
+
+    // damaged: ignored (the same answers), named by verify, made again by --repair
+    let mut b = std::fs::read(&files[1]).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 0x40;
+    std::fs::write(&files[1], &b).unwrap();
+    assert_eq!(index_answers(&store), with);
+    let o = run(capsule().args(["verify", "--store", p(&store)]));
+    assert!(
+        !o.status.success() && stdout_str(&o).contains("rollups"),
+        "{}",
+        stdout_str(&o)
+    );
+    run_ok(capsule().args(["verify", "--store", p(&store), "--repair"]));
+    assert_eq!(rollup::verify(&Store::open(&store).unwrap()), None);
+    assert!(rollup::Slice::load(&dir, 1).unwrap().unwrap().is_ok());
+    // deleted: the next writer makes it again
+    std::fs::remove_file(&files[0]).unwrap();
+    let empty = tmp.path().join("empty.pcap");
+    let mut h = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0];
+    h.extend([0u8; 8]);
+    h.extend(65535u32.to_le_bytes());
+    h.extend(1u32.to_le_bytes());
+    std::fs::write(&empty, h).unwrap();
+    import(&store, &tiny, &[p(&empty)]);
+    assert_eq!(rollup_files(&store), files);
+    assert_eq!(index_answers(&store), with);
+
+    // compaction: every segment's length changes, the slices follow and are still used
+    run_ok(capsule().args(["compact", "--store", p(&store), "--level", "9"]));
+    let entries = Store::open(&store).unwrap().list().unwrap();
+    for k in [0, 1] {
+        let s = rollup::Slice::load(&dir, k).unwrap().unwrap().unwrap();
+        assert!(
+            s.stands_for(&entries).is_some(),
+            "slice {k} after compaction"
+        );
+    }
+    let compacted = index_answers(&store);
+    // (the `query` commands of findings are the same; nothing else changed)
+    assert_eq!(compacted, with);
+
+    // retention: the oldest segments go, and the slice they were in with them
+    let bytes = segments_dir_bytes(&store);
+    let later = tmp.path().join("later.pcap");
+    synth(
+        &later,
+        &tmp.path().join("t2.json"),
+        10,
+        "1s",
+        "8M",
+        Some("2026-11-30T03:00:00Z"),
+    );
+    let mut args = tiny.to_vec();
+    let budget = (bytes * 3 / 4).to_string();
+    args.extend(["--max-bytes", &budget]);
+    import_ok(&store, &args, &[p(&later)]);
+    assert!(!rollup::path(&dir, 0).exists(), "slice 0 lost segments");
+    let kept = index_answers(&store);
+    let slices = rollup_files(&store);
+    for f in &slices {
+        std::fs::rename(f, f.with_extension("aside")).unwrap();
+    }
+    assert_eq!(index_answers(&store), kept);
+    for f in &slices {
+        std::fs::rename(f.with_extension("aside"), f).unwrap();
+    }
+
+    // a member repaired with fewer packets than it was sealed with: its slice, made before
+    // the repair, is not used (the ledger records the repair); the answers are those of the
+    // indexes, and say what the repair lost
+    let seg = segments(&store)
+        .into_iter()
+        .find(|s| s.seq == rollup::SLICE + 300)
+        .expect("a segment of slice 1 is kept");
+    let len = std::fs::metadata(&seg.path).unwrap().len();
+    let mut b = std::fs::read(&seg.path).unwrap();
+    b[len as usize / 2] ^= 0x5A;
+    std::fs::write(&seg.path, b).unwrap();
+    let r = run_ok(capsule().args(["verify", "--store", p(&store), "--repair"]));
+    assert!(
+        stdout_str(&r).contains(&format!("repaired segment {}", seg.seq)),
+        "{}",
+        stdout_str(&r)
+    );
+    let repaired = index_answers(&store);
+    assert!(repaired[0].contains("Some(3)"), "{}", repaired[0]);
+    for f in rollup_files(&store) {
+        std::fs::remove_file(f).unwrap();
+    }
+    assert_eq!(index_answers(&store), repaired);
+}

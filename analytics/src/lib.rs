@@ -358,18 +358,19 @@ pub fn load(
         source,
     };
     let store = Store::open(store_dir).map_err(err)?.with_tier(tier);
-    let listing = capsule_index::flows::list_index_only(&store, q, buckets).map_err(err)?;
+    let mut listing = capsule_index::flows::list_index_only(&store, q, buckets).map_err(err)?;
     let (qf, qt) = q.window();
-    // One listing (names only: no stat per file) and one parse of the ledger for the
-    // notes below (issue 34: at 100,000 segments each costs tens of ms).
-    let listed = store.list_unsized().map_err(err)?;
+    // The listing and the ledger the flows were read with, for the notes below (issue 34:
+    // at 100,000 segments another listing and parse of the ledger cost tens of ms). The
+    // listing holds the segments [tier] trimmed too: `missing` leaves those out itself.
+    let listed = std::mem::take(&mut listing.listed);
     let dir = store.segments_dir();
-    let ledger = capsule_store::ledger::read(&dir).map_err(err)?;
+    let ledger = listing.ledger.take();
     let mut missing_segments: Vec<(u64, String)> = Vec::new();
     let mut repaired_segments = Vec::new();
     if let Some(l) = &ledger {
         missing_segments.extend(
-            capsule_store::ledger::missing(&dir, l, listed.iter().map(|e| e.0))
+            capsule_store::ledger::missing(&dir, l, listed.iter().copied())
                 .into_iter()
                 .filter(|m| m.overlaps(qf, qt))
                 .map(|m| (m.sealed.seq, m.problem())),

@@ -18,6 +18,8 @@ use capsule_query::{Query, Tri};
 use capsule_store::{Result, SegmentReader, Store, StoreError};
 
 use crate::catalog::Catalog;
+
+pub mod rollup;
 use crate::plan::{key_side, side_encap};
 use crate::sideindex::journal::load_any;
 use crate::sideindex::{index_name, FlowCounts, FlowKey, SegmentIndex};
@@ -62,6 +64,11 @@ pub struct FlowListing {
     /// whatever the filter (of the segments read: one the catalog rules out for the filter
     /// gives none).
     pub dns: crate::names::DnsNames,
+    /// [`list_index_only`]: the segments it listed ([`Store::list_held`]) and the store's
+    /// ledger as read right after, for the notes of an answer (missing and repaired
+    /// segments) without listing and reading it again.
+    pub listed: Vec<u64>,
+    pub ledger: Option<std::sync::Arc<capsule_store::ledger::Ledger>>,
 }
 
 /// The flows of `q` (filter and window) from the side index alone: every sealed segment's
@@ -73,7 +80,15 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
     let q = &resolved;
     let (from, to) = q.window();
     // Segments trimmed after upload too: their index stayed local.
-    let entries = store.list_held()?;
+    // Names only: a segment's length is read (one `lstat`) only where its index is read;
+    // a rollup slice stands for its members without (see `load_item`).
+    let (entries, ledger) = store.list_held_unsized_with_ledger()?;
+    // Segments `verify --repair` rebuilt with fewer packets than they were sealed with: a
+    // slice made before the repair would still hold their lost packets' flows.
+    let short: std::collections::HashSet<u64> = ledger
+        .iter()
+        .flat_map(|l| l.short().map(|(s, _)| s.seq))
+        .collect();
     let dir = store.index_dir();
     // Room for every flow record the sealed indexes of the window hold (headers only: one
     // read of 80 bytes each), so neither the listing nor its table grows while merging.
@@ -99,6 +114,8 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
     let mut out = Merged::with_capacity(hint.min(1 << 26));
     let mut listing = FlowListing {
         names_unseen,
+        listed: entries.iter().map(|e| e.seq).collect(),
+        ledger: ledger.map(std::sync::Arc::new),
         ..FlowListing::default()
     };
     // Reading and decoding an index (zstd, varints, one allocation per flow), cutting its
@@ -117,21 +134,24 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
     let catalog = (!q.filter.is_all())
         .then(|| Catalog::load_shared(&dir).ok().flatten())
         .flatten();
+    // With no filter, a slice of consecutive sealed segments is read from its rollup
+    // (rollup.rs) when it stands for them and the window holds all of it: one item of work
+    // for the slice's segments, in their place in segment order.
+    let items = work_items(&entries, q.filter.is_all());
     std::thread::scope(|scope| -> Result<()> {
         let entries = &entries;
+        let items = &items;
+        let short = &short;
         let catalog = catalog.as_ref();
         let mut queues = Vec::with_capacity(READERS);
         for k in 0..READERS {
-            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Loaded>>>(1);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Result<Vec<Vec<Loaded>>>>(1);
             queues.push(rx);
             scope.spawn(move || {
                 let mut batch = Vec::new();
                 let mut flows = 0;
-                for entry in entries.iter().skip(k).step_by(READERS) {
-                    let loaded = match catalog.and_then(|c| ruled_out(c, entry, q)) {
-                        Some(l) => Ok(l),
-                        None => load_entry(&store.index_dir_of(entry.seq), entry, q, keep_buckets),
-                    };
+                for item in items.iter().skip(k).step_by(READERS) {
+                    let loaded = load_item(store, entries, item, q, keep_buckets, catalog, short);
                     let l = match loaded {
                         Ok(l) => l,
                         Err(e) => {
@@ -139,7 +159,7 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
                             return;
                         }
                     };
-                    flows += l.flows.len();
+                    flows += l.iter().map(|l| l.flows.len()).sum::<usize>();
                     batch.push(l);
                     if batch.len() >= BATCH_SEGMENTS || flows >= BATCH_FLOWS {
                         flows = 0;
@@ -153,9 +173,9 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
                 }
             });
         }
-        let mut pending: Vec<std::collections::VecDeque<Loaded>> =
+        let mut pending: Vec<std::collections::VecDeque<Vec<Loaded>>> =
             (0..READERS).map(|_| Default::default()).collect();
-        for i in 0..entries.len() {
+        for i in 0..items.len() {
             let k = i % READERS;
             if pending[k].is_empty() {
                 // A reader that stopped sent its error first; one that panicked is reported
@@ -165,34 +185,36 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
                 };
                 pending[k].extend(batch?);
             }
-            let Some(l) = pending[k].pop_front() else {
+            let Some(item) = pending[k].pop_front() else {
                 break;
             };
-            if let Some((a, b)) = l.held {
-                listing.held = Some(match listing.held {
-                    None => (a, b),
-                    Some((x, y)) => (x.min(a), y.max(b)),
-                });
-            }
-            if l.unindexed {
-                listing.unindexed.push(l.seq);
-            }
-            if l.nameless {
-                listing.nameless.push(l.seq);
-            }
-            if let Some(d) = l.damaged {
-                listing.damaged_index.push((l.seq, d));
-            }
-            if !l.unseen.is_empty() {
-                listing.unseen.push((l.seq, l.unseen));
-            }
-            listing
-                .journal_notes
-                .extend(l.notes.into_iter().map(|n| (l.seq, n)));
-            listing.dns.absorb(&l.dns);
-            listing.encap_undecided += l.encap_undecided;
-            for part in l.flows {
-                out.add(part);
+            for l in item {
+                if let Some((a, b)) = l.held {
+                    listing.held = Some(match listing.held {
+                        None => (a, b),
+                        Some((x, y)) => (x.min(a), y.max(b)),
+                    });
+                }
+                if l.unindexed {
+                    listing.unindexed.push(l.seq);
+                }
+                if l.nameless {
+                    listing.nameless.push(l.seq);
+                }
+                if let Some(d) = l.damaged {
+                    listing.damaged_index.push((l.seq, d));
+                }
+                if !l.unseen.is_empty() {
+                    listing.unseen.push((l.seq, l.unseen));
+                }
+                listing
+                    .journal_notes
+                    .extend(l.notes.into_iter().map(|n| (l.seq, n)));
+                listing.dns.absorb(&l.dns);
+                listing.encap_undecided += l.encap_undecided;
+                for part in l.flows {
+                    out.add(part);
+                }
             }
         }
         Ok(())
@@ -271,6 +293,125 @@ fn ruled_out(c: &Catalog, entry: &capsule_store::SegmentEntry, q: &Query) -> Opt
         held: ((row.first_ns, row.last_ns) != (0, 0)).then_some((row.first_ns, row.last_ns)),
         ..Loaded::default()
     })
+}
+
+/// One item of [`list_index_only`]'s work: the listed segments `entries[at..at + len]`,
+/// read from the rollup of slice `slice` when it stands for them, else from their indexes.
+struct Item {
+    at: usize,
+    len: usize,
+    slice: Option<u64>,
+}
+
+/// The work of a listing: with `slices` (no filter), the sealed segments of each slice
+/// together, else each segment alone.
+fn work_items(entries: &[capsule_store::SegmentEntry], slices: bool) -> Vec<Item> {
+    use crate::rollup::slice_of;
+    let mut items: Vec<Item> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let sealed = e.state == capsule_store::SegmentState::Sealed;
+        if let Some(last) = items.last_mut().filter(|_| slices && sealed) {
+            if last.slice == Some(slice_of(e.seq)) && last.at + last.len == i {
+                last.len += 1;
+                continue;
+            }
+        }
+        items.push(Item {
+            at: i,
+            len: 1,
+            slice: (slices && sealed).then(|| slice_of(e.seq)),
+        });
+    }
+    items
+}
+
+/// Reads one item: its slice's rollup where it stands for the item's segments (those of
+/// them it does not hold read alone), else each segment's index.
+fn load_item(
+    store: &Store,
+    entries: &[capsule_store::SegmentEntry],
+    item: &Item,
+    q: &Query,
+    keep_buckets: bool,
+    catalog: Option<&std::sync::Arc<Catalog>>,
+    short: &std::collections::HashSet<u64>,
+) -> Result<Vec<Loaded>> {
+    let (from, to) = q.window();
+    let mine = &entries[item.at..item.at + item.len];
+    let one = |entry: &capsule_store::SegmentEntry| {
+        // Its length first (listed without): a file gone since the listing is missing from
+        // the answer, which says so.
+        let Some(entry) = entry.sized()? else {
+            return Ok(Loaded {
+                seq: entry.seq,
+                unindexed: true,
+                ..Loaded::default()
+            });
+        };
+        match catalog.and_then(|c| ruled_out(c, &entry, q)) {
+            Some(l) => Ok(l),
+            None => load_entry(&store.index_dir_of(entry.seq), &entry, q, keep_buckets),
+        }
+    };
+    let dir = &store.index_dir();
+    let slice = match item.slice.filter(|_| item.len > 1) {
+        // A slice file that cannot be read or decoded is as good as none: the indexes say
+        // the same (and the writer, `reindex` or `verify --repair` makes it again).
+        Some(k) => crate::rollup::Slice::load(dir, k)
+            .ok()
+            .flatten()
+            .and_then(|r| r.ok()),
+        None => None,
+    };
+    let used = slice.and_then(|s| {
+        let at = s.stands_for(entries)?;
+        let inside = s.held().is_none_or(|(a, b)| a >= from && b < to);
+        let repaired = s.members.iter().any(|m| short.contains(&m.seq));
+        (inside && !repaired && at >= item.at && at + s.members.len() <= item.at + item.len)
+            .then_some((at - item.at, s))
+    });
+    let Some((at, s)) = used else {
+        return mine.iter().map(one).collect();
+    };
+    let n = s.members.len();
+    let mut out = Vec::with_capacity(item.len - n + 1);
+    for e in &mine[..at] {
+        out.push(one(e)?);
+    }
+    let held = s.held();
+    let (flows, _) = select(s.flows, q, from, to, keep_buckets, true);
+    out.push(Loaded {
+        seq: s.members[0].seq,
+        held,
+        tunnels: true,
+        dns: s.dns,
+        flows,
+        ..Loaded::default()
+    });
+    for e in &mine[at + n..] {
+        out.push(one(e)?);
+    }
+    Ok(out)
+}
+
+/// Flow records merged as a listing merges them (segment by segment, in order), for a
+/// rollup slice (rollup.rs).
+#[derive(Default)]
+pub(crate) struct Merger(Merged);
+
+impl Merger {
+    /// Adds one segment's record of a flow, taken whole.
+    pub(crate) fn add(&mut self, f: FlowCounts) {
+        self.0.add(FlowSummary {
+            flow: f,
+            approximate: false,
+        });
+    }
+
+    /// The merged flows, in first-seen order.
+    pub(crate) fn into_flows(self) -> Vec<FlowCounts> {
+        self.0.flows.into_iter().map(|s| s.flow).collect()
+    }
 }
 
 fn load_entry(
@@ -613,6 +754,7 @@ pub fn list(store: &Store, segments: &[SegmentReader], q: &Query) -> Result<Flow
         names_unseen,
         encap_undecided,
         dns,
+        ..FlowListing::default()
     })
 }
 

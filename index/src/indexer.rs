@@ -21,6 +21,7 @@ use capsule_store::{
 };
 
 use crate::catalog::{self, Catalog, Row};
+use crate::rollup;
 use crate::scrub::{self, Scrubber};
 use crate::sideindex::journal::checkpoint::{self, Checkpointer};
 use crate::sideindex::journal::{self, JournalWriter};
@@ -176,6 +177,23 @@ impl Indexer for SideIndexer {
             written: std::time::Instant::now(),
         });
         self.flush_catalog(true);
+        // Recovery of the rollups: every whole slice of sealed segments made again when
+        // missing, damaged or not current (a failure is logged: readers use the indexes).
+        let listed: Vec<(u64, u64)> = sealed.iter().map(|e| (e.seq, e.bytes)).collect();
+        if let Some(&(last, _)) = listed.last() {
+            let mut ks: Vec<u64> = listed.iter().map(|(s, _)| rollup::slice_of(*s)).collect();
+            ks.dedup();
+            for k in ks {
+                if k < rollup::slice_of(last) || rollup::whole(k, last) {
+                    if let Err(e) = rollup::refresh(&self.dir, k, &listed) {
+                        tracing::warn!(
+                            "rollup slice {k} cannot be made: {}",
+                            capsule_store::error::chain(&e)
+                        );
+                    }
+                }
+            }
+        }
         // Journals of segments no longer open are stale: their segment was sealed (by
         // recovery, just now) and has its index, or is gone.
         let open: Vec<u64> = store
@@ -337,6 +355,18 @@ impl Indexer for SideIndexer {
             // Flows idle in this segment keep their state for the next (a stalled flow's
             // retransmission after its timer), within the carry horizon.
             self.carry = Some((idx.seq, idx.carry_forward(idle)));
+            // The slice's last segment: its rollup is made from the slice's indexes.
+            let k = rollup::slice_of(sealed.seq);
+            if rollup::whole(k, sealed.seq) {
+                if let Some(s) = rollup::Slice::make_from_dir(&self.dir, k) {
+                    if let Err(e) = s.write(&self.dir) {
+                        tracing::warn!(
+                            "rollup slice {k} cannot be written (answers read the indexes): {}",
+                            capsule_store::error::chain(&e)
+                        );
+                    }
+                }
+            }
         }
         // The index is in place: the journal and its checkpoint are no longer needed.
         self.journal = None;
@@ -367,6 +397,7 @@ impl Indexer for SideIndexer {
                     idx.segment_len = seg.bytes;
                     idx.write(&self.dir)?;
                     drop(_guard);
+                    rollup::compacted(&self.dir, seg.seq, old_bytes, seg.bytes)?;
                     let row = match SegmentReader::open(&seg.path) {
                         Ok(s) => Row::of_segment(&idx, &s),
                         Err(_) => Row::of(&idx),
@@ -378,6 +409,9 @@ impl Indexer for SideIndexer {
                 }
             }
         }
+        // Rebuilt, the index may say more than the old one did: the slice goes (recovery
+        // and `reindex` make it again).
+        rollup::remove(&self.dir, rollup::slice_of(seg.seq))?;
         let reader = SegmentReader::open(&seg.path)?;
         let idx = rebuild(&self.dir, &reader)?;
         idx.write(&self.dir)?;
@@ -393,6 +427,8 @@ impl Indexer for SideIndexer {
         self.catalog_changed(|c| {
             c.rows.remove(&seq);
         });
+        // The slice no longer stands for its segments (readers would not use it).
+        rollup::remove(&self.dir, rollup::slice_of(seq))?;
         let _guard = self.write_lock();
         let idx = self.dir.join(index_name(seq));
         match capsule_store::fsx::remove(&idx, "delete old index") {

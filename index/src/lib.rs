@@ -34,6 +34,7 @@ pub mod indexer;
 pub mod millis;
 pub mod names;
 pub mod plan;
+pub use flows::rollup;
 mod scrub;
 pub mod sideindex;
 

@@ -84,6 +84,11 @@ impl DnsNames {
         }
     }
 
+    /// Every address named, with its names first seen first (in no order of addresses).
+    pub fn entries(&self) -> impl Iterator<Item = (&std::net::IpAddr, &Vec<String>)> {
+        self.by_addr.iter()
+    }
+
     /// No address named.
     pub fn is_empty(&self) -> bool {
         self.by_addr.is_empty()

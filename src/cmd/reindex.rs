@@ -64,6 +64,8 @@ pub fn run(a: &ReindexArgs) -> Result<ExitCode> {
     progress.finish();
     // The store-wide catalog, from the indexes just written.
     let rows = capsule_index::catalog::rebuild(&store)?;
+    // The rollups of whole slices, from the same indexes.
+    capsule_index::rollup::rebuild(&store, true)?;
     let secs = t0.elapsed().as_secs_f64();
     if a.json {
         crate::output::print_json(serde_json::json!({

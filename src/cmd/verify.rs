@@ -164,6 +164,26 @@ pub fn run(a: &VerifyArgs) -> Result<ExitCode> {
             });
         }
     }
+    // The rollups (derived from the side indexes): one that does not decode, or that
+    // stands for its segments with flows their indexes do not merge to, is named, and
+    // --repair makes them again.
+    if let Some(why) = capsule_index::rollup::verify(&store) {
+        let path = store.index_dir();
+        if a.repair {
+            capsule_index::rollup::rebuild(&store, true)?;
+            repaired.push(format!("{}: rollups rebuilt ({why})", path.display()));
+        } else {
+            problems.push(Problem {
+                path,
+                what: "rollups",
+                offset: None,
+                len: None,
+                detail: format!(
+                    "{why}; `capsule reindex` or `capsule verify --repair` rebuilds them"
+                ),
+            });
+        }
+    }
     let budgets = store.root().join(capsule_store::budget::BUDGET_FILE);
     if let Err(e @ capsule_store::StoreError::BadBudgets { .. }) =
         capsule_store::budget::load(store.root())

@@ -57,6 +57,27 @@ pub struct SegmentEntry {
     pub bytes: u64,
 }
 
+impl SegmentEntry {
+    /// `bytes` of an entry listed without a `stat` ([`Store::list_held_unsized_with_ledger`]).
+    pub const UNSIZED: u64 = u64::MAX;
+
+    /// The entry with its file's length (one `lstat` when it was listed without). `Ok(None)`:
+    /// the file is gone since the listing (retention, or a seal's rename).
+    pub fn sized(&self) -> Result<Option<SegmentEntry>> {
+        if self.bytes != Self::UNSIZED {
+            return Ok(Some(self.clone()));
+        }
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(m) => Ok(Some(SegmentEntry {
+                bytes: m.len(),
+                ..self.clone()
+            })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::io("stat segment", &self.path, e)),
+        }
+    }
+}
+
 /// A store directory.
 #[derive(Debug, Clone)]
 pub struct Store {
@@ -514,11 +535,47 @@ impl Store {
     /// file was and the bytes the ledger recorded), ordered by sequence number. What the
     /// answers read from the side index alone list: a trimmed segment keeps its index.
     pub fn list_held(&self) -> Result<Vec<SegmentEntry>> {
-        let mut out = self.list()?;
+        Ok(self.list_held_with_ledger()?.0)
+    }
+
+    /// [`Store::list_held`], and the ledger it read (right after the listing), so that a
+    /// caller that needs both reads the ledger once (issue 34: 100,000 lines).
+    pub fn list_held_with_ledger(
+        &self,
+    ) -> Result<(Vec<SegmentEntry>, Option<crate::ledger::Ledger>)> {
+        self.held_and_ledger(self.list()?)
+    }
+
+    /// [`Store::list_held_with_ledger`] without a `stat` per segment file: the files'
+    /// `bytes` are [`SegmentEntry::UNSIZED`] (a segment trimmed after upload has the bytes
+    /// the ledger recorded). For a reader that needs the lengths of only some of them
+    /// ([`SegmentEntry::sized`]).
+    pub fn list_held_unsized_with_ledger(
+        &self,
+    ) -> Result<(Vec<SegmentEntry>, Option<crate::ledger::Ledger>)> {
+        let out = self
+            .list_unsized()?
+            .into_iter()
+            .map(|(seq, state, path)| SegmentEntry {
+                seq,
+                state,
+                path,
+                bytes: SegmentEntry::UNSIZED,
+            })
+            .collect();
+        self.held_and_ledger(out)
+    }
+
+    /// The listing `out` with the trimmed segments the ledger (read now) records, and the
+    /// ledger.
+    fn held_and_ledger(
+        &self,
+        mut out: Vec<SegmentEntry>,
+    ) -> Result<(Vec<SegmentEntry>, Option<crate::ledger::Ledger>)> {
         // Read after the listing: retention records a trim before it unlinks.
         let dir = self.segments_dir();
         let Some(l) = crate::ledger::read(&dir)? else {
-            return Ok(out);
+            return Ok((out, None));
         };
         let have: std::collections::HashSet<u64> = out.iter().map(|e| e.seq).collect();
         for (seq, _, bytes, etag) in trimmed(&l, &have) {
@@ -531,7 +588,7 @@ impl Store {
             });
         }
         out.sort_by_key(|e| e.seq);
-        Ok(out)
+        Ok((out, Some(l)))
     }
 
     /// The highest segment number ever used in this store, counting damaged segments moved
