@@ -354,6 +354,13 @@ impl IndexBuilder {
         if r.encap != 0 {
             self.count_encap(i, dir, r, encap);
         }
+        if !self.inspected[i] && r.is_tcp() && r.tcp_flags & 0x02 != 0 {
+            // A SYN tells where its side's stream starts, so the payloads may be inspected
+            // in any order (a flow's packets may lie in several lanes' blocks).
+            let t = self.trackers[i].get_or_insert_with(Default::default);
+            t.syn(dir, r.seq);
+            self.tracked(i);
+        }
         if !self.inspected[i] && !later && (r.is_tcp() || r.proto == 17) && may_carry_payload(r) {
             let room = self.trackers[i]
                 .as_ref()
@@ -557,14 +564,26 @@ impl IndexBuilder {
             return;
         }
         let t = self.trackers[i].get_or_insert_with(Default::default);
-        let seq = r.is_tcp().then_some(r.seq);
+        // A SYN's data starts after its ISN.
+        let seq = r
+            .is_tcp()
+            .then_some(r.seq.wrapping_add(u32::from(r.tcp_flags & 0x02 != 0)));
         t.observe(dir, seq, r.dst_port, payload);
+        self.tracked(i);
+    }
+
+    /// After flow `i`'s inspection was fed: its names go into the block's delta, and once
+    /// it is done, into the flow's record.
+    fn tracked(&mut self, i: usize) {
+        let Some(done) = self.trackers[i].as_ref().map(|t| t.done()) else {
+            return;
+        };
         let tag = self.blocks.len() as u32 + 1;
         if self.named_at[i] != tag {
             self.named_at[i] = tag;
             self.named.push(i);
         }
-        if t.done() {
+        if done {
             self.inspected[i] = true;
             if let Some(t) = self.trackers[i].take() {
                 let names = t.into_names();
