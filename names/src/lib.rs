@@ -190,7 +190,8 @@ struct Side {
     stream: Vec<u8>,
     /// TCP: payloads ahead of the stream's end (a gap before them), or kept while the
     /// stream's start may still move back: (sequence number, bytes). At most one per
-    /// payload inspected, so at most [`MAX_PACKETS`] + 1, and clipped to [`STREAM_CAP`].
+    /// payload inspected, and the stream read so far after a restart, each clipped to
+    /// [`STREAM_CAP`] bytes.
     ahead: Vec<(u32, Vec<u8>)>,
     /// A QUIC client's Initial packets so far.
     quic: Option<Box<quic::Initials>>,
@@ -291,9 +292,13 @@ impl Side {
         if off >= STREAM_CAP as i64 || off + (payload.len() as i64) <= self.stream.len() as i64 {
             return false; // past the cap, or nothing new (a retransmission)
         }
-        // Held clipped to the cap from the stream's start.
-        let keep = payload.len().min((STREAM_CAP as i64 - off) as usize);
-        self.ahead.push((seq, payload[..keep].to_vec()));
+        // Held clipped to the stream's start (a start that no longer moves) and to the cap
+        // from it, so a held payload is at most STREAM_CAP bytes.
+        let skip = (-off).max(0) as usize;
+        let off = off.max(0) as usize;
+        let keep = (payload.len() - skip).min(STREAM_CAP - off);
+        let seq = seq.wrapping_add(skip as u32);
+        self.ahead.push((seq, payload[skip..skip + keep].to_vec()));
         self.join()
     }
 }
@@ -434,8 +439,10 @@ impl Tracker {
         // directions into different lanes when their DSCP differs, so the index may see the
         // server's first bytes before the client's. Which side is the client is told by
         // the bytes too (a hello, a request, a DNS query), never by which came first.
-        if !std::mem::replace(&mut self.sides[dir].detected, true) && self.names.app == App::Unknown
-        {
+        // A TCP stream's start is looked at again as it grows (a first segment of a few
+        // bytes tells nothing), a datagram's side by its first.
+        let first = !std::mem::replace(&mut self.sides[dir].detected, true);
+        if (first || is_tcp) && self.names.app == App::Unknown {
             self.names.app = detect::app(bytes, is_tcp, dst_port);
             // An HTTP/2 preface and an ONC-RPC call are a client's.
             if matches!(self.names.app, App::Http2 | App::OncRpc) {
@@ -803,6 +810,61 @@ mod tests {
         assert_eq!(fed(&syns, &reversed, false), in_order);
         assert_eq!(fed(&syns, &reversed, true), in_order);
         assert_eq!(fed(&[], &reversed, true), in_order);
+    }
+
+    /// A ClientHello cut into random pieces (some overlapping, some repeated), fed in a
+    /// random order with or without the SYN, always gives its names.
+    #[test]
+    fn random_cuts_and_orders_of_a_client_hello_give_its_names() {
+        let rec = client_hello("a.example-hub.io");
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let isn = u32::MAX - 300; // the sequence numbers wrap inside the hello
+        for trial in 0..500 {
+            let mut pieces = Vec::new();
+            let mut at = 0;
+            while at < rec.len() {
+                let len = 1 + rnd(400);
+                let back = rnd(3).min(at); // overlap the previous piece a little
+                let from = at - back;
+                let to = (at + len).min(rec.len());
+                pieces.push((from, to));
+                if rnd(5) == 0 {
+                    pieces.push((from, to)); // a retransmission
+                }
+                at = to;
+            }
+            for k in (1..pieces.len()).rev() {
+                pieces.swap(k, rnd(k + 1));
+            }
+            if pieces.len() > MAX_PACKETS as usize {
+                continue; // more than the cap: not all read, in any order
+            }
+            let syn = rnd(2) == 0;
+            let mut t = Tracker::default();
+            let syn_at = rnd(pieces.len() + 1);
+            for (k, &(from, to)) in pieces.iter().enumerate() {
+                if syn && k == syn_at {
+                    t.syn(0, isn);
+                }
+                let seq = isn.wrapping_add(1).wrapping_add(from as u32);
+                t.observe(0, Some(seq), 443, &rec[from..to]);
+            }
+            if syn && syn_at == pieces.len() {
+                t.syn(0, isn);
+            }
+            let n = t.names();
+            assert_eq!(
+                n.sni.as_deref(),
+                Some("a.example-hub.io"),
+                "trial {trial}: {pieces:?}"
+            );
+        }
     }
 
     fn permute(v: &mut Vec<usize>, k: usize, f: &mut dyn FnMut(&[usize])) {

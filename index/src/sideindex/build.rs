@@ -67,6 +67,10 @@ pub struct IndexBuilder {
     /// `None` before its first payload and once done (what it learned is then in the
     /// record's `totals.names`).
     trackers: Vec<Option<Box<capsule_names::Tracker>>>,
+    /// Per flow whose inspection has not started (no payload inspected yet): the sequence
+    /// numbers of its sides' SYNs, told to the inspection when it starts (a flow with a SYN
+    /// and no payload, a scan's, costs this and no inspection).
+    syns: HashMap<usize, [Option<u32>; 2], foldhash::fast::RandomState>,
     /// Per flow: its inspection is over (caps reached or nothing more to learn).
     inspected: Vec<bool>,
     /// Of the block being counted from its records: (record, flow, direction) of each
@@ -357,9 +361,13 @@ impl IndexBuilder {
         if !self.inspected[i] && r.is_tcp() && r.tcp_flags & 0x02 != 0 {
             // A SYN tells where its side's stream starts, so the payloads may be inspected
             // in any order (a flow's packets may lie in several lanes' blocks).
-            let t = self.trackers[i].get_or_insert_with(Default::default);
-            t.syn(dir, r.seq);
-            self.tracked(i);
+            match &mut self.trackers[i] {
+                Some(t) => {
+                    t.syn(dir, r.seq);
+                    self.tracked(i);
+                }
+                None => self.syns.entry(i).or_default()[dir] = Some(r.seq),
+            }
         }
         if !self.inspected[i] && !later && (r.is_tcp() || r.proto == 17) && may_carry_payload(r) {
             let room = self.trackers[i]
@@ -563,7 +571,24 @@ impl IndexBuilder {
         if payload.is_empty() {
             return;
         }
-        let t = self.trackers[i].get_or_insert_with(Default::default);
+        if self.trackers[i].is_none() {
+            let mut t = Box::<capsule_names::Tracker>::default();
+            for (d, isn) in self
+                .syns
+                .remove(&i)
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(isn) = isn {
+                    t.syn(d, isn);
+                }
+            }
+            self.trackers[i] = Some(t);
+        }
+        let Some(t) = self.trackers[i].as_mut() else {
+            return;
+        };
         // A SYN's data starts after its ISN.
         let seq = r
             .is_tcp()
