@@ -4,9 +4,12 @@
 //! ```text
 //! side index builder, per packet of a flow still being inspected     (capsule-index)
 //!   -> payload_of: the transport payload of a whole captured packet
-//!   -> Tracker::observe(direction, TCP seq, payload)
-//!        first payload -> detect::app: TLS | QUIC | HTTP/1 | HTTP/2 preface | DNS | SSH |
-//!                         ONC-RPC (NFS) | SMB | RoCEv2 BTH | unknown
+//!   -> Tracker::syn(direction, ISN) for each SYN: where that side's stream starts
+//!   -> Tracker::observe(direction, TCP seq, payload): TCP payloads put in sequence order
+//!        (held while a gap is before them), whatever order they come in
+//!        each side's stream start (UDP: first datagram) -> detect::app:
+//!                 TLS | QUIC | HTTP/1 | HTTP/2 preface | DNS | SSH | ONC-RPC (NFS) | SMB |
+//!                 RoCEv2 BTH | unknown
 //!        TLS   -> the client's stream reassembled in order (up to STREAM_CAP bytes, so a
 //!                 ClientHello spanning two segments is read) -> tls::client_hello:
 //!                 server name, ALPN, JA4-style fingerprint
