@@ -1186,3 +1186,58 @@ fn the_synthetic_generators_names_equal_what_tshark_extracts() {
         .collect();
     assert!(others.is_empty(), "named by capsule only: {others:#?}");
 }
+
+/// A flow's names do not depend on the order the index sees its packets in: the same trace
+/// with microsecond timestamps (many packets then share one, and a run of equal timestamps
+/// stays in one lane of the store, so a flow's packets lie in several lanes' blocks, cut at
+/// other times) gives every flow the names the nanosecond trace gives (issue 32).
+#[test]
+fn names_do_not_depend_on_where_the_store_cut_a_flows_packets() {
+    need_tool("editcap");
+    let d = tempfile::tempdir().unwrap();
+    let ns = d.path().join("s3.pcap");
+    synth(&ns, &d.path().join("t3.json"), 3, "2s", "20M", None);
+    let us = d.path().join("s3us.pcap");
+    run_ok(Command::new("editcap").args(["-F", "pcap", p(&ns), p(&us)]));
+    let names = |file: &Path, store: &str| -> BTreeMap<String, serde_json::Value> {
+        let store = d.path().join(store);
+        import_ok(&store, &["--segment-size", "1M"], &[p(file)]);
+        let mut m = BTreeMap::new();
+        for f in flows_json(&store) {
+            let key = format!(
+                "{} {}:{} {}:{}",
+                f["proto"], f["a"], f["a_port"], f["b"], f["b_port"]
+            );
+            assert!(
+                m.insert(key.clone(), f["names"].clone()).is_none(),
+                "{key} twice"
+            );
+        }
+        m
+    };
+    let (a, b) = (names(&ns, "ns"), names(&us, "us"));
+    assert_eq!(
+        a.keys().collect::<Vec<_>>(),
+        b.keys().collect::<Vec<_>>(),
+        "the same flows"
+    );
+    let named = a.values().filter(|n| !n.is_null()).count();
+    assert!(named > 20, "{named} flows named");
+    let differ: Vec<String> = a
+        .iter()
+        .filter(|(k, n)| b[*k] != **n)
+        .map(|(k, n)| format!("{k}: ns {n} us {}", b[k]))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "{} flows named differently:\n{}",
+        differ.len(),
+        differ.join("\n")
+    );
+    // The flow the issue found: its client's first segment is a TLS record's start.
+    let k = a
+        .keys()
+        .find(|k| k.contains("57540") && k.contains("203.0.113.77"));
+    let k = k.expect("the flow 10.60.0.5:57540 -> 203.0.113.77:443");
+    assert_eq!(b[k]["app"], "tls", "{k}");
+}

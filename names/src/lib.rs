@@ -4,9 +4,12 @@
 //! ```text
 //! side index builder, per packet of a flow still being inspected     (capsule-index)
 //!   -> payload_of: the transport payload of a whole captured packet
-//!   -> Tracker::observe(direction, TCP seq, payload)
-//!        first payload -> detect::app: TLS | QUIC | HTTP/1 | HTTP/2 preface | DNS | SSH |
-//!                         ONC-RPC (NFS) | SMB | RoCEv2 BTH | unknown
+//!   -> Tracker::syn(direction, ISN) for each SYN: where that side's stream starts
+//!   -> Tracker::observe(direction, TCP seq, payload): TCP payloads put in sequence order
+//!        (held while a gap is before them), whatever order they come in
+//!        each side's stream start (UDP: first datagram) -> detect::app:
+//!                 TLS | QUIC | HTTP/1 | HTTP/2 preface | DNS | SSH | ONC-RPC (NFS) | SMB |
+//!                 RoCEv2 BTH | unknown
 //!        TLS   -> the client's stream reassembled in order (up to STREAM_CAP bytes, so a
 //!                 ClientHello spanning two segments is read) -> tls::client_hello:
 //!                 server name, ALPN, JA4-style fingerprint
@@ -181,16 +184,131 @@ pub fn name_matches(pattern: &str, name: &str) -> bool {
 #[derive(Debug, Clone, Default)]
 struct Side {
     packets: u32,
-    /// The TCP sequence number the next in-order byte has.
-    next_seq: Option<u32>,
-    /// The stream's first bytes, in order (TCP only, while a parser waits for more).
+    /// TCP: the sequence number the side's stream starts at: its SYN's ISN + 1 once the SYN
+    /// was seen (then `anchored`), else the lowest of its payloads' seen so far (it moves
+    /// back when a lower one comes, while nothing was learned from the side's bytes).
+    start: Option<u32>,
+    anchored: bool,
+    /// TCP: the stream's first bytes, contiguous from `start` (up to [`STREAM_CAP`]).
     stream: Vec<u8>,
+    /// TCP: payloads ahead of the stream's end (a gap before them), or kept while the
+    /// stream's start may still move back: (sequence number, bytes). At most one per
+    /// payload inspected, and the stream read so far after a restart, each clipped to
+    /// [`STREAM_CAP`] bytes.
+    ahead: Vec<(u32, Vec<u8>)>,
     /// A QUIC client's Initial packets so far.
     quic: Option<Box<quic::Initials>>,
     /// A payload was seen from this side.
     seen: bool,
+    /// The side's stream start (TCP) or first datagram (UDP) was looked at for the
+    /// application.
+    detected: bool,
+    /// What the side's bytes tell can no longer change by packets seen later: UDP (a
+    /// datagram is whole), or a TCP side whose SYN was seen (its stream start is known).
+    fixed: bool,
+    /// Something was learned from this side's bytes (a hello, a request, a version, a DNS
+    /// message): its stream start no longer moves.
+    learned: bool,
     /// This side's bytes are no client's hello or request (TLS, QUIC, HTTP/1).
     not_client: bool,
+}
+
+impl Side {
+    /// Nothing more this side sends can change what its bytes tell: its cap is spent, or
+    /// its start (fixed) was looked at.
+    fn settled(&self) -> bool {
+        self.packets >= MAX_PACKETS || (self.fixed && self.detected)
+    }
+
+    /// The stream starts at `start` instead (a lower sequence number than the current
+    /// start, or the SYN's): what was read of it is held again, and looked at afresh.
+    fn restart(&mut self, start: u32) {
+        if let Some(old) = self.start {
+            if !self.stream.is_empty() {
+                let bytes = std::mem::take(&mut self.stream);
+                self.ahead.push((old, bytes));
+            }
+        }
+        self.start = Some(start);
+        self.detected = false;
+        self.not_client = false;
+    }
+
+    /// Moves the held payloads that now join the stream's end into it; whether it grew.
+    fn join(&mut self) -> bool {
+        let Some(start) = self.start else {
+            return false;
+        };
+        let (stream, ahead) = (&mut self.stream, &mut self.ahead);
+        let mut grew = false;
+        loop {
+            let mut joined = false;
+            ahead.retain(|(seq, b)| {
+                let off = i64::from(seq.wrapping_sub(start) as i32);
+                let have = stream.len() as i64;
+                let end = off + b.len() as i64;
+                if end <= have || off >= STREAM_CAP as i64 {
+                    return false; // already in the stream, before its start, or past the cap
+                }
+                if off > have {
+                    return true; // a gap before it
+                }
+                let from = (have - off) as usize;
+                let take = (b.len() - from).min(STREAM_CAP - stream.len());
+                stream.extend_from_slice(&b[from..from + take]);
+                joined = true;
+                false
+            });
+            if !joined {
+                break;
+            }
+            grew = true;
+        }
+        grew
+    }
+
+    /// Takes TCP payload `payload` at `seq`; whether the in-order stream grew.
+    fn segment(&mut self, seq: u32, payload: &[u8]) -> bool {
+        let start = match self.start {
+            None => {
+                self.start = Some(seq);
+                seq
+            }
+            Some(s) => {
+                if !self.anchored && !self.learned && serial_lt(seq, s) {
+                    // A lower sequence number than the start: the stream starts there.
+                    self.restart(seq);
+                    seq
+                } else {
+                    s
+                }
+            }
+        };
+        let off = seq.wrapping_sub(start);
+        if off as usize == self.stream.len() && self.ahead.is_empty() {
+            // The next bytes in order (the common case): no copy held.
+            let take = payload.len().min(STREAM_CAP - self.stream.len());
+            self.stream.extend_from_slice(&payload[..take]);
+            return take > 0;
+        }
+        let off = i64::from(off as i32);
+        if off >= STREAM_CAP as i64 || off + (payload.len() as i64) <= self.stream.len() as i64 {
+            return false; // past the cap, or nothing new (a retransmission)
+        }
+        // Held clipped to the stream's start (a start that no longer moves) and to the cap
+        // from it, so a held payload is at most STREAM_CAP bytes.
+        let skip = (-off).max(0) as usize;
+        let off = off.max(0) as usize;
+        let keep = (payload.len() - skip).min(STREAM_CAP - off);
+        let seq = seq.wrapping_add(skip as u32);
+        self.ahead.push((seq, payload[skip..skip + keep].to_vec()));
+        self.join()
+    }
+}
+
+/// Serial-number order of TCP sequence numbers: `a` before `b`.
+fn serial_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
 }
 
 /// A flow's inspection while the index is built: fed the payload of its packets until it is
@@ -240,9 +358,37 @@ impl Tracker {
         self.names
     }
 
+    /// Tells the inspection that direction `dir` sent a SYN with sequence number `seq` (its
+    /// ISN): that side's stream starts at `seq + 1`, whatever order its payloads come in.
+    pub fn syn(&mut self, dir: usize, seq: u32) {
+        let dir = dir & 1;
+        let side = &mut self.sides[dir];
+        if self.done || side.anchored || side.learned {
+            return;
+        }
+        let start = seq.wrapping_add(1);
+        match side.start {
+            // Payloads before the ISN: another connection's (a port reused); left alone.
+            Some(s) if serial_lt(s, start) => return,
+            Some(s) if s == start => {}
+            _ => side.restart(start),
+        }
+        side.anchored = true;
+        side.fixed = true;
+        side.join();
+        if self.sides[dir].detected {
+            self.settle();
+        } else {
+            self.look(dir, true, 0);
+        }
+    }
+
     /// Feeds one packet's transport payload, sent in direction `dir` (0 or 1). `tcp_seq` is
-    /// the TCP sequence number for TCP (its stream is then reassembled in order), `None` for
-    /// UDP. `dst_port` is the packet's destination port (only RoCEv2 is told by its port).
+    /// the TCP sequence number of the payload's first byte for TCP (its stream is then
+    /// reassembled in sequence order, from the side's SYN when [`Tracker::syn`] told it,
+    /// else from the lowest sequence number seen, so the order the payloads come in does
+    /// not matter), `None` for UDP. `dst_port` is the packet's destination port (only
+    /// RoCEv2 is told by its port).
     pub fn observe(&mut self, dir: usize, tcp_seq: Option<u32>, dst_port: u16, payload: &[u8]) {
         if self.done || payload.is_empty() {
             return;
@@ -256,48 +402,71 @@ impl Tracker {
             return;
         }
         side.packets += 1;
-        // Each side's first payload may tell the application: a store writes a flow's two
+        side.seen = true;
+        match tcp_seq {
+            Some(seq) => {
+                let grew = side.segment(seq, payload);
+                if grew {
+                    self.look(dir, true, dst_port);
+                } else {
+                    self.settle();
+                }
+            }
+            None => {
+                // A datagram is whole: what it tells does not depend on the others'.
+                side.fixed = true;
+                self.read(dir, None, dst_port, payload);
+            }
+        }
+    }
+
+    /// Side `dir`'s TCP stream grew (or its start became known): its start is looked at for
+    /// the application, and the stream handed to the application's parser.
+    fn look(&mut self, dir: usize, tcp: bool, dst_port: u16) {
+        if self.sides[dir].stream.is_empty() {
+            return self.settle();
+        }
+        let stream = std::mem::take(&mut self.sides[dir].stream);
+        self.read(dir, Some(tcp), dst_port, &stream);
+        // Not when done, nor when the stream restarted (a DNS message was read).
+        if !self.done && self.sides[dir].start.is_some() {
+            self.sides[dir].stream = stream;
+        }
+    }
+
+    /// Reads side `dir`'s bytes: its TCP stream from its start (`tcp`: `Some`), or one UDP
+    /// datagram.
+    fn read(&mut self, dir: usize, tcp: Option<bool>, dst_port: u16, bytes: &[u8]) {
+        let is_tcp = tcp.is_some();
+        // Each side's start may tell the application: a store writes a flow's two
         // directions into different lanes when their DSCP differs, so the index may see the
         // server's first bytes before the client's. Which side is the client is told by
         // the bytes too (a hello, a request, a DNS query), never by which came first.
-        let first_of_side = !std::mem::replace(&mut self.sides[dir].seen, true);
-        if self.names.app == App::Unknown && first_of_side {
-            self.names.app = detect::app(payload, tcp_seq.is_some(), dst_port);
+        // A TCP stream's start is looked at again as it grows (a first segment of a few
+        // bytes tells nothing), a datagram's side by its first.
+        let first = !std::mem::replace(&mut self.sides[dir].detected, true);
+        if (first || is_tcp) && self.names.app == App::Unknown {
+            self.names.app = detect::app(bytes, is_tcp, dst_port);
             // An HTTP/2 preface and an ONC-RPC call are a client's.
             if matches!(self.names.app, App::Http2 | App::OncRpc) {
                 self.client_is(dir);
+                self.sides[dir].learned = true;
             }
         }
-        // The bytes of this direction's stream so far (TCP: in order; UDP: this datagram).
-        let bytes: &[u8] = match tcp_seq {
-            Some(seq) => {
-                let side = &mut self.sides[dir];
-                let expected = *side.next_seq.get_or_insert(seq);
-                if seq != expected || side.stream.len() >= STREAM_CAP {
-                    // Out of order, a retransmission, or full: nothing new in order.
-                    return;
-                }
-                let take = payload.len().min(STREAM_CAP - side.stream.len());
-                side.stream.extend_from_slice(&payload[..take]);
-                side.next_seq = Some(seq.wrapping_add(payload.len() as u32));
-                &self.sides[dir].stream
-            }
-            None => payload,
-        };
         match self.names.app {
             // A client's hello or request is told from the bytes; whichever side sends one
             // is the client, and a side whose bytes are none is not (its peer is).
             _ if self.sides[dir].not_client => {}
-            App::Quic if tcp_seq.is_none() => {
+            App::Quic if !is_tcp => {
                 let q = self.sides[dir].quic.get_or_insert_with(Default::default);
                 let h = q.datagram(bytes);
                 self.hello(dir, h);
             }
-            App::Tls if tcp_seq.is_some() => {
+            App::Tls if is_tcp => {
                 let h = tls::client_hello(bytes);
                 self.hello(dir, h);
             }
-            App::Http1 if tcp_seq.is_some() => match text::http_request(bytes) {
+            App::Http1 if is_tcp => match text::http_request(bytes) {
                 text::Http::Incomplete => {}
                 text::Http::Request { method, host } => {
                     self.client_is(dir);
@@ -314,8 +483,9 @@ impl Tracker {
                         text::Ssh::Version(v) => {
                             self.names.ssh[dir] = Some(v);
                             self.ssh_read[dir] = true;
+                            self.sides[dir].learned = true;
                         }
-                        text::Ssh::Not => self.ssh_read[dir] = true,
+                        text::Ssh::Not => self.ssh_read[dir] = self.sides[dir].fixed,
                     }
                 }
                 if self.ssh_read == [true, true] {
@@ -323,11 +493,12 @@ impl Tracker {
                 }
             }
             App::Dns => {
-                let m = match tcp_seq {
-                    Some(_) => dns::parse_tcp(bytes),
-                    None => dns::parse(bytes),
+                let m = match is_tcp {
+                    true => dns::parse_tcp(bytes),
+                    false => dns::parse(bytes),
                 };
                 if let Some(m) = m {
+                    self.sides[dir].learned = true;
                     // A query comes from the client, a response from the server.
                     if m.response {
                         self.client_is(1 - dir);
@@ -348,17 +519,35 @@ impl Tracker {
                             self.names.dns_answers.push(a);
                         }
                     }
-                }
-                if tcp_seq.is_some() {
-                    // One message per direction is read over TCP: the stream restarts.
-                    let side = &mut self.sides[dir];
-                    side.stream.clear();
-                    side.next_seq = None;
+                    if is_tcp {
+                        // One message per direction is read over TCP: the stream restarts
+                        // at the next payload.
+                        let side = &mut self.sides[dir];
+                        side.stream.clear();
+                        side.ahead.clear();
+                        side.start = None;
+                        side.anchored = false;
+                        return;
+                    }
                 }
             }
-            // Nothing recognised yet: the other side's first payload may tell.
-            App::Unknown if !self.sides[1 - dir].seen => {}
+            // Nothing recognised yet: wait until neither side's start can change.
+            App::Unknown => {}
             _ => self.finish(),
+        }
+        self.settle();
+    }
+
+    /// Ends the inspection when nothing more can be learned: no application is known, or
+    /// neither side's bytes are a client's, and neither side's start can still change.
+    fn settle(&mut self) {
+        if self.done || !self.sides.iter().all(Side::settled) {
+            return;
+        }
+        let no_client = self.sides.iter().all(|s| s.not_client)
+            && matches!(self.names.app, App::Tls | App::Quic | App::Http1);
+        if self.names.app == App::Unknown || no_client {
+            self.finish();
         }
     }
 
@@ -374,9 +563,6 @@ impl Tracker {
     /// nothing more can be learned.
     fn not_client(&mut self, dir: usize) {
         self.sides[dir].not_client = true;
-        if self.sides[1 - dir].not_client {
-            self.finish();
-        }
     }
 
     /// Takes what side `dir`'s hello (TLS, or QUIC's Initial) gave.
@@ -385,6 +571,7 @@ impl Tracker {
             tls::Hello::Incomplete => {}
             tls::Hello::Client(h) => {
                 self.client_is(dir);
+                self.sides[dir].learned = true;
                 self.names.sni = h.sni;
                 self.names.alpn = h.alpn;
                 self.names.ja4 = Some(h.ja4);
@@ -537,6 +724,183 @@ mod tests {
         assert_eq!(t.names().sni.as_deref(), Some("a.example"));
     }
 
+    /// Feeds `segs` (direction, sequence number, payload) in the order given, after the
+    /// SYNs `syns` (direction, ISN) when `syn_first`, else after the payloads.
+    fn fed(syns: &[(usize, u32)], segs: &[(usize, u32, &[u8])], syn_first: bool) -> FlowNames {
+        let mut t = Tracker::default();
+        if syn_first {
+            for &(d, isn) in syns {
+                t.syn(d, isn);
+            }
+        }
+        for &(d, seq, p) in segs {
+            t.observe(d, Some(seq), 443, p);
+        }
+        if !syn_first {
+            for &(d, isn) in syns {
+                t.syn(d, isn);
+            }
+        }
+        t.into_names()
+    }
+
+    /// Every order of a flow's segments gives the names the in-order feed gives: a flow's
+    /// packets may lie in several lanes' blocks, so the index sees them in an order that
+    /// depends on where blocks were cut, not on the packets.
+    #[test]
+    fn segments_seen_out_of_order_give_the_names_seen_in_order() {
+        let rec = client_hello("models.example-hub.io");
+        let cut = 300;
+        // The server's first bytes: a ServerHello record.
+        let sh: &[u8] = &[0x16, 3, 3, 0, 4, 2, 0, 0, 0];
+        // A ClientHello split over two segments, then application data.
+        let app = [0x17u8, 3, 3, 0, 40]
+            .iter()
+            .copied()
+            .chain([9; 40])
+            .collect::<Vec<u8>>();
+        let (c, s) = (1000u32, 5000u32);
+        let tail = c + 1 + rec.len() as u32;
+        let segs: Vec<(usize, u32, &[u8])> = vec![
+            (0, c + 1, &rec[..cut]),
+            (0, c + 1 + cut as u32, &rec[cut..]),
+            (1, s + 1, sh),
+            (0, tail, &app),
+            (0, tail + app.len() as u32, &app[5..]),
+        ];
+        let syns = [(0, c), (1, s)];
+        let want = fed(&syns, &segs, true);
+        assert_eq!(want.sni.as_deref(), Some("models.example-hub.io"));
+        assert_eq!((want.app, want.client), (App::Tls, Some(0)));
+        // Every order of the five segments, the SYNs before or after them.
+        let mut order: Vec<usize> = (0..segs.len()).collect();
+        let mut n = 0;
+        permute(&mut order, 0, &mut |o| {
+            let s: Vec<_> = o.iter().map(|&k| segs[k]).collect();
+            for syn_first in [true, false] {
+                assert_eq!(
+                    fed(&syns, &s, syn_first),
+                    want,
+                    "order {o:?} syn first {syn_first}"
+                );
+            }
+            // Without the SYNs (a flow seen from its middle on): its lowest sequence
+            // number starts the stream.
+            assert_eq!(fed(&[], &s, true), want, "order {o:?} without SYNs");
+            n += 1;
+        });
+        assert_eq!(n, 120);
+        // Application data from the start of a side, its later segments seen first (each
+        // starting mid-record): the application is told from the stream's start.
+        let data: Vec<u8> = [0x17u8, 3, 3, 0x05, 0xdc]
+            .iter()
+            .copied()
+            .chain([0x5a; 1500])
+            .collect();
+        let parts: Vec<(usize, u32, &[u8])> = (0..4)
+            .map(|k| {
+                (
+                    0,
+                    c + 1 + 400 * k as u32,
+                    &data[400 * k..(400 * k + 400).min(data.len())],
+                )
+            })
+            .chain([(1, s + 1, &[0x5au8; 100][..])])
+            .collect();
+        let in_order = fed(&syns, &parts, true);
+        assert_eq!(in_order.app, App::Tls);
+        let reversed: Vec<_> = parts.iter().rev().copied().collect();
+        assert_eq!(fed(&syns, &reversed, false), in_order);
+        assert_eq!(fed(&syns, &reversed, true), in_order);
+        assert_eq!(fed(&[], &reversed, true), in_order);
+    }
+
+    /// A ClientHello cut into random pieces (some overlapping, some repeated), fed in a
+    /// random order with or without the SYN, always gives its names.
+    #[test]
+    fn random_cuts_and_orders_of_a_client_hello_give_its_names() {
+        let rec = client_hello("a.example-hub.io");
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let isn = u32::MAX - 300; // the sequence numbers wrap inside the hello
+        for trial in 0..500 {
+            let mut pieces = Vec::new();
+            let mut at = 0;
+            while at < rec.len() {
+                let len = 1 + rnd(400);
+                let back = rnd(3).min(at); // overlap the previous piece a little
+                let from = at - back;
+                let to = (at + len).min(rec.len());
+                pieces.push((from, to));
+                if rnd(5) == 0 {
+                    pieces.push((from, to)); // a retransmission
+                }
+                at = to;
+            }
+            for k in (1..pieces.len()).rev() {
+                pieces.swap(k, rnd(k + 1));
+            }
+            if pieces.len() > MAX_PACKETS as usize {
+                continue; // more than the cap: not all read, in any order
+            }
+            let syn = rnd(2) == 0;
+            let mut t = Tracker::default();
+            let syn_at = rnd(pieces.len() + 1);
+            for (k, &(from, to)) in pieces.iter().enumerate() {
+                if syn && k == syn_at {
+                    t.syn(0, isn);
+                }
+                let seq = isn.wrapping_add(1).wrapping_add(from as u32);
+                t.observe(0, Some(seq), 443, &rec[from..to]);
+            }
+            if syn && syn_at == pieces.len() {
+                t.syn(0, isn);
+            }
+            let n = t.names();
+            assert_eq!(
+                n.sni.as_deref(),
+                Some("a.example-hub.io"),
+                "trial {trial}: {pieces:?}"
+            );
+        }
+    }
+
+    fn permute(v: &mut Vec<usize>, k: usize, f: &mut dyn FnMut(&[usize])) {
+        if k == v.len() {
+            return f(v);
+        }
+        for j in k..v.len() {
+            v.swap(k, j);
+            permute(v, k + 1, f);
+            v.swap(k, j);
+        }
+    }
+
+    /// A ClientHello split over two segments, seen in reverse: read once both are there.
+    #[test]
+    fn a_client_hello_split_over_two_segments_seen_in_reverse_gives_its_names() {
+        let rec = client_hello("models.example-hub.io");
+        for cut in [5, 40, 300, rec.len() - 1] {
+            for syn in [true, false] {
+                let mut t = Tracker::default();
+                if syn {
+                    t.syn(0, 999);
+                }
+                t.observe(0, Some(1000 + cut as u32), 443, &rec[cut..]);
+                assert!(!t.done(), "cut at {cut}");
+                t.observe(0, Some(1000), 443, &rec[..cut]);
+                assert!(t.done(), "cut at {cut}, syn {syn}");
+                assert_eq!(t.names().sni.as_deref(), Some("models.example-hub.io"));
+                assert_eq!(t.names().alpn, ["h2", "http/1.1"]);
+            }
+        }
+    }
+
     #[test]
     fn room_says_what_observe_would_still_read() {
         // One direction of unknown bytes, the other silent (a bulk transfer and its
@@ -555,7 +919,14 @@ mod tests {
             format!("{before:?}"),
             "a packet without room is not read"
         );
-        // The other side's first bytes are no better known: nothing more to learn.
+        // The other side's bytes tell nothing either, but without its SYN a payload with a
+        // lower sequence number (the stream's true start) may still come: it is read on.
+        let mut u = t.clone();
+        u.observe(1, Some(1000), 40000, &[0xcd; 100]);
+        assert!(!u.done());
+        assert_eq!((u.room(0), u.room(1)), (0, MAX_PACKETS - 1));
+        // With its SYN, that side's start is known: nothing more to learn.
+        t.syn(1, 0);
         t.observe(1, Some(1), 40000, &[0xcd; 100]);
         assert!(t.done());
         assert_eq!((t.room(0), t.room(1)), (0, 0));

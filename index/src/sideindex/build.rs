@@ -67,6 +67,10 @@ pub struct IndexBuilder {
     /// `None` before its first payload and once done (what it learned is then in the
     /// record's `totals.names`).
     trackers: Vec<Option<Box<capsule_names::Tracker>>>,
+    /// Per flow whose inspection has not started (no payload inspected yet): the sequence
+    /// numbers of its sides' SYNs, told to the inspection when it starts (a flow with a SYN
+    /// and no payload, a scan's, costs this and no inspection).
+    syns: HashMap<usize, [Option<u32>; 2], foldhash::fast::RandomState>,
     /// Per flow: its inspection is over (caps reached or nothing more to learn).
     inspected: Vec<bool>,
     /// Of the block being counted from its records: (record, flow, direction) of each
@@ -354,6 +358,17 @@ impl IndexBuilder {
         if r.encap != 0 {
             self.count_encap(i, dir, r, encap);
         }
+        if !self.inspected[i] && r.is_tcp() && r.tcp_flags & 0x02 != 0 {
+            // A SYN tells where its side's stream starts, so the payloads may be inspected
+            // in any order (a flow's packets may lie in several lanes' blocks).
+            match &mut self.trackers[i] {
+                Some(t) => {
+                    t.syn(dir, r.seq);
+                    self.tracked(i);
+                }
+                None => self.syns.entry(i).or_default()[dir] = Some(r.seq),
+            }
+        }
         if !self.inspected[i] && !later && (r.is_tcp() || r.proto == 17) && may_carry_payload(r) {
             let room = self.trackers[i]
                 .as_ref()
@@ -556,15 +571,44 @@ impl IndexBuilder {
         if payload.is_empty() {
             return;
         }
-        let t = self.trackers[i].get_or_insert_with(Default::default);
-        let seq = r.is_tcp().then_some(r.seq);
+        if self.trackers[i].is_none() {
+            let mut t = Box::<capsule_names::Tracker>::default();
+            for (d, isn) in self
+                .syns
+                .remove(&i)
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(isn) = isn {
+                    t.syn(d, isn);
+                }
+            }
+            self.trackers[i] = Some(t);
+        }
+        let Some(t) = self.trackers[i].as_mut() else {
+            return;
+        };
+        // A SYN's data starts after its ISN.
+        let seq = r
+            .is_tcp()
+            .then_some(r.seq.wrapping_add(u32::from(r.tcp_flags & 0x02 != 0)));
         t.observe(dir, seq, r.dst_port, payload);
+        self.tracked(i);
+    }
+
+    /// After flow `i`'s inspection was fed: its names go into the block's delta, and once
+    /// it is done, into the flow's record.
+    fn tracked(&mut self, i: usize) {
+        let Some(done) = self.trackers[i].as_ref().map(|t| t.done()) else {
+            return;
+        };
         let tag = self.blocks.len() as u32 + 1;
         if self.named_at[i] != tag {
             self.named_at[i] = tag;
             self.named.push(i);
         }
-        if t.done() {
+        if done {
             self.inspected[i] = true;
             if let Some(t) = self.trackers[i].take() {
                 let names = t.into_names();
