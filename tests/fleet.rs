@@ -1195,15 +1195,7 @@ fn a_catalog_of_an_earlier_release_gets_the_location_column_at_the_first_questio
 fn the_narrow_flow_table_is_filled_for_rows_published_before_it_and_after() {
     let d = tempfile::tempdir().unwrap();
     let mut ch = ClickHouse::start(&d.path().join("ch"));
-    let pcap = d.path().join("in.pcap");
-    synth(&pcap, &d.path().join("truth.json"), 7, "2s", "10M", None);
-    let (a, b) = (d.path().join("a"), d.path().join("b"));
-    query_ok_into(&pcap, &a, "net 10.10.0.0/16");
-    query_ok_into(&pcap, &b, "not net 10.10.0.0/16");
-    let ca = node_config(d.path(), "na", &ch.url());
-    let cb = node_config(d.path(), "nb", &ch.url());
-    let (code, doc, err) = publish(&a, &ca);
-    assert_eq!(code, 0, "{doc} {err}");
+    let (pcap, a, b, ca, cb) = two_nodes_na_published(d.path(), &ch.url());
     // What an earlier release's catalog is: the flow rows, no narrow table, no view.
     for sql in [
         "DROP TABLE capsule.flows_to_totals",
@@ -1257,15 +1249,7 @@ fn the_narrow_flow_table_is_filled_for_rows_published_before_it_and_after() {
 fn a_catalog_before_the_flow_attributes_gets_them_and_a_view_that_copies_them() {
     let d = tempfile::tempdir().unwrap();
     let mut ch = ClickHouse::start(&d.path().join("ch"));
-    let pcap = d.path().join("in.pcap");
-    synth(&pcap, &d.path().join("truth.json"), 7, "2s", "10M", None);
-    let (a, b) = (d.path().join("a"), d.path().join("b"));
-    query_ok_into(&pcap, &a, "net 10.10.0.0/16");
-    query_ok_into(&pcap, &b, "not net 10.10.0.0/16");
-    let ca = node_config(d.path(), "na", &ch.url());
-    let cb = node_config(d.path(), "nb", &ch.url());
-    let (code, doc, err) = publish(&a, &ca);
-    assert_eq!(code, 0, "{doc} {err}");
+    let (_, _, b, ca, cb) = two_nodes_na_published(d.path(), &ch.url());
     // The earlier release's catalog: what it made, with na's rows as it published them.
     let mut sqls = vec!["DROP TABLE capsule.flows_to_totals".to_string()];
     for t in ["flows", "flow_totals"] {
@@ -1356,6 +1340,22 @@ fn a_catalog_before_the_flow_attributes_gets_them_and_a_view_that_copies_them() 
 }
 
 /// `filter` of `pcap` imported into a new store `store`.
+/// One synthetic trace (`DIR/in.pcap`) split into two node stores, `DIR/a` (the
+/// 10.10.0.0/16 traffic) and `DIR/b` (the rest), with their configs (nodes `na` and `nb` of
+/// the catalog at `url`); `na` has published. Returns the trace, the stores and configs.
+fn two_nodes_na_published(dir: &Path, url: &str) -> (PathBuf, PathBuf, PathBuf, PathBuf, PathBuf) {
+    let pcap = dir.join("in.pcap");
+    synth(&pcap, &dir.join("truth.json"), 7, "2s", "10M", None);
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    query_ok_into(&pcap, &a, "net 10.10.0.0/16");
+    query_ok_into(&pcap, &b, "not net 10.10.0.0/16");
+    let ca = node_config(dir, "na", url);
+    let cb = node_config(dir, "nb", url);
+    let (code, doc, err) = publish(&a, &ca);
+    assert_eq!(code, 0, "{doc} {err}");
+    (pcap, a, b, ca, cb)
+}
+
 fn query_ok_into(pcap: &Path, store: &Path, filter: &str) {
     let whole = store.with_extension("whole");
     import_ok(&whole, &["--segment-size", "1M"], &[p(pcap)]);

@@ -151,6 +151,17 @@ fn put_attributes(w: &mut Writer, kept: Kept, f: &FlowCounts) {
     put_attribute(w, kept.tunnels, encap);
 }
 
+/// An attribute column's value: `None` when empty (the node's index kept none), `Some(None)`
+/// for tag 0 (kept, the flow has none), `Some(Some(record))` for tag 1; else the tag byte.
+fn tagged(blob: &[u8]) -> Result<Option<Option<&[u8]>>, u8> {
+    match blob.split_first() {
+        None => Ok(None),
+        Some((0, [])) => Ok(Some(None)),
+        Some((1, rec)) => Ok(Some(Some(rec))),
+        Some((t, _)) => Err(*t),
+    }
+}
+
 /// Reads the attribute columns of a flow row into `f`: what the node's index kept.
 fn get_attributes(r: &mut Reader, f: &mut FlowCounts) -> Result<Kept, FleetError> {
     let bad = |what: &str, problem: String| FleetError::Decode {
@@ -158,29 +169,21 @@ fn get_attributes(r: &mut Reader, f: &mut FlowCounts) -> Result<Kept, FleetError
         problem,
     };
     let mut kept = Kept::default();
-    let names = r.blob()?;
-    match names.split_first() {
-        None => {}
-        Some((0, [])) => kept.names = true,
-        Some((1, rec)) => {
-            kept.names = true;
+    if let Some(rec) = tagged(r.blob()?).map_err(|t| bad("names", format!("tag byte {t}")))? {
+        kept.names = true;
+        if let Some(rec) = rec {
             let n = capsule_index::sideindex::names_from_record(rec)
                 .map_err(|e| bad("names", e.to_string()))?;
             f.totals.names = Some(Box::new(n));
         }
-        Some((t, _)) => return Err(bad("names", format!("tag byte {t}"))),
     }
-    let encap = r.blob()?;
-    match encap.split_first() {
-        None => {}
-        Some((0, [])) => kept.tunnels = true,
-        Some((1, rec)) => {
-            kept.tunnels = true;
+    if let Some(rec) = tagged(r.blob()?).map_err(|t| bad("encap", format!("tag byte {t}")))? {
+        kept.tunnels = true;
+        if let Some(rec) = rec {
             let e = capsule_index::sideindex::encap_from_record(rec)
                 .map_err(|e| bad("encap", e.to_string()))?;
             f.totals.encap = Some(Box::new(e));
         }
-        Some((t, _)) => return Err(bad("encap", format!("tag byte {t}"))),
     }
     Ok(kept)
 }

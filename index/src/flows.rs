@@ -946,11 +946,13 @@ pub fn resolve_index_only(store: &Store, q: &Query) -> Result<(Query, Vec<u64>)>
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::sideindex::CountsBucket;
 
-    fn rec(a: &str, first_s: u64, packets: u64) -> FlowCounts {
+    /// A UDP flow from `a` to 10.0.0.9:53 starting at second `first_s`, with `packets`
+    /// packets of 100 bytes in that second (also the rollup tests' record).
+    pub(crate) fn rec(a: &str, first_s: u64, packets: u64) -> FlowCounts {
         let key = FlowKey {
             vlans: [None, None],
             ip_version: 4,

@@ -507,26 +507,11 @@ pub fn verify(store: &capsule_store::Store) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sideindex::{CountsBucket, CountsIndex, FlowKey};
+    use crate::sideindex::CountsIndex;
 
+    /// The listing tests' flow record, with a DNS answer naming `answer` when given.
     fn rec(a: &str, first_s: u64, packets: u64, answer: Option<&str>) -> FlowCounts {
-        let key = FlowKey {
-            vlans: [None, None],
-            ip_version: 4,
-            proto: 17,
-            a: a.parse().unwrap(),
-            b: "10.0.0.9".parse().unwrap(),
-            ports: Some((1000, 53)),
-        };
-        let mut f = FlowCounts::new(key, first_s * 1_000_000_000, first_s * 1_000_000_000 + 10);
-        f.totals.packets = [packets, 0];
-        f.totals.bytes = [packets * 100, 0];
-        f.buckets = vec![CountsBucket {
-            second: first_s,
-            bytes: [packets * 100, 0],
-            packets: [packets as u32, 0],
-            ..CountsBucket::default()
-        }];
+        let mut f = crate::flows::tests::rec(a, first_s, packets);
         if let Some(name) = answer {
             f.totals.names = Some(Box::new(capsule_names::FlowNames {
                 dns_answers: vec![(name.into(), "192.0.2.7".parse().unwrap())],
