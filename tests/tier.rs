@@ -586,10 +586,25 @@ fn kill_9_during_uploads_records_no_object_that_is_not_whole_and_the_next_writer
     std::thread::sleep(Duration::from_millis(30));
     child.kill().unwrap();
     child.wait().unwrap();
-    // Whatever the ledger records as tiered is whole in the object store.
+    // Whatever the ledger records as tiered is whole in the object store. A segment sealed
+    // just before the kill may lack its side index (the crash window between sealing and
+    // indexing, named by verify and rebuilt by the next writer, checked below): that is
+    // the store's, not the tier's, and segments here are written in tens of ms.
     let (code, v, err) = verify(&store, &["--config", p(&cfg)]);
-    assert!(code == Some(0) || code == Some(3), "{v} {err}");
-    assert_eq!(v["problems"].as_array().unwrap().len(), 0, "{v}");
+    let tier_problems: Vec<_> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            !(p["what"] == "index"
+                && p["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.starts_with("missing:")))
+        })
+        .collect();
+    assert!(tier_problems.is_empty(), "{v} {err}");
+    // 1 only for that missing index.
+    assert!(matches!(code, Some(0 | 1 | 3)), "{v} {err}");
     // The next writer drains what was left, and nothing is lost.
     let empty = d.path().join("empty.pcap");
     std::fs::write(&empty, write_pcap_ns(1, 65535, &[])).unwrap();
