@@ -22,6 +22,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::clickhouse::{free_port, ClickHouse};
+use common::frames::{eth, ipv4};
 use common::*;
 use serde_json::Value;
 
@@ -63,33 +64,6 @@ fn answer(args: &[&str], store_name: &str) -> Value {
     let mut v: Value = serde_json::from_str(&text).unwrap();
     v["limits"]["drops"] = Value::Null;
     v
-}
-
-/// An IPv4 packet (DSCP `dscp`) around `payload`, its header checksum right.
-fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, dscp: u8, payload: &[u8]) -> Vec<u8> {
-    let len = u16::try_from(20 + payload.len()).unwrap();
-    let mut h = vec![0x45, dscp << 2];
-    h.extend_from_slice(&len.to_be_bytes());
-    h.extend_from_slice(&[0x12, 0x34, 0x40, 0x00, 64, proto, 0, 0]);
-    h.extend_from_slice(&src);
-    h.extend_from_slice(&dst);
-    let mut sum: u32 = h
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    h.extend_from_slice(payload);
-    h
-}
-
-fn eth(ethertype: u16, payload: &[u8]) -> Vec<u8> {
-    let mut e = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
-    e.extend_from_slice(&ethertype.to_be_bytes());
-    e.extend_from_slice(payload);
-    e
 }
 
 /// A TLS 1.2 record holding a ClientHello that names `sni` (one cipher suite, the

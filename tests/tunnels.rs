@@ -11,29 +11,11 @@
 
 mod common;
 
+use common::frames::{eth, ipv4};
 use common::netns::{ip, Namespaces};
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
-
-fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, dscp: u8, payload: &[u8]) -> Vec<u8> {
-    let len = u16::try_from(20 + payload.len()).unwrap();
-    let mut h = vec![0x45, dscp << 2];
-    h.extend_from_slice(&len.to_be_bytes());
-    h.extend_from_slice(&[0x12, 0x34, 0x40, 0x00, 64, proto, 0, 0]);
-    h.extend_from_slice(&src);
-    h.extend_from_slice(&dst);
-    let mut sum = 0u32;
-    for w in h.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    h.extend_from_slice(payload);
-    h
-}
 
 fn tcp(sp: u16, dp: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
     let mut t = Vec::new();
@@ -54,13 +36,6 @@ fn udp(sp: u16, dp: u16, payload: &[u8]) -> Vec<u8> {
     u.extend_from_slice(&[0, 0]);
     u.extend_from_slice(payload);
     u
-}
-
-fn eth(ethertype: u16, payload: &[u8]) -> Vec<u8> {
-    let mut e = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
-    e.extend_from_slice(&ethertype.to_be_bytes());
-    e.extend_from_slice(payload);
-    e
 }
 
 /// The encapsulations of the test, each around an inner IPv4 packet.

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod clickhouse;
+pub mod frames;
 pub mod netns;
 pub mod planted;
 pub mod serve;
