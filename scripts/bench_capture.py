@@ -58,6 +58,7 @@ import glob
 import math
 import os
 import re
+import statistics
 import shutil
 import signal
 import struct
@@ -621,8 +622,8 @@ def main():
             if r["retries"]:
                 extra += f"; send retries (ENOBUFS, EAGAIN) {r['retries']}"
             print(f"  run {rep} {capturer:<13} {r['sent']} / {r['captured']} / {r['dropped']}; "
-                  f"CPU {r['cpu']:.2f}; {r['us_per_pkt']:.2f} us/pkt; "
-                  f"{r['per_byte']:.3f}; sender {r['sender_cpu']:.2f}{extra}", flush=True)
+                  f"CPU {r['cpu']:.2f} ({r['cpu_indexed']:.2f} +index); "
+                  f"{r['us_per_pkt']:.2f} us/pkt; {r['per_byte']:.3f}; sender {r['sender_cpu']:.2f}{extra}", flush=True)
 
     best = {}
     for c, rs in runs.items():
@@ -664,6 +665,15 @@ def main():
                              f"per packet "
                              f"{ratio(r['us_per_pkt_indexed'], b['us_per_pkt_indexed'])})")
         print(f"{c}: " + "; ".join(parts))
+        if "stenographer" in runs and c != "stenographer":
+            # Paired: each run against Stenographer's run of the same round, which had the
+            # same machine load (the rows above take each capturer's best run on its own).
+            for key, what in (("cpu", "CPU"), ("cpu_indexed", "through the index written")):
+                ks = [r[key] / s[key] for r, s in zip(runs[c], runs["stenographer"]) if s[key]]
+                if ks:
+                    print(f"{c}: {what} / stenographer's in the same round: "
+                          + " ".join(f"{k:.2f}x" for k in ks)
+                          + f"; median {statistics.median(ks):.2f}x")
     for c in (x for x in only if x.startswith("capsule")):
         r = best[c]
         verdicts = []
