@@ -5,7 +5,8 @@
 # Two network namespaces joined by a veth pair (MTU 1600, IPv6 off, no addresses: no packet
 # leaves them); `capsule capture` on one end, `tcpreplay --topspeed --loop LOOPS` of a
 # `capsule synth` trace (the benchmark's: seed 5, 2 s at 400 Mbit/s, ~100 MB) into the other.
-# Prints the capture's summary line, each thread's CPU ticks (1/100 s, from /proc) and the
+# Prints the capture's summary line, each thread's CPU ticks (1/100 s, from /proc) and
+# voluntary context switches (its sleeps: naps, waits for work), and the
 # process's ticks while the traffic ran. With PERF=1 also records `perf record` of the
 # capture process into OUT/perf.data (PERF_OPTS, default -g; e.g. "--call-graph dwarf,16384
 # -F 499" for stacks through code without frame pointers).
@@ -72,7 +73,8 @@ ip netns exec "$NS_A" tcpreplay -i va --topspeed --loop "$LOOPS" "$TRACE" 2>&1 |
 sleep 1
 after=$(ticks "$CAP")
 for t in /proc/"$CAP"/task/*; do
-    echo "thread $(cat "$t/comm"): $(awk '{print $14 + $15}' "$t/stat") ticks"
+    echo "thread $(cat "$t/comm"): $(awk '{print $14 + $15}' "$t/stat") ticks," \
+        "$(awk '/^voluntary_ctxt_switches/ {print $2}' "$t/status") sleeps"
 done
 if [ -n "$PERF_PID" ]; then
     kill -INT "$PERF_PID"

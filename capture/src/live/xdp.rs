@@ -365,7 +365,8 @@ impl XdpCapture {
         let mut rep = LiveReport::default();
         let mut clock = Clock::new();
         let mut scratch = Vec::new();
-        let mut backoff = Backoff::default();
+        let at_read = self.setup.timestamps() == TimestampSource::RingRead;
+        let mut backoff = Backoff::new(sock.rx_size(), at_read);
         let mut stats = StatsTimer::default();
         let mut drain = Drain::default();
         loop {
@@ -453,6 +454,7 @@ impl XdpCapture {
             let shared = Arc::new(QueueShared::default());
             let w = Worker {
                 queue,
+                stamped_at_read: self.setup.timestamps() == TimestampSource::RingRead,
                 sock,
                 snap: self.snap,
                 full: full_tx.clone(),
@@ -638,13 +640,18 @@ const RECV_BATCH: u32 = 256;
 /// Sleeps once a socket's RX ring is drained, instead of spinning (a whole core) or blocking
 /// in poll (a wake-up for every few packets, and the capture thread must tick the writer
 /// anyway). While packets flow (the passes since the last nap read some), the nap is the time
-/// [`NAP_PACKETS`] packets take to arrive at the rate of the last cycle, from 200 µs to 2 ms:
-/// a wake-up is paid per batch, not per few packets. Measured: at 330 kpps, 50 µs naps spent
-/// more CPU in wake-ups than in reading; at 90 kpps, fixed 200 µs naps woke for 18 packets
-/// each and cost about 8% of a store-rung capture's CPU (sleep, switch and wake-up), 1 ms
-/// naps still about 5% (naps for 256 packets: 1 ms at 250 kpps). While idle, 100 µs
-/// doubling to 1 ms. At 1 Mpps the nap is 1 ms; a rate that jumps during a 2 ms nap
-/// overflows a ring of 16384 only beyond 8 Mpps.
+/// an eighth of the RX ring (its `gather`, 2,048 packets for the ring of 16,384) takes to
+/// arrive at the rate of the last cycle, from 200 µs to the ring's `longest` nap: a wake-up
+/// is paid per batch, not per few packets. The longest nap is the time the whole ring takes
+/// to fill at [`BURST_PPS`], from 2 ms to 8 ms (4.1 ms for 16,384 frames): a rate that jumps
+/// during a nap overflows the ring only beyond 4 Mpps on one queue, more than AF_XDP's copy
+/// mode delivers. Where packet times are taken at ring read (the plain program, whose times
+/// move in steps of the nap), the longest nap stays 2 ms. Measured: at 330 kpps, 50 µs naps spent more CPU in wake-ups than in
+/// reading; at 90 kpps, fixed 200 µs naps woke for 18 packets each and cost about 8% of a
+/// store-rung capture's CPU (sleep, switch and wake-up), 1 ms naps still about 5%; with
+/// naps of at most 2 ms, `clock_nanosleep` and the switches it causes were 8% of a
+/// store-rung capture's samples at 310 kpps (500 wake-ups a second). While idle, 100 µs
+/// doubling to 1 ms.
 #[derive(Debug)]
 struct Backoff {
     idle: u32,
@@ -652,25 +659,35 @@ struct Backoff {
     gathered: u64,
     /// When the last nap began.
     cycle: Instant,
+    /// Packets a nap lets gather while packets flow (read [`RECV_BATCH`] at a time after it).
+    gather: u32,
+    /// Shortest and longest nap while packets flow.
+    span: (Duration, Duration),
 }
 
-impl Default for Backoff {
-    fn default() -> Self {
+/// The arrival rate (packets a second) at which the RX ring fills during the longest nap.
+const BURST_PPS: u64 = 4_000_000;
+
+impl Backoff {
+    /// The naps of a socket whose RX ring holds `ring` descriptors; `stamped_at_read` when
+    /// packet times are taken as the reader takes them off the ring.
+    fn new(ring: u32, stamped_at_read: bool) -> Backoff {
+        let fill = match stamped_at_read {
+            true => Duration::ZERO,
+            false => Duration::from_nanos(u64::from(ring) * 1_000_000_000 / BURST_PPS),
+        };
         Backoff {
             idle: 0,
             gathered: 0,
             cycle: Instant::now(),
+            gather: (ring / 8).clamp(1024, 8192),
+            span: (
+                Duration::from_micros(200),
+                fill.clamp(Duration::from_millis(2), Duration::from_millis(8)),
+            ),
         }
     }
-}
 
-/// Packets a nap lets gather while packets flow (read [`RECV_BATCH`] at a time after it).
-const NAP_PACKETS: u32 = 1024;
-
-/// Shortest and longest nap while packets flow.
-const FLOW_NAP: (Duration, Duration) = (Duration::from_micros(200), Duration::from_millis(2));
-
-impl Backoff {
     /// Called after every pass with the descriptors it read: returns at once after a full
     /// batch (more may be waiting), else naps.
     fn after_pass(&mut self, read: u32) {
@@ -690,9 +707,9 @@ impl Backoff {
         if self.gathered > 0 {
             self.idle = 0;
             let cycle = now.duration_since(self.cycle);
-            let ns = cycle.as_nanos() * u128::from(NAP_PACKETS) / u128::from(self.gathered);
+            let ns = cycle.as_nanos() * u128::from(self.gather) / u128::from(self.gathered);
             let batch = Duration::from_nanos(ns.min(u128::from(u64::MAX)) as u64);
-            batch.clamp(FLOW_NAP.0, FLOW_NAP.1)
+            batch.clamp(self.span.0, self.span.1)
         } else {
             self.idle = self.idle.saturating_add(1);
             Duration::from_micros((50u64 << self.idle.min(5)).min(1000))
@@ -886,6 +903,8 @@ struct QueueShared {
 
 struct Worker {
     queue: u32,
+    /// Packet times are taken at ring read (see [`Backoff::new`]).
+    stamped_at_read: bool,
     sock: XskSocket,
     snap: Snap,
     full: Sender<Batch>,
@@ -902,7 +921,7 @@ impl Worker {
         let mut batch_started = Instant::now();
         let mut clock = Clock::new();
         let mut scratch = Vec::new();
-        let mut backoff = Backoff::default();
+        let mut backoff = Backoff::new(self.sock.rx_size(), self.stamped_at_read);
         let mut last_stats = Instant::now();
         let mut held: Option<(Batch, Instant)> = None;
         let mut drain = Drain::default();
@@ -1041,18 +1060,22 @@ mod tests {
     fn the_nap_lets_a_batch_gather_at_the_rate_packets_came() {
         let t0 = Instant::now();
         let at = |us: u64| t0 + Duration::from_micros(us);
-        let mut b = Backoff {
-            idle: 0,
-            gathered: 90,
-            cycle: t0,
-        };
-        // 90 packets in 1 ms (90 kpps): a batch takes longer than the longest nap.
-        assert_eq!(b.nap(at(1000)), Duration::from_millis(2));
-        // 800 in 1 ms: 1.28 ms gathers a batch.
+        // The ring of a 32 MiB UMEM of 2 KiB frames: 16,384 descriptors, 2,048 a batch.
+        let mut b = Backoff::new(16384, false);
+        b.cycle = t0;
+        b.gathered = 90;
+        // 90 packets in 1 ms (90 kpps): a batch takes longer than the longest nap, the
+        // time the ring fills at 4 Mpps.
+        assert_eq!(b.nap(at(1000)), Duration::from_micros(4096));
+        // 310 in 1 ms (the capture benchmark's rate): 4.1 ms, where 2 ms naps woke twice
+        // as often.
+        b.gathered = 310;
+        assert_eq!(b.nap(at(1000)), Duration::from_micros(4096));
+        // 800 in 1 ms: 2.56 ms gathers a batch.
         b.gathered = 800;
-        assert_eq!(b.nap(at(1000)), Duration::from_micros(1280));
-        // 2048 in 1 ms (2 Mpps): half a millisecond gathers a batch.
-        b.gathered = 2048;
+        assert_eq!(b.nap(at(1000)), Duration::from_micros(2560));
+        // 4096 in 1 ms (4 Mpps): half a millisecond gathers a batch.
+        b.gathered = 4096;
         assert_eq!(b.nap(at(1000)), Duration::from_micros(500));
         // 20000 in 1 ms: never below 200 µs.
         b.gathered = 20000;
@@ -1062,8 +1085,26 @@ mod tests {
         let idle: Vec<u128> = (0..6).map(|_| b.nap(at(1000)).as_micros()).collect();
         assert_eq!(idle, [100, 200, 400, 800, 1000, 1000]);
         b.gathered = 1;
-        assert_eq!(b.nap(at(1000)), Duration::from_millis(2));
+        assert_eq!(b.nap(at(1000)), Duration::from_micros(4096));
         assert_eq!(b.idle, 0);
+        // Times taken at ring read move in steps of the nap: at most 2 ms there.
+        let mut b = Backoff::new(16384, true);
+        b.cycle = t0;
+        b.gathered = 310;
+        assert_eq!(b.nap(at(1000)), Duration::from_millis(2));
+    }
+
+    #[test]
+    fn a_nap_never_lets_a_4_mpps_burst_overflow_the_ring() {
+        for ring in [2048u32, 4096, 16384, 32768, 65536, 1 << 20] {
+            let b = Backoff::new(ring, false);
+            // Packets arriving at 4 Mpps during the longest nap fit the ring, except where
+            // the floor of 2 ms is longer than the ring lasts (rings below 8,192).
+            let burst = b.span.1.as_nanos() * 4 / 1000;
+            assert!(burst <= u128::from(ring.max(8192)), "ring {ring}: {burst}");
+            assert!(b.span.1 >= Duration::from_millis(2) && b.span.1 <= Duration::from_millis(8));
+            assert!(u64::from(b.gather) <= u64::from(ring.max(8192)) / 8);
+        }
     }
 
     #[test]
