@@ -19,8 +19,8 @@ use capsule_wire::fragments::{FragmentKey, FragmentPorts};
 
 use super::series::{BlockSeries, SeriesBuilder};
 use super::{
-    index_name, BlockSummary, Bucket, EncapDir, FlowKey, FlowRecord, SegmentIndex, TcpCarry,
-    TcpState, SENT_SYN, SENT_SYN_ACK,
+    index_name, BlockSummary, Bucket, EncapDir, FlowKey, FlowRecord, NameCarry, SegmentIndex,
+    TcpCarry, TcpState, SENT_SYN, SENT_SYN_ACK,
 };
 
 /// One block's share of the index: what the journal records for it.
@@ -98,6 +98,13 @@ pub struct IndexBuilder {
     /// The segment's first fragments: a datagram's later fragments are counted in its flow
     /// (capsule_wire::fragments).
     frags: FragmentPorts,
+    /// Names carried in from the previous segment ([`IndexBuilder::with_names`]), taken as
+    /// flows first appear.
+    names_seed: NameCarry,
+    /// Per flow that was given names from `names_seed`: those names. They come first in
+    /// every snapshot of the flow's names (what the inspection learns here only adds what
+    /// they lack: [`capsule_names::FlowNames::absorb`]).
+    carried: HashMap<usize, Box<capsule_names::FlowNames>, foldhash::fast::RandomState>,
 }
 
 /// A stored packet's bytes, for the payload inspection of flows that still need it.
@@ -128,6 +135,14 @@ impl IndexBuilder {
             seed,
             ..Default::default()
         }
+    }
+
+    /// Starts the flows that go on from the previous segment with the names they had at
+    /// its end ([`SegmentIndex::names_out`]): each record of such a flow holds those names,
+    /// and what this segment's bytes teach adds to them.
+    pub fn with_names(mut self, names: NameCarry) -> Self {
+        self.names_seed = names;
+        self
     }
 
     /// The last block added, counted on its own.
@@ -253,8 +268,12 @@ impl IndexBuilder {
             };
             let slot = self.slot[i];
             if let (Some(n), true) = (names, slot != NONE) {
+                let n = match (&self.trackers[i], self.carried.get(&i)) {
+                    (Some(_), Some(c)) => with_carried(c, n),
+                    _ => n.clone(),
+                };
                 if !n.is_empty() {
-                    self.delta.flows[slot as usize].totals.names = Some(Box::new(n.clone()));
+                    self.delta.flows[slot as usize].totals.names = Some(Box::new(n));
                 }
             }
         }
@@ -318,6 +337,7 @@ impl IndexBuilder {
             }
         }
         let (key, dir) = FlowKey::of(r.vlans(), r.ip_version, r.proto, src, dst, ports);
+        let mut fresh = false;
 
         // Packets come in trains of one flow: the last flow found is compared first,
         // which saves hashing the key for most packets of a train.
@@ -336,8 +356,25 @@ impl IndexBuilder {
                         self.inspected.push(false);
                         self.named_at.push(0);
                         self.want_at.push((0, [0; 2]));
-                        self.by_key.insert(key, self.flows.len() - 1);
-                        self.flows.len() - 1
+                        let i = self.flows.len() - 1;
+                        self.by_key.insert(key, i);
+                        if !self.names_seed.is_empty() {
+                            if let Some(n) = self.names_seed.remove(&key) {
+                                // An application told from the flow's earlier bytes is
+                                // final: its bytes here start mid-stream, and are not read
+                                // (a payload that looks like a request would add a name
+                                // that is none). DNS goes on: each datagram adds names.
+                                if !matches!(
+                                    n.app,
+                                    capsule_names::App::Unknown | capsule_names::App::Dns
+                                ) {
+                                    self.inspected[i] = true;
+                                }
+                                self.carried.insert(i, n);
+                                fresh = true;
+                            }
+                        }
+                        i
                     }
                 };
                 *last_flow = Some((key, i));
@@ -351,6 +388,11 @@ impl IndexBuilder {
             self.slot[i] = self.delta.flows.len() as u32;
             let mut f = FlowRecord::new(key, ts_ns, ts_ns);
             f.tcp_in = self.flows[i].tcp_in;
+            if fresh {
+                // The names carried in: in the flow's first block's delta (a reader folding
+                // the journal has them from there), and so in its record.
+                f.totals.names = self.carried.get(&i).cloned();
+            }
             self.delta.flows.push(f);
             self.delta_of.push(i);
             self.delta_keys.push([0; 2]);
@@ -611,7 +653,10 @@ impl IndexBuilder {
         if done {
             self.inspected[i] = true;
             if let Some(t) = self.trackers[i].take() {
-                let names = t.into_names();
+                let mut names = t.into_names();
+                if let Some(c) = self.carried.get(&i) {
+                    names = with_carried(c, &names);
+                }
                 if !names.is_empty() {
                     self.flows[i].totals.names = Some(Box::new(names));
                 }
@@ -623,8 +668,12 @@ impl IndexBuilder {
     fn settle_names(&mut self) {
         for (i, t) in self.trackers.iter().enumerate() {
             if let Some(t) = t {
-                if !t.names().is_empty() {
-                    self.flows[i].totals.names = Some(Box::new(t.names().clone()));
+                let names = match self.carried.get(&i) {
+                    Some(c) => with_carried(c, t.names()),
+                    None => t.names().clone(),
+                };
+                if !names.is_empty() {
+                    self.flows[i].totals.names = Some(Box::new(names));
                 }
             }
         }
@@ -652,6 +701,17 @@ impl IndexBuilder {
             self.seed,
         )
     }
+}
+
+/// A flow's names carried in from the previous segment, with what this segment's inspection
+/// learned added (the carried ones win: they were read from the flow's earlier bytes).
+fn with_carried(
+    carried: &capsule_names::FlowNames,
+    learned: &capsule_names::FlowNames,
+) -> capsule_names::FlowNames {
+    let mut n = carried.clone();
+    n.absorb(learned);
+    n
 }
 
 /// What a TCP segment is, for the health counters.
@@ -746,31 +806,43 @@ pub(crate) fn classify(
 /// decodes (whatever file it describes), else carried out of the previous segment's index
 /// (`seq - 1`), else none. So a rebuild counts what the live build counted, and
 /// [`crate::verify_index`] can compare the two.
+///
+/// The names carried in are those of the previous segment's index, as the live build had
+/// them ([`SegmentIndex::names_out`]); when that index is gone (retention deleted the
+/// segment) or does not decode, those of the segment's own index, the names it was built
+/// with (adding a flow's own names to it again changes nothing: `FlowNames::absorb`).
 pub fn rebuild(dir: &Path, seg: &SegmentReader) -> Result<SegmentIndex> {
     let read = |seq: u64| {
         fsx_read(&dir.join(index_name(seq)))
             .and_then(|b| SegmentIndex::decode(&b).ok())
             .filter(|i| i.seq == seq)
     };
-    let seed = match read(seg.seq()) {
-        Some(own) => own.carry_in(),
-        None => seg
-            .seq()
-            .checked_sub(1)
-            .and_then(read)
-            .map(|prev| prev.carry_out())
-            .unwrap_or_default(),
+    let own = read(seg.seq());
+    let prev = seg.seq().checked_sub(1).and_then(read);
+    let seed = match (&own, &prev) {
+        (Some(own), _) => own.carry_in(),
+        (None, Some(prev)) => prev.carry_out(),
+        (None, None) => TcpCarry::default(),
     };
-    rebuild_seeded(seg, seed)
+    let names = match (&prev, &own) {
+        (Some(prev), _) => prev.names_out(),
+        (None, Some(own)) => own.names_out(),
+        (None, None) => NameCarry::default(),
+    };
+    rebuild_seeded(seg, seed, names)
 }
 
 fn fsx_read(path: &Path) -> Option<Vec<u8>> {
     capsule_store::fsx::read(path, "read index").ok()
 }
 
-/// Rebuilds a sealed segment's index from its blocks, with `seed` carried in.
-pub fn rebuild_seeded(seg: &SegmentReader, seed: TcpCarry) -> Result<SegmentIndex> {
-    let mut b = IndexBuilder::with_seed(seg.seq(), seed);
+/// Rebuilds a sealed segment's index from its blocks, with `seed` and `names` carried in.
+pub fn rebuild_seeded(
+    seg: &SegmentReader,
+    seed: TcpCarry,
+    names: NameCarry,
+) -> Result<SegmentIndex> {
+    let mut b = IndexBuilder::with_seed(seg.seq(), seed).with_names(names);
     let mut dctx = zstd::bulk::Decompressor::new()
         .map_err(|e| StoreError::io("create a zstd decompressor", seg.path(), e))?;
     let mut data = Vec::new();
