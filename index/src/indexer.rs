@@ -745,12 +745,24 @@ mod tests {
                 tls_packet(true, 1101, 0x18, &[0x17; 60]),
             );
             w.flush().unwrap();
-            // The open segment's journal names the flow.
-            let (store, segs) = readers(root);
-            let live = journal::load_open(&store.index_dir(), &segs[1])
-                .unwrap()
-                .expect("a journal");
-            assert_eq!(live.index.flows.len(), 1);
+            // The open segment's journal names the flow (the writer thread writes it).
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let live = loop {
+                let (store, segs) = readers(root);
+                if segs.len() == 2 {
+                    let live = journal::load_open(&store.index_dir(), &segs[1]).unwrap();
+                    if let Some(live) = live.filter(|l| {
+                        l.index.flows.len() == 1 && l.index.flows[0].totals.total_packets() == 2
+                    }) {
+                        break live;
+                    }
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the journal never covered the packets"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            };
             let names = live.index.flows[0].totals.names.as_deref().expect("names");
             assert_eq!(names.sni.as_deref(), Some(SNI), "restart {restart}");
             assert_eq!(names.app, capsule_names::App::Tls);
