@@ -204,9 +204,26 @@ impl IndexBuilder {
                 // only up to the last of them: most blocks of established flows need none
                 // (walking every block's packets cost a tenth of a store-rung capture).
                 self.want.clear();
+                // A TCP first fragment's record has no room for its identification: the
+                // packet is read again for it (rare: TCP sets DF), walking the block once.
+                let mut again = data
+                    .iter()
+                    .flat_map(|piece| fragment_records(piece))
+                    .enumerate();
                 for (n, r) in records.iter().enumerate() {
                     self.record_no = n;
-                    self.count(&mut summary, &mut last_flow, r, None, None);
+                    let id = match r.fragment() {
+                        Some(Frag::TcpFirst) => match again.find(|(k, _)| *k >= n) {
+                            Some((k, Ok((p, _)))) if k == n && p.ts_ns == r.ts_ns => {
+                                let linktype =
+                                    self.linktypes.get(p.iface as usize).copied().unwrap_or(0);
+                                fragment_id(&dissect(linktype, p.data))
+                            }
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    self.count(&mut summary, &mut last_flow, r, None, None, id);
                 }
                 if !self.want_encap.is_empty() {
                     self.resolve_encaps(data, records);
@@ -253,6 +270,7 @@ impl IndexBuilder {
                         &r,
                         Some(pkt),
                         d.encap.as_ref(),
+                        fragment_id(&d),
                     );
                 }
             }
@@ -293,6 +311,8 @@ impl IndexBuilder {
     }
 
     /// Counts one record of the block being added: a stored packet, or a cut one.
+    /// `tcp_frag_id`: the packet's fragment identification, read from it (a TCP first
+    /// fragment's record lacks it), when at hand.
     fn count(
         &mut self,
         summary: &mut BlockSummary,
@@ -300,6 +320,7 @@ impl IndexBuilder {
         r: &Record,
         packet: Option<Packet<'_>>,
         encap: Option<&capsule_wire::Encap>,
+        tcp_frag_id: Option<u32>,
     ) {
         let (ts_ns, wire, cut) = (r.ts_ns, u64::from(r.wire), r.cut());
         if r.malformed() {
@@ -318,21 +339,24 @@ impl IndexBuilder {
         let mut later = false;
         if let Some(frag) = r.fragment() {
             let (id, first) = match frag {
-                Frag::First(id) => (id, true),
-                Frag::Later(id) => (id, false),
+                Frag::First(id) => (Some(id), true),
+                Frag::TcpFirst => (tcp_frag_id, true),
+                Frag::Later(id) => (Some(id), false),
             };
-            let fk = FragmentKey {
-                vlans: r.vlans(),
-                proto: r.proto,
-                src,
-                dst,
-                id,
-            };
-            match (first, ports) {
-                (true, Some(p)) => self.frags.first(fk, p, ts_ns),
-                _ => {
-                    later = true;
-                    ports = self.frags.later(&fk, ts_ns);
+            if let Some(id) = id {
+                let fk = FragmentKey {
+                    vlans: r.vlans(),
+                    proto: r.proto,
+                    src,
+                    dst,
+                    id,
+                };
+                match (first, ports) {
+                    (true, Some(p)) => self.frags.first(fk, p, ts_ns),
+                    _ => {
+                        later = true;
+                        ports = self.frags.later(&fk, ts_ns);
+                    }
                 }
             }
         }
@@ -701,6 +725,11 @@ impl IndexBuilder {
             self.seed,
         )
     }
+}
+
+/// The fragment identification of a dissected packet, when it is a fragment.
+fn fragment_id(d: &capsule_wire::Dissected) -> Option<u32> {
+    d.ip.as_ref()?.fragment.map(|f| f.id)
 }
 
 /// A flow's names carried in from the previous segment, with what this segment's inspection
@@ -1240,6 +1269,84 @@ mod tests {
                 "the fragment before its first, and the one too late"
             );
             assert_eq!(idx.flows.len(), 5);
+        }
+    }
+
+    /// An IPv4 fragment of a TCP segment from A:`sport` to B:443 (id `id`, offset in 8-byte
+    /// units); the first carries the TCP header (seq 1000, PSH ACK) and `len` bytes in all.
+    fn tcp_frag(id: u16, offset: u16, more: bool, sport: u16, len: usize) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&((20 + len) as u16).to_be_bytes());
+        f.extend_from_slice(&id.to_be_bytes());
+        f.extend_from_slice(&(offset | if more { 0x2000 } else { 0 }).to_be_bytes());
+        f.extend_from_slice(&[64, 6, 0, 0]);
+        f.extend_from_slice(&A);
+        f.extend_from_slice(&B);
+        if offset == 0 {
+            f.extend_from_slice(&sport.to_be_bytes());
+            f.extend_from_slice(&443u16.to_be_bytes());
+            f.extend_from_slice(&1000u32.to_be_bytes());
+            f.extend_from_slice(&[0, 0, 0, 0, 0x50, 0x18, 0x10, 0, 0, 0, 0, 0]);
+            f.resize(f.len() + len - 20, 0xab);
+        } else {
+            f.resize(f.len() + len, 0xab);
+        }
+        f
+    }
+
+    /// A TCP segment's later fragments are counted in its flow too, from the records (whose
+    /// TCP first fragment has no identification: the block is read again for it) and from
+    /// the blocks' bytes alike; they add packets and bytes, no TCP data segment or flags.
+    #[test]
+    fn later_fragments_of_a_tcp_segment_join_its_flow() {
+        let blocks: Vec<Vec<(u64, Vec<u8>)>> = vec![
+            vec![
+                (S, tcp4(None, A, B, 40000, 443, 999, 0x02, 1000, 0, 0)),
+                (S + 1, tcp_frag(7, 0, true, 40000, 1480)),
+                (S + 2, tcp_frag(7, 185, true, 0, 1480)),
+                (S + 3, tcp_frag(8, 0, true, 40001, 1480)),
+            ],
+            vec![
+                (S + 4, tcp_frag(7, 370, false, 0, 40)),
+                (S + 5, tcp_frag(8, 185, false, 0, 100)),
+            ],
+        ];
+        for with_records in [false, true] {
+            let mut ix = IndexBuilder::new(1);
+            for (n, b) in blocks.iter().enumerate() {
+                let (m, d) = block(b, n == 0);
+                if with_records {
+                    let records: Vec<Record> = b
+                        .iter()
+                        .map(|(ts, f)| {
+                            let dis = dissect(1, f);
+                            Record::of(*ts, f.len() as u32, f.len() as u32, false, &dis)
+                        })
+                        .collect();
+                    ix.add_block_pieces(&m, &[&d], Some(&records));
+                } else {
+                    ix.add_block(&m, &d);
+                }
+            }
+            let idx = ix.finish(1);
+            let flow = |sport: u16| {
+                idx.flows
+                    .iter()
+                    .find(|f| f.key.ports == Some((sport, 443)))
+                    .map(|f| (f.totals.packets, f.totals.bytes, f.totals.data))
+            };
+            let len = |l: u64| 14 + 20 + l;
+            assert_eq!(
+                flow(40000),
+                Some(([4, 0], [54 + len(1480) * 2 + len(40), 0], [1, 0])),
+                "records: {with_records}"
+            );
+            assert_eq!(
+                flow(40001),
+                Some(([2, 0], [len(1480) + len(100), 0], [1, 0]))
+            );
+            assert_eq!(idx.flows.len(), 2, "no portless flow: {:?}", idx.flows);
         }
     }
 }
