@@ -801,6 +801,10 @@ mod tests {
                 "a TLS flow's later bytes are not read"
             );
             assert_eq!(tls(&idx[3]), None, "idle for a whole segment: not carried");
+            assert_eq!(
+                live.index.flows, idx[1].flows,
+                "the journal folds to the sealed index"
+            );
             for (s, i) in segs.iter().zip(&idx) {
                 assert_eq!(&rebuild(&dir, s).unwrap(), i, "rebuild of {}", s.seq());
                 assert_eq!(verify_index(&store, s), None);
