@@ -8,7 +8,8 @@ counts). Then, for this build's store: the index files' bytes against the segmen
 bytes, and how many flows got names, per application.
 
     python3 scripts/bench_names.py --base /work/main/target/release/capsule \
-        [--duration 10s] [--rate 200M] [--runs 3] [--dir /tmp/capsule-bench-names]
+        [--duration 10s] [--rate 200M] [--runs 3] [--dir /tmp/capsule-bench-names] \
+        [--segment-size 16M]
 """
 import argparse, collections, json, os, shutil, subprocess, time
 
@@ -20,6 +21,9 @@ ap.add_argument("--rate", default="200M")
 ap.add_argument("--seed", default="1")
 ap.add_argument("--runs", type=int, default=3)
 ap.add_argument("--dir", default="/tmp/capsule-bench-names")
+ap.add_argument("--segment-size", default=None,
+                help="import with this segment size (e.g. 16M: several segments, so flows and "
+                     "their names go on from one segment's index to the next)")
 a = ap.parse_args()
 
 os.makedirs(a.dir, exist_ok=True)
@@ -35,7 +39,8 @@ with open(pcap, "rb") as f:
 def imp(binary, store):
     shutil.rmtree(store, ignore_errors=True)
     t0 = time.perf_counter()
-    p = subprocess.Popen([binary, "import", "--store", store, pcap],
+    extra = ["--segment-size", a.segment_size] if a.segment_size else []
+    p = subprocess.Popen([binary, "import", "--store", store, *extra, pcap],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, ru = os.wait4(p.pid, 0)
     assert status == 0, f"{binary} import failed"

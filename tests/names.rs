@@ -1241,3 +1241,114 @@ fn names_do_not_depend_on_where_the_store_cut_a_flows_packets() {
     let k = k.expect("the flow 10.60.0.5:57540 -> 203.0.113.77:443");
     assert_eq!(b[k]["app"], "tls", "{k}");
 }
+
+/// `query --count --json` in the window [from, to] (ns), the packets it counts.
+fn count_packets(store: &Path, from: u64, to: u64, filter: &str) -> u64 {
+    let o = run_ok(capsule().args([
+        "query",
+        "--store",
+        p(store),
+        "--from",
+        &format!("@{from}"),
+        "--to",
+        &format!("@{to}"),
+        "--count",
+        "--json",
+        filter,
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&stdout_str(&o)).expect("a JSON count");
+    v["packets"].as_u64().expect("packets")
+}
+
+/// A flow's names go on into the segments after the one with its first bytes (issue 32):
+/// asked with a window that covers a later segment only, every flow named in the whole store
+/// that started before the window and has packets in it is named there too (the same
+/// application, server name and HTTP host), and `app APP` selects all its packets in the
+/// window. Before, such a window gave the flow no name: the synthetic trace's long TLS flow
+/// (10.60.0.5:57540 -> 203.0.113.77:443) was `tls` in its first segment and nothing after.
+#[test]
+fn a_window_that_leaves_out_a_flows_first_segment_still_names_it() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("s3.pcap");
+    synth(&file, &d.path().join("t3.json"), 3, "2s", "20M", None);
+    let store = d.path().join("store");
+    // Segments cut by packet time: several, one after the other.
+    import_ok(&store, &["--segment-age", "300ms"], &[p(&file)]);
+    let key = |f: &serde_json::Value| {
+        format!(
+            "{} {}:{} {}:{}",
+            f["proto"], f["a"], f["a_port"], f["b"], f["b_port"]
+        )
+    };
+    let whole: BTreeMap<String, serde_json::Value> = flows_json(&store)
+        .into_iter()
+        .map(|f| (key(&f), f))
+        .collect();
+    let segs = segments(&store);
+    assert!(segs.len() >= 3, "{} segments", segs.len());
+    let mut before_end = 0u64;
+    let (mut windows, mut checked) = (0, BTreeSet::new());
+    for s in &segs {
+        let (Some(first), Some(last)) = (s.first_ns, s.last_ns) else {
+            continue;
+        };
+        let alone = before_end > 0 && first > before_end;
+        before_end = before_end.max(last);
+        if !alone {
+            continue;
+        }
+        // The window holds this segment's packets and none of an earlier segment's.
+        windows += 1;
+        let o = run_ok(capsule().args([
+            "flows",
+            "--store",
+            p(&store),
+            "--from",
+            &format!("@{first}"),
+            "--to",
+            &format!("@{last}"),
+            "--json",
+            "--limit",
+            "100000",
+        ]));
+        for l in stdout_str(&o).lines().filter(|l| !l.trim().is_empty()) {
+            let f: serde_json::Value = serde_json::from_str(l).expect("a JSON flow line");
+            let w = &whole[&key(&f)];
+            if w["names"].is_null() || w["first_ns"].as_u64().unwrap() >= first {
+                continue;
+            }
+            let at = format!(
+                "{} in the window of segment {} ({first}..{last}), first packet at {}",
+                key(&f),
+                s.seq,
+                w["first_ns"]
+            );
+            assert!(!f["names"].is_null(), "{at}: not named");
+            for field in ["app", "sni", "http_host"] {
+                assert_eq!(f["names"][field], w["names"][field], "{at}: {field}");
+            }
+            let proto = if f["proto"] == 6 { "tcp" } else { "udp" };
+            let tuple = format!(
+                "{proto} and host {} and host {} and port {} and port {}",
+                f["a"].as_str().unwrap(),
+                f["b"].as_str().unwrap(),
+                f["a_port"],
+                f["b_port"]
+            );
+            let app = w["names"]["app"].as_str().unwrap();
+            let all = count_packets(&store, first, last, &tuple);
+            assert!(all > 0, "{at}");
+            assert_eq!(
+                count_packets(&store, first, last, &format!("app {app} and {tuple}")),
+                all,
+                "{at}: `app {app}` selects its packets"
+            );
+            checked.insert(key(&f));
+        }
+    }
+    assert!(windows >= 2, "{windows} windows of one segment alone");
+    assert!(
+        checked.iter().any(|k| k.contains("57540")),
+        "the long TLS flow was checked: {checked:?}"
+    );
+}

@@ -2,7 +2,7 @@
 //! endian; the common ones are folded in so most inputs reach a real dissector).
 //!
 //! Property: `dscp_of` (the producer's fast path) agrees with the full dissection, and both
-//! never panic.
+//! never panic; a fragment's key names its packet's addresses, protocol and identification.
 #![no_main]
 
 use capsule_wire::{dissect, dscp_of};
@@ -29,6 +29,15 @@ fuzz_target!(|input: &[u8]| {
     if let Some(ip) = d.ip {
         assert!(ip.version == 4 || ip.version == 6, "{d:?}");
         assert!(ip.dscp < 64 && ip.ecn < 4, "{d:?}");
+    }
+    // A fragment's key (the fragment join of the side index and the query): a first
+    // fragment has ports when it has a transport header; a later one never does.
+    if let Some((k, ports)) = d.fragment_key() {
+        let ip = d.ip.expect("a fragment key of an IP packet");
+        let f = ip.fragment.expect("a fragment key of a fragment");
+        assert_eq!((k.proto, k.src, k.dst, k.id), (ip.proto, ip.src, ip.dst, f.id));
+        assert_eq!(ports.is_some(), f.offset == 0, "{d:?}");
+        assert_eq!(ports, d.l4.ports().filter(|_| f.offset == 0), "{d:?}");
     }
     // Debug of every field must not panic either.
     let _ = format!("{d:?}");

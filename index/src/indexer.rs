@@ -25,7 +25,7 @@ use crate::rollup;
 use crate::scrub::{self, Scrubber};
 use crate::sideindex::journal::checkpoint::{self, Checkpointer};
 use crate::sideindex::journal::{self, JournalWriter};
-use crate::sideindex::{index_name, rebuild, IndexBuilder, SegmentIndex, TcpCarry};
+use crate::sideindex::{index_name, rebuild, IndexBuilder, NameCarry, SegmentIndex, TcpCarry};
 
 /// Opens the store at `root` for writing with its side index kept current: the writer that
 /// capture and import use. See [`StoreWriter::open_with`].
@@ -46,7 +46,7 @@ pub struct SideIndexer {
     /// what folding the journal's first records gives).
     checkpoints: Option<Checkpointer>,
     /// TCP state after segment `.0`, for the build of segment `.0 + 1`.
-    carry: Option<(u64, TcpCarry)>,
+    carry: Option<(u64, TcpCarry, NameCarry)>,
     /// Held while an index is written or deleted here, so the scrubber never overwrites a
     /// newer one nor recreates a deleted one (see [`crate::scrub`]).
     writes: Arc<Mutex<()>>,
@@ -230,7 +230,7 @@ impl Indexer for SideIndexer {
             let bytes =
                 capsule_store::fsx::read(&self.dir.join(index_name(e.seq)), "read index").ok()?;
             let idx = SegmentIndex::decode(&bytes).ok()?;
-            (idx.seq == e.seq).then(|| (e.seq, idx.carry_out()))
+            (idx.seq == e.seq).then(|| (e.seq, idx.carry_out(), idx.names_out()))
         });
         Ok(rebuilt)
     }
@@ -252,11 +252,13 @@ impl Indexer for SideIndexer {
         }
         // What the previous segment's build carried forward (its flows' states, and those
         // of flows idle in it within the carry horizon); after a gap in numbering, nothing.
-        let seed = match self.carry.take() {
-            Some((prev, carry)) if prev.checked_add(1) == Some(seq) => carry,
-            _ => TcpCarry::default(),
+        // The flows' names go on too (those of the previous segment's flows only, as a
+        // rebuild finds them in its index).
+        let (seed, names) = match self.carry.take() {
+            Some((prev, carry, names)) if prev.checked_add(1) == Some(seq) => (carry, names),
+            _ => Default::default(),
         };
-        self.building = Some(IndexBuilder::with_seed(seq, seed));
+        self.building = Some(IndexBuilder::with_seed(seq, seed).with_names(names));
         self.journal = match JournalWriter::create(&self.dir, seq) {
             Ok(j) => Some((seq, j)),
             Err(e) => {
@@ -354,7 +356,7 @@ impl Indexer for SideIndexer {
             });
             // Flows idle in this segment keep their state for the next (a stalled flow's
             // retransmission after its timer), within the carry horizon.
-            self.carry = Some((idx.seq, idx.carry_forward(idle)));
+            self.carry = Some((idx.seq, idx.carry_forward(idle), idx.names_out()));
             // The slice's last segment: its rollup is made from the slice's indexes.
             let k = rollup::slice_of(sealed.seq);
             if rollup::whole(k, sealed.seq) {
@@ -662,6 +664,155 @@ mod tests {
             assert_eq!(o.reindexed, vec![2]);
             w.finish().unwrap();
             assert_eq!(SegmentIndex::load(&dir, &segs[1]).unwrap().unwrap(), idx[1]);
+        }
+    }
+
+    /// A TLS 1.2 record holding a ClientHello that names `sni` (one cipher suite, the
+    /// server_name extension alone).
+    fn client_hello(sni: &str) -> Vec<u8> {
+        let name = sni.as_bytes();
+        let n = name.len() as u16;
+        let mut ext = vec![0, 0];
+        ext.extend_from_slice(&(n + 5).to_be_bytes());
+        ext.extend_from_slice(&(n + 3).to_be_bytes());
+        ext.push(0);
+        ext.extend_from_slice(&n.to_be_bytes());
+        ext.extend_from_slice(name);
+        let mut body = vec![3, 3];
+        body.extend_from_slice(&[7; 32]);
+        body.extend_from_slice(&[0, 0, 2, 0x13, 0x01, 1, 0]);
+        body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+        body.extend_from_slice(&ext);
+        let mut hs = vec![1, 0];
+        hs.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        hs.extend_from_slice(&body);
+        let mut rec = vec![0x16, 3, 1];
+        rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+        rec.extend_from_slice(&hs);
+        rec
+    }
+
+    /// A TCP segment from A:40000 to B:443 (or back, `rev`) at `seq` with `payload`.
+    fn tls_packet(rev: bool, seq: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = if rev {
+            tcp4(None, B, A, 443, 40000, seq, flags, 1000, payload.len(), 0)
+        } else {
+            tcp4(None, A, B, 40000, 443, seq, flags, 1000, payload.len(), 0)
+        };
+        let at = f.len() - payload.len();
+        f[at..].copy_from_slice(payload);
+        f
+    }
+
+    /// A flow whose ClientHello is in one segment is named in the next one's index too (its
+    /// names carried on as its TCP state is), with a new writer (a restart) as with the
+    /// same; a flow carried in with its application told is not inspected again (a
+    /// mid-stream HTTP-looking payload does not name it); the
+    /// journal of the open segment has them; a rebuild gives the same index, from the
+    /// previous segment's index and, when that is gone, from the segment's own; a flow idle
+    /// for a whole segment starts the one after unnamed.
+    #[test]
+    fn a_flows_names_are_carried_into_the_next_segment() {
+        const SNI: &str = "models.example-hub.io";
+        for restart in [false, true] {
+            let d = tempfile::tempdir().unwrap();
+            let root = d.path();
+            let (mut w, _) = open_writer(root, cfg()).unwrap();
+            let i = w.add_interface(eth());
+            let hello = client_hello(SNI);
+            put(&mut w, i, S, tls_packet(false, 100, 0x02, &[]));
+            put(&mut w, i, S + 1, tls_packet(true, 900, 0x12, &[]));
+            put(&mut w, i, S + 2, tls_packet(false, 101, 0x18, &hello));
+            put(&mut w, i, S + 3, tls_packet(true, 901, 0x18, &[0x17; 200]));
+            let mut w = if restart {
+                w.finish().unwrap();
+                let (mut w, _) = open_writer(root, cfg()).unwrap();
+                w.add_interface(eth());
+                w
+            } else {
+                w
+            };
+            // 20 s later, the next segment: the flow goes on, one payload that looks like
+            // an HTTP request.
+            w.flush().unwrap();
+            let next = 101 + hello.len() as u32;
+            let get = b"GET / HTTP/1.1\r\nHost: other.example\r\n\r\n";
+            put(&mut w, 0, 21 * S, tls_packet(false, next, 0x18, get));
+            put(
+                &mut w,
+                0,
+                21 * S + 1,
+                tls_packet(true, 1101, 0x18, &[0x17; 60]),
+            );
+            w.flush().unwrap();
+            // The open segment's journal names the flow (the writer thread writes it).
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let live = loop {
+                let (store, segs) = readers(root);
+                if segs.len() == 2 {
+                    let live = journal::load_open(&store.index_dir(), &segs[1]).unwrap();
+                    if let Some(live) = live.filter(|l| {
+                        l.index.flows.len() == 1 && l.index.flows[0].totals.total_packets() == 2
+                    }) {
+                        break live;
+                    }
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "the journal never covered the packets"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let names = live.index.flows[0].totals.names.as_deref().expect("names");
+            assert_eq!(names.sni.as_deref(), Some(SNI), "restart {restart}");
+            assert_eq!(names.app, capsule_names::App::Tls);
+            // A third segment in which the flow is idle, and a fourth where it is back.
+            put(
+                &mut w,
+                0,
+                41 * S,
+                tcp4(None, A, B, 5000, 22, 7, 0x18, 1000, 50, 0),
+            );
+            w.flush().unwrap();
+            put(&mut w, 0, 61 * S, tls_packet(true, 1161, 0x18, &[0x17; 60]));
+            w.finish().unwrap();
+
+            let (store, segs) = readers(root);
+            assert_eq!(segs.len(), 4, "restart {restart}");
+            let dir = store.index_dir();
+            let idx: Vec<SegmentIndex> = segs
+                .iter()
+                .map(|s| SegmentIndex::load(&dir, s).unwrap().expect("an index"))
+                .collect();
+            let tls = |i: &SegmentIndex| {
+                i.flows
+                    .iter()
+                    .find(|f| f.key.ports == Some((40000, 443)))
+                    .and_then(|f| f.totals.names.as_deref().cloned())
+            };
+            let first = tls(&idx[0]).expect("named in its first segment");
+            assert_eq!(first.sni.as_deref(), Some(SNI));
+            let second = tls(&idx[1]).expect("named in the next segment");
+            assert_eq!(second.sni.as_deref(), Some(SNI), "restart {restart}");
+            assert_eq!(second.app, capsule_names::App::Tls);
+            assert_eq!(second.client, first.client);
+            assert_eq!(
+                second.http_host, None,
+                "a TLS flow's later bytes are not read"
+            );
+            assert_eq!(tls(&idx[3]), None, "idle for a whole segment: not carried");
+            assert_eq!(
+                live.index.flows, idx[1].flows,
+                "the journal folds to the sealed index"
+            );
+            for (s, i) in segs.iter().zip(&idx) {
+                assert_eq!(&rebuild(&dir, s).unwrap(), i, "rebuild of {}", s.seq());
+                assert_eq!(verify_index(&store, s), None);
+            }
+            // Without the previous segment's index, the names come from the segment's own.
+            std::fs::remove_file(dir.join(index_name(segs[0].seq()))).unwrap();
+            assert_eq!(rebuild(&dir, &segs[1]).unwrap(), idx[1]);
+            assert_eq!(verify_index(&store, &segs[1]), None);
         }
     }
 

@@ -294,10 +294,20 @@ fn load(
                             found = frags.later(&fk, pkt.ts_ns);
                         }
                         if let Some((src_port, dst_port)) = found {
-                            d.l4 = if fk.proto == capsule_wire::ipproto::SCTP {
-                                L4::Sctp { src_port, dst_port }
-                            } else {
-                                L4::Udp { src_port, dst_port }
+                            d.l4 = match fk.proto {
+                                capsule_wire::ipproto::SCTP => L4::Sctp { src_port, dst_port },
+                                // No TCP header: the ports of its first fragment, no flags,
+                                // no sequence number, no payload of its own.
+                                capsule_wire::ipproto::TCP => L4::Tcp(capsule_wire::TcpInfo {
+                                    src_port,
+                                    dst_port,
+                                    seq: 0,
+                                    ack: 0,
+                                    flags: 0,
+                                    window: 0,
+                                    payload_len: 0,
+                                }),
+                                _ => L4::Udp { src_port, dst_port },
                             };
                         }
                     }

@@ -90,13 +90,13 @@ tcpdump matches the outer headers (host would be a tunnel endpoint; use tunnel
 host for that). Byte expressions (ip[1]) count from the outer headers, as in
 tcpdump.
 
-Fragments, unlike tcpdump: a UDP or SCTP datagram's later fragments (no
+Fragments, unlike tcpdump: a UDP, SCTP or TCP datagram's later fragments (no
 transport header) take the ports of its first fragment, so port 53 selects
 every fragment of the datagrams to or from port 53, where tcpdump's selects the
 first fragment only. A later fragment is joined when its first fragment was
 stored before it, in the same segment, captured within 10 ms of it; otherwise
 (it came first, or its first was not captured) it has no ports, as in tcpdump.
-TCP fragments are not joined.
+A TCP segment's later fragments have no TCP flags.
 
 TIMES (--from inclusive, --to exclusive; both optional):
   2026-11-30T02:00:00.123456789Z   RFC 3339, up to 9 fraction digits, any offset

@@ -82,8 +82,8 @@ pub struct Record {
     /// Bytes on the wire: the original length, at least the captured length.
     pub wire: u32,
     /// TCP only: sequence number, and payload bytes by the IP length fields. For a fragment
-    /// that is not a TCP one ([`Record::FRAG_FIRST`], [`Record::FRAG_LATER`]): the fragment's
-    /// identification (IPv4 ID, IPv6 Fragment header identification).
+    /// ([`Record::FRAG_FIRST`], [`Record::FRAG_LATER`]) other than a TCP first fragment: the
+    /// fragment's identification (IPv4 ID, IPv6 Fragment header identification).
     pub seq: u32,
     pub tcp_payload: u32,
     /// VLAN ids, outermost first, where [`Record::flags`] marks them present.
@@ -125,13 +125,13 @@ impl Record {
     /// The outer and the inner VLAN id are present.
     pub const VLAN0: u8 = 16;
     pub const VLAN1: u8 = 32;
-    /// The first fragment (offset 0, more fragments) of an IP datagram that is not TCP; its
-    /// identification in [`Record::seq`].
+    /// The first fragment (offset 0, more fragments) of an IP datagram; its identification
+    /// in [`Record::seq`], except for TCP (with [`Record::TCP`]), whose sequence number takes
+    /// the field: the side index reads that one's identification again from the packet
+    /// (fragmented TCP is rare: TCP sizes its segments to the path and sets DF).
     pub const FRAG_FIRST: u8 = 64;
-    /// A non-first fragment (offset > 0: no transport header) of an IP datagram that is not
-    /// TCP; its identification in [`Record::seq`]. A fragmented TCP segment (rare: TCP sizes
-    /// its segments to the path and sends them unfragmented) is not marked: its first
-    /// fragment's sequence number takes the field.
+    /// A non-first fragment (offset > 0: no transport header) of an IP datagram, TCP ones
+    /// included; its identification in [`Record::seq`].
     pub const FRAG_LATER: u8 = 128;
 
     /// The record of a packet of `orig_len` bytes on the wire and `caplen` stored, at
@@ -165,14 +165,13 @@ impl Record {
             r.src = addr_bytes(ip.src);
             r.dst = addr_bytes(ip.dst);
             if let Some(f) = ip.fragment {
-                if ip.proto != capsule_wire::ipproto::TCP {
-                    r.flags |= if f.offset == 0 {
-                        Record::FRAG_FIRST
-                    } else {
-                        Record::FRAG_LATER
-                    };
-                    r.seq = f.id;
-                }
+                r.flags |= if f.offset == 0 {
+                    Record::FRAG_FIRST
+                } else {
+                    Record::FRAG_LATER
+                };
+                // A TCP first fragment's sequence number replaces it below.
+                r.seq = f.id;
             }
         }
         if let Some((sp, dp)) = d.l4.ports() {
@@ -229,18 +228,25 @@ impl Record {
         } else if self.flags & (Record::FRAG_FIRST | Record::PORTS)
             == Record::FRAG_FIRST | Record::PORTS
         {
-            Some(Frag::First(self.seq))
+            if self.is_tcp() {
+                Some(Frag::TcpFirst)
+            } else {
+                Some(Frag::First(self.seq))
+            }
         } else {
             None
         }
     }
 }
 
-/// A fragment of a datagram that is not TCP, by its identification ([`Record::fragment`]).
+/// A fragment of a datagram, by its identification ([`Record::fragment`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frag {
     /// The first fragment, with its transport header's ports.
     First(u32),
+    /// A TCP first fragment: its ports are in the record, its identification is not (the
+    /// sequence number takes the field); read it from the packet.
+    TcpFirst,
     /// A fragment at offset > 0: no transport header.
     Later(u32),
 }

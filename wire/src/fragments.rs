@@ -15,8 +15,10 @@
 //! not remembered (its later fragments stay portless; the index and a query may then differ
 //! for them). A key's most recent first fragment wins (an IPv4 identification reused). A
 //! fragment that arrives before its first fragment, or whose first fragment was not
-//! captured, stays portless (a flow of its own without ports), as before. TCP is left out
-//! (see `Record::FRAG_FIRST` in capsule-store).
+//! captured, stays portless (a flow of its own without ports), as before. TCP is joined
+//! too: a later fragment of a TCP segment has no TCP header, and takes the ports of its first
+//! fragment (the side index reads a TCP first fragment's identification again from its
+//! block: see `Record::FRAG_FIRST` in capsule-store).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -81,14 +83,11 @@ impl FragmentPorts {
 }
 
 impl crate::Dissected {
-    /// For a fragment of an IP datagram that is not TCP: its key, and whether it is the first
-    /// (then with its ports; a first fragment without ports has no key).
+    /// For a fragment of an IP datagram: its key, and whether it is the first (then with its
+    /// ports; a first fragment without ports has no key).
     pub fn fragment_key(&self) -> Option<(FragmentKey, Option<(u16, u16)>)> {
         let ip = self.ip.as_ref()?;
         let f = ip.fragment?;
-        if ip.proto == crate::ipproto::TCP {
-            return None;
-        }
         let key = FragmentKey {
             vlans: [self.vlans[0], self.vlans[1]],
             proto: ip.proto,

@@ -19,8 +19,8 @@ use capsule_wire::fragments::{FragmentKey, FragmentPorts};
 
 use super::series::{BlockSeries, SeriesBuilder};
 use super::{
-    index_name, BlockSummary, Bucket, EncapDir, FlowKey, FlowRecord, SegmentIndex, TcpCarry,
-    TcpState, SENT_SYN, SENT_SYN_ACK,
+    index_name, BlockSummary, Bucket, EncapDir, FlowKey, FlowRecord, NameCarry, SegmentIndex,
+    TcpCarry, TcpState, SENT_SYN, SENT_SYN_ACK,
 };
 
 /// One block's share of the index: what the journal records for it.
@@ -98,6 +98,13 @@ pub struct IndexBuilder {
     /// The segment's first fragments: a datagram's later fragments are counted in its flow
     /// (capsule_wire::fragments).
     frags: FragmentPorts,
+    /// Names carried in from the previous segment ([`IndexBuilder::with_names`]), taken as
+    /// flows first appear.
+    names_seed: NameCarry,
+    /// Per flow that was given names from `names_seed`: those names. They come first in
+    /// every snapshot of the flow's names (what the inspection learns here only adds what
+    /// they lack: [`capsule_names::FlowNames::absorb`]).
+    carried: HashMap<usize, Box<capsule_names::FlowNames>, foldhash::fast::RandomState>,
 }
 
 /// A stored packet's bytes, for the payload inspection of flows that still need it.
@@ -128,6 +135,14 @@ impl IndexBuilder {
             seed,
             ..Default::default()
         }
+    }
+
+    /// Starts the flows that go on from the previous segment with the names they had at
+    /// its end ([`SegmentIndex::names_out`]): each record of such a flow holds those names,
+    /// and what this segment's bytes teach adds to them.
+    pub fn with_names(mut self, names: NameCarry) -> Self {
+        self.names_seed = names;
+        self
     }
 
     /// The last block added, counted on its own.
@@ -189,9 +204,26 @@ impl IndexBuilder {
                 // only up to the last of them: most blocks of established flows need none
                 // (walking every block's packets cost a tenth of a store-rung capture).
                 self.want.clear();
+                // A TCP first fragment's record has no room for its identification: the
+                // packet is read again for it (rare: TCP sets DF), walking the block once.
+                let mut again = data
+                    .iter()
+                    .flat_map(|piece| fragment_records(piece))
+                    .enumerate();
                 for (n, r) in records.iter().enumerate() {
                     self.record_no = n;
-                    self.count(&mut summary, &mut last_flow, r, None, None);
+                    let id = match r.fragment() {
+                        Some(Frag::TcpFirst) => match again.find(|(k, _)| *k >= n) {
+                            Some((k, Ok((p, _)))) if k == n && p.ts_ns == r.ts_ns => {
+                                let linktype =
+                                    self.linktypes.get(p.iface as usize).copied().unwrap_or(0);
+                                fragment_id(&dissect(linktype, p.data))
+                            }
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    self.count(&mut summary, &mut last_flow, r, None, None, id);
                 }
                 if !self.want_encap.is_empty() {
                     self.resolve_encaps(data, records);
@@ -238,6 +270,7 @@ impl IndexBuilder {
                         &r,
                         Some(pkt),
                         d.encap.as_ref(),
+                        fragment_id(&d),
                     );
                 }
             }
@@ -253,8 +286,12 @@ impl IndexBuilder {
             };
             let slot = self.slot[i];
             if let (Some(n), true) = (names, slot != NONE) {
+                let n = match (&self.trackers[i], self.carried.get(&i)) {
+                    (Some(_), Some(c)) => with_carried(c, n),
+                    _ => n.clone(),
+                };
                 if !n.is_empty() {
-                    self.delta.flows[slot as usize].totals.names = Some(Box::new(n.clone()));
+                    self.delta.flows[slot as usize].totals.names = Some(Box::new(n));
                 }
             }
         }
@@ -274,6 +311,8 @@ impl IndexBuilder {
     }
 
     /// Counts one record of the block being added: a stored packet, or a cut one.
+    /// `tcp_frag_id`: the packet's fragment identification, read from it (a TCP first
+    /// fragment's record lacks it), when at hand.
     fn count(
         &mut self,
         summary: &mut BlockSummary,
@@ -281,6 +320,7 @@ impl IndexBuilder {
         r: &Record,
         packet: Option<Packet<'_>>,
         encap: Option<&capsule_wire::Encap>,
+        tcp_frag_id: Option<u32>,
     ) {
         let (ts_ns, wire, cut) = (r.ts_ns, u64::from(r.wire), r.cut());
         if r.malformed() {
@@ -299,25 +339,29 @@ impl IndexBuilder {
         let mut later = false;
         if let Some(frag) = r.fragment() {
             let (id, first) = match frag {
-                Frag::First(id) => (id, true),
-                Frag::Later(id) => (id, false),
+                Frag::First(id) => (Some(id), true),
+                Frag::TcpFirst => (tcp_frag_id, true),
+                Frag::Later(id) => (Some(id), false),
             };
-            let fk = FragmentKey {
-                vlans: r.vlans(),
-                proto: r.proto,
-                src,
-                dst,
-                id,
-            };
-            match (first, ports) {
-                (true, Some(p)) => self.frags.first(fk, p, ts_ns),
-                _ => {
-                    later = true;
-                    ports = self.frags.later(&fk, ts_ns);
+            if let Some(id) = id {
+                let fk = FragmentKey {
+                    vlans: r.vlans(),
+                    proto: r.proto,
+                    src,
+                    dst,
+                    id,
+                };
+                match (first, ports) {
+                    (true, Some(p)) => self.frags.first(fk, p, ts_ns),
+                    _ => {
+                        later = true;
+                        ports = self.frags.later(&fk, ts_ns);
+                    }
                 }
             }
         }
         let (key, dir) = FlowKey::of(r.vlans(), r.ip_version, r.proto, src, dst, ports);
+        let mut fresh = false;
 
         // Packets come in trains of one flow: the last flow found is compared first,
         // which saves hashing the key for most packets of a train.
@@ -336,8 +380,25 @@ impl IndexBuilder {
                         self.inspected.push(false);
                         self.named_at.push(0);
                         self.want_at.push((0, [0; 2]));
-                        self.by_key.insert(key, self.flows.len() - 1);
-                        self.flows.len() - 1
+                        let i = self.flows.len() - 1;
+                        self.by_key.insert(key, i);
+                        if !self.names_seed.is_empty() {
+                            if let Some(n) = self.names_seed.remove(&key) {
+                                // An application told from the flow's earlier bytes is
+                                // final: its bytes here start mid-stream, and are not read
+                                // (a payload that looks like a request would add a name
+                                // that is none). DNS goes on: each datagram adds names.
+                                if !matches!(
+                                    n.app,
+                                    capsule_names::App::Unknown | capsule_names::App::Dns
+                                ) {
+                                    self.inspected[i] = true;
+                                }
+                                self.carried.insert(i, n);
+                                fresh = true;
+                            }
+                        }
+                        i
                     }
                 };
                 *last_flow = Some((key, i));
@@ -351,6 +412,11 @@ impl IndexBuilder {
             self.slot[i] = self.delta.flows.len() as u32;
             let mut f = FlowRecord::new(key, ts_ns, ts_ns);
             f.tcp_in = self.flows[i].tcp_in;
+            if fresh {
+                // The names carried in: in the flow's first block's delta (a reader folding
+                // the journal has them from there), and so in its record.
+                f.totals.names = self.carried.get(&i).cloned();
+            }
             self.delta.flows.push(f);
             self.delta_of.push(i);
             self.delta_keys.push([0; 2]);
@@ -611,7 +677,10 @@ impl IndexBuilder {
         if done {
             self.inspected[i] = true;
             if let Some(t) = self.trackers[i].take() {
-                let names = t.into_names();
+                let mut names = t.into_names();
+                if let Some(c) = self.carried.get(&i) {
+                    names = with_carried(c, &names);
+                }
                 if !names.is_empty() {
                     self.flows[i].totals.names = Some(Box::new(names));
                 }
@@ -623,8 +692,12 @@ impl IndexBuilder {
     fn settle_names(&mut self) {
         for (i, t) in self.trackers.iter().enumerate() {
             if let Some(t) = t {
-                if !t.names().is_empty() {
-                    self.flows[i].totals.names = Some(Box::new(t.names().clone()));
+                let names = match self.carried.get(&i) {
+                    Some(c) => with_carried(c, t.names()),
+                    None => t.names().clone(),
+                };
+                if !names.is_empty() {
+                    self.flows[i].totals.names = Some(Box::new(names));
                 }
             }
         }
@@ -652,6 +725,22 @@ impl IndexBuilder {
             self.seed,
         )
     }
+}
+
+/// The fragment identification of a dissected packet, when it is a fragment.
+fn fragment_id(d: &capsule_wire::Dissected) -> Option<u32> {
+    d.ip.as_ref()?.fragment.map(|f| f.id)
+}
+
+/// A flow's names carried in from the previous segment, with what this segment's inspection
+/// learned added (the carried ones win: they were read from the flow's earlier bytes).
+fn with_carried(
+    carried: &capsule_names::FlowNames,
+    learned: &capsule_names::FlowNames,
+) -> capsule_names::FlowNames {
+    let mut n = carried.clone();
+    n.absorb(learned);
+    n
 }
 
 /// What a TCP segment is, for the health counters.
@@ -746,31 +835,43 @@ pub(crate) fn classify(
 /// decodes (whatever file it describes), else carried out of the previous segment's index
 /// (`seq - 1`), else none. So a rebuild counts what the live build counted, and
 /// [`crate::verify_index`] can compare the two.
+///
+/// The names carried in are those of the previous segment's index, as the live build had
+/// them ([`SegmentIndex::names_out`]); when that index is gone (retention deleted the
+/// segment) or does not decode, those of the segment's own index, the names it was built
+/// with (adding a flow's own names to it again changes nothing: `FlowNames::absorb`).
 pub fn rebuild(dir: &Path, seg: &SegmentReader) -> Result<SegmentIndex> {
     let read = |seq: u64| {
         fsx_read(&dir.join(index_name(seq)))
             .and_then(|b| SegmentIndex::decode(&b).ok())
             .filter(|i| i.seq == seq)
     };
-    let seed = match read(seg.seq()) {
-        Some(own) => own.carry_in(),
-        None => seg
-            .seq()
-            .checked_sub(1)
-            .and_then(read)
-            .map(|prev| prev.carry_out())
-            .unwrap_or_default(),
+    let own = read(seg.seq());
+    let prev = seg.seq().checked_sub(1).and_then(read);
+    let seed = match (&own, &prev) {
+        (Some(own), _) => own.carry_in(),
+        (None, Some(prev)) => prev.carry_out(),
+        (None, None) => TcpCarry::default(),
     };
-    rebuild_seeded(seg, seed)
+    let names = match (&prev, &own) {
+        (Some(prev), _) => prev.names_out(),
+        (None, Some(own)) => own.names_out(),
+        (None, None) => NameCarry::default(),
+    };
+    rebuild_seeded(seg, seed, names)
 }
 
 fn fsx_read(path: &Path) -> Option<Vec<u8>> {
     capsule_store::fsx::read(path, "read index").ok()
 }
 
-/// Rebuilds a sealed segment's index from its blocks, with `seed` carried in.
-pub fn rebuild_seeded(seg: &SegmentReader, seed: TcpCarry) -> Result<SegmentIndex> {
-    let mut b = IndexBuilder::with_seed(seg.seq(), seed);
+/// Rebuilds a sealed segment's index from its blocks, with `seed` and `names` carried in.
+pub fn rebuild_seeded(
+    seg: &SegmentReader,
+    seed: TcpCarry,
+    names: NameCarry,
+) -> Result<SegmentIndex> {
+    let mut b = IndexBuilder::with_seed(seg.seq(), seed).with_names(names);
     let mut dctx = zstd::bulk::Decompressor::new()
         .map_err(|e| StoreError::io("create a zstd decompressor", seg.path(), e))?;
     let mut data = Vec::new();
@@ -1168,6 +1269,84 @@ mod tests {
                 "the fragment before its first, and the one too late"
             );
             assert_eq!(idx.flows.len(), 5);
+        }
+    }
+
+    /// An IPv4 fragment of a TCP segment from A:`sport` to B:443 (id `id`, offset in 8-byte
+    /// units); the first carries the TCP header (seq 1000, PSH ACK) and `len` bytes in all.
+    fn tcp_frag(id: u16, offset: u16, more: bool, sport: u16, len: usize) -> Vec<u8> {
+        let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&((20 + len) as u16).to_be_bytes());
+        f.extend_from_slice(&id.to_be_bytes());
+        f.extend_from_slice(&(offset | if more { 0x2000 } else { 0 }).to_be_bytes());
+        f.extend_from_slice(&[64, 6, 0, 0]);
+        f.extend_from_slice(&A);
+        f.extend_from_slice(&B);
+        if offset == 0 {
+            f.extend_from_slice(&sport.to_be_bytes());
+            f.extend_from_slice(&443u16.to_be_bytes());
+            f.extend_from_slice(&1000u32.to_be_bytes());
+            f.extend_from_slice(&[0, 0, 0, 0, 0x50, 0x18, 0x10, 0, 0, 0, 0, 0]);
+            f.resize(f.len() + len - 20, 0xab);
+        } else {
+            f.resize(f.len() + len, 0xab);
+        }
+        f
+    }
+
+    /// A TCP segment's later fragments are counted in its flow too, from the records (whose
+    /// TCP first fragment has no identification: the block is read again for it) and from
+    /// the blocks' bytes alike; they add packets and bytes, no TCP data segment or flags.
+    #[test]
+    fn later_fragments_of_a_tcp_segment_join_its_flow() {
+        let blocks: Vec<Vec<(u64, Vec<u8>)>> = vec![
+            vec![
+                (S, tcp4(None, A, B, 40000, 443, 999, 0x02, 1000, 0, 0)),
+                (S + 1, tcp_frag(7, 0, true, 40000, 1480)),
+                (S + 2, tcp_frag(7, 185, true, 0, 1480)),
+                (S + 3, tcp_frag(8, 0, true, 40001, 1480)),
+            ],
+            vec![
+                (S + 4, tcp_frag(7, 370, false, 0, 40)),
+                (S + 5, tcp_frag(8, 185, false, 0, 100)),
+            ],
+        ];
+        for with_records in [false, true] {
+            let mut ix = IndexBuilder::new(1);
+            for (n, b) in blocks.iter().enumerate() {
+                let (m, d) = block(b, n == 0);
+                if with_records {
+                    let records: Vec<Record> = b
+                        .iter()
+                        .map(|(ts, f)| {
+                            let dis = dissect(1, f);
+                            Record::of(*ts, f.len() as u32, f.len() as u32, false, &dis)
+                        })
+                        .collect();
+                    ix.add_block_pieces(&m, &[&d], Some(&records));
+                } else {
+                    ix.add_block(&m, &d);
+                }
+            }
+            let idx = ix.finish(1);
+            let flow = |sport: u16| {
+                idx.flows
+                    .iter()
+                    .find(|f| f.key.ports == Some((sport, 443)))
+                    .map(|f| (f.totals.packets, f.totals.bytes, f.totals.data))
+            };
+            let len = |l: u64| 14 + 20 + l;
+            assert_eq!(
+                flow(40000),
+                Some(([4, 0], [54 + len(1480) * 2 + len(40), 0], [1, 0])),
+                "records: {with_records}"
+            );
+            assert_eq!(
+                flow(40001),
+                Some(([2, 0], [len(1480) + len(100), 0], [1, 0]))
+            );
+            assert_eq!(idx.flows.len(), 2, "no portless flow: {:?}", idx.flows);
         }
     }
 }

@@ -872,6 +872,14 @@ pub struct SegmentIndex {
 /// builder looks every new flow up here, on the capture path).
 pub type TcpCarry = std::collections::HashMap<FlowKey, TcpState, foldhash::fast::RandomState>;
 
+/// Per flow, the names the previous segment's index holds for it, handed to the next
+/// segment's build as its TCP state is: a flow that goes on in the next segment starts there
+/// with the names learned so far, so a window that leaves out the segment of its first bytes
+/// still names it (docs/names.md, "Names across segments"). A flow carried in with a known
+/// application other than DNS is not inspected again.
+pub type NameCarry =
+    std::collections::HashMap<FlowKey, Box<capsule_names::FlowNames>, foldhash::fast::RandomState>;
+
 /// How long a flow's TCP state is carried through segments in which the flow is idle
 /// (ns): Linux's longest retransmission timeout (TCP_RTO_MAX, 120 s). A flow stalled on a
 /// lost segment sends nothing until its timer fires, often for longer than a segment lasts
@@ -917,6 +925,20 @@ impl SegmentIndex {
             .iter()
             .filter(|f| f.tcp_out != TcpState::default())
             .map(|f| (f.key, f.tcp_out))
+            .collect()
+    }
+
+    /// Every named flow's names after this segment: what the next segment's build starts
+    /// those flows with ([`IndexBuilder::with_names`]). Only flows with packets in this
+    /// segment: a flow idle for a whole segment starts the one after unnamed, as a rebuild
+    /// of it from the previous segment's index alone would.
+    pub fn names_out(&self) -> NameCarry {
+        self.flows
+            .iter()
+            .filter_map(|f| {
+                let n = f.totals.names.as_ref().filter(|n| !n.is_empty())?;
+                Some((f.key, n.clone()))
+            })
             .collect()
     }
 

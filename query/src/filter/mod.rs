@@ -147,10 +147,10 @@
 //! * `port N`, `portrange A-B`: the TCP, UDP or SCTP source or destination port. Packets
 //!   without a transport header (non-first fragments, truncated headers, other protocols)
 //!   never match a port primitive, not even `portrange 0-65535` (like tcpdump). The query
-//!   (capsule-replay) hands a UDP or SCTP datagram's later fragments over with the ports of
-//!   its first fragment when that was seen before (capsule_wire::fragments), as the side
-//!   index counts them in its flow: there a port selects all of the datagram's fragments
-//!   (tcpdump: the first only).
+//!   (capsule-replay) hands a UDP, SCTP or TCP datagram's later fragments over with the
+//!   ports of its first fragment when that was seen before (capsule_wire::fragments), as the
+//!   side index counts them in its flow: there a port selects all of the datagram's
+//!   fragments (tcpdump: the first only); a TCP one has flags 0.
 //! * `tcp`, `udp`, `sctp`, `icmp`, `icmp6`, `proto N`: the IP protocol (IPv4 protocol field,
 //!   or the IPv6 next header after the extension headers). Fragments of a protocol match it,
 //!   including non-first fragments.
