@@ -70,12 +70,14 @@ impl ClickHouse {
         };
         let mut resp = req.send(body).map_err(unreachable)?;
         let status = resp.status().as_u16();
-        let bytes = resp
-            .body_mut()
-            .with_config()
-            .limit(u64::MAX)
-            .read_to_vec()
-            .map_err(unreachable)?;
+        // Read into room for a few MB at once (a window's flow rows), not grown from
+        // nothing by doubling: each growth copies what came so far.
+        let mut bytes = Vec::with_capacity(4 << 20);
+        std::io::Read::read_to_end(
+            &mut resp.body_mut().with_config().limit(u64::MAX).reader(),
+            &mut bytes,
+        )
+        .map_err(|e| unreachable(ureq::Error::Io(e)))?;
         if status != 200 {
             let message = String::from_utf8_lossy(&bytes);
             return Err(FleetError::Server {
