@@ -204,14 +204,12 @@ pub fn pull_all(
 /// handshakes; no request, no token sent), by serve URL: a pull takes its node's.
 #[derive(Debug, Default)]
 pub struct Warm {
-    conns: std::sync::Mutex<
-        std::collections::HashMap<
-            String,
-            std::thread::JoinHandle<Result<crate::client::Connected>>,
-        >,
-    >,
+    conns: std::sync::Mutex<std::collections::HashMap<String, Connecting>>,
     at: Option<Instant>,
 }
+
+/// A connection being made on a thread of its own.
+type Connecting = std::thread::JoinHandle<Result<crate::client::Connected>>;
 
 /// A connection older than this is not used (a node's `serve` drops a connection that
 /// sends no request head within 30 s): the pull connects again.
@@ -219,7 +217,7 @@ const WARM_FOR: Duration = Duration::from_secs(10);
 
 impl Warm {
     /// The connection to `url` made ahead, if one was and is fresh.
-    fn take(&self, url: &str) -> Option<std::thread::JoinHandle<Result<crate::client::Connected>>> {
+    fn take(&self, url: &str) -> Option<Connecting> {
         let h = self.conns.lock().ok()?.remove(url)?;
         self.at
             .is_some_and(|at| at.elapsed() < WARM_FOR)
