@@ -241,11 +241,11 @@ mod tests {
                 vec![
                     Input {
                         node: "a".into(),
-                        reader: std::io::BufReader::new(r),
+                        reader: Box::new(std::io::BufReader::new(r)) as Box<dyn Read + Send>,
                     },
                     Input {
                         node: "b".into(),
-                        reader: std::io::BufReader::new(std::io::Cursor::new(whole)),
+                        reader: Box::new(std::io::Cursor::new(whole)),
                     },
                 ],
                 Told(tx),
