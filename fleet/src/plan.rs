@@ -133,22 +133,27 @@ pub(crate) fn flow_rows_as<T>(
     // them as they come, and the rows a re-push left twice are collapsed here (see
     // `newest_once`). With FINAL, 18.16 merged every part of the window on one thread
     // before the first row: a third of `top --fleet`'s time with three parts.
-    let bytes = ch.execute(&format!(
-        "SELECT {} FROM {DATABASE}.{name} WHERE last_ns >= {from} AND first_ns < {to}\
-         {filled} FORMAT RowBinary",
-        cols.join(", ")
-    ))?;
+    // Decoded as they arrive: the asker's work on the first rows overlaps ClickHouse's on
+    // the last, and no copy of the whole answer is kept.
     let what = format!("the flow rows ClickHouse at {} gave", ch.url());
-    let mut r = Reader::new(&bytes, &what);
-    // Room for every row without growing (a row is large: each growth moves them all); a
-    // row is at least 64 bytes of RowBinary, and pages not touched cost nothing.
-    let mut out = Vec::with_capacity(bytes.len() / 64 + 1);
-    while !r.is_empty() {
-        out.push(match &read {
-            None => rows::get_flow(&mut r)?,
-            Some(read) => rows::get_narrow(&mut r, read)?,
-        });
-    }
+    let out = ch.execute_with(
+        &format!(
+            "SELECT {} FROM {DATABASE}.{name} WHERE last_ns >= {from} AND first_ns < {to}\
+             {filled} FORMAT RowBinary",
+            cols.join(", ")
+        ),
+        |body| {
+            crate::rowbinary::rows_from(
+                body,
+                &what,
+                |r| match &read {
+                    None => rows::get_flow(r),
+                    Some(read) => rows::get_narrow(r, read),
+                },
+                |e| ch.io_error(e),
+            )
+        },
+    )?;
     Ok(newest_once(out)
         .into_iter()
         .map(|(o, f)| keep(o, f))

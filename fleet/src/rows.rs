@@ -1068,12 +1068,81 @@ mod tests {
         assert_eq!(secs(&got), secs(&f));
     }
 
+    /// A row of only the columns a question reads (the plan's: no bytes a second, no
+    /// names) decodes, what was not asked as zero: the plan of a window that cuts a flow
+    /// gets its seconds and packets a second without the bytes (it was refused: "the bucket
+    /// arrays differ in length").
+    #[test]
+    fn a_row_of_the_columns_a_question_reads_decodes_the_rest_as_zero() {
+        let mut f = flow("10.0.0.1", "10.0.0.2");
+        f.totals.names = Some(Box::default());
+        let o = Origin {
+            node: "n".into(),
+            segment: 1,
+            segment_len: 2,
+            published_ns: 3,
+            kept: Kept {
+                names: true,
+                tunnels: true,
+            },
+        };
+        let plan = NarrowRead {
+            bytes: false,
+            handshake: false,
+            dscp_counts: false,
+            dscp_change: false,
+            bucket_bytes: false,
+            bucket_packets: true,
+            names: false,
+            encap: true,
+        };
+        let mut n = Writer::default();
+        put_narrow_read_for_test(&mut n, &o, &f, &plan);
+        let mut r = Reader::new(&n.buf, "test");
+        let (o2, got) = get_narrow(&mut r, &plan).unwrap();
+        assert!(r.is_empty());
+        assert_eq!(
+            o2.kept,
+            Kept {
+                names: false,
+                tunnels: true
+            }
+        );
+        let (t, u) = (&got.totals, &f.totals);
+        assert_eq!(
+            (t.packets, t.dscp, t.tcp_flags),
+            (u.packets, u.dscp, u.tcp_flags)
+        );
+        assert_eq!((t.bytes, t.handshake), ([0; 2], [0; 2]));
+        assert!(t.dscp_counts.iter().all(Vec::is_empty) && t.names.is_none());
+        let secs: Vec<_> = got
+            .buckets
+            .iter()
+            .map(|b| (b.second, b.bytes, b.packets))
+            .collect();
+        let want: Vec<_> = f
+            .buckets
+            .iter()
+            .map(|b| (b.second, [0; 2], b.packets))
+            .collect();
+        assert!(!want.is_empty());
+        assert_eq!(secs, want);
+        // The columns of a question, in the table's order: the plan's 27 of 48.
+        assert_eq!(plan.columns().len(), 27);
+        assert_eq!(NarrowRead::ALL.columns(), narrow_columns());
+    }
+
     /// A narrow row as ClickHouse's view makes it from a flow row: the named columns.
     fn put_narrow_for_test(w: &mut Writer, o: &Origin, f: &FlowCounts) {
+        put_narrow_read_for_test(w, o, f, &NarrowRead::ALL)
+    }
+
+    /// [`put_narrow_for_test`], the columns `read` reads.
+    fn put_narrow_read_for_test(w: &mut Writer, o: &Origin, f: &FlowCounts, read: &NarrowRead) {
         let mut full = Writer::default();
         put_flow(&mut full, o, f);
         let wide = flow_columns();
-        let narrow = narrow_columns();
+        let narrow = read.columns();
         // Re-encode column by column: decode each wide column's bytes by its type.
         let mut r = Reader::new(&full.buf, "test");
         let mut cols: Vec<(String, Vec<u8>)> = Vec::new();
