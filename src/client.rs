@@ -354,7 +354,13 @@ pub fn get_with(
     progress: bool,
     deadlines: Option<&Deadlines>,
 ) -> Result<Got> {
-    let url = sel.url.as_str();
+    let token = read_token(sel)?;
+    let c = connect(sel, deadlines.map(|d| d.connect))?;
+    get_on(c, &token, path_and_query, out, progress, deadlines)
+}
+
+/// The bearer token of `sel`'s token file, checked to be one token.
+pub(crate) fn read_token(sel: &Remote) -> Result<String> {
     let token_file = sel.token_file.as_path();
     let token = std::fs::read_to_string(token_file)
         .with_context(|| format!("cannot read the token file {}", token_file.display()))?;
@@ -366,19 +372,36 @@ pub fn get_with(
             token.len()
         );
     }
+    Ok(token.to_string())
+}
+
+/// A connection to a server made before its request: TCP, TLS and HTTP handshakes done
+/// (a fleet query connects to the nodes while ClickHouse plans; [`get_on`] asks on it).
+pub struct Connected {
+    rt: tokio::runtime::Runtime,
+    send: hyper::client::conn::http1::SendRequest<EmptyBody>,
+    url: String,
+    host: String,
+    port: u16,
+}
+
+impl std::fmt::Debug for Connected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connected").field("url", &self.url).finish()
+    }
+}
+
+/// Connects to the server of `sel` within `deadline` (when given).
+pub fn connect(sel: &Remote, deadline: Option<std::time::Duration>) -> Result<Connected> {
+    let url = sel.url.as_str();
     let (host, port) = split_url(url)?;
     let cfg = Arc::new(tls(sel)?);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the client runtime")?;
-    let (connect, first_byte, idle) = (
-        deadlines.map(|d| d.connect),
-        deadlines.map(|d| d.first_byte),
-        deadlines.map(|d| d.idle),
-    );
-    rt.block_on(async {
-        let (mut send, conn) = within(connect, || format!("cannot connect to {url}"), async {
+    let send = rt.block_on(async {
+        let (send, conn) = within(deadline, || format!("cannot connect to {url}"), async {
             let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
                 .await
                 .with_context(|| format!("cannot connect to {url}"))?;
@@ -396,6 +419,36 @@ pub fn get_with(
         tokio::spawn(async move {
             let _ = conn.await;
         });
+        anyhow::Ok(send)
+    })?;
+    Ok(Connected {
+        rt,
+        send,
+        url: url.to_string(),
+        host,
+        port,
+    })
+}
+
+/// GETs `path_and_query` on the connection `c` with `token`, as [`get_with`].
+pub fn get_on(
+    c: Connected,
+    token: &str,
+    path_and_query: &str,
+    out: &mut dyn Write,
+    progress: bool,
+    deadlines: Option<&Deadlines>,
+) -> Result<Got> {
+    let Connected {
+        rt,
+        mut send,
+        url,
+        host,
+        port,
+    } = c;
+    let url = url.as_str();
+    let (first_byte, idle) = (deadlines.map(|d| d.first_byte), deadlines.map(|d| d.idle));
+    rt.block_on(async {
         let authority = if host.contains(':') {
             format!("[{host}]:{port}")
         } else {

@@ -177,7 +177,14 @@ pub fn pull_all(
         };
         let mut out = {
             let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut f);
-            pull_into(fleet, plan, &packets_path(plan, ask), deadlines, &mut w)
+            pull_into(
+                fleet,
+                plan,
+                &packets_path(plan, ask),
+                deadlines,
+                None,
+                &mut w,
+            )
         };
         if out.failed.is_none() {
             match f.seek(SeekFrom::Start(0)) {
@@ -193,14 +200,74 @@ pub fn pull_all(
         .collect())
 }
 
+/// Connections to the fleet's nodes made while ClickHouse plans (TCP, TLS and HTTP
+/// handshakes; no request, no token sent), by serve URL: a pull takes its node's.
+#[derive(Debug, Default)]
+pub struct Warm {
+    conns: std::sync::Mutex<std::collections::HashMap<String, Connecting>>,
+    at: Option<Instant>,
+}
+
+/// A connection being made on a thread of its own.
+type Connecting = std::thread::JoinHandle<Result<crate::client::Connected>>;
+
+/// A connection older than this is not used (a node's `serve` drops a connection that
+/// sends no request head within 30 s): the pull connects again.
+const WARM_FOR: Duration = Duration::from_secs(10);
+
+impl Warm {
+    /// The connection to `url` made ahead, if one was and is fresh.
+    fn take(&self, url: &str) -> Option<Connecting> {
+        let h = self.conns.lock().ok()?.remove(url)?;
+        self.at
+            .is_some_and(|at| at.elapsed() < WARM_FOR)
+            .then_some(h)
+    }
+}
+
+/// Starts connecting to every node of the catalog's registry that advertised a serve URL,
+/// each on a thread of its own with the connect deadline of `deadlines`, while the caller
+/// plans: the registry is asked here (one small question beside the plan's). The
+/// connections come with the handle's [`Warm`]; none when the registry cannot be read or
+/// the `[fleet]` section names no token file (the pulls then say why).
+pub fn warm(
+    fleet: &capsule_config::Fleet,
+    ch: &capsule_fleet::ClickHouse,
+    deadlines: &Deadlines,
+) -> std::thread::JoinHandle<Warm> {
+    let (fleet, ch, connect) = (fleet.clone(), ch.clone(), deadlines.connect);
+    std::thread::spawn(move || {
+        let at = Instant::now();
+        let Ok(registry) = capsule_fleet::nodes::registry(&ch) else {
+            return Warm::default();
+        };
+        let mut conns = std::collections::HashMap::new();
+        for n in registry {
+            if n.advertise.is_empty() || conns.contains_key(&n.advertise) {
+                continue;
+            }
+            let Ok(remote) = remote_of(&fleet, &n.advertise) else {
+                return Warm::default();
+            };
+            let h = std::thread::spawn(move || crate::client::connect(&remote, Some(connect)));
+            conns.insert(n.advertise, h);
+        }
+        Warm {
+            conns: std::sync::Mutex::new(conns),
+            at: Some(at),
+        }
+    })
+}
+
 /// Pulls every node of `plans` at once and gives `consume` a reader of each node's packets
 /// (in the order of `plans`) while they arrive; the pulls' reports once every pull ended,
-/// with what `consume` returned.
+/// with what `consume` returned. A node's connection made ahead (`warm`) is used.
 pub fn stream_all<T>(
     fleet: &capsule_config::Fleet,
     plans: &[NodePlan],
     ask: &Ask,
     deadlines: &Deadlines,
+    warm: &Warm,
     consume: impl FnOnce(Vec<capsule_fleet::spool::SpoolReader>) -> T,
 ) -> Result<(Vec<Pulled>, T)> {
     check_token(fleet, plans)?;
@@ -219,7 +286,8 @@ pub fn stream_all<T>(
                 let Some(mut w) = w else {
                     return (failed(plan, "its spool was taken twice"), ());
                 };
-                let out = pull_into(fleet, plan, &packets_path(plan, ask), deadlines, &mut w);
+                let path = packets_path(plan, ask);
+                let out = pull_into(fleet, plan, &path, deadlines, Some(warm), &mut w);
                 // Dropped: the merge reads to the end of what came.
                 w.finish();
                 (out, ())
@@ -254,7 +322,7 @@ pub fn count_all(
     let one = |_: usize, plan: &NodePlan| {
         let path = format!("/v1/count?{}", window_params(plan, ask));
         let mut body = Vec::new();
-        let mut out = pull_into(fleet, plan, &path, deadlines, &mut body);
+        let mut out = pull_into(fleet, plan, &path, deadlines, None, &mut body);
         if out.failed.is_some() {
             return (out, None);
         }
@@ -269,12 +337,14 @@ pub fn count_all(
     Ok(each_node(plans, one, || None))
 }
 
-/// Asks one node for `path` with `deadlines`, its answer written into `w`.
+/// Asks one node for `path` with `deadlines` (on its connection of `warm` when there is
+/// one), its answer written into `w`.
 fn pull_into(
     fleet: &capsule_config::Fleet,
     plan: &NodePlan,
     path: &str,
     deadlines: &Deadlines,
+    warm: Option<&Warm>,
     w: &mut dyn std::io::Write,
 ) -> Pulled {
     let t0 = Instant::now();
@@ -288,7 +358,17 @@ fn pull_into(
             );
         }
         let remote = remote_of(fleet, &plan.advertise)?;
-        let got = crate::client::get_with(&remote, path, w, false, Some(deadlines))?;
+        let ahead = warm.and_then(|warm| warm.take(&plan.advertise));
+        let got = match ahead {
+            Some(h) => {
+                let token = crate::client::read_token(&remote)?;
+                let c = h
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the thread connecting failed")))?;
+                crate::client::get_on(c, &token, path, w, false, Some(deadlines))?
+            }
+            None => crate::client::get_with(&remote, path, w, false, Some(deadlines))?,
+        };
         w.flush().context("cannot write the pulled packets")?;
         Ok(got)
     })();

@@ -3,6 +3,7 @@
 //! request has a deadline (connect, and the whole exchange), so a hung server makes a
 //! publish or a question fail with [`FleetError::Unreachable`], never hang.
 
+use std::io::Read;
 use std::time::Duration;
 
 use crate::FleetError;
@@ -55,6 +56,30 @@ impl ClickHouse {
     }
 
     fn post(&self, query: Option<&str>, body: &[u8], what: &str) -> Result<Vec<u8>, FleetError> {
+        self.post_with(query, body, what, |r| {
+            let mut bytes = Vec::new();
+            r.read_to_end(&mut bytes).map_err(|e| self.io_error(e))?;
+            Ok(bytes)
+        })
+    }
+
+    /// What an error reading an answer is: the server unreachable mid-answer.
+    pub(crate) fn io_error(&self, e: std::io::Error) -> FleetError {
+        FleetError::Unreachable {
+            url: self.url.clone(),
+            source: Box::new(ureq::Error::Io(e)),
+        }
+    }
+
+    /// Posts `body` (with `query` in the URL) and hands `read` the answer's body as it
+    /// arrives, when ClickHouse answered 200; else its error message as an error.
+    fn post_with<T>(
+        &self,
+        query: Option<&str>,
+        body: &[u8],
+        what: &str,
+        read: impl FnOnce(&mut dyn std::io::Read) -> Result<T, FleetError>,
+    ) -> Result<T, FleetError> {
         let mut url = format!("{}/", self.url);
         if let Some(q) = query {
             url.push_str("?query=");
@@ -70,13 +95,12 @@ impl ClickHouse {
         };
         let mut resp = req.send(body).map_err(unreachable)?;
         let status = resp.status().as_u16();
-        let bytes = resp
-            .body_mut()
-            .with_config()
-            .limit(u64::MAX)
-            .read_to_vec()
-            .map_err(unreachable)?;
+        let mut reader = resp.body_mut().with_config().limit(u64::MAX).reader();
         if status != 200 {
+            let mut bytes = Vec::new();
+            reader
+                .read_to_end(&mut bytes)
+                .map_err(|e| self.io_error(e))?;
             let message = String::from_utf8_lossy(&bytes);
             return Err(FleetError::Server {
                 url: self.url.clone(),
@@ -85,13 +109,24 @@ impl ClickHouse {
                 message: message.trim().chars().take(500).collect(),
             });
         }
-        Ok(bytes)
+        read(&mut reader)
     }
 
     /// Runs `sql` (a statement, or a query with its FORMAT) and returns what it answered.
     pub fn execute(&self, sql: &str) -> Result<Vec<u8>, FleetError> {
         let what: String = sql.split_whitespace().take(6).collect::<Vec<_>>().join(" ");
         self.post(None, sql.as_bytes(), &format!("`{what} ...`"))
+    }
+
+    /// Runs `sql` (a query with its FORMAT) and hands `read` its answer as it arrives (rows
+    /// decoded while ClickHouse still sends: fleet/src/plan.rs).
+    pub fn execute_with<T>(
+        &self,
+        sql: &str,
+        read: impl FnOnce(&mut dyn std::io::Read) -> Result<T, FleetError>,
+    ) -> Result<T, FleetError> {
+        let what: String = sql.split_whitespace().take(6).collect::<Vec<_>>().join(" ");
+        self.post_with(None, sql.as_bytes(), &format!("`{what} ...`"), read)
     }
 
     /// Inserts `rows` (RowBinary, the values of `columns` in that order) into `table`. The

@@ -211,6 +211,58 @@ mod tests {
         b
     }
 
+    /// What the merge wrote, told to the test as it is written.
+    struct Told(std::sync::mpsc::Sender<usize>);
+
+    impl Write for Told {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            let _ = self.0.send(b.len());
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A node that sends its first packet and then stalls does not hold the answer back:
+    /// the first packet is written while it stalls (an asker that buffered a node's answer,
+    /// or waited for every node's end, would write nothing until the stall ended).
+    #[test]
+    fn the_first_packet_is_written_while_a_node_stalls_after_its_first() {
+        let whole = capture(None, &[5, 6, 7]);
+        let stalled = capture(None, &[1, 2, 3]);
+        // The stalled node's header and first packet, then nothing until released.
+        let first_len = capture(None, &[1]).len();
+        let (mut w, r) = crate::spool::spool(tempfile::tempfile().unwrap()).unwrap();
+        w.write_all(&stalled[..first_len]).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let merging = std::thread::spawn(move || {
+            merge(
+                vec![
+                    Input {
+                        node: "a".into(),
+                        reader: Box::new(std::io::BufReader::new(r)) as Box<dyn Read + Send>,
+                    },
+                    Input {
+                        node: "b".into(),
+                        reader: Box::new(std::io::Cursor::new(whole)),
+                    },
+                ],
+                Told(tx),
+                None,
+            )
+        });
+        let first = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the first packet is written while node a stalls");
+        assert!(first > 0);
+        // Released: the rest comes, every packet in time order.
+        w.write_all(&stalled[first_len..]).unwrap();
+        w.finish();
+        let m = merging.join().unwrap().unwrap();
+        assert_eq!((m.packets, m.per_input), (6, vec![3, 3]));
+    }
+
     #[test]
     fn inputs_merge_in_time_order_with_one_interface_per_node() {
         let a = capture(Some("eth0"), &[1, 4, 4, 9]);

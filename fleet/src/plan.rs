@@ -79,59 +79,81 @@ pub(crate) fn flow_rows_as<T>(
     keep: impl Fn(rows::Origin, capsule_index::sideindex::FlowCounts) -> T,
 ) -> Result<Vec<T>, FleetError> {
     let (from, to) = query.window();
-    let (columns, name, filled, unread) = match table {
-        Table::Wide => (rows::flow_columns(), "flows", String::new(), &[][..]),
-        Table::Narrow(unread) => (
-            rows::narrow_columns(),
-            "flow_totals",
-            format!(
-                " AND (SELECT count() FROM {DATABASE}.{}) >= 0",
-                crate::schema::FILLED[1]
-            ),
-            unread,
+    // A flow the window cuts is cut by its packets a second (capsule_index::flows,
+    // `windowed`); a window without bounds cuts none, so they are not asked then.
+    let unbounded = from == 0 && to == u64::MAX;
+    let cut = format!("arrayFilter(x -> NOT (first_ns >= {from} AND last_ns < {to}), ");
+    let (cols, name, filled, read): (Vec<String>, _, _, _) = match table {
+        Table::Wide => (
+            rows::flow_columns()
+                .into_iter()
+                .map(|(n, _)| {
+                    if keep_buckets || !n.starts_with("bucket_") {
+                        n
+                    } else {
+                        format!("{cut}{n})")
+                    }
+                })
+                .collect(),
+            "flows",
+            String::new(),
+            None,
         ),
+        Table::Narrow(mut read) => {
+            read.bucket_packets &= !unbounded;
+            let cols = read
+                .columns()
+                .into_iter()
+                .map(|(n, _)| {
+                    // The narrow table's packets a second serve only to cut a flow to the
+                    // window (the answers read the bytes a second): a whole flow's come
+                    // empty; and every bucket of a whole flow when the answer keeps no
+                    // series.
+                    if n.starts_with("bucket_packets_")
+                        || (!keep_buckets && n.starts_with("bucket_"))
+                    {
+                        format!("{cut}{n})")
+                    } else {
+                        n
+                    }
+                })
+                .collect();
+            (
+                cols,
+                "flow_totals",
+                format!(
+                    " AND (SELECT count() FROM {DATABASE}.{}) >= 0",
+                    crate::schema::FILLED[1]
+                ),
+                Some(read),
+            )
+        }
     };
-    let cols: Vec<String> = columns
-        .into_iter()
-        .map(|(n, t)| {
-            if unread.iter().any(|u| n.starts_with(u)) {
-                // Not read by the answer: its type's zero, so ClickHouse does not read the
-                // column (a file per column and part is most of its time) and the row
-                // decodes as ever.
-                let zero = match t.strip_prefix("Array(") {
-                    Some(inner) => format!("emptyArray{}()", inner.trim_end_matches(')')),
-                    None => format!("to{t}(0)"),
-                };
-                format!("{zero} AS {n}")
-            } else if (keep_buckets || !n.starts_with("bucket_"))
-                && !(table != Table::Wide && n.starts_with("bucket_packets_"))
-            {
-                n
-            } else {
-                // The narrow table's packets a second serve only to cut a flow to the
-                // window (the answers read the bytes a second): a whole flow's come empty.
-                format!("arrayFilter(x -> NOT (first_ns >= {from} AND last_ns < {to}), {n})")
-            }
-        })
-        .collect();
     // Neither FINAL nor ORDER BY: ClickHouse then reads its parts in parallel and sends
     // them as they come, and the rows a re-push left twice are collapsed here (see
     // `newest_once`). With FINAL, 18.16 merged every part of the window on one thread
     // before the first row: a third of `top --fleet`'s time with three parts.
-    let bytes = ch.execute(&format!(
-        "SELECT {} FROM {DATABASE}.{name} WHERE last_ns >= {from} AND first_ns < {to}\
-         {filled} FORMAT RowBinary",
-        cols.join(", ")
-    ))?;
+    // Decoded as they arrive: the asker's work on the first rows overlaps ClickHouse's on
+    // the last, and no copy of the whole answer is kept.
     let what = format!("the flow rows ClickHouse at {} gave", ch.url());
-    let mut r = Reader::new(&bytes, &what);
-    let mut out = Vec::new();
-    while !r.is_empty() {
-        out.push(match table {
-            Table::Wide => rows::get_flow(&mut r)?,
-            Table::Narrow(_) => rows::get_narrow(&mut r)?,
-        });
-    }
+    let out = ch.execute_with(
+        &format!(
+            "SELECT {} FROM {DATABASE}.{name} WHERE last_ns >= {from} AND first_ns < {to}\
+             {filled} FORMAT RowBinary",
+            cols.join(", ")
+        ),
+        |body| {
+            crate::rowbinary::rows_from(
+                body,
+                &what,
+                |r| match &read {
+                    None => rows::get_flow(r),
+                    Some(read) => rows::get_narrow(r, read),
+                },
+                |e| ch.io_error(e),
+            )
+        },
+    )?;
     Ok(newest_once(out)
         .into_iter()
         .map(|(o, f)| keep(o, f))
@@ -144,7 +166,7 @@ pub(crate) fn flow_rows_as<T>(
 /// sorting key. Unlike FINAL, a row pushed again into another partition (a day apart) is
 /// collapsed too.
 fn newest_once(
-    mut rows: Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)>,
+    rows: Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)>,
 ) -> Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)> {
     // The sorting key's columns after node and segment (rows::FLOW_KEY), as stored.
     let key = |f: &capsule_index::sideindex::FlowCounts| {
@@ -166,25 +188,30 @@ fn newest_once(
             families,
         )
     };
-    rows.sort_by(|(oa, fa), (ob, fb)| {
-        (&oa.node, oa.segment, key(fa), oa.published_ns).cmp(&(
-            &ob.node,
-            ob.segment,
-            key(fb),
-            ob.published_ns,
-        ))
-    });
+    // The rows are large (a flow's counts): a list of their keys is sorted, and each row
+    // moved once, into its place.
+    let keys: Vec<_> = rows
+        .iter()
+        .map(|(o, f)| (o.node.as_str(), o.segment, key(f), o.published_ns))
+        .collect();
+    let mut order: Vec<usize> = (0..rows.len()).collect();
+    order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
     // Of each run of one row's pushes, the last (the newest) is kept.
-    let mut out: Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)> =
-        Vec::with_capacity(rows.len());
-    for (o, f) in rows {
-        if let Some((po, pf)) = out.last() {
-            if po.node == o.node && po.segment == o.segment && key(pf) == key(&f) {
-                out.pop();
-            }
-        }
-        out.push((o, f));
-    }
+    let same = |a: usize, b: usize| {
+        let (ka, kb) = (&keys[a], &keys[b]);
+        (ka.0, ka.1, ka.2) == (kb.0, kb.1, kb.2)
+    };
+    let kept: Vec<usize> = order
+        .iter()
+        .enumerate()
+        .filter(|&(i, &at)| order.get(i + 1).is_none_or(|&next| !same(at, next)))
+        .map(|(_, &at)| at)
+        .collect();
+    drop(keys);
+    let mut slots: Vec<Option<(rows::Origin, capsule_index::sideindex::FlowCounts)>> =
+        rows.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(kept.len());
+    out.extend(kept.into_iter().filter_map(|at| slots[at].take()));
     out
 }
 
@@ -194,9 +221,9 @@ pub enum Table {
     /// `capsule.flows`: every count of the side index.
     Wide,
     /// `capsule.flow_totals`: keys, totals, DSCP counts and remarks, the TCP flags and
-    /// handshake bits, the bytes and packets a second; of them, those whose names begin
-    /// with one of these are not read (the answer does not use them: they decode as zero).
-    Narrow(&'static [&'static str]),
+    /// handshake bits, the bytes and packets a second, the names and tunnels; of them, the
+    /// columns the answer reads (the others are not asked: they decode as zero).
+    Narrow(rows::NarrowRead),
 }
 
 impl Table {
@@ -207,29 +234,45 @@ impl Table {
     /// health counts only the wide table holds.
     pub fn for_question(q: &capsule_answers::analytics::Question) -> Table {
         use capsule_answers::analytics::Question;
+        let all = rows::NarrowRead::ALL;
         match q {
             // analytics/src/top.rs reads the totals, DSCP counts and bytes a second.
-            Question::Top { .. } => Table::Narrow(&["handshake_", "dscp_change_"]),
+            Question::Top { .. } => Table::Narrow(rows::NarrowRead {
+                handshake: false,
+                dscp_change: false,
+                ..all
+            }),
             // dscp.rs the DSCP counts, remarks and bytes a second.
-            Question::Dscp => Table::Narrow(&["handshake_"]),
+            Question::Dscp => Table::Narrow(rows::NarrowRead {
+                handshake: false,
+                ..all
+            }),
             // matrix.rs the totals and the handshake bits.
-            Question::Matrix { .. } => Table::Narrow(&["dscp_change_"]),
+            Question::Matrix { .. } => Table::Narrow(rows::NarrowRead {
+                dscp_change: false,
+                ..all
+            }),
             _ => Table::Wide,
         }
     }
 
-    /// The table the plan of a packet question reads: which flows of the window match the
-    /// filter (the key, TCP flags and DSCP mask) and have packets in it (their packets a
-    /// second when the window cuts them).
-    pub const PLAN: Table = Table::Narrow(&[
-        "bytes_",
-        "handshake_",
-        "dscp_values_",
-        "dscp_packets_",
-        "dscp_bytes_",
-        "dscp_change_",
-        "bucket_bytes_",
-    ]);
+    /// The table the plan of a packet question for `query` reads: which flows of the
+    /// window match the filter (the key, TCP flags and DSCP mask; the encapsulations when
+    /// the filter has `tunnel` or `mpls` terms) and have packets in it (their packets a
+    /// second when the window cuts them). The names are not read: the plan matches the
+    /// filter as given, and a name term is "maybe" on every flow (the node resolves it).
+    pub fn plan(query: &Query) -> Table {
+        Table::Narrow(rows::NarrowRead {
+            bytes: false,
+            handshake: false,
+            dscp_counts: false,
+            dscp_change: false,
+            bucket_bytes: false,
+            bucket_packets: true,
+            names: false,
+            encap: query.filter.has_encap_terms(),
+        })
+    }
 }
 
 /// Plans `query` over the catalog at `ch`; with `only`, over those nodes alone.
@@ -240,7 +283,7 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
     // tables checked only if one is refused.
     let (rows, spans, registry) = crate::schema::with_tables(ch, || {
         std::thread::scope(|s| {
-            let rows = s.spawn(|| flow_rows(ch, query, false, Table::PLAN));
+            let rows = s.spawn(|| flow_rows(ch, query, false, Table::plan(query)));
             let spans = s.spawn(|| segment_spans(ch, from, to));
             let registry = s.spawn(|| crate::nodes::registry(ch));
             Ok((
@@ -261,10 +304,9 @@ pub fn plan(ch: &ClickHouse, query: &Query, only: Option<&[&str]>) -> Result<Pla
     }
     let candidates: Vec<(String, u64)> = by_segment
         .into_iter()
-        .filter(|(_, records)| {
-            !capsule_index::flows::merge_counts(records.clone(), query, false).is_empty()
+        .filter_map(|(k, records)| {
+            (!capsule_index::flows::merge_counts(records, query, false).is_empty()).then_some(k)
         })
-        .map(|(k, _)| k)
         .collect();
     let mut nodes: BTreeMap<String, NodePlan> = BTreeMap::new();
     for (node, seg) in candidates {

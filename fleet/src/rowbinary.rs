@@ -68,16 +68,34 @@ pub struct Reader<'a> {
     b: &'a [u8],
     at: usize,
     what: &'a str,
+    /// A read failed because the bytes ended (not because they were wrong).
+    short: bool,
 }
 
 impl<'a> Reader<'a> {
     /// `what` names the bytes in errors (`flows of ClickHouse`, an outbox file).
     pub fn new(b: &'a [u8], what: &'a str) -> Reader<'a> {
-        Reader { b, at: 0, what }
+        Reader {
+            b,
+            at: 0,
+            what,
+            short: false,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         self.at >= self.b.len()
+    }
+
+    /// How many bytes were read.
+    pub fn consumed(&self) -> usize {
+        self.at
+    }
+
+    /// Whether a read failed because the bytes ended before what it expected (more bytes
+    /// may complete it), rather than because they were wrong.
+    pub fn short(&self) -> bool {
+        self.short
     }
 
     /// How many bytes are left to read.
@@ -91,13 +109,16 @@ impl<'a> Reader<'a> {
                 self.at += n;
                 Ok(s)
             }
-            None => Err(FleetError::Decode {
-                what: self.what.to_string(),
-                problem: format!(
-                    "at byte {}: expected {n} byte(s) of {of}, found {}",
-                    self.at,
-                    self.b.len().saturating_sub(self.at)
-                ),
+            None => Err({
+                self.short = true;
+                FleetError::Decode {
+                    what: self.what.to_string(),
+                    problem: format!(
+                        "at byte {}: expected {n} byte(s) of {of}, found {}",
+                        self.at,
+                        self.b.len().saturating_sub(self.at)
+                    ),
+                }
             }),
         }
     }
@@ -130,13 +151,14 @@ impl<'a> Reader<'a> {
             if b & 0x80 == 0 {
                 // No count can exceed the bytes left: a damaged one fails here, not in an
                 // allocation.
-                return usize::try_from(v)
+                let n = usize::try_from(v)
                     .ok()
-                    .filter(|&n| n <= self.b.len() - self.at)
-                    .ok_or_else(|| FleetError::Decode {
-                        what: self.what.to_string(),
-                        problem: format!("at byte {}: a length of {v} past the end", self.at),
-                    });
+                    .filter(|&n| n <= self.b.len() - self.at);
+                self.short |= n.is_none();
+                return n.ok_or_else(|| FleetError::Decode {
+                    what: self.what.to_string(),
+                    problem: format!("at byte {}: a length of {v} past the end", self.at),
+                });
             }
         }
         Err(FleetError::Decode {
@@ -181,9 +203,101 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Decodes rows with `row` from `body` as its bytes arrive (rows of ClickHouse's answer
+/// while it still sends them), each row once it is whole: a row cut by the end of what came
+/// so far is decoded again when more came. `io` makes a read error of `body` an error;
+/// `what` names the bytes in errors. Rows that end early at the end of `body` are an error.
+pub fn rows_from<T>(
+    body: &mut dyn std::io::Read,
+    what: &str,
+    mut row: impl FnMut(&mut Reader<'_>) -> Result<T, FleetError>,
+    io: impl Fn(std::io::Error) -> FleetError,
+) -> Result<Vec<T>, FleetError> {
+    const CHUNK: usize = 1 << 16;
+    let mut out = Vec::new();
+    let mut buf: Vec<u8> = Vec::with_capacity(4 * CHUNK);
+    let mut eof = false;
+    loop {
+        let mut pos = 0;
+        while pos < buf.len() {
+            let mut r = Reader::new(&buf[pos..], what);
+            match row(&mut r) {
+                Ok(v) => {
+                    pos += r.consumed();
+                    out.push(v);
+                }
+                Err(_) if r.short() && !eof => break,
+                Err(e) => return Err(e),
+            }
+        }
+        if eof {
+            return Ok(out);
+        }
+        // Keep only the row not whole yet, then read on after it.
+        buf.drain(..pos);
+        let old = buf.len();
+        buf.resize(old + CHUNK, 0);
+        let n = loop {
+            match body.read(&mut buf[old..]) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io(e)),
+            }
+        };
+        buf.truncate(old + n);
+        eof = n == 0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bytes in pieces of `n`, as a network gives them.
+    struct Pieces<'a>(&'a [u8], usize);
+
+    impl std::io::Read for Pieces<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.1.min(buf.len()).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    /// Rows cut anywhere by the pieces they arrive in decode as from the whole; a body that
+    /// ends inside a row, or with wrong bytes, is an error.
+    #[test]
+    fn rows_decode_as_they_arrive_in_any_pieces() {
+        let mut w = Writer::default();
+        for i in 0..500u64 {
+            w.string(&"n".repeat(i as usize % 7));
+            w.u64(i);
+            w.array(&vec![i; i as usize % 300], |w, x| w.u64(*x));
+        }
+        let row = |r: &mut Reader<'_>| -> Result<(String, u64, usize), FleetError> {
+            Ok((r.string()?, r.u64()?, r.array(|r| r.u64())?.len()))
+        };
+        let io = |e: std::io::Error| FleetError::Decode {
+            what: "test".into(),
+            problem: e.to_string(),
+        };
+        let mut whole = Reader::new(&w.buf, "test");
+        let mut want = Vec::new();
+        while !whole.is_empty() {
+            want.push(row(&mut whole).unwrap());
+        }
+        for piece in [1, 3, 8, 100, 4096, 1 << 20] {
+            let got = rows_from(&mut Pieces(&w.buf, piece), "test", row, io).unwrap();
+            assert_eq!(got, want, "pieces of {piece}");
+        }
+        let cut = &w.buf[..w.buf.len() - 3];
+        assert!(rows_from(&mut Pieces(cut, 100), "test", row, io).is_err());
+        let mut bad = w.buf.clone();
+        bad[0] = 0xff; // a length of more than the bytes: wrong, at the end too.
+        bad.truncate(40);
+        assert!(rows_from(&mut Pieces(&bad, 7), "test", row, io).is_err());
+    }
 
     #[test]
     fn values_round_trip_and_a_short_input_names_what_it_expected() {

@@ -164,25 +164,40 @@ fn tagged(blob: &[u8]) -> Result<Option<Option<&[u8]>>, u8> {
 
 /// Reads the attribute columns of a flow row into `f`: what the node's index kept.
 fn get_attributes(r: &mut Reader, f: &mut FlowCounts) -> Result<Kept, FleetError> {
+    get_attributes_of(r, f, true, true)
+}
+
+/// [`get_attributes`] of a row that holds the `names` column when `names`, and the `encap`
+/// column when `encap` (a question that reads neither is not sent them: not kept).
+fn get_attributes_of(
+    r: &mut Reader,
+    f: &mut FlowCounts,
+    names: bool,
+    encap: bool,
+) -> Result<Kept, FleetError> {
     let bad = |what: &str, problem: String| FleetError::Decode {
         what: format!("the {what} column of a flow row"),
         problem,
     };
     let mut kept = Kept::default();
-    if let Some(rec) = tagged(r.blob()?).map_err(|t| bad("names", format!("tag byte {t}")))? {
-        kept.names = true;
-        if let Some(rec) = rec {
-            let n = capsule_index::sideindex::names_from_record(rec)
-                .map_err(|e| bad("names", e.to_string()))?;
-            f.totals.names = Some(Box::new(n));
+    if names {
+        if let Some(rec) = tagged(r.blob()?).map_err(|t| bad("names", format!("tag byte {t}")))? {
+            kept.names = true;
+            if let Some(rec) = rec {
+                let n = capsule_index::sideindex::names_from_record(rec)
+                    .map_err(|e| bad("names", e.to_string()))?;
+                f.totals.names = Some(Box::new(n));
+            }
         }
     }
-    if let Some(rec) = tagged(r.blob()?).map_err(|t| bad("encap", format!("tag byte {t}")))? {
-        kept.tunnels = true;
-        if let Some(rec) = rec {
-            let e = capsule_index::sideindex::encap_from_record(rec)
-                .map_err(|e| bad("encap", e.to_string()))?;
-            f.totals.encap = Some(Box::new(e));
+    if encap {
+        if let Some(rec) = tagged(r.blob()?).map_err(|t| bad("encap", format!("tag byte {t}")))? {
+            kept.tunnels = true;
+            if let Some(rec) = rec {
+                let e = capsule_index::sideindex::encap_from_record(rec)
+                    .map_err(|e| bad("encap", e.to_string()))?;
+                f.totals.encap = Some(Box::new(e));
+            }
         }
     }
     Ok(kept)
@@ -241,44 +256,128 @@ pub fn narrow_columns() -> Vec<(String, String)> {
     c
 }
 
-/// Reads one row of `capsule.flow_totals` back (columns as [`narrow_columns`]): a flow's
-/// counts with what the narrow table does not hold zero (TCP health, cut-off counts).
-pub fn get_narrow(r: &mut Reader) -> Result<(Origin, FlowCounts), FleetError> {
+/// Which of `capsule.flow_totals`' columns a question reads besides the flow's key, span,
+/// packets, DSCP mask and TCP flags (always read: the filter's terms and the plan need
+/// them). A column not read is not asked of ClickHouse at all (it reads a file per column
+/// and part, most of its time on a small window, and each column it sends costs it a
+/// serialisation per row): it decodes as its zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NarrowRead {
+    pub bytes: bool,
+    pub handshake: bool,
+    /// `dscp_values`, `dscp_packets`, `dscp_bytes`.
+    pub dscp_counts: bool,
+    /// `dscp_change_*`.
+    pub dscp_change: bool,
+    /// `bucket_second` and `bucket_bytes_*`.
+    pub bucket_bytes: bool,
+    /// `bucket_second` and `bucket_packets_*` (only a flow the window cuts reads them).
+    pub bucket_packets: bool,
+    pub names: bool,
+    pub encap: bool,
+}
+
+impl NarrowRead {
+    /// Every column of the table.
+    pub const ALL: NarrowRead = NarrowRead {
+        bytes: true,
+        handshake: true,
+        dscp_counts: true,
+        dscp_change: true,
+        bucket_bytes: true,
+        bucket_packets: true,
+        names: true,
+        encap: true,
+    };
+
+    /// Whether the column `name` of the narrow table is read.
+    pub fn reads(&self, name: &str) -> bool {
+        let base = name
+            .strip_suffix("_ab")
+            .or_else(|| name.strip_suffix("_ba"))
+            .unwrap_or(name);
+        match base {
+            "bytes" => self.bytes,
+            "handshake" => self.handshake,
+            "dscp_values" | "dscp_packets" | "dscp_bytes" => self.dscp_counts,
+            b if b.starts_with("dscp_change_") => self.dscp_change,
+            "bucket_second" => self.bucket_bytes || self.bucket_packets,
+            "bucket_bytes" => self.bucket_bytes,
+            "bucket_packets" => self.bucket_packets,
+            "names" => self.names,
+            "encap" => self.encap,
+            _ => true,
+        }
+    }
+
+    /// The columns of the narrow table read, in the table's order (what a question selects
+    /// and [`get_narrow`] decodes).
+    pub fn columns(&self) -> Vec<(String, String)> {
+        narrow_columns()
+            .into_iter()
+            .filter(|(n, _)| self.reads(n))
+            .collect()
+    }
+}
+
+/// Reads one row of `capsule.flow_totals` back, its columns those `read` reads
+/// ([`NarrowRead::columns`]): a flow's counts with what the narrow table does not hold
+/// (TCP health, cut-off counts) and what was not read zero.
+pub fn get_narrow(r: &mut Reader, read: &NarrowRead) -> Result<(Origin, FlowCounts), FleetError> {
     let (origin, key, first_ns, last_ns) = get_head(r)?;
     let mut f = FlowCounts::new(key, first_ns, last_ns);
     let t = &mut f.totals;
     for d in 0..2 {
         t.packets[d] = r.u64()?;
-        t.bytes[d] = r.u64()?;
+        if read.bytes {
+            t.bytes[d] = r.u64()?;
+        }
         t.dscp[d] = r.u64()?;
         t.tcp_flags[d] = r.u8()?;
-        t.handshake[d] = r.u8()?;
-        t.dscp_counts[d] = get_dscp_counts(r)?;
-        t.dscp_change[d] = get_dscp_change(r)?;
-    }
-    let seconds = r.array(|r| r.u64())?;
-    f.buckets = seconds
-        .iter()
-        .map(|&second| CountsBucket {
-            second,
-            ..CountsBucket::default()
-        })
-        .collect();
-    for d in 0..2 {
-        let bytes = r.array(|r| r.u64())?;
-        let packets = r.array(|r| r.u32())?;
-        // The packets a second come empty for a flow the window does not cut (only a cut
-        // reads them, fleet/src/plan.rs): zero.
-        if bytes.len() != seconds.len() || (packets.len() != seconds.len() && !packets.is_empty()) {
-            return Err(bad_lengths(r, "the bucket arrays"));
+        if read.handshake {
+            t.handshake[d] = r.u8()?;
         }
-        for (i, b) in f.buckets.iter_mut().enumerate() {
-            b.bytes[d] = bytes[i];
-            b.packets[d] = packets.get(i).copied().unwrap_or(0);
+        if read.dscp_counts {
+            t.dscp_counts[d] = get_dscp_counts(r)?;
+        }
+        if read.dscp_change {
+            t.dscp_change[d] = get_dscp_change(r)?;
+        }
+    }
+    if read.bucket_bytes || read.bucket_packets {
+        let seconds = r.array(|r| r.u64())?;
+        f.buckets = seconds
+            .iter()
+            .map(|&second| CountsBucket {
+                second,
+                ..CountsBucket::default()
+            })
+            .collect();
+        for d in 0..2 {
+            let bytes = match read.bucket_bytes {
+                true => r.array(|r| r.u64())?,
+                false => Vec::new(),
+            };
+            let packets = match read.bucket_packets {
+                true => r.array(|r| r.u32())?,
+                false => Vec::new(),
+            };
+            // The bytes a second come with every second when read; the packets a second
+            // come empty for a flow the window does not cut (only a cut reads them,
+            // fleet/src/plan.rs): zero.
+            if (read.bucket_bytes && bytes.len() != seconds.len())
+                || (packets.len() != seconds.len() && !packets.is_empty())
+            {
+                return Err(bad_lengths(r, "the bucket arrays"));
+            }
+            for (i, b) in f.buckets.iter_mut().enumerate() {
+                b.bytes[d] = bytes.get(i).copied().unwrap_or(0);
+                b.packets[d] = packets.get(i).copied().unwrap_or(0);
+            }
         }
     }
     let mut origin = origin;
-    origin.kept = get_attributes(r, &mut f)?;
+    origin.kept = get_attributes_of(r, &mut f, read.names, read.encap)?;
     Ok((origin, f))
 }
 
@@ -886,7 +985,7 @@ mod tests {
             assert_eq!((&o2, &f2), (&o, f));
             let mut n = Writer::default();
             put_narrow_for_test(&mut n, &o, f);
-            let (o3, f3) = get_narrow(&mut Reader::new(&n.buf, "test")).unwrap();
+            let (o3, f3) = get_narrow(&mut Reader::new(&n.buf, "test"), &NarrowRead::ALL).unwrap();
             assert_eq!(o3, o);
             assert_eq!(
                 (&f3.totals.names, &f3.totals.encap),
@@ -949,7 +1048,7 @@ mod tests {
         let (_, full) = get_flow(&mut r).unwrap();
         let mut n = Writer::default();
         put_narrow_for_test(&mut n, &o, &full);
-        let (o2, got) = get_narrow(&mut Reader::new(&n.buf, "test")).unwrap();
+        let (o2, got) = get_narrow(&mut Reader::new(&n.buf, "test"), &NarrowRead::ALL).unwrap();
         assert_eq!(o2, o);
         assert_eq!(got.key, f.key);
         let (t, u) = (&got.totals, &f.totals);
@@ -969,12 +1068,81 @@ mod tests {
         assert_eq!(secs(&got), secs(&f));
     }
 
+    /// A row of only the columns a question reads (the plan's: no bytes a second, no
+    /// names) decodes, what was not asked as zero: the plan of a window that cuts a flow
+    /// gets its seconds and packets a second without the bytes (it was refused: "the bucket
+    /// arrays differ in length").
+    #[test]
+    fn a_row_of_the_columns_a_question_reads_decodes_the_rest_as_zero() {
+        let mut f = flow("10.0.0.1", "10.0.0.2");
+        f.totals.names = Some(Box::default());
+        let o = Origin {
+            node: "n".into(),
+            segment: 1,
+            segment_len: 2,
+            published_ns: 3,
+            kept: Kept {
+                names: true,
+                tunnels: true,
+            },
+        };
+        let plan = NarrowRead {
+            bytes: false,
+            handshake: false,
+            dscp_counts: false,
+            dscp_change: false,
+            bucket_bytes: false,
+            bucket_packets: true,
+            names: false,
+            encap: true,
+        };
+        let mut n = Writer::default();
+        put_narrow_read_for_test(&mut n, &o, &f, &plan);
+        let mut r = Reader::new(&n.buf, "test");
+        let (o2, got) = get_narrow(&mut r, &plan).unwrap();
+        assert!(r.is_empty());
+        assert_eq!(
+            o2.kept,
+            Kept {
+                names: false,
+                tunnels: true
+            }
+        );
+        let (t, u) = (&got.totals, &f.totals);
+        assert_eq!(
+            (t.packets, t.dscp, t.tcp_flags),
+            (u.packets, u.dscp, u.tcp_flags)
+        );
+        assert_eq!((t.bytes, t.handshake), ([0; 2], [0; 2]));
+        assert!(t.dscp_counts.iter().all(Vec::is_empty) && t.names.is_none());
+        let secs: Vec<_> = got
+            .buckets
+            .iter()
+            .map(|b| (b.second, b.bytes, b.packets))
+            .collect();
+        let want: Vec<_> = f
+            .buckets
+            .iter()
+            .map(|b| (b.second, [0; 2], b.packets))
+            .collect();
+        assert!(!want.is_empty());
+        assert_eq!(secs, want);
+        // The columns of a question, in the table's order: the plan's 27 of 48.
+        assert_eq!(plan.columns().len(), 27);
+        assert_eq!(NarrowRead::ALL.columns(), narrow_columns());
+    }
+
     /// A narrow row as ClickHouse's view makes it from a flow row: the named columns.
     fn put_narrow_for_test(w: &mut Writer, o: &Origin, f: &FlowCounts) {
+        put_narrow_read_for_test(w, o, f, &NarrowRead::ALL)
+    }
+
+    /// [`put_narrow_for_test`], the columns `read` reads.
+    fn put_narrow_read_for_test(w: &mut Writer, o: &Origin, f: &FlowCounts, read: &NarrowRead) {
         let mut full = Writer::default();
         put_flow(&mut full, o, f);
         let wide = flow_columns();
-        let narrow = narrow_columns();
+        let narrow = read.columns();
         // Re-encode column by column: decode each wide column's bytes by its type.
         let mut r = Reader::new(&full.buf, "test");
         let mut cols: Vec<(String, Vec<u8>)> = Vec::new();

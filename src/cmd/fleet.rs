@@ -248,7 +248,11 @@ pub fn query(a: &crate::cli::QueryArgs) -> Result<ExitCode> {
     let fleet = packet_config(a.config.as_deref())?;
     let q = a.q.query()?;
     let ch = ClickHouse::of(&fleet)?;
+    // The nodes connected to while ClickHouse plans (a packet pull's first byte then waits
+    // for the plan or the TLS handshake, whichever is slower, not their sum).
+    let warm = (!a.explain && !a.count).then(|| crate::fleet_pull::warm(&fleet, &ch, &deadlines()));
     let plan = capsule_fleet::plan::plan(&ch, &q, None)?;
+    let warm = warm.and_then(|h| h.join().ok()).unwrap_or_default();
     if a.explain {
         if a.json {
             crate::output::print_json(serde_json::json!({
@@ -337,7 +341,7 @@ pub fn query(a: &crate::cli::QueryArgs) -> Result<ExitCode> {
         })
     };
     let (mut pulled, merged) =
-        crate::fleet_pull::stream_all(&fleet, &plan.nodes, &ask, &deadlines(), merge)?;
+        crate::fleet_pull::stream_all(&fleet, &plan.nodes, &ask, &deadlines(), &warm, merge)?;
     let merged = merged?;
     // A node whose answer ended damaged or cut off without its pull failing.
     for (p, why) in pulled.iter_mut().zip(&merged.ended) {
