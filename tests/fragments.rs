@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::netns::{ip, Namespaces};
+use common::netns::{ip, tcpdump_in, Namespaces};
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -254,6 +254,53 @@ fn namespaces(tag: &str) -> (Namespaces, String, String, String) {
     (made, a, b, ub)
 }
 
+/// Imports `pcap` with default blocks (all in one) and with 4 KiB blocks (a datagram's
+/// fragments in several): each `proto` flow's totals must be tshark's reassembled ones, and
+/// each port filter must export exactly the frames of the datagrams tshark puts in the flows
+/// of that port (every fragment, the later ones included).
+fn stores_answer_as_tshark_reassembles(
+    dir: &std::path::Path,
+    pcap: &std::path::Path,
+    proto: &str,
+    (want, frames_of): (&FlowTotals, &BTreeMap<(String, String), Vec<usize>>),
+    filters: [(&str, &str); 2],
+) {
+    let all = decode_file(pcap).packets;
+    for extra in [&[][..], &["--block-size", "4K"][..]] {
+        let store = dir.join(format!("store{}", extra.len()));
+        import_ok(&store, extra, &[p(pcap)]);
+        if !extra.is_empty() {
+            assert!(
+                segments(&store).iter().map(|s| s.blocks).sum::<u64>() > 10,
+                "small blocks"
+            );
+        }
+        assert_eq!(&capsule_flows(&store, proto), want, "{extra:?}");
+        for (filter, port) in filters {
+            let mut picked: Vec<(u64, Vec<u8>)> = frames_of
+                .iter()
+                .filter(|(k, _)| k.0.ends_with(port) || k.1.ends_with(port))
+                .flat_map(|(_, f)| f.iter())
+                .map(|&n| (all[n - 1].ts_ns, all[n - 1].data.clone()))
+                .collect();
+            picked.sort();
+            let out = dir.join("out.pcap");
+            run_ok(capsule().args(["query", "--store", p(&store), "-w", p(&out), filter]));
+            let mut got: Vec<(u64, Vec<u8>)> = decode_file(&out)
+                .packets
+                .into_iter()
+                .map(|k| (k.ts_ns, k.data))
+                .collect();
+            got.sort();
+            assert_eq!(got.len(), picked.len(), "{filter} {extra:?}");
+            assert!(
+                got == picked,
+                "capsule {filter:?} {extra:?} vs tshark's reassembly"
+            );
+        }
+    }
+}
+
 #[test]
 fn fragments_of_kernel_datagrams_join_their_flow_as_tshark_reassembles_them() {
     need_tool("tshark");
@@ -261,30 +308,7 @@ fn fragments_of_kernel_datagrams_join_their_flow_as_tshark_reassembles_them() {
     let (_made, a, b, ub) = namespaces("u");
     let dir = tempfile::tempdir().unwrap();
     let pcap = dir.path().join("frag.pcap");
-    let mut dump = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &b,
-            "tcpdump",
-            "-n",
-            "-U",
-            "-i",
-            &ub,
-            "-w",
-            p(&pcap),
-            "udp or ip6",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = std::time::Instant::now();
-    while std::fs::metadata(&pcap).map_or(0, |m| m.len()) < 24 {
-        assert!(started.elapsed().as_secs() < 10, "tcpdump did not start");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut dump = tcpdump_in(&b, &ub, &pcap, Some("udp or ip6"));
     let mut receiver = Command::new("ip")
         .args(["netns", "exec", &b, "/usr/bin/python3", "-c", RECEIVER])
         .stdout(std::process::Stdio::piped())
@@ -331,42 +355,13 @@ fn fragments_of_kernel_datagrams_join_their_flow_as_tshark_reassembles_them() {
         .1;
     assert_eq!(big.0.iter().sum::<u64>(), 20 * 4, "{want:#?}");
 
-    let all = decode_file(&pcap).packets;
-    // Default blocks (all in one), and 4 KiB blocks: a datagram's fragments in several.
-    for extra in [&[][..], &["--block-size", "4K"][..]] {
-        let store = dir.path().join(format!("store{}", extra.len()));
-        import_ok(&store, extra, &[p(&pcap)]);
-        if !extra.is_empty() {
-            assert!(
-                segments(&store).iter().map(|s| s.blocks).sum::<u64>() > 10,
-                "small blocks"
-            );
-        }
-        assert_eq!(capsule_flows(&store, "udp"), want, "{extra:?}");
-        // A port filter selects every fragment of its datagrams (tshark's reassembly).
-        for (filter, port) in [("udp port 9999", ":9999"), ("port 9998", ":9998")] {
-            let mut picked: Vec<(u64, Vec<u8>)> = frames_of
-                .iter()
-                .filter(|(k, _)| k.0.ends_with(port) || k.1.ends_with(port))
-                .flat_map(|(_, f)| f.iter())
-                .map(|&n| (all[n - 1].ts_ns, all[n - 1].data.clone()))
-                .collect();
-            picked.sort();
-            let out = dir.path().join("out.pcap");
-            run_ok(capsule().args(["query", "--store", p(&store), "-w", p(&out), filter]));
-            let mut got: Vec<(u64, Vec<u8>)> = decode_file(&out)
-                .packets
-                .into_iter()
-                .map(|k| (k.ts_ns, k.data))
-                .collect();
-            got.sort();
-            assert_eq!(got.len(), picked.len(), "{filter} {extra:?}");
-            assert!(
-                got == picked,
-                "capsule {filter:?} {extra:?} vs tshark's datagrams"
-            );
-        }
-    }
+    stores_answer_as_tshark_reassembles(
+        dir.path(),
+        &pcap,
+        "udp",
+        (&want, &frames_of),
+        [("udp port 9999", ":9999"), ("port 9998", ":9998")],
+    );
 }
 
 /// The TCP sender: per argument FAMILY,ADDR,SPORT,DPORT,TOS,SIZE,COUNT, COUNT TCP segments
@@ -408,30 +403,8 @@ fn fragments_of_kernel_tcp_segments_join_their_flow_as_tshark_reassembles_them()
     let (_made, a, b, ub) = namespaces("t");
     let dir = tempfile::tempdir().unwrap();
     let pcap = dir.path().join("tcpfrag.pcap");
-    let mut dump = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &b,
-            "tcpdump",
-            "-n",
-            "-U",
-            "-i",
-            &ub,
-            "-w",
-            p(&pcap),
-            "tcp or ip6",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut dump = tcpdump_in(&b, &ub, &pcap, Some("tcp or ip6"));
     let started = std::time::Instant::now();
-    while std::fs::metadata(&pcap).map_or(0, |m| m.len()) < 24 {
-        assert!(started.elapsed().as_secs() < 10, "tcpdump did not start");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(500));
     run_ok(Command::new("ip").args([
         "netns",
         "exec",
@@ -472,38 +445,11 @@ fn fragments_of_kernel_tcp_segments_join_their_flow_as_tshark_reassembles_them()
         .1;
     assert_eq!(big.0.iter().sum::<u64>(), 20 * 3, "{want:#?}");
 
-    let all = decode_file(&pcap).packets;
-    for extra in [&[][..], &["--block-size", "4K"][..]] {
-        let store = dir.path().join(format!("store{}", extra.len()));
-        import_ok(&store, extra, &[p(&pcap)]);
-        if !extra.is_empty() {
-            assert!(
-                segments(&store).iter().map(|s| s.blocks).sum::<u64>() > 10,
-                "small blocks"
-            );
-        }
-        assert_eq!(capsule_flows(&store, "tcp"), want, "{extra:?}");
-        for (filter, port) in [("tcp port 8443", ":8443"), ("port 8444", ":8444")] {
-            let mut picked: Vec<(u64, Vec<u8>)> = frames_of
-                .iter()
-                .filter(|(k, _)| k.0.ends_with(port) || k.1.ends_with(port))
-                .flat_map(|(_, f)| f.iter())
-                .map(|&n| (all[n - 1].ts_ns, all[n - 1].data.clone()))
-                .collect();
-            picked.sort();
-            let out = dir.path().join("out.pcap");
-            run_ok(capsule().args(["query", "--store", p(&store), "-w", p(&out), filter]));
-            let mut got: Vec<(u64, Vec<u8>)> = decode_file(&out)
-                .packets
-                .into_iter()
-                .map(|k| (k.ts_ns, k.data))
-                .collect();
-            got.sort();
-            assert_eq!(got.len(), picked.len(), "{filter} {extra:?}");
-            assert!(
-                got == picked,
-                "capsule {filter:?} {extra:?} vs tshark's segments"
-            );
-        }
-    }
+    stores_answer_as_tshark_reassembles(
+        dir.path(),
+        &pcap,
+        "tcp",
+        (&want, &frames_of),
+        [("tcp port 8443", ":8443"), ("port 8444", ":8444")],
+    );
 }

@@ -12,7 +12,7 @@
 mod common;
 
 use common::frames::{eth, ipv4};
-use common::netns::{ip, Namespaces};
+use common::netns::{ip, tcpdump_in, Namespaces};
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -641,29 +641,7 @@ fn kernel_tunnels_between_namespaces_match_tshark() {
 
     let dir = tempfile::tempdir().unwrap();
     let pcap = dir.path().join("underlay.pcap");
-    let mut dump = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &b,
-            "tcpdump",
-            "-n",
-            "-U",
-            "-i",
-            &ub,
-            "-w",
-            p(&pcap),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = std::time::Instant::now();
-    while std::fs::metadata(&pcap).map_or(0, |m| m.len()) < 24 {
-        assert!(started.elapsed().as_secs() < 10, "tcpdump did not start");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut dump = tcpdump_in(&b, &ub, &pcap, None);
 
     let mut server = Command::new("ip")
         .args(["netns", "exec", &b, "/usr/bin/python3", "-c", SERVER, "3"])

@@ -346,13 +346,7 @@ pub fn get_narrow(r: &mut Reader, read: &NarrowRead) -> Result<(Origin, FlowCoun
     }
     if read.bucket_bytes || read.bucket_packets {
         let seconds = r.array(|r| r.u64())?;
-        f.buckets = seconds
-            .iter()
-            .map(|&second| CountsBucket {
-                second,
-                ..CountsBucket::default()
-            })
-            .collect();
+        f.buckets = empty_buckets(&seconds);
         for d in 0..2 {
             let bytes = match read.bucket_bytes {
                 true => r.array(|r| r.u64())?,
@@ -625,13 +619,7 @@ fn get_dscp_change(r: &mut Reader) -> Result<Option<DscpChange>, FleetError> {
 /// The 1-second buckets of a flow row, every column.
 fn get_buckets(r: &mut Reader, mut f: FlowCounts) -> Result<FlowCounts, FleetError> {
     let seconds = r.array(|r| r.u64())?;
-    f.buckets = seconds
-        .iter()
-        .map(|&second| CountsBucket {
-            second,
-            ..CountsBucket::default()
-        })
-        .collect();
+    f.buckets = empty_buckets(&seconds);
     for d in 0..2 {
         let bytes = r.array(|r| r.u64())?;
         let mut cols = Vec::with_capacity(5);
@@ -651,6 +639,17 @@ fn get_buckets(r: &mut Reader, mut f: FlowCounts) -> Result<FlowCounts, FleetErr
         }
     }
     Ok(f)
+}
+
+/// A bucket for each second of a row's `seconds` column, its counts zero until read.
+fn empty_buckets(seconds: &[u64]) -> Vec<CountsBucket> {
+    seconds
+        .iter()
+        .map(|&second| CountsBucket {
+            second,
+            ..CountsBucket::default()
+        })
+        .collect()
 }
 
 fn bad_lengths(_r: &Reader, what: &str) -> FleetError {

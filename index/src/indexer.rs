@@ -516,6 +516,17 @@ mod tests {
         w.append(iface, ts, frame.len() as u32, &frame).unwrap();
     }
 
+    /// [`readers`] and every segment's side index, in segment order.
+    fn indexes(root: &Path) -> (Store, Vec<SegmentReader>, Vec<SegmentIndex>) {
+        let (store, segs) = readers(root);
+        let dir = store.index_dir();
+        let idx = segs
+            .iter()
+            .map(|s| SegmentIndex::load(&dir, s).unwrap().expect("an index"))
+            .collect();
+        (store, segs, idx)
+    }
+
     fn readers(root: &Path) -> (Store, Vec<SegmentReader>) {
         let store = Store::open(root).unwrap();
         let segs = store
@@ -613,13 +624,9 @@ mod tests {
             );
             w.finish().unwrap();
 
-            let (store, segs) = readers(root);
-            assert_eq!(segs.len(), 5, "restart {restart}");
+            let (store, segs, idx) = indexes(root);
+            assert_eq!(idx.len(), 5, "restart {restart}");
             let dir = store.index_dir();
-            let idx: Vec<SegmentIndex> = segs
-                .iter()
-                .map(|s| SegmentIndex::load(&dir, s).unwrap().expect("an index"))
-                .collect();
             let web = |i: &SegmentIndex| {
                 i.flows
                     .iter()
@@ -777,13 +784,9 @@ mod tests {
             put(&mut w, 0, 61 * S, tls_packet(true, 1161, 0x18, &[0x17; 60]));
             w.finish().unwrap();
 
-            let (store, segs) = readers(root);
-            assert_eq!(segs.len(), 4, "restart {restart}");
+            let (store, segs, idx) = indexes(root);
+            assert_eq!(idx.len(), 4, "restart {restart}");
             let dir = store.index_dir();
-            let idx: Vec<SegmentIndex> = segs
-                .iter()
-                .map(|s| SegmentIndex::load(&dir, s).unwrap().expect("an index"))
-                .collect();
             let tls = |i: &SegmentIndex| {
                 i.flows
                     .iter()

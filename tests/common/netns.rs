@@ -182,3 +182,36 @@ pub fn stop(mut r: Running) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// `tcpdump -n -U -i IFACE -w OUT [FILTER]` in namespace `ns`, returned once its file has
+/// its header and half a second more has passed (tcpdump has opened its socket before it
+/// writes the header, but a packet sent at once may still be missed on a busy machine).
+/// Stop it with `signal(child.id(), Signal::INT)` and wait for it.
+pub fn tcpdump_in(ns: &str, iface: &str, out: &Path, filter: Option<&str>) -> Child {
+    let mut args = vec![
+        "netns",
+        "exec",
+        ns,
+        "tcpdump",
+        "-n",
+        "-U",
+        "-i",
+        iface,
+        "-w",
+        p(out),
+    ];
+    args.extend(filter);
+    let dump = Command::new("ip")
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while std::fs::metadata(out).map_or(0, |m| m.len()) < 24 {
+        assert!(started.elapsed().as_secs() < 10, "tcpdump did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    dump
+}

@@ -1197,6 +1197,28 @@ mod tests {
         f
     }
 
+    /// The index of `blocks` (each block's packets as (time, frame)), counted from the
+    /// blocks' bytes, or from the records the writer's producer takes with `with_records`.
+    fn index_of_blocks(blocks: &[Vec<(u64, Vec<u8>)>], with_records: bool) -> SegmentIndex {
+        let mut ix = IndexBuilder::new(1);
+        for (n, b) in blocks.iter().enumerate() {
+            let (m, d) = block(b, n == 0);
+            if with_records {
+                let records: Vec<Record> = b
+                    .iter()
+                    .map(|(ts, f)| {
+                        let dis = dissect(1, f);
+                        Record::of(*ts, f.len() as u32, f.len() as u32, false, &dis)
+                    })
+                    .collect();
+                ix.add_block_pieces(&m, &[&d], Some(&records));
+            } else {
+                ix.add_block(&m, &d);
+            }
+        }
+        ix.finish(1)
+    }
+
     /// A datagram's later fragments are counted in the flow of its first fragment, seen
     /// before them in the segment (in their block or an earlier one) within WINDOW_NS, from
     /// the blocks' bytes and from the records the writer's producer takes alike; a fragment
@@ -1228,23 +1250,7 @@ mod tests {
             (S + 1 + w, udp_frag(2, 370, false, 0, 20)),
         ]);
         for with_records in [false, true] {
-            let mut ix = IndexBuilder::new(1);
-            for (n, b) in blocks.iter().enumerate() {
-                let (m, d) = block(b, n == 0);
-                if with_records {
-                    let records: Vec<Record> = b
-                        .iter()
-                        .map(|(ts, f)| {
-                            let dis = dissect(1, f);
-                            Record::of(*ts, f.len() as u32, f.len() as u32, false, &dis)
-                        })
-                        .collect();
-                    ix.add_block_pieces(&m, &[&d], Some(&records));
-                } else {
-                    ix.add_block(&m, &d);
-                }
-            }
-            let idx = ix.finish(1);
+            let idx = index_of_blocks(&blocks, with_records);
             let flow = |ports: Option<(u16, u16)>| {
                 idx.flows
                     .iter()
@@ -1313,23 +1319,7 @@ mod tests {
             ],
         ];
         for with_records in [false, true] {
-            let mut ix = IndexBuilder::new(1);
-            for (n, b) in blocks.iter().enumerate() {
-                let (m, d) = block(b, n == 0);
-                if with_records {
-                    let records: Vec<Record> = b
-                        .iter()
-                        .map(|(ts, f)| {
-                            let dis = dissect(1, f);
-                            Record::of(*ts, f.len() as u32, f.len() as u32, false, &dis)
-                        })
-                        .collect();
-                    ix.add_block_pieces(&m, &[&d], Some(&records));
-                } else {
-                    ix.add_block(&m, &d);
-                }
-            }
-            let idx = ix.finish(1);
+            let idx = index_of_blocks(&blocks, with_records);
             let flow = |sport: u16| {
                 idx.flows
                     .iter()
