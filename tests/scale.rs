@@ -656,7 +656,7 @@ fn a_proven_catalog_answers_as_the_directory_and_the_ledger_do() {
         &b,
         &tmp.path().join("tb.json"),
         12,
-        "1s",
+        "2s",
         "4M",
         Some("2026-11-30T03:00:00Z"),
     );
