@@ -725,6 +725,9 @@ fn decode_header(b: &[u8]) -> std::result::Result<Header, String> {
     Ok((proof, slices, per))
 }
 
+/// A whole catalog file: its rows, its proof, and the ledger records kept beside the rows.
+pub type Decoded = (Catalog, Option<Proof>, BTreeMap<u64, Sealed>);
+
 impl Catalog {
     /// The bytes of the file (docs/format.md "Catalog"), without a proof.
     pub fn encode(&self) -> Vec<u8> {
@@ -853,9 +856,7 @@ impl Catalog {
     }
 
     /// [`Catalog::decode_proven`], and the ledger records kept beside the rows.
-    pub fn decode_all(
-        b: &[u8],
-    ) -> std::result::Result<(Catalog, Option<Proof>, BTreeMap<u64, Sealed>), String> {
+    pub fn decode_all(b: &[u8]) -> std::result::Result<Decoded, String> {
         if b.len() < 20 || &b[..8] != MAGIC {
             return Err("not a catalog (bad magic or shorter than its header)".into());
         }
