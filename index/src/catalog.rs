@@ -1559,6 +1559,52 @@ mod tests {
         }
     }
 
+    /// `verify`'s check of a current proof: the one `write_proven` made holds; one whose
+    /// listing or ledger records differ from the directory's and the ledger's does not.
+    #[test]
+    fn a_current_proof_is_checked_against_the_listing_and_the_ledger() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create_or_open(dir.path()).unwrap();
+        let segs = store.segments_dir();
+        let mut c = Catalog::default();
+        let mut lines = String::new();
+        for seq in 1..=3u64 {
+            std::fs::write(segs.join(capsule_store::segment::sealed_name(seq)), b"x").unwrap();
+            let s = sealed(seq, 3);
+            lines += &format!(
+                "sealed {} {} {} {} {}\n",
+                s.seq, s.first_ns, s.last_ns, s.packets, s.bytes
+            );
+            if seq < 3 {
+                c.rows
+                    .insert(seq, v3_row(seq, Keys::of(vec![seq]), Some(held(seq))));
+            }
+        }
+        std::fs::write(segs.join("ledger"), lines).unwrap();
+        c.write_proven(&store).unwrap();
+        let b = std::fs::read(path(&store.index_dir())).unwrap();
+        let (back, proof, recs) = Catalog::decode_all(&b).unwrap();
+        let p = proof.expect("a proof");
+        assert!(store.snapshot_current(&p.dir, &p.ledger));
+        assert_eq!(
+            p.others,
+            vec![(3, SegmentState::Sealed, Some(sealed(3, 3)))]
+        );
+        assert_eq!(proof_differs(&store, &back, &p, &recs), None);
+        let mut wrong = p.clone();
+        wrong.others.clear();
+        assert!(proof_differs(&store, &back, &wrong, &recs).is_some());
+        let mut wrong_recs = recs.clone();
+        wrong_recs.insert(1, sealed(1, 4));
+        assert!(proof_differs(&store, &back, &p, &wrong_recs).is_some());
+        // a row of a segment not listed: no proof is written
+        c.rows
+            .insert(9, v3_row(9, Keys::of(vec![9]), Some(held(9))));
+        c.write_proven(&store).unwrap();
+        let b = std::fs::read(path(&store.index_dir())).unwrap();
+        assert!(Catalog::decode_all(&b).unwrap().1.is_none());
+    }
+
     /// A catalog of version 2 (one run of rows with what each holds, one CRC) is still read,
     /// whole and through a view.
     #[test]
