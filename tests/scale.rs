@@ -596,3 +596,164 @@ fn answers_from_rollups_are_those_of_the_indexes() {
     }
     assert_eq!(index_answers(&store), repaired);
 }
+
+/// What `query --count` and an export say for each question: status, the count line without
+/// its time, the warnings' first words, and the pcap's CRC.
+fn counts_and_exports(store: &Path, questions: &[Vec<String>]) -> Vec<String> {
+    let mut out = Vec::new();
+    for q in questions {
+        let o = run(capsule()
+            .args(["query", "--store", p(store), "--count"])
+            .args(q));
+        let text = stdout_str(&o);
+        let text = text.rsplit_once(" in ").map_or(&*text, |(c, _)| c);
+        out.push(format!("{q:?}: {} {text} / {}", o.status, stderr_str(&o)));
+        let tmp = store.with_extension("pcap");
+        let o = run(capsule()
+            .args(["query", "--store", p(store), "-w", p(&tmp)])
+            .args(q));
+        out.push(format!(
+            "{q:?}: {} {:x?}",
+            o.status,
+            capsule_store::crc::crc32c(&std::fs::read(&tmp).unwrap_or_default())
+        ));
+    }
+    out
+}
+
+/// The answers of `questions` with the catalog as it is, and with it moved aside (every
+/// question then lists the directory and reads the ledger); the catalog is put back.
+fn with_and_without_catalog(store: &Path, questions: &[Vec<String>]) -> (Vec<String>, Vec<String>) {
+    let cat = catalog::path(&Store::open(store).unwrap().index_dir());
+    let with = counts_and_exports(store, questions);
+    let aside = store.with_extension("catalog");
+    std::fs::rename(&cat, &aside).unwrap();
+    let without = counts_and_exports(store, questions);
+    std::fs::rename(&aside, &cat).unwrap();
+    (with, without)
+}
+
+fn proven(store: &Path) -> bool {
+    let s = Store::open(store).unwrap();
+    let v = Catalog::load_shared(&s.index_dir()).unwrap().unwrap();
+    v.proven(&s).is_some()
+}
+
+/// Issue 34, round 5: a catalog written when the writer closes proves the segment listing
+/// and the ledger (their identities), and a question then takes its rows for both, ruling
+/// whole slices out from their summaries. The answers are those of the directory and the
+/// ledger: on the store as written, after a segment was sealed after the catalog (the
+/// writer killed before its catalog write: an older catalog put back), after a line was
+/// appended to the ledger (a seal of more packets than the file holds), and after a segment file was removed
+/// outside capsule (named as missing).
+#[test]
+fn a_proven_catalog_answers_as_the_directory_and_the_ledger_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("a.pcap");
+    let b = tmp.path().join("b.pcap");
+    synth(&a, &tmp.path().join("ta.json"), 11, "6s", "6M", None);
+    synth(
+        &b,
+        &tmp.path().join("tb.json"),
+        12,
+        "2s",
+        "4M",
+        Some("2026-11-30T03:00:00Z"),
+    );
+    let store = tmp.path().join("s");
+    // slices of 16 rows: a store of a hundred segments in several slices
+    run_ok(
+        capsule()
+            .env("CAPSULE_CATALOG_SLICE_ROWS", "16")
+            .args(["import", "--store", p(&store)])
+            .args(SMALL)
+            .arg(p(&a)),
+    );
+    let s = Store::open(&store).unwrap();
+    let v = Catalog::load_shared(&s.index_dir()).unwrap().unwrap();
+    assert!(v.proven(&s).is_some(), "no proof: {:?}", v.proof);
+    assert!(v.slices.len() >= 5, "{} slices", v.slices.len());
+
+    let (client, server, port) = a_dns_exchange(&store);
+    let w =
+        |from: &str, to: &str| vec!["--from".to_string(), from.into(), "--to".into(), to.into()];
+    let mut questions = vec![
+        w("2026-11-30T02:00:03Z", "+1ms"),
+        w("2026-11-30T02:00:01.5Z", "+300ms"),
+        w("2026-11-30T02:30:00Z", "+1s"),
+        vec![format!("host {client}")],
+        vec![format!(
+            "udp and host {client} and port {port} and host {server} and port 53"
+        )],
+        vec!["host 192.0.2.77".to_string()],
+        vec!["port 53 or arp".to_string()],
+        vec![],
+    ];
+    let mut tail = w("2026-11-30T02:00:04Z", "+1s");
+    tail.push(format!("host {client}"));
+    questions.push(tail);
+    let (with, without) = with_and_without_catalog(&store, &questions);
+    assert_eq!(with, without);
+    assert!(proven(&store));
+
+    // segments sealed after the catalog was written: the old catalog put back
+    let cat = catalog::path(&s.index_dir());
+    let old = std::fs::read(&cat).unwrap();
+    run_ok(
+        capsule()
+            .env("CAPSULE_CATALOG_SLICE_ROWS", "16")
+            .args(["import", "--store", p(&store)])
+            .args(SMALL)
+            .arg(p(&b)),
+    );
+    let fresh = counts_and_exports(&store, &questions);
+    assert_ne!(fresh, with, "the second import added nothing");
+    capsule_store::fsx::write_atomic(&cat, &old).unwrap();
+    assert!(!proven(&store));
+    assert_eq!(counts_and_exports(&store, &questions), fresh);
+    let (with, without) = with_and_without_catalog(&store, &questions);
+    assert_eq!(with, without);
+
+    // a new writer proves the listing again; then a repair recorded in the ledger
+    run_ok(capsule().args(["reindex", "--store", p(&store)]));
+    assert!(proven(&store));
+    let segs = segments(&store);
+    let victim = &segs[segs.len() / 3];
+    let ledger = store.join("segments").join("ledger");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&ledger)
+        .unwrap();
+    // the seal recorded again with more packets than the file holds (as a repair leaves
+    // it): every answer over its span names the loss, and no question may skip it
+    let line = format!(
+        "sealed {} {} {} {} {}\n",
+        victim.seq,
+        victim.first_ns.unwrap(),
+        victim.last_ns.unwrap(),
+        victim.packets + 5,
+        victim.bytes
+    );
+    std::io::Write::write_all(&mut f, line.as_bytes()).unwrap();
+    drop(f);
+    assert!(!proven(&store));
+    let (with, without) = with_and_without_catalog(&store, &questions);
+    assert_eq!(with, without);
+    assert!(
+        with.iter()
+            .any(|a| a.contains(&format!("segment {}", victim.seq))),
+        "{with:#?}"
+    );
+
+    // a segment file removed outside capsule: named as missing, as without the catalog
+    run_ok(capsule().args(["reindex", "--store", p(&store)]));
+    assert!(proven(&store));
+    std::fs::remove_file(&segs[segs.len() / 2].path).unwrap();
+    assert!(!proven(&store));
+    let (with, without) = with_and_without_catalog(&store, &questions);
+    assert_eq!(with, without);
+    assert!(
+        with.iter().any(|a| a.contains("the file is missing")),
+        "{with:#?}"
+    );
+}

@@ -280,8 +280,12 @@ struct Loaded {
 /// A sealed segment whose current catalog row says no packet of it can match `q`'s filter:
 /// what its index would have given (no flow of the filter; the span it holds), without
 /// reading it. `None`: the index decides.
-fn ruled_out(c: &Catalog, entry: &capsule_store::SegmentEntry, q: &Query) -> Option<Loaded> {
-    let row = c.rows.get(&entry.seq)?;
+fn ruled_out(
+    c: &crate::catalog::CatalogView,
+    entry: &capsule_store::SegmentEntry,
+    q: &Query,
+) -> Option<Loaded> {
+    let row = c.row(entry.seq)?;
     if entry.state != capsule_store::SegmentState::Sealed
         || row.segment_len != entry.bytes
         || row.may_match(&q.filter)
@@ -333,7 +337,7 @@ fn load_item(
     item: &Item,
     q: &Query,
     keep_buckets: bool,
-    catalog: Option<&std::sync::Arc<Catalog>>,
+    catalog: Option<&std::sync::Arc<crate::catalog::CatalogView>>,
     short: &std::collections::HashSet<u64>,
 ) -> Result<Vec<Loaded>> {
     let (from, to) = q.window();

@@ -63,21 +63,38 @@ pub struct SideIndexer {
 #[derive(Debug)]
 struct CatalogState {
     dir: PathBuf,
+    /// The store, for the proof of its listing written with the catalog when the writer
+    /// opens and closes ([`Catalog::write_proven`]).
+    store: Store,
     catalog: Catalog,
     dirty: bool,
     written: std::time::Instant,
+    /// Whether the last write carried a proof of the listing (or tried to).
+    proven: bool,
 }
 
 impl CatalogState {
     /// Writes the catalog if it changed (and, unless `now`, the last write is old enough).
     /// A failed write is logged: the catalog is derived, and planning checks every row.
     fn flush(&mut self, now: bool) {
-        if !self.dirty || (!now && self.written.elapsed() < catalog::FLUSH_EVERY) {
+        // Written now (the writer opens or closes) also when only the proof is behind:
+        // the directory changed since the last write (seals, retention).
+        let behind = self.dirty || (now && !self.proven);
+        if !behind || (!now && self.written.elapsed() < catalog::FLUSH_EVERY) {
             return;
         }
-        match self.catalog.write(&self.dir) {
+        // With a proof of the listing only when asked to write now (the writer opens or
+        // closes): while segments are sealed the directory changes between writes anyway,
+        // and the proof costs a listing of the directory and a parse of the ledger.
+        let written = if now {
+            self.catalog.write_proven(&self.store)
+        } else {
+            self.catalog.write(&self.dir)
+        };
+        match written {
             Ok(()) => {
                 self.dirty = false;
+                self.proven = now;
                 self.written = std::time::Instant::now();
             }
             Err(e) => tracing::warn!(
@@ -172,9 +189,11 @@ impl Indexer for SideIndexer {
         let dirty = cat != old || !catalog::path(&self.dir).exists();
         self.catalog = Some(CatalogState {
             dir: self.dir.clone(),
+            store: store.clone(),
             catalog: cat,
             dirty,
             written: std::time::Instant::now(),
+            proven: false,
         });
         self.flush_catalog(true);
         // Recovery of the rollups: every whole slice of sealed segments made again when

@@ -319,6 +319,104 @@ fn not_held(
         .collect()
 }
 
+/// The segments a proven catalog's listing rules out, counted (not listed one by one).
+#[derive(Debug, Default)]
+struct RuledOut {
+    segments: usize,
+    blocks: usize,
+    held: capsule_store::Held,
+}
+
+/// A proven listing: the segments to open (number, state, path), the ledger's records of
+/// them with its repairs and expiry, the segments it records whose files are gone.
+type ProvenListing = (
+    Vec<(u64, capsule_store::SegmentState, std::path::PathBuf)>,
+    capsule_store::ledger::Ledger,
+    Vec<capsule_store::ledger::Missing>,
+    RuledOut,
+);
+
+/// The listing of `store` from catalog `c` when it proves it current
+/// ([`capsule_index::catalog::CatalogView::proven`]), with the segments a question over
+/// `[from, to)` with `query`'s filter leaves unopened counted apart: the same segments
+/// [`Store::open_segments_selected`] with the rows' [`Row::skips`] would leave (a slice's
+/// summary rules out only what each of its rows would). `None`: not proven, or a slice to
+/// look into does not decode (then which segments it lists is unknown).
+///
+/// [`Row::skips`]: capsule_index::catalog::Row::skips
+fn proven_listing(
+    store: &Store,
+    c: &capsule_index::catalog::CatalogView,
+    query: &Query,
+    from: u64,
+    to: u64,
+) -> Option<ProvenListing> {
+    use capsule_store::segment::{open_name, sealed_name};
+    use capsule_store::SegmentState;
+    let p = c.proven(store)?;
+    let dir = store.segments_dir();
+    let mut ledger = capsule_store::ledger::Ledger {
+        repaired: p.repaired.iter().copied().collect(),
+        expired: p.expired,
+        ..Default::default()
+    };
+    let mut out = RuledOut::default();
+    let mut open: Vec<(u64, SegmentState)> = Vec::new();
+    for (i, h) in c.slices.iter().enumerate() {
+        if h.skips(&query.filter, from, to) {
+            out.segments += h.rows as usize;
+            out.blocks += h.blocks as usize;
+            out.held.add_seq(h.first_seq);
+            if let Some((a, z)) = h.held {
+                out.held.add_span(a, z);
+            }
+            continue;
+        }
+        let rows = c.slice(i)?;
+        for (&seq, r) in &rows.rows {
+            if let Some(rec) = rows.sealed.get(&seq) {
+                ledger.live.insert(seq, *rec);
+            }
+            if r.skips(seq, Some(&ledger), &query.filter, from, to) {
+                out.segments += 1;
+                out.blocks += r.blocks as usize;
+                out.held.add_seq(seq);
+                if let Some(h) = r.held.filter(|h| h.packets > 0) {
+                    out.held.add_span(h.first_ns, h.last_ns);
+                }
+            } else {
+                open.push((seq, SegmentState::Sealed));
+            }
+        }
+    }
+    for &(seq, state, rec) in &p.others {
+        if let Some(rec) = rec {
+            ledger.live.insert(seq, rec);
+        }
+        open.push((seq, state));
+    }
+    open.sort_unstable();
+    let listed = open
+        .into_iter()
+        .map(|(seq, state)| {
+            let name = match state {
+                SegmentState::Sealed => sealed_name(seq),
+                SegmentState::Open => open_name(seq),
+            };
+            (seq, state, dir.join(name))
+        })
+        .collect();
+    let missing = p
+        .missing
+        .iter()
+        .map(|s| capsule_store::ledger::Missing {
+            path: dir.join(sealed_name(s.seq)),
+            sealed: *s,
+        })
+        .collect();
+    Some((listed, ledger, missing, out))
+}
+
 impl Window {
     /// Plans `query` over `store` and maps the interfaces of the segments it reads (and,
     /// with `stats_ifaces`, of the segments holding statistics of the window). A `bpf`
@@ -339,22 +437,40 @@ impl Window {
             .flatten();
         let (from, to) = query.window();
         let listed = |seq: u64| only.is_none_or(|o| o.contains(&seq));
+        // A catalog that proves its listing current (the segment directory and the ledger
+        // as it was written with) is the listing and the ledger: whole slices its summary
+        // rules out are counted from it, the others' rows decoded and checked one by one,
+        // and neither the directory nor the ledger is read (issue 34, round 5).
+        let fast = match (&catalog, only) {
+            (Some(c), None) => proven_listing(store, c, query, from, to),
+            _ => None,
+        };
+        let (selected, ruled_out) = match fast {
+            Some((listed, ledger, missing, ruled_out)) => (
+                store.open_from_listing(listed, Some(ledger), missing, &|_, _| None)?,
+                ruled_out,
+            ),
+            None => (
+                match &catalog {
+                    Some(c) => store.open_segments_selected(&|seq, ledger| {
+                        if !listed(seq) {
+                            return Some(0);
+                        }
+                        let r = c.row(seq)?;
+                        r.skips(seq, ledger, &query.filter, from, to)
+                            .then_some(r.segment_len)
+                    })?,
+                    None => store.open_segments_selected(&|_, _| None)?,
+                },
+                RuledOut::default(),
+            ),
+        };
         let capsule_store::Selected {
             mut segments,
             mut unreadable,
             mut skipped,
             ledger,
-        } = match &catalog {
-            Some(c) => store.open_segments_selected(&|seq, ledger| {
-                if !listed(seq) {
-                    return Some(0);
-                }
-                let r = c.rows.get(&seq)?;
-                r.skips(seq, ledger, &query.filter, from, to)
-                    .then_some(r.segment_len)
-            })?,
-            None => store.open_segments_selected(&|_, _| None)?,
-        };
+        } = selected;
         if let Some(only) = only {
             segments.retain(|s| only.contains(&s.seq()));
             unreadable.retain(|u| only.contains(&u.seq));
@@ -368,11 +484,17 @@ impl Window {
             );
         }
         let mut held = capsule_store::Held::of(&segments);
+        if let Some(seq) = ruled_out.held.lowest_seq {
+            held.add_seq(seq);
+        }
+        if let (Some(a), Some(z)) = (ruled_out.held.first_ns, ruled_out.held.last_ns) {
+            held.add_span(a, z);
+        }
         for e in &skipped {
             held.add_seq(e.seq);
             if let Some(h) = catalog
                 .as_ref()
-                .and_then(|c| c.rows.get(&e.seq))
+                .and_then(|c| c.row(e.seq))
                 .and_then(|r| r.held)
                 .filter(|h| h.packets > 0)
             {
@@ -385,14 +507,15 @@ impl Window {
         let query = &resolved;
         let the_plan = plan(store, &segments, query)?;
         let mut report = ExportReport {
-            segments_total: segments.len() + skipped.len(),
+            segments_total: segments.len() + skipped.len() + ruled_out.segments,
             held,
             segments_touched: the_plan.segments_touched(),
             // the segments ruled out count as their rows say (a row describes its file)
             blocks_total: the_plan.blocks_total()
+                + ruled_out.blocks
                 + skipped
                     .iter()
-                    .filter_map(|e| catalog.as_ref()?.rows.get(&e.seq))
+                    .filter_map(|e| catalog.as_ref()?.row(e.seq))
                     .map(|r| r.blocks as usize)
                     .sum::<usize>(),
             blocks_read: the_plan.blocks_read(),

@@ -73,6 +73,49 @@ pub struct Named {
     pub kind: Kind,
 }
 
+/// A file's identity and last change as `stat` gives them: what a reader compares to know
+/// that a directory's listing, or a file's content, is still what it was (issue 34: the
+/// catalog's proof of the segment listing). Every change to a directory's entries sets its
+/// modification and change times; an append to a file changes its length; an atomic
+/// replace gives another inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+    pub len: u64,
+    /// Seconds and nanoseconds since the epoch.
+    pub mtime: (i64, u32),
+    pub ctime: (i64, u32),
+}
+
+impl FileId {
+    /// The identity in `m`.
+    pub fn of(m: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec().clamp(0, 999_999_999) as u32),
+            ctime: (m.ctime(), m.ctime_nsec().clamp(0, 999_999_999) as u32),
+        }
+    }
+
+    /// The identity of `path` (not following a symlink); `None` when it does not exist.
+    pub fn of_path(path: &Path) -> Result<Option<FileId>> {
+        match std::fs::symlink_metadata(path) {
+            Ok(m) => Ok(Some(FileId::of(&m))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(StoreError::io("stat", path, e)),
+        }
+    }
+
+    /// The change time in nanoseconds since the epoch (0 before it).
+    pub fn ctime_ns(&self) -> u128 {
+        u128::try_from(self.ctime.0).unwrap_or(0) * 1_000_000_000 + u128::from(self.ctime.1)
+    }
+}
+
 /// Files the store creates: owner read-write, group read (packet data is not for every
 /// user of the machine), whatever the umask (a created file is fchmod'ed to it).
 pub const FILE_MODE: u32 = 0o640;

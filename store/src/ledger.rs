@@ -243,8 +243,35 @@ pub fn read(segments_dir: &Path) -> Result<Option<Ledger>> {
         Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e),
     };
+    Ok(Some(parse(segments_dir, &bytes)))
+}
+
+/// [`read`], and the identity of the file read (from the opened file, before its bytes:
+/// `None` when the file grew or changed while it was read).
+pub fn read_identified(segments_dir: &Path) -> Result<Option<(Ledger, Option<fsx::FileId>)>> {
+    use std::io::Read;
+    let path = path_of(segments_dir);
+    let mut f = match fsx::open(&path, fsx::Open::Read, "read the ledger") {
+        Ok(f) => f,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let m = f
+        .metadata()
+        .map_err(|e| StoreError::io("read the ledger", &path, e))?;
+    let id = fsx::FileId::of(&m);
+    let mut bytes = Vec::with_capacity(m.len() as usize);
+    f.read_to_end(&mut bytes)
+        .map_err(|e| StoreError::io("read the ledger", &path, e))?;
+    let same =
+        bytes.len() as u64 == id.len && f.metadata().is_ok_and(|m| fsx::FileId::of(&m) == id);
+    Ok(Some((parse(segments_dir, &bytes), same.then_some(id))))
+}
+
+/// The ledger in `bytes` (the file of `segments_dir`).
+fn parse(segments_dir: &Path, bytes: &[u8]) -> Ledger {
     let mut l = Ledger::default();
-    for line in String::from_utf8_lossy(&bytes).lines() {
+    for line in String::from_utf8_lossy(bytes).lines() {
         if line.trim().is_empty() {
             continue;
         }
@@ -342,7 +369,7 @@ pub fn read(segments_dir: &Path) -> Result<Option<Ledger>> {
     // Repairs of segments deleted since, or never recorded as sealed, say nothing.
     let live = &l.live;
     l.repaired.retain(|seq, _| live.contains_key(seq));
-    Ok(Some(l))
+    l
 }
 
 impl Ledger {

@@ -57,5 +57,5 @@ pub mod writer;
 pub use error::{Result, StoreError};
 pub use indexer::{Indexer, NoIndex};
 pub use segment::{SegmentReader, SegmentState};
-pub use store::{now_ns, Held, SegmentEntry, Selected, Store, Unreadable};
+pub use store::{now_ns, Held, ListingSnapshot, SegmentEntry, Selected, Store, Unreadable};
 pub use writer::{CutPolicy, OpenReport, StoreWriter, WriteReport, WriterConfig};

@@ -691,23 +691,41 @@ impl Store {
         &self,
         skip: &dyn Fn(u64, Option<&crate::ledger::Ledger>) -> Option<u64>,
     ) -> Result<Selected> {
-        let mut out = Vec::new();
-        let mut unreadable = Vec::new();
-        let mut skipped = Vec::new();
         let listed = self.list_unsized()?;
         // Read after the listing: retention records a deletion (or a trim) before it
         // unlinks.
         let dir = self.segments_dir();
         let ledger = crate::ledger::read(&dir)?;
-        if let Some(l) = &ledger {
-            for m in crate::ledger::missing(&dir, l, listed.iter().map(|e| e.0)) {
-                unreadable.push(Unreadable {
-                    seq: m.sealed.seq,
-                    problem: m.problem(),
-                    span: Some((m.sealed.first_ns, m.sealed.last_ns)),
-                    path: m.path,
-                });
-            }
+        let missing = match &ledger {
+            Some(l) => crate::ledger::missing(&dir, l, listed.iter().map(|e| e.0)),
+            None => Vec::new(),
+        };
+        self.open_from_listing(listed, ledger, missing, skip)
+    }
+
+    /// [`Store::open_segments_selected`] over a listing made elsewhere: `listed` (number,
+    /// state, path, ordered by number), the ledger read after it and the segments it
+    /// records whose files are `missing`. What a question uses when the catalog proves its
+    /// own listing current ([`Store::listing_snapshot`]): `listed` then holds only the
+    /// segments the catalog cannot rule out, and `ledger` their records.
+    pub fn open_from_listing(
+        &self,
+        listed: Vec<(u64, SegmentState, PathBuf)>,
+        ledger: Option<crate::ledger::Ledger>,
+        missing: Vec<crate::ledger::Missing>,
+        skip: &dyn Fn(u64, Option<&crate::ledger::Ledger>) -> Option<u64>,
+    ) -> Result<Selected> {
+        let mut out = Vec::new();
+        let mut unreadable = Vec::new();
+        let mut skipped = Vec::new();
+        let dir = self.segments_dir();
+        for m in missing {
+            unreadable.push(Unreadable {
+                seq: m.sealed.seq,
+                problem: m.problem(),
+                span: Some((m.sealed.first_ns, m.sealed.last_ns)),
+                path: m.path,
+            });
         }
         // Segments that live only in the object store, oldest first, before the local ones.
         let have: std::collections::HashSet<u64> = listed.iter().map(|e| e.0).collect();
@@ -767,6 +785,92 @@ impl Store {
             skipped,
             ledger,
         })
+    }
+}
+
+/// The segment directory's listing and the ledger, each with the identity it had when it
+/// was read ([`Store::listing_snapshot`]).
+#[derive(Debug)]
+pub struct ListingSnapshot {
+    /// The segment directory's identity, unchanged from before the listing to after it.
+    pub dir: fsx::FileId,
+    /// The ledger's.
+    pub ledger_id: fsx::FileId,
+    /// The segment files: number and state, ordered by number.
+    pub listed: Vec<(u64, SegmentState)>,
+    pub ledger: crate::ledger::Ledger,
+    /// The segments the ledger records whose files are gone (as a question names them).
+    pub missing: Vec<crate::ledger::Missing>,
+}
+
+/// How much older than the listing a directory's change time must be for a reader to
+/// trust that any later change moves it: file systems stamp changes from a clock that
+/// advances by ticks (jiffies, up to 10 ms), so a change in the same tick as the last one
+/// before the listing would leave the time as it was.
+pub const LISTING_TICK_NS: u128 = 20_000_000;
+
+impl Store {
+    /// The segment listing and the ledger as a reader may later trust without listing the
+    /// directory or parsing the ledger again, as long as both identities are unchanged
+    /// ([`Store::snapshot_current`]; docs/decisions.md, issue 34 round 5). `None` when no
+    /// such proof can be had: a store without a ledger, or with segments in an object
+    /// store (tier: they are opened from the ledger every time), a file system whose
+    /// times have whole seconds, or a directory or ledger that changed while they were
+    /// read. Waits, at most [`LISTING_TICK_NS`], until the directory's last change is a
+    /// tick older than the listing.
+    pub fn listing_snapshot(&self) -> Result<Option<ListingSnapshot>> {
+        let dir = self.segments_dir();
+        let Some(before) = fsx::FileId::of_path(&dir)? else {
+            return Ok(None);
+        };
+        if before.ctime.1 == 0 && before.mtime.1 == 0 {
+            // times of whole seconds: a change within the second would not show
+            return Ok(None);
+        }
+        let now = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        };
+        let ready = before.ctime_ns() + LISTING_TICK_NS;
+        let t = now();
+        if t < ready {
+            if ready - t > LISTING_TICK_NS {
+                // the clock went back: no proof
+                return Ok(None);
+            }
+            std::thread::sleep(std::time::Duration::from_nanos((ready - t) as u64));
+        }
+        let listed = self.list_unsized()?;
+        let Some((ledger, Some(ledger_id))) = crate::ledger::read_identified(&dir)? else {
+            return Ok(None);
+        };
+        if !ledger.tiered.is_empty() || !ledger.trimmed.is_empty() {
+            return Ok(None);
+        }
+        let missing = crate::ledger::missing(&dir, &ledger, listed.iter().map(|e| e.0));
+        if fsx::FileId::of_path(&dir)? != Some(before) {
+            return Ok(None);
+        }
+        Ok(Some(ListingSnapshot {
+            dir: before,
+            ledger_id,
+            listed: listed.into_iter().map(|(seq, st, _)| (seq, st)).collect(),
+            ledger,
+            missing,
+        }))
+    }
+
+    /// Whether the segment directory and the ledger are still those of a snapshot with
+    /// identities `dir` and `ledger` (two `stat`s).
+    pub fn snapshot_current(&self, dir: &fsx::FileId, ledger: &fsx::FileId) -> bool {
+        let segs = self.segments_dir();
+        fsx::FileId::of_path(&segs).ok().flatten().as_ref() == Some(dir)
+            && fsx::FileId::of_path(&segs.join(crate::ledger::LEDGER_FILE))
+                .ok()
+                .flatten()
+                .as_ref()
+                == Some(ledger)
     }
 }
 
@@ -1093,5 +1197,57 @@ mod tests {
             Err(StoreError::Symlink { .. })
         ));
         assert_eq!(std::fs::read(&canary).unwrap(), b"keep");
+    }
+}
+
+#[cfg(test)]
+mod snapshot_tests {
+    use super::*;
+
+    /// A snapshot of the listing and the ledger stays current until the directory's entries
+    /// or the ledger change: a new file, a removed one, an append to the ledger. A store
+    /// without a ledger has none (nothing to prove the skips against).
+    #[test]
+    fn a_listing_snapshot_is_current_until_the_directory_or_the_ledger_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::create_or_open(dir.path()).unwrap();
+        let segs = s.segments_dir();
+        std::fs::write(segs.join(segment::sealed_name(1)), b"x").unwrap();
+        assert!(s.listing_snapshot().unwrap().is_none(), "no ledger");
+        let sealed = |seq| crate::ledger::Sealed {
+            seq,
+            first_ns: 10,
+            last_ns: 20,
+            packets: 1,
+            bytes: 1,
+        };
+        crate::ledger::record_sealed(&segs, &sealed(1)).unwrap();
+        crate::ledger::record_sealed(&segs, &sealed(2)).unwrap();
+        let snap = s.listing_snapshot().unwrap().expect("a snapshot");
+        assert_eq!(snap.listed, vec![(1, SegmentState::Sealed)]);
+        assert_eq!(snap.missing.len(), 1);
+        assert_eq!(snap.missing[0].sealed.seq, 2);
+        assert!(s.snapshot_current(&snap.dir, &snap.ledger_id));
+        // the directory's change time is at least a tick older than the listing
+        let listed_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        assert!(snap.dir.ctime_ns() + LISTING_TICK_NS <= listed_at);
+
+        // a file created at once: the directory's change time moves
+        std::fs::write(segs.join(segment::open_name(3)), b"y").unwrap();
+        assert!(!s.snapshot_current(&snap.dir, &snap.ledger_id));
+        let snap = s.listing_snapshot().unwrap().unwrap();
+        assert_eq!(snap.listed.len(), 2);
+        assert!(s.snapshot_current(&snap.dir, &snap.ledger_id));
+        std::fs::remove_file(segs.join(segment::open_name(3))).unwrap();
+        assert!(!s.snapshot_current(&snap.dir, &snap.ledger_id));
+        let snap = s.listing_snapshot().unwrap().unwrap();
+        crate::ledger::record_repaired(&segs, 1, 0).unwrap();
+        assert!(!s.snapshot_current(&snap.dir, &snap.ledger_id));
+        let snap = s.listing_snapshot().unwrap().unwrap();
+        assert_eq!(snap.ledger.repaired.get(&1), Some(&0));
+        assert!(s.snapshot_current(&snap.dir, &snap.ledger_id));
     }
 }
