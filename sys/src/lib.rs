@@ -67,6 +67,7 @@
 
 #![allow(unsafe_code)]
 
+pub mod counting;
 mod error;
 #[cfg(test)]
 mod fake;

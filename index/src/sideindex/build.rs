@@ -105,6 +105,10 @@ pub struct IndexBuilder {
     /// every snapshot of the flow's names (what the inspection learns here only adds what
     /// they lack: [`capsule_names::FlowNames::absorb`]).
     carried: HashMap<usize, Box<capsule_names::FlowNames>, foldhash::fast::RandomState>,
+    /// The previous blocks' delta records, kept for their allocations (buckets, DSCP
+    /// counts): a flow's record in the next delta is one of these, reset
+    /// ([`recycled`]), so the steady state allocates nothing per flow and block.
+    spare: Vec<FlowRecord>,
 }
 
 /// A stored packet's bytes, for the payload inspection of flows that still need it.
@@ -188,7 +192,7 @@ impl IndexBuilder {
         self.linktypes
             .extend(meta.new_interfaces.iter().map(|i| i.linktype));
         let block = self.blocks.len() as u32;
-        self.delta.flows.clear();
+        self.spare.append(&mut self.delta.flows);
         self.delta_of.clear();
         self.delta_keys.clear();
         self.want_encap.clear();
@@ -410,7 +414,7 @@ impl IndexBuilder {
         self.series_builder.count(r, Some(2 * i + dir));
         if self.slot[i] == NONE {
             self.slot[i] = self.delta.flows.len() as u32;
-            let mut f = FlowRecord::new(key, ts_ns, ts_ns);
+            let mut f = recycled(&mut self.spare, key, ts_ns);
             f.tcp_in = self.flows[i].tcp_in;
             if fresh {
                 // The names carried in: in the flow's first block's delta (a reader folding
@@ -725,6 +729,24 @@ impl IndexBuilder {
             self.seed,
         )
     }
+}
+
+/// `FlowRecord::new(key, ts_ns, ts_ns)`, made of a spare record when there is one: equal
+/// to a new one, with the spare's vectors (emptied) kept for their capacity.
+fn recycled(spare: &mut Vec<FlowRecord>, key: FlowKey, ts_ns: u64) -> FlowRecord {
+    let Some(mut old) = spare.pop() else {
+        return FlowRecord::new(key, ts_ns, ts_ns);
+    };
+    let mut f = FlowRecord::new(key, ts_ns, ts_ns);
+    std::mem::swap(&mut f.blocks, &mut old.blocks);
+    f.blocks.clear();
+    std::mem::swap(&mut f.buckets, &mut old.buckets);
+    f.buckets.clear();
+    for d in 0..2 {
+        std::mem::swap(&mut f.totals.dscp_counts[d], &mut old.totals.dscp_counts[d]);
+        f.totals.dscp_counts[d].clear();
+    }
+    f
 }
 
 /// The fragment identification of a dissected packet, when it is a fragment.
