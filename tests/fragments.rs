@@ -254,6 +254,31 @@ fn namespaces(tag: &str) -> (Namespaces, String, String, String) {
     (made, a, b, ub)
 }
 
+/// tshark's reassembled `proto` flows of `pcap` ([`tshark_flows`]), checked to be the three
+/// the tests send, the kernel having cut each of the 20 datagrams of the flow from port
+/// 40000 into `fragments`.
+fn three_fragmented_flows(
+    pcap: &std::path::Path,
+    proto: &str,
+    fragments: u64,
+) -> (FlowTotals, BTreeMap<(String, String), Vec<usize>>) {
+    let (want, frames_of) = tshark_flows(pcap, proto);
+    assert_eq!(
+        want.len(),
+        3,
+        "three {} flows: {want:#?}\n{}",
+        proto.to_uppercase(),
+        stdout_str(&run_ok(Command::new("tshark").args(["-n", "-r", p(pcap)])))
+    );
+    let big = want
+        .iter()
+        .find(|(k, _)| k.0.ends_with(":40000") || k.1.ends_with(":40000"))
+        .unwrap()
+        .1;
+    assert_eq!(big.0.iter().sum::<u64>(), 20 * fragments, "{want:#?}");
+    (want, frames_of)
+}
+
 /// Imports `pcap` with default blocks (all in one) and with 4 KiB blocks (a datagram's
 /// fragments in several): each `proto` flow's totals must be tshark's reassembled ones, and
 /// each port filter must export exactly the frames of the datagrams tshark puts in the flows
@@ -340,20 +365,8 @@ fn fragments_of_kernel_datagrams_join_their_flow_as_tshark_reassembles_them() {
     assert!(signal(dump.id(), Signal::INT), "tcpdump is gone");
     dump.wait().unwrap();
 
-    let (want, frames_of) = tshark_flows(&pcap, "udp");
-    assert_eq!(
-        want.len(),
-        3,
-        "three UDP flows: {want:#?}\n{}",
-        stdout_str(&run_ok(Command::new("tshark").args(["-n", "-r", p(&pcap)])))
-    );
     // The kernel did fragment: 5000 bytes take 4 IPv4 fragments at MTU 1500.
-    let big = want
-        .iter()
-        .find(|(k, _)| k.0.ends_with(":40000") || k.1.ends_with(":40000"))
-        .unwrap()
-        .1;
-    assert_eq!(big.0.iter().sum::<u64>(), 20 * 4, "{want:#?}");
+    let (want, frames_of) = three_fragmented_flows(&pcap, "udp", 4);
 
     stores_answer_as_tshark_reassembles(
         dir.path(),
@@ -430,20 +443,8 @@ fn fragments_of_kernel_tcp_segments_join_their_flow_as_tshark_reassembles_them()
     assert!(signal(dump.id(), Signal::INT), "tcpdump is gone");
     dump.wait().unwrap();
 
-    let (want, frames_of) = tshark_flows(&pcap, "tcp");
-    assert_eq!(
-        want.len(),
-        3,
-        "three TCP flows: {want:#?}\n{}",
-        stdout_str(&run_ok(Command::new("tshark").args(["-n", "-r", p(&pcap)])))
-    );
     // The kernel did fragment: 20 + 4000 bytes take 3 IPv4 fragments at MTU 1500.
-    let big = want
-        .iter()
-        .find(|(k, _)| k.0.ends_with(":40000") || k.1.ends_with(":40000"))
-        .unwrap()
-        .1;
-    assert_eq!(big.0.iter().sum::<u64>(), 20 * 3, "{want:#?}");
+    let (want, frames_of) = three_fragmented_flows(&pcap, "tcp", 3);
 
     stores_answer_as_tshark_reassembles(
         dir.path(),

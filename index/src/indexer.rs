@@ -535,6 +535,18 @@ mod tests {
         w.append(iface, ts, frame.len() as u32, &frame).unwrap();
     }
 
+    /// `w`, or with `restart` a new writer of `root` after `w` finished (its one interface
+    /// declared again).
+    fn reopened_if(restart: bool, w: StoreWriter, root: &Path) -> StoreWriter {
+        if !restart {
+            return w;
+        }
+        w.finish().unwrap();
+        let (mut w, _) = open_writer(root, cfg()).unwrap();
+        w.add_interface(eth());
+        w
+    }
+
     /// [`readers`] and every segment's side index, in segment order.
     fn indexes(root: &Path) -> (Store, Vec<SegmentReader>, Vec<SegmentIndex>) {
         let (store, segs) = readers(root);
@@ -594,14 +606,7 @@ mod tests {
                 S + 3,
                 tcp4(None, A, B, 6000, 22, 9, 0x18, 1000, 40, 0),
             );
-            let mut w = if restart {
-                w.finish().unwrap();
-                let (mut w, _) = open_writer(root, cfg()).unwrap();
-                w.add_interface(eth());
-                w
-            } else {
-                w
-            };
+            let mut w = reopened_if(restart, w, root);
             // 20 s later: the next segment (blocks are cut first; a segment starts with one).
             w.flush().unwrap();
             put(
@@ -750,14 +755,7 @@ mod tests {
             put(&mut w, i, S + 1, tls_packet(true, 900, 0x12, &[]));
             put(&mut w, i, S + 2, tls_packet(false, 101, 0x18, &hello));
             put(&mut w, i, S + 3, tls_packet(true, 901, 0x18, &[0x17; 200]));
-            let mut w = if restart {
-                w.finish().unwrap();
-                let (mut w, _) = open_writer(root, cfg()).unwrap();
-                w.add_interface(eth());
-                w
-            } else {
-                w
-            };
+            let mut w = reopened_if(restart, w, root);
             // 20 s later, the next segment: the flow goes on, one payload that looks like
             // an HTTP request.
             w.flush().unwrap();
