@@ -244,35 +244,17 @@ def main():
             empty = [f"if({whole}, emptyArray{types[c][6:-1]}(), {c})"
                      if c.startswith("bucket_") else c for c in cols]
             empty_sql = elided_sql.replace(", ".join(elided), ", ".join(empty))
-            # What top, dscp, matrix and the plan ask since the narrow table (flow_totals:
-            # keys, totals, DSCP counts, the bytes and packets a second).
-            ncols = post("SELECT name FROM system.columns WHERE database = 'capsule' AND "
-                         "table = 'flow_totals' FORMAT TabSeparated").decode().split()
-            narrow_sql = (f"SELECT {', '.join(ncols)} FROM capsule.flow_totals FINAL WHERE "
-                          f"last_ns >= 0 AND first_ns < 18446744073709551615 AND (SELECT "
-                          f"count() FROM capsule.flow_totals_filled_attrs) >= 0 ORDER BY node, "
-                          f"segment FORMAT RowBinary")
-            ntypes = dict(line.split("\t") for line in post(
-                "SELECT name, type FROM system.columns WHERE database = 'capsule' AND "
-                "table = 'flow_totals' FORMAT TabSeparated").decode().splitlines())
-
-            def literal(c):
-                t = ntypes[c]
-                return f"emptyArray{t[6:-1]}()" if t.startswith("Array(") else f"to{t}(0)"
-            unread = ("handshake_", "dscp_change_")
-            pruned = [f"{literal(c)} AS {c}" if c.startswith(unread) else c for c in ncols]
-            pruned_sql = narrow_sql.replace(", ".join(ncols), ", ".join(pruned))
+            # What top, dscp, matrix and the plan ask since the packed table (flow_packed:
+            # the key and span as columns, the counts packed into one string and the
+            # seconds into another; fleet/src/rows.rs).
+            packed = ("node, segment, published_ns, a, b, first_ns, last_ns, rec, secs, names, "
+                      "encap")
+            packed_sql = (f"SELECT {packed} FROM capsule.flow_packed WHERE last_ns >= 0 AND "
+                          f"first_ns < 18446744073709551615 AND (SELECT count() FROM "
+                          f"capsule.flow_packed_filled) >= 0 FORMAT RowBinary")
             parts_ms = {
-                "narrow flow rows (flow_totals FINAL, every column)": ch_ms(narrow_sql),
-                "narrow flow rows as top asks (handshake and remarks not read: literals)":
-                    ch_ms(pruned_sql),
-                "narrow flow rows, no FINAL": ch_ms(narrow_sql.replace(" FINAL", "")),
-                "narrow flow rows as top asked when FINAL went (no FINAL, no ORDER BY)":
-                    ch_ms(pruned_sql.replace(" FINAL", "").replace(" ORDER BY node, segment", "")),
-                "narrow flow rows as top asks now (the columns it does not read left out)":
-                    ch_ms(narrow_sql.replace(" FINAL", "").replace(" ORDER BY node, segment", "")
-                          .replace(", ".join(ncols), ", ".join(
-                              c for c in ncols if not c.startswith(unread + ("bucket_packets_",))))),
+                "packed flow rows as top asks now (flow_packed: key and span, rec, secs, "
+                "names, encap)": ch_ms(packed_sql),
                 "flow rows, FINAL, no buckets of whole flows (arrayFilter: what the plan asked before)":
                     ch_ms(elided_sql),
                 "flow rows, FINAL, no buckets of whole flows (if/emptyArray)": ch_ms(empty_sql),
@@ -292,7 +274,7 @@ def main():
             }
             rows = post("SELECT count() FROM capsule.flows").decode().strip()
             nparts = post("SELECT table, count() FROM system.parts WHERE database = 'capsule' "
-                          "AND active AND table IN ('flows', 'flow_totals') GROUP BY table "
+                          "AND active AND table IN ('flows', 'flow_packed') GROUP BY table "
                           "FORMAT TabSeparated").decode().split()
             print(f"active parts (table, count): {nparts}")
             conn.close()

@@ -1195,21 +1195,21 @@ fn a_catalog_of_an_earlier_release_gets_the_location_column_at_the_first_questio
     assert!(!out.stdout.is_empty());
 }
 
-/// The narrow flow table (`capsule.flow_totals`, what `top`, `dscp`, `matrix` and the
+/// The packed flow table (`capsule.flow_packed`, what `top`, `dscp`, `matrix` and the
 /// packet plan read) of a catalog whose flow rows an earlier release published, without
 /// it: filled from `capsule.flows` at the first question, then by ClickHouse itself at
 /// every insert (also an insert the earlier release's node makes, which knows nothing of
 /// it); the answers equal the store's own.
 #[test]
-fn the_narrow_flow_table_is_filled_for_rows_published_before_it_and_after() {
+fn the_packed_flow_table_is_filled_for_rows_published_before_it_and_after() {
     let d = tempfile::tempdir().unwrap();
     let mut ch = ClickHouse::start(&d.path().join("ch"));
     let (pcap, a, b, ca, cb) = two_nodes_na_published(d.path(), &ch.url());
-    // What an earlier release's catalog is: the flow rows, no narrow table, no view.
+    // What an earlier release's catalog is: the flow rows, no packed table, no view.
     for sql in [
-        "DROP TABLE capsule.flows_to_totals",
-        "DROP TABLE capsule.flow_totals_filled_attrs",
-        "DROP TABLE capsule.flow_totals",
+        "DROP TABLE capsule.flows_to_packed",
+        "DROP TABLE capsule.flow_packed_filled",
+        "DROP TABLE capsule.flow_packed",
     ] {
         ch.sql(sql)
             .unwrap_or_else(|| panic!("ClickHouse refused {sql}"));
@@ -1228,18 +1228,18 @@ fn the_narrow_flow_table_is_filled_for_rows_published_before_it_and_after() {
         answer(&v, p(store))
     };
     assert_eq!(top(&["top"]), local(&a, &["top"]));
-    assert_eq!(rows("flow_totals"), flows_a, "the rows published before it");
+    assert_eq!(rows("flow_packed"), flows_a, "the rows published before it");
     // A second node publishes: the view copies its rows as they are inserted.
     let (code, doc, err) = publish(&b, &cb);
     assert_eq!(code, 0, "{doc} {err}");
     let flows_ab = rows("flows");
     assert!(flows_ab > flows_a);
-    assert_eq!(rows("flow_totals"), flows_ab, "the rows published after it");
-    // A row inserted into `capsule.flows` by a node that never creates the narrow table
-    // (an earlier release's): copied too, the re-push collapsing.
+    assert_eq!(rows("flow_packed"), flows_ab, "the rows published after it");
+    // A row inserted into `capsule.flows` by a node that never creates the packed table
+    // (an earlier release's): packed too, the re-push collapsing.
     ch.sql("INSERT INTO capsule.flows SELECT * FROM capsule.flows WHERE node = 'nb'")
         .expect("ClickHouse refused the re-insert");
-    assert_eq!(rows("flow_totals"), flows_ab);
+    assert_eq!(rows("flow_packed"), flows_ab);
     let all = d.path().join("all");
     import_ok(&all, &["--segment-size", "1M"], &[p(&pcap)]);
     for q in [vec!["top", "--key", "pair"], vec!["dscp"], vec!["matrix"]] {
@@ -1248,43 +1248,27 @@ fn the_narrow_flow_table_is_filled_for_rows_published_before_it_and_after() {
     ch.stop();
 }
 
-/// A catalog of the release before the flows' attributes (`flows` and `flow_totals`
-/// without `names` and `encap`, its view selecting the columns it had, its marker): the
-/// first question adds the columns (its rows read "not kept") and replaces the view, so a
-/// newer node's rows reach the narrow table with their names; a name term over rows that
-/// carry none says which node's segments it could not see (exit 3), and over the newer
-/// node's flows answers as that node's store does.
+/// A catalog of the release before the flows' attributes (`flows` without `names` and
+/// `encap`, and no packed table): the first question adds the columns (its rows read "not
+/// kept") and makes the packed table with its view, so a newer node's rows reach it with
+/// their names; a name term over rows that carry none says which node's segments it could
+/// not see (exit 3), and over the newer node's flows answers as that node's store does.
 #[test]
 fn a_catalog_before_the_flow_attributes_gets_them_and_a_view_that_copies_them() {
     let d = tempfile::tempdir().unwrap();
     let mut ch = ClickHouse::start(&d.path().join("ch"));
     let (_, _, b, ca, cb) = two_nodes_na_published(d.path(), &ch.url());
     // The earlier release's catalog: what it made, with na's rows as it published them.
-    let mut sqls = vec!["DROP TABLE capsule.flows_to_totals".to_string()];
-    for t in ["flows", "flow_totals"] {
-        for c in ["names", "encap"] {
-            sqls.push(format!("ALTER TABLE capsule.{t} DROP COLUMN {c}"));
-        }
+    let mut sqls = vec![
+        "DROP TABLE capsule.flows_to_packed".to_string(),
+        "DROP TABLE capsule.flow_packed_filled".to_string(),
+        "DROP TABLE capsule.flow_packed".to_string(),
+    ];
+    for c in ["names", "encap"] {
+        sqls.push(format!("ALTER TABLE capsule.flows DROP COLUMN {c}"));
     }
     for sql in &sqls {
         ch.sql(sql)
-            .unwrap_or_else(|| panic!("ClickHouse refused {sql}"));
-    }
-    let cols = ch
-        .sql(
-            "SELECT arrayStringConcat(groupArray(name), ', ') FROM (SELECT name FROM \
-             system.columns WHERE database = 'capsule' AND table = 'flow_totals')",
-        )
-        .unwrap();
-    for sql in [
-        format!(
-            "CREATE MATERIALIZED VIEW capsule.flows_to_totals TO capsule.flow_totals AS \
-             SELECT {cols} FROM capsule.flows"
-        ),
-        "DROP TABLE capsule.flow_totals_filled_attrs".to_string(),
-        "CREATE TABLE capsule.flow_totals_filled (filled_ns UInt64) ENGINE = TinyLog".to_string(),
-    ] {
-        ch.sql(&sql)
             .unwrap_or_else(|| panic!("ClickHouse refused {sql}"));
     }
     // The first question: the columns added, na's rows read as not kept.
@@ -1306,11 +1290,11 @@ fn a_catalog_before_the_flow_attributes_gets_them_and_a_view_that_copies_them() 
     assert_eq!(
         count(
             "SELECT count() FROM system.columns WHERE database = 'capsule' AND table IN \
-             ('flows', 'flow_totals') AND name IN ('names', 'encap')"
+             ('flows', 'flow_packed') AND name IN ('names', 'encap')"
         ),
         4
     );
-    // A newer node publishes: its rows reach the narrow table with their names.
+    // A newer node publishes: its rows reach the packed table with their names.
     let (code, doc, err) = publish(&b, &cb);
     assert_eq!(code, 0, "{doc} {err}");
     let named = |t: &str| {
@@ -1319,7 +1303,7 @@ fn a_catalog_before_the_flow_attributes_gets_them_and_a_view_that_copies_them() 
         ))
     };
     assert!(named("flows") > 0);
-    assert_eq!(named("flow_totals"), named("flows"));
+    assert_eq!(named("flow_packed"), named("flows"));
     // A name term: over nb's flows as nb's store answers, na's segments named as unseen.
     let q = [
         "top",

@@ -55,10 +55,11 @@ pub struct Plan {
 /// ClickHouse need not send them nor the asker decode them. A flow the window cuts keeps
 /// them (they estimate its share of the window).
 ///
-/// With `narrow`, from `capsule.flow_totals` (the flow rows' keys, totals, DSCP counts and
-/// the bytes and packets a second, [`rows::narrow_columns`]), for the answers made from
+/// With [`Table::Narrow`], from `capsule.flow_packed` (the flow rows' keys and spans, with
+/// their totals, DSCP counts and remarks, TCP flags and handshake packed into one string
+/// and their seconds into another, [`rows::packed_columns`]), for the answers made from
 /// those alone ([`Table::for_question`]); it names the marker of its filling, so a catalog
-/// whose narrow table is not filled yet refuses the question and gets it filled
+/// whose packed table is not filled yet refuses the question and gets it filled
 /// ([`crate::schema::with_tables`]).
 pub(crate) fn flow_rows(
     ch: &ClickHouse,
@@ -99,28 +100,26 @@ pub(crate) fn flow_rows_as<T>(
             String::new(),
             None,
         ),
-        Table::Narrow(mut read) => {
-            read.bucket_packets &= !unbounded;
+        Table::Narrow(read) => {
+            // A flow's seconds come whole when the answer keeps a series; else only for
+            // a flow the window cuts (none when the window has no bounds).
+            let read = rows::NarrowRead {
+                buckets: read.buckets && (keep_buckets || !unbounded),
+                ..read
+            };
             let cols = read
                 .columns()
                 .into_iter()
-                .map(|(n, _)| {
-                    // The narrow table's packets a second serve only to cut a flow to the
-                    // window (the answers read the bytes a second): a whole flow's come
-                    // empty; and every bucket of a whole flow when the answer keeps no
-                    // series.
-                    if n.starts_with("bucket_packets_")
-                        || (!keep_buckets && n.starts_with("bucket_"))
-                    {
-                        format!("{cut}{n})")
-                    } else {
-                        n
+                .map(|n| match (n, keep_buckets) {
+                    ("secs", false) => {
+                        format!("if(first_ns >= {from} AND last_ns < {to}, '', secs)")
                     }
+                    _ => n.to_string(),
                 })
                 .collect();
             (
                 cols,
-                "flow_totals",
+                "flow_packed",
                 format!(
                     " AND (SELECT count() FROM {DATABASE}.{}) >= 0",
                     crate::schema::FILLED[1]
@@ -148,7 +147,7 @@ pub(crate) fn flow_rows_as<T>(
                 &what,
                 |r| match &read {
                     None => rows::get_flow(r),
-                    Some(read) => rows::get_narrow(r, read),
+                    Some(read) => rows::get_packed(r, read),
                 },
                 |e| ch.io_error(e),
             )
@@ -220,38 +219,28 @@ fn newest_once(
 pub enum Table {
     /// `capsule.flows`: every count of the side index.
     Wide,
-    /// `capsule.flow_totals`: keys, totals, DSCP counts and remarks, the TCP flags and
+    /// `capsule.flow_packed`: keys, totals, DSCP counts and remarks, the TCP flags and
     /// handshake bits, the bytes and packets a second, the names and tunnels; of them, the
-    /// columns the answer reads (the others are not asked: they decode as zero).
+    /// columns the answer reads (the others are not asked).
     Narrow(rows::NarrowRead),
 }
 
 impl Table {
     /// The table an analytics question reads: `top`, `dscp` and `matrix` are made from what
-    /// the narrow table holds (any window: a flow the window cuts is cut by its packets and
+    /// the packed table holds (any window: a flow the window cuts is cut by its packets and
     /// bytes a second, the only counts these answers read of it; any filter the fleet takes:
     /// its terms read the key, the TCP flags and the DSCP values), the others from TCP
     /// health counts only the wide table holds.
     pub fn for_question(q: &capsule_answers::analytics::Question) -> Table {
         use capsule_answers::analytics::Question;
-        let all = rows::NarrowRead::ALL;
         match q {
-            // analytics/src/top.rs reads the totals, DSCP counts and bytes a second.
-            Question::Top { .. } => Table::Narrow(rows::NarrowRead {
-                handshake: false,
-                dscp_change: false,
-                ..all
-            }),
-            // dscp.rs the DSCP counts, remarks and bytes a second.
-            Question::Dscp => Table::Narrow(rows::NarrowRead {
-                handshake: false,
-                ..all
-            }),
-            // matrix.rs the totals and the handshake bits.
-            Question::Matrix { .. } => Table::Narrow(rows::NarrowRead {
-                dscp_change: false,
-                ..all
-            }),
+            // analytics/src/top.rs reads the totals, DSCP counts and bytes a second; dscp.rs
+            // the DSCP counts, remarks and bytes a second; matrix.rs the totals and the
+            // handshake bits (all of them one string of the packed table, the seconds
+            // another).
+            Question::Top { .. } | Question::Dscp | Question::Matrix { .. } => {
+                Table::Narrow(rows::NarrowRead::ALL)
+            }
             _ => Table::Wide,
         }
     }
@@ -263,12 +252,7 @@ impl Table {
     /// filter as given, and a name term is "maybe" on every flow (the node resolves it).
     pub fn plan(query: &Query) -> Table {
         Table::Narrow(rows::NarrowRead {
-            bytes: false,
-            handshake: false,
-            dscp_counts: false,
-            dscp_change: false,
-            bucket_bytes: false,
-            bucket_packets: true,
+            buckets: true,
             names: false,
             encap: query.filter.has_encap_terms(),
         })

@@ -98,6 +98,29 @@ impl<'a> Reader<'a> {
         self.short
     }
 
+    /// What the bytes are named in errors (for a reader of a part of them).
+    pub fn what(&self) -> &'a str {
+        self.what
+    }
+
+    /// The element count before an array of a packed record (rows.rs, the packed flow
+    /// table): a little-endian `UInt32`, its elements `width` bytes each; a count whose
+    /// elements would run past the end fails here, not in an allocation.
+    pub fn count(&mut self, width: usize) -> Result<usize, FleetError> {
+        let at = self.at;
+        let n = self.u32()? as usize;
+        if n.saturating_mul(width) > self.remaining() {
+            return Err(FleetError::Decode {
+                what: self.what.to_string(),
+                problem: format!(
+                    "at byte {at}: a count of {n} element(s) of {width} byte(s), {} byte(s) left",
+                    self.remaining()
+                ),
+            });
+        }
+        Ok(n)
+    }
+
     /// How many bytes are left to read.
     pub fn remaining(&self) -> usize {
         self.b.len().saturating_sub(self.at)

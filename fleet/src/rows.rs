@@ -203,76 +203,147 @@ fn get_attributes_of(
     Ok(kept)
 }
 
-/// The per-direction columns of `capsule.flow_totals`, the narrow flow table: of the flow
-/// row's, those the answers that read only totals (`top`, `dscp`, `matrix`) and the plan
-/// of a packet question read, with the filter's (`dscp_mask`, `tcp_flags`).
-const NARROW_DIRECTED: [&str; 12] = [
-    "packets",
-    "bytes",
-    "dscp_mask",
-    "tcp_flags",
-    "handshake",
-    "dscp_values",
-    "dscp_packets",
-    "dscp_bytes",
-    "dscp_change_ordinal",
-    "dscp_change_ns",
-    "dscp_change_from",
-    "dscp_change_to",
-];
-
-/// The bucket columns of `capsule.flow_totals` (parallel to `bucket_second`): the bytes a
-/// second (the peak rates) and the packets (a flow the window cuts).
-const NARROW_BUCKETS: [&str; 2] = ["bucket_bytes", "bucket_packets"];
-
-/// The columns of `capsule.flow_totals`, in order: the flow row's key and span, then a
-/// subset of its columns, same names and types (the materialised view that fills it from
-/// `capsule.flows` selects them by name).
-pub fn narrow_columns() -> Vec<(String, String)> {
-    let all = flow_columns();
-    let ty = |n: &str| {
-        all.iter()
-            .find(|(c, _)| c == n)
-            .map(|(_, t)| t.clone())
-            .unwrap_or_default()
-    };
-    let mut c: Vec<(String, String)> = all[..17].to_vec();
-    for d in ["ab", "ba"] {
-        for n in NARROW_DIRECTED {
-            let n = format!("{n}_{d}");
-            let t = ty(&n);
-            c.push((n, t));
-        }
-    }
-    c.push(("bucket_second".into(), ty("bucket_second")));
-    for d in ["ab", "ba"] {
-        for n in NARROW_BUCKETS {
-            let n = format!("{n}_{d}");
-            let t = ty(&n);
-            c.push((n, t));
-        }
-    }
-    c.extend(owned(&ATTRIBUTES));
-    c
+/// How a field of a packed record (the packed flow table's `rec` and `secs`) is written:
+/// its column's value as `width` little-endian bytes, or its array column as a
+/// little-endian `UInt32` count then each element as `width` bytes. ClickHouse writes them
+/// (the view's SELECT, [`packed_view_select`]) and the askers read them ([`get_packed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Packed {
+    Le(usize),
+    Array(usize),
 }
 
-/// Which of `capsule.flow_totals`' columns a question reads besides the flow's key, span,
-/// packets, DSCP mask and TCP flags (always read: the filter's terms and the plan need
-/// them). A column not read is not asked of ClickHouse at all (it reads a file per column
-/// and part, most of its time on a small window, and each column it sends costs it a
-/// serialisation per row): it decodes as its zero.
+/// The fields of a packed flow record before its directions: the segment's length and the
+/// flow key's small parts (its addresses are columns of their own: their type depends on
+/// the server's version).
+const REC_HEAD: [(&str, Packed); 10] = [
+    ("segment_len", Packed::Le(8)),
+    ("ip_version", Packed::Le(1)),
+    ("proto", Packed::Le(1)),
+    ("has_ports", Packed::Le(1)),
+    ("port_a", Packed::Le(2)),
+    ("port_b", Packed::Le(2)),
+    ("vlan_outer", Packed::Le(2)),
+    ("vlan_inner", Packed::Le(2)),
+    ("vlan_tags", Packed::Le(1)),
+    ("families", Packed::Le(1)),
+];
+
+/// The fields of a packed flow record per direction (`_ab` then `_ba`): what the answers
+/// made from totals (`top`, `dscp`, `matrix`) and the plan of a packet question read.
+const REC_DIRECTED: [(&str, Packed); 12] = [
+    ("packets", Packed::Le(8)),
+    ("bytes", Packed::Le(8)),
+    ("dscp_mask", Packed::Le(8)),
+    ("tcp_flags", Packed::Le(1)),
+    ("handshake", Packed::Le(1)),
+    ("dscp_change_ordinal", Packed::Le(8)),
+    ("dscp_change_ns", Packed::Le(8)),
+    ("dscp_change_from", Packed::Le(1)),
+    ("dscp_change_to", Packed::Le(1)),
+    ("dscp_values", Packed::Array(1)),
+    ("dscp_packets", Packed::Array(8)),
+    ("dscp_bytes", Packed::Array(8)),
+];
+
+/// The per-direction fields of a flow's packed seconds (after `bucket_second`): the bytes
+/// a second (the peak rates) and the packets (a flow the window cuts).
+const SECS_DIRECTED: [(&str, Packed); 2] = [
+    ("bucket_bytes", Packed::Array(8)),
+    ("bucket_packets", Packed::Array(4)),
+];
+
+fn directed(head: &[(&str, Packed)], per: &[(&str, Packed)]) -> Vec<(String, Packed)> {
+    let mut v: Vec<(String, Packed)> = head.iter().map(|(n, p)| (n.to_string(), *p)).collect();
+    for d in ["ab", "ba"] {
+        v.extend(per.iter().map(|(n, p)| (format!("{n}_{d}"), *p)));
+    }
+    v
+}
+
+/// The fields of a packed flow record (`rec`), in order, each a column of `capsule.flows`.
+pub fn rec_fields() -> Vec<(String, Packed)> {
+    directed(&REC_HEAD, &REC_DIRECTED)
+}
+
+/// The fields of a flow's packed seconds (`secs`), in order, each a column of
+/// `capsule.flows`.
+pub fn secs_fields() -> Vec<(String, Packed)> {
+    directed(&[("bucket_second", Packed::Array(8))], &SECS_DIRECTED)
+}
+
+/// The columns of `capsule.flow_packed`, the packed flow table: the flow table's sorting
+/// key and span as columns (what ClickHouse sorts, collapses and filters on), and the rest
+/// of what the answers made from totals read packed into two strings (a flow's counts, its
+/// seconds), with the attributes as the flow table has them.
+pub fn packed_columns() -> Vec<(String, String)> {
+    owned(&[
+        ("node", "{NODE}"),
+        ("segment", "UInt64"),
+        ("published_ns", "UInt64"),
+        ("ip_version", "UInt8"),
+        ("proto", "UInt8"),
+        ("a", "{ADDR}"),
+        ("b", "{ADDR}"),
+        ("has_ports", "UInt8"),
+        ("port_a", "UInt16"),
+        ("port_b", "UInt16"),
+        ("vlan_outer", "UInt16"),
+        ("vlan_inner", "UInt16"),
+        ("vlan_tags", "UInt8"),
+        ("families", "UInt8"),
+        ("first_ns", "UInt64"),
+        ("last_ns", "UInt64"),
+        ("rec", "String"),
+        ("secs", "String"),
+        ("names", "String"),
+        ("encap", "String"),
+    ])
+}
+
+/// ClickHouse's expression of `fields` of a `capsule.flows` row packed into one string:
+/// `reinterpretAsString` gives a number's little-endian bytes without its trailing zeros,
+/// `toFixedString` pads them back to the width, and `concat` with a String keeps every
+/// byte (a cast of a FixedString to String would cut the trailing zeros). The same on
+/// 18.16 and on current releases.
+fn packed_expr(fields: &[(String, Packed)]) -> String {
+    let le = |e: &str, w: usize| format!("toFixedString(reinterpretAsString({e}), {w})");
+    let parts: Vec<String> = fields
+        .iter()
+        .map(|(n, p)| match *p {
+            Packed::Le(w) => le(n, w),
+            Packed::Array(w) => format!(
+                "{}, arrayStringConcat(arrayMap(x -> concat({}, ''), {n}))",
+                le(&format!("toUInt32(length({n}))"), 4),
+                le("x", w)
+            ),
+        })
+        .collect();
+    format!("concat({}, '')", parts.join(", "))
+}
+
+/// The SELECT list of the materialised view that fills `capsule.flow_packed` from
+/// `capsule.flows` ([`packed_columns`] in order; `rec` and `secs` packed by ClickHouse).
+pub fn packed_view_select() -> String {
+    packed_columns()
+        .into_iter()
+        .map(|(n, _)| match n.as_str() {
+            "rec" => format!("{} AS rec", packed_expr(&rec_fields())),
+            "secs" => format!("{} AS secs", packed_expr(&secs_fields())),
+            _ => n,
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What a question made from the packed flow table reads of it besides the flow's key,
+/// span and counts (always read: one string): the seconds, the names, the tunnels. A
+/// column not read is not asked of ClickHouse at all (it reads a file per column and part,
+/// and each column it sends costs it a serialisation per row): it decodes as empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NarrowRead {
-    pub bytes: bool,
-    pub handshake: bool,
-    /// `dscp_values`, `dscp_packets`, `dscp_bytes`.
-    pub dscp_counts: bool,
-    /// `dscp_change_*`.
-    pub dscp_change: bool,
-    /// `bucket_second` and `bucket_bytes_*`.
-    pub bucket_bytes: bool,
-    /// `bucket_second` and `bucket_packets_*` (only a flow the window cuts reads them).
-    pub bucket_packets: bool,
+    /// The flow's seconds: `bucket_second` and the bytes and packets a second.
+    pub buckets: bool,
     pub names: bool,
     pub encap: bool,
 }
@@ -280,99 +351,154 @@ pub struct NarrowRead {
 impl NarrowRead {
     /// Every column of the table.
     pub const ALL: NarrowRead = NarrowRead {
-        bytes: true,
-        handshake: true,
-        dscp_counts: true,
-        dscp_change: true,
-        bucket_bytes: true,
-        bucket_packets: true,
+        buckets: true,
         names: true,
         encap: true,
     };
 
-    /// Whether the column `name` of the narrow table is read.
-    pub fn reads(&self, name: &str) -> bool {
-        let base = name
-            .strip_suffix("_ab")
-            .or_else(|| name.strip_suffix("_ba"))
-            .unwrap_or(name);
-        match base {
-            "bytes" => self.bytes,
-            "handshake" => self.handshake,
-            "dscp_values" | "dscp_packets" | "dscp_bytes" => self.dscp_counts,
-            b if b.starts_with("dscp_change_") => self.dscp_change,
-            "bucket_second" => self.bucket_bytes || self.bucket_packets,
-            "bucket_bytes" => self.bucket_bytes,
-            "bucket_packets" => self.bucket_packets,
-            "names" => self.names,
-            "encap" => self.encap,
-            _ => true,
+    /// The columns of the packed table read, in the order [`get_packed`] decodes them
+    /// (what a question selects; `secs` may be selected as an expression of itself).
+    pub fn columns(&self) -> Vec<&'static str> {
+        let mut c = vec![
+            "node",
+            "segment",
+            "published_ns",
+            "a",
+            "b",
+            "first_ns",
+            "last_ns",
+            "rec",
+        ];
+        for (read, name) in [
+            (self.buckets, "secs"),
+            (self.names, "names"),
+            (self.encap, "encap"),
+        ] {
+            if read {
+                c.push(name);
+            }
         }
-    }
-
-    /// The columns of the narrow table read, in the table's order (what a question selects
-    /// and [`get_narrow`] decodes).
-    pub fn columns(&self) -> Vec<(String, String)> {
-        narrow_columns()
-            .into_iter()
-            .filter(|(n, _)| self.reads(n))
-            .collect()
+        c
     }
 }
 
-/// Reads one row of `capsule.flow_totals` back, its columns those `read` reads
-/// ([`NarrowRead::columns`]): a flow's counts with what the narrow table does not hold
-/// (TCP health, cut-off counts) and what was not read zero.
-pub fn get_narrow(r: &mut Reader, read: &NarrowRead) -> Result<(Origin, FlowCounts), FleetError> {
-    let (origin, key, first_ns, last_ns) = get_head(r)?;
+/// Reads one row of `capsule.flow_packed` back, its columns those `read` reads
+/// ([`NarrowRead::columns`]): a flow's counts with what the packed table does not hold
+/// (TCP health, cut-off counts) zero, and no seconds where `secs` was not read or came
+/// empty (a whole flow's, of a question that keeps no series).
+pub fn get_packed(r: &mut Reader, read: &NarrowRead) -> Result<(Origin, FlowCounts), FleetError> {
+    let node = r.string()?;
+    let segment = r.u64()?;
+    let published_ns = r.u64()?;
+    let (a, b) = (r.fixed16()?, r.fixed16()?);
+    let first_ns = r.u64()?;
+    let last_ns = r.u64()?;
+    let rec = r.blob()?;
+    let secs = match read.buckets {
+        true => r.blob()?,
+        false => &[][..],
+    };
+    let mut p = Reader::new(rec, r.what());
+    let bad = |p: &Reader, what: &str| FleetError::Decode {
+        what: format!("{}: the packed {what} of a flow row", p.what()),
+        problem: format!("{} byte(s) after its last field", p.remaining()),
+    };
+    let segment_len = p.u64()?;
+    let (ip_version, proto, has_ports) = (p.u8()?, p.u8()?, p.u8()? != 0);
+    let (pa, pb) = (p.u16()?, p.u16()?);
+    let (v0, v1, tags) = (p.u16()?, p.u16()?, p.u8()?);
+    let families = p.u8()?;
+    let key = FlowKey {
+        vlans: [(tags & 1 != 0).then_some(v0), (tags & 2 != 0).then_some(v1)],
+        ip_version,
+        proto,
+        a: addr_of(a, families & 1 != 0),
+        b: addr_of(b, families & 2 != 0),
+        ports: has_ports.then_some((pa, pb)),
+    };
     let mut f = FlowCounts::new(key, first_ns, last_ns);
     let t = &mut f.totals;
     for d in 0..2 {
-        t.packets[d] = r.u64()?;
-        if read.bytes {
-            t.bytes[d] = r.u64()?;
-        }
-        t.dscp[d] = r.u64()?;
-        t.tcp_flags[d] = r.u8()?;
-        if read.handshake {
-            t.handshake[d] = r.u8()?;
-        }
-        if read.dscp_counts {
-            t.dscp_counts[d] = get_dscp_counts(r)?;
-        }
-        if read.dscp_change {
-            t.dscp_change[d] = get_dscp_change(r)?;
-        }
+        t.packets[d] = p.u64()?;
+        t.bytes[d] = p.u64()?;
+        t.dscp[d] = p.u64()?;
+        t.tcp_flags[d] = p.u8()?;
+        t.handshake[d] = p.u8()?;
+        t.dscp_change[d] = get_dscp_change(&mut p)?;
+        t.dscp_counts[d] = get_packed_dscp_counts(&mut p)?;
     }
-    if read.bucket_bytes || read.bucket_packets {
-        let seconds = r.array(|r| r.u64())?;
-        f.buckets = empty_buckets(&seconds);
+    if !p.is_empty() {
+        return Err(bad(&p, "counts"));
+    }
+    if !secs.is_empty() {
+        // The arrays are most of a row: each is taken whole and read in place.
+        let mut p = Reader::new(secs, r.what());
+        let n = p.count(8)?;
+        f.buckets = p
+            .bytes(n * 8)?
+            .chunks_exact(8)
+            .map(|c| CountsBucket {
+                second: le64(c),
+                ..CountsBucket::default()
+            })
+            .collect();
         for d in 0..2 {
-            let bytes = match read.bucket_bytes {
-                true => r.array(|r| r.u64())?,
-                false => Vec::new(),
-            };
-            let packets = match read.bucket_packets {
-                true => r.array(|r| r.u32())?,
-                false => Vec::new(),
-            };
-            // The bytes a second come with every second when read; the packets a second
-            // come empty for a flow the window does not cut (only a cut reads them,
-            // fleet/src/plan.rs): zero.
-            if (read.bucket_bytes && bytes.len() != seconds.len())
-                || (packets.len() != seconds.len() && !packets.is_empty())
-            {
-                return Err(bad_lengths(r, "the bucket arrays"));
+            if p.count(8)? != n {
+                return Err(bad_lengths(&p, "bucket_second and bucket_bytes"));
             }
-            for (i, b) in f.buckets.iter_mut().enumerate() {
-                b.bytes[d] = bytes.get(i).copied().unwrap_or(0);
-                b.packets[d] = packets.get(i).copied().unwrap_or(0);
+            for (b, c) in f.buckets.iter_mut().zip(p.bytes(n * 8)?.chunks_exact(8)) {
+                b.bytes[d] = le64(c);
+            }
+            if p.count(4)? != n {
+                return Err(bad_lengths(&p, "bucket_second and bucket_packets"));
+            }
+            for (b, c) in f.buckets.iter_mut().zip(p.bytes(n * 4)?.chunks_exact(4)) {
+                b.packets[d] = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
             }
         }
+        if !p.is_empty() {
+            return Err(bad(&p, "seconds"));
+        }
     }
-    let mut origin = origin;
+    let mut origin = Origin {
+        node,
+        segment,
+        segment_len,
+        published_ns,
+        kept: Kept::default(),
+    };
     origin.kept = get_attributes_of(r, &mut f, read.names, read.encap)?;
     Ok((origin, f))
+}
+
+/// A direction's exact per-value DSCP counts, packed: three counted arrays of one length.
+fn get_packed_dscp_counts(p: &mut Reader) -> Result<Vec<DscpCount>, FleetError> {
+    let n = p.count(1)?;
+    let values = p.bytes(n)?;
+    if p.count(8)? != n {
+        return Err(bad_lengths(p, "dscp_values and dscp_packets"));
+    }
+    let packets = p.bytes(n * 8)?;
+    if p.count(8)? != n {
+        return Err(bad_lengths(p, "dscp_values and dscp_bytes"));
+    }
+    let bytes = p.bytes(n * 8)?;
+    Ok(values
+        .iter()
+        .zip(packets.chunks_exact(8).zip(bytes.chunks_exact(8)))
+        .map(|(&dscp, (pk, by))| DscpCount {
+            dscp,
+            packets: le64(pk),
+            bytes: le64(by),
+        })
+        .collect())
+}
+
+/// A little-endian `UInt64` of a packed array (`c` is 8 bytes: a `chunks_exact(8)` piece).
+fn le64(c: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(c);
+    u64::from_le_bytes(a)
 }
 
 /// The columns of `capsule.segments` (the segment ledger), in order.
@@ -983,8 +1109,8 @@ mod tests {
             assert!(r.is_empty());
             assert_eq!((&o2, &f2), (&o, f));
             let mut n = Writer::default();
-            put_narrow_for_test(&mut n, &o, f);
-            let (o3, f3) = get_narrow(&mut Reader::new(&n.buf, "test"), &NarrowRead::ALL).unwrap();
+            put_packed_for_test(&mut n, &o, f, &NarrowRead::ALL);
+            let (o3, f3) = get_packed(&mut Reader::new(&n.buf, "test"), &NarrowRead::ALL).unwrap();
             assert_eq!(o3, o);
             assert_eq!(
                 (&f3.totals.names, &f3.totals.encap),
@@ -1019,60 +1145,86 @@ mod tests {
         }
     }
 
+    /// Every field ClickHouse packs is a column of the flow table of the field's width (the
+    /// view's SELECT packs them by name), and the packed table's plain columns are the flow
+    /// table's, with their types.
     #[test]
-    fn the_narrow_table_is_columns_of_the_flow_table_read_in_its_order() {
+    fn the_packed_fields_are_columns_of_the_flow_table_of_their_width() {
         let wide = flow_columns();
-        let narrow = narrow_columns();
-        assert_eq!(
-            narrow.len(),
-            17 + 2 * NARROW_DIRECTED.len() + 1 + 2 * NARROW_BUCKETS.len() + ATTRIBUTES.len()
-        );
-        // Every column is the flow table's, with its type (the view selects them by name).
-        for c in &narrow {
-            assert!(wide.contains(c), "{c:?}");
+        let ty = |n: &str| wide.iter().find(|(c, _)| c == n).map(|(_, t)| t.as_str());
+        for (name, p) in rec_fields().into_iter().chain(secs_fields()) {
+            let want = match p {
+                Packed::Le(1) => "UInt8",
+                Packed::Le(2) => "UInt16",
+                Packed::Le(8) => "UInt64",
+                Packed::Array(1) => "Array(UInt8)",
+                Packed::Array(4) => "Array(UInt32)",
+                Packed::Array(8) => "Array(UInt64)",
+                other => panic!("{name}: {other:?}"),
+            };
+            assert_eq!(ty(&name), Some(want), "{name}");
         }
-        // What the narrow reader reads of a flow row, in the narrow table's order: the
-        // flow's totals, DSCP counts and remark, TCP flags and handshake, and buckets.
-        let f = flow("10.0.0.1", "fd00::2");
-        let o = Origin {
-            node: "n".into(),
-            segment: 1,
-            segment_len: 2,
-            published_ns: 3,
-            kept: Kept::default(),
-        };
-        let mut w = Writer::default();
-        put_flow(&mut w, &o, &f);
-        let mut r = Reader::new(&w.buf, "test");
-        let (_, full) = get_flow(&mut r).unwrap();
-        let mut n = Writer::default();
-        put_narrow_for_test(&mut n, &o, &full);
-        let (o2, got) = get_narrow(&mut Reader::new(&n.buf, "test"), &NarrowRead::ALL).unwrap();
-        assert_eq!(o2, o);
-        assert_eq!(got.key, f.key);
-        let (t, u) = (&got.totals, &f.totals);
-        assert_eq!((t.first_ns, t.last_ns), (u.first_ns, u.last_ns));
-        assert_eq!((t.packets, t.bytes, t.dscp), (u.packets, u.bytes, u.dscp));
-        assert_eq!((t.tcp_flags, t.handshake), (u.tcp_flags, u.handshake));
-        assert_eq!(
-            (&t.dscp_counts, t.dscp_change),
-            (&u.dscp_counts, u.dscp_change)
+        for (name, t) in packed_columns() {
+            if name != "rec" && name != "secs" {
+                assert_eq!(ty(&name), Some(t.as_str()), "{name}");
+            }
+        }
+        let select = packed_view_select();
+        assert!(
+            select.contains("AS rec") && select.contains("AS secs"),
+            "{select}"
         );
-        let secs = |f: &FlowCounts| {
-            f.buckets
-                .iter()
-                .map(|b| (b.second, b.bytes, b.packets))
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(secs(&got), secs(&f));
+        assert_eq!(
+            NarrowRead::ALL.columns().len() + 9,
+            packed_columns().len(),
+            "every column but the key's small parts (packed into rec)"
+        );
     }
 
-    /// A row of only the columns a question reads (the plan's: no bytes a second, no
-    /// names) decodes, what was not asked as zero: the plan of a window that cuts a flow
-    /// gets its seconds and packets a second without the bytes (it was refused: "the bucket
-    /// arrays differ in length").
+    /// A packed row decodes to what the flow row holds of the flow's key, span, totals,
+    /// DSCP counts and remark, TCP flags and handshake, and seconds.
     #[test]
-    fn a_row_of_the_columns_a_question_reads_decodes_the_rest_as_zero() {
+    fn a_packed_row_is_the_flow_rows_counts() {
+        for f in [flow("10.0.0.1", "fd00::2"), flow("10.0.0.1", "10.0.0.2")] {
+            let o = Origin {
+                node: "n".into(),
+                segment: 1,
+                segment_len: 2,
+                published_ns: 3,
+                kept: Kept::default(),
+            };
+            let mut n = Writer::default();
+            put_packed_for_test(&mut n, &o, &f, &NarrowRead::ALL);
+            let mut r = Reader::new(&n.buf, "test");
+            let (o2, got) = get_packed(&mut r, &NarrowRead::ALL).unwrap();
+            assert!(r.is_empty());
+            assert_eq!(o2, o);
+            assert_eq!(got.key, f.key);
+            let (t, u) = (&got.totals, &f.totals);
+            assert_eq!((t.first_ns, t.last_ns), (u.first_ns, u.last_ns));
+            assert_eq!((t.packets, t.bytes, t.dscp), (u.packets, u.bytes, u.dscp));
+            assert_eq!((t.tcp_flags, t.handshake), (u.tcp_flags, u.handshake));
+            assert_eq!(
+                (&t.dscp_counts, t.dscp_change),
+                (&u.dscp_counts, u.dscp_change)
+            );
+            assert!(u.dscp_counts.iter().any(|c| !c.is_empty()));
+            let secs = |f: &FlowCounts| {
+                f.buckets
+                    .iter()
+                    .map(|b| (b.second, b.bytes, b.packets))
+                    .collect::<Vec<_>>()
+            };
+            assert!(!f.buckets.is_empty());
+            assert_eq!(secs(&got), secs(&f));
+        }
+    }
+
+    /// A row of only the columns a question reads (no seconds, no names) decodes without
+    /// them; a packed record whose counts run past its end, or with bytes after its last
+    /// field, is refused, naming what.
+    #[test]
+    fn a_row_of_the_columns_a_question_reads_and_damaged_records() {
         let mut f = flow("10.0.0.1", "10.0.0.2");
         f.totals.names = Some(Box::default());
         let o = Origin {
@@ -1085,20 +1237,15 @@ mod tests {
                 tunnels: true,
             },
         };
-        let plan = NarrowRead {
-            bytes: false,
-            handshake: false,
-            dscp_counts: false,
-            dscp_change: false,
-            bucket_bytes: false,
-            bucket_packets: true,
+        let read = NarrowRead {
+            buckets: false,
             names: false,
             encap: true,
         };
         let mut n = Writer::default();
-        put_narrow_read_for_test(&mut n, &o, &f, &plan);
+        put_packed_for_test(&mut n, &o, &f, &read);
         let mut r = Reader::new(&n.buf, "test");
-        let (o2, got) = get_narrow(&mut r, &plan).unwrap();
+        let (o2, got) = get_packed(&mut r, &read).unwrap();
         assert!(r.is_empty());
         assert_eq!(
             o2.kept,
@@ -1107,53 +1254,100 @@ mod tests {
                 tunnels: true
             }
         );
-        let (t, u) = (&got.totals, &f.totals);
-        assert_eq!(
-            (t.packets, t.dscp, t.tcp_flags),
-            (u.packets, u.dscp, u.tcp_flags)
+        assert!(got.buckets.is_empty() && got.totals.names.is_none());
+        assert_eq!(got.totals.packets, f.totals.packets);
+        // The record, with a byte after it, and cut short.
+        let plain = NarrowRead {
+            buckets: false,
+            names: false,
+            encap: false,
+        };
+        let row = |rec: &[u8]| {
+            let mut w = Writer::default();
+            w.string("n");
+            w.u64(1);
+            w.u64(3);
+            w.fixed16(&[0; 16]);
+            w.fixed16(&[0; 16]);
+            w.u64(5);
+            w.u64(6);
+            w.blob(rec);
+            w.buf
+        };
+        let mut rec = packed_for_test(&o, &f, &rec_fields());
+        let whole = row(&rec);
+        assert!(get_packed(&mut Reader::new(&whole, "test"), &plain).is_ok());
+        rec.push(0);
+        let e = get_packed(&mut Reader::new(&row(&rec), "test"), &plain).unwrap_err();
+        assert!(
+            e.to_string().contains("1 byte(s) after its last field"),
+            "{e}"
         );
-        assert_eq!((t.bytes, t.handshake), ([0; 2], [0; 2]));
-        assert!(t.dscp_counts.iter().all(Vec::is_empty) && t.names.is_none());
-        let secs: Vec<_> = got
-            .buckets
-            .iter()
-            .map(|b| (b.second, b.bytes, b.packets))
-            .collect();
-        let want: Vec<_> = f
-            .buckets
-            .iter()
-            .map(|b| (b.second, [0; 2], b.packets))
-            .collect();
-        assert!(!want.is_empty());
-        assert_eq!(secs, want);
-        // The columns of a question, in the table's order: the plan's 27 of 48.
-        assert_eq!(plan.columns().len(), 27);
-        assert_eq!(NarrowRead::ALL.columns(), narrow_columns());
+        rec.truncate(rec.len() - 10);
+        let e = get_packed(&mut Reader::new(&row(&rec), "test"), &plain).unwrap_err();
+        assert!(e.to_string().contains("test"), "{e}");
+        // A count far past the end: refused before any allocation.
+        let mut bad = packed_for_test(&o, &f, &rec_fields()[..10]);
+        bad.extend_from_slice(&[0; 8 * 3 + 2 + 8 * 2 + 2]);
+        bad.extend_from_slice(&u32::MAX.to_le_bytes());
+        let e = get_packed(&mut Reader::new(&row(&bad), "test"), &plain).unwrap_err();
+        assert!(e.to_string().contains("a count of 4294967295"), "{e}");
     }
 
-    /// A narrow row as ClickHouse's view makes it from a flow row: the named columns.
-    fn put_narrow_for_test(w: &mut Writer, o: &Origin, f: &FlowCounts) {
-        put_narrow_read_for_test(w, o, f, &NarrowRead::ALL)
-    }
-
-    /// [`put_narrow_for_test`], the columns `read` reads.
-    fn put_narrow_read_for_test(w: &mut Writer, o: &Origin, f: &FlowCounts, read: &NarrowRead) {
+    /// A flow row's columns by name, each as its RowBinary bytes.
+    fn wide_columns_for_test(o: &Origin, f: &FlowCounts) -> Vec<(String, Vec<u8>)> {
         let mut full = Writer::default();
         put_flow(&mut full, o, f);
-        let wide = flow_columns();
-        let narrow = read.columns();
-        // Re-encode column by column: decode each wide column's bytes by its type.
         let mut r = Reader::new(&full.buf, "test");
-        let mut cols: Vec<(String, Vec<u8>)> = Vec::new();
-        for (name, ty) in &wide {
+        let mut cols = Vec::new();
+        for (name, ty) in &flow_columns() {
             let start = full.buf.len() - r.remaining();
             skip(&mut r, ty);
             let end = full.buf.len() - r.remaining();
             cols.push((name.clone(), full.buf[start..end].to_vec()));
         }
-        for (name, _) in &narrow {
+        cols
+    }
+
+    /// `fields` of the flow row of `f`, packed as the view's SQL packs them: a number as its
+    /// little-endian bytes (RowBinary's own), an array as a `UInt32` count and its elements.
+    fn packed_for_test(o: &Origin, f: &FlowCounts, fields: &[(String, Packed)]) -> Vec<u8> {
+        let cols = wide_columns_for_test(o, f);
+        let mut out = Vec::new();
+        for (name, p) in fields {
             let (_, b) = cols.iter().find(|(n, _)| n == name).unwrap();
-            w.buf.extend_from_slice(b);
+            match *p {
+                Packed::Le(w) => {
+                    assert_eq!(b.len(), w, "{name}");
+                    out.extend_from_slice(b);
+                }
+                Packed::Array(w) => {
+                    // RowBinary: a varint count, then the elements.
+                    let mut r = Reader::new(b, "test");
+                    let items = r.array(|r| r.bytes(w).map(<[u8]>::to_vec)).unwrap();
+                    out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+                    for i in items {
+                        out.extend_from_slice(&i);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// A row of `capsule.flow_packed` as a question selects it (`read`'s columns), the view
+    /// having packed it from the flow row of `f`.
+    fn put_packed_for_test(w: &mut Writer, o: &Origin, f: &FlowCounts, read: &NarrowRead) {
+        let cols = wide_columns_for_test(o, f);
+        for name in read.columns() {
+            match name {
+                "rec" => w.blob(&packed_for_test(o, f, &rec_fields())),
+                "secs" => w.blob(&packed_for_test(o, f, &secs_fields())),
+                _ => {
+                    let (_, b) = cols.iter().find(|(n, _)| n == name).unwrap();
+                    w.buf.extend_from_slice(b);
+                }
+            }
         }
     }
 

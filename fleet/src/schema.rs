@@ -71,8 +71,8 @@ impl Schema {
                 &format!("({})", crate::rows::FLOW_KEY.join(", ")),
             ),
             published(
-                "flow_totals",
-                &crate::rows::narrow_columns(),
+                "flow_packed",
+                &crate::rows::packed_columns(),
                 "first_ns",
                 &format!("({})", crate::rows::FLOW_KEY.join(", ")),
             ),
@@ -166,25 +166,25 @@ impl Schema {
                 ))?;
             }
         }
-        fill_totals(ch)
+        fill_packed(ch)
     }
 }
 
-/// The narrow flow table's filling: the materialised view that copies each block inserted
-/// into `capsule.flows` into `capsule.flow_totals`, and the marker that says the rows
-/// published before the view are in it too, with the columns of this release's view (the
-/// flows' attributes: an earlier release's marker, `flow_totals_filled`, said so of a view
-/// without them, which is replaced).
-pub const FILLED: [&str; 2] = ["flows_to_totals", "flow_totals_filled_attrs"];
+/// The packed flow table's filling: the materialised view that packs each block inserted
+/// into `capsule.flows` into `capsule.flow_packed`, and the marker that says the rows
+/// published before the view are in it too.
+pub const FILLED: [&str; 2] = ["flows_to_packed", "flow_packed_filled"];
 
-/// Makes `capsule.flow_totals` hold every flow row, whichever release published it: the
-/// view first (every row inserted from then on is copied by ClickHouse itself, also a row
-/// an earlier release's node pushes), then the rows already there copied once (a row both
-/// copies reach collapses, the table being a ReplacingMergeTree with the flow table's key
-/// and version), then the marker the narrow questions name, so a catalog whose copy did not
-/// finish (a crash) is never read narrow: its questions are refused, the copy is made
-/// again and the question asked again ([`with_tables`]).
-fn fill_totals(ch: &ClickHouse) -> Result<(), FleetError> {
+/// Makes `capsule.flow_packed` hold every flow row, whichever release published it: the
+/// view first (every row inserted from then on is packed by ClickHouse itself, also a row
+/// an earlier release's node pushes), then the rows already there packed once (a row both
+/// reach collapses, the table being a ReplacingMergeTree with the flow table's key and
+/// version), then the marker the packed questions name, so a catalog whose copy did not
+/// finish (a crash) is never read packed: its questions are refused, the copy is made
+/// again and the question asked again ([`with_tables`]). A catalog an earlier release made
+/// keeps its narrow table (`flow_totals`, its view and marker): this release neither reads
+/// nor fills it, and an asker of that release still can.
+fn fill_packed(ch: &ClickHouse) -> Result<(), FleetError> {
     let text = ch.execute(&format!(
         "SELECT count() FROM system.tables WHERE database = '{DATABASE}' AND name = '{}' \
          FORMAT TabSeparated",
@@ -193,21 +193,14 @@ fn fill_totals(ch: &ClickHouse) -> Result<(), FleetError> {
     if String::from_utf8_lossy(&text).trim() != "0" {
         return Ok(());
     }
-    let cols: Vec<String> = crate::rows::narrow_columns()
-        .into_iter()
-        .map(|(n, _)| n)
-        .collect();
-    let cols = cols.join(", ");
-    // A view an earlier release made selects fewer columns (no attributes): replaced. The
-    // rows inserted while there is none are copied below, the copy following the view.
-    ch.execute(&format!("DROP TABLE IF EXISTS {DATABASE}.{}", FILLED[0]))?;
+    let select = crate::rows::packed_view_select();
     ch.execute(&format!(
-        "CREATE MATERIALIZED VIEW IF NOT EXISTS {DATABASE}.{} TO {DATABASE}.flow_totals AS \
-         SELECT {cols} FROM {DATABASE}.flows",
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS {DATABASE}.{} TO {DATABASE}.flow_packed AS \
+         SELECT {select} FROM {DATABASE}.flows",
         FILLED[0]
     ))?;
     ch.execute(&format!(
-        "INSERT INTO {DATABASE}.flow_totals ({cols}) SELECT {cols} FROM {DATABASE}.flows"
+        "INSERT INTO {DATABASE}.flow_packed SELECT {select} FROM {DATABASE}.flows"
     ))?;
     ch.execute(&format!(
         "CREATE TABLE IF NOT EXISTS {DATABASE}.{} (filled_ns UInt64) ENGINE = TinyLog",
@@ -237,18 +230,16 @@ pub fn with_tables<T>(
 /// a row published before them reads as): each is the table's last column.
 /// The flows' attributes (`names`, `encap`, [`crate::rows::ATTRIBUTES`]) of a row an
 /// earlier release published read empty: not kept.
-const ADDED: [(&str, &str, &str); 5] = [
+const ADDED: [(&str, &str, &str); 3] = [
     ("segments", "location", "String DEFAULT 'local'"),
     ("flows", "names", "String DEFAULT ''"),
     ("flows", "encap", "String DEFAULT ''"),
-    ("flow_totals", "names", "String DEFAULT ''"),
-    ("flow_totals", "encap", "String DEFAULT ''"),
 ];
 
 /// Every table of the catalog, as [`Schema::ddl`] creates them.
 pub const TABLES: [&str; 8] = [
     "flows",
-    "flow_totals",
+    "flow_packed",
     "segments",
     "minutes",
     "ms_bins",
