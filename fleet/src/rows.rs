@@ -216,49 +216,74 @@ pub enum Packed {
 /// The fields of a packed flow record before its directions: the segment's length and the
 /// flow key's small parts (its addresses are columns of their own: their type depends on
 /// the server's version).
-const REC_HEAD: [(&str, Packed); 10] = [
-    ("segment_len", Packed::Le(8)),
-    ("ip_version", Packed::Le(1)),
-    ("proto", Packed::Le(1)),
-    ("has_ports", Packed::Le(1)),
-    ("port_a", Packed::Le(2)),
-    ("port_b", Packed::Le(2)),
-    ("vlan_outer", Packed::Le(2)),
-    ("vlan_inner", Packed::Le(2)),
-    ("vlan_tags", Packed::Le(1)),
-    ("families", Packed::Le(1)),
+const REC_HEAD: [&str; 10] = [
+    "segment_len",
+    "ip_version",
+    "proto",
+    "has_ports",
+    "port_a",
+    "port_b",
+    "vlan_outer",
+    "vlan_inner",
+    "vlan_tags",
+    "families",
 ];
 
 /// The fields of a packed flow record per direction (`_ab` then `_ba`): what the answers
 /// made from totals (`top`, `dscp`, `matrix`) and the plan of a packet question read.
-const REC_DIRECTED: [(&str, Packed); 12] = [
-    ("packets", Packed::Le(8)),
-    ("bytes", Packed::Le(8)),
-    ("dscp_mask", Packed::Le(8)),
-    ("tcp_flags", Packed::Le(1)),
-    ("handshake", Packed::Le(1)),
-    ("dscp_change_ordinal", Packed::Le(8)),
-    ("dscp_change_ns", Packed::Le(8)),
-    ("dscp_change_from", Packed::Le(1)),
-    ("dscp_change_to", Packed::Le(1)),
-    ("dscp_values", Packed::Array(1)),
-    ("dscp_packets", Packed::Array(8)),
-    ("dscp_bytes", Packed::Array(8)),
+const REC_DIRECTED: [&str; 12] = [
+    "packets",
+    "bytes",
+    "dscp_mask",
+    "tcp_flags",
+    "handshake",
+    "dscp_change_ordinal",
+    "dscp_change_ns",
+    "dscp_change_from",
+    "dscp_change_to",
+    "dscp_values",
+    "dscp_packets",
+    "dscp_bytes",
 ];
 
 /// The per-direction fields of a flow's packed seconds (after `bucket_second`): the bytes
 /// a second (the peak rates) and the packets (a flow the window cuts).
-const SECS_DIRECTED: [(&str, Packed); 2] = [
-    ("bucket_bytes", Packed::Array(8)),
-    ("bucket_packets", Packed::Array(4)),
-];
+const SECS_DIRECTED: [&str; 2] = ["bucket_bytes", "bucket_packets"];
 
-fn directed(head: &[(&str, Packed)], per: &[(&str, Packed)]) -> Vec<(String, Packed)> {
-    let mut v: Vec<(String, Packed)> = head.iter().map(|(n, p)| (n.to_string(), *p)).collect();
-    for d in ["ab", "ba"] {
-        v.extend(per.iter().map(|(n, p)| (format!("{n}_{d}"), *p)));
+/// How a column of `capsule.flows` of type `ty` is packed (`None`: a type not packed).
+fn packed_as(ty: &str) -> Option<Packed> {
+    let width = |t: &str| match t {
+        "UInt8" => Some(1),
+        "UInt16" => Some(2),
+        "UInt32" => Some(4),
+        "UInt64" => Some(8),
+        _ => None,
+    };
+    match ty.strip_prefix("Array(").and_then(|t| t.strip_suffix(')')) {
+        Some(t) => width(t).map(Packed::Array),
+        None => width(ty).map(Packed::Le),
     }
-    v
+}
+
+/// `head`, then `per` of each direction, each field packed as its flow table column's
+/// type says (a field that is no packable column of it is left out: the unit tests check
+/// there is none).
+fn directed(head: &[&str], per: &[&str]) -> Vec<(String, Packed)> {
+    let types = flow_columns();
+    let mut names: Vec<String> = head.iter().map(|n| n.to_string()).collect();
+    for d in ["ab", "ba"] {
+        names.extend(per.iter().map(|n| format!("{n}_{d}")));
+    }
+    names
+        .into_iter()
+        .filter_map(|n| {
+            let p = types
+                .iter()
+                .find(|(c, _)| *c == n)
+                .and_then(|(_, t)| packed_as(t))?;
+            Some((n, p))
+        })
+        .collect()
 }
 
 /// The fields of a packed flow record (`rec`), in order, each a column of `capsule.flows`.
@@ -269,7 +294,7 @@ pub fn rec_fields() -> Vec<(String, Packed)> {
 /// The fields of a flow's packed seconds (`secs`), in order, each a column of
 /// `capsule.flows`.
 pub fn secs_fields() -> Vec<(String, Packed)> {
-    directed(&[("bucket_second", Packed::Array(8))], &SECS_DIRECTED)
+    directed(&["bucket_second"], &SECS_DIRECTED)
 }
 
 /// The columns of `capsule.flow_packed`, the packed flow table: the flow table's sorting
@@ -277,28 +302,15 @@ pub fn secs_fields() -> Vec<(String, Packed)> {
 /// of what the answers made from totals read packed into two strings (a flow's counts, its
 /// seconds), with the attributes as the flow table has them.
 pub fn packed_columns() -> Vec<(String, String)> {
-    owned(&[
-        ("node", "{NODE}"),
-        ("segment", "UInt64"),
-        ("published_ns", "UInt64"),
-        ("ip_version", "UInt8"),
-        ("proto", "UInt8"),
-        ("a", "{ADDR}"),
-        ("b", "{ADDR}"),
-        ("has_ports", "UInt8"),
-        ("port_a", "UInt16"),
-        ("port_b", "UInt16"),
-        ("vlan_outer", "UInt16"),
-        ("vlan_inner", "UInt16"),
-        ("vlan_tags", "UInt8"),
-        ("families", "UInt8"),
-        ("first_ns", "UInt64"),
-        ("last_ns", "UInt64"),
-        ("rec", "String"),
-        ("secs", "String"),
-        ("names", "String"),
-        ("encap", "String"),
-    ])
+    // The flow table's key and span, less the segment's length (packed).
+    let mut c: Vec<(String, String)> = flow_columns()[..17]
+        .iter()
+        .filter(|(n, _)| n != "segment_len")
+        .cloned()
+        .collect();
+    c.extend(owned(&[("rec", "String"), ("secs", "String")]));
+    c.extend(owned(&ATTRIBUTES));
+    c
 }
 
 /// ClickHouse's expression of `fields` of a `capsule.flows` row packed into one string:
@@ -1145,25 +1157,39 @@ mod tests {
         }
     }
 
-    /// Every field ClickHouse packs is a column of the flow table of the field's width (the
-    /// view's SELECT packs them by name), and the packed table's plain columns are the flow
-    /// table's, with their types.
+    /// Every field ClickHouse packs is a column of the flow table of a type it packs, in
+    /// the widths the decoder reads; the packed table's plain columns are the flow table's,
+    /// with their types.
     #[test]
     fn the_packed_fields_are_columns_of_the_flow_table_of_their_width() {
         let wide = flow_columns();
         let ty = |n: &str| wide.iter().find(|(c, _)| c == n).map(|(_, t)| t.as_str());
-        for (name, p) in rec_fields().into_iter().chain(secs_fields()) {
-            let want = match p {
-                Packed::Le(1) => "UInt8",
-                Packed::Le(2) => "UInt16",
-                Packed::Le(8) => "UInt64",
-                Packed::Array(1) => "Array(UInt8)",
-                Packed::Array(4) => "Array(UInt32)",
-                Packed::Array(8) => "Array(UInt64)",
-                other => panic!("{name}: {other:?}"),
-            };
-            assert_eq!(ty(&name), Some(want), "{name}");
+        let rec = rec_fields();
+        assert_eq!(
+            rec.len(),
+            REC_HEAD.len() + 2 * REC_DIRECTED.len(),
+            "{rec:?}"
+        );
+        let secs = secs_fields();
+        assert_eq!(secs.len(), 1 + 2 * SECS_DIRECTED.len(), "{secs:?}");
+        for (name, p) in rec.iter().chain(&secs) {
+            assert_eq!(ty(name).and_then(packed_as), Some(*p), "{name}");
         }
+        // What get_packed reads: the key's ports and VLANs as 2 bytes, the counts as 8,
+        // the DSCP values as 1, the packets a second as 4.
+        let width = |n: &str| {
+            rec.iter()
+                .chain(&secs)
+                .find(|(c, _)| c == n)
+                .map(|(_, p)| *p)
+        };
+        assert_eq!(width("port_a"), Some(Packed::Le(2)));
+        assert_eq!(width("vlan_inner"), Some(Packed::Le(2)));
+        assert_eq!(width("segment_len"), Some(Packed::Le(8)));
+        assert_eq!(width("dscp_change_ns_ba"), Some(Packed::Le(8)));
+        assert_eq!(width("dscp_values_ab"), Some(Packed::Array(1)));
+        assert_eq!(width("bucket_packets_ba"), Some(Packed::Array(4)));
+        assert_eq!(width("bucket_bytes_ab"), Some(Packed::Array(8)));
         for (name, t) in packed_columns() {
             if name != "rec" && name != "secs" {
                 assert_eq!(ty(&name), Some(t.as_str()), "{name}");
