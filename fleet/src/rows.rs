@@ -420,14 +420,8 @@ pub fn get_packed(r: &mut Reader, read: &NarrowRead) -> Result<(Origin, FlowCoun
     let (pa, pb) = (p.u16()?, p.u16()?);
     let (v0, v1, tags) = (p.u16()?, p.u16()?, p.u8()?);
     let families = p.u8()?;
-    let key = FlowKey {
-        vlans: [(tags & 1 != 0).then_some(v0), (tags & 2 != 0).then_some(v1)],
-        ip_version,
-        proto,
-        a: addr_of(a, families & 1 != 0),
-        b: addr_of(b, families & 2 != 0),
-        ports: has_ports.then_some((pa, pb)),
-    };
+    let ports = has_ports.then_some((pa, pb));
+    let key = flow_key([ip_version, proto, tags, families], (a, b), ports, (v0, v1));
     let mut f = FlowCounts::new(key, first_ns, last_ns);
     let t = &mut f.totals;
     for d in 0..2 {
@@ -709,17 +703,30 @@ fn get_head(r: &mut Reader) -> Result<(Origin, FlowKey, u64, u64), FleetError> {
     let (pa, pb) = (r.u16()?, r.u16()?);
     let (v0, v1, tags) = (r.u16()?, r.u16()?, r.u8()?);
     let families = r.u8()?;
-    let key = FlowKey {
+    let ports = has_ports.then_some((pa, pb));
+    let key = flow_key([ip_version, proto, tags, families], (a, b), ports, (v0, v1));
+    let first_ns = r.u64()?;
+    let last_ns = r.u64()?;
+    Ok((origin, key, first_ns, last_ns))
+}
+
+/// A flow key from a row's key columns: `ip_version`, `proto`, `vlan_tags` (bit 0 the outer
+/// VLAN present, bit 1 the inner) and `families` (bit 0 `a` is IPv6, bit 1 `b`), the
+/// addresses as stored, the ports when it has them, the VLAN ids.
+fn flow_key(
+    [ip_version, proto, tags, families]: [u8; 4],
+    (a, b): ([u8; 16], [u8; 16]),
+    ports: Option<(u16, u16)>,
+    (v0, v1): (u16, u16),
+) -> FlowKey {
+    FlowKey {
         vlans: [(tags & 1 != 0).then_some(v0), (tags & 2 != 0).then_some(v1)],
         ip_version,
         proto,
         a: addr_of(a, families & 1 != 0),
         b: addr_of(b, families & 2 != 0),
-        ports: has_ports.then_some((pa, pb)),
-    };
-    let first_ns = r.u64()?;
-    let last_ns = r.u64()?;
-    Ok((origin, key, first_ns, last_ns))
+        ports,
+    }
 }
 
 /// A direction's exact per-value DSCP counts (three parallel arrays).
@@ -955,6 +962,17 @@ pub fn minutes(flows: &[FlowCounts], group_of: &dyn Fn(IpAddr) -> String) -> Vec
 mod tests {
     use super::*;
 
+    /// Where a test's flow row comes from: node `n`, segment 1 (2 bytes), published at 3.
+    fn origin(kept: Kept) -> Origin {
+        Origin {
+            node: "n".into(),
+            segment: 1,
+            segment_len: 2,
+            published_ns: 3,
+            kept,
+        }
+    }
+
     fn flow(a: &str, b: &str) -> FlowCounts {
         let key = FlowKey {
             vlans: [Some(200), None],
@@ -1132,13 +1150,7 @@ mod tests {
         // A tag byte other than 0 and 1, or a record with bytes after it, is refused.
         for bad in [&[2u8][..], &[0, 0], &[1, 0xff]] {
             let mut w = Writer::default();
-            let o = Origin {
-                node: "n".into(),
-                segment: 1,
-                segment_len: 2,
-                published_ns: 3,
-                kept: Kept::default(),
-            };
+            let o = origin(Kept::default());
             put_flow(&mut w, &o, &bare);
             w.buf.truncate(w.buf.len() - 2);
             w.blob(bad);
@@ -1212,13 +1224,7 @@ mod tests {
     #[test]
     fn a_packed_row_is_the_flow_rows_counts() {
         for f in [flow("10.0.0.1", "fd00::2"), flow("10.0.0.1", "10.0.0.2")] {
-            let o = Origin {
-                node: "n".into(),
-                segment: 1,
-                segment_len: 2,
-                published_ns: 3,
-                kept: Kept::default(),
-            };
+            let o = origin(Kept::default());
             let mut n = Writer::default();
             put_packed_for_test(&mut n, &o, &f, &NarrowRead::ALL);
             let mut r = Reader::new(&n.buf, "test");
@@ -1253,16 +1259,10 @@ mod tests {
     fn a_row_of_the_columns_a_question_reads_and_damaged_records() {
         let mut f = flow("10.0.0.1", "10.0.0.2");
         f.totals.names = Some(Box::default());
-        let o = Origin {
-            node: "n".into(),
-            segment: 1,
-            segment_len: 2,
-            published_ns: 3,
-            kept: Kept {
-                names: true,
-                tunnels: true,
-            },
-        };
+        let o = origin(Kept {
+            names: true,
+            tunnels: true,
+        });
         let read = NarrowRead {
             buckets: false,
             names: false,
