@@ -220,7 +220,10 @@ fn map(size: usize) -> Option<*mut u8> {
 /// `slot` holds `ptr`, a block [`map`] made for `size` (or for a size with the same
 /// mapping length), which the caller gives up.
 unsafe fn unmap(slot: usize, ptr: *mut u8, size: usize) {
-    // Out of the table first: once unmapped, the address may be the system allocator's.
+    // Out of the table first: once unmapped, the address may be the system allocator's (an
+    // `mmap` that reuses the range returns after this `munmap`, which the kernel's lock on
+    // the address space orders after this store), and a later free of that block must not
+    // find it here.
     TABLE[slot].store(0, Ordering::Release);
     if let Some(len) = mapping_len(size) {
         // SAFETY: `ptr` is the start of a mapping of exactly `len` bytes (the caller's
@@ -333,7 +336,9 @@ mod tests {
             assert!(!is_mapped(v.as_ptr()));
         }
         // glibc's blocks start past a chunk header: a mapping of ours is 2 MiB-aligned.
-        assert!(vs.iter().any(|v| v.as_ptr() as usize % HUGE != 0));
+        assert!(vs
+            .iter()
+            .any(|v| !(v.as_ptr() as usize).is_multiple_of(HUGE)));
         assert!(vs.iter().all(|v| v.iter().all(|&b| b == 7)));
     }
 
