@@ -30,8 +30,10 @@ mod units;
 
 use std::process::ExitCode;
 
-/// Large allocations (the store's block buffers above all) on transparent huge pages: see
-/// capsule-sys's `huge` and docs/decisions.md.
+/// The system allocator, except for the buffers that ask for transparent huge pages (the
+/// store's block buffers and direct-I/O window, `capsule_sys::huge::vec_with_capacity`):
+/// every command's other allocations, a question's large vectors included, are glibc's.
+/// See capsule-sys's `huge` and docs/decisions.md.
 #[global_allocator]
 static ALLOC: capsule_sys::HugeAlloc = capsule_sys::HugeAlloc;
 

@@ -61,7 +61,8 @@ pub mod transmit;
 pub use import::{import_live, import_reader, FileProblem, FileReport, ImportError};
 pub use transmit::{SendError, TransmitError, Transmitter};
 
-/// The unit tests run on the allocator the binary installs.
+/// The unit tests run on the allocator the binary installs (the store's block buffers on
+/// huge pages, everything else the system allocator's).
 #[cfg(test)]
 #[global_allocator]
 static TEST_ALLOC: capsule_sys::HugeAlloc = capsule_sys::HugeAlloc;

@@ -59,3 +59,9 @@ pub use indexer::{Indexer, NoIndex};
 pub use segment::{SegmentReader, SegmentState};
 pub use store::{now_ns, Held, ListingSnapshot, SegmentEntry, Selected, Store, Unreadable};
 pub use writer::{CutPolicy, OpenReport, StoreWriter, WriteReport, WriterConfig};
+
+/// The unit tests run on the allocator the binary installs (block buffers and the direct
+/// window on huge pages, everything else the system allocator's).
+#[cfg(test)]
+#[global_allocator]
+static TEST_ALLOC: capsule_sys::HugeAlloc = capsule_sys::HugeAlloc;

@@ -2,8 +2,9 @@
 //! test can assert that a hot path allocates nothing in its steady state (a claim a
 //! benchmark shows only as time, and only on a quiet machine).
 //!
-//! Every call goes to [`HugeAlloc`] (the binary's allocator) unchanged; `alloc`,
-//! `alloc_zeroed` and a `realloc` that grows count one each on the calling thread.
+//! Every call goes to [`HugeAlloc`] (the binary's allocator) unchanged, so buffers that ask
+//! for huge pages get them here too; `alloc`, `alloc_zeroed` and a `realloc` that grows
+//! count one each on the calling thread.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;

@@ -19,8 +19,10 @@
 //!   own);
 //! * [`privs`]: user and group look-ups, the file-system identity the store is opened with,
 //!   and the privilege drop in every thread (credentials are per thread in Linux);
-//! * [`huge`]: [`HugeAlloc`], the binary's global allocator, large allocations on
-//!   transparent huge pages (a `#[global_allocator]` is a safe static to install);
+//! * [`huge`]: [`HugeAlloc`], the binary's global allocator: the system allocator, except
+//!   for the large buffers made by [`huge::vec_with_capacity`] and [`huge::zeroed_vec`] (the
+//!   store's block buffers and direct window), which get their own mappings on transparent
+//!   huge pages (a `#[global_allocator]` is a safe static to install);
 //! * the mappings the rings live in (`Mapping`: a socket's ring, or an anonymous UMEM on
 //!   huge pages), unmapped when their owner drops.
 //!

@@ -106,7 +106,8 @@ impl Direct {
             return;
         }
         let cap = need.next_multiple_of(1 << 20);
-        let mut mem = vec![0u8; cap + DIRECT_ALIGN];
+        // Written with O_DIRECT: on huge pages, as the block buffers (`capsule_sys::huge`).
+        let mut mem = capsule_sys::huge::zeroed_vec(cap + DIRECT_ALIGN);
         let start = mem.as_ptr().align_offset(DIRECT_ALIGN);
         if self.fill > 0 {
             mem[start..start + self.fill]
@@ -338,5 +339,38 @@ fn skip(parts: &mut Vec<&[u8]>, mut n: usize) {
             *first = &first[n..];
             n = 0;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_is_on_huge_pages_and_keeps_its_data_as_it_grows() {
+        // The unit tests run on the binary's allocator (lib.rs). Any file will do: nothing
+        // is written.
+        let file = tempfile::tempfile().unwrap();
+        let mut d = Direct {
+            file,
+            mem: Vec::new(),
+            start: 0,
+            base: 0,
+            fill: 0,
+            proven: false,
+            pending_since: None,
+            queue: Vec::new(),
+            queued: 0,
+            spare: Vec::new(),
+        };
+        d.reserve(1 << 20);
+        assert!(capsule_sys::huge::is_mapped(d.mem.as_ptr()));
+        assert_eq!(d.start, 0);
+        d.stage(&[&[5; 3000]]);
+        d.reserve(3 << 20);
+        assert!(capsule_sys::huge::is_mapped(d.mem.as_ptr()));
+        assert_eq!(d.mem.as_ptr() as usize % DIRECT_ALIGN, 0);
+        assert!(d.mem[d.start..d.start + 3000].iter().all(|&b| b == 5));
+        assert!(d.mem[d.start + 3000..].iter().all(|&b| b == 0));
     }
 }

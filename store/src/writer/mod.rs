@@ -89,6 +89,14 @@ fn block_capacity(block_bytes: usize) -> usize {
     block_bytes + 64 * 1024 + FRAMED_HEAD
 }
 
+/// A fresh block buffer for blocks of `block_bytes`, on transparent huge pages under the
+/// binary's allocator (`capsule_sys::huge`): at the store rung the blocks are written with
+/// O_DIRECT from it, which pins its pages for every write (one per 2 MiB rather than per
+/// 4 KiB), and every packet is copied into it.
+fn block_buffer(block_bytes: usize) -> Vec<u8> {
+    capsule_sys::huge::vec_with_capacity(block_capacity(block_bytes))
+}
+
 /// The lane of a packet: its DSCP class; non-IP packets go to lane 0 with best effort.
 ///
 /// Reads only the DSCP ([`dscp_of`](capsule_wire::dscp_of), which agrees with the full
@@ -432,7 +440,7 @@ impl OpenBlock {
         let Some(f) = self.framing.take() else {
             return;
         };
-        let mut plain = Vec::with_capacity(self.buf.capacity());
+        let mut plain = capsule_sys::huge::vec_with_capacity(self.buf.capacity());
         for piece in format::raw_blocks(&self.buf[FRAMED_HEAD..f.at]) {
             plain.extend_from_slice(piece);
         }
@@ -465,7 +473,10 @@ impl OpenBlock {
             .collect();
         pkts.sort_by_key(|(p, _)| p.ts_ns);
         spare.clear();
-        spare.reserve(self.buf.len());
+        if spare.capacity() < self.buf.len() {
+            // It becomes this lane's block buffer: one like the others (see `block_buffer`).
+            *spare = capsule_sys::huge::vec_with_capacity(self.buf.capacity());
+        }
         for (p, cut) in &pkts {
             if *cut {
                 pw::pcapng_cut(spare, p.iface, p.ts_ns, p.orig_len, p.data);
@@ -1018,7 +1029,7 @@ impl StoreWriter {
         let fresh = self
             .pool
             .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(block_capacity(self.cfg.block_bytes)));
+            .unwrap_or_else(|_| block_buffer(self.cfg.block_bytes));
         let mut b = std::mem::take(&mut self.lanes[lane]);
         if self.collect {
             self.lanes[lane].infos = self.records_pool.try_recv().unwrap_or_default();

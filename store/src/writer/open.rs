@@ -17,7 +17,7 @@ use super::compress::{compress_loop, Ladder, Signals};
 use super::disk::{DiskLoad, WriterThread};
 use super::retention::Retention;
 use super::{
-    block_capacity, check_byte_budget, compact, Compressed, Level, OpenBlock, OpenReport, Pipe,
+    block_buffer, check_byte_budget, compact, Compressed, Level, OpenBlock, OpenReport, Pipe,
     PressureGauge, QueueLen, Ratio, RawBlock, SealRequest, StoreWriter, WriteReport, WriterConfig,
     LANES, SEGMENTS_IN_ROOM, STALE_TEMP_AGE,
 };
@@ -408,7 +408,7 @@ fn block_pool(cfg: &WriterConfig, depth: usize) -> (Sender<Vec<u8>>, Receiver<Ve
             // Written, not allocated zeroed: `vec![0; n]` maps fresh zero pages and
             // touches none of them.
             #[allow(clippy::slow_vector_initialization)]
-            let mut buf = Vec::with_capacity(block_capacity(cfg.block_bytes));
+            let mut buf = block_buffer(cfg.block_bytes);
             buf.resize(buf.capacity(), 0);
             buf.clear();
             let _ = pool_tx.try_send(buf);
@@ -523,7 +523,7 @@ pub(super) fn open_lanes(
             let mut b = OpenBlock::default();
             let buf = pool
                 .try_recv()
-                .unwrap_or_else(|_| Vec::with_capacity(block_capacity(block_bytes)));
+                .unwrap_or_else(|_| block_buffer(block_bytes));
             b.reset(buf, framed);
             b
         })

@@ -948,3 +948,48 @@ fn store_level_blocks_built_in_their_frames_come_back_whole() {
     // Each block came to the index in raw blocks of at most 128 KiB.
     assert!(ix.pieces.load(Ordering::Relaxed) > 8 * stored as u64);
 }
+
+#[test]
+fn block_buffers_are_on_huge_pages_and_the_blocks_read_back_are_not() {
+    // The unit tests run on the binary's allocator (lib.rs): only what asked is mapped.
+    let dir = tempfile::tempdir().unwrap();
+    let live = WriterConfig {
+        adaptive: true,
+        level: Level::Store,
+        ..small()
+    };
+    let block = 2 << 20;
+    let (mut w, i) = open_eth(
+        dir.path(),
+        WriterConfig {
+            block_bytes: block,
+            segment_bytes: 8 * block as u64,
+            ..live
+        },
+    );
+    let mut state = 7;
+    for k in 0..6_000u64 {
+        w.append(i, k, 1500, &incompressible(1500, &mut state))
+            .unwrap();
+    }
+    // The open blocks (warm at open, and those handed back after cuts).
+    for lane in &w.lanes {
+        assert!(capsule_sys::huge::is_mapped(lane.buf.as_ptr()));
+    }
+    w.flush().unwrap();
+    drop(w);
+    // A reader's block of the same size is an ordinary allocation.
+    let store = Store::open(dir.path()).unwrap();
+    let mut dctx = zstd::bulk::Decompressor::new().unwrap();
+    let mut largest = 0;
+    for seg in store.open_segments().unwrap() {
+        for k in 0..seg.blocks().len() {
+            let mut buf = Vec::new();
+            seg.read_block(k, &mut dctx, &mut Vec::new(), &mut buf)
+                .unwrap();
+            largest = largest.max(buf.len());
+            assert!(!capsule_sys::huge::is_mapped(buf.as_ptr()));
+        }
+    }
+    assert!(largest >= capsule_sys::huge::LARGE, "{largest}");
+}
