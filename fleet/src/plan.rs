@@ -114,6 +114,9 @@ pub(crate) fn flow_rows_as<T>(
                     ("secs", false) => {
                         format!("if(first_ns >= {from} AND last_ns < {to}, '', secs)")
                     }
+                    ("rec", _) if !read.counts => {
+                        format!("substring(rec, 1, {})", rows::REC_FIXED)
+                    }
                     _ => n.to_string(),
                 })
                 .collect();
@@ -253,6 +256,7 @@ impl Table {
     pub fn plan(query: &Query) -> Table {
         Table::Narrow(rows::NarrowRead {
             buckets: true,
+            counts: false,
             names: false,
             encap: query.filter.has_encap_terms(),
         })

@@ -229,9 +229,10 @@ const REC_HEAD: [&str; 10] = [
     "families",
 ];
 
-/// The fields of a packed flow record per direction (`_ab` then `_ba`): what the answers
-/// made from totals (`top`, `dscp`, `matrix`) and the plan of a packet question read.
-const REC_DIRECTED: [&str; 12] = [
+/// The fixed-width fields of a packed flow record per direction (`_ab` then `_ba`), after
+/// the head: what the answers made from totals (`top`, `dscp`, `matrix`) and the plan of a
+/// packet question read. The head and these are the record's first [`REC_FIXED`] bytes.
+const REC_DIRECTED: [&str; 9] = [
     "packets",
     "bytes",
     "dscp_mask",
@@ -241,10 +242,16 @@ const REC_DIRECTED: [&str; 12] = [
     "dscp_change_ns",
     "dscp_change_from",
     "dscp_change_to",
-    "dscp_values",
-    "dscp_packets",
-    "dscp_bytes",
 ];
+
+/// The arrays of a packed flow record per direction, after every fixed-width field: the
+/// exact per-value DSCP counts (`dscp` and `top`'s DSCP mix read them).
+const REC_ARRAYS: [&str; 3] = ["dscp_values", "dscp_packets", "dscp_bytes"];
+
+/// The bytes of a packed flow record's fixed-width fields (head, then both directions'):
+/// what a question that reads no DSCP counts asks of it (`substring(rec, 1, REC_FIXED)`).
+pub const REC_FIXED: usize =
+    8 + 1 + 1 + 1 + 2 + 2 + 2 + 2 + 1 + 1 + 2 * (8 + 8 + 8 + 1 + 1 + 8 + 8 + 1 + 1);
 
 /// The per-direction fields of a flow's packed seconds (after `bucket_second`): the bytes
 /// a second (the peak rates) and the packets (a flow the window cuts).
@@ -288,7 +295,9 @@ fn directed(head: &[&str], per: &[&str]) -> Vec<(String, Packed)> {
 
 /// The fields of a packed flow record (`rec`), in order, each a column of `capsule.flows`.
 pub fn rec_fields() -> Vec<(String, Packed)> {
-    directed(&REC_HEAD, &REC_DIRECTED)
+    let mut f = directed(&REC_HEAD, &REC_DIRECTED);
+    f.extend(directed(&[], &REC_ARRAYS));
+    f
 }
 
 /// The fields of a flow's packed seconds (`secs`), in order, each a column of
@@ -356,6 +365,9 @@ pub fn packed_view_select() -> String {
 pub struct NarrowRead {
     /// The flow's seconds: `bucket_second` and the bytes and packets a second.
     pub buckets: bool,
+    /// The exact per-value DSCP counts (the end of `rec`; without them only its first
+    /// [`REC_FIXED`] bytes are asked).
+    pub counts: bool,
     pub names: bool,
     pub encap: bool,
 }
@@ -364,6 +376,7 @@ impl NarrowRead {
     /// Every column of the table.
     pub const ALL: NarrowRead = NarrowRead {
         buckets: true,
+        counts: true,
         names: true,
         encap: true,
     };
@@ -431,7 +444,11 @@ pub fn get_packed(r: &mut Reader, read: &NarrowRead) -> Result<(Origin, FlowCoun
         t.tcp_flags[d] = p.u8()?;
         t.handshake[d] = p.u8()?;
         t.dscp_change[d] = get_dscp_change(&mut p)?;
-        t.dscp_counts[d] = get_packed_dscp_counts(&mut p)?;
+    }
+    if read.counts {
+        for d in 0..2 {
+            t.dscp_counts[d] = get_packed_dscp_counts(&mut p)?;
+        }
     }
     if !p.is_empty() {
         return Err(bad(&p, "counts"));
@@ -1179,7 +1196,7 @@ mod tests {
         let rec = rec_fields();
         assert_eq!(
             rec.len(),
-            REC_HEAD.len() + 2 * REC_DIRECTED.len(),
+            REC_HEAD.len() + 2 * (REC_DIRECTED.len() + REC_ARRAYS.len()),
             "{rec:?}"
         );
         let secs = secs_fields();
@@ -1202,6 +1219,22 @@ mod tests {
         assert_eq!(width("dscp_values_ab"), Some(Packed::Array(1)));
         assert_eq!(width("bucket_packets_ba"), Some(Packed::Array(4)));
         assert_eq!(width("bucket_bytes_ab"), Some(Packed::Array(8)));
+        // Every fixed-width field before every array, in REC_FIXED bytes.
+        let fixed: Vec<_> = rec
+            .iter()
+            .take_while(|(_, p)| matches!(p, Packed::Le(_)))
+            .collect();
+        assert!(rec[fixed.len()..]
+            .iter()
+            .all(|(_, p)| matches!(p, Packed::Array(_))));
+        let bytes: usize = fixed
+            .iter()
+            .map(|(_, p)| match p {
+                Packed::Le(w) => *w,
+                Packed::Array(_) => 0,
+            })
+            .sum();
+        assert_eq!(bytes, REC_FIXED);
         for (name, t) in packed_columns() {
             if name != "rec" && name != "secs" {
                 assert_eq!(ty(&name), Some(t.as_str()), "{name}");
@@ -1263,8 +1296,10 @@ mod tests {
             names: true,
             tunnels: true,
         });
+        // The plan's: no seconds (a window that cuts no flow), no DSCP counts, no names.
         let read = NarrowRead {
             buckets: false,
+            counts: false,
             names: false,
             encap: true,
         };
@@ -1281,12 +1316,17 @@ mod tests {
             }
         );
         assert!(got.buckets.is_empty() && got.totals.names.is_none());
-        assert_eq!(got.totals.packets, f.totals.packets);
+        assert!(got.totals.dscp_counts.iter().all(Vec::is_empty));
+        assert!(f.totals.dscp_counts.iter().any(|c| !c.is_empty()));
+        let (t, u) = (&got.totals, &f.totals);
+        assert_eq!((t.packets, t.bytes, t.dscp), (u.packets, u.bytes, u.dscp));
+        assert_eq!((t.tcp_flags, t.handshake), (u.tcp_flags, u.handshake));
+        assert_eq!(t.dscp_change, u.dscp_change);
         // The record, with a byte after it, and cut short.
         let plain = NarrowRead {
-            buckets: false,
-            names: false,
+            counts: true,
             encap: false,
+            ..read
         };
         let row = |rec: &[u8]| {
             let mut w = Writer::default();
@@ -1313,8 +1353,7 @@ mod tests {
         let e = get_packed(&mut Reader::new(&row(&rec), "test"), &plain).unwrap_err();
         assert!(e.to_string().contains("test"), "{e}");
         // A count far past the end: refused before any allocation.
-        let mut bad = packed_for_test(&o, &f, &rec_fields()[..10]);
-        bad.extend_from_slice(&[0; 8 * 3 + 2 + 8 * 2 + 2]);
+        let mut bad = packed_for_test(&o, &f, &rec_fields())[..REC_FIXED].to_vec();
         bad.extend_from_slice(&u32::MAX.to_le_bytes());
         let e = get_packed(&mut Reader::new(&row(&bad), "test"), &plain).unwrap_err();
         assert!(e.to_string().contains("a count of 4294967295"), "{e}");
@@ -1367,7 +1406,11 @@ mod tests {
         let cols = wide_columns_for_test(o, f);
         for name in read.columns() {
             match name {
-                "rec" => w.blob(&packed_for_test(o, f, &rec_fields())),
+                "rec" => {
+                    // As `substring(rec, 1, REC_FIXED)` when the DSCP counts are not read.
+                    let rec = packed_for_test(o, f, &rec_fields());
+                    w.blob(&rec[..if read.counts { rec.len() } else { REC_FIXED }])
+                }
                 "secs" => w.blob(&packed_for_test(o, f, &secs_fields())),
                 _ => {
                     let (_, b) = cols.iter().find(|(n, _)| n == name).unwrap();
