@@ -14,12 +14,14 @@ segments, `top` under 2 s.
 
     python3 scripts/bench_scale.py [--bin target/release/capsule] [--dir /dev/shm/capsule-scale]
         [--counts 10,1000,100000] [--rate 320M] [--duration 20s] [--keep]
-        [--live [--live-rate 12000]]
+        [--live [--live-rate 4000]]
 
 With --live, each store's questions are asked while a writer is open on it (the appliance's
 normal state): `capsule import -` of a pipe fed --live-rate bytes a second of other traffic
 (a later hour of the same day, so the 1 ms window's answer does not change), which seals a
-segment about every second on the small-segment stores and keeps one open on the others.
+segment about every second on the small-segment stores (blocks cut by age every 0.1 s) and
+keeps one open on the others. The questions start once the writer has opened (its open
+checks every segment) and sealed two.
 Each question is then timed --runs times, a quarter of a second apart, and the median and
 the slowest are printed (the best would hide the questions that come just after a seal).
 The live writer's segments stay in the store (a --keep store grows by them).
@@ -28,7 +30,7 @@ The stores go under --dir (default /dev/shm: a tmpfs, so building 100,000 segmen
 bound by one fsync per seal; a disk works too, slower to build). With --keep, stores already
 built there (same counts, same traffic) are reused and left in place.
 """
-import argparse, json, os, re, resource, shutil, statistics, subprocess, sys, threading, time
+import argparse, json, os, re, resource, shutil, statistics, struct, subprocess, sys, threading, time
 
 # The questions run under the ordinary open-file limit: readers keep at most a quarter of
 # it open (store/src/segment/handles.rs). Printed, since a store of more segments than the
@@ -74,20 +76,32 @@ class Live:
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.stop = threading.Event()
         self.fed = 0
+        self.go = threading.Event()
         def feed():
-            chunk = max(1, rate // 10)
+            # whole packet records (a classic pcap) paced at `rate` bytes a second, so that
+            # stopping leaves no packet cut short; the first one alone until the writer has
+            # opened (`go`: its open checks every segment, and a pipe filled meanwhile would
+            # come as a burst of seals)
             with open(pcap, "rb") as f:
+                b = f.read(24)
+                end = "<" if b[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+                first = True
                 while not self.stop.is_set():
-                    b = f.read(chunk)
-                    if not b:
+                    h = f.read(16)
+                    if len(h) < 16:
                         break
+                    b += h + f.read(struct.unpack(end + "IIII", h)[2])
                     try:
                         self.p.stdin.write(b)
                         self.p.stdin.flush()
                     except BrokenPipeError:
                         break
                     self.fed += len(b)
-                    time.sleep(0.1)
+                    if first:
+                        first = False
+                        self.go.wait()
+                    time.sleep(len(b) / rate)
+                    b = b""
         self.t = threading.Thread(target=feed, daemon=True)
         self.t.start()
 
@@ -111,7 +125,7 @@ def main():
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--live", action="store_true")
-    ap.add_argument("--live-rate", type=int, default=12000)
+    ap.add_argument("--live-rate", type=int, default=4000)
     a = ap.parse_args()
     capsule = os.path.abspath(a.bin)
     os.makedirs(a.dir, exist_ok=True)
@@ -188,7 +202,22 @@ def live(a, capsule, counts, stores, segsize, qs):
         s = stores[n][0]
         before = sum(1 for f in os.listdir(os.path.join(s, "segments")) if f.endswith(".pcapng.zst"))
         w = Live(capsule, s, pcap, a.live_rate, a.block_size, segsize[n])
-        time.sleep(3)
+        # the writer's open checks every segment (seconds at 100,000): the questions start
+        # once it writes (a new segment in the directory) and, where it seals, has sealed two
+        seals = 2 if segsize[n] <= 2 * a.block_size else 0
+        t = time.perf_counter()
+        while True:
+            names = os.listdir(os.path.join(s, "segments"))
+            sealed = sum(1 for f in names if f.endswith(".pcapng.zst"))
+            if any(f.endswith(".pcapng.zst.open") for f in names):
+                w.go.set()
+                if sealed >= before + seals:
+                    break
+            if time.perf_counter() - t > 300 or w.p.poll() is not None:
+                w.close()
+                sys.exit("the live writer wrote nothing")
+            time.sleep(0.2)
+        time.sleep(1)
         t = time.perf_counter()
         for name, args in qs:
             res[(name, n)] = timed([capsule] + args[:1] + ["--store", s] + args[1:], a.runs, 0.25)
