@@ -9,8 +9,9 @@
 //!         when at most EXACT_MAX, else a Bloom filter (10 bits a key, 7 probes: about 1%
 //!         false positives)
 //! writer: row added at seal, updated at compaction, removed at retention, all rows
-//!         checked at open (recovery); the file rewritten (atomic replace) at most every
-//!         FLUSH_EVERY and when the writer closes
+//!         checked at open (recovery); the file rewritten (atomic replace) by the writer's
+//!         catalog thread with a proof of the listing once the directory is still after a
+//!         change (else at most every FLUSH_EVERY), and when the writer opens and closes
 //! reader: a row is used only when its seq, segment length and block count are the
 //!         segment's own (else: the segment's index, as without a catalog); a question
 //!         leaves a sealed segment unopened on its row, its number and the ledger alone
