@@ -759,8 +759,8 @@ struct CachedSlice {
 impl SliceCache {
     /// The row of segment `seq` was added, replaced or removed: its slice is encoded again.
     pub fn changed(&mut self, seq: u64) {
-        if self.per > 0 {
-            self.slices.remove(&(seq / self.per));
+        if let Some(k) = seq.checked_div(self.per) {
+            self.slices.remove(&k);
         }
     }
 }
