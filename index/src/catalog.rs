@@ -9,8 +9,9 @@
 //!         when at most EXACT_MAX, else a Bloom filter (10 bits a key, 7 probes: about 1%
 //!         false positives)
 //! writer: row added at seal, updated at compaction, removed at retention, all rows
-//!         checked at open (recovery); the file rewritten (atomic replace) at most every
-//!         FLUSH_EVERY and when the writer closes
+//!         checked at open (recovery); the file rewritten (atomic replace) by the writer's
+//!         catalog thread with a proof of the listing once the directory is still after a
+//!         change (else at most every FLUSH_EVERY), and when the writer opens and closes
 //! reader: a row is used only when its seq, segment length and block count are the
 //!         segment's own (else: the segment's index, as without a catalog); a question
 //!         leaves a sealed segment unopened on its row, its number and the ledger alone
@@ -312,6 +313,18 @@ pub struct Proof {
     /// The ledger's repairs (segment, packets held since).
     pub repaired: Vec<(u64, u64)>,
     pub expired: Option<Expired>,
+}
+
+/// Why [`Catalog::try_prove`] made no proof.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoProof {
+    /// [`Store::listing_snapshot`] had none: the directory or the ledger changed while they
+    /// were read, or the store cannot have one (no ledger, tiered segments, times of whole
+    /// seconds).
+    Unavailable,
+    /// Rows of segments not listed as sealed (retention deleted them and the rows are not
+    /// yet dropped, or their files were removed by hand): their numbers.
+    RowsNotListed(Vec<u64>),
 }
 
 /// Rows per slice of a version-3 file as this build writes it: slice `k` holds the rows of
@@ -725,6 +738,89 @@ fn decode_header(b: &[u8]) -> std::result::Result<Header, String> {
     Ok((proof, slices, per))
 }
 
+/// The encoded rows of slices, kept between writes by the writer's catalog thread so that a
+/// write re-encodes only the slices that changed ([`Catalog::encode_cached`]).
+#[derive(Debug, Default)]
+pub struct SliceCache {
+    per: u64,
+    proven: bool,
+    slices: BTreeMap<u64, CachedSlice>,
+}
+
+#[derive(Debug)]
+struct CachedSlice {
+    /// Its summary (offset 0).
+    head: SliceHead,
+    body: Vec<u8>,
+    /// The ledger records its rows were encoded with.
+    recs: Vec<Option<Sealed>>,
+}
+
+impl SliceCache {
+    /// The row of segment `seq` was added, replaced or removed: its slice is encoded again.
+    pub fn changed(&mut self, seq: u64) {
+        if let Some(k) = seq.checked_div(self.per) {
+            self.slices.remove(&k);
+        }
+    }
+}
+
+/// Slice `k`'s rows (each with its ledger record: with a proof, `proven`) and summary (offset
+/// 0).
+fn encode_slice(k: u64, slice: &[(&Row, Option<Sealed>)], proven: bool) -> (SliceHead, Vec<u8>) {
+    let mut body = Vec::with_capacity(slice.len() * 64);
+    let mut h = SliceHead {
+        k,
+        offset: 0,
+        len: 0,
+        crc: 0,
+        rows: 0,
+        blocks: 0,
+        first_seq: slice.first().map_or(0, |(r, _)| r.seq),
+        held: None,
+        skippable: proven,
+        span: None,
+        stats_first_ns: u64::MAX,
+        keys: None,
+    };
+    let mut union: Option<Vec<u64>> = Some(Vec::new());
+    let widen = |s: &mut Option<(u64, u64)>, a: u64, z: u64| {
+        *s = Some(s.map_or((a, z), |(x, y)| (x.min(a), y.max(z))));
+    };
+    for &(r, rec) in slice {
+        put_row(&mut body, r);
+        put_sealed(&mut body, rec.as_ref());
+        h.rows += 1;
+        h.blocks += u64::from(r.blocks);
+        match (&r.held, rec) {
+            (Some(held), Some(rec)) if rec.packets == held.packets => {
+                h.stats_first_ns = h.stats_first_ns.min(held.stats_first_ns);
+                if held.packets > 0 {
+                    widen(&mut h.held, held.first_ns, held.last_ns);
+                    widen(&mut h.span, held.first_ns, held.last_ns);
+                }
+                if rec.packets > 0 {
+                    widen(&mut h.span, rec.first_ns, rec.last_ns);
+                }
+            }
+            (held, _) => {
+                h.skippable = false;
+                if let Some(held) = held.filter(|h| h.packets > 0) {
+                    widen(&mut h.held, held.first_ns, held.last_ns);
+                }
+            }
+        }
+        match (&r.keys, &mut union) {
+            (Keys::Exact(v), Some(u)) => u.extend_from_slice(v),
+            _ => union = None,
+        }
+    }
+    h.keys = union.map(Keys::of);
+    h.len = body.len() as u32;
+    h.crc = capsule_store::crc::crc32c(&body);
+    (h, body)
+}
+
 /// A whole catalog file: its rows, its proof, and the ledger records kept beside the rows.
 pub type Decoded = (Catalog, Option<Proof>, BTreeMap<u64, Sealed>);
 
@@ -737,65 +833,56 @@ impl Catalog {
     /// The bytes of the file, with `proof` of the listing and the ledger (`ledger`: the one
     /// the proof's identity is of) when given.
     pub fn encode_with(&self, proof: Option<(&Proof, &Ledger)>) -> Vec<u8> {
+        self.encode_cached(proof, &mut SliceCache::default())
+    }
+
+    /// [`Catalog::encode_with`], taking from `cache` the encoded rows of every slice whose
+    /// rows were not changed since (the cache is told, [`SliceCache::changed`]) and whose
+    /// ledger records are the same, and keeping there the slices it encodes.
+    pub fn encode_cached(
+        &self,
+        proof: Option<(&Proof, &Ledger)>,
+        cache: &mut SliceCache,
+    ) -> Vec<u8> {
         let mut bodies: Vec<u8> = Vec::with_capacity(self.rows.len() * 64);
         let mut heads = Vec::new();
         let per = slice_rows();
+        if cache.per != per || cache.proven != proof.is_some() {
+            *cache = SliceCache {
+                per,
+                proven: proof.is_some(),
+                ..SliceCache::default()
+            };
+        }
+        let mut kept = BTreeMap::new();
         let mut rows = self.rows.values().peekable();
         while let Some(first) = rows.peek() {
             let k = first.seq / per;
-            let start = bodies.len();
-            let mut h = SliceHead {
-                k,
-                offset: start as u64,
-                len: 0,
-                crc: 0,
-                rows: 0,
-                blocks: 0,
-                first_seq: first.seq,
-                held: None,
-                skippable: proof.is_some(),
-                span: None,
-                stats_first_ns: u64::MAX,
-                keys: None,
-            };
-            let mut union: Option<Vec<u64>> = Some(Vec::new());
-            let widen = |s: &mut Option<(u64, u64)>, a: u64, z: u64| {
-                *s = Some(s.map_or((a, z), |(x, y)| (x.min(a), y.max(z))));
-            };
+            let mut slice = Vec::new();
             while let Some(r) = rows.next_if(|r| r.seq / per == k) {
-                let rec = proof.and_then(|(_, l)| l.live.get(&r.seq));
-                put_row(&mut bodies, r);
-                put_sealed(&mut bodies, rec);
-                h.rows += 1;
-                h.blocks += u64::from(r.blocks);
-                match (&r.held, rec) {
-                    (Some(held), Some(rec)) if rec.packets == held.packets => {
-                        h.stats_first_ns = h.stats_first_ns.min(held.stats_first_ns);
-                        if held.packets > 0 {
-                            widen(&mut h.held, held.first_ns, held.last_ns);
-                            widen(&mut h.span, held.first_ns, held.last_ns);
-                        }
-                        if rec.packets > 0 {
-                            widen(&mut h.span, rec.first_ns, rec.last_ns);
-                        }
-                    }
-                    (held, _) => {
-                        h.skippable = false;
-                        if let Some(held) = held.filter(|h| h.packets > 0) {
-                            widen(&mut h.held, held.first_ns, held.last_ns);
-                        }
-                    }
-                }
-                match (&r.keys, &mut union) {
-                    (Keys::Exact(v), Some(u)) => u.extend_from_slice(v),
-                    _ => union = None,
-                }
+                slice.push((r, proof.and_then(|(_, l)| l.live.get(&r.seq)).copied()));
             }
-            h.keys = union.map(Keys::of);
-            h.len = (bodies.len() - start) as u32;
-            h.crc = capsule_store::crc::crc32c(&bodies[start..]);
-            heads.push(h);
+            let recs: Vec<Option<Sealed>> = slice.iter().map(|(_, rec)| *rec).collect();
+            let (mut h, body) = match cache.slices.remove(&k) {
+                Some(c) if c.recs == recs && c.head.rows as usize == slice.len() => {
+                    (c.head, c.body)
+                }
+                _ => encode_slice(k, &slice, proof.is_some()),
+            };
+            h.offset = bodies.len() as u64;
+            bodies.extend_from_slice(&body);
+            heads.push(h.clone());
+            h.offset = 0;
+            kept.insert(
+                k,
+                CachedSlice {
+                    head: h,
+                    body,
+                    recs,
+                },
+            );
         }
+        cache.slices = kept;
         let mut head = Vec::new();
         head.extend_from_slice(&(per as u32).to_le_bytes());
         match proof {
@@ -988,51 +1075,84 @@ impl Catalog {
         Ok(Some(c))
     }
 
-    /// Writes the catalog to index directory `dir` of `store` with a proof of the segment
-    /// listing and the ledger as they are now ([`Store::listing_snapshot`]) when one can be
-    /// had and every row is of a listed sealed segment; without one otherwise. What the
-    /// writer does when it closes and what `capsule reindex` does: a question on a store
-    /// at rest then reads neither the segment directory nor the ledger (issue 34).
+    /// Writes the catalog to the index directory of `store` with a proof of the segment
+    /// listing and the ledger as they are now ([`Catalog::prove`]) when one can be had;
+    /// without one otherwise. What the writer does when it opens and closes and what
+    /// `capsule reindex` does: a question on a store at rest then reads neither the segment
+    /// directory nor the ledger (issue 34).
     pub fn write_proven(&self, store: &Store) -> Result<()> {
+        let proof = self.prove(store);
+        self.write_given(store, proof.as_ref()).map(|_| ())
+    }
+
+    /// A proof of the segment listing and the ledger as they are now for these rows
+    /// ([`Store::listing_snapshot`]), with the ledger it is of; `None` when none can be had
+    /// (see there) or a row is of a segment not listed as sealed. Lists the directory and
+    /// reads the ledger: the writer's catalog thread calls it, never the writer's own.
+    pub fn prove(&self, store: &Store) -> Option<(Proof, Ledger)> {
+        self.try_prove(store).ok()
+    }
+
+    /// [`Catalog::prove`], saying why there is no proof.
+    pub fn try_prove(&self, store: &Store) -> std::result::Result<(Proof, Ledger), NoProof> {
         let snap = match store.listing_snapshot() {
-            Ok(s) => s,
+            Ok(Some(s)) => s,
+            Ok(None) => return Err(NoProof::Unavailable),
             Err(e) => {
                 tracing::debug!("no listing proof: {}", capsule_store::error::chain(&e));
-                None
+                return Err(NoProof::Unavailable);
             }
         };
-        let proof = snap.as_ref().and_then(|s| {
-            let sealed: std::collections::BTreeSet<u64> = s
-                .listed
-                .iter()
-                .filter(|(_, st)| *st == SegmentState::Sealed)
-                .map(|(seq, _)| *seq)
-                .collect();
-            if !self.rows.keys().all(|seq| sealed.contains(seq)) {
-                return None;
-            }
-            let others = s
-                .listed
-                .iter()
-                .filter(|(seq, st)| *st == SegmentState::Open || !self.rows.contains_key(seq))
-                .map(|&(seq, st)| (seq, st, s.ledger.live.get(&seq).copied()))
-                .collect();
-            Some(Proof {
-                dir: s.dir,
-                ledger: s.ledger_id,
-                others,
-                missing: s.missing.iter().map(|m| m.sealed).collect(),
-                repaired: s.ledger.repaired.iter().map(|(a, b)| (*a, *b)).collect(),
-                expired: s.ledger.expired,
-            })
-        });
+        let sealed: std::collections::BTreeSet<u64> = snap
+            .listed
+            .iter()
+            .filter(|(_, st)| *st == SegmentState::Sealed)
+            .map(|(seq, _)| *seq)
+            .collect();
+        let unlisted: Vec<u64> = self
+            .rows
+            .keys()
+            .filter(|seq| !sealed.contains(seq))
+            .copied()
+            .collect();
+        if !unlisted.is_empty() {
+            return Err(NoProof::RowsNotListed(unlisted));
+        }
+        let others = snap
+            .listed
+            .iter()
+            .filter(|(seq, st)| *st == SegmentState::Open || !self.rows.contains_key(seq))
+            .map(|&(seq, st)| (seq, st, snap.ledger.live.get(&seq).copied()))
+            .collect();
+        let proof = Proof {
+            dir: snap.dir,
+            ledger: snap.ledger_id,
+            others,
+            missing: snap.missing.iter().map(|m| m.sealed).collect(),
+            repaired: snap.ledger.repaired.iter().map(|(a, b)| (*a, *b)).collect(),
+            expired: snap.ledger.expired,
+        };
+        Ok((proof, snap.ledger))
+    }
+
+    /// Writes the catalog to the index directory of `store`, with `proof` (from
+    /// [`Catalog::prove`] over these rows) when given; the file's length.
+    pub fn write_given(&self, store: &Store, proof: Option<&(Proof, Ledger)>) -> Result<usize> {
+        self.write_cached(store, proof, &mut SliceCache::default())
+    }
+
+    /// [`Catalog::write_given`], encoding through `cache` ([`Catalog::encode_cached`]).
+    pub fn write_cached(
+        &self,
+        store: &Store,
+        proof: Option<&(Proof, Ledger)>,
+        cache: &mut SliceCache,
+    ) -> Result<usize> {
         let dir = store.index_dir();
         fsx::create_dir(&dir)?;
-        let bytes = match (&proof, &snap) {
-            (Some(p), Some(s)) => self.encode_with(Some((p, &s.ledger))),
-            _ => self.encode(),
-        };
-        fsx::write_atomic(&path(&dir), &bytes)
+        let bytes = self.encode_cached(proof.map(|(p, l)| (p, l)), cache);
+        fsx::write_atomic(&path(&dir), &bytes)?;
+        Ok(bytes.len())
     }
 }
 
@@ -1607,6 +1727,82 @@ mod tests {
 
     /// A catalog of version 2 (one run of rows with what each holds, one CRC) is still read,
     /// whole and through a view.
+    /// The writer's catalog thread encodes through a cache of slices: after rows were
+    /// added, replaced and removed (the cache told) and a ledger record changed (found by
+    /// comparing), and with and without a proof, the bytes are those of a fresh encoding.
+    #[test]
+    fn a_cached_encoding_is_the_fresh_one() {
+        let mut c = Catalog::default();
+        let mut ledger = Ledger::default();
+        for seq in 1..=3000u64 {
+            let keys = Keys::of(vec![key_hash(IndexKey::Port((seq % 7) as u16))]);
+            c.rows.insert(seq, v3_row(seq, keys, Some(held(seq))));
+            ledger.live.insert(seq, sealed(seq, 3));
+        }
+        let id = fsx::FileId {
+            dev: 1,
+            ino: 2,
+            len: 3,
+            mtime: (4, 5),
+            ctime: (6, 7),
+        };
+        let proof = Proof {
+            dir: id,
+            ledger: id,
+            others: vec![],
+            missing: vec![],
+            repaired: vec![],
+            expired: None,
+        };
+        let mut cache = SliceCache::default();
+        let fresh = |c: &Catalog, l: &Ledger| c.encode_with(Some((&proof, l)));
+        assert_eq!(
+            c.encode_cached(Some((&proof, &ledger)), &mut cache),
+            fresh(&c, &ledger)
+        );
+        // a row replaced (slice 1), one removed (slice 2), one added (slice 3)
+        let keys = Keys::of(vec![key_hash(IndexKey::Port(80))]);
+        for (seq, row) in [
+            (1100, Some(v3_row(1100, keys.clone(), None))),
+            (2500, None),
+            (3100, Some(v3_row(3100, keys, Some(held(3100))))),
+        ] {
+            cache.changed(seq);
+            match row {
+                Some(r) => c.rows.insert(seq, r),
+                None => c.rows.remove(&seq),
+            };
+        }
+        // a repair recorded again with more packets (slice 0): not told, found by comparing
+        ledger.live.insert(500, sealed(500, 4));
+        let b = c.encode_cached(Some((&proof, &ledger)), &mut cache);
+        assert_eq!(b, fresh(&c, &ledger));
+        assert_ne!(
+            b,
+            c.encode_with(Some((
+                &proof,
+                &Ledger {
+                    live: ledger
+                        .live
+                        .iter()
+                        .filter(|(s, _)| **s != 500)
+                        .map(|(a, b)| (*a, *b))
+                        .collect(),
+                    ..Ledger::default()
+                }
+            )))
+        );
+        let v = Catalog::decode_all(&b).unwrap();
+        assert_eq!(v.0, c);
+        assert_eq!(v.2[&500].packets, 4);
+        // without a proof, then with one again
+        assert_eq!(c.encode_cached(None, &mut cache), c.encode());
+        assert_eq!(
+            c.encode_cached(Some((&proof, &ledger)), &mut cache),
+            fresh(&c, &ledger)
+        );
+    }
+
     #[test]
     fn a_version_2_catalog_is_still_read() {
         let mut c = Catalog::default();

@@ -55,46 +55,134 @@ pub struct SideIndexer {
     /// How often it looks ([`scrub::DEFAULT_INTERVAL`] when `None`).
     scrub_interval: Option<Duration>,
     /// The store's catalog (catalog.rs) as this writer keeps it: a row added at each seal,
-    /// updated at compaction, removed at retention; written at most every
-    /// [`catalog::FLUSH_EVERY`] and when the writer closes. `None` until `reconcile`.
+    /// updated at compaction, removed at retention; written by its own thread with a proof
+    /// of the listing once the directory is still, without one at most every
+    /// [`catalog::FLUSH_EVERY`] otherwise, and when the writer closes. `None` until
+    /// `reconcile`.
     catalog: Option<CatalogState>,
 }
 
+/// The writer's side of its catalog: row changes are handed to a thread of their own (the
+/// catalog's keeper, [`Keeper`]), which writes the file and, whenever the segment directory
+/// and the ledger have been still for a tick, a proof of them with it, so that questions on
+/// a store being written read neither (docs/decisions.md, issue 34 round 6). The writer's
+/// thread never waits for a listing, a ledger parse or a write of the catalog; only its open
+/// and its close do (as before).
 #[derive(Debug)]
 struct CatalogState {
-    dir: PathBuf,
-    /// The store, for the proof of its listing written with the catalog when the writer
-    /// opens and closes ([`Catalog::write_proven`]).
-    store: Store,
-    catalog: Catalog,
-    dirty: bool,
-    written: std::time::Instant,
-    /// Whether the last write carried a proof of the listing (or tried to).
-    proven: bool,
+    tx: std::sync::mpsc::Sender<Change>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// The keeper itself when its thread could not be started: kept here and written
+    /// without a proof at most every [`catalog::FLUSH_EVERY`], as before the thread.
+    inline: Option<Keeper>,
 }
 
-impl CatalogState {
-    /// Writes the catalog if it changed (and, unless `now`, the last write is old enough).
-    /// A failed write is logged: the catalog is derived, and planning checks every row.
-    fn flush(&mut self, now: bool) {
-        // Written now (the writer opens or closes) also when only the proof is behind:
-        // the directory changed since the last write (seals, retention).
-        let behind = self.dirty || (now && !self.proven);
-        if !behind || (!now && self.written.elapsed() < catalog::FLUSH_EVERY) {
-            return;
+/// What the writer tells the keeper.
+#[derive(Debug)]
+enum Change {
+    /// A segment's row, new (a seal) or replaced (a compaction).
+    Put(Box<Row>),
+    /// Retention deleted the segment.
+    Remove(u64),
+    /// The segment directory changed (a segment created): a proof is due.
+    Touched,
+    /// The writer closes: the last write, with a proof, then the thread ends.
+    Close,
+}
+
+/// How often the keeper checks (two `stat`s) that its last proof still holds when nothing
+/// told it of a change: a change it was not told of (the ledger's line after a seal,
+/// another process's `rm`, `compact` or `verify --repair`) is proven again within this.
+const KEEPER_POLL: Duration = Duration::from_millis(100);
+/// The least time between two failed attempts at a proof (the directory changed while it
+/// was listed): a store sealing faster than it can be listed is listed at most half the time.
+const KEEPER_RETRY: Duration = Duration::from_millis(50);
+
+/// The catalog as its keeper holds it, with what it knows of its last write.
+#[derive(Debug)]
+struct Keeper {
+    store: Store,
+    catalog: Catalog,
+    /// Rows changed since the last write.
+    dirty: bool,
+    /// The identities (segment directory, ledger) the last written proof is of.
+    proof: Option<(capsule_store::fsx::FileId, capsule_store::fsx::FileId)>,
+    written: std::time::Instant,
+    /// The identities when the last attempt at a proof failed, with no row changed since:
+    /// not tried again until one of them changes.
+    tried: Option<Ids>,
+    next_try: std::time::Instant,
+    /// The slices as last written: only the changed ones are encoded again.
+    cache: catalog::SliceCache,
+}
+
+type Ids = (
+    Option<capsule_store::fsx::FileId>,
+    Option<capsule_store::fsx::FileId>,
+);
+
+impl Keeper {
+    fn new(store: Store, catalog: Catalog) -> Keeper {
+        let now = std::time::Instant::now();
+        Keeper {
+            store,
+            catalog,
+            dirty: true,
+            proof: None,
+            written: now,
+            tried: None,
+            next_try: now,
+            cache: catalog::SliceCache::default(),
         }
-        // With a proof of the listing only when asked to write now (the writer opens or
-        // closes): while segments are sealed the directory changes between writes anyway,
-        // and the proof costs a listing of the directory and a parse of the ledger.
-        let written = if now {
-            self.catalog.write_proven(&self.store)
-        } else {
-            self.catalog.write(&self.dir)
-        };
-        match written {
-            Ok(()) => {
+    }
+
+    /// Applies `c`; whether the writer closes.
+    fn apply(&mut self, c: Change) -> bool {
+        match c {
+            Change::Put(row) => {
+                self.cache.changed(row.seq);
+                self.catalog.rows.insert(row.seq, *row);
+                self.dirty = true;
+            }
+            Change::Remove(seq) => {
+                self.cache.changed(seq);
+                self.catalog.rows.remove(&seq);
+                self.dirty = true;
+            }
+            Change::Touched => {}
+            Change::Close => return true,
+        }
+        self.tried = None;
+        false
+    }
+
+    fn ids(&self) -> Ids {
+        let segs = self.store.segments_dir();
+        (
+            capsule_store::fsx::FileId::of_path(&segs).ok().flatten(),
+            capsule_store::fsx::FileId::of_path(&segs.join(capsule_store::ledger::LEDGER_FILE))
+                .ok()
+                .flatten(),
+        )
+    }
+
+    /// Whether the last write's proof still holds.
+    fn current(&self) -> bool {
+        self.proof
+            .is_some_and(|(d, l)| self.store.snapshot_current(&d, &l))
+    }
+
+    /// Writes the catalog, with `proof` when given. A failed write is logged: the catalog
+    /// is derived, and planning checks every row.
+    fn write(&mut self, proof: Option<(catalog::Proof, capsule_store::ledger::Ledger)>) {
+        let ids = proof.as_ref().map(|(p, _)| (p.dir, p.ledger));
+        match self
+            .catalog
+            .write_cached(&self.store, proof.as_ref(), &mut self.cache)
+        {
+            Ok(_) => {
                 self.dirty = false;
-                self.proven = now;
+                self.proof = ids;
                 self.written = std::time::Instant::now();
             }
             Err(e) => tracing::warn!(
@@ -104,27 +192,179 @@ impl CatalogState {
             ),
         }
     }
+
+    /// What is due: a proof when the last one no longer holds or the rows changed (and the
+    /// directory and the ledger are not as they were at a failed attempt), else, with
+    /// `prove` false or no proof to be had, the rows at most every [`catalog::FLUSH_EVERY`].
+    fn tick(&mut self, prove: bool) {
+        if !self.dirty && (!prove || self.current()) {
+            return;
+        }
+        if prove {
+            let now = std::time::Instant::now();
+            let ids = self.ids();
+            if self.tried.as_ref() != Some(&ids) && now >= self.next_try {
+                let p = match self.prove() {
+                    Ok(p) => Some(p),
+                    Err(why) => {
+                        self.no_proof(why, ids, now);
+                        None
+                    }
+                };
+                if let Some(p) = p {
+                    let proved = now.elapsed();
+                    self.write(Some(p));
+                    tracing::debug!(
+                        rows = self.catalog.rows.len(),
+                        prove_ms = proved.as_secs_f64() * 1e3,
+                        write_ms = (now.elapsed() - proved).as_secs_f64() * 1e3,
+                        "catalog written with a proof of the listing"
+                    );
+                    return;
+                }
+            }
+        }
+        if self.dirty && self.written.elapsed() >= catalog::FLUSH_EVERY {
+            self.write(None);
+        }
+    }
+
+    /// A proof of the listing and the ledger for the rows ([`Catalog::try_prove`]). Rows of
+    /// segments the listing does not have as sealed are dropped first (retention's row not
+    /// yet removed, or a file removed by hand: the row describes no file, and the proof
+    /// names the segment missing from the ledger as a listing would), then the proof is
+    /// made again.
+    fn prove(
+        &mut self,
+    ) -> std::result::Result<(catalog::Proof, capsule_store::ledger::Ledger), catalog::NoProof>
+    {
+        match self.catalog.try_prove(&self.store) {
+            Err(catalog::NoProof::RowsNotListed(gone)) => {
+                tracing::debug!(?gone, "catalog rows of segments no longer listed dropped");
+                for seq in gone {
+                    self.cache.changed(seq);
+                    self.catalog.rows.remove(&seq);
+                }
+                self.dirty = true;
+                self.catalog.try_prove(&self.store)
+            }
+            r => r,
+        }
+    }
+
+    /// After an attempt at a proof begun at `started` with identities `ids` failed: not
+    /// tried again before they change or a row does ([`Keeper::apply`]), nor before a
+    /// pause: as long as the attempt took (at least [`KEEPER_RETRY`]) when the directory or
+    /// the ledger changed while it was read, [`catalog::FLUSH_EVERY`] when nothing did (the
+    /// store cannot have one: tiered segments, times of whole seconds).
+    fn no_proof(&mut self, why: catalog::NoProof, ids: Ids, started: std::time::Instant) {
+        let raced = matches!(why, catalog::NoProof::RowsNotListed(_)) || self.ids() != ids;
+        self.tried = Some(ids);
+        self.next_try = std::time::Instant::now()
+            + if raced {
+                started.elapsed().max(KEEPER_RETRY)
+            } else {
+                catalog::FLUSH_EVERY
+            };
+    }
+
+    /// Written now with a proof when one can be had (the writer opens or closes), unless
+    /// the rows are as written and the last proof still holds.
+    fn flush_now(&mut self) {
+        if self.dirty || !self.current() {
+            let p = self.prove().ok();
+            self.write(p);
+        }
+    }
+
+    fn run(mut self, rx: std::sync::mpsc::Receiver<Change>) {
+        use std::sync::mpsc::RecvTimeoutError;
+        loop {
+            let mut closing = match rx.recv_timeout(KEEPER_POLL) {
+                Ok(c) => self.apply(c),
+                Err(RecvTimeoutError::Timeout) => false,
+                Err(RecvTimeoutError::Disconnected) => true,
+            };
+            while let Ok(c) = rx.try_recv() {
+                closing |= self.apply(c);
+            }
+            if closing {
+                self.flush_now();
+                return;
+            }
+            self.tick(true);
+        }
+    }
 }
 
-/// The writer closes: what changed since the last write is written.
+impl CatalogState {
+    /// The keeper of `catalog` (written now, with a proof when one can be had: the writer
+    /// opens), on its thread.
+    fn start(store: Store, catalog: Catalog) -> CatalogState {
+        let mut k = Keeper::new(store, catalog);
+        k.flush_now();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let slot = Arc::new(Mutex::new(Some(k)));
+        let theirs = Arc::clone(&slot);
+        let spawned = std::thread::Builder::new()
+            .name("capsule-catalog".into())
+            .spawn(move || {
+                let k = theirs.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(k) = k {
+                    k.run(rx)
+                }
+            });
+        let thread = match spawned {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::warn!(
+                    "the catalog's thread cannot be started (the catalog is written without a \
+                     proof of the listing while the writer runs): {e}"
+                );
+                None
+            }
+        };
+        // The thread takes the keeper as it starts; kept here only when it did not start.
+        let inline = match thread {
+            Some(_) => None,
+            None => slot.lock().unwrap_or_else(|p| p.into_inner()).take(),
+        };
+        CatalogState { tx, thread, inline }
+    }
+
+    fn send(&mut self, c: Change) {
+        match &mut self.inline {
+            Some(k) => {
+                k.apply(c);
+                k.tick(false);
+            }
+            None => {
+                // The thread ended only by a panic: the rows are no longer written (planning
+                // checks every row of the file as it was).
+                let _ = self.tx.send(c);
+            }
+        }
+    }
+}
+
+/// The writer closes: the keeper writes what changed since the last write, with a proof,
+/// before the writer's close returns.
 impl Drop for CatalogState {
     fn drop(&mut self) {
-        self.flush(true);
+        if let Some(k) = &mut self.inline {
+            k.flush_now();
+        }
+        let _ = self.tx.send(Change::Close);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
 impl SideIndexer {
-    fn catalog_changed(&mut self, change: impl FnOnce(&mut Catalog)) {
+    fn catalog_changed(&mut self, change: Change) {
         if let Some(c) = &mut self.catalog {
-            change(&mut c.catalog);
-            c.dirty = true;
-        }
-        self.flush_catalog(false);
-    }
-
-    fn flush_catalog(&mut self, now: bool) {
-        if let Some(c) = &mut self.catalog {
-            c.flush(now);
+            c.send(change);
         }
     }
 }
@@ -186,16 +426,10 @@ impl Indexer for SideIndexer {
                 cat.rows.insert(idx.seq, Row::of_segment(&idx, &seg));
             }
         }
-        let dirty = cat != old || !catalog::path(&self.dir).exists();
-        self.catalog = Some(CatalogState {
-            dir: self.dir.clone(),
-            store: store.clone(),
-            catalog: cat,
-            dirty,
-            written: std::time::Instant::now(),
-            proven: false,
-        });
-        self.flush_catalog(true);
+        // Written now, with a proof of the listing when one can be had; then kept by its
+        // thread. A catalog kept by an earlier reconcile is closed (written) first.
+        self.catalog = None;
+        self.catalog = Some(CatalogState::start(store.clone(), cat));
         // Recovery of the rollups: every whole slice of sealed segments made again when
         // missing, damaged or not current (a failure is logged: readers use the indexes).
         let listed: Vec<(u64, u64)> = sealed.iter().map(|e| (e.seq, e.bytes)).collect();
@@ -278,6 +512,8 @@ impl Indexer for SideIndexer {
             _ => Default::default(),
         };
         self.building = Some(IndexBuilder::with_seed(seq, seed).with_names(names));
+        // The segment's file was just created: the catalog's proof of the listing is due.
+        self.catalog_changed(Change::Touched);
         self.journal = match JournalWriter::create(&self.dir, seq) {
             Ok(j) => Some((seq, j)),
             Err(e) => {
@@ -370,9 +606,7 @@ impl Indexer for SideIndexer {
                 Ok(seg) => Row::of_segment(&idx, &seg),
                 Err(_) => Row::of(&idx),
             };
-            self.catalog_changed(|c| {
-                c.rows.insert(row.seq, row);
-            });
+            self.catalog_changed(Change::Put(Box::new(row)));
             // Flows idle in this segment keep their state for the next (a stalled flow's
             // retransmission after its timer), within the carry horizon.
             self.carry = Some((idx.seq, idx.carry_forward(idle), idx.names_out()));
@@ -423,9 +657,7 @@ impl Indexer for SideIndexer {
                         Ok(s) => Row::of_segment(&idx, &s),
                         Err(_) => Row::of(&idx),
                     };
-                    self.catalog_changed(|c| {
-                        c.rows.insert(row.seq, row);
-                    });
+                    self.catalog_changed(Change::Put(Box::new(row)));
                     return Ok(());
                 }
             }
@@ -438,16 +670,12 @@ impl Indexer for SideIndexer {
         idx.write(&self.dir)?;
         drop(_guard);
         let row = Row::of_segment(&idx, &reader);
-        self.catalog_changed(|c| {
-            c.rows.insert(row.seq, row);
-        });
+        self.catalog_changed(Change::Put(Box::new(row)));
         Ok(())
     }
 
     fn deleted(&mut self, seq: u64) -> Result<()> {
-        self.catalog_changed(|c| {
-            c.rows.remove(&seq);
-        });
+        self.catalog_changed(Change::Remove(seq));
         // The slice no longer stands for its segments (readers would not use it).
         rollup::remove(&self.dir, rollup::slice_of(seq))?;
         let _guard = self.write_lock();
