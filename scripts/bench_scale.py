@@ -43,19 +43,9 @@ def run(cmd, check=True):
         sys.exit(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
     return r
 
-def best(cmd, runs):
-    times, out = [], None
-    for _ in range(runs):
-        t = time.perf_counter()
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        times.append(time.perf_counter() - t)
-        if r.returncode not in (0, 3):
-            return None, f"failed ({r.returncode}): {r.stderr.strip().splitlines()[-1][-160:]}"
-        out = r.stdout.strip().splitlines()[:1]
-    return min(times), (out[0] if out else "")
-
-def timed(cmd, runs, gap):
-    """The median and the slowest of `runs` runs, `gap` seconds apart (a live store)."""
+def runs_of(cmd, runs, gap=0.0):
+    """`runs` runs of `cmd`, `gap` seconds before each: their times and the first line of
+    the last one's output, or None and the failure."""
     times, out = [], None
     for _ in range(runs):
         time.sleep(gap)
@@ -65,7 +55,16 @@ def timed(cmd, runs, gap):
         if r.returncode not in (0, 3):
             return None, f"failed ({r.returncode}): {r.stderr.strip().splitlines()[-1][-160:]}"
         out = r.stdout.strip().splitlines()[:1]
-    return (statistics.median(times), max(times)), (out[0] if out else "")
+    return times, (out[0] if out else "")
+
+def best(cmd, runs):
+    times, out = runs_of(cmd, runs)
+    return (min(times) if times else None), out
+
+def timed(cmd, runs, gap):
+    """The median and the slowest of `runs` runs, `gap` seconds apart (a live store)."""
+    times, out = runs_of(cmd, runs, gap)
+    return ((statistics.median(times), max(times)) if times else None), out
 
 class Live:
     """A writer open on `store`: `capsule import -` fed `rate` bytes a second of `pcap`."""

@@ -639,6 +639,22 @@ fn proven(store: &Path) -> bool {
     v.proven(&s).is_some()
 }
 
+/// Two synthetic traces in `dir`: `a.pcap` (seed 11, `a_duration` at 6 Mbit/s) and
+/// `b.pcap` (seed 12, 2 s at 4 Mbit/s, an hour later): the second a store's later traffic.
+fn two_traces(dir: &Path, a_duration: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (a, b) = (dir.join("a.pcap"), dir.join("b.pcap"));
+    synth(&a, &dir.join("ta.json"), 11, a_duration, "6M", None);
+    synth(
+        &b,
+        &dir.join("tb.json"),
+        12,
+        "2s",
+        "4M",
+        Some("2026-11-30T03:00:00Z"),
+    );
+    (a, b)
+}
+
 /// Issue 34, round 5: a catalog written when the writer closes proves the segment listing
 /// and the ledger (their identities), and a question then takes its rows for both, ruling
 /// whole slices out from their summaries. The answers are those of the directory and the
@@ -649,17 +665,7 @@ fn proven(store: &Path) -> bool {
 #[test]
 fn a_proven_catalog_answers_as_the_directory_and_the_ledger_do() {
     let tmp = tempfile::tempdir().unwrap();
-    let a = tmp.path().join("a.pcap");
-    let b = tmp.path().join("b.pcap");
-    synth(&a, &tmp.path().join("ta.json"), 11, "6s", "6M", None);
-    synth(
-        &b,
-        &tmp.path().join("tb.json"),
-        12,
-        "2s",
-        "4M",
-        Some("2026-11-30T03:00:00Z"),
-    );
+    let (a, b) = two_traces(tmp.path(), "6s");
     let store = tmp.path().join("s");
     // slices of 16 rows: a store of a hundred segments in several slices
     run_ok(
@@ -787,17 +793,7 @@ fn wait_proven_and_still(store: &Path) -> bool {
 fn a_live_store_is_answered_from_a_proof_of_its_listing() {
     use std::io::Write;
     let tmp = tempfile::tempdir().unwrap();
-    let a = tmp.path().join("a.pcap");
-    let b = tmp.path().join("b.pcap");
-    synth(&a, &tmp.path().join("ta.json"), 11, "3s", "6M", None);
-    synth(
-        &b,
-        &tmp.path().join("tb.json"),
-        12,
-        "2s",
-        "4M",
-        Some("2026-11-30T03:00:00Z"),
-    );
+    let (a, b) = two_traces(tmp.path(), "3s");
     let store = tmp.path().join("s");
     import_ok(&store, &SMALL, &[p(&a)]);
     let before = segments(&store);

@@ -84,6 +84,11 @@ const MAX_PIECES: usize = 256;
 impl Direct {
     pub(super) fn open(path: &Path) -> Option<Direct> {
         let file = crate::fsx::open(path, crate::fsx::Open::Direct, "open for direct I/O").ok()?;
+        Some(Direct::of(file))
+    }
+
+    /// A writer of `file` (opened with O_DIRECT), its window reserved (1 MiB).
+    fn of(file: File) -> Direct {
         let mut d = Direct {
             file,
             mem: Vec::new(),
@@ -97,7 +102,7 @@ impl Direct {
             spare: Vec::new(),
         };
         d.reserve(1 << 20);
-        Some(d)
+        d
     }
 
     /// Makes the aligned window at least `need` bytes long, keeping its data.
@@ -350,20 +355,7 @@ mod tests {
     fn the_window_is_on_huge_pages_and_keeps_its_data_as_it_grows() {
         // The unit tests run on the binary's allocator (lib.rs). Any file will do: nothing
         // is written.
-        let file = tempfile::tempfile().unwrap();
-        let mut d = Direct {
-            file,
-            mem: Vec::new(),
-            start: 0,
-            base: 0,
-            fill: 0,
-            proven: false,
-            pending_since: None,
-            queue: Vec::new(),
-            queued: 0,
-            spare: Vec::new(),
-        };
-        d.reserve(1 << 20);
+        let mut d = Direct::of(tempfile::tempfile().unwrap());
         assert!(capsule_sys::huge::is_mapped(d.mem.as_ptr()));
         assert_eq!(d.start, 0);
         d.stage(&[&[5; 3000]]);
