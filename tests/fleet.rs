@@ -140,6 +140,59 @@ fn tunnelled_tls(start_ns: u64) -> Vec<(u64, u32, Vec<u8>)> {
     out
 }
 
+/// A DNS response from the resolver `server` (port 53) to `client` answering `name` with
+/// `addr` (one A record).
+fn dns_answer(client: [u8; 4], server: [u8; 4], name: &str, addr: [u8; 4]) -> Vec<u8> {
+    let mut m = vec![0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
+    for label in name.split('.') {
+        m.push(u8::try_from(label.len()).unwrap());
+        m.extend_from_slice(label.as_bytes());
+    }
+    m.push(0);
+    m.extend_from_slice(&[0, 1, 0, 1, 0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4]);
+    m.extend_from_slice(&addr);
+    let mut udp = Vec::new();
+    udp.extend_from_slice(&53u16.to_be_bytes());
+    udp.extend_from_slice(&33000u16.to_be_bytes());
+    udp.extend_from_slice(&u16::try_from(8 + m.len()).unwrap().to_be_bytes());
+    udp.extend_from_slice(&[0, 0]);
+    udp.extend_from_slice(&m);
+    eth(0x0800, &ipv4(server, client, 17, 0, &udp))
+}
+
+/// One address, 203.0.113.50, answered for two names by two resolvers the split puts on
+/// two nodes: `b.answers.example` at `early_ns` (10.9.0.53 to 10.9.9.60: node 2), then, at
+/// `late_ns`, `a.answers.example` (10.10.0.53 to 10.10.9.60: node 0) and three packets of
+/// a flow to the address (from 10.77.9.61). Imported in that order (the late packets by an
+/// import of their own, so into a later segment), the one store meets `b` first; the
+/// fleet's rows come node by node, `a` first: both must name the address alike.
+fn answered_twice(early_ns: u64, late_ns: u64) -> [Vec<(u64, u32, Vec<u8>)>; 2] {
+    let addr = [203, 0, 113, 50];
+    let early = vec![(
+        early_ns,
+        dns_answer([10, 9, 9, 60], [10, 9, 0, 53], "b.answers.example", addr),
+    )];
+    let mut late = vec![(
+        late_ns,
+        dns_answer([10, 10, 9, 60], [10, 10, 0, 53], "a.answers.example", addr),
+    )];
+    for k in 0..3u64 {
+        let mut udp = Vec::new();
+        udp.extend_from_slice(&41000u16.to_be_bytes());
+        udp.extend_from_slice(&9000u16.to_be_bytes());
+        udp.extend_from_slice(&108u16.to_be_bytes());
+        udp.extend_from_slice(&[0, 0]);
+        udp.extend_from_slice(&[b'u'; 100]);
+        let frame = eth(0x0800, &ipv4([10, 77, 9, 61], addr, 17, 0, &udp));
+        late.push((late_ns + 100_000_000 + k * 1_000_000, frame));
+    }
+    [early, late].map(|v| {
+        v.into_iter()
+            .map(|(ts, f)| (ts, f.len() as u32, f))
+            .collect()
+    })
+}
+
 fn outbox_len(store: &Path) -> usize {
     std::fs::read_dir(store.join("fleet/outbox"))
         .map(|d| d.count())
@@ -167,14 +220,22 @@ fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
         write_pcap_ns(1, 65535, &tunnelled_tls(1_796_004_000_300_000_000)),
     )
     .unwrap();
+    // And an address two nodes' DNS answers name differently: the early answer among the
+    // trace's packets, the late one after them, imported last.
+    let [early, late] = answered_twice(1_796_004_000_200_000_000, 1_796_004_003_000_000_000);
+    let answers = d.path().join("answers.pcap");
+    std::fs::write(&answers, write_pcap_ns(1, 65535, &early)).unwrap();
+    let later = d.path().join("later.pcap");
+    std::fs::write(&later, write_pcap_ns(1, 65535, &late)).unwrap();
     let pcap = d.path().join("all.pcap");
     run_ok(
         Command::new(need_tool("mergecap"))
             .args(["-F", "nsecpcap", "-w", p(&pcap)])
-            .args([&synthetic, &tunnels]),
+            .args([&synthetic, &tunnels, &answers]),
     );
     let all = d.path().join("all");
     import_ok(&all, &["--segment-size", "1M"], &[p(&pcap)]);
+    import_ok(&all, &["--segment-size", "1M"], &[p(&later)]);
     // One trace split by host into three: every packet in exactly one part.
     let parts = [
         "net 10.10.0.0/16",
@@ -216,7 +277,11 @@ fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
         }
         configs.push(config);
     }
-    assert_eq!(total, capinfos_packets(&pcap), "the parts split the trace");
+    assert_eq!(
+        total,
+        capinfos_packets(&pcap) + capinfos_packets(&later),
+        "the parts split the trace"
+    );
     let c0 = p(&configs[0]);
     for q in [
         vec!["top"],
@@ -229,6 +294,8 @@ fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
         vec![
             "top", "--key", "flow", "app", "http", "or", "tunnel", "vni", "102",
         ],
+        // Every destination, unfiltered: each named by the window's DNS answers.
+        vec!["top", "--key", "dst", "--limit", "100000"],
         vec!["dscp"],
         vec!["matrix"],
         vec!["tcp", "--interval", "1s"],
@@ -255,6 +322,27 @@ fn three_nodes_answer_as_the_one_store_holding_all_their_traffic() {
             .map(|r| r["key"].as_str().unwrap().to_string())
             .collect()
     };
+    // The address two nodes' answers named: by the first of its names in name order, as
+    // the one store names it (before, the fleet named it by node 0's answer, the store by
+    // the earlier one, node 2's).
+    let dsts = answer(
+        &[
+            "top", "--key", "dst", "--limit", "100000", "--fleet", "--config", c0,
+        ],
+        "fleet",
+    );
+    let named: Vec<&Value> = dsts["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["key"] == "203.0.113.50")
+        .collect();
+    assert_eq!(named.len(), 1, "{dsts}");
+    assert_eq!(
+        named[0]["name"], "dns answer: a.answers.example",
+        "{}",
+        named[0]
+    );
     let snis = key_of(&["top", "--key", "sni"]);
     for i in 1..=4 {
         assert!(

@@ -29,8 +29,8 @@ pub struct EndName {
     pub name: Option<String>,
     /// Where `name` comes from: `sni`, `http.host` or `dns.query`.
     pub by: Option<&'static str>,
-    /// The names DNS answers of the window gave the end's address (first seen first, at
-    /// most 4).
+    /// The names DNS answers of the window gave the end's address (the first 4 in name
+    /// order, ASCII case ignored).
     pub dns_names: Vec<String>,
     /// What a table shows after the address: `tls: models.example-hub.io`, `dns answer:
     /// models.example-hub.io`, `quic; dns answer: ...`, `tls`.

@@ -14,7 +14,7 @@ use crate::clickhouse::ClickHouse;
 use crate::rowbinary::Reader;
 use capsule_index::sideindex::FlowCounts;
 
-use crate::rows::{Kept, NodeRow};
+use crate::rows::{NodeRow, Origin};
 use crate::{FleetError, DATABASE};
 
 /// The name fleet answers give as their store (findings' export commands name it).
@@ -55,25 +55,28 @@ pub fn answer(
         _ => false,
     };
     // Every question to ClickHouse at once: the answer waits for the slowest, not the sum
-    // (and the tables are checked only if one is refused).
+    // (and the tables are checked only if one is refused). The flow rows (most of the
+    // answer's time: their decode keeps a core busy while they stream) have a thread of
+    // their own; the two small questions are asked on this one meanwhile, one after the
+    // other: on threads of their own they waited behind the decode for a core, and their
+    // answers came after the last row.
     let asked = crate::schema::with_tables(ch, || {
         std::thread::scope(|s| {
             let records = s.spawn(|| {
-                crate::plan::flow_rows_as(
+                crate::plan::flow_rows(
                     ch,
                     &req.query,
                     question.buckets(),
                     crate::plan::Table::for_question(question),
-                    |o, f| (f, o.kept, (o.node, o.segment)),
                 )
             });
-            let held = s.spawn(|| held(ch));
-            let registry = s.spawn(|| crate::nodes::registry(ch));
             let listing = series.then(|| s.spawn(|| crate::series::listing(ch, from, to)));
+            let held = held(ch);
+            let registry = crate::nodes::registry(ch);
             Ok((
                 joined(records)?,
-                joined(held)?,
-                joined(registry)?,
+                held?,
+                registry?,
                 listing.map(joined).transpose()?,
             ))
         })
@@ -83,10 +86,10 @@ pub fn answer(
     // window (they name destinations whose own flows name nothing), and the filter's name
     // terms resolved over the window's flows (index/src/names.rs), as on a node.
     let mut dns = capsule_index::names::DnsNames::default();
-    capsule_index::flows::window_answers(records.iter().map(|r| &r.0), from, to, &mut dns);
+    capsule_index::flows::window_answers(records.iter().map(|r| &r.1), from, to, &mut dns);
     let (query, mut missing) = resolve_names(&req.query, &records);
     let flows = capsule_index::flows::merge_counts(
-        records.into_iter().map(|(f, k, _)| (f, k.tunnels)),
+        records.into_iter().map(|(o, f)| (f, o.kept.tunnels)),
         &query,
         question.buckets(),
     );
@@ -152,7 +155,7 @@ pub fn answer(
 /// answer may miss their flows. `query` itself, and nothing missing, without name terms.
 fn resolve_names(
     query: &capsule_query::Query,
-    records: &[(FlowCounts, Kept, (String, u64))],
+    records: &[(Origin, FlowCounts)],
 ) -> (capsule_query::Query, Vec<String>) {
     if !query.filter.has_names() {
         return (query.clone(), Vec::new());
@@ -163,7 +166,7 @@ fn resolve_names(
         ..query.clone()
     };
     let window = capsule_index::flows::merge_counts(
-        records.iter().map(|(f, k, _)| (f.clone(), k.tunnels)),
+        records.iter().map(|(o, f)| (f.clone(), o.kept.tunnels)),
         &all,
         false,
     );
@@ -174,11 +177,11 @@ fn resolve_names(
             .map(|s| (&s.flow.key, s.flow.totals.names.as_deref())),
     );
     let mut unseen: std::collections::BTreeMap<&str, Vec<u64>> = Default::default();
-    for (f, k, (node, seg)) in records {
-        if !k.names && f.totals.last_ns >= from && f.totals.first_ns < to {
-            let s = unseen.entry(node.as_str()).or_default();
-            if s.last() != Some(seg) {
-                s.push(*seg);
+    for (o, f) in records {
+        if !o.kept.names && f.totals.last_ns >= from && f.totals.first_ns < to {
+            let s = unseen.entry(o.node.as_str()).or_default();
+            if s.last() != Some(&o.segment) {
+                s.push(o.segment);
             }
         }
     }
@@ -251,11 +254,10 @@ pub fn flows_by_node(
         })
     })?;
     for (origin, counts) in rows {
-        by_node.entry(origin.node.clone()).or_default().push((
-            counts,
-            origin.kept,
-            (origin.node, origin.segment),
-        ));
+        by_node
+            .entry(origin.node.clone())
+            .or_default()
+            .push((origin, counts));
     }
     let mut out = Vec::new();
     let mut missing = Vec::new();
@@ -263,7 +265,7 @@ pub fn flows_by_node(
         // Each node's name terms resolved over its own flows, as it resolves them itself.
         let (q, m) = resolve_names(query, &records);
         missing.extend(m);
-        let records = records.into_iter().map(|(f, k, _)| (f, k.tunnels));
+        let records = records.into_iter().map(|(o, f)| (f, o.kept.tunnels));
         for f in capsule_index::flows::merge_counts(records, &q, false) {
             out.push((node.clone(), f));
         }

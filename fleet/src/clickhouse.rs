@@ -25,12 +25,16 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 impl ClickHouse {
     /// The server at `url` (`http://HOST:PORT`), as user `default` with `password` if given.
     pub fn new(url: &str, password: Option<&str>) -> ClickHouse {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .timeout_global(Some(TIMEOUT))
             .timeout_connect(Some(CONNECT_TIMEOUT))
             .http_status_as_error(false)
-            .build()
-            .into();
+            .build();
+        let agent = ureq::Agent::with_parts(
+            config,
+            ureq::unversioned::transport::DefaultConnector::new(),
+            Literal::default(),
+        );
         ClickHouse {
             url: url.trim_end_matches('/').to_string(),
             agent,
@@ -155,6 +159,40 @@ impl ClickHouse {
     }
 }
 
+/// ureq's resolver, but for an address given as an IP literal (`http://127.0.0.1:8123`,
+/// `http://[::1]:8123`), used as it is. With a deadline, ureq's own resolver looks every
+/// name up on a thread it starts for the lookup, literals too: a thread started and ended
+/// for each connection of a question, while the question's first rows wait. (A resolver
+/// is ureq's unversioned interface: the lock file pins its release.)
+#[derive(Debug, Default)]
+struct Literal(ureq::unversioned::resolver::DefaultResolver);
+
+impl ureq::unversioned::resolver::Resolver for Literal {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        let host = uri
+            .host()
+            .map(|h| h.trim_start_matches('[').trim_end_matches(']'));
+        let port = uri.port_u16().or(match uri.scheme_str() {
+            Some("http") => Some(80),
+            Some("https") => Some(443),
+            _ => None,
+        });
+        match (host.and_then(|h| h.parse::<std::net::IpAddr>().ok()), port) {
+            (Some(ip), Some(port)) => {
+                let mut out = self.empty();
+                out.push(std::net::SocketAddr::new(ip, port));
+                Ok(out)
+            }
+            _ => self.0.resolve(uri, config, timeout),
+        }
+    }
+}
+
 /// A ClickHouse release, as `version()` gives it (`18.16.1`, `24.3.2.23`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Version {
@@ -212,6 +250,36 @@ fn base64(b: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Literal addresses are used as they are (no lookup, so no lookup thread), with the
+    /// scheme's port when the URL gives none; names go to ureq's resolver.
+    #[test]
+    fn literal_addresses_are_used_as_they_are() {
+        use ureq::unversioned::resolver::Resolver;
+        let config = ureq::Agent::config_builder().build();
+        let resolve = |url: &str| {
+            let uri: ureq::http::Uri = url.parse().unwrap();
+            Literal::default()
+                .resolve(&uri, &config, Default::default())
+                .map(|a| a.to_vec())
+        };
+        let one = |s: &str| vec![s.parse::<std::net::SocketAddr>().unwrap()];
+        assert_eq!(
+            resolve("http://127.0.0.1:8123/").unwrap(),
+            one("127.0.0.1:8123")
+        );
+        assert_eq!(resolve("http://[::1]:9000/").unwrap(), one("[::1]:9000"));
+        assert_eq!(resolve("http://192.0.2.9/").unwrap(), one("192.0.2.9:80"));
+        assert_eq!(resolve("https://192.0.2.9/").unwrap(), one("192.0.2.9:443"));
+        // A name is looked up (`localhost` by the system's resolver).
+        let looked_up = resolve("http://localhost:8123/").unwrap();
+        assert!(
+            looked_up
+                .iter()
+                .all(|a| a.port() == 8123 && a.ip().is_loopback()),
+            "{looked_up:?}"
+        );
+    }
 
     #[test]
     fn versions_encodings_and_an_unreachable_server() {

@@ -67,18 +67,6 @@ pub(crate) fn flow_rows(
     keep_buckets: bool,
     table: Table,
 ) -> Result<Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)>, FleetError> {
-    flow_rows_as(ch, query, keep_buckets, table, |o, f| (o, f))
-}
-
-/// [`flow_rows`], each row as `keep` makes it (the counts alone, for an answer over every
-/// node: the records are large, and a second vector of them costs more than decoding).
-pub(crate) fn flow_rows_as<T>(
-    ch: &ClickHouse,
-    query: &Query,
-    keep_buckets: bool,
-    table: Table,
-    keep: impl Fn(rows::Origin, capsule_index::sideindex::FlowCounts) -> T,
-) -> Result<Vec<T>, FleetError> {
     let (from, to) = query.window();
     // A flow the window cuts is cut by its packets a second (capsule_index::flows,
     // `windowed`); a window without bounds cuts none, so they are not asked then.
@@ -156,10 +144,7 @@ pub(crate) fn flow_rows_as<T>(
             )
         },
     )?;
-    Ok(newest_once(out)
-        .into_iter()
-        .map(|(o, f)| keep(o, f))
-        .collect())
+    Ok(newest_once(out))
 }
 
 /// The rows as `SELECT ... FINAL ... ORDER BY node, segment` gave them: one row per node,
@@ -168,7 +153,7 @@ pub(crate) fn flow_rows_as<T>(
 /// sorting key. Unlike FINAL, a row pushed again into another partition (a day apart) is
 /// collapsed too.
 fn newest_once(
-    rows: Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)>,
+    mut rows: Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)>,
 ) -> Vec<(rows::Origin, capsule_index::sideindex::FlowCounts)> {
     // The sorting key's columns after node and segment (rows::FLOW_KEY), as stored.
     let key = |f: &capsule_index::sideindex::FlowCounts| {
@@ -190,31 +175,46 @@ fn newest_once(
             families,
         )
     };
-    // The rows are large (a flow's counts): a list of their keys is sorted, and each row
-    // moved once, into its place.
-    let keys: Vec<_> = rows
-        .iter()
-        .map(|(o, f)| (o.node.as_str(), o.segment, key(f), o.published_ns))
-        .collect();
-    let mut order: Vec<usize> = (0..rows.len()).collect();
-    order.sort_by(|&a, &b| keys[a].cmp(&keys[b]));
-    // Of each run of one row's pushes, the last (the newest) is kept.
-    let same = |a: usize, b: usize| {
-        let (ka, kb) = (&keys[a], &keys[b]);
-        (ka.0, ka.1, ka.2) == (kb.0, kb.1, kb.2)
+    // The rows are large (a flow's counts, a few hundred bytes): a list of their keys is
+    // sorted, then the rows are put in its order where they are (each moved by swaps within
+    // the vector, which touch no new memory), and of each run of one row's pushes the
+    // first (the newest: its pushes sort newest first) is kept.
+    let mut order: Vec<usize> = {
+        let keys: Vec<_> = rows
+            .iter()
+            .map(|(o, f)| {
+                let newest_first = std::cmp::Reverse(o.published_ns);
+                (o.node.as_str(), o.segment, key(f), newest_first)
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_unstable_by(|&a, &b| keys[a].cmp(&keys[b]));
+        order
     };
-    let kept: Vec<usize> = order
-        .iter()
-        .enumerate()
-        .filter(|&(i, &at)| order.get(i + 1).is_none_or(|&next| !same(at, next)))
-        .map(|(_, &at)| at)
-        .collect();
-    drop(keys);
-    let mut slots: Vec<Option<(rows::Origin, capsule_index::sideindex::FlowCounts)>> =
-        rows.into_iter().map(Some).collect();
-    let mut out = Vec::with_capacity(kept.len());
-    out.extend(kept.into_iter().filter_map(|at| slots[at].take()));
-    out
+    permute(&mut rows, &mut order);
+    rows.dedup_by(|later, kept| {
+        (later.0.node == kept.0.node && later.0.segment == kept.0.segment)
+            && key(&later.1) == key(&kept.1)
+    });
+    rows
+}
+
+/// Puts `v` in the order `order` gives, in place: afterwards `v[i]` is what `v[order[i]]`
+/// was (`order` a permutation of `0..v.len()`, used up). Each cycle of the permutation is
+/// followed by swaps, so every element moves within the vector's own memory.
+fn permute<T>(v: &mut [T], order: &mut [usize]) {
+    const DONE: usize = usize::MAX;
+    for start in 0..v.len() {
+        let mut at = start;
+        while order[at] != DONE {
+            let from = std::mem::replace(&mut order[at], DONE);
+            if from == start {
+                break;
+            }
+            v.swap(at, from);
+            at = from;
+        }
+    }
 }
 
 /// Which flow table a question reads: the smallest that can answer it.
@@ -390,6 +390,33 @@ mod tests {
             kept: Default::default(),
         };
         (o, f)
+    }
+
+    /// Every permutation of up to six elements puts each element where the order says.
+    #[test]
+    fn a_permutation_puts_each_row_in_its_place() {
+        fn all(n: usize) -> Vec<Vec<usize>> {
+            if n == 0 {
+                return vec![Vec::new()];
+            }
+            let mut out = Vec::new();
+            for p in all(n - 1) {
+                for at in 0..n {
+                    let mut q = p.clone();
+                    q.insert(at, n - 1);
+                    out.push(q);
+                }
+            }
+            out
+        }
+        for n in 0..=6 {
+            for order in all(n) {
+                let mut v: Vec<String> = (0..n).map(|i| format!("row {i}")).collect();
+                let want: Vec<String> = order.iter().map(|&i| v[i].clone()).collect();
+                permute(&mut v, &mut order.clone());
+                assert_eq!(v, want, "order {order:?}");
+            }
+        }
     }
 
     #[test]

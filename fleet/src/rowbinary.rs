@@ -106,19 +106,27 @@ impl<'a> Reader<'a> {
     /// The element count before an array of a packed record (rows.rs, the packed flow
     /// table): a little-endian `UInt32`, its elements `width` bytes each; a count whose
     /// elements would run past the end fails here, not in an allocation.
+    #[inline]
     pub fn count(&mut self, width: usize) -> Result<usize, FleetError> {
-        let at = self.at;
         let n = self.u32()? as usize;
         if n.saturating_mul(width) > self.remaining() {
-            return Err(FleetError::Decode {
-                what: self.what.to_string(),
-                problem: format!(
-                    "at byte {at}: a count of {n} element(s) of {width} byte(s), {} byte(s) left",
-                    self.remaining()
-                ),
-            });
+            return Err(self.overlong(n, width));
         }
         Ok(n)
+    }
+
+    /// The error of a count of `n` elements of `width` bytes, just read, past the end.
+    #[cold]
+    #[inline(never)]
+    fn overlong(&self, n: usize, width: usize) -> FleetError {
+        FleetError::Decode {
+            what: self.what.to_string(),
+            problem: format!(
+                "at byte {}: a count of {n} element(s) of {width} byte(s), {} byte(s) left",
+                self.at - 4,
+                self.remaining()
+            ),
+        }
     }
 
     /// How many bytes are left to read.
@@ -126,47 +134,76 @@ impl<'a> Reader<'a> {
         self.b.len().saturating_sub(self.at)
     }
 
+    // The reads are inlined into the row decoders, their errors made out of line: a row of
+    // the packed flow table is some forty reads, and as calls that each carried their
+    // error's formatting they were a sixth of its decode (perf, fleet `top`).
+    #[inline]
     fn take(&mut self, n: usize, of: &str) -> Result<&'a [u8], FleetError> {
         match self.b.get(self.at..self.at.saturating_add(n)) {
             Some(s) => {
                 self.at += n;
                 Ok(s)
             }
-            None => Err({
-                self.short = true;
-                FleetError::Decode {
-                    what: self.what.to_string(),
-                    problem: format!(
-                        "at byte {}: expected {n} byte(s) of {of}, found {}",
-                        self.at,
-                        self.b.len().saturating_sub(self.at)
-                    ),
-                }
-            }),
+            None => Err(self.ended(n, of)),
         }
     }
+
+    /// The error of a read of `n` bytes of `of` past the end.
+    #[cold]
+    #[inline(never)]
+    fn ended(&mut self, n: usize, of: &str) -> FleetError {
+        self.short = true;
+        FleetError::Decode {
+            what: self.what.to_string(),
+            problem: format!(
+                "at byte {}: expected {n} byte(s) of {of}, found {}",
+                self.at,
+                self.b.len().saturating_sub(self.at)
+            ),
+        }
+    }
+
     /// The next `n` bytes as they are.
+    #[inline]
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], FleetError> {
         self.take(n, "bytes")
     }
+    #[inline]
     pub fn u8(&mut self) -> Result<u8, FleetError> {
         Ok(self.take(1, "UInt8")?[0])
     }
+    #[inline]
     pub fn u16(&mut self) -> Result<u16, FleetError> {
         let s = self.take(2, "UInt16")?;
         Ok(u16::from_le_bytes([s[0], s[1]]))
     }
+    #[inline]
     pub fn u32(&mut self) -> Result<u32, FleetError> {
         let s = self.take(4, "UInt32")?;
         Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
     }
+    #[inline]
     pub fn u64(&mut self) -> Result<u64, FleetError> {
         let s = self.take(8, "UInt64")?;
         let mut a = [0u8; 8];
         a.copy_from_slice(s);
         Ok(u64::from_le_bytes(a))
     }
+    #[inline]
     fn len(&mut self) -> Result<usize, FleetError> {
+        // One byte: a length under 128 (most of them).
+        if let Some(&b) = self.b.get(self.at) {
+            if b & 0x80 == 0 && usize::from(b) < self.b.len() - self.at {
+                self.at += 1;
+                return Ok(usize::from(b));
+            }
+        }
+        self.long_len()
+    }
+
+    /// [`Reader::len`] of a length of more than one byte, or one past the end.
+    #[inline(never)]
+    fn long_len(&mut self) -> Result<usize, FleetError> {
         let mut v: u64 = 0;
         for shift in (0..64).step_by(7) {
             let b = self.u8()?;
@@ -198,10 +235,12 @@ impl<'a> Reader<'a> {
         })
     }
     /// A String column's bytes, whatever they are.
+    #[inline]
     pub fn blob(&mut self) -> Result<&'a [u8], FleetError> {
         let n = self.len()?;
         self.take(n, "String")
     }
+    #[inline]
     pub fn fixed16(&mut self) -> Result<[u8; 16], FleetError> {
         let mut a = [0u8; 16];
         a.copy_from_slice(self.take(16, "FixedString(16)")?);

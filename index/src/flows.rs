@@ -238,15 +238,15 @@ pub fn merge_counts(
     keep_buckets: bool,
 ) -> Vec<FlowSummary> {
     let (from, to) = q.window();
-    let mut records = records.into_iter().peekable();
+    let records = records.into_iter();
     let mut out = Merged::with_capacity(records.size_hint().0);
-    // Runs of records alike in what their index kept, in order (first-seen order holds).
-    while let Some((first, tunnels)) = records.next() {
-        let mut run = vec![first];
-        while let Some((f, _)) = records.next_if(|(_, t)| *t == tunnels) {
-            run.push(f);
+    let encap_terms = q.filter.has_encap_terms();
+    // Each record selected and merged as it comes: records are large, and a segment's run
+    // of them gathered first, then its selection, moved every record twice more.
+    for (f, tunnels) in records {
+        if let Some((part, _)) = select_one(f, q, (from, to), keep_buckets, tunnels, encap_terms) {
+            out.add(part);
         }
-        merge_segment(&mut out, run, q, (from, to), keep_buckets, tunnels);
     }
     let mut flows = out.flows;
     flows.retain(|f| f.flow.totals.total_packets() > 0);
@@ -561,32 +561,47 @@ fn select(
     let encap_terms = q.filter.has_encap_terms();
     let mut undecided = 0;
     for f in flows {
-        if f.totals.last_ns < from || f.totals.first_ns >= to {
-            continue;
+        if let Some((part, unsure)) =
+            select_one(f, q, (from, to), keep_buckets, tunnels, encap_terms)
+        {
+            undecided += usize::from(unsure);
+            out.push(part);
         }
-        let mut unsure = false;
-        let matches = (0..2).fold(false, |any, d| {
-            if f.totals.packets[d] == 0 {
-                return any;
-            }
-            let encap = side_encap(&f.totals, d, tunnels);
-            let t = q.filter.matches_side(&key_side(
-                &f.key,
-                f.totals.tcp_flags[d],
-                d,
-                f.totals.dscp[d],
-                encap,
-            ));
-            unsure |= t != Tri::No && encap.is_none() && encap_terms;
-            any || t != Tri::No
-        });
-        if !matches {
-            continue;
-        }
-        undecided += usize::from(unsure);
-        out.push(windowed(f, from, to, keep_buckets));
     }
     (out, undecided)
+}
+
+/// [`select`] of one flow record: the record cut to the window when it overlaps it and
+/// matches `q`'s filter, with whether it matched only because its encapsulation is not
+/// known (`encap_terms`: the filter has `tunnel` or `mpls` terms).
+fn select_one(
+    f: FlowCounts,
+    q: &Query,
+    (from, to): (u64, u64),
+    keep_buckets: bool,
+    tunnels: bool,
+    encap_terms: bool,
+) -> Option<(FlowSummary, bool)> {
+    if f.totals.last_ns < from || f.totals.first_ns >= to {
+        return None;
+    }
+    let mut unsure = false;
+    let matches = (0..2).fold(false, |any, d| {
+        if f.totals.packets[d] == 0 {
+            return any;
+        }
+        let encap = side_encap(&f.totals, d, tunnels);
+        let t = q.filter.matches_side(&key_side(
+            &f.key,
+            f.totals.tcp_flags[d],
+            d,
+            f.totals.dscp[d],
+            encap,
+        ));
+        unsure |= t != Tri::No && encap.is_none() && encap_terms;
+        any || t != Tri::No
+    });
+    matches.then(|| (windowed(f, from, to, keep_buckets), unsure))
 }
 
 /// Flows merged across segments: the records in first-seen order, and where each key is.

@@ -36,7 +36,13 @@ use crate::sideindex::{index_name, Bucket, FlowCounts, FlowRecord, SegmentIndex,
 pub const SLICE: u64 = 1024;
 
 const MAGIC: [u8; 8] = *b"CAPSROLL";
-const VERSION: u16 = 1;
+/// Version 2: the names of an address are the first four in name order, not the first four
+/// seen (`crate::names::DnsNames`); a slice of version 1 is not current (its file is made
+/// again; until then the answers read its members' indexes).
+const VERSION: u16 = 2;
+
+/// Why a slice of an earlier version is not read: not damage (see [`verify`]).
+const OLDER: &str = "made by an earlier release: not current, made again at the writer's open";
 
 /// The slice a segment belongs to.
 pub fn slice_of(seq: u64) -> u64 {
@@ -256,6 +262,9 @@ impl Slice {
             return Err("not a rollup slice (bad magic)".into());
         }
         let version = c.u16()?;
+        if version < VERSION {
+            return Err(format!("{OLDER} (version {version})"));
+        }
         if version != VERSION {
             return Err(format!("rollup slice version {version} is not known"));
         }
@@ -488,6 +497,9 @@ pub fn verify(store: &capsule_store::Store) -> Option<String> {
     for k in ks {
         match Slice::load(&dir, k) {
             Ok(None) => {}
+            // An earlier release's slice is not current, as one that no longer stands for
+            // its segments is not: readers use the indexes, and the writer makes it again.
+            Ok(Some(Err(why))) if why.starts_with(OLDER) => {}
             Ok(Some(Err(why))) => wrong.push(format!("slice {k}: {why}")),
             Err(e) => wrong.push(format!("slice {k}: {}", capsule_store::error::chain(&e))),
             Ok(Some(Ok(s))) => {
@@ -570,6 +582,20 @@ mod tests {
             ["a.example", "b.example"]
         );
         assert_eq!(Slice::decode(&s.encode()).unwrap(), s);
+    }
+
+    /// A slice of version 1 kept an address's first names seen: it is not read (its
+    /// answers could name an address otherwise than its members' indexes), and it is named
+    /// as an earlier release's, which `verify` does not count as damage.
+    #[test]
+    fn a_slice_of_version_1_is_not_current() {
+        let mut b = slice().encode();
+        b[8..10].copy_from_slice(&1u16.to_le_bytes());
+        let end = b.len() - 4;
+        let crc = capsule_store::crc::crc32c(&b[..end]);
+        b[end..].copy_from_slice(&crc.to_le_bytes());
+        let why = Slice::decode(&b).unwrap_err();
+        assert!(why.starts_with(OLDER), "{why}");
     }
 
     #[test]
