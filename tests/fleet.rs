@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::clickhouse::{free_port, ClickHouse};
-use common::frames::{eth, ipv4};
+use common::frames::{dns_answer, eth, ipv4, udp_frame};
 use common::*;
 use serde_json::Value;
 
@@ -140,26 +140,6 @@ fn tunnelled_tls(start_ns: u64) -> Vec<(u64, u32, Vec<u8>)> {
     out
 }
 
-/// A DNS response from the resolver `server` (port 53) to `client` answering `name` with
-/// `addr` (one A record).
-fn dns_answer(client: [u8; 4], server: [u8; 4], name: &str, addr: [u8; 4]) -> Vec<u8> {
-    let mut m = vec![0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
-    for label in name.split('.') {
-        m.push(u8::try_from(label.len()).unwrap());
-        m.extend_from_slice(label.as_bytes());
-    }
-    m.push(0);
-    m.extend_from_slice(&[0, 1, 0, 1, 0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4]);
-    m.extend_from_slice(&addr);
-    let mut udp = Vec::new();
-    udp.extend_from_slice(&53u16.to_be_bytes());
-    udp.extend_from_slice(&33000u16.to_be_bytes());
-    udp.extend_from_slice(&u16::try_from(8 + m.len()).unwrap().to_be_bytes());
-    udp.extend_from_slice(&[0, 0]);
-    udp.extend_from_slice(&m);
-    eth(0x0800, &ipv4(server, client, 17, 0, &udp))
-}
-
 /// One address, 203.0.113.50, answered for two names by two resolvers the split puts on
 /// two nodes: `b.answers.example` at `early_ns` (10.9.0.53 to 10.9.9.60: node 2), then, at
 /// `late_ns`, `a.answers.example` (10.10.0.53 to 10.10.9.60: node 0) and three packets of
@@ -177,13 +157,7 @@ fn answered_twice(early_ns: u64, late_ns: u64) -> [Vec<(u64, u32, Vec<u8>)>; 2] 
         dns_answer([10, 10, 9, 60], [10, 10, 0, 53], "a.answers.example", addr),
     )];
     for k in 0..3u64 {
-        let mut udp = Vec::new();
-        udp.extend_from_slice(&41000u16.to_be_bytes());
-        udp.extend_from_slice(&9000u16.to_be_bytes());
-        udp.extend_from_slice(&108u16.to_be_bytes());
-        udp.extend_from_slice(&[0, 0]);
-        udp.extend_from_slice(&[b'u'; 100]);
-        let frame = eth(0x0800, &ipv4([10, 77, 9, 61], addr, 17, 0, &udp));
+        let frame = udp_frame([10, 77, 9, 61], addr, (41000, 9000), &[b'u'; 100]);
         late.push((late_ns + 100_000_000 + k * 1_000_000, frame));
     }
     [early, late].map(|v| {

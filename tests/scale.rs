@@ -179,6 +179,79 @@ fn answers_with_and_without_the_catalog_are_identical_and_it_is_rebuilt() {
     assert_catalog_current(&store);
 }
 
+/// A filtered answer names an address by the window's DNS answers, those of the segments
+/// the catalog rules out included: with the catalog as without it. (Before, the segment
+/// holding the first answer, which the filter's host is not in, was never read: the address
+/// was named by the other answer only, and otherwise than without the catalog.)
+#[test]
+fn a_filtered_answer_names_an_address_by_the_dns_answers_of_segments_ruled_out() {
+    use common::frames::{dns_answer, udp_frame};
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("s");
+    let addr = [203, 0, 113, 50];
+    let t0 = 1_796_004_000_000_000_000u64;
+    // The first import's segment: a DNS answer naming the address, nothing else.
+    let early = vec![dns_answer(
+        [10, 9, 9, 60],
+        [10, 9, 0, 53],
+        "a-first.example",
+        addr,
+    )];
+    // The second's: another answer for it, and a flow to it.
+    let mut late = vec![dns_answer(
+        [10, 10, 9, 60],
+        [10, 10, 0, 53],
+        "z-last.example",
+        addr,
+    )];
+    late.extend((0..3).map(|_| udp_frame([10, 77, 9, 61], addr, (41000, 9000), &[b'u'; 100])));
+    for (i, frames) in [early, late].into_iter().enumerate() {
+        let pcap = tmp.path().join(format!("{i}.pcap"));
+        let packets: Vec<(u64, u32, Vec<u8>)> = frames
+            .into_iter()
+            .enumerate()
+            .map(|(k, f)| {
+                (
+                    t0 + i as u64 * 1_000_000_000 + k as u64 * 1_000_000,
+                    f.len() as u32,
+                    f,
+                )
+            })
+            .collect();
+        std::fs::write(&pcap, write_pcap_ns(1, 65535, &packets)).unwrap();
+        import_ok(&store, &SMALL, &[p(&pcap)]);
+    }
+    assert_catalog_current(&store);
+    let c = catalog_of(&store);
+    let f: capsule_query::Filter = "host 203.0.113.50".parse().unwrap();
+    assert!(
+        c.rows.values().any(|r| !r.may_match(&f)),
+        "the catalog rules the first segment out"
+    );
+    let named = || {
+        let o = run_ok(capsule().args([
+            "top",
+            "--store",
+            p(&store),
+            "--json",
+            "host",
+            "203.0.113.50",
+        ]));
+        let v: serde_json::Value = serde_json::from_str(&stdout_str(&o)).unwrap();
+        v["rows"][0]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(named(), "dns answer: a-first.example");
+    std::fs::remove_file(catalog::path(&Store::open(&store).unwrap().index_dir())).unwrap();
+    assert_eq!(
+        named(),
+        "dns answer: a-first.example",
+        "without the catalog"
+    );
+}
+
 /// Segments deleted by retention lose their rows, recompacted ones get rows for their new
 /// files, and segments sealed later gain theirs.
 #[test]

@@ -138,6 +138,7 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
     // (rollup.rs) when it stands for them and the window holds all of it: one item of work
     // for the slice's segments, in their place in segment order.
     let items = work_items(&entries, q.filter.is_all());
+    let mut ruled = Vec::new();
     std::thread::scope(|scope| -> Result<()> {
         let entries = &entries;
         let items = &items;
@@ -211,6 +212,10 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
                     .journal_notes
                     .extend(l.notes.into_iter().map(|n| (l.seq, n)));
                 listing.dns.absorb(&l.dns);
+                // (Only those whose flows lie in the window hold answers of it.)
+                if l.ruled && l.held.is_some_and(|(a, b)| b >= from && a < to) {
+                    ruled.push(l.seq);
+                }
                 listing.encap_undecided += l.encap_undecided;
                 for part in l.flows {
                     out.add(part);
@@ -219,6 +224,13 @@ pub fn list_index_only(store: &Store, q: &Query, keep_buckets: bool) -> Result<F
         }
         Ok(())
     })?;
+    // The window's DNS answers are every flow's, whatever the filter: those of the segments
+    // the catalog ruled out too (else a filtered answer could name an address otherwise than
+    // the same answer without a catalog).
+    if !ruled.is_empty() {
+        let dns = ruled_answers(store, &entries, &ruled, &short, (from, to))?;
+        listing.dns.absorb(&dns);
+    }
     // In first-seen order: the answers aggregate and rank on their own.
     listing.flows = out.flows;
     listing.flows.retain(|f| f.flow.totals.total_packets() > 0);
@@ -253,6 +265,56 @@ pub fn merge_counts(
     flows
 }
 
+/// The DNS answers of the window [from, to) in the segments `ruled` (ascending), which the
+/// catalog ruled out of a filtered listing: from the rollup slice of each whole slice the
+/// window holds (one file for up to 1,024 segments), from the segments' own indexes for the
+/// others.
+fn ruled_answers(
+    store: &Store,
+    entries: &[capsule_store::SegmentEntry],
+    ruled: &[u64],
+    short: &std::collections::HashSet<u64>,
+    (from, to): (u64, u64),
+) -> Result<crate::names::DnsNames> {
+    use crate::rollup::{slice_of, Slice};
+    let mut dns = crate::names::DnsNames::default();
+    let all = Query {
+        filter: capsule_query::Filter::all(),
+        from_ns: Some(from),
+        to_ns: Some(to),
+    };
+    let dir = store.index_dir();
+    for run in ruled.chunk_by(|a, b| slice_of(*a) == slice_of(*b)) {
+        let slice = Slice::load(&dir, slice_of(run[0]))
+            .ok()
+            .flatten()
+            .and_then(|r| r.ok())
+            .filter(|s| {
+                s.stands_for(entries).is_some()
+                    && s.held().is_none_or(|(a, b)| a >= from && b < to)
+                    && !s.members.iter().any(|m| short.contains(&m.seq))
+                    && run
+                        .iter()
+                        .all(|seq| s.members.binary_search_by_key(seq, |m| m.seq).is_ok())
+            });
+        if let Some(s) = slice {
+            dns.absorb(&s.dns);
+            continue;
+        }
+        for seq in run {
+            let Ok(at) = entries.binary_search_by_key(seq, |e| e.seq) else {
+                continue;
+            };
+            let Some(entry) = entries[at].sized()? else {
+                continue;
+            };
+            let l = load_entry(&store.index_dir_of(entry.seq), &entry, &all, false)?;
+            dns.absorb(&l.dns);
+        }
+    }
+    Ok(dns)
+}
+
 /// What one segment's index gave [`list_index_only`].
 #[derive(Default)]
 struct Loaded {
@@ -265,6 +327,8 @@ struct Loaded {
     nameless: bool,
     /// Its index keeps encapsulations.
     tunnels: bool,
+    /// The catalog ruled it out: its index was not read (nor its DNS answers).
+    ruled: bool,
     /// Of `flows`, those whose encapsulation the filter's terms could not decide.
     encap_undecided: usize,
     damaged: Option<String>,
@@ -295,6 +359,7 @@ fn ruled_out(
     Some(Loaded {
         seq: entry.seq,
         held: ((row.first_ns, row.last_ns) != (0, 0)).then_some((row.first_ns, row.last_ns)),
+        ruled: true,
         ..Loaded::default()
     })
 }

@@ -1,5 +1,5 @@
-//! Hand-built frames of the tests that craft packets (tunnels, the fleet's tunnelled TLS):
-//! Ethernet between two fixed MACs, IPv4 with its header checksum right.
+//! Hand-built frames of the tests that craft packets (tunnels, the fleet's tunnelled TLS,
+//! DNS answers): Ethernet between two fixed MACs, IPv4 with its header checksum right.
 
 /// An IPv4 packet (DSCP `dscp`, protocol `proto`) around `payload`, its header checksum
 /// right.
@@ -28,4 +28,34 @@ pub fn eth(ethertype: u16, payload: &[u8]) -> Vec<u8> {
     e.extend_from_slice(&ethertype.to_be_bytes());
     e.extend_from_slice(payload);
     e
+}
+
+/// An Ethernet frame of a UDP datagram (checksum 0: none) from `src`:`sport` to `dst`:`dport`.
+pub fn udp_frame(
+    src: [u8; 4],
+    dst: [u8; 4],
+    (sport, dport): (u16, u16),
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut udp = Vec::new();
+    udp.extend_from_slice(&sport.to_be_bytes());
+    udp.extend_from_slice(&dport.to_be_bytes());
+    udp.extend_from_slice(&u16::try_from(8 + payload.len()).unwrap().to_be_bytes());
+    udp.extend_from_slice(&[0, 0]);
+    udp.extend_from_slice(payload);
+    eth(0x0800, &ipv4(src, dst, 17, 0, &udp))
+}
+
+/// A DNS response from the resolver `server` (port 53) to `client` (port 33000) answering
+/// `name` with `addr` (one A record).
+pub fn dns_answer(client: [u8; 4], server: [u8; 4], name: &str, addr: [u8; 4]) -> Vec<u8> {
+    let mut m = vec![0x12, 0x34, 0x81, 0x80, 0, 1, 0, 1, 0, 0, 0, 0];
+    for label in name.split('.') {
+        m.push(u8::try_from(label.len()).unwrap());
+        m.extend_from_slice(label.as_bytes());
+    }
+    m.push(0);
+    m.extend_from_slice(&[0, 1, 0, 1, 0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0x0e, 0x10, 0, 4]);
+    m.extend_from_slice(&addr);
+    udp_frame(server, client, (53, 33000), &m)
 }
