@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::clickhouse::{free_port, ClickHouse};
-use common::frames::{dns_answer, eth, ipv4, udp_frame};
+use common::frames::{dns_answer, eth, ipv4, udp, udp_frame};
 use common::*;
 use serde_json::Value;
 
@@ -123,15 +123,10 @@ fn tunnelled_tls(start_ns: u64) -> Vec<(u64, u32, Vec<u8>)> {
             let mut vx = vec![0x08, 0, 0, 0];
             vx.extend_from_slice(&((100 + u32::from(i)) << 8).to_be_bytes());
             vx.extend_from_slice(&eth(0x0800, &inner));
-            let mut udp = Vec::new();
-            udp.extend_from_slice(&(50000 + u16::from(i)).to_be_bytes());
-            udp.extend_from_slice(&4789u16.to_be_bytes());
-            udp.extend_from_slice(&u16::try_from(8 + vx.len()).unwrap().to_be_bytes());
-            udp.extend_from_slice(&[0, 0]);
-            udp.extend_from_slice(&vx);
+            let datagram = udp(50000 + u16::from(i), 4789, &vx);
             let (a, b) = ([192, 0, 2, 1], [192, 0, 2, 2]);
             let (s, d) = if rev { (b, a) } else { (a, b) };
-            let frame = eth(0x0800, &ipv4(s, d, 17, 10, &udp));
+            let frame = eth(0x0800, &ipv4(s, d, 17, 10, &datagram));
             let ts = start_ns + u64::from(i) * 50_000_000 + k as u64 * 1_000_000;
             out.push((ts, frame.len() as u32, frame));
         }

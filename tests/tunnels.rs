@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::frames::{eth, ipv4};
+use common::frames::{eth, ipv4, udp};
 use common::netns::{ip, tcpdump_in, Namespaces};
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,16 +26,6 @@ fn tcp(sp: u16, dp: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
     t.extend_from_slice(&[0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
     t.extend_from_slice(payload);
     t
-}
-
-fn udp(sp: u16, dp: u16, payload: &[u8]) -> Vec<u8> {
-    let mut u = Vec::new();
-    u.extend_from_slice(&sp.to_be_bytes());
-    u.extend_from_slice(&dp.to_be_bytes());
-    u.extend_from_slice(&u16::try_from(8 + payload.len()).unwrap().to_be_bytes());
-    u.extend_from_slice(&[0, 0]);
-    u.extend_from_slice(payload);
-    u
 }
 
 /// The encapsulations of the test, each around an inner IPv4 packet.

@@ -30,20 +30,25 @@ pub fn eth(ethertype: u16, payload: &[u8]) -> Vec<u8> {
     e
 }
 
-/// An Ethernet frame of a UDP datagram (checksum 0: none) from `src`:`sport` to `dst`:`dport`.
+/// A UDP datagram (checksum 0: none) from port `sport` to `dport` around `payload`.
+pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut u = Vec::new();
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&u16::try_from(8 + payload.len()).unwrap().to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+/// An Ethernet frame of a UDP datagram from `src`:`sport` to `dst`:`dport`.
 pub fn udp_frame(
     src: [u8; 4],
     dst: [u8; 4],
     (sport, dport): (u16, u16),
     payload: &[u8],
 ) -> Vec<u8> {
-    let mut udp = Vec::new();
-    udp.extend_from_slice(&sport.to_be_bytes());
-    udp.extend_from_slice(&dport.to_be_bytes());
-    udp.extend_from_slice(&u16::try_from(8 + payload.len()).unwrap().to_be_bytes());
-    udp.extend_from_slice(&[0, 0]);
-    udp.extend_from_slice(payload);
-    eth(0x0800, &ipv4(src, dst, 17, 0, &udp))
+    eth(0x0800, &ipv4(src, dst, 17, 0, &udp(sport, dport, payload)))
 }
 
 /// A DNS response from the resolver `server` (port 53) to `client` (port 33000) answering
