@@ -174,21 +174,22 @@ impl ureq::unversioned::resolver::Resolver for Literal {
         config: &ureq::config::Config,
         timeout: ureq::unversioned::transport::NextTimeout,
     ) -> Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
-        let host = uri
-            .host()
-            .map(|h| h.trim_start_matches('[').trim_end_matches(']'));
-        let port = uri.port_u16().or(match uri.scheme_str() {
-            Some("http") => Some(80),
-            Some("https") => Some(443),
+        // "HOST:PORT" as ureq's resolver makes it (the scheme's port when none is given; an
+        // IPv6 literal in brackets), which parses as an address only for a literal.
+        let literal = match (uri.scheme(), uri.authority()) {
+            (Some(scheme), Some(authority)) => {
+                ureq::unversioned::resolver::DefaultResolver::host_and_port(scheme, authority)
+                    .and_then(|hp| hp.parse::<std::net::SocketAddr>().ok())
+            }
             _ => None,
-        });
-        match (host.and_then(|h| h.parse::<std::net::IpAddr>().ok()), port) {
-            (Some(ip), Some(port)) => {
+        };
+        match literal {
+            Some(addr) => {
                 let mut out = self.empty();
-                out.push(std::net::SocketAddr::new(ip, port));
+                out.push(addr);
                 Ok(out)
             }
-            _ => self.0.resolve(uri, config, timeout),
+            None => self.0.resolve(uri, config, timeout),
         }
     }
 }
